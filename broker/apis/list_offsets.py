@@ -1,0 +1,79 @@
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp."""
+
+from protocol.errors import Error
+
+from . import RequestContext
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+
+
+def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+    """(timestamp, offset) as Kafka answers them; (-1, -1) when no record qualifies."""
+    log = partition.log
+    if timestamp == EARLIEST:
+        return -1, log.log_start_offset
+    if timestamp == LATEST:
+        # read_committed sees up to the last stable offset, read_uncommitted up to the HW.
+        end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
+        return -1, end
+    if timestamp == MAX_TIMESTAMP:
+        found = log.max_timestamp()
+        if found is None:
+            return -1, -1
+        offset, max_ts = found
+        return max_ts, offset
+    found = log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    offset, record_ts = found
+    return record_ts, offset
+
+
+def _answer(ctx: RequestContext, topic_name: str, requested, isolation_level: int) -> dict:
+    entry = {
+        "partition_index": requested.partition_index,
+        "error_code": Error.NONE,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
+    partition = ctx.replicas.partition(topic_name, requested.partition_index)
+    if partition is None:
+        entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
+        return entry
+    current_epoch = getattr(requested, "current_leader_epoch", -1)
+    if current_epoch not in (-1, partition.leader_epoch):
+        entry["error_code"] = (
+            Error.UNKNOWN_LEADER_EPOCH
+            if current_epoch > partition.leader_epoch
+            else Error.FENCED_LEADER_EPOCH
+        )
+        return entry
+    timestamp, offset = _lookup(partition, requested.timestamp, isolation_level)
+    entry.update(timestamp=timestamp, offset=offset, leader_epoch=partition.leader_epoch)
+    return entry
+
+
+async def handle(ctx: RequestContext, request) -> dict:
+    isolation_level = getattr(request, "isolation_level", 0)
+    topics = []
+    for topic in request.topics:
+        seen: set[int] = set()
+        partitions = []
+        for requested in topic.partitions:
+            if requested.partition_index in seen:
+                partitions.append(
+                    {
+                        "partition_index": requested.partition_index,
+                        "error_code": Error.INVALID_REQUEST,
+                        "timestamp": -1,
+                        "offset": -1,
+                    }
+                )
+                continue
+            seen.add(requested.partition_index)
+            partitions.append(_answer(ctx, topic.name, requested, isolation_level))
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"topics": topics}

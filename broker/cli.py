@@ -1,0 +1,53 @@
+"""The ``minibroker`` command line: ``minibroker serve [server.properties] [--override k=v]``."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import trio
+
+from .config import ConfigError, load_config
+
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minibroker", description="A Kafka-compatible broker in Python."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run a broker",
+        description="Run a broker. With no file, it listens on 127.0.0.1:9092 and keeps "
+        "its data under ./data.",
+    )
+    serve.add_argument("properties", nargs="?", type=Path, help="a Kafka server.properties file")
+    serve.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a property, overriding the file (repeatable)",
+    )
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        config = load_config(args.properties, args.override)
+    except ConfigError as error:
+        print(f"minibroker: {error}", file=sys.stderr)
+        return 2
+    from .server import BrokerServer
+
+    try:
+        trio.run(BrokerServer(config).run)
+    except OSError as error:
+        logging.getLogger("server").error("cannot start: %s", error)
+        return 1
+    return 0

@@ -1,0 +1,199 @@
+"""The broker process: storage, listeners, connections and periodic tasks under one nursery.
+
+Connections are served one request at a time each, in order, as Kafka does (it mutes a
+connection while a request is in flight), so a parked Fetch holds only its own connection.
+Clients may pipeline: the next request waits in the socket buffer. A frame that cannot be a
+request, or an API we do not serve, closes that connection only.
+
+Shutdown (SIGTERM or Ctrl-C): stop accepting, let in-flight requests finish (bounded by a
+grace period), then close the log manager, which writes the checkpoints and the clean-shutdown
+marker so the next start skips recovery.
+"""
+
+import base64
+import logging
+import signal
+import uuid
+from pathlib import Path
+
+import trio
+
+from protocol.codec import DecodeError
+from protocol.framing import FrameDecoder, FrameError, parse_request_header
+from storage.log_manager import LogManager
+
+from .apis import CloseConnection, RequestContext
+from .config import BrokerConfig
+from .dispatch import UnsupportedRequest, dispatch
+from .replica_manager import ReplicaManager, wall_clock_ms
+
+log = logging.getLogger("server")
+
+RECEIVE_SIZE = 256 * 1024
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+def new_cluster_id() -> str:
+    """Kafka's cluster id format: a random UUID as 22 characters of URL-safe base64."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def existing_cluster_id(log_dir: Path) -> str | None:
+    """The cluster.id recorded in a log dir's meta.properties, if the dir was used before."""
+    try:
+        lines = (log_dir / "meta.properties").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "cluster.id":
+            return value.strip()
+    return None
+
+
+class BrokerServer:
+    """One broker: owns the log manager, the replica manager and the listeners."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.cluster_id = (
+            config.cluster_id or existing_cluster_id(config.log_dirs[0]) or new_cluster_id()
+        )
+        self.log_manager = LogManager(
+            list(config.log_dirs),
+            log_config_from(config),
+            node_id=config.node_id,
+            cluster_id=self.cluster_id,
+        )
+        self.replicas: ReplicaManager | None = None
+        self._stopping = False
+        self._idle_reads: set[trio.CancelScope] = set()
+
+    def _context(self, header) -> RequestContext:
+        return RequestContext(header, self.replicas, self.config, self.cluster_id)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until SIGTERM/SIGINT (or cancellation), then shut down cleanly."""
+        self.log_manager.open(wall_clock_ms())
+        try:
+            self.replicas = ReplicaManager(self.config, self.log_manager)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                await self._serve(signals, task_status)
+        finally:
+            self.log_manager.close()
+            log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
+
+    async def _serve(self, signals, task_status) -> None:
+        async with trio.open_nursery() as connections:
+            listeners = []
+            for listener in self.config.listeners:
+                listeners += await trio.open_tcp_listeners(listener.port, host=listener.host)
+            async with trio.open_nursery() as control:
+                control.start_soon(self._accept, listeners, connections)
+                control.start_soon(self._periodic_tasks)
+                for listener in self.config.listeners:
+                    log.info(
+                        "listening on %s://%s:%d", listener.name, listener.host, listener.port
+                    )
+                log.info(
+                    "started broker %d (cluster %s, %d topic(s))",
+                    self.config.node_id,
+                    self.cluster_id,
+                    len(self.replicas.topics()),
+                )
+                task_status.started()
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    break
+                control.cancel_scope.cancel()
+            for socket_listener in listeners:
+                await socket_listener.aclose()
+            self._stopping = True
+            for scope in list(self._idle_reads):
+                scope.cancel()
+            connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
+
+    async def _accept(self, listeners, connections) -> None:
+        await trio.serve_listeners(self._serve_connection, listeners, handler_nursery=connections)
+
+    async def _periodic_tasks(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                self._every,
+                self.config.log_retention_check_interval_ms,
+                self.log_manager.run_retention,
+            )
+            nursery.start_soon(
+                self._every,
+                self.config.log_flush_offset_checkpoint_interval_ms,
+                self.log_manager.checkpoint,
+            )
+            if self.config.log_flush_interval_ms is not None:
+                nursery.start_soon(
+                    self._every,
+                    min(self.config.log_flush_interval_ms, 1000),
+                    self.log_manager.flush_due,
+                )
+
+    async def _every(self, interval_ms: int, task) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            try:
+                task(wall_clock_ms())
+            except Exception:
+                log.exception("periodic task %s failed", getattr(task, "__name__", task))
+
+    async def _next_frame(self, stream, decoder: FrameDecoder) -> bytes | None:
+        """The next request frame, or None when the peer closed or the broker is stopping."""
+        while (frame := decoder.next_frame()) is None:
+            if self._stopping:
+                return None
+            with trio.CancelScope() as idle:
+                self._idle_reads.add(idle)
+                try:
+                    data = await stream.receive_some(RECEIVE_SIZE)
+                finally:
+                    self._idle_reads.discard(idle)
+            if idle.cancelled_caught or not data:
+                return None
+            decoder.feed(data)
+        return frame
+
+    async def _serve_connection(self, stream) -> None:
+        try:
+            peer = "%s:%d" % stream.socket.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        decoder = FrameDecoder(self.config.socket_request_max_bytes)
+        try:
+            while (frame := await self._next_frame(stream, decoder)) is not None:
+                header, body_offset = parse_request_header(frame)
+                response = await dispatch(header, frame, body_offset, self._context)
+                if response is not None:
+                    await stream.send_all(response)
+        except (FrameError, DecodeError, UnsupportedRequest, CloseConnection) as error:
+            log.warning("closing connection from %s: %s", peer, error)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except Exception:
+            log.exception("unexpected error serving %s; closing its connection", peer)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+
+def log_config_from(config: BrokerConfig):
+    """The topic-level defaults that the broker's log.* properties set (Kafka's mapping)."""
+    from storage.log import LogConfig
+
+    return LogConfig(
+        segment_bytes=config.log_segment_bytes,
+        segment_ms=config.log_roll_ms,
+        segment_index_bytes=config.log_index_size_max_bytes,
+        index_interval_bytes=config.log_index_interval_bytes,
+        retention_ms=config.log_retention_ms,
+        retention_bytes=config.log_retention_bytes,
+        max_message_bytes=config.message_max_bytes,
+        message_timestamp_type=config.log_message_timestamp_type,
+        flush_messages=config.log_flush_interval_messages,
+        flush_ms=config.log_flush_interval_ms,
+    )

@@ -1,0 +1,172 @@
+"""Request decoding and response encoding on top of kio's schemas.
+
+Handlers describe a response once, as plain dicts, lists and ints, for every version of an API.
+``build`` turns that description into the kio entity of the exact version asked for: fields the
+version lacks are dropped, fields the description leaves out take the schema default. This keeps
+version differences out of the handlers; the cost (a Python walk over the response) is paid
+once per response and the conversion plans are cached per class.
+"""
+
+import dataclasses
+import datetime
+import io
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+
+from .versions import ApiKey
+
+_UTC = datetime.UTC
+
+
+class DecodeError(ValueError):
+    """The request body does not parse with the schema of its key and version."""
+
+
+@cache
+def request_class(api_key: int, api_version: int) -> type:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_class(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def request_is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether the request uses header v2; false for anything kio has no schema for."""
+    try:
+        return bool(request_class(api_key, api_version).__flexible__)
+    except Exception:
+        return False
+
+
+def response_uses_flexible_header(api_key: int, api_version: int) -> bool:
+    """ApiVersions answers with header v0 at every version so any client can read it."""
+    if api_key == ApiKey.API_VERSIONS:
+        return False
+    return bool(response_class(api_key, api_version).__flexible__)
+
+
+@cache
+def _reader(cls: type) -> Callable[[bytes, int], tuple[Any, int]]:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type) -> Callable[[Any, Any], None]:
+    return entity_writer(cls)
+
+
+def decode_request(api_key: int, api_version: int, frame: bytes, offset: int) -> Any:
+    """Decode a request body; trailing bytes after it are ignored, as Kafka ignores them."""
+    try:
+        value, _size = _reader(request_class(api_key, api_version))(frame, offset)
+    except Exception as error:
+        raise DecodeError(f"cannot decode api {api_key} v{api_version}: {error}") from error
+    return value
+
+
+def encode_entity(entity: Any) -> bytes:
+    """Serialise a kio entity (a response body, or a request body in tests and fetchers)."""
+    out = io.BytesIO()
+    _writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+def _ms_to_timedelta(value: Any) -> datetime.timedelta:
+    if isinstance(value, datetime.timedelta):
+        return value
+    return datetime.timedelta(milliseconds=value)
+
+
+def _ms_to_datetime(value: Any) -> datetime.datetime | None:
+    if value is None or isinstance(value, datetime.datetime):
+        return value
+    return datetime.datetime.fromtimestamp(value / 1000, tz=_UTC)
+
+
+def _to_error_code(value: Any) -> ErrorCode:
+    return ErrorCode(int(value))
+
+
+_SCALAR_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "timedelta_i32": _ms_to_timedelta,
+    "timedelta_i64": _ms_to_timedelta,
+    "datetime_i64": _ms_to_datetime,
+    "error_code": _to_error_code,
+}
+
+
+_USE_SCHEMA_DEFAULT = object()
+_REQUIRED = object()
+# Fields every response of some versions requires but no handler needs to think about.
+_IMPLICIT_VALUES: dict[str, Any] = {"throttle_time": datetime.timedelta(0)}
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None, Any], ...]:
+    """For each field: its name, how to convert a plain value, and what to use when omitted."""
+    steps = []
+    for field in dataclasses.fields(cls):
+        kind = classify_field(field)
+        has_default = field.default is not dataclasses.MISSING
+        if isinstance(kind, EntityTupleField):
+            steps.append((field.name, _tuple_builder(kind.type_), ()))
+            continue
+        if isinstance(kind, EntityField):
+            converter = _entity_builder(kind.type_)
+        else:
+            converter = _SCALAR_CONVERTERS.get(field.metadata.get("kafka_type", ""))
+        if has_default:
+            fallback = _USE_SCHEMA_DEFAULT
+        else:
+            fallback = _IMPLICIT_VALUES.get(field.name, _REQUIRED)
+        steps.append((field.name, converter, fallback))
+    return tuple(steps)
+
+
+def _tuple_builder(nested: type) -> Callable[[Any], tuple]:
+    def build_tuple(items: Any) -> tuple:
+        return tuple(item if isinstance(item, nested) else build(nested, item) for item in items)
+
+    return build_tuple
+
+
+def _entity_builder(nested: type) -> Callable[[Any], Any]:
+    def build_entity(item: Any) -> Any:
+        if item is None or isinstance(item, nested):
+            return item
+        return build(nested, item)
+
+    return build_entity
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """Build a kio entity of ``cls`` from a version-neutral description.
+
+    Keys the class does not have are ignored; fields missing from ``data`` take the schema
+    default (an empty tuple for arrays, zero throttle time). A required scalar that is missing
+    is a bug in the handler and raises KeyError naming it.
+    """
+    kwargs = {}
+    for name, converter, fallback in _plan(cls):
+        if name in data:
+            value = data[name]
+            kwargs[name] = converter(value) if converter is not None else value
+        elif fallback is _REQUIRED:
+            raise KeyError(f"{cls.__module__}.{cls.__qualname__} needs field {name!r}")
+        elif fallback is not _USE_SCHEMA_DEFAULT:
+            kwargs[name] = fallback
+    return cls(**kwargs)
+
+
+def encode_response(api_key: int, api_version: int, data: dict[str, Any]) -> bytes:
+    """Build and serialise the response body of ``api_key`` at ``api_version``."""
+    return encode_entity(build(response_class(api_key, api_version), data))

@@ -1,0 +1,132 @@
+"""Kafka framing and request headers, sans-I/O.
+
+A Kafka frame is a 4-byte big-endian size followed by that many bytes. ``FrameDecoder`` takes
+whatever the socket gave and hands back whole frames; it never reads from a socket itself, so
+it is tested with plain bytes. Request headers are parsed by hand here (they are four fixed
+fields and a tag buffer): it is the first thing done for every request and needs no schema.
+"""
+
+import struct
+from dataclasses import dataclass
+
+from . import codec
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhi")
+
+
+class FrameError(Exception):
+    """The peer sent bytes that cannot be a Kafka request; Kafka closes such a connection."""
+
+
+class FrameDecoder:
+    """Cuts a byte stream into frames of at most ``max_frame_size`` bytes."""
+
+    def __init__(self, max_frame_size: int) -> None:
+        self._max_frame_size = max_frame_size
+        self._buffer = bytearray()
+        self._start = 0
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes received from the peer."""
+        if self._start and self._start == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        """Return the next complete frame's payload, or None until more bytes arrive.
+
+        Raises FrameError for a negative or oversized length, as Kafka's socket server does
+        (it closes the connection rather than trying to resynchronise the stream).
+        """
+        available = len(self._buffer) - self._start
+        if available < 4:
+            return None
+        (size,) = _SIZE.unpack_from(self._buffer, self._start)
+        if size < 0:
+            raise FrameError(f"negative frame size {size}")
+        if size > self._max_frame_size:
+            raise FrameError(
+                f"frame of {size} bytes is larger than socket.request.max.bytes "
+                f"({self._max_frame_size})"
+            )
+        if available < 4 + size:
+            return None
+        begin = self._start + 4
+        frame = bytes(self._buffer[begin : begin + size])
+        self._start = begin + size
+        if self._start > 1 << 20:
+            del self._buffer[: self._start]
+            self._start = 0
+        return frame
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The fields of request header v1/v2 that the broker uses."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data):
+            raise FrameError("truncated varint in request header")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise FrameError("varint too long in request header")
+
+
+def skip_tagged_fields(data: bytes, pos: int) -> int:
+    """Skip a tag buffer; unknown tags are ignored, as Kafka ignores them."""
+    count, pos = _read_uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(data, pos)
+        size, pos = _read_uvarint(data, pos)
+        pos += size
+    if pos > len(data):
+        raise FrameError("tagged field runs past the end of the request header")
+    return pos
+
+
+def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
+    """Parse the request header; return it and the offset where the body starts.
+
+    Header v2 (flexible requests) adds a tag buffer after the client id. Whether a request is
+    flexible depends on its key and version; for versions kio has no schema for, the header is
+    read as v1, which is all an unsupported-version answer needs (Kafka does the same for
+    ApiVersions, whose answer must be readable by any client).
+    """
+    if len(frame) < _HEADER_FIXED.size + 2:
+        raise FrameError(f"request of {len(frame)} bytes is too short for a header")
+    api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = _HEADER_FIXED.size
+    (client_id_length,) = struct.unpack_from(">h", frame, pos)
+    pos += 2
+    client_id = None
+    if client_id_length >= 0:
+        if pos + client_id_length > len(frame):
+            raise FrameError("client id runs past the end of the request")
+        client_id = frame[pos : pos + client_id_length].decode("utf-8", "replace")
+        pos += client_id_length
+    if codec.request_is_flexible(api_key, api_version):
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def frame_response(correlation_id: int, body: bytes, *, flexible_header: bool) -> bytes:
+    """Prefix a response body with its header (v0, or v1 with an empty tag buffer) and size."""
+    if flexible_header:
+        return struct.pack(">iib", len(body) + 5, correlation_id, 0) + body
+    return struct.pack(">ii", len(body) + 4, correlation_id) + body

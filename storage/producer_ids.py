@@ -1,0 +1,49 @@
+"""Durable allocation of idempotent producer ids.
+
+A producer id must never be handed out twice, even across restarts: the partition logs keep
+each producer's last sequence numbers, and a new producer reusing an old id would be rejected
+as out of order. Like Kafka's controller, which hands brokers blocks of ids, this reserves a
+block on disk before giving out any id in it, so a crash only wastes the rest of a block.
+"""
+
+import os
+from pathlib import Path
+
+BLOCK_SIZE = 1000
+FILE_NAME = "producer-id-block"
+
+
+class ProducerIdAllocator:
+    """Hands out increasing producer ids, reserving them on disk a block at a time."""
+
+    def __init__(self, directory: Path) -> None:
+        self._path = directory / FILE_NAME
+        self._next = self._read_reserved_end()
+        self._block_end = self._next
+
+    def _read_reserved_end(self) -> int:
+        try:
+            text = self._path.read_text().strip()
+        except FileNotFoundError:
+            return 0
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{self._path} does not hold a producer id: {text!r}") from None
+
+    def _reserve(self, end: int) -> None:
+        tmp = self._path.with_name(self._path.name + ".tmp")
+        with open(tmp, "w") as file:
+            file.write(f"{end}\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, self._path)
+        self._block_end = end
+
+    def allocate(self) -> int:
+        """Return a producer id never returned before by this log dir."""
+        if self._next >= self._block_end:
+            self._reserve(self._next + BLOCK_SIZE)
+        producer_id = self._next
+        self._next += 1
+        return producer_id

@@ -1,0 +1,324 @@
+"""Fixtures that run real broker processes, and helpers that speak raw Kafka to them.
+
+The integration tests judge the broker the way its users will: through separate processes on
+real sockets, with real clients. The raw-socket helpers exist for what clients hide, such as the
+exact bytes of the batches a Fetch returns.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import itertools
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import crc32c
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+
+from broker.launcher import BrokerProcess, BrokerStartError
+
+API_VERSIONS_KEY = 18
+BROKER_READY_TIMEOUT = 20.0
+TEST_CLIENT_ID = "minibroker-tests"
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """Start brokers with property overrides, e.g. `broker_factory({"log.segment.bytes": 16384})`.
+
+    Every broker still running at teardown must shut down cleanly on SIGTERM with exit code 0:
+    a broker that crashes or hangs on the way out fails the test that used it.
+    """
+    started: list[BrokerProcess] = []
+
+    def start(overrides: dict[str, object] | None = None) -> BrokerProcess:
+        node_id = len(started) + 1
+        broker = BrokerProcess.start(
+            node_id=node_id, log_dir=tmp_path / f"node-{node_id}" / "data", overrides=overrides
+        )
+        started.append(broker)
+        broker.wait_ready(BROKER_READY_TIMEOUT)
+        return broker
+
+    yield start
+
+    unclean = []
+    for broker in started:
+        if not broker.running:
+            continue
+        try:
+            exit_code = broker.stop()
+        except BrokerStartError as hung:
+            unclean.append(str(hung))
+            continue
+        if exit_code != 0:
+            unclean.append(f"broker {broker.node_id} exited with {exit_code}:\n{broker.log_tail()}")
+    if unclean:
+        pytest.fail("unclean broker shutdown\n" + "\n".join(unclean))
+
+
+@pytest.fixture
+def broker(broker_factory: BrokerFactory) -> BrokerProcess:
+    """One fresh broker with default settings in this test's temporary directory."""
+    return broker_factory()
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
+    """Poll `condition` until it returns something truthy, and return that; fail the test with
+    `what` when the deadline passes, so a broken broker fails fast instead of hanging."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _request_header_type(api_key: int, version: int) -> type:
+    flexible = load_request_schema(api_key, version).__flexible__
+    return RequestHeaderV2 if flexible else RequestHeaderV1
+
+
+def _response_header_type(api_key: int, version: int) -> type:
+    # ApiVersions answers with header v0 even when its body is flexible, so that a client that
+    # does not yet know the broker's versions can always read the answer.
+    if api_key == API_VERSIONS_KEY:
+        return ResponseHeaderV0
+    flexible = load_response_schema(api_key, version).__flexible__
+    return ResponseHeaderV1 if flexible else ResponseHeaderV0
+
+
+def encode(entity: object) -> bytes:
+    """Serialize one kio entity (a request body, usually) to bytes."""
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def raw_request(
+    sock: socket.socket, api_key: int, version: int, body_bytes: bytes, correlation_id: int
+) -> None:
+    """Send one framed request: size, the header the version calls for, then `body_bytes`."""
+    header_type = _request_header_type(api_key, version)
+    header = header_type(
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id=TEST_CLIENT_ID,
+    )
+    payload = encode(header) + body_bytes
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    received = bytearray()
+    while len(received) < count:
+        chunk = sock.recv(count - len(received))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(received)} of {count} bytes")
+        received += chunk
+    return bytes(received)
+
+
+def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int, object]:
+    """Read one framed response and decode it; return (correlation id, response entity).
+
+    Fails when the body is not consumed exactly: a response with stray bytes is malformed even if
+    a lenient reader would accept it.
+    """
+    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+    frame = _read_exactly(sock, size)
+    header, header_size = entity_reader(_response_header_type(api_key, version))(frame, 0)
+    body_type = load_response_schema(api_key, version)
+    body, body_size = entity_reader(body_type)(frame, header_size)
+    assert header_size + body_size == size, (
+        f"{body_type.__name__}: frame of {size} bytes but decoded {header_size + body_size}"
+    )
+    return header.correlation_id, body
+
+
+def exchange(
+    bootstrap: str, request: object, correlation_id: int = 1, timeout: float = 10.0
+) -> object:
+    """One request on a fresh connection; return the decoded response body."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        api_key, version = request.__api_key__, request.__version__
+        raw_request(sock, api_key, version, encode(request), correlation_id)
+        answered_id, response = read_response(sock, api_key, version)
+    assert answered_id == correlation_id
+    return response
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create a topic with confluent-kafka's AdminClient (CreateTopics) and wait for the answer."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], request_timeout=10
+    )
+    futures[topic].result(timeout=15)
+
+
+def confluent_read_all(
+    bootstrap: str,
+    topic: str,
+    partition_starts: dict[int, int],
+    expected: int,
+    timeout: float = 30.0,
+) -> list:
+    """Read `expected` messages with a confluent-kafka Consumer assigned (no group management)
+    to the given partitions from explicit offsets; fail if they do not arrive in time or if a
+    message carries an error."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            # The constructor insists on a group id; assign() and no commits keep the group
+            # coordinator (which the broker does not offer yet) out of the picture.
+            "group.id": f"{topic}-reader",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "socket.timeout.ms": 10000,
+            "session.timeout.ms": 6000,
+        }
+    )
+    messages = []
+    try:
+        consumer.assign(
+            [
+                TopicPartition(topic, partition, offset)
+                for partition, offset in partition_starts.items()
+            ]
+        )
+        deadline = time.monotonic() + timeout
+        while len(messages) < expected:
+            if time.monotonic() >= deadline:
+                pytest.fail(
+                    f"read {len(messages)} of {expected} messages from {topic} in {timeout}s"
+                )
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                if message.error() is not None:
+                    pytest.fail(f"consumer error on {topic}: {message.error()}")
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+BATCH_HEADER_SIZE = 61
+COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def split_batches(records: bytes) -> list[bytes]:
+    """Cut a Fetch `records` blob into whole record batches; a trailing partial batch (which a
+    broker may send when it hits max_bytes) is dropped, as clients drop it."""
+    batches = []
+    position = 0
+    while position + 12 <= len(records):
+        (batch_length,) = struct.unpack_from(">i", records, position + 8)
+        end = position + 12 + batch_length
+        if end > len(records):
+            break
+        batches.append(records[position:end])
+        position = end
+    return batches
+
+
+def batch_compression(batch: bytes) -> int:
+    """The codec id in the low three bits of the batch attributes (int16 at byte 21)."""
+    (attributes,) = struct.unpack_from(">h", batch, 21)
+    return attributes & 7
+
+
+def batch_crc_is_valid(batch: bytes) -> bool:
+    """CRC-32C over attributes..end, as stored at byte 17: proves the bytes survived intact."""
+    (stored,) = struct.unpack_from(">I", batch, 17)
+    return crc32c.crc32c(batch[21:]) == stored
+
+
+def batch_next_offset(batch: bytes) -> int:
+    (base_offset,) = struct.unpack_from(">q", batch, 0)
+    (last_offset_delta,) = struct.unpack_from(">i", batch, 23)
+    return base_offset + last_offset_delta + 1
+
+
+def fetch_all_batches(
+    bootstrap: str, topic: str, partition: int, timeout: float = 20.0
+) -> list[bytes]:
+    """Every record batch of one partition, from offset 0 to the high watermark, fetched with raw
+    Fetch v11 requests (the version kcat uses) so that the bytes are exactly the broker's."""
+    batches: list[bytes] = []
+    next_offset = 0
+    deadline = time.monotonic() + timeout
+    for correlation_id in itertools.count(1):
+        request = FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=100),
+            min_bytes=1,
+            max_bytes=8 << 20,
+            topics=(
+                FetchTopic(
+                    topic=topic,
+                    partitions=(
+                        FetchPartition(
+                            partition=partition,
+                            fetch_offset=next_offset,
+                            partition_max_bytes=8 << 20,
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        response = exchange(bootstrap, request, correlation_id)
+        assert response.error_code == ErrorCode.none, response
+        (answered,) = [part for reply in response.responses for part in reply.partitions]
+        assert answered.error_code == ErrorCode.none, answered
+        new_batches = split_batches(answered.records or b"")
+        batches += new_batches
+        if new_batches:
+            next_offset = batch_next_offset(new_batches[-1])
+        if next_offset >= answered.high_watermark:
+            return batches
+        if time.monotonic() >= deadline:
+            pytest.fail(f"fetched up to {next_offset} of {answered.high_watermark} in {timeout}s")
+
+
+def assert_round_trip(produced: list[tuple], consumed: list[tuple], partitions: int) -> None:
+    """Everything sent comes back exactly once, at the partition and offset the producer was
+    told, in send order within each partition. Both lists hold (key, value, partition, offset);
+    `produced` is in send order."""
+    assert len(consumed) == len(produced)
+    sent_at = {(partition, offset): (key, value) for key, value, partition, offset in produced}
+    assert len(sent_at) == len(produced), "the producer was given one offset twice"
+    received_at = {(partition, offset): (key, value) for key, value, partition, offset in consumed}
+    assert received_at == sent_at
+
+    partitions_of_key: dict[bytes, set[int]] = {}
+    for key, _, partition, _ in produced:
+        partitions_of_key.setdefault(key, set()).add(partition)
+    assert all(len(found) == 1 for found in partitions_of_key.values()), "a key was split"
+
+    for partition in range(partitions):
+        sent_values = [value for _, value, sent_to, _ in produced if sent_to == partition]
+        received = [
+            (offset, value) for _, value, came_from, offset in consumed if came_from == partition
+        ]
+        assert sent_values, f"no key was sent to partition {partition}"
+        assert received == list(enumerate(sent_values))

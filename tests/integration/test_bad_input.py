@@ -1,0 +1,242 @@
+"""Bad input over raw sockets: the right error code or a closed connection, and nothing else.
+
+Every case runs beside a second, well-behaved connection that was opened before the bad input
+and keeps producing and fetching afterwards, and checks that what was stored before is intact.
+"""
+
+import datetime
+import socket
+import struct
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v7.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from tests.conftest import encode, raw_request, read_response
+from tests.unit.batch_factory import make_batch
+
+TOPIC = "guarded"
+
+
+def connect(broker) -> socket.socket:
+    host, port = broker.bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def produce_request(records: bytes, *, topic=TOPIC, partition=0, acks=1) -> ProduceRequest:
+    return ProduceRequest(
+        acks=acks,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )
+
+
+def fetch_request(offset: int, *, topic=TOPIC, partition=0) -> FetchRequest:
+    return FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+class Client:
+    """A raw connection that sends one request at a time and reads its answer."""
+
+    def __init__(self, broker) -> None:
+        self.sock = connect(broker)
+        self.correlation_id = 0
+
+    def call(self, request):
+        self.correlation_id += 1
+        raw_request(
+            self.sock,
+            request.__api_key__,
+            request.__version__,
+            encode(request),
+            self.correlation_id,
+        )
+        answered, response = read_response(self.sock, request.__api_key__, request.__version__)
+        assert answered == self.correlation_id
+        return response
+
+    def produce(self, records: bytes, **kwargs):
+        response = self.call(produce_request(records, **kwargs))
+        return response.responses[0].partition_responses[0]
+
+    def fetch(self, offset: int, **kwargs):
+        response = self.call(fetch_request(offset, **kwargs))
+        return response.responses[0].partitions[0]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def guarded(broker_factory):
+    """A broker with a small max.message.bytes and socket.request.max.bytes, a topic holding
+    one known batch, and a healthy client connected before anything bad happens."""
+    broker = broker_factory({"message.max.bytes": 2000, "socket.request.max.bytes": 100_000})
+    healthy = Client(broker)
+    first = make_batch([(b"k", b"before")])
+    answer = healthy.produce(first)
+    assert answer.error_code == ErrorCode.none
+    assert answer.base_offset == 0
+    yield broker, healthy, first
+    # The healthy connection still works, and the batch stored first is intact.
+    answer = healthy.produce(make_batch([(b"k", b"after")]))
+    assert answer.error_code == ErrorCode.none, answer
+    fetched = healthy.fetch(0)
+    assert fetched.error_code == ErrorCode.none
+    stored_first = fetched.records[: len(first)]
+    # Bytes from magic onwards are the producer's; offset and leader epoch are the broker's.
+    assert stored_first[16:] == first[16:], "the first batch's bytes changed"
+    assert fetched.high_watermark == answer.base_offset + 1
+    healthy.close()
+
+
+def assert_closed(sock: socket.socket) -> None:
+    """The broker closed this connection: a read sees EOF or a reset, never a response."""
+    sock.settimeout(10)
+    try:
+        data = sock.recv(100)
+    except ConnectionResetError:
+        return
+    assert data == b"", f"expected the connection to be closed, got {data!r}"
+
+
+def test_frame_larger_than_socket_request_max_bytes_closes(guarded):
+    broker, _, _ = guarded
+    with connect(broker) as sock:
+        sock.sendall(struct.pack(">i", 100_001) + b"\x00" * 64)
+        assert_closed(sock)
+
+
+def test_negative_frame_size_closes(guarded):
+    broker, _, _ = guarded
+    with connect(broker) as sock:
+        sock.sendall(struct.pack(">i", -1))
+        assert_closed(sock)
+
+
+def test_frame_that_does_not_parse_closes(guarded):
+    broker, _, _ = guarded
+    with connect(broker) as sock:
+        # Produce v7 header, then a body that ends in the middle of the topic array.
+        raw_request(sock, 0, 7, b"\xff\xff\x00\x01\x00\x00\x13\x88\x00\x00\x00\x05", 1)
+        assert_closed(sock)
+
+
+def test_unknown_api_key_closes(guarded):
+    broker, _, _ = guarded
+    with connect(broker) as sock:
+        sock.sendall(struct.pack(">ihhih", 10, 999, 0, 1, 0))
+        assert_closed(sock)
+
+
+def test_unsupported_api_versions_version_gets_v0_answer(guarded):
+    broker, _, _ = guarded
+    from kio.schema.api_versions.v0.response import ApiVersionsResponse
+    from kio.serial import entity_reader
+
+    with connect(broker) as sock:
+        sock.sendall(struct.pack(">ihhih", 10, 18, 99, 7, 0))
+        (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+        frame = sock.recv(size, socket.MSG_WAITALL)
+        (correlation_id,) = struct.unpack_from(">i", frame)
+        body, _ = entity_reader(ApiVersionsResponse)(frame, 4)
+    assert correlation_id == 7
+    assert body.error_code == ErrorCode.unsupported_version
+    assert any(k.api_key == 18 and k.max_version == 3 for k in body.api_keys)
+
+
+def corrupt_crc(batch: bytes) -> bytes:
+    damaged = bytearray(batch)
+    damaged[-1] ^= 0xFF
+    return bytes(damaged)
+
+
+def bad_magic(batch: bytes) -> bytes:
+    damaged = bytearray(batch)
+    damaged[16] = 1
+    return bytes(damaged)
+
+
+def bad_length(batch: bytes) -> bytes:
+    damaged = bytearray(batch)
+    struct.pack_into(">i", damaged, 8, len(batch))  # claims 12 bytes more than it has
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize("damage", [corrupt_crc, bad_magic, bad_length])
+def test_corrupt_batch_gets_corrupt_message_and_appends_nothing(guarded, damage):
+    _, healthy, _ = guarded
+    good = make_batch([(b"k", b"good")])
+    answer = healthy.produce(good + damage(make_batch([(b"k", b"bad")])))
+    assert answer.error_code == ErrorCode.corrupt_message
+    assert healthy.fetch(0).high_watermark == 1, "part of a refused request was appended"
+
+
+def test_unknown_topic_and_partition(broker_factory):
+    broker = broker_factory({"auto.create.topics.enable": "false"})
+    client = Client(broker)
+    try:
+        assert client.produce(make_batch(1), topic="nope").error_code == (
+            ErrorCode.unknown_topic_or_partition
+        )
+        assert client.fetch(0, topic="nope").error_code == ErrorCode.unknown_topic_or_partition
+    finally:
+        client.close()
+
+
+def test_unknown_partition_of_existing_topic(guarded):
+    _, healthy, _ = guarded
+    assert healthy.produce(make_batch(1), partition=7).error_code == (
+        ErrorCode.unknown_topic_or_partition
+    )
+    assert healthy.fetch(0, partition=7).error_code == ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize("offset", [-1, 2, 1000])
+def test_fetch_outside_the_log_is_offset_out_of_range(guarded, offset):
+    _, healthy, _ = guarded
+    answer = healthy.fetch(offset)
+    assert answer.error_code == ErrorCode.offset_out_of_range
+    assert answer.high_watermark == 1
+
+
+def test_fetch_at_log_end_is_empty_not_an_error(guarded):
+    _, healthy, _ = guarded
+    answer = healthy.fetch(1)
+    assert answer.error_code == ErrorCode.none
+    assert not answer.records
+
+
+@pytest.mark.parametrize("acks", [2, -2, 5])
+def test_invalid_acks(guarded, acks):
+    _, healthy, _ = guarded
+    assert healthy.produce(make_batch(1), acks=acks).error_code == ErrorCode.invalid_required_acks
+    assert healthy.fetch(0).high_watermark == 1
+
+
+def test_batch_over_max_message_bytes(guarded):
+    _, healthy, _ = guarded
+    big = make_batch([(b"k", b"x" * 3000)])
+    assert healthy.produce(big).error_code == ErrorCode.message_too_large
+    assert healthy.fetch(0).high_watermark == 1

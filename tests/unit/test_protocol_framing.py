@@ -1,0 +1,125 @@
+"""Framing, request headers and the response codec, on plain bytes."""
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from protocol import codec
+from protocol.framing import (
+    FrameDecoder,
+    FrameError,
+    frame_response,
+    parse_request_header,
+    skip_tagged_fields,
+)
+from protocol.versions import SUPPORTED_VERSIONS
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+@given(st.lists(st.binary(max_size=300), max_size=8), st.integers(min_value=1, max_value=50))
+def test_frames_survive_any_split(payloads, chunk):
+    stream = b"".join(frame(p) for p in payloads)
+    decoder = FrameDecoder(max_frame_size=1000)
+    out = []
+    for start in range(0, len(stream), chunk):
+        decoder.feed(stream[start : start + chunk])
+        while (got := decoder.next_frame()) is not None:
+            out.append(got)
+    assert out == payloads
+
+
+def test_negative_size_is_refused():
+    decoder = FrameDecoder(max_frame_size=100)
+    decoder.feed(struct.pack(">i", -5))
+    with pytest.raises(FrameError, match="negative"):
+        decoder.next_frame()
+
+
+def test_oversized_frame_is_refused_before_it_arrives():
+    decoder = FrameDecoder(max_frame_size=100)
+    decoder.feed(struct.pack(">i", 101))
+    with pytest.raises(FrameError, match="socket.request.max.bytes"):
+        decoder.next_frame()
+
+
+def test_header_v1_parses_client_id():
+    raw = struct.pack(">hhih", 0, 7, 42, 3) + b"abc" + b"BODY"
+    header, offset = parse_request_header(raw)
+    assert (header.api_key, header.api_version, header.correlation_id) == (0, 7, 42)
+    assert header.client_id == "abc"
+    assert raw[offset:] == b"BODY"
+
+
+def test_header_v2_skips_unknown_tagged_fields():
+    # Metadata v12 is flexible: header v2 has a tag buffer; two unknown tags here.
+    tags = bytes([2, 5, 2]) + b"xy" + bytes([9, 0])
+    raw = struct.pack(">hhih", 3, 12, 7, -1) + tags + b"BODY"
+    header, offset = parse_request_header(raw)
+    assert header.client_id is None
+    assert raw[offset:] == b"BODY"
+
+
+def test_truncated_tag_buffer_is_a_frame_error():
+    with pytest.raises(FrameError):
+        skip_tagged_fields(bytes([1, 3, 10, 0]), 0)
+
+
+def test_short_request_is_a_frame_error():
+    with pytest.raises(FrameError):
+        parse_request_header(b"\x00\x01")
+
+
+def test_response_headers():
+    assert frame_response(9, b"xy", flexible_header=False) == struct.pack(">ii", 6, 9) + b"xy"
+    assert frame_response(9, b"xy", flexible_header=True) == struct.pack(">iib", 7, 9, 0) + b"xy"
+
+
+def test_build_ignores_fields_the_version_lacks_and_defaults_the_rest():
+    data = {
+        "responses": [
+            {
+                "name": "t",
+                "topic_id": None,  # not in Produce v3: ignored
+                "partition_responses": [{"index": 0, "error_code": 0, "base_offset": 5}],
+            }
+        ]
+    }
+    response = codec.build(codec.response_class(0, 3), data)
+    partition = response.responses[0].partition_responses[0]
+    assert partition.base_offset == 5
+    assert partition.error_code == ErrorCode.none
+    assert partition.log_append_time is None
+
+
+def test_build_names_a_missing_required_field():
+    with pytest.raises(KeyError, match="base_offset"):
+        codec.build(
+            codec.response_class(0, 3),
+            {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0}]}]},
+        )
+
+
+def test_unsupported_api_versions_answer_reads_as_v0():
+    from broker.apis.api_versions import unsupported_version_response
+
+    body = codec.encode_response(18, 0, unsupported_version_response())
+    response, size = entity_reader(ApiVersionsV0)(body, 0)
+    assert size == len(body)
+    assert response.error_code == ErrorCode.unsupported_version
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert advertised == SUPPORTED_VERSIONS
+
+
+def test_every_supported_version_has_kio_schemas():
+    for key, (low, high) in SUPPORTED_VERSIONS.items():
+        for version in range(low, high + 1):
+            assert codec.request_class(key, version).__version__ == version
+            assert codec.response_class(key, version).__version__ == version
