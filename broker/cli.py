@@ -43,11 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"minibroker: {error}", file=sys.stderr)
         return 2
+    from storage.errors import (
+        CorruptCheckpointError,
+        InconsistentMetaPropertiesError,
+        LogDirLockedError,
+    )
+
     from .server import BrokerServer
 
     try:
         trio.run(BrokerServer(config).run)
-    except OSError as error:
+    except (
+        OSError,
+        LogDirLockedError,
+        InconsistentMetaPropertiesError,
+        CorruptCheckpointError,
+    ) as error:
         logging.getLogger("server").error("cannot start: %s", error)
         return 1
     return 0

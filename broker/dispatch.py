@@ -8,8 +8,16 @@ from protocol import codec
 from protocol.framing import RequestHeader, frame_response
 from protocol.versions import SUPPORTED_VERSIONS, ApiKey, is_supported
 
-from .apis import RequestContext, api_versions, fetch, list_offsets, metadata, produce
-from .apis import producer_ids, topics
+from .apis import (
+    RequestContext,
+    api_versions,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_ids,
+    topics,
+)
 
 HANDLERS = {
     ApiKey.PRODUCE: produce.handle,

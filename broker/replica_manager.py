@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol.errors import Error
-from storage.errors import StorageError
 from storage.log import LogConfig, PartitionLog
 from storage.log_manager import LogManager, TopicInfo
 from storage.producer_ids import ProducerIdAllocator
@@ -137,7 +136,9 @@ class ReplicaManager:
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
         if num_partitions <= 0:
-            raise TopicError(Error.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise TopicError(
+                Error.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+            )
         if replication_factor <= 0:
             raise TopicError(
                 Error.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
@@ -153,9 +154,7 @@ class ReplicaManager:
             raise TopicError(Error.INVALID_CONFIG, str(error)) from None
         if validate_only:
             return None
-        info = self.log_manager.create_topic(
-            name, num_partitions, configs, now_ms=self.clock_ms()
-        )
+        info = self.log_manager.create_topic(name, num_partitions, configs, now_ms=self.clock_ms())
         self._add_topic(info)
         log.info("created topic %s with %d partition(s) %s", name, num_partitions, configs or "")
         return info
@@ -201,6 +200,3 @@ class ReplicaManager:
         if not result.duplicate:
             self.appended.notify(partition.key)
         return result
-
-
-__all__ = ["Partition", "ReplicaManager", "StorageError", "TopicError", "topic_name_error"]

@@ -74,27 +74,25 @@ class BrokerServer:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until SIGTERM/SIGINT (or cancellation), then shut down cleanly."""
+        listeners = []
+        for listener in self.config.listeners:
+            listeners += await trio.open_tcp_listeners(listener.port, host=listener.host)
         self.log_manager.open(wall_clock_ms())
         try:
             self.replicas = ReplicaManager(self.config, self.log_manager)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                await self._serve(signals, task_status)
+                await self._serve(listeners, signals, task_status)
         finally:
             self.log_manager.close()
             log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
 
-    async def _serve(self, signals, task_status) -> None:
+    async def _serve(self, listeners, signals, task_status) -> None:
         async with trio.open_nursery() as connections:
-            listeners = []
-            for listener in self.config.listeners:
-                listeners += await trio.open_tcp_listeners(listener.port, host=listener.host)
             async with trio.open_nursery() as control:
                 control.start_soon(self._accept, listeners, connections)
                 control.start_soon(self._periodic_tasks)
                 for listener in self.config.listeners:
-                    log.info(
-                        "listening on %s://%s:%d", listener.name, listener.host, listener.port
-                    )
+                    log.info("listening on %s://%s:%d", listener.name, listener.host, listener.port)
                 log.info(
                     "started broker %d (cluster %s, %d topic(s))",
                     self.config.node_id,
@@ -161,7 +159,8 @@ class BrokerServer:
 
     async def _serve_connection(self, stream) -> None:
         try:
-            peer = "%s:%d" % stream.socket.getpeername()[:2]
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
         except OSError:
             peer = "?"
         decoder = FrameDecoder(self.config.socket_request_max_bytes)

@@ -133,7 +133,9 @@ def _plan(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None, Any], ...]
 
 
 def _tuple_builder(nested: type) -> Callable[[Any], tuple]:
-    def build_tuple(items: Any) -> tuple:
+    def build_tuple(items: Any) -> tuple | None:
+        if items is None:
+            return None
         return tuple(item if isinstance(item, nested) else build(nested, item) for item in items)
 
     return build_tuple

@@ -80,9 +80,7 @@ async def handle(ctx: RequestContext, request) -> dict:
         topics = [_resolve(ctx, requested, allow_auto_create) for requested in request.topics]
     listener = ctx.config.advertised[0]
     return {
-        "brokers": [
-            {"node_id": ctx.config.node_id, "host": listener.host, "port": listener.port}
-        ],
+        "brokers": [{"node_id": ctx.config.node_id, "host": listener.host, "port": listener.port}],
         "cluster_id": ctx.cluster_id,
         "controller_id": ctx.config.node_id,
         "topics": topics,

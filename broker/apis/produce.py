@@ -7,6 +7,7 @@ acks=-1 behaves as acks=1 while every partition has a single replica; the per-pa
 results are computed before any answer is built, so a later DelayedProduce can park here.
 """
 
+import contextlib
 import logging
 
 from protocol.errors import Error
@@ -50,11 +51,10 @@ def _append_partition(ctx: RequestContext, topic_name: str, data) -> dict:
 
 
 def _ensure_topic(ctx: RequestContext, name: str) -> None:
+    """Auto-create a produced-to topic; if that fails its partitions answer UNKNOWN_TOPIC."""
     if ctx.replicas.topic(name) is None:
-        try:
+        with contextlib.suppress(TopicError):
             ctx.replicas.auto_create_topic(name)
-        except TopicError:
-            pass  # the partitions then answer UNKNOWN_TOPIC_OR_PARTITION
 
 
 async def handle(ctx: RequestContext, request) -> dict | None:

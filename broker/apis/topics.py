@@ -51,9 +51,7 @@ def _create_one(ctx: RequestContext, topic, validate_only: bool) -> dict:
         result["error_code"] = error.error
         result["error_message"] = str(error)
         return result
-    result["num_partitions"] = (
-        num_partitions if num_partitions != -1 else ctx.config.num_partitions
-    )
+    result["num_partitions"] = num_partitions if num_partitions != -1 else ctx.config.num_partitions
     result["replication_factor"] = 1
     result["configs"] = [
         {

@@ -1,0 +1,45 @@
+"""The controller: the cluster's metadata authority (state, transitions, durable store)."""
+
+from broker.controller.state import (
+    NO_LEADER,
+    BrokerInfo,
+    ControllerError,
+    ControllerState,
+    ErrorCode,
+    PartitionChange,
+    PartitionState,
+    TopicState,
+    alter_partition,
+    assign_replicas,
+    create_topic,
+    delete_topic,
+    elect_preferred_leaders,
+    expire_brokers,
+    fence_broker,
+    heartbeat,
+    register_broker,
+    validate_topic_name,
+)
+from broker.controller.store import ControllerStore
+
+__all__ = [
+    "NO_LEADER",
+    "BrokerInfo",
+    "ControllerError",
+    "ControllerState",
+    "ControllerStore",
+    "ErrorCode",
+    "PartitionChange",
+    "PartitionState",
+    "TopicState",
+    "alter_partition",
+    "assign_replicas",
+    "create_topic",
+    "delete_topic",
+    "elect_preferred_leaders",
+    "expire_brokers",
+    "fence_broker",
+    "heartbeat",
+    "register_broker",
+    "validate_topic_name",
+]

@@ -1,0 +1,692 @@
+"""The controller's pure core: cluster metadata as plain data, and the transitions on it.
+
+The controller is the cluster's single metadata authority (one node, no Raft). Everything it
+decides lives in a :class:`ControllerState`; every decision is a function here that mutates the
+state it is given and returns what changed, or raises :class:`ControllerError` and leaves the
+state as it was. Nothing here does I/O, sleeps or reads a clock: time comes in as ``now_ms`` and
+randomness as an ``rng``, so the same inputs always give the same state. The trio shell around
+it persists the new state (``ControllerStore.save``) before it tells any broker about a
+:class:`PartitionChange`, so a broker never acts on a decision the controller could forget.
+
+The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManager`` and
+``PartitionChangeBuilder``) with eligible leader replicas (KIP-966) off:
+
+* Fencing a broker removes it from every ISR, except that an ISR never becomes empty: its last
+  member stays, so the partition goes offline (leader -1) and that member, the one replica known
+  to hold every committed record, becomes leader again when it returns.
+* A new leader is the first replica, in assignment order, that is in the ISR and alive. With
+  unclean election allowed and no such replica, it is the first alive replica, and the ISR
+  becomes just that replica (committed records may be lost).
+* Every leader or ISR change bumps the partition epoch; a leader change (including going
+  offline) bumps the leader epoch.
+
+One deliberate difference: when the controller itself shrinks an ISR (fencing a follower) it
+also bumps the leader epoch, as ZooKeeper-mode Kafka and KRaft before metadata version 3.6 did
+(KAFKA-15021). Brokers apply a LeaderAndIsr only when it carries a newer leader epoch, so
+without the bump the leader would never learn the smaller ISR: its high watermark would wait
+on the dead follower and its own AlterPartition would carry a stale partition epoch forever.
+ISR changes a leader asks for itself (:func:`alter_partition`) bump only the partition epoch,
+because the leader learns the result from the response.
+"""
+
+import base64
+import random
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+NO_LEADER = -1
+
+UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
+
+_TOPIC_NAME_MAX_LENGTH = 249
+_TOPIC_NAME_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+class ErrorCode(IntEnum):
+    """The Kafka error codes the controller refuses with (values from Kafka's ``Errors``)."""
+
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_TOPIC_EXCEPTION = 17
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    FENCED_LEADER_EPOCH = 74
+    STALE_BROKER_EPOCH = 77
+    UNKNOWN_TOPIC_ID = 100
+    INELIGIBLE_REPLICA = 107
+    INVALID_UPDATE_VERSION = 108
+
+
+class ControllerError(Exception):
+    """A refused request: the Kafka error code to answer with and a message for the client."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class BrokerInfo:
+    """A registered broker as the controller knows it.
+
+    ``broker_epoch`` is handed out at registration and grows across all registrations, so a
+    request carrying an older epoch is recognisably from a previous life of the broker.
+    """
+
+    node_id: int
+    host: str
+    port: int
+    broker_epoch: int
+    incarnation_id: str
+    fenced: bool
+    last_heartbeat_ms: int
+
+
+@dataclass
+class PartitionState:
+    """Leadership and ISR of one partition.
+
+    Transitions never change a PartitionState in place: they put a new one in the topic's list,
+    so the state held by an earlier :class:`PartitionChange` stays what was decided then.
+    """
+
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: list[PartitionState]
+    configs: dict[str, str]
+
+
+@dataclass
+class ControllerState:
+    """Everything the controller decides; what the store persists."""
+
+    controller_epoch: int = 0
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    next_broker_epoch: int = 1
+
+    def is_live(self, node_id: int) -> bool:
+        """Registered and not fenced: may lead and may be in an ISR."""
+        broker = self.brokers.get(node_id)
+        return broker is not None and not broker.fenced
+
+    def live_brokers(self) -> list[int]:
+        return sorted(node_id for node_id in self.brokers if self.is_live(node_id))
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
+        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
+
+@dataclass(frozen=True)
+class PartitionChange:
+    """A partition whose state the brokers hosting it must be told (by LeaderAndIsr)."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+
+
+class _Changes:
+    """The partitions touched by one transition, each once, with its final state."""
+
+    def __init__(self) -> None:
+        self._by_partition: dict[tuple[str, int], PartitionChange] = {}
+
+    def record(self, topic: str, partition: int, state: PartitionState) -> None:
+        self._by_partition[(topic, partition)] = PartitionChange(topic, partition, state)
+
+    def extend(self, changes: Iterable[PartitionChange]) -> None:
+        for change in changes:
+            self._by_partition[(change.topic, change.partition)] = change
+
+    def as_list(self) -> list[PartitionChange]:
+        return list(self._by_partition.values())
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules, with Kafka's messages (INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        message = "Topic name is illegal, it can't be empty"
+    elif name in (".", ".."):
+        message = 'Topic name cannot be "." or ".."'
+    elif len(name) > _TOPIC_NAME_MAX_LENGTH:
+        message = (
+            f"Topic name is illegal, it can't be longer than {_TOPIC_NAME_MAX_LENGTH} "
+            f"characters, topic name: {name}"
+        )
+    elif not _TOPIC_NAME_LEGAL.fullmatch(name):
+        message = (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+    else:
+        return
+    raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
+
+
+# --- brokers ------------------------------------------------------------------------------
+
+
+def register_broker(
+    state: ControllerState,
+    node_id: int,
+    host: str,
+    port: int,
+    incarnation_id: str,
+    now_ms: int,
+    *,
+    unclean_leader_election: bool = False,
+) -> tuple[int, list[PartitionChange]]:
+    """Register a new or returning broker; returns its new broker epoch and the changes.
+
+    Simplification of KRaft: a registered broker starts unfenced. KRaft keeps it fenced until
+    it has caught up with the metadata log; here the controller pushes the metadata to it
+    (LeaderAndIsr for every partition it hosts, all of them in the returned changes, changed or
+    not), and a follower rejoins the ISR only when its leader adds it by AlterPartition.
+
+    A broker that registers again under a new incarnation while still unfenced has restarted
+    faster than its session timeout. The new process may have lost what the old one had not
+    flushed, so it is first fenced exactly as if its session had expired (out of every ISR it
+    does not hold alone, leadership moved away); KRaft gets the same effect by refusing the
+    registration until the old session expires. The same incarnation registering again is a
+    retry by a live process and keeps its place.
+
+    Offline partitions that host the broker then elect a leader: it, if it is in their ISR
+    (typically the last ISR member coming back), or with unclean election the first alive
+    replica.
+    """
+    changes = _Changes()
+    previous = state.brokers.get(node_id)
+    if previous is not None and not previous.fenced and previous.incarnation_id != incarnation_id:
+        changes.extend(fence_broker(state, node_id, unclean_leader_election))
+
+    broker_epoch = state.next_broker_epoch
+    state.next_broker_epoch += 1
+    state.brokers[node_id] = BrokerInfo(
+        node_id=node_id,
+        host=host,
+        port=port,
+        broker_epoch=broker_epoch,
+        incarnation_id=incarnation_id,
+        fenced=False,
+        last_heartbeat_ms=now_ms,
+    )
+
+    for topic in state.topics.values():
+        unclean = _unclean_allowed(topic, unclean_leader_election)
+        for index, partition in enumerate(topic.partitions):
+            if node_id not in partition.replicas:
+                continue
+            if partition.leader == NO_LEADER:
+                partition = _elect(partition, partition.isr, state.is_live, unclean)
+                topic.partitions[index] = partition
+            changes.record(topic.name, index, partition)
+    return broker_epoch, changes.as_list()
+
+
+def heartbeat(state: ControllerState, node_id: int, broker_epoch: int, now_ms: int) -> bool:
+    """Record a heartbeat; False means the broker must register again.
+
+    False for an unknown broker or an epoch other than its current one (Kafka's
+    STALE_BROKER_EPOCH: the sender is a previous life of the broker), and for a fenced broker:
+    unfencing changes partitions, which only :func:`register_broker` reports.
+    """
+    broker = state.brokers.get(node_id)
+    if broker is None or broker.broker_epoch != broker_epoch or broker.fenced:
+        return False
+    broker.last_heartbeat_ms = now_ms
+    return True
+
+
+def expire_brokers(
+    state: ControllerState, now_ms: int, session_timeout_ms: int, unclean_leader_election: bool
+) -> tuple[list[int], list[PartitionChange]]:
+    """Fence every live broker not heard from for more than ``session_timeout_ms``."""
+    expired = [
+        node_id
+        for node_id in state.live_brokers()
+        if now_ms - state.brokers[node_id].last_heartbeat_ms > session_timeout_ms
+    ]
+    changes = _Changes()
+    for node_id in expired:
+        changes.extend(fence_broker(state, node_id, unclean_leader_election))
+    return expired, changes.as_list()
+
+
+def fence_broker(state: ControllerState, node_id: int, unclean: bool) -> list[PartitionChange]:
+    """Fence a broker: out of every ISR it does not hold alone, and out of leadership.
+
+    ``unclean`` is the cluster default for unclean leader election; a topic's own
+    ``unclean.leader.election.enable`` overrides it, as in Kafka.
+    """
+    broker = state.brokers.get(node_id)
+    if broker is None:
+        raise ControllerError(ErrorCode.INVALID_REQUEST, f"Broker {node_id} is not registered.")
+    broker.fenced = True
+    changes = _Changes()
+    for topic in state.topics.values():
+        unclean_for_topic = _unclean_allowed(topic, unclean)
+        for index, partition in enumerate(topic.partitions):
+            if node_id not in partition.isr and partition.leader != node_id:
+                continue
+            target_isr = [replica for replica in partition.isr if replica != node_id]
+            changed = _elect(partition, target_isr, state.is_live, unclean_for_topic)
+            if changed is not partition:
+                topic.partitions[index] = changed
+                changes.record(topic.name, index, changed)
+    return changes.as_list()
+
+
+# --- topics -------------------------------------------------------------------------------
+
+
+def assign_replicas(
+    broker_ids: list[int],
+    num_partitions: int,
+    replication_factor: int,
+    start_index: int,
+    replica_shift: int,
+) -> list[list[int]]:
+    """Kafka's rack-unaware replica assignment.
+
+    Partition p's first replica (its preferred leader) is broker ``(p + start_index) % n``, so
+    leaders go round the brokers. The followers sit at a distance of ``1 + (shift + j) %
+    (n - 1)`` from it, and the shift grows by one after every full round of n partitions, so
+    the followers of one broker's partitions spread over the others instead of always being
+    its neighbours. ``broker_ids`` must be sorted, unique and at least ``replication_factor``.
+    """
+    count = len(broker_ids)
+    assignment = []
+    for partition in range(num_partitions):
+        if partition > 0 and partition % count == 0:
+            replica_shift += 1
+        first = (partition + start_index) % count
+        replicas = [broker_ids[first]]
+        for j in range(replication_factor - 1):
+            distance = 1 + (replica_shift + j) % (count - 1)
+            replicas.append(broker_ids[(first + distance) % count])
+        assignment.append(replicas)
+    return assignment
+
+
+def create_topic(
+    state: ControllerState,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    assignments: dict[int, list[int]] | None = None,
+    topic_id: uuid.UUID | None = None,
+    *,
+    default_partitions: int = 1,
+    default_replication_factor: int = 1,
+    start_index: int | None = None,
+    rng: random.Random | None = None,
+) -> tuple[TopicState, list[PartitionChange]]:
+    """Create a topic, placing its replicas on the live brokers or where ``assignments`` says.
+
+    -1 for ``num_partitions`` / ``replication_factor`` means the defaults. With explicit
+    ``assignments`` (partition -> replicas) both must be -1, as in Kafka. Automatic placement
+    is :func:`assign_replicas` over the live brokers, starting at ``start_index`` (also the
+    first replica shift, as Kafka's fixed start index) or at positions drawn from ``rng``;
+    ``rng`` also draws the topic id unless ``topic_id`` is given. Every replica starts in the
+    ISR and the first live one leads, at leader and partition epoch 0.
+    """
+    validate_topic_name(name)
+    if name in state.topics:
+        raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    _check_name_collision(state, name)
+    if topic_id is not None:
+        owner = state.topic_by_id(topic_id)
+        if owner is not None:
+            raise ControllerError(
+                ErrorCode.INVALID_REQUEST, f"Topic id {topic_id} is already used by {owner.name}."
+            )
+    rng = rng if rng is not None else random.Random()
+
+    if assignments:
+        if replication_factor != -1:
+            raise ControllerError(
+                ErrorCode.INVALID_REQUEST,
+                "A manual partition assignment was specified, but replication factor was not "
+                "set to -1.",
+            )
+        if num_partitions != -1:
+            raise ControllerError(
+                ErrorCode.INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            )
+        replica_lists = _validated_manual_assignment(state, assignments)
+    else:
+        if replication_factor < -1 or replication_factor == 0:
+            raise ControllerError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        if num_partitions < -1 or num_partitions == 0:
+            raise ControllerError(
+                ErrorCode.INVALID_PARTITIONS,
+                "Number of partitions was set to an invalid non-positive value.",
+            )
+        replica_lists = _automatic_assignment(
+            state,
+            default_partitions if num_partitions == -1 else num_partitions,
+            default_replication_factor if replication_factor == -1 else replication_factor,
+            start_index,
+            rng,
+        )
+
+    partitions = []
+    for replicas in replica_lists:
+        isr = [replica for replica in replicas if state.is_live(replica)]
+        partitions.append(
+            PartitionState(
+                replicas=list(replicas), isr=isr, leader=isr[0], leader_epoch=0, partition_epoch=0
+            )
+        )
+    topic = TopicState(
+        name=name,
+        topic_id=topic_id if topic_id is not None else _new_topic_id(state, rng),
+        partitions=partitions,
+        configs=dict(configs),
+    )
+    state.topics[name] = topic
+    changes = [PartitionChange(name, index, p) for index, p in enumerate(partitions)]
+    return topic, changes
+
+
+def delete_topic(state: ControllerState, name: str) -> TopicState:
+    """Remove a topic; returns it so the shell can tell its replicas to stop and delete."""
+    topic = state.topics.pop(name, None)
+    if topic is None:
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        )
+    return topic
+
+
+def _check_name_collision(state: ControllerState, name: str) -> None:
+    """Refuse a name equal to an existing one once '.' and '_' are unified, as Kafka does:
+    both become '_' in metric names, so such topics would share their metrics."""
+    normalized = name.replace(".", "_")
+    for existing in state.topics:
+        if existing.replace(".", "_") == normalized:
+            raise ControllerError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with existing topic: {existing}",
+            )
+
+
+def _validated_manual_assignment(
+    state: ControllerState, assignments: dict[int, list[int]]
+) -> list[list[int]]:
+    """The replica lists by partition index, checked as Kafka's controller checks them."""
+    replication_factor = None
+    for index in sorted(assignments):
+        replicas = assignments[index]
+        if not replicas:
+            raise _bad_assignment("The manual partition assignment includes an empty replica list.")
+        seen = set()
+        for broker_id in sorted(replicas):
+            if broker_id not in state.brokers:
+                raise _bad_assignment(
+                    f"The manual partition assignment includes broker {broker_id}, but no such "
+                    "broker is registered."
+                )
+            if broker_id in seen:
+                raise _bad_assignment(
+                    f"The manual partition assignment includes the broker {broker_id} more "
+                    "than once."
+                )
+            seen.add(broker_id)
+        if replication_factor is not None and len(replicas) != replication_factor:
+            raise _bad_assignment(
+                f"The manual partition assignment includes a partition with {len(replicas)} "
+                "replica(s), but this is not consistent with previous partitions, which have "
+                f"{replication_factor} replica(s)."
+            )
+        replication_factor = len(replicas)
+        if not any(state.is_live(broker_id) for broker_id in replicas):
+            raise _bad_assignment(
+                "All brokers specified in the manual partition assignment for partition "
+                f"{index} are fenced or in controlled shutdown."
+            )
+    if sorted(assignments) != list(range(len(assignments))):
+        raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
+    return [assignments[index] for index in range(len(assignments))]
+
+
+def _bad_assignment(message: str) -> ControllerError:
+    return ControllerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+
+
+def _automatic_assignment(
+    state: ControllerState,
+    num_partitions: int,
+    replication_factor: int,
+    start_index: int | None,
+    rng: random.Random,
+) -> list[list[int]]:
+    live = state.live_brokers()
+    if replication_factor > len(live):
+        raise ControllerError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.",
+        )
+    if start_index is None:
+        first, shift = rng.randrange(len(live)), rng.randrange(len(live))
+    else:
+        first = shift = start_index
+    return assign_replicas(live, num_partitions, replication_factor, first, shift)
+
+
+def _new_topic_id(state: ControllerState, rng: random.Random) -> uuid.UUID:
+    """A random version-4 id, unused, whose Kafka string form does not start with '-'.
+
+    Kafka shows topic ids in URL-safe base64 and never generates one starting with '-', which
+    command-line tools would take for an option.
+    """
+    while True:
+        topic_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+        dash_first = base64.urlsafe_b64encode(topic_id.bytes).startswith(b"-")
+        if not dash_first and state.topic_by_id(topic_id) is None:
+            return topic_id
+
+
+# --- partitions ---------------------------------------------------------------------------
+
+
+def alter_partition(
+    state: ControllerState,
+    topic_id_or_name: uuid.UUID | str,
+    partition: int,
+    leader_id: int,
+    leader_epoch: int,
+    new_isr: list[int],
+    partition_epoch: int,
+    broker_epoch: int | None = None,
+) -> PartitionState:
+    """A leader's request to change its ISR (AlterPartition), checked in Kafka's order.
+
+    ``leader_id`` is the sending broker and ``broker_epoch`` its epoch (None skips that check).
+    Refusals: a sender epoch that is not its current one -> STALE_BROKER_EPOCH; an unknown
+    topic -> UNKNOWN_TOPIC_ID (by id) or UNKNOWN_TOPIC_OR_PARTITION (by name, or an unknown
+    partition); epochs newer than the controller's -> NOT_CONTROLLER (the sender has seen a
+    controller that knows more, so it should look for that one); an older leader epoch ->
+    FENCED_LEADER_EPOCH; a sender that is not the leader -> INVALID_REQUEST; an older partition
+    epoch -> INVALID_UPDATE_VERSION; an ISR with duplicates, non-replicas or without the leader
+    -> INVALID_REQUEST; an ISR member that is not registered or is fenced -> INELIGIBLE_REPLICA.
+
+    On success the partition has the new ISR and partition epoch + 1; an ISR equal to the
+    current one changes nothing. Returns the partition's state either way.
+    """
+    if broker_epoch is not None:
+        _check_broker_epoch(state, leader_id, broker_epoch)
+    topic = _find_topic(state, topic_id_or_name)
+    if not 0 <= partition < len(topic.partitions):
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        )
+    current = topic.partitions[partition]
+    where = f"{topic.name}-{partition}"
+
+    if leader_epoch > current.leader_epoch or partition_epoch > current.partition_epoch:
+        raise ControllerError(
+            ErrorCode.NOT_CONTROLLER,
+            f"{where}: the request's epochs ({leader_epoch}, {partition_epoch}) are newer than "
+            f"the controller's ({current.leader_epoch}, {current.partition_epoch}).",
+        )
+    if leader_epoch < current.leader_epoch:
+        raise ControllerError(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"{where}: leader epoch {leader_epoch} is older than {current.leader_epoch}.",
+        )
+    if leader_id != current.leader:
+        raise ControllerError(
+            ErrorCode.INVALID_REQUEST,
+            f"{where}: broker {leader_id} is not the leader, {current.leader} is.",
+        )
+    if partition_epoch < current.partition_epoch:
+        raise ControllerError(
+            ErrorCode.INVALID_UPDATE_VERSION,
+            f"{where}: partition epoch {partition_epoch} is older than {current.partition_epoch}.",
+        )
+    if len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(current.replicas):
+        raise ControllerError(
+            ErrorCode.INVALID_REQUEST,
+            f"{where}: ISR {new_isr} is not a set of replicas {current.replicas}.",
+        )
+    if current.leader not in new_isr:
+        raise ControllerError(
+            ErrorCode.INVALID_REQUEST,
+            f"{where}: ISR {new_isr} does not include the leader {current.leader}.",
+        )
+    ineligible = [replica for replica in new_isr if not state.is_live(replica)]
+    if ineligible:
+        raise ControllerError(
+            ErrorCode.INELIGIBLE_REPLICA,
+            f"{where}: ISR {new_isr} includes fenced or unregistered brokers {ineligible}.",
+        )
+
+    if new_isr == current.isr:
+        return current
+    changed = replace(
+        current,
+        replicas=list(current.replicas),
+        isr=list(new_isr),
+        partition_epoch=current.partition_epoch + 1,
+    )
+    topic.partitions[partition] = changed
+    return changed
+
+
+def elect_preferred_leaders(state: ControllerState) -> list[PartitionChange]:
+    """Move leadership back to each partition's preferred (first) replica where it can lead.
+
+    Kafka's automatic leader rebalance: after failovers, leadership piles up on the brokers
+    that stayed up; this spreads it back as the assignment intended. A preferred replica leads
+    only when it is alive and in the ISR, so no record is ever lost by it.
+    """
+    changes = _Changes()
+    for topic in state.topics.values():
+        for index, partition in enumerate(topic.partitions):
+            preferred = partition.replicas[0]
+            if (
+                preferred != partition.leader
+                and preferred in partition.isr
+                and state.is_live(preferred)
+            ):
+                changed = _with_leader_and_isr(partition, preferred, partition.isr)
+                topic.partitions[index] = changed
+                changes.record(topic.name, index, changed)
+    return changes.as_list()
+
+
+def _check_broker_epoch(state: ControllerState, node_id: int, broker_epoch: int) -> None:
+    broker = state.brokers.get(node_id)
+    if broker is None:
+        raise ControllerError(
+            ErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker id {node_id}"
+        )
+    if broker.broker_epoch != broker_epoch:
+        raise ControllerError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"Expected broker epoch {broker.broker_epoch}, but got broker epoch {broker_epoch}",
+        )
+
+
+def _find_topic(state: ControllerState, topic_id_or_name: uuid.UUID | str) -> TopicState:
+    if isinstance(topic_id_or_name, uuid.UUID):
+        topic = state.topic_by_id(topic_id_or_name)
+        if topic is None:
+            raise ControllerError(
+                ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
+            )
+        return topic
+    topic = state.topics.get(topic_id_or_name)
+    if topic is None:
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        )
+    return topic
+
+
+def _unclean_allowed(topic: TopicState, cluster_default: bool) -> bool:
+    """The topic's ``unclean.leader.election.enable`` if set, else the cluster's."""
+    value = topic.configs.get(UNCLEAN_LEADER_ELECTION_CONFIG)
+    return cluster_default if value is None else value.strip().lower() == "true"
+
+
+def _elect(
+    partition: PartitionState,
+    target_isr: list[int],
+    is_live: Callable[[int], bool],
+    unclean: bool,
+) -> PartitionState:
+    """The partition with ``target_isr`` applied and a leader kept or elected.
+
+    An empty target ISR is not applied (the last member stays, see the module docstring). The
+    current leader stays if it is still in the ISR and alive; otherwise the first replica in
+    assignment order that is; otherwise, with ``unclean``, the first alive replica with an ISR
+    of just itself; otherwise no leader. Returns ``partition`` itself when nothing changes.
+    """
+    isr = target_isr or partition.isr
+    leader = partition.leader
+    if leader not in isr or not is_live(leader):
+        leader = next((r for r in partition.replicas if r in isr and is_live(r)), NO_LEADER)
+        if leader == NO_LEADER and unclean:
+            leader = next((r for r in partition.replicas if is_live(r)), NO_LEADER)
+            if leader != NO_LEADER:
+                isr = [leader]
+    return _with_leader_and_isr(partition, leader, isr)
+
+
+def _with_leader_and_isr(partition: PartitionState, leader: int, isr: list[int]) -> PartitionState:
+    """A controller-made change, with its epoch bumps (see the module docstring)."""
+    leader_changed = leader != partition.leader
+    if not leader_changed and isr == partition.isr:
+        return partition
+    isr_shrank = not set(partition.isr) <= set(isr)
+    return PartitionState(
+        replicas=list(partition.replicas),
+        isr=list(isr),
+        leader=leader,
+        leader_epoch=partition.leader_epoch + (1 if leader_changed or isr_shrank else 0),
+        partition_epoch=partition.partition_epoch + 1,
+    )

@@ -1,0 +1,104 @@
+"""The controller's state on disk: one JSON file, replaced atomically on every save.
+
+The shell saves a new state before it sends anything that depends on it, so a broker never acts
+on a decision that a crash could take back. ``save`` writes ``<path>.tmp``, fsyncs it, renames
+it over ``<path>`` and fsyncs the directory: after a crash the file is either the previous state
+or the new one, never a mix. A ``.tmp`` left by a crash is an unfinished save; ``load`` ignores
+it and the next save overwrites it.
+"""
+
+import json
+import os
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from broker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
+
+_FORMAT_VERSION = 1
+
+
+class ControllerStore:
+    """Load and save one :class:`ControllerState` at ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._tmp_path = self.path.with_name(self.path.name + ".tmp")
+
+    def load(self) -> ControllerState:
+        """The saved state (a fresh one if there is none) under a new controller epoch.
+
+        Every load starts a new controller: its epoch is one more than the saved one and is
+        saved before this returns. Brokers reject LeaderAndIsr and UpdateMetadata carrying an
+        epoch older than the newest they have seen (STALE_CONTROLLER_EPOCH), so requests still
+        in flight from the controller's previous life cannot overwrite the new one's decisions.
+        """
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            state = ControllerState()
+        else:
+            state = _state_from_json(text, self.path)
+        state.controller_epoch += 1
+        self.save(state)
+        return state
+
+    def save(self, state: ControllerState) -> None:
+        """Replace the saved state with ``state``, durably and atomically."""
+        data = json.dumps(_state_to_dict(state), indent=1).encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._tmp_path, "wb") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(self._tmp_path, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _state_to_dict(state: ControllerState) -> dict:
+    return {
+        "version": _FORMAT_VERSION,
+        "controller_epoch": state.controller_epoch,
+        "next_broker_epoch": state.next_broker_epoch,
+        "brokers": [asdict(broker) for broker in state.brokers.values()],
+        "topics": [
+            {
+                "name": topic.name,
+                "topic_id": str(topic.topic_id),
+                "configs": topic.configs,
+                "partitions": [asdict(partition) for partition in topic.partitions],
+            }
+            for topic in state.topics.values()
+        ],
+    }
+
+
+def _state_from_json(text: str, path: Path) -> ControllerState:
+    """Parse a saved state; an unreadable file stops the controller rather than letting it
+    start empty and forget the cluster's topics."""
+    try:
+        data = json.loads(text)
+        if data.get("version") != _FORMAT_VERSION:
+            raise ValueError(f"unsupported format version {data.get('version')!r}")
+        brokers = [BrokerInfo(**broker) for broker in data["brokers"]]
+        topics = [
+            TopicState(
+                name=topic["name"],
+                topic_id=uuid.UUID(topic["topic_id"]),
+                partitions=[PartitionState(**partition) for partition in topic["partitions"]],
+                configs=topic["configs"],
+            )
+            for topic in data["topics"]
+        ]
+        return ControllerState(
+            controller_epoch=data["controller_epoch"],
+            brokers={broker.node_id: broker for broker in brokers},
+            topics={topic.name: topic for topic in topics},
+            next_broker_epoch=data["next_broker_epoch"],
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

@@ -1,0 +1,100 @@
+"""Errors the storage layer raises, each carrying the Kafka error code a client should see.
+
+The broker answers a failed partition with `error.error_code` and `str(error)` as the message,
+so the messages are written for the person reading a client's log.
+"""
+
+UNKNOWN_SERVER_ERROR = -1
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+RECORD_LIST_TOO_LARGE = 18
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+KAFKA_STORAGE_ERROR = 56
+INVALID_RECORD = 87
+
+
+class StorageError(Exception):
+    """A storage operation failed; `error_code` is the Kafka error code for the client."""
+
+    error_code: int = KAFKA_STORAGE_ERROR
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        if error_code is not None:
+            self.error_code = error_code
+
+
+class CorruptRecordError(StorageError):
+    """A batch failed its framing, magic or CRC check."""
+
+    error_code = CORRUPT_MESSAGE
+
+
+class InvalidRecordError(StorageError):
+    """A batch is intact but breaks a rule (inconsistent counts, control batch from a client)."""
+
+    error_code = INVALID_RECORD
+
+
+class OffsetOutOfRangeError(StorageError):
+    error_code = OFFSET_OUT_OF_RANGE
+
+
+class RecordTooLargeError(StorageError):
+    """A batch is larger than the topic's max.message.bytes."""
+
+    error_code = MESSAGE_TOO_LARGE
+
+
+class RecordBatchTooLargeError(StorageError):
+    """One append is larger than a whole segment (segment.bytes)."""
+
+    error_code = RECORD_LIST_TOO_LARGE
+
+
+class OutOfOrderSequenceError(StorageError):
+    error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(StorageError):
+    error_code = INVALID_PRODUCER_EPOCH
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A replicated batch starts below the log end offset; the fetcher must truncate first."""
+
+    error_code = UNKNOWN_SERVER_ERROR
+
+
+class UnknownTopicError(StorageError):
+    error_code = UNKNOWN_TOPIC_OR_PARTITION
+
+
+class TopicExistsError(StorageError):
+    error_code = TOPIC_ALREADY_EXISTS
+
+
+class InvalidTopicError(StorageError):
+    error_code = INVALID_TOPIC_EXCEPTION
+
+
+class InvalidPartitionsError(StorageError):
+    error_code = INVALID_PARTITIONS
+
+
+class LogDirLockedError(Exception):
+    """Another process (most likely another broker) holds a log directory's lock."""
+
+
+class InconsistentMetaPropertiesError(Exception):
+    """A log directory's meta.properties belongs to another node or cluster, or is unreadable."""
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint or metadata file does not have the expected format."""

@@ -1,0 +1,365 @@
+"""One log segment: a `.log` file of record batches with its `.index` and `.timeindex`.
+
+Files are named by the segment's base offset zero-padded to 20 digits, as in Kafka, and the
+`.log` holds stamped v2 batches back to back. The segment only ever reads batch headers (61
+bytes) to find its way; record bytes go to and from the file untouched.
+
+Index entries are made per batch: a batch gets an offset-index entry (its last offset, its
+position) once more than `index_interval_bytes` have been written since the last indexed
+batch, and the time index gets (largest timestamp so far, its batch's last offset) at the same
+moment. That is exactly Kafka's recovery rule, so an index rebuilt by recovery is identical to
+the one built by appends (Kafka indexes per append on the live path, which is the same thing
+when every produce carries one batch per partition, as Produce v3+ requires).
+"""
+
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from protocol.record_batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
+    BatchHeader,
+    read_header,
+    scan_valid_batches,
+)
+
+from .index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, CorruptIndexError, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+SEGMENT_LOG_NAME = re.compile(r"(\d{20})\.log")
+INT32_MAX = 2**31 - 1
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+
+# How much to read at once when walking many batch headers (loading, replaying producers).
+_WALK_READ_AHEAD = 1 << 20
+# When looking for one offset from an index entry, the target is usually within one index
+# interval (4 KiB by default) plus a batch.
+_FIND_READ_AHEAD = 16 << 10
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class SegmentRead(NamedTuple):
+    data: bytes
+    # True when the read took everything from its start to the segment's end, so a caller
+    # may carry on in the next segment without leaving a gap.
+    reached_end: bool
+
+
+def _write_all(fd: int, data) -> None:
+    with memoryview(data) as view:
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+
+
+def _whole_batches_length(data: bytes, max_offset: int | None) -> int:
+    """Length of the prefix of `data` made of complete batches with base offsets < max_offset."""
+    end = 0
+    while end + LOG_OVERHEAD <= len(data):
+        base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(data, end)
+        if batch_length < MIN_BATCH_LENGTH or end + LOG_OVERHEAD + batch_length > len(data):
+            break
+        if max_offset is not None and base_offset >= max_offset:
+            break
+        end += LOG_OVERHEAD + batch_length
+    return end
+
+
+class LogSegment:
+    """A segment's files and what is known about its batches.
+
+    Opening an existing segment trusts its `.log` and loads its indexes; if an index is
+    missing or fails its sanity check, `needs_index_rebuild` is set and the owner must call
+    `recover()` before using the segment (the log decides, because recovery may truncate).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(
+            directory / segment_file_name(base_offset, OFFSET_INDEX_SUFFIX),
+            base_offset,
+            max_index_size,
+        )
+        self.time_index = TimeIndex(
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+            base_offset,
+            max_index_size,
+        )
+        existed = self.log_path.exists()
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.needs_index_rebuild = False
+        self._reset_batch_state()
+        if not existed:
+            self.offset_index.create_empty()
+            self.time_index.create_empty()
+            self._rolling_base_ms: int | None = None
+            return
+        # segment.ms counts from the first append; after a restart the file's modification
+        # time is the best estimate left of when this segment was written.
+        self._rolling_base_ms = self._modified_ms() if self.size else None
+        try:
+            self.offset_index.load(self.size)
+            self.time_index.load()
+        except (FileNotFoundError, CorruptIndexError):
+            self.needs_index_rebuild = True
+            return
+        self._load_tail_state()
+
+    def _reset_batch_state(self) -> None:
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.next_offset = self.base_offset
+        self._bytes_since_last_index_entry = 0
+
+    def _modified_ms(self) -> int:
+        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+
+    def _load_tail_state(self) -> None:
+        """Largest timestamp and next offset from the indexes plus a scan of the tail only.
+
+        Every batch before the time index's last entry has a smaller timestamp, and every
+        batch before the offset index's last entry is below the next offset, so only the
+        batches from the earlier of those two positions onwards need reading (Kafka's
+        loadLargestTimestamp and readNextOffset).
+        """
+        self._reset_batch_state()
+        scan_from = self.offset_index.last_position
+        last_time_entry = self.time_index.last_entry
+        if last_time_entry is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_time_entry
+            scan_from = min(scan_from, self.offset_index.lookup(last_time_entry[1])[1])
+        for _, header in self.batches(scan_from):
+            self._note_timestamp(header)
+            self.next_offset = header.last_offset + 1
+        self._bytes_since_last_index_entry = self.size - self.offset_index.last_position
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    @property
+    def rolling_base_ms(self) -> int | None:
+        """When the first batch was appended (file mtime after a restart); None if empty."""
+        return self._rolling_base_ms
+
+    def can_hold_offset(self, offset: int) -> bool:
+        """Whether `offset` fits the indexes' i32 offsets relative to the base offset."""
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def largest_timestamp(self) -> int:
+        """The segment's age for retention: its largest record timestamp, else its mtime."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return self._modified_ms()
+
+    def _note_timestamp(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        self._note_timestamp(header)
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += header.size
+        self.next_offset = header.last_offset + 1
+
+    def append(self, data, headers: list[BatchHeader], now_ms: int) -> None:
+        """Write already-stamped batches with one write; `headers` describe them in order.
+
+        If the write fails (a full disk), the file is cut back so that no partial batch is
+        left behind, and the OSError propagates.
+        """
+        position = self.size
+        try:
+            _write_all(self._fd, data)
+        except OSError:
+            os.ftruncate(self._fd, position)
+            raise
+        if position == 0:
+            self._rolling_base_ms = now_ms
+        for header in headers:
+            self._index_batch(position, header)
+            position += header.size
+        self.size = position
+
+    def batches(
+        self, start_position: int = 0, *, read_ahead: int = _WALK_READ_AHEAD
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from `start_position`, reading headers only.
+
+        The files are trusted here (no CRC check); the walk stops at anything that cannot be
+        a batch so that a damaged file never sends it in circles.
+        """
+        read_ahead = max(read_ahead, HEADER_SIZE)
+        position = start_position
+        chunk = b""
+        chunk_start = position
+        while position + HEADER_SIZE <= self.size:
+            if position + HEADER_SIZE > chunk_start + len(chunk):
+                chunk = os.pread(self._fd, min(read_ahead, self.size - position), position)
+                chunk_start = position
+            header = read_header(chunk, position - chunk_start)
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > self.size:
+                return
+            yield position, header
+            position += header.size
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= `offset`."""
+        _, position = self.offset_index.lookup(offset)
+        for batch_position, header in self.batches(position, read_ahead=_FIND_READ_AHEAD):
+            if header.last_offset >= offset:
+                return batch_position, header
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = False,
+    ) -> SegmentRead | None:
+        """Whole batches from the one containing `start_offset`; None if it is not here.
+
+        At most `max_bytes` are returned, except that with `min_one_batch` the first batch
+        comes whole even if it is larger; batches whose base offset is >= `max_offset` are
+        left out.
+        """
+        found = self.find_batch(start_offset)
+        if found is None:
+            return None
+        position, first = found
+        if max_offset is not None and first.base_offset >= max_offset:
+            return SegmentRead(b"", reached_end=False)
+        limit = max(max_bytes, first.size) if min_one_batch else max_bytes
+        remaining_in_segment = self.size - position
+        data = os.pread(self._fd, max(min(limit, remaining_in_segment), 0), position)
+        end = _whole_batches_length(data, max_offset)
+        if end < len(data):
+            data = data[:end]
+        return SegmentRead(data, reached_end=end == remaining_in_segment)
+
+    def read_at(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def batches_reaching(
+        self, timestamp: int, starting_offset: int
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Batches with a max timestamp >= `timestamp` and a last offset >= starting_offset.
+
+        The scan starts from the time index's hint, so batches before it are never read.
+        """
+        indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, starting_offset))
+        for batch_position, header in self.batches(position):
+            if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
+                yield batch_position, header
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= `offset`; returns the bytes removed.
+
+        Batches are indivisible, so a batch that straddles `offset` goes too.
+        """
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        position, _ = found
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.size - position
+        os.ftruncate(self._fd, position)
+        self.size = position
+        if position == 0:
+            self._rolling_base_ms = None
+        self._load_tail_state()
+        return removed
+
+    def recover(self) -> int:
+        """Re-read every batch with its CRC, rebuild both indexes, cut the invalid tail.
+
+        Returns how many bytes were cut. Besides framing and CRC, a batch is only valid if
+        its offsets move forward and fit the segment's relative offsets; anything else means
+        the rest of the file cannot be trusted either.
+        """
+        self.offset_index.create_empty()
+        self.time_index.create_empty()
+        self._reset_batch_state()
+        file_size = os.fstat(self._fd).st_size
+        valid_end = 0
+        if file_size:
+            with mmap.mmap(self._fd, file_size, access=mmap.ACCESS_READ) as mapped:
+                scan = scan_valid_batches(mapped)
+                try:
+                    for position, header in scan:
+                        if header.base_offset < self.next_offset or not self.can_hold_offset(
+                            header.last_offset
+                        ):
+                            break
+                        self._index_batch(position, header)
+                        valid_end = position + header.size
+                finally:
+                    scan.close()
+        if valid_end < file_size:
+            os.ftruncate(self._fd, valid_end)
+        self.size = valid_end
+        if valid_end == 0:
+            self._rolling_base_ms = None
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        self.needs_index_rebuild = False
+        return file_size - valid_end
+
+    def seal_indexes(self) -> None:
+        """Write the final time-index entry (the segment's largest timestamp) and all
+        pending index entries, as Kafka does when a segment is rolled or closed."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.seal_indexes()
+        os.close(self._fd)
+        self._fd = -1
+
+    def delete(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()

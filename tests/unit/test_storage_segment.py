@@ -1,0 +1,156 @@
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.record_batch import read_header, stamp_offsets, validate_batches
+from storage.segment import LogSegment
+from tests.unit.batch_factory import make_batch
+
+
+def open_segment(directory: Path, base_offset=0, index_interval_bytes=0, max_index_size=4096):
+    return LogSegment(
+        directory,
+        base_offset,
+        index_interval_bytes=index_interval_bytes,
+        max_index_size=max_index_size,
+    )
+
+
+def stamped(records, base_offset, **kwargs) -> bytes:
+    batch = bytearray(make_batch(records, **kwargs))
+    stamp_offsets(batch, 0, base_offset, 0)
+    return bytes(batch)
+
+
+def fill(segment: LogSegment, record_counts, first_offset=None, timestamps=None, now_ms=0):
+    """Append one batch per count; returns the (base, last) offsets of each batch."""
+    offset = segment.base_offset if first_offset is None else first_offset
+    ranges = []
+    for number, count in enumerate(record_counts):
+        timestamp = timestamps[number] if timestamps else 1000 + number
+        batch = stamped(count, offset, base_timestamp=timestamp)
+        segment.append(batch, [read_header(batch)], now_ms)
+        ranges.append((offset, offset + count - 1))
+        offset += count
+    return ranges
+
+
+def test_files_are_named_by_the_zero_padded_base_offset(tmp_path):
+    segment = open_segment(tmp_path, base_offset=42)
+    assert sorted(os.listdir(tmp_path)) == [
+        "00000000000000000042.index",
+        "00000000000000000042.log",
+        "00000000000000000042.timeindex",
+    ]
+    assert all((tmp_path / name).stat().st_size == 0 for name in os.listdir(tmp_path))
+    segment.close()
+
+
+def test_append_is_one_write_of_the_exact_bytes(tmp_path):
+    segment = open_segment(tmp_path)
+    batches = [stamped(2, 0), stamped(3, 2)]
+    data = b"".join(batches)
+    segment.append(data, validate_batches(data), now_ms=5)
+    assert (tmp_path / "00000000000000000000.log").read_bytes() == data
+    assert segment.size == len(data)
+    assert segment.next_offset == 5
+    assert segment.rolling_base_ms == 5
+    segment.close()
+
+
+def test_read_returns_whole_batches_from_the_one_containing_the_offset(tmp_path):
+    segment = open_segment(tmp_path, base_offset=10)
+    fill(segment, [3, 3, 3])
+    for offset, expected_base in [(10, 10), (11, 10), (12, 10), (13, 13), (18, 16)]:
+        result = segment.read(offset, max_bytes=10**6)
+        assert validate_batches(result.data)[0].base_offset == expected_base
+        assert result.reached_end
+    assert segment.read(19, max_bytes=10**6) is None
+    segment.close()
+
+
+def test_read_limits(tmp_path):
+    segment = open_segment(tmp_path)
+    fill(segment, [1, 1, 1])
+    one = len(stamped(1, 0))
+    assert len(segment.read(0, max_bytes=one * 2).data) == one * 2
+    assert len(segment.read(0, max_bytes=one * 2 + 5).data) == one * 2
+    assert segment.read(0, max_bytes=one - 1).data == b""
+    assert len(segment.read(0, max_bytes=one - 1, min_one_batch=True).data) == one
+    limited = segment.read(0, max_bytes=10**6, max_offset=2)
+    assert [h.base_offset for h in validate_batches(limited.data)] == [0, 1]
+    assert not limited.reached_end
+    assert segment.read(2, max_bytes=10**6, max_offset=2).data == b""
+    segment.close()
+
+
+def test_truncate_to_removes_the_batch_holding_the_offset(tmp_path):
+    segment = open_segment(tmp_path)
+    fill(segment, [2, 2, 2], timestamps=[1000, 3000, 2000])
+    removed = segment.truncate_to(3)
+    assert segment.next_offset == 2
+    assert removed == 2 * len(stamped(2, 0))
+    assert segment.max_timestamp == 1000
+    assert segment.truncate_to(10) == 0
+    segment.close()
+
+
+def test_recover_cuts_garbage_and_rebuilds_identical_indexes(tmp_path):
+    segment = open_segment(tmp_path, index_interval_bytes=150)
+    fill(segment, [1, 4, 2, 7, 1, 3, 5], timestamps=[5, 3, 9, 9, 12, 1, 20])
+    segment.close()
+    index_bytes = (tmp_path / "00000000000000000000.index").read_bytes()
+    time_bytes = (tmp_path / "00000000000000000000.timeindex").read_bytes()
+    assert index_bytes and time_bytes
+    log_path = tmp_path / "00000000000000000000.log"
+    good_size = log_path.stat().st_size
+    with open(log_path, "ab") as file:
+        file.write(b"\x00\x01garbage" * 10)
+    segment = open_segment(tmp_path, index_interval_bytes=150)
+    assert segment.recover() == 90
+    assert log_path.stat().st_size == good_size
+    assert segment.next_offset == 23
+    assert (segment.max_timestamp, segment.offset_of_max_timestamp) == (20, 22)
+    segment.close()
+    assert (tmp_path / "00000000000000000000.index").read_bytes() == index_bytes
+    assert (tmp_path / "00000000000000000000.timeindex").read_bytes() == time_bytes
+
+
+def test_reopening_without_recovery_restores_state_from_the_indexes(tmp_path):
+    segment = open_segment(tmp_path, index_interval_bytes=100)
+    fill(segment, [2] * 20, timestamps=[100 + (i * 7) % 13 for i in range(20)])
+    expected = (segment.next_offset, segment.max_timestamp, segment.offset_of_max_timestamp)
+    segment.close()
+    reopened = open_segment(tmp_path, index_interval_bytes=100)
+    assert not reopened.needs_index_rebuild
+    assert (reopened.next_offset, reopened.max_timestamp, reopened.offset_of_max_timestamp) == (
+        expected
+    )
+    reopened.close()
+    (tmp_path / "00000000000000000000.timeindex").unlink()
+    assert open_segment(tmp_path, index_interval_bytes=100).needs_index_rebuild
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    record_counts=st.lists(st.integers(1, 6), min_size=1, max_size=40),
+    index_interval_bytes=st.sampled_from([0, 1, 100, 300, 1000, 4096]),
+    base_offset=st.integers(0, 10**12),
+)
+def test_every_offset_is_found_in_its_batch(record_counts, index_interval_bytes, base_offset):
+    with tempfile.TemporaryDirectory() as directory:
+        segment = open_segment(Path(directory), base_offset, index_interval_bytes)
+        ranges = fill(segment, record_counts)
+        for check in (segment, None):
+            if check is None:  # again after recovery rebuilt the indexes
+                segment.recover()
+            for base, last in ranges:
+                for offset in range(base, last + 1):
+                    _, header = segment.find_batch(offset)
+                    assert (header.base_offset, header.last_offset) == (base, last)
+                    data = segment.read(offset, max_bytes=1).data
+                    assert data == b"" or read_header(data).base_offset == base
+        segment.close()
