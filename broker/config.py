@@ -31,6 +31,15 @@ class Listener:
     port: int
 
 
+@dataclass(frozen=True)
+class Voter:
+    """The controller, as ``controller.quorum.voters`` names it: ``id@host:port``."""
+
+    node_id: int
+    host: str
+    port: int
+
+
 def _parse_int(text: str) -> int:
     return int(text.strip())
 
@@ -67,6 +76,25 @@ def _parse_timestamp_type(text: str) -> str:
     if value not in ("CreateTime", "LogAppendTime"):
         raise ValueError("expected CreateTime or LogAppendTime")
     return value
+
+
+def _parse_roles(text: str) -> frozenset[str]:
+    roles = frozenset(part.strip() for part in text.split(",") if part.strip())
+    if not roles or not roles <= {"broker", "controller"}:
+        raise ValueError("expected broker, controller, or broker,controller")
+    return roles
+
+
+def _parse_voters(text: str) -> tuple["Voter", ...]:
+    voters = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"(\d+)@(\[[^\]]*\]|[^:]+):(\d+)", item)
+        if match is None:
+            raise ValueError(f"{item!r} is not id@host:port")
+        voters.append(Voter(int(match.group(1)), match.group(2).strip("[]"), int(match.group(3))))
+    if len(voters) != 1:
+        raise ValueError("minibroker runs exactly one controller: give one id@host:port")
+    return tuple(voters)
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -119,6 +147,20 @@ _PROPERTIES: dict[str, _Property] = {
     "socket.request.max.bytes": _Property("socket_request_max_bytes", _at_least(1)),
     "min.insync.replicas": _Property("min_insync_replicas", _at_least(1)),
     "cluster.id": _Property("cluster_id", str.strip),
+    "process.roles": _Property("process_roles", _parse_roles),
+    "controller.quorum.voters": _Property("controller_quorum_voters", _parse_voters),
+    "broker.heartbeat.interval.ms": _Property("broker_heartbeat_interval_ms", _at_least(1)),
+    "broker.session.timeout.ms": _Property("broker_session_timeout_ms", _at_least(1)),
+    "replica.lag.time.max.ms": _Property("replica_lag_time_max_ms", _at_least(1)),
+    "replica.fetch.max.bytes": _Property("replica_fetch_max_bytes", _at_least(0)),
+    "replica.fetch.min.bytes": _Property("replica_fetch_min_bytes", _at_least(1)),
+    "replica.fetch.wait.max.ms": _Property("replica_fetch_wait_max_ms", _at_least(0)),
+    "replica.fetch.backoff.ms": _Property("replica_fetch_backoff_ms", _at_least(0)),
+    "replica.high.watermark.checkpoint.interval.ms": _Property(
+        "replica_high_watermark_checkpoint_interval_ms", _at_least(1)
+    ),
+    "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
+    "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
 }
 
 # The attributes fed by more than one property, in increasing precision.
@@ -162,7 +204,35 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104_857_600
     min_insync_replicas: int = 1
     cluster_id: str | None = None
+    process_roles: frozenset[str] = frozenset({"broker", "controller"})
+    controller_quorum_voters: tuple[Voter, ...] | None = None
+    broker_heartbeat_interval_ms: int = 2000
+    broker_session_timeout_ms: int = 9000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_backoff_ms: int = 1000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    num_replica_fetchers: int = 1
+    unclean_leader_election_enable: bool = False
     unknown: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    @property
+    def controller(self) -> Voter:
+        """Where the controller listens; a combined node without voters is its own controller."""
+        if self.controller_quorum_voters:
+            return self.controller_quorum_voters[0]
+        first = self.listeners[0]
+        return Voter(self.node_id, first.host, first.port)
 
     @property
     def advertised(self) -> tuple[Listener, ...]:
@@ -187,7 +257,15 @@ class BrokerConfig:
             values[prop.attribute] = value * prop.scale if prop.scale != 1 else value
         for key in unknown:
             log.warning("the configuration %r was supplied but isn't a known config", key)
-        return cls(**values, unknown=unknown)
+        config = cls(**values, unknown=unknown)
+        if config.process_roles == {"broker"} and not config.controller_quorum_voters:
+            raise ConfigError("process.roles=broker needs controller.quorum.voters")
+        if config.is_controller and config.controller.node_id != config.node_id:
+            raise ConfigError(
+                f"controller.quorum.voters names node {config.controller.node_id}, but this "
+                f"controller is node.id {config.node_id}"
+            )
+        return config
 
 
 def _precedence_rank(key: str) -> int:

@@ -73,6 +73,15 @@ def decode_request(api_key: int, api_version: int, frame: bytes, offset: int) ->
     return value
 
 
+def decode_response(api_key: int, api_version: int, frame: bytes, offset: int) -> Any:
+    """Decode a response body (the broker is a client too: fetchers, controller channels)."""
+    try:
+        value, _size = _reader(response_class(api_key, api_version))(frame, offset)
+    except Exception as error:
+        raise DecodeError(f"cannot decode response {api_key} v{api_version}: {error}") from error
+    return value
+
+
 def encode_entity(entity: Any) -> bytes:
     """Serialise a kio entity (a response body, or a request body in tests and fetchers)."""
     out = io.BytesIO()

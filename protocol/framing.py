@@ -130,3 +130,29 @@ def frame_response(correlation_id: int, body: bytes, *, flexible_header: bool) -
     if flexible_header:
         return struct.pack(">iib", len(body) + 5, correlation_id, 0) + body
     return struct.pack(">ii", len(body) + 4, correlation_id) + body
+
+
+def frame_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: bytes
+) -> bytes:
+    """A framed request: size, header v1 (or v2 with an empty tag buffer), then the body."""
+    client = client_id.encode() if client_id is not None else None
+    header = struct.pack(
+        ">hhih", api_key, api_version, correlation_id, len(client) if client is not None else -1
+    )
+    if client is not None:
+        header += client
+    if codec.request_is_flexible(api_key, api_version):
+        header += b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def parse_response_header(frame: bytes, *, flexible_header: bool) -> tuple[int, int]:
+    """The correlation id of a response and the offset where its body starts."""
+    if len(frame) < 4:
+        raise FrameError(f"response of {len(frame)} bytes is too short for a header")
+    (correlation_id,) = _SIZE.unpack_from(frame, 0)
+    pos = 4
+    if flexible_header:
+        pos = skip_tagged_fields(frame, pos)
+    return correlation_id, pos

@@ -505,10 +505,10 @@ class PartitionLog:
 
     def _append(self, data, headers: list[BatchHeader], now_ms: int) -> None:
         """Write stamped batches to the active segment (rolling first if needed)."""
-        segment = self._maybe_roll(
-            len(data), headers[0].base_offset, headers[-1].last_offset, now_ms
-        )
         try:
+            segment = self._maybe_roll(
+                len(data), headers[0].base_offset, headers[-1].last_offset, now_ms
+            )
             # The epoch cache is updated before the data, as in Kafka: an entry past the data
             # is harmless (it is truncated on load), a missing one is not.
             for header in headers:
@@ -516,9 +516,7 @@ class PartitionLog:
                     self._epochs.assign(header.partition_leader_epoch, header.base_offset)
             segment.append(data, headers, now_ms)
         except OSError as error:
-            raise StorageError(
-                f"{self.name}: write to {segment.log_path} failed: {error}"
-            ) from error
+            raise StorageError(f"{self.name}: append failed: {error}") from error
         for header in headers:
             self._producers.record(header)
         self._log_end_offset = headers[-1].last_offset + 1
@@ -836,7 +834,8 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Remove the partition's directory and everything in it."""
-        self.close()
+        for segment in self._segments:
+            segment.delete()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

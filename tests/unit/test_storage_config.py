@@ -41,7 +41,10 @@ def test_topic_configs_override_the_base():
     assert config.uses_log_append_time
     assert config.cleanup_policy == "compact,delete" and config.deletes_old_segments
     assert config.min_insync_replicas == 2
-    assert LogConfig.from_topic_configs(base, {"cleanup.policy": "compact"}).deletes_old_segments is False
+    assert (
+        LogConfig.from_topic_configs(base, {"cleanup.policy": "compact"}).deletes_old_segments
+        is False
+    )
     assert LogConfig.from_topic_configs(base, {}) == base
 
 

@@ -1,8 +1,12 @@
 import os
 import struct
+import tempfile
+from pathlib import Path
 
 import crc32c
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from protocol.record_batch import read_header, stamp_offsets, validate_batches
 from storage.errors import (
@@ -320,7 +324,9 @@ def test_rolled_segments_are_flushed_when_due(tmp_path):
 def test_config_changes_apply_to_later_appends(tmp_path):
     log = open_log(tmp_path, LogConfig())
     append(log, 1)
-    log.config = LogConfig.from_topic_configs(log.config, {"message.timestamp.type": "LogAppendTime"})
+    log.config = LogConfig.from_topic_configs(
+        log.config, {"message.timestamp.type": "LogAppendTime"}
+    )
     assert append(log, 1, now_ms=77).log_append_time_ms == 77
 
 
@@ -338,3 +344,32 @@ def test_read_header_of_stored_batches_shows_stamped_offsets(tmp_path):
     data = log.read(2, max_bytes=10**6)
     assert read_header(data).base_offset == 2
     assert read_header(data).partition_leader_epoch == 9
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    record_counts=st.lists(st.integers(1, 5), min_size=1, max_size=30),
+    segment_bytes=st.integers(140, 700),
+    index_interval_bytes=st.sampled_from([0, 50, 200, 4096]),
+    reopen=st.booleans(),
+)
+def test_every_offset_reads_from_its_batch_across_segments(
+    record_counts, segment_bytes, index_interval_bytes, reopen
+):
+    config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes)
+    with tempfile.TemporaryDirectory() as directory:
+        log = PartitionLog.open(Path(directory) / "t-0", config, now_ms=0, needs_recovery=False)
+        ranges = []
+        for count in record_counts:
+            result = append(log, count)
+            ranges.append((result.first_offset, result.last_offset))
+        if reopen:
+            log.close()
+            log = PartitionLog.open(Path(directory) / "t-0", config, now_ms=0, needs_recovery=True)
+        assert log.log_end_offset == ranges[-1][1] + 1
+        everything = log.read(0, max_bytes=10**9)
+        assert [(h.base_offset, h.last_offset) for h in batches(everything)] == ranges
+        for base, last in ranges:
+            for offset in range(base, last + 1):
+                assert read_header(log.read(offset, max_bytes=1)).base_offset == base
+        log.close()

@@ -1,4 +1,5 @@
 import json
+import shutil
 import uuid
 
 import pytest
@@ -175,14 +176,14 @@ def test_an_unclean_stop_is_recovered(log_dir):
     recovery_point = logs.get_log("t", 0).recovery_point
     assert 0 < recovery_point < 20
     assert f"t 0 {recovery_point}" in (log_dir / "recovery-point-offset-checkpoint").read_text()
-    active = sorted((log_dir / "t-0").glob("*.log"))[-1]
-    # simulate a crash: no close(), a torn write at the end, and the lock released
-    for segment in logs.get_log("t", 0).segments:
-        segment.seal_indexes()
-    logs._release_locks()
+    # a crash: the files as they are now, without close(), plus a torn write at the end
+    crashed = log_dir.parent / "crashed"
+    shutil.copytree(log_dir, crashed)
+    logs.close()
+    active = sorted((crashed / "t-0").glob("*.log"))[-1]
     with open(active, "ab") as file:
         file.write(make_batch(3)[:-7])
-    again = opened([log_dir])
+    again = opened([crashed])
     assert not again.had_clean_shutdown
     log = again.get_log("t", 0)
     assert log.log_end_offset == 20

@@ -25,14 +25,14 @@ def stamped(records, base_offset, **kwargs) -> bytes:
     return bytes(batch)
 
 
-def fill(segment: LogSegment, record_counts, first_offset=None, timestamps=None, now_ms=0):
+def fill(segment: LogSegment, record_counts, timestamps=None):
     """Append one batch per count; returns the (base, last) offsets of each batch."""
-    offset = segment.base_offset if first_offset is None else first_offset
+    offset = segment.base_offset
     ranges = []
     for number, count in enumerate(record_counts):
         timestamp = timestamps[number] if timestamps else 1000 + number
         batch = stamped(count, offset, base_timestamp=timestamp)
-        segment.append(batch, [read_header(batch)], now_ms)
+        segment.append(batch, [read_header(batch)], now_ms=0)
         ranges.append((offset, offset + count - 1))
         offset += count
     return ranges
@@ -154,3 +154,19 @@ def test_every_offset_is_found_in_its_batch(record_counts, index_interval_bytes,
                     data = segment.read(offset, max_bytes=1).data
                     assert data == b"" or read_header(data).base_offset == base
         segment.close()
+
+
+def test_recover_stops_where_offsets_go_backwards(tmp_path):
+    segment = open_segment(tmp_path, base_offset=10)
+    fill(segment, [2, 2])
+    segment.close()
+    log_path = tmp_path / "00000000000000000010.log"
+    intact_size = log_path.stat().st_size
+    with open(log_path, "ab") as file:
+        file.write(stamped(1, 11))  # a valid batch, but offset 11 is already taken
+        file.write(stamped(1, 14))
+    segment = open_segment(tmp_path, base_offset=10)
+    assert segment.recover() == 2 * len(stamped(1, 0))
+    assert log_path.stat().st_size == intact_size
+    assert segment.next_offset == 14
+    segment.close()

@@ -1,0 +1,206 @@
+"""One partition replica on this broker: its role, ISR, high watermark and followers' progress.
+
+These are the pure replication rules, with time passed in, so they are tested without sockets
+or sleeping (tests/unit/test_partition.py). The replica manager wires them to the log, the
+purgatory, the fetchers and the controller.
+
+Kafka's rules reproduced here:
+- the leader's high watermark is the minimum log end offset over the ISR, and only moves up;
+- a follower is caught up while its fetch offset reached the leader's log end offset within
+  replica.lag.time.max.ms (Kafka's lastCaughtUpTime bookkeeping);
+- a follower may rejoin the ISR once its log end offset reaches the high watermark and the start
+  offset of the leader's current epoch;
+- a follower's high watermark is min(leader's HW, own log end offset).
+"""
+
+from dataclasses import dataclass, field
+
+from protocol.errors import Error
+from storage.log import PartitionLog
+
+UNKNOWN_OFFSET = -1
+
+
+@dataclass
+class FollowerProgress:
+    """What the leader knows of one follower replica, learnt from its fetch requests."""
+
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_end_offset: int = UNKNOWN_OFFSET
+
+    def record_fetch(self, fetch_offset: int, leader_end_offset: int, now_ms: int) -> None:
+        """Kafka's ReplicaState update: the fetch offset is the follower's log end offset."""
+        if fetch_offset >= leader_end_offset:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_end_offset:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.last_fetch_leader_end_offset = leader_end_offset
+        self.last_fetch_ms = now_ms
+        self.log_end_offset = fetch_offset
+
+
+@dataclass
+class Partition:
+    """A replica of ``topic``-``index`` held by broker ``local_id``."""
+
+    topic: str
+    topic_id: object
+    index: int
+    log: PartitionLog
+    local_id: int
+    high_watermark: int = 0
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    followers: dict[int, FollowerProgress] = field(default_factory=dict)
+    # An ISR change sent to the controller and not answered yet (Kafka's pending state).
+    isr_change_in_flight: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.index)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.local_id
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No transactions are supported, so nothing is ever unstable: LSO = HW."""
+        return self.high_watermark
+
+    def clamp_high_watermark(self) -> None:
+        """Keep the HW inside [log start, log end], as Kafka does after truncation or load."""
+        self.high_watermark = max(
+            self.log.log_start_offset, min(self.high_watermark, self.log.log_end_offset)
+        )
+
+    def become_leader(
+        self,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: list[int],
+        replicas: list[int],
+        now_ms: int,
+    ) -> None:
+        """Take over: record the epoch's start offset, and forget what followers had fetched.
+
+        Followers still in the ISR count as caught up now, so that they are not shrunk out
+        before they had a chance to fetch from the new leader.
+        """
+        self.leader = self.local_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        self.isr_change_in_flight = False
+        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        self.followers = {
+            replica: FollowerProgress(last_caught_up_ms=now_ms if replica in isr else 0)
+            for replica in replicas
+            if replica != self.local_id
+        }
+        self.clamp_high_watermark()
+
+    def become_follower(
+        self,
+        leader: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: list[int],
+        replicas: list[int],
+    ) -> None:
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        self.followers = {}
+        self.isr_change_in_flight = False
+        self.clamp_high_watermark()
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """Note a follower's fetch; True when the high watermark moved as a result."""
+        progress = self.followers.get(replica_id)
+        if progress is None:
+            return False
+        progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms)
+        return self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """Leader only: HW = min LEO over the ISR; True when it moved (it never moves back)."""
+        if not self.is_leader:
+            return False
+        offsets = [self.log.log_end_offset]
+        for replica in self.isr:
+            if replica != self.local_id:
+                progress = self.followers.get(replica)
+                offsets.append(progress.log_end_offset if progress else UNKNOWN_OFFSET)
+        candidate = min(offsets)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """Follower only: HW = min(leader's HW, own LEO); True when it moved."""
+        candidate = min(leader_high_watermark, self.log.log_end_offset)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    def lagging_isr_members(self, now_ms: int, lag_time_max_ms: int) -> list[int]:
+        """Followers in the ISR that have not caught up within replica.lag.time.max.ms."""
+        return [
+            replica
+            for replica in self.isr
+            if replica != self.local_id
+            and now_ms - self.followers.get(replica, FollowerProgress()).last_caught_up_ms
+            > lag_time_max_ms
+        ]
+
+    def _current_epoch_start_offset(self) -> int:
+        for epoch, start_offset in reversed(self.log.leader_epoch_cache.entries()):
+            if epoch == self.leader_epoch:
+                return start_offset
+        return self.log.log_end_offset
+
+    def followers_ready_to_join(self) -> list[int]:
+        """Replicas outside the ISR whose LEO reached the HW and the current epoch's start."""
+        epoch_start = self._current_epoch_start_offset()
+        ready = []
+        for replica, progress in self.followers.items():
+            if replica in self.isr:
+                continue
+            if (
+                progress.log_end_offset >= self.high_watermark
+                and progress.log_end_offset >= epoch_start
+            ):
+                ready.append(replica)
+        return ready
+
+    def acks_all_error(self, min_insync_replicas: int) -> Error:
+        """Before appending with acks=-1: NOT_ENOUGH_REPLICAS when the ISR is too small."""
+        if len(self.isr) < min_insync_replicas:
+            return Error.NOT_ENOUGH_REPLICAS
+        return Error.NONE
+
+    def acks_all_outcome(self, required_offset: int, min_insync_replicas: int) -> Error | None:
+        """After appending with acks=-1: None while waiting, else the answer to give.
+
+        Done when the HW passed the last appended offset; NOT_ENOUGH_REPLICAS_AFTER_APPEND if
+        the ISR shrank below min.insync.replicas first; NOT_LEADER_OR_FOLLOWER if leadership
+        was lost.
+        """
+        if not self.is_leader:
+            return Error.NOT_LEADER_OR_FOLLOWER
+        if self.high_watermark >= required_offset:
+            if len(self.isr) < min_insync_replicas:
+                return Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return Error.NONE
+        return None
