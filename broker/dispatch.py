@@ -1,19 +1,23 @@
 """From a request frame to a response frame: version check, decode, handler, encode.
 
-The handler table is keyed by API key and must cover exactly the keys that ApiVersions
-advertises (protocol.versions.SUPPORTED_VERSIONS), which is checked at import.
+The handler table is keyed by API key and covers every key in protocol.versions; what a node
+accepts is the table of its roles (the same one ApiVersions advertises).
 """
 
 from protocol import codec
 from protocol.framing import RequestHeader, frame_response
-from protocol.versions import SUPPORTED_VERSIONS, ApiKey, is_supported
+from protocol.versions import ApiKey, supported_versions
 
 from .apis import (
     RequestContext,
     api_versions,
+    configs,
+    controller_apis,
     fetch,
+    inter_broker,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
     producer_ids,
     topics,
@@ -24,20 +28,34 @@ HANDLERS = {
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.METADATA: metadata.handle,
+    ApiKey.LEADER_AND_ISR: inter_broker.handle_leader_and_isr,
+    ApiKey.STOP_REPLICA: inter_broker.handle_stop_replica,
+    ApiKey.UPDATE_METADATA: inter_broker.handle_update_metadata,
     ApiKey.API_VERSIONS: api_versions.handle,
     ApiKey.CREATE_TOPICS: topics.handle_create,
     ApiKey.DELETE_TOPICS: topics.handle_delete,
     ApiKey.INIT_PRODUCER_ID: producer_ids.handle,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe,
+    ApiKey.ALTER_PARTITION: controller_apis.handle_alter_partition,
+    ApiKey.BROKER_REGISTRATION: controller_apis.handle_broker_registration,
+    ApiKey.BROKER_HEARTBEAT: controller_apis.handle_broker_heartbeat,
+    ApiKey.ALLOCATE_PRODUCER_IDS: controller_apis.handle_allocate_producer_ids,
 }
-assert set(HANDLERS) == set(SUPPORTED_VERSIONS), "every advertised API needs a handler"
+assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
+    "every API of protocol.versions needs a handler"
+)
 
 
 class UnsupportedRequest(Exception):
     """An API key or version we do not serve; Kafka closes the connection for these."""
 
 
-def _encode(header: RequestHeader, api_version: int, data: dict) -> bytes:
-    body = codec.encode_response(header.api_key, api_version, data)
+def _encode(header: RequestHeader, api_version: int, data) -> bytes:
+    if isinstance(data, dict):
+        body = codec.encode_response(header.api_key, api_version, data)
+    else:
+        body = codec.encode_entity(data)
     flexible = codec.response_uses_flexible_header(header.api_key, api_version)
     return frame_response(header.correlation_id, body, flexible_header=flexible)
 
@@ -50,14 +68,15 @@ async def dispatch(
     ``make_context`` builds the RequestContext for this header, so the connection layer stays
     ignorant of what handlers need.
     """
+    ctx: RequestContext = make_context(header)
     key, version = header.api_key, header.api_version
-    if not is_supported(key, version):
+    versions = ctx.supported.get(key)
+    if versions is None or not versions[0] <= version <= versions[1]:
         if key == ApiKey.API_VERSIONS:
-            return _encode(header, 0, api_versions.unsupported_version_response())
+            return _encode(header, 0, api_versions.unsupported_version_response(ctx.supported))
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
     request = codec.decode_request(key, version, frame, body_offset)
-    ctx: RequestContext = make_context(header)
     data = await HANDLERS[key](ctx, request)
     if data is None:
         return None

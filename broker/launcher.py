@@ -4,10 +4,15 @@ One launcher serves the integration tests, `minibroker dev` and the benchmarks, 
 them run the broker exactly as an operator would: a separate process started from the command
 line, judged ready only when it answers a real Kafka request. It is deliberately synchronous
 (plain subprocess and sockets, no trio) so that pytest fixtures and scripts can use it directly.
+
+`BrokerProcess` runs one node: a single broker that is its own controller (no
+`process.roles`), or one role of a cluster. `Cluster` runs a controller and N brokers, KRaft
+style, and answers questions about leaders and ISRs the way a client would: by Metadata.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -15,11 +20,26 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.metadata.v12.response import (
+    MetadataResponse,
+    MetadataResponsePartition,
+)
+from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
 READINESS_CLIENT_ID = b"minibroker-launcher"
 LOG_TAIL_BYTES = 4000
+
+BROKER_ROLE = "broker"
+CONTROLLER_ROLE = "controller"
+CONTROLLER_NODE_ID = 0
+CLUSTER_READY_TIMEOUT = 60.0
+METADATA_TIMEOUT = 5.0
+POLL_INTERVAL = 0.05
 
 
 class BrokerStartError(RuntimeError):
@@ -69,15 +89,28 @@ def _is_api_versions_v0_response(payload: bytes, correlation_id: int) -> bool:
 
 
 class BrokerProcess:
-    """One broker process and the configuration it was started with, so it can be restarted
-    on the same port and log directory (which is what crash-recovery tests need)."""
+    """One node process and the configuration it was started with, so it can be restarted
+    on the same port and log directory (which is what crash-recovery tests need).
 
-    def __init__(self, node_id: int, log_dir: Path, port: int, overrides: dict[str, object]):
+    `role` is `process.roles`: None for a single broker that is its own controller (the
+    default, no cluster around it), BROKER_ROLE or CONTROLLER_ROLE for one node of a cluster.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        log_dir: Path,
+        port: int,
+        overrides: dict[str, object],
+        role: str | None = None,
+    ):
         self.node_id = node_id
         self.log_dir = Path(log_dir)
         self.port = port
         self.overrides = dict(overrides)
-        self.stderr_path = self.log_dir.parent / f"broker-{node_id}.log"
+        self.role = role
+        self.stderr_path = self.log_dir.parent / f"{self.kind}-{node_id}.log"
+        self.paused = False
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -87,11 +120,17 @@ class BrokerProcess:
         log_dir: Path,
         port: int | None = None,
         overrides: dict[str, object] | None = None,
+        role: str | None = None,
     ) -> BrokerProcess:
-        """Launch a broker; call `wait_ready` before talking to it."""
-        broker = cls(node_id, log_dir, port or free_port(), overrides or {})
+        """Launch a node; call `wait_ready` before talking to it."""
+        broker = cls(node_id, log_dir, port or free_port(), overrides or {}, role)
         broker._launch()
         return broker
+
+    @property
+    def kind(self) -> str:
+        """What the node is called in logs and messages: "controller" or "broker"."""
+        return CONTROLLER_ROLE if self.role == CONTROLLER_ROLE else BROKER_ROLE
 
     @property
     def bootstrap(self) -> str:
@@ -102,18 +141,35 @@ class BrokerProcess:
         return self._running_process().pid
 
     @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it has exited (negative: killed by that signal)."""
+        return None if self._process is None else self._process.poll()
+
+    @property
+    def started(self) -> bool:
+        """Whether the node was ever launched (it may have exited since)."""
+        return self._process is not None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def properties(self) -> dict[str, str]:
-        """The full set of `--override` properties: ours first, the caller's win."""
-        listener = f"PLAINTEXT://{self.bootstrap}"
-        properties = {
-            "node.id": str(self.node_id),
-            "listeners": listener,
-            "advertised.listeners": listener,
-            "log.dirs": str(self.log_dir),
-        }
+        """The full set of `--override` properties: ours first, the caller's win.
+
+        A controller-only node listens on a CONTROLLER listener and advertises nothing to
+        clients, as in KRaft; every other node serves clients on PLAINTEXT.
+        """
+        properties = {"node.id": str(self.node_id)}
+        if self.role is not None:
+            properties["process.roles"] = self.role
+        if self.role == CONTROLLER_ROLE:
+            properties["listeners"] = f"CONTROLLER://{self.bootstrap}"
+        else:
+            listener = f"PLAINTEXT://{self.bootstrap}"
+            properties["listeners"] = listener
+            properties["advertised.listeners"] = listener
+        properties["log.dirs"] = str(self.log_dir)
         properties.update({key: str(value) for key, value in self.overrides.items()})
         return properties
 
@@ -126,13 +182,18 @@ class BrokerProcess:
         with open(self.stderr_path, "ab") as stderr:
             stderr.write(f"--- launcher: {' '.join(command)}\n".encode())
             stderr.flush()
+            # A process group of its own keeps a terminal's Ctrl-C away from the node: the
+            # launcher's owner (pytest, `minibroker dev`) decides when and how it stops, so a
+            # Ctrl-C becomes an orderly SIGTERM instead of every node dying at once.
             self._process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                process_group=0,
             )
+        self.paused = False
 
     def _running_process(self) -> subprocess.Popen[bytes]:
         if self._process is None:
@@ -160,18 +221,18 @@ class BrokerProcess:
             exit_code = process.poll()
             if exit_code is not None:
                 raise BrokerStartError(
-                    f"broker {self.node_id} exited with code {exit_code} before it was ready;"
-                    f" log tail:\n{self.log_tail()}"
+                    f"{self.kind} {self.node_id} exited with code {exit_code} before it was"
+                    f" ready; log tail:\n{self.log_tail()}"
                 )
             attempt += 1
             if self._answers_api_versions(correlation_id=attempt, deadline=deadline):
                 return
             if time.monotonic() >= deadline:
                 raise BrokerStartError(
-                    f"broker {self.node_id} did not answer ApiVersions on {self.bootstrap}"
+                    f"{self.kind} {self.node_id} did not answer ApiVersions on {self.bootstrap}"
                     f" within {timeout}s; log tail:\n{self.log_tail()}"
                 )
-            time.sleep(0.05)
+            time.sleep(POLL_INTERVAL)
 
     def _answers_api_versions(self, correlation_id: int, deadline: float) -> bool:
         remaining = max(0.1, min(2.0, deadline - time.monotonic()))
@@ -191,21 +252,27 @@ class BrokerProcess:
         A broker that ignores SIGTERM is killed and reported, so a hung shutdown fails a test
         instead of hanging it.
         """
+        self.terminate()
+        process = self._running_process()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise BrokerStartError(
+                f"{self.kind} {self.node_id} ignored SIGTERM for {timeout}s and was killed;"
+                f" log tail:\n{self.log_tail()}"
+            ) from None
+        return process.returncode
+
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting, so that several nodes can shut down side by side."""
         process = self._running_process()
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            # A paused broker would hold the SIGTERM until it is continued.
+            # A paused node would hold the SIGTERM until it is continued.
             process.send_signal(signal.SIGCONT)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                raise BrokerStartError(
-                    f"broker {self.node_id} ignored SIGTERM for {timeout}s and was killed;"
-                    f" log tail:\n{self.log_tail()}"
-                ) from None
-        return process.returncode
+            self.paused = False
 
     def kill(self) -> int:
         """SIGKILL, as a crash: no shutdown code runs. Returns the exit code (-9)."""
@@ -217,9 +284,11 @@ class BrokerProcess:
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets but answers nothing, like a stalled machine."""
         self._running_process().send_signal(signal.SIGSTOP)
+        self.paused = True
 
     def resume(self) -> None:
         self._running_process().send_signal(signal.SIGCONT)
+        self.paused = False
 
     def restart(self) -> None:
         """Stop the broker if it still runs, then start it again on the same port and log
@@ -227,3 +296,240 @@ class BrokerProcess:
         if self.running:
             self.stop()
         self._launch()
+
+
+def _metadata_frame(request: MetadataRequest, correlation_id: int) -> bytes:
+    """A framed request: size, the header its schema names (v2 for Metadata v12), the body."""
+    header = request.__header_schema__(
+        request_api_key=request.__api_key__,
+        request_api_version=request.__version__,
+        correlation_id=correlation_id,
+        client_id=READINESS_CLIENT_ID.decode(),
+    )
+    payload = io.BytesIO()
+    entity_writer(type(header))(payload, header)
+    entity_writer(MetadataRequest)(payload, request)
+    return struct.pack(">i", len(payload.getvalue())) + payload.getvalue()
+
+
+def request_metadata(
+    port: int, topics: Iterable[str] | None = None, timeout: float = METADATA_TIMEOUT
+) -> MetadataResponse:
+    """Ask the node on 127.0.0.1:`port` for Metadata v12 (all topics when `topics` is None),
+    never creating a topic. Raises OSError when the node cannot be reached or goes silent."""
+    request = MetadataRequest(
+        topics=None
+        if topics is None
+        else tuple(MetadataRequestTopic(topic_id=None, name=name) for name in topics),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    correlation_id = 1
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(_metadata_frame(request, correlation_id))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        frame = _read_exactly(sock, size)
+    header, header_size = entity_reader(MetadataResponse.__header_schema__)(frame, 0)
+    if header.correlation_id != correlation_id:
+        raise ConnectionError(f"Metadata answered with correlation id {header.correlation_id}")
+    response, _ = entity_reader(MetadataResponse)(frame, header_size)
+    return response
+
+
+class Cluster:
+    """A controller and N brokers as separate processes, KRaft style.
+
+    The controller is node 0 and listens on a CONTROLLER listener; brokers are nodes 1..N and
+    find it through `controller.quorum.voters`. Every question about leadership is answered by
+    Metadata from a broker, exactly what a client would be told, so tests judge the cluster by
+    its behaviour rather than by its internals.
+    """
+
+    def __init__(self, controller: BrokerProcess, brokers: dict[int, BrokerProcess]):
+        self.controller = controller
+        self.brokers = brokers
+
+    @classmethod
+    def start(
+        cls,
+        base_dir: Path,
+        brokers: int = 3,
+        overrides: Mapping[str, object] | None = None,
+        controller_overrides: Mapping[str, object] | None = None,
+        ports: Mapping[int, int] | None = None,
+        timeout: float = CLUSTER_READY_TIMEOUT,
+    ) -> Cluster:
+        """Start the controller, then the brokers, and return once the cluster is ready.
+
+        `overrides` go to every node, as one shared server.properties would (the controller
+        needs the broker session timeout, for instance); `controller_overrides` go to the
+        controller only, on top. `ports` maps node ids (0 is the controller) to ports; free
+        ports are picked for the rest. Data lives in `base_dir/controller` and
+        `base_dir/broker-<id>`, each node's output next to it in `<kind>-<id>.log`. If anything
+        fails or is interrupted, every node started so far is killed before the error
+        propagates, so that no process outlives a failed start.
+        """
+        base_dir = Path(base_dir)
+        ports = dict(ports or {})
+        controller_port = ports.get(CONTROLLER_NODE_ID) or free_port()
+        shared = {
+            **(overrides or {}),
+            "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@127.0.0.1:{controller_port}",
+        }
+        controller = BrokerProcess(
+            CONTROLLER_NODE_ID,
+            base_dir / CONTROLLER_ROLE,
+            controller_port,
+            {**shared, **(controller_overrides or {})},
+            role=CONTROLLER_ROLE,
+        )
+        cluster = cls(controller, {})
+        for node_id in range(1, brokers + 1):
+            cluster.brokers[node_id] = BrokerProcess(
+                node_id,
+                base_dir / f"broker-{node_id}",
+                ports.get(node_id) or free_port(),
+                shared,
+                role=BROKER_ROLE,
+            )
+        launched: list[BrokerProcess] = []
+        try:
+            controller._launch()
+            launched.append(controller)
+            controller.wait_ready(timeout)
+            for broker in cluster.brokers.values():
+                broker._launch()
+                launched.append(broker)
+            cluster.wait_ready(timeout)
+        except BaseException:
+            for node in launched:
+                node.kill()
+            raise
+        return cluster
+
+    @property
+    def nodes(self) -> list[BrokerProcess]:
+        """The controller first, then the brokers by id."""
+        return [self.controller, *self.brokers.values()]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's address, as clients' bootstrap.servers takes them."""
+        return ",".join(broker.bootstrap for broker in self.brokers.values())
+
+    def wait_ready(self, timeout: float = CLUSTER_READY_TIMEOUT) -> None:
+        """Block until every running broker answers ApiVersions and its Metadata lists every
+        running broker: only then can a client bootstrapped from any of them see the whole
+        cluster. Raises BrokerStartError naming what is missing."""
+        deadline = time.monotonic() + timeout
+        running = [broker for broker in self.brokers.values() if broker.running]
+        for broker in running:
+            broker.wait_ready(max(0.1, deadline - time.monotonic()))
+        expected = {broker.node_id for broker in running}
+        for broker in running:
+            listed: set[int] = set()
+            while listed != expected:
+                try:
+                    response = request_metadata(broker.port)
+                    listed = {entry.node_id for entry in response.brokers}
+                except OSError:
+                    listed = set()
+                if listed == expected:
+                    break
+                if not broker.running or time.monotonic() >= deadline:
+                    raise BrokerStartError(
+                        f"Metadata from broker {broker.node_id} lists brokers {sorted(listed)},"
+                        f" not {sorted(expected)}, after {timeout}s; log tail:\n"
+                        f"{broker.log_tail()}"
+                    )
+                time.sleep(POLL_INTERVAL)
+
+    def stop(self) -> dict[int, int]:
+        """SIGTERM every node and wait; return each node's exit code by node id.
+
+        The brokers stop side by side (one after another would move leadership around at
+        every step), then the controller, so that brokers can still reach it while they shut
+        down. A node that hangs is killed after the others were stopped, and reported by a
+        BrokerStartError.
+        """
+        exit_codes: dict[int, int] = {}
+        hung: list[str] = []
+        for group in (list(self.brokers.values()), [self.controller]):
+            for node in group:
+                if node.started:
+                    node.terminate()
+            for node in group:
+                if not node.started:
+                    continue
+                try:
+                    exit_codes[node.node_id] = node.stop()
+                except BrokerStartError as error:
+                    hung.append(str(error))
+                    exit_codes[node.node_id] = node.kill()
+        if hung:
+            raise BrokerStartError("\n".join(hung))
+        return exit_codes
+
+    def metadata(
+        self, topics: Iterable[str] | None = None, via: int | None = None
+    ) -> MetadataResponse | None:
+        """Metadata from broker `via`, or from the first running, unpaused broker that answers;
+        None when none does. A paused broker is skipped because it would only time out."""
+        candidates = [self.brokers[via]] if via is not None else self.brokers.values()
+        for broker in candidates:
+            if not broker.running or broker.paused:
+                continue
+            try:
+                return request_metadata(broker.port, topics)
+            except OSError:
+                continue
+        return None
+
+    def partition_metadata(
+        self, topic: str, partition: int, via: int | None = None
+    ) -> MetadataResponsePartition | None:
+        """What Metadata says about one partition (leader, leader epoch, replicas, ISR), or
+        None while no reachable broker knows it."""
+        response = self.metadata([topic], via)
+        if response is None:
+            return None
+        for entry in response.topics:
+            if entry.name != topic or entry.error_code != 0:
+                continue
+            for state in entry.partitions:
+                if state.partition_index == partition:
+                    return state
+        return None
+
+    def leader_of(self, topic: str, partition: int, via: int | None = None) -> int | None:
+        """The leader's node id as Metadata reports it (-1 while the partition is offline), or
+        None while no reachable broker knows the partition."""
+        state = self.partition_metadata(topic, partition, via)
+        return None if state is None else int(state.leader_id)
+
+    def isr_of(self, topic: str, partition: int, via: int | None = None) -> frozenset[int] | None:
+        """The ISR as Metadata reports it, or None while no reachable broker knows it."""
+        state = self.partition_metadata(topic, partition, via)
+        return None if state is None else frozenset(int(node) for node in state.isr_nodes)
+
+    def wait_for_isr(
+        self, topic: str, partition: int, expected: Iterable[int], timeout: float = 30.0
+    ) -> float:
+        """Block until Metadata reports exactly `expected` as the ISR; return the seconds it
+        took. Raises TimeoutError with the last ISR and leader seen."""
+        wanted = frozenset(expected)
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            state = self.partition_metadata(topic, partition)
+            isr = None if state is None else frozenset(int(node) for node in state.isr_nodes)
+            if isr == wanted:
+                return time.monotonic() - started
+            if time.monotonic() >= deadline:
+                leader = None if state is None else state.leader_id
+                raise TimeoutError(
+                    f"ISR of {topic}-{partition} is"
+                    f" {sorted(isr) if isr is not None else 'unknown'} (leader {leader}),"
+                    f" not {sorted(wanted)}, after {timeout}s"
+                )
+            time.sleep(POLL_INTERVAL)

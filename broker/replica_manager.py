@@ -1,115 +1,96 @@
-"""The replicas this broker holds, and the operations handlers run on them.
+"""The replicas this broker holds, and everything that changes them.
 
-Until replication arrives every partition has one replica, this broker, which leads it at
-leader epoch 0; its high watermark is therefore its log end offset. Handlers never touch
-storage directly: they ask the replica manager, which owns the log manager, wakes parked
-fetches on append and keeps the topic table.
+The controller decides roles (LeaderAndIsr) and the cluster picture (UpdateMetadata); the
+replica manager applies them: it creates partition logs on first sight, turns replicas into
+leaders or followers, hands followers to the fetchers, asks the controller for ISR changes
+(AlterPartition), wakes parked requests when a log or a high watermark moves, and checkpoints
+high watermarks. Handlers never touch storage directly; they go through here.
 """
 
 import logging
-import re
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
+
+import trio
 
 from protocol.errors import Error
-from storage.log import LogConfig, PartitionLog
-from storage.log_manager import LogManager, TopicInfo
-from storage.producer_ids import ProducerIdAllocator
+from protocol.versions import ApiKey
+from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from storage.log import LogConfig
+from storage.log_manager import LogManager
 
 from .config import BrokerConfig
+from .controller_client import ControllerClient, ControllerUnavailable, build_request
+from .fetcher import FetcherManager
+from .metadata_cache import BrokerEndpoint, MetadataCache
+from .partition import Partition
 from .purgatory import Watchers
 
 log = logging.getLogger("replicas")
 
-_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+TOPIC_RESOURCE = 2
 
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def topic_name_error(name: str | None) -> str | None:
-    """Why Kafka would refuse this topic name, or None when it is legal."""
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return "topic name cannot be '.' or '..'"
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        return (
-            f"topic name {name!r} is illegal: it must be 1 to 249 characters of "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
-    return None
-
-
-class TopicError(Exception):
-    """A topic operation failed with a Kafka error code and a message for the client."""
-
-    def __init__(self, error: Error, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-
-
-@dataclass
-class Partition:
-    """One replica of one partition, as this broker sees it."""
-
-    topic: TopicInfo
-    index: int
-    log: PartitionLog
-    leader_epoch: int = 0
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.topic.name, self.index)
-
-    @property
-    def high_watermark(self) -> int:
-        """With a single replica, everything appended is replicated: HW = LEO."""
-        return self.log.log_end_offset
-
-    @property
-    def last_stable_offset(self) -> int:
-        """No transactions are supported, so nothing is ever unstable: LSO = HW."""
-        return self.high_watermark
-
-
 class ReplicaManager:
-    """Topics, partitions and their logs on this broker."""
+    """Partitions hosted here, their roles, and the cluster as the controller described it."""
 
     def __init__(
         self,
         config: BrokerConfig,
         log_manager: LogManager,
+        controller: ControllerClient,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
+        self.controller = controller
         self.clock_ms = clock_ms
-        self.appended = Watchers()
-        self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+        self.metadata = MetadataCache()
+        # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
+        self.watchers = Watchers()
+        self.fetchers = FetcherManager(self)
+        self.controller_epoch = -1
         self._partitions: dict[tuple[str, int], Partition] = {}
-        self._topics_by_id: dict[uuid.UUID, TopicInfo] = {}
-        for info in log_manager.topics().values():
-            self._add_topic(info)
+        self._producer_ids: list[int] = []
+        self._first_leader_and_isr = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        checkpointed = self._read_high_watermarks()
+        for partition_log in log_manager.logs():
+            key = (partition_log.topic, partition_log.partition)
+            info = log_manager.topics()[partition_log.topic]
+            partition = Partition(
+                partition_log.topic,
+                info.topic_id,
+                partition_log.partition,
+                partition_log,
+                config.node_id,
+                high_watermark=checkpointed.get(key, 0),
+            )
+            partition.clamp_high_watermark()
+            self._partitions[key] = partition
 
-    def _add_topic(self, info: TopicInfo) -> None:
-        self._topics_by_id[info.topic_id] = info
-        for index in range(info.num_partitions):
-            partition_log = self.log_manager.get_log(info.name, index)
-            assert partition_log is not None, f"{info.name}-{index} has no log"
-            self._partitions[(info.name, index)] = Partition(info, index, partition_log)
+    # -- lifecycle -----------------------------------------------------------------------------
 
-    def topics(self) -> dict[str, TopicInfo]:
-        return self.log_manager.topics()
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self.fetchers.run)
+            nursery.start_soon(self._maintain_isr)
+            nursery.start_soon(self._checkpoint_high_watermarks)
+            task_status.started()
 
-    def topic(self, name: str) -> TopicInfo | None:
-        return self.log_manager.topics().get(name)
+    def close(self) -> None:
+        """Write the high-watermark checkpoint one last time (clean shutdown)."""
+        if self._first_leader_and_isr.is_set():
+            self.write_high_watermarks()
 
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self._topics_by_id.get(topic_id)
+    # -- lookups --------------------------------------------------------------------------------
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -117,86 +98,285 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: dict[str, str],
-        *,
-        validate_only: bool = False,
-    ) -> TopicInfo | None:
-        """Create a topic as CreateTopics does; raises TopicError with Kafka's code."""
-        if (problem := topic_name_error(name)) is not None:
-            raise TopicError(Error.INVALID_TOPIC_EXCEPTION, problem)
-        if self.topic(name) is not None:
-            raise TopicError(Error.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        if num_partitions == -1:
-            num_partitions = self.config.num_partitions
-        if replication_factor == -1:
-            replication_factor = self.config.default_replication_factor
-        if num_partitions <= 0:
-            raise TopicError(
-                Error.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
-            )
-        if replication_factor <= 0:
-            raise TopicError(
-                Error.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
-            )
-        if replication_factor > 1:
-            raise TopicError(
-                Error.INVALID_REPLICATION_FACTOR,
-                f"Replication factor: {replication_factor} larger than available brokers: 1.",
-            )
-        try:
-            LogConfig.from_topic_configs(self.default_log_config(), configs)
-        except ValueError as error:
-            raise TopicError(Error.INVALID_CONFIG, str(error)) from None
-        if validate_only:
-            return None
-        info = self.log_manager.create_topic(name, num_partitions, configs, now_ms=self.clock_ms())
-        self._add_topic(info)
-        log.info("created topic %s with %d partition(s) %s", name, num_partitions, configs or "")
-        return info
+    def log_config(self, topic: str) -> LogConfig:
+        info = self.log_manager.topics().get(topic)
+        configs = info.configs if info is not None else {}
+        return LogConfig.from_topic_configs(self.log_manager.default_config, configs)
 
-    def auto_create_topic(self, name: str) -> TopicInfo | None:
-        """Create a topic with the broker defaults if auto.create.topics.enable allows it."""
-        if not self.config.auto_create_topics_enable:
-            return None
-        try:
-            return self.create_topic(name, -1, -1, {})
-        except TopicError as error:
-            if error.error == Error.TOPIC_ALREADY_EXISTS:
-                return self.topic(name)
-            raise
+    def notify(self, partition: Partition) -> None:
+        self.watchers.notify(partition.key)
 
-    def delete_topic(self, name: str) -> None:
-        info = self.topic(name)
-        if info is None:
-            raise TopicError(
-                Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
-            )
-        for index in range(info.num_partitions):
-            partition = self._partitions.pop((name, index), None)
-            if partition is not None:
-                self.appended.notify(partition.key)
-        self._topics_by_id.pop(info.topic_id, None)
-        self.log_manager.delete_topic(name)
-        log.info("deleted topic %s", name)
+    # -- controller requests ---------------------------------------------------------------
 
-    def default_log_config(self) -> LogConfig:
-        """The topic-level defaults that the broker's log.* properties set."""
-        return self.log_manager.default_config
+    def check_controller(self, request) -> Error:
+        """Kafka's checks on controller requests: the sender and its epoch."""
+        if request.controller_id != self.config.controller.node_id:
+            return Error.CLUSTER_AUTHORIZATION_FAILED
+        if request.controller_epoch < self.controller_epoch:
+            return Error.STALE_CONTROLLER_EPOCH
+        self.controller_epoch = request.controller_epoch
+        return Error.NONE
 
-    def append(self, partition: Partition, records: bytes):
-        """Append a producer's batches as leader and wake the fetches parked on it.
+    async def apply_leader_and_isr(self, request) -> dict[tuple[str, int], Error]:
+        """Make this broker leader or follower of each partition the request names.
 
-        Raises StorageError (with its Kafka error code) when the batches are refused; nothing
-        of a refused request is appended.
+        Only a newer leader epoch (or, at the same leader epoch, a newer partition epoch)
+        changes a partition; an older one is refused with STALE_CONTROLLER_EPOCH, as Kafka does.
         """
-        result = partition.log.append_as_leader(
-            records, leader_epoch=partition.leader_epoch, now_ms=self.clock_ms()
+        for leader in request.live_leaders:
+            self.metadata.remember_broker(
+                BrokerEndpoint(leader.broker_id, leader.host_name, leader.port)
+            )
+        results: dict[tuple[str, int], Error] = {}
+        now_ms = self.clock_ms()
+        for topic_state in request.topic_states:
+            configs = None
+            for state in topic_state.partition_states:
+                key = (topic_state.topic_name, state.partition_index)
+                if self.config.node_id not in state.replicas:
+                    results[key] = Error.NONE
+                    continue
+                partition = self._partitions.get(key)
+                if partition is None or partition.topic_id != topic_state.topic_id:
+                    if configs is None:
+                        configs = await self._topic_configs(topic_state.topic_name)
+                    partition = self._create_replica(topic_state, state.partition_index, configs)
+                newer = state.leader_epoch > partition.leader_epoch or (
+                    state.leader_epoch == partition.leader_epoch
+                    and state.partition_epoch > partition.partition_epoch
+                )
+                if not newer:
+                    results[key] = Error.STALE_CONTROLLER_EPOCH
+                    continue
+                isr, replicas = list(state.isr), list(state.replicas)
+                if state.leader == self.config.node_id:
+                    self.fetchers.remove(key)
+                    partition.become_leader(
+                        state.leader_epoch, state.partition_epoch, isr, replicas, now_ms
+                    )
+                    partition.maybe_advance_high_watermark()
+                    log.info(
+                        "leader of %s-%d at epoch %d, ISR %s",
+                        *key,
+                        state.leader_epoch,
+                        isr,
+                    )
+                else:
+                    partition.become_follower(
+                        state.leader, state.leader_epoch, state.partition_epoch, isr, replicas
+                    )
+                    if state.leader >= 0:
+                        self.fetchers.add(partition)
+                    else:
+                        self.fetchers.remove(key)
+                    log.info(
+                        "follower of %s-%d at epoch %d (leader %d)",
+                        *key,
+                        state.leader_epoch,
+                        state.leader,
+                    )
+                self.notify(partition)
+                results[key] = Error.NONE
+        self._first_leader_and_isr.set()
+        return results
+
+    def _create_replica(self, topic_state, index: int, configs: dict[str, str]) -> Partition:
+        key = (topic_state.topic_name, index)
+        old = self._partitions.pop(key, None)
+        if old is not None:
+            self.fetchers.remove(key)
+            self.notify(old)
+        partition_log = self.log_manager.ensure_log(
+            topic_state.topic_name, topic_state.topic_id, index, configs, now_ms=self.clock_ms()
         )
-        if not result.duplicate:
-            self.appended.notify(partition.key)
-        return result
+        partition = Partition(
+            topic_state.topic_name,
+            topic_state.topic_id,
+            index,
+            partition_log,
+            self.config.node_id,
+        )
+        self._partitions[key] = partition
+        return partition
+
+    async def _topic_configs(self, topic: str) -> dict[str, str]:
+        """A new replica's topic configs, from the controller (DescribeConfigs)."""
+        request = build_request(
+            ApiKey.DESCRIBE_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": TOPIC_RESOURCE,
+                        "resource_name": topic,
+                        "configuration_keys": None,
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
+        for _attempt in range(5):
+            try:
+                response = await self.controller.request(request, timeout_s=5.0)
+            except ControllerUnavailable as error:
+                log.warning("cannot read configs of %s yet: %s", topic, error)
+                await trio.sleep(0.2)
+                continue
+            (result,) = response.results
+            if result.error_code.value == Error.NONE:
+                return {config.name: config.value for config in result.configs}
+            break
+        known = self.log_manager.topics().get(topic)
+        log.warning("using %s configs of %s", "cached" if known else "default", topic)
+        return dict(known.configs) if known else {}
+
+    def apply_update_metadata(self, request) -> None:
+        self.metadata.update(request)
+
+    def apply_stop_replica(self, request) -> list[tuple[str, int, Error]]:
+        results = []
+        for topic_state in request.topic_states:
+            for state in topic_state.partition_states:
+                key = (topic_state.topic_name, state.partition_index)
+                partition = self._partitions.pop(key, None)
+                if partition is not None:
+                    self.fetchers.remove(key)
+                    partition.leader = -1
+                    self.notify(partition)
+                    log.info("stopped replica %s-%d", *key)
+                self.log_manager.remove_log(*key, delete=state.delete_partition)
+                results.append((*key, Error.NONE))
+        return results
+
+    # -- leaders: followers' progress and the ISR ------------------------------------------------
+
+    def record_follower_fetch(
+        self, partition: Partition, replica_id: int, fetch_offset: int
+    ) -> None:
+        """Note a follower's position; move the HW and grow the ISR as Kafka's leader does."""
+        if partition.record_follower_fetch(replica_id, fetch_offset, self.clock_ms()):
+            self.notify(partition)
+        if replica_id in partition.followers_ready_to_join():
+            self._request_isr_change(partition, sorted({*partition.isr, replica_id}))
+
+    async def _maintain_isr(self) -> None:
+        """Shrink the ISR of followers that stopped catching up (replica.lag.time.max.ms)."""
+        lag_ms = self.config.replica_lag_time_max_ms
+        while True:
+            await trio.sleep(lag_ms / 2000)
+            now_ms = self.clock_ms()
+            for partition in self.partitions():
+                if not partition.is_leader:
+                    continue
+                lagging = partition.lagging_isr_members(now_ms, lag_ms)
+                if lagging:
+                    log.warning(
+                        "shrinking ISR of %s-%d: %s not caught up in %d ms",
+                        *partition.key,
+                        lagging,
+                        lag_ms,
+                    )
+                    self._request_isr_change(
+                        partition, [r for r in partition.isr if r not in lagging]
+                    )
+
+    def _request_isr_change(self, partition: Partition, new_isr: list[int]) -> None:
+        if partition.isr_change_in_flight or new_isr == partition.isr or self._nursery is None:
+            return
+        partition.isr_change_in_flight = True
+        self._nursery.start_soon(self._alter_partition, partition, new_isr)
+
+    async def _alter_partition(self, partition: Partition, new_isr: list[int]) -> None:
+        leader_epoch = partition.leader_epoch
+        request = build_request(
+            ApiKey.ALTER_PARTITION,
+            {
+                "broker_id": self.config.node_id,
+                "broker_epoch": self.controller.broker_epoch,
+                "topics": [
+                    {
+                        "topic_id": partition.topic_id,
+                        "partitions": [
+                            {
+                                "partition_index": partition.index,
+                                "leader_epoch": leader_epoch,
+                                "new_isr": tuple(new_isr),
+                                "leader_recovery_state": 0,
+                                "partition_epoch": partition.partition_epoch,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        try:
+            response = await self.controller.request(request)
+        except ControllerUnavailable as error:
+            log.warning("AlterPartition for %s-%d failed: %s", *partition.key, error)
+            partition.isr_change_in_flight = False
+            return
+        partition.isr_change_in_flight = False
+        (topic,) = response.topics
+        (result,) = topic.partitions
+        if result.error_code.value != Error.NONE:
+            log.warning(
+                "controller refused ISR %s for %s-%d: %s",
+                new_isr,
+                *partition.key,
+                result.error_code.name,
+            )
+            return
+        if partition.is_leader and partition.leader_epoch == result.leader_epoch:
+            partition.isr = list(result.isr)
+            partition.partition_epoch = result.partition_epoch
+            log.info("ISR of %s-%d is now %s", *partition.key, partition.isr)
+            partition.maybe_advance_high_watermark()
+            self.notify(partition)
+
+    # -- high watermark checkpoint -------------------------------------------------------
+
+    def _read_high_watermarks(self) -> dict[tuple[str, int], int]:
+        found: dict[tuple[str, int], int] = {}
+        for directory in self.log_manager.log_dirs:
+            found.update(read_offset_checkpoint(Path(directory) / HIGH_WATERMARK_CHECKPOINT))
+        return found
+
+    def write_high_watermarks(self) -> None:
+        """Kafka's replication-offset-checkpoint, one per log dir, written atomically."""
+        per_dir: dict[Path, dict[tuple[str, int], int]] = {
+            Path(directory): {} for directory in self.log_manager.log_dirs
+        }
+        for partition in self.partitions():
+            directory = self.log_manager.log_dir_of(*partition.key)
+            per_dir[Path(directory)][partition.key] = partition.high_watermark
+        for directory, offsets in per_dir.items():
+            write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT, offsets)
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        """Started by the first LeaderAndIsr, as in Kafka, then every interval."""
+        await self._first_leader_and_isr.wait()
+        interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            self.write_high_watermarks()
+            await trio.sleep(interval)
+
+    # -- producer ids ------------------------------------------------------------------------
+
+    async def next_producer_id(self) -> int:
+        """An id from the block the controller allocated to this broker, fetching a new block
+        when it runs out; ids are unique across the cluster and across restarts."""
+        if not self._producer_ids:
+            response = await self.controller.request(
+                build_request(
+                    ApiKey.ALLOCATE_PRODUCER_IDS,
+                    {
+                        "broker_id": self.config.node_id,
+                        "broker_epoch": self.controller.broker_epoch,
+                    },
+                )
+            )
+            if response.error_code.value != Error.NONE:
+                raise ControllerUnavailable(f"no producer ids: {response.error_code.name}")
+            start = response.producer_id_start
+            self._producer_ids = list(range(start + response.producer_id_len - 1, start - 1, -1))
+        return self._producer_ids.pop()

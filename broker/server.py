@@ -20,10 +20,14 @@ import trio
 
 from protocol.codec import DecodeError
 from protocol.framing import FrameDecoder, FrameError, parse_request_header
+from protocol.versions import supported_versions
+from storage.log import LogConfig
 from storage.log_manager import LogManager
 
 from .apis import CloseConnection, RequestContext
 from .config import BrokerConfig
+from .controller.service import ControllerService
+from .controller_client import ControllerClient, discover_cluster_id
 from .dispatch import UnsupportedRequest, dispatch
 from .replica_manager import ReplicaManager, wall_clock_ms
 
@@ -52,52 +56,78 @@ def existing_cluster_id(log_dir: Path) -> str | None:
 
 
 class BrokerServer:
-    """One broker: owns the log manager, the replica manager and the listeners."""
+    """One node: a broker, the controller, or both (``process.roles``).
+
+    Every node locks its log dir and keeps meta.properties; a broker also owns the partition
+    logs, the replica manager and its link to the controller; the controller node owns the
+    cluster state.
+    """
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.cluster_id = (
-            config.cluster_id or existing_cluster_id(config.log_dirs[0]) or new_cluster_id()
+        self.cluster_id: str | None = config.cluster_id or existing_cluster_id(config.log_dirs[0])
+        self.supported = supported_versions(
+            broker=config.is_broker, controller=config.is_controller
         )
-        self.log_manager = LogManager(
-            list(config.log_dirs),
-            log_config_from(config),
-            node_id=config.node_id,
-            cluster_id=self.cluster_id,
-        )
+        self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.controller: ControllerService | None = None
         self._stopping = False
         self._idle_reads: set[trio.CancelScope] = set()
 
     def _context(self, header) -> RequestContext:
-        return RequestContext(header, self.replicas, self.config, self.cluster_id)
+        return RequestContext(
+            header, self.config, self.cluster_id, self.supported, self.replicas, self.controller
+        )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until SIGTERM/SIGINT (or cancellation), then shut down cleanly."""
         listeners = []
         for listener in self.config.listeners:
             listeners += await trio.open_tcp_listeners(listener.port, host=listener.host)
+        if self.cluster_id is None:
+            if self.config.is_controller:
+                self.cluster_id = new_cluster_id()
+            else:
+                self.cluster_id = await discover_cluster_id(self.config)
+        self.log_manager = LogManager(
+            list(self.config.log_dirs),
+            log_config_from(self.config),
+            node_id=self.config.node_id,
+            cluster_id=self.cluster_id,
+        )
         self.log_manager.open(wall_clock_ms())
         try:
-            self.replicas = ReplicaManager(self.config, self.log_manager)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 await self._serve(listeners, signals, task_status)
         finally:
+            if self.replicas is not None:
+                self.replicas.close()
             self.log_manager.close()
             log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
 
     async def _serve(self, listeners, signals, task_status) -> None:
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as control:
+                if self.config.is_controller:
+                    self.controller = ControllerService(self.config, self.cluster_id, wall_clock_ms)
+                    await control.start(self.controller.run)
+                controller_client = None
+                if self.config.is_broker:
+                    controller_client = ControllerClient(self.config, self.cluster_id)
+                    self.replicas = ReplicaManager(self.config, self.log_manager, controller_client)
+                    await control.start(self.replicas.run)
                 control.start_soon(self._accept, listeners, connections)
                 control.start_soon(self._periodic_tasks)
                 for listener in self.config.listeners:
                     log.info("listening on %s://%s:%d", listener.name, listener.host, listener.port)
+                if controller_client is not None:
+                    control.start_soon(controller_client.run)
                 log.info(
-                    "started broker %d (cluster %s, %d topic(s))",
+                    "started node %d as %s (cluster %s)",
                     self.config.node_id,
+                    "+".join(sorted(self.config.process_roles)),
                     self.cluster_id,
-                    len(self.replicas.topics()),
                 )
                 task_status.started()
                 async for signum in signals:
@@ -180,10 +210,8 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
 
 
-def log_config_from(config: BrokerConfig):
+def log_config_from(config: BrokerConfig) -> LogConfig:
     """The topic-level defaults that the broker's log.* properties set (Kafka's mapping)."""
-    from storage.log import LogConfig
-
     return LogConfig(
         segment_bytes=config.log_segment_bytes,
         segment_ms=config.log_roll_ms,
@@ -195,4 +223,6 @@ def log_config_from(config: BrokerConfig):
         message_timestamp_type=config.log_message_timestamp_type,
         flush_messages=config.log_flush_interval_messages,
         flush_ms=config.log_flush_interval_ms,
+        min_insync_replicas=config.min_insync_replicas,
+        unclean_leader_election_enable=config.unclean_leader_election_enable,
     )

@@ -1,7 +1,10 @@
 """The one table of API versions minibroker speaks.
 
-ApiVersions advertises exactly this table and dispatch refuses anything outside it, so the two
-can never disagree. Every range lies inside what kio 0.6.1 has schemas for.
+ApiVersions advertises exactly what the node's roles serve, and dispatch refuses anything
+outside it, so the two can never disagree. Every range lies inside what kio 0.6.1 has schemas
+for. The inter-node APIs (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition,
+BrokerRegistration, BrokerHeartbeat, AllocateProducerIds) are accepted only at the versions
+minibroker itself sends.
 """
 
 from enum import IntEnum
@@ -14,25 +17,73 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_PARTITION = 56
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    ALLOCATE_PRODUCER_IDS = 67
 
 
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+# What every node answers, whatever its roles.
+COMMON_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+}
+
+# What a node with the broker role adds.
+BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 13),
     ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.METADATA: (1, 12),
-    ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.LEADER_AND_ISR: (7, 7),
+    ApiKey.STOP_REPLICA: (4, 4),
+    ApiKey.UPDATE_METADATA: (8, 8),
+}
+
+# What a node with the controller role adds.
+CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.ALTER_PARTITION: (2, 2),
+    ApiKey.BROKER_REGISTRATION: (0, 0),
+    ApiKey.BROKER_HEARTBEAT: (0, 0),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+}
+
+# The version this node sends each inter-node request at.
+SENT_VERSIONS: dict[int, int] = {
+    ApiKey.LEADER_AND_ISR: 7,
+    ApiKey.STOP_REPLICA: 4,
+    ApiKey.UPDATE_METADATA: 8,
+    ApiKey.ALTER_PARTITION: 2,
+    ApiKey.BROKER_REGISTRATION: 0,
+    ApiKey.BROKER_HEARTBEAT: 0,
+    ApiKey.ALLOCATE_PRODUCER_IDS: 0,
+    ApiKey.FETCH: 12,
+    ApiKey.LIST_OFFSETS: 7,
+    ApiKey.METADATA: 12,
+    ApiKey.CREATE_TOPICS: 7,
+    ApiKey.DELETE_TOPICS: 6,
+    ApiKey.DESCRIBE_CONFIGS: 4,
 }
 
 
-def is_supported(api_key: int, api_version: int) -> bool:
-    """Whether dispatch accepts this key at this version."""
-    versions = SUPPORTED_VERSIONS.get(api_key)
-    return versions is not None and versions[0] <= api_version <= versions[1]
+def supported_versions(*, broker: bool, controller: bool) -> dict[int, tuple[int, int]]:
+    """The table a node with these roles advertises and serves."""
+    table = dict(COMMON_VERSIONS)
+    if broker:
+        table.update(BROKER_VERSIONS)
+    if controller:
+        table.update(CONTROLLER_VERSIONS)
+    return dict(sorted(table.items()))

@@ -9,10 +9,7 @@ OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
 RECORD_LIST_TOO_LARGE = 18
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 KAFKA_STORAGE_ERROR = 56
@@ -74,18 +71,6 @@ class UnexpectedAppendOffsetError(StorageError):
 
 class UnknownTopicError(StorageError):
     error_code = UNKNOWN_TOPIC_OR_PARTITION
-
-
-class TopicExistsError(StorageError):
-    error_code = TOPIC_ALREADY_EXISTS
-
-
-class InvalidTopicError(StorageError):
-    error_code = INVALID_TOPIC_EXCEPTION
-
-
-class InvalidPartitionsError(StorageError):
-    error_code = INVALID_PARTITIONS
 
 
 class LogDirLockedError(Exception):

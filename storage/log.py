@@ -109,6 +109,13 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(policies)
 
 
+def _boolean(key: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"Invalid value {text} for configuration {key}: Expected true or false")
+    return value == "true"
+
+
 # Kafka's topic-level config names -> (LogConfig field, parser with Kafka's validation).
 _TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "segment.bytes": ("segment_bytes", _int(14)),
@@ -123,6 +130,7 @@ _TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "flush.ms": ("flush_ms", _long(0)),
     "cleanup.policy": ("cleanup_policy", _cleanup_policy),
     "min.insync.replicas": ("min_insync_replicas", _int(1)),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _boolean),
 }
 
 
@@ -147,6 +155,9 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
+    # Replication settings live here too: they are topic configs like the others, and the
+    # controller and the leader read them from the same validated object.
+    unclean_leader_election_enable: bool = False
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:

@@ -1,15 +1,22 @@
-"""The broker's log directories: locking, meta.properties, loading and recovering every
-partition log, the topic table, checkpoints, retention and flushing, and clean shutdown.
+"""The broker's log directories: locking, meta.properties, loading and recovering the
+partition logs this broker hosts, the topic table, checkpoints, retention and flushing, and
+clean shutdown.
 
 On disk this follows Kafka: each log dir holds a `.lock` (held with an exclusive flock while
 the broker runs), `meta.properties`, `recovery-point-offset-checkpoint`,
 `log-start-offset-checkpoint`, `.kafka_cleanshutdown` after a clean stop, and one
 `<topic>-<partition>` directory per partition with its `partition.metadata`.
 
-Where this departs from Kafka: a Kafka broker learns its topics (ids, partition counts,
-configs) from the controller's metadata log; until replication arrives there is no
-controller here, so the topic table is kept in `<first log dir>/minibroker-topics.json`,
-replaced atomically on every change. It is the authority on which topics exist: a partition
+A broker hosts a subset of each topic's partitions: the controller decides which and says
+so with LeaderAndIsr (`ensure_log` creates or reopens the partition's log) and StopReplica
+(`remove_log`). A partition is hosted here exactly when its directory is: at startup every
+directory of a known topic is reopened, and nothing is created.
+
+Where this departs from Kafka: the topic table, `<first log dir>/minibroker-topics.json`
+(replaced atomically on every change), is the broker's cache of the controller's topic ids
+and configs for the partitions it hosts. It lets a restarted broker reopen its logs with the
+right configs before the controller has talked to it, which a Kafka broker does by replaying
+the metadata log. It is the authority on which topic a directory belongs to: a partition
 directory whose topic is not in it is left alone and not loaded, and one whose
 partition.metadata names another topic id (a deleted topic's leftover) is deleted.
 meta.properties is created on first start rather than by a separate format step.
@@ -23,8 +30,9 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -41,10 +49,7 @@ from .checkpoint import (
 from .errors import (
     CorruptCheckpointError,
     InconsistentMetaPropertiesError,
-    InvalidPartitionsError,
-    InvalidTopicError,
     LogDirLockedError,
-    TopicExistsError,
     UnknownTopicError,
 )
 from .log import LogConfig, PartitionLog, parse_partition_dir_name
@@ -56,8 +61,12 @@ META_PROPERTIES = "meta.properties"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 TOPICS_FILE = "minibroker-topics.json"
 META_PROPERTIES_VERSION = "1"
-TOPICS_FILE_VERSION = 1
+TOPICS_FILE_VERSION = 2
+# Version 1 also held partition counts, from when a broker hosted every partition of every
+# topic; it is still read (the counts ignored) so that log dirs written then still open.
+_READABLE_TOPICS_FILE_VERSIONS = (1, TOPICS_FILE_VERSION)
 
+# Kafka's legal topic names; checked here because the name becomes a directory name.
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # Kafka reserves these two ids (Uuid.ZERO_UUID and Uuid.METADATA_TOPIC_ID).
 _RESERVED_TOPIC_IDS = (uuid.UUID(int=0), uuid.UUID(int=1))
@@ -65,10 +74,35 @@ _RESERVED_TOPIC_IDS = (uuid.UUID(int=0), uuid.UUID(int=1))
 
 @dataclass(frozen=True)
 class TopicInfo:
+    """A topic as the controller last described it. No partition count: this broker hosts
+    only the partitions the controller assigns it, and `hosted` lists those."""
+
     name: str
     topic_id: uuid.UUID
-    num_partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
+    configs: dict[str, str]
+
+
+class _LogPosition(NamedTuple):
+    """What the checkpoints record of a partition log.
+
+    Kept for a log stopped without deletion: its directory stays, so its checkpoint entries
+    must too, for it to reopen where it was, whether later in this run or after a restart.
+    """
+
+    directory: Path
+    recovery_point: int
+    # None when the log starts at its first segment; the checkpoint then leaves it out.
+    log_start_offset: int | None
+
+
+def _position_of(partition_log: PartitionLog) -> _LogPosition:
+    # As Kafka does, only logs whose start moved past their first segment are listed.
+    moved = partition_log.log_start_offset > partition_log.segments[0].base_offset
+    return _LogPosition(
+        partition_log.directory,
+        partition_log.recovery_point,
+        partition_log.log_start_offset if moved else None,
+    )
 
 
 def new_topic_id() -> uuid.UUID:
@@ -94,7 +128,7 @@ def read_properties(path: Path) -> dict[str, str]:
 
 
 class LogManager:
-    """All partition logs of this broker, across its log directories."""
+    """The partition logs this broker hosts, across its log directories."""
 
     def __init__(
         self,
@@ -115,6 +149,8 @@ class LogManager:
         self._lock_fds: dict[Path, int] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        # Partitions stopped without deletion: closed, but their directories remain.
+        self._stopped: dict[tuple[str, int], _LogPosition] = {}
 
     @property
     def _topics_path(self) -> Path:
@@ -206,34 +242,33 @@ class LogManager:
                 f"{self._topics_path} is not valid JSON: {error}"
             ) from None
         try:
-            if document["version"] != TOPICS_FILE_VERSION:
+            if document["version"] not in _READABLE_TOPICS_FILE_VERSIONS:
                 raise ValueError(f"unknown version {document['version']!r}")
             return {
                 entry["name"]: TopicInfo(
-                    entry["name"],
-                    topic_id_from_str(entry["topic_id"]),
-                    int(entry["num_partitions"]),
-                    dict(entry["configs"]),
+                    entry["name"], topic_id_from_str(entry["topic_id"]), dict(entry["configs"])
                 )
                 for entry in document["topics"]
             }
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptCheckpointError(f"{self._topics_path} is malformed: {error!r}") from None
 
-    def _write_topics(self) -> None:
+    def _save_topics(self, topics: dict[str, TopicInfo]) -> None:
+        """Make `topics` the topic table, on disk first so that a failed write changes
+        nothing."""
         document = {
             "version": TOPICS_FILE_VERSION,
             "topics": [
                 {
                     "name": info.name,
                     "topic_id": topic_id_to_str(info.topic_id),
-                    "num_partitions": info.num_partitions,
                     "configs": info.configs,
                 }
-                for info in sorted(self._topics.values(), key=lambda info: info.name)
+                for info in sorted(topics.values(), key=lambda info: info.name)
             ],
         }
         write_file_atomically(self._topics_path, (json.dumps(document, indent=2) + "\n").encode())
+        self._topics = topics
 
     def _partition_dirs(self) -> dict[tuple[str, int], Path]:
         """Every `<topic>-<partition>` directory in the log dirs; two copies is an error."""
@@ -253,14 +288,6 @@ class LogManager:
                 found[key] = path
         return found
 
-    def _place_partition(self, topic: str, partition: int) -> Path:
-        """Where a new partition goes: the log dir with the fewest partitions."""
-        counts = {directory: 0 for directory in self.log_dirs}
-        for partition_log in self._logs.values():
-            counts[partition_log.directory.parent] += 1
-        directory = min(self.log_dirs, key=lambda candidate: counts[candidate])
-        return directory / f"{topic}-{partition}"
-
     def _load_logs(self, now_ms: int, clean: dict[Path, bool]) -> None:
         recovery_points = {
             directory: read_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT)
@@ -270,47 +297,39 @@ class LogManager:
             directory: read_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT)
             for directory in self.log_dirs
         }
-        existing = self._partition_dirs()
-        for info in self._topics.values():
-            config = LogConfig.from_topic_configs(self.default_config, info.configs)
-            for partition in range(info.num_partitions):
-                key = (info.name, partition)
-                path = existing.get(key)
-                if path is not None and read_partition_metadata(path) not in (None, info.topic_id):
-                    log.warning("deleting %s: it belongs to an older topic of that name", path)
-                    shutil.rmtree(path)
-                    path = None
-                if path is None:
-                    log.warning("creating the missing directory of partition %s-%d", *key)
-                    self._logs[key] = self._create_partition_log(info, partition, config, now_ms)
-                    continue
-                directory = path.parent
-                self._logs[key] = PartitionLog.open(
-                    path,
-                    config,
-                    now_ms=now_ms,
-                    recovery_point=recovery_points[directory].get(key, 0),
-                    log_start_offset=start_offsets[directory].get(key, 0),
-                    needs_recovery=not clean[directory],
-                )
-                if read_partition_metadata(path) is None:
-                    write_partition_metadata(path, info.topic_id)
-        for key, path in existing.items():
-            if key[0] not in self._topics:
+        configs = {
+            name: LogConfig.from_topic_configs(self.default_config, info.configs)
+            for name, info in self._topics.items()
+        }
+        for key, path in sorted(self._partition_dirs().items()):
+            info = self._topics.get(key[0])
+            if info is None:
                 log.warning("ignoring %s: topic %s is not known", path, key[0])
+                continue
+            if read_partition_metadata(path) not in (None, info.topic_id):
+                log.warning("deleting %s: it belongs to an older topic of that name", path)
+                shutil.rmtree(path)
+                continue
+            directory = path.parent
+            self._logs[key] = PartitionLog.open(
+                path,
+                configs[info.name],
+                now_ms=now_ms,
+                recovery_point=recovery_points[directory].get(key, 0),
+                log_start_offset=start_offsets[directory].get(key, 0),
+                needs_recovery=not clean[directory],
+            )
+            if read_partition_metadata(path) is None:
+                write_partition_metadata(path, info.topic_id)
 
-    def _create_partition_log(
-        self, info: TopicInfo, partition: int, config: LogConfig, now_ms: int
-    ) -> PartitionLog:
-        path = self._place_partition(info.name, partition)
-        partition_log = PartitionLog.open(path, config, now_ms=now_ms, needs_recovery=False)
-        write_partition_metadata(path, info.topic_id)
-        return partition_log
-
-    # -- topics ----------------------------------------------------------------------------
+    # -- topics and partitions -------------------------------------------------------------
 
     def topics(self) -> dict[str, TopicInfo]:
         return dict(self._topics)
+
+    def hosted(self, topic: str) -> list[int]:
+        """The partitions of `topic` whose logs are open here, in order."""
+        return sorted(partition for name, partition in self._logs if name == topic)
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -318,45 +337,122 @@ class LogManager:
     def logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
-    def create_topic(
+    def log_dir_of(self, topic: str, partition: int) -> Path:
+        """The log dir holding a hosted partition (KeyError if it is not hosted): each log dir
+        has its own checkpoints, the replica manager's high watermarks among them."""
+        return self._logs[topic, partition].directory.parent
+
+    def ensure_log(
         self,
-        name: str,
-        num_partitions: int,
+        topic: str,
+        topic_id: uuid.UUID,
+        partition: int,
         configs: dict[str, str],
-        topic_id: uuid.UUID | None = None,
         *,
         now_ms: int,
-    ) -> TopicInfo:
-        """Record the topic durably, then create its partition logs.
+    ) -> PartitionLog:
+        """The log of a partition the controller assigned to this broker, opened or created
+        if need be; calling it again with the same arguments changes nothing.
 
-        ValueError (naming the key) for a bad config; InvalidTopicError, TopicExistsError
-        and InvalidPartitionsError carry their Kafka error codes.
+        The topic is recorded, or its configs updated, durably before its partition
+        directory is made, so that a restart knows the configs of every directory. A known
+        topic under another id means the controller deleted it and made a new one of that
+        name: every partition of the old one here is deleted first. ValueError (naming the
+        key) for a bad config, or for a name or index that cannot make a partition
+        directory, before anything changes.
         """
-        if name in (".", "..") or not _LEGAL_TOPIC_NAME.fullmatch(name):
-            raise InvalidTopicError(
-                f"Topic name {name!r} is illegal: it must be 1 to 249 characters of ASCII "
-                "alphanumerics, '.', '_' and '-', and not '.' or '..'"
+        if not _LEGAL_TOPIC_NAME.fullmatch(topic):
+            raise ValueError(
+                f"topic name {topic!r} is illegal: it must be 1 to 249 characters of ASCII "
+                "alphanumerics, '.', '_' and '-'"
             )
-        if name in self._topics:
-            raise TopicExistsError(f"Topic '{name}' already exists.")
-        if num_partitions < 1:
-            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        if partition < 0:
+            raise ValueError(f"partition index {partition} of {topic} is negative")
         config = LogConfig.from_topic_configs(self.default_config, configs)
-        info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, dict(configs))
-        self._topics[name] = info
-        try:
-            self._write_topics()
-        except BaseException:
-            del self._topics[name]
-            raise
-        leftovers = self._partition_dirs()
-        for partition in range(num_partitions):
-            if (name, partition) in leftovers:
-                shutil.rmtree(leftovers[name, partition])
-            self._logs[name, partition] = self._create_partition_log(
-                info, partition, config, now_ms
+        info = self._topics.get(topic)
+        if info is not None and info.topic_id != topic_id:
+            log.warning(
+                "topic %s was recreated as id %s: deleting the partitions of id %s",
+                topic,
+                topic_id_to_str(topic_id),
+                topic_id_to_str(info.topic_id),
             )
-        return info
+            self._delete_partitions(topic)
+        if info is None or info.topic_id != topic_id or info.configs != configs:
+            self._save_topics({**self._topics, topic: TopicInfo(topic, topic_id, dict(configs))})
+            self._apply_config(topic, config)
+        partition_log = self._logs.get((topic, partition))
+        if partition_log is None:
+            partition_log = self._open_partition_log(topic, topic_id, partition, config, now_ms)
+            self._logs[topic, partition] = partition_log
+        return partition_log
+
+    def _open_partition_log(
+        self, topic: str, topic_id: uuid.UUID, partition: int, config: LogConfig, now_ms: int
+    ) -> PartitionLog:
+        """Reopen the partition's directory if it holds this topic's data, else make one."""
+        stopped = self._stopped.pop((topic, partition), None)
+        if stopped is not None:
+            # It was flushed when it stopped, so its files can be trusted.
+            return PartitionLog.open(
+                stopped.directory,
+                config,
+                now_ms=now_ms,
+                recovery_point=stopped.recovery_point,
+                log_start_offset=stopped.log_start_offset or 0,
+                needs_recovery=False,
+            )
+        name = f"{topic}-{partition}"
+        path = next(
+            (directory / name for directory in self.log_dirs if (directory / name).is_dir()), None
+        )
+        if path is not None and read_partition_metadata(path) not in (None, topic_id):
+            log.warning("deleting %s: it belongs to an older topic of that name", path)
+            self._remove_directory(path)
+            path = None
+        if path is None:
+            path = self._place_partition(name)
+            partition_log = PartitionLog.open(path, config, now_ms=now_ms, needs_recovery=False)
+            fsync_directory(path.parent)
+        else:
+            # Its topic was unknown when the broker started, so the directory was neither
+            # recovered then nor checkpointed since: nothing says how much of it is sound.
+            log.warning("adopting %s, recovering all of it", path)
+            partition_log = PartitionLog.open(path, config, now_ms=now_ms, needs_recovery=True)
+        if read_partition_metadata(path) is None:
+            write_partition_metadata(path, topic_id)
+        return partition_log
+
+    def _place_partition(self, name: str) -> Path:
+        """Where a new partition goes: the log dir with the fewest partitions."""
+        counts = {directory: 0 for directory in self.log_dirs}
+        for partition_log in self._logs.values():
+            counts[partition_log.directory.parent] += 1
+        for stopped in self._stopped.values():
+            counts[stopped.directory.parent] += 1
+        return min(self.log_dirs, key=lambda candidate: counts[candidate]) / name
+
+    def remove_log(self, topic: str, partition: int, *, delete: bool) -> None:
+        """Stop hosting a partition, as Kafka's StopReplica does: close its log and, with
+        `delete`, remove its directory. Without, the directory stays for `ensure_log` or a
+        restart to reopen. Removing a partition not hosted here does nothing.
+
+        Once `delete` leaves this broker no partition of a topic, open or stopped, the topic
+        leaves the table too: the table only caches the configs of partitions held here.
+        """
+        key = (topic, partition)
+        if not delete:
+            partition_log = self._logs.pop(key, None)
+            if partition_log is not None:
+                partition_log.flush()
+                partition_log.close()
+                self._stopped[key] = _position_of(partition_log)
+            return
+        self._delete_partition(key)
+        if topic in self._topics and not any(
+            name == topic for name, _ in (*self._logs, *self._stopped)
+        ):
+            self._save_topics({name: info for name, info in self._topics.items() if name != topic})
 
     def update_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         """Replace a topic's configs (validated first) and apply them to its open logs."""
@@ -364,23 +460,43 @@ class LogManager:
         if info is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
         config = LogConfig.from_topic_configs(self.default_config, configs)
-        updated = TopicInfo(info.name, info.topic_id, info.num_partitions, dict(configs))
-        self._topics[name] = updated
-        self._write_topics()
-        for partition in range(info.num_partitions):
-            self._logs[name, partition].config = config
+        updated = TopicInfo(info.name, info.topic_id, dict(configs))
+        self._save_topics({**self._topics, name: updated})
+        self._apply_config(name, config)
         return updated
 
+    def _apply_config(self, topic: str, config: LogConfig) -> None:
+        for (name, _), partition_log in self._logs.items():
+            if name == topic:
+                partition_log.config = config
+
     def delete_topic(self, name: str) -> None:
-        """Forget the topic durably, then delete its partition directories."""
-        info = self._topics.pop(name, None)
-        if info is None:
+        """Forget the topic durably, then delete its partition directories here."""
+        if name not in self._topics:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        self._write_topics()
-        for partition in range(info.num_partitions):
-            partition_log = self._logs.pop((name, partition), None)
-            if partition_log is not None:
-                partition_log.delete()
+        self._save_topics({topic: info for topic, info in self._topics.items() if topic != name})
+        self._delete_partitions(name)
+
+    def _delete_partitions(self, topic: str) -> None:
+        for key in [key for key in (*self._logs, *self._stopped) if key[0] == topic]:
+            self._delete_partition(key)
+
+    def _delete_partition(self, key: tuple[str, int]) -> None:
+        """Close a partition's log and delete its directory, if it is here, open or stopped."""
+        partition_log = self._logs.pop(key, None)
+        stopped = self._stopped.pop(key, None)
+        if partition_log is not None:
+            partition_log.delete()
+            fsync_directory(partition_log.directory.parent)
+        elif stopped is not None:
+            self._remove_directory(stopped.directory)
+
+    @staticmethod
+    def _remove_directory(path: Path) -> None:
+        """Delete a partition directory durably: one back from the dead after a crash would
+        be hosted again, or clash with its replacement in another log dir."""
+        shutil.rmtree(path)
+        fsync_directory(path.parent)
 
     # -- periodic work ---------------------------------------------------------------------
 
@@ -399,23 +515,24 @@ class LogManager:
         self._write_checkpoints()
 
     def _write_checkpoints(self) -> None:
+        positions = {key: _position_of(partition_log) for key, partition_log in self._logs.items()}
+        positions.update(self._stopped)
         for directory in self.log_dirs:
-            logs = {
-                key: partition_log
-                for key, partition_log in self._logs.items()
-                if partition_log.directory.parent == directory
+            here = {
+                key: position
+                for key, position in positions.items()
+                if position.directory.parent == directory
             }
             write_offset_checkpoint(
                 directory / RECOVERY_POINT_CHECKPOINT,
-                {key: partition_log.recovery_point for key, partition_log in logs.items()},
+                {key: position.recovery_point for key, position in here.items()},
             )
-            # As Kafka does, only logs whose start moved past their first segment are listed.
             write_offset_checkpoint(
                 directory / LOG_START_OFFSET_CHECKPOINT,
                 {
-                    key: partition_log.log_start_offset
-                    for key, partition_log in logs.items()
-                    if partition_log.log_start_offset > partition_log.segments[0].base_offset
+                    key: position.log_start_offset
+                    for key, position in here.items()
+                    if position.log_start_offset is not None
                 },
             )
 
@@ -440,4 +557,5 @@ class LogManager:
         for directory in self.log_dirs:
             write_file_atomically(directory / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
+        self._stopped.clear()
         self._release_locks()

@@ -40,6 +40,13 @@ class ProducerIdAllocator:
         os.replace(tmp, self._path)
         self._block_end = end
 
+    def allocate_block(self) -> tuple[int, int]:
+        """Reserve a whole block for a broker (Kafka's AllocateProducerIds): (first id, count)."""
+        start = self._next
+        self._reserve(start + BLOCK_SIZE)
+        self._next = start + BLOCK_SIZE
+        return start, BLOCK_SIZE
+
     def allocate(self) -> int:
         """Return a producer id never returned before by this log dir."""
         if self._next >= self._block_end:

@@ -1,15 +1,20 @@
-"""One module per API family; each exposes ``async def handle(ctx, request) -> dict | None``.
+"""One module per API family; each handler is ``async def handle(ctx, request)``.
 
 A handler returns the version-neutral description of its response (see protocol.codec.build),
-or None when the request gets no response (Produce with acks=0).
+a kio response entity of the request's version (forwarded answers), or None when the request
+gets no response (Produce with acks=0).
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protocol.framing import RequestHeader
 
 from ..config import BrokerConfig
-from ..replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    from ..controller.service import ControllerService
+    from ..replica_manager import ReplicaManager
 
 
 class CloseConnection(Exception):
@@ -18,12 +23,17 @@ class CloseConnection(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """What a handler knows besides its request: who asked, and the broker it runs in."""
+    """What a handler knows besides its request: who asked, and the node it runs in.
+
+    ``replicas`` is None on a controller-only node and ``controller`` on a broker-only one.
+    """
 
     header: RequestHeader
-    replicas: ReplicaManager
     config: BrokerConfig
     cluster_id: str
+    supported: dict[int, tuple[int, int]]
+    replicas: "ReplicaManager | None"
+    controller: "ControllerService | None"
 
     @property
     def version(self) -> int:

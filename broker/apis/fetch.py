@@ -1,10 +1,16 @@
-"""Fetch: whole stored batches, as bytes, up to the high watermark.
+"""Fetch: whole stored batches, as bytes; consumers up to the HW, followers up to the log end.
 
-A fetch reads every partition it names, then, if fewer than min_bytes came back and
-max_wait allows, parks until an append to one of those partitions (or the deadline) and reads
-again. Reads start at the batch containing the fetch offset (clients skip the leading records)
-and return whole batches; the first partition with data may exceed max_bytes by one batch so
-that a large batch can always make progress, as Kafka does.
+A fetch reads every partition it names, then, if fewer than min_bytes came back and max_wait
+allows, parks until one of those partitions changes (an append, a high-watermark move, a
+leadership change) or the deadline passes, and reads again. Reads start at the batch
+containing the fetch offset (clients skip the leading records) and return whole batches; the
+first partition with data may exceed max_bytes by one batch so a large batch always makes
+progress, as Kafka does.
+
+A fetch from a follower (replica_id >= 0) also tells the leader how far that follower got,
+which is what moves the high watermark and grows the ISR; and from Fetch v12 it carries the
+epoch of the follower's last batch, answered with a diverging epoch when the follower's log
+has records the leader's history does not.
 """
 
 import trio
@@ -18,7 +24,7 @@ from . import RequestContext
 _NO_SESSION = 0
 
 
-def _check_leader_epoch(partition, requested_epoch: int) -> Error:
+def _epoch_error(partition, requested_epoch: int) -> Error:
     if requested_epoch == -1 or requested_epoch == partition.leader_epoch:
         return Error.NONE
     if requested_epoch > partition.leader_epoch:
@@ -26,7 +32,7 @@ def _check_leader_epoch(partition, requested_epoch: int) -> Error:
     return Error.FENCED_LEADER_EPOCH
 
 
-def _partition_entry(index: int, error: Error, partition=None, records: bytes = b"") -> dict:
+def _entry(index: int, error: Error, partition=None, records: bytes = b"") -> dict:
     entry = {
         "partition_index": index,
         "error_code": error,
@@ -44,12 +50,25 @@ def _partition_entry(index: int, error: Error, partition=None, records: bytes = 
     return entry
 
 
+def _diverging_epoch(partition, fetch_partition) -> tuple[int, int] | None:
+    """Kafka's check: the follower's last fetched epoch ends before its fetch offset here."""
+    last_fetched_epoch = getattr(fetch_partition, "last_fetched_epoch", -1)
+    if last_fetched_epoch < 0:
+        return None
+    epoch, end_offset = partition.log.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < last_fetched_epoch or end_offset < fetch_partition.fetch_offset:
+        return epoch, end_offset
+    return None
+
+
 class _Reader:
     """One pass over the request's partitions, tracking the response byte budget."""
 
-    def __init__(self, ctx: RequestContext, request) -> None:
+    def __init__(self, ctx: RequestContext, request, *, record_progress: bool) -> None:
         self.ctx = ctx
         self.request = request
+        self.replica_id = getattr(request, "replica_id", -1)
+        self.record_progress = record_progress and self.replica_id >= 0
         self.remaining = request.max_bytes
         self.total_bytes = 0
         self.has_error = False
@@ -58,49 +77,67 @@ class _Reader:
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
         if topic_id is not None:
-            info = self.ctx.replicas.topic_by_id(topic_id)
-            name = info.name if info is not None else None
+            known = self.ctx.replicas.metadata.topic_by_id(topic_id)
+            name = known.name if known is not None else None
             missing = Error.UNKNOWN_TOPIC_ID
         else:
             name = topic.topic
             missing = Error.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
         for fetch_partition in topic.partitions:
-            partition = (
-                self.ctx.replicas.partition(name, fetch_partition.partition) if name else None
-            )
+            index = fetch_partition.partition
+            partition = self.ctx.replicas.partition(name, index) if name else None
             if partition is None:
                 self.has_error = True
-                partitions.append(_partition_entry(fetch_partition.partition, missing))
+                known = self.ctx.replicas.metadata.topic(name) if name else None
+                error = (
+                    Error.NOT_LEADER_OR_FOLLOWER
+                    if known is not None and index in known.partitions
+                    else missing
+                )
+                partitions.append(_entry(index, error))
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
 
     def read_partition(self, partition, fetch_partition) -> dict:
         index = fetch_partition.partition
-        error = _check_leader_epoch(partition, getattr(fetch_partition, "current_leader_epoch", -1))
+        if not partition.is_leader:
+            self.has_error = True
+            return _entry(index, Error.NOT_LEADER_OR_FOLLOWER, partition)
+        error = _epoch_error(partition, getattr(fetch_partition, "current_leader_epoch", -1))
         if error != Error.NONE:
             self.has_error = True
-            return _partition_entry(index, error, partition)
+            return _entry(index, error, partition)
+        follower = self.replica_id >= 0
+        if follower and (diverging := _diverging_epoch(partition, fetch_partition)) is not None:
+            self.has_error = True
+            entry = _entry(index, Error.NONE, partition)
+            entry["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
+            return entry
+        if self.record_progress and fetch_partition.fetch_offset <= partition.log.log_end_offset:
+            self.ctx.replicas.record_follower_fetch(
+                partition, self.replica_id, fetch_partition.fetch_offset
+            )
         self.watched.append(partition.key)
         max_bytes = min(fetch_partition.partition_max_bytes, max(self.remaining, 0))
         try:
             records = partition.log.read(
                 fetch_partition.fetch_offset,
                 max_bytes=max_bytes,
-                max_offset=partition.high_watermark,
+                max_offset=None if follower else partition.high_watermark,
                 min_one_batch=self.total_bytes == 0,
             )
         except StorageError as failure:
             self.has_error = True
-            return _partition_entry(index, Error(failure.error_code), partition)
+            return _entry(index, Error(failure.error_code), partition)
         self.total_bytes += len(records)
         self.remaining -= len(records)
-        return _partition_entry(index, Error.NONE, partition, records)
+        return _entry(index, Error.NONE, partition, records)
 
 
-def _read_all(ctx: RequestContext, request) -> tuple[dict, _Reader]:
-    reader = _Reader(ctx, request)
+def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[dict, _Reader]:
+    reader = _Reader(ctx, request, record_progress=record_progress)
     responses = [reader.read_topic(topic) for topic in request.topics]
     return {"error_code": Error.NONE, "session_id": _NO_SESSION, "responses": responses}, reader
 
@@ -109,8 +146,10 @@ async def handle(ctx: RequestContext, request) -> dict:
     if getattr(request, "session_id", 0) != 0 and getattr(request, "session_epoch", -1) > 0:
         return {"error_code": Error.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": ()}
     deadline = trio.current_time() + request.max_wait.total_seconds()
+    first = True
     while True:
-        response, reader = _read_all(ctx, request)
+        response, reader = _read_all(ctx, request, record_progress=first)
+        first = False
         done = (
             reader.total_bytes >= request.min_bytes
             or reader.has_error
@@ -119,4 +158,4 @@ async def handle(ctx: RequestContext, request) -> dict:
         )
         if done:
             return response
-        await ctx.replicas.appended.wait_any(reader.watched, deadline)
+        await ctx.replicas.watchers.wait_any(reader.watched, deadline)

@@ -9,11 +9,14 @@ LATEST = -1
 MAX_TIMESTAMP = -3
 
 
-def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+def _lookup(partition, timestamp: int, isolation_level: int, replica_id: int) -> tuple[int, int]:
     """(timestamp, offset) as Kafka answers them; (-1, -1) when no record qualifies."""
     log = partition.log
     if timestamp == EARLIEST:
         return -1, log.log_start_offset
+    if timestamp == LATEST and replica_id >= 0:
+        # A follower asking (after OFFSET_OUT_OF_RANGE) needs the leader's log end.
+        return -1, log.log_end_offset
     if timestamp == LATEST:
         # read_committed sees up to the last stable offset, read_uncommitted up to the HW.
         end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
@@ -31,7 +34,7 @@ def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
     return record_ts, offset
 
 
-def _answer(ctx: RequestContext, topic_name: str, requested, isolation_level: int) -> dict:
+def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
     entry = {
         "partition_index": requested.partition_index,
         "error_code": Error.NONE,
@@ -40,8 +43,14 @@ def _answer(ctx: RequestContext, topic_name: str, requested, isolation_level: in
         "leader_epoch": -1,
     }
     partition = ctx.replicas.partition(topic_name, requested.partition_index)
-    if partition is None:
-        entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
+    known = ctx.replicas.metadata.topic(topic_name)
+    if partition is None or not partition.is_leader:
+        hosted_elsewhere = known is not None and requested.partition_index in known.partitions
+        entry["error_code"] = (
+            Error.NOT_LEADER_OR_FOLLOWER
+            if partition is not None or hosted_elsewhere
+            else Error.UNKNOWN_TOPIC_OR_PARTITION
+        )
         return entry
     current_epoch = getattr(requested, "current_leader_epoch", -1)
     if current_epoch not in (-1, partition.leader_epoch):
@@ -51,13 +60,17 @@ def _answer(ctx: RequestContext, topic_name: str, requested, isolation_level: in
             else Error.FENCED_LEADER_EPOCH
         )
         return entry
-    timestamp, offset = _lookup(partition, requested.timestamp, isolation_level)
+    timestamp, offset = _lookup(
+        partition,
+        requested.timestamp,
+        getattr(request, "isolation_level", 0),
+        getattr(request, "replica_id", -1),
+    )
     entry.update(timestamp=timestamp, offset=offset, leader_epoch=partition.leader_epoch)
     return entry
 
 
 async def handle(ctx: RequestContext, request) -> dict:
-    isolation_level = getattr(request, "isolation_level", 0)
     topics = []
     for topic in request.topics:
         seen: set[int] = set()
@@ -74,6 +87,6 @@ async def handle(ctx: RequestContext, request) -> dict:
                 )
                 continue
             seen.add(requested.partition_index)
-            partitions.append(_answer(ctx, topic.name, requested, isolation_level))
+            partitions.append(_answer(ctx, topic.name, requested, request))
         topics.append({"name": topic.name, "partitions": partitions})
     return {"topics": topics}

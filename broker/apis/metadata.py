@@ -1,41 +1,40 @@
-"""Metadata: brokers, cluster id, controller and topics with their partitions.
+"""Metadata: brokers, cluster id, controller and topics, from the controller's last word.
 
-A single broker leads every partition and is its own controller. Topics requested by name
-that do not exist are created when the request allows it (v4+, always before) and the broker's
-auto.create.topics.enable is on, as Kafka does.
+A broker answers from its metadata cache (UpdateMetadata). As KRaft brokers do, it names a
+live broker (itself) as the controller, since clients cannot talk to the controller itself.
+Topics requested by name that do not exist are created through the controller when the
+request allows it (v4+, always before) and auto.create.topics.enable is on.
 """
 
 from protocol.errors import Error
 
-from ..replica_manager import TopicError, topic_name_error
+from ..controller.state import ControllerError, validate_topic_name
+from ..replica_manager import ReplicaManager
 from . import RequestContext
+from .topics import create_topic_with_defaults
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
 
 
-def _topic_entry(ctx: RequestContext, info) -> dict:
-    node = ctx.config.node_id
-    partitions = []
-    for index in range(info.num_partitions):
-        partition = ctx.replicas.partition(info.name, index)
-        partitions.append(
-            {
-                "error_code": Error.NONE,
-                "partition_index": index,
-                "leader_id": node,
-                "leader_epoch": partition.leader_epoch if partition else 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-        )
+def _topic_entry(topic) -> dict:
     return {
         "error_code": Error.NONE,
-        "name": info.name,
-        "topic_id": info.topic_id,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
         "is_internal": False,
-        "partitions": partitions,
+        "partitions": [
+            {
+                "error_code": (Error.LEADER_NOT_AVAILABLE if partition.leader < 0 else Error.NONE),
+                "partition_index": index,
+                "leader_id": partition.leader,
+                "leader_epoch": partition.leader_epoch,
+                "replica_nodes": partition.replicas,
+                "isr_nodes": partition.isr,
+                "offline_replicas": partition.offline_replicas,
+            }
+            for index, partition in sorted(topic.partitions.items())
+        ],
         "topic_authorized_operations": _OPERATIONS_OMITTED,
     }
 
@@ -51,36 +50,62 @@ def _error_entry(name, topic_id, error: Error) -> dict:
     }
 
 
-def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> dict:
+def _valid_name(name: str | None) -> bool:
+    try:
+        validate_topic_name(name or "")
+    except ControllerError:
+        return False
+    return True
+
+
+async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> dict:
+    cache = ctx.replicas.metadata
     name = getattr(requested, "name", None)
     topic_id = getattr(requested, "topic_id", None)
     if name is None and topic_id is not None and topic_id.int != 0:
-        info = ctx.replicas.topic_by_id(topic_id)
-        if info is None:
+        topic = cache.topic_by_id(topic_id)
+        if topic is None:
             return _error_entry(None, topic_id, Error.UNKNOWN_TOPIC_ID)
-        return _topic_entry(ctx, info)
-    info = ctx.replicas.topic(name)
-    if info is None and allow_auto_create:
-        if topic_name_error(name) is not None:
-            return _error_entry(name, None, Error.INVALID_TOPIC_EXCEPTION)
-        try:
-            info = ctx.replicas.auto_create_topic(name)
-        except TopicError as error:
-            return _error_entry(name, None, error.error)
-    if info is None:
+        return _topic_entry(topic)
+    topic = cache.topic(name)
+    if topic is not None:
+        return _topic_entry(topic)
+    if not (allow_auto_create and ctx.config.auto_create_topics_enable):
         return _error_entry(name, None, Error.UNKNOWN_TOPIC_OR_PARTITION)
-    return _topic_entry(ctx, info)
+    if not _valid_name(name):
+        return _error_entry(name, None, Error.INVALID_TOPIC_EXCEPTION)
+    error = await create_topic_with_defaults(ctx, name)
+    topic = cache.topic(name)
+    if topic is not None:
+        return _topic_entry(topic)
+    if error in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
+        error = Error.LEADER_NOT_AVAILABLE  # created; the controller's word is on its way
+    return _error_entry(name, None, error)
+
+
+def _brokers(ctx: RequestContext, replicas: ReplicaManager) -> list[dict]:
+    brokers = [
+        {"node_id": b.node_id, "host": b.host, "port": b.port}
+        for b in sorted(replicas.metadata.brokers.values(), key=lambda b: b.node_id)
+    ]
+    if not any(b["node_id"] == ctx.config.node_id for b in brokers):
+        listener = ctx.config.advertised[0]
+        brokers.append(
+            {"node_id": ctx.config.node_id, "host": listener.host, "port": listener.port}
+        )
+    return brokers
 
 
 async def handle(ctx: RequestContext, request) -> dict:
+    if ctx.replicas is None:
+        return ctx.controller.metadata(request)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
     if request.topics is None:
-        topics = [_topic_entry(ctx, info) for info in ctx.replicas.topics().values()]
+        topics = [_topic_entry(topic) for topic in ctx.replicas.metadata.topics.values()]
     else:
-        topics = [_resolve(ctx, requested, allow_auto_create) for requested in request.topics]
-    listener = ctx.config.advertised[0]
+        topics = [await _resolve(ctx, requested, allow_auto_create) for requested in request.topics]
     return {
-        "brokers": [{"node_id": ctx.config.node_id, "host": listener.host, "port": listener.port}],
+        "brokers": _brokers(ctx, ctx.replicas),
         "cluster_id": ctx.cluster_id,
         "controller_id": ctx.config.node_id,
         "topics": topics,

@@ -1,27 +1,33 @@
-"""Produce: validate batch headers, stamp offsets, append as bytes.
+"""Produce: validate batch headers, stamp offsets, append as bytes; acks=-1 waits for the ISR.
 
 Records are never decoded here. Each partition's batches are checked (magic, length, CRC-32C,
 max.message.bytes, idempotent producer sequence) and appended in one write by the partition
 log; a partition whose batches are refused gets its error code and nothing of it is stored.
-acks=-1 behaves as acks=1 while every partition has a single replica; the per-partition
-results are computed before any answer is built, so a later DelayedProduce can park here.
+
+acks=-1 is Kafka's DelayedProduce: refused with NOT_ENOUGH_REPLICAS before appending when the
+ISR is smaller than min.insync.replicas; after appending, the request parks in the purgatory
+until the high watermark passes every partition's last offset (or leadership is lost, or the
+ISR shrank below the minimum: NOT_ENOUGH_REPLICAS_AFTER_APPEND), or answers REQUEST_TIMED_OUT
+for the partitions still waiting at its timeout.
 """
 
-import contextlib
 import logging
+
+import trio
 
 from protocol.errors import Error
 from storage.errors import StorageError
 
-from ..replica_manager import TopicError
+from ..partition import Partition
 from . import CloseConnection, RequestContext
+from .topics import create_topic_with_defaults
 
 log = logging.getLogger("produce")
 
 VALID_ACKS = (-1, 0, 1)
 
 
-def _partition_result(error: Error, **fields) -> dict:
+def _result(error: Error, **fields) -> dict:
     return {
         "error_code": error,
         "base_offset": fields.get("base_offset", -1),
@@ -31,57 +37,120 @@ def _partition_result(error: Error, **fields) -> dict:
     }
 
 
-def _append_partition(ctx: RequestContext, topic_name: str, data) -> dict:
-    partition = ctx.replicas.partition(topic_name, data.index)
+class _PendingAck:
+    """A partition appended under acks=-1, waiting for the high watermark."""
+
+    def __init__(self, partition: Partition, required_offset: int, result: dict) -> None:
+        self.partition = partition
+        self.required_offset = required_offset
+        self.result = result
+
+
+def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[_PendingAck]) -> dict:
+    partition = ctx.replicas.partition(topic, data.index)
     if partition is None:
-        return _partition_result(Error.UNKNOWN_TOPIC_OR_PARTITION)
+        known = ctx.replicas.metadata.topic(topic)
+        if known is not None and data.index in known.partitions:
+            return _result(Error.NOT_LEADER_OR_FOLLOWER)
+        return _result(Error.UNKNOWN_TOPIC_OR_PARTITION)
+    if not partition.is_leader:
+        return _result(Error.NOT_LEADER_OR_FOLLOWER)
     if not data.records:
-        return _partition_result(Error.CORRUPT_MESSAGE, error_message="no record batches")
+        return _result(Error.CORRUPT_MESSAGE, error_message="no record batches")
+    min_insync = partition.log.config.min_insync_replicas
+    if acks == -1 and (error := partition.acks_all_error(min_insync)) != Error.NONE:
+        return _result(
+            error,
+            error_message=f"ISR {partition.isr} is smaller than min.insync.replicas={min_insync}",
+        )
     try:
-        result = ctx.replicas.append(partition, data.records)
+        appended = partition.log.append_as_leader(
+            data.records, leader_epoch=partition.leader_epoch, now_ms=ctx.replicas.clock_ms()
+        )
     except StorageError as error:
-        log.info("refused produce to %s-%d: %s", topic_name, data.index, error)
-        return _partition_result(Error(error.error_code), error_message=str(error))
-    return _partition_result(
+        log.info("refused produce to %s-%d: %s", topic, data.index, error)
+        return _result(Error(error.error_code), error_message=str(error))
+    if not appended.duplicate:
+        partition.maybe_advance_high_watermark()
+        ctx.replicas.notify(partition)
+    result = _result(
         Error.NONE,
-        base_offset=result.first_offset,
-        log_append_time=result.log_append_time_ms,
-        log_start_offset=result.log_start_offset,
+        base_offset=appended.first_offset,
+        log_append_time=appended.log_append_time_ms,
+        log_start_offset=appended.log_start_offset,
     )
+    if acks == -1:
+        pending.append(_PendingAck(partition, appended.last_offset + 1, result))
+    return result
 
 
-def _ensure_topic(ctx: RequestContext, name: str) -> None:
+async def _wait_for_replication(ctx: RequestContext, pending: list[_PendingAck], timeout_s: float):
+    """Park until every pending partition has its outcome; time out the rest."""
+    deadline = trio.current_time() + timeout_s
+    while pending:
+        still_waiting = []
+        for ack in pending:
+            min_insync = ack.partition.log.config.min_insync_replicas
+            outcome = ack.partition.acks_all_outcome(ack.required_offset, min_insync)
+            if outcome is None:
+                still_waiting.append(ack)
+            elif outcome != Error.NONE:
+                ack.result.update(_result(outcome))
+        pending = still_waiting
+        if not pending:
+            return
+        if trio.current_time() >= deadline:
+            for ack in pending:
+                ack.result.update(_result(Error.REQUEST_TIMED_OUT))
+            return
+        await ctx.replicas.watchers.wait_any([ack.partition.key for ack in pending], deadline)
+
+
+async def _ensure_topic(ctx: RequestContext, name: str) -> None:
     """Auto-create a produced-to topic; if that fails its partitions answer UNKNOWN_TOPIC."""
-    if ctx.replicas.topic(name) is None:
-        with contextlib.suppress(TopicError):
-            ctx.replicas.auto_create_topic(name)
+    if ctx.replicas.metadata.topic(name) is None and ctx.config.auto_create_topics_enable:
+        await create_topic_with_defaults(ctx, name)
 
 
 async def handle(ctx: RequestContext, request) -> dict | None:
     acks_valid = request.acks in VALID_ACKS
     responses = []
-    failed = False
+    pending: list[_PendingAck] = []
     for topic in request.topic_data:
-        if acks_valid:
-            _ensure_topic(ctx, topic.name)
+        if acks_valid and request.transactional_id is None:
+            await _ensure_topic(ctx, topic.name)
         partitions = []
         for data in topic.partition_data:
             if not acks_valid:
-                result = _partition_result(Error.INVALID_REQUIRED_ACKS)
+                result = _result(Error.INVALID_REQUIRED_ACKS)
             elif request.transactional_id is not None:
-                result = _partition_result(
+                result = _result(
                     Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     error_message="transactions are not supported by minibroker yet",
                 )
             else:
-                result = _append_partition(ctx, topic.name, data)
-            failed = failed or result["error_code"] != Error.NONE
-            partitions.append({"index": data.index, **result})
-        responses.append({"name": topic.name, "partition_responses": partitions})
+                result = _append(ctx, topic.name, data, request.acks, pending)
+            partitions.append({"index": data.index, **{"result": result}})
+        responses.append({"name": topic.name, "partitions": partitions})
+    if pending:
+        await _wait_for_replication(ctx, pending, request.timeout.total_seconds())
+    failed = any(
+        p["result"]["error_code"] != Error.NONE for topic in responses for p in topic["partitions"]
+    )
     if request.acks == 0:
         if failed:
             # The producer reads no answer at acks=0; Kafka closes the connection so that it
             # notices the failure and refreshes its metadata.
             raise CloseConnection("produce with acks=0 failed")
         return None
-    return {"responses": responses}
+    return {
+        "responses": [
+            {
+                "name": topic["name"],
+                "partition_responses": [
+                    {"index": p["index"], **p["result"]} for p in topic["partitions"]
+                ],
+            }
+            for topic in responses
+        ]
+    }

@@ -5,7 +5,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from broker.client import NodeConnection
-from protocol.versions import SUPPORTED_VERSIONS
+from protocol.versions import supported_versions
 
 
 async def test_requests_and_responses_pair_up(broker):
@@ -17,7 +17,7 @@ async def test_requests_and_responses_pair_up(broker):
         )
         assert versions.error_code == ErrorCode.none
         assert {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys} == (
-            SUPPORTED_VERSIONS
+            supported_versions(broker=True, controller=True)
         )
         metadata = await connection.request(
             MetadataRequest(

@@ -5,15 +5,8 @@ import uuid
 import pytest
 
 from protocol.record_batch import validate_batches
-from storage.checkpoint import read_partition_metadata, topic_id_to_str
-from storage.errors import (
-    InconsistentMetaPropertiesError,
-    InvalidPartitionsError,
-    InvalidTopicError,
-    LogDirLockedError,
-    TopicExistsError,
-    UnknownTopicError,
-)
+from storage.checkpoint import read_partition_metadata, topic_id_to_str, write_partition_metadata
+from storage.errors import InconsistentMetaPropertiesError, LogDirLockedError, UnknownTopicError
 from storage.log import LogConfig
 from storage.log_manager import LogManager, read_properties
 from tests.unit.batch_factory import make_batch
@@ -79,59 +72,230 @@ def test_a_failed_open_releases_its_locks(tmp_path):
 def test_topics_survive_a_restart(log_dir):
     logs = opened([log_dir])
     topic_id = uuid.uuid4()
-    info = logs.create_topic(
-        "orders.v1-eu", 3, {"retention.ms": "1000"}, topic_id=topic_id, now_ms=0
-    )
-    assert info.topic_id == topic_id and info.num_partitions == 3
+    for partition in (0, 2):
+        logs.ensure_log("orders.v1-eu", topic_id, partition, {"retention.ms": "1000"}, now_ms=0)
     produce(logs, "orders.v1-eu", 2, records=4)
+    info = logs.topics()["orders.v1-eu"]
+    assert info.topic_id == topic_id and info.configs == {"retention.ms": "1000"}
     logs.close()
     again = opened([log_dir])
     assert again.topics() == {"orders.v1-eu": info}
+    assert again.hosted("orders.v1-eu") == [0, 2]
     log = again.get_log("orders.v1-eu", 2)
     assert log.log_end_offset == 4
     assert log.config.retention_ms == 1000
     assert read_partition_metadata(log.directory) == topic_id
-    assert again.get_log("orders.v1-eu", 3) is None
+    assert again.get_log("orders.v1-eu", 1) is None
     document = json.loads((log_dir / "minibroker-topics.json").read_text())
-    assert document["topics"][0]["topic_id"] == topic_id_to_str(topic_id)
+    assert document == {
+        "version": 2,
+        "topics": [
+            {
+                "name": "orders.v1-eu",
+                "topic_id": topic_id_to_str(topic_id),
+                "configs": {"retention.ms": "1000"},
+            }
+        ],
+    }
     again.close()
 
 
-def test_create_topic_refusals(log_dir):
+def test_a_version_1_topic_table_still_opens(log_dir):
+    topic_id = uuid.uuid4()
     logs = opened([log_dir])
-    logs.create_topic("t", 1, {}, now_ms=0)
-    with pytest.raises(TopicExistsError):
-        logs.create_topic("t", 1, {}, now_ms=0)
-    with pytest.raises(InvalidPartitionsError):
-        logs.create_topic("u", 0, {}, now_ms=0)
-    with pytest.raises(InvalidTopicError):
-        logs.create_topic("../escape", 1, {}, now_ms=0)
-    with pytest.raises(ValueError, match="segment.bytes"):
-        logs.create_topic("u", 1, {"segment.bytes": "tiny"}, now_ms=0)
-    assert list(logs.topics()) == ["t"]
+    logs.ensure_log("t", topic_id, 0, {"retention.ms": "5"}, now_ms=0)
     logs.close()
+    (log_dir / "minibroker-topics.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": "t",
+                        "topic_id": topic_id_to_str(topic_id),
+                        "num_partitions": 3,
+                        "configs": {"retention.ms": "5"},
+                    }
+                ],
+            }
+        )
+    )
+    again = opened([log_dir])
+    assert again.hosted("t") == [0]
+    assert again.get_log("t", 0).config.retention_ms == 5
+    again.close()
+
+
+def test_ensure_log_is_idempotent(log_dir):
+    logs = opened([log_dir])
+    topic_id = uuid.uuid4()
+    log = logs.ensure_log("t", topic_id, 0, {"retention.ms": "1000"}, now_ms=0)
+    produce(logs, "t", 0, records=3)
+    table = (log_dir / "minibroker-topics.json").stat()
+    assert logs.ensure_log("t", topic_id, 0, {"retention.ms": "1000"}, now_ms=0) is log
+    assert log.log_end_offset == 3
+    again = (log_dir / "minibroker-topics.json").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (table.st_ino, table.st_mtime_ns)
+    assert logs.hosted("t") == [0]
+    logs.close()
+
+
+def test_ensure_log_applies_changed_configs_to_the_open_logs(log_dir):
+    logs = opened([log_dir])
+    topic_id = uuid.uuid4()
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    changed = {"message.timestamp.type": "LogAppendTime"}
+    logs.ensure_log("t", topic_id, 1, changed, now_ms=0)
+    assert produce(logs, "t", 0).log_append_time_ms == 0
+    assert logs.topics()["t"].configs == changed
+    logs.close()
+    assert opened([log_dir]).get_log("t", 0).config.uses_log_append_time
+
+
+def test_ensure_log_refuses_before_changing_anything(log_dir):
+    logs = opened([log_dir])
+    with pytest.raises(ValueError, match="segment.bytes"):
+        logs.ensure_log("t", uuid.uuid4(), 0, {"segment.bytes": "tiny"}, now_ms=0)
+    with pytest.raises(ValueError, match="illegal"):
+        logs.ensure_log("../escape", uuid.uuid4(), 0, {}, now_ms=0)
+    with pytest.raises(ValueError, match="negative"):
+        logs.ensure_log("t", uuid.uuid4(), -1, {}, now_ms=0)
+    assert logs.topics() == {} and logs.logs() == []
+    assert not (log_dir / "minibroker-topics.json").exists()
+    assert not list(log_dir.glob("t-*"))
+    topic_id = uuid.uuid4()
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    with pytest.raises(ValueError, match="retention.ms"):
+        logs.ensure_log("t", topic_id, 1, {"retention.ms": "soon"}, now_ms=0)
+    assert logs.topics()["t"].configs == {} and logs.hosted("t") == [0]
+    logs.close()
+
+
+def test_a_topic_recreated_under_a_new_id_replaces_the_old_partitions(log_dir):
+    logs = opened([log_dir])
+    old_id, new_id = uuid.uuid4(), uuid.uuid4()
+    for partition in range(3):
+        logs.ensure_log("t", old_id, partition, {"retention.ms": "1"}, now_ms=0)
+        produce(logs, "t", partition, records=2)
+    logs.remove_log("t", 2, delete=False)
+    log = logs.ensure_log("t", new_id, 1, {}, now_ms=0)
+    assert log.log_end_offset == 0
+    assert read_partition_metadata(log.directory) == new_id
+    assert logs.hosted("t") == [1]
+    assert not (log_dir / "t-0").exists() and not (log_dir / "t-2").exists()
+    assert logs.topics()["t"].topic_id == new_id and logs.topics()["t"].configs == {}
+    logs.close()
+    again = opened([log_dir])
+    assert again.hosted("t") == [1] and again.topics()["t"].topic_id == new_id
+    again.close()
+
+
+def test_a_leftover_directory_of_another_topic_id_is_replaced(log_dir):
+    leftover = log_dir / "t-0"
+    leftover.mkdir(parents=True)
+    (leftover / "00000000000000000000.log").write_bytes(make_batch(2))
+    write_partition_metadata(leftover, uuid.uuid4())
+    logs = opened([log_dir])
+    assert logs.get_log("t", 0) is None and leftover.exists()  # unknown topic: left alone
+    topic_id = uuid.uuid4()
+    log = logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    assert log.log_end_offset == 0
+    assert read_partition_metadata(leftover) == topic_id
+    logs.close()
+
+
+def test_a_directory_of_an_unknown_topic_with_the_same_id_is_adopted(log_dir):
+    topic_id = uuid.uuid4()
+    logs = opened([log_dir])
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    produce(logs, "t", 0, records=3)
+    logs.close()
+    (log_dir / "minibroker-topics.json").write_text('{"version": 2, "topics": []}')
+    active = log_dir / "t-0" / "00000000000000000000.log"
+    sound_size = active.stat().st_size
+    with open(active, "ab") as file:
+        file.write(make_batch(1)[:-5])  # torn: it must be recovered before it is trusted
+    again = opened([log_dir])
+    assert again.get_log("t", 0) is None
+    log = again.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    assert log.log_end_offset == 3
+    assert active.stat().st_size == sound_size
+    assert len(validate_batches(log.read(0, max_bytes=10**6))) == 1
+    again.close()
+
+
+def test_remove_log_without_delete_keeps_the_directory_and_its_offsets(log_dir):
+    logs = opened([log_dir], config=LogConfig(segment_bytes=200))
+    topic_id = uuid.uuid4()
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    logs.ensure_log("t", topic_id, 1, {}, now_ms=0)
+    for _ in range(4):
+        produce(logs, "t", 0, records=2)
+    logs.get_log("t", 0).maybe_increment_log_start_offset(3)
+    logs.remove_log("t", 0, delete=False)
+    logs.remove_log("t", 0, delete=False)  # a repeated StopReplica changes nothing
+    assert logs.get_log("t", 0) is None and logs.hosted("t") == [1]
+    assert (log_dir / "t-0").is_dir() and "t" in logs.topics()
+    logs.checkpoint(now_ms=0)
+    assert "t 0 8" in (log_dir / "recovery-point-offset-checkpoint").read_text()
+    assert "t 0 3" in (log_dir / "log-start-offset-checkpoint").read_text()
+    log = logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    assert (log.log_start_offset, log.log_end_offset) == (3, 8)
+    logs.remove_log("t", 0, delete=False)
+    logs.close()
+    again = opened([log_dir])
+    assert again.hosted("t") == [0, 1]  # on disk, so hosted after a restart
+    log = again.get_log("t", 0)
+    assert (log.log_start_offset, log.log_end_offset) == (3, 8)
+    again.close()
+
+
+def test_remove_log_with_delete_drops_the_topic_with_its_last_partition(log_dir):
+    logs = opened([log_dir])
+    topic_id = uuid.uuid4()
+    for partition in range(3):
+        logs.ensure_log("t", topic_id, partition, {}, now_ms=0)
+    produce(logs, "t", 0)
+    logs.remove_log("t", 0, delete=True)
+    assert not (log_dir / "t-0").exists() and logs.hosted("t") == [1, 2]
+    logs.remove_log("t", 0, delete=True)  # not hosted: nothing to do
+    logs.remove_log("t", 1, delete=False)
+    logs.remove_log("t", 2, delete=True)
+    assert "t" in logs.topics()  # t-1 is still on disk and needs the topic's configs
+    logs.remove_log("t", 1, delete=True)
+    assert not (log_dir / "t-1").exists()
+    assert logs.topics() == {} and logs.logs() == []
+    logs.close()
+    again = opened([log_dir])
+    assert again.topics() == {} and again.logs() == []
+    again.close()
 
 
 def test_delete_topic_removes_dirs_and_entry(log_dir):
     logs = opened([log_dir])
-    logs.create_topic("gone", 2, {}, now_ms=0)
+    topic_id = uuid.uuid4()
+    logs.ensure_log("gone", topic_id, 0, {}, now_ms=0)
+    logs.ensure_log("gone", topic_id, 1, {}, now_ms=0)
     produce(logs, "gone", 0)
+    logs.remove_log("gone", 1, delete=False)
     logs.delete_topic("gone")
     assert logs.topics() == {} and logs.get_log("gone", 0) is None
-    assert not (log_dir / "gone-0").exists()
+    assert not (log_dir / "gone-0").exists() and not (log_dir / "gone-1").exists()
     with pytest.raises(UnknownTopicError):
         logs.delete_topic("gone")
-    info = logs.create_topic("gone", 1, {}, now_ms=0)
-    assert logs.get_log("gone", 0).log_end_offset == 0
+    assert logs.ensure_log("gone", uuid.uuid4(), 0, {}, now_ms=0).log_end_offset == 0
+    info = logs.topics()["gone"]
     logs.close()
     assert opened([log_dir]).topics() == {"gone": info}
 
 
 def test_update_topic_configs(log_dir):
     logs = opened([log_dir])
-    logs.create_topic("t", 1, {}, now_ms=0)
+    logs.ensure_log("t", uuid.uuid4(), 0, {}, now_ms=0)
     logs.update_topic_configs("t", {"message.timestamp.type": "LogAppendTime"})
     assert produce(logs, "t", 0).log_append_time_ms == 0
+    with pytest.raises(UnknownTopicError):
+        logs.update_topic_configs("u", {})
     logs.close()
     assert opened([log_dir]).get_log("t", 0).config.uses_log_append_time
 
@@ -139,20 +303,51 @@ def test_update_topic_configs(log_dir):
 def test_partitions_spread_over_log_dirs(tmp_path):
     dirs = [tmp_path / "d1", tmp_path / "d2"]
     logs = opened(dirs)
-    logs.create_topic("spread", 4, {}, now_ms=0)
+    topic_id = uuid.uuid4()
     for partition in range(4):
+        logs.ensure_log("spread", topic_id, partition, {}, now_ms=0)
         produce(logs, "spread", partition, records=partition + 1)
     placement = {log.partition: log.directory.parent for log in logs.logs()}
     assert sorted(placement.values()).count(dirs[0]) == 2
+    assert all(logs.log_dir_of("spread", p) == placement[p] for p in range(4))
+    with pytest.raises(KeyError):
+        logs.log_dir_of("spread", 4)
     logs.close()
     again = opened(dirs)
     assert [again.get_log("spread", p).log_end_offset for p in range(4)] == [1, 2, 3, 4]
+    assert all(again.log_dir_of("spread", p) == placement[p] for p in range(4))
+    again.close()
+
+
+def test_open_creates_no_missing_partition(log_dir):
+    logs = opened([log_dir])
+    topic_id = uuid.uuid4()
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    logs.ensure_log("t", topic_id, 1, {}, now_ms=0)
+    logs.close()
+    shutil.rmtree(log_dir / "t-1")
+    again = opened([log_dir])
+    assert again.hosted("t") == [0] and not (log_dir / "t-1").exists()
+    again.close()
+
+
+def test_open_deletes_a_partition_of_an_older_topic_id(log_dir):
+    logs = opened([log_dir])
+    topic_id = uuid.uuid4()
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    logs.ensure_log("t", topic_id, 1, {}, now_ms=0)
+    logs.close()
+    write_partition_metadata(log_dir / "t-1", uuid.uuid4())
+    again = opened([log_dir])
+    assert again.hosted("t") == [0] and not (log_dir / "t-1").exists()
     again.close()
 
 
 def test_clean_shutdown_writes_checkpoints_and_the_marker(log_dir):
     logs = opened([log_dir])
-    logs.create_topic("t", 2, {}, now_ms=0)
+    topic_id = uuid.uuid4()
+    logs.ensure_log("t", topic_id, 0, {}, now_ms=0)
+    logs.ensure_log("t", topic_id, 1, {}, now_ms=0)
     produce(logs, "t", 0, records=5)
     logs.get_log("t", 0).maybe_increment_log_start_offset(2)
     assert not (log_dir / ".kafka_cleanshutdown").exists()
@@ -169,7 +364,7 @@ def test_clean_shutdown_writes_checkpoints_and_the_marker(log_dir):
 
 def test_an_unclean_stop_is_recovered(log_dir):
     logs = opened([log_dir])
-    logs.create_topic("t", 1, {}, now_ms=0)
+    logs.ensure_log("t", uuid.uuid4(), 0, {}, now_ms=0)
     for _ in range(10):
         produce(logs, "t", 0, records=2)
     logs.checkpoint(now_ms=0)  # flushes rolled segments, records the recovery point
@@ -193,8 +388,8 @@ def test_an_unclean_stop_is_recovered(log_dir):
 
 def test_retention_and_flush_run_over_all_logs(log_dir):
     logs = opened([log_dir], config=LogConfig(segment_bytes=200, retention_bytes=0))
-    logs.create_topic("a", 1, {}, now_ms=0)
-    logs.create_topic("b", 1, {"flush.messages": "1"}, now_ms=0)
+    logs.ensure_log("a", uuid.uuid4(), 0, {}, now_ms=0)
+    logs.ensure_log("b", uuid.uuid4(), 0, {"flush.messages": "1"}, now_ms=0)
     for _ in range(4):
         produce(logs, "a", 0)
     produce(logs, "b", 0)

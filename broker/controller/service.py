@@ -1,0 +1,584 @@
+"""The controller's trio shell: requests in, decisions persisted, then brokers told.
+
+Every decision comes from the pure transitions in ``state.py``. The shell's order is always
+the same: apply the transition, ``store.save`` (so a restarted controller never forgets what it
+told anyone), then queue LeaderAndIsr / StopReplica / UpdateMetadata on the per-broker
+channels. A channel delivers its requests to one broker in order, reconnecting and retrying
+while the broker is live, and drops them once the broker is fenced: when it registers again
+it is sent its full state anyway.
+
+Liveness: brokers heartbeat every broker.heartbeat.interval.ms; one whose last heartbeat is
+older than broker.session.timeout.ms is fenced, which moves leadership to the ISR.
+"""
+
+import copy
+import logging
+import math
+import random
+from pathlib import Path
+
+import trio
+
+from protocol import codec
+from protocol.errors import Error
+from protocol.framing import FrameError
+from protocol.versions import ApiKey
+from storage.log import LogConfig
+from storage.producer_ids import ProducerIdAllocator
+
+from ..client import NodeConnection
+from ..config import BrokerConfig
+from . import state as transitions
+from .state import ControllerError, ControllerState, PartitionChange, TopicState
+from .store import ControllerStore
+
+log = logging.getLogger("controller")
+
+STATE_FILE = "controller-state.json"
+CHANNEL_REQUEST_TIMEOUT_S = 10.0
+CHANNEL_RETRY_BACKOFF_S = 0.2
+
+TOPIC_RESOURCE = 2
+DYNAMIC_TOPIC_CONFIG = 1
+
+
+class BrokerChannel:
+    """Controller-to-broker requests for one broker, delivered in order."""
+
+    def __init__(self, service: "ControllerService", node_id: int) -> None:
+        self._service = service
+        self.node_id = node_id
+        self._send, self._receive = trio.open_memory_channel(math.inf)
+
+    def enqueue(self, request) -> trio.Event:
+        """Queue a request; the event is set once it was answered or dropped."""
+        delivered = trio.Event()
+        self._send.send_nowait((request, delivered))
+        return delivered
+
+    async def run(self) -> None:
+        connection: NodeConnection | None = None
+        address = None
+        async for request, delivered in self._receive:
+            while True:
+                broker = self._service.state.brokers.get(self.node_id)
+                if broker is None or broker.fenced:
+                    break
+                try:
+                    if connection is None or address != (broker.host, broker.port):
+                        if connection is not None:
+                            await connection.aclose()
+                        address = (broker.host, broker.port)
+                        connection = await NodeConnection.connect(*address, "controller")
+                    with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
+                        response = await connection.request(request)
+                    if response.error_code.value != 0:
+                        log.warning(
+                            "broker %d answered %s with %s",
+                            self.node_id,
+                            type(request).__name__,
+                            response.error_code.name,
+                        )
+                    break
+                except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
+                    log.debug("channel to broker %d: %r; retrying", self.node_id, error)
+                    if connection is not None:
+                        await connection.aclose()
+                        connection = None
+                    await trio.sleep(CHANNEL_RETRY_BACKOFF_S)
+            delivered.set()
+
+
+class ControllerService:
+    """The single controller: owns the ControllerState and tells brokers what it decides."""
+
+    def __init__(
+        self, config: BrokerConfig, cluster_id: str, clock_ms, rng: random.Random | None = None
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.clock_ms = clock_ms
+        self._rng = rng or random.Random()
+        directory = Path(config.log_dirs[0])
+        self.store = ControllerStore(directory / STATE_FILE)
+        self.producer_ids = ProducerIdAllocator(directory)
+        self.state: ControllerState = ControllerState()
+        self._channels: dict[int, BrokerChannel] = {}
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Load the persisted state (a new controller epoch) and watch broker liveness."""
+        self.state = self.store.load()
+        now = self.clock_ms()
+        for broker in self.state.brokers.values():
+            broker.last_heartbeat_ms = now  # a restarted controller gives everyone a session
+        log.info(
+            "controller %d active at epoch %d with %d topic(s), %d broker(s) known",
+            self.node_id,
+            self.state.controller_epoch,
+            len(self.state.topics),
+            len(self.state.brokers),
+        )
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._watch_liveness)
+            task_status.started()
+
+    async def _watch_liveness(self) -> None:
+        interval = min(self.config.broker_heartbeat_interval_ms, 1000) / 1000
+        while True:
+            await trio.sleep(interval)
+            fenced, changes = transitions.expire_brokers(
+                self.state,
+                self.clock_ms(),
+                self.config.broker_session_timeout_ms,
+                self.config.unclean_leader_election_enable,
+            )
+            if fenced:
+                log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
+                self.store.save(self.state)
+                self._propagate(changes)
+
+    # -- telling brokers ----------------------------------------------------------------
+
+    def _channel(self, node_id: int) -> BrokerChannel:
+        channel = self._channels.get(node_id)
+        if channel is None:
+            channel = self._channels[node_id] = BrokerChannel(self, node_id)
+            self._nursery.start_soon(channel.run)
+        return channel
+
+    def _propagate(
+        self, changes: list[PartitionChange], stopped: TopicState | None = None
+    ) -> list[trio.Event]:
+        """Queue LeaderAndIsr for changed partitions, StopReplica for a deleted topic, and the
+        full UpdateMetadata for every live broker; return the delivery events."""
+        per_broker: dict[int, list[PartitionChange]] = {}
+        for change in changes:
+            for replica in change.state.replicas:
+                if self.state.is_live(replica):
+                    per_broker.setdefault(replica, []).append(change)
+        events = []
+        for node_id, broker_changes in per_broker.items():
+            request = self._leader_and_isr(node_id, broker_changes)
+            events.append(self._channel(node_id).enqueue(request))
+        if stopped is not None:
+            for node_id in self._replicas_of(stopped):
+                if self.state.is_live(node_id):
+                    request = self._stop_replica(node_id, stopped)
+                    events.append(self._channel(node_id).enqueue(request))
+        update = self._update_metadata()
+        for node_id in self.state.live_brokers():
+            events.append(self._channel(node_id).enqueue(update(node_id)))
+        return events
+
+    @staticmethod
+    def _replicas_of(topic: TopicState) -> set[int]:
+        return {replica for partition in topic.partitions for replica in partition.replicas}
+
+    def _broker_epoch(self, node_id: int) -> int:
+        broker = self.state.brokers.get(node_id)
+        return broker.broker_epoch if broker else -1
+
+    def _leader_and_isr(self, node_id: int, changes: list[PartitionChange]):
+        by_topic: dict[str, list[PartitionChange]] = {}
+        for change in changes:
+            by_topic.setdefault(change.topic, []).append(change)
+        leaders = {change.state.leader for change in changes if change.state.leader >= 0}
+        data = {
+            "controller_id": self.node_id,
+            "is_k_raft_controller": False,
+            "controller_epoch": self.state.controller_epoch,
+            "broker_epoch": self._broker_epoch(node_id),
+            "type_": 0,
+            "topic_states": [
+                {
+                    "topic_name": name,
+                    "topic_id": self.state.topics[name].topic_id,
+                    "partition_states": [
+                        {
+                            "partition_index": change.partition,
+                            "controller_epoch": self.state.controller_epoch,
+                            "leader": change.state.leader,
+                            "leader_epoch": change.state.leader_epoch,
+                            "isr": tuple(change.state.isr),
+                            "partition_epoch": change.state.partition_epoch,
+                            "replicas": tuple(change.state.replicas),
+                            "adding_replicas": (),
+                            "removing_replicas": (),
+                            "is_new": False,
+                            "leader_recovery_state": 0,
+                        }
+                        for change in topic_changes
+                    ],
+                }
+                for name, topic_changes in by_topic.items()
+                if name in self.state.topics
+            ],
+            "live_leaders": [
+                {
+                    "broker_id": leader,
+                    "host_name": self.state.brokers[leader].host,
+                    "port": self.state.brokers[leader].port,
+                }
+                for leader in sorted(leaders)
+                if leader in self.state.brokers
+            ],
+        }
+        return codec.build(codec.request_class(ApiKey.LEADER_AND_ISR, 7), data)
+
+    def _stop_replica(self, node_id: int, topic: TopicState):
+        data = {
+            "controller_id": self.node_id,
+            "is_k_raft_controller": False,
+            "controller_epoch": self.state.controller_epoch,
+            "broker_epoch": self._broker_epoch(node_id),
+            "topic_states": [
+                {
+                    "topic_name": topic.name,
+                    "partition_states": [
+                        {"partition_index": index, "leader_epoch": -2, "delete_partition": True}
+                        for index, partition in enumerate(topic.partitions)
+                        if node_id in partition.replicas
+                    ],
+                }
+            ],
+        }
+        return codec.build(codec.request_class(ApiKey.STOP_REPLICA, 4), data)
+
+    def _update_metadata(self):
+        """A builder of the full-picture UpdateMetadata, stamped per broker with its epoch."""
+        live = self.state.live_brokers()
+        topic_states = [
+            {
+                "topic_name": topic.name,
+                "topic_id": topic.topic_id,
+                "partition_states": [
+                    {
+                        "partition_index": index,
+                        "controller_epoch": self.state.controller_epoch,
+                        "leader": partition.leader,
+                        "leader_epoch": partition.leader_epoch,
+                        "isr": tuple(partition.isr),
+                        "zk_version": partition.partition_epoch,
+                        "replicas": tuple(partition.replicas),
+                        "offline_replicas": tuple(r for r in partition.replicas if r not in live),
+                    }
+                    for index, partition in enumerate(topic.partitions)
+                ],
+            }
+            for topic in self.state.topics.values()
+        ]
+        live_brokers = [
+            {
+                "id_": node_id,
+                "endpoints": [
+                    {
+                        "port": self.state.brokers[node_id].port,
+                        "host": self.state.brokers[node_id].host,
+                        "listener": "PLAINTEXT",
+                        "security_protocol": 0,
+                    }
+                ],
+                "rack": None,
+            }
+            for node_id in live
+        ]
+        request_class = codec.request_class(ApiKey.UPDATE_METADATA, 8)
+
+        def for_broker(node_id: int):
+            return codec.build(
+                request_class,
+                {
+                    "controller_id": self.node_id,
+                    "is_k_raft_controller": False,
+                    "type_": 0,
+                    "controller_epoch": self.state.controller_epoch,
+                    "broker_epoch": self._broker_epoch(node_id),
+                    "topic_states": topic_states,
+                    "live_brokers": live_brokers,
+                },
+            )
+
+        return for_broker
+
+    async def _await_delivery(self, events: list[trio.Event], timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            for event in events:
+                await event.wait()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def broker_registration(self, request) -> dict:
+        if request.cluster_id != self.cluster_id:
+            log.error(
+                "broker %d tried to join with cluster id %s; this cluster is %s",
+                request.broker_id,
+                request.cluster_id,
+                self.cluster_id,
+            )
+            return {"error_code": Error.INCONSISTENT_CLUSTER_ID, "broker_epoch": -1}
+        listener = request.listeners[0]
+        broker_epoch, changes = transitions.register_broker(
+            self.state,
+            request.broker_id,
+            listener.host,
+            listener.port,
+            str(request.incarnation_id),
+            self.clock_ms(),
+            unclean_leader_election=self.config.unclean_leader_election_enable,
+        )
+        self.store.save(self.state)
+        log.info(
+            "broker %d registered at %s:%d with broker epoch %d",
+            request.broker_id,
+            listener.host,
+            listener.port,
+            broker_epoch,
+        )
+        self._propagate(changes)
+        return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
+
+    async def broker_heartbeat(self, request) -> dict:
+        alive = transitions.heartbeat(
+            self.state, request.broker_id, request.broker_epoch, self.clock_ms()
+        )
+        if not alive:
+            return {
+                "error_code": Error.STALE_BROKER_EPOCH,
+                "is_caught_up": False,
+                "is_fenced": True,
+                "should_shut_down": False,
+            }
+        return {
+            "error_code": Error.NONE,
+            "is_caught_up": True,
+            "is_fenced": False,
+            "should_shut_down": False,
+        }
+
+    async def alter_partition(self, request) -> dict:
+        topics = []
+        changed = False
+        for topic in request.topics:
+            partitions = []
+            for data in topic.partitions:
+                try:
+                    new_state = transitions.alter_partition(
+                        self.state,
+                        topic.topic_id,
+                        data.partition_index,
+                        request.broker_id,
+                        data.leader_epoch,
+                        list(data.new_isr),
+                        data.partition_epoch,
+                        broker_epoch=request.broker_epoch,
+                    )
+                except ControllerError as error:
+                    partitions.append(
+                        {"partition_index": data.partition_index, "error_code": int(error.code)}
+                    )
+                    continue
+                changed = True
+                partitions.append(
+                    {
+                        "partition_index": data.partition_index,
+                        "error_code": Error.NONE,
+                        "leader_id": new_state.leader,
+                        "leader_epoch": new_state.leader_epoch,
+                        "isr": tuple(new_state.isr),
+                        "leader_recovery_state": 0,
+                        "partition_epoch": new_state.partition_epoch,
+                    }
+                )
+            topics.append({"topic_id": topic.topic_id, "partitions": partitions})
+        if changed:
+            self.store.save(self.state)
+            self._propagate([])
+        return {"error_code": Error.NONE, "topics": topics}
+
+    async def create_topics(self, request) -> dict:
+        results = []
+        all_events: list[trio.Event] = []
+        names = [topic.name for topic in request.topics]
+        for topic in request.topics:
+            if names.count(topic.name) > 1:
+                results.append(
+                    _topic_error(topic.name, Error.INVALID_REQUEST, "Duplicate topic in request")
+                )
+                continue
+            result, events = self._create_one(topic, request.validate_only)
+            results.append(result)
+            all_events += events
+        await self._await_delivery(all_events, request.timeout.total_seconds())
+        return {"topics": results}
+
+    def _create_one(self, topic, validate_only: bool) -> tuple[dict, list[trio.Event]]:
+        configs = {config.name: config.value for config in topic.configs}
+        try:
+            LogConfig.from_topic_configs(LogConfig(), configs)
+        except ValueError as error:
+            return _topic_error(topic.name, Error.INVALID_CONFIG, str(error)), []
+        assignments = (
+            {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+            if topic.assignments
+            else None
+        )
+        target = copy.deepcopy(self.state) if validate_only else self.state
+        try:
+            created, changes = transitions.create_topic(
+                target,
+                topic.name,
+                topic.num_partitions,
+                topic.replication_factor,
+                configs,
+                assignments,
+                default_partitions=self.config.num_partitions,
+                default_replication_factor=self.config.default_replication_factor,
+                rng=self._rng,
+            )
+        except ControllerError as error:
+            return _topic_error(topic.name, int(error.code), error.message), []
+        events = []
+        if not validate_only:
+            self.store.save(self.state)
+            log.info(
+                "created topic %s: %d partition(s), replicas %s",
+                created.name,
+                len(created.partitions),
+                [p.replicas for p in created.partitions],
+            )
+            events = self._propagate(changes)
+        result = {
+            "name": created.name,
+            "topic_id": created.topic_id,
+            "error_code": Error.NONE,
+            "error_message": None,
+            "num_partitions": len(created.partitions),
+            "replication_factor": len(created.partitions[0].replicas),
+            "configs": [
+                {
+                    "name": name,
+                    "value": value,
+                    "read_only": False,
+                    "config_source": DYNAMIC_TOPIC_CONFIG,
+                    "is_sensitive": False,
+                }
+                for name, value in sorted(configs.items())
+            ],
+        }
+        return result, events
+
+    async def delete_topics(self, request) -> dict:
+        if hasattr(request, "topic_names"):
+            targets = [(name, None) for name in request.topic_names]
+        else:
+            targets = [(topic.name, topic.topic_id) for topic in request.topics]
+        results = []
+        events: list[trio.Event] = []
+        for name, topic_id in targets:
+            if name is None and topic_id is not None:
+                found = self.state.topic_by_id(topic_id)
+                if found is None:
+                    results.append(
+                        {"name": None, "topic_id": topic_id, "error_code": Error.UNKNOWN_TOPIC_ID}
+                    )
+                    continue
+                name = found.name
+            try:
+                removed = transitions.delete_topic(self.state, name)
+            except ControllerError as error:
+                results.append(
+                    {
+                        "name": name,
+                        "topic_id": topic_id,
+                        "error_code": int(error.code),
+                        "error_message": error.message,
+                    }
+                )
+                continue
+            self.store.save(self.state)
+            log.info("deleted topic %s", name)
+            events += self._propagate([], stopped=removed)
+            results.append({"name": name, "topic_id": removed.topic_id, "error_code": Error.NONE})
+        await self._await_delivery(events, request.timeout.total_seconds())
+        return {"responses": results}
+
+    async def describe_configs(self, request) -> dict:
+        results = []
+        for resource in request.resources:
+            result = {
+                "error_code": Error.NONE,
+                "error_message": None,
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "configs": [],
+            }
+            if resource.resource_type == TOPIC_RESOURCE:
+                topic = self.state.topics.get(resource.resource_name)
+                if topic is None:
+                    result["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    wanted = resource.configuration_keys
+                    result["configs"] = [
+                        {
+                            "name": name,
+                            "value": value,
+                            "read_only": False,
+                            "config_source": DYNAMIC_TOPIC_CONFIG,
+                            "is_sensitive": False,
+                            "synonyms": (),
+                            "config_type": 0,
+                            "documentation": None,
+                        }
+                        for name, value in sorted(topic.configs.items())
+                        if wanted is None or name in wanted
+                    ]
+            results.append(result)
+        return {"results": results}
+
+    async def allocate_producer_ids(self, request) -> dict:
+        if not transitions.heartbeat(
+            self.state, request.broker_id, request.broker_epoch, self.clock_ms()
+        ):
+            return {
+                "error_code": Error.STALE_BROKER_EPOCH,
+                "producer_id_start": -1,
+                "producer_id_len": 0,
+            }
+        start, length = self.producer_ids.allocate_block()
+        return {"error_code": Error.NONE, "producer_id_start": start, "producer_id_len": length}
+
+    def metadata(self, request) -> dict:
+        """Metadata as a controller-only node answers it: live brokers and the cluster id.
+
+        Brokers use it to learn the cluster id before their first registration.
+        """
+        live = self.state.live_brokers()
+        return {
+            "brokers": [
+                {
+                    "node_id": node_id,
+                    "host": self.state.brokers[node_id].host,
+                    "port": self.state.brokers[node_id].port,
+                }
+                for node_id in live
+            ],
+            "cluster_id": self.cluster_id,
+            "controller_id": live[0] if live else -1,
+            "topics": (),
+        }
+
+
+def _topic_error(name: str, error: int, message: str) -> dict:
+    return {
+        "name": name,
+        "error_code": error,
+        "error_message": message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+    }

@@ -1,0 +1,184 @@
+"""The broker's side of the controller relationship.
+
+Registration and heartbeats keep the broker in the cluster (Kafka's BrokerLifecycleManager);
+a second connection carries everything else the broker asks the controller: AlterPartition
+from leaders, CreateTopics/DeleteTopics forwarded from clients, topic configs for new
+replicas, and blocks of producer ids. Two connections, so that a slow admin request never
+delays a heartbeat into a session timeout.
+"""
+
+import logging
+import uuid
+
+import trio
+
+from protocol import codec
+from protocol.errors import Error
+from protocol.framing import FrameError
+from protocol.versions import SENT_VERSIONS, ApiKey
+
+from .client import NodeConnection
+from .config import BrokerConfig
+
+log = logging.getLogger("lifecycle")
+
+REQUEST_TIMEOUT_S = 15.0
+RETRY_BACKOFF_S = 0.2
+
+
+class ControllerUnavailable(Exception):
+    """The controller could not be reached or did not answer in time."""
+
+
+class _Channel:
+    """One reconnecting connection to the controller."""
+
+    def __init__(self, config: BrokerConfig, client_id: str) -> None:
+        self._config = config
+        self._client_id = client_id
+        self._connection: NodeConnection | None = None
+
+    async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
+        voter = self._config.controller
+        try:
+            with trio.fail_after(timeout_s):
+                if self._connection is None:
+                    self._connection = await NodeConnection.connect(
+                        voter.host, voter.port, self._client_id
+                    )
+                return await self._connection.request(request)
+        except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
+            if self._connection is not None:
+                await self._connection.aclose()
+                self._connection = None
+            raise ControllerUnavailable(
+                f"controller {voter.host}:{voter.port}: {error!r}"
+            ) from None
+
+
+def build_request(api_key: int, data: dict):
+    """A request at the version this node sends it, from a version-neutral description."""
+    return codec.build(codec.request_class(api_key, SENT_VERSIONS[api_key]), data)
+
+
+class ControllerClient:
+    """Registration, heartbeats and requests to the controller, for one broker process."""
+
+    def __init__(self, config: BrokerConfig, cluster_id: str) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self._lifecycle = _Channel(config, f"broker-{config.node_id}-lifecycle")
+        self._requests = _Channel(config, f"broker-{config.node_id}")
+        self.registered = trio.Event()
+
+    async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
+        """Send a request to the controller; raises ControllerUnavailable."""
+        return await self._requests.request(request, timeout_s)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Register (retrying until the controller answers), then heartbeat forever."""
+        await self._register()
+        task_status.started()
+        interval = self.config.broker_heartbeat_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            try:
+                response = await self._lifecycle.request(
+                    build_request(
+                        ApiKey.BROKER_HEARTBEAT,
+                        {
+                            "broker_id": self.config.node_id,
+                            "broker_epoch": self.broker_epoch,
+                            "current_metadata_offset": 0,
+                            "want_fence": False,
+                            "want_shut_down": False,
+                        },
+                    ),
+                    timeout_s=max(interval * 2, 1.0),
+                )
+            except ControllerUnavailable as error:
+                log.warning("heartbeat failed: %s", error)
+                continue
+            if response.is_fenced or response.error_code.value != Error.NONE:
+                log.warning(
+                    "controller says this broker is fenced (%s); registering again",
+                    response.error_code.name,
+                )
+                await self._register()
+
+    async def _register(self) -> None:
+        listener = self.config.advertised[0]
+        request = build_request(
+            ApiKey.BROKER_REGISTRATION,
+            {
+                "broker_id": self.config.node_id,
+                "cluster_id": self.cluster_id,
+                "incarnation_id": self.incarnation_id,
+                "listeners": [
+                    {
+                        "name": listener.name,
+                        "host": listener.host,
+                        "port": listener.port,
+                        "security_protocol": 0,
+                    }
+                ],
+                "features": (),
+                "rack": None,
+            },
+        )
+        warned = False
+        while True:
+            try:
+                response = await self._lifecycle.request(request)
+            except ControllerUnavailable as error:
+                if not warned:
+                    log.info("waiting for the controller: %s", error)
+                    warned = True
+                await trio.sleep(RETRY_BACKOFF_S)
+                continue
+            if response.error_code.value == Error.INCONSISTENT_CLUSTER_ID:
+                raise SystemExit(
+                    f"the controller refused broker {self.config.node_id}: its cluster id is "
+                    f"not {self.cluster_id} (meta.properties belongs to another cluster)"
+                )
+            if response.error_code.value != Error.NONE:
+                log.warning("registration refused: %s; retrying", response.error_code.name)
+                await trio.sleep(RETRY_BACKOFF_S)
+                continue
+            self.broker_epoch = response.broker_epoch
+            log.info("registered with the controller, broker epoch %d", self.broker_epoch)
+            self.registered.set()
+            return
+
+
+async def discover_cluster_id(config: BrokerConfig) -> str:
+    """Ask the controller for the cluster id (a broker's first start, before meta.properties).
+
+    Kafka has an operator run `kafka-storage format --cluster-id` on every node; here a new
+    broker adopts the controller's id, which is what that step achieves on a local cluster.
+    """
+    channel = _Channel(config, f"broker-{config.node_id}-bootstrap")
+    request = build_request(
+        ApiKey.METADATA,
+        {
+            "topics": (),
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    warned = False
+    while True:
+        try:
+            response = await channel.request(request, timeout_s=5.0)
+        except ControllerUnavailable as error:
+            if not warned:
+                log.info("waiting for the controller to learn the cluster id: %s", error)
+                warned = True
+            await trio.sleep(RETRY_BACKOFF_S)
+            continue
+        if response.cluster_id:
+            await channel.aclose()
+            return response.cluster_id
+        await trio.sleep(RETRY_BACKOFF_S)

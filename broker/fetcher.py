@@ -1,0 +1,301 @@
+"""Follower fetchers: one task per (leader, fetcher index), looping truncate then fetch.
+
+Kafka's ReplicaFetcherThread, reduced to its rules:
+- a fetch carries this broker as replica_id, the leader epoch it believes current, and the
+  epoch of its last fetched batch (Fetch v12); the leader answers a diverging epoch when the
+  follower's log has records the leader's history does not, and the follower truncates to
+  min(leader's end of that epoch, its own end of it) before fetching again;
+- fetched batches are appended with the leader's offsets and epochs; the follower's high
+  watermark becomes min(leader's HW, its own log end offset), and its log start offset
+  follows the leader's;
+- OFFSET_OUT_OF_RANGE: ask the leader for its log end and start (ListOffsets as a replica),
+  then truncate to its end or restart at its start;
+- FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER and the like: back off
+  that partition for replica.fetch.backoff.ms and wait for the controller's next word;
+- partitions are rotated after every fetch so a busy one cannot starve the others.
+"""
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.errors import Error
+from protocol.framing import FrameError
+from protocol.versions import ApiKey
+from storage.errors import StorageError
+
+from .client import NodeConnection
+from .controller_client import build_request
+
+if TYPE_CHECKING:
+    from .partition import Partition
+    from .replica_manager import ReplicaManager
+
+log = logging.getLogger("fetcher")
+
+RESPONSE_MAX_BYTES = 10 * 1024 * 1024
+REQUEST_TIMEOUT_S = 30.0
+LATEST = -1
+EARLIEST = -2
+
+
+class Fetcher:
+    """Fetches a set of partitions from one leader."""
+
+    def __init__(self, replicas: "ReplicaManager", leader_id: int, index: int) -> None:
+        self._replicas = replicas
+        self.leader_id = leader_id
+        self.index = index
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._delayed_until: dict[tuple[str, int], float] = {}
+        self._work = trio.Event()
+        self._connection: NodeConnection | None = None
+
+    def add(self, partition: "Partition") -> None:
+        self._partitions[partition.key] = partition
+        self._delayed_until.pop(partition.key, None)
+        self._work.set()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self._partitions.pop(key, None)
+        self._delayed_until.pop(key, None)
+
+    @property
+    def idle(self) -> bool:
+        return not self._partitions
+
+    @property
+    def _config(self):
+        return self._replicas.config
+
+    async def run(self) -> None:
+        backoff = self._config.replica_fetch_backoff_ms / 1000
+        while True:
+            ready = self._ready_partitions()
+            if not ready:
+                await self._wait_for_work()
+                continue
+            try:
+                await self._fetch_once(ready)
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
+                log.info("fetch from broker %d failed: %r; retrying", self.leader_id, error)
+                await self._disconnect()
+                await trio.sleep(backoff)
+
+    async def _wait_for_work(self) -> None:
+        """Sleep until a partition is added or the earliest backed-off one is due."""
+        self._work = trio.Event()
+        deadline = min(self._delayed_until.values(), default=float("inf"))
+        with trio.move_on_at(deadline):
+            await self._work.wait()
+
+    def _ready_partitions(self) -> list["Partition"]:
+        now = trio.current_time()
+        return [
+            partition
+            for key, partition in self._partitions.items()
+            if self._delayed_until.get(key, 0) <= now
+        ]
+
+    async def _connect(self) -> NodeConnection:
+        if self._connection is None:
+            endpoint = self._replicas.metadata.brokers.get(self.leader_id)
+            if endpoint is None:
+                raise OSError(f"no address known for broker {self.leader_id}")
+            self._connection = await NodeConnection.connect(
+                endpoint.host, endpoint.port, f"replica-fetcher-{self._config.node_id}"
+            )
+        return self._connection
+
+    async def _disconnect(self) -> None:
+        if self._connection is not None:
+            await self._connection.aclose()
+            self._connection = None
+
+    def _fetch_request(self, partitions: list["Partition"]):
+        by_topic: dict[str, list] = {}
+        for partition in partitions:
+            latest_epoch = partition.log.leader_epoch_cache.latest_epoch
+            by_topic.setdefault(partition.topic, []).append(
+                {
+                    "partition": partition.index,
+                    "current_leader_epoch": partition.leader_epoch,
+                    "fetch_offset": partition.log.log_end_offset,
+                    "last_fetched_epoch": latest_epoch if latest_epoch is not None else -1,
+                    "log_start_offset": partition.log.log_start_offset,
+                    "partition_max_bytes": self._config.replica_fetch_max_bytes,
+                }
+            )
+        return build_request(
+            ApiKey.FETCH,
+            {
+                "cluster_id": None,
+                "replica_id": self._config.node_id,
+                "max_wait": self._config.replica_fetch_wait_max_ms,
+                "min_bytes": self._config.replica_fetch_min_bytes,
+                "max_bytes": RESPONSE_MAX_BYTES,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {"topic": topic, "partitions": fetch_partitions}
+                    for topic, fetch_partitions in by_topic.items()
+                ],
+                "forgotten_topics_data": (),
+                "rack_id": "",
+            },
+        )
+
+    async def _fetch_once(self, partitions: list["Partition"]) -> None:
+        connection = await self._connect()
+        sent = {partition.key: partition for partition in partitions}
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            response = await connection.request(self._fetch_request(partitions))
+        if response.error_code.value != Error.NONE:
+            log.warning("fetch from %d failed: %s", self.leader_id, response.error_code.name)
+            self._back_off(sent)
+            return
+        for topic in response.responses:
+            for data in topic.partitions:
+                key = (topic.topic, data.partition_index)
+                partition = sent.get(key)
+                # Leadership may have moved while the fetch was in flight.
+                if partition is None or self._partitions.get(key) is not partition:
+                    continue
+                if partition.leader != self.leader_id:
+                    continue
+                await self._process_partition(connection, partition, data)
+                # Rotate: fetched partitions go to the back of the queue.
+                self._partitions[key] = self._partitions.pop(key)
+
+    async def _process_partition(self, connection, partition: "Partition", data) -> None:
+        error = data.error_code.value
+        if error == Error.NONE:
+            diverging = data.diverging_epoch
+            if diverging.epoch >= 0 or diverging.end_offset >= 0:
+                self._truncate_diverging(partition, diverging.epoch, diverging.end_offset)
+                return
+            if data.records:
+                try:
+                    partition.log.append_as_follower(data.records, now_ms=self._replicas.clock_ms())
+                except StorageError as failure:
+                    log.error("cannot append to %s-%d: %s", *partition.key, failure)
+                    self._back_off({partition.key: partition})
+                    return
+                self._replicas.notify(partition)
+            if data.log_start_offset > partition.log.log_start_offset:
+                partition.log.maybe_increment_log_start_offset(data.log_start_offset)
+            if partition.update_follower_high_watermark(data.high_watermark):
+                self._replicas.notify(partition)
+        elif error == Error.OFFSET_OUT_OF_RANGE:
+            await self._handle_out_of_range(connection, partition)
+        else:
+            log.info(
+                "fetching %s-%d from %d: %s; backing off",
+                *partition.key,
+                self.leader_id,
+                Error(error).name if error in Error._value2member_map_ else error,
+            )
+            self._back_off({partition.key: partition})
+
+    def _truncate_diverging(self, partition: "Partition", epoch: int, leader_end: int) -> None:
+        """Cut the records the leader's history does not have (KIP-101, KIP-595 style)."""
+        own_epoch, own_end = partition.log.end_offset_for_epoch(epoch)
+        if own_epoch < 0:
+            offset = min(leader_end, partition.log.log_end_offset)
+        else:
+            offset = min(leader_end, own_end)
+        log.warning(
+            "truncating %s-%d to %d: diverging from leader epoch %d ending at %d",
+            *partition.key,
+            offset,
+            epoch,
+            leader_end,
+        )
+        partition.log.truncate_to(offset)
+        partition.clamp_high_watermark()
+
+    async def _handle_out_of_range(self, connection, partition: "Partition") -> None:
+        leader_end = await self._leader_offset(connection, partition, LATEST)
+        leader_start = await self._leader_offset(connection, partition, EARLIEST)
+        if leader_end is None or leader_start is None:
+            self._back_off({partition.key: partition})
+            return
+        if partition.log.log_end_offset > leader_end:
+            log.warning("truncating %s-%d to the leader's end %d", *partition.key, leader_end)
+            partition.log.truncate_to(leader_end)
+        else:
+            log.warning(
+                "%s-%d is behind the leader's log start %d: restarting there",
+                *partition.key,
+                leader_start,
+            )
+            partition.log.truncate_fully_and_start_at(leader_start)
+        partition.clamp_high_watermark()
+
+    async def _leader_offset(self, connection, partition: "Partition", timestamp: int):
+        request = build_request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": self._config.node_id,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": partition.topic,
+                        "partitions": [
+                            {
+                                "partition_index": partition.index,
+                                "current_leader_epoch": partition.leader_epoch,
+                                "timestamp": timestamp,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            response = await connection.request(request)
+        (topic,) = response.topics
+        (answer,) = topic.partitions
+        if answer.error_code.value != Error.NONE:
+            return None
+        return answer.offset
+
+    def _back_off(self, partitions: dict) -> None:
+        until = trio.current_time() + self._config.replica_fetch_backoff_ms / 1000
+        for key in partitions:
+            if key in self._partitions:
+                self._delayed_until[key] = until
+
+
+class FetcherManager:
+    """Assigns follower partitions to fetchers: num.replica.fetchers per leader."""
+
+    def __init__(self, replicas: "ReplicaManager") -> None:
+        self._replicas = replicas
+        self._fetchers: dict[tuple[int, int], Fetcher] = {}
+        self._assigned: dict[tuple[str, int], Fetcher] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await trio.sleep_forever()
+
+    def add(self, partition: "Partition") -> None:
+        """(Re)assign a follower partition to a fetcher for its current leader."""
+        self.remove(partition.key)
+        index = hash(partition.key) % self._replicas.config.num_replica_fetchers
+        fetcher_key = (partition.leader, index)
+        fetcher = self._fetchers.get(fetcher_key)
+        if fetcher is None:
+            fetcher = self._fetchers[fetcher_key] = Fetcher(self._replicas, partition.leader, index)
+            self._nursery.start_soon(fetcher.run)
+        fetcher.add(partition)
+        self._assigned[partition.key] = fetcher
+
+    def remove(self, key: tuple[str, int]) -> None:
+        fetcher = self._assigned.pop(key, None)
+        if fetcher is not None:
+            fetcher.remove(key)

@@ -1,0 +1,76 @@
+"""The broker's picture of the cluster, as the controller last told it (UpdateMetadata).
+
+Metadata requests from clients are answered from here; so are the questions handlers ask
+about topics this broker does not host (which broker leads it, which id a topic has). It is
+replaced whole on every UpdateMetadata: the controller always sends the full picture.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+
+
+class MetadataCache:
+    """Live brokers and topics from the latest UpdateMetadata."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.topics: dict[str, TopicMetadata] = {}
+        self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+
+    def update(self, request) -> None:
+        """Replace everything with the contents of an UpdateMetadata request."""
+        brokers = {}
+        for broker in request.live_brokers:
+            endpoint = broker.endpoints[0]
+            brokers[broker.id_] = BrokerEndpoint(broker.id_, endpoint.host, endpoint.port)
+        topics = {}
+        for topic_state in request.topic_states:
+            partitions = {
+                state.partition_index: PartitionMetadata(
+                    leader=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    replicas=tuple(state.replicas),
+                    isr=tuple(state.isr),
+                    offline_replicas=tuple(state.offline_replicas),
+                )
+                for state in topic_state.partition_states
+            }
+            topics[topic_state.topic_name] = TopicMetadata(
+                topic_state.topic_name, topic_state.topic_id, partitions
+            )
+        self.brokers = brokers
+        self.topics = topics
+        self._topics_by_id = {topic.topic_id: topic for topic in topics.values()}
+
+    def remember_broker(self, endpoint: BrokerEndpoint) -> None:
+        """Learn a leader's address from LeaderAndIsr before the next UpdateMetadata arrives."""
+        self.brokers.setdefault(endpoint.node_id, endpoint)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self._topics_by_id.get(topic_id)
