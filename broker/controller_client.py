@@ -31,29 +31,41 @@ class ControllerUnavailable(Exception):
 
 
 class _Channel:
-    """One reconnecting connection to the controller."""
+    """One reconnecting connection to the controller, one request at a time.
+
+    The lock spans connecting, the exchange and dropping a broken connection, so a timeout in
+    one caller can never close a connection another caller is using.
+    """
 
     def __init__(self, config: BrokerConfig, client_id: str) -> None:
         self._config = config
         self._client_id = client_id
         self._connection: NodeConnection | None = None
+        self._lock = trio.Lock()
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         voter = self._config.controller
         try:
             with trio.fail_after(timeout_s):
-                if self._connection is None:
-                    self._connection = await NodeConnection.connect(
-                        voter.host, voter.port, self._client_id
-                    )
-                return await self._connection.request(request)
+                async with self._lock:
+                    try:
+                        if self._connection is None:
+                            self._connection = await NodeConnection.connect(
+                                voter.host, voter.port, self._client_id
+                            )
+                        return await self._connection.request(request)
+                    except BaseException:
+                        await self.aclose()
+                        raise
         except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
-            if self._connection is not None:
-                await self._connection.aclose()
-                self._connection = None
             raise ControllerUnavailable(
                 f"controller {voter.host}:{voter.port}: {error!r}"
             ) from None
+
+    async def aclose(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.aclose()
 
 
 def build_request(api_key: int, data: dict):
@@ -71,11 +83,18 @@ class ControllerClient:
         self.broker_epoch = -1
         self._lifecycle = _Channel(config, f"broker-{config.node_id}-lifecycle")
         self._requests = _Channel(config, f"broker-{config.node_id}")
+        # Forwarded admin requests wait at the controller for the brokers to apply them, and
+        # applying may need the controller (topic configs): they get their own connection.
+        self._forwarding = _Channel(config, f"broker-{config.node_id}-forwarding")
         self.registered = trio.Event()
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         """Send a request to the controller; raises ControllerUnavailable."""
         return await self._requests.request(request, timeout_s)
+
+    async def forward(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
+        """Relay a client's admin request to the controller; raises ControllerUnavailable."""
+        return await self._forwarding.request(request, timeout_s)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Register (retrying until the controller answers), then heartbeat forever."""

@@ -128,7 +128,6 @@ class ReplicaManager:
                 BrokerEndpoint(leader.broker_id, leader.host_name, leader.port)
             )
         results: dict[tuple[str, int], Error] = {}
-        now_ms = self.clock_ms()
         for topic_state in request.topic_states:
             configs = None
             for state in topic_state.partition_states:
@@ -152,7 +151,7 @@ class ReplicaManager:
                 if state.leader == self.config.node_id:
                     self.fetchers.remove(key)
                     partition.become_leader(
-                        state.leader_epoch, state.partition_epoch, isr, replicas, now_ms
+                        state.leader_epoch, state.partition_epoch, isr, replicas, self.clock_ms()
                     )
                     partition.maybe_advance_high_watermark()
                     log.info(

@@ -176,10 +176,13 @@ class BrokerServer:
         while (frame := decoder.next_frame()) is None:
             if self._stopping:
                 return None
+            data = b""
             with trio.CancelScope() as idle:
                 self._idle_reads.add(idle)
                 try:
                     data = await stream.receive_some(RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return None
                 finally:
                     self._idle_reads.discard(idle)
             if idle.cancelled_caught or not data:
@@ -199,11 +202,12 @@ class BrokerServer:
                 header, body_offset = parse_request_header(frame)
                 response = await dispatch(header, frame, body_offset, self._context)
                 if response is not None:
-                    await stream.send_all(response)
+                    try:
+                        await stream.send_all(response)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return  # the client went away
         except (FrameError, DecodeError, UnsupportedRequest, CloseConnection) as error:
             log.warning("closing connection from %s: %s", peer, error)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
         except Exception:
             log.exception("unexpected error serving %s; closing its connection", peer)
         finally:

@@ -22,7 +22,7 @@ class ForwardingFailed(Exception):
 
 async def forward_to_controller(ctx: RequestContext, request):
     try:
-        return await ctx.replicas.controller.request(request)
+        return await ctx.replicas.controller.forward(request)
     except ControllerUnavailable as error:
         log.warning("cannot forward %s: %s", type(request).__name__, error)
         raise ForwardingFailed(str(error)) from None
