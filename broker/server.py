@@ -97,14 +97,20 @@ class BrokerServer:
             cluster_id=self.cluster_id,
         )
         self.log_manager.open(wall_clock_ms())
-        try:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        # The receiver stays open through the clean-up, so a second SIGTERM while the
+        # checkpoints are written does not kill the process half-way; trio re-delivers
+        # unread signals to the previous handler when the receiver closes, so that handler is
+        # made "ignore": once shutting down, further SIGTERMs change nothing.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            try:
                 await self._serve(listeners, signals, task_status)
-        finally:
-            if self.replicas is not None:
-                self.replicas.close()
-            self.log_manager.close()
-            log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
+            finally:
+                if self.replicas is not None:
+                    self.replicas.close()
+                self.log_manager.close()
+                log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
 
     async def _serve(self, listeners, signals, task_status) -> None:
         async with trio.open_nursery() as connections:

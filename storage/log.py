@@ -700,6 +700,10 @@ class PartitionLog:
         if offset < 0:
             raise ValueError(f"cannot truncate {self.name} to a negative offset ({offset})")
         if offset >= self._log_end_offset:
+            # As Kafka does, the epoch cache is cut even when no record is: a broker that
+            # became leader and appended nothing before losing leadership has an entry for its
+            # epoch at the log end that the new leader's history does not have.
+            self._epochs.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)

@@ -380,7 +380,15 @@ class ControllerService:
                     )
                 except ControllerError as error:
                     partitions.append(
-                        {"partition_index": data.partition_index, "error_code": int(error.code)}
+                        {
+                            "partition_index": data.partition_index,
+                            "error_code": int(error.code),
+                            "leader_id": -1,
+                            "leader_epoch": -1,
+                            "isr": (),
+                            "leader_recovery_state": 0,
+                            "partition_epoch": -1,
+                        }
                     )
                     continue
                 changed = True
