@@ -515,21 +515,31 @@ class Cluster:
     def wait_for_isr(
         self, topic: str, partition: int, expected: Iterable[int], timeout: float = 30.0
     ) -> float:
-        """Block until Metadata reports exactly `expected` as the ISR; return the seconds it
-        took. Raises TimeoutError with the last ISR and leader seen."""
+        """Block until every running, unpaused broker's Metadata reports exactly `expected` as
+        the ISR; return the seconds it took. Raises TimeoutError with each broker's last view.
+
+        Asking every broker, not just one, matters: a broker that was paused or restarted may
+        still answer from its old metadata for a moment, and clients bootstrapped from it would
+        act on that.
+        """
         wanted = frozenset(expected)
         started = time.monotonic()
         deadline = started + timeout
         while True:
-            state = self.partition_metadata(topic, partition)
-            isr = None if state is None else frozenset(int(node) for node in state.isr_nodes)
-            if isr == wanted:
+            views = {
+                broker.node_id: self.isr_of(topic, partition, via=broker.node_id)
+                for broker in self.brokers.values()
+                if broker.running and not broker.paused
+            }
+            if views and all(isr == wanted for isr in views.values()):
                 return time.monotonic() - started
             if time.monotonic() >= deadline:
-                leader = None if state is None else state.leader_id
+                seen = {
+                    node: sorted(isr) if isr is not None else "unknown"
+                    for node, isr in views.items()
+                }
                 raise TimeoutError(
-                    f"ISR of {topic}-{partition} is"
-                    f" {sorted(isr) if isr is not None else 'unknown'} (leader {leader}),"
-                    f" not {sorted(wanted)}, after {timeout}s"
+                    f"ISR of {topic}-{partition} by broker: {seen}, not {sorted(wanted)},"
+                    f" after {timeout}s"
                 )
             time.sleep(POLL_INTERVAL)

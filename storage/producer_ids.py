@@ -14,12 +14,11 @@ FILE_NAME = "producer-id-block"
 
 
 class ProducerIdAllocator:
-    """Hands out increasing producer ids, reserving them on disk a block at a time."""
+    """Hands out blocks of increasing producer ids, each reserved on disk before use."""
 
     def __init__(self, directory: Path) -> None:
         self._path = directory / FILE_NAME
         self._next = self._read_reserved_end()
-        self._block_end = self._next
 
     def _read_reserved_end(self) -> int:
         try:
@@ -38,7 +37,6 @@ class ProducerIdAllocator:
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, self._path)
-        self._block_end = end
 
     def allocate_block(self) -> tuple[int, int]:
         """Reserve a whole block for a broker (Kafka's AllocateProducerIds): (first id, count)."""
@@ -46,11 +44,3 @@ class ProducerIdAllocator:
         self._reserve(start + BLOCK_SIZE)
         self._next = start + BLOCK_SIZE
         return start, BLOCK_SIZE
-
-    def allocate(self) -> int:
-        """Return a producer id never returned before by this log dir."""
-        if self._next >= self._block_end:
-            self._reserve(self._next + BLOCK_SIZE)
-        producer_id = self._next
-        self._next += 1
-        return producer_id
