@@ -47,6 +47,22 @@ assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
 )
 
 
+# Requests from clients, which wait until the broker has joined the cluster.
+CLIENT_APIS = frozenset(
+    {
+        ApiKey.PRODUCE,
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.METADATA,
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.INIT_PRODUCER_ID,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.DESCRIBE_CONFIGS,
+    }
+)
+
+
 class UnsupportedRequest(Exception):
     """An API key or version we do not serve; Kafka closes the connection for these."""
 
@@ -77,6 +93,8 @@ async def dispatch(
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
     request = codec.decode_request(key, version, frame, body_offset)
+    if key in CLIENT_APIS and ctx.replicas is not None:
+        await ctx.replicas.ready.wait()
     data = await HANDLERS[key](ctx, request)
     if data is None:
         return None

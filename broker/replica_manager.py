@@ -59,6 +59,10 @@ class ReplicaManager:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._producer_ids: list[int] = []
         self._first_leader_and_isr = trio.Event()
+        # Set by the first UpdateMetadata, which the controller sends once this broker has
+        # registered: until then client requests wait, as a KRaft broker keeps its client
+        # listeners closed until it is unfenced.
+        self.ready = trio.Event()
         self._nursery: trio.Nursery | None = None
         checkpointed = self._read_high_watermarks()
         for partition_log in log_manager.logs():
@@ -231,6 +235,7 @@ class ReplicaManager:
 
     def apply_update_metadata(self, request) -> None:
         self.metadata.update(request)
+        self.ready.set()
 
     def apply_stop_replica(self, request) -> list[tuple[str, int, Error]]:
         results = []

@@ -1,27 +1,39 @@
-"""Consumers never read above the high watermark, even across a failover: whatever a consumer
-was given must have been acknowledged, at that very offset, by the time the dust settles."""
+"""Consumers never read above the high watermark: not while a stalled follower holds the high
+watermark back, and not across a failover, where whatever a consumer was given must have been
+acknowledged, at that very offset, by the time the dust settles."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v2.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 
-from broker.launcher import Cluster
+from broker.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     BackgroundProducer,
     create_replicated_topic,
     high_watermarks,
+    replicas_of,
     wait_for,
     wait_for_new_leader,
 )
+from tests.conftest import exchange
 
 TOPIC = "high-watermark"
-PARTITIONS = 3
-ACKS_BEFORE_KILL = 2_000
-ACKS_AFTER_FAILOVER = 2_000
+# One partition, so that pausing one of its followers stalls no other partition's leader.
+PARTITIONS = 1
+ACKS_BEFORE_STALL = 1_000
+ACKS_BETWEEN_STEPS = 2_000
+LATEST = -1
 
 
 class TailingConsumer:
@@ -35,6 +47,7 @@ class TailingConsumer:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int):
         self.seen: list[tuple[int, int, bytes]] = []
+        self.next_offsets = dict.fromkeys(range(partitions), 0)
         self.errors: list[KafkaError] = []
         self._consumer = Consumer(
             {
@@ -67,30 +80,76 @@ class TailingConsumer:
                     if message.error() is not None:
                         self.errors.append(message.error())
                     else:
-                        self.seen.append((message.partition(), message.offset(), message.value()))
+                        partition, offset = message.partition(), message.offset()
+                        self.seen.append((partition, offset, message.value()))
+                        self.next_offsets[partition] = max(self.next_offsets[partition], offset + 1)
         finally:
             self._consumer.close()
 
     def reached(self, ends: dict[int, int]) -> bool:
         """Whether every partition was read up to `ends` (exclusive)."""
-        next_offsets = dict.fromkeys(ends, 0)
-        for partition, offset, _ in list(self.seen):
-            next_offsets[partition] = max(next_offsets[partition], offset + 1)
-        return all(next_offsets[partition] >= end for partition, end in ends.items())
+        return all(self.next_offsets[partition] >= end for partition, end in ends.items())
 
 
-def test_consumer_never_reads_above_high_watermark_during_failover(cluster: Cluster):
+def leader_high_watermark(leader: BrokerProcess) -> int:
+    """ListOffsets latest from the leader itself: its high watermark, no client cache between."""
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            ListOffsetsTopic(
+                name=TOPIC, partitions=(ListOffsetsPartition(partition_index=0, timestamp=LATEST),)
+            ),
+        ),
+    )
+    (answer,) = exchange(leader.bootstrap, request).topics[0].partitions
+    assert answer.error_code == ErrorCode.none, answer
+    return answer.offset
+
+
+def check_reads_below_high_watermark_until_shrunk(
+    cluster: Cluster, consumer: TailingConsumer, leader: BrokerProcess, in_sync: set[int]
+) -> int:
+    """Until the ISR is `in_sync`, compare what the consumer has read with the leader's high
+    watermark, read afterwards: the HW only grows while the leader stays, so a consumer that
+    was served only below it has always read less. Returns the number of comparisons."""
+    comparisons = 0
+    while cluster.isr_of(TOPIC, 0, via=leader.node_id) != in_sync:
+        read_up_to = consumer.next_offsets[0]
+        high_watermark = leader_high_watermark(leader)
+        assert read_up_to <= high_watermark, (
+            f"the consumer read up to offset {read_up_to - 1} while the HW was {high_watermark}"
+        )
+        comparisons += 1
+        time.sleep(0.02)
+    return comparisons
+
+
+def test_consumer_never_reads_above_high_watermark(cluster: Cluster):
     create_replicated_topic(cluster, TOPIC, PARTITIONS, config={"min.insync.replicas": "2"})
+    replicas = replicas_of(cluster, TOPIC, 0)
+    leader = cluster.brokers[cluster.leader_of(TOPIC, 0)]
+    stalled, other = (cluster.brokers[node] for node in replicas if node != leader.node_id)
 
     with (
         BackgroundProducer(cluster.bootstrap, TOPIC, PARTITIONS) as producer,
         TailingConsumer(cluster.bootstrap, TOPIC, PARTITIONS) as consumer,
     ):
-        producer.wait_for_acks(ACKS_BEFORE_KILL)
-        victim = cluster.brokers[cluster.leader_of(TOPIC, 0)]
-        victim.kill()
-        wait_for_new_leader(cluster, TOPIC, 0, victim.node_id, CONVERGENCE_TIMEOUT)
-        producer.wait_for_acks(len(producer.acked) + ACKS_AFTER_FAILOVER)
+        producer.wait_for_acks(ACKS_BEFORE_STALL)
+        # A stalled ISR member holds the HW back while the leader keeps appending: the
+        # records above the HW are there to be (wrongly) served until the ISR shrinks.
+        stalled.pause()
+        comparisons = check_reads_below_high_watermark_until_shrunk(
+            cluster, consumer, leader, {leader.node_id, other.node_id}
+        )
+        print(f"{comparisons} reads-below-HW comparisons while broker {stalled.node_id} stalled")
+        stalled.resume()
+        cluster.wait_for_isr(TOPIC, 0, replicas, CONVERGENCE_TIMEOUT)
+        producer.wait_for_acks(len(producer.acked) + ACKS_BETWEEN_STEPS)
+
+        leader.kill()
+        wait_for_new_leader(cluster, TOPIC, 0, leader.node_id, CONVERGENCE_TIMEOUT)
+        producer.wait_for_acks(len(producer.acked) + ACKS_BETWEEN_STEPS)
         producer.stop()
         ends = high_watermarks(cluster.bootstrap, TOPIC, PARTITIONS)
         wait_for(
@@ -100,7 +159,7 @@ def test_consumer_never_reads_above_high_watermark_during_failover(cluster: Clus
     assert producer.errors == [], producer.errors[:10]
     assert producer.undelivered == 0
     print(
-        f"consumed {len(consumer.seen)} records during the failover;"
+        f"consumed {len(consumer.seen)} records across the stall and the failover;"
         f" consumer errors: {[str(error) for error in consumer.errors]}"
     )
     acked_values = set(producer.acked.values())
