@@ -337,6 +337,12 @@ class ReplicaManager:
             partition.maybe_advance_high_watermark()
             self.notify(partition)
 
+    def run_retention(self, now_ms: int) -> int:
+        """Retention over the hosted logs, never past a partition's high watermark."""
+        return self.log_manager.run_retention(
+            now_ms, {partition.key: partition.high_watermark for partition in self.partitions()}
+        )
+
     # -- high watermark checkpoint -------------------------------------------------------
 
     def _read_high_watermarks(self) -> dict[tuple[str, int], int]:

@@ -152,11 +152,12 @@ class BrokerServer:
 
     async def _periodic_tasks(self) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                self._every,
-                self.config.log_retention_check_interval_ms,
-                self.log_manager.run_retention,
-            )
+            if self.replicas is not None:
+                nursery.start_soon(
+                    self._every,
+                    self.config.log_retention_check_interval_ms,
+                    self.replicas.run_retention,
+                )
             nursery.start_soon(
                 self._every,
                 self.config.log_flush_offset_checkpoint_interval_ms,

@@ -536,11 +536,20 @@ class LogManager:
                 },
             )
 
-    def run_retention(self, now_ms: int) -> int:
-        """Apply retention to every log; returns how many segments were deleted."""
+    def run_retention(
+        self, now_ms: int, high_watermarks: dict[tuple[str, int], int] | None = None
+    ) -> int:
+        """Apply retention to every log; returns how many segments were deleted.
+
+        With replication only what is below a partition's high watermark may go, as in Kafka:
+        the broker passes its high watermarks (a log without one is bounded by its end).
+        """
+        high_watermarks = high_watermarks or {}
         return sum(
-            partition_log.delete_segments_by_retention(now_ms)
-            for partition_log in self._logs.values()
+            partition_log.delete_segments_by_retention(
+                now_ms, high_watermark=high_watermarks.get(key)
+            )
+            for key, partition_log in self._logs.items()
         )
 
     # -- shutdown --------------------------------------------------------------------------
