@@ -161,6 +161,7 @@ _PROPERTIES: dict[str, _Property] = {
     ),
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
+    "metrics.port": _Property("metrics_port", _at_least(0)),
 }
 
 # The attributes fed by more than one property, in increasing precision.
@@ -216,6 +217,7 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5000
     num_replica_fetchers: int = 1
     unclean_leader_election_enable: bool = False
+    metrics_port: int | None = None
     unknown: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -4,7 +4,10 @@ The handler table is keyed by API key and covers every key in protocol.versions;
 accepts is the table of its roles (the same one ApiVersions advertises).
 """
 
+import time
+
 from protocol import codec
+from protocol.errors import Error
 from protocol.framing import RequestHeader, frame_response
 from protocol.versions import ApiKey, supported_versions
 
@@ -63,6 +66,10 @@ CLIENT_APIS = frozenset(
 )
 
 
+# Kafka's request names, as its request metrics label them (Produce, ListOffsets, ...).
+_REQUEST_NAMES = {key: "".join(word.capitalize() for word in key.name.split("_")) for key in ApiKey}
+
+
 class UnsupportedRequest(Exception):
     """An API key or version we do not serve; Kafka closes the connection for these."""
 
@@ -92,10 +99,35 @@ async def dispatch(
             return _encode(header, 0, api_versions.unsupported_version_response(ctx.supported))
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
+    started = time.perf_counter()
     request = codec.decode_request(key, version, frame, body_offset)
     if key in CLIENT_APIS and ctx.replicas is not None:
         await ctx.replicas.ready.wait()
     data = await HANDLERS[key](ctx, request)
-    if data is None:
-        return None
-    return _encode(header, version, data)
+    response = None if data is None else _encode(header, version, data)
+    name = _REQUEST_NAMES[key]
+    ctx.metrics.requests.labels(name).inc()
+    ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
+    if isinstance(data, dict):
+        for error in _error_codes(data):
+            ctx.metrics.errors.labels(name, _error_name(error)).inc()
+    return response
+
+
+def _error_codes(data):
+    """Every non-zero error code in a response description, at any depth."""
+    if isinstance(data, dict):
+        code = data.get("error_code")
+        if code:
+            yield int(code)
+        for value in data.values():
+            if isinstance(value, list | tuple):
+                for item in value:
+                    yield from _error_codes(item)
+    elif isinstance(data, list | tuple):
+        for item in data:
+            yield from _error_codes(item)
+
+
+def _error_name(code: int) -> str:
+    return Error(code).name if code in Error._value2member_map_ else str(code)

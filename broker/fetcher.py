@@ -177,6 +177,7 @@ class Fetcher:
                 self._truncate_diverging(partition, diverging.epoch, diverging.end_offset)
                 return
             if data.records:
+                self._replicas.metrics.fetcher_bytes.inc(len(data.records))
                 try:
                     partition.log.append_as_follower(data.records, now_ms=self._replicas.clock_ms())
                 except StorageError as failure:
@@ -188,6 +189,7 @@ class Fetcher:
                 partition.log.maybe_increment_log_start_offset(data.log_start_offset)
             if partition.update_follower_high_watermark(data.high_watermark):
                 self._replicas.notify(partition)
+            partition.fetch_lag = max(data.high_watermark - partition.log.log_end_offset, 0)
         elif error == Error.OFFSET_OUT_OF_RANGE:
             await self._handle_out_of_range(connection, partition)
         else:

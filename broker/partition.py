@@ -59,6 +59,8 @@ class Partition:
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     # An ISR change sent to the controller and not answered yet (Kafka's pending state).
     isr_change_in_flight: bool = False
+    # Follower only: the leader's HW minus this log's end, as of the last fetch response.
+    fetch_lag: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:

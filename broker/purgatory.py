@@ -17,6 +17,7 @@ class Watchers:
 
     def __init__(self) -> None:
         self._parked: defaultdict[Hashable, set[trio.Event]] = defaultdict(set)
+        self._parked_by_kind: defaultdict[str, int] = defaultdict(int)
 
     def notify(self, key: Hashable) -> None:
         """Wake every request parked under ``key``."""
@@ -25,19 +26,22 @@ class Watchers:
             for event in events:
                 event.set()
 
-    async def wait_any(self, keys: Iterable[Hashable], deadline: float) -> bool:
+    async def wait_any(self, keys: Iterable[Hashable], deadline: float, kind: str = "") -> bool:
         """Sleep until any of ``keys`` is notified or trio's clock reaches ``deadline``.
 
-        Returns True when woken by a notification, False at the deadline.
+        Returns True when woken by a notification, False at the deadline. ``kind`` names
+        the waiting operation (Fetch, Produce) for the purgatory-size metric.
         """
         keys = list(keys)
         event = trio.Event()
         for key in keys:
             self._parked[key].add(event)
+        self._parked_by_kind[kind] += 1
         try:
             with trio.move_on_at(deadline):
                 await event.wait()
         finally:
+            self._parked_by_kind[kind] -= 1
             for key in keys:
                 parked = self._parked.get(key)
                 if parked is not None:
@@ -47,5 +51,9 @@ class Watchers:
         return event.is_set()
 
     def parked_count(self) -> int:
-        """How many (request, key) registrations are parked: the purgatory size."""
+        """How many (request, key) registrations are parked."""
         return sum(len(events) for events in self._parked.values())
+
+    def parked_by_kind(self) -> dict[str, int]:
+        """How many requests are parked, by kind: the purgatory sizes."""
+        return dict(self._parked_by_kind)

@@ -24,6 +24,7 @@ from .config import BrokerConfig
 from .controller_client import ControllerClient, ControllerUnavailable, build_request
 from .fetcher import FetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache
+from .metrics import BrokerMetrics
 from .partition import Partition
 from .purgatory import Watchers
 
@@ -45,9 +46,11 @@ class ReplicaManager:
         config: BrokerConfig,
         log_manager: LogManager,
         controller: ControllerClient,
+        metrics: BrokerMetrics,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
+        self.metrics = metrics
         self.log_manager = log_manager
         self.controller = controller
         self.clock_ms = clock_ms
@@ -331,6 +334,10 @@ class ReplicaManager:
             )
             return
         if partition.is_leader and partition.leader_epoch == result.leader_epoch:
+            if set(result.isr) < set(partition.isr):
+                self.metrics.isr_shrinks.inc()
+            elif set(result.isr) > set(partition.isr):
+                self.metrics.isr_expands.inc()
             partition.isr = list(result.isr)
             partition.partition_epoch = result.partition_epoch
             log.info("ISR of %s-%d is now %s", *partition.key, partition.isr)

@@ -29,6 +29,7 @@ from .config import BrokerConfig
 from .controller.service import ControllerService
 from .controller_client import ControllerClient, discover_cluster_id
 from .dispatch import UnsupportedRequest, dispatch
+from .metrics import BrokerMetrics, serve_metrics
 from .replica_manager import ReplicaManager, wall_clock_ms
 
 log = logging.getLogger("server")
@@ -72,12 +73,19 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
+        self.metrics = BrokerMetrics()
         self._stopping = False
         self._idle_reads: set[trio.CancelScope] = set()
 
     def _context(self, header) -> RequestContext:
         return RequestContext(
-            header, self.config, self.cluster_id, self.supported, self.replicas, self.controller
+            header,
+            self.config,
+            self.cluster_id,
+            self.supported,
+            self.replicas,
+            self.controller,
+            self.metrics,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -116,13 +124,25 @@ class BrokerServer:
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as control:
                 if self.config.is_controller:
-                    self.controller = ControllerService(self.config, self.cluster_id, wall_clock_ms)
+                    self.controller = ControllerService(
+                        self.config, self.cluster_id, wall_clock_ms, self.metrics
+                    )
                     await control.start(self.controller.run)
                 controller_client = None
                 if self.config.is_broker:
                     controller_client = ControllerClient(self.config, self.cluster_id)
-                    self.replicas = ReplicaManager(self.config, self.log_manager, controller_client)
+                    self.replicas = ReplicaManager(
+                        self.config, self.log_manager, controller_client, self.metrics
+                    )
                     await control.start(self.replicas.run)
+                self.metrics.watch(self.replicas, self.controller)
+                if self.config.metrics_port is not None:
+                    await control.start(
+                        serve_metrics,
+                        self.metrics,
+                        self.config.listeners[0].host,
+                        self.config.metrics_port,
+                    )
                 control.start_soon(self._accept, listeners, connections)
                 control.start_soon(self._periodic_tasks)
                 for listener in self.config.listeners:

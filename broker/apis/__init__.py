@@ -14,6 +14,7 @@ from ..config import BrokerConfig
 
 if TYPE_CHECKING:
     from ..controller.service import ControllerService
+    from ..metrics import BrokerMetrics
     from ..replica_manager import ReplicaManager
 
 
@@ -34,6 +35,7 @@ class RequestContext:
     supported: dict[int, tuple[int, int]]
     replicas: "ReplicaManager | None"
     controller: "ControllerService | None"
+    metrics: "BrokerMetrics"
 
     @property
     def version(self) -> int:

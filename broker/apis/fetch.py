@@ -73,6 +73,7 @@ class _Reader:
         self.total_bytes = 0
         self.has_error = False
         self.watched: list[tuple[str, int]] = []
+        self.sent: list[tuple[str, int]] = []
 
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
@@ -133,6 +134,7 @@ class _Reader:
             return _entry(index, Error(failure.error_code), partition)
         self.total_bytes += len(records)
         self.remaining -= len(records)
+        self.sent.append((partition.topic, len(records)))
         return _entry(index, Error.NONE, partition, records)
 
 
@@ -157,5 +159,10 @@ async def handle(ctx: RequestContext, request) -> dict:
             or trio.current_time() >= deadline
         )
         if done:
+            metrics = ctx.replicas.metrics
+            counter = metrics.replication_bytes_out if reader.replica_id >= 0 else metrics.bytes_out
+            for topic, size in reader.sent:
+                if size:
+                    counter.labels(topic).inc(size)
             return response
-        await ctx.replicas.watchers.wait_any(reader.watched, deadline)
+        await ctx.replicas.watchers.wait_any(reader.watched, deadline, "Fetch")

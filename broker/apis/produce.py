@@ -73,6 +73,8 @@ def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[_Pen
     if not appended.duplicate:
         partition.maybe_advance_high_watermark()
         ctx.replicas.notify(partition)
+        ctx.replicas.metrics.messages_in.labels(topic).inc(appended.record_count)
+        ctx.replicas.metrics.bytes_in.labels(topic).inc(len(data.records))
     result = _result(
         Error.NONE,
         base_offset=appended.first_offset,
@@ -103,7 +105,9 @@ async def _wait_for_replication(ctx: RequestContext, pending: list[_PendingAck],
             for ack in pending:
                 ack.result.update(_result(Error.REQUEST_TIMED_OUT))
             return
-        await ctx.replicas.watchers.wait_any([ack.partition.key for ack in pending], deadline)
+        await ctx.replicas.watchers.wait_any(
+            [ack.partition.key for ack in pending], deadline, "Produce"
+        )
 
 
 async def _ensure_topic(ctx: RequestContext, name: str) -> None:

@@ -28,6 +28,7 @@ from storage.producer_ids import ProducerIdAllocator
 
 from ..client import NodeConnection
 from ..config import BrokerConfig
+from ..metrics import BrokerMetrics
 from . import state as transitions
 from .state import ControllerError, ControllerState, PartitionChange, TopicState
 from .store import ControllerStore
@@ -93,9 +94,16 @@ class ControllerService:
     """The single controller: owns the ControllerState and tells brokers what it decides."""
 
     def __init__(
-        self, config: BrokerConfig, cluster_id: str, clock_ms, rng: random.Random | None = None
+        self,
+        config: BrokerConfig,
+        cluster_id: str,
+        clock_ms,
+        metrics: BrokerMetrics,
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics
+        self._leaders: dict[tuple[str, int], int] = {}
         self.cluster_id = cluster_id
         self.clock_ms = clock_ms
         self._rng = rng or random.Random()
@@ -159,6 +167,10 @@ class ControllerService:
         full UpdateMetadata for every live broker; return the delivery events."""
         per_broker: dict[int, list[PartitionChange]] = {}
         for change in changes:
+            key = (change.topic, change.partition)
+            if change.state.leader >= 0 and self._leaders.get(key) != change.state.leader:
+                self.metrics.leader_elections.inc()
+            self._leaders[key] = change.state.leader
             for replica in change.state.replicas:
                 if self.state.is_live(replica):
                     per_broker.setdefault(replica, []).append(change)

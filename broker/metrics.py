@@ -1,0 +1,283 @@
+"""Prometheus metrics under the names a Kafka operator knows from Kafka's JMX exporter.
+
+Counters are bumped where things happen (a produce appended, a request answered, an ISR
+changed). Everything that is a current state (partition counts, under-replicated partitions,
+log sizes, purgatory sizes, fetcher lag, the controller's view) is read from the live objects
+at scrape time by a collector, so there is nothing to keep in sync and no stale series after a
+partition goes away.
+
+The /metrics endpoint is served from the trio loop itself (a few milliseconds of work per
+scrape), so the collector reads the broker's state without threads or locks; a slow or broken
+scraper only holds its own connection.
+"""
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import trio
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from .controller.service import ControllerService
+    from .replica_manager import ReplicaManager
+
+log = logging.getLogger("metrics")
+
+# The *_created series double the output and no Kafka dashboard uses them.
+disable_created_metrics()
+
+# Per-partition series stop beyond this many hosted partitions, to bound cardinality.
+MAX_PARTITION_SERIES = 2000
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+MAX_HTTP_REQUEST_BYTES = 8192
+HTTP_READ_TIMEOUT_S = 5.0
+
+
+class BrokerMetrics:
+    """The counters and histograms of one node, and the collector of its live state."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.messages_in = Counter(
+            "kafka_server_brokertopicmetrics_messagesin",
+            "Records appended by this broker as leader (MessagesInPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin",
+            "Bytes of record batches appended as leader (BytesInPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout",
+            "Bytes of record batches sent to consumers (BytesOutPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.replication_bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_replicationbytesout",
+            "Bytes of record batches sent to follower replicas (ReplicationBytesOutPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered, by API (RequestsPerSec).",
+            ["request"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "kafka_network_requestmetrics_errors",
+            "Error codes in responses, by API and error (ErrorsPerSec).",
+            ["request", "error"],
+            registry=self.registry,
+        )
+        self.request_time = Histogram(
+            "kafka_network_requestmetrics_totaltime_seconds",
+            "Time from a request's arrival to its response being ready (TotalTimeMs).",
+            ["request"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.isr_shrinks = Counter(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks this broker made as leader (IsrShrinksPerSec).",
+            registry=self.registry,
+        )
+        self.isr_expands = Counter(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expansions this broker made as leader (IsrExpandsPerSec).",
+            registry=self.registry,
+        )
+        self.fetcher_bytes = Counter(
+            "kafka_server_fetcherstats_bytes",
+            "Bytes of record batches fetched from leaders by this broker's fetchers.",
+            registry=self.registry,
+        )
+        self.leader_elections = Counter(
+            "kafka_controller_controllerstats_leaderelections",
+            "Partition leader changes decided by the controller (LeaderElectionRateAndTimeMs).",
+            registry=self.registry,
+        )
+        self._state = _StateCollector()
+        self.registry.register(self._state)
+
+    def watch(
+        self, replicas: "ReplicaManager | None", controller: "ControllerService | None"
+    ) -> None:
+        """Tell the collector where the live state is."""
+        self._state.replicas = replicas
+        self._state.controller = controller
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector:
+    """Gauges read from the broker's live state at scrape time."""
+
+    def __init__(self) -> None:
+        self.replicas: ReplicaManager | None = None
+        self.controller: ControllerService | None = None
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.replicas is not None:
+            yield from _broker_gauges(self.replicas)
+        if self.controller is not None:
+            yield from _controller_gauges(self.controller)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _broker_gauges(replicas: "ReplicaManager") -> Iterator[GaugeMetricFamily]:
+    partitions = replicas.partitions()
+    leaders = [p for p in partitions if p.is_leader]
+    yield _gauge(
+        "kafka_server_replicamanager_partitioncount", "Partitions hosted here.", len(partitions)
+    )
+    yield _gauge(
+        "kafka_server_replicamanager_leadercount", "Partitions led by this broker.", len(leaders)
+    )
+    yield _gauge(
+        "kafka_server_replicamanager_underreplicatedpartitions",
+        "Partitions led here whose ISR is smaller than their replica set.",
+        sum(1 for p in leaders if len(p.isr) < len(p.replicas)),
+    )
+    offline = sum(
+        1
+        for topic in replicas.metadata.topics.values()
+        for state in topic.partitions.values()
+        if state.leader < 0
+    )
+    yield _gauge(
+        "kafka_server_replicamanager_offlinepartitions",
+        "Partitions without a leader in this broker's latest metadata.",
+        offline,
+    )
+    lags = [p.fetch_lag for p in partitions if not p.is_leader and p.fetch_lag is not None]
+    yield _gauge(
+        "kafka_server_replicafetchermanager_maxlag",
+        "Largest lag (leader's high watermark minus log end) over follower partitions.",
+        max(lags, default=0),
+    )
+    purgatory = GaugeMetricFamily(
+        "kafka_server_delayedoperationpurgatory_purgatorysize",
+        "Requests parked waiting on the log (DelayedProduce, DelayedFetch).",
+        labels=["delayedoperation"],
+    )
+    for kind, count in sorted(replicas.watchers.parked_by_kind().items()):
+        purgatory.add_metric([kind], count)
+    yield purgatory
+    families = {
+        "size": GaugeMetricFamily(
+            "kafka_log_log_size", "Bytes of the partition's log.", labels=["topic", "partition"]
+        ),
+        "segments": GaugeMetricFamily(
+            "kafka_log_log_numlogsegments", "Segments of the log.", labels=["topic", "partition"]
+        ),
+        "end": GaugeMetricFamily(
+            "kafka_log_log_logendoffset", "Log end offset.", labels=["topic", "partition"]
+        ),
+        "start": GaugeMetricFamily(
+            "kafka_log_log_logstartoffset", "Log start offset.", labels=["topic", "partition"]
+        ),
+        "hw": GaugeMetricFamily(
+            "kafka_cluster_partition_highwatermark",
+            "High watermark of the replica.",
+            labels=["topic", "partition"],
+        ),
+    }
+    for partition in partitions[:MAX_PARTITION_SERIES]:
+        labels = [partition.topic, str(partition.index)]
+        families["size"].add_metric(labels, partition.log.size_bytes)
+        families["segments"].add_metric(labels, partition.log.segment_count)
+        families["end"].add_metric(labels, partition.log.log_end_offset)
+        families["start"].add_metric(labels, partition.log.log_start_offset)
+        families["hw"].add_metric(labels, partition.high_watermark)
+    yield from families.values()
+
+
+def _controller_gauges(controller: "ControllerService") -> Iterator[GaugeMetricFamily]:
+    state = controller.state
+    yield _gauge(
+        "kafka_controller_kafkacontroller_activecontrollercount",
+        "1 on the active controller.",
+        1,
+    )
+    yield _gauge(
+        "kafka_controller_kafkacontroller_activebrokercount",
+        "Registered, unfenced brokers.",
+        len(state.live_brokers()),
+    )
+    yield _gauge(
+        "kafka_controller_kafkacontroller_fencedbrokercount",
+        "Registered brokers fenced for missing their session.",
+        sum(1 for broker in state.brokers.values() if broker.fenced),
+    )
+    yield _gauge(
+        "kafka_controller_kafkacontroller_offlinepartitionscount",
+        "Partitions without a leader.",
+        sum(1 for t in state.topics.values() for p in t.partitions if p.leader < 0),
+    )
+    yield _gauge("kafka_controller_kafkacontroller_globaltopiccount", "Topics.", len(state.topics))
+    yield _gauge(
+        "kafka_controller_kafkacontroller_globalpartitioncount",
+        "Partitions of all topics.",
+        sum(len(t.partitions) for t in state.topics.values()),
+    )
+
+
+async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_status) -> None:
+    """A minimal HTTP/1.0 endpoint: GET /metrics answers the exposition format, else 404."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            request = b""
+            with trio.move_on_after(HTTP_READ_TIMEOUT_S):
+                while b"\r\n\r\n" not in request and len(request) < MAX_HTTP_REQUEST_BYTES:
+                    chunk = await stream.receive_some(4096)
+                    if not chunk:
+                        break
+                    request += chunk
+            line = request.split(b"\r\n", 1)[0].split()
+            if len(line) >= 2 and line[0] == b"GET" and line[1].split(b"?")[0] == b"/metrics":
+                body = metrics.render()
+                head = f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE_LATEST}\r\n"
+            else:
+                body = b"not found: try /metrics\n"
+                head = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
+            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            await stream.send_all(head.encode() + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    task_status.started()
+    await trio.serve_listeners(handle, listeners)
