@@ -1,8 +1,8 @@
 """A 3-broker cluster per test, and the helpers the failover tests share.
 
-The cluster runs with timeouts a few hundred times shorter than Kafka's defaults so that a
+The cluster runs with timeouts ten to twenty times shorter than Kafka's defaults, so that a
 dead broker is fenced, a stalled follower leaves the ISR and a checkpoint is written within
-seconds; the rules themselves are Kafka's. Every wait polls a condition with a deadline.
+about a second; the rules themselves are Kafka's. Every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -280,7 +280,6 @@ def assert_logs_identical(
         for node in replicas_of(cluster, topic, partition)
         if node != leader.node_id
     ]
-
     replicas = [leader, *followers]
     deadline = time.monotonic() + timeout
     while len(set((sizes := log_sizes(replicas, topic, partition)).values())) != 1:
@@ -301,6 +300,7 @@ def assert_logs_identical(
 
 
 def first_difference(left: bytes, right: bytes) -> int:
+    """Where two byte strings first differ, for a failure message that points at the spot."""
     for position, (a, b) in enumerate(zip(left, right, strict=False)):
         if a != b:
             return position
@@ -320,7 +320,7 @@ class BackgroundProducer:
     MESSAGES_PER_ROUND = 20
     ROUND_PAUSE_SECONDS = 0.005
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, prefix: str = "m"):
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
         self.acked: dict[tuple[int, int], bytes] = {}
         self.errors: list[str] = []
         self.undelivered = 0
@@ -334,7 +334,6 @@ class BackgroundProducer:
         }
         self._topic = topic
         self._partitions = partitions
-        self._prefix = prefix
         self._flush_timeout = 90
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
@@ -363,7 +362,7 @@ class BackgroundProducer:
             for _ in range(self.MESSAGES_PER_ROUND):
                 producer.produce(
                     self._topic,
-                    value=f"{self._prefix}-{number:08d}".encode(),
+                    value=f"{self._topic}-{number:08d}".encode(),
                     partition=number % self._partitions,
                     on_delivery=self._on_delivery,
                 )
@@ -414,10 +413,3 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         assert key not in entries, f"{path}: {key} listed twice"
         entries[key] = int(match.group(3))
     return entries
-
-
-def wait_seconds_until(condition, timeout: float, what: str) -> float:
-    """Like wait_for, but return how long the condition took to hold."""
-    started = time.monotonic()
-    wait_for(condition, timeout, what, 0.02)
-    return time.monotonic() - started

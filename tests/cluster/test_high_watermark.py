@@ -8,6 +8,7 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v2.request import (
@@ -114,6 +115,7 @@ def check_reads_below_high_watermark_until_shrunk(
     watermark, read afterwards: the HW only grows while the leader stays, so a consumer that
     was served only below it has always read less. Returns the number of comparisons."""
     comparisons = 0
+    deadline = time.monotonic() + CONVERGENCE_TIMEOUT
     while cluster.isr_of(TOPIC, 0, via=leader.node_id) != in_sync:
         read_up_to = consumer.next_offsets[0]
         high_watermark = leader_high_watermark(leader)
@@ -121,6 +123,8 @@ def check_reads_below_high_watermark_until_shrunk(
             f"the consumer read up to offset {read_up_to - 1} while the HW was {high_watermark}"
         )
         comparisons += 1
+        if time.monotonic() >= deadline:
+            pytest.fail(f"the ISR did not become {in_sync} in {CONVERGENCE_TIMEOUT}s")
         time.sleep(0.02)
     return comparisons
 
