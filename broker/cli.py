@@ -41,11 +41,22 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     dev.add_argument("--data", type=Path, default=Path("data"), help="data directory")
     dev.add_argument("--first-port", type=int, default=9092, help="the first broker's port")
+    probe = commands.add_parser(
+        "probe",
+        help="check that a node answers ApiVersions and Metadata (a health check)",
+        description="Exit 0 when the node answers ApiVersions and Metadata, 1 otherwise.",
+    )
+    probe.add_argument("--bootstrap", default="127.0.0.1:9092", help="host:port of the node")
+    probe.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "probe":
+        from .probe import probe
+
+        return probe(args.bootstrap, args.timeout)
     if args.command == "dev":
         from .dev import run_dev
 
