@@ -97,6 +97,30 @@ def _parse_voters(text: str) -> tuple["Voter", ...]:
     return tuple(voters)
 
 
+def _parse_listener_name(text: str) -> str:
+    name = text.strip().upper()
+    if not re.fullmatch(r"[A-Z0-9_]+", name):
+        raise ValueError("expected a listener name")
+    return name
+
+
+def _parse_names(text: str) -> tuple[str, ...]:
+    return tuple(_parse_listener_name(part) for part in text.split(",") if part.strip())
+
+
+def _parse_protocol_map(text: str) -> dict[str, str]:
+    """NAME:PROTOCOL pairs; only PLAINTEXT is implemented, so anything else is refused."""
+    mapping = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, protocol = item.partition(":")
+        if not sep:
+            raise ValueError(f"{item!r} is not NAME:PROTOCOL")
+        if protocol.strip().upper() != "PLAINTEXT":
+            raise ValueError(f"{protocol.strip()} is not supported, only PLAINTEXT")
+        mapping[_parse_listener_name(name)] = "PLAINTEXT"
+    return mapping
+
+
 def _at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _parse_int(text)
@@ -162,6 +186,11 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
+    "inter.broker.listener.name": _Property("inter_broker_listener_name", _parse_listener_name),
+    "controller.listener.names": _Property("controller_listener_names", _parse_names),
+    "listener.security.protocol.map": _Property(
+        "listener_security_protocol_map", _parse_protocol_map
+    ),
 }
 
 # The attributes fed by more than one property, in increasing precision.
@@ -218,6 +247,9 @@ class BrokerConfig:
     num_replica_fetchers: int = 1
     unclean_leader_election_enable: bool = False
     metrics_port: int | None = None
+    inter_broker_listener_name: str | None = None
+    controller_listener_names: tuple[str, ...] = ()
+    listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -238,8 +270,23 @@ class BrokerConfig:
 
     @property
     def advertised(self) -> tuple[Listener, ...]:
-        """Where clients are told to connect: advertised.listeners, else the listeners."""
-        return self.advertised_listeners or self.listeners
+        """Where clients are told to connect: every listener, as advertised.listeners
+        overrides it by name (a listener without an advertised entry advertises itself)."""
+        overrides = {listener.name: listener for listener in self.advertised_listeners or ()}
+        return tuple(overrides.get(listener.name, listener) for listener in self.listeners)
+
+    def advertised_for(self, listener_name: str) -> Listener:
+        """What a client that connected through ``listener_name`` is told this broker is."""
+        for listener in self.advertised:
+            if listener.name == listener_name:
+                return listener
+        return self.advertised[0]
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        """The listener other brokers and the controller reach this broker on."""
+        name = self.inter_broker_listener_name or self.listeners[0].name
+        return self.advertised_for(name)
 
     @classmethod
     def from_properties(cls, properties: dict[str, str]) -> "BrokerConfig":
@@ -262,6 +309,12 @@ class BrokerConfig:
         config = cls(**values, unknown=unknown)
         if config.process_roles == {"broker"} and not config.controller_quorum_voters:
             raise ConfigError("process.roles=broker needs controller.quorum.voters")
+        names = {listener.name for listener in config.listeners}
+        if config.inter_broker_listener_name and config.inter_broker_listener_name not in names:
+            raise ConfigError(
+                f"inter.broker.listener.name {config.inter_broker_listener_name} is not one of "
+                f"the listeners {sorted(names)}"
+            )
         if config.is_controller and config.controller.node_id != config.node_id:
             raise ConfigError(
                 f"controller.quorum.voters names node {config.controller.node_id}, but this "

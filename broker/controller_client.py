@@ -128,7 +128,11 @@ class ControllerClient:
                 await self._register()
 
     async def _register(self) -> None:
-        listener = self.config.advertised[0]
+        inter_broker = self.config.inter_broker_listener
+        # The inter-broker listener goes first: the controller reaches the broker there.
+        listeners = [inter_broker] + [
+            listener for listener in self.config.advertised if listener.name != inter_broker.name
+        ]
         request = build_request(
             ApiKey.BROKER_REGISTRATION,
             {
@@ -142,6 +146,7 @@ class ControllerClient:
                         "port": listener.port,
                         "security_protocol": 0,
                     }
+                    for listener in listeners
                 ],
                 "features": (),
                 "rack": None,

@@ -36,16 +36,24 @@ class MetadataCache:
     """Live brokers and topics from the latest UpdateMetadata."""
 
     def __init__(self) -> None:
+        # Inter-broker endpoints (the first each broker registered), for fetchers.
         self.brokers: dict[int, BrokerEndpoint] = {}
+        # Every listener of every broker, for answering clients on the listener they used.
+        self.listeners: dict[int, dict[str, BrokerEndpoint]] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
 
     def update(self, request) -> None:
         """Replace everything with the contents of an UpdateMetadata request."""
         brokers = {}
+        listeners = {}
         for broker in request.live_brokers:
             endpoint = broker.endpoints[0]
             brokers[broker.id_] = BrokerEndpoint(broker.id_, endpoint.host, endpoint.port)
+            listeners[broker.id_] = {
+                item.listener: BrokerEndpoint(broker.id_, item.host, item.port)
+                for item in broker.endpoints
+            }
         topics = {}
         for topic_state in request.topic_states:
             partitions = {
@@ -62,12 +70,22 @@ class MetadataCache:
                 topic_state.topic_name, topic_state.topic_id, partitions
             )
         self.brokers = brokers
+        self.listeners = listeners
         self.topics = topics
         self._topics_by_id = {topic.topic_id: topic for topic in topics.values()}
 
     def remember_broker(self, endpoint: BrokerEndpoint) -> None:
         """Learn a leader's address from LeaderAndIsr before the next UpdateMetadata arrives."""
         self.brokers.setdefault(endpoint.node_id, endpoint)
+
+    def endpoints_for(self, listener_name: str) -> list[BrokerEndpoint]:
+        """Live brokers as a client on ``listener_name`` must see them; brokers without that
+        listener are left out, as Kafka does."""
+        return [
+            by_name[listener_name]
+            for _, by_name in sorted(self.listeners.items())
+            if listener_name in by_name
+        ]
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)

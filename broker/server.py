@@ -11,6 +11,7 @@ marker so the next start skips recovery.
 """
 
 import base64
+import functools
 import logging
 import signal
 import uuid
@@ -77,9 +78,10 @@ class BrokerServer:
         self._stopping = False
         self._idle_reads: set[trio.CancelScope] = set()
 
-    def _context(self, header) -> RequestContext:
+    def _context(self, listener_name: str, header) -> RequestContext:
         return RequestContext(
             header,
+            listener_name,
             self.config,
             self.cluster_id,
             self.supported,
@@ -92,7 +94,8 @@ class BrokerServer:
         """Serve until SIGTERM/SIGINT (or cancellation), then shut down cleanly."""
         listeners = []
         for listener in self.config.listeners:
-            listeners += await trio.open_tcp_listeners(listener.port, host=listener.host)
+            sockets = await trio.open_tcp_listeners(listener.port, host=listener.host)
+            listeners.append((listener.name, sockets))
         if self.cluster_id is None:
             if self.config.is_controller:
                 self.cluster_id = new_cluster_id()
@@ -160,15 +163,26 @@ class BrokerServer:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     break
                 control.cancel_scope.cancel()
-            for socket_listener in listeners:
-                await socket_listener.aclose()
+            for _name, sockets in listeners:
+                for socket_listener in sockets:
+                    await socket_listener.aclose()
             self._stopping = True
             for scope in list(self._idle_reads):
                 scope.cancel()
             connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
 
     async def _accept(self, listeners, connections) -> None:
-        await trio.serve_listeners(self._serve_connection, listeners, handler_nursery=connections)
+        """Serve every listener; each connection remembers the listener it came in on."""
+        async with trio.open_nursery() as nursery:
+            for name, sockets in listeners:
+                nursery.start_soon(
+                    functools.partial(
+                        trio.serve_listeners,
+                        functools.partial(self._serve_connection, name),
+                        sockets,
+                        handler_nursery=connections,
+                    )
+                )
 
     async def _periodic_tasks(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -217,7 +231,7 @@ class BrokerServer:
             decoder.feed(data)
         return frame
 
-    async def _serve_connection(self, stream) -> None:
+    async def _serve_connection(self, listener_name: str, stream) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
@@ -227,7 +241,9 @@ class BrokerServer:
         try:
             while (frame := await self._next_frame(stream, decoder)) is not None:
                 header, body_offset = parse_request_header(frame)
-                response = await dispatch(header, frame, body_offset, self._context)
+                response = await dispatch(
+                    header, frame, body_offset, functools.partial(self._context, listener_name)
+                )
                 if response is not None:
                     try:
                         await stream.send_all(response)

@@ -30,6 +30,7 @@ class RequestContext:
     """
 
     header: RequestHeader
+    listener_name: str
     config: BrokerConfig
     cluster_id: str
     supported: dict[int, tuple[int, int]]

@@ -84,12 +84,13 @@ async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> d
 
 
 def _brokers(ctx: RequestContext, replicas: ReplicaManager) -> list[dict]:
+    """The live brokers' endpoints on the listener this request came in on."""
     brokers = [
         {"node_id": b.node_id, "host": b.host, "port": b.port}
-        for b in sorted(replicas.metadata.brokers.values(), key=lambda b: b.node_id)
+        for b in replicas.metadata.endpoints_for(ctx.listener_name)
     ]
     if not any(b["node_id"] == ctx.config.node_id for b in brokers):
-        listener = ctx.config.advertised[0]
+        listener = ctx.config.advertised_for(ctx.listener_name)
         brokers.append(
             {"node_id": ctx.config.node_id, "host": listener.host, "port": listener.port}
         )

@@ -286,18 +286,7 @@ class ControllerService:
             for topic in self.state.topics.values()
         ]
         live_brokers = [
-            {
-                "id_": node_id,
-                "endpoints": [
-                    {
-                        "port": self.state.brokers[node_id].port,
-                        "host": self.state.brokers[node_id].host,
-                        "listener": "PLAINTEXT",
-                        "security_protocol": 0,
-                    }
-                ],
-                "rack": None,
-            }
+            {"id_": node_id, "endpoints": _endpoints(self.state.brokers[node_id]), "rack": None}
             for node_id in live
         ]
         request_class = codec.request_class(ApiKey.UPDATE_METADATA, 8)
@@ -343,6 +332,7 @@ class ControllerService:
             str(request.incarnation_id),
             self.clock_ms(),
             unclean_leader_election=self.config.unclean_leader_election_enable,
+            listeners={item.name: (item.host, item.port) for item in request.listeners},
         )
         self.store.save(self.state)
         log.info(
@@ -592,6 +582,15 @@ class ControllerService:
             "controller_id": live[0] if live else -1,
             "topics": (),
         }
+
+
+def _endpoints(broker) -> list[dict]:
+    """A broker's listeners for UpdateMetadata, the inter-broker one first."""
+    listeners = broker.listeners or {"PLAINTEXT": (broker.host, broker.port)}
+    return [
+        {"port": port, "host": host, "listener": name, "security_protocol": 0}
+        for name, (host, port) in listeners.items()
+    ]
 
 
 def _topic_error(name: str, error: int, message: str) -> dict:

@@ -87,6 +87,8 @@ class BrokerInfo:
     incarnation_id: str
     fenced: bool
     last_heartbeat_ms: int
+    # Every advertised listener by name; ``host``/``port`` are the inter-broker one.
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -192,6 +194,7 @@ def register_broker(
     now_ms: int,
     *,
     unclean_leader_election: bool = False,
+    listeners: dict[str, tuple[str, int]] | None = None,
 ) -> tuple[int, list[PartitionChange]]:
     """Register a new or returning broker; returns its new broker epoch and the changes.
 
@@ -226,6 +229,7 @@ def register_broker(
         incarnation_id=incarnation_id,
         fenced=False,
         last_heartbeat_ms=now_ms,
+        listeners=dict(listeners or {}),
     )
 
     for topic in state.topics.values():

@@ -84,7 +84,18 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
         data = json.loads(text)
         if data.get("version") != _FORMAT_VERSION:
             raise ValueError(f"unsupported format version {data.get('version')!r}")
-        brokers = [BrokerInfo(**broker) for broker in data["brokers"]]
+        brokers = [
+            BrokerInfo(
+                **{
+                    **broker,
+                    "listeners": {
+                        name: tuple(endpoint)
+                        for name, endpoint in broker.get("listeners", {}).items()
+                    },
+                }
+            )
+            for broker in data["brokers"]
+        ]
         topics = [
             TopicState(
                 name=topic["name"],

@@ -458,12 +458,6 @@ def test_prometheus_scrapes_the_compose_cluster(compose_cluster: ComposeCluster)
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="minibroker advertises its first listener on every listener; Kafka answers with"
-    " the endpoints of the listener the request arrived on",
-)
 def test_external_listener_advertises_host_addresses(compose_cluster: ComposeCluster):
     """A host client reaches broker-N's EXTERNAL listener through the published port and must
     be told the EXTERNAL addresses (localhost:1909N), not the compose-network ones. Docker's
