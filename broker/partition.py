@@ -75,6 +75,14 @@ class Partition:
         """No transactions are supported, so nothing is ever unstable: LSO = HW."""
         return self.high_watermark
 
+    def leader_epoch_error(self, requested_epoch: int) -> Error:
+        """Kafka's check of the leader epoch a client believes current (-1: not checked)."""
+        if requested_epoch == -1 or requested_epoch == self.leader_epoch:
+            return Error.NONE
+        if requested_epoch > self.leader_epoch:
+            return Error.UNKNOWN_LEADER_EPOCH
+        return Error.FENCED_LEADER_EPOCH
+
     def clamp_high_watermark(self) -> None:
         """Keep the HW inside [log start, log end], as Kafka does after truncation or load."""
         self.high_watermark = max(

@@ -102,6 +102,24 @@ class ReplicaManager:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 
+    def leader_partition(
+        self, topic: str | None, index: int, current_leader_epoch: int = -1
+    ) -> tuple[Partition | None, Error]:
+        """The partition if this broker leads it at the epoch the client knows, else why not.
+
+        UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such partition,
+        NOT_LEADER_OR_FOLLOWER when another broker leads it, FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH when the client's epoch is older or newer than ours. The partition
+        is returned with the error when it is hosted here, for the offsets a response carries.
+        """
+        partition = self._partitions.get((topic, index)) if topic else None
+        if partition is None or not partition.is_leader:
+            known = self.metadata.topic(topic) if topic else None
+            if partition is not None or (known is not None and index in known.partitions):
+                return partition, Error.NOT_LEADER_OR_FOLLOWER
+            return None, Error.UNKNOWN_TOPIC_OR_PARTITION
+        return partition, partition.leader_epoch_error(current_leader_epoch)
+
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 

@@ -24,14 +24,6 @@ from . import RequestContext
 _NO_SESSION = 0
 
 
-def _epoch_error(partition, requested_epoch: int) -> Error:
-    if requested_epoch == -1 or requested_epoch == partition.leader_epoch:
-        return Error.NONE
-    if requested_epoch > partition.leader_epoch:
-        return Error.UNKNOWN_LEADER_EPOCH
-    return Error.FENCED_LEADER_EPOCH
-
-
 def _entry(index: int, error: Error, partition=None, records: bytes = b"") -> dict:
     entry = {
         "partition_index": index,
@@ -87,29 +79,20 @@ class _Reader:
         partitions = []
         for fetch_partition in topic.partitions:
             index = fetch_partition.partition
-            partition = self.ctx.replicas.partition(name, index) if name else None
-            if partition is None:
+            partition, error = self.ctx.replicas.leader_partition(
+                name, index, getattr(fetch_partition, "current_leader_epoch", -1)
+            )
+            if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
+                error = missing
+            if error != Error.NONE:
                 self.has_error = True
-                known = self.ctx.replicas.metadata.topic(name) if name else None
-                error = (
-                    Error.NOT_LEADER_OR_FOLLOWER
-                    if known is not None and index in known.partitions
-                    else missing
-                )
-                partitions.append(_entry(index, error))
+                partitions.append(_entry(index, error, partition))
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
 
     def read_partition(self, partition, fetch_partition) -> dict:
         index = fetch_partition.partition
-        if not partition.is_leader:
-            self.has_error = True
-            return _entry(index, Error.NOT_LEADER_OR_FOLLOWER, partition)
-        error = _epoch_error(partition, getattr(fetch_partition, "current_leader_epoch", -1))
-        if error != Error.NONE:
-            self.has_error = True
-            return _entry(index, error, partition)
         follower = self.replica_id >= 0
         if follower and (diverging := _diverging_epoch(partition, fetch_partition)) is not None:
             self.has_error = True

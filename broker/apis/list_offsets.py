@@ -42,23 +42,11 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
         "offset": -1,
         "leader_epoch": -1,
     }
-    partition = ctx.replicas.partition(topic_name, requested.partition_index)
-    known = ctx.replicas.metadata.topic(topic_name)
-    if partition is None or not partition.is_leader:
-        hosted_elsewhere = known is not None and requested.partition_index in known.partitions
-        entry["error_code"] = (
-            Error.NOT_LEADER_OR_FOLLOWER
-            if partition is not None or hosted_elsewhere
-            else Error.UNKNOWN_TOPIC_OR_PARTITION
-        )
-        return entry
-    current_epoch = getattr(requested, "current_leader_epoch", -1)
-    if current_epoch not in (-1, partition.leader_epoch):
-        entry["error_code"] = (
-            Error.UNKNOWN_LEADER_EPOCH
-            if current_epoch > partition.leader_epoch
-            else Error.FENCED_LEADER_EPOCH
-        )
+    partition, error = ctx.replicas.leader_partition(
+        topic_name, requested.partition_index, getattr(requested, "current_leader_epoch", -1)
+    )
+    if error != Error.NONE:
+        entry["error_code"] = error
         return entry
     timestamp, offset = _lookup(
         partition,

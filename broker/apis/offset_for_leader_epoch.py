@@ -18,22 +18,11 @@ def _answer(ctx: RequestContext, topic: str, requested) -> dict:
         "leader_epoch": -1,
         "end_offset": -1,
     }
-    partition = ctx.replicas.partition(topic, requested.partition)
-    if partition is None or not partition.is_leader:
-        known = ctx.replicas.metadata.topic(topic)
-        entry["error_code"] = (
-            Error.NOT_LEADER_OR_FOLLOWER
-            if partition is not None or (known and requested.partition in known.partitions)
-            else Error.UNKNOWN_TOPIC_OR_PARTITION
-        )
-        return entry
-    current = requested.current_leader_epoch
-    if current not in (-1, partition.leader_epoch):
-        entry["error_code"] = (
-            Error.UNKNOWN_LEADER_EPOCH
-            if current > partition.leader_epoch
-            else Error.FENCED_LEADER_EPOCH
-        )
+    partition, error = ctx.replicas.leader_partition(
+        topic, requested.partition, requested.current_leader_epoch
+    )
+    if error != Error.NONE:
+        entry["error_code"] = error
         return entry
     epoch, end_offset = partition.log.end_offset_for_epoch(requested.leader_epoch)
     entry.update(leader_epoch=epoch, end_offset=end_offset)

@@ -47,14 +47,9 @@ class _PendingAck:
 
 
 def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[_PendingAck]) -> dict:
-    partition = ctx.replicas.partition(topic, data.index)
-    if partition is None:
-        known = ctx.replicas.metadata.topic(topic)
-        if known is not None and data.index in known.partitions:
-            return _result(Error.NOT_LEADER_OR_FOLLOWER)
-        return _result(Error.UNKNOWN_TOPIC_OR_PARTITION)
-    if not partition.is_leader:
-        return _result(Error.NOT_LEADER_OR_FOLLOWER)
+    partition, error = ctx.replicas.leader_partition(topic, data.index)
+    if error != Error.NONE:
+        return _result(error)
     if not data.records:
         return _result(Error.CORRUPT_MESSAGE, error_message="no record batches")
     min_insync = partition.log.config.min_insync_replicas
