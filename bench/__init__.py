@@ -1,0 +1,1 @@
+"""Benchmarks of minibroker against librdkafka's mock cluster: `python -m bench`."""

@@ -1,0 +1,28 @@
+"""CPU time and peak memory of a process, read from /proc (Linux only, like the harness)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | str) -> float:
+    """User plus system time of the whole process (every thread, living or exited) so far.
+
+    Fields 14 and 15 of /proc/<pid>/stat, counted after the command name, which is in
+    parentheses and may itself contain spaces.
+    """
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    user_ticks, system_ticks = int(fields[11]), int(fields[12])
+    return (user_ticks + system_ticks) / CLOCK_TICKS_PER_SECOND
+
+
+def peak_rss_bytes(pid: int | str) -> int:
+    """VmHWM: the largest resident set the process has had since it started."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/{pid}/status has no VmHWM")

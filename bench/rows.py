@@ -1,0 +1,212 @@
+"""The table's rows: what each one measures, and running it against both systems in turn.
+
+Each measurement starts a fresh target and a fresh 64-partition topic. Runs alternate between
+minibroker and the mock, so that whatever else the shared machine is doing at the time weighs
+on both about equally; the table shows each system's median over the runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.targets import SYSTEMS, BenchError, start
+from bench.workloads import (
+    PARTITIONS,
+    Sizes,
+    Target,
+    consume_throughput,
+    end_to_end_latency,
+    produce_throughput,
+    record_file,
+    resource_usage,
+)
+from broker.launcher import BrokerStartError
+
+SMALL = 100
+LARGE = 1024
+LATENCY_RATE_BYTES = 10_000_000
+
+REAL_SIZES = Sizes(
+    produce_records=1_000_000,
+    consume_records=1_000_000,
+    resources_records=1_000_000,
+    latency_seconds=10.0,
+    latency_warmup_seconds=1.0,
+)
+SMOKE_SIZES = Sizes(
+    produce_records=20_000,
+    consume_records=20_000,
+    resources_records=20_000,
+    latency_seconds=2.0,
+    latency_warmup_seconds=0.5,
+)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the table: a figure (`key`), printed with `fmt`, and optionally a second
+    figure in parentheses (MB/s next to records/s); the ratio is always of `key`."""
+
+    metric: str
+    key: str
+    fmt: str
+    extra_key: str | None = None
+    extra_fmt: str = ""
+
+
+THROUGHPUT = (Line("records/s (MB/s)", "records_per_s", "{:,.0f}", "mb_per_s", "{:.1f}"),)
+LATENCY = (
+    Line("p50 ms", "p50_ms", "{:.2f}"),
+    Line("p99 ms", "p99_ms", "{:.2f}"),
+    Line("p99.9 ms", "p999_ms", "{:.2f}"),
+)
+RESOURCES = (
+    Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
+    Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
+)
+
+Measure = Callable[[Target, str, Path], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    workload: str
+    lines: tuple[Line, ...]
+    measure: Measure
+    brokers: int = 1
+    replication_factor: int = 1
+    topic_configs: dict[str, str] = field(default_factory=dict)
+
+
+def rows(sizes: Sizes) -> list[Row]:
+    """Every row, in table order, for these sizes."""
+
+    def produce(size: int, acks: str) -> Measure:
+        count = sizes.produce_records
+        return lambda target, topic, work_dir: produce_throughput(
+            target, topic, record_file(work_dir, count, size), count, size, acks
+        )
+
+    cluster = {
+        "brokers": 3,
+        "replication_factor": 3,
+        "topic_configs": {"min.insync.replicas": "2"},
+    }
+    produced = f"{sizes.produce_records:,}"
+    return [
+        Row(
+            "produce-100",
+            f"produce {produced} x 100 B, acks=1, 1 broker",
+            THROUGHPUT,
+            produce(SMALL, "1"),
+        ),
+        Row(
+            "produce-1k",
+            f"produce {produced} x 1 KiB, acks=1, 1 broker",
+            THROUGHPUT,
+            produce(LARGE, "1"),
+        ),
+        Row(
+            "produce-all-100",
+            f"produce {produced} x 100 B, acks=all, 3 brokers RF=3 min.insync=2",
+            THROUGHPUT,
+            produce(SMALL, "all"),
+            **cluster,
+        ),
+        Row(
+            "produce-all-1k",
+            f"produce {produced} x 1 KiB, acks=all, 3 brokers RF=3 min.insync=2",
+            THROUGHPUT,
+            produce(LARGE, "all"),
+            **cluster,
+        ),
+        Row(
+            "consume",
+            f"consume {sizes.consume_records:,} x 100 B from the beginning, 1 broker",
+            THROUGHPUT,
+            lambda target, topic, work_dir: consume_throughput(
+                target,
+                topic,
+                record_file(work_dir, sizes.consume_records, SMALL),
+                sizes.consume_records,
+                SMALL,
+            ),
+        ),
+        Row(
+            "latency",
+            f"end-to-end latency at 10 MB/s, {sizes.latency_seconds:g} s, 1 broker",
+            LATENCY,
+            lambda target, topic, work_dir: end_to_end_latency(
+                target,
+                topic,
+                LATENCY_RATE_BYTES,
+                sizes.latency_seconds,
+                sizes.latency_warmup_seconds,
+            ),
+        ),
+        Row(
+            "resources",
+            f"produce then consume {sizes.resources_records:,} x 1 KiB, 1 broker",
+            RESOURCES,
+            lambda target, topic, work_dir: resource_usage(
+                target,
+                topic,
+                record_file(work_dir, sizes.resources_records, LARGE),
+                sizes.resources_records,
+                LARGE,
+            ),
+        ),
+    ]
+
+
+@dataclass
+class RowResult:
+    row: Row
+    runs: dict[str, list[dict[str, float]]]
+    failures: dict[str, str]
+
+    def median(self, system: str, key: str) -> float | None:
+        values = [figures[key] for figures in self.runs[system]]
+        return statistics.median(values) if values else None
+
+
+def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, float]:
+    """One measurement on a fresh target, which is stopped (and its data removed) afterwards."""
+    target = start(system, row.brokers, work_dir)
+    try:
+        topic = f"bench-{row.name}-{run}"
+        target.create_topic(topic, PARTITIONS, row.replication_factor, row.topic_configs)
+        figures = row.measure(target, topic, work_dir)
+    except BaseException:
+        try:
+            target.close()
+        except BenchError as shutdown:
+            print(f"[{row.name}] {system} also failed to stop: {shutdown}", file=sys.stderr)
+        raise
+    target.close()
+    return figures
+
+
+def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
+    """`runs` measurements of each system, alternating; a system that fails is reported and
+    not measured again on this row, so one broken workload does not stall the table."""
+    result = RowResult(row, {system: [] for system in SYSTEMS}, {})
+    for run in range(runs):
+        for system in SYSTEMS:
+            if system in result.failures:
+                continue
+            try:
+                figures = measure_once(row, system, run, work_dir)
+            except (BenchError, BrokerStartError) as error:
+                result.failures[system] = str(error)
+                print(f"[{row.name}] run {run + 1}: {system} FAILED: {error}", file=sys.stderr)
+                continue
+            result.runs[system].append(figures)
+            shown = ", ".join(f"{key} {value:,.2f}" for key, value in figures.items())
+            print(f"[{row.name}] run {run + 1}/{runs} {system}: {shown}", file=sys.stderr)
+    return result

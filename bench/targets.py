@@ -1,0 +1,181 @@
+"""The two things measured, behind one small interface: minibroker (one node, or a controller
+and three brokers) started by the project's own launcher, and librdkafka's mock cluster hosted
+by `bench.mock_host`.
+
+Every measurement gets a fresh target, so that no run inherits another's logs, caches or
+memory high-water mark, and both systems are started the same way each time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.procfs import cpu_seconds, peak_rss_bytes
+from broker.launcher import BrokerProcess, BrokerStartError, Cluster
+
+MINIBROKER = "minibroker"
+MOCK = "mock"
+SYSTEMS = (MINIBROKER, MOCK)
+
+READY_TIMEOUT = 60.0
+ADMIN_TIMEOUT = 30.0
+MOCK_EXIT_TIMEOUT = 10.0
+
+
+class BenchError(RuntimeError):
+    """A workload failed: the message says what the client reported and, for minibroker, ends
+    with the tail of each node's log."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Cumulative CPU seconds and peak resident memory of the process that serves the data."""
+
+    cpu_seconds: float
+    peak_rss_bytes: int
+
+
+class Minibroker:
+    """A single node (broker and controller in one process) or a 3-broker cluster, with its
+    data in a temporary directory that is removed when it stops."""
+
+    system = MINIBROKER
+
+    def __init__(self, brokers: int, work_dir: Path):
+        self.base_dir = Path(tempfile.mkdtemp(prefix="minibroker-", dir=work_dir))
+        self.node: BrokerProcess | None = None
+        self.cluster: Cluster | None = None
+        if brokers == 1:
+            self.node = BrokerProcess.start(1, self.base_dir / "node-1" / "data")
+            try:
+                self.node.wait_ready(READY_TIMEOUT)
+            except BaseException:
+                self.node.kill()
+                raise
+            self.bootstrap = self.node.bootstrap
+        else:
+            self.cluster = Cluster.start(self.base_dir, brokers=brokers, timeout=READY_TIMEOUT)
+            self.bootstrap = self.cluster.bootstrap
+
+    @property
+    def nodes(self) -> list[BrokerProcess]:
+        return [self.node] if self.node is not None else self.cluster.nodes
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        topic = NewTopic(name, partitions, replication_factor, config=configs)
+        try:
+            admin.create_topics([topic], request_timeout=ADMIN_TIMEOUT)[name].result()
+        except Exception as error:
+            raise BenchError(f"CreateTopics {name}: {error}\n{self.log_tails()}") from error
+
+    def usage(self) -> Usage:
+        """The single node's usage; a cluster's CPU is spread over four processes and is not
+        one of the figures the harness reports."""
+        if self.node is None:
+            raise BenchError("usage is measured on a single node only")
+        return Usage(cpu_seconds(self.node.pid), peak_rss_bytes(self.node.pid))
+
+    def failure(self, what: str) -> BenchError:
+        """A BenchError for `what` went wrong, with what each node logged last."""
+        return BenchError(f"{what}\n{self.log_tails()}")
+
+    def log_tails(self) -> str:
+        return "\n".join(
+            f"--- {node.stderr_path} (last lines):\n{node.log_tail(2000)}" for node in self.nodes
+        )
+
+    def close(self) -> None:
+        """Stop cleanly (a broker that crashes or hangs on the way out is an error worth
+        reporting), then remove the data."""
+        try:
+            if self.node is not None:
+                exit_code = self.node.stop()
+                if exit_code != 0:
+                    raise self.failure(f"broker exited with {exit_code} on SIGTERM")
+            else:
+                exit_codes = self.cluster.stop()
+                unclean = {node: code for node, code in exit_codes.items() if code != 0}
+                if unclean:
+                    raise self.failure(f"nodes exited uncleanly on SIGTERM: {unclean}")
+        except BrokerStartError as hung:
+            raise BenchError(str(hung)) from hung
+        finally:
+            for node in self.nodes:
+                if node.running:
+                    node.kill()
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+class Mock:
+    """librdkafka's mock cluster with `brokers` brokers, in a `bench.mock_host` process.
+
+    Its topics take no configs: the mock has no min.insync.replicas, and answers acks=all as
+    soon as the batch is in the leader's in-memory log (its followers are bookkeeping only).
+    """
+
+    system = MOCK
+
+    def __init__(self, brokers: int, work_dir: Path):
+        self.log_path = Path(tempfile.mkstemp(prefix="mock-", suffix=".log", dir=work_dir)[1])
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bench.mock_host", "--brokers", str(brokers)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        first = self._read_line()
+        if not first.startswith("bootstrap "):
+            self.close()
+            raise BenchError(f"mock host said {first!r}; log:\n{self.log_path.read_text()}")
+        self.bootstrap = first.split(" ", 1)[1]
+
+    def _read_line(self) -> str:
+        line = self.process.stdout.readline()
+        if not line:
+            raise BenchError(f"mock host exited; log:\n{self.log_path.read_text()}")
+        return line.strip()
+
+    def _ask(self, command: str) -> str:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._read_line()
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        answer = self._ask(f"topic {name} {partitions} {replication_factor}")
+        if answer != "ok":
+            raise BenchError(f"mock topic {name}: {answer}")
+
+    def usage(self) -> Usage:
+        cpu, rss = self._ask("usage").split()
+        return Usage(float(cpu), int(rss))
+
+    def failure(self, what: str) -> BenchError:
+        return BenchError(what)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(MOCK_EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+def start(system: str, brokers: int, work_dir: Path) -> Minibroker | Mock:
+    return Minibroker(brokers, work_dir) if system == MINIBROKER else Mock(brokers, work_dir)

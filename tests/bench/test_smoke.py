@@ -1,0 +1,66 @@
+"""The benchmark harness in smoke mode: every row runs against both systems and yields numbers.
+
+This keeps the harness from rotting as the broker changes; it asserts nothing about speed,
+since CI machines are shared and slow in unpredictable ways.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.rows import SMOKE_SIZES, rows
+
+pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+SMOKE_TIMEOUT = 120
+NUMBER = re.compile(r"-?[\d,]*\.?\d+")
+
+
+def table_cells(output: str) -> dict[tuple[str, str], list[str]]:
+    """(row, metric) -> [minibroker, mock, ratio] cells of the markdown table."""
+    cells = {}
+    for line in output.splitlines():
+        columns = [column.strip() for column in line.strip().strip("|").split("|")]
+        if len(columns) == 6 and columns[0] not in ("row", "---"):
+            name, _workload, metric, *figures = columns
+            cells[(name, metric)] = figures
+    return cells
+
+
+def first_number(cell: str) -> float:
+    found = NUMBER.search(cell)
+    assert found is not None, f"no number in {cell!r}"
+    return float(found.group().replace(",", ""))
+
+
+def test_smoke_run_fills_every_row_with_positive_numbers():
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-m", "bench", "--smoke"],
+            cwd=REPOSITORY,
+            capture_output=True,
+            text=True,
+            timeout=SMOKE_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as timeout:
+        pytest.fail(
+            f"python -m bench --smoke ran for more than {SMOKE_TIMEOUT}s:\n{timeout.stderr}"
+        )
+    assert finished.returncode == 0, (
+        f"exit {finished.returncode}; stderr:\n{finished.stderr[-5000:]}"
+    )
+
+    cells = table_cells(finished.stdout)
+    expected = [(row.name, line.metric) for row in rows(SMOKE_SIZES) for line in row.lines]
+    assert sorted(cells) == sorted(expected), finished.stdout
+    for key, figures in cells.items():
+        for figure in figures:
+            assert first_number(figure) > 0, f"{key}: {figures}\n{finished.stdout}"
