@@ -186,6 +186,10 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
+    "auto.leader.rebalance.enable": _Property("auto_leader_rebalance_enable", _parse_bool),
+    "leader.imbalance.check.interval.seconds": _Property(
+        "leader_imbalance_check_interval_ms", _at_least(1), 1000
+    ),
     "inter.broker.listener.name": _Property("inter_broker_listener_name", _parse_listener_name),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
@@ -247,6 +251,8 @@ class BrokerConfig:
     num_replica_fetchers: int = 1
     unclean_leader_election_enable: bool = False
     metrics_port: int | None = None
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
     inter_broker_listener_name: str | None = None
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)

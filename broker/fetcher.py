@@ -82,6 +82,11 @@ class Fetcher:
                 log.info("fetch from broker %d failed: %r; retrying", self.leader_id, error)
                 await self._disconnect()
                 await trio.sleep(backoff)
+            except Exception:
+                # One bad answer must not stop replication of every other partition.
+                log.exception("fetcher for broker %d failed; retrying", self.leader_id)
+                await self._disconnect()
+                await trio.sleep(backoff)
 
     async def _wait_for_work(self) -> None:
         """Sleep until a partition is added or the earliest backed-off one is due."""
@@ -149,7 +154,9 @@ class Fetcher:
 
     async def _fetch_once(self, partitions: list["Partition"]) -> None:
         connection = await self._connect()
-        sent = {partition.key: partition for partition in partitions}
+        # What each partition was when asked for: an answer is applied only if the partition
+        # is still fetched here from this leader at the same epoch (Kafka drops it otherwise).
+        sent = {partition.key: (partition, partition.leader_epoch) for partition in partitions}
         with trio.fail_after(REQUEST_TIMEOUT_S):
             response = await connection.request(self._fetch_request(partitions))
         if response.error_code.value != Error.NONE:
@@ -159,15 +166,22 @@ class Fetcher:
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
-                partition = sent.get(key)
-                # Leadership may have moved while the fetch was in flight.
-                if partition is None or self._partitions.get(key) is not partition:
+                if key not in sent or not self._still_fetching(*sent[key]):
                     continue
-                if partition.leader != self.leader_id:
-                    continue
+                partition, _epoch = sent[key]
                 await self._process_partition(connection, partition, data)
                 # Rotate: fetched partitions go to the back of the queue.
-                self._partitions[key] = self._partitions.pop(key)
+                if key in self._partitions:
+                    self._partitions[key] = self._partitions.pop(key)
+
+    def _still_fetching(self, partition: "Partition", epoch: int) -> bool:
+        """Whether this fetcher still follows ``partition`` from its leader at ``epoch``;
+        leadership may have moved during any await."""
+        return (
+            self._partitions.get(partition.key) is partition
+            and partition.leader == self.leader_id
+            and partition.leader_epoch == epoch
+        )
 
     async def _process_partition(self, connection, partition: "Partition", data) -> None:
         error = data.error_code.value
@@ -219,15 +233,20 @@ class Fetcher:
         partition.clamp_high_watermark()
 
     async def _handle_out_of_range(self, connection, partition: "Partition") -> None:
+        """Kafka's rule: past the leader's end, truncate to it; before the leader's start,
+        start over there; in between (the leader's log start moved meanwhile) just refetch."""
+        epoch = partition.leader_epoch
         leader_end = await self._leader_offset(connection, partition, LATEST)
         leader_start = await self._leader_offset(connection, partition, EARLIEST)
+        if not self._still_fetching(partition, epoch):
+            return
         if leader_end is None or leader_start is None:
             self._back_off({partition.key: partition})
             return
         if partition.log.log_end_offset > leader_end:
             log.warning("truncating %s-%d to the leader's end %d", *partition.key, leader_end)
             partition.log.truncate_to(leader_end)
-        else:
+        elif partition.log.log_end_offset < leader_start:
             log.warning(
                 "%s-%d is behind the leader's log start %d: restarting there",
                 *partition.key,

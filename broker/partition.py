@@ -61,6 +61,8 @@ class Partition:
     isr_change_in_flight: bool = False
     # Follower only: the leader's HW minus this log's end, as of the last fetch response.
     fetch_lag: int | None = None
+    # A replica whose addition to the ISR is in flight: the HW already waits for it.
+    joining: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -108,6 +110,7 @@ class Partition:
         self.isr = list(isr)
         self.replicas = list(replicas)
         self.isr_change_in_flight = False
+        self.joining = None
         self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
         self.followers = {
             replica: FollowerProgress(last_caught_up_ms=now_ms if replica in isr else 0)
@@ -131,6 +134,7 @@ class Partition:
         self.replicas = list(replicas)
         self.followers = {}
         self.isr_change_in_flight = False
+        self.joining = None
         self.clamp_high_watermark()
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
@@ -146,7 +150,8 @@ class Partition:
         if not self.is_leader:
             return False
         offsets = [self.log.log_end_offset]
-        for replica in self.isr:
+        members = self.isr if self.joining is None else [*self.isr, self.joining]
+        for replica in members:
             if replica != self.local_id:
                 progress = self.followers.get(replica)
                 offsets.append(progress.log_end_offset if progress else UNKNOWN_OFFSET)

@@ -66,6 +66,7 @@ class ReplicaManager:
         # registered: until then client requests wait, as a KRaft broker keeps its client
         # listeners closed until it is unfenced.
         self.ready = trio.Event()
+        self._state_change_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         checkpointed = self._read_high_watermarks()
         for partition_log in log_manager.logs():
@@ -145,82 +146,88 @@ class ReplicaManager:
     async def apply_leader_and_isr(self, request) -> dict[tuple[str, int], Error]:
         """Make this broker leader or follower of each partition the request names.
 
-        Only a newer leader epoch (or, at the same leader epoch, a newer partition epoch)
-        changes a partition; an older one is refused with STALE_CONTROLLER_EPOCH, as Kafka does.
+        Requests are applied one at a time (Kafka's replicaStateChangeLock): fetching a new
+        topic's configs awaits the controller, and a retried or newer request must not
+        interleave with it. Only a newer leader epoch changes a partition's role; at the same
+        leader epoch a newer partition epoch updates the ISR alone (an ISR change the
+        controller made, or one whose AlterPartition answer this leader missed). Anything
+        older is refused with STALE_CONTROLLER_EPOCH, as Kafka does.
         """
-        for leader in request.live_leaders:
-            self.metadata.remember_broker(
-                BrokerEndpoint(leader.broker_id, leader.host_name, leader.port)
-            )
-        results: dict[tuple[str, int], Error] = {}
-        for topic_state in request.topic_states:
-            configs = None
-            for state in topic_state.partition_states:
-                key = (topic_state.topic_name, state.partition_index)
-                if self.config.node_id not in state.replicas:
-                    results[key] = Error.NONE
-                    continue
-                partition = self._partitions.get(key)
-                if partition is None or partition.topic_id != topic_state.topic_id:
-                    if configs is None:
-                        configs = await self._topic_configs(topic_state.topic_name)
-                    partition = self._create_replica(topic_state, state.partition_index, configs)
-                newer = state.leader_epoch > partition.leader_epoch or (
-                    state.leader_epoch == partition.leader_epoch
-                    and state.partition_epoch > partition.partition_epoch
+        async with self._state_change_lock:
+            for leader in request.live_leaders:
+                self.metadata.remember_broker(
+                    BrokerEndpoint(leader.broker_id, leader.host_name, leader.port)
                 )
-                if not newer:
-                    results[key] = Error.STALE_CONTROLLER_EPOCH
-                    continue
-                isr, replicas = list(state.isr), list(state.replicas)
-                if state.leader == self.config.node_id:
-                    self.fetchers.remove(key)
-                    partition.become_leader(
-                        state.leader_epoch, state.partition_epoch, isr, replicas, self.clock_ms()
-                    )
-                    partition.maybe_advance_high_watermark()
-                    log.info(
-                        "leader of %s-%d at epoch %d, ISR %s",
-                        *key,
-                        state.leader_epoch,
-                        isr,
-                    )
-                else:
-                    partition.become_follower(
-                        state.leader, state.leader_epoch, state.partition_epoch, isr, replicas
-                    )
-                    if state.leader >= 0:
-                        self.fetchers.add(partition)
-                    else:
-                        self.fetchers.remove(key)
-                    log.info(
-                        "follower of %s-%d at epoch %d (leader %d)",
-                        *key,
-                        state.leader_epoch,
-                        state.leader,
-                    )
-                self.notify(partition)
-                results[key] = Error.NONE
-        self._first_leader_and_isr.set()
-        return results
+            results: dict[tuple[str, int], Error] = {}
+            for topic_state in request.topic_states:
+                configs = None
+                for state in topic_state.partition_states:
+                    key = (topic_state.topic_name, state.partition_index)
+                    if self.config.node_id not in state.replicas:
+                        results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                        continue
+                    partition = self._partitions.get(key)
+                    if partition is None or partition.topic_id != topic_state.topic_id:
+                        if configs is None:
+                            configs = await self._topic_configs(topic_state.topic_name)
+                        partition = self._create_replica(
+                            topic_state, state.partition_index, configs
+                        )
+                    results[key] = self._apply_partition_state(partition, state)
+            self._first_leader_and_isr.set()
+            return results
+
+    def _apply_partition_state(self, partition: Partition, state) -> Error:
+        key = partition.key
+        if state.leader_epoch < partition.leader_epoch or (
+            state.leader_epoch == partition.leader_epoch
+            and state.partition_epoch <= partition.partition_epoch
+        ):
+            return Error.STALE_CONTROLLER_EPOCH
+        isr, replicas = list(state.isr), list(state.replicas)
+        if state.leader_epoch == partition.leader_epoch and state.leader == partition.leader:
+            partition.isr = isr
+            partition.partition_epoch = state.partition_epoch
+            partition.maybe_advance_high_watermark()
+        elif state.leader == self.config.node_id:
+            self.fetchers.remove(key)
+            partition.become_leader(
+                state.leader_epoch, state.partition_epoch, isr, replicas, self.clock_ms()
+            )
+            partition.maybe_advance_high_watermark()
+            log.info("leader of %s-%d at epoch %d, ISR %s", *key, state.leader_epoch, isr)
+        else:
+            partition.become_follower(
+                state.leader, state.leader_epoch, state.partition_epoch, isr, replicas
+            )
+            if state.leader >= 0:
+                self.fetchers.add(partition)
+            else:
+                self.fetchers.remove(key)
+            log.info(
+                "follower of %s-%d at epoch %d (leader %d)", *key, state.leader_epoch, state.leader
+            )
+        self.notify(partition)
+        return Error.NONE
 
     def _create_replica(self, topic_state, index: int, configs: dict[str, str]) -> Partition:
-        key = (topic_state.topic_name, index)
-        old = self._partitions.pop(key, None)
-        if old is not None:
+        """A new replica; a topic recreated under a new id first loses every old partition."""
+        name = topic_state.topic_name
+        stale = [
+            key
+            for key, partition in self._partitions.items()
+            if key[0] == name and (key[1] == index or partition.topic_id != topic_state.topic_id)
+        ]
+        for key in stale:
+            old = self._partitions.pop(key)
+            old.leader = -1  # parked requests on it now answer NOT_LEADER_OR_FOLLOWER
             self.fetchers.remove(key)
             self.notify(old)
         partition_log = self.log_manager.ensure_log(
-            topic_state.topic_name, topic_state.topic_id, index, configs, now_ms=self.clock_ms()
+            name, topic_state.topic_id, index, configs, now_ms=self.clock_ms()
         )
-        partition = Partition(
-            topic_state.topic_name,
-            topic_state.topic_id,
-            index,
-            partition_log,
-            self.config.node_id,
-        )
-        self._partitions[key] = partition
+        partition = Partition(name, topic_state.topic_id, index, partition_log, self.config.node_id)
+        self._partitions[(name, index)] = partition
         return partition
 
     async def _topic_configs(self, topic: str) -> dict[str, str]:
@@ -281,8 +288,11 @@ class ReplicaManager:
         """Note a follower's position; move the HW and grow the ISR as Kafka's leader does."""
         if partition.record_follower_fetch(replica_id, fetch_offset, self.clock_ms()):
             self.notify(partition)
-        if replica_id in partition.followers_ready_to_join():
-            self._request_isr_change(partition, sorted({*partition.isr, replica_id}))
+        joining = replica_id in partition.followers_ready_to_join() and self._is_live(replica_id)
+        if joining and self._request_isr_change(partition, sorted({*partition.isr, replica_id})):
+            # Kafka's "maximal ISR": the HW waits for a joining replica from now on, so that
+            # nothing it lacks is acknowledged while the expansion is in flight.
+            partition.joining = replica_id
 
     async def _maintain_isr(self) -> None:
         """Shrink the ISR of followers that stopped catching up (replica.lag.time.max.ms)."""
@@ -305,11 +315,17 @@ class ReplicaManager:
                         partition, [r for r in partition.isr if r not in lagging]
                     )
 
-    def _request_isr_change(self, partition: Partition, new_isr: list[int]) -> None:
+    def _is_live(self, node_id: int) -> bool:
+        """Whether the controller's last word lists the broker as live (not fenced)."""
+        return node_id in self.metadata.brokers
+
+    def _request_isr_change(self, partition: Partition, new_isr: list[int]) -> bool:
+        """Send an AlterPartition unless one is in flight; True when one was sent."""
         if partition.isr_change_in_flight or new_isr == partition.isr or self._nursery is None:
-            return
+            return False
         partition.isr_change_in_flight = True
         self._nursery.start_soon(self._alter_partition, partition, new_isr)
+        return True
 
     async def _alter_partition(self, partition: Partition, new_isr: list[int]) -> None:
         leader_epoch = partition.leader_epoch
@@ -338,9 +354,8 @@ class ReplicaManager:
             response = await self.controller.request(request)
         except ControllerUnavailable as error:
             log.warning("AlterPartition for %s-%d failed: %s", *partition.key, error)
-            partition.isr_change_in_flight = False
+            await self._retry_isr_change_later(partition)
             return
-        partition.isr_change_in_flight = False
         (topic,) = response.topics
         (result,) = topic.partitions
         if result.error_code.value != Error.NONE:
@@ -350,7 +365,10 @@ class ReplicaManager:
                 *partition.key,
                 result.error_code.name,
             )
+            await self._retry_isr_change_later(partition)
             return
+        partition.isr_change_in_flight = False
+        partition.joining = None
         if partition.is_leader and partition.leader_epoch == result.leader_epoch:
             if set(result.isr) < set(partition.isr):
                 self.metrics.isr_shrinks.inc()
@@ -368,6 +386,13 @@ class ReplicaManager:
             now_ms, {partition.key: partition.high_watermark for partition in self.partitions()}
         )
 
+    async def _retry_isr_change_later(self, partition: Partition) -> None:
+        """Back off before the next AlterPartition for this partition, so a refusal (a stale
+        partition epoch until the controller's LeaderAndIsr arrives) is not retried in a loop."""
+        await trio.sleep(self.config.replica_fetch_backoff_ms / 1000)
+        partition.isr_change_in_flight = False
+        partition.joining = None
+
     # -- high watermark checkpoint -------------------------------------------------------
 
     def _read_high_watermarks(self) -> dict[tuple[str, int], int]:
@@ -382,8 +407,7 @@ class ReplicaManager:
             Path(directory): {} for directory in self.log_manager.log_dirs
         }
         for partition in self.partitions():
-            directory = self.log_manager.log_dir_of(*partition.key)
-            per_dir[Path(directory)][partition.key] = partition.high_watermark
+            per_dir[partition.log.directory.parent][partition.key] = partition.high_watermark
         for directory, offsets in per_dir.items():
             write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT, offsets)
 

@@ -118,9 +118,11 @@ class BrokerServer:
             try:
                 await self._serve(listeners, signals, task_status)
             finally:
-                if self.replicas is not None:
-                    self.replicas.close()
-                self.log_manager.close()
+                try:
+                    if self.replicas is not None:
+                        self.replicas.close()
+                finally:
+                    self.log_manager.close()
                 log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
 
     async def _serve(self, listeners, signals, task_status) -> None:

@@ -403,12 +403,16 @@ class PartitionLog:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def _validated(self, records: bytes) -> list[BatchHeader]:
-        """Headers of `records` after the checks every append makes; nothing is written."""
+    def _intact(self, records: bytes) -> list[BatchHeader]:
+        """Headers of `records` once framing, magic and CRC are checked; nothing is written."""
         try:
-            headers = validate_batches(records)
+            return validate_batches(records)
         except InvalidRecordBatch as error:
             raise CorruptRecordError(f"{self.name}: {error}") from None
+
+    def _validated(self, records: bytes) -> list[BatchHeader]:
+        """Headers of a producer's `records` after the size checks too; nothing is written."""
+        headers = self._intact(records)
         for header in headers:
             if header.size > self.config.max_message_bytes:
                 raise RecordTooLargeError(
@@ -494,8 +498,10 @@ class PartitionLog:
 
         The batches must start at or after the log end offset and move forward; otherwise
         UnexpectedAppendOffsetError (the fetcher must truncate first) and nothing is written.
+        Sizes are not checked, as Kafka skips them for replication: the leader accepted these
+        batches, and a read may span segments, so one fetch can exceed segment.bytes.
         """
-        headers = self._validated(records)
+        headers = self._intact(records)
         next_allowed = self._log_end_offset
         for header in headers:
             if header.base_offset < next_allowed:

@@ -337,11 +337,6 @@ class LogManager:
     def logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
-    def log_dir_of(self, topic: str, partition: int) -> Path:
-        """The log dir holding a hosted partition (KeyError if it is not hosted): each log dir
-        has its own checkpoints, the replica manager's high watermarks among them."""
-        return self._logs[topic, partition].directory.parent
-
     def ensure_log(
         self,
         topic: str,

@@ -60,7 +60,7 @@ class _Reader:
         self.ctx = ctx
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
-        self.record_progress = record_progress and self.replica_id >= 0
+        self.record_progress = record_progress
         self.remaining = request.max_bytes
         self.total_bytes = 0
         self.has_error = False
@@ -93,13 +93,19 @@ class _Reader:
 
     def read_partition(self, partition, fetch_partition) -> dict:
         index = fetch_partition.partition
-        follower = self.replica_id >= 0
+        # Only a replica the leader knows reads past the HW; any other replica id is served
+        # as a consumer, so a client cannot see unreplicated records by claiming one.
+        follower = self.replica_id in partition.followers
         if follower and (diverging := _diverging_epoch(partition, fetch_partition)) is not None:
             self.has_error = True
             entry = _entry(index, Error.NONE, partition)
             entry["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
             return entry
-        if self.record_progress and fetch_partition.fetch_offset <= partition.log.log_end_offset:
+        if (
+            follower
+            and self.record_progress
+            and fetch_partition.fetch_offset <= partition.log.log_end_offset
+        ):
             self.ctx.replicas.record_follower_fetch(
                 partition, self.replica_id, fetch_partition.fetch_offset
             )

@@ -133,7 +133,13 @@ class ControllerService:
         )
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            # Decisions saved by the previous controller may not have reached every broker
+            # before it stopped: a new controller tells every live broker everything, as
+            # Kafka's does when it takes over (brokers ignore what they already applied).
+            self._propagate(self._all_partitions())
             nursery.start_soon(self._watch_liveness)
+            if self.config.auto_leader_rebalance_enable:
+                nursery.start_soon(self._rebalance_leaders)
             task_status.started()
 
     async def _watch_liveness(self) -> None:
@@ -148,6 +154,17 @@ class ControllerService:
             )
             if fenced:
                 log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
+                self.store.save(self.state)
+                self._propagate(changes)
+
+    async def _rebalance_leaders(self) -> None:
+        """Kafka's auto leader rebalance: after failovers, leadership piles up on the brokers
+        that stayed up; move it back to each partition's preferred replica when it is in sync."""
+        while True:
+            await trio.sleep(self.config.leader_imbalance_check_interval_ms / 1000)
+            changes = transitions.elect_preferred_leaders(self.state)
+            if changes:
+                log.info("moving leadership of %d partition(s) back to preferred", len(changes))
                 self.store.save(self.state)
                 self._propagate(changes)
 
@@ -187,6 +204,13 @@ class ControllerService:
         for node_id in self.state.live_brokers():
             events.append(self._channel(node_id).enqueue(update(node_id)))
         return events
+
+    def _all_partitions(self) -> list[PartitionChange]:
+        return [
+            PartitionChange(topic.name, index, partition)
+            for topic in self.state.topics.values()
+            for index, partition in enumerate(topic.partitions)
+        ]
 
     @staticmethod
     def _replicas_of(topic: TopicState) -> set[int]:
@@ -365,7 +389,7 @@ class ControllerService:
 
     async def alter_partition(self, request) -> dict:
         topics = []
-        changed = False
+        changes: list[PartitionChange] = []
         for topic in request.topics:
             partitions = []
             for data in topic.partitions:
@@ -393,7 +417,9 @@ class ControllerService:
                         }
                     )
                     continue
-                changed = True
+                if new_state.partition_epoch != data.partition_epoch:
+                    topic_name = self.state.topic_by_id(topic.topic_id).name
+                    changes.append(PartitionChange(topic_name, data.partition_index, new_state))
                 partitions.append(
                     {
                         "partition_index": data.partition_index,
@@ -406,9 +432,11 @@ class ControllerService:
                     }
                 )
             topics.append({"topic_id": topic.topic_id, "partitions": partitions})
-        if changed:
+        if changes:
             self.store.save(self.state)
-            self._propagate([])
+            # The leader learns the result from this answer; LeaderAndIsr tells it too, in
+            # case the answer is lost, and tells the followers.
+            self._propagate(changes)
         return {"error_code": Error.NONE, "topics": topics}
 
     async def create_topics(self, request) -> dict:
