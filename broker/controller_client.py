@@ -86,7 +86,6 @@ class ControllerClient:
         # Forwarded admin requests wait at the controller for the brokers to apply them, and
         # applying may need the controller (topic configs): they get their own connection.
         self._forwarding = _Channel(config, f"broker-{config.node_id}-forwarding")
-        self.registered = trio.Event()
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         """Send a request to the controller; raises ControllerUnavailable."""
@@ -173,7 +172,6 @@ class ControllerClient:
                 continue
             self.broker_epoch = response.broker_epoch
             log.info("registered with the controller, broker epoch %d", self.broker_epoch)
-            self.registered.set()
             return
 
 

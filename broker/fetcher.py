@@ -25,6 +25,7 @@ from protocol.framing import FrameError
 from protocol.versions import ApiKey
 from storage.errors import StorageError
 
+from .apis.list_offsets import EARLIEST, LATEST
 from .client import NodeConnection
 from .controller_client import build_request
 
@@ -36,8 +37,6 @@ log = logging.getLogger("fetcher")
 
 RESPONSE_MAX_BYTES = 10 * 1024 * 1024
 REQUEST_TIMEOUT_S = 30.0
-LATEST = -1
-EARLIEST = -2
 
 
 class Fetcher:
@@ -60,10 +59,6 @@ class Fetcher:
     def remove(self, key: tuple[str, int]) -> None:
         self._partitions.pop(key, None)
         self._delayed_until.pop(key, None)
-
-    @property
-    def idle(self) -> bool:
-        return not self._partitions
 
     @property
     def _config(self):

@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 
 from protocol.errors import Error
-from protocol.versions import ApiKey
+from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
 from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from storage.log import LogConfig
 from storage.log_manager import LogManager
@@ -31,7 +31,6 @@ from .purgatory import Watchers
 log = logging.getLogger("replicas")
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
-TOPIC_RESOURCE = 2
 
 
 def wall_clock_ms() -> int:
@@ -237,7 +236,7 @@ class ReplicaManager:
             {
                 "resources": [
                     {
-                        "resource_type": TOPIC_RESOURCE,
+                        "resource_type": TOPIC_RESOURCE_TYPE,
                         "resource_name": topic,
                         "configuration_keys": None,
                     }

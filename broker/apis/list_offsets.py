@@ -23,7 +23,8 @@ def _lookup(partition, timestamp: int, isolation_level: int, replica_id: int) ->
         return -1, end
     if timestamp == MAX_TIMESTAMP:
         found = log.max_timestamp()
-        if found is None:
+        if found is None or found[0] >= partition.high_watermark:
+            # Never point a consumer above the HW (Kafka bounds this lookup by it too).
             return -1, -1
         offset, max_ts = found
         return max_ts, offset

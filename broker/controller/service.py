@@ -22,7 +22,7 @@ import trio
 from protocol import codec
 from protocol.errors import Error
 from protocol.framing import FrameError
-from protocol.versions import ApiKey
+from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
 from storage.log import LogConfig
 from storage.producer_ids import ProducerIdAllocator
 
@@ -39,7 +39,6 @@ STATE_FILE = "controller-state.json"
 CHANNEL_REQUEST_TIMEOUT_S = 10.0
 CHANNEL_RETRY_BACKOFF_S = 0.2
 
-TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 
 
@@ -556,7 +555,7 @@ class ControllerService:
                 "resource_name": resource.resource_name,
                 "configs": [],
             }
-            if resource.resource_type == TOPIC_RESOURCE:
+            if resource.resource_type == TOPIC_RESOURCE_TYPE:
                 topic = self.state.topics.get(resource.resource_name)
                 if topic is None:
                     result["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
