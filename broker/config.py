@@ -164,6 +164,7 @@ _PROPERTIES: dict[str, _Property] = {
     ),
     "log.message.timestamp.type": _Property("log_message_timestamp_type", _parse_timestamp_type),
     "message.max.bytes": _Property("message_max_bytes", _at_least(0)),
+    "fetch.max.bytes": _Property("fetch_max_bytes", _at_least(1024)),
     "num.partitions": _Property("num_partitions", _at_least(1)),
     "default.replication.factor": _Property("default_replication_factor", _at_least(1)),
     "auto.create.topics.enable": _Property("auto_create_topics_enable", _parse_bool),
@@ -231,6 +232,8 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_message_timestamp_type: str = "CreateTime"
     message_max_bytes: int = 1_048_588
+    # Kafka's default is 55 MiB; see the README's architecture notes for why it is smaller.
+    fetch_max_bytes: int = 4 * 1024 * 1024
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = True

@@ -35,7 +35,7 @@ from .replica_manager import ReplicaManager, wall_clock_ms
 
 log = logging.getLogger("server")
 
-RECEIVE_SIZE = 256 * 1024
+RECEIVE_SIZE = 1024 * 1024
 SHUTDOWN_GRACE_SECONDS = 10.0
 
 

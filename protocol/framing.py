@@ -54,7 +54,8 @@ class FrameDecoder:
         if available < 4 + size:
             return None
         begin = self._start + 4
-        frame = bytes(self._buffer[begin : begin + size])
+        with memoryview(self._buffer) as view:
+            frame = bytes(view[begin : begin + size])
         self._start = begin + size
         if self._start > 1 << 20:
             del self._buffer[: self._start]

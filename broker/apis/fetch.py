@@ -61,7 +61,8 @@ class _Reader:
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
         self.record_progress = record_progress
-        self.remaining = request.max_bytes
+        # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
+        self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
         self.total_bytes = 0
         self.has_error = False
         self.watched: list[tuple[str, int]] = []
