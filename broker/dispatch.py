@@ -8,7 +8,8 @@ import time
 
 from protocol import codec
 from protocol.errors import Error
-from protocol.framing import RequestHeader, frame_response
+from protocol.fetch_response import encode_fetch_response
+from protocol.framing import RequestHeader, frame_response_header
 from protocol.versions import ApiKey, supported_versions
 
 from .apis import (
@@ -74,19 +75,30 @@ class UnsupportedRequest(Exception):
     """An API key or version we do not serve; Kafka closes the connection for these."""
 
 
-def _encode(header: RequestHeader, api_version: int, data) -> bytes:
-    if isinstance(data, dict):
-        body = codec.encode_response(header.api_key, api_version, data)
-    else:
-        body = codec.encode_entity(data)
+def _encode(header: RequestHeader, api_version: int, data) -> list:
+    """The response frame as a list of buffers, sent in order.
+
+    Fetch responses come from the hand-written encoder whenever it covers them, with each
+    record set as the very object read from the log; everything else goes through kio.
+    """
     flexible = codec.response_uses_flexible_header(header.api_key, api_version)
-    return frame_response(header.correlation_id, body, flexible_header=flexible)
+    chunks = None
+    if header.api_key == ApiKey.FETCH and isinstance(data, dict):
+        chunks = encode_fetch_response(api_version, data)
+    if chunks is None:
+        if isinstance(data, dict):
+            chunks = [codec.encode_response(header.api_key, api_version, data)]
+        else:
+            chunks = [codec.encode_entity(data)]
+    size = sum(len(chunk) for chunk in chunks)
+    return [frame_response_header(header.correlation_id, size, flexible_header=flexible), *chunks]
 
 
 async def dispatch(
     header: RequestHeader, frame: bytes, body_offset: int, make_context
-) -> bytes | None:
-    """Answer one request; None means no response is sent (acks=0).
+) -> list | None:
+    """Answer one request with the buffers of its response frame; None means no response
+    is sent (acks=0).
 
     ``make_context`` builds the RequestContext for this header, so the connection layer stays
     ignorant of what handlers need.

@@ -126,11 +126,12 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def frame_response(correlation_id: int, body: bytes, *, flexible_header: bool) -> bytes:
-    """Prefix a response body with its header (v0, or v1 with an empty tag buffer) and size."""
+def frame_response_header(correlation_id: int, body_size: int, *, flexible_header: bool) -> bytes:
+    """The size prefix and response header (v0, or v1 with an empty tag buffer) that go in
+    front of a body of ``body_size`` bytes; the body itself is sent as it is."""
     if flexible_header:
-        return struct.pack(">iib", len(body) + 5, correlation_id, 0) + body
-    return struct.pack(">ii", len(body) + 4, correlation_id) + body
+        return struct.pack(">iib", body_size + 5, correlation_id, 0)
+    return struct.pack(">ii", body_size + 4, correlation_id)
 
 
 def frame_request(

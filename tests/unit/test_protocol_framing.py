@@ -13,7 +13,7 @@ from protocol import codec
 from protocol.framing import (
     FrameDecoder,
     FrameError,
-    frame_response,
+    frame_response_header,
     parse_request_header,
     skip_tagged_fields,
 )
@@ -80,8 +80,8 @@ def test_short_request_is_a_frame_error():
 
 
 def test_response_headers():
-    assert frame_response(9, b"xy", flexible_header=False) == struct.pack(">ii", 6, 9) + b"xy"
-    assert frame_response(9, b"xy", flexible_header=True) == struct.pack(">iib", 7, 9, 0) + b"xy"
+    assert frame_response_header(9, 2, flexible_header=False) == struct.pack(">ii", 6, 9)
+    assert frame_response_header(9, 2, flexible_header=True) == struct.pack(">iib", 7, 9, 0)
 
 
 def test_build_ignores_fields_the_version_lacks_and_defaults_the_rest():

@@ -1,0 +1,99 @@
+"""The hand-written Fetch response encoder is byte-identical to kio's, at every version."""
+
+import uuid
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import codec
+from protocol.fetch_response import encode_fetch_response
+from protocol.versions import BROKER_VERSIONS, ApiKey
+
+LOW, HIGH = BROKER_VERSIONS[ApiKey.FETCH]
+
+partitions = st.fixed_dictionaries(
+    {
+        "partition_index": st.integers(0, 2**31 - 1),
+        "error_code": st.sampled_from([0, 1, 3, 6, 74, 100]),
+        "high_watermark": st.integers(-1, 2**63 - 1),
+        "last_stable_offset": st.integers(-1, 2**63 - 1),
+        "log_start_offset": st.integers(-1, 2**63 - 1),
+        "aborted_transactions": st.none(),
+        "preferred_read_replica": st.integers(-1, 5),
+        "records": st.one_of(st.none(), st.binary(max_size=300)),
+    }
+)
+topics = st.fixed_dictionaries(
+    {
+        "topic": st.text(st.sampled_from("abc-_.XYZ019"), min_size=1, max_size=20),
+        "topic_id": st.uuids().filter(lambda u: u.int != 0),
+        "partitions": st.lists(partitions, max_size=4),
+    }
+)
+responses = st.fixed_dictionaries(
+    {
+        "error_code": st.sampled_from([0, 70]),
+        "session_id": st.integers(0, 2**31 - 1),
+        "responses": st.lists(topics, max_size=3),
+    }
+)
+
+
+@settings(max_examples=300)
+@given(st.integers(LOW, HIGH), responses)
+def test_byte_identical_to_kio(version, data):
+    chunks = encode_fetch_response(version, data)
+    assert chunks is not None
+    assert b"".join(bytes(chunk) for chunk in chunks) == codec.encode_response(
+        ApiKey.FETCH, version, data
+    )
+
+
+def test_record_sets_are_passed_through_not_copied():
+    records = b"r" * 1000
+    data = {
+        "responses": [
+            {
+                "topic": "t",
+                "topic_id": uuid.uuid4(),
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "high_watermark": 5,
+                        "last_stable_offset": 5,
+                        "log_start_offset": 0,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": records,
+                    }
+                ],
+            }
+        ]
+    }
+    assert any(chunk is records for chunk in encode_fetch_response(HIGH, data))
+
+
+def test_a_diverging_epoch_falls_back_to_kio():
+    data = {
+        "responses": [
+            {
+                "topic": "t",
+                "topic_id": uuid.uuid4(),
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "high_watermark": 5,
+                        "last_stable_offset": 5,
+                        "log_start_offset": 0,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": b"",
+                        "diverging_epoch": {"epoch": 3, "end_offset": 4},
+                    }
+                ],
+            }
+        ]
+    }
+    assert encode_fetch_response(12, data) is None
