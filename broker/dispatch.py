@@ -4,6 +4,7 @@ The handler table is keyed by API key and covers every key in protocol.versions;
 accepts is the table of its roles (the same one ApiVersions advertises).
 """
 
+import logging
 import time
 
 from protocol import codec
@@ -13,6 +14,7 @@ from protocol.framing import RequestHeader, frame_response_header
 from protocol.versions import ApiKey, supported_versions
 
 from .apis import (
+    CloseConnection,
     RequestContext,
     api_versions,
     configs,
@@ -26,6 +28,9 @@ from .apis import (
     producer_ids,
     topics,
 )
+from .apis.errors import error_response
+
+log = logging.getLogger("dispatch")
 
 HANDLERS = {
     ApiKey.PRODUCE: produce.handle,
@@ -115,9 +120,22 @@ async def dispatch(
     request = codec.decode_request(key, version, frame, body_offset)
     if key in CLIENT_APIS and ctx.replicas is not None:
         await ctx.replicas.ready.wait()
-    data = await HANDLERS[key](ctx, request)
-    response = None if data is None else _encode(header, version, data)
     name = _REQUEST_NAMES[key]
+    try:
+        data = await HANDLERS[key](ctx, request)
+    except CloseConnection:
+        raise
+    except Exception as failure:
+        if key == ApiKey.PRODUCE and request.acks == 0:
+            raise CloseConnection(f"produce with acks=0 failed: {failure!r}") from failure
+        error = (
+            Error.KAFKA_STORAGE_ERROR
+            if isinstance(failure, OSError)
+            else Error.UNKNOWN_SERVER_ERROR
+        )
+        log.exception("%s v%d failed; answering %s", name, version, error.name)
+        data = error_response(key, request, error)
+    response = None if data is None else _encode(header, version, data)
     ctx.metrics.requests.labels(name).inc()
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
     if isinstance(data, dict):

@@ -17,7 +17,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from .versions import ApiKey
 
@@ -135,6 +135,8 @@ def _plan(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None, Any], ...]
             converter = _SCALAR_CONVERTERS.get(field.metadata.get("kafka_type", ""))
         if has_default:
             fallback = _USE_SCHEMA_DEFAULT
+        elif is_optional(field):
+            fallback = None  # a nullable field left out is null
         else:
             fallback = _IMPLICIT_VALUES.get(field.name, _REQUIRED)
         steps.append((field.name, converter, fallback))
@@ -163,8 +165,8 @@ def build(cls: type, data: dict[str, Any]) -> Any:
     """Build a kio entity of ``cls`` from a version-neutral description.
 
     Keys the class does not have are ignored; fields missing from ``data`` take the schema
-    default (an empty tuple for arrays, zero throttle time). A required scalar that is missing
-    is a bug in the handler and raises KeyError naming it.
+    default (an empty tuple for arrays, null for nullable fields, zero throttle time). A
+    required scalar that is missing is a bug in the handler and raises KeyError naming it.
     """
     kwargs = {}
     for name, converter, fallback in _plan(cls):

@@ -23,6 +23,7 @@ async def handle_create(ctx: RequestContext, request):
             "topics": [
                 {
                     "name": topic.name,
+                    "topic_id": None,
                     "error_code": failure.error,
                     "error_message": str(failure),
                     "num_partitions": -1,

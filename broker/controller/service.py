@@ -623,6 +623,7 @@ def _endpoints(broker) -> list[dict]:
 def _topic_error(name: str, error: int, message: str) -> dict:
     return {
         "name": name,
+        "topic_id": None,
         "error_code": error,
         "error_message": message,
         "num_partitions": -1,

@@ -1,0 +1,35 @@
+"""Admin requests from real clients, errors included: CreateTopics and DeleteTopics."""
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
+from kafka.errors import TopicAlreadyExistsError
+
+
+def test_kafka_python_sees_topic_already_exists(broker):
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        topics = {"twice": {"num_partitions": 2, "replication_factor": 1}}
+        admin.create_topics(topics, timeout_ms=10000)
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics(topics, timeout_ms=10000)
+        admin.delete_topics(["twice"])
+        assert "twice" not in admin.list_topics()
+    finally:
+        admin.close()
+
+
+def test_confluent_admin_errors_and_deletion(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("made", 1, 1)])["made"].result(15)
+    again = admin.create_topics([NewTopic("made", 1, 1)])["made"]
+    with pytest.raises(Exception) as refused:
+        again.result(15)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    too_many = admin.create_topics([NewTopic("replicated", 1, 3)])["replicated"]
+    with pytest.raises(Exception) as invalid:
+        too_many.result(15)
+    assert invalid.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+    admin.delete_topics(["made"])["made"].result(15)
+    assert "made" not in admin.list_topics(timeout=10).topics
