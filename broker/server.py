@@ -126,34 +126,38 @@ class BrokerServer:
                 log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
 
     async def _serve(self, listeners, signals, task_status) -> None:
-        async with trio.open_nursery() as connections:
-            async with trio.open_nursery() as control:
-                if self.config.is_controller:
-                    self.controller = ControllerService(
-                        self.config, self.cluster_id, wall_clock_ms, self.metrics
-                    )
-                    await control.start(self.controller.run)
-                controller_client = None
-                if self.config.is_broker:
-                    controller_client = ControllerClient(self.config, self.cluster_id)
-                    self.replicas = ReplicaManager(
-                        self.config, self.log_manager, controller_client, self.metrics
-                    )
-                    await control.start(self.replicas.run)
-                self.metrics.watch(self.replicas, self.controller)
-                if self.config.metrics_port is not None:
-                    await control.start(
-                        serve_metrics,
-                        self.metrics,
-                        self.config.listeners[0].host,
-                        self.config.metrics_port,
-                    )
-                control.start_soon(self._accept, listeners, connections)
-                control.start_soon(self._periodic_tasks)
+        """Run everything until a signal, then drain client connections while the replica
+        manager and the controller still run (so parked requests can complete), and only
+        then stop those."""
+        async with trio.open_nursery() as control:
+            if self.config.is_controller:
+                self.controller = ControllerService(
+                    self.config, self.cluster_id, wall_clock_ms, self.metrics
+                )
+                await control.start(self.controller.run)
+            controller_client = None
+            if self.config.is_broker:
+                controller_client = ControllerClient(self.config, self.cluster_id)
+                self.replicas = ReplicaManager(
+                    self.config, self.log_manager, controller_client, self.metrics
+                )
+                await control.start(self.replicas.run)
+            self.metrics.watch(self.replicas, self.controller)
+            if self.config.metrics_port is not None:
+                await control.start(
+                    serve_metrics,
+                    self.metrics,
+                    self.config.listeners[0].host,
+                    self.config.metrics_port,
+                )
+            control.start_soon(self._periodic_tasks)
+            if controller_client is not None:
+                control.start_soon(controller_client.run)
+            async with trio.open_nursery() as connections:
+                accepting = trio.CancelScope()
+                control.start_soon(self._accept, listeners, connections, accepting)
                 for listener in self.config.listeners:
                     log.info("listening on %s://%s:%d", listener.name, listener.host, listener.port)
-                if controller_client is not None:
-                    control.start_soon(controller_client.run)
                 log.info(
                     "started node %d as %s (cluster %s)",
                     self.config.node_id,
@@ -164,27 +168,29 @@ class BrokerServer:
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     break
-                control.cancel_scope.cancel()
-            for _name, sockets in listeners:
-                for socket_listener in sockets:
-                    await socket_listener.aclose()
-            self._stopping = True
-            for scope in list(self._idle_reads):
-                scope.cancel()
-            connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
+                accepting.cancel()
+                for _name, sockets in listeners:
+                    for socket_listener in sockets:
+                        await socket_listener.aclose()
+                self._stopping = True
+                for scope in list(self._idle_reads):
+                    scope.cancel()
+                connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
+            control.cancel_scope.cancel()
 
-    async def _accept(self, listeners, connections) -> None:
+    async def _accept(self, listeners, connections, accepting: trio.CancelScope) -> None:
         """Serve every listener; each connection remembers the listener it came in on."""
-        async with trio.open_nursery() as nursery:
-            for name, sockets in listeners:
-                nursery.start_soon(
-                    functools.partial(
-                        trio.serve_listeners,
-                        functools.partial(self._serve_connection, name),
-                        sockets,
-                        handler_nursery=connections,
+        with accepting:
+            async with trio.open_nursery() as nursery:
+                for name, sockets in listeners:
+                    nursery.start_soon(
+                        functools.partial(
+                            trio.serve_listeners,
+                            functools.partial(self._serve_connection, name),
+                            sockets,
+                            handler_nursery=connections,
+                        )
                     )
-                )
 
     async def _periodic_tasks(self) -> None:
         async with trio.open_nursery() as nursery:
