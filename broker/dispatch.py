@@ -11,6 +11,7 @@ from protocol import codec
 from protocol.errors import Error
 from protocol.fetch_response import encode_fetch_response
 from protocol.framing import RequestHeader, frame_response_header
+from protocol.produce_request import decode_produce_request
 from protocol.versions import ApiKey, supported_versions
 
 from .apis import (
@@ -117,7 +118,10 @@ async def dispatch(
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
     started = time.perf_counter()
-    request = codec.decode_request(key, version, frame, body_offset)
+    if key == ApiKey.PRODUCE:
+        request = decode_produce_request(version, frame, body_offset)
+    else:
+        request = codec.decode_request(key, version, frame, body_offset)
     if key in CLIENT_APIS and ctx.replicas is not None:
         await ctx.replicas.ready.wait()
     name = _REQUEST_NAMES[key]

@@ -220,23 +220,31 @@ class BrokerServer:
             except Exception:
                 log.exception("periodic task %s failed", getattr(task, "__name__", task))
 
-    async def _next_frame(self, stream, decoder: FrameDecoder) -> bytes | None:
-        """The next request frame, or None when the peer closed or the broker is stopping."""
+    async def _next_frame(self, stream, decoder: FrameDecoder) -> bytearray | None:
+        """The next request frame, or None when the peer closed or the broker is stopping.
+
+        Large frames (big produce requests) are received straight into their own buffer.
+        """
         while (frame := decoder.next_frame()) is None:
             if self._stopping:
                 return None
-            data = b""
+            received = 0
             with trio.CancelScope() as idle:
                 self._idle_reads.add(idle)
                 try:
-                    data = await stream.receive_some(RECEIVE_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    if (target := decoder.unfilled()) is not None:
+                        received = await stream.socket.recv_into(target)
+                        decoder.filled(received)
+                    else:
+                        data = await stream.receive_some(RECEIVE_SIZE)
+                        received = len(data)
+                        decoder.feed(data)
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                     return None
                 finally:
                     self._idle_reads.discard(idle)
-            if idle.cancelled_caught or not data:
+            if idle.cancelled_caught or not received:
                 return None
-            decoder.feed(data)
         return frame
 
     async def _serve_connection(self, listener_name: str, stream) -> None:

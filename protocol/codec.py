@@ -64,8 +64,10 @@ def _writer(cls: type) -> Callable[[Any, Any], None]:
     return entity_writer(cls)
 
 
-def decode_request(api_key: int, api_version: int, frame: bytes, offset: int) -> Any:
+def decode_request(api_key: int, api_version: int, frame, offset: int) -> Any:
     """Decode a request body; trailing bytes after it are ignored, as Kafka ignores them."""
+    if not isinstance(frame, bytes):
+        frame = memoryview(frame).toreadonly()  # kio reads any read-only buffer
     try:
         value, _size = _reader(request_class(api_key, api_version))(frame, offset)
     except Exception as error:
@@ -73,8 +75,10 @@ def decode_request(api_key: int, api_version: int, frame: bytes, offset: int) ->
     return value
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes, offset: int) -> Any:
+def decode_response(api_key: int, api_version: int, frame, offset: int) -> Any:
     """Decode a response body (the broker is a client too: fetchers, controller channels)."""
+    if not isinstance(frame, bytes):
+        frame = memoryview(frame).toreadonly()
     try:
         value, _size = _reader(response_class(api_key, api_version))(frame, offset)
     except Exception as error:

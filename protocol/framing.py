@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from . import codec
 
 _SIZE = struct.Struct(">i")
+# Frames missing at least this much are received straight into their own buffer.
+LARGE_FRAME_BYTES = 64 * 1024
 _HEADER_FIXED = struct.Struct(">hhi")
 
 
@@ -20,28 +22,39 @@ class FrameError(Exception):
 
 
 class FrameDecoder:
-    """Cuts a byte stream into frames of at most ``max_frame_size`` bytes."""
+    """Cuts a byte stream into frames of at most ``max_frame_size`` bytes.
+
+    Frames come out as bytearrays the caller owns and may modify (the produce path stamps
+    offsets into them in place). Small frames are copied out of the read-ahead buffer; a frame
+    larger than what has arrived gets its own buffer at once, and ``unfilled()`` hands the
+    caller the part still missing so it can receive straight into it (``recv_into``) instead of
+    passing every byte through the read-ahead buffer first.
+    """
 
     def __init__(self, max_frame_size: int) -> None:
         self._max_frame_size = max_frame_size
         self._buffer = bytearray()
         self._start = 0
+        self._large: bytearray | None = None
+        self._large_filled = 0
 
     def feed(self, data: bytes) -> None:
-        """Append bytes received from the peer."""
+        """Append bytes received from the peer (``unfilled`` is the faster way for large
+        frames, but feeding works the same)."""
+        if (target := self.unfilled()) is not None:
+            taken = min(len(target), len(data))
+            target[:taken] = data[:taken]
+            self._large_filled += taken
+            data = data[taken:]
+            if not data:
+                return
         if self._start and self._start == len(self._buffer):
             self._buffer.clear()
             self._start = 0
         self._buffer += data
 
-    def next_frame(self) -> bytes | None:
-        """Return the next complete frame's payload, or None until more bytes arrive.
-
-        Raises FrameError for a negative or oversized length, as Kafka's socket server does
-        (it closes the connection rather than trying to resynchronise the stream).
-        """
-        available = len(self._buffer) - self._start
-        if available < 4:
+    def _next_size(self) -> int | None:
+        if len(self._buffer) - self._start < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buffer, self._start)
         if size < 0:
@@ -51,16 +64,47 @@ class FrameDecoder:
                 f"frame of {size} bytes is larger than socket.request.max.bytes "
                 f"({self._max_frame_size})"
             )
-        if available < 4 + size:
+        return size
+
+    def next_frame(self) -> bytearray | None:
+        """Return the next complete frame's payload, or None until more bytes arrive.
+
+        Raises FrameError for a negative or oversized length, as Kafka's socket server does
+        (it closes the connection rather than trying to resynchronise the stream).
+        """
+        if self._large is not None:
+            if self._large_filled < len(self._large):
+                return None
+            frame, self._large = self._large, None
+            return frame
+        size = self._next_size()
+        if size is None:
             return None
         begin = self._start + 4
-        with memoryview(self._buffer) as view:
-            frame = bytes(view[begin : begin + size])
+        available = len(self._buffer) - begin
+        if available < size:
+            if size - available >= LARGE_FRAME_BYTES:
+                self._large = bytearray(size)
+                self._large[:available] = memoryview(self._buffer)[begin:]
+                self._large_filled = available
+                self._start = len(self._buffer)
+            return None
+        frame = self._buffer[begin : begin + size]
         self._start = begin + size
         if self._start > 1 << 20:
             del self._buffer[: self._start]
             self._start = 0
         return frame
+
+    def unfilled(self) -> memoryview | None:
+        """The still-missing part of a large frame, for the caller to receive into."""
+        if self._large is None or self._large_filled == len(self._large):
+            return None
+        return memoryview(self._large)[self._large_filled :]
+
+    def filled(self, count: int) -> None:
+        """Record that ``count`` bytes were received into ``unfilled()``."""
+        self._large_filled += count
 
 
 @dataclass(frozen=True, slots=True)

@@ -452,7 +452,9 @@ class PartitionLog:
                 f"producerId {header.producer_id}"
             )
 
-    def append_as_leader(self, records: bytes, *, leader_epoch: int, now_ms: int) -> AppendResult:
+    def append_as_leader(
+        self, records: bytes | memoryview, *, leader_epoch: int, now_ms: int
+    ) -> AppendResult:
         """Validate, stamp and append a producer's batches; all or nothing.
 
         Raises a StorageError subclass carrying the Kafka error code when the batches are
@@ -472,7 +474,10 @@ class PartitionLog:
                 True,
                 duplicate.last_offset - duplicate.first_offset + 1,
             )
-        buffer = bytearray(records)
+        # A writable view (the request frame, from the produce decoder) is stamped where it
+        # lies; anything else is copied first.
+        writable = isinstance(records, memoryview) and not records.readonly
+        buffer = records if writable else bytearray(records)
         next_offset = self._log_end_offset
         position = 0
         stamped = []

@@ -3,7 +3,7 @@
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
 from kio.schema.errors import ErrorCode
@@ -26,10 +26,19 @@ def frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-@given(st.lists(st.binary(max_size=300), max_size=8), st.integers(min_value=1, max_value=50))
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.binary(max_size=300)
+        # Frames past LARGE_FRAME_BYTES take the receive-into-its-own-buffer path.
+        | st.integers(70_000, 70_100).map(lambda size: bytes([size % 251]) * size),
+        max_size=6,
+    ),
+    st.integers(min_value=1, max_value=50_000),
+)
 def test_frames_survive_any_split(payloads, chunk):
     stream = b"".join(frame(p) for p in payloads)
-    decoder = FrameDecoder(max_frame_size=1000)
+    decoder = FrameDecoder(max_frame_size=1 << 20)
     out = []
     for start in range(0, len(stream), chunk):
         decoder.feed(stream[start : start + chunk])
@@ -125,3 +134,18 @@ def test_every_supported_version_has_kio_schemas():
         for version in range(low, high + 1):
             assert codec.request_class(key, version).__version__ == version
             assert codec.response_class(key, version).__version__ == version
+
+
+def test_a_large_frame_is_received_into_its_own_buffer():
+    payload = bytes(range(256)) * 1000  # 256,000 bytes
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    decoder.feed(frame(payload)[:5000])
+    assert decoder.next_frame() is None
+    target = decoder.unfilled()
+    assert target is not None and len(target) == len(payload) - 4996
+    target[:] = payload[4996:]
+    decoder.filled(len(target))
+    assert decoder.unfilled() is None
+    assert decoder.next_frame() == payload
+    decoder.feed(frame(b"after"))
+    assert decoder.next_frame() == b"after"

@@ -1,0 +1,72 @@
+"""The hand-written Produce decoder reads what kio reads, as writable views of the frame."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.static.primitive import Records
+
+from protocol import codec
+from protocol.codec import DecodeError
+from protocol.produce_request import decode_produce_request
+from protocol.versions import BROKER_VERSIONS, ApiKey
+
+st.register_type_strategy(Records, st.binary(max_size=80).map(Records))
+LOW, HIGH = BROKER_VERSIONS[ApiKey.PRODUCE]
+
+
+def as_plain(request) -> tuple:
+    return (
+        request.transactional_id,
+        request.acks,
+        request.timeout,
+        [
+            (
+                topic.name,
+                [
+                    (p.index, None if p.records is None else bytes(p.records))
+                    for p in topic.partition_data
+                ],
+            )
+            for topic in request.topic_data
+        ],
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(version=st.integers(LOW, HIGH), data=st.data())
+def test_same_fields_as_kio(version, data):
+    request = data.draw(st.from_type(codec.request_class(ApiKey.PRODUCE, version)))
+    frame = bytearray(b"HEAD" + codec.encode_entity(request))
+    mine = decode_produce_request(version, frame, 4)
+    assert as_plain(mine) == as_plain(codec.decode_request(ApiKey.PRODUCE, version, frame, 4))
+
+
+def test_records_are_writable_views_of_the_frame():
+    request = codec.build(
+        codec.request_class(ApiKey.PRODUCE, 9),
+        {
+            "acks": 1,
+            "timeout": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"abc"}]}],
+        },
+    )
+    frame = bytearray(codec.encode_entity(request))
+    records = decode_produce_request(9, frame, 0).topic_data[0].partition_data[0].records
+    records[0] = ord("X")
+    assert b"Xbc" in frame
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_truncated_requests_are_decode_errors(version):
+    request = codec.build(
+        codec.request_class(ApiKey.PRODUCE, version),
+        {
+            "acks": 1,
+            "timeout": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"abc"}]}],
+        },
+    )
+    frame = bytearray(codec.encode_entity(request))
+    for cut in range(len(frame) - 1):
+        with pytest.raises(DecodeError):
+            decode_produce_request(version, frame[:cut], 0)
