@@ -49,51 +49,28 @@ def test_byte_identical_to_kio(version, data):
     )
 
 
+def one_partition(**fields) -> dict:
+    """A response with one partition of one topic; ``fields`` override the partition's."""
+    partition = {
+        "partition_index": 0,
+        "error_code": 0,
+        "high_watermark": 5,
+        "last_stable_offset": 5,
+        "log_start_offset": 0,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+        **fields,
+    }
+    return {"responses": [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": [partition]}]}
+
+
 def test_record_sets_are_passed_through_not_copied():
     records = b"r" * 1000
-    data = {
-        "responses": [
-            {
-                "topic": "t",
-                "topic_id": uuid.uuid4(),
-                "partitions": [
-                    {
-                        "partition_index": 0,
-                        "error_code": 0,
-                        "high_watermark": 5,
-                        "last_stable_offset": 5,
-                        "log_start_offset": 0,
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": records,
-                    }
-                ],
-            }
-        ]
-    }
-    assert any(chunk is records for chunk in encode_fetch_response(HIGH, data))
+    chunks = encode_fetch_response(HIGH, one_partition(records=records))
+    assert any(chunk is records for chunk in chunks)
 
 
 def test_a_diverging_epoch_falls_back_to_kio():
-    data = {
-        "responses": [
-            {
-                "topic": "t",
-                "topic_id": uuid.uuid4(),
-                "partitions": [
-                    {
-                        "partition_index": 0,
-                        "error_code": 0,
-                        "high_watermark": 5,
-                        "last_stable_offset": 5,
-                        "log_start_offset": 0,
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": b"",
-                        "diverging_epoch": {"epoch": 3, "end_offset": 4},
-                    }
-                ],
-            }
-        ]
-    }
+    data = one_partition(diverging_epoch={"epoch": 3, "end_offset": 4})
     assert encode_fetch_response(12, data) is None
