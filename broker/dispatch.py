@@ -12,6 +12,7 @@ from protocol.errors import Error
 from protocol.fetch_response import encode_fetch_response
 from protocol.framing import RequestHeader, frame_response_header
 from protocol.produce_request import decode_produce_request
+from protocol.produce_response import encode_produce_response
 from protocol.versions import ApiKey, supported_versions
 
 from .apis import (
@@ -84,13 +85,16 @@ class UnsupportedRequest(Exception):
 def _encode(header: RequestHeader, api_version: int, data) -> list:
     """The response frame as a list of buffers, sent in order.
 
-    Fetch responses come from the hand-written encoder whenever it covers them, with each
-    record set as the very object read from the log; everything else goes through kio.
+    Fetch and Produce responses come from hand-written encoders (Fetch whenever it covers the
+    response, with each record set as the very object read from the log); everything else
+    goes through kio.
     """
     flexible = codec.response_uses_flexible_header(header.api_key, api_version)
     chunks = None
     if header.api_key == ApiKey.FETCH and isinstance(data, dict):
         chunks = encode_fetch_response(api_version, data)
+    elif header.api_key == ApiKey.PRODUCE and isinstance(data, dict):
+        chunks = [encode_produce_response(api_version, data)]
     if chunks is None:
         if isinstance(data, dict):
             chunks = [codec.encode_response(header.api_key, api_version, data)]

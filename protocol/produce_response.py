@@ -1,0 +1,70 @@
+"""A hand-written Produce response encoder for the data path.
+
+A Produce response is one small entry per partition, but building it through kio's entities
+costs tens of microseconds per partition in Python, on every produce request. This writes the
+same bytes directly from the handler's description; tests/unit/test_produce_response.py proves
+them identical to kio's for every supported version.
+"""
+
+import struct
+from typing import Any
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
+_INT64 = struct.Struct(">q")
+FIRST_FLEXIBLE_VERSION = 9
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
+    """The Produce v3-v9 response body for the handler's description of it."""
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    out = bytearray()
+
+    def length(count: int) -> None:
+        out.extend(_uvarint(count + 1) if flexible else _INT32.pack(count))
+
+    def string(text: str | None) -> None:
+        if text is None:
+            out.extend(b"\x00" if flexible else _INT16.pack(-1))
+            return
+        encoded = text.encode()
+        out.extend(_uvarint(len(encoded) + 1) if flexible else _INT16.pack(len(encoded)))
+        out.extend(encoded)
+
+    responses = data["responses"]
+    length(len(responses))
+    for topic in responses:
+        string(topic["name"])
+        partitions = topic["partition_responses"]
+        length(len(partitions))
+        for partition in partitions:
+            append_time = partition.get("log_append_time", -1)
+            out += _PARTITION.pack(
+                partition["index"],
+                int(partition["error_code"]),
+                partition["base_offset"],
+                -1 if append_time is None else append_time,
+            )
+            if version >= 5:
+                out += _INT64.pack(partition.get("log_start_offset", -1))
+            if version >= 8:
+                length(0)  # record_errors: none, the broker never names single records
+                string(partition.get("error_message"))
+            if flexible:
+                out += b"\x00"
+        if flexible:
+            out += b"\x00"
+    out += _INT32.pack(0)  # throttle_time_ms
+    if flexible:
+        out += b"\x00"
+    return bytes(out)
