@@ -15,6 +15,7 @@ version.
 import struct
 from typing import Any
 
+from .framing import encode_uvarint
 from .versions import ApiKey
 
 _INT16 = struct.Struct(">h")
@@ -24,15 +25,6 @@ _INT64 = struct.Struct(">q")
 FETCH = ApiKey.FETCH
 FIRST_FLEXIBLE_VERSION = 12
 FIRST_TOPIC_ID_VERSION = 13
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _has_defaults_only(partition: dict) -> bool:
@@ -54,7 +46,7 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list | None:
     out = bytearray()
 
     def array_length(count: int) -> None:
-        out.extend(_uvarint(count + 1) if flexible else _INT32.pack(count))
+        out.extend(encode_uvarint(count + 1) if flexible else _INT32.pack(count))
 
     out += _INT32.pack(0)  # throttle_time_ms
     if version >= 7:
@@ -66,7 +58,7 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list | None:
             out += topic["topic_id"].bytes
         else:
             name = topic["topic"].encode()
-            out += _uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))
+            out += encode_uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))
             out += name
         partitions = topic["partitions"]
         array_length(len(partitions))
@@ -87,7 +79,7 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list | None:
                 out += b"\x00" if flexible else _INT32.pack(-1)
             else:
                 size = len(records)
-                out += _uvarint(size + 1) if flexible else _INT32.pack(size)
+                out += encode_uvarint(size + 1) if flexible else _INT32.pack(size)
                 if size:
                     chunks.append(bytes(out))
                     chunks.append(records)

@@ -117,6 +117,16 @@ class RequestHeader:
     client_id: str | None
 
 
+def encode_uvarint(value: int) -> bytes:
+    """An unsigned varint, as flexible versions write lengths and tag counts."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0

@@ -9,20 +9,13 @@ them identical to kio's for every supported version.
 import struct
 from typing import Any
 
+from .framing import encode_uvarint
+
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
 _INT64 = struct.Struct(">q")
 FIRST_FLEXIBLE_VERSION = 9
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
@@ -31,14 +24,14 @@ def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
     out = bytearray()
 
     def length(count: int) -> None:
-        out.extend(_uvarint(count + 1) if flexible else _INT32.pack(count))
+        out.extend(encode_uvarint(count + 1) if flexible else _INT32.pack(count))
 
     def string(text: str | None) -> None:
         if text is None:
             out.extend(b"\x00" if flexible else _INT16.pack(-1))
             return
         encoded = text.encode()
-        out.extend(_uvarint(len(encoded) + 1) if flexible else _INT16.pack(len(encoded)))
+        out.extend(encode_uvarint(len(encoded) + 1) if flexible else _INT16.pack(len(encoded)))
         out.extend(encoded)
 
     responses = data["responses"]
