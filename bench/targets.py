@@ -12,10 +12,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.procfs import cpu_seconds, peak_rss_bytes
 from broker.launcher import BrokerProcess, BrokerStartError, Cluster
@@ -27,6 +29,7 @@ SYSTEMS = (MINIBROKER, MOCK)
 READY_TIMEOUT = 60.0
 ADMIN_TIMEOUT = 30.0
 MOCK_EXIT_TIMEOUT = 10.0
+SERVED_POLL_SECONDS = 0.05
 
 
 class BenchError(RuntimeError):
@@ -77,6 +80,30 @@ class Minibroker:
             admin.create_topics([topic], request_timeout=ADMIN_TIMEOUT)[name].result()
         except Exception as error:
             raise BenchError(f"CreateTopics {name}: {error}\n{self.log_tails()}") from error
+        self._wait_until_served(admin, name, partitions)
+
+    def _wait_until_served(self, admin: AdminClient, name: str, partitions: int) -> None:
+        """Return once every partition's leader answers ListOffsets for it.
+
+        CreateTopics answers once the controller has decided; the leaders then create the
+        partitions' directories and files (milliseconds each on this machine's disk). The mock
+        has its topic in memory as soon as it is made, so measuring from here keeps topic
+        creation out of both systems' figures.
+        """
+        wanted = {TopicPartition(name, index): OffsetSpec.latest() for index in range(partitions)}
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        while True:
+            try:
+                for future in admin.list_offsets(wanted).values():
+                    future.result()
+                return
+            except KafkaException as error:
+                if time.monotonic() > deadline:
+                    raise BenchError(
+                        f"{name} not served {ADMIN_TIMEOUT}s after creation: {error}\n"
+                        f"{self.log_tails()}"
+                    ) from error
+                time.sleep(SERVED_POLL_SECONDS)
 
     def usage(self) -> Usage:
         """The single node's usage; a cluster's CPU is spread over four processes and is not

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from .versions import ApiKey
+from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _UTC = datetime.UTC
 
@@ -40,7 +40,11 @@ def response_class(api_key: int, api_version: int) -> type:
 
 @cache
 def request_is_flexible(api_key: int, api_version: int) -> bool:
-    """Whether the request uses header v2; false for anything kio has no schema for."""
+    """Whether the request uses header v2: from the table for the APIs minibroker knows, from
+    kio's schema for the others (to answer them), false for anything kio has no schema for."""
+    first_flexible = FIRST_FLEXIBLE_VERSION.get(api_key)
+    if first_flexible is not None:
+        return api_version >= first_flexible
     try:
         return bool(request_class(api_key, api_version).__flexible__)
     except Exception:
@@ -48,10 +52,11 @@ def request_is_flexible(api_key: int, api_version: int) -> bool:
 
 
 def response_uses_flexible_header(api_key: int, api_version: int) -> bool:
-    """ApiVersions answers with header v0 at every version so any client can read it."""
+    """A flexible response has header v1, except ApiVersions, which answers with header v0
+    at every version so any client can read it."""
     if api_key == ApiKey.API_VERSIONS:
         return False
-    return bool(response_class(api_key, api_version).__flexible__)
+    return request_is_flexible(api_key, api_version)
 
 
 @cache

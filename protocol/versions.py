@@ -81,6 +81,31 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.DESCRIBE_CONFIGS: 4,
 }
 
+# The first version of each API whose request and response use the flexible (tagged-field)
+# headers, from Kafka's message definitions ("flexibleVersions"). Parsing a request header
+# needs this before anything else; with the table, the hot APIs never touch kio for it (loading
+# a kio schema module costs milliseconds, paid by a client's first request of each version).
+# tests/unit/test_protocol_framing.py checks it against kio for every served version.
+FIRST_FLEXIBLE_VERSION: dict[int, int] = {
+    ApiKey.PRODUCE: 9,
+    ApiKey.FETCH: 12,
+    ApiKey.LIST_OFFSETS: 6,
+    ApiKey.METADATA: 9,
+    ApiKey.LEADER_AND_ISR: 4,
+    ApiKey.STOP_REPLICA: 2,
+    ApiKey.UPDATE_METADATA: 6,
+    ApiKey.API_VERSIONS: 3,
+    ApiKey.CREATE_TOPICS: 5,
+    ApiKey.DELETE_TOPICS: 4,
+    ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.ALTER_PARTITION: 0,
+    ApiKey.BROKER_REGISTRATION: 0,
+    ApiKey.BROKER_HEARTBEAT: 0,
+    ApiKey.ALLOCATE_PRODUCER_IDS: 0,
+}
+
 
 def supported_versions(*, broker: bool, controller: bool) -> dict[int, tuple[int, int]]:
     """The table a node with these roles advertises and serves."""

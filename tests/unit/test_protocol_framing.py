@@ -17,7 +17,7 @@ from protocol.framing import (
     parse_request_header,
     skip_tagged_fields,
 )
-from protocol.versions import supported_versions
+from protocol.versions import FIRST_FLEXIBLE_VERSION, supported_versions
 
 ALL_VERSIONS = supported_versions(broker=True, controller=True)
 
@@ -134,6 +134,19 @@ def test_every_supported_version_has_kio_schemas():
         for version in range(low, high + 1):
             assert codec.request_class(key, version).__version__ == version
             assert codec.response_class(key, version).__version__ == version
+
+
+def test_flexible_version_table_agrees_with_kio():
+    for key, first_flexible in FIRST_FLEXIBLE_VERSION.items():
+        low, high = ALL_VERSIONS[key]
+        boundary = {first_flexible - 1, first_flexible} - {-1}
+        versions = set(range(low, high + 1)) | boundary
+        for version in sorted(versions):
+            request = codec.load_request_schema(key, version)
+            response = codec.load_response_schema(key, version)
+            assert codec.request_is_flexible(key, version) == request.__flexible__, (key, version)
+            expected_header = bool(response.__flexible__) and key != 18  # ApiVersions: always v0
+            assert codec.response_uses_flexible_header(key, version) == expected_header
 
 
 def test_a_large_frame_is_received_into_its_own_buffer():
