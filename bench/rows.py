@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.targets import SYSTEMS, BenchError, start
+from bench.targets import MINIBROKER, SYSTEMS, BenchError, start
 from bench.workloads import (
     PARTITIONS,
     Sizes,
@@ -23,6 +23,7 @@ from bench.workloads import (
     produce_throughput,
     record_file,
     resource_usage,
+    restart_time,
 )
 from broker.launcher import BrokerStartError
 
@@ -34,6 +35,7 @@ REAL_SIZES = Sizes(
     produce_records=1_000_000,
     consume_records=1_000_000,
     resources_records=1_000_000,
+    restart_records=1_000_000,
     latency_seconds=10.0,
     latency_warmup_seconds=1.0,
 )
@@ -41,6 +43,7 @@ SMOKE_SIZES = Sizes(
     produce_records=20_000,
     consume_records=20_000,
     resources_records=20_000,
+    restart_records=20_000,
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
 )
@@ -64,6 +67,7 @@ LATENCY = (
     Line("p99 ms", "p99_ms", "{:.2f}"),
     Line("p99.9 ms", "p999_ms", "{:.2f}"),
 )
+RESTART = (Line("s until served (GB of log)", "restart_s", "{:.2f}", "log_gb", "{:.2f}"),)
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
     Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
@@ -81,6 +85,7 @@ class Row:
     brokers: int = 1
     replication_factor: int = 1
     topic_configs: dict[str, str] = field(default_factory=dict)
+    systems: tuple[str, ...] = SYSTEMS
 
 
 def rows(sizes: Sizes) -> list[Row]:
@@ -161,6 +166,19 @@ def rows(sizes: Sizes) -> list[Row]:
                 LARGE,
             ),
         ),
+        Row(
+            "restart",
+            f"clean stop, then restart with {sizes.restart_records:,} x 1 KiB of log, 1 broker",
+            RESTART,
+            lambda target, topic, work_dir: restart_time(
+                target,
+                topic,
+                record_file(work_dir, sizes.restart_records, LARGE),
+                sizes.restart_records,
+                LARGE,
+            ),
+            systems=(MINIBROKER,),
+        ),
     ]
 
 
@@ -197,7 +215,7 @@ def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
     not measured again on this row, so one broken workload does not stall the table."""
     result = RowResult(row, {system: [] for system in SYSTEMS}, {})
     for run in range(runs):
-        for system in SYSTEMS:
+        for system in row.systems:
             if system in result.failures:
                 continue
             try:

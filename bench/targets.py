@@ -80,10 +80,29 @@ class Minibroker:
             admin.create_topics([topic], request_timeout=ADMIN_TIMEOUT)[name].result()
         except Exception as error:
             raise BenchError(f"CreateTopics {name}: {error}\n{self.log_tails()}") from error
-        self._wait_until_served(admin, name, partitions)
+        self._wait_until_served(name, partitions)
 
-    def _wait_until_served(self, admin: AdminClient, name: str, partitions: int) -> None:
-        """Return once every partition's leader answers ListOffsets for it.
+    def restart_until_served(self, topic: str, partitions: int) -> tuple[float, int]:
+        """Stop the single node cleanly, start it again on the same log directory, and return
+        the seconds from the new process's launch until every partition of `topic` answers
+        ListOffsets, with the end offsets' sum (the records it serves)."""
+        if self.node is None:
+            raise BenchError("restarts are measured on a single node only")
+        exit_code = self.node.stop()
+        if exit_code != 0:
+            raise self.failure(f"broker exited with {exit_code} on SIGTERM")
+        started = time.monotonic()
+        self.node.restart()
+        self.node.wait_ready(READY_TIMEOUT)
+        end_offsets = self._wait_until_served(topic, partitions)
+        return time.monotonic() - started, sum(end_offsets)
+
+    def log_bytes(self) -> int:
+        """Bytes in the node's log directory (segments, indexes, checkpoints)."""
+        return sum(path.stat().st_size for path in self.base_dir.rglob("*") if path.is_file())
+
+    def _wait_until_served(self, name: str, partitions: int) -> list[int]:
+        """Every partition's end offset, once each partition's leader answers ListOffsets.
 
         CreateTopics answers once the controller has decided; the leaders then create the
         partitions' directories and files (milliseconds each on this machine's disk). The mock
@@ -93,15 +112,17 @@ class Minibroker:
         wanted = {TopicPartition(name, index): OffsetSpec.latest() for index in range(partitions)}
         deadline = time.monotonic() + ADMIN_TIMEOUT
         while True:
+            # A new client each time: one that saw the leader epoch of a stale Metadata answer
+            # (the window between a leader change and its UpdateMetadata) keeps sending it,
+            # and keeps getting FENCED_LEADER_EPOCH, instead of asking for Metadata again.
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
             try:
-                for future in admin.list_offsets(wanted).values():
-                    future.result()
-                return
+                futures = admin.list_offsets(wanted)
+                return [futures[partition].result().offset for partition in wanted]
             except KafkaException as error:
                 if time.monotonic() > deadline:
                     raise BenchError(
-                        f"{name} not served {ADMIN_TIMEOUT}s after creation: {error}\n"
-                        f"{self.log_tails()}"
+                        f"{name} not served within {ADMIN_TIMEOUT}s: {error}\n{self.log_tails()}"
                     ) from error
                 time.sleep(SERVED_POLL_SECONDS)
 

@@ -49,6 +49,7 @@ class Sizes:
     produce_records: int
     consume_records: int
     resources_records: int
+    restart_records: int
     latency_seconds: float
     latency_warmup_seconds: float
 
@@ -229,6 +230,22 @@ def resource_usage(
         "cpu_s_per_gb": (after.cpu_seconds - before.cpu_seconds) / (moved / GB),
         "peak_rss_mib": after.peak_rss_bytes / (1 << 20),
     }
+
+
+def restart_time(
+    target: Target, topic: str, records: Path, count: int, size: int
+) -> dict[str, float]:
+    """Seconds from a restart's launch until every partition is served again, after `count`
+    records were produced and the node was stopped cleanly (SIGTERM). Only minibroker has a
+    restart to measure: the mock keeps its data in its process's memory."""
+    if not isinstance(target, Minibroker):
+        raise target.failure("the restart row measures minibroker only")
+    kcat_produce(target, topic, records, count, "1")
+    log_bytes = target.log_bytes()
+    seconds, served = target.restart_until_served(topic, PARTITIONS)
+    if served != count:
+        raise target.failure(f"after the restart {topic} serves {served} of {count} records")
+    return {"restart_s": seconds, "log_gb": log_bytes / GB}
 
 
 def percentile(ordered: list[int], fraction: float) -> int:
