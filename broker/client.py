@@ -36,10 +36,15 @@ class NodeConnection:
         answers out of order; either way the caller should drop this connection.
         """
         api_key, version = request.__api_key__, request.__version__
+        frame, offset = await self.request_body(api_key, version, codec.encode_entity(request))
+        return codec.decode_response(api_key, version, frame, offset)
+
+    async def request_body(self, api_key: int, version: int, body: bytes) -> tuple[bytearray, int]:
+        """Send an encoded request body; return the response frame and where its body starts
+        (for the hand-written codecs of the data path). Errors as for `request`."""
         async with self._lock:
             self._correlation_id += 1
             correlation_id = self._correlation_id
-            body = codec.encode_entity(request)
             await self._stream.send_all(
                 frame_request(api_key, version, correlation_id, self._client_id, body)
             )
@@ -48,9 +53,9 @@ class NodeConnection:
         answered_id, offset = parse_response_header(frame, flexible_header=flexible)
         if answered_id != correlation_id:
             raise FrameError(f"expected correlation id {correlation_id}, got {answered_id}")
-        return codec.decode_response(api_key, version, frame, offset)
+        return frame, offset
 
-    async def _receive_frame(self) -> bytes:
+    async def _receive_frame(self) -> bytearray:
         while (frame := self._decoder.next_frame()) is None:
             data = await self._stream.receive_some(RECEIVE_SIZE)
             if not data:

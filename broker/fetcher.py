@@ -22,6 +22,13 @@ import trio
 
 from protocol.errors import Error
 from protocol.framing import FrameError
+from protocol.replica_fetch import (
+    REPLICA_FETCH_VERSION,
+    FetchedPartition,
+    ReplicaFetchPartition,
+    decode_replica_fetch_response,
+    encode_replica_fetch_request,
+)
 from protocol.versions import ApiKey
 from storage.errors import StorageError
 
@@ -113,38 +120,26 @@ class Fetcher:
             await self._connection.aclose()
             self._connection = None
 
-    def _fetch_request(self, partitions: list["Partition"]):
-        by_topic: dict[str, list] = {}
+    def _fetch_request(self, partitions: list["Partition"]) -> bytes:
+        by_topic: dict[str, list[ReplicaFetchPartition]] = {}
         for partition in partitions:
             latest_epoch = partition.log.leader_epoch_cache.latest_epoch
             by_topic.setdefault(partition.topic, []).append(
-                {
-                    "partition": partition.index,
-                    "current_leader_epoch": partition.leader_epoch,
-                    "fetch_offset": partition.log.log_end_offset,
-                    "last_fetched_epoch": latest_epoch if latest_epoch is not None else -1,
-                    "log_start_offset": partition.log.log_start_offset,
-                    "partition_max_bytes": self._config.replica_fetch_max_bytes,
-                }
+                ReplicaFetchPartition(
+                    partition=partition.index,
+                    current_leader_epoch=partition.leader_epoch,
+                    fetch_offset=partition.log.log_end_offset,
+                    last_fetched_epoch=latest_epoch if latest_epoch is not None else -1,
+                    log_start_offset=partition.log.log_start_offset,
+                    partition_max_bytes=self._config.replica_fetch_max_bytes,
+                )
             )
-        return build_request(
-            ApiKey.FETCH,
-            {
-                "cluster_id": None,
-                "replica_id": self._config.node_id,
-                "max_wait": self._config.replica_fetch_wait_max_ms,
-                "min_bytes": self._config.replica_fetch_min_bytes,
-                "max_bytes": RESPONSE_MAX_BYTES,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {"topic": topic, "partitions": fetch_partitions}
-                    for topic, fetch_partitions in by_topic.items()
-                ],
-                "forgotten_topics_data": (),
-                "rack_id": "",
-            },
+        return encode_replica_fetch_request(
+            replica_id=self._config.node_id,
+            max_wait_ms=self._config.replica_fetch_wait_max_ms,
+            min_bytes=self._config.replica_fetch_min_bytes,
+            max_bytes=RESPONSE_MAX_BYTES,
+            topics=by_topic,
         )
 
     async def _fetch_once(self, partitions: list["Partition"]) -> None:
@@ -153,21 +148,24 @@ class Fetcher:
         # is still fetched here from this leader at the same epoch (Kafka drops it otherwise).
         sent = {partition.key: (partition, partition.leader_epoch) for partition in partitions}
         with trio.fail_after(REQUEST_TIMEOUT_S):
-            response = await connection.request(self._fetch_request(partitions))
-        if response.error_code.value != Error.NONE:
-            log.warning("fetch from %d failed: %s", self.leader_id, response.error_code.name)
+            frame, offset = await connection.request_body(
+                ApiKey.FETCH, REPLICA_FETCH_VERSION, self._fetch_request(partitions)
+            )
+        response = decode_replica_fetch_response(frame, offset)
+        if response.error_code != Error.NONE:
+            error = _error_name(response.error_code)
+            log.warning("fetch from %d failed: %s", self.leader_id, error)
             self._back_off(sent)
             return
-        for topic in response.responses:
-            for data in topic.partitions:
-                key = (topic.topic, data.partition_index)
-                if key not in sent or not self._still_fetching(*sent[key]):
-                    continue
-                partition, _epoch = sent[key]
-                await self._process_partition(connection, partition, data)
-                # Rotate: fetched partitions go to the back of the queue.
-                if key in self._partitions:
-                    self._partitions[key] = self._partitions.pop(key)
+        for data in response.partitions:
+            key = (data.topic, data.partition_index)
+            if key not in sent or not self._still_fetching(*sent[key]):
+                continue
+            partition, _epoch = sent[key]
+            await self._process_partition(connection, partition, data)
+            # Rotate: fetched partitions go to the back of the queue.
+            if key in self._partitions:
+                self._partitions[key] = self._partitions.pop(key)
 
     def _still_fetching(self, partition: "Partition", epoch: int) -> bool:
         """Whether this fetcher still follows ``partition`` from its leader at ``epoch``;
@@ -178,12 +176,13 @@ class Fetcher:
             and partition.leader_epoch == epoch
         )
 
-    async def _process_partition(self, connection, partition: "Partition", data) -> None:
-        error = data.error_code.value
+    async def _process_partition(
+        self, connection, partition: "Partition", data: FetchedPartition
+    ) -> None:
+        error = data.error_code
         if error == Error.NONE:
-            diverging = data.diverging_epoch
-            if diverging.epoch >= 0 or diverging.end_offset >= 0:
-                self._truncate_diverging(partition, diverging.epoch, diverging.end_offset)
+            if data.diverging_epoch >= 0 or data.diverging_end_offset >= 0:
+                self._truncate_diverging(partition, data.diverging_epoch, data.diverging_end_offset)
                 return
             if data.records:
                 self._replicas.metrics.fetcher_bytes.inc(len(data.records))
@@ -206,7 +205,7 @@ class Fetcher:
                 "fetching %s-%d from %d: %s; backing off",
                 *partition.key,
                 self.leader_id,
-                Error(error).name if error in Error._value2member_map_ else error,
+                _error_name(error),
             )
             self._back_off({partition.key: partition})
 
@@ -315,3 +314,7 @@ class FetcherManager:
         fetcher = self._assigned.pop(key, None)
         if fetcher is not None:
             fetcher.remove(key)
+
+
+def _error_name(code: int) -> str:
+    return Error(code).name if code in Error._value2member_map_ else str(code)

@@ -498,7 +498,7 @@ class PartitionLog:
             sum(header.records_count for header in stamped),
         )
 
-    def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendResult:
+    def append_as_follower(self, records: bytes | memoryview, *, now_ms: int) -> AppendResult:
         """Append batches replicated from the leader, keeping their offsets and timestamps.
 
         The batches must start at or after the log end offset and move forward; otherwise

@@ -1,0 +1,177 @@
+"""The replica fetcher's Fetch v12, written and read by hand.
+
+A follower sends a Fetch for every partition it follows, as often as the leader answers, and
+the answer carries every record it replicates. Through kio, each round trip built a request
+entity from a description, serialised it, and decoded the response into entities with the
+records copied out of the frame: Python work on every partition of every fetch, on a path
+that runs on every broker. Here the request is written straight from the fetcher's numbers,
+and the response is read into small tuples whose records are views into the received frame,
+so the log appends exactly the bytes that arrived. tests/unit/test_replica_fetch.py proves
+both identical to kio's for v12 (the version this node sends, see SENT_VERSIONS).
+"""
+
+import struct
+from typing import NamedTuple
+
+from .framing import FrameError, encode_uvarint
+from .versions import SENT_VERSIONS, ApiKey
+
+# The code below is written for v12: compact (flexible) encodings, topic names rather than
+# ids, diverging_epoch as tag 0 of each partition. The unit tests pin the version.
+REPLICA_FETCH_VERSION = SENT_VERSIONS[ApiKey.FETCH]
+
+_REQUEST_HEAD = struct.Struct(">iiiibii")  # replica_id .. session_epoch
+_PARTITION_REQUEST = struct.Struct(">iiqiqi")
+_RESPONSE_HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
+_INT32 = struct.Struct(">i")
+_EPOCH_END_OFFSET = struct.Struct(">iq")
+_ABORTED_TRANSACTION_BYTES = 16  # producer_id int64, first_offset int64 (then tags)
+_DIVERGING_EPOCH_TAG = 0
+_NO_TAGS = b"\x00"
+
+
+class ReplicaFetchPartition(NamedTuple):
+    """Where a follower stands in one partition, as the Fetch request tells its leader."""
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+class FetchedPartition(NamedTuple):
+    """One partition of the leader's answer; `records` is a view into the response frame."""
+
+    topic: str
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: int
+    diverging_end_offset: int
+    records: memoryview | None
+
+
+class ReplicaFetchResponse(NamedTuple):
+    error_code: int
+    partitions: list[FetchedPartition]
+
+
+def _compact_string(text: str) -> bytes:
+    encoded = text.encode()
+    return encode_uvarint(len(encoded) + 1) + encoded
+
+
+def encode_replica_fetch_request(
+    *,
+    replica_id: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    topics: dict[str, list[ReplicaFetchPartition]],
+) -> bytes:
+    """The Fetch v12 request body a follower sends: no fetch session (id 0, epoch -1, so the
+    leader answers every partition each time), read_uncommitted, no rack, no cluster id."""
+    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1))
+    out += encode_uvarint(len(topics) + 1)
+    for topic, partitions in topics.items():
+        out += _compact_string(topic)
+        out += encode_uvarint(len(partitions) + 1)
+        for partition in partitions:
+            out += _PARTITION_REQUEST.pack(*partition)
+            out += _NO_TAGS
+        out += _NO_TAGS
+    out += encode_uvarint(1)  # forgotten_topics_data: empty
+    out += encode_uvarint(1)  # rack_id: ""
+    out += _NO_TAGS
+    return bytes(out)
+
+
+class _Reader:
+    """Sequential reads over one response frame; running off its end is a FrameError."""
+
+    def __init__(self, frame: memoryview, offset: int) -> None:
+        self.frame = frame
+        self.pos = offset
+
+    def take(self, size: int) -> int:
+        start = self.pos
+        self.pos += size
+        if self.pos > len(self.frame):
+            raise FrameError("Fetch response ends inside a field")
+        return start
+
+    def unpack(self, layout: struct.Struct) -> tuple:
+        return layout.unpack_from(self.frame, self.take(layout.size))
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.frame[self.take(1)]
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise FrameError("varint longer than 5 bytes in a Fetch response")
+
+    def compact_string(self) -> str:
+        size = self.uvarint() - 1
+        if size < 0:
+            raise FrameError("null topic name in a Fetch response")
+        start = self.take(size)
+        return str(self.frame[start : start + size], "utf-8")
+
+    def compact_bytes(self) -> memoryview | None:
+        size = self.uvarint() - 1
+        if size < 0:
+            return None
+        start = self.take(size)
+        return self.frame[start : start + size]
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+
+def decode_replica_fetch_response(frame, offset: int) -> ReplicaFetchResponse:
+    """Read a Fetch v12 response body that starts at `offset` of `frame`."""
+    reader = _Reader(memoryview(frame), offset)
+    _throttle, error_code, _session = reader.unpack(_RESPONSE_HEAD)
+    partitions: list[FetchedPartition] = []
+    for _ in range(reader.uvarint() - 1):
+        topic = reader.compact_string()
+        for _ in range(reader.uvarint() - 1):
+            index, error, high_watermark, _lso, log_start = reader.unpack(_PARTITION_HEAD)
+            aborted = reader.uvarint() - 1
+            for _ in range(max(aborted, 0)):
+                reader.take(_ABORTED_TRANSACTION_BYTES)
+                reader.skip_tags()
+            reader.take(_INT32.size)  # preferred_read_replica
+            records = reader.compact_bytes()
+            diverging_epoch = diverging_end_offset = -1
+            for _ in range(reader.uvarint()):
+                tag, size = reader.uvarint(), reader.uvarint()
+                if tag == _DIVERGING_EPOCH_TAG:
+                    field = _Reader(reader.frame[: reader.pos + size], reader.pos)
+                    diverging_epoch, diverging_end_offset = field.unpack(_EPOCH_END_OFFSET)
+                reader.take(size)
+            partitions.append(
+                FetchedPartition(
+                    topic,
+                    index,
+                    error,
+                    high_watermark,
+                    log_start,
+                    diverging_epoch,
+                    diverging_end_offset,
+                    records,
+                )
+            )
+        reader.skip_tags()
+    reader.skip_tags()
+    return ReplicaFetchResponse(error_code, partitions)
