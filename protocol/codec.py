@@ -19,9 +19,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
+from .versions import FIRST_FLEXIBLE_VERSION, ApiKey, supported_versions
 
 _UTC = datetime.UTC
+_SERVED_VERSIONS = supported_versions(broker=True, controller=True)
 
 
 class DecodeError(ValueError):
@@ -40,11 +41,12 @@ def response_class(api_key: int, api_version: int) -> type:
 
 @cache
 def request_is_flexible(api_key: int, api_version: int) -> bool:
-    """Whether the request uses header v2: from the table for the APIs minibroker knows, from
-    kio's schema for the others (to answer them), false for anything kio has no schema for."""
-    first_flexible = FIRST_FLEXIBLE_VERSION.get(api_key)
-    if first_flexible is not None:
-        return api_version >= first_flexible
+    """Whether the request uses header v2: from the table for the versions minibroker serves,
+    from kio's schema for the others (to answer them), false for anything kio has no schema
+    for (an ApiVersions of a future version is read as header v1, all its answer needs)."""
+    served = _SERVED_VERSIONS.get(api_key)
+    if served is not None and served[0] <= api_version <= served[1]:
+        return api_version >= FIRST_FLEXIBLE_VERSION[api_key]
     try:
         return bool(request_class(api_key, api_version).__flexible__)
     except Exception:

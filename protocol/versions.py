@@ -83,8 +83,9 @@ SENT_VERSIONS: dict[int, int] = {
 
 # The first version of each API whose request and response use the flexible (tagged-field)
 # headers, from Kafka's message definitions ("flexibleVersions"). Parsing a request header
-# needs this before anything else; with the table, the hot APIs never touch kio for it (loading
-# a kio schema module costs milliseconds, paid by a client's first request of each version).
+# needs this before anything else; with the table, a served version never touches kio for it
+# (loading a kio schema module costs milliseconds, paid by a client's first request of each
+# version). Versions outside the served ranges still ask kio (see codec.request_is_flexible).
 # tests/unit/test_protocol_framing.py checks it against kio for every served version.
 FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.PRODUCE: 9,
