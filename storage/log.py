@@ -333,7 +333,7 @@ class PartitionLog:
         )
         self._epochs.truncate_from_end(self._log_end_offset)
         self._epochs.truncate_from_start(self._log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(epochs_from=recovery_point if needs_recovery else None)
 
     def _replace_all_segments(self, base_offset: int) -> None:
         for segment in self._segments:
@@ -346,12 +346,23 @@ class PartitionLog:
         """Each segment with the one after it (None for the active segment)."""
         return zip(self._segments, [*self._segments[1:], None], strict=True)
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, *, epochs_from: int | None = None) -> None:
+        """Producer state from every batch header; with `epochs_from`, also the leader epoch
+        entries of the batches from that offset on (after a crash, the checkpoint file may
+        lack the entries of batches past the recovery point, as the append path defers it)."""
         self._producers.clear()
         for segment in self._segments:
             for _, header in segment.batches():
                 if header.last_offset >= self._log_start_offset:
                     self._producers.record(header)
+                if (
+                    epochs_from is not None
+                    and header.last_offset >= epochs_from
+                    and header.partition_leader_epoch >= 0
+                ):
+                    self._epochs.assign(
+                        header.partition_leader_epoch, header.base_offset, durable=False
+                    )
 
     # -- properties ------------------------------------------------------------------------
 
@@ -531,11 +542,14 @@ class PartitionLog:
             segment = self._maybe_roll(
                 len(data), headers[0].base_offset, headers[-1].last_offset, now_ms
             )
-            # The epoch cache is updated before the data, as in Kafka: an entry past the data
-            # is harmless (it is truncated on load), a missing one is not.
+            # The epoch cache is updated before the data, as in Kafka; its file is written
+            # when the log flushes (see LeaderEpochCache), and recovery re-reads the epochs
+            # of the batches past the recovery point.
             for header in headers:
                 if header.partition_leader_epoch >= 0:
-                    self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+                    self._epochs.assign(
+                        header.partition_leader_epoch, header.base_offset, durable=False
+                    )
             segment.append(data, headers, now_ms)
         except OSError as error:
             raise StorageError(f"{self.name}: append failed: {error}") from error
@@ -833,6 +847,8 @@ class PartitionLog:
         if self._directory_needs_fsync:
             fsync_directory(self.directory)
             self._directory_needs_fsync = False
+        # The epochs of the flushed batches become durable no later than the batches do.
+        self._epochs.flush()
         self._recovery_point = max(self._recovery_point, target)
 
     def flush_if_due(self, now_ms: int) -> bool:

@@ -235,7 +235,40 @@ def test_leader_epochs_are_recorded_as_they_start(tmp_path):
     assert log.leader_epoch_cache.entries() == [(0, 0), (3, 4)]
     assert log.end_offset_for_epoch(0) == (0, 4)
     assert log.end_offset_for_epoch(3) == (3, 5)
-    assert (log.directory / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 4\n"
+    checkpoint = log.directory / "leader-epoch-checkpoint"
+    # Entries learnt from batches are written with the batches, when the log flushes.
+    assert not checkpoint.exists()
+    log.flush()
+    assert checkpoint.read_text() == "0\n2\n0 0\n3 4\n"
+
+
+def test_a_new_leaders_epoch_is_written_at_once(tmp_path):
+    log = open_log(tmp_path)
+    append(log, 2, leader_epoch=0)
+    log.leader_epoch_cache.assign(4, log.log_end_offset)  # what becoming leader does
+    assert (log.directory / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n4 2\n"
+
+
+def test_a_crash_before_the_epochs_were_written_recovers_them_from_the_batches(tmp_path):
+    log = open_log(tmp_path)
+    append(log, 2, leader_epoch=0)
+    log.flush()  # the file has epoch 0; the recovery point is 2
+    append(log, 2, leader_epoch=3)
+    append(log, 1, leader_epoch=5)
+    # A crash: nothing more is flushed; the page cache kept the batches.
+    recovered = open_log(tmp_path, needs_recovery=True, recovery_point=2)
+    assert recovered.leader_epoch_cache.entries() == [(0, 0), (3, 2), (5, 4)]
+
+
+def test_a_crash_after_a_truncation_recovers_the_new_leaders_epoch(tmp_path):
+    log = open_log(tmp_path)
+    append(log, 2, leader_epoch=0)
+    append(log, 2, leader_epoch=3)
+    log.flush(up_to=2)  # the file has (0, 0) and (3, 2), the recovery point is 2
+    assert log.truncate_to(2)  # a new leader's history has no epoch 3: the file drops it
+    append(log, 1, leader_epoch=4)  # deferred: only the batch knows epoch 4 starts at 2
+    recovered = open_log(tmp_path, needs_recovery=True, recovery_point=2)
+    assert recovered.leader_epoch_cache.entries() == [(0, 0), (4, 2)]
 
 
 def test_truncate_to(tmp_path):
