@@ -88,6 +88,13 @@ class Row:
     systems: tuple[str, ...] = SYSTEMS
 
 
+def on_records(workload, count: int, size: int) -> Measure:
+    """A measurement running `workload` on a prepared file of `count` records of `size` bytes."""
+    return lambda target, topic, work_dir: workload(
+        target, topic, record_file(work_dir, count, size), count, size
+    )
+
+
 def rows(sizes: Sizes) -> list[Row]:
     """Every row, in table order, for these sizes."""
 
@@ -134,13 +141,7 @@ def rows(sizes: Sizes) -> list[Row]:
             "consume",
             f"consume {sizes.consume_records:,} x 100 B from the beginning, 1 broker",
             THROUGHPUT,
-            lambda target, topic, work_dir: consume_throughput(
-                target,
-                topic,
-                record_file(work_dir, sizes.consume_records, SMALL),
-                sizes.consume_records,
-                SMALL,
-            ),
+            on_records(consume_throughput, sizes.consume_records, SMALL),
         ),
         Row(
             "latency",
@@ -158,25 +159,13 @@ def rows(sizes: Sizes) -> list[Row]:
             "resources",
             f"produce then consume {sizes.resources_records:,} x 1 KiB, 1 broker",
             RESOURCES,
-            lambda target, topic, work_dir: resource_usage(
-                target,
-                topic,
-                record_file(work_dir, sizes.resources_records, LARGE),
-                sizes.resources_records,
-                LARGE,
-            ),
+            on_records(resource_usage, sizes.resources_records, LARGE),
         ),
         Row(
             "restart",
             f"clean stop, then restart with {sizes.restart_records:,} x 1 KiB of log, 1 broker",
             RESTART,
-            lambda target, topic, work_dir: restart_time(
-                target,
-                topic,
-                record_file(work_dir, sizes.restart_records, LARGE),
-                sizes.restart_records,
-                LARGE,
-            ),
+            on_records(restart_time, sizes.restart_records, LARGE),
             systems=(MINIBROKER,),
         ),
     ]

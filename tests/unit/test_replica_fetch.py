@@ -127,28 +127,26 @@ def test_response_reads_as_kio_reads_it(data, prefix):
     assert got == expected
 
 
-def test_records_are_a_view_into_the_frame():
-    data = {
+def one_partition_response(records: bytes) -> dict:
+    partition = {
+        "partition_index": 0,
+        "error_code": 0,
+        "high_watermark": 1,
+        "last_stable_offset": 1,
+        "log_start_offset": 0,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": records,
+    }
+    return {
         "error_code": 0,
         "session_id": 0,
-        "responses": [
-            {
-                "topic": "t",
-                "partitions": [
-                    {
-                        "partition_index": 0,
-                        "error_code": 0,
-                        "high_watermark": 1,
-                        "last_stable_offset": 1,
-                        "log_start_offset": 0,
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": b"batch-bytes",
-                    }
-                ],
-            }
-        ],
+        "responses": [{"topic": "t", "partitions": [partition]}],
     }
+
+
+def test_records_are_a_view_into_the_frame():
+    data = one_partition_response(b"batch-bytes")
     frame = bytearray(codec.encode_response(ApiKey.FETCH, REPLICA_FETCH_VERSION, data))
     (partition,) = decode_replica_fetch_response(frame, 0).partitions
     assert isinstance(partition.records, memoryview)
@@ -157,27 +155,7 @@ def test_records_are_a_view_into_the_frame():
 
 
 def test_a_truncated_response_is_a_frame_error():
-    data = {
-        "error_code": 0,
-        "session_id": 0,
-        "responses": [
-            {
-                "topic": "t",
-                "partitions": [
-                    {
-                        "partition_index": 0,
-                        "error_code": 0,
-                        "high_watermark": 1,
-                        "last_stable_offset": 1,
-                        "log_start_offset": 0,
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": b"x" * 40,
-                    }
-                ],
-            }
-        ],
-    }
+    data = one_partition_response(b"x" * 40)
     body = codec.encode_response(ApiKey.FETCH, REPLICA_FETCH_VERSION, data)
     for cut in (3, 12, len(body) - 20):
         with pytest.raises(FrameError):
