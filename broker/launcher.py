@@ -57,14 +57,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _api_versions_v0_frame(correlation_id: int) -> bytes:
+def api_versions_v0_frame(correlation_id: int) -> bytes:
     """ApiVersions v0 with request header v1, built by hand so readiness needs no codec."""
     header = struct.pack(">hhih", API_VERSIONS_KEY, 0, correlation_id, len(READINESS_CLIENT_ID))
     payload = header + READINESS_CLIENT_ID
     return struct.pack(">i", len(payload)) + payload
 
 
-def _read_exactly(sock: socket.socket, count: int) -> bytes:
+def read_exactly(sock: socket.socket, count: int) -> bytes:
     chunks = bytearray()
     while len(chunks) < count:
         chunk = sock.recv(count - len(chunks))
@@ -238,11 +238,11 @@ class BrokerProcess:
         remaining = max(0.1, min(2.0, deadline - time.monotonic()))
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=remaining) as sock:
-                sock.sendall(_api_versions_v0_frame(correlation_id))
-                (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+                sock.sendall(api_versions_v0_frame(correlation_id))
+                (size,) = struct.unpack(">i", read_exactly(sock, 4))
                 if not 0 < size < 1 << 20:
                     return False
-                return _is_api_versions_v0_response(_read_exactly(sock, size), correlation_id)
+                return _is_api_versions_v0_response(read_exactly(sock, size), correlation_id)
         except OSError:
             return False
 
@@ -327,8 +327,8 @@ def request_metadata(
     correlation_id = 1
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(_metadata_frame(request, correlation_id))
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-        frame = _read_exactly(sock, size)
+        (size,) = struct.unpack(">i", read_exactly(sock, 4))
+        frame = read_exactly(sock, size)
     header, header_size = entity_reader(MetadataResponse.__header_schema__)(frame, 0)
     if header.correlation_id != correlation_id:
         raise ConnectionError(f"Metadata answered with correlation id {header.correlation_id}")

@@ -22,10 +22,10 @@ from kio.schema.metadata.v12.response import MetadataResponse
 from kio.serial import entity_reader
 
 from .launcher import (
-    _api_versions_v0_frame,
     _is_api_versions_v0_response,
     _metadata_frame,
-    _read_exactly,
+    api_versions_v0_frame,
+    read_exactly,
 )
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -49,10 +49,10 @@ def _exchange(sock: socket.socket, frame: bytes, deadline: float) -> bytes:
     """Send one framed request and return the response frame (without its size)."""
     sock.settimeout(max(0.001, deadline - time.monotonic()))
     sock.sendall(frame)
-    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+    (size,) = struct.unpack(">i", read_exactly(sock, 4))
     if not 0 < size <= MAX_RESPONSE_BYTES:
         raise ProbeError(f"response of {size} bytes is not a Kafka response")
-    return _read_exactly(sock, size)
+    return read_exactly(sock, size)
 
 
 def _metadata(sock: socket.socket, deadline: float) -> MetadataResponse:
@@ -88,7 +88,7 @@ def fetch_metadata(bootstrap: str, timeout: float) -> MetadataResponse:
     deadline = time.monotonic() + timeout
     host, port = parse_address(bootstrap)
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        answer = _exchange(sock, _api_versions_v0_frame(correlation_id=1), deadline)
+        answer = _exchange(sock, api_versions_v0_frame(correlation_id=1), deadline)
         if not _is_api_versions_v0_response(answer, correlation_id=1):
             (error_code,) = struct.unpack_from(">h", answer, 4) if len(answer) >= 6 else (-1,)
             raise ProbeError(f"ApiVersions failed (error code {error_code})")

@@ -166,13 +166,19 @@ class ReplicaManager:
                         results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
                         continue
                     partition = self._partitions.get(key)
-                    if partition is None or partition.topic_id != topic_state.topic_id:
+                    created = partition is None or partition.topic_id != topic_state.topic_id
+                    if created:
                         if configs is None:
                             configs = await self._topic_configs(topic_state.topic_name)
                         partition = self._create_replica(
                             topic_state, state.partition_index, configs
                         )
                     results[key] = self._apply_partition_state(partition, state)
+                    if created:
+                        # Making a partition's files takes milliseconds of blocking file
+                        # system calls; other clients are served between partitions, so a
+                        # topic of many partitions does not stall the broker for seconds.
+                        await trio.lowlevel.checkpoint()
             self._first_leader_and_isr.set()
             return results
 
@@ -264,19 +270,26 @@ class ReplicaManager:
         self.metadata.update(request)
         self.ready.set()
 
-    def apply_stop_replica(self, request) -> list[tuple[str, int, Error]]:
+    async def apply_stop_replica(self, request) -> list[tuple[str, int, Error]]:
+        """Stop hosting (and with delete_partition, delete) each partition the request names.
+
+        Under the same lock as LeaderAndIsr, and yielding after each partition as it does:
+        deleting a partition's files blocks for milliseconds.
+        """
         results = []
-        for topic_state in request.topic_states:
-            for state in topic_state.partition_states:
-                key = (topic_state.topic_name, state.partition_index)
-                partition = self._partitions.pop(key, None)
-                if partition is not None:
-                    self.fetchers.remove(key)
-                    partition.leader = -1
-                    self.notify(partition)
-                    log.info("stopped replica %s-%d", *key)
-                self.log_manager.remove_log(*key, delete=state.delete_partition)
-                results.append((*key, Error.NONE))
+        async with self._state_change_lock:
+            for topic_state in request.topic_states:
+                for state in topic_state.partition_states:
+                    key = (topic_state.topic_name, state.partition_index)
+                    partition = self._partitions.pop(key, None)
+                    if partition is not None:
+                        self.fetchers.remove(key)
+                        partition.leader = -1
+                        self.notify(partition)
+                        log.info("stopped replica %s-%d", *key)
+                    self.log_manager.remove_log(*key, delete=state.delete_partition)
+                    results.append((*key, Error.NONE))
+                    await trio.lowlevel.checkpoint()
         return results
 
     # -- leaders: followers' progress and the ISR ------------------------------------------------

@@ -43,7 +43,7 @@ async def handle_stop_replica(ctx: RequestContext, request) -> dict:
     error = ctx.replicas.check_controller(request)
     if error != Error.NONE:
         return {"error_code": error, "partition_errors": ()}
-    results = ctx.replicas.apply_stop_replica(request)
+    results = await ctx.replicas.apply_stop_replica(request)
     return {
         "error_code": Error.NONE,
         "partition_errors": [
