@@ -13,6 +13,7 @@ marker so the next start skips recovery.
 import base64
 import functools
 import logging
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -273,23 +274,37 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
 
 
-COALESCE_BELOW = 64 * 1024
+# Linux's IOV_MAX: the most buffers one writev takes.
+MAX_BUFFERS_PER_WRITE = 1024
 
 
-async def _send_buffers(stream, buffers: list) -> None:
-    """Send a response given as buffers: small neighbours are joined into one write, large
-    record sets go out as they are (no copy)."""
-    pending: list = []
-    for buffer in buffers:
-        if len(buffer) < COALESCE_BELOW:
-            pending.append(buffer)
-            continue
-        if pending:
-            await stream.send_all(b"".join(pending))
-            pending = []
-        await stream.send_all(buffer)
-    if pending:
-        await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
+async def _send_buffers(stream: trio.SocketStream, buffers: list) -> None:
+    """Send a response given as buffers (a Fetch response's record sets are the objects read
+    from the log) with writev, straight on the socket: one system call for the whole response
+    when the socket buffer has room, and no pass through the scheduler. Only a full socket
+    buffer waits, for writability, in trio.
+
+    The connection's task is the only writer of its socket, and receiving the next request
+    always goes through trio's checkpoints, so bypassing SocketStream.send_all here loses
+    neither its conflict detection nor fairness between connections. A peer that went away
+    raises trio.BrokenResourceError, as send_all would.
+    """
+    views = [view for buffer in buffers if len(view := memoryview(buffer).cast("B"))]
+    fd = stream.socket.fileno()
+    first = 0  # views before this one are sent
+    while first < len(views):
+        try:
+            sent = os.writev(fd, views[first : first + MAX_BUFFERS_PER_WRITE])
+        except BlockingIOError:
+            sent = 0
+        except OSError as error:
+            raise trio.BrokenResourceError(f"sending a response: {error!r}") from error
+        while first < len(views) and sent >= len(views[first]):
+            sent -= len(views[first])
+            first += 1
+        if first < len(views):
+            views[first] = views[first][sent:]
+            await trio.lowlevel.wait_writable(fd)
 
 
 def log_config_from(config: BrokerConfig) -> LogConfig:
