@@ -123,6 +123,17 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 
+    @property
+    def applying_controller_request(self) -> bool:
+        """Whether a LeaderAndIsr or StopReplica is being applied (it yields between
+        partitions, so other requests see some of its partitions done and some not yet)."""
+        return self._state_change_lock.locked()
+
+    async def controller_requests_applied(self) -> None:
+        """Return once no LeaderAndIsr or StopReplica is being applied."""
+        async with self._state_change_lock:
+            pass
+
     def log_config(self, topic: str) -> LogConfig:
         info = self.log_manager.topics().get(topic)
         configs = info.configs if info is not None else {}
@@ -158,6 +169,11 @@ class ReplicaManager:
                     BrokerEndpoint(leader.broker_id, leader.host_name, leader.port)
                 )
             results: dict[tuple[str, int], Error] = {}
+            # Followers start fetching together once the whole request is applied, as Kafka
+            # adds fetchers once per LeaderAndIsr: added one by one while partitions are being
+            # created, the first fetch would carry the first few and park at the leader for up
+            # to replica.fetch.wait.max.ms before the next one could carry the rest.
+            to_follow: list[Partition] = []
             for topic_state in request.topic_states:
                 configs = None
                 for state in topic_state.partition_states:
@@ -173,16 +189,22 @@ class ReplicaManager:
                         partition = self._create_replica(
                             topic_state, state.partition_index, configs
                         )
-                    results[key] = self._apply_partition_state(partition, state)
+                    results[key] = self._apply_partition_state(partition, state, to_follow)
                     if created:
                         # Making a partition's files takes milliseconds of blocking file
                         # system calls; other clients are served between partitions, so a
                         # topic of many partitions does not stall the broker for seconds.
                         await trio.lowlevel.checkpoint()
+            for partition in to_follow:
+                self.fetchers.add(partition)
             self._first_leader_and_isr.set()
             return results
 
-    def _apply_partition_state(self, partition: Partition, state) -> Error:
+    def _apply_partition_state(
+        self, partition: Partition, state, to_follow: list[Partition]
+    ) -> Error:
+        """Apply one partition's state; a partition that now follows a live leader is
+        appended to `to_follow` for the caller to hand to the fetchers."""
         key = partition.key
         if state.leader_epoch < partition.leader_epoch or (
             state.leader_epoch == partition.leader_epoch
@@ -205,10 +227,9 @@ class ReplicaManager:
             partition.become_follower(
                 state.leader, state.leader_epoch, state.partition_epoch, isr, replicas
             )
+            self.fetchers.remove(key)
             if state.leader >= 0:
-                self.fetchers.add(partition)
-            else:
-                self.fetchers.remove(key)
+                to_follow.append(partition)
             log.info(
                 "follower of %s-%d at epoch %d (leader %d)", *key, state.leader_epoch, state.leader
             )

@@ -22,6 +22,10 @@ from . import RequestContext
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0
+# What a follower hears about a partition whose LeaderAndIsr this broker is still applying.
+_NOT_YET_APPLIED = frozenset(
+    {Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER, Error.UNKNOWN_LEADER_EPOCH}
+)
 
 
 def _entry(index: int, error: Error, partition=None, records: bytes = b"") -> dict:
@@ -65,6 +69,7 @@ class _Reader:
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
         self.total_bytes = 0
         self.has_error = False
+        self.not_yet_applied = False
         self.watched: list[tuple[str, int]] = []
         self.sent: list[tuple[str, int]] = []
 
@@ -87,6 +92,7 @@ class _Reader:
                 error = missing
             if error != Error.NONE:
                 self.has_error = True
+                self.not_yet_applied |= error in _NOT_YET_APPLIED
                 partitions.append(_entry(index, error, partition))
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
@@ -139,8 +145,22 @@ async def handle(ctx: RequestContext, request) -> dict:
         return {"error_code": Error.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": ()}
     deadline = trio.current_time() + request.max_wait.total_seconds()
     first = True
+    waited_for_controller = False
     while True:
         response, reader = _read_all(ctx, request, record_progress=first)
+        if (
+            reader.replica_id >= 0
+            and reader.not_yet_applied
+            and not waited_for_controller
+            and ctx.replicas.applying_controller_request
+        ):
+            # The controller tells every replica at once, so a follower's fetch can overtake
+            # this broker's LeaderAndIsr for the same partitions, which is applied partition
+            # by partition. Answering an error would send those partitions into the
+            # follower's replica.fetch.backoff.ms (a second by default): wait, read again.
+            waited_for_controller = True
+            await ctx.replicas.controller_requests_applied()
+            continue
         first = False
         done = (
             reader.total_bytes >= request.min_bytes
