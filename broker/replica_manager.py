@@ -172,33 +172,42 @@ class ReplicaManager:
             # Followers start fetching together once the whole request is applied, as Kafka
             # adds fetchers once per LeaderAndIsr: added one by one while partitions are being
             # created, the first fetch would carry the first few and park at the leader for up
-            # to replica.fetch.wait.max.ms before the next one could carry the rest.
+            # to replica.fetch.wait.max.ms before the next one could carry the rest. Those
+            # applied before a failure part-way (a full disk, say) still get their fetchers.
             to_follow: list[Partition] = []
-            for topic_state in request.topic_states:
-                configs = None
-                for state in topic_state.partition_states:
-                    key = (topic_state.topic_name, state.partition_index)
-                    if self.config.node_id not in state.replicas:
-                        results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
-                        continue
-                    partition = self._partitions.get(key)
-                    created = partition is None or partition.topic_id != topic_state.topic_id
-                    if created:
-                        if configs is None:
-                            configs = await self._topic_configs(topic_state.topic_name)
-                        partition = self._create_replica(
-                            topic_state, state.partition_index, configs
-                        )
-                    results[key] = self._apply_partition_state(partition, state, to_follow)
-                    if created:
-                        # Making a partition's files takes milliseconds of blocking file
-                        # system calls; other clients are served between partitions, so a
-                        # topic of many partitions does not stall the broker for seconds.
-                        await trio.lowlevel.checkpoint()
-            for partition in to_follow:
-                self.fetchers.add(partition)
+            try:
+                await self._apply_topic_states(request.topic_states, results, to_follow)
+            finally:
+                for partition in to_follow:
+                    self.fetchers.add(partition)
             self._first_leader_and_isr.set()
             return results
+
+    async def _apply_topic_states(
+        self,
+        topic_states,
+        results: dict[tuple[str, int], Error],
+        to_follow: list[Partition],
+    ) -> None:
+        for topic_state in topic_states:
+            configs = None
+            for state in topic_state.partition_states:
+                key = (topic_state.topic_name, state.partition_index)
+                if self.config.node_id not in state.replicas:
+                    results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                partition = self._partitions.get(key)
+                created = partition is None or partition.topic_id != topic_state.topic_id
+                if created:
+                    if configs is None:
+                        configs = await self._topic_configs(topic_state.topic_name)
+                    partition = self._create_replica(topic_state, state.partition_index, configs)
+                results[key] = self._apply_partition_state(partition, state, to_follow)
+                if created:
+                    # Making a partition's files takes milliseconds of blocking file system
+                    # calls; other clients are served between partitions, so a topic of many
+                    # partitions does not stall the broker for seconds.
+                    await trio.lowlevel.checkpoint()
 
     def _apply_partition_state(
         self, partition: Partition, state, to_follow: list[Partition]

@@ -293,18 +293,24 @@ async def _send_buffers(stream: trio.SocketStream, buffers: list) -> None:
     fd = stream.socket.fileno()
     first = 0  # views before this one are sent
     while first < len(views):
+        group = views[first : first + MAX_BUFFERS_PER_WRITE]
         try:
-            sent = os.writev(fd, views[first : first + MAX_BUFFERS_PER_WRITE])
+            sent = os.writev(fd, group)
         except BlockingIOError:
             sent = 0
         except OSError as error:
             raise trio.BrokenResourceError(f"sending a response: {error!r}") from error
+        socket_full = sent < sum(len(view) for view in group)
         while first < len(views) and sent >= len(views[first]):
             sent -= len(views[first])
             first += 1
-        if first < len(views):
+        if sent:
             views[first] = views[first][sent:]
+        if socket_full:
             await trio.lowlevel.wait_writable(fd)
+    # Let the other connections run before this one reads its next request, which may be
+    # waiting in the buffer already (a pipelining client), as send_all's checkpoint did.
+    await trio.lowlevel.checkpoint()
 
 
 def log_config_from(config: BrokerConfig) -> LogConfig:

@@ -131,8 +131,8 @@ class LeaderEpochCache:
     Every change is written to the checkpoint file (atomically, fsynced) at once, except an
     entry learnt from an appended batch (`assign(..., durable=False)`): that one is written
     with the data it describes, when the log flushes (`flush`), before the recovery point
-    passes it. Until then the batch itself carries the entry, and recovery re-reads the
-    batches past the recovery point. Writing it at once cost a file creation and two fsyncs
+    passes it. Until then the batch itself carries the entry, and recovery after a crash
+    reads the epochs of the batches again. Writing it at once cost a file creation and two fsyncs
     per partition on the append path, at every first append of a new epoch (Kafka fsyncs
     there; a follower of a fresh 64-partition topic spent most of its first second on it).
     """

@@ -332,8 +332,8 @@ class PartitionLog:
             min(recovery_point, self._log_end_offset) if needs_recovery else self._log_end_offset
         )
         self._epochs.truncate_from_end(self._log_end_offset)
+        self._rebuild_producer_state(recover_epochs=needs_recovery)
         self._epochs.truncate_from_start(self._log_start_offset)
-        self._rebuild_producer_state(epochs_from=recovery_point if needs_recovery else None)
 
     def _replace_all_segments(self, base_offset: int) -> None:
         for segment in self._segments:
@@ -346,19 +346,20 @@ class PartitionLog:
         """Each segment with the one after it (None for the active segment)."""
         return zip(self._segments, [*self._segments[1:], None], strict=True)
 
-    def _rebuild_producer_state(self, *, epochs_from: int | None = None) -> None:
-        """Producer state from every batch header; with `epochs_from`, also the leader epoch
-        entries of the batches from that offset on (after a crash, the checkpoint file may
-        lack the entries of batches past the recovery point, as the append path defers it)."""
+    def _rebuild_producer_state(self, *, recover_epochs: bool = False) -> None:
+        """Producer state from every batch header; with `recover_epochs` (after a crash),
+        also the leader epoch entries the checkpoint file may lack, since the append path
+        defers writing them: every batch whose epoch is newer than the latest known one starts
+        that epoch, as in Kafka's segment recovery. Older epochs are left alone: the file
+        always holds a complete history up to some point, and re-assigning an older epoch
+        would cut the entries after it."""
         self._producers.clear()
         for segment in self._segments:
             for _, header in segment.batches():
                 if header.last_offset >= self._log_start_offset:
                     self._producers.record(header)
-                if (
-                    epochs_from is not None
-                    and header.last_offset >= epochs_from
-                    and header.partition_leader_epoch >= 0
+                if recover_epochs and header.partition_leader_epoch > (
+                    self._epochs.latest_epoch if self._epochs.latest_epoch is not None else -1
                 ):
                     self._epochs.assign(
                         header.partition_leader_epoch, header.base_offset, durable=False
@@ -543,8 +544,8 @@ class PartitionLog:
                 len(data), headers[0].base_offset, headers[-1].last_offset, now_ms
             )
             # The epoch cache is updated before the data, as in Kafka; its file is written
-            # when the log flushes (see LeaderEpochCache), and recovery re-reads the epochs
-            # of the batches past the recovery point.
+            # when the log flushes (see LeaderEpochCache), and recovery after a crash reads
+            # the batches' epochs again.
             for header in headers:
                 if header.partition_leader_epoch >= 0:
                     self._epochs.assign(

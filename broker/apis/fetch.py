@@ -157,9 +157,11 @@ async def handle(ctx: RequestContext, request) -> dict:
             # The controller tells every replica at once, so a follower's fetch can overtake
             # this broker's LeaderAndIsr for the same partitions, which is applied partition
             # by partition. Answering an error would send those partitions into the
-            # follower's replica.fetch.backoff.ms (a second by default): wait, read again.
+            # follower's replica.fetch.backoff.ms (a second by default): wait, within the
+            # fetch's max_wait, and read again.
             waited_for_controller = True
-            await ctx.replicas.controller_requests_applied()
+            with trio.move_on_at(deadline):
+                await ctx.replicas.controller_requests_applied()
             continue
         first = False
         done = (

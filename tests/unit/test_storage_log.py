@@ -406,3 +406,41 @@ def test_every_offset_reads_from_its_batch_across_segments(
             for offset in range(base, last + 1):
                 assert read_header(log.read(offset, max_bytes=1)).base_offset == base
         log.close()
+
+
+def replicate(log, epoch, batches):
+    """Append `batches` one-record batches of `epoch` as a follower does."""
+    for _ in range(batches):
+        batch = make_batch(1, base_offset=log.log_end_offset, partition_leader_epoch=epoch)
+        log.append_as_follower(batch, now_ms=0)
+
+
+def test_recovery_keeps_the_epochs_the_file_has_past_a_stale_recovery_point(tmp_path):
+    log = open_log(tmp_path)
+    replicate(log, 1, 100)
+    replicate(log, 2, 50)
+    log.flush()  # the file has (1, 0) and (2, 100); the checkpointed recovery point lags at 50
+    recovered = open_log(tmp_path, needs_recovery=True, recovery_point=50)
+    assert recovered.leader_epoch_cache.entries() == [(1, 0), (2, 100)]
+    assert recovered.end_offset_for_epoch(1) == (1, 100)
+
+
+def test_recovery_finds_a_new_epoch_after_a_truncation_below_the_recovery_point(tmp_path):
+    log = open_log(tmp_path)
+    replicate(log, 4, 100)
+    replicate(log, 5, 100)
+    log.flush()
+    checkpointed = log.recovery_point  # 200
+    assert log.truncate_to(150)  # a new leader's history diverges at 150
+    replicate(log, 6, 100)  # epoch 6 from 150, its entry not written yet
+    recovered = open_log(tmp_path, needs_recovery=True, recovery_point=checkpointed)
+    assert recovered.leader_epoch_cache.entries() == [(4, 0), (5, 100), (6, 150)]
+
+
+def test_recovery_does_not_bring_back_epochs_before_the_log_start(tmp_path):
+    log = open_log(tmp_path)
+    for epoch in (1, 2, 3):
+        replicate(log, epoch, 10)
+    log.maybe_increment_log_start_offset(25)
+    recovered = open_log(tmp_path, needs_recovery=True, log_start_offset=25)
+    assert recovered.leader_epoch_cache.entries() == [(3, 25)]
