@@ -55,7 +55,8 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list | None:
     array_length(len(responses))
     for topic in responses:
         if version >= FIRST_TOPIC_ID_VERSION:
-            out += topic["topic_id"].bytes
+            topic_id = topic["topic_id"]
+            out += topic_id.bytes if topic_id is not None else bytes(16)  # None: the zero id
         else:
             name = topic["topic"].encode()
             out += encode_uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))

@@ -11,6 +11,8 @@ from typing import Any
 from protocol.errors import Error
 from protocol.versions import ApiKey
 
+from .fetch import partition_entry
+
 
 def topic_key(topic) -> dict:
     return {"name": getattr(topic, "name", None), "topic_id": getattr(topic, "topic_id", None)}
@@ -40,13 +42,7 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                     "topic": getattr(topic, "topic", None),
                     "topic_id": getattr(topic, "topic_id", None),
                     "partitions": [
-                        {
-                            "partition_index": p.partition,
-                            "error_code": error,
-                            "high_watermark": -1,
-                            "records": None,
-                        }
-                        for p in topic.partitions
+                        partition_entry(p.partition, error, records=None) for p in topic.partitions
                     ],
                 }
                 for topic in request.topics

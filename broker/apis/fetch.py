@@ -28,7 +28,9 @@ _NOT_YET_APPLIED = frozenset(
 )
 
 
-def _entry(index: int, error: Error, partition=None, records: bytes = b"") -> dict:
+def partition_entry(index: int, error: Error, partition=None, records: bytes | None = b"") -> dict:
+    """A Fetch response partition with every field the encoders read; `partition` (when hosted
+    here) supplies the offsets."""
     entry = {
         "partition_index": index,
         "error_code": error,
@@ -75,8 +77,8 @@ class _Reader:
 
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
-        if topic_id is not None:
-            known = self.ctx.replicas.metadata.topic_by_id(topic_id)
+        if hasattr(topic, "topic_id"):  # v13+; the zero id reads as None, and is no topic's
+            known = self.ctx.replicas.metadata.topic_by_id(topic_id) if topic_id else None
             name = known.name if known is not None else None
             missing = Error.UNKNOWN_TOPIC_ID
         else:
@@ -93,7 +95,7 @@ class _Reader:
             if error != Error.NONE:
                 self.has_error = True
                 self.not_yet_applied |= error in _NOT_YET_APPLIED
-                partitions.append(_entry(index, error, partition))
+                partitions.append(partition_entry(index, error, partition))
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
@@ -105,7 +107,7 @@ class _Reader:
         follower = self.replica_id in partition.followers
         if follower and (diverging := _diverging_epoch(partition, fetch_partition)) is not None:
             self.has_error = True
-            entry = _entry(index, Error.NONE, partition)
+            entry = partition_entry(index, Error.NONE, partition)
             entry["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
             return entry
         if (
@@ -127,11 +129,11 @@ class _Reader:
             )
         except StorageError as failure:
             self.has_error = True
-            return _entry(index, Error(failure.error_code), partition)
+            return partition_entry(index, Error(failure.error_code), partition)
         self.total_bytes += len(records)
         self.remaining -= len(records)
         self.sent.append((partition.topic, len(records)))
-        return _entry(index, Error.NONE, partition, records)
+        return partition_entry(index, Error.NONE, partition, records)
 
 
 def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[dict, _Reader]:

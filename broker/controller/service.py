@@ -515,6 +515,17 @@ class ControllerService:
             targets = [(name, None) for name in request.topic_names]
         else:
             targets = [(topic.name, topic.topic_id) for topic in request.topics]
+        if not self.config.delete_topic_enable:
+            # Kafka's answer: INVALID_REQUEST to clients too old to know the newer code.
+            error = (
+                Error.TOPIC_DELETION_DISABLED if request.__version__ >= 3 else Error.INVALID_REQUEST
+            )
+            return {
+                "responses": [
+                    {"name": name, "topic_id": topic_id, "error_code": error}
+                    for name, topic_id in targets
+                ]
+            }
         results = []
         events: list[trio.Event] = []
         for name, topic_id in targets:

@@ -33,3 +33,13 @@ def test_confluent_admin_errors_and_deletion(broker):
     assert invalid.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
     admin.delete_topics(["made"])["made"].result(15)
     assert "made" not in admin.list_topics(timeout=10).topics
+
+
+def test_deletion_disabled_is_refused_and_keeps_the_topic(broker_factory):
+    broker = broker_factory({"delete.topic.enable": "false"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("kept", 1, 1)])["kept"].result(15)
+    with pytest.raises(Exception) as refused:
+        admin.delete_topics(["kept"])["kept"].result(15)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_DELETION_DISABLED
+    assert "kept" in admin.list_topics(timeout=10).topics
