@@ -5,8 +5,6 @@ import logging
 import sys
 from pathlib import Path
 
-import trio
-
 from .config import ConfigError, load_config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
@@ -67,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"minibroker: {error}", file=sys.stderr)
         return 2
+    import trio  # here, not at the top: `minibroker probe` (a health check) never needs it
+
     from storage.errors import (
         CorruptCheckpointError,
         InconsistentMetaPropertiesError,

@@ -11,6 +11,8 @@ from protocol import codec
 from protocol.framing import FrameDecoder, FrameError, frame_request, parse_response_header
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+# What a broken or unresponsive connection raises; whoever catches it drops the connection.
+CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError)
 RECEIVE_SIZE = 256 * 1024
 
 

@@ -14,10 +14,9 @@ import trio
 
 from protocol import codec
 from protocol.errors import Error
-from protocol.framing import FrameError
 from protocol.versions import SENT_VERSIONS, ApiKey
 
-from .client import NodeConnection
+from .client import CONNECTION_ERRORS, NodeConnection
 from .config import BrokerConfig
 
 log = logging.getLogger("lifecycle")
@@ -57,7 +56,7 @@ class _Channel:
                     except BaseException:
                         await self.aclose()
                         raise
-        except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
+        except CONNECTION_ERRORS as error:
             raise ControllerUnavailable(
                 f"controller {voter.host}:{voter.port}: {error!r}"
             ) from None

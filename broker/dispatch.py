@@ -8,7 +8,7 @@ import logging
 import time
 
 from protocol import codec
-from protocol.errors import Error
+from protocol.errors import Error, error_name
 from protocol.fetch_response import encode_fetch_response
 from protocol.framing import RequestHeader, frame_response_header
 from protocol.produce_request import decode_produce_request
@@ -126,7 +126,7 @@ async def dispatch(
         request = decode_produce_request(version, frame, body_offset)
     else:
         request = codec.decode_request(key, version, frame, body_offset)
-    if key in CLIENT_APIS and ctx.replicas is not None:
+    if key in CLIENT_APIS and ctx.replicas is not None and not ctx.replicas.ready.is_set():
         await ctx.replicas.ready.wait()
     name = _REQUEST_NAMES[key]
     try:
@@ -148,24 +148,21 @@ async def dispatch(
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
     if isinstance(data, dict):
         for error in _error_codes(data):
-            ctx.metrics.errors.labels(name, _error_name(error)).inc()
+            ctx.metrics.errors.labels(name, error_name(error)).inc()
     return response
 
 
-def _error_codes(data):
-    """Every non-zero error code in a response description, at any depth."""
-    if isinstance(data, dict):
-        code = data.get("error_code")
-        if code:
-            yield int(code)
-        for value in data.values():
-            if isinstance(value, list | tuple):
-                for item in value:
-                    yield from _error_codes(item)
-    elif isinstance(data, list | tuple):
-        for item in data:
-            yield from _error_codes(item)
-
-
-def _error_name(code: int) -> str:
-    return Error(code).name if code in Error._value2member_map_ else str(code)
+def _error_codes(data) -> list[int]:
+    """Every non-zero error code in a response description, at any depth (a loop, not
+    recursion: this runs on every response, Fetch and Produce included)."""
+    codes = []
+    pending = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            if code := value.get("error_code"):
+                codes.append(int(code))
+            pending.extend(item for item in value.values() if isinstance(item, list | tuple))
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    return codes

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocol.errors import Error
-from protocol.framing import FrameError
+from protocol.errors import Error, error_name
 from protocol.replica_fetch import (
     REPLICA_FETCH_VERSION,
     FetchedPartition,
@@ -33,7 +32,7 @@ from protocol.versions import ApiKey
 from storage.errors import StorageError
 
 from .apis.list_offsets import EARLIEST, LATEST
-from .client import NodeConnection
+from .client import CONNECTION_ERRORS, NodeConnection
 from .controller_client import build_request
 
 if TYPE_CHECKING:
@@ -49,10 +48,9 @@ REQUEST_TIMEOUT_S = 30.0
 class Fetcher:
     """Fetches a set of partitions from one leader."""
 
-    def __init__(self, replicas: "ReplicaManager", leader_id: int, index: int) -> None:
+    def __init__(self, replicas: "ReplicaManager", leader_id: int) -> None:
         self._replicas = replicas
         self.leader_id = leader_id
-        self.index = index
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._delayed_until: dict[tuple[str, int], float] = {}
         self._work = trio.Event()
@@ -80,7 +78,7 @@ class Fetcher:
                 continue
             try:
                 await self._fetch_once(ready)
-            except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
+            except CONNECTION_ERRORS as error:
                 log.info("fetch from broker %d failed: %r; retrying", self.leader_id, error)
                 await self._disconnect()
                 await trio.sleep(backoff)
@@ -153,7 +151,7 @@ class Fetcher:
             )
         response = decode_replica_fetch_response(frame, offset)
         if response.error_code != Error.NONE:
-            error = _error_name(response.error_code)
+            error = error_name(response.error_code)
             log.warning("fetch from %d failed: %s", self.leader_id, error)
             self._back_off(sent)
             return
@@ -184,6 +182,7 @@ class Fetcher:
             if data.diverging_epoch >= 0 or data.diverging_end_offset >= 0:
                 self._truncate_diverging(partition, data.diverging_epoch, data.diverging_end_offset)
                 return
+            changed = bool(data.records)
             if data.records:
                 self._replicas.metrics.fetcher_bytes.inc(len(data.records))
                 try:
@@ -192,10 +191,9 @@ class Fetcher:
                     log.error("cannot append to %s-%d: %s", *partition.key, failure)
                     self._back_off({partition.key: partition})
                     return
-                self._replicas.notify(partition)
-            if data.log_start_offset > partition.log.log_start_offset:
-                partition.log.maybe_increment_log_start_offset(data.log_start_offset)
-            if partition.update_follower_high_watermark(data.high_watermark):
+            partition.log.maybe_increment_log_start_offset(data.log_start_offset)
+            changed |= partition.update_follower_high_watermark(data.high_watermark)
+            if changed:
                 self._replicas.notify(partition)
             partition.fetch_lag = max(data.high_watermark - partition.log.log_end_offset, 0)
         elif error == Error.OFFSET_OUT_OF_RANGE:
@@ -205,7 +203,7 @@ class Fetcher:
                 "fetching %s-%d from %d: %s; backing off",
                 *partition.key,
                 self.leader_id,
-                _error_name(error),
+                error_name(error),
             )
             self._back_off({partition.key: partition})
 
@@ -305,7 +303,7 @@ class FetcherManager:
         fetcher_key = (partition.leader, index)
         fetcher = self._fetchers.get(fetcher_key)
         if fetcher is None:
-            fetcher = self._fetchers[fetcher_key] = Fetcher(self._replicas, partition.leader, index)
+            fetcher = self._fetchers[fetcher_key] = Fetcher(self._replicas, partition.leader)
             self._nursery.start_soon(fetcher.run)
         fetcher.add(partition)
         self._assigned[partition.key] = fetcher
@@ -314,7 +312,3 @@ class FetcherManager:
         fetcher = self._assigned.pop(key, None)
         if fetcher is not None:
             fetcher.remove(key)
-
-
-def _error_name(code: int) -> str:
-    return Error(code).name if code in Error._value2member_map_ else str(code)

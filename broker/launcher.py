@@ -355,19 +355,17 @@ class Cluster:
         base_dir: Path,
         brokers: int = 3,
         overrides: Mapping[str, object] | None = None,
-        controller_overrides: Mapping[str, object] | None = None,
         ports: Mapping[int, int] | None = None,
         timeout: float = CLUSTER_READY_TIMEOUT,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
         `overrides` go to every node, as one shared server.properties would (the controller
-        needs the broker session timeout, for instance); `controller_overrides` go to the
-        controller only, on top. `ports` maps node ids (0 is the controller) to ports; free
-        ports are picked for the rest. Data lives in `base_dir/controller` and
-        `base_dir/broker-<id>`, each node's output next to it in `<kind>-<id>.log`. If anything
-        fails or is interrupted, every node started so far is killed before the error
-        propagates, so that no process outlives a failed start.
+        needs the broker session timeout, for instance). `ports` maps node ids (0 is the
+        controller) to ports; free ports are picked for the rest. Data lives in
+        `base_dir/controller` and `base_dir/broker-<id>`, each node's output next to it in
+        `<kind>-<id>.log`. If anything fails or is interrupted, every node started so far is
+        killed before the error propagates, so that no process outlives a failed start.
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
@@ -380,7 +378,7 @@ class Cluster:
             CONTROLLER_NODE_ID,
             base_dir / CONTROLLER_ROLE,
             controller_port,
-            {**shared, **(controller_overrides or {})},
+            shared,
             role=CONTROLLER_ROLE,
         )
         cluster = cls(controller, {})

@@ -28,8 +28,6 @@ from .launcher import (
     read_exactly,
 )
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-DEFAULT_TIMEOUT = 5.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 

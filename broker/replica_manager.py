@@ -17,7 +17,6 @@ import trio
 from protocol.errors import Error
 from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
 from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from storage.log import LogConfig
 from storage.log_manager import LogManager
 
 from .config import BrokerConfig
@@ -99,9 +98,6 @@ class ReplicaManager:
 
     # -- lookups --------------------------------------------------------------------------------
 
-    def partition(self, topic: str, index: int) -> Partition | None:
-        return self._partitions.get((topic, index))
-
     def leader_partition(
         self, topic: str | None, index: int, current_leader_epoch: int = -1
     ) -> tuple[Partition | None, Error]:
@@ -133,11 +129,6 @@ class ReplicaManager:
         """Return once no LeaderAndIsr or StopReplica is being applied."""
         async with self._state_change_lock:
             pass
-
-    def log_config(self, topic: str) -> LogConfig:
-        info = self.log_manager.topics().get(topic)
-        configs = info.configs if info is not None else {}
-        return LogConfig.from_topic_configs(self.log_manager.default_config, configs)
 
     def notify(self, partition: Partition) -> None:
         self.watchers.notify(partition.key)
@@ -330,7 +321,11 @@ class ReplicaManager:
         """Note a follower's position; move the HW and grow the ISR as Kafka's leader does."""
         if partition.record_follower_fetch(replica_id, fetch_offset, self.clock_ms()):
             self.notify(partition)
-        joining = replica_id in partition.followers_ready_to_join() and self._is_live(replica_id)
+        joining = (
+            replica_id not in partition.isr  # nearly always: skip the epoch and follower walk
+            and replica_id in partition.followers_ready_to_join()
+            and self._is_live(replica_id)
+        )
         if joining and self._request_isr_change(partition, sorted({*partition.isr, replica_id})):
             # Kafka's "maximal ISR": the HW waits for a joining replica from now on, so that
             # nothing it lacks is acknowledged while the expansion is in flight.

@@ -48,3 +48,8 @@ class Error(IntEnum):
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
     INVALID_RECORD = 87
+
+
+def error_name(code: int) -> str:
+    """The name of an error code, or the number for one minibroker does not know."""
+    return Error(code).name if code in Error._value2member_map_ else str(code)

@@ -16,14 +16,13 @@ import struct
 from typing import Any
 
 from .framing import encode_uvarint
-from .versions import ApiKey
+from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
 _INT64 = struct.Struct(">q")
-FETCH = ApiKey.FETCH
-FIRST_FLEXIBLE_VERSION = 12
+_FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.FETCH]
 FIRST_TOPIC_ID_VERSION = 13
 
 
@@ -41,7 +40,7 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list | None:
     responses = data["responses"]
     if not all(_has_defaults_only(p) for topic in responses for p in topic["partitions"]):
         return None
-    flexible = version >= FIRST_FLEXIBLE_VERSION
+    flexible = version >= _FLEXIBLE_FROM
     chunks: list = []
     out = bytearray()
 

@@ -13,10 +13,11 @@ import struct
 from dataclasses import dataclass
 
 from .codec import DecodeError
+from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-FIRST_FLEXIBLE_VERSION = 9
+_FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.PRODUCE]
 
 
 @dataclass(slots=True)
@@ -108,7 +109,7 @@ class _Reader:
 
 def decode_produce_request(version: int, frame: bytearray, offset: int) -> ProduceRequest:
     """Decode Produce v3-v9 from ``frame`` (a bytearray) starting at ``offset``."""
-    reader = _Reader(frame, offset, version >= FIRST_FLEXIBLE_VERSION)
+    reader = _Reader(frame, offset, version >= _FLEXIBLE_FROM)
     transactional_id = reader.string(nullable=True)
     acks = reader.int16()
     timeout = datetime.timedelta(milliseconds=reader.int32())

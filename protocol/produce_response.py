@@ -10,17 +10,18 @@ import struct
 from typing import Any
 
 from .framing import encode_uvarint
+from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
 _INT64 = struct.Struct(">q")
-FIRST_FLEXIBLE_VERSION = 9
+_FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.PRODUCE]
 
 
 def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
     """The Produce v3-v9 response body for the handler's description of it."""
-    flexible = version >= FIRST_FLEXIBLE_VERSION
+    flexible = version >= _FLEXIBLE_FROM
     out = bytearray()
 
     def length(count: int) -> None:

@@ -4,73 +4,55 @@ The broker answers a failed partition with `error.error_code` and `str(error)` a
 so the messages are written for the person reading a client's log.
 """
 
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-RECORD_LIST_TOO_LARGE = 18
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-KAFKA_STORAGE_ERROR = 56
-INVALID_RECORD = 87
+from protocol.errors import Error
 
 
 class StorageError(Exception):
     """A storage operation failed; `error_code` is the Kafka error code for the client."""
 
-    error_code: int = KAFKA_STORAGE_ERROR
-
-    def __init__(self, message: str, error_code: int | None = None) -> None:
-        super().__init__(message)
-        if error_code is not None:
-            self.error_code = error_code
+    error_code: Error = Error.KAFKA_STORAGE_ERROR
 
 
 class CorruptRecordError(StorageError):
     """A batch failed its framing, magic or CRC check."""
 
-    error_code = CORRUPT_MESSAGE
+    error_code = Error.CORRUPT_MESSAGE
 
 
 class InvalidRecordError(StorageError):
     """A batch is intact but breaks a rule (inconsistent counts, control batch from a client)."""
 
-    error_code = INVALID_RECORD
+    error_code = Error.INVALID_RECORD
 
 
 class OffsetOutOfRangeError(StorageError):
-    error_code = OFFSET_OUT_OF_RANGE
+    error_code = Error.OFFSET_OUT_OF_RANGE
 
 
 class RecordTooLargeError(StorageError):
     """A batch is larger than the topic's max.message.bytes."""
 
-    error_code = MESSAGE_TOO_LARGE
+    error_code = Error.MESSAGE_TOO_LARGE
 
 
 class RecordBatchTooLargeError(StorageError):
     """One append is larger than a whole segment (segment.bytes)."""
 
-    error_code = RECORD_LIST_TOO_LARGE
+    error_code = Error.RECORD_LIST_TOO_LARGE
 
 
 class OutOfOrderSequenceError(StorageError):
-    error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_code = Error.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(StorageError):
-    error_code = INVALID_PRODUCER_EPOCH
+    error_code = Error.INVALID_PRODUCER_EPOCH
 
 
 class UnexpectedAppendOffsetError(StorageError):
     """A replicated batch starts below the log end offset; the fetcher must truncate first."""
 
-    error_code = UNKNOWN_SERVER_ERROR
-
-
-class UnknownTopicError(StorageError):
-    error_code = UNKNOWN_TOPIC_OR_PARTITION
+    error_code = Error.UNKNOWN_SERVER_ERROR
 
 
 class LogDirLockedError(Exception):

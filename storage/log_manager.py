@@ -50,7 +50,6 @@ from .errors import (
     CorruptCheckpointError,
     InconsistentMetaPropertiesError,
     LogDirLockedError,
-    UnknownTopicError,
 )
 from .log import LogConfig, PartitionLog, parse_partition_dir_name
 
@@ -449,28 +448,10 @@ class LogManager:
         ):
             self._save_topics({name: info for name, info in self._topics.items() if name != topic})
 
-    def update_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
-        """Replace a topic's configs (validated first) and apply them to its open logs."""
-        info = self._topics.get(name)
-        if info is None:
-            raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        config = LogConfig.from_topic_configs(self.default_config, configs)
-        updated = TopicInfo(info.name, info.topic_id, dict(configs))
-        self._save_topics({**self._topics, name: updated})
-        self._apply_config(name, config)
-        return updated
-
     def _apply_config(self, topic: str, config: LogConfig) -> None:
         for (name, _), partition_log in self._logs.items():
             if name == topic:
                 partition_log.config = config
-
-    def delete_topic(self, name: str) -> None:
-        """Forget the topic durably, then delete its partition directories here."""
-        if name not in self._topics:
-            raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        self._save_topics({topic: info for topic, info in self._topics.items() if topic != name})
-        self._delete_partitions(name)
 
     def _delete_partitions(self, topic: str) -> None:
         for key in [key for key in (*self._logs, *self._stopped) if key[0] == topic]:

@@ -6,8 +6,9 @@ as out of order. Like Kafka's controller, which hands brokers blocks of ids, thi
 block on disk before giving out any id in it, so a crash only wastes the rest of a block.
 """
 
-import os
 from pathlib import Path
+
+from .checkpoint import write_file_atomically
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"
@@ -31,12 +32,7 @@ class ProducerIdAllocator:
             raise ValueError(f"{self._path} does not hold a producer id: {text!r}") from None
 
     def _reserve(self, end: int) -> None:
-        tmp = self._path.with_name(self._path.name + ".tmp")
-        with open(tmp, "w") as file:
-            file.write(f"{end}\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, self._path)
+        write_file_atomically(self._path, f"{end}\n".encode())
 
     def allocate_block(self) -> tuple[int, int]:
         """Reserve a whole block for a broker (Kafka's AllocateProducerIds): (first id, count)."""

@@ -91,7 +91,6 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_size: int,
     ) -> None:
-        self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)

@@ -64,7 +64,7 @@ def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[_Pen
         )
     except StorageError as error:
         log.info("refused produce to %s-%d: %s", topic, data.index, error)
-        return _result(Error(error.error_code), error_message=str(error))
+        return _result(error.error_code, error_message=str(error))
     if not appended.duplicate:
         partition.maybe_advance_high_watermark()
         ctx.replicas.notify(partition)
@@ -129,27 +129,21 @@ async def handle(ctx: RequestContext, request) -> dict | None:
                 )
             else:
                 result = _append(ctx, topic.name, data, request.acks, pending)
-            partitions.append({"index": data.index, **{"result": result}})
-        responses.append({"name": topic.name, "partitions": partitions})
+            # The same dict a pending acks=-1 entry updates: the response sees its outcome.
+            result["index"] = data.index
+            partitions.append(result)
+        responses.append({"name": topic.name, "partition_responses": partitions})
     if pending:
         await _wait_for_replication(ctx, pending, request.timeout.total_seconds())
-    failed = any(
-        p["result"]["error_code"] != Error.NONE for topic in responses for p in topic["partitions"]
-    )
     if request.acks == 0:
+        failed = any(
+            p["error_code"] != Error.NONE
+            for topic in responses
+            for p in topic["partition_responses"]
+        )
         if failed:
             # The producer reads no answer at acks=0; Kafka closes the connection so that it
             # notices the failure and refreshes its metadata.
             raise CloseConnection("produce with acks=0 failed")
         return None
-    return {
-        "responses": [
-            {
-                "name": topic["name"],
-                "partition_responses": [
-                    {"index": p["index"], **p["result"]} for p in topic["partitions"]
-                ],
-            }
-            for topic in responses
-        ]
-    }
+    return {"responses": responses}

@@ -21,12 +21,11 @@ import trio
 
 from protocol import codec
 from protocol.errors import Error
-from protocol.framing import FrameError
 from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
 from storage.log import LogConfig
 from storage.producer_ids import ProducerIdAllocator
 
-from ..client import NodeConnection
+from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
 from ..metrics import BrokerMetrics
 from . import state as transitions
@@ -80,7 +79,7 @@ class BrokerChannel:
                             response.error_code.name,
                         )
                     break
-                except (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError) as error:
+                except CONNECTION_ERRORS as error:
                     log.debug("channel to broker %d: %r; retrying", self.node_id, error)
                     if connection is not None:
                         await connection.aclose()

@@ -8,12 +8,12 @@ it and the next save overwrites it.
 """
 
 import json
-import os
 import uuid
 from dataclasses import asdict
 from pathlib import Path
 
 from broker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
+from storage.checkpoint import write_file_atomically
 
 _FORMAT_VERSION = 1
 
@@ -23,7 +23,6 @@ class ControllerStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._tmp_path = self.path.with_name(self.path.name + ".tmp")
 
     def load(self) -> ControllerState:
         """The saved state (a fresh one if there is none) under a new controller epoch.
@@ -47,16 +46,7 @@ class ControllerStore:
         """Replace the saved state with ``state``, durably and atomically."""
         data = json.dumps(_state_to_dict(state), indent=1).encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._tmp_path, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(self._tmp_path, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_file_atomically(self.path, data)
 
 
 def _state_to_dict(state: ControllerState) -> dict:

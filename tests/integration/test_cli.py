@@ -30,7 +30,7 @@ def test_properties_file_that_cannot_be_read(tmp_path):
     assert "missing.properties" in finished.stderr
 
 
-def test_a_log_dir_in_use_is_refused(broker, tmp_path):
+def test_a_log_dir_in_use_is_refused(broker):
     finished = run_serve(
         broker.log_dir, "listeners=PLAINTEXT://127.0.0.1:0", f"node.id={broker.node_id}"
     )

@@ -6,7 +6,7 @@ import pytest
 
 from protocol.record_batch import validate_batches
 from storage.checkpoint import read_partition_metadata, topic_id_to_str, write_partition_metadata
-from storage.errors import InconsistentMetaPropertiesError, LogDirLockedError, UnknownTopicError
+from storage.errors import InconsistentMetaPropertiesError, LogDirLockedError
 from storage.log import LogConfig
 from storage.log_manager import LogManager, read_properties
 from tests.unit.batch_factory import make_batch
@@ -269,35 +269,6 @@ def test_remove_log_with_delete_drops_the_topic_with_its_last_partition(log_dir)
     again = opened([log_dir])
     assert again.topics() == {} and again.logs() == []
     again.close()
-
-
-def test_delete_topic_removes_dirs_and_entry(log_dir):
-    logs = opened([log_dir])
-    topic_id = uuid.uuid4()
-    logs.ensure_log("gone", topic_id, 0, {}, now_ms=0)
-    logs.ensure_log("gone", topic_id, 1, {}, now_ms=0)
-    produce(logs, "gone", 0)
-    logs.remove_log("gone", 1, delete=False)
-    logs.delete_topic("gone")
-    assert logs.topics() == {} and logs.get_log("gone", 0) is None
-    assert not (log_dir / "gone-0").exists() and not (log_dir / "gone-1").exists()
-    with pytest.raises(UnknownTopicError):
-        logs.delete_topic("gone")
-    assert logs.ensure_log("gone", uuid.uuid4(), 0, {}, now_ms=0).log_end_offset == 0
-    info = logs.topics()["gone"]
-    logs.close()
-    assert opened([log_dir]).topics() == {"gone": info}
-
-
-def test_update_topic_configs(log_dir):
-    logs = opened([log_dir])
-    logs.ensure_log("t", uuid.uuid4(), 0, {}, now_ms=0)
-    logs.update_topic_configs("t", {"message.timestamp.type": "LogAppendTime"})
-    assert produce(logs, "t", 0).log_append_time_ms == 0
-    with pytest.raises(UnknownTopicError):
-        logs.update_topic_configs("u", {})
-    logs.close()
-    assert opened([log_dir]).get_log("t", 0).config.uses_log_append_time
 
 
 def test_partitions_spread_over_log_dirs(tmp_path):

@@ -1,8 +1,7 @@
 import pytest
 
+from protocol.errors import Error
 from storage.errors import (
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
@@ -54,7 +53,7 @@ def test_a_gap_in_sequences_is_out_of_order(tmp_path):
     produce(log, 0)
     with pytest.raises(OutOfOrderSequenceError) as raised:
         produce(log, 5)
-    assert raised.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert raised.value.error_code == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.log_end_offset == 2
 
 
@@ -63,7 +62,7 @@ def test_a_stale_epoch_is_fenced(tmp_path):
     produce(log, 0, epoch=3)
     with pytest.raises(InvalidProducerEpochError) as raised:
         produce(log, 2, epoch=2)
-    assert raised.value.error_code == INVALID_PRODUCER_EPOCH
+    assert raised.value.error_code == Error.INVALID_PRODUCER_EPOCH
 
 
 def test_a_new_epoch_must_start_at_sequence_zero(tmp_path):
