@@ -192,6 +192,19 @@ _PROPERTIES: dict[str, _Property] = {
         "leader_imbalance_check_interval_ms", _at_least(1), 1000
     ),
     "inter.broker.listener.name": _Property("inter_broker_listener_name", _parse_listener_name),
+    "offsets.topic.num.partitions": _Property("offsets_topic_num_partitions", _at_least(1)),
+    "offsets.topic.replication.factor": _Property("offsets_topic_replication_factor", _at_least(1)),
+    "offsets.topic.segment.bytes": _Property("offsets_topic_segment_bytes", _at_least(1)),
+    "offsets.commit.timeout.ms": _Property("offsets_commit_timeout_ms", _at_least(1)),
+    "offsets.retention.minutes": _Property("offsets_retention_ms", _at_least(1), 60_000),
+    "offsets.retention.check.interval.ms": _Property(
+        "offsets_retention_check_interval_ms", _at_least(1)
+    ),
+    "offset.metadata.max.bytes": _Property("offset_metadata_max_bytes", _at_least(0)),
+    "group.initial.rebalance.delay.ms": _Property("group_initial_rebalance_delay_ms", _at_least(0)),
+    "group.min.session.timeout.ms": _Property("group_min_session_timeout_ms", _at_least(0)),
+    "group.max.session.timeout.ms": _Property("group_max_session_timeout_ms", _at_least(0)),
+    "group.max.size": _Property("group_max_size", _at_least(1)),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
@@ -257,6 +270,17 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     inter_broker_listener_name: str | None = None
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 104_857_600
+    offsets_commit_timeout_ms: int = 5000
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)

@@ -22,10 +22,12 @@ from .apis import (
     configs,
     controller_apis,
     fetch,
+    groups,
     inter_broker,
     list_offsets,
     metadata,
     offset_for_leader_epoch,
+    offsets,
     produce,
     producer_ids,
     topics,
@@ -52,6 +54,17 @@ HANDLERS = {
     ApiKey.BROKER_REGISTRATION: controller_apis.handle_broker_registration,
     ApiKey.BROKER_HEARTBEAT: controller_apis.handle_broker_heartbeat,
     ApiKey.ALLOCATE_PRODUCER_IDS: controller_apis.handle_allocate_producer_ids,
+    ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
+    ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
+    ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+    ApiKey.JOIN_GROUP: groups.handle_join_group,
+    ApiKey.HEARTBEAT: groups.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+    ApiKey.SYNC_GROUP: groups.handle_sync_group,
+    ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    ApiKey.LIST_GROUPS: groups.handle_list_groups,
+    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
@@ -70,6 +83,17 @@ CLIENT_APIS = frozenset(
         ApiKey.INIT_PRODUCER_ID,
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
         ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.OFFSET_DELETE,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.JOIN_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.LIST_GROUPS,
+        ApiKey.DELETE_GROUPS,
     }
 )
 

@@ -31,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
     from .controller.service import ControllerService
+    from .coordinator.service import GroupCoordinator
     from .replica_manager import ReplicaManager
 
 log = logging.getLogger("metrics")
@@ -120,11 +121,15 @@ class BrokerMetrics:
         self.registry.register(self._state)
 
     def watch(
-        self, replicas: "ReplicaManager | None", controller: "ControllerService | None"
+        self,
+        replicas: "ReplicaManager | None",
+        controller: "ControllerService | None",
+        coordinator: "GroupCoordinator | None" = None,
     ) -> None:
         """Tell the collector where the live state is."""
         self._state.replicas = replicas
         self._state.controller = controller
+        self._state.coordinator = coordinator
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

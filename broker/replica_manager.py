@@ -36,6 +36,23 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+class PendingAck:
+    """A partition appended under acks=-1, waiting for the high watermark. A failure replaces
+    the fields of ``result`` (a response entry) with ``failed(error)``."""
+
+    def __init__(
+        self,
+        partition: Partition,
+        required_offset: int,
+        result: dict,
+        failed: Callable[[Error], dict],
+    ) -> None:
+        self.partition = partition
+        self.required_offset = required_offset
+        self.result = result
+        self.failed = failed
+
+
 class ReplicaManager:
     """Partitions hosted here, their roles, and the cluster as the controller described it."""
 
@@ -65,6 +82,9 @@ class ReplicaManager:
         # listeners closed until it is unfenced.
         self.ready = trio.Event()
         self._state_change_lock = trio.Lock()
+        # Told of every partition whose role changed here (the group coordinator loads and
+        # unloads the groups of `__consumer_offsets` partitions this way).
+        self.role_listeners: list[Callable[[Partition], None]] = []
         self._nursery: trio.Nursery | None = None
         checkpointed = self._read_high_watermarks()
         for partition_log in log_manager.logs():
@@ -132,6 +152,31 @@ class ReplicaManager:
 
     def notify(self, partition: Partition) -> None:
         self.watchers.notify(partition.key)
+
+    async def wait_for_replication(self, pending: list[PendingAck], timeout_s: float) -> None:
+        """Kafka's DelayedProduce: park until every pending partition has its outcome (the
+        HW passed its offset, or leadership or the ISR was lost); time out the rest with
+        REQUEST_TIMED_OUT. Produce with acks=-1 and the group coordinator's writes use it."""
+        deadline = trio.current_time() + timeout_s
+        while pending:
+            still_waiting = []
+            for ack in pending:
+                min_insync = ack.partition.log.config.min_insync_replicas
+                outcome = ack.partition.acks_all_outcome(ack.required_offset, min_insync)
+                if outcome is None:
+                    still_waiting.append(ack)
+                elif outcome != Error.NONE:
+                    ack.result.update(ack.failed(outcome))
+            pending = still_waiting
+            if not pending:
+                return
+            if trio.current_time() >= deadline:
+                for ack in pending:
+                    ack.result.update(ack.failed(Error.REQUEST_TIMED_OUT))
+                return
+            await self.watchers.wait_any(
+                [ack.partition.key for ack in pending], deadline, "Produce"
+            )
 
     # -- controller requests ---------------------------------------------------------------
 
@@ -234,7 +279,12 @@ class ReplicaManager:
                 "follower of %s-%d at epoch %d (leader %d)", *key, state.leader_epoch, state.leader
             )
         self.notify(partition)
+        self._tell_role_listeners(partition)
         return Error.NONE
+
+    def _tell_role_listeners(self, partition: Partition) -> None:
+        for listener in self.role_listeners:
+            listener(partition)
 
     def _create_replica(self, topic_state, index: int, configs: dict[str, str]) -> Partition:
         """A new replica; a topic recreated under a new id first loses every old partition."""
@@ -307,6 +357,7 @@ class ReplicaManager:
                         self.fetchers.remove(key)
                         partition.leader = -1
                         self.notify(partition)
+                        self._tell_role_listeners(partition)
                         log.info("stopped replica %s-%d", *key)
                     self.log_manager.remove_log(*key, delete=state.delete_partition)
                     results.append((*key, Error.NONE))

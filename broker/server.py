@@ -30,6 +30,7 @@ from .apis import CloseConnection, RequestContext
 from .config import BrokerConfig
 from .controller.service import ControllerService
 from .controller_client import ControllerClient, discover_cluster_id
+from .coordinator.service import GroupCoordinator
 from .dispatch import UnsupportedRequest, dispatch
 from .metrics import BrokerMetrics, serve_metrics
 from .replica_manager import ReplicaManager, wall_clock_ms
@@ -75,11 +76,12 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
+        self.coordinator: GroupCoordinator | None = None
         self.metrics = BrokerMetrics()
         self._stopping = False
         self._idle_reads: set[trio.CancelScope] = set()
 
-    def _context(self, listener_name: str, header) -> RequestContext:
+    def _context(self, listener_name: str, client_host: str, header) -> RequestContext:
         return RequestContext(
             header,
             listener_name,
@@ -89,6 +91,8 @@ class BrokerServer:
             self.replicas,
             self.controller,
             self.metrics,
+            self.coordinator,
+            client_host,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -143,7 +147,9 @@ class BrokerServer:
                     self.config, self.log_manager, controller_client, self.metrics
                 )
                 await control.start(self.replicas.run)
-            self.metrics.watch(self.replicas, self.controller)
+                self.coordinator = GroupCoordinator(self.config, self.replicas)
+                await control.start(self.coordinator.run)
+            self.metrics.watch(self.replicas, self.controller, self.coordinator)
             if self.config.metrics_port is not None:
                 await control.start(
                     serve_metrics,
@@ -253,13 +259,16 @@ class BrokerServer:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
-            peer = "?"
+            host, peer = "?", "?"
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
         try:
             while (frame := await self._next_frame(stream, decoder)) is not None:
                 header, body_offset = parse_request_header(frame)
                 response = await dispatch(
-                    header, frame, body_offset, functools.partial(self._context, listener_name)
+                    header,
+                    frame,
+                    body_offset,
+                    functools.partial(self._context, listener_name, f"/{host}"),
                 )
                 if response is not None:
                     try:

@@ -20,12 +20,23 @@ class ApiKey(IntEnum):
     LEADER_AND_ISR = 4
     STOP_REPLICA = 5
     UPDATE_METADATA = 6
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
@@ -54,6 +65,17 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LEADER_AND_ISR: (7, 7),
     ApiKey.STOP_REPLICA: (4, 4),
     ApiKey.UPDATE_METADATA: (8, 8),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.FIND_COORDINATOR: (0, 5),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 # What a node with the controller role adds.
@@ -87,6 +109,7 @@ SENT_VERSIONS: dict[int, int] = {
 # (loading a kio schema module costs milliseconds, paid by a client's first request of each
 # version). Versions outside the served ranges still ask kio (see codec.request_is_flexible).
 # tests/unit/test_protocol_framing.py checks it against kio for every served version.
+NEVER_FLEXIBLE = 2**15  # OffsetDelete has no flexible version
 FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.PRODUCE: 9,
     ApiKey.FETCH: 12,
@@ -95,6 +118,17 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.LEADER_AND_ISR: 4,
     ApiKey.STOP_REPLICA: 2,
     ApiKey.UPDATE_METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 6,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 6,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.LEAVE_GROUP: 4,
+    ApiKey.SYNC_GROUP: 4,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.LIST_GROUPS: 3,
+    ApiKey.DELETE_GROUPS: 2,
+    ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
     ApiKey.API_VERSIONS: 3,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,

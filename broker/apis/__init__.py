@@ -14,6 +14,7 @@ from ..config import BrokerConfig
 
 if TYPE_CHECKING:
     from ..controller.service import ControllerService
+    from ..coordinator.service import GroupCoordinator
     from ..metrics import BrokerMetrics
     from ..replica_manager import ReplicaManager
 
@@ -26,7 +27,8 @@ class CloseConnection(Exception):
 class RequestContext:
     """What a handler knows besides its request: who asked, and the node it runs in.
 
-    ``replicas`` is None on a controller-only node and ``controller`` on a broker-only one.
+    ``replicas`` and ``coordinator`` are None on a controller-only node and ``controller`` on
+    a broker-only one. ``client_host`` is the peer address as Kafka shows it ("/127.0.0.1").
     """
 
     header: RequestHeader
@@ -37,6 +39,8 @@ class RequestContext:
     replicas: "ReplicaManager | None"
     controller: "ControllerService | None"
     metrics: "BrokerMetrics"
+    coordinator: "GroupCoordinator | None" = None
+    client_host: str = ""
 
     @property
     def version(self) -> int:

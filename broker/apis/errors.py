@@ -115,6 +115,71 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                 for r in request.resources
             ]
         }
+    if api_key == ApiKey.FIND_COORDINATOR and hasattr(request, "coordinator_keys"):
+        return {
+            "coordinators": [
+                {"key": key, "error_code": error, "node_id": -1, "host": "", "port": -1}
+                for key in request.coordinator_keys
+            ]
+        }
+    if api_key == ApiKey.OFFSET_COMMIT:
+        return {
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": error}
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in request.topics
+            ]
+        }
+    if api_key == ApiKey.OFFSET_FETCH:
+        if hasattr(request, "groups"):
+            return {
+                "groups": [
+                    {"group_id": group.group_id, "error_code": error, "topics": ()}
+                    for group in request.groups
+                ]
+            }
+        return {
+            "error_code": error,
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": error,
+                        }
+                        for index in topic.partition_indexes
+                    ],
+                }
+                for topic in request.topics or ()
+            ],
+        }
+    if api_key == ApiKey.DESCRIBE_GROUPS:
+        return {
+            "groups": [
+                {
+                    "error_code": error,
+                    "group_id": group_id,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                }
+                for group_id in request.groups
+            ]
+        }
+    if api_key == ApiKey.DELETE_GROUPS:
+        return {
+            "results": [
+                {"group_id": group_id, "error_code": error} for group_id in request.groups_names
+            ]
+        }
     # The rest carry one top-level error code; these fields complete their required parts.
     return {
         "error_code": error,
@@ -129,4 +194,14 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
         "is_caught_up": False,
         "is_fenced": True,
         "should_shut_down": False,
+        "generation_id": -1,
+        "leader": "",
+        "member_id": "",
+        "protocol_name": "",
+        "assignment": b"",
+        "members": (),
+        "groups": (),
+        "node_id": -1,
+        "host": "",
+        "port": -1,
     }

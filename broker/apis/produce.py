@@ -13,12 +13,10 @@ for the partitions still waiting at its timeout.
 
 import logging
 
-import trio
-
 from protocol.errors import Error
 from storage.errors import StorageError
 
-from ..partition import Partition
+from ..replica_manager import PendingAck
 from . import CloseConnection, RequestContext
 from .topics import create_topic_with_defaults
 
@@ -37,16 +35,7 @@ def _result(error: Error, **fields) -> dict:
     }
 
 
-class _PendingAck:
-    """A partition appended under acks=-1, waiting for the high watermark."""
-
-    def __init__(self, partition: Partition, required_offset: int, result: dict) -> None:
-        self.partition = partition
-        self.required_offset = required_offset
-        self.result = result
-
-
-def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[_PendingAck]) -> dict:
+def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[PendingAck]) -> dict:
     partition, error = ctx.replicas.leader_partition(topic, data.index)
     if error != Error.NONE:
         return _result(error)
@@ -77,32 +66,8 @@ def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[_Pen
         log_start_offset=appended.log_start_offset,
     )
     if acks == -1:
-        pending.append(_PendingAck(partition, appended.last_offset + 1, result))
+        pending.append(PendingAck(partition, appended.last_offset + 1, result, _result))
     return result
-
-
-async def _wait_for_replication(ctx: RequestContext, pending: list[_PendingAck], timeout_s: float):
-    """Park until every pending partition has its outcome; time out the rest."""
-    deadline = trio.current_time() + timeout_s
-    while pending:
-        still_waiting = []
-        for ack in pending:
-            min_insync = ack.partition.log.config.min_insync_replicas
-            outcome = ack.partition.acks_all_outcome(ack.required_offset, min_insync)
-            if outcome is None:
-                still_waiting.append(ack)
-            elif outcome != Error.NONE:
-                ack.result.update(_result(outcome))
-        pending = still_waiting
-        if not pending:
-            return
-        if trio.current_time() >= deadline:
-            for ack in pending:
-                ack.result.update(_result(Error.REQUEST_TIMED_OUT))
-            return
-        await ctx.replicas.watchers.wait_any(
-            [ack.partition.key for ack in pending], deadline, "Produce"
-        )
 
 
 async def _ensure_topic(ctx: RequestContext, name: str) -> None:
@@ -114,7 +79,7 @@ async def _ensure_topic(ctx: RequestContext, name: str) -> None:
 async def handle(ctx: RequestContext, request) -> dict | None:
     acks_valid = request.acks in VALID_ACKS
     responses = []
-    pending: list[_PendingAck] = []
+    pending: list[PendingAck] = []
     for topic in request.topic_data:
         if acks_valid and request.transactional_id is None:
             await _ensure_topic(ctx, topic.name)
@@ -134,7 +99,7 @@ async def handle(ctx: RequestContext, request) -> dict | None:
             partitions.append(result)
         responses.append({"name": topic.name, "partition_responses": partitions})
     if pending:
-        await _wait_for_replication(ctx, pending, request.timeout.total_seconds())
+        await ctx.replicas.wait_for_replication(pending, request.timeout.total_seconds())
     if request.acks == 0:
         failed = any(
             p["error_code"] != Error.NONE

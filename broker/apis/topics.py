@@ -70,6 +70,12 @@ async def create_topic_with_defaults(ctx: RequestContext, name: str) -> Error:
             "validate_only": False,
         },
     )
+    return await create_topics_through_controller(ctx, request)
+
+
+async def create_topics_through_controller(ctx: RequestContext, request) -> Error:
+    """Send a CreateTopics of one topic to the controller (or run it here on the controller
+    node) and return that topic's error."""
     try:
         if ctx.controller is not None:
             response = await ctx.controller.create_topics(request)

@@ -17,7 +17,7 @@ from protocol.framing import (
     parse_request_header,
     skip_tagged_fields,
 )
-from protocol.versions import FIRST_FLEXIBLE_VERSION, supported_versions
+from protocol.versions import FIRST_FLEXIBLE_VERSION, NEVER_FLEXIBLE, supported_versions
 
 ALL_VERSIONS = supported_versions(broker=True, controller=True)
 
@@ -139,7 +139,7 @@ def test_every_supported_version_has_kio_schemas():
 def test_flexible_version_table_agrees_with_kio():
     for key, first_flexible in FIRST_FLEXIBLE_VERSION.items():
         low, high = ALL_VERSIONS[key]
-        boundary = {first_flexible - 1, first_flexible} - {-1}
+        boundary = {first_flexible - 1, first_flexible} - {-1, NEVER_FLEXIBLE - 1, NEVER_FLEXIBLE}
         versions = set(range(low, high + 1)) | boundary
         for version in sorted(versions):
             request = codec.load_request_schema(key, version)

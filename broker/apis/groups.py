@@ -1,0 +1,226 @@
+"""Consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+DescribeGroups, DeleteGroups.
+
+Each handler translates its request (every version) into a call on the group coordinator
+(broker/coordinator) and its answer back into the version-neutral response description.
+FindCoordinator creates `__consumer_offsets` on first use and names the leader of the
+group's partition, on the listener the client came in on.
+"""
+
+from functools import partial
+
+from protocol.errors import Error
+
+from ..coordinator.service import OFFSETS_TOPIC
+from ..coordinator.state import JoinRequest, JoinResult
+from . import RequestContext
+from .topics import create_topics_through_controller
+
+GROUP_KEY_TYPE = 0
+# Kafka's "operations not requested" marker for authorized-operations fields.
+_OPERATIONS_OMITTED = -(2**31)
+
+
+def _millis(value) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
+    def answer(error: Error, message: str | None = None, node=None) -> dict:
+        return {
+            "key": key,
+            "error_code": error,
+            "error_message": message,
+            "node_id": node.node_id if node else -1,
+            "host": node.host if node else "",
+            "port": node.port if node else -1,
+        }
+
+    if key_type != GROUP_KEY_TYPE:
+        return answer(
+            Error.COORDINATOR_NOT_AVAILABLE, "minibroker has no transaction coordinator yet"
+        )
+    coordinator = ctx.coordinator
+    error = await coordinator.ensure_offsets_topic(partial(create_topics_through_controller, ctx))
+    if error != Error.NONE:
+        return answer(error, f"{OFFSETS_TOPIC} is not available yet")
+    topic = ctx.replicas.metadata.topic(OFFSETS_TOPIC)
+    partition = topic.partitions.get(coordinator.partition_of(key)) if topic else None
+    if partition is None or partition.leader < 0:
+        return answer(Error.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader")
+    node = ctx.replicas.metadata.listeners.get(partition.leader, {}).get(ctx.listener_name)
+    if node is None:
+        return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator is not reachable here")
+    return answer(Error.NONE, None, node)
+
+
+async def handle_find_coordinator(ctx: RequestContext, request) -> dict:
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+    if ctx.version >= 4:
+        return {
+            "coordinators": [
+                await _find_one(ctx, key_type, key) for key in request.coordinator_keys
+            ]
+        }
+    return await _find_one(ctx, key_type, request.key)
+
+
+def _join_response(ctx: RequestContext, result) -> dict:
+    protocol_name = result.protocol_name
+    if ctx.version < 7 and protocol_name is None:
+        protocol_name = ""  # nullable only from v7
+    return {
+        "error_code": result.error,
+        "generation_id": result.generation,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": result.leader,
+        "skip_assignment": False,
+        "member_id": result.member_id,
+        "members": [
+            {"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
+            for member_id, instance_id, metadata in result.members
+        ],
+    }
+
+
+async def handle_join_group(ctx: RequestContext, request) -> dict:
+    if not request.group_id:
+        return _join_response(ctx, JoinResult(Error.INVALID_GROUP_ID, member_id=request.member_id))
+    session_timeout_ms = _millis(request.session_timeout)
+    rebalance_timeout = getattr(request, "rebalance_timeout", None)
+    join = JoinRequest(
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.header.client_id or "",
+        client_host=ctx.client_host,
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=(
+            _millis(rebalance_timeout) if rebalance_timeout is not None else session_timeout_ms
+        ),
+        protocol_type=request.protocol_type,
+        protocols=[(protocol.name, protocol.metadata) for protocol in request.protocols],
+        require_known_member_id=ctx.version >= 4,
+    )
+    result = await ctx.coordinator.join(request.group_id, join)
+    return _join_response(ctx, result)
+
+
+async def handle_sync_group(ctx: RequestContext, request) -> dict:
+    if not request.group_id:
+        return {"error_code": Error.INVALID_GROUP_ID, "assignment": b""}
+    result = await ctx.coordinator.sync(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        request.generation_id,
+        {item.member_id: item.assignment for item in request.assignments},
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+    )
+    return {
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
+
+
+async def handle_heartbeat(ctx: RequestContext, request) -> dict:
+    if not request.group_id:
+        return {"error_code": Error.INVALID_GROUP_ID}
+    error = ctx.coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        request.generation_id,
+    )
+    return {"error_code": error}
+
+
+async def handle_leave_group(ctx: RequestContext, request) -> dict:
+    if ctx.version >= 3:
+        members = [(member.member_id, member.group_instance_id) for member in request.members]
+    else:
+        members = [(request.member_id, None)]
+    if not request.group_id:
+        return {"error_code": Error.INVALID_GROUP_ID, "members": ()}
+    results = ctx.coordinator.leave(request.group_id, members)
+    if ctx.version < 3:
+        return {"error_code": results[0]}
+    if len(results) != len(members):  # an error for the whole request
+        return {"error_code": results[0], "members": ()}
+    return {
+        "error_code": Error.NONE,
+        "members": [
+            {"member_id": member_id, "group_instance_id": instance_id, "error_code": error}
+            for (member_id, instance_id), error in zip(members, results, strict=True)
+        ],
+    }
+
+
+async def handle_list_groups(ctx: RequestContext, request) -> dict:
+    states = {state.lower() for state in getattr(request, "states_filter", ())}
+    types = {kind.lower() for kind in getattr(request, "types_filter", ())}
+    groups = [
+        {
+            "group_id": group.group_id,
+            "protocol_type": group.protocol_type or "",
+            "group_state": group.state.value,
+            "group_type": "classic",
+        }
+        for group in ctx.coordinator.list_groups()
+        if (not states or group.state.value.lower() in states) and (not types or "classic" in types)
+    ]
+    return {"error_code": Error.NONE, "groups": groups}
+
+
+def _described(group_id: str, error: Error, group) -> dict:
+    entry = {
+        "error_code": error,
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": (),
+        "authorized_operations": _OPERATIONS_OMITTED,
+    }
+    if error != Error.NONE:
+        return entry
+    if group is None:
+        return {**entry, "group_state": "Dead"}
+    stable = group.state.value == "Stable"
+    return {
+        **entry,
+        "group_state": group.state.value,
+        "protocol_type": group.protocol_type or "",
+        "protocol_data": (group.protocol_name or "") if stable else "",
+        "members": [
+            {
+                "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+                "member_metadata": member.metadata(group.protocol_name) if stable else b"",
+                "member_assignment": member.assignment if stable else b"",
+            }
+            for member in group.members.values()
+        ],
+    }
+
+
+async def handle_describe_groups(ctx: RequestContext, request) -> dict:
+    groups = []
+    for group_id in request.groups:
+        error, group = ctx.coordinator.describe(group_id)
+        groups.append(_described(group_id, error, group))
+    return {"groups": groups}
+
+
+async def handle_delete_groups(ctx: RequestContext, request) -> dict:
+    results = []
+    for group_id in request.groups_names:
+        results.append(
+            {"group_id": group_id, "error_code": await ctx.coordinator.delete_group(group_id)}
+        )
+    return {"results": results}

@@ -1,0 +1,117 @@
+"""Committed offsets: OffsetCommit, OffsetFetch (one group, or many from v8), OffsetDelete.
+
+The group coordinator (broker/coordinator) stores them in `__consumer_offsets`; these
+handlers only translate requests of every version and shape the answers.
+"""
+
+from protocol.errors import Error
+
+from ..coordinator.service import CommitRequest
+from . import RequestContext
+
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+
+
+async def handle_offset_commit(ctx: RequestContext, request) -> dict:
+    generation = getattr(request, "generation_id_or_member_epoch", None)
+    if generation is None:
+        generation = getattr(request, "generation_id", -1)
+    offsets = {
+        (topic.name, partition.partition_index): (
+            partition.committed_offset,
+            getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH),
+            partition.committed_metadata,
+        )
+        for topic in request.topics
+        for partition in topic.partitions
+    }
+    results = await ctx.coordinator.commit(
+        CommitRequest(
+            request.group_id,
+            generation,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            offsets,
+        )
+    )
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": partition.partition_index,
+                        "error_code": results[(topic.name, partition.partition_index)],
+                    }
+                    for partition in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+def _fetched_group(ctx: RequestContext, group_id: str, topics) -> dict:
+    """One group's committed offsets; ``topics`` None asks for all of them."""
+    wanted = None
+    if topics is not None:
+        wanted = [
+            (topic.name, index)
+            for topic in topics
+            for index in getattr(topic, "partition_indexes", ())
+        ]
+    error, committed = ctx.coordinator.fetch_offsets(group_id, wanted)
+    if error != Error.NONE and wanted is not None and ctx.version < 2:
+        # v0-1 have no group-level error: every partition carries it.
+        committed = dict.fromkeys(wanted)
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, index), value in committed.items():
+        by_topic.setdefault(topic, []).append(
+            {
+                "partition_index": index,
+                "committed_offset": value.offset if value else NO_OFFSET,
+                "committed_leader_epoch": value.leader_epoch if value else NO_LEADER_EPOCH,
+                "metadata": value.metadata if value else "",
+                "error_code": error if ctx.version < 2 else Error.NONE,
+            }
+        )
+    return {
+        "group_id": group_id,
+        "error_code": error,
+        "topics": [
+            {"name": topic, "partitions": partitions} for topic, partitions in by_topic.items()
+        ],
+    }
+
+
+async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
+    if ctx.version >= 8:
+        return {
+            "groups": [
+                _fetched_group(ctx, group.group_id, group.topics) for group in request.groups
+            ]
+        }
+    return _fetched_group(ctx, request.group_id, request.topics)
+
+
+async def handle_offset_delete(ctx: RequestContext, request) -> dict:
+    partitions = [
+        (topic.name, partition.partition_index)
+        for topic in request.topics
+        for partition in topic.partitions
+    ]
+    error, results = await ctx.coordinator.delete_offsets(request.group_id, partitions)
+    if error != Error.NONE:
+        return {"error_code": error, "topics": ()}
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, index), partition_error in results.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": index, "error_code": partition_error}
+        )
+    return {
+        "error_code": Error.NONE,
+        "topics": [
+            {"name": topic, "partitions": partitions} for topic, partitions in by_topic.items()
+        ],
+    }

@@ -1,0 +1,1 @@
+"""The group coordinator: consumer groups and committed offsets (see service.py)."""

@@ -1,0 +1,646 @@
+"""The group coordinator: groups and committed offsets on `__consumer_offsets`, on trio.
+
+As in Kafka, the coordinator of a group is the leader of partition
+``abs(hash(group_id)) % partitions`` of `__consumer_offsets` (Java's String.hashCode). Group
+metadata and offset commits are records in that partition, appended through the partition
+log as leader and acknowledged once the ISR has them (acks=all), so the replica fetchers
+replicate them like any produce. When this broker becomes leader of such a partition it
+reads the partition back and serves its groups; when it stops leading it, it forgets them
+(Kafka's handleGroupImmigration / handleGroupEmigration, driven by LeaderAndIsr).
+
+The membership rules are the pure `state.Group`; this shell adds what needs I/O or time:
+requests parked until a join or sync phase ends (woken through `Watchers` keyed by group),
+one timer task per group sleeping until its next deadline (sessions, join phase), loading
+and writing the log, and the periodic expiry of old offsets.
+"""
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import trio
+
+from protocol.errors import Error
+from protocol.record_batch import scan_valid_batches
+from protocol.records import Record, RecordError, decode_records, encode_batch
+from protocol.versions import ApiKey
+from storage.errors import StorageError
+
+from ..config import BrokerConfig
+from ..controller_client import build_request
+from ..partition import Partition
+from ..purgatory import Watchers
+from ..replica_manager import PendingAck, ReplicaManager
+from . import log_format
+from .log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
+from .state import Group, GroupSettings, GroupState, JoinRequest, JoinResult, SyncResult
+
+log = logging.getLogger("coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_READ_BYTES = 1024 * 1024
+
+# Kafka's mapping of a failed append of the coordinator's records to what clients expect.
+_APPEND_ERRORS = {
+    Error.UNKNOWN_TOPIC_OR_PARTITION: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_LEADER_OR_FOLLOWER: Error.NOT_COORDINATOR,
+    Error.FENCED_LEADER_EPOCH: Error.NOT_COORDINATOR,
+    Error.KAFKA_STORAGE_ERROR: Error.NOT_COORDINATOR,
+    Error.MESSAGE_TOO_LARGE: Error.INVALID_COMMIT_OFFSET_SIZE,
+    Error.RECORD_LIST_TOO_LARGE: Error.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    value = 0
+    data = text.encode("utf-16-be")
+    for index in range(0, len(data), 2):
+        value = (31 * value + int.from_bytes(data[index : index + 2], "big")) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's Utils.abs(groupId.hashCode) % partitions (abs of MIN_VALUE is 0)."""
+    code = java_string_hash(group_id)
+    return (0 if code == -(2**31) else abs(code)) % partitions
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    # (topic, partition) -> (offset, leader epoch, metadata)
+    offsets: dict[tuple[str, int], tuple[int, int, str]]
+
+
+class GroupCoordinator:
+    """The groups of the `__consumer_offsets` partitions this broker leads."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.clock_ms = clock_ms or replicas.clock_ms
+        self.settings = GroupSettings(
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            max_size=config.group_max_size,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+        )
+        self.groups: dict[str, Group] = {}
+        # Offsets partitions served here -> the leader epoch their groups were loaded at.
+        self._loaded: dict[int, int] = {}
+        self._loading: dict[int, int] = {}
+        self._changes = Watchers()
+        self._nursery: trio.Nursery | None = None
+        self._topic_creation: trio.Event | None = None
+        self.rebalances = 0
+        self.offset_commits = 0
+        replicas.role_listeners.append(self._on_role_change)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._expire_offsets_periodically)
+            task_status.started()
+            # Partitions this broker already led before the coordinator started.
+            for partition in self.replicas.partitions():
+                self._on_role_change(partition)
+
+    # -- which groups are served here ------------------------------------------------------------
+
+    def partition_count(self) -> int:
+        topic = self.replicas.metadata.topic(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return self.config.offsets_topic_num_partitions
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count())
+
+    def check(self, group_id: str) -> Error:
+        """Whether this broker serves ``group_id`` now: NONE, or the error to answer."""
+        index = self.partition_of(group_id)
+        if index in self._loading:
+            return Error.COORDINATOR_LOAD_IN_PROGRESS
+        if index not in self._loaded:
+            return Error.NOT_COORDINATOR
+        return Error.NONE
+
+    def _on_role_change(self, partition: Partition) -> None:
+        if partition.topic != OFFSETS_TOPIC or self._nursery is None:
+            return
+        index, epoch = partition.index, partition.leader_epoch
+        if partition.is_leader:
+            if self._loaded.get(index) == epoch or self._loading.get(index) == epoch:
+                return
+            self._unload(index)
+            self._loading[index] = epoch
+            self._nursery.start_soon(self._load, partition, epoch)
+        else:
+            self._unload(index)
+
+    def _unload(self, index: int) -> None:
+        self._loaded.pop(index, None)
+        self._loading.pop(index, None)
+        for group_id in [g for g in self.groups if self.partition_of(g) == index]:
+            group = self.groups.pop(group_id)
+            group.unload()
+            self._changes.notify(group_id)
+            log.info(
+                "unloaded group %s (no longer leader of %s-%d)", group_id, OFFSETS_TOPIC, index
+            )
+
+    async def _load(self, partition: Partition, epoch: int) -> None:
+        """Read the partition from its start and rebuild its groups (Kafka reads to the log
+        end too: as leader, this log is the one the followers will match)."""
+        started = time.monotonic()
+        offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        groups: dict[str, GroupValue | None] = {}
+        position = partition.log.log_start_offset
+        try:
+            while position < partition.log.log_end_offset:
+                data = partition.log.read(position, max_bytes=LOAD_READ_BYTES)
+                if not data:
+                    break
+                for start, header in scan_valid_batches(data):
+                    position = header.last_offset + 1
+                    if header.is_control:
+                        continue
+                    batch = memoryview(data)[start : start + header.size]
+                    for record in decode_records(batch):
+                        self._replay(record, offsets, groups)
+                await trio.lowlevel.checkpoint()
+                if self._loading.get(partition.index) != epoch:
+                    return
+        except (StorageError, RecordError, log_format.RecordFormatError) as error:
+            log.error("cannot load %s-%d: %s", OFFSETS_TOPIC, partition.index, error)
+            self._loading.pop(partition.index, None)
+            return
+        if self._loading.get(partition.index) != epoch:
+            return
+        now = self.clock_ms()
+        for group_id in set(offsets) | {g for g, v in groups.items() if v is not None}:
+            group = Group(group_id, self.settings, now)
+            value = groups.get(group_id)
+            if value is not None:
+                group.restore(
+                    value.protocol_type,
+                    value.generation,
+                    value.protocol,
+                    value.leader,
+                    value.current_state_timestamp,
+                    value.members,
+                    now,
+                )
+            group.offsets = offsets.get(group_id, {})
+            self._add_group(group)
+        del self._loading[partition.index]
+        self._loaded[partition.index] = epoch
+        loaded = sum(1 for g in self.groups if self.partition_of(g) == partition.index)
+        log.log(
+            logging.INFO if loaded else logging.DEBUG,
+            "loaded %d groups of %s-%d in %.0f ms",
+            loaded,
+            OFFSETS_TOPIC,
+            partition.index,
+            (time.monotonic() - started) * 1000,
+        )
+
+    @staticmethod
+    def _replay(record: Record, offsets, groups) -> None:
+        if record.key is None:
+            return
+        key = log_format.read_key(record.key)
+        if isinstance(key, OffsetKey):
+            mine = offsets.setdefault(key.group, {})
+            if record.value is None:
+                mine.pop((key.topic, key.partition), None)
+            else:
+                mine[(key.topic, key.partition)] = log_format.read_offset_value(record.value)
+        elif isinstance(key, GroupKey):
+            if record.value is None:
+                groups[key.group] = None
+                offsets.pop(key.group, None)
+            else:
+                groups[key.group] = log_format.read_group_value(record.value)
+
+    def _add_group(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_timers, group)
+
+    def _group(self, group_id: str, create: bool) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = Group(group_id, self.settings, self.clock_ms())
+            self._add_group(group)
+        return group
+
+    # -- timers -----------------------------------------------------------------------------------
+
+    async def _run_timers(self, group: Group) -> None:
+        """Sleep until the group's next deadline (or a change moves it), then expire what is
+        due. One task per group, ended when the group is unloaded or deleted."""
+        while self.groups.get(group.group_id) is group:
+            deadline_ms = group.next_deadline_ms()
+            if deadline_ms is None:
+                await self._changes.wait_any([group.group_id], float("inf"), "Group")
+                continue
+            delay_s = max(deadline_ms - self.clock_ms(), 0) / 1000
+            woken = await self._changes.wait_any(
+                [group.group_id], trio.current_time() + delay_s, "Group"
+            )
+            if woken or self.groups.get(group.group_id) is not group:
+                continue
+            generation = group.generation
+            if group.expire(self.clock_ms()):
+                self._store_empty_group(group)
+            if group.generation != generation:
+                self.rebalances += 1
+            self._changes.notify(group.group_id)
+
+    def _store_empty_group(self, group: Group) -> None:
+        """A group left empty by a rebalance is written as such (Kafka does the same), in the
+        background: nobody waits for it."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._store_group, group, group.generation)
+
+    async def _store_group(self, group: Group, generation: int) -> Error:
+        value = GroupValue(
+            group.protocol_type or "",
+            generation,
+            group.protocol_name,
+            group.leader_id,
+            group.state_timestamp_ms,
+            tuple(group.records()),
+        )
+        return await self._append(
+            group.group_id, [(log_format.group_key(group.group_id), log_format.group_value(value))]
+        )
+
+    # -- writing records ----------------------------------------------------------------------
+
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> Error:
+        """Append records to the group's partition as leader and wait until the ISR has
+        them (offsets.commit.timeout.ms)."""
+        index = self.partition_of(group_id)
+        partition, error = self.replicas.leader_partition(OFFSETS_TOPIC, index)
+        if error != Error.NONE:
+            return _APPEND_ERRORS.get(error, error)
+        now = self.clock_ms()
+        batch = encode_batch(
+            [Record(offset, now, key, value) for offset, (key, value) in enumerate(records)]
+        )
+        min_insync = partition.log.config.min_insync_replicas
+        if (error := partition.acks_all_error(min_insync)) != Error.NONE:
+            return _APPEND_ERRORS.get(error, error)
+        try:
+            appended = partition.log.append_as_leader(
+                batch, leader_epoch=partition.leader_epoch, now_ms=now
+            )
+        except StorageError as failure:
+            log.warning("cannot write group records of %s: %s", group_id, failure)
+            return _APPEND_ERRORS.get(failure.error_code, failure.error_code)
+        partition.maybe_advance_high_watermark()
+        self.replicas.notify(partition)
+        result = {"error_code": Error.NONE}
+        await self.replicas.wait_for_replication(
+            [PendingAck(partition, appended.last_offset + 1, result, _error_only)],
+            self.config.offsets_commit_timeout_ms / 1000,
+        )
+        error = Error(result["error_code"])
+        return _APPEND_ERRORS.get(error, error)
+
+    # -- membership ---------------------------------------------------------------------------
+
+    async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
+        if (
+            not self.settings.min_session_timeout_ms
+            <= request.session_timeout_ms
+            <= (self.settings.max_session_timeout_ms)
+        ):
+            return JoinResult(Error.INVALID_SESSION_TIMEOUT, member_id=request.member_id)
+        if (error := self.check(group_id)) != Error.NONE:
+            return JoinResult(error, member_id=request.member_id)
+        group = self._group(group_id, create=request.member_id == "")
+        if group is None:
+            return JoinResult(Error.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+        generation = group.generation
+        member, answer = group.join(request, self.clock_ms())
+        self._after_change(group, generation)
+        if answer is not None:
+            return answer
+        assert member is not None
+        while member.join_result is None:
+            await self._changes.wait_any([group_id], float("inf"), "JoinGroup")
+        return member.join_result
+
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        assignments: dict[str, bytes],
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> SyncResult:
+        """A SyncGroup; ``protocol_type`` and ``protocol_name`` (v5+) must match the
+        group's when given."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return SyncResult(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(Error.UNKNOWN_MEMBER_ID)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None
+            and group.protocol_name is not None
+            and protocol_name != group.protocol_name
+        ):
+            return SyncResult(Error.INCONSISTENT_GROUP_PROTOCOL)
+        member, answer, store = group.sync(
+            member_id, instance_id, generation, assignments, self.clock_ms()
+        )
+        self._changes.notify(group_id)
+        if answer is not None:
+            return answer
+        assert member is not None
+        if store:
+            error = await self._store_group(group, generation)
+            group.complete_sync(generation, error, self.clock_ms())
+            self._changes.notify(group_id)
+        while member.sync_result is None:
+            await self._changes.wait_any([group_id], float("inf"), "SyncGroup")
+        return member.sync_result
+
+    def heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> Error:
+        if (error := self.check(group_id)) != Error.NONE:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            return Error.UNKNOWN_MEMBER_ID
+        error = group.heartbeat(member_id, instance_id, generation, self.clock_ms())
+        self._changes.notify(group_id)
+        return error
+
+    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[Error]:
+        """LeaveGroup for each (member id, group instance id); an error for the whole
+        request (not coordinator, unknown group) is returned alone."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return [error]
+        group = self.groups.get(group_id)
+        if group is None:
+            return [Error.UNKNOWN_MEMBER_ID]
+        generation = group.generation
+        results = [
+            group.leave(member_id, instance_id, self.clock_ms())
+            for member_id, instance_id in members
+        ]
+        self._after_change(group, generation)
+        return results
+
+    def _after_change(self, group: Group, generation_before: int) -> None:
+        if group.generation != generation_before:
+            self.rebalances += 1
+            if group.is_(GroupState.EMPTY):
+                self._store_empty_group(group)
+        self._changes.notify(group.group_id)
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def _commit_error(self, group: Group | None, request: CommitRequest) -> Error:
+        """Kafka's checks before an offset commit is written, in Kafka's order."""
+        if group is None:
+            return Error.NONE if request.generation < 0 else Error.ILLEGAL_GENERATION
+        if group.is_(GroupState.DEAD):
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if (
+            request.group_instance_id is not None
+            and group.static_members.get(request.group_instance_id, request.member_id)
+            != request.member_id
+        ):
+            return Error.FENCED_INSTANCE_ID
+        if request.generation < 0 and group.is_(GroupState.EMPTY):
+            return Error.NONE  # a group that only stores offsets (manual assignment)
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return Error.REBALANCE_IN_PROGRESS
+        member = group.members.get(request.member_id)
+        if member is None:
+            return Error.UNKNOWN_MEMBER_ID
+        if request.generation != group.generation:
+            return Error.ILLEGAL_GENERATION
+        member.session_deadline_ms = self.clock_ms() + member.session_timeout_ms
+        return Error.NONE
+
+    async def commit(self, request: CommitRequest) -> dict[tuple[str, int], Error]:
+        """OffsetCommit: every partition's outcome. Offsets become visible to OffsetFetch
+        only once the ISR has them."""
+        results: dict[tuple[str, int], Error] = {}
+        error = self.check(request.group_id)
+        group = self.groups.get(request.group_id) if error == Error.NONE else None
+        if error == Error.NONE:
+            error = self._commit_error(group, request)
+        if error != Error.NONE:
+            return dict.fromkeys(request.offsets, error)
+        records = []
+        accepted: dict[tuple[str, int], OffsetValue] = {}
+        now = self.clock_ms()
+        for (topic, index), (offset, leader_epoch, metadata) in request.offsets.items():
+            known = self.replicas.metadata.topic(topic)
+            if known is None or index not in known.partitions:
+                results[(topic, index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
+            elif len((metadata or "").encode()) > self.config.offset_metadata_max_bytes:
+                results[(topic, index)] = Error.OFFSET_METADATA_TOO_LARGE
+            else:
+                value = OffsetValue(offset, leader_epoch, metadata or "", now)
+                accepted[(topic, index)] = value
+                key = log_format.offset_key(request.group_id, topic, index)
+                records.append((key, log_format.offset_value(value)))
+        if not records:
+            return results
+        error = await self._append(request.group_id, records)
+        if error == Error.NONE:
+            group = self._group(request.group_id, create=True)
+            assert group is not None
+            group.offsets.update(accepted)
+            self.offset_commits += len(accepted)
+        results.update(dict.fromkeys(accepted, error))
+        return results
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> tuple[Error, dict[tuple[str, int], OffsetValue | None]]:
+        """OffsetFetch of one group: the committed offset of each partition asked for (None
+        when there is none), or of every partition with one when ``partitions`` is None."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, {}
+        group = self.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if partitions is None:
+            return Error.NONE, dict(committed)
+        return Error.NONE, {key: committed.get(key) for key in partitions}
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[Error, dict[tuple[str, int], Error]]:
+        """OffsetDelete: only for partitions of topics no member subscribes to."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None:
+            return Error.GROUP_ID_NOT_FOUND, {}
+        subscribed = group.subscribed_topics()
+        if subscribed is None and not group.is_(GroupState.EMPTY):
+            return Error.NON_EMPTY_GROUP, {}
+        results: dict[tuple[str, int], Error] = {}
+        tombstones = []
+        for topic, index in partitions:
+            if subscribed is not None and topic in subscribed:
+                results[(topic, index)] = Error.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                results[(topic, index)] = Error.NONE
+                if (topic, index) in group.offsets:
+                    tombstones.append((log_format.offset_key(group_id, topic, index), None))
+        if tombstones:
+            error = await self._append(group_id, tombstones)
+            if error != Error.NONE:
+                return error, {}
+            for topic, index in partitions:
+                if results[(topic, index)] == Error.NONE:
+                    group.offsets.pop((topic, index), None)
+        return Error.NONE, results
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if not g.is_(GroupState.DEAD)]
+
+    def describe(self, group_id: str) -> tuple[Error, Group | None]:
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None
+        return Error.NONE, self.groups.get(group_id)
+
+    async def delete_group(self, group_id: str) -> Error:
+        if (error := self.check(group_id)) != Error.NONE:
+            return error
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return Error.GROUP_ID_NOT_FOUND
+        if not group.is_(GroupState.EMPTY):
+            return Error.NON_EMPTY_GROUP
+        tombstones = [
+            (log_format.offset_key(group_id, topic, index), None) for topic, index in group.offsets
+        ]
+        tombstones.append((log_format.group_key(group_id), None))
+        error = await self._append(group_id, tombstones)
+        if error == Error.NONE and self.groups.get(group_id) is group:
+            group.mark_dead(self.clock_ms())
+            del self.groups[group_id]
+            self._changes.notify(group_id)
+        return error
+
+    async def _expire_offsets_periodically(self) -> None:
+        """Kafka's offsets.retention.minutes: offsets of a group that has been empty for the
+        retention period are deleted (for a group that only stores offsets, each offset
+        counts from its own commit), and then the group itself."""
+        while True:
+            await trio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            now = self.clock_ms()
+            retention = self.config.offsets_retention_ms
+            for group in list(self.groups.values()):
+                if not group.is_(GroupState.EMPTY) or self.check(group.group_id) != Error.NONE:
+                    continue
+                if group.protocol_type is None:
+                    expired = [
+                        key
+                        for key, value in group.offsets.items()
+                        if value.commit_timestamp + retention <= now
+                    ]
+                elif group.state_timestamp_ms + retention <= now:
+                    expired = list(group.offsets)
+                else:
+                    continue
+                tombstones = [
+                    (log_format.offset_key(group.group_id, topic, index), None)
+                    for topic, index in expired
+                ]
+                if len(expired) == len(group.offsets):
+                    tombstones.append((log_format.group_key(group.group_id), None))
+                if not tombstones or await self._append(group.group_id, tombstones) != Error.NONE:
+                    continue
+                for key in expired:
+                    group.offsets.pop(key, None)
+                if not group.offsets and self.groups.get(group.group_id) is group:
+                    group.mark_dead(now)
+                    del self.groups[group.group_id]
+                    self._changes.notify(group.group_id)
+                log.info("expired %d offsets of group %s", len(expired), group.group_id)
+
+    # -- the offsets topic ------------------------------------------------------------------------
+
+    async def ensure_offsets_topic(self, create_topics) -> Error:
+        """Create `__consumer_offsets` on first use with Kafka's settings; the replication
+        factor is min(offsets.topic.replication.factor, live brokers), so a single node has
+        groups too (Kafka would refuse until enough brokers are up). ``create_topics`` sends
+        a CreateTopics request to the controller and returns the topic's error."""
+        if self.replicas.metadata.topic(OFFSETS_TOPIC) is not None:
+            return Error.NONE
+        if self._topic_creation is not None:
+            await self._topic_creation.wait()
+            return (
+                Error.NONE
+                if self.replicas.metadata.topic(OFFSETS_TOPIC)
+                else Error.COORDINATOR_NOT_AVAILABLE
+            )
+        self._topic_creation = trio.Event()
+        try:
+            live = max(len(self.replicas.metadata.brokers), 1)
+            request = build_request(
+                ApiKey.CREATE_TOPICS,
+                {
+                    "topics": [
+                        {
+                            "name": OFFSETS_TOPIC,
+                            "num_partitions": self.config.offsets_topic_num_partitions,
+                            "replication_factor": min(
+                                self.config.offsets_topic_replication_factor, live
+                            ),
+                            "assignments": (),
+                            "configs": [
+                                {"name": "cleanup.policy", "value": "compact"},
+                                {
+                                    "name": "segment.bytes",
+                                    "value": str(self.config.offsets_topic_segment_bytes),
+                                },
+                            ],
+                        }
+                    ],
+                    "timeout": 30_000,
+                    "validate_only": False,
+                },
+            )
+            error = await create_topics(request)
+            if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
+                log.warning("cannot create %s: %s", OFFSETS_TOPIC, error.name)
+                return Error.COORDINATOR_NOT_AVAILABLE
+            return Error.NONE
+        finally:
+            self._topic_creation.set()
+            self._topic_creation = None
+
+
+def _error_only(error: Error) -> dict:
+    return {"error_code": error}

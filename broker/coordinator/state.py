@@ -1,0 +1,603 @@
+"""One consumer group's membership, as Kafka's classic group coordinator runs it.
+
+Pure state with time passed in (milliseconds), tested without sockets or sleeping
+(tests/unit/test_group_state.py). The service (service.py) calls these transitions from the
+request handlers and from its timers, waits for the results they leave on members, and writes
+the group to `__consumer_offsets` when a transition asks for it.
+
+The rules reproduced here are Kafka's GroupCoordinator's (3.x, classic protocol):
+
+- a group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable, and back to
+  PreparingRebalance whenever a member joins, leaves, changes its protocols or misses its
+  session; Dead once deleted or unloaded;
+- a new dynamic member is first handed a member id with MEMBER_ID_REQUIRED (KIP-394) and
+  must join again with it; static members (group.instance.id, KIP-345) keep their assignment
+  across restarts, and an old incarnation is fenced with FENCED_INSTANCE_ID;
+- the join phase ends when every member has rejoined or at the rebalance timeout (the largest
+  of the members'); a new group's first join waits `group.initial.rebalance.delay.ms`,
+  extended for each member that joins meanwhile, up to the rebalance timeout;
+- the protocol is chosen by vote among those every member supports, the leader (kept if it
+  rejoined) receives the members' metadata and sends the assignment in its SyncGroup, which
+  the coordinator makes durable before anyone receives it.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+
+from protocol.errors import Error
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """A member as the group metadata record stores it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass
+class JoinResult:
+    error: Error
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    # (member id, group instance id, metadata of the chosen protocol); the leader's only.
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class SyncResult:
+    error: Error
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    session_deadline_ms: int = 0
+    # A request parked on this member: the join or sync phase leaves its answer here.
+    awaiting_join: bool = False
+    join_result: JoinResult | None = None
+    awaiting_sync: bool = False
+    sync_result: SyncResult | None = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        return next((data for name, data in self.protocols if name == protocol), b"")
+
+    def record(self, protocol: str | None) -> MemberRecord:
+        return MemberRecord(
+            self.member_id,
+            self.group_instance_id,
+            self.client_id,
+            self.client_host,
+            self.rebalance_timeout_ms,
+            self.session_timeout_ms,
+            self.metadata(protocol),
+            self.assignment,
+        )
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """The broker's group.* settings the rules depend on."""
+
+    initial_rebalance_delay_ms: int = 3000
+    max_size: int = 2**31 - 1
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool
+
+
+class Group:
+    """A group's members, generation and chosen protocol, and the transitions between them."""
+
+    def __init__(self, group_id: str, settings: GroupSettings, now_ms: int) -> None:
+        self.group_id = group_id
+        self.settings = settings
+        self.state = GroupState.EMPTY
+        self.state_timestamp_ms = now_ms
+        self.generation = 0
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group instance id -> member id
+        # Member ids handed out with MEMBER_ID_REQUIRED, and when they lapse.
+        self.pending_members: dict[str, int] = {}
+        # When the join phase ends at the latest; None outside PreparingRebalance.
+        self.join_deadline_ms: int | None = None
+        self._initial_join = False
+        # The generation whose assignment is being written, awaiting `complete_sync`.
+        self.storing_generation: int | None = None
+        # Committed offsets: (topic, partition) -> the stored value (log_format.OffsetValue).
+        self.offsets: dict[tuple[str, int], object] = {}
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def is_(self, state: GroupState) -> bool:
+        return self.state == state
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest moment `expire` has something to do."""
+        deadlines = [member.session_deadline_ms for member in self.members.values()]
+        deadlines.extend(self.pending_members.values())
+        if self.join_deadline_ms is not None:
+            deadlines.append(self.join_deadline_ms)
+        return min(deadlines, default=None)
+
+    def _candidate_protocols(self) -> set[str]:
+        names = None
+        for member in self.members.values():
+            mine = {name for name, _ in member.protocols}
+            names = mine if names is None else names & mine
+        return names or set()
+
+    def _supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        names = {name for name, _ in protocols}
+        if self.is_empty:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and bool(names & self._candidate_protocols())
+
+    def _select_protocol(self) -> str:
+        """Kafka's vote: each member names its most preferred protocol that every member
+        supports; the one named most wins (the first such, on a tie)."""
+        candidates = self._candidate_protocols()
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = next(name for name, _ in member.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=votes.__getitem__)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to, read from the consumer protocol's subscription
+        (version i16, then an array of topic names); None if that cannot be known."""
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            data = member.metadata(self.protocol_name)
+            try:
+                count = int.from_bytes(data[2:6], "big", signed=True)
+                pos = 6
+                for _ in range(count):
+                    length = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+                    topics.add(data[pos + 2 : pos + 2 + length].decode())
+                    pos += 2 + length
+            except (UnicodeDecodeError, IndexError):
+                return None
+        return topics
+
+    # -- transitions -----------------------------------------------------------------------------
+
+    def _transition(self, state: GroupState, now_ms: int) -> None:
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def _new_member_id(self, client_id: str) -> str:
+        return f"{client_id}-{uuid.uuid4()}"
+
+    def _touch(self, member: Member, now_ms: int) -> None:
+        member.session_deadline_ms = now_ms + member.session_timeout_ms
+
+    def _fence_check(self, member_id: str, instance_id: str | None) -> Error:
+        if instance_id is None:
+            return Error.NONE
+        known = self.static_members.get(instance_id)
+        if known is not None and known != member_id:
+            return Error.FENCED_INSTANCE_ID
+        return Error.NONE
+
+    def join(self, request: JoinRequest, now_ms: int) -> tuple[Member | None, JoinResult | None]:
+        """A JoinGroup: either an answer now, or the member whose `join_result` the caller
+        waits for (set when the join phase completes)."""
+        if self.is_(GroupState.DEAD):
+            return None, JoinResult(Error.COORDINATOR_NOT_AVAILABLE)
+        if not self._supports(request.protocol_type, request.protocols):
+            return None, JoinResult(Error.INCONSISTENT_GROUP_PROTOCOL)
+        if request.member_id == "":
+            return self._join_unknown_member(request, now_ms)
+        return self._join_known_member(request, now_ms)
+
+    def _full(self) -> bool:
+        return len(self.members) + len(self.pending_members) >= self.settings.max_size
+
+    def _join_unknown_member(self, request: JoinRequest, now_ms: int):
+        instance_id = request.group_instance_id
+        if instance_id is not None and instance_id in self.static_members:
+            return self._replace_static_member(request, now_ms)
+        if self._full():
+            return None, JoinResult(Error.GROUP_MAX_SIZE_REACHED)
+        member_id = self._new_member_id(request.client_id)
+        if instance_id is None and request.require_known_member_id:
+            self.pending_members[member_id] = now_ms + request.session_timeout_ms
+            return None, JoinResult(Error.MEMBER_ID_REQUIRED, member_id=member_id)
+        return self._add_member_and_rebalance(request, member_id, now_ms), None
+
+    def _join_known_member(self, request: JoinRequest, now_ms: int):
+        member_id = request.member_id
+        if member_id in self.pending_members:
+            del self.pending_members[member_id]
+            return self._add_member_and_rebalance(request, member_id, now_ms), None
+        if (error := self._fence_check(member_id, request.group_instance_id)) != Error.NONE:
+            return None, JoinResult(error)
+        member = self.members.get(member_id)
+        if member is None or self.state == GroupState.EMPTY:
+            return None, JoinResult(Error.UNKNOWN_MEMBER_ID)
+        changed = member.protocols != request.protocols
+        if self.state == GroupState.PREPARING_REBALANCE:
+            self._update_member(member, request, now_ms)
+            member.awaiting_join = True
+            member.join_result = None
+            self._maybe_complete_join(now_ms)
+            return member, None
+        if not changed and (
+            self.state == GroupState.COMPLETING_REBALANCE or member_id != self.leader_id
+        ):
+            # Nothing new to say: the member missed its answer; give it the same one.
+            self._touch(member, now_ms)
+            return None, self._join_answer(member)
+        self._update_member(member, request, now_ms)
+        member.awaiting_join = True
+        member.join_result = None
+        self._prepare_rebalance(now_ms)
+        return member, None
+
+    def _replace_static_member(self, request: JoinRequest, now_ms: int):
+        """A static member restarted: it takes over its old entry under a new member id."""
+        old_id = self.static_members[request.group_instance_id]
+        member = self.members.pop(old_id)
+        self._answer_parked(member, Error.FENCED_INSTANCE_ID)
+        member.member_id = self._new_member_id(request.client_id)
+        self.members[member.member_id] = member
+        self.static_members[request.group_instance_id] = member.member_id
+        was_leader = self.leader_id == old_id
+        if was_leader:
+            self.leader_id = member.member_id
+        unchanged = member.protocols == request.protocols
+        self._update_member(member, request, now_ms)
+        if self.state == GroupState.STABLE and unchanged and not was_leader:
+            return None, self._join_answer(member)
+        member.awaiting_join = True
+        if self.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(now_ms)
+        else:
+            self._prepare_rebalance(now_ms)
+        return member, None
+
+    def _update_member(self, member: Member, request: JoinRequest, now_ms: int) -> None:
+        member.protocols = list(request.protocols)
+        member.protocol_type = request.protocol_type
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.client_id = request.client_id
+        member.client_host = request.client_host
+        self._touch(member, now_ms)
+
+    def _add_member_and_rebalance(self, request: JoinRequest, member_id: str, now_ms: int):
+        member = Member(
+            member_id,
+            request.group_instance_id,
+            request.client_id,
+            request.client_host,
+            request.rebalance_timeout_ms,
+            request.session_timeout_ms,
+            request.protocol_type,
+            list(request.protocols),
+            awaiting_join=True,
+        )
+        self._touch(member, now_ms)
+        if self.is_empty:
+            self.protocol_type = request.protocol_type
+        self.members[member_id] = member
+        if request.group_instance_id is not None:
+            self.static_members[request.group_instance_id] = member_id
+        if self.state == GroupState.PREPARING_REBALANCE:
+            if self._initial_join:
+                # Kafka's InitialDelayedJoin: each newcomer extends the wait, within bounds.
+                limit = self.state_timestamp_ms + max(
+                    m.rebalance_timeout_ms for m in self.members.values()
+                )
+                extended = now_ms + self.settings.initial_rebalance_delay_ms
+                self.join_deadline_ms = min(max(self.join_deadline_ms or 0, extended), limit)
+            else:
+                self._maybe_complete_join(now_ms)
+        else:
+            self._prepare_rebalance(now_ms)
+        return member
+
+    def _prepare_rebalance(self, now_ms: int) -> None:
+        if self.state == GroupState.COMPLETING_REBALANCE:
+            for member in self.members.values():
+                member.assignment = b""
+                self._answer_sync(member, SyncResult(Error.REBALANCE_IN_PROGRESS))
+        self.storing_generation = None
+        initial = self.state == GroupState.EMPTY and self.settings.initial_rebalance_delay_ms > 0
+        self._initial_join = initial
+        self._transition(GroupState.PREPARING_REBALANCE, now_ms)
+        if initial:
+            self.join_deadline_ms = now_ms + self.settings.initial_rebalance_delay_ms
+        else:
+            longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+            self.join_deadline_ms = now_ms + longest
+            self._maybe_complete_join(now_ms)
+
+    def _maybe_complete_join(self, now_ms: int) -> None:
+        if self._initial_join or self.state != GroupState.PREPARING_REBALANCE:
+            return
+        everyone = all(member.awaiting_join for member in self.members.values())
+        if everyone and not self.pending_members:
+            self.complete_join(now_ms)
+
+    def complete_join(self, now_ms: int) -> bool:
+        """End the join phase: members that did not rejoin are dropped, a new generation
+        starts. True when the group became empty (the caller stores it)."""
+        for member in [m for m in self.members.values() if not m.awaiting_join]:
+            self._remove(member)
+        self.join_deadline_ms = None
+        self._initial_join = False
+        self.generation += 1
+        if self.is_empty:
+            self.protocol_name = None
+            self.leader_id = None
+            self._transition(GroupState.EMPTY, now_ms)
+            return True
+        self.protocol_name = self._select_protocol()
+        if self.leader_id not in self.members:
+            self.leader_id = next(iter(self.members))
+        self._transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        for member in self.members.values():
+            member.awaiting_join = False
+            member.join_result = self._join_answer(member)
+            self._touch(member, now_ms)
+        return False
+
+    def _join_answer(self, member: Member) -> JoinResult:
+        members = []
+        if member.member_id == self.leader_id:
+            members = [
+                (m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                for m in self.members.values()
+            ]
+        return JoinResult(
+            Error.NONE,
+            self.generation,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id or "",
+            member.member_id,
+            members,
+        )
+
+    def sync(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        assignments: dict[str, bytes],
+        now_ms: int,
+    ) -> tuple[Member | None, SyncResult | None, bool]:
+        """A SyncGroup: (member to wait on, answer now, whether the caller must store the
+        group and then call `complete_sync`). Only the leader's assignments count; a
+        follower's are ignored, as Kafka ignores them."""
+        if self.is_(GroupState.DEAD):
+            return None, SyncResult(Error.COORDINATOR_NOT_AVAILABLE), False
+        if (error := self._fence_check(member_id, instance_id)) != Error.NONE:
+            return None, SyncResult(error), False
+        member = self.members.get(member_id)
+        if member is None:
+            return None, SyncResult(Error.UNKNOWN_MEMBER_ID), False
+        if generation != self.generation:
+            return None, SyncResult(Error.ILLEGAL_GENERATION), False
+        if self.state == GroupState.EMPTY:
+            return None, SyncResult(Error.UNKNOWN_MEMBER_ID), False
+        if self.state == GroupState.PREPARING_REBALANCE:
+            return None, SyncResult(Error.REBALANCE_IN_PROGRESS), False
+        self._touch(member, now_ms)
+        if self.state == GroupState.STABLE:
+            return None, self._sync_answer(member), False
+        member.awaiting_sync = True
+        member.sync_result = None
+        store = False
+        if member_id == self.leader_id and self.storing_generation is None:
+            for each in self.members.values():
+                each.assignment = assignments.get(each.member_id, b"")
+            self.storing_generation = self.generation
+            store = True
+        return member, None, store
+
+    def complete_sync(self, generation: int, error: Error, now_ms: int) -> None:
+        """The group record of `generation` was written (or failed with `error`)."""
+        if self.storing_generation != generation or self.generation != generation:
+            return
+        self.storing_generation = None
+        if self.state != GroupState.COMPLETING_REBALANCE:
+            return
+        if error != Error.NONE:
+            for member in self.members.values():
+                member.assignment = b""
+                self._answer_sync(member, SyncResult(error))
+            self._prepare_rebalance(now_ms)
+            return
+        self._transition(GroupState.STABLE, now_ms)
+        for member in self.members.values():
+            self._answer_sync(member, self._sync_answer(member))
+
+    def _sync_answer(self, member: Member) -> SyncResult:
+        return SyncResult(Error.NONE, self.protocol_type, self.protocol_name, member.assignment)
+
+    def _answer_sync(self, member: Member, result: SyncResult) -> None:
+        if member.awaiting_sync:
+            member.awaiting_sync = False
+            member.sync_result = result
+
+    def _answer_parked(self, member: Member, error: Error) -> None:
+        if member.awaiting_join:
+            member.awaiting_join = False
+            member.join_result = JoinResult(error, member_id=member.member_id)
+        self._answer_sync(member, SyncResult(error))
+
+    def heartbeat(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> Error:
+        if self.is_(GroupState.DEAD):
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if (error := self._fence_check(member_id, instance_id)) != Error.NONE:
+            return error
+        member = self.members.get(member_id)
+        if member is None:
+            return Error.UNKNOWN_MEMBER_ID
+        if generation != self.generation:
+            return Error.ILLEGAL_GENERATION
+        if self.state == GroupState.EMPTY:
+            return Error.UNKNOWN_MEMBER_ID
+        self._touch(member, now_ms)
+        if self.state == GroupState.PREPARING_REBALANCE:
+            return Error.REBALANCE_IN_PROGRESS
+        return Error.NONE
+
+    def leave(self, member_id: str, instance_id: str | None, now_ms: int) -> Error:
+        """LeaveGroup of one member, by member id or (static, v3+) by instance id."""
+        if self.is_(GroupState.DEAD):
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None:
+            known = self.static_members.get(instance_id)
+            if known is None:
+                return Error.UNKNOWN_MEMBER_ID
+            if member_id and known != member_id:
+                return Error.FENCED_INSTANCE_ID
+            member_id = known
+        if member_id in self.pending_members:
+            del self.pending_members[member_id]
+            self._maybe_complete_join(now_ms)
+            return Error.NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return Error.UNKNOWN_MEMBER_ID
+        self._remove_and_rebalance(member, Error.UNKNOWN_MEMBER_ID, now_ms)
+        return Error.NONE
+
+    def _remove(self, member: Member) -> None:
+        del self.members[member.member_id]
+        if member.group_instance_id is not None:
+            self.static_members.pop(member.group_instance_id, None)
+
+    def _remove_and_rebalance(self, member: Member, error: Error, now_ms: int) -> None:
+        self._answer_parked(member, error)
+        self._remove(member)
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(now_ms)
+        elif self.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(now_ms)
+
+    def expire(self, now_ms: int) -> bool:
+        """Run every deadline that has passed: sessions, lapsed member ids, the end of the
+        join phase. True when the group became empty (the caller stores it)."""
+        for member_id, deadline in list(self.pending_members.items()):
+            if deadline <= now_ms:
+                del self.pending_members[member_id]
+                self._maybe_complete_join(now_ms)
+        for member in list(self.members.values()):
+            if member.session_deadline_ms <= now_ms and member.member_id in self.members:
+                self._remove_and_rebalance(member, Error.UNKNOWN_MEMBER_ID, now_ms)
+        if (
+            self.state == GroupState.PREPARING_REBALANCE
+            and self.join_deadline_ms is not None
+            and self.join_deadline_ms <= now_ms
+        ):
+            return self.complete_join(now_ms)
+        return False
+
+    def unload(self) -> None:
+        """This broker stopped coordinating the group: parked requests learn NOT_COORDINATOR."""
+        for member in self.members.values():
+            self._answer_parked(member, Error.NOT_COORDINATOR)
+        self._transition(GroupState.DEAD, self.state_timestamp_ms)
+
+    def mark_dead(self, now_ms: int) -> None:
+        self._transition(GroupState.DEAD, now_ms)
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def records(self) -> list[MemberRecord]:
+        return [member.record(self.protocol_name) for member in self.members.values()]
+
+    def restore(
+        self,
+        protocol_type: str,
+        generation: int,
+        protocol: str | None,
+        leader: str | None,
+        state_timestamp_ms: int,
+        members: tuple[MemberRecord, ...],
+        now_ms: int,
+    ) -> None:
+        """Take the state a group metadata record holds (a newly loaded partition): members
+        come back Stable with fresh sessions, so those still alive carry on without a
+        rebalance and the others expire, as Kafka loads them."""
+        self.protocol_type = protocol_type or None
+        self.generation = generation
+        self.protocol_name = protocol
+        self.leader_id = leader
+        self.members = {}
+        self.static_members = {}
+        for record in members:
+            member = Member(
+                record.member_id,
+                record.group_instance_id,
+                record.client_id,
+                record.client_host,
+                record.rebalance_timeout_ms,
+                record.session_timeout_ms,
+                protocol_type,
+                [(protocol or "", record.subscription)],
+                assignment=record.assignment,
+            )
+            self._touch(member, now_ms)
+            self.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                self.static_members[member.group_instance_id] = member.member_id
+        self.state = GroupState.STABLE if self.members else GroupState.EMPTY
+        self.state_timestamp_ms = state_timestamp_ms if state_timestamp_ms >= 0 else now_ms
