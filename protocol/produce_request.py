@@ -108,9 +108,9 @@ class _Reader:
 
 
 def decode_produce_request(version: int, frame: bytearray, offset: int) -> ProduceRequest:
-    """Decode Produce v3-v9 from ``frame`` (a bytearray) starting at ``offset``."""
+    """Decode Produce v0-v9 from ``frame`` (a bytearray) starting at ``offset``."""
     reader = _Reader(frame, offset, version >= _FLEXIBLE_FROM)
-    transactional_id = reader.string(nullable=True)
+    transactional_id = reader.string(nullable=True) if version >= 3 else None
     acks = reader.int16()
     timeout = datetime.timedelta(milliseconds=reader.int32())
     topics = []

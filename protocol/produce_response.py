@@ -14,13 +14,13 @@ from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
+_PARTITION = struct.Struct(">ihq")  # index, error_code, base_offset
 _INT64 = struct.Struct(">q")
 _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.PRODUCE]
 
 
 def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
-    """The Produce v3-v9 response body for the handler's description of it."""
+    """The Produce v0-v9 response body for the handler's description of it."""
     flexible = version >= _FLEXIBLE_FROM
     out = bytearray()
 
@@ -42,13 +42,12 @@ def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
         partitions = topic["partition_responses"]
         length(len(partitions))
         for partition in partitions:
-            append_time = partition.get("log_append_time", -1)
             out += _PARTITION.pack(
-                partition["index"],
-                int(partition["error_code"]),
-                partition["base_offset"],
-                -1 if append_time is None else append_time,
+                partition["index"], int(partition["error_code"]), partition["base_offset"]
             )
+            if version >= 2:
+                append_time = partition.get("log_append_time", -1)
+                out += _INT64.pack(-1 if append_time is None else append_time)
             if version >= 5:
                 out += _INT64.pack(partition.get("log_start_offset", -1))
             if version >= 8:
@@ -58,7 +57,8 @@ def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
                 out += b"\x00"
         if flexible:
             out += b"\x00"
-    out += _INT32.pack(0)  # throttle_time_ms
+    if version >= 1:
+        out += _INT32.pack(0)  # throttle_time_ms
     if flexible:
         out += b"\x00"
     return bytes(out)

@@ -57,7 +57,7 @@ COMMON_VERSIONS: dict[int, tuple[int, int]] = {
 
 # What a node with the broker role adds.
 BROKER_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 9),
+    ApiKey.PRODUCE: (0, 9),
     ApiKey.FETCH: (4, 13),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.INIT_PRODUCER_ID: (0, 4),

@@ -191,7 +191,7 @@ def confluent_read_all(
         {
             "bootstrap.servers": bootstrap,
             # The constructor insists on a group id; assign() and no commits keep the group
-            # coordinator (which the broker does not offer yet) out of the picture.
+            # coordinator out of the picture.
             "group.id": f"{topic}-reader",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

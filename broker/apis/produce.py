@@ -9,6 +9,10 @@ ISR is smaller than min.insync.replicas; after appending, the request parks in t
 until the high watermark passes every partition's last offset (or leadership is lost, or the
 ISR shrank below the minimum: NOT_ENOUGH_REPLICAS_AFTER_APPEND), or answers REQUEST_TIMED_OUT
 for the partitions still waiting at its timeout.
+
+Produce v0-v2 are served only so that librdkafka before 2.1 (Debian's kcat) compresses with
+gzip, snappy and lz4: it enables those codecs only when a broker's Produce range includes v0.
+Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwise).
 """
 
 import logging
@@ -23,6 +27,8 @@ from .topics import create_topic_with_defaults
 log = logging.getLogger("produce")
 
 VALID_ACKS = (-1, 0, 1)
+# Produce v0-v2 may carry the old message formats; byte 16 of a batch is its magic.
+MAGIC_OFFSET = 16
 
 
 def _result(error: Error, **fields) -> dict:
@@ -41,6 +47,12 @@ def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[Pend
         return _result(error)
     if not data.records:
         return _result(Error.CORRUPT_MESSAGE, error_message="no record batches")
+    if ctx.version < 3 and len(data.records) > MAGIC_OFFSET and data.records[MAGIC_OFFSET] != 2:
+        return _result(
+            Error.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            error_message="only record batches v2 (magic 2) are stored; message format "
+            "v0 and v1 are not supported",
+        )
     min_insync = partition.log.config.min_insync_replicas
     if acks == -1 and (error := partition.acks_all_error(min_insync)) != Error.NONE:
         return _result(

@@ -77,17 +77,8 @@ def test_keyed_round_trip_over_three_partitions(broker: BrokerProcess, acks: str
 
 
 # librdkafka switches LZ4 on only for brokers that advertise FindCoordinator (key 10), taking
-# it as the mark of Kafka 0.8.2+; until consumer groups exist it sends those batches
-# uncompressed. Strict, so that the marker fails as soon as it is no longer needed.
-LZ4_NEEDS_FIND_COORDINATOR = pytest.mark.xfail(
-    strict=True, reason="librdkafka enables LZ4 only when FindCoordinator is advertised"
-)
-
-
-@pytest.mark.parametrize(
-    "compression",
-    ["gzip", "snappy", pytest.param("lz4", marks=LZ4_NEEDS_FIND_COORDINATOR), "zstd"],
-)
+# it as the mark of Kafka 0.8.2+: this passes since consumer groups exist.
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_are_served_as_produced(broker: BrokerProcess, compression: str):
     topic = f"confluent-{compression}"
     create_topic(broker.bootstrap, topic, PARTITIONS)

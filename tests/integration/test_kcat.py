@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from broker.launcher import BrokerProcess
+from tests.conftest import COMPRESSION_CODECS, batch_compression, fetch_all_batches
 
 pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 
@@ -129,3 +130,20 @@ def test_offsets_for_times_find_the_first_message_at_or_after_the_timestamp(
     assert query_offset_for_time(broker, topic, second_group_time + 5) == group_size + 5
     # No message is that late: Kafka answers offset -1.
     assert query_offset_for_time(broker, topic, second_group_time + 3_600_000) == -1
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_kcat_compressed_batches_are_stored_compressed(broker: BrokerProcess, codec: str):
+    """librdkafka decides which codecs a broker takes from the APIs it advertises: Debian's
+    kcat (librdkafka 2.0.2) sent gzip, snappy and lz4 uncompressed until FindCoordinator was."""
+    topic = f"kcat-{codec}"
+    lines = [f"line {index} " + "x" * 50 for index in range(500)]
+    kcat(
+        broker,
+        *("-P", "-t", topic, "-p", "0", "-z", codec),
+        stdin=("\n".join(lines) + "\n").encode(),
+    )
+    batches = fetch_all_batches(broker.bootstrap, topic, 0)
+    assert batches
+    assert {batch_compression(batch) for batch in batches} == {COMPRESSION_CODECS[codec]}
+    assert [value for _, value in consume_from_beginning(broker, topic)] == lines

@@ -16,7 +16,7 @@ LOW, HIGH = BROKER_VERSIONS[ApiKey.PRODUCE]
 
 def as_plain(request) -> tuple:
     return (
-        request.transactional_id,
+        getattr(request, "transactional_id", None),  # from v3
         request.acks,
         request.timeout,
         [
