@@ -15,8 +15,17 @@ import threading
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from kafka import KafkaConsumer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata
+from kafka import TopicPartition as KafkaTopicPartition
 
 from broker.launcher import BrokerProcess
 from tests.conftest import create_topic, wait_for
@@ -226,3 +235,55 @@ def test_aiokafka_resumes_at_its_committed_offset(broker):
     rest = asyncio.run(session(1000))
     assert len(first) == 20
     assert sorted(first + rest) == sorted(values)
+
+
+def test_admin_clients_list_describe_alter_and_delete_groups(broker):
+    topic, group = "admin-groups", "admin-readers"
+    create_topic(broker.bootstrap, topic, 2)
+    produce_values(broker, topic, [f"v{i}" for i in range(20)], 2)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        wait_for(lambda: consumer.poll(0.5) and consumer.assignment(), TIMEOUT, "assignment")
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 7), TopicPartition(topic, 1, 3)], asynchronous=False
+        )
+        listed = admin.list_consumer_groups().result(timeout=30)
+        assert group in {g.group_id for g in listed.valid}
+        (described,) = admin.describe_consumer_groups([group])[group].result(timeout=30).members
+        assert {tp.partition for tp in described.assignment.topic_partitions} == {0, 1}
+        with pytest.raises(KafkaException) as refused:
+            admin.delete_consumer_groups([group])[group].result(timeout=30)
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    finally:
+        consumer.close()
+
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    committed = offsets[group].result(timeout=30).topic_partitions
+    assert sorted((tp.partition, tp.offset) for tp in committed) == [(0, 7), (1, 3)]
+    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        altered = kafka_admin.alter_group_offsets(
+            group, {KafkaTopicPartition(topic, 0): OffsetAndMetadata(2, "", -1)}
+        )
+        assert [error.__name__ for error in altered.values()] == ["NoError"]
+        listed = kafka_admin.list_group_offsets(group)[group]
+        assert listed[KafkaTopicPartition(topic, 0)].offset == 2
+        assert listed[KafkaTopicPartition(topic, 1)].offset == 3
+        described = kafka_admin.describe_groups([group])[group]
+        assert (described["group_state"], described["members"]) == ("Empty", [])
+    finally:
+        kafka_admin.close()
+    admin.delete_consumer_groups([group])[group].result(timeout=30)
+    listed = admin.list_consumer_groups().result(timeout=30)
+    assert group not in {g.group_id for g in listed.valid}
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    assert all(tp.offset < 0 for tp in offsets[group].result(timeout=30).topic_partitions)

@@ -1,0 +1,208 @@
+"""Group requests that are wrong get Kafka's error codes, on a connection that stays open.
+
+Raw requests on one socket, so that a closed connection would fail the next exchange.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from protocol import codec
+from protocol.errors import Error
+from protocol.versions import ApiKey
+from tests.conftest import create_topic, raw_request, read_response, wait_for
+
+OVERRIDES = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100}
+SESSION_MS = 10_000
+
+
+class Session:
+    """One connection to the broker; every request waits for its answer."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.correlation_id = 0
+
+    def send(self, api_key: int, version: int, fields: dict):
+        request = codec.build(codec.request_class(api_key, version), fields)
+        self.correlation_id += 1
+        raw_request(self.sock, api_key, version, codec.encode_entity(request), self.correlation_id)
+        answered, response = read_response(self.sock, api_key, version)
+        assert answered == self.correlation_id
+        return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def session(broker_factory):
+    broker = broker_factory(OVERRIDES)
+    opened = Session(broker.bootstrap)
+    found = opened.send(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
+    assert found.error_code.value == Error.NONE and found.port == broker.port
+    create_topic(broker.bootstrap, "t", 2)
+    yield opened
+    opened.close()
+
+
+def join(session: Session, group: str, member_id: str = "", session_ms: int = SESSION_MS):
+    """JoinGroup v3: no member-id round trip, so one call joins."""
+    return session.send(
+        ApiKey.JOIN_GROUP,
+        3,
+        {
+            "group_id": group,
+            "session_timeout": session_ms,
+            "rebalance_timeout": 30_000,
+            "member_id": member_id,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"m"}],
+        },
+    )
+
+
+def sync(session: Session, group: str, generation: int, member_id: str, assignments=()):
+    return session.send(
+        ApiKey.SYNC_GROUP,
+        3,
+        {
+            "group_id": group,
+            "generation_id": generation,
+            "member_id": member_id,
+            "assignments": [{"member_id": m, "assignment": a} for m, a in assignments],
+        },
+    )
+
+
+def heartbeat(session: Session, group: str, generation: int, member_id: str):
+    return session.send(
+        ApiKey.HEARTBEAT,
+        3,
+        {"group_id": group, "generation_id": generation, "member_id": member_id},
+    ).error_code.value
+
+
+def test_empty_group_id_and_bad_session_timeout(session):
+    assert join(session, "").error_code.value == Error.INVALID_GROUP_ID
+    assert join(session, "g", session_ms=10).error_code.value == Error.INVALID_SESSION_TIMEOUT
+    assert heartbeat(session, "", 1, "m") == Error.INVALID_GROUP_ID
+
+
+def test_stale_generation_and_unknown_member(session):
+    joined = join(session, "g")
+    assert joined.error_code.value == Error.NONE
+    member, generation = joined.member_id, joined.generation_id
+    assert sync(session, "g", generation + 5, member).error_code.value == Error.ILLEGAL_GENERATION
+    assert sync(session, "g", generation, "stranger").error_code.value == Error.UNKNOWN_MEMBER_ID
+    assert heartbeat(session, "g", generation - 1, member) == Error.ILLEGAL_GENERATION
+    assert heartbeat(session, "g", generation, "stranger") == Error.UNKNOWN_MEMBER_ID
+    assert heartbeat(session, "nobody-here", 1, "m") == Error.UNKNOWN_MEMBER_ID
+    rejoin = join(session, "g", member_id="stranger")
+    assert rejoin.error_code.value == Error.UNKNOWN_MEMBER_ID
+    synced = sync(session, "g", generation, member, [(member, b"mine")])
+    assert (synced.error_code.value, synced.assignment) == (Error.NONE, b"mine")
+    assert heartbeat(session, "g", generation, member) == Error.NONE
+
+
+def test_a_followers_assignments_are_ignored(session):
+    leader = join(session, "g")
+    other = Session(f"127.0.0.1:{session.sock.getpeername()[1]}")
+    answers = {}
+    follower_joins = threading.Thread(target=lambda: answers.update(joined=join(other, "g")))
+    follower_joins.start()
+    # The newcomer's join starts a rebalance; the leader learns it from its heartbeat and rejoins.
+    wait_for(
+        lambda: (
+            heartbeat(session, "g", leader.generation_id, leader.member_id)
+            == Error.REBALANCE_IN_PROGRESS
+        ),
+        30,
+        "the rebalance",
+    )
+    leader = join(session, "g", member_id=leader.member_id)
+    follower_joins.join(30)
+    follower = answers["joined"]
+    assert follower.generation_id == leader.generation_id
+    assert follower.leader == leader.member_id != follower.member_id
+    follower_synced = {}
+    follower_syncs = threading.Thread(
+        target=lambda: follower_synced.update(
+            answer=sync(
+                other, "g", follower.generation_id, follower.member_id, [(leader.member_id, b"x")]
+            )
+        )
+    )
+    follower_syncs.start()
+    assignments = [(leader.member_id, b"for-leader"), (follower.member_id, b"for-follower")]
+    assert sync(session, "g", leader.generation_id, leader.member_id, assignments).assignment == (
+        b"for-leader"
+    )
+    follower_syncs.join(30)
+    assert follower_synced["answer"].assignment == b"for-follower"
+    other.close()
+
+
+def test_heartbeats_after_the_session_expired(session):
+    joined = join(session, "g", session_ms=300)
+    member, generation = joined.member_id, joined.generation_id
+    sync(session, "g", generation, member, [(member, b"a")])
+    wait_for(
+        lambda: heartbeat(session, "g", generation, member) == Error.UNKNOWN_MEMBER_ID,
+        30,
+        "the session to expire",
+        interval=0.5,
+    )
+    described = session.send(
+        ApiKey.DESCRIBE_GROUPS, 3, {"groups": ["g"], "include_authorized_operations": False}
+    ).groups[0]
+    assert (described.group_state, described.members) == ("Empty", ())
+
+
+def test_commit_to_a_partition_that_does_not_exist(session):
+    answer = session.send(
+        ApiKey.OFFSET_COMMIT,
+        7,
+        {
+            "group_id": "g",
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": index, "committed_offset": 5, "committed_metadata": ""}
+                    ],
+                }
+                for name, index in [("t", 0), ("t", 9), ("no-such-topic", 0)]
+            ],
+        },
+    )
+    errors = {
+        (topic.name, p.partition_index): p.error_code.value
+        for topic in answer.topics
+        for p in topic.partitions
+    }
+    assert errors == {
+        ("t", 0): Error.NONE,
+        ("t", 9): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("no-such-topic", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    # A commit with a generation for a group that does not exist is from a stale member.
+    stale = session.send(
+        ApiKey.OFFSET_COMMIT,
+        7,
+        {
+            "group_id": "never-joined",
+            "generation_id_or_member_epoch": 3,
+            "member_id": "m",
+            "topics": [
+                {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}
+            ],
+        },
+    )
+    assert stale.topics[0].partitions[0].error_code.value == Error.ILLEGAL_GENERATION
