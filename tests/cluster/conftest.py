@@ -41,6 +41,7 @@ CLUSTER_OVERRIDES = {
     "replica.lag.time.max.ms": REPLICA_LAG_TIME_MS,
     "replica.fetch.wait.max.ms": REPLICA_FETCH_WAIT_MS,
     "replica.high.watermark.checkpoint.interval.ms": CHECKPOINT_INTERVAL_MS,
+    "group.initial.rebalance.delay.ms": 0,
 }
 
 # Long enough for a fenced broker, a leader election and a client's metadata refresh on two

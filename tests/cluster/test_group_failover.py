@@ -1,0 +1,108 @@
+"""The broker coordinating a group dies (kill -9) while its consumer commits: another broker
+takes over the group's `__consumer_offsets` partition, loads the group from the log, and no
+acknowledged commit is lost."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
+
+from broker.launcher import Cluster
+from tests.cluster.conftest import (
+    CONVERGENCE_TIMEOUT,
+    create_replicated_topic,
+    produce_acks_all,
+)
+from tests.conftest import exchange, wait_for
+
+TOPIC = "orders"
+GROUP = "billing"
+PARTITIONS = 2
+
+
+def coordinator_of(cluster: Cluster, group: str) -> int:
+    """The node id FindCoordinator names, asked of any live broker."""
+    for broker in cluster.brokers.values():
+        if not broker.running:
+            continue
+        answer = exchange(broker.bootstrap, FindCoordinatorRequest(key=group, key_type=0))
+        if answer.error_code.value == 0:
+            return int(answer.node_id)
+    return -1
+
+
+def group_consumer(cluster: Cluster) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": GROUP,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.subscribe([TOPIC])
+    return consumer
+
+
+def test_commits_survive_the_coordinators_death(cluster: Cluster):
+    create_replicated_topic(cluster, TOPIC, PARTITIONS)
+    produce_acks_all(
+        cluster.bootstrap, TOPIC, [(i % PARTITIONS, b"order-%d" % i) for i in range(2000)]
+    )
+    consumer = group_consumer(cluster)
+    acknowledged: dict[int, int] = {}
+    killed_at: float | None = None
+    commits_after_kill = 0
+    deadline = time.monotonic() + 4 * CONVERGENCE_TIMEOUT
+    try:
+        while commits_after_kill < 20 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            position = TopicPartition(TOPIC, message.partition(), message.offset() + 1)
+            try:
+                (committed,) = consumer.commit(offsets=[position], asynchronous=False)
+            except KafkaException:
+                continue  # not acknowledged: the coordinator is moving
+            if committed.error is not None:
+                continue
+            acknowledged[committed.partition] = committed.offset
+            if killed_at is not None:
+                commits_after_kill += 1
+            elif sum(acknowledged.values()) >= 100:
+                victim = coordinator_of(cluster, GROUP)
+                cluster.brokers[victim].kill()
+                killed_at = time.monotonic()
+                wait_for(
+                    lambda dead=victim: coordinator_of(cluster, GROUP) not in (-1, dead),
+                    CONVERGENCE_TIMEOUT,
+                    "another broker to coordinate the group",
+                )
+    finally:
+        consumer.close()
+    assert killed_at is not None, "the consumer never committed enough to kill its coordinator"
+    assert commits_after_kill == 20, "commits never succeeded against the new coordinator"
+
+    resumed = group_consumer(cluster)
+    first_offsets: dict[int, int] = {}
+    try:
+        wait_for(
+            lambda: _first_offsets(resumed, first_offsets) == set(acknowledged),
+            CONVERGENCE_TIMEOUT,
+            "the new consumer to read from every partition it resumes",
+        )
+    finally:
+        resumed.close()
+    assert first_offsets == acknowledged
+
+
+def _first_offsets(consumer: Consumer, seen: dict[int, int]) -> set[int]:
+    message = consumer.poll(0.5)
+    if message is not None and message.error() is None:
+        seen.setdefault(message.partition(), message.offset())
+    return set(seen)
