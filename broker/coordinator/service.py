@@ -179,11 +179,18 @@ class GroupCoordinator:
                         continue
                     batch = memoryview(data)[start : start + header.size]
                     for record in decode_records(batch):
-                        self._replay(record, offsets, groups)
+                        try:
+                            self._replay(record, offsets, groups)
+                        except log_format.RecordFormatError as error:
+                            # A record of a newer layout (Kafka 3.x/4.x flexible values):
+                            # skipped, so the partition's other groups are still served.
+                            log.warning(
+                                "skipping offset %d of %s: %s", record.offset, OFFSETS_TOPIC, error
+                            )
                 await trio.lowlevel.checkpoint()
                 if self._loading.get(partition.index) != epoch:
                     return
-        except (StorageError, RecordError, log_format.RecordFormatError) as error:
+        except (StorageError, RecordError) as error:
             log.error("cannot load %s-%d: %s", OFFSETS_TOPIC, partition.index, error)
             self._loading.pop(partition.index, None)
             return

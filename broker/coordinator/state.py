@@ -269,8 +269,7 @@ class Group:
         changed = member.protocols != request.protocols
         if self.state == GroupState.PREPARING_REBALANCE:
             self._update_member(member, request, now_ms)
-            member.awaiting_join = True
-            member.join_result = None
+            self._await_join(member)
             self._maybe_complete_join(now_ms)
             return member, None
         if not changed and (
@@ -280,8 +279,7 @@ class Group:
             self._touch(member, now_ms)
             return None, self._join_answer(member)
         self._update_member(member, request, now_ms)
-        member.awaiting_join = True
-        member.join_result = None
+        self._await_join(member)
         self._prepare_rebalance(now_ms)
         return member, None
 
@@ -300,12 +298,19 @@ class Group:
         self._update_member(member, request, now_ms)
         if self.state == GroupState.STABLE and unchanged and not was_leader:
             return None, self._join_answer(member)
-        member.awaiting_join = True
+        self._await_join(member)
         if self.state == GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(now_ms)
         else:
             self._prepare_rebalance(now_ms)
         return member, None
+
+    @staticmethod
+    def _await_join(member: Member) -> None:
+        """Park the member's JoinGroup: its answer comes when the join phase ends (a previous
+        generation's answer must not be taken for it)."""
+        member.awaiting_join = True
+        member.join_result = None
 
     def _update_member(self, member: Member, request: JoinRequest, now_ms: int) -> None:
         member.protocols = list(request.protocols)

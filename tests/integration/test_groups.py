@@ -287,3 +287,57 @@ def test_admin_clients_list_describe_alter_and_delete_groups(broker):
     assert group not in {g.group_id for g in listed.valid}
     offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
     assert all(tp.offset < 0 for tp in offsets[group].result(timeout=30).topic_partitions)
+
+
+def test_a_static_member_restarts_without_a_rebalance(broker):
+    """KIP-345: a consumer with group.instance.id that restarts within its session gets its
+    partitions back and the other member is never revoked."""
+    topic, group = "static-group", "static-readers"
+    create_topic(broker.bootstrap, topic, 4)
+    revocations: dict[str, int] = {"a": 0, "b": 0}
+    assignments: dict[str, set[int]] = {"a": set(), "b": set()}
+
+    def member(name: str) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "group.instance.id": name,
+                "session.timeout.ms": 30000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
+
+        def assigned(_consumer, partitions):
+            assignments[name] = {p.partition for p in partitions}
+
+        def revoked(_consumer, partitions):
+            revocations[name] += 1
+
+        consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked)
+        return consumer
+
+    a, b = member("a"), member("b")
+
+    def settled() -> bool:
+        a.poll(0.2)
+        b.poll(0.2)
+        return sorted(assignments["a"] | assignments["b"]) == [0, 1, 2, 3] and not (
+            assignments["a"] & assignments["b"]
+        )
+
+    try:
+        wait_for(settled, TIMEOUT, "two static members to share the partitions")
+        before = dict(assignments)
+        revoked_before = revocations["b"]
+        a.close()
+        assignments["a"] = set()
+        a = member("a")
+        wait_for(lambda: (a.poll(0.2), assignments["a"])[1], TIMEOUT, "the restarted member")
+        for _ in range(10):
+            b.poll(0.2)
+        assert assignments == before
+        assert revocations["b"] == revoked_before
+    finally:
+        a.close()
+        b.close()

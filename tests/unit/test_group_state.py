@@ -221,3 +221,16 @@ def test_subscribed_topics_are_read_from_the_consumer_subscription():
     member_id = known_member(group)
     group.join(join_request(member_id, protocols=[("range", subscription)]), 0)
     assert group.subscribed_topics() == {"a", "bc"}
+
+
+def test_a_restarted_static_leader_waits_for_the_next_generation():
+    group = Group("g", NO_DELAY, 0)
+    old, _ = group.join(join_request("", instance_id="leader"), 0)
+    old_id = old.member_id
+    group.sync(old_id, "leader", 1, {old_id: b"a"}, 0)
+    group.complete_sync(1, Error.NONE, 0)
+    restarted, answer = group.join(join_request("", instance_id="leader"), 100)
+    assert answer is None, "a leader's restart rebalances"
+    assert restarted.member_id != old_id
+    assert restarted.join_result.generation == 2  # the only member: the phase ends at once
+    assert restarted.join_result.member_id == restarted.member_id == group.leader_id
