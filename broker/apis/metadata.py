@@ -9,6 +9,7 @@ request allows it (v4+, always before) and auto.create.topics.enable is on.
 from protocol.errors import Error
 
 from ..controller.state import ControllerError, validate_topic_name
+from ..coordinator.service import OFFSETS_TOPIC
 from ..replica_manager import ReplicaManager
 from . import RequestContext
 from .topics import create_topic_with_defaults
@@ -17,12 +18,16 @@ from .topics import create_topic_with_defaults
 _OPERATIONS_OMITTED = -(2**31)
 
 
+# Topics Kafka marks internal, which clients leave out of pattern subscriptions.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
 def _topic_entry(topic) -> dict:
     return {
         "error_code": Error.NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": False,
+        "is_internal": topic.name in INTERNAL_TOPICS,
         "partitions": [
             {
                 "error_code": (Error.LEADER_NOT_AVAILABLE if partition.leader < 0 else Error.NONE),

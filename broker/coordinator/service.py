@@ -560,25 +560,17 @@ class GroupCoordinator:
         return error
 
     async def _expire_offsets_periodically(self) -> None:
-        """Kafka's offsets.retention.minutes: offsets of a group that has been empty for the
-        retention period are deleted (for a group that only stores offsets, each offset
-        counts from its own commit), and then the group itself."""
+        """Kafka's offsets.retention.minutes, checked every
+        offsets.retention.check.interval.ms (see Group.expired_offsets); a group left with
+        no offsets and no members is deleted too."""
         while True:
             await trio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
             now = self.clock_ms()
-            retention = self.config.offsets_retention_ms
             for group in list(self.groups.values()):
-                if not group.is_(GroupState.EMPTY) or self.check(group.group_id) != Error.NONE:
+                if self.check(group.group_id) != Error.NONE:
                     continue
-                if group.protocol_type is None:
-                    expired = [
-                        key
-                        for key, value in group.offsets.items()
-                        if value.commit_timestamp + retention <= now
-                    ]
-                elif group.state_timestamp_ms + retention <= now:
-                    expired = list(group.offsets)
-                else:
+                expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+                if not expired:
                     continue
                 tombstones = [
                     (log_format.offset_key(group.group_id, topic, index), None)
@@ -586,7 +578,7 @@ class GroupCoordinator:
                 ]
                 if len(expired) == len(group.offsets):
                     tombstones.append((log_format.group_key(group.group_id), None))
-                if not tombstones or await self._append(group.group_id, tombstones) != Error.NONE:
+                if await self._append(group.group_id, tombstones) != Error.NONE:
                     continue
                 for key in expired:
                     group.offsets.pop(key, None)

@@ -564,6 +564,23 @@ class Group:
     def mark_dead(self, now_ms: int) -> None:
         self._transition(GroupState.DEAD, now_ms)
 
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        """The committed offsets past offsets.retention.minutes, as Kafka 2.1+ (KIP-211)
+        counts it: all of them once the group has been empty for the retention period; for a
+        group that only stores offsets (no protocol, manual assignment), each from its own
+        commit. A group with members keeps its offsets."""
+        if self.state != GroupState.EMPTY:
+            return []
+        if self.protocol_type is None:
+            return [
+                key
+                for key, value in self.offsets.items()
+                if value.commit_timestamp + retention_ms <= now_ms
+            ]
+        if self.state_timestamp_ms + retention_ms <= now_ms:
+            return list(self.offsets)
+        return []
+
     # -- persistence ----------------------------------------------------------------------------
 
     def records(self) -> list[MemberRecord]:

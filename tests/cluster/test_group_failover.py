@@ -4,10 +4,13 @@ acknowledged commit is lost."""
 
 from __future__ import annotations
 
+import datetime
 import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
+from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
 
 from broker.launcher import Cluster
 from tests.cluster.conftest import (
@@ -106,3 +109,23 @@ def _first_offsets(consumer: Consumer, seen: dict[int, int]) -> set[int]:
     if message is not None and message.error() is None:
         seen.setdefault(message.partition(), message.offset())
     return set(seen)
+
+
+def test_brokers_that_do_not_coordinate_the_group_say_so(cluster: Cluster):
+    coordinator = wait_for(
+        lambda: coordinator_of(cluster, GROUP) not in (-1, None) and coordinator_of(cluster, GROUP),
+        CONVERGENCE_TIMEOUT,
+        "a coordinator",
+    )
+    join = JoinGroupRequest(
+        group_id=GROUP,
+        session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=10),
+        member_id="",
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
+    for node_id, broker in cluster.brokers.items():
+        answer = exchange(broker.bootstrap, join)
+        expected = ErrorCode.none if node_id == coordinator else ErrorCode.not_coordinator
+        assert answer.error_code == expected, (node_id, coordinator)

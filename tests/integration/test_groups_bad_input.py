@@ -46,6 +46,17 @@ def session(broker_factory):
     found = opened.send(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
     assert found.error_code.value == Error.NONE and found.port == broker.port
     create_topic(broker.bootstrap, "t", 2)
+    metadata = opened.send(
+        ApiKey.METADATA,
+        12,
+        {
+            "topics": [{"name": "__consumer_offsets", "topic_id": None}],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    (offsets_topic,) = metadata.topics
+    assert offsets_topic.is_internal and len(offsets_topic.partitions) == 50
     yield opened
     opened.close()
 

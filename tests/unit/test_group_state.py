@@ -1,5 +1,6 @@
 """The group membership rules (broker/coordinator/state.py), with time passed in."""
 
+from broker.coordinator.log_format import OffsetValue
 from broker.coordinator.state import (
     Group,
     GroupSettings,
@@ -234,3 +235,19 @@ def test_a_restarted_static_leader_waits_for_the_next_generation():
     assert restarted.member_id != old_id
     assert restarted.join_result.generation == 2  # the only member: the phase ends at once
     assert restarted.join_result.member_id == restarted.member_id == group.leader_id
+
+
+def test_offsets_expire_once_the_group_has_been_empty_for_the_retention():
+    group, member_id = stable_group_of_one()
+    group.offsets[("t", 0)] = OffsetValue(5, -1, "", 0)
+    assert group.expired_offsets(10**9, 1000) == [], "a group with members keeps its offsets"
+    group.leave(member_id, None, 50_000)
+    assert group.expired_offsets(50_999, 1000) == []
+    assert group.expired_offsets(51_000, 1000) == [("t", 0)]
+
+
+def test_offsets_of_a_group_without_members_expire_one_by_one():
+    group = Group("g", NO_DELAY, 0)
+    group.offsets[("t", 0)] = OffsetValue(5, -1, "", 1000)
+    group.offsets[("t", 1)] = OffsetValue(5, -1, "", 5000)
+    assert group.expired_offsets(6000, 2000) == [("t", 0)]
