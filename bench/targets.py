@@ -139,7 +139,7 @@ class Minibroker:
 
     def log_tails(self) -> str:
         return "\n".join(
-            f"--- {node.stderr_path} (last lines):\n{node.log_tail(2000)}" for node in self.nodes
+            f"--- {node.stderr_path} (last lines):\n{node.log_tail()}" for node in self.nodes
         )
 
     def close(self) -> None:

@@ -34,11 +34,27 @@ def _parser() -> argparse.ArgumentParser:
         "dev",
         help="run a local cluster: a controller and brokers on 127.0.0.1",
         description="Start a controller on 127.0.0.1:9090 and brokers on 9092, 9093, ...; "
-        "data under ./data; Ctrl-C stops them all cleanly.",
+        "data under ./data; a node that dies is reported and Enter starts it again; Ctrl-C "
+        "stops them all cleanly.",
     )
     dev.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     dev.add_argument("--data", type=Path, default=Path("data"), help="data directory")
     dev.add_argument("--first-port", type=int, default=9092, help="the first broker's port")
+    dev.add_argument(
+        "--controller-port", type=int, default=9090, help="the controller's port (default 9090)"
+    )
+    dev.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a server property for every node (repeatable), e.g. min.insync.replicas=2",
+    )
+    dev.add_argument(
+        "--restart-dead",
+        action="store_true",
+        help="start a node that dies again at once (otherwise Enter does it)",
+    )
     probe = commands.add_parser(
         "probe",
         help="check that a node answers ApiVersions and Metadata (a health check)",
@@ -58,7 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dev":
         from .dev import run_dev
 
-        return run_dev(args.data, brokers=args.brokers, first_port=args.first_port)
+        overrides = {}
+        for item in args.override:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                print(f"minibroker: --override {item!r} is not KEY=VALUE", file=sys.stderr)
+                return 2
+            overrides[key.strip()] = value.strip()
+        return run_dev(
+            args.data,
+            brokers=args.brokers,
+            first_port=args.first_port,
+            controller_port=args.controller_port,
+            overrides=overrides,
+            restart_dead=args.restart_dead,
+        )
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     try:
         config = load_config(args.properties, args.override)

@@ -2,13 +2,26 @@
 
 It runs the same launcher as the tests, so what a developer pokes at by hand is exactly what
 the cluster tests exercise. It supervises rather than serves: it starts the nodes, says where
-they are, and stops them all in order on Ctrl-C or SIGTERM; a node that dies on its own ends
-the session, because a cluster silently missing a broker misleads whoever is using it.
+they are, and stops them all in order on Ctrl-C, SIGTERM or SIGHUP (a closed terminal).
+
+A node that dies on its own does not end the session: killing a broker to watch failover is
+the first thing people do with a local cluster. The supervisor says which node died, with
+what, and the end of its log; the others keep running; Enter (or `--restart-dead`, at once)
+starts the dead nodes again on their ports and data, and they rejoin.
+
+Nodes die with the supervisor however it ends (Linux's parent-death signal), a second
+supervisor over the same data refuses before starting anything, and output to a closed pipe
+(`minibroker dev | tee log`, then Ctrl-C) does not break the shutdown.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import select
 import signal
+import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -21,13 +34,14 @@ LIVENESS_CHECK_SECONDS = 0.5
 # Topics created without a replication factor (kcat, auto-creation) get one replica per
 # broker up to Kafka's usual 3, so that a dev cluster shows replication and survives a kill.
 MAX_DEFAULT_REPLICATION_FACTOR = 3
+LOCK_FILE = ".minibroker-dev.lock"
+RESTART_READY_TIMEOUT = 60.0
 
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _StopRequested(Exception):
-    """Ctrl-C or SIGTERM arrived: stop the cluster and leave."""
+    """Ctrl-C, SIGTERM or SIGHUP arrived: stop the cluster and leave."""
 
 
 def _ignore_stop_signals() -> None:
@@ -41,60 +55,121 @@ def _request_stop(signum, frame) -> None:
     raise _StopRequested(signal.Signals(signum).name)
 
 
-def run_dev(base_dir: Path, brokers: int = 3, first_port: int = 9092) -> int:
-    """Run a controller on 127.0.0.1:9090 and `brokers` brokers on `first_port` onwards, with
-    their data under `base_dir`, until Ctrl-C or SIGTERM; return the exit status.
+def say(text: str, error: bool = False) -> None:
+    """Print, and keep going when the reader went away (a pipe closed by Ctrl-C or a
+    terminal that was closed): the nodes must still be stopped cleanly."""
+    stream = sys.stderr if error else sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except OSError:
+        devnull = open(os.devnull, "w")  # noqa: SIM115 - replaces the dead stream for good
+        if error:
+            sys.stderr = devnull
+        else:
+            sys.stdout = devnull
 
-    0 when every node started and then stopped cleanly; 1 when the cluster could not start,
-    a node died on its own (the rest are stopped) or a node did not shut down cleanly.
-    """
+
+def _lock_data_dir(base_dir: Path):
+    """Hold a lock on the data directory for as long as this supervisor runs; None if
+    another `minibroker dev` holds it."""
+    base_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(base_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held open until exit
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip() or "?"
+        lock.close()
+        raise BrokerStartError(
+            f"another minibroker dev (pid {owner}) is running with its data under {base_dir}"
+        ) from None
+    lock.truncate(0)
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def _check_ports_free(ports: dict[int, int]) -> None:
+    for node_id, port in ports.items():
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                kind = "controller" if node_id == CONTROLLER_NODE_ID else f"broker {node_id}"
+                raise BrokerStartError(
+                    f"127.0.0.1:{port}, the {kind}'s port, is in use (another minibroker or "
+                    "Kafka?); choose others with --first-port and --controller-port"
+                ) from None
+
+
+def run_dev(
+    base_dir: Path,
+    brokers: int = 3,
+    first_port: int = 9092,
+    controller_port: int = CONTROLLER_PORT,
+    overrides: dict[str, str] | None = None,
+    restart_dead: bool = False,
+) -> int:
+    """Run a controller and `brokers` brokers on `first_port` onwards, with their data under
+    `base_dir`, until Ctrl-C, SIGTERM or SIGHUP; return the exit status: 0 when every node
+    stopped cleanly, 1 when the cluster could not start or a node did not stop cleanly.
+    `overrides` (server properties) go to every node."""
     base_dir = Path(base_dir)
-    ports = {CONTROLLER_NODE_ID: CONTROLLER_PORT}
+    ports = {CONTROLLER_NODE_ID: controller_port}
     ports.update({node_id: first_port + node_id - 1 for node_id in range(1, brokers + 1)})
-    overrides = {"default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR)}
-    print(f"minibroker dev: starting a controller and {brokers} broker(s) under {base_dir}")
-
+    properties: dict[str, object] = {
+        "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR)
+    }
+    properties.update(overrides or {})
+    try:
+        lock = _lock_data_dir(base_dir)
+        _check_ports_free(ports)
+    except BrokerStartError as refused:
+        say(f"minibroker dev: {refused}", error=True)
+        return 1
+    say(f"minibroker dev: starting a controller and {brokers} broker(s) under {base_dir}")
     previous_handlers = {signum: signal.signal(signum, _request_stop) for signum in STOP_SIGNALS}
     try:
-        return _supervise(base_dir, brokers, ports, overrides)
+        return _supervise(base_dir, brokers, ports, properties, restart_dead)
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
+        lock.close()
 
 
 def _supervise(
-    base_dir: Path, brokers: int, ports: dict[int, int], overrides: dict[str, object]
+    base_dir: Path,
+    brokers: int,
+    ports: dict[int, int],
+    properties: dict[str, object],
+    restart_dead: bool,
 ) -> int:
     cluster: Cluster | None = None
-    dead: BrokerProcess | None = None
     try:
-        cluster = Cluster.start(base_dir, brokers=brokers, overrides=overrides, ports=ports)
-        print(_banner(cluster), flush=True)
-        dead = _wait_for_a_death(cluster)
-        _ignore_stop_signals()
+        cluster = Cluster.start(
+            base_dir, brokers=brokers, overrides=properties, ports=ports, die_with_parent=True
+        )
+        say(_banner(cluster, restart_dead))
+        _watch(cluster, restart_dead)
     except BrokerStartError as error:
-        print(f"minibroker dev: the cluster did not start: {error}", file=sys.stderr)
+        say(f"minibroker dev: the cluster did not start: {error}", error=True)
         return 1
     except _StopRequested as stop:
+        _ignore_stop_signals()
         if cluster is None:
-            print(f"minibroker dev: {stop} while starting; the nodes started so far were killed")
+            say(f"minibroker dev: {stop} while starting; the nodes started so far were killed")
             return 1
-        print(f"minibroker dev: {stop}, stopping the cluster")
-    if dead is not None:
-        print(
-            f"minibroker dev: {dead.kind} {dead.node_id} exited unexpectedly with code"
-            f" {dead.exit_code}; its log ({dead.stderr_path}) ends with:\n{dead.log_tail()}",
-            file=sys.stderr,
-        )
-    return _stop(cluster, dead)
+        say(f"minibroker dev: {stop}, stopping the cluster")
+    return _stop(cluster)
 
 
-def _banner(cluster: Cluster) -> str:
+def _banner(cluster: Cluster, restart_dead: bool) -> str:
     lines = ["minibroker dev: the cluster is ready", ""]
     for node in cluster.nodes:
         name = f"{node.kind} {node.node_id}"
         lines.append(
-            f"  {name:<13} {node.bootstrap:<16} data {node.log_dir}  log {node.stderr_path}"
+            f"  {name:<13} {node.bootstrap:<16} pid {node.pid:<8} data {node.log_dir}"
+            f"  log {node.stderr_path}"
         )
     first = next(iter(cluster.brokers.values())).bootstrap
     lines += [
@@ -103,38 +178,110 @@ def _banner(cluster: Cluster) -> str:
         f"  try:  echo hello | kcat -P -b {first} -t demo",
         f"        kcat -C -b {cluster.bootstrap} -t demo -e",
         "",
-        "Ctrl-C stops every node cleanly.",
+        "A node that dies is "
+        + ("started again at once." if restart_dead else "reported; Enter starts it again.")
+        + " Ctrl-C stops every node cleanly.",
     ]
     return "\n".join(lines)
 
 
-def _wait_for_a_death(cluster: Cluster) -> BrokerProcess:
-    """Block until some node exits, and return it; a stop signal interrupts the wait by
-    raising _StopRequested from its handler."""
+def _watch(cluster: Cluster, restart_dead: bool) -> None:
+    """Report nodes that die and start them again when asked, until a stop signal (which
+    raises _StopRequested from its handler)."""
+    reported: set[int] = set()
+    interactive = not restart_dead and _stdin_takes_input()
     while True:
-        for node in cluster.nodes:
-            if not node.running:
-                return node
+        dead = [node for node in cluster.nodes if not node.running]
+        for node in dead:
+            if node.node_id not in reported:
+                reported.add(node.node_id)
+                _report_death(node, restart_dead, interactive)
+        # Waiting for Enter is also the pause between liveness checks.
+        asked = _enter_pressed() if interactive else time.sleep(LIVENESS_CHECK_SECONDS)
+        if dead and (restart_dead or asked):
+            for node in dead:
+                _restart(node)
+                reported.discard(node.node_id)
+
+
+def _stdin_takes_input() -> bool:
+    """Whether someone can press Enter: stdin is a terminal or a pipe (not /dev/null)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (ValueError, OSError, AttributeError):
+        return False
+    return stat.S_ISCHR(mode) and os.isatty(sys.stdin.fileno()) or stat.S_ISFIFO(mode)
+
+
+def _enter_pressed() -> bool:
+    """Wait up to one liveness period for a line on stdin; True when one arrived."""
+    try:
+        ready, _, _ = select.select([sys.stdin], [], [], LIVENESS_CHECK_SECONDS)
+    except (ValueError, OSError):
         time.sleep(LIVENESS_CHECK_SECONDS)
+        return False
+    if not ready:
+        return False
+    line = sys.stdin.readline()
+    if not line:  # end of input: nobody will press Enter any more
+        time.sleep(LIVENESS_CHECK_SECONDS)
+        return False
+    return True
 
 
-def _stop(cluster: Cluster, dead: BrokerProcess | None) -> int:
-    """Stop every node; 0 only if none had died and all exited cleanly."""
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _report_death(node: BrokerProcess, restart_dead: bool, interactive: bool) -> None:
+    command = " ".join(node.command())
+    if restart_dead:
+        then = "starting it again."
+    elif interactive:
+        then = f"press Enter to start it again (or run it yourself:\n  {command}\n)."
+    else:
+        then = f"start it again with:\n  {command}"
+    say(
+        f"minibroker dev: {node.kind} {node.node_id} ({node.bootstrap}) died with"
+        f" {_describe_exit(node.exit_code)}; the other nodes keep running. The end of its log"
+        f" ({node.stderr_path}):\n{node.log_tail()}\n"
+        f"minibroker dev: {then}",
+        error=True,
+    )
+
+
+def _restart(node: BrokerProcess) -> None:
+    node.restart()
+    try:
+        node.wait_ready(RESTART_READY_TIMEOUT)
+    except BrokerStartError as error:
+        say(f"minibroker dev: {node.kind} {node.node_id} did not come back: {error}", error=True)
+        return
+    say(f"minibroker dev: {node.kind} {node.node_id} is running again (pid {node.pid})")
+
+
+def _stop(cluster: Cluster) -> int:
+    """Stop every node still running; 0 when they all exited cleanly."""
+    dead_before = {node.node_id for node in cluster.nodes if node.started and not node.running}
     try:
         exit_codes = cluster.stop()
     except BrokerStartError as hung:
-        print(f"minibroker dev: a node did not stop: {hung}", file=sys.stderr)
+        say(f"minibroker dev: a node did not stop: {hung}", error=True)
         return 1
     unclean = [
-        node for node in cluster.nodes if node is not dead and exit_codes.get(node.node_id, 0) != 0
+        node
+        for node in cluster.nodes
+        if node.node_id not in dead_before and exit_codes.get(node.node_id, 0) != 0
     ]
     for node in unclean:
-        print(
-            f"minibroker dev: {node.kind} {node.node_id} exited with code"
-            f" {exit_codes[node.node_id]} on shutdown; see {node.stderr_path}",
-            file=sys.stderr,
+        say(
+            f"minibroker dev: {node.kind} {node.node_id} exited with"
+            f" {_describe_exit(exit_codes[node.node_id])} on shutdown; see {node.stderr_path}",
+            error=True,
         )
-    if dead is not None or unclean:
+    if unclean:
         return 1
-    print("minibroker dev: every node stopped cleanly")
+    say("minibroker dev: every node stopped cleanly")
     return 0

@@ -32,7 +32,9 @@ from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
 READINESS_CLIENT_ID = b"minibroker-launcher"
-LOG_TAIL_BYTES = 4000
+LOG_TAIL_LINES = 25
+# prctl(2): deliver this signal to the calling process when its parent exits.
+PR_SET_PDEATHSIG = 1
 
 BROKER_ROLE = "broker"
 CONTROLLER_ROLE = "controller"
@@ -40,6 +42,21 @@ CONTROLLER_NODE_ID = 0
 CLUSTER_READY_TIMEOUT = 60.0
 METADATA_TIMEOUT = 5.0
 POLL_INTERVAL = 0.05
+
+
+def _terminate_with_parent(parent_pid: int):
+    """A preexec_fn asking Linux to SIGTERM the child when the launching thread's process
+    exits (Ctrl-C, a closed terminal, SIGKILL alike), so that no node outlives it."""
+
+    def arrange() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return arrange
 
 
 class BrokerStartError(RuntimeError):
@@ -103,6 +120,7 @@ class BrokerProcess:
         port: int,
         overrides: dict[str, object],
         role: str | None = None,
+        die_with_parent: bool = False,
     ):
         self.node_id = node_id
         self.log_dir = Path(log_dir)
@@ -111,6 +129,8 @@ class BrokerProcess:
         self.role = role
         self.stderr_path = self.log_dir.parent / f"{self.kind}-{node_id}.log"
         self.paused = False
+        # `minibroker dev` sets this: its nodes get SIGTERM when it exits, however it exits.
+        self.die_with_parent = die_with_parent
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -173,11 +193,16 @@ class BrokerProcess:
         properties.update({key: str(value) for key, value in self.overrides.items()})
         return properties
 
-    def _launch(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+    def command(self) -> list[str]:
+        """The command line that runs this node, as the launcher runs it."""
         command = [sys.executable, "-m", "broker", "serve"]
         for key, value in self.properties().items():
             command += ["--override", f"{key}={value}"]
+        return command
+
+    def _launch(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        command = self.command()
         # Appending keeps the log of a killed incarnation next to the one of its restart.
         with open(self.stderr_path, "ab") as stderr:
             stderr.write(f"--- launcher: {' '.join(command)}\n".encode())
@@ -192,6 +217,7 @@ class BrokerProcess:
                 stderr=stderr,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 process_group=0,
+                preexec_fn=_terminate_with_parent(os.getpid()) if self.die_with_parent else None,
             )
         self.paused = False
 
@@ -200,13 +226,16 @@ class BrokerProcess:
             raise RuntimeError(f"broker {self.node_id} was never started")
         return self._process
 
-    def log_tail(self, limit: int = LOG_TAIL_BYTES) -> str:
-        """The end of the broker's stderr, for error messages that explain a failure."""
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last whole lines of the node's output, for messages that explain a failure."""
         try:
-            data = self.stderr_path.read_bytes()
+            with open(self.stderr_path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - 200 * lines))
+                data = log.read()
         except FileNotFoundError:
-            return "(no broker log)"
-        return data[-limit:].decode(errors="replace")
+            return "(no log)"
+        return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
     def wait_ready(self, timeout: float = 15.0) -> None:
         """Block until the broker answers ApiVersions v0 correctly.
@@ -357,6 +386,7 @@ class Cluster:
         overrides: Mapping[str, object] | None = None,
         ports: Mapping[int, int] | None = None,
         timeout: float = CLUSTER_READY_TIMEOUT,
+        die_with_parent: bool = False,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -380,6 +410,7 @@ class Cluster:
             controller_port,
             shared,
             role=CONTROLLER_ROLE,
+            die_with_parent=die_with_parent,
         )
         cluster = cls(controller, {})
         for node_id in range(1, brokers + 1):
@@ -389,6 +420,7 @@ class Cluster:
                 ports.get(node_id) or free_port(),
                 shared,
                 role=BROKER_ROLE,
+                die_with_parent=die_with_parent,
             )
         launched: list[BrokerProcess] = []
         try:

@@ -1,0 +1,184 @@
+"""`minibroker dev` as a user runs it: a node killed under it, a second copy, a closed pipe,
+a closed terminal, the supervisor itself killed."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from broker.launcher import free_port, request_metadata
+from tests.conftest import wait_for
+
+START_TIMEOUT = 60.0
+NODE_LINE = re.compile(r"^\s+(controller|broker) (\d+)\s+127\.0\.0\.1:(\d+)\s+pid (\d+)")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) is as good as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Dev:
+    """A `minibroker dev` process and what it printed."""
+
+    def __init__(self, data: Path, *extra: str, stdout=subprocess.PIPE) -> None:
+        self.first_port, self.controller_port = free_port(), free_port()
+        self.lines: list[str] = []
+        self.nodes: dict[str, tuple[int, int]] = {}  # "broker 2" -> (port, pid)
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "broker", "dev", "--brokers", "3"),
+                *("--data", str(data), "--first-port", str(self.first_port)),
+                *("--controller-port", str(self.controller_port), *extra),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+            if match := NODE_LINE.match(line):
+                kind, node_id, port, pid = match.groups()
+                self.nodes[f"{kind} {node_id}"] = (int(port), int(pid))
+
+    def said(self, pattern: str) -> bool:
+        return any(re.search(pattern, line) for line in self.lines)
+
+    def wait_said(self, pattern: str, what: str, timeout: float = START_TIMEOUT) -> None:
+        wait_for(lambda: self.said(pattern) or self.process.poll() is not None, timeout, what)
+        assert self.said(pattern), "\n".join(self.lines)
+
+    def pids(self) -> list[int]:
+        return [pid for _port, pid in self.nodes.values()]
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        return self.process.wait(timeout=60)
+
+
+def brokers_listed(port: int) -> set[int]:
+    try:
+        return {broker.node_id for broker in request_metadata(port).brokers}
+    except OSError:
+        return set()
+
+
+@pytest.fixture
+def dev(tmp_path):
+    started = Dev(tmp_path / "data")
+    started.wait_said("the cluster is ready", "the cluster to start")
+    yield started
+    started.stop()
+    assert not [pid for pid in started.pids() if alive(pid)], "nodes outlived `minibroker dev`"
+
+
+def test_a_killed_broker_is_reported_and_restarted_on_enter(dev):
+    port, pid = dev.nodes["broker 2"]
+    os.kill(pid, signal.SIGKILL)
+    dev.wait_said(r"broker 2 .* died with signal SIGKILL", "the death to be reported")
+    assert dev.said("press Enter to start it again")
+    first_port = dev.nodes["broker 1"][0]
+    wait_for(lambda: brokers_listed(first_port) == {1, 3}, 30, "the cluster to fence broker 2")
+    dev.process.stdin.write("\n")
+    dev.process.stdin.flush()
+    dev.wait_said("broker 2 is running again", "broker 2 to come back")
+    wait_for(lambda: brokers_listed(first_port) == {1, 2, 3}, 30, "broker 2 to rejoin")
+    assert dev.process.poll() is None
+
+
+def test_a_killed_controller_is_restarted_and_the_brokers_carry_on(dev):
+    _port, pid = dev.nodes["controller 0"]
+    os.kill(pid, signal.SIGKILL)
+    dev.wait_said(r"controller 0 .* died with signal SIGKILL", "the death to be reported")
+    first_port = dev.nodes["broker 1"][0]
+    assert brokers_listed(first_port) == {1, 2, 3}, "brokers keep serving without a controller"
+    dev.process.stdin.write("\n")
+    dev.process.stdin.flush()
+    dev.wait_said("controller 0 is running again", "the controller to come back")
+    # A topic can be created again: the brokers found the new controller.
+    admin = pytest.importorskip("confluent_kafka.admin")
+    client = admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{first_port}"})
+    futures = client.create_topics([admin.NewTopic("after-restart", 1, 3)], request_timeout=20)
+    futures["after-restart"].result(timeout=30)
+
+
+def test_a_second_dev_over_the_same_data_refuses_at_once(dev, tmp_path):
+    second = subprocess.run(
+        [sys.executable, "-m", "broker", "dev", "--data", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert "another minibroker dev" in second.stderr
+    assert "ready" not in second.stdout
+
+
+def test_a_port_in_use_is_named_before_anything_starts(dev, tmp_path):
+    second = subprocess.run(
+        [
+            *(sys.executable, "-m", "broker", "dev", "--data", str(tmp_path / "other")),
+            *("--first-port", str(dev.first_port), "--controller-port", str(free_port())),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert f"127.0.0.1:{dev.first_port}" in second.stderr and "in use" in second.stderr
+
+
+def test_sighup_stops_every_node(dev):
+    dev.process.send_signal(signal.SIGHUP)
+    assert dev.process.wait(timeout=60) == 0
+    assert dev.said("every node stopped cleanly")
+
+
+def test_nodes_die_with_a_killed_supervisor(dev):
+    dev.process.kill()
+    dev.process.wait(timeout=10)
+    wait_for(lambda: not any(alive(pid) for pid in dev.pids()), 30, "the nodes to stop")
+
+
+def test_a_closed_pipe_does_not_break_the_shutdown(tmp_path):
+    """`minibroker dev | tee log`, then Ctrl-C: tee is gone before the supervisor says that
+    it is stopping the cluster."""
+    reader_r, reader_w = os.pipe()
+    started = Dev(tmp_path / "data", stdout=reader_w)
+    os.close(reader_w)
+    with os.fdopen(reader_r) as reader:
+        banner = []
+        while not banner or "Ctrl-C stops every node" not in banner[-1]:
+            line = reader.readline()
+            assert line, f"the supervisor stopped before its banner: {banner}"
+            banner.append(line)
+    started.process.send_signal(signal.SIGINT)
+    exit_code = started.process.wait(timeout=60)
+    stderr = "\n".join(started.lines)
+    assert "Traceback" not in stderr, stderr
+    assert exit_code == 0, stderr
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"log.dirs={tmp_path / 'data'}"], capture_output=True, text=True
+    )
+    assert leftovers.stdout.strip() == "", "nodes outlived `minibroker dev`"
