@@ -192,6 +192,7 @@ _PROPERTIES: dict[str, _Property] = {
         "leader_imbalance_check_interval_ms", _at_least(1), 1000
     ),
     "inter.broker.listener.name": _Property("inter_broker_listener_name", _parse_listener_name),
+    "controlled.shutdown.enable": _Property("controlled_shutdown_enable", _parse_bool),
     "offsets.topic.num.partitions": _Property("offsets_topic_num_partitions", _at_least(1)),
     "offsets.topic.replication.factor": _Property("offsets_topic_replication_factor", _at_least(1)),
     "offsets.topic.segment.bytes": _Property("offsets_topic_segment_bytes", _at_least(1)),
@@ -270,6 +271,7 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     inter_broker_listener_name: str | None = None
+    controlled_shutdown_enable: bool = True
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 104_857_600

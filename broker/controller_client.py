@@ -85,6 +85,9 @@ class ControllerClient:
         # Forwarded admin requests wait at the controller for the brokers to apply them, and
         # applying may need the controller (topic configs): they get their own connection.
         self._forwarding = _Channel(config, f"broker-{config.node_id}-forwarding")
+        # Set once a controlled shutdown began: heartbeats stop, and a fenced answer no
+        # longer means "register again".
+        self.shutting_down = False
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         """Send a request to the controller; raises ControllerUnavailable."""
@@ -101,22 +104,16 @@ class ControllerClient:
         interval = self.config.broker_heartbeat_interval_ms / 1000
         while True:
             await trio.sleep(interval)
+            if self.shutting_down:
+                continue
             try:
                 response = await self._lifecycle.request(
-                    build_request(
-                        ApiKey.BROKER_HEARTBEAT,
-                        {
-                            "broker_id": self.config.node_id,
-                            "broker_epoch": self.broker_epoch,
-                            "current_metadata_offset": 0,
-                            "want_fence": False,
-                            "want_shut_down": False,
-                        },
-                    ),
-                    timeout_s=max(interval * 2, 1.0),
+                    self._heartbeat(want_shut_down=False), timeout_s=max(interval * 2, 1.0)
                 )
             except ControllerUnavailable as error:
                 log.warning("heartbeat failed: %s", error)
+                continue
+            if self.shutting_down:
                 continue
             if response.is_fenced or response.error_code.value != Error.NONE:
                 log.warning(
@@ -124,6 +121,42 @@ class ControllerClient:
                     response.error_code.name,
                 )
                 await self._register()
+
+    def _heartbeat(self, want_shut_down: bool):
+        return build_request(
+            ApiKey.BROKER_HEARTBEAT,
+            {
+                "broker_id": self.config.node_id,
+                "broker_epoch": self.broker_epoch,
+                "current_metadata_offset": 0,
+                "want_fence": False,
+                "want_shut_down": want_shut_down,
+            },
+        )
+
+    async def shut_down_controlled(self, timeout_s: float) -> bool:
+        """Kafka's controlled shutdown (KRaft's wantShutDown heartbeat): ask the controller
+        to move this broker's leadership away and wait until it says the rest of the
+        cluster knows. True when it did within ``timeout_s``; on False the broker stops
+        anyway and its partitions move when its session expires."""
+        self.shutting_down = True
+        with trio.move_on_after(timeout_s):
+            while True:
+                try:
+                    response = await self._lifecycle.request(
+                        self._heartbeat(want_shut_down=True), timeout_s=timeout_s
+                    )
+                except ControllerUnavailable as error:
+                    log.warning("controlled shutdown: %s", error)
+                    await trio.sleep(RETRY_BACKOFF_S)
+                    continue
+                if response.error_code.value != Error.NONE:
+                    log.warning("controlled shutdown refused: %s", response.error_code.name)
+                    return False
+                if response.should_shut_down:
+                    return True
+                await trio.sleep(RETRY_BACKOFF_S)
+        return False
 
     async def _register(self) -> None:
         inter_broker = self.config.inter_broker_listener

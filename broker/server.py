@@ -175,6 +175,14 @@ class BrokerServer:
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     break
+                if controller_client is not None and self._controlled_shutdown_wanted():
+                    # Leadership moves away while this broker still answers, so its clients
+                    # are told NOT_LEADER_OR_FOLLOWER and find the new leaders at once.
+                    timeout_s = self.config.broker_session_timeout_ms / 1000
+                    if await controller_client.shut_down_controlled(timeout_s):
+                        log.info("controlled shutdown: leadership moved to other brokers")
+                    else:
+                        log.warning("controlled shutdown did not complete; stopping anyway")
                 accepting.cancel()
                 for _name, sockets in listeners:
                     for socket_listener in sockets:
@@ -184,6 +192,11 @@ class BrokerServer:
                     scope.cancel()
                 connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
             control.cancel_scope.cancel()
+
+    def _controlled_shutdown_wanted(self) -> bool:
+        """A broker of a cluster moves its leadership away first; a node that is its own
+        controller has nowhere to move it."""
+        return self.config.controlled_shutdown_enable and not self.config.is_controller
 
     async def _accept(self, listeners, connections, accepting: trio.CancelScope) -> None:
         """Serve every listener; each connection remembers the listener it came in on."""

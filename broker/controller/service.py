@@ -176,10 +176,15 @@ class ControllerService:
         return channel
 
     def _propagate(
-        self, changes: list[PartitionChange], stopped: TopicState | None = None
+        self,
+        changes: list[PartitionChange],
+        stopped: TopicState | None = None,
+        also_tell: int | None = None,
     ) -> list[trio.Event]:
         """Queue LeaderAndIsr for changed partitions, StopReplica for a deleted topic, and the
-        full UpdateMetadata for every live broker; return the delivery events."""
+        full UpdateMetadata for every live broker; return the delivery events. ``also_tell``
+        is a broker that is no longer live but still running (a controlled shutdown): it
+        hears of its partitions too, so that it stops acting as their leader."""
         per_broker: dict[int, list[PartitionChange]] = {}
         for change in changes:
             key = (change.topic, change.partition)
@@ -187,7 +192,7 @@ class ControllerService:
                 self.metrics.leader_elections.inc()
             self._leaders[key] = change.state.leader
             for replica in change.state.replicas:
-                if self.state.is_live(replica):
+                if self.state.is_live(replica) or replica == also_tell:
                     per_broker.setdefault(replica, []).append(change)
         events = []
         for node_id, broker_changes in per_broker.items():
@@ -199,7 +204,10 @@ class ControllerService:
                     request = self._stop_replica(node_id, stopped)
                     events.append(self._channel(node_id).enqueue(request))
         update = self._update_metadata()
-        for node_id in self.state.live_brokers():
+        recipients = set(self.state.live_brokers())
+        if also_tell is not None:
+            recipients.add(also_tell)
+        for node_id in sorted(recipients):
             events.append(self._channel(node_id).enqueue(update(node_id)))
         return events
 
@@ -368,6 +376,8 @@ class ControllerService:
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 
     async def broker_heartbeat(self, request) -> dict:
+        if request.want_shut_down:
+            return await self._controlled_shutdown(request.broker_id, request.broker_epoch)
         alive = transitions.heartbeat(
             self.state, request.broker_id, request.broker_epoch, self.clock_ms()
         )
@@ -383,6 +393,36 @@ class ControllerService:
             "is_caught_up": True,
             "is_fenced": False,
             "should_shut_down": False,
+        }
+
+    async def _controlled_shutdown(self, node_id: int, broker_epoch: int) -> dict:
+        """Move the broker's leadership away, tell every broker (the leaving one included),
+        and answer shouldShutDown once they have it, so no partition waits for a session
+        timeout to find a new leader."""
+        changes = transitions.begin_controlled_shutdown(
+            self.state, node_id, broker_epoch, self.config.unclean_leader_election_enable
+        )
+        if changes is None:
+            return {
+                "error_code": Error.STALE_BROKER_EPOCH,
+                "is_caught_up": False,
+                "is_fenced": True,
+                "should_shut_down": False,
+            }
+        if changes:
+            self.store.save(self.state)
+            events = self._propagate(changes, also_tell=node_id)
+            log.info(
+                "broker %d is shutting down: %d partition(s) change leader or ISR",
+                node_id,
+                len(changes),
+            )
+            await self._await_delivery(events, self.config.broker_session_timeout_ms / 1000)
+        return {
+            "error_code": Error.NONE,
+            "is_caught_up": True,
+            "is_fenced": True,
+            "should_shut_down": True,
         }
 
     async def alter_partition(self, request) -> dict:

@@ -258,6 +258,22 @@ def heartbeat(state: ControllerState, node_id: int, broker_epoch: int, now_ms: i
     return True
 
 
+def begin_controlled_shutdown(
+    state: ControllerState, node_id: int, broker_epoch: int, unclean_leader_election: bool
+) -> list[PartitionChange] | None:
+    """A broker asked to shut down (BrokerHeartbeat with wantShutDown, KRaft's controlled
+    shutdown): leadership moves to other ISR members and the broker leaves every ISR, while
+    it still runs, so its partitions are not offline until its session would expire. A
+    partition it holds alone keeps no leader until it returns, as in Kafka. None for a stale
+    broker epoch (a previous life of the broker); no changes if it is already fenced."""
+    broker = state.brokers.get(node_id)
+    if broker is None or broker.broker_epoch != broker_epoch:
+        return None
+    if broker.fenced:
+        return []
+    return fence_broker(state, node_id, unclean_leader_election)
+
+
 def expire_brokers(
     state: ControllerState, now_ms: int, session_timeout_ms: int, unclean_leader_election: bool
 ) -> tuple[list[int], list[PartitionChange]]:

@@ -20,6 +20,7 @@ from broker.controller import (
     PartitionState,
     alter_partition,
     assign_replicas,
+    begin_controlled_shutdown,
     create_topic,
     delete_topic,
     elect_preferred_leaders,
@@ -576,3 +577,23 @@ def test_an_unreadable_state_file_stops_the_load(tmp_path):
         with pytest.raises(ValueError, match="not a readable controller state"):
             ControllerStore(path).load()
         assert path.read_text() == content
+
+
+def test_controlled_shutdown_moves_leadership_and_leaves_the_isr():
+    state = cluster(1, 2, 3)
+    topic_on(state, 1, 2, 3)
+    epoch = state.brokers[1].broker_epoch
+    assert begin_controlled_shutdown(state, 1, epoch - 1, False) is None, "stale epoch"
+    assert part(state).leader == 1
+    changes = begin_controlled_shutdown(state, 1, epoch, False)
+    assert [(c.state.leader, c.state.isr) for c in changes] == [(2, [2, 3])]
+    assert state.live_brokers() == [2, 3]
+    assert begin_controlled_shutdown(state, 1, epoch, False) == [], "a retry changes nothing"
+
+
+def test_controlled_shutdown_of_the_only_isr_member_leaves_the_partition_without_leader():
+    state = cluster(1, 2)
+    topic_on(state, 1, 2)
+    shrink_isr(state, [1])
+    begin_controlled_shutdown(state, 1, state.brokers[1].broker_epoch, False)
+    assert (part(state).leader, part(state).isr) == (NO_LEADER, [1])
