@@ -26,7 +26,7 @@ from protocol.versions import supported_versions
 from storage.log import LogConfig
 from storage.log_manager import LogManager
 
-from .apis import CloseConnection, RequestContext
+from .apis import CloseConnection, Connection, RequestContext
 from .config import BrokerConfig
 from .controller.service import ControllerService
 from .controller_client import ControllerClient, discover_cluster_id
@@ -81,7 +81,7 @@ class BrokerServer:
         self._stopping = False
         self._idle_reads: set[trio.CancelScope] = set()
 
-    def _context(self, listener_name: str, client_host: str, header) -> RequestContext:
+    def _context(self, listener_name: str, connection: Connection, header) -> RequestContext:
         return RequestContext(
             header,
             listener_name,
@@ -92,7 +92,7 @@ class BrokerServer:
             self.controller,
             self.metrics,
             self.coordinator,
-            client_host,
+            connection,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -178,7 +178,7 @@ class BrokerServer:
                 if controller_client is not None and self._controlled_shutdown_wanted():
                     # Leadership moves away while this broker still answers, so its clients
                     # are told NOT_LEADER_OR_FOLLOWER and find the new leaders at once.
-                    timeout_s = self.config.broker_session_timeout_ms / 1000
+                    timeout_s = min(self.config.broker_session_timeout_ms / 1000, 10.0)
                     if await controller_client.shut_down_controlled(timeout_s):
                         log.info("controlled shutdown: leadership moved to other brokers")
                     else:
@@ -274,15 +274,12 @@ class BrokerServer:
         except OSError:
             host, peer = "?", "?"
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
+        connection = Connection(f"/{host}")
+        make_context = functools.partial(self._context, listener_name, connection)
         try:
             while (frame := await self._next_frame(stream, decoder)) is not None:
                 header, body_offset = parse_request_header(frame)
-                response = await dispatch(
-                    header,
-                    frame,
-                    body_offset,
-                    functools.partial(self._context, listener_name, f"/{host}"),
-                )
+                response = await dispatch(header, frame, body_offset, make_context)
                 if response is not None:
                     try:
                         await _send_buffers(stream, response)
@@ -294,6 +291,8 @@ class BrokerServer:
             log.exception("unexpected error serving %s; closing its connection", peer)
         finally:
             await trio.aclose_forcefully(stream)
+            if connection.broker_id is not None and self.controller is not None:
+                self.controller.broker_connection_lost(connection.broker_id)
 
 
 # Linux's IOV_MAX: the most buffers one writev takes.

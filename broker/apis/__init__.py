@@ -5,7 +5,7 @@ a kio response entity of the request's version (forwarded answers), or None when
 gets no response (Produce with acks=0).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from protocol.framing import RequestHeader
@@ -23,12 +23,23 @@ class CloseConnection(Exception):
     """The request must be answered by closing the connection (Kafka's way for acks=0)."""
 
 
+@dataclass(slots=True)
+class Connection:
+    """What the server knows of one client connection, shared by its requests."""
+
+    # The peer as Kafka shows it in DescribeGroups: "/127.0.0.1".
+    host: str = ""
+    # Set when a broker registers or heartbeats on it: its lifecycle connection to the
+    # controller, whose closing hints that the broker died (see ControllerService).
+    broker_id: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     """What a handler knows besides its request: who asked, and the node it runs in.
 
     ``replicas`` and ``coordinator`` are None on a controller-only node and ``controller`` on
-    a broker-only one. ``client_host`` is the peer address as Kafka shows it ("/127.0.0.1").
+    a broker-only one.
     """
 
     header: RequestHeader
@@ -40,7 +51,7 @@ class RequestContext:
     controller: "ControllerService | None"
     metrics: "BrokerMetrics"
     coordinator: "GroupCoordinator | None" = None
-    client_host: str = ""
+    connection: Connection = field(default_factory=Connection)
 
     @property
     def version(self) -> int:

@@ -5,10 +5,12 @@ from . import RequestContext
 
 
 async def handle_broker_registration(ctx: RequestContext, request) -> dict:
+    ctx.connection.broker_id = request.broker_id
     return await ctx.controller.broker_registration(request)
 
 
 async def handle_broker_heartbeat(ctx: RequestContext, request) -> dict:
+    ctx.connection.broker_id = request.broker_id
     return await ctx.controller.broker_heartbeat(request)
 
 

@@ -93,7 +93,7 @@ async def handle_join_group(ctx: RequestContext, request) -> dict:
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
         client_id=ctx.header.client_id or "",
-        client_host=ctx.client_host,
+        client_host=ctx.connection.host,
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=(
             _millis(rebalance_timeout) if rebalance_timeout is not None else session_timeout_ms

@@ -35,6 +35,11 @@ from .store import ControllerStore
 log = logging.getLogger("controller")
 
 STATE_FILE = "controller-state.json"
+# How long the controller tries to connect to a broker whose connection closed; a refusal
+# within it means the broker process is gone.
+PROBE_TIMEOUT_S = 1.0
+# How long a controlled shutdown waits for the other brokers to hear of the new leaders.
+CONTROLLED_SHUTDOWN_DELIVERY_S = 2.0
 CHANNEL_REQUEST_TIMEOUT_S = 10.0
 CHANNEL_RETRY_BACKOFF_S = 0.2
 
@@ -154,6 +159,43 @@ class ControllerService:
                 log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
                 self.store.save(self.state)
                 self._propagate(changes)
+
+    def broker_connection_lost(self, node_id: int) -> None:
+        """A broker's connection to the controller closed. If the broker's own port now
+        refuses connections, its process is gone (a crash, kill -9): fence it at once
+        instead of waiting out its session. A broker that is merely slow, paused or cut off
+        still accepts (or times out) and keeps its session, so nothing live is fenced."""
+        broker = self.state.brokers.get(node_id)
+        if broker is None or broker.fenced or self._nursery is None:
+            return
+        self._nursery.start_soon(self._probe_broker, node_id, broker.broker_epoch)
+
+    async def _probe_broker(self, node_id: int, broker_epoch: int) -> None:
+        broker = self.state.brokers[node_id]
+        try:
+            with trio.fail_after(PROBE_TIMEOUT_S):
+                address = (await trio.socket.getaddrinfo(broker.host, broker.port))[0]
+                with trio.socket.socket(address[0], address[1]) as probe:
+                    await probe.connect(address[4])
+            return  # it accepts: alive
+        except ConnectionRefusedError:
+            pass  # nobody listens there: the broker process is gone
+        except (OSError, trio.TooSlowError):
+            return  # unreachable or slow: the session timeout decides
+        current = self.state.brokers.get(node_id)
+        if current is None or current.fenced or current.broker_epoch != broker_epoch:
+            return  # it re-registered meanwhile, or was fenced already
+        log.warning(
+            "broker %d closed its connection and %s:%d refuses connections: fenced now",
+            node_id,
+            broker.host,
+            broker.port,
+        )
+        changes = transitions.fence_broker(
+            self.state, node_id, self.config.unclean_leader_election_enable
+        )
+        self.store.save(self.state)
+        self._propagate(changes)
 
     async def _rebalance_leaders(self) -> None:
         """Kafka's auto leader rebalance: after failovers, leadership piles up on the brokers
@@ -417,7 +459,8 @@ class ControllerService:
                 node_id,
                 len(changes),
             )
-            await self._await_delivery(events, self.config.broker_session_timeout_ms / 1000)
+            # Brokers that are stopping too may never read theirs: the wait is short.
+            await self._await_delivery(events, CONTROLLED_SHUTDOWN_DELIVERY_S)
         return {
             "error_code": Error.NONE,
             "is_caught_up": True,
