@@ -75,7 +75,7 @@ def _join_response(ctx: RequestContext, result) -> dict:
         "protocol_type": result.protocol_type,
         "protocol_name": protocol_name,
         "leader": result.leader,
-        "skip_assignment": False,
+        "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
         "members": [
             {"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}

@@ -60,6 +60,8 @@ class JoinResult:
     member_id: str = ""
     # (member id, group instance id, metadata of the chosen protocol); the leader's only.
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    # A restarted static leader of a Stable group: it must not compute a new assignment.
+    skip_assignment: bool = False
 
 
 @dataclass
@@ -284,20 +286,32 @@ class Group:
         return member, None
 
     def _replace_static_member(self, request: JoinRequest, now_ms: int):
-        """A static member restarted: it takes over its old entry under a new member id."""
-        old_id = self.static_members[request.group_instance_id]
-        member = self.members.pop(old_id)
-        self._answer_parked(member, Error.FENCED_INSTANCE_ID)
-        member.member_id = self._new_member_id(request.client_id)
+        """A static member restarted: a new member id takes over its entry and assignment,
+        and the old incarnation's parked requests are fenced. As in Kafka (KIP-345), a
+        Stable group does not rebalance for it unless the chosen protocol would change; the
+        leader then gets the members' metadata with skip_assignment (JoinGroup v9)."""
+        old = self.members.pop(self.static_members[request.group_instance_id])
+        self._answer_parked(old, Error.FENCED_INSTANCE_ID)
+        member = Member(
+            self._new_member_id(request.client_id),
+            request.group_instance_id,
+            request.client_id,
+            request.client_host,
+            request.rebalance_timeout_ms,
+            request.session_timeout_ms,
+            request.protocol_type,
+            list(request.protocols),
+            assignment=old.assignment,
+        )
+        self._touch(member, now_ms)
         self.members[member.member_id] = member
         self.static_members[request.group_instance_id] = member.member_id
-        was_leader = self.leader_id == old_id
-        if was_leader:
+        if self.leader_id == old.member_id:
             self.leader_id = member.member_id
-        unchanged = member.protocols == request.protocols
-        self._update_member(member, request, now_ms)
-        if self.state == GroupState.STABLE and unchanged and not was_leader:
-            return None, self._join_answer(member)
+        if self.state == GroupState.STABLE and self._select_protocol() == self.protocol_name:
+            answer = self._join_answer(member)
+            answer.skip_assignment = member.member_id == self.leader_id
+            return None, answer
         self._await_join(member)
         if self.state == GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(now_ms)

@@ -333,7 +333,11 @@ def test_a_static_member_restarts_without_a_rebalance(broker):
         a.close()
         assignments["a"] = set()
         a = member("a")
-        wait_for(lambda: (a.poll(0.2), assignments["a"])[1], TIMEOUT, "the restarted member")
+        wait_for(
+            lambda: (a.poll(0.2), b.poll(0.1), assignments["a"])[-1],
+            TIMEOUT,
+            "the restarted member",
+        )
         for _ in range(10):
             b.poll(0.2)
         assert assignments == before

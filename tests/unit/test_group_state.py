@@ -224,17 +224,34 @@ def test_subscribed_topics_are_read_from_the_consumer_subscription():
     assert group.subscribed_topics() == {"a", "bc"}
 
 
-def test_a_restarted_static_leader_waits_for_the_next_generation():
+def test_a_restarted_static_leader_keeps_the_generation_and_skips_assignment():
     group = Group("g", NO_DELAY, 0)
     old, _ = group.join(join_request("", instance_id="leader"), 0)
     old_id = old.member_id
     group.sync(old_id, "leader", 1, {old_id: b"a"}, 0)
     group.complete_sync(1, Error.NONE, 0)
-    restarted, answer = group.join(join_request("", instance_id="leader"), 100)
-    assert answer is None, "a leader's restart rebalances"
-    assert restarted.member_id != old_id
-    assert restarted.join_result.generation == 2  # the only member: the phase ends at once
-    assert restarted.join_result.member_id == restarted.member_id == group.leader_id
+    _, answer = group.join(join_request("", instance_id="leader", protocols=[("range", b"v2")]), 9)
+    assert answer.error == Error.NONE and answer.member_id != old_id
+    assert (answer.generation, answer.leader, answer.skip_assignment) == (1, answer.member_id, True)
+    assert answer.members == [(answer.member_id, "leader", b"v2")]
+    assert group.is_(GroupState.STABLE)
+    assert group.heartbeat(old_id, "leader", 1, 9) == Error.FENCED_INSTANCE_ID
+    _, synced, _ = group.sync(answer.member_id, "leader", 1, {}, 9)
+    assert synced.assignment == b"a"
+
+
+def test_a_static_member_whose_restart_changes_the_protocol_rebalances():
+    group = Group("g", NO_DELAY, 0)
+    both = [("range", b""), ("rr", b"")]
+    old, _ = group.join(join_request("", instance_id="x", protocols=both), 0)
+    group.sync(old.member_id, "x", 1, {old.member_id: b"a"}, 0)
+    group.complete_sync(1, Error.NONE, 0)
+    # It now prefers rr: the vote, and so the group's protocol, changes.
+    restarted, answer = group.join(join_request("", instance_id="x", protocols=both[::-1]), 9)
+    assert answer is None
+    assert restarted.join_result.generation == 2
+    assert restarted.join_result.protocol_name == "rr"
+    assert old.join_result is None  # the old incarnation's object is not reused
 
 
 def test_offsets_expire_once_the_group_has_been_empty_for_the_retention():
