@@ -251,7 +251,7 @@ def test_a_static_member_whose_restart_changes_the_protocol_rebalances():
     assert answer is None
     assert restarted.join_result.generation == 2
     assert restarted.join_result.protocol_name == "rr"
-    assert old.join_result is None  # the old incarnation's object is not reused
+    assert restarted is not old and old.join_result.generation == 1
 
 
 def test_offsets_expire_once_the_group_has_been_empty_for_the_retention():
