@@ -342,9 +342,12 @@ def _metadata_frame(request: MetadataRequest, correlation_id: int) -> bytes:
 
 
 def request_metadata(
-    port: int, topics: Iterable[str] | None = None, timeout: float = METADATA_TIMEOUT
+    port: int,
+    topics: Iterable[str] | None = None,
+    timeout: float = METADATA_TIMEOUT,
+    host: str = "127.0.0.1",
 ) -> MetadataResponse:
-    """Ask the node on 127.0.0.1:`port` for Metadata v12 (all topics when `topics` is None),
+    """Ask the node on `host`:`port` for Metadata v12 (all topics when `topics` is None),
     never creating a topic. Raises OSError when the node cannot be reached or goes silent."""
     request = MetadataRequest(
         topics=None
@@ -354,7 +357,7 @@ def request_metadata(
         include_topic_authorized_operations=False,
     )
     correlation_id = 1
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(_metadata_frame(request, correlation_id))
         (size,) = struct.unpack(">i", read_exactly(sock, 4))
         frame = read_exactly(sock, size)

@@ -112,9 +112,13 @@ class ReplicaManager:
             task_status.started()
 
     def close(self) -> None:
-        """Write the high-watermark checkpoint one last time (clean shutdown)."""
+        """Write the high-watermark checkpoint one last time (clean shutdown); if the disk
+        refuses, the last checkpoint written stands and the next start recovers from it."""
         if self._first_leader_and_isr.is_set():
-            self.write_high_watermarks()
+            try:
+                self.write_high_watermarks()
+            except OSError as error:
+                log.error("cannot write %s at shutdown: %s", HIGH_WATERMARK_CHECKPOINT, error)
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -500,11 +504,23 @@ class ReplicaManager:
             write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT, offsets)
 
     async def _checkpoint_high_watermarks(self) -> None:
-        """Started by the first LeaderAndIsr, as in Kafka, then every interval."""
+        """Started by the first LeaderAndIsr, as in Kafka, then every interval. A failed
+        write (a full disk) is logged and tried again next time: the previous checkpoint
+        stays valid (writes are atomic), and the broker keeps serving."""
         await self._first_leader_and_isr.wait()
         interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        failing = False
         while True:
-            self.write_high_watermarks()
+            try:
+                self.write_high_watermarks()
+            except OSError as error:
+                if not failing:
+                    log.error("cannot write %s: %s", HIGH_WATERMARK_CHECKPOINT, error)
+                failing = True
+            else:
+                if failing:
+                    log.info("%s written again", HIGH_WATERMARK_CHECKPOINT)
+                failing = False
             await trio.sleep(interval)
 
     # -- producer ids ------------------------------------------------------------------------

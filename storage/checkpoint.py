@@ -44,10 +44,14 @@ def fsync_directory(directory: Path) -> None:
 def write_file_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
+    try:
+        with open(tmp, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: give back what the partial copy took
+        raise
     os.replace(tmp, path)
     fsync_directory(path.parent)
 

@@ -1,0 +1,587 @@
+"""`python -m faults.chaos`: a cluster under faults, checked the way Jepsen checks Kafka.
+
+A controller and three brokers run as processes, each in a network namespace of its own
+(faults/netns.py), one broker's log dir on a small tmpfs. From this namespace an idempotent
+acks=all producer writes numbered records to a topic of 3 partitions with replication 3 and
+min.insync.replicas=2, and a consumer reads every partition from the start, all the time.
+Faults are injected one at a time, chosen by a seeded random generator:
+
+- kill: kill -9 of a broker (restarted after a few seconds), or of the controller;
+- pause: SIGSTOP of a broker for longer than the session timeout, then SIGCONT;
+- partition: a partition leader cut off from the controller and the other brokers while its
+  clients still reach it; isolate: the same leader cut off from everyone;
+- disk: the tmpfs broker's disk filled up, then freed.
+
+After each fault is healed the cluster must be back to a full ISR everywhere. At the end:
+every acknowledged record is in the log at its acknowledged offset (lost otherwise), every
+record a consumer read is still there (it read nothing above the high watermark that later
+vanished), no value is stored twice (the producer is idempotent), and the replicas of each
+partition hold identical bytes. The table gives, per fault kind, the runs, acknowledged and
+lost records, duplicates, divergent partitions, the failover time (fault to the first record
+acknowledged on a partition the faulty broker led, for a record sent after the fault) and
+the time until every ISR was full again. `--seed` replays a run.
+
+Needs root (namespaces, tmpfs) and iproute2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.launcher import request_metadata
+
+from .netns import Network
+
+TOPIC = "chaos"
+PARTITIONS = 3
+BROKERS = (1, 2, 3)
+CONTROLLER = 0
+BROKER_PORT = 9092
+CONTROLLER_PORT = 9093
+SESSION_TIMEOUT_MS = 3000
+DISK_BROKER = 3
+DISK_SIZE_MB = 64
+KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", "disk")
+HOLD_SECONDS = 4.0
+RECOVERY_TIMEOUT = 90.0
+START_TIMEOUT = 60.0
+
+
+def node_name(node_id: int) -> str:
+    return "controller" if node_id == CONTROLLER else f"broker-{node_id}"
+
+
+@dataclass
+class Outcome:
+    """What a chaos run found: the report, and the counts that must all be zero."""
+
+    text: str
+    acknowledged: int
+    lost: int
+    vanished: int
+    duplicates: int
+    divergent: list[int]
+    unrecovered: list[str]
+
+    @property
+    def clean(self) -> bool:
+        return not (
+            self.lost or self.vanished or self.duplicates or self.divergent or self.unrecovered
+        )
+
+
+@dataclass
+class Run:
+    kind: str
+    target: int
+    started: float
+    healed: float = 0.0
+    led: list[int] = field(default_factory=list)  # partitions the target led at the fault
+    recovered_in: float | None = None  # fault to every ISR full again (None: never)
+    ended: float = 0.0
+
+
+class Node:
+    """One minibroker process in its namespace."""
+
+    def __init__(
+        self, node_id: int, network: Network, data: Path, log: Path, overrides: dict
+    ) -> None:
+        self.node_id = node_id
+        self.network = network
+        self.data = data
+        self.log = log
+        self.overrides = overrides
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return str(self.network.addresses[node_name(self.node_id)])
+
+    def start(self) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
+        properties = {
+            **self.overrides,
+            "node.id": self.node_id,
+            "log.dirs": str(self.data),
+        }
+        if self.node_id == CONTROLLER:
+            properties["process.roles"] = "controller"
+            properties["listeners"] = f"CONTROLLER://{self.address}:{CONTROLLER_PORT}"
+        else:
+            properties["process.roles"] = "broker"
+            properties["listeners"] = f"PLAINTEXT://{self.address}:{BROKER_PORT}"
+        command = [
+            *self.network.exec_prefix(node_name(self.node_id)),
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+        ]
+        for key, value in properties.items():
+            command += ["--override", f"{key}={value}"]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0
+            )
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait()
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+
+class Workload:
+    """The idempotent producer and the checking consumer, each in a thread."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        # value -> (partition, offset, sent at, acknowledged at)
+        self.acked: dict[bytes, tuple[int, int, float, float]] = {}
+        self.failed: list[str] = []
+        self.read: dict[tuple[int, int], bytes] = {}
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(180)
+
+    def _produce(self) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 300_000,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        number = 0
+
+        def delivered(error, message, sent=None):
+            if error is not None:
+                self.failed.append(f"{message.value()!r}: {error}")
+            else:
+                self.acked[message.value()] = (
+                    message.partition(),
+                    message.offset(),
+                    sent,
+                    time.monotonic(),
+                )
+
+        while not self._stop.is_set():
+            for _ in range(10):
+                sent = time.monotonic()
+                try:
+                    producer.produce(
+                        TOPIC,
+                        value=b"%010d" % number,
+                        partition=number % PARTITIONS,
+                        on_delivery=lambda e, m, sent=sent: delivered(e, m, sent),
+                    )
+                except BufferError:
+                    break
+                number += 1
+            producer.poll(0.01)
+        producer.flush(240)
+
+    def _consume(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "chaos-checker",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        while not self._stop.is_set():
+            for message in consumer.consume(500, 0.2):
+                if message.error() is None:
+                    self.read[(message.partition(), message.offset())] = message.value()
+        consumer.close()
+
+
+class Chaos:
+    def __init__(self, base: Path, seed: int) -> None:
+        self.base = base
+        self.rng = random.Random(seed)
+        self.network = Network([node_name(n) for n in (CONTROLLER, *BROKERS)])
+        self.disk = base / "tmpfs"
+        self.nodes: dict[int, Node] = {}
+        self.runs: list[Run] = []
+        self.workload: Workload | None = None
+
+    # -- setting up ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.network.build()
+        self.disk.mkdir(parents=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE_MB}m", "tmpfs", str(self.disk)],
+            check=True,
+        )
+        controller = self.network.addresses[node_name(CONTROLLER)]
+        overrides = {
+            "controller.quorum.voters": f"{CONTROLLER}@{controller}:{CONTROLLER_PORT}",
+            "broker.session.timeout.ms": SESSION_TIMEOUT_MS,
+            "broker.heartbeat.interval.ms": 500,
+            "replica.lag.time.max.ms": SESSION_TIMEOUT_MS,
+            "default.replication.factor": 3,
+            "min.insync.replicas": 2,
+            "log.segment.bytes": 4 * 1024 * 1024,
+        }
+        for node_id in (CONTROLLER, *BROKERS):
+            data = (
+                self.disk / "data"
+                if node_id == DISK_BROKER
+                else self.base / node_name(node_id) / "data"
+            )
+            log = self.base / f"{node_name(node_id)}.log"
+            self.nodes[node_id] = Node(node_id, self.network, data, log, overrides)
+            self.nodes[node_id].start()
+        wait(lambda: len(self.live_brokers()) == len(BROKERS), START_TIMEOUT, "the brokers")
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(60)
+        wait(self.isr_full, START_TIMEOUT, "the topic's ISRs")
+        self.workload = Workload(self.bootstrap)
+        self.workload.start()
+        wait(lambda: len(self.workload.acked) >= 1000, START_TIMEOUT, "the first records")
+
+    def close(self) -> None:
+        for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
+            self.nodes[node_id].stop()
+        subprocess.run(["umount", str(self.disk)], capture_output=True)
+        self.network.close()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.nodes[n].address}:{BROKER_PORT}" for n in BROKERS)
+
+    # -- the cluster as clients see it -------------------------------------------------------
+
+    def metadata(self):
+        for node_id in self.rng.sample(BROKERS, len(BROKERS)):
+            try:
+                return request_metadata(
+                    BROKER_PORT, [TOPIC], timeout=2.0, host=self.nodes[node_id].address
+                )
+            except OSError:
+                continue
+        return None
+
+    def live_brokers(self) -> set[int]:
+        response = self.metadata()
+        return set() if response is None else {int(b.node_id) for b in response.brokers}
+
+    def leaders(self) -> dict[int, int]:
+        response = self.metadata()
+        if response is None or not response.topics:
+            return {}
+        return {p.partition_index: int(p.leader_id) for p in response.topics[0].partitions}
+
+    def isr_full(self) -> bool:
+        response = self.metadata()
+        if response is None or not response.topics or response.topics[0].error_code.value:
+            return False
+        partitions = response.topics[0].partitions
+        return len(partitions) == PARTITIONS and all(
+            len(p.isr_nodes) == len(BROKERS) and p.leader_id >= 0 for p in partitions
+        )
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def inject(self, kind: str) -> Run:
+        leaders = self.leaders()
+        if kind == "kill-controller":
+            target = CONTROLLER
+        elif kind == "disk":
+            target = DISK_BROKER
+        elif kind in ("partition", "isolate") and leaders:
+            target = leaders[self.rng.randrange(PARTITIONS)]
+        else:
+            target = self.rng.choice(BROKERS)
+        led = [p for p, leader in leaders.items() if leader == target]
+        node = self.nodes[target]
+        others = [node_name(n) for n in (CONTROLLER, *BROKERS) if n != target]
+        name = node_name(target)
+        # Each fault is in effect when `started` is taken: failover counts from there.
+        if kind in ("kill", "kill-controller"):
+            node.kill()
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(HOLD_SECONDS)
+            node.start()
+        elif kind == "pause":
+            node.signal(signal.SIGSTOP)
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
+            node.signal(signal.SIGCONT)
+        elif kind == "partition":
+            self.network.cut(name, others)
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
+            self.network.heal(name, others)
+        elif kind == "isolate":
+            self.network.isolate(name)
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
+            self.network.reconnect(name)
+        else:  # disk: every free byte of the broker's tmpfs taken by a ballast file
+            ballast = fill_disk(self.disk)
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(HOLD_SECONDS)
+            ballast.unlink(missing_ok=True)
+        run.healed = time.monotonic()
+        deadline = time.monotonic() + RECOVERY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.isr_full():
+                run.recovered_in = time.monotonic() - run.started
+                break
+            time.sleep(0.1)
+        run.ended = time.monotonic()
+        self.runs.append(run)
+        return run
+
+    # -- judging -------------------------------------------------------------------------------
+
+    def failover_seconds(self, run: Run) -> float | None:
+        """Fault to the first acknowledgement, on a partition the target led, of a record
+        sent after the fault; None when the target led nothing."""
+        if not run.led:
+            return None
+        acks = [
+            acked_at
+            for partition, _offset, sent, acked_at in self.workload.acked.values()
+            if partition in run.led and sent >= run.started
+        ]
+        return min(acks) - run.started if acks else float("inf")
+
+    def final_log(self) -> dict[tuple[int, int], bytes]:
+        """Every record up to each partition's high watermark, read from the leaders."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "chaos-final",
+                "enable.auto.commit": False,
+            }
+        )
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        stored: dict[tuple[int, int], bytes] = {}
+        deadline = time.monotonic() + 120
+        while sum(1 for key in stored if key[1] < ends[key[0]]) < sum(ends.values()):
+            if time.monotonic() > deadline:
+                break
+            for message in consumer.consume(1000, 0.5):
+                if message.error() is None:
+                    stored[(message.partition(), message.offset())] = message.value()
+        consumer.close()
+        return stored
+
+    def divergent_partitions(self) -> list[int]:
+        """Partitions whose replicas' logs differ in bytes, once every replica caught up."""
+        divergent = []
+        for partition in range(PARTITIONS):
+            deadline = time.monotonic() + 60
+            while True:
+                logs = [self.log_bytes(n, partition) for n in BROKERS]
+                if len({len(log) for log in logs}) == 1 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            if len(set(logs)) != 1:
+                divergent.append(partition)
+        return divergent
+
+    def log_bytes(self, node_id: int, partition: int) -> bytes:
+        directory = self.nodes[node_id].data / f"{TOPIC}-{partition}"
+        return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+
+    def report(self, seed: int) -> Outcome:
+        self.workload.stop()
+        stored = self.final_log()
+        divergent = self.divergent_partitions()
+        by_value: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
+        for position, value in stored.items():
+            by_value[value].append(position)
+        lost_by_run: Counter = Counter()
+        acked_by_run: Counter = Counter()
+        for value, (partition, offset, _sent, acked_at) in self.workload.acked.items():
+            run = self.run_at(acked_at)
+            acked_by_run[run] += 1
+            if stored.get((partition, offset)) != value:
+                lost_by_run[run] += 1
+        vanished = sum(1 for key, value in self.workload.read.items() if stored.get(key) != value)
+        duplicates = sum(len(positions) - 1 for positions in by_value.values())
+        lines = [
+            f"seed {seed}: {len(self.runs)} fault runs, {len(self.workload.acked)} records"
+            f" acknowledged, {len(self.workload.failed)} sends failed, {len(stored)} stored,"
+            f" {len(self.workload.read)} read by the checking consumer",
+            "",
+            "| fault | runs | acknowledged | lost | failover median / worst (s) "
+            "| full ISR again median / worst (s) | not recovered |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind in KINDS:
+            runs = [r for r in self.runs if r.kind == kind]
+            if not runs:
+                continue
+            failovers = [f for r in runs if (f := self.failover_seconds(r)) is not None]
+            recoveries = [r.recovered_in for r in runs if r.recovered_in is not None]
+            lines.append(
+                f"| {kind} | {len(runs)} | {sum(acked_by_run[id(r)] for r in runs)}"
+                f" | {sum(lost_by_run[id(r)] for r in runs)}"
+                f" | {spread(failovers)} | {spread(recoveries)}"
+                f" | {sum(1 for r in runs if r.recovered_in is None)} |"
+            )
+        lines += [
+            "",
+            f"lost outside fault runs: {lost_by_run[None]}; records read then vanished:"
+            f" {vanished}; duplicates stored: {duplicates}; divergent partitions: {divergent}",
+        ]
+        return Outcome(
+            text="\n".join(lines),
+            acknowledged=len(self.workload.acked),
+            lost=sum(lost_by_run.values()),
+            vanished=vanished,
+            duplicates=duplicates,
+            divergent=divergent,
+            unrecovered=[r.kind for r in self.runs if r.recovered_in is None],
+        )
+
+    def run_at(self, moment: float) -> int | None:
+        for run in self.runs:
+            if run.started <= moment < run.ended:
+                return id(run)
+        return None
+
+
+def fill_disk(directory: Path) -> Path:
+    """Take every free byte of the file system holding `directory` with a ballast file
+    (written until the disk refuses: the broker may be writing at the same time)."""
+    ballast = directory / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    chunk = bytes(1 << 16)
+    try:
+        while True:
+            os.write(fd, chunk)
+    except OSError:
+        try:
+            while True:  # the last few bytes
+                os.write(fd, b"\0")
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
+    return ballast
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    worst = max(values)
+    worst_text = "never" if worst == float("inf") else f"{worst:.2f}"
+    finite = [v for v in values if v != float("inf")]
+    median = f"{statistics.median(finite):.2f}" if finite else "never"
+    return f"{median} / {worst_text}"
+
+
+def wait(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def run_chaos(runs: int, seed: int, kinds: tuple[str, ...], base: Path | None = None) -> Outcome:
+    """Inject `runs` faults of `kinds` (each kind once first, then at random) and judge."""
+    base = Path(base or tempfile.mkdtemp(prefix="minibroker-chaos-"))
+    chaos = Chaos(base, seed)
+    try:
+        chaos.start()
+        for index in range(runs):
+            kind = kinds[index % len(kinds)] if index < len(kinds) else chaos.rng.choice(kinds)
+            run = chaos.inject(kind)
+            recovered = "never" if run.recovered_in is None else f"{run.recovered_in:.2f} s"
+            print(
+                f"run {index + 1}/{runs}: {kind} on {node_name(run.target)},"
+                f" full ISR again after {recovered}",
+                flush=True,
+            )
+        outcome = chaos.report(seed)
+        outcome.text += f"\nnode logs and data: {base}"
+        return outcome
+    finally:
+        chaos.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m faults.chaos", description=__doc__)
+    parser.add_argument("--runs", type=int, default=12, help="faults to inject (default 12)")
+    parser.add_argument("--seed", type=int, default=None, help="replay a run with its seed")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}"
+    )
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        print("faults.chaos needs root and iproute2 (network namespaces, tmpfs)", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown fault kinds: {sorted(unknown)}")
+    print(f"faults.chaos: seed {seed}", flush=True)
+    outcome = run_chaos(args.runs, seed, kinds)
+    print(outcome.text)
+    return 0 if outcome.clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
