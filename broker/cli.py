@@ -56,7 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         "kafka-consumer-groups.sh --describe does. Exit 1 when a broker cannot be reached "
         "or the group does not exist.",
     )
-    groups.add_argument("--bootstrap", default="127.0.0.1:9092", help="host:port of any broker")
+    groups.add_argument(
+        "--bootstrap",
+        default="127.0.0.1:9092",
+        help="host:port of any broker (or several, comma-separated: the first that answers)",
+    )
     groups.add_argument("--describe", metavar="GROUP", help="describe this group")
     groups.add_argument("--timeout", type=float, default=10.0, help="seconds to wait in all")
     return parser

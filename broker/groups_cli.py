@@ -158,6 +158,18 @@ class Connection:
         self.close()
 
 
+def connect_any(bootstrap: str, deadline: float) -> Connection:
+    """A connection to the first address of `bootstrap` (host:port[,host:port...]) that
+    answers, as clients treat bootstrap.servers."""
+    problems = []
+    for address in (part.strip() for part in bootstrap.split(",") if part.strip()):
+        try:
+            return Connection(address, deadline)
+        except GroupsError as error:
+            problems.append(str(error))
+    raise GroupsError("; ".join(problems) or f"no address in {bootstrap!r}")
+
+
 @dataclass(frozen=True)
 class Broker:
     node_id: int
@@ -245,7 +257,7 @@ class ListedGroup:
 def list_groups(bootstrap: str, timeout: float) -> tuple[list[ListedGroup], list[str]]:
     """Every group of the cluster, and the brokers that could not be asked (as messages)."""
     deadline = time.monotonic() + timeout
-    with Connection(bootstrap, deadline) as conn:
+    with connect_any(bootstrap, deadline) as conn:
         cluster = metadata(conn, None)
     groups: list[ListedGroup] = []
     problems: list[str] = []
@@ -356,7 +368,7 @@ def _wait_or_fail(deadline: float, what: str) -> None:
 def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     """The group's members, assignments, committed offsets, log end offsets and lag."""
     deadline = time.monotonic() + timeout
-    with Connection(bootstrap, deadline) as conn:
+    with connect_any(bootstrap, deadline) as conn:
         coordinator = find_coordinator(conn, group_id)
     while True:
         with Connection(coordinator.address, deadline) as conn:
@@ -367,7 +379,7 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
                 error = moved.error
         # The coordinator moved (or is loading): ask again where the group lives.
         _wait_or_fail(deadline, f"the coordinator of {group_id!r} answers {error.name}")
-        with Connection(bootstrap, deadline) as conn:
+        with connect_any(bootstrap, deadline) as conn:
             coordinator = find_coordinator(conn, group_id)
 
     members = []
@@ -452,7 +464,7 @@ def log_end_offsets(
 ) -> dict[tuple[str, int], int]:
     """ListOffsets (latest, read_uncommitted: the high watermark) to each partition's leader;
     a partition whose leader cannot be asked is left out (printed as "-")."""
-    with Connection(bootstrap, deadline) as conn:
+    with connect_any(bootstrap, deadline) as conn:
         cluster = metadata(conn, sorted({topic for topic, _ in partitions}))
     by_leader: dict[int, list[tuple[str, int]]] = {}
     for key in partitions:
