@@ -561,9 +561,10 @@ def _assignment_text(assignment: list[tuple[str, int]] | None) -> str:
 
 def print_group(view: GroupView, out: TextIO) -> None:
     protocol = f"{view.protocol_type or '-'}/{view.protocol or '-'}"
+    members = f"{len(view.members)} member{'' if len(view.members) == 1 else 's'}"
     print(
-        f"GROUP {view.group_id}: state {view.state}, protocol {protocol}, {len(view.members)}"
-        f" members, coordinator {view.coordinator.node_id} ({view.coordinator.address})",
+        f"GROUP {view.group_id}: state {view.state}, protocol {protocol}, {members},"
+        f" coordinator {view.coordinator.node_id} ({view.coordinator.address})",
         file=out,
     )
     print(file=out)
