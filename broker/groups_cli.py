@@ -271,9 +271,14 @@ def list_groups(bootstrap: str, timeout: float) -> tuple[list[ListedGroup], list
 
 
 def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
-    response = conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
-    if (error := _error(response.error_code)) != Error.NONE:
-        raise GroupsError(f"ListGroups answered {error.name}")
+    while True:
+        response = conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        error = _error(response.error_code)
+        if error == Error.NONE:
+            break
+        if error != Error.COORDINATOR_LOAD_IN_PROGRESS:  # Kafka's answer while it loads
+            raise GroupsError(f"ListGroups answered {error.name}")
+        _wait_or_fail(conn.deadline, f"ListGroups answered {error.name} until the deadline")
     listed = {str(g.group_id): g for g in response.groups}
     if not listed:
         return []
