@@ -20,6 +20,8 @@ from bench.workloads import (
     Target,
     consume_throughput,
     end_to_end_latency,
+    first_rebalance_time,
+    group_consume_throughput,
     produce_throughput,
     record_file,
     resource_usage,
@@ -36,6 +38,7 @@ REAL_SIZES = Sizes(
     consume_records=1_000_000,
     resources_records=1_000_000,
     restart_records=1_000_000,
+    group_consume_records=1_000_000,
     latency_seconds=10.0,
     latency_warmup_seconds=1.0,
 )
@@ -44,6 +47,7 @@ SMOKE_SIZES = Sizes(
     consume_records=20_000,
     resources_records=20_000,
     restart_records=20_000,
+    group_consume_records=20_000,
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
 )
@@ -68,6 +72,12 @@ LATENCY = (
     Line("p99.9 ms", "p999_ms", "{:.2f}"),
 )
 RESTART = (Line("s until served (GB of log)", "restart_s", "{:.2f}", "log_gb", "{:.2f}"),)
+REBALANCE = (Line("s until every member is assigned", "rebalance_s", "{:.2f}"),)
+GROUP_MEMBERS = 2
+REBALANCE_MEMBERS = 3
+# The group rows: no initial rebalance delay on either system (the mock's is set in
+# bench.mock_host), so that a group's first rebalance starts as soon as its members join.
+NO_INITIAL_DELAY = {"group.initial.rebalance.delay.ms": "0"}
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
     Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
@@ -86,6 +96,7 @@ class Row:
     replication_factor: int = 1
     topic_configs: dict[str, str] = field(default_factory=dict)
     systems: tuple[str, ...] = SYSTEMS
+    broker_overrides: dict[str, str] = field(default_factory=dict)
 
 
 def on_records(workload, count: int, size: int) -> Measure:
@@ -162,6 +173,29 @@ def rows(sizes: Sizes) -> list[Row]:
             on_records(resource_usage, sizes.resources_records, LARGE),
         ),
         Row(
+            "group-consume",
+            f"consume {sizes.group_consume_records:,} x 100 B through a group of"
+            f" {GROUP_MEMBERS} (confluent-kafka, one process each), 1 broker",
+            THROUGHPUT,
+            lambda target, topic, work_dir: group_consume_throughput(
+                target,
+                topic,
+                record_file(work_dir, sizes.group_consume_records, SMALL),
+                sizes.group_consume_records,
+                SMALL,
+                GROUP_MEMBERS,
+            ),
+            broker_overrides=NO_INITIAL_DELAY,
+        ),
+        Row(
+            "first-rebalance",
+            f"{REBALANCE_MEMBERS} confluent-kafka consumers subscribe at once: their group's"
+            " first rebalance, 1 broker",
+            REBALANCE,
+            lambda target, topic, work_dir: first_rebalance_time(target, topic, REBALANCE_MEMBERS),
+            broker_overrides=NO_INITIAL_DELAY,
+        ),
+        Row(
             "restart",
             f"clean stop, then restart with {sizes.restart_records:,} x 1 KiB of log, 1 broker",
             RESTART,
@@ -184,7 +218,7 @@ class RowResult:
 
 def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, float]:
     """One measurement on a fresh target, which is stopped (and its data removed) afterwards."""
-    target = start(system, row.brokers, work_dir)
+    target = start(system, row.brokers, work_dir, row.broker_overrides)
     try:
         topic = f"bench-{row.name}-{run}"
         target.create_topic(topic, PARTITIONS, row.replication_factor, row.topic_configs)

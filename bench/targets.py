@@ -51,18 +51,22 @@ class Minibroker:
 
     system = MINIBROKER
 
-    def __init__(self, brokers: int, work_dir: Path):
+    def __init__(self, brokers: int, work_dir: Path, overrides: dict[str, str] | None = None):
         self.base_dir = Path(tempfile.mkdtemp(prefix="minibroker-", dir=work_dir))
         self.node: BrokerProcess | None = None
         self.cluster: Cluster | None = None
         if brokers == 1:
-            self.node = BrokerProcess.start(1, self.base_dir / "node-1" / "data")
+            self.node = BrokerProcess.start(
+                1, self.base_dir / "node-1" / "data", overrides=overrides
+            )
             try:
                 self.node.wait_ready(READY_TIMEOUT)
             except BaseException:
                 self.node.kill()
                 raise
             self.bootstrap = self.node.bootstrap
+        elif overrides:
+            raise BenchError("broker overrides are for single-node rows")
         else:
             self.cluster = Cluster.start(self.base_dir, brokers=brokers, timeout=READY_TIMEOUT)
             self.bootstrap = self.cluster.bootstrap
@@ -225,5 +229,11 @@ class Mock:
         self.log_path.unlink(missing_ok=True)
 
 
-def start(system: str, brokers: int, work_dir: Path) -> Minibroker | Mock:
-    return Minibroker(brokers, work_dir) if system == MINIBROKER else Mock(brokers, work_dir)
+def start(
+    system: str, brokers: int, work_dir: Path, overrides: dict[str, str] | None = None
+) -> Minibroker | Mock:
+    """A fresh target; `overrides` are minibroker properties (the mock has its own fixed
+    settings, see `bench.mock_host`)."""
+    if system == MINIBROKER:
+        return Minibroker(brokers, work_dir, overrides)
+    return Mock(brokers, work_dir)

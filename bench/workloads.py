@@ -7,21 +7,24 @@ while the clock runs), confluent-kafka for the paced latency producer and its co
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import queue
 import string
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from bench.targets import MOCK, Minibroker, Mock
+from bench.targets import MOCK, BenchError, Minibroker, Mock
 
 PARTITIONS = 64
 KCAT_TIMEOUT = 600.0
@@ -30,6 +33,11 @@ LATENCY_DRAIN_TIMEOUT = 10.0
 LATENCY_RECORD_BYTES = 1000
 MOCK_FETCH_WAIT_MS = 5
 POLL_SECONDS = 0.05
+GROUP_START_TIMEOUT = 30.0
+GROUP_REBALANCE_TIMEOUT = 120.0
+GROUP_CLOSE_TIMEOUT = 15.0
+# Records a group may read between a member's assign and its pause (see group_consume).
+MAX_EARLY_FRACTION = 0.01
 MB = 1_000_000
 GB = 1_000_000_000
 READ_CHUNK = 1 << 20
@@ -50,6 +58,7 @@ class Sizes:
     consume_records: int
     resources_records: int
     restart_records: int
+    group_consume_records: int
     latency_seconds: float
     latency_warmup_seconds: float
 
@@ -358,3 +367,205 @@ def producer_result(producer: subprocess.Popen[str], stderr: IO[str], target: Ta
             f"latency producer exited with {producer.returncode}:\n{stderr.read()[-2000:]}"
         )
     return int(stdout.split()[0])
+
+
+class GroupMembers:
+    """`count` group members (`bench.group_member` processes) of one group, started and
+    ready (their Consumers exist) but not yet subscribed: `go` subscribes them all at once,
+    `lines` yields what they report as (time received, member index, line)."""
+
+    def __init__(self, target: Target, topic: str, group: str, count: int, consume: bool):
+        self.target = target
+        self.events: queue.Queue[tuple[float, int, str | None]] = queue.Queue()
+        # Files, not pipes: nobody reads a member's stderr until something has failed.
+        self.stderr = [tempfile.TemporaryFile(mode="w+") for _ in range(count)]  # noqa: SIM115
+        self.processes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.group_member",
+                    target.bootstrap,
+                    topic,
+                    group,
+                    *(["--consume"] if consume else []),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+            for stderr in self.stderr
+        ]
+        for index, process in enumerate(self.processes):
+            threading.Thread(target=self._read, args=(index, process), daemon=True).start()
+        ready: set[int] = set()
+        try:
+            for _, index, line in self.lines(time.monotonic() + GROUP_START_TIMEOUT):
+                if line != "ready":
+                    raise self.failure(f"member {index} said {line!r} before it was ready")
+                ready.add(index)
+                if len(ready) == count:
+                    break
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self, index: int, process: subprocess.Popen[str]) -> None:
+        for line in process.stdout:
+            self.events.put((time.monotonic(), index, line.rstrip("\n")))
+        self.events.put((time.monotonic(), index, None))
+
+    def go(self) -> float:
+        """Tell every member to subscribe; return when that was."""
+        return self.send("go")
+
+    def send(self, command: str) -> float:
+        """Send every member `command`; return when that was (a clock's start)."""
+        started = time.monotonic()
+        for process in self.processes:
+            process.stdin.write(command + "\n")
+            process.stdin.flush()
+        return started
+
+    def lines(self, deadline: float):
+        while True:
+            try:
+                received, index, line = self.events.get(
+                    timeout=max(0.0, deadline - time.monotonic())
+                )
+            except queue.Empty:
+                raise self.failure("the group members did not get there in time") from None
+            if line is None:
+                raise self.failure(f"member {index} exited with {self.processes[index].wait()}")
+            if line.startswith("error "):
+                raise self.failure(f"member {index}: {line}")
+            yield received, index, line
+
+    def failure(self, what: str) -> BenchError:
+        tails = []
+        for index, stderr in enumerate(self.stderr):
+            stderr.seek(0)
+            tails.append(f"--- member {index} stderr:\n{stderr.read()[-1500:]}")
+        return self.target.failure(what + "\n" + "\n".join(tails))
+
+    def close(self) -> None:
+        """End of input: each member closes its consumer (leaving the group) and exits."""
+        for process in self.processes:
+            with contextlib.suppress(OSError):  # a member that already died
+                process.stdin.close()
+        for process in self.processes:
+            try:
+                process.wait(GROUP_CLOSE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            process.stdout.close()
+        for stderr in self.stderr:
+            stderr.close()
+
+    def __enter__(self) -> GroupMembers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def warm_up_coordinator(target: Target, topic: str) -> None:
+    """Commit an offset for another group until it succeeds: minibroker creates and loads
+    `__consumer_offsets` on the first FindCoordinator (as Kafka does), once per cluster; the
+    group rows measure groups, not that."""
+    consumer = new_consumer(target, topic, **{"group.id": f"warm-up-{topic}"})
+    deadline = time.monotonic() + GROUP_START_TIMEOUT
+    try:
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+                return
+            except KafkaException as error:
+                if time.monotonic() > deadline:
+                    raise target.failure(f"no group coordinator: {error}") from error
+                time.sleep(POLL_SECONDS)
+    finally:
+        consumer.close()
+
+
+class Formation:
+    """What each member holds, from their `assigned` and `revoked` lines: the group is
+    formed when every member holds partitions and together they hold each one exactly once."""
+
+    def __init__(self, members: int):
+        self.holding: list[set[int]] = [set() for _ in range(members)]
+
+    def update(self, index: int, line: str) -> bool:
+        kind, _, rest = line.partition(" ")
+        if kind == "assigned":
+            self.holding[index] = {int(p) for p in rest.split(",")} if rest else set()
+        elif kind == "revoked":
+            self.holding[index] = set()
+        held = sum(map(len, self.holding))
+        return all(self.holding) and held == len(set().union(*self.holding)) == PARTITIONS
+
+
+def group_consume_throughput(
+    target: Target, topic: str, records: Path, count: int, size: int, members: int
+) -> dict[str, float]:
+    """`members` subscribed consumers of one group, each in its own process, reading the
+    whole topic from the beginning (the group has no committed offsets yet), after an untimed
+    produce spread evenly as in the consume row.
+
+    The group forms off the clock: members hold their partitions paused until every member
+    has its share, so that the figure is the group's reading speed and not how long each
+    system waits for members to join (the first-rebalance row measures that). The clock runs
+    from the resume until, for every partition, a member has read up to its end offset;
+    heartbeats and auto-commits (every 5 s) happen meanwhile, as in any group."""
+    kcat_produce(target, topic, records, count, "1", "sticky.partitioning.linger.ms=0")
+    ends = end_offsets(target, topic)
+    warm_up_coordinator(target, topic)
+    positions = [0] * PARTITIONS
+
+    def advance(line: str) -> None:
+        for entry in line[3:].split(","):
+            partition, position = entry.split(":")
+            positions[int(partition)] = max(positions[int(partition)], int(position))
+
+    formation = Formation(members)
+    with GroupMembers(target, topic, f"bench-{topic}", members, consume=True) as group:
+        for _, index, line in group.lines(group.go() + GROUP_REBALANCE_TIMEOUT):
+            if line.startswith("at "):
+                # A fetch that completed between a member's assign and its pause: a record or
+                # a few, delivered before the clock; the rate below counts only the rest.
+                advance(line)
+            elif formation.update(index, line):
+                break
+        early = sum(positions)
+        if early > count * MAX_EARLY_FRACTION:
+            raise group.failure(f"{early} records were read before the group was formed")
+        started = group.send("start")
+        for received, index, line in group.lines(started + KCAT_TIMEOUT):
+            if not line.startswith("at "):
+                raise group.failure(f"the group rebalanced while reading: member {index} {line}")
+            advance(line)
+            if all(position >= end for position, end in zip(positions, ends, strict=True)):
+                seconds = received - started
+                break
+    read = count - early
+    return {
+        "records_per_s": read / seconds,
+        "mb_per_s": read * size / seconds / MB,
+        "early_records": early,
+    }
+
+
+def first_rebalance_time(target: Target, topic: str, members: int) -> dict[str, float]:
+    """Seconds from `members` consumers subscribing at once (processes and Consumers already
+    there) until each holds a non-empty assignment and together they hold every partition
+    exactly once: the group's first complete rebalance, as its members see it."""
+    warm_up_coordinator(target, topic)
+    formation = Formation(members)
+    with GroupMembers(target, topic, f"bench-{topic}", members, consume=False) as group:
+        started = group.go()
+        for received, index, line in group.lines(started + GROUP_REBALANCE_TIMEOUT):
+            if formation.update(index, line):
+                return {"rebalance_s": received - started}
+    raise AssertionError("unreachable: lines() ends only by raising")

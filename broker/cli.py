@@ -1,4 +1,5 @@
-"""The ``minibroker`` command line: ``minibroker serve [server.properties] [--override k=v]``."""
+"""The ``minibroker`` command line: ``minibroker serve [server.properties] [--override k=v]``,
+``dev``, ``probe`` and ``groups``."""
 
 import argparse
 import logging
@@ -62,6 +63,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--bootstrap", default="127.0.0.1:9092", help="host:port of the node")
     probe.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
+    groups = commands.add_parser(
+        "groups",
+        help="list the cluster's consumer groups, or describe one (members, offsets, lag)",
+        description="With no option, list every group of the cluster (ListGroups to each "
+        "broker). With --describe GROUP, print its members and assignments, and for each "
+        "partition its committed offset, log end offset, lag and consumer, as "
+        "kafka-consumer-groups.sh --describe does. Exit 1 when a broker cannot be reached "
+        "or the group does not exist.",
+    )
+    groups.add_argument(
+        "--bootstrap",
+        default="127.0.0.1:9092",
+        help="host:port of any broker (or several, comma-separated: the first that answers)",
+    )
+    groups.add_argument("--describe", metavar="GROUP", help="describe this group")
+    groups.add_argument("--timeout", type=float, default=10.0, help="seconds to wait in all")
     return parser
 
 
@@ -71,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         from .probe import probe
 
         return probe(args.bootstrap, args.timeout)
+    if args.command == "groups":
+        from .groups_cli import run
+
+        return run(args.bootstrap, args.describe, args.timeout)
     if args.command == "dev":
         from .dev import run_dev
 

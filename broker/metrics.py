@@ -11,6 +11,7 @@ scrape), so the collector reads the broker's state without threads or locks; a s
 scraper only holds its own connection.
 """
 
+import itertools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -27,7 +28,9 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .coordinator.state import GroupState
 
 if TYPE_CHECKING:
     from .controller.service import ControllerService
@@ -141,6 +144,7 @@ class _StateCollector:
     def __init__(self) -> None:
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
+        self.coordinator: GroupCoordinator | None = None
 
     def describe(self) -> list:
         return []
@@ -150,6 +154,8 @@ class _StateCollector:
             yield from _broker_gauges(self.replicas)
         if self.controller is not None:
             yield from _controller_gauges(self.controller)
+        if self.coordinator is not None:
+            yield from _coordinator_metrics(self.coordinator)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -252,6 +258,78 @@ def _controller_gauges(controller: "ControllerService") -> Iterator[GaugeMetricF
         "Partitions of all topics.",
         sum(len(t.partitions) for t in state.topics.values()),
     )
+
+
+def _coordinator_metrics(
+    coordinator: "GroupCoordinator",
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The groups this broker coordinates (those of the `__consumer_offsets` partitions it
+    leads), and their consumer lag on the partitions it hosts a replica of."""
+    groups = list(coordinator.groups.values())
+    by_state = GaugeMetricFamily(
+        "kafka_coordinator_group_groupmetadatamanager_numgroups",
+        "Groups coordinated here, by state (NumGroups, NumGroupsStable, ...).",
+        labels=["state"],
+    )
+    for state in GroupState:
+        by_state.add_metric([state.value], sum(1 for group in groups if group.state == state))
+    yield by_state
+    yield _gauge(
+        "kafka_coordinator_group_groupmetadatamanager_numoffsets",
+        "Committed offsets held for the groups coordinated here (NumOffsets).",
+        sum(len(group.offsets) for group in groups),
+    )
+    yield _gauge(
+        "kafka_coordinator_group_groupmetadatamanager_nummembers",
+        "Members of the groups coordinated here.",
+        sum(len(group.members) for group in groups),
+    )
+    rebalances = CounterMetricFamily(
+        "kafka_server_group_coordinator_metrics_group_completed_rebalance",
+        "Join phases completed (each starts a new generation) by the groups coordinated here.",
+    )
+    rebalances.add_metric([], coordinator.rebalances)
+    yield rebalances
+    commits = CounterMetricFamily(
+        "kafka_server_group_coordinator_metrics_offset_commit",
+        "Partition offsets committed through this coordinator (acknowledged by the ISR).",
+    )
+    commits.add_metric([], coordinator.offset_commits)
+    yield commits
+
+    # kafka_exporter's per-group series, within the same cap as the per-partition ones.
+    members = GaugeMetricFamily(
+        "kafka_consumergroup_members", "Members of the group.", labels=["consumergroup"]
+    )
+    for group in sorted(groups, key=lambda g: g.group_id)[:MAX_PARTITION_SERIES]:
+        members.add_metric([group.group_id], len(group.members))
+    yield members
+    labels = ["consumergroup", "topic", "partition"]
+    current = GaugeMetricFamily(
+        "kafka_consumergroup_current_offset",
+        "Committed offset of the group on a partition hosted here.",
+        labels=labels,
+    )
+    lag = GaugeMetricFamily(
+        "kafka_consumergroup_lag",
+        "High watermark minus the group's committed offset, on a partition hosted here.",
+        labels=labels,
+    )
+    hosted = {(p.topic, p.index): p for p in coordinator.replicas.partitions()}
+    committed_here = (
+        (group.group_id, key, committed, hosted[key])
+        for group in sorted(groups, key=lambda g: g.group_id)
+        for key, committed in sorted(group.offsets.items())
+        if key in hosted
+    )
+    for group_id, (topic, index), committed, partition in itertools.islice(
+        committed_here, MAX_PARTITION_SERIES
+    ):
+        names = [group_id, topic, str(index)]
+        current.add_metric(names, committed.offset)
+        lag.add_metric(names, partition.high_watermark - committed.offset)
+    yield current
+    yield lag
 
 
 async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_status) -> None:

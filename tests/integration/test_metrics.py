@@ -1,15 +1,17 @@
 """/metrics on a broker: Kafka's metric names, and values that match what clients did."""
 
 import socket
+import time
 import urllib.error
 import urllib.request
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.launcher import free_port
-from tests.conftest import create_topic
+from tests.conftest import create_topic, wait_for
 
 TOPIC = "metered"
 
@@ -84,3 +86,75 @@ def test_other_paths_are_404_and_the_broker_keeps_serving(metered):
     # A scraper that connects and says nothing holds only its own connection.
     with socket.create_connection(("127.0.0.1", port), timeout=10):
         assert scrape(port)[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
+
+
+def test_group_metrics_and_consumer_lag(broker_factory):
+    port = free_port()
+    broker = broker_factory({"metrics.port": port, "group.initial.rebalance.delay.ms": 0})
+    topic, group = "lagged", "lag-watchers"
+    create_topic(broker.bootstrap, topic, 2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    for number in range(200):
+        producer.send(topic, value=b"m%d" % number, partition=number % 2)
+    producer.flush(timeout=30)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        read, deadline = 0, time.monotonic() + 30
+        while read < 130:
+            assert time.monotonic() < deadline, f"the group consumer read only {read} records"
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read += 1
+        consumer.commit(asynchronous=False)
+        answer = consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+        committed = {tp.partition: tp.offset for tp in answer if tp.offset >= 0}
+        assert sum(committed.values()) == 130, committed
+        # More records after the commit: the lag grows on partition 1.
+        for number in range(30):
+            producer.send(topic, value=b"late%d" % number, partition=1)
+        producer.flush(timeout=30)
+        log_end = {0: 100, 1: 130}
+
+        samples = scrape(port)
+        for partition in (0, 1):
+            labels = (("consumergroup", group), ("partition", str(partition)), ("topic", topic))
+            lag = samples.get(("kafka_consumergroup_lag", labels))
+            if partition not in committed:
+                assert lag is None, samples
+                continue
+            assert lag == log_end[partition] - committed[partition]
+            assert samples[("kafka_consumergroup_current_offset", labels)] == committed[partition]
+        groups = "kafka_coordinator_group_groupmetadatamanager_numgroups"
+        assert samples[(groups, (("state", "Stable"),))] == 1
+        assert samples[(groups, (("state", "Empty"),))] == 0
+        assert samples[("kafka_coordinator_group_groupmetadatamanager_nummembers", ())] == 1
+        assert samples[("kafka_consumergroup_members", (("consumergroup", group),))] == 1
+        offsets = samples[("kafka_coordinator_group_groupmetadatamanager_numoffsets", ())]
+        assert offsets == len(committed)
+        commits = samples[("kafka_server_group_coordinator_metrics_offset_commit_total", ())]
+        assert commits == len(committed)
+        rebalances = "kafka_server_group_coordinator_metrics_group_completed_rebalance_total"
+        assert samples[(rebalances, ())] >= 1
+    finally:
+        consumer.close()
+        producer.close()
+
+    # The member left: the group is Empty, its offsets and their lag stay.
+    def empty() -> dict | None:
+        samples = scrape(port)
+        return samples if samples[(groups, (("state", "Empty"),))] == 1 else None
+
+    samples = wait_for(empty, 30, "the group to become Empty")
+    assert samples[("kafka_coordinator_group_groupmetadatamanager_nummembers", ())] == 0
+    for partition, offset in committed.items():
+        labels = (("consumergroup", group), ("partition", str(partition)), ("topic", topic))
+        assert samples[("kafka_consumergroup_lag", labels)] == log_end[partition] - offset

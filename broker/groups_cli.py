@@ -1,0 +1,623 @@
+"""`minibroker groups`: list a cluster's consumer groups, or describe one, as
+kafka-consumer-groups.sh does.
+
+It is a client of the wire protocol only (plain sockets, kio's schemas, no trio and nothing of
+the broker's own state), so it reads a Kafka cluster as well as a minibroker one:
+
+- list: Metadata from the bootstrap broker names every broker; ListGroups goes to each of them
+  (a broker lists only the groups it coordinates, which is why Kafka's admin client asks them
+  all), and a DescribeGroups on the same connection adds each group's assignor and size;
+- describe: FindCoordinator names the group's coordinator; DescribeGroups gives the members and
+  their assignments (the consumer protocol's assignment, decoded here), OffsetFetch the
+  committed offsets, and ListOffsets (latest) to each partition's leader the log end offsets.
+  Lag is log end minus committed, as kafka-consumer-groups.sh computes it.
+
+Exit status: 0 when everything asked for was answered; 1 when a broker could not be reached,
+answered with an error, or the group does not exist.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from protocol import codec
+from protocol.errors import Error
+from protocol.framing import frame_request, parse_response_header
+from protocol.versions import ApiKey
+
+from .launcher import api_versions_v0_frame, read_exactly
+from .probe import parse_address
+
+CLIENT_ID = "minibroker-groups"
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+RETRY_INTERVAL_S = 0.2
+LATEST = -1
+
+# The versions this tool speaks, lowest and highest; each request goes at the highest the
+# broker also offers. OffsetFetch from v2 (null topics: all of them) to v7 (v8 has a
+# layout for several groups).
+VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.METADATA: (1, 12),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.OFFSET_FETCH: (2, 7),
+    ApiKey.LIST_OFFSETS: (1, 7),
+}
+# Answers that mean "ask again shortly": the coordinator is being elected or is loading.
+RETRIABLE = {
+    Error.COORDINATOR_NOT_AVAILABLE,
+    Error.COORDINATOR_LOAD_IN_PROGRESS,
+    Error.NOT_COORDINATOR,
+    Error.LEADER_NOT_AVAILABLE,
+    Error.NOT_LEADER_OR_FOLLOWER,
+}
+
+
+class GroupsError(Exception):
+    """What went wrong, in words fit for the user; the command prints it and exits 1."""
+
+
+def _error(code: Any) -> Error:
+    value = int(getattr(code, "value", code))
+    try:
+        return Error(value)
+    except ValueError:
+        return Error.UNKNOWN_SERVER_ERROR
+
+
+class Connection:
+    """One synchronous connection to one node: ApiVersions on connect, then kio requests at
+    the highest version both sides speak."""
+
+    def __init__(self, address: str, deadline: float) -> None:
+        self.address = address
+        self.deadline = deadline
+        host, port = parse_address(address)
+        try:
+            self._sock = socket.create_connection((host, port), timeout=self._remaining())
+        except OSError as error:
+            raise GroupsError(f"cannot connect to {address}: {error}") from error
+        self._correlation_id = 0
+        self.versions = self._api_versions()
+
+    def _remaining(self) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise GroupsError(f"{self.address}: no answer in time")
+        return remaining
+
+    def _exchange(self, frame: bytes) -> bytes:
+        try:
+            self._sock.settimeout(self._remaining())
+            self._sock.sendall(frame)
+            (size,) = struct.unpack(">i", read_exactly(self._sock, 4))
+            if not 0 < size <= MAX_RESPONSE_BYTES:
+                raise GroupsError(f"{self.address}: a response of {size} bytes")
+            return read_exactly(self._sock, size)
+        except TimeoutError as error:
+            raise GroupsError(f"{self.address}: no answer in time") from error
+        except OSError as error:
+            raise GroupsError(f"{self.address}: {error}") from error
+
+    def _api_versions(self) -> dict[int, int]:
+        """The version to use for each API of VERSIONS the node offers."""
+        self._correlation_id += 1
+        answer = self._exchange(api_versions_v0_frame(self._correlation_id))
+        if len(answer) < 10:
+            raise GroupsError(f"{self.address}: not a Kafka ApiVersions answer")
+        _, error_code, count = struct.unpack_from(">ihi", answer)
+        if error_code != 0 or len(answer) < 10 + 6 * count:
+            raise GroupsError(f"{self.address}: ApiVersions failed (error code {error_code})")
+        chosen = {}
+        for index in range(count):
+            key, low, high = struct.unpack_from(">hhh", answer, 10 + 6 * index)
+            if key in VERSIONS:
+                mine_low, mine_high = VERSIONS[key]
+                if max(low, mine_low) <= min(high, mine_high):
+                    chosen[key] = min(high, mine_high)
+        return chosen
+
+    def request(self, api_key: ApiKey, data: dict[str, Any]) -> Any:
+        """Send a request described as a dict (codec.build fills in what a version lacks or
+        defaults) and return the decoded response entity."""
+        version = self.versions.get(api_key)
+        if version is None:
+            raise GroupsError(f"{self.address} does not offer {api_key.name}")
+        request = codec.build(codec.request_class(api_key, version), data)
+        self._correlation_id += 1
+        frame = self._exchange(
+            frame_request(
+                api_key, version, self._correlation_id, CLIENT_ID, codec.encode_entity(request)
+            )
+        )
+        flexible = codec.response_uses_flexible_header(api_key, version)
+        correlation_id, offset = parse_response_header(frame, flexible_header=flexible)
+        if correlation_id != self._correlation_id:
+            raise GroupsError(f"{self.address}: answer out of order")
+        try:
+            return codec.decode_response(api_key, version, frame, offset)
+        except codec.DecodeError as error:
+            raise GroupsError(f"{self.address}: {error}") from error
+
+    def version(self, api_key: ApiKey) -> int:
+        return self.versions[api_key]
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect_any(bootstrap: str, deadline: float) -> Connection:
+    """A connection to the first address of `bootstrap` (host:port[,host:port...]) that
+    answers, as clients treat bootstrap.servers."""
+    problems = []
+    for address in (part.strip() for part in bootstrap.split(",") if part.strip()):
+        try:
+            return Connection(address, deadline)
+        except GroupsError as error:
+            problems.append(str(error))
+    raise GroupsError("; ".join(problems) or f"no address in {bootstrap!r}")
+
+
+@dataclass(frozen=True)
+class Broker:
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass
+class Cluster:
+    """What Metadata said: brokers by id and each partition's leader."""
+
+    brokers: dict[int, Broker]
+    leaders: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def metadata(conn: Connection, topics: list[str] | None) -> Cluster:
+    """Metadata of `topics` (None: no topics, brokers only), never creating a topic."""
+    response = conn.request(
+        ApiKey.METADATA,
+        {
+            "topics": [{"name": topic, "topic_id": None} for topic in topics or ()],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    brokers = {
+        int(b.node_id): Broker(int(b.node_id), b.host, int(b.port)) for b in response.brokers
+    }
+    leaders = {}
+    for topic in response.topics:
+        for partition in topic.partitions:
+            leaders[(str(topic.name), int(partition.partition_index))] = int(partition.leader_id)
+    return Cluster(brokers, leaders)
+
+
+# -- the consumer protocol ----------------------------------------------------------------------
+
+
+def decode_assignment(data: bytes) -> list[tuple[str, int]] | None:
+    """ConsumerProtocolAssignment (every version): version i16, an array of (topic string,
+    array of i32 partitions), user data bytes. None when the bytes are not one."""
+    if not data:
+        return []
+    try:
+        pos = 2
+        (topics,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        assigned = []
+        for _ in range(max(topics, 0)):
+            (length,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if length < 0 or pos + length > len(data):
+                return None
+            topic = bytes(data[pos : pos + length]).decode()
+            pos += length
+            (count,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            partitions = struct.unpack_from(f">{max(count, 0)}i", data, pos)
+            pos += 4 * max(count, 0)
+            assigned.extend((topic, partition) for partition in partitions)
+        return assigned
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+# -- list -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListedGroup:
+    group_id: str
+    coordinator: int
+    state: str
+    protocol_type: str
+    protocol: str
+    members: int
+
+
+def list_groups(bootstrap: str, timeout: float) -> tuple[list[ListedGroup], list[str]]:
+    """Every group of the cluster, and the brokers that could not be asked (as messages)."""
+    deadline = time.monotonic() + timeout
+    with connect_any(bootstrap, deadline) as conn:
+        cluster = metadata(conn, None)
+    groups: list[ListedGroup] = []
+    problems: list[str] = []
+    for broker in sorted(cluster.brokers.values(), key=lambda b: b.node_id):
+        try:
+            with Connection(broker.address, deadline) as conn:
+                groups.extend(_groups_of(conn, broker.node_id))
+        except GroupsError as error:
+            problems.append(f"broker {broker.node_id}: {error}")
+    return sorted(groups, key=lambda g: g.group_id), problems
+
+
+def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
+    while True:
+        response = conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        error = _error(response.error_code)
+        if error == Error.NONE:
+            break
+        if error != Error.COORDINATOR_LOAD_IN_PROGRESS:  # Kafka's answer while it loads
+            raise GroupsError(f"ListGroups answered {error.name}")
+        _wait_or_fail(conn.deadline, f"ListGroups answered {error.name} until the deadline")
+    listed = {str(g.group_id): g for g in response.groups}
+    if not listed:
+        return []
+    described = {}
+    if ApiKey.DESCRIBE_GROUPS in conn.versions:
+        answer = conn.request(
+            ApiKey.DESCRIBE_GROUPS,
+            {"groups": list(listed), "include_authorized_operations": False},
+        )
+        described = {
+            str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE
+        }
+    groups = []
+    for group_id, entry in listed.items():
+        detail = described.get(group_id)
+        state = getattr(entry, "group_state", "") or (detail.group_state if detail else "")
+        groups.append(
+            ListedGroup(
+                group_id,
+                node_id,
+                state or "?",
+                entry.protocol_type or "",
+                (detail.protocol_data if detail else "") or "",
+                len(detail.members) if detail else 0,
+            )
+        )
+    return groups
+
+
+# -- describe -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberView:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[tuple[str, int]] | None
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | None
+    consumer: str | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed is None or self.log_end is None:
+            return None
+        return self.log_end - self.committed
+
+
+@dataclass
+class GroupView:
+    group_id: str
+    coordinator: Broker
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberView]
+    partitions: list[PartitionView]
+
+
+def find_coordinator(conn: Connection, group_id: str) -> Broker:
+    version = conn.version(ApiKey.FIND_COORDINATOR)
+    while True:
+        if version >= 4:
+            response = conn.request(
+                ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": [group_id]}
+            )
+            answer = response.coordinators[0]
+        else:
+            answer = conn.request(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+        error = _error(answer.error_code)
+        if error == Error.NONE:
+            return Broker(int(answer.node_id), answer.host, int(answer.port))
+        if error not in RETRIABLE:
+            raise GroupsError(f"FindCoordinator for {group_id!r} answered {error.name}")
+        _wait_or_fail(conn.deadline, f"no coordinator for {group_id!r} ({error.name})")
+
+
+def _wait_or_fail(deadline: float, what: str) -> None:
+    if time.monotonic() + RETRY_INTERVAL_S >= deadline:
+        raise GroupsError(what)
+    time.sleep(RETRY_INTERVAL_S)
+
+
+def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
+    """The group's members, assignments, committed offsets, log end offsets and lag."""
+    deadline = time.monotonic() + timeout
+    with connect_any(bootstrap, deadline) as conn:
+        coordinator = find_coordinator(conn, group_id)
+    while True:
+        with Connection(coordinator.address, deadline) as conn:
+            try:
+                group, committed = _describe_at(conn, group_id)
+                break
+            except _Moved as moved:
+                error = moved.error
+        # The coordinator moved (or is loading): ask again where the group lives.
+        _wait_or_fail(deadline, f"the coordinator of {group_id!r} answers {error.name}")
+        with connect_any(bootstrap, deadline) as conn:
+            coordinator = find_coordinator(conn, group_id)
+
+    members = []
+    owner: dict[tuple[str, int], str] = {}
+    consumer = group.protocol_type == "consumer"
+    for member in group.members:
+        assignment = decode_assignment(bytes(member.member_assignment)) if consumer else None
+        for topic_partition in assignment or ():
+            owner[topic_partition] = str(member.member_id)
+        members.append(
+            MemberView(
+                str(member.member_id),
+                getattr(member, "group_instance_id", None),
+                member.client_id,
+                member.client_host,
+                assignment,
+            )
+        )
+    if not members and not committed and group.group_state in ("Dead", ""):
+        raise GroupsError(f"consumer group {group_id!r} does not exist")
+
+    wanted = sorted(set(committed) | set(owner))
+    log_ends = log_end_offsets(bootstrap, wanted, deadline) if wanted else {}
+    partitions = [
+        PartitionView(
+            topic,
+            index,
+            committed.get((topic, index)),
+            log_ends.get((topic, index)),
+            owner.get((topic, index)),
+        )
+        for topic, index in wanted
+    ]
+    return GroupView(
+        group_id,
+        coordinator,
+        group.group_state,
+        group.protocol_type,
+        group.protocol_data if group.group_state == "Stable" else "",
+        members,
+        partitions,
+    )
+
+
+class _Moved(Exception):
+    def __init__(self, error: Error) -> None:
+        self.error = error
+
+
+def _describe_at(conn: Connection, group_id: str):
+    described = conn.request(
+        ApiKey.DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
+    )
+    group = described.groups[0]
+    error = _error(group.error_code)
+    if error in RETRIABLE:
+        raise _Moved(error)
+    if error == Error.GROUP_ID_NOT_FOUND:
+        raise GroupsError(f"consumer group {group_id!r} does not exist")
+    if error != Error.NONE:
+        raise GroupsError(f"DescribeGroups of {group_id!r} answered {error.name}")
+    fetched = conn.request(
+        ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None, "require_stable": False}
+    )
+    error = _error(fetched.error_code) if hasattr(fetched, "error_code") else Error.NONE
+    if error in RETRIABLE:
+        raise _Moved(error)
+    if error != Error.NONE:
+        raise GroupsError(f"OffsetFetch of {group_id!r} answered {error.name}")
+    committed = {}
+    for topic in fetched.topics:
+        for partition in topic.partitions:
+            if _error(partition.error_code) == Error.NONE and int(partition.committed_offset) >= 0:
+                committed[(str(topic.name), int(partition.partition_index))] = int(
+                    partition.committed_offset
+                )
+    return group, committed
+
+
+def log_end_offsets(
+    bootstrap: str, partitions: list[tuple[str, int]], deadline: float
+) -> dict[tuple[str, int], int]:
+    """ListOffsets (latest, read_uncommitted: the high watermark) to each partition's leader;
+    a partition whose leader cannot be asked is left out (printed as "-")."""
+    with connect_any(bootstrap, deadline) as conn:
+        cluster = metadata(conn, sorted({topic for topic, _ in partitions}))
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for key in partitions:
+        by_leader.setdefault(cluster.leaders.get(key, -1), []).append(key)
+    ends: dict[tuple[str, int], int] = {}
+    for leader, keys in by_leader.items():
+        broker = cluster.brokers.get(leader)
+        if broker is None:
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, index in keys:
+            topics.setdefault(topic, []).append(index)
+        try:
+            with Connection(broker.address, deadline) as conn:
+                response = conn.request(
+                    ApiKey.LIST_OFFSETS,
+                    {
+                        "replica_id": -1,
+                        "isolation_level": 0,
+                        "topics": [
+                            {
+                                "name": topic,
+                                "partitions": [
+                                    {
+                                        "partition_index": index,
+                                        "current_leader_epoch": -1,
+                                        "timestamp": LATEST,
+                                    }
+                                    for index in indexes
+                                ],
+                            }
+                            for topic, indexes in topics.items()
+                        ],
+                    },
+                )
+        except GroupsError:
+            continue
+        for topic in response.topics:
+            for partition in topic.partitions:
+                if _error(partition.error_code) == Error.NONE:
+                    ends[(str(topic.name), int(partition.partition_index))] = int(partition.offset)
+    return ends
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
+            file=out,
+        )
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def print_list(groups: list[ListedGroup], out: TextIO) -> None:
+    if not groups:
+        print("no consumer groups", file=out)
+        return
+    rows = [["GROUP", "COORDINATOR", "STATE", "PROTOCOL-TYPE", "PROTOCOL", "MEMBERS"]]
+    rows += [
+        [
+            g.group_id,
+            str(g.coordinator),
+            g.state,
+            _dash(g.protocol_type),
+            _dash(g.protocol),
+            str(g.members),
+        ]
+        for g in groups
+    ]
+    _table(rows, out)
+
+
+def _assignment_text(assignment: list[tuple[str, int]] | None) -> str:
+    if assignment is None:
+        return "-"
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in assignment:
+        by_topic.setdefault(topic, []).append(partition)
+    return (
+        ", ".join(
+            f"{topic}:{','.join(map(str, sorted(parts)))}"
+            for topic, parts in sorted(by_topic.items())
+        )
+        or "(none)"
+    )
+
+
+def print_group(view: GroupView, out: TextIO) -> None:
+    protocol = f"{view.protocol_type or '-'}/{view.protocol or '-'}"
+    members = f"{len(view.members)} member{'' if len(view.members) == 1 else 's'}"
+    print(
+        f"GROUP {view.group_id}: state {view.state}, protocol {protocol}, {members},"
+        f" coordinator {view.coordinator.node_id} ({view.coordinator.address})",
+        file=out,
+    )
+    print(file=out)
+    if view.members:
+        rows = [["MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"]]
+        rows += [
+            [
+                m.member_id,
+                _dash(m.group_instance_id),
+                m.client_id,
+                m.host,
+                _assignment_text(m.assignment),
+            ]
+            for m in view.members
+        ]
+        _table(rows, out)
+    else:
+        print("no active members", file=out)
+    print(file=out)
+    if view.partitions:
+        rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]]
+        rows += [
+            [
+                p.topic,
+                str(p.partition),
+                _dash(p.committed),
+                _dash(p.log_end),
+                _dash(p.lag),
+                _dash(p.consumer),
+            ]
+            for p in view.partitions
+        ]
+        _table(rows, out)
+    else:
+        print("no committed offsets and no assigned partitions", file=out)
+
+
+def run(bootstrap: str, describe: str | None, timeout: float, out: TextIO = sys.stdout) -> int:
+    """The command: print the list, or one group; errors go to stderr, and the exit status."""
+    try:
+        if describe is None:
+            groups, problems = list_groups(bootstrap, timeout)
+            print_list(groups, out)
+            for problem in problems:
+                print(f"minibroker groups: {problem}", file=sys.stderr)
+            return 1 if problems else 0
+        print_group(describe_group(bootstrap, describe, timeout), out)
+        return 0
+    except (GroupsError, ValueError) as error:
+        print(f"minibroker groups: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,176 @@
+"""`minibroker groups`: a real consumer group, described from the command line as a user would
+run it, against a real broker process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from broker.launcher import free_port
+from tests.conftest import create_topic, wait_for
+
+TOPIC = "orders"
+GROUP = "billing"
+# Records produced to each partition before the consumer starts.
+PRODUCED = {0: 10, 1: 20, 2: 30}
+CONSUMED = 45
+LATE = 7  # produced to partition 0 after the commit: lag that grows while nobody reads
+CLI_TIMEOUT = 60
+GROUP_TIMEOUT = 30.0
+
+
+def groups_cli(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "broker", "groups", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+
+
+def produce(bootstrap: str, counts: dict[int, int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, count in counts.items():
+        for number in range(count):
+            producer.produce(TOPIC, value=b"r%d" % number, partition=partition)
+    assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
+
+
+def table(output: str, first_header: str) -> list[dict[str, str]]:
+    """The rows of the table whose header line starts with `first_header`, as dicts."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first_header))
+    header = lines[start].split()
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(header, line.split(maxsplit=len(header) - 1), strict=True)))
+    return rows
+
+
+@pytest.fixture
+def group_broker(broker_factory):
+    broker = broker_factory({"group.initial.rebalance.delay.ms": 0})
+    create_topic(broker.bootstrap, TOPIC, len(PRODUCED))
+    produce(broker.bootstrap, PRODUCED)
+    return broker
+
+
+def consume_and_commit(bootstrap: str) -> Consumer:
+    """A subscribed consumer that read CONSUMED records and committed them synchronously;
+    still a member of the group when returned."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": GROUP,
+            "client.id": "billing-app",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
+    )
+    consumer.subscribe([TOPIC])
+    read = 0
+    deadline = time.monotonic() + GROUP_TIMEOUT
+    while read < CONSUMED:
+        if time.monotonic() > deadline:
+            consumer.close()
+            pytest.fail(f"the group consumer read {read} of {CONSUMED} records in time")
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        assert message.error() is None or message.error().code() == KafkaError._PARTITION_EOF
+        if message.error() is None:
+            read += 1
+    consumer.commit(asynchronous=False)
+    return consumer
+
+
+def committed_offsets(consumer: Consumer) -> dict[int, int]:
+    answer = consumer.committed([TopicPartition(TOPIC, p) for p in PRODUCED], timeout=10)
+    return {tp.partition: tp.offset for tp in answer if tp.offset >= 0}
+
+
+def test_describe_prints_lag_as_log_end_minus_committed(group_broker):
+    consumer = consume_and_commit(group_broker.bootstrap)
+    try:
+        committed = committed_offsets(consumer)
+        assert sum(committed.values()) == CONSUMED, committed
+        produce(group_broker.bootstrap, {0: LATE})
+        log_end = {p: n + (LATE if p == 0 else 0) for p, n in PRODUCED.items()}
+
+        finished = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", GROUP)
+        assert finished.returncode == 0, finished.stderr
+        output = finished.stdout
+        assert output.startswith(f"GROUP {GROUP}: state Stable, protocol consumer/range"), output
+
+        members = table(output, "MEMBER-ID")
+        assert [m["MEMBER-ID"] for m in members] == [consumer.memberid()], output
+        assert members[0]["CLIENT-ID"] == "billing-app"
+        assert members[0]["ASSIGNMENT"] == f"{TOPIC}:0,1,2", output
+
+        offsets = {int(row["PARTITION"]): row for row in table(output, "TOPIC")}
+        assert set(offsets) == set(PRODUCED), output
+        for partition, row in offsets.items():
+            assert row["TOPIC"] == TOPIC
+            assert row["LOG-END-OFFSET"] == str(log_end[partition]), output
+            assert row["CONSUMER-ID"] == consumer.memberid()
+            if partition in committed:
+                assert row["CURRENT-OFFSET"] == str(committed[partition]), output
+                assert row["LAG"] == str(log_end[partition] - committed[partition]), output
+            else:  # assigned but nothing read from it yet
+                assert (row["CURRENT-OFFSET"], row["LAG"]) == ("-", "-"), output
+        total_lag = sum(int(row["LAG"]) for row in offsets.values() if row["LAG"] != "-")
+        assert total_lag == sum(log_end[p] - committed[p] for p in committed)
+    finally:
+        consumer.close()
+
+    # Once the member has left, the group is Empty and keeps its offsets; nobody owns them.
+    def empty_group() -> str | None:
+        finished = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", GROUP)
+        return finished.stdout if "state Empty" in finished.stdout else None
+
+    output = wait_for(empty_group, GROUP_TIMEOUT, "the group to become Empty")
+    assert "no active members" in output
+    offsets = {int(row["PARTITION"]): row for row in table(output, "TOPIC")}
+    assert set(offsets) == set(committed)
+    for partition, row in offsets.items():
+        assert row["CONSUMER-ID"] == "-"
+        assert row["LAG"] == str(log_end[partition] - committed[partition])
+
+
+def test_list_shows_every_group_with_state_and_protocol(group_broker):
+    consumer = consume_and_commit(group_broker.bootstrap)
+    try:
+        finished = groups_cli("--bootstrap", group_broker.bootstrap)
+        assert finished.returncode == 0, finished.stderr
+        rows = {row["GROUP"]: row for row in table(finished.stdout, "GROUP")}
+        assert set(rows) == {GROUP}, finished.stdout
+        assert rows[GROUP]["STATE"] == "Stable"
+        assert rows[GROUP]["PROTOCOL-TYPE"] == "consumer"
+        assert rows[GROUP]["PROTOCOL"] == "range"
+        assert rows[GROUP]["MEMBERS"] == "1"
+        assert rows[GROUP]["COORDINATOR"] == str(group_broker.node_id)
+    finally:
+        consumer.close()
+
+
+def test_unknown_group_is_an_error(group_broker):
+    finished = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", "nobody")
+    assert finished.returncode == 1
+    assert "'nobody' does not exist" in finished.stderr
+    assert finished.stdout == ""
+
+
+def test_unreachable_broker_is_an_error():
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    for arguments in ([], ["--describe", GROUP]):
+        finished = groups_cli("--bootstrap", address, "--timeout", "3", *arguments)
+        assert finished.returncode == 1, finished.stdout
+        assert f"cannot connect to {address}" in finished.stderr
