@@ -162,6 +162,7 @@ async def handle_leave_group(ctx: RequestContext, request) -> dict:
 async def handle_list_groups(ctx: RequestContext, request) -> dict:
     states = {state.lower() for state in getattr(request, "states_filter", ())}
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
+    error, listed = ctx.coordinator.list_groups()
     groups = [
         {
             "group_id": group.group_id,
@@ -169,10 +170,10 @@ async def handle_list_groups(ctx: RequestContext, request) -> dict:
             "group_state": group.state.value,
             "group_type": "classic",
         }
-        for group in ctx.coordinator.list_groups()
+        for group in listed
         if (not states or group.state.value.lower() in states) and (not types or "classic" in types)
     ]
-    return {"error_code": Error.NONE, "groups": groups}
+    return {"error_code": error, "groups": groups}
 
 
 def _described(group_id: str, error: Error, group) -> dict:

@@ -191,9 +191,15 @@ class GroupCoordinator:
                 if self._loading.get(partition.index) != epoch:
                     return
         except (StorageError, RecordError) as error:
-            log.error("cannot load %s-%d: %s", OFFSETS_TOPIC, partition.index, error)
-            self._loading.pop(partition.index, None)
-            return
+            # As Kafka does, the partition is served all the same, with what was read: its
+            # groups answering NOT_COORDINATOR for ever would send clients round in a loop.
+            log.error(
+                "cannot read %s-%d past offset %d: %s; serving the groups read so far",
+                OFFSETS_TOPIC,
+                partition.index,
+                position,
+                error,
+            )
         if self._loading.get(partition.index) != epoch:
             return
         now = self.clock_ms()
@@ -532,8 +538,11 @@ class GroupCoordinator:
 
     # -- admin ---------------------------------------------------------------------------------
 
-    def list_groups(self) -> list[Group]:
-        return [g for g in self.groups.values() if not g.is_(GroupState.DEAD)]
+    def list_groups(self) -> tuple[Error, list[Group]]:
+        """Every live group served here; COORDINATOR_LOAD_IN_PROGRESS along with them while a
+        partition is still loading (the list is incomplete), as Kafka answers."""
+        error = Error.COORDINATOR_LOAD_IN_PROGRESS if self._loading else Error.NONE
+        return error, [g for g in self.groups.values() if not g.is_(GroupState.DEAD)]
 
     def describe(self, group_id: str) -> tuple[Error, Group | None]:
         if (error := self.check(group_id)) != Error.NONE:
