@@ -8,6 +8,7 @@ are logged and ignored, as Kafka does, so a real Kafka properties file can be re
 
 import logging
 import re
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,10 @@ def _parse_listeners(text: str) -> tuple[Listener, ...]:
         if match is None:
             raise ValueError(f"{item!r} is not NAME://host:port")
         host = match.group(2).strip("[]")
-        listeners.append(Listener(match.group(1).upper(), host, int(match.group(3))))
+        port = int(match.group(3))
+        if port > 65535:
+            raise ValueError(f"{item!r}: port {port} is not between 0 and 65535")
+        listeners.append(Listener(match.group(1).upper(), host, port))
     if not listeners:
         raise ValueError("at least one listener is needed")
     return tuple(listeners)
@@ -108,16 +112,22 @@ def _parse_names(text: str) -> tuple[str, ...]:
     return tuple(_parse_listener_name(part) for part in text.split(",") if part.strip())
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+IMPLEMENTED_PROTOCOLS = ("PLAINTEXT",)
+
+
 def _parse_protocol_map(text: str) -> dict[str, str]:
-    """NAME:PROTOCOL pairs; only PLAINTEXT is implemented, so anything else is refused."""
+    """NAME:PROTOCOL pairs, as Kafka's default map lists them all; whether a listener's
+    protocol is implemented is checked against the listeners actually configured."""
     mapping = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, protocol = item.partition(":")
         if not sep:
             raise ValueError(f"{item!r} is not NAME:PROTOCOL")
-        if protocol.strip().upper() != "PLAINTEXT":
-            raise ValueError(f"{protocol.strip()} is not supported, only PLAINTEXT")
-        mapping[_parse_listener_name(name)] = "PLAINTEXT"
+        protocol = protocol.strip().upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{protocol} is not a security protocol")
+        mapping[_parse_listener_name(name)] = protocol
     return mapping
 
 
@@ -300,7 +310,7 @@ class BrokerConfig:
         """Where the controller listens; a combined node without voters is its own controller."""
         if self.controller_quorum_voters:
             return self.controller_quorum_voters[0]
-        first = self.listeners[0]
+        first = self.advertised[0]
         return Voter(self.node_id, first.host, first.port)
 
     @property
@@ -308,7 +318,9 @@ class BrokerConfig:
         """Where clients are told to connect: every listener, as advertised.listeners
         overrides it by name (a listener without an advertised entry advertises itself)."""
         overrides = {listener.name: listener for listener in self.advertised_listeners or ()}
-        return tuple(overrides.get(listener.name, listener) for listener in self.listeners)
+        return tuple(
+            _routable(overrides.get(listener.name, listener)) for listener in self.listeners
+        )
 
     def advertised_for(self, listener_name: str) -> Listener:
         """What a client that connected through ``listener_name`` is told this broker is."""
@@ -316,6 +328,12 @@ class BrokerConfig:
             if listener.name == listener_name:
                 return listener
         return self.advertised[0]
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The listener's protocol: from listener.security.protocol.map, else its name when
+        that is a protocol's (Kafka's default map), else PLAINTEXT."""
+        default = listener_name if listener_name in SECURITY_PROTOCOLS else "PLAINTEXT"
+        return self.listener_security_protocol_map.get(listener_name, default)
 
     @property
     def inter_broker_listener(self) -> Listener:
@@ -345,6 +363,15 @@ class BrokerConfig:
         if config.process_roles == {"broker"} and not config.controller_quorum_voters:
             raise ConfigError("process.roles=broker needs controller.quorum.voters")
         names = {listener.name for listener in config.listeners}
+        for listener in config.listeners:
+            protocol = config.security_protocol(listener.name)
+            if protocol not in IMPLEMENTED_PROTOCOLS:
+                raise ConfigError(
+                    f"listener {listener.name}://{listener.host}:{listener.port} uses security "
+                    f"protocol {protocol}, which minibroker does not implement yet (only "
+                    f"{', '.join(IMPLEMENTED_PROTOCOLS)}); it is refused rather than served "
+                    "in plain text"
+                )
         if config.inter_broker_listener_name and config.inter_broker_listener_name not in names:
             raise ConfigError(
                 f"inter.broker.listener.name {config.inter_broker_listener_name} is not one of "
@@ -356,6 +383,14 @@ class BrokerConfig:
                 f"controller is node.id {config.node_id}"
             )
         return config
+
+
+def _routable(listener: Listener) -> Listener:
+    """A listener with no host binds every interface; as in Kafka, it is advertised under
+    this machine's fully qualified name."""
+    if listener.host:
+        return listener
+    return Listener(listener.name, socket.getfqdn(), listener.port)
 
 
 def _precedence_rank(key: str) -> int:

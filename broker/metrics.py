@@ -360,7 +360,7 @@ async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_st
         finally:
             await trio.aclose_forcefully(stream)
 
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await trio.open_tcp_listeners(port, host=host or None)
     log.info("metrics on http://%s:%d/metrics", host, port)
     task_status.started()
     await trio.serve_listeners(handle, listeners)

@@ -99,7 +99,14 @@ class BrokerServer:
         """Serve until SIGTERM/SIGINT (or cancellation), then shut down cleanly."""
         listeners = []
         for listener in self.config.listeners:
-            sockets = await trio.open_tcp_listeners(listener.port, host=listener.host)
+            try:
+                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+            except OSError as error:
+                raise OSError(
+                    error.errno,
+                    f"cannot listen on {listener.name}://{listener.host}:{listener.port}:"
+                    f" {error.strerror or error}",
+                ) from None
             listeners.append((listener.name, sockets))
         if self.cluster_id is None:
             if self.config.is_controller:

@@ -36,3 +36,52 @@ def test_a_log_dir_in_use_is_refused(broker):
     )
     assert finished.returncode == 1
     assert "lock" in finished.stderr.lower()
+
+
+def test_a_port_in_use_is_named(broker, tmp_path):
+    finished = run_serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{broker.port}")
+    assert finished.returncode == 1
+    assert f"127.0.0.1:{broker.port}" in finished.stderr
+
+
+def test_version():
+    finished = subprocess.run(
+        [sys.executable, "-m", "broker", "--version"], capture_output=True, text=True, timeout=30
+    )
+    assert finished.returncode == 0 and finished.stdout.startswith("minibroker ")
+
+
+def test_kafkas_stock_server_properties_start_a_broker(tmp_path):
+    from broker.launcher import free_port, request_metadata
+    from tests.conftest import wait_for
+    from tests.unit.test_config import KAFKA_KRAFT_PROPERTIES
+
+    client_port, controller_port = free_port(), free_port()
+    properties = (
+        KAFKA_KRAFT_PROPERTIES.replace(":9092", f":{client_port}")
+        .replace(":9093", f":{controller_port}")
+        .replace("/tmp/kraft-combined-logs", str(tmp_path / "logs"))
+    )
+    path = tmp_path / "server.properties"
+    path.write_text(properties)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker", "serve", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        listed = wait_for(
+            lambda: _brokers(request_metadata, client_port), 30, "the stock-configured broker"
+        )
+        assert listed == [("localhost", client_port)]
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0, process.stderr.read()
+
+
+def _brokers(request_metadata, port):
+    try:
+        return [(b.host, b.port) for b in request_metadata(port).brokers]
+    except OSError:
+        return None

@@ -60,3 +60,56 @@ def test_malformed_line_and_override():
         parse_properties(["just-a-word"])
     with pytest.raises(ConfigError):
         load_config(None, ["novalue"])
+
+
+# The settings of Kafka's own config/kraft/server.properties (3.x) that minibroker reads.
+KAFKA_KRAFT_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+offsets.topic.replication.factor=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+
+def test_kafkas_own_kraft_server_properties_are_accepted(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text(KAFKA_KRAFT_PROPERTIES)
+    config = load_config(path, [])
+    assert config.listeners[0] == Listener("PLAINTEXT", "", 9092)  # every interface
+    assert config.advertised[0] == Listener("PLAINTEXT", "localhost", 9092)
+    assert config.advertised[1].host, "an empty host is advertised by this machine's name"
+    assert config.security_protocol("SSL") == "SSL"
+    assert config.controller.port == 9093
+
+
+@pytest.mark.parametrize(
+    ("listeners", "protocol_map", "protocol"),
+    [
+        ("SSL://127.0.0.1:9093", "", "SSL"),
+        ("SECURE://127.0.0.1:9093", "SECURE:SASL_SSL", "SASL_SSL"),
+    ],
+)
+def test_a_listener_with_an_unimplemented_protocol_is_refused(listeners, protocol_map, protocol):
+    overrides = [f"listeners={listeners}"]
+    if protocol_map:
+        overrides.append(f"listener.security.protocol.map={protocol_map}")
+    with pytest.raises(ConfigError, match=f"{listeners.split(':')[0]}.*{protocol}"):
+        load_config(None, overrides)
+
+
+def test_a_port_out_of_range_is_refused():
+    with pytest.raises(ConfigError, match="listeners.*99999"):
+        load_config(None, ["listeners=PLAINTEXT://127.0.0.1:99999"])
