@@ -221,7 +221,28 @@ class ReplicaManager:
                 for partition in to_follow:
                     self.fetchers.add(partition)
             self._first_leader_and_isr.set()
+            self._log_role_summary(results)
             return results
+
+    def _log_role_summary(self, results: dict[tuple[str, int], Error]) -> None:
+        """One line per LeaderAndIsr, however many partitions it names (the details are at
+        DEBUG): a thousand-partition topic must not write thousands of lines."""
+        applied = [key for key, error in results.items() if error == Error.NONE]
+        if not applied:
+            return
+        leading = [key for key in applied if self._partitions[key].is_leader]
+        following = [key for key in applied if not self._partitions[key].is_leader]
+
+        def named(keys: list[tuple[str, int]]) -> str:
+            shown = ", ".join(f"{topic}-{index}" for topic, index in keys[:3])
+            return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+        parts = []
+        if leading:
+            parts.append(f"leader of {named(leading)}")
+        if following:
+            parts.append(f"follower of {named(following)}")
+        log.info("controller epoch %d: %s", self.controller_epoch, "; ".join(parts))
 
     async def _apply_topic_states(
         self,
@@ -271,7 +292,7 @@ class ReplicaManager:
                 state.leader_epoch, state.partition_epoch, isr, replicas, self.clock_ms()
             )
             partition.maybe_advance_high_watermark()
-            log.info("leader of %s-%d at epoch %d, ISR %s", *key, state.leader_epoch, isr)
+            log.debug("leader of %s-%d at epoch %d, ISR %s", *key, state.leader_epoch, isr)
         else:
             partition.become_follower(
                 state.leader, state.leader_epoch, state.partition_epoch, isr, replicas
@@ -279,7 +300,7 @@ class ReplicaManager:
             self.fetchers.remove(key)
             if state.leader >= 0:
                 to_follow.append(partition)
-            log.info(
+            log.debug(
                 "follower of %s-%d at epoch %d (leader %d)", *key, state.leader_epoch, state.leader
             )
         self.notify(partition)
@@ -362,10 +383,12 @@ class ReplicaManager:
                         partition.leader = -1
                         self.notify(partition)
                         self._tell_role_listeners(partition)
-                        log.info("stopped replica %s-%d", *key)
+                        log.debug("stopped replica %s-%d", *key)
                     self.log_manager.remove_log(*key, delete=state.delete_partition)
                     results.append((*key, Error.NONE))
                     await trio.lowlevel.checkpoint()
+        if results:
+            log.info("stopped %d replica(s), first %s-%d", len(results), *results[0][:2])
         return results
 
     # -- leaders: followers' progress and the ISR ------------------------------------------------
