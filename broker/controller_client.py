@@ -56,10 +56,12 @@ class _Channel:
                     except BaseException:
                         await self.aclose()
                         raise
-        except CONNECTION_ERRORS as error:
+        except trio.TooSlowError:
             raise ControllerUnavailable(
-                f"controller {voter.host}:{voter.port}: {error!r}"
+                f"controller {voter.host}:{voter.port} did not answer within {timeout_s:g} s"
             ) from None
+        except CONNECTION_ERRORS as error:
+            raise ControllerUnavailable(f"controller {voter.host}:{voter.port}: {error}") from None
 
     async def aclose(self) -> None:
         if self._connection is not None:

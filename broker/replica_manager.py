@@ -250,25 +250,39 @@ class ReplicaManager:
         results: dict[tuple[str, int], Error],
         to_follow: list[Partition],
     ) -> None:
+        new_topics = [
+            topic_state.topic_name
+            for topic_state in topic_states
+            if any(
+                self.config.node_id in state.replicas
+                and self._is_new_replica(topic_state, state.partition_index)
+                for state in topic_state.partition_states
+            )
+        ]
+        # One DescribeConfigs for every new topic of the request, not one per topic.
+        configs = await self._topic_configs(new_topics) if new_topics else {}
         for topic_state in topic_states:
-            configs = None
             for state in topic_state.partition_states:
                 key = (topic_state.topic_name, state.partition_index)
                 if self.config.node_id not in state.replicas:
                     results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
                     continue
+                created = self._is_new_replica(topic_state, state.partition_index)
                 partition = self._partitions.get(key)
-                created = partition is None or partition.topic_id != topic_state.topic_id
                 if created:
-                    if configs is None:
-                        configs = await self._topic_configs(topic_state.topic_name)
-                    partition = self._create_replica(topic_state, state.partition_index, configs)
+                    partition = self._create_replica(
+                        topic_state, state.partition_index, configs[topic_state.topic_name]
+                    )
                 results[key] = self._apply_partition_state(partition, state, to_follow)
                 if created:
                     # Making a partition's files takes milliseconds of blocking file system
                     # calls; other clients are served between partitions, so a topic of many
                     # partitions does not stall the broker for seconds.
                     await trio.lowlevel.checkpoint()
+
+    def _is_new_replica(self, topic_state, index: int) -> bool:
+        partition = self._partitions.get((topic_state.topic_name, index))
+        return partition is None or partition.topic_id != topic_state.topic_id
 
     def _apply_partition_state(
         self, partition: Partition, state, to_follow: list[Partition]
@@ -331,8 +345,9 @@ class ReplicaManager:
         self._partitions[(name, index)] = partition
         return partition
 
-    async def _topic_configs(self, topic: str) -> dict[str, str]:
-        """A new replica's topic configs, from the controller (DescribeConfigs)."""
+    async def _topic_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        """New replicas' topic configs, from the controller (one DescribeConfigs for them
+        all); the cached or default ones for a topic the controller cannot answer for."""
         request = build_request(
             ApiKey.DESCRIBE_CONFIGS,
             {
@@ -342,25 +357,31 @@ class ReplicaManager:
                         "resource_name": topic,
                         "configuration_keys": None,
                     }
+                    for topic in topics
                 ],
                 "include_synonyms": False,
                 "include_documentation": False,
             },
         )
+        found: dict[str, dict[str, str]] = {}
         for _attempt in range(5):
             try:
                 response = await self.controller.request(request, timeout_s=5.0)
             except ControllerUnavailable as error:
-                log.warning("cannot read configs of %s yet: %s", topic, error)
+                log.warning("cannot read the configs of %d topic(s) yet: %s", len(topics), error)
                 await trio.sleep(0.2)
                 continue
-            (result,) = response.results
-            if result.error_code.value == Error.NONE:
-                return {config.name: config.value for config in result.configs}
+            for result in response.results:
+                if result.error_code.value == Error.NONE:
+                    found[result.resource_name] = {c.name: c.value for c in result.configs}
             break
-        known = self.log_manager.topics().get(topic)
-        log.warning("using %s configs of %s", "cached" if known else "default", topic)
-        return dict(known.configs) if known else {}
+        known = self.log_manager.topics()
+        for topic in topics:
+            if topic not in found:
+                cached = known.get(topic)
+                log.warning("using %s configs of %s", "cached" if cached else "default", topic)
+                found[topic] = dict(cached.configs) if cached else {}
+        return found
 
     def apply_update_metadata(self, request) -> None:
         self.metadata.update(request)

@@ -8,7 +8,7 @@ import logging
 
 from protocol.errors import Error
 
-from ..controller_client import ControllerUnavailable
+from ..controller_client import REQUEST_TIMEOUT_S, ControllerUnavailable
 from . import RequestContext
 
 log = logging.getLogger("forwarding")
@@ -20,9 +20,17 @@ class ForwardingFailed(Exception):
     error = Error.REQUEST_TIMED_OUT
 
 
+# Beyond the client's own timeout, what the controller may take to answer it.
+FORWARDING_MARGIN_S = 5.0
+
+
 async def forward_to_controller(ctx: RequestContext, request):
+    """The controller's answer to ``request``, waited for as long as the client's timeout
+    (CreateTopics, DeleteTopics carry one) allows, and a little more."""
+    timeout = getattr(request, "timeout", None)
+    timeout_s = REQUEST_TIMEOUT_S if timeout is None else timeout.total_seconds()
     try:
-        return await ctx.replicas.controller.forward(request)
+        return await ctx.replicas.controller.forward(request, timeout_s + FORWARDING_MARGIN_S)
     except ControllerUnavailable as error:
         log.warning("cannot forward %s: %s", type(request).__name__, error)
         raise ForwardingFailed(str(error)) from None

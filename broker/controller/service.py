@@ -220,10 +220,10 @@ class ControllerService:
     def _propagate(
         self,
         changes: list[PartitionChange],
-        stopped: TopicState | None = None,
+        stopped: list[TopicState] = (),
         also_tell: int | None = None,
     ) -> list[trio.Event]:
-        """Queue LeaderAndIsr for changed partitions, StopReplica for a deleted topic, and the
+        """Queue LeaderAndIsr for changed partitions, StopReplica for deleted topics, and the
         full UpdateMetadata for every live broker; return the delivery events. ``also_tell``
         is a broker that is no longer live but still running (a controlled shutdown): it
         hears of its partitions too, so that it stops acting as their leader."""
@@ -240,11 +240,11 @@ class ControllerService:
         for node_id, broker_changes in per_broker.items():
             request = self._leader_and_isr(node_id, broker_changes)
             events.append(self._channel(node_id).enqueue(request))
-        if stopped is not None:
-            for node_id in self._replicas_of(stopped):
-                if self.state.is_live(node_id):
-                    request = self._stop_replica(node_id, stopped)
-                    events.append(self._channel(node_id).enqueue(request))
+        hosting = {node_id for topic in stopped for node_id in self._replicas_of(topic)}
+        for node_id in sorted(hosting):
+            if self.state.is_live(node_id):
+                request = self._stop_replica(node_id, stopped)
+                events.append(self._channel(node_id).enqueue(request))
         update = self._update_metadata()
         recipients = set(self.state.live_brokers())
         if also_tell is not None:
@@ -315,7 +315,7 @@ class ControllerService:
         }
         return codec.build(codec.request_class(ApiKey.LEADER_AND_ISR, 7), data)
 
-    def _stop_replica(self, node_id: int, topic: TopicState):
+    def _stop_replica(self, node_id: int, topics: list[TopicState]):
         data = {
             "controller_id": self.node_id,
             "is_k_raft_controller": False,
@@ -330,6 +330,8 @@ class ControllerService:
                         if node_id in partition.replicas
                     ],
                 }
+                for topic in topics
+                if node_id in self._replicas_of(topic)
             ],
         }
         return codec.build(codec.request_class(ApiKey.STOP_REPLICA, 4), data)
@@ -379,10 +381,13 @@ class ControllerService:
 
         return for_broker
 
-    async def _await_delivery(self, events: list[trio.Event], timeout_s: float) -> None:
+    async def _await_delivery(self, events: list[trio.Event], timeout_s: float) -> bool:
+        """Wait until every event is set; False if the timeout came first."""
         with trio.move_on_after(timeout_s):
             for event in events:
                 await event.wait()
+            return True
+        return False
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -521,22 +526,51 @@ class ControllerService:
         return {"error_code": Error.NONE, "topics": topics}
 
     async def create_topics(self, request) -> dict:
+        """Create the request's topics in one decision: the state is saved once and the
+        brokers get one LeaderAndIsr and one UpdateMetadata each, however many topics (a
+        thousand topics used to mean a thousand full-state writes and full-cluster
+        UpdateMetadata rounds, long enough to starve heartbeats). The answer waits for the
+        brokers to apply it, within the request's timeout; topics they had not applied by
+        then answer REQUEST_TIMED_OUT, as Kafka's do (they are created nonetheless)."""
         results = []
-        all_events: list[trio.Event] = []
         names = [topic.name for topic in request.topics]
+        # validate_only works on a copy, taken once for the whole request.
+        target = copy.deepcopy(self.state) if request.validate_only else self.state
+        changes: list[PartitionChange] = []
+        created_any = False
         for topic in request.topics:
             if names.count(topic.name) > 1:
                 results.append(
                     _topic_error(topic.name, Error.INVALID_REQUEST, "Duplicate topic in request")
                 )
                 continue
-            result, events = self._create_one(topic, request.validate_only)
+            result, topic_changes = self._create_one(target, topic)
             results.append(result)
-            all_events += events
-        await self._await_delivery(all_events, request.timeout.total_seconds())
+            changes += topic_changes
+            created_any = created_any or result["error_code"] == Error.NONE
+            await trio.lowlevel.checkpoint()  # heartbeats and other requests get their turn
+        if request.validate_only or not created_any:
+            return {"topics": results}
+        self.store.save(self.state)
+        created = [r["name"] for r in results if r["error_code"] == Error.NONE]
+        log.info(
+            "created %d topic(s) (%d partitions): %s",
+            len(created),
+            len(changes),
+            ", ".join(created[:5]) + (f" and {len(created) - 5} more" if len(created) > 5 else ""),
+        )
+        events = self._propagate(changes)
+        if not await self._await_delivery(events, request.timeout.total_seconds()):
+            for result in results:
+                if result["error_code"] == Error.NONE:
+                    result.update(
+                        error_code=Error.REQUEST_TIMED_OUT,
+                        error_message="created, but not every broker had applied it within"
+                        f" the request's timeout of {request.timeout.total_seconds():g} s",
+                    )
         return {"topics": results}
 
-    def _create_one(self, topic, validate_only: bool) -> tuple[dict, list[trio.Event]]:
+    def _create_one(self, target: ControllerState, topic) -> tuple[dict, list[PartitionChange]]:
         configs = {config.name: config.value for config in topic.configs}
         try:
             LogConfig.from_topic_configs(LogConfig(), configs)
@@ -547,7 +581,6 @@ class ControllerService:
             if topic.assignments
             else None
         )
-        target = copy.deepcopy(self.state) if validate_only else self.state
         try:
             created, changes = transitions.create_topic(
                 target,
@@ -562,16 +595,12 @@ class ControllerService:
             )
         except ControllerError as error:
             return _topic_error(topic.name, int(error.code), error.message), []
-        events = []
-        if not validate_only:
-            self.store.save(self.state)
-            log.info(
-                "created topic %s: %d partition(s), replicas %s",
-                created.name,
-                len(created.partitions),
-                [p.replicas for p in created.partitions],
-            )
-            events = self._propagate(changes)
+        log.debug(
+            "created topic %s: %d partition(s), replicas %s",
+            created.name,
+            len(created.partitions),
+            [p.replicas for p in created.partitions],
+        )
         result = {
             "name": created.name,
             "topic_id": created.topic_id,
@@ -590,7 +619,7 @@ class ControllerService:
                 for name, value in sorted(configs.items())
             ],
         }
-        return result, events
+        return result, changes
 
     async def delete_topics(self, request) -> dict:
         if hasattr(request, "topic_names"):
@@ -609,7 +638,7 @@ class ControllerService:
                 ]
             }
         results = []
-        events: list[trio.Event] = []
+        stopped: list[TopicState] = []
         for name, topic_id in targets:
             if name is None and topic_id is not None:
                 found = self.state.topic_by_id(topic_id)
@@ -631,11 +660,20 @@ class ControllerService:
                     }
                 )
                 continue
-            self.store.save(self.state)
-            log.info("deleted topic %s", name)
-            events += self._propagate([], stopped=removed)
+            stopped.append(removed)
             results.append({"name": name, "topic_id": removed.topic_id, "error_code": Error.NONE})
-        await self._await_delivery(events, request.timeout.total_seconds())
+        if stopped:
+            self.store.save(self.state)
+            log.info(
+                "deleted %d topic(s): %s",
+                len(stopped),
+                ", ".join(t.name for t in stopped[:5]) + (" ..." if len(stopped) > 5 else ""),
+            )
+            events = self._propagate([], stopped=stopped)
+            if not await self._await_delivery(events, request.timeout.total_seconds()):
+                for result in results:
+                    if result["error_code"] == Error.NONE:
+                        result["error_code"] = Error.REQUEST_TIMED_OUT
         return {"responses": results}
 
     async def describe_configs(self, request) -> dict:
