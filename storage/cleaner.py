@@ -235,7 +235,10 @@ def grab_filthiest(
 def _read_batches(path: Path, start: int, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
     """(header, batch bytes) of every whole batch of a segment file from `start`, with its
     own descriptor and reads of about a megabyte; stops at anything that is not a batch."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise CleaningAborted(f"{path.name} was deleted (retention)") from None
     try:
         position = start
         chunk = b""
