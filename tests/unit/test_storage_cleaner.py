@@ -418,3 +418,45 @@ def test_the_log_manager_keeps_the_cleaner_checkpoint(tmp_path):
     reopened.truncate_to(5)
     assert reopened.first_dirty_offset == 5
     manager.close()
+
+
+def test_compaction_configs_parse_with_kafkas_rules():
+    config = LogConfig.from_topic_configs(
+        LogConfig(),
+        {
+            "cleanup.policy": "compact,delete",
+            "delete.retention.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.25",
+            "min.compaction.lag.ms": "5",
+            "max.compaction.lag.ms": "10",
+        },
+    )
+    assert config.compacts and config.deletes_old_segments
+    assert (config.delete_retention_ms, config.min_cleanable_dirty_ratio) == (1000, 0.25)
+    assert (config.min_compaction_lag_ms, config.max_compaction_lag_ms) == (5, 10)
+    for bad in (
+        {"min.cleanable.dirty.ratio": "1.5"},
+        {"min.cleanable.dirty.ratio": "half"},
+        {"delete.retention.ms": "-1"},
+        {"min.compaction.lag.ms": "20", "max.compaction.lag.ms": "10"},
+    ):
+        with pytest.raises(ValueError, match="min.c|delete.retention|max.compaction"):
+            LogConfig.from_topic_configs(LogConfig(), bad)
+
+
+def test_the_broker_properties_set_the_cleaner_and_the_topic_defaults():
+    from broker.config import BrokerConfig
+    from broker.server import log_config_from
+
+    config = BrokerConfig.from_properties(
+        {
+            "log.cleaner.enable": "false",
+            "log.cleaner.backoff.ms": "100",
+            "log.cleaner.min.cleanable.ratio": "0.1",
+            "log.cleaner.delete.retention.ms": "7",
+        }
+    )
+    assert (config.log_cleaner_enable, config.log_cleaner_backoff_ms) == (False, 100)
+    defaults = log_config_from(config)
+    assert (defaults.min_cleanable_dirty_ratio, defaults.delete_retention_ms) == (0.1, 7)
+    assert BrokerConfig().log_cleaner_enable and BrokerConfig().log_cleaner_backoff_ms == 15000
