@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 
+from protocol.record_batch import read_header
 from protocol.records import decode_records
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tests.conftest import batch_compression, fetch_all_batches, wait_for
@@ -36,24 +39,27 @@ def create_compacted_topic(bootstrap: str) -> None:
     admin.create_topics([topic], request_timeout=10)[TOPIC].result(timeout=15)
 
 
-def produce(bootstrap: str, messages: list[tuple[bytes, bytes]]) -> dict[bytes, int]:
-    """Send in order; return value -> offset from the delivery reports."""
+def produce(
+    bootstrap: str, messages: list[tuple[bytes, bytes | None]], **settings
+) -> dict[tuple[bytes, bytes | None], int]:
+    """Send in order; return (key, value) -> offset from the delivery reports."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "compression.type": "zstd",
             "batch.num.messages": 5,
             "message.timeout.ms": 30000,
+            **settings,
         }
     )
-    offsets: dict[bytes, int] = {}
+    offsets: dict[tuple[bytes, bytes | None], int] = {}
     errors = []
 
     def on_delivery(error, message):
         if error is not None:
             errors.append(error)
         else:
-            offsets[message.value()] = message.offset()
+            offsets[message.key(), message.value()] = message.offset()
 
     for key, value in messages:
         producer.produce(TOPIC, key=key, value=value, on_delivery=on_delivery)
@@ -62,7 +68,7 @@ def produce(bootstrap: str, messages: list[tuple[bytes, bytes]]) -> dict[bytes, 
     return offsets
 
 
-def consume_everything(bootstrap: str) -> list[tuple[int, bytes, bytes]]:
+def consume_everything(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -89,6 +95,24 @@ def consume_everything(bootstrap: str) -> list[tuple[int, bytes, bytes]]:
         consumer.close()
 
 
+def consume_with_kafka_python(bootstrap: str, last_offset: int) -> list[tuple]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        consumer.assign([KafkaTopicPartition(TOPIC, 0)])
+        consumer.seek_to_beginning()
+        messages = []
+
+        def reached_the_end():
+            for batch in consumer.poll(timeout_ms=200).values():
+                messages.extend((m.offset, m.key, m.value) for m in batch)
+            return messages and messages[-1][0] >= last_offset
+
+        wait_for(reached_the_end, 30, f"kafka-python to read up to offset {last_offset}")
+        return messages
+    finally:
+        consumer.close()
+
+
 def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory):
     broker = broker_factory({"log.cleaner.backoff.ms": 100})
     create_compacted_topic(broker.bootstrap)
@@ -97,12 +121,19 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory):
         for round_number in range(ROUNDS)
         for key in range(KEYS)
     ]
-    # Distinct keys after the updates, so that the last round leaves the active segment
-    # (which is never cleaned) and the cleaner can see it.
+    half = len(updates) // 2
+    # The first half comes from an idempotent producer: its last batch is superseded, and
+    # stays as a header-only batch for its producer state, which consumers must step over.
+    offsets = produce(broker.bootstrap, updates[:half], **{"enable.idempotence": True})
+    # A tombstone for key-0 after its last update; then keys written once, so that the last
+    # round leaves the active segment (which is never cleaned) and the cleaner sees it.
+    tombstone = [(b"key-0", None)]
     fillers = [(b"filler-%d" % number, b"filler-%d" % number) for number in range(FILLERS)]
-    offsets = produce(broker.bootstrap, updates + fillers)
-    latest = {key: value for key, value in updates + fillers}
-    last_round_end = max(offsets[value] for value in latest.values() if b"round" in value) + 1
+    offsets |= produce(broker.bootstrap, updates[half:] + tombstone + fillers)
+    messages = updates + tombstone + fillers
+    latest = dict(messages)
+    expected = sorted((offsets[key, value], key, value) for key, value in latest.items())
+    last_round_end = offsets[tombstone[0]] + 1
 
     checkpoint = broker.log_dir / CLEANER_OFFSET_CHECKPOINT
 
@@ -113,12 +144,27 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory):
 
     wait_for(cleaned_past_the_last_round, 60, "the cleaner to clean the last update round")
 
-    consumed = consume_everything(broker.bootstrap)
-    assert [offset for offset, _, _ in consumed] == sorted(offsets[v] for v in latest.values())
-    assert {key: value for _, key, value in consumed} == latest
-    assert len(consumed) == len(latest)  # one record per key: every older value is gone
+    # Exactly the latest value of every key, the tombstone included (delete.retention.ms is a
+    # day), at the offsets the producer was told.
+    assert consume_everything(broker.bootstrap) == expected
+    assert consume_with_kafka_python(broker.bootstrap, expected[-1][0]) == expected
 
-    # The rewritten batches kept their codec.
+    # The cleaned batches (librdkafka compressed every batch of several records it sent)
+    # kept their codec; the idempotent producer's last batch is there, empty.
     batches = fetch_all_batches(broker.bootstrap, TOPIC, 0)
-    assert all(batch_compression(batch) == ZSTD for batch in batches if len(batch) > 61)
+    cleaned = [
+        batch
+        for batch in batches
+        if read_header(batch).last_offset < last_round_end
+        and 0 < read_header(batch).records_count < read_header(batch).last_offset_delta + 1
+    ]
+    assert cleaned and all(batch_compression(batch) == ZSTD for batch in cleaned)
     assert sum(len(decode_records(batch)) for batch in batches) == len(latest)
+    empty = [read_header(batch) for batch in batches if read_header(batch).records_count == 0]
+    assert [header.producer_id >= 0 for header in empty] == [True]
+
+    # And a restart (recovery from the cleaned files and the cleaner checkpoint) changes
+    # nothing.
+    broker.restart()
+    broker.wait_ready(20)
+    assert consume_everything(broker.bootstrap) == expected
