@@ -293,6 +293,10 @@ class Cleaning:
             if segment.base_offset < to_clean.first_uncleanable_offset and end > start
         ]
         self._producer_last_offsets = self.log.producer_state.last_data_offsets()
+        # Recovery after a crash relearns unsaved leader-epoch entries from the batches'
+        # epochs; the cleaning may remove the batch that started an epoch, so the entries are
+        # written first (usually nothing to do: they are written at every flush).
+        self.log.leader_epoch_cache.flush()
         self.offset_map: dict[bytes, int] = {}
         self.latest_offset = -1
 

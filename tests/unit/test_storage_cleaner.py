@@ -460,3 +460,15 @@ def test_the_broker_properties_set_the_cleaner_and_the_topic_defaults():
     defaults = log_config_from(config)
     assert (defaults.min_cleanable_dirty_ratio, defaults.delete_retention_ms) == (0.1, 7)
     assert BrokerConfig().log_cleaner_enable and BrokerConfig().log_cleaner_backoff_ms == 15000
+
+
+def test_leader_epochs_are_saved_before_the_batches_that_carry_them_go(tmp_path):
+    log = open_log(tmp_path, segment_bytes=small_segments())
+    updates(log, 2)  # leader epoch 3 from offset 0, learnt from the batches, not yet saved
+    produce(log, [(b"z", b"z")])
+    checkpoint = log.directory / "leader-epoch-checkpoint"
+    assert "3 0" not in (checkpoint.read_text() if checkpoint.exists() else "")
+    clean(log)
+    assert records_of(log)[0][0] == 3  # the batch at offset 0 is gone...
+    assert checkpoint.read_text().splitlines()[2:] == ["3 0"]  # ...its epoch start is kept
+    assert reopen(log).leader_epoch_cache.end_offset_for(2, 100)[1] == 0
