@@ -64,7 +64,13 @@ from protocol.record_batch import (
     BatchHeader,
     read_header,
 )
-from protocol.records import DELETE_HORIZON_FLAG, RawRecord, decode_raw_records, encode_raw_batch
+from protocol.records import (
+    DELETE_HORIZON_FLAG,
+    RawRecord,
+    decode_raw_records,
+    encode_raw_batch,
+    record_keys,
+)
 
 from .log import CLEANED_SUFFIX, INT_MAX, LONG_MAX, PartitionLog
 from .segment import LogSegment, segment_file_name
@@ -327,17 +333,17 @@ class Cleaning:
                     break
                 if header.attributes & CONTROL_FLAG_MASK:
                     continue
-                for record in decode_raw_records(batch):
-                    if record.key is None or record.offset < start:
+                for offset, key in record_keys(batch):
+                    if key is None or offset < start:
                         continue
-                    if len(offset_map) >= self.max_map_entries and record.key not in offset_map:
+                    if len(offset_map) >= self.max_map_entries and key not in offset_map:
                         log.debug(
                             "%s: offset map full in segment %d",
                             self.log.name,
                             segment.base_offset,
                         )
                         return
-                    offset_map[record.key] = record.offset
+                    offset_map[key] = offset
                 if header.last_offset >= start:
                     self.latest_offset = max(self.latest_offset, header.last_offset)
             # A gap at the end of the segment is mapped too.
