@@ -32,11 +32,11 @@ from typing import NamedTuple
 
 from protocol.record_batch import (
     HEADER_SIZE,
+    MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     BatchHeader,
     InvalidRecordBatch,
     read_header,
-    scan_valid_batches,
     set_log_append_time,
     stamp_offsets,
     validate_batches,
@@ -1005,12 +1005,8 @@ def _complete_interrupted_swaps(directory: Path) -> None:
                 log.info("removing %s: its segment was never swapped in", path)
                 path.unlink()
             continue
-        next_offset = base_offset
-        data = log_swap.read_bytes()
-        for _, header in scan_valid_batches(data):
-            next_offset = header.last_offset + 1
         # An empty cleaned segment still replaces the old one with its base offset.
-        next_offset = max(next_offset, base_offset + 1)
+        next_offset = max(_next_offset_of(log_swap), base_offset + 1)
         lowest = base_offset if lowest is None else min(lowest, base_offset)
         highest = next_offset if highest is None else max(highest, next_offset)
     if lowest is None:
@@ -1026,6 +1022,22 @@ def _complete_interrupted_swaps(directory: Path) -> None:
             log.info("completing the interrupted swap of %s", path)
             os.replace(path, path.with_name(path.name.removesuffix(SWAP_SUFFIX)))
     fsync_directory(directory)
+
+
+def _next_offset_of(log_path: Path) -> int:
+    """The offset after the last batch of a segment file, from its batch headers (a swap
+    file was flushed before it got its name, so its headers are trusted); -1 if empty."""
+    next_offset = -1
+    with open(log_path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        position = 0
+        while position + HEADER_SIZE <= size:
+            header = read_header(os.pread(file.fileno(), HEADER_SIZE, position))
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > size:
+                break
+            next_offset = header.last_offset + 1
+            position += header.size
+    return next_offset
 
 
 def _remove_leftovers(directory: Path) -> None:
