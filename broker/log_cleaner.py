@@ -43,6 +43,8 @@ log = logging.getLogger("log_cleaner")
 
 
 class LogCleanerService:
+    """One task that cleans compacted partitions for ever (see the module notes)."""
+
     def __init__(self, config: BrokerConfig, replicas, log_manager, metrics: BrokerMetrics, clock):
         self.config = config
         self.replicas = replicas
@@ -55,7 +57,13 @@ class LogCleanerService:
     async def run(self) -> None:
         backoff = self.config.log_cleaner_backoff_ms / 1000
         while True:
-            if not await self.clean_filthiest():
+            try:
+                cleaned = await self.clean_filthiest()
+            except Exception:
+                # Never take the broker down: log, wait, and look again.
+                log.exception("the log cleaner failed; retrying after the backoff")
+                cleaned = False
+            if not cleaned:
                 await trio.sleep(backoff)
 
     async def clean_filthiest(self) -> bool:
@@ -114,5 +122,9 @@ class LogCleanerService:
                 raise CleaningAborted(f"{to_clean.log.name} changed during cleaning")
             cleaning.stats.segments_replaced += len(group)
         cleaning.finish()
-        self.log_manager.write_cleaner_checkpoints()
+        try:
+            self.log_manager.write_cleaner_checkpoints()
+        except OSError as error:
+            # The cleaning itself is done; the checkpoint is written again periodically.
+            log.warning("writing cleaner-offset-checkpoint failed: %s", error)
         return cleaning.stats
