@@ -337,6 +337,7 @@ def _crash_on(monkeypatch, method, call_number, predicate=lambda *args, **kwargs
     "stage",
     [
         "before the .swap rename",
+        "half-way through the .swap rename",
         "after the .swap rename",
         "after deleting one old segment",
         "after deleting every old segment",
@@ -357,6 +358,17 @@ def test_a_crash_in_the_middle_of_a_swap_recovers(tmp_path, monkeypatch, stage):
     if stage == "before the .swap rename":
         _crash_on(monkeypatch, "change_suffix", 1)
         expected = before
+    elif stage == "half-way through the .swap rename":
+        # The .log is a .swap already (the commit point), its indexes still .cleaned.
+        original_replace = os.replace
+
+        def replace_log_only(source, target):
+            if str(target).endswith(".index.swap"):
+                raise Crash("rename")
+            return original_replace(source, target)
+
+        monkeypatch.setattr("storage.segment.os.replace", replace_log_only)
+        expected = expected_after
     elif stage == "after the .swap rename":
         _crash_on(monkeypatch, "delete", 1)
         expected = expected_after
@@ -472,3 +484,17 @@ def test_leader_epochs_are_saved_before_the_batches_that_carry_them_go(tmp_path)
     assert records_of(log)[0][0] == 3  # the batch at offset 0 is gone...
     assert checkpoint.read_text().splitlines()[2:] == ["3 0"]  # ...its epoch start is kept
     assert reopen(log).leader_epoch_cache.end_offset_for(2, 100)[1] == 0
+
+
+def test_an_index_swap_without_its_log_swap_is_removed(tmp_path):
+    log = open_log(tmp_path, segment_bytes=small_segments())
+    updates(log, 2)
+    produce(log, [(b"z", b"z")])
+    before = records_of(log)
+    log.close()
+    stray = log.directory / "00000000000000000000.index.swap"
+    stray.write_bytes(b"\x00" * 8)
+    recovered = reopen(log)
+    assert not stray.exists()
+    assert records_of(recovered) == before
+    assert [s.base_offset for s in recovered.segments] == [0, 3, 6]
