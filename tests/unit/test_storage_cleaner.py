@@ -1,6 +1,7 @@
 """The log cleaner (storage/cleaner.py) on real partition logs in a temporary directory."""
 
 import os
+import time
 from dataclasses import replace
 
 import pytest
@@ -498,3 +499,22 @@ def test_an_index_swap_without_its_log_swap_is_removed(tmp_path):
     assert not stray.exists()
     assert records_of(recovered) == before
     assert [s.base_offset for s in recovered.segments] == [0, 3, 6]
+
+
+def test_compact_and_delete_does_both(tmp_path):
+    now = int(time.time() * 1000)
+    old = now - 3 * DAY
+    log = open_log(tmp_path, segment_bytes=small_segments(), cleanup_policy="compact,delete")
+    log.config = replace(log.config, retention_ms=DAY)
+    updates(log, 2, timestamp=old)  # [0, 3) [3, 6)
+    for segment in log.segments[:2]:  # written three days ago
+        segment.set_modified_ms(old)
+    updates(log, 2, keys=(b"x", b"y", b"z"), timestamp=now)  # [6, 9) [9, 12)
+    produce(log, [(b"w", b"w")], timestamp=now)
+    clean(log, now_ms=now)
+    assert [offset for offset, _, _ in records_of(log)] == [3, 4, 5, 9, 10, 11, 12]
+    # Retention then drops what is older than retention.ms, the emptied segment included
+    # (its age is the modification time it kept from the segment it replaced).
+    assert log.delete_segments_by_retention(now) == 2
+    assert [offset for offset, _, _ in records_of(log)] == [9, 10, 11, 12]
+    assert log.log_start_offset == 6
