@@ -13,7 +13,7 @@ valueLength, value. A length of -1 is null.
 
 import gzip
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -275,11 +275,15 @@ class RawRecord(NamedTuple):
 
 def decode_raw_records(batch) -> list[RawRecord]:
     """Every record of one v2 batch as RawRecord, decompressing first if need be."""
+    return list(iter_raw_records(batch))
+
+
+def iter_raw_records(batch) -> Iterator[RawRecord]:
+    """decode_raw_records one record at a time (the batch is decompressed at the start)."""
     header = read_header(batch, 0)
     payload = decompress(
         header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])
     )
-    records = []
     pos = 0
     for _ in range(header.records_count):
         length, pos = _read_varint(payload, pos)
@@ -292,18 +296,15 @@ def decode_raw_records(batch) -> list[RawRecord]:
         tail_start = field
         key, field = _read_nullable(payload, field)
         value_length, _ = _read_varint(payload, field)
-        records.append(
-            RawRecord(
-                header.base_offset + offset_delta,
-                header.base_timestamp + timestamp_delta,
-                key,
-                value_length >= 0,
-                attributes,
-                payload[tail_start:end],
-            )
+        yield RawRecord(
+            header.base_offset + offset_delta,
+            header.base_timestamp + timestamp_delta,
+            key,
+            value_length >= 0,
+            attributes,
+            payload[tail_start:end],
         )
         pos = end
-    return records
 
 
 def encode_raw_batch(
@@ -359,11 +360,15 @@ def encode_raw_batch(
 def record_keys(batch) -> list[tuple[int, bytes | None]]:
     """(offset, key) of every record of one v2 batch: what the log cleaner's offset map
     needs, without the rest of each record."""
+    return list(iter_record_keys(batch))
+
+
+def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
+    """record_keys one record at a time (the batch is decompressed at the start)."""
     header = read_header(batch, 0)
     payload = decompress(
         header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])
     )
-    keys = []
     pos = 0
     base_offset = header.base_offset
     for _ in range(header.records_count):
@@ -374,6 +379,5 @@ def record_keys(batch) -> list[tuple[int, bytes | None]]:
         _, field = _read_varint(payload, pos + 1)  # timestampDelta
         offset_delta, field = _read_varint(payload, field)
         key, _ = _read_nullable(payload, field)
-        keys.append((base_offset + offset_delta, key))
+        yield base_offset + offset_delta, key
         pos = end
-    return keys

@@ -67,9 +67,9 @@ from protocol.record_batch import (
 from protocol.records import (
     DELETE_HORIZON_FLAG,
     RawRecord,
-    decode_raw_records,
     encode_raw_batch,
-    record_keys,
+    iter_raw_records,
+    iter_record_keys,
 )
 
 from .log import CLEANED_SUFFIX, INT_MAX, LONG_MAX, PartitionLog
@@ -83,6 +83,8 @@ DEFAULT_DEDUPE_BUFFER_SIZE = 134217728
 _BYTES_PER_MAP_ENTRY = 128
 _MAP_LOAD_FACTOR = 0.9
 _READ_SIZE = 1 << 20
+# About a millisecond of decoding between two chances for the loop thread to run.
+_RECORDS_BETWEEN_YIELDS = 256
 _WRITE_SIZE = 1 << 20
 
 
@@ -108,6 +110,15 @@ class CleanerStats:
     @property
     def bytes_reclaimed(self) -> int:
         return self.bytes_read - self.bytes_written
+
+
+def _yielding(items: Iterable, every: int = _RECORDS_BETWEEN_YIELDS) -> Iterator:
+    """`items`, releasing the GIL every so many (a batch may hold thousands of records; see
+    Cleaning.check_done)."""
+    for count, item in enumerate(items, 1):
+        if count % every == 0:
+            time.sleep(0)
+        yield item
 
 
 # -- choosing what to clean --------------------------------------------------------------
@@ -333,7 +344,7 @@ class Cleaning:
                     break
                 if header.attributes & CONTROL_FLAG_MASK:
                     continue
-                for offset, key in record_keys(batch):
+                for offset, key in _yielding(iter_record_keys(batch)):
                     if key is None or offset < start:
                         continue
                     if len(offset_map) >= self.max_map_entries and key not in offset_map:
@@ -409,14 +420,19 @@ class Cleaning:
             return batch
         has_horizon = bool(header.attributes & DELETE_HORIZON_FLAG)
         horizon = header.base_timestamp if has_horizon else None
-        records = decode_raw_records(batch)
-        self.stats.records_read += len(records)
-        kept = [record for record in records if self._keeps(record, horizon)]
+        kept = []
+        read = 0
+        tombstones = False
+        for record in _yielding(iter_raw_records(batch)):
+            read += 1
+            if self._keeps(record, horizon):
+                kept.append(record)
+                tombstones = tombstones or not record.has_value
+        self.stats.records_read += read
         self.stats.records_written += len(kept)
         if kept:
-            tombstones = any(not record.has_value for record in kept)
             needs_horizon = tombstones and not has_horizon
-            if len(kept) == len(records) and not needs_horizon:
+            if len(kept) == read and not needs_horizon:
                 return batch
             if needs_horizon:
                 horizon = self.now_ms + self.config.delete_retention_ms
