@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=5000)
     parser.add_argument("--codec", default="none", choices=["none", "gzip", "lz4", "zstd"])
+    parser.add_argument("--segment-bytes", type=int, default=8 << 20)
     args = parser.parse_args()
     work_dir = Path(tempfile.mkdtemp(prefix="cleaner-stall-"))
     node = BrokerProcess.start(
@@ -84,13 +85,17 @@ def main() -> None:
     )
     node.wait_ready(30)
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
-    config = {"cleanup.policy": "compact", "segment.bytes": str(8 << 20)}
+    config = {"cleanup.policy": "compact", "segment.bytes": str(args.segment_bytes)}
     admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)])[TOPIC].result(30)
     _produce(node.bootstrap, args.records, args.keys, args.codec)
     idle = _round_trips_while(node, lambda: time.sleep(IDLE_SECONDS))
     node.stop()
     before_bytes = _partition_bytes(node)
     active_base = _active_base(node)
+    if active_base == 0:
+        raise SystemExit(
+            "nothing to clean: the whole log is the active segment (lower --segment-bytes)"
+        )
     node.overrides["log.cleaner.enable"] = "true"
     started = time.monotonic()
     node.restart()
