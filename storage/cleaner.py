@@ -294,16 +294,17 @@ class Cleaning:
         self.stats = CleanerStats()
         self._version = self.log.structure_version
         self._log_end = self.log.log_end_offset
-        segments = self.log.segments[:-1]  # never the active one
-        # (segment, end offset, size, path) of every segment that may be read, as now.
+        segments = self.log.segments
+        # (segment, end offset, size, path) of every segment that may be read, as now; never
+        # the active one.
         self._segments = [
             (
                 segment,
-                _segment_end(self.log.segments, position, self._log_end),
+                _segment_end(segments, position, self._log_end),
                 segment.size,
                 segment.log_path,
             )
-            for position, segment in enumerate(segments)
+            for position, segment in enumerate(segments[:-1])
         ]
         start = to_clean.first_dirty_offset
         self._dirty = [
