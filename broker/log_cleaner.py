@@ -33,7 +33,8 @@ from storage.cleaner import (
     Cleaning,
     CleaningAborted,
     LogToClean,
-    grab_filthiest,
+    compacted_logs,
+    filthiest,
     map_capacity,
 )
 
@@ -78,7 +79,11 @@ class LogCleanerService:
             for partition in self.replicas.partitions()
             if partition.log.config.compacts and partition.key not in self.uncleanable
         ]
-        to_clean = grab_filthiest(candidates, now_ms)
+        logs = compacted_logs(candidates, now_ms)
+        self.metrics.cleaner_max_dirty_percent.set(
+            100 * max((item.cleanable_ratio for item in logs), default=0.0)
+        )
+        to_clean = filthiest(logs)
         if to_clean is None:
             return False
         key = (to_clean.log.topic, to_clean.log.partition)

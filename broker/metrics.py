@@ -133,6 +133,11 @@ class BrokerMetrics:
             "Bytes written back as a percentage of bytes read, in the last cleaning.",
             registry=self.registry,
         )
+        self.cleaner_max_dirty_percent = Gauge(
+            "kafka_log_logcleanermanager_max_dirty_percent",
+            "Cleanable bytes as a percentage of the log, for the dirtiest compacted partition.",
+            registry=self.registry,
+        )
         self.uncleanable_partitions = Gauge(
             "kafka_log_logcleanermanager_uncleanable_partitions_count",
             "Compacted partitions the cleaner gave up on after an error.",

@@ -234,19 +234,31 @@ def log_to_clean(partition_log: PartitionLog, upper_bound: int, now_ms: int) -> 
     )
 
 
-def grab_filthiest(
-    candidates: Iterable[tuple[PartitionLog, int]], now_ms: int
-) -> LogToClean | None:
-    """The compacted log to clean next, among (log, upper bound) pairs: the one with the
-    highest cleanable ratio among those due (see LogToClean.should_clean); None if none is."""
-    due = []
+def compacted_logs(candidates: Iterable[tuple[PartitionLog, int]], now_ms: int) -> list[LogToClean]:
+    """Where every compacted, open, non-empty log among (log, upper bound) pairs stands."""
+    found = []
     for partition_log, upper_bound in candidates:
         if not partition_log.config.compacts or partition_log.closed:
             continue
         to_clean = log_to_clean(partition_log, upper_bound, now_ms)
-        if to_clean.total_bytes > 0 and to_clean.should_clean:
-            due.append(to_clean)
+        if to_clean.total_bytes > 0:
+            found.append(to_clean)
+    return found
+
+
+def filthiest(logs: Iterable[LogToClean]) -> LogToClean | None:
+    """The log to clean next: the highest cleanable ratio among those due (see
+    LogToClean.should_clean); None if none is."""
+    due = [to_clean for to_clean in logs if to_clean.should_clean]
     return max(due, key=lambda item: item.cleanable_ratio, default=None)
+
+
+def grab_filthiest(
+    candidates: Iterable[tuple[PartitionLog, int]], now_ms: int
+) -> LogToClean | None:
+    """The compacted log to clean next among (log, upper bound) pairs, None if none is due
+    (Kafka's grabFilthiestCompactedLog)."""
+    return filthiest(compacted_logs(candidates, now_ms))
 
 
 # -- cleaning --------------------------------------------------------------------------------

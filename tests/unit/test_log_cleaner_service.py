@@ -116,6 +116,7 @@ async def test_appends_and_reads_go_on_while_a_worker_thread_cleans(tmp_path):
     assert manager.checkpoints_written == 1
     assert metrics.cleaner_runs._value.get() == 1
     assert metrics.cleaner_bytes_reclaimed._value.get() > 0
+    assert metrics.cleaner_max_dirty_percent._value.get() == 100.0  # nothing was clean
     assert reads == 300
 
 
