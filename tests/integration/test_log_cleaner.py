@@ -15,7 +15,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from protocol.record_batch import read_header
-from protocol.records import decode_records
+from protocol.records import DELETE_HORIZON_FLAG, decode_records
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tests.conftest import batch_compression, fetch_all_batches, wait_for
 from tests.integration.test_kcat import kcat
@@ -42,10 +42,16 @@ def create_compacted_topic(bootstrap: str) -> None:
     admin.create_topics([topic], request_timeout=10)[TOPIC].result(timeout=15)
 
 
+# offset -> timestamp, from the delivery reports and from what consumers read.
+TIMESTAMPS_SENT: dict[int, int] = {}
+TIMESTAMPS_READ: dict[int, int] = {}
+
+
 def produce(
     bootstrap: str, messages: list[tuple[bytes, bytes | None]], **settings
 ) -> dict[tuple[bytes, bytes | None], int]:
-    """Send in order; return (key, value) -> offset from the delivery reports."""
+    """Send in order; return (key, value) -> offset from the delivery reports (and note each
+    record's timestamp in TIMESTAMPS_SENT)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -63,6 +69,7 @@ def produce(
             errors.append(error)
         else:
             offsets[message.key(), message.value()] = message.offset()
+            TIMESTAMPS_SENT[message.offset()] = message.timestamp()[1]
 
     for key, value in messages:
         producer.produce(TOPIC, key=key, value=value, on_delivery=on_delivery)
@@ -90,6 +97,7 @@ def consume_everything(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
             if message is not None:
                 assert message.error() is None, message.error()
                 messages.append((message.offset(), message.key(), message.value()))
+                TIMESTAMPS_READ[message.offset()] = message.timestamp()[1]
             return messages and messages[-1][0] >= high - 1
 
         wait_for(reached_the_end, 30, f"messages up to offset {high - 1}", interval=0)
@@ -159,7 +167,10 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory):
 
     # Exactly the latest value of every key, the tombstone included (delete.retention.ms is a
     # day), at the offsets the producer was told.
+    TIMESTAMPS_READ.clear()
     assert consume_everything(broker.bootstrap) == expected
+    # Every record keeps its timestamp, in the batches that got a delete horizon too.
+    assert {offset: TIMESTAMPS_SENT[offset] for offset, _, _ in expected} == TIMESTAMPS_READ
     assert consume_with_kafka_python(broker.bootstrap, expected[-1][0]) == expected
     if shutil.which("kcat"):  # Debian's kcat: librdkafka 2.0.2
         assert consume_with_kcat(broker) == expected
@@ -174,6 +185,10 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key(broker_factory):
         and 0 < read_header(batch).records_count < read_header(batch).last_offset_delta + 1
     ]
     assert cleaned and all(batch_compression(batch) == ZSTD for batch in cleaned)
+    # The tombstone's batch carries its delete horizon (and the consumers above read its
+    # records' timestamps right).
+    tombstone_batch = next(b for b in batches if read_header(b).last_offset >= last_round_end - 1)
+    assert read_header(tombstone_batch).attributes & DELETE_HORIZON_FLAG
     assert sum(len(decode_records(batch)) for batch in batches) == len(latest)
     empty = [read_header(batch) for batch in batches if read_header(batch).records_count == 0]
     assert [header.producer_id >= 0 for header in empty] == [True]
