@@ -357,14 +357,9 @@ def encode_raw_batch(
     )
 
 
-def record_keys(batch) -> list[tuple[int, bytes | None]]:
-    """(offset, key) of every record of one v2 batch: what the log cleaner's offset map
-    needs, without the rest of each record."""
-    return list(iter_record_keys(batch))
-
-
 def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
-    """record_keys one record at a time (the batch is decompressed at the start)."""
+    """(offset, key) of each record of one v2 batch, in turn (the batch is decompressed at
+    the start): what the log cleaner's offset map needs, without the rest of each record."""
     header = read_header(batch, 0)
     payload = decompress(
         header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])

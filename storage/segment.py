@@ -380,9 +380,6 @@ class LogSegment:
         """Give the .log file this modification time (the cleaner keeps the old one's)."""
         os.utime(self.log_path, ns=(modified_ms * 1_000_000, modified_ms * 1_000_000))
 
-    def modified_ms(self) -> int:
-        return self._modified_ms()
-
     def delete(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
