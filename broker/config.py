@@ -75,6 +75,13 @@ def _parse_dirs(text: str) -> tuple[Path, ...]:
     return dirs
 
 
+def _parse_ratio(text: str) -> float:
+    value = float(text.strip())
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0.0 and 1.0")
+    return value
+
+
 def _parse_timestamp_type(text: str) -> str:
     value = text.strip()
     if value not in ("CreateTime", "LogAppendTime"):
@@ -173,6 +180,17 @@ _PROPERTIES: dict[str, _Property] = {
         "log_flush_offset_checkpoint_interval_ms", _at_least(0)
     ),
     "log.message.timestamp.type": _Property("log_message_timestamp_type", _parse_timestamp_type),
+    "log.cleaner.enable": _Property("log_cleaner_enable", _parse_bool),
+    "log.cleaner.backoff.ms": _Property("log_cleaner_backoff_ms", _at_least(0)),
+    "log.cleaner.dedupe.buffer.size": _Property("log_cleaner_dedupe_buffer_size", _at_least(1)),
+    "log.cleaner.delete.retention.ms": _Property("log_cleaner_delete_retention_ms", _at_least(0)),
+    "log.cleaner.min.cleanable.ratio": _Property("log_cleaner_min_cleanable_ratio", _parse_ratio),
+    "log.cleaner.min.compaction.lag.ms": _Property(
+        "log_cleaner_min_compaction_lag_ms", _at_least(0)
+    ),
+    "log.cleaner.max.compaction.lag.ms": _Property(
+        "log_cleaner_max_compaction_lag_ms", _at_least(1)
+    ),
     "message.max.bytes": _Property("message_max_bytes", _at_least(0)),
     "fetch.max.bytes": _Property("fetch_max_bytes", _at_least(1024)),
     "num.partitions": _Property("num_partitions", _at_least(1)),
@@ -255,6 +273,13 @@ class BrokerConfig:
     log_flush_interval_ms: int | None = None
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_message_timestamp_type: str = "CreateTime"
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = 134_217_728
+    log_cleaner_delete_retention_ms: int = 86_400_000
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_min_compaction_lag_ms: int = 0
+    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     message_max_bytes: int = 1_048_588
     # Kafka's default is 55 MiB; see the README's architecture notes for why it is smaller.
     fetch_max_bytes: int = 4 * 1024 * 1024

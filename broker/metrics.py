@@ -21,6 +21,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -118,6 +119,32 @@ class BrokerMetrics:
         self.leader_elections = Counter(
             "kafka_controller_controllerstats_leaderelections",
             "Partition leader changes decided by the controller (LeaderElectionRateAndTimeMs).",
+            registry=self.registry,
+        )
+        # The log cleaner (broker/log_cleaner.py); Kafka's LogCleaner and LogCleanerManager.
+        self.cleaner_runs = Counter(
+            "kafka_log_logcleaner_cleanings",
+            "Cleanings of compacted partitions completed by the log cleaner.",
+            registry=self.registry,
+        )
+        self.cleaner_bytes_reclaimed = Counter(
+            "kafka_log_logcleaner_bytes_reclaimed",
+            "Bytes the log cleaner removed from compacted logs (read minus written back).",
+            registry=self.registry,
+        )
+        self.cleaner_recopy_percent = Gauge(
+            "kafka_log_logcleaner_cleaner_recopy_percent",
+            "Bytes written back as a percentage of bytes read, in the last cleaning.",
+            registry=self.registry,
+        )
+        self.cleaner_max_dirty_percent = Gauge(
+            "kafka_log_logcleanermanager_max_dirty_percent",
+            "Cleanable bytes as a percentage of the log, for the dirtiest compacted partition.",
+            registry=self.registry,
+        )
+        self.uncleanable_partitions = Gauge(
+            "kafka_log_logcleanermanager_uncleanable_partitions_count",
+            "Compacted partitions the cleaner gave up on after an error.",
             registry=self.registry,
         )
         self._state = _StateCollector()

@@ -32,6 +32,7 @@ from .controller.service import ControllerService
 from .controller_client import ControllerClient, discover_cluster_id
 from .coordinator.service import GroupCoordinator
 from .dispatch import UnsupportedRequest, dispatch
+from .log_cleaner import LogCleanerService
 from .metrics import BrokerMetrics, serve_metrics
 from .replica_manager import ReplicaManager, wall_clock_ms
 
@@ -227,6 +228,11 @@ class BrokerServer:
                     self.config.log_retention_check_interval_ms,
                     self.replicas.run_retention,
                 )
+            if self.replicas is not None and self.config.log_cleaner_enable:
+                cleaner = LogCleanerService(
+                    self.config, self.replicas, self.log_manager, self.metrics, wall_clock_ms
+                )
+                nursery.start_soon(cleaner.run)
             nursery.start_soon(
                 self._every,
                 self.config.log_flush_offset_checkpoint_interval_ms,
@@ -352,6 +358,10 @@ def log_config_from(config: BrokerConfig) -> LogConfig:
         retention_bytes=config.log_retention_bytes,
         max_message_bytes=config.message_max_bytes,
         message_timestamp_type=config.log_message_timestamp_type,
+        delete_retention_ms=config.log_cleaner_delete_retention_ms,
+        min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
+        min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
+        max_compaction_lag_ms=config.log_cleaner_max_compaction_lag_ms,
         flush_messages=config.log_flush_interval_messages,
         flush_ms=config.log_flush_interval_ms,
         min_insync_replicas=config.min_insync_replicas,

@@ -13,7 +13,7 @@ valueLength, value. A length of -1 is null.
 
 import gzip
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -252,3 +252,127 @@ def encode_batch(
         + struct.pack(">I", crc32c.crc32c(after_crc))
         + after_crc
     )
+
+
+# Attributes bit 6 (Kafka 3.1+, KIP-534): the batch's baseTimestamp holds the time after which
+# the cleaner may remove the tombstones (and transaction markers) in it.
+DELETE_HORIZON_FLAG = 0x40
+
+
+class RawRecord(NamedTuple):
+    """One record of a batch as the log cleaner sees it: the fields it decides on, and the
+    encoded bytes from keyLength to the end of the record (key, value, headers) so that a
+    retained record is written back byte for byte (header names are not round-tripped
+    through str)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    has_value: bool
+    attributes: int
+    tail: bytes
+
+
+def decode_raw_records(batch) -> list[RawRecord]:
+    """Every record of one v2 batch as RawRecord, decompressing first if need be."""
+    return list(iter_raw_records(batch))
+
+
+def iter_raw_records(batch) -> Iterator[RawRecord]:
+    """decode_raw_records one record at a time (the batch is decompressed at the start)."""
+    header = read_header(batch, 0)
+    payload = decompress(
+        header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])
+    )
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(payload, pos)
+        end = pos + length
+        if end > len(payload) or length < 1:
+            raise RecordError("record runs past the batch")
+        attributes = payload[pos]
+        timestamp_delta, field = _read_varint(payload, pos + 1)
+        offset_delta, field = _read_varint(payload, field)
+        tail_start = field
+        key, field = _read_nullable(payload, field)
+        value_length, _ = _read_varint(payload, field)
+        yield RawRecord(
+            header.base_offset + offset_delta,
+            header.base_timestamp + timestamp_delta,
+            key,
+            value_length >= 0,
+            attributes,
+            payload[tail_start:end],
+        )
+        pos = end
+
+
+def encode_raw_batch(
+    records: list[RawRecord],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    partition_leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """A v2 batch of `records` (possibly none: a header-only batch, as the cleaner keeps for
+    producer state), compressed with the codec `attributes` names; offset and timestamp
+    deltas are taken against `base_offset` and `base_timestamp`."""
+    body = b"".join(
+        _varint(len(encoded)) + encoded
+        for encoded in (
+            bytes((record.attributes,))
+            + _varint(record.timestamp - base_timestamp)
+            + _varint(record.offset - base_offset)
+            + record.tail
+            for record in records
+        )
+    )
+    codec = attributes & COMPRESSION_CODEC_MASK
+    if records:
+        body = compress(codec, body)
+    after_crc = (
+        _AFTER_CRC.pack(
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+        + body
+    )
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    return (
+        _BEFORE_CRC.pack(base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC)
+        + struct.pack(">I", crc32c.crc32c(after_crc))
+        + after_crc
+    )
+
+
+def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, key) of each record of one v2 batch, in turn (the batch is decompressed at
+    the start): what the log cleaner's offset map needs, without the rest of each record."""
+    header = read_header(batch, 0)
+    payload = decompress(
+        header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])
+    )
+    pos = 0
+    base_offset = header.base_offset
+    for _ in range(header.records_count):
+        length, pos = _read_varint(payload, pos)
+        end = pos + length
+        if end > len(payload) or length < 1:
+            raise RecordError("record runs past the batch")
+        _, field = _read_varint(payload, pos + 1)  # timestampDelta
+        offset_delta, field = _read_varint(payload, field)
+        key, _ = _read_nullable(payload, field)
+        yield base_offset + offset_delta, key
+        pos = end

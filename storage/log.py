@@ -21,6 +21,7 @@ Where this departs from Kafka (each is also noted where it happens):
 """
 
 import logging
+import os
 import re
 import shutil
 from bisect import bisect_right
@@ -31,6 +32,7 @@ from typing import NamedTuple
 
 from protocol.record_batch import (
     HEADER_SIZE,
+    MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     BatchHeader,
     InvalidRecordBatch,
@@ -39,6 +41,7 @@ from protocol.record_batch import (
     stamp_offsets,
     validate_batches,
 )
+from protocol.records import DELETE_HORIZON_FLAG
 
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache, fsync_directory
 from .errors import (
@@ -52,7 +55,7 @@ from .errors import (
 )
 from .index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from .producer_state import ProducerStateManager
-from .segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment
+from .segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
 
 log = logging.getLogger("storage.log")
 
@@ -61,8 +64,12 @@ INT_MAX = 2**31 - 1
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
-# Files an interrupted operation may leave in a partition directory (Kafka's suffixes).
-_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+# Files an interrupted operation may leave in a partition directory (Kafka's suffixes);
+# `.swap` files are not simply removed: see _complete_interrupted_swaps.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX)
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)(\.swap)?")
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
@@ -109,6 +116,19 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(policies)
 
 
+def _ratio(key: str, text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"Invalid value {text} for configuration {key}: Not a number of type DOUBLE"
+        ) from None
+    if not 0.0 <= value <= 1.0:
+        bound = "be at least 0.0" if value < 0 else "be no more than 1.0"
+        raise ValueError(f"Invalid value {value} for configuration {key}: Value must {bound}")
+    return value
+
+
 def _boolean(key: str, text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
@@ -129,6 +149,10 @@ _TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "flush.messages": ("flush_messages", _long(1)),
     "flush.ms": ("flush_ms", _long(0)),
     "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "delete.retention.ms": ("delete_retention_ms", _long(0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
     "min.insync.replicas": ("min_insync_replicas", _int(1)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _boolean),
 }
@@ -154,6 +178,11 @@ class LogConfig:
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     cleanup_policy: str = "delete"
+    # The log cleaner's settings (cleanup.policy=compact; see storage/cleaner.py).
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     min_insync_replicas: int = 1
     # Replication settings live here too: they are topic configs like the others, and the
     # controller and the leader read them from the same validated object.
@@ -172,6 +201,11 @@ class LogConfig:
         """Whether retention.ms/retention.bytes apply (cleanup.policy includes delete)."""
         return "delete" in self.cleanup_policy.split(",")
 
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner keeps only the latest record per key (compact)."""
+        return "compact" in self.cleanup_policy.split(",")
+
     @classmethod
     def from_topic_configs(cls, base: "LogConfig", configs: dict[str, str]) -> "LogConfig":
         """`base` overridden by Kafka topic configs; ValueError naming the key if one is bad."""
@@ -183,7 +217,14 @@ class LogConfig:
                 raise ValueError(f"Null value not supported for topic config {key}")
             field_name, parse = _TOPIC_CONFIGS[key]
             changes[field_name] = parse(key, text)
-        return replace(base, **changes)
+        config = replace(base, **changes)
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise ValueError(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({config.max_compaction_lag_ms})"
+            )
+        return config
 
 
 class AppendResult(NamedTuple):
@@ -255,6 +296,14 @@ class PartitionLog:
         self._directory_needs_fsync = False
         self._producers = ProducerStateManager()
         self._epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+        # The log cleaner's position: offsets below it were cleaned (Kafka's
+        # cleaner-offset-checkpoint entry); None until the first cleaning. A truncation
+        # below it pulls it back, as Kafka's maybeTruncateCheckpoint does.
+        self.first_dirty_offset: int | None = None
+        # Bumped whenever the segments change in a way a cleaning in progress cannot
+        # survive (truncation, close, deletion); the cleaner stops when it moves.
+        self.structure_version = 0
+        self.closed = False
 
     @classmethod
     def open(
@@ -276,6 +325,7 @@ class PartitionLog:
         """
         directory.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(directory)
+        _complete_interrupted_swaps(directory)
         partition_log = cls(directory, config, now_ms)
         partition_log._load(recovery_point, log_start_offset, needs_recovery)
         return partition_log
@@ -680,7 +730,9 @@ class PartitionLog:
                 return None
             except (IndexError, ValueError):
                 log.warning("%s: undecodable records at offset %d", self.name, first_offset)
-        if header.base_timestamp >= timestamp_ms:
+        # Once the cleaner set a delete horizon, baseTimestamp holds that horizon instead of
+        # the first record's timestamp.
+        if not header.attributes & DELETE_HORIZON_FLAG and header.base_timestamp >= timestamp_ms:
             return first_offset, header.base_timestamp
         return first_offset, header.max_timestamp
 
@@ -734,6 +786,7 @@ class PartitionLog:
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
+        self._segments_changed(offset)
         while len(self._segments) > 1 and self._active.base_offset > offset:
             self._segments.pop().delete()
         self._active.truncate_to(offset)
@@ -746,6 +799,7 @@ class PartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and continue at `offset` (a follower far behind the leader)."""
+        self._segments_changed(offset)
         self._replace_all_segments(offset)
         self._log_start_offset = offset
         self._recovery_point = offset
@@ -836,6 +890,42 @@ class PartitionLog:
             self._advance_log_start_offset(self._segments[0].base_offset)
         return len(deletable)
 
+    # -- the log cleaner's swap ---------------------------------------------------------------
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """Put `cleaned` (a segment the log cleaner wrote as `<base>.log.cleaned` etc., with
+        the base offset of `old[0]`, flushed) in place of the consecutive segments `old`.
+
+        Crash-safe as Kafka's replaceSegments: the cleaned files are renamed to `.swap` (the
+        .log first: its `.swap` is the commit point), the old segments are deleted, then the
+        `.swap` suffixes are dropped (the .log last), with the directory fsynced after the
+        first and last step. `_complete_interrupted_swaps` finishes the job after a crash
+        anywhere in between. Returns False, deleting `cleaned`, when the log changed since
+        the cleaning started (closed, truncated, or one of `old` deleted by retention).
+
+        Runs on the thread that owns the log, in one go: readers never see a half-made swap.
+        """
+        first = next(
+            (position for position, segment in enumerate(self._segments) if segment is old[0]),
+            None,
+        )
+        if (
+            self.closed
+            or first is None
+            or self._segments[first : first + len(old)] != old
+            or first + len(old) >= len(self._segments)  # the active segment is never replaced
+        ):
+            cleaned.delete()
+            return False
+        cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
+        fsync_directory(self.directory)
+        for segment in old:
+            segment.delete()
+        cleaned.change_suffix("", log_first=False)
+        fsync_directory(self.directory)
+        self._segments[first : first + len(old)] = [cleaned]
+        return True
+
     # -- durability ------------------------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:
@@ -870,16 +960,84 @@ class PartitionLog:
             return True
         return False
 
+    def _segments_changed(self, truncated_to: int | None = None) -> None:
+        self.structure_version += 1
+        if truncated_to is not None and self.first_dirty_offset is not None:
+            self.first_dirty_offset = min(self.first_dirty_offset, truncated_to)
+
     def close(self) -> None:
         """Close the files (without flushing: the log manager flushes before closing)."""
+        self.closed = True
+        self._segments_changed()
         for segment in self._segments:
             segment.close()
 
     def delete(self) -> None:
         """Remove the partition's directory and everything in it."""
+        self.closed = True
+        self._segments_changed()
         for segment in self._segments:
             segment.delete()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _complete_interrupted_swaps(directory: Path) -> None:
+    """Finish a segment swap that a crash interrupted, as Kafka's LogLoader does.
+
+    A `<base>.log.swap` is a cleaned segment that was complete when it was renamed: every
+    ordinary segment file whose base offset lies between the lowest swap's base offset and
+    the highest swap's next offset is one it replaces, and is deleted; then the `.swap`
+    suffixes are dropped. An index `.swap` without its `.log.swap` is deleted (the index is
+    rebuilt from the log when missing).
+    """
+    swaps: dict[int, list[Path]] = {}
+    for path in directory.iterdir():
+        match = _SEGMENT_FILE.fullmatch(path.name)
+        if match and match.group(3):
+            swaps.setdefault(int(match.group(1)), []).append(path)
+    if not swaps:
+        return
+    lowest, highest = None, None
+    for base_offset, paths in sorted(swaps.items()):
+        log_swap = directory / segment_file_name(base_offset, LOG_SUFFIX + SWAP_SUFFIX)
+        if not log_swap.exists():
+            for path in paths:
+                log.info("removing %s: its segment was never swapped in", path)
+                path.unlink()
+            continue
+        # An empty cleaned segment still replaces the old one with its base offset.
+        next_offset = max(_next_offset_of(log_swap), base_offset + 1)
+        lowest = base_offset if lowest is None else min(lowest, base_offset)
+        highest = next_offset if highest is None else max(highest, next_offset)
+    if lowest is None:
+        return
+    for path in directory.iterdir():
+        match = _SEGMENT_FILE.fullmatch(path.name)
+        if match and not match.group(3) and lowest <= int(match.group(1)) < highest:
+            log.info("removing %s: an interrupted swap replaced it", path)
+            path.unlink()
+    for path in directory.iterdir():
+        match = _SEGMENT_FILE.fullmatch(path.name)
+        if match and match.group(3):
+            log.info("completing the interrupted swap of %s", path)
+            os.replace(path, path.with_name(path.name.removesuffix(SWAP_SUFFIX)))
+    fsync_directory(directory)
+
+
+def _next_offset_of(log_path: Path) -> int:
+    """The offset after the last batch of a segment file, from its batch headers (a swap
+    file was flushed before it got its name, so its headers are trusted); -1 if empty."""
+    next_offset = -1
+    with open(log_path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        position = 0
+        while position + HEADER_SIZE <= size:
+            header = read_header(os.pread(file.fileno(), HEADER_SIZE, position))
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > size:
+                break
+            next_offset = header.last_offset + 1
+            position += header.size
+    return next_offset
 
 
 def _remove_leftovers(directory: Path) -> None:

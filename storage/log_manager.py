@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     fsync_directory,
@@ -92,6 +93,8 @@ class _LogPosition(NamedTuple):
     recovery_point: int
     # None when the log starts at its first segment; the checkpoint then leaves it out.
     log_start_offset: int | None
+    # The log cleaner's first dirty offset (cleaner-offset-checkpoint); None if never cleaned.
+    first_dirty_offset: int | None = None
 
 
 def _position_of(partition_log: PartitionLog) -> _LogPosition:
@@ -101,6 +104,7 @@ def _position_of(partition_log: PartitionLog) -> _LogPosition:
         partition_log.directory,
         partition_log.recovery_point,
         partition_log.log_start_offset if moved else None,
+        partition_log.first_dirty_offset,
     )
 
 
@@ -296,6 +300,10 @@ class LogManager:
             directory: read_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT)
             for directory in self.log_dirs
         }
+        cleaned_to = {
+            directory: read_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT)
+            for directory in self.log_dirs
+        }
         configs = {
             name: LogConfig.from_topic_configs(self.default_config, info.configs)
             for name, info in self._topics.items()
@@ -318,6 +326,7 @@ class LogManager:
                 log_start_offset=start_offsets[directory].get(key, 0),
                 needs_recovery=not clean[directory],
             )
+            self._logs[key].first_dirty_offset = cleaned_to[directory].get(key)
             if read_partition_metadata(path) is None:
                 write_partition_metadata(path, info.topic_id)
 
@@ -388,7 +397,7 @@ class LogManager:
         stopped = self._stopped.pop((topic, partition), None)
         if stopped is not None:
             # It was flushed when it stopped, so its files can be trusted.
-            return PartitionLog.open(
+            reopened = PartitionLog.open(
                 stopped.directory,
                 config,
                 now_ms=now_ms,
@@ -396,6 +405,8 @@ class LogManager:
                 log_start_offset=stopped.log_start_offset or 0,
                 needs_recovery=False,
             )
+            reopened.first_dirty_offset = stopped.first_dirty_offset
+            return reopened
         name = f"{topic}-{partition}"
         path = next(
             (directory / name for directory in self.log_dirs if (directory / name).is_dir()), None
@@ -504,6 +515,14 @@ class LogManager:
                 {key: position.recovery_point for key, position in here.items()},
             )
             write_offset_checkpoint(
+                directory / CLEANER_OFFSET_CHECKPOINT,
+                {
+                    key: position.first_dirty_offset
+                    for key, position in here.items()
+                    if position.first_dirty_offset is not None
+                },
+            )
+            write_offset_checkpoint(
                 directory / LOG_START_OFFSET_CHECKPOINT,
                 {
                     key: position.log_start_offset
@@ -511,6 +530,11 @@ class LogManager:
                     if position.log_start_offset is not None
                 },
             )
+
+    def write_cleaner_checkpoints(self) -> None:
+        """Write every checkpoint file now (the log cleaner calls this after each cleaning,
+        as Kafka updates cleaner-offset-checkpoint then)."""
+        self._write_checkpoints()
 
     def run_retention(
         self, now_ms: int, high_watermarks: dict[tuple[str, int], int] | None = None

@@ -157,6 +157,15 @@ class ProducerStateManager:
             )
         )
 
+    def last_data_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its last data batch (the log cleaner keeps that
+        batch, as Kafka's lastRecordsOfActiveProducers, so that the state survives)."""
+        return {
+            producer_id: entry.batches[-1].last_offset
+            for producer_id, entry in self._producers.items()
+            if entry.batches
+        }
+
     def remove_before(self, log_start_offset: int) -> None:
         """Forget producers whose last batch lies wholly below the log start offset."""
         self._producers = {

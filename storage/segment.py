@@ -90,17 +90,21 @@ class LogSegment:
         *,
         index_interval_bytes: int,
         max_index_size: int,
+        suffix: str = "",
     ) -> None:
+        """`suffix` follows every file name: the log cleaner writes a segment as
+        `.log.cleaned` (and `.index.cleaned`, `.timeindex.cleaned`) and renames it later."""
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.suffix = suffix
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         self.offset_index = OffsetIndex(
-            directory / segment_file_name(base_offset, OFFSET_INDEX_SUFFIX),
+            directory / segment_file_name(base_offset, OFFSET_INDEX_SUFFIX + suffix),
             base_offset,
             max_index_size,
         )
         self.time_index = TimeIndex(
-            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
             base_offset,
             max_index_size,
         )
@@ -354,6 +358,27 @@ class LogSegment:
         self.seal_indexes()
         os.close(self._fd)
         self._fd = -1
+
+    def change_suffix(self, new_suffix: str, *, log_first: bool) -> None:
+        """Rename the segment's three files from the current suffix to `new_suffix` (the open
+        descriptor stays valid). The order matters to crash recovery (see PartitionLog's
+        `replace_segments`): `log_first` renames the .log before the indexes."""
+        targets = [self.offset_index, self.time_index]
+        order = ["log", *targets] if log_first else [*targets, "log"]
+        for item in order:
+            path = self.log_path if item == "log" else item.path
+            renamed = path.with_name(path.name.removesuffix(self.suffix) + new_suffix)
+            if path.exists():
+                os.replace(path, renamed)
+            if item == "log":
+                self.log_path = renamed
+            else:
+                item.path = renamed
+        self.suffix = new_suffix
+
+    def set_modified_ms(self, modified_ms: int) -> None:
+        """Give the .log file this modification time (the cleaner keeps the old one's)."""
+        os.utime(self.log_path, ns=(modified_ms * 1_000_000, modified_ms * 1_000_000))
 
     def delete(self) -> None:
         if self._fd >= 0:

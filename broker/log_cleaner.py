@@ -1,0 +1,143 @@
+"""The log cleaner's trio shell: which compacted partition to clean, and when.
+
+The cleaning itself is storage/cleaner.py. Like Kafka's one cleaner thread
+(`log.cleaner.threads=1`), one task cleans one partition at a time: it picks the dirtiest
+compacted partition due for cleaning (bounded by each partition's high watermark, so that
+nothing a consumer cannot see yet, or that a new leader may truncate, is cleaned), cleans
+it, and looks again at once; when none is due it sleeps `log.cleaner.backoff.ms`.
+
+Off the request path, by threads: building the offset map and writing each group's cleaned
+segment read and decompress whole segments, which takes seconds on a big log, so those steps
+run in a worker thread (`trio.to_thread.run_sync`). They only read the files of segments
+that are not active (with their own descriptors) and write `.cleaned` files, while the loop
+keeps appending to the active segment and serving reads from the segment list it owns. The
+swap of each group (`PartitionLog.replace_segments`: renames, unlinks, two directory fsyncs
+and a list splice) runs on the loop thread, in one go, so a read sees either the old
+segments or the new one and never a half-made swap; a reader never holds a segment across an
+await, since reads copy their bytes out synchronously. If the log is truncated, closed or
+deleted meanwhile, the worker stops with CleaningAborted at its next batch and removes its
+files, and a swap whose old segments are gone (retention) is refused.
+
+A partition whose cleaning fails with an unexpected error (an undecodable batch, say) is
+marked uncleanable until the broker restarts, as Kafka does, so one bad log does not stop
+the cleaning of the others.
+"""
+
+import logging
+import time
+
+import trio
+
+from storage.cleaner import (
+    CleanerStats,
+    Cleaning,
+    CleaningAborted,
+    LogToClean,
+    compacted_logs,
+    filthiest,
+    map_capacity,
+)
+
+from .config import BrokerConfig
+from .metrics import BrokerMetrics
+
+log = logging.getLogger("log_cleaner")
+
+
+class LogCleanerService:
+    """One task that cleans compacted partitions for ever (see the module notes)."""
+
+    def __init__(self, config: BrokerConfig, replicas, log_manager, metrics: BrokerMetrics, clock):
+        self.config = config
+        self.replicas = replicas
+        self.log_manager = log_manager
+        self.metrics = metrics
+        self.clock = clock
+        self.uncleanable: set[tuple[str, int]] = set()
+        self.max_map_entries = map_capacity(config.log_cleaner_dedupe_buffer_size)
+        self.longest_swap_ms = 0.0
+
+    async def run(self) -> None:
+        backoff = self.config.log_cleaner_backoff_ms / 1000
+        while True:
+            try:
+                cleaned = await self.clean_filthiest()
+            except Exception:
+                # Never take the broker down: log, wait, and look again.
+                log.exception("the log cleaner failed; retrying after the backoff")
+                cleaned = False
+            if not cleaned:
+                await trio.sleep(backoff)
+
+    async def clean_filthiest(self) -> bool:
+        """Clean the dirtiest partition due; False when none is."""
+        now_ms = self.clock()
+        hosted = {key for key in self.uncleanable if self.log_manager.get_log(*key) is not None}
+        self.uncleanable = hosted
+        candidates = [
+            (partition.log, partition.high_watermark)
+            for partition in self.replicas.partitions()
+            if partition.log.config.compacts and partition.key not in self.uncleanable
+        ]
+        logs = compacted_logs(candidates, now_ms)
+        self.metrics.cleaner_max_dirty_percent.set(
+            100 * max((item.cleanable_ratio for item in logs), default=0.0)
+        )
+        to_clean = filthiest(logs)
+        if to_clean is None:
+            return False
+        key = (to_clean.log.topic, to_clean.log.partition)
+        try:
+            stats = await self.clean(to_clean, now_ms)
+        except CleaningAborted as aborted:
+            log.info("cleaning of %s stopped: %s", to_clean.log.name, aborted)
+        except Exception:
+            if to_clean.log.closed:
+                return True
+            log.exception("cleaning %s failed; marking it uncleanable", to_clean.log.name)
+            self.uncleanable.add(key)
+        else:
+            self.metrics.cleaner_runs.inc()
+            self.metrics.cleaner_bytes_reclaimed.inc(max(stats.bytes_reclaimed, 0))
+            if stats.bytes_read:
+                self.metrics.cleaner_recopy_percent.set(
+                    100 * stats.bytes_written / stats.bytes_read
+                )
+            log.info(
+                "cleaned %s from offset %d: %d of %d bytes and %d of %d records kept, "
+                "%d segment(s) replaced (longest swap on the loop: %.1f ms)",
+                to_clean.log.name,
+                to_clean.first_dirty_offset,
+                stats.bytes_written,
+                stats.bytes_read,
+                stats.records_written,
+                stats.records_read,
+                stats.segments_replaced,
+                self.longest_swap_ms,
+            )
+        finally:
+            self.metrics.uncleanable_partitions.set(len(self.uncleanable))
+        return True
+
+    async def clean(self, to_clean: LogToClean, now_ms: int) -> CleanerStats:
+        self.longest_swap_ms = 0.0
+        cleaning = Cleaning(to_clean, now_ms, max_map_entries=self.max_map_entries)
+        await trio.to_thread.run_sync(cleaning.build_offset_map, abandon_on_cancel=True)
+        for group in cleaning.groups():
+            cleaned = await trio.to_thread.run_sync(
+                cleaning.clean_group, group, abandon_on_cancel=True
+            )
+            swap_started = time.perf_counter()
+            if not to_clean.log.replace_segments(cleaned, group):
+                raise CleaningAborted(f"{to_clean.log.name} changed during cleaning")
+            self.longest_swap_ms = max(
+                self.longest_swap_ms, (time.perf_counter() - swap_started) * 1000
+            )
+            cleaning.stats.segments_replaced += len(group)
+        cleaning.finish()
+        try:
+            self.log_manager.write_cleaner_checkpoints()
+        except OSError as error:
+            # The cleaning itself is done; the checkpoint is written again periodically.
+            log.warning("writing cleaner-offset-checkpoint failed: %s", error)
+        return cleaning.stats
