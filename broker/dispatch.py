@@ -18,6 +18,7 @@ from protocol.versions import ApiKey, supported_versions
 from .apis import (
     CloseConnection,
     RequestContext,
+    admin,
     api_versions,
     configs,
     controller_apis,
@@ -65,6 +66,8 @@ HANDLERS = {
     ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
     ApiKey.LIST_GROUPS: groups.handle_list_groups,
     ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.DELETE_RECORDS: admin.handle_delete_records,
+    ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
@@ -94,6 +97,8 @@ CLIENT_APIS = frozenset(
         ApiKey.DESCRIBE_GROUPS,
         ApiKey.LIST_GROUPS,
         ApiKey.DELETE_GROUPS,
+        ApiKey.DELETE_RECORDS,
+        ApiKey.DESCRIBE_CLUSTER,
     }
 )
 

@@ -34,10 +34,12 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DELETE_RECORDS = 21
     DESCRIBE_CONFIGS = 32
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
+    DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     ALLOCATE_PRODUCER_IDS = 67
@@ -76,6 +78,8 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 
 # What a node with the controller role adds.
@@ -129,6 +133,8 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.LIST_GROUPS: 3,
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
+    ApiKey.DELETE_RECORDS: 2,
+    ApiKey.DESCRIBE_CLUSTER: 0,
     ApiKey.API_VERSIONS: 3,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,

@@ -174,6 +174,23 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                 for group_id in request.groups
             ]
         }
+    if api_key == ApiKey.DELETE_RECORDS:
+        return {
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "low_watermark": -1,
+                            "error_code": error,
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in request.topics
+            ]
+        }
     if api_key == ApiKey.DELETE_GROUPS:
         return {
             "results": [
@@ -204,4 +221,7 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
         "node_id": -1,
         "host": "",
         "port": -1,
+        "cluster_id": "",
+        "brokers": (),
+        "endpoint_type": 1,
     }

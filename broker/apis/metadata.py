@@ -88,7 +88,7 @@ async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> d
     return _error_entry(name, None, error)
 
 
-def _brokers(ctx: RequestContext, replicas: ReplicaManager) -> list[dict]:
+def brokers_on_listener(ctx: RequestContext, replicas: ReplicaManager) -> list[dict]:
     """The live brokers' endpoints on the listener this request came in on."""
     brokers = [
         {"node_id": b.node_id, "host": b.host, "port": b.port}
@@ -111,7 +111,7 @@ async def handle(ctx: RequestContext, request) -> dict:
     else:
         topics = [await _resolve(ctx, requested, allow_auto_create) for requested in request.topics]
     return {
-        "brokers": _brokers(ctx, ctx.replicas),
+        "brokers": brokers_on_listener(ctx, ctx.replicas),
         "cluster_id": ctx.cluster_id,
         "controller_id": ctx.config.node_id,
         "topics": topics,

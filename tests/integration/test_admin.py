@@ -43,3 +43,34 @@ def test_deletion_disabled_is_refused_and_keeps_the_topic(broker_factory):
         admin.delete_topics(["kept"])["kept"].result(15)
     assert refused.value.args[0].code() == KafkaError.TOPIC_DELETION_DISABLED
     assert "kept" in admin.list_topics(timeout=10).topics
+
+
+def test_describe_cluster_and_delete_records(broker):
+    from confluent_kafka import Producer, TopicPartition
+
+    from tests.conftest import confluent_read_all
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    cluster = admin.describe_cluster().result(15)
+    assert [(node.id, node.port) for node in cluster.nodes] == [(broker.node_id, broker.port)]
+    assert cluster.controller.id == broker.node_id and cluster.cluster_id
+
+    admin.create_topics([NewTopic("trimmed", 1, 1)])["trimmed"].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for index in range(20):
+        producer.produce("trimmed", b"%d" % index, partition=0)
+    assert producer.flush(15) == 0
+    (future,) = admin.delete_records([TopicPartition("trimmed", 0, 12)]).values()
+    assert future.result(15).low_watermark == 12
+    read = confluent_read_all(broker.bootstrap, "trimmed", {0: 12}, 8)
+    assert [m.value() for m in read] == [b"%d" % i for i in range(12, 20)]
+    (too_far,) = admin.delete_records([TopicPartition("trimmed", 0, 99)]).values()
+    with pytest.raises(Exception) as refused:
+        too_far.result(15)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "low-watermark"})
+    low, high = consumer.get_watermark_offsets(TopicPartition("trimmed", 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (12, 20)

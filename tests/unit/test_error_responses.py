@@ -4,7 +4,7 @@ the error, encoded as dispatch encodes it (the hand-written encoders for Produce
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
@@ -43,7 +43,12 @@ def error_codes(value):
 def test_error_response_encodes_and_carries_the_error(api_key, version, data):
     drawn = data.draw(st.from_type(codec.request_class(api_key, version)))
     # As it would arrive: through the wire format (a topic id, for one, is never None there).
-    request = codec.decode_request(api_key, version, codec.encode_entity(drawn), 0)
+    try:
+        request = codec.decode_request(api_key, version, codec.encode_entity(drawn), 0)
+    except codec.DecodeError:
+        # kio cannot read some extremes it writes (a retention time past timedelta's range):
+        # such a request closes the connection before any handler runs.
+        reject()
     header = RequestHeader(api_key, version, 7, None)
     chunks = _encode(header, version, error_response(api_key, request, Error.UNKNOWN_SERVER_ERROR))
     frame = b"".join(bytes(chunk) for chunk in chunks)[4:]

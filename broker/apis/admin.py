@@ -1,0 +1,70 @@
+"""What operators' admin clients ask a broker itself: DescribeCluster and DeleteRecords.
+
+DescribeCluster answers from the broker's metadata, as Metadata does (any live broker, this
+one, is named as the controller: clients cannot reach the controller itself). DeleteRecords
+goes to each partition's leader, which moves its log start offset; the followers move theirs
+on their next fetch, and whole segments below it go at the next retention pass. Kafka answers
+only once every replica has moved (DelayedDeleteRecords); here the leader's move is the
+answer, and a follower elected before it caught up may serve the deleted records again until
+it does.
+"""
+
+from protocol.errors import Error
+from storage.errors import OffsetOutOfRangeError
+
+from . import RequestContext
+from .metadata import brokers_on_listener
+
+# Kafka's "operations not requested" marker for authorized-operations fields.
+_OPERATIONS_OMITTED = -(2**31)
+# DeleteRecords' "up to the high watermark".
+HIGH_WATERMARK = -1
+
+
+async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
+    return {
+        "error_code": Error.NONE,
+        "error_message": None,
+        "endpoint_type": getattr(request, "endpoint_type", 1),
+        "cluster_id": ctx.cluster_id,
+        "controller_id": ctx.config.node_id,
+        "brokers": [
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
+            for b in brokers_on_listener(ctx, ctx.replicas)
+        ],
+        "cluster_authorized_operations": _OPERATIONS_OMITTED,
+    }
+
+
+def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> dict:
+    def answer(error: Error, low_watermark: int = -1) -> dict:
+        return {"partition_index": index, "low_watermark": low_watermark, "error_code": error}
+
+    partition, error = ctx.replicas.leader_partition(topic, index)
+    if error != Error.NONE:
+        return answer(error)
+    high_watermark = partition.high_watermark
+    if offset == HIGH_WATERMARK:
+        offset = high_watermark
+    if not 0 <= offset <= high_watermark:
+        return answer(Error.OFFSET_OUT_OF_RANGE)
+    try:
+        partition.log.maybe_increment_log_start_offset(offset)
+    except OffsetOutOfRangeError:
+        return answer(Error.OFFSET_OUT_OF_RANGE)
+    return answer(Error.NONE, partition.log.log_start_offset)
+
+
+async def handle_delete_records(ctx: RequestContext, request) -> dict:
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    _delete_before(ctx, topic.name, p.partition_index, p.offset)
+                    for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
