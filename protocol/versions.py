@@ -36,6 +36,7 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DELETE_RECORDS = 21
     DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
@@ -55,6 +56,7 @@ COMMON_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
 }
 
 # What a node with the broker role adds.
@@ -141,6 +143,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.INIT_PRODUCER_ID: 2,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.ALTER_PARTITION: 0,
     ApiKey.BROKER_REGISTRATION: 0,
     ApiKey.BROKER_HEARTBEAT: 0,

@@ -174,6 +174,13 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                 for group_id in request.groups
             ]
         }
+    if api_key == ApiKey.CREATE_PARTITIONS:
+        return {
+            "results": [
+                {"name": topic.name, "error_code": error, "error_message": None}
+                for topic in request.topics
+            ]
+        }
     if api_key == ApiKey.DELETE_RECORDS:
         return {
             "topics": [

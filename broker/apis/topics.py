@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics: decided by the controller.
+"""CreateTopics, DeleteTopics and CreatePartitions: decided by the controller.
 
 On the controller node they are handled there; a broker forwards them and relays the answer.
 When the controller cannot be reached, every topic gets REQUEST_TIMED_OUT (retriable), as a
@@ -48,6 +48,20 @@ async def handle_delete(ctx: RequestContext, request):
             "responses": [
                 {"name": name, "topic_id": topic_id, "error_code": failure.error}
                 for name, topic_id in targets
+            ]
+        }
+
+
+async def handle_create_partitions(ctx: RequestContext, request):
+    if ctx.controller is not None:
+        return await ctx.controller.create_partitions(request)
+    try:
+        return await forward_to_controller(ctx, request)
+    except ForwardingFailed as failure:
+        return {
+            "results": [
+                {"name": topic.name, "error_code": failure.error, "error_message": str(failure)}
+                for topic in request.topics
             ]
         }
 

@@ -621,6 +621,42 @@ class ControllerService:
         }
         return result, changes
 
+    async def create_partitions(self, request) -> dict:
+        """CreatePartitions, decided like CreateTopics: one save, one round of LeaderAndIsr
+        and UpdateMetadata, answered once the brokers applied it (within the timeout)."""
+        target = copy.deepcopy(self.state) if request.validate_only else self.state
+        results = []
+        changes: list[PartitionChange] = []
+        names = [topic.name for topic in request.topics]
+        for topic in request.topics:
+            result = {"name": topic.name, "error_code": Error.NONE, "error_message": None}
+            if names.count(topic.name) > 1:
+                result.update(error_code=Error.INVALID_REQUEST, error_message="Duplicate topic")
+            else:
+                assignments = (
+                    [list(a.broker_ids) for a in topic.assignments]
+                    if topic.assignments is not None
+                    else None
+                )
+                try:
+                    changes += transitions.create_partitions(
+                        target, topic.name, topic.count, assignments, self._rng
+                    )
+                except ControllerError as error:
+                    result.update(error_code=int(error.code), error_message=error.message)
+            results.append(result)
+        if changes and not request.validate_only:
+            self.store.save(self.state)
+            log.info(
+                "created %d partition(s) of %s", len(changes), sorted({c.topic for c in changes})
+            )
+            events = self._propagate(changes)
+            if not await self._await_delivery(events, request.timeout.total_seconds()):
+                for result in results:
+                    if result["error_code"] == Error.NONE:
+                        result["error_code"] = Error.REQUEST_TIMED_OUT
+        return {"results": results}
+
     async def delete_topics(self, request) -> dict:
         if hasattr(request, "topic_names"):
             targets = [(name, None) for name in request.topic_names]

@@ -431,6 +431,64 @@ def create_topic(
     return topic, changes
 
 
+def create_partitions(
+    state: ControllerState,
+    name: str,
+    count: int,
+    assignments: list[list[int]] | None,
+    rng: random.Random | None = None,
+) -> list[PartitionChange]:
+    """CreatePartitions: grow topic ``name`` to ``count`` partitions, the new ones with the
+    topic's replication factor, placed as a new topic's are or as ``assignments`` (one replica
+    list per new partition) says. Kafka's errors and messages."""
+    topic = state.topics.get(name)
+    if topic is None:
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        )
+    current = len(topic.partitions)
+    if count <= current:
+        message = (
+            f"Topic already has {current} partitions."
+            if count == current
+            else f"Topic currently has {current} partitions, which is higher than the requested"
+            f" {count}."
+        )
+        raise ControllerError(ErrorCode.INVALID_PARTITIONS, message)
+    replication_factor = len(topic.partitions[0].replicas)
+    if assignments is not None:
+        if len(assignments) != count - current:
+            raise _bad_assignment(
+                f"Increasing the number of partitions by {count - current} but"
+                f" {len(assignments)} assignments provided."
+            )
+        if any(len(replicas) != replication_factor for replicas in assignments):
+            raise _bad_assignment(
+                f"Inconsistent replication factor between partitions, {replication_factor}"
+                " is expected."
+            )
+        replica_lists = _validated_manual_assignment(
+            state, {index: list(replicas) for index, replicas in enumerate(assignments)}
+        )
+    else:
+        replica_lists = _automatic_assignment(
+            state, count - current, replication_factor, None, rng or random.Random()
+        )
+    changes = []
+    for replicas in replica_lists:
+        isr = [replica for replica in replicas if state.is_live(replica)]
+        partition = PartitionState(
+            replicas=list(replicas),
+            isr=isr or list(replicas),
+            leader=isr[0] if isr else NO_LEADER,
+            leader_epoch=0,
+            partition_epoch=0,
+        )
+        topic.partitions.append(partition)
+        changes.append(PartitionChange(name, len(topic.partitions) - 1, partition))
+    return changes
+
+
 def delete_topic(state: ControllerState, name: str) -> TopicState:
     """Remove a topic; returns it so the shell can tell its replicas to stop and delete."""
     topic = state.topics.pop(name, None)

@@ -74,3 +74,30 @@ def test_describe_cluster_and_delete_records(broker):
     low, high = consumer.get_watermark_offsets(TopicPartition("trimmed", 0), timeout=10)
     consumer.close()
     assert (low, high) == (12, 20)
+
+
+def test_create_partitions_with_both_admin_clients(broker):
+    from confluent_kafka.admin import NewPartitions
+    from kafka.admin import NewPartitions as KafkaNewPartitions
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("growing", 1, 1)])["growing"].result(15)
+    admin.create_partitions([NewPartitions("growing", 3)])["growing"].result(15)
+    assert len(admin.list_topics(timeout=10).topics["growing"].partitions) == 3
+    shrink = admin.create_partitions([NewPartitions("growing", 2)])["growing"]
+    with pytest.raises(Exception) as refused:
+        shrink.result(15)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    missing = admin.create_partitions([NewPartitions("nowhere", 2)])["nowhere"]
+    with pytest.raises(Exception) as unknown:
+        missing.result(15)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        kafka_admin.create_partitions({"growing": KafkaNewPartitions(total_count=5)})
+    finally:
+        kafka_admin.close()
+    partitions = admin.list_topics(timeout=10).topics["growing"].partitions
+    assert sorted(partitions) == [0, 1, 2, 3, 4]
+    assert all(p.leader == broker.node_id for p in partitions.values())

@@ -162,3 +162,7 @@ def test_a_large_frame_is_received_into_its_own_buffer():
     assert decoder.next_frame() == payload
     decoder.feed(frame(b"after"))
     assert decoder.next_frame() == b"after"
+
+
+def test_every_served_api_is_in_the_flexible_version_table():
+    assert set(ALL_VERSIONS) <= set(FIRST_FLEXIBLE_VERSION)
