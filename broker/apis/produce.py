@@ -20,6 +20,7 @@ import logging
 from protocol.errors import Error
 from storage.errors import StorageError
 
+from ..coordinator.service import OFFSETS_TOPIC
 from ..replica_manager import PendingAck
 from . import CloseConnection, RequestContext
 from .topics import create_topic_with_defaults
@@ -42,6 +43,13 @@ def _result(error: Error, **fields) -> dict:
 
 
 def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[PendingAck]) -> dict:
+    if topic == OFFSETS_TOPIC:
+        # Only the group coordinator writes it; a record it cannot read would cost the
+        # partition's groups (Kafka refuses clients the same way).
+        return _result(
+            Error.INVALID_TOPIC_EXCEPTION,
+            error_message=f"{OFFSETS_TOPIC} is internal: clients cannot produce to it",
+        )
     partition, error = ctx.replicas.leader_partition(topic, data.index)
     if error != Error.NONE:
         return _result(error)

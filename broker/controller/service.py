@@ -54,20 +54,26 @@ class BrokerChannel:
         self.node_id = node_id
         self._send, self._receive = trio.open_memory_channel(math.inf)
 
-    def enqueue(self, request) -> trio.Event:
-        """Queue a request; the event is set once it was answered or dropped."""
+    def enqueue(self, request, even_if_fenced: bool = False) -> trio.Event:
+        """Queue a request; the event is set once it was answered or dropped. Requests to a
+        fenced broker are dropped, except ``even_if_fenced`` ones: a broker in controlled
+        shutdown is fenced but still running, and must hear that it leads nothing now."""
         delivered = trio.Event()
-        self._send.send_nowait((request, delivered))
+        self._send.send_nowait((request, delivered, even_if_fenced))
         return delivered
 
     async def run(self) -> None:
         connection: NodeConnection | None = None
         address = None
-        async for request, delivered in self._receive:
+        async for request, delivered, even_if_fenced in self._receive:
+            attempts = 0
             while True:
                 broker = self._service.state.brokers.get(self.node_id)
-                if broker is None or broker.fenced:
+                if broker is None or (broker.fenced and not even_if_fenced):
                     break
+                attempts += 1
+                if even_if_fenced and attempts > 3:
+                    break  # the leaving broker stopped already
                 try:
                     if connection is None or address != (broker.host, broker.port):
                         if connection is not None:
@@ -239,7 +245,9 @@ class ControllerService:
         events = []
         for node_id, broker_changes in per_broker.items():
             request = self._leader_and_isr(node_id, broker_changes)
-            events.append(self._channel(node_id).enqueue(request))
+            events.append(
+                self._channel(node_id).enqueue(request, even_if_fenced=node_id == also_tell)
+            )
         hosting = {node_id for topic in stopped for node_id in self._replicas_of(topic)}
         for node_id in sorted(hosting):
             if self.state.is_live(node_id):
@@ -250,7 +258,9 @@ class ControllerService:
         if also_tell is not None:
             recipients.add(also_tell)
         for node_id in sorted(recipients):
-            events.append(self._channel(node_id).enqueue(update(node_id)))
+            events.append(
+                self._channel(node_id).enqueue(update(node_id), even_if_fenced=node_id == also_tell)
+            )
         return events
 
     def _all_partitions(self) -> list[PartitionChange]:
@@ -382,7 +392,10 @@ class ControllerService:
         return for_broker
 
     async def _await_delivery(self, events: list[trio.Event], timeout_s: float) -> bool:
-        """Wait until every event is set; False if the timeout came first."""
+        """Wait until every event is set; False if the timeout came first. A timeout of zero
+        or less does not wait and counts as met, as Kafka answers such a request at once."""
+        if timeout_s <= 0:
+            return True
         with trio.move_on_after(timeout_s):
             for event in events:
                 await event.wait()

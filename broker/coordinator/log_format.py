@@ -105,7 +105,12 @@ class _Reader:
 
     def string(self) -> str | None:
         length = self.i16()
-        return None if length < 0 else self._raw(length).decode()
+        if length < 0:
+            return None
+        try:
+            return self._raw(length).decode()
+        except UnicodeDecodeError:
+            raise RecordFormatError("a string that is not UTF-8") from None
 
     def bytes(self) -> bytes:
         length = self.i32()

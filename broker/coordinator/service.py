@@ -41,7 +41,7 @@ log = logging.getLogger("coordinator")
 OFFSETS_TOPIC = "__consumer_offsets"
 LOAD_READ_BYTES = 1024 * 1024
 
-# Kafka's mapping of a failed append of the coordinator's records to what clients expect.
+# Kafka's mapping of a failed append of offset commits to what clients expect.
 _APPEND_ERRORS = {
     Error.UNKNOWN_TOPIC_OR_PARTITION: Error.COORDINATOR_NOT_AVAILABLE,
     Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE,
@@ -51,6 +51,22 @@ _APPEND_ERRORS = {
     Error.KAFKA_STORAGE_ERROR: Error.NOT_COORDINATOR,
     Error.MESSAGE_TOO_LARGE: Error.INVALID_COMMIT_OFFSET_SIZE,
     Error.RECORD_LIST_TOO_LARGE: Error.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+# And of a failed write of a group's metadata (GroupMetadataManager.storeGroup): a timeout
+# sends the members back to rebalance; anything unexpected is UNKNOWN_SERVER_ERROR, never a
+# code a consumer treats as fatal for the wrong reason.
+_STORE_GROUP_ERRORS = {
+    Error.UNKNOWN_TOPIC_OR_PARTITION: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.COORDINATOR_NOT_AVAILABLE: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_LEADER_OR_FOLLOWER: Error.NOT_COORDINATOR,
+    Error.FENCED_LEADER_EPOCH: Error.NOT_COORDINATOR,
+    Error.KAFKA_STORAGE_ERROR: Error.NOT_COORDINATOR,
+    Error.NOT_COORDINATOR: Error.NOT_COORDINATOR,
+    Error.REQUEST_TIMED_OUT: Error.REBALANCE_IN_PROGRESS,
 }
 
 
@@ -142,7 +158,13 @@ class GroupCoordinator:
             return
         index, epoch = partition.index, partition.leader_epoch
         if partition.is_leader:
-            if self._loaded.get(index) == epoch or self._loading.get(index) == epoch:
+            if index in self._loaded:
+                # Still leader, at a newer epoch (an ISR shrink bumps it): the groups in
+                # memory are this log's, as Kafka keeps them; reloading would only disturb
+                # every rebalance under way.
+                self._loaded[index] = epoch
+                return
+            if self._loading.get(index) == epoch:
                 return
             self._unload(index)
             self._loading[index] = epoch
@@ -277,11 +299,8 @@ class GroupCoordinator:
             if woken or self.groups.get(group.group_id) is not group:
                 continue
             generation = group.generation
-            if group.expire(self.clock_ms()):
-                self._store_empty_group(group)
-            if group.generation != generation:
-                self.rebalances += 1
-            self._changes.notify(group.group_id)
+            group.expire(self.clock_ms())
+            self._after_change(group, generation)
 
     def _store_empty_group(self, group: Group) -> None:
         """A group left empty by a rebalance is written as such (Kafka does the same), in the
@@ -298,9 +317,12 @@ class GroupCoordinator:
             group.state_timestamp_ms,
             tuple(group.records()),
         )
-        return await self._append(
+        error = await self._append(
             group.group_id, [(log_format.group_key(group.group_id), log_format.group_value(value))]
         )
+        if error == Error.NONE:
+            return error
+        return _STORE_GROUP_ERRORS.get(error, Error.UNKNOWN_SERVER_ERROR)
 
     # -- writing records ----------------------------------------------------------------------
 
@@ -353,6 +375,18 @@ class GroupCoordinator:
         member, answer = group.join(request, self.clock_ms())
         self._after_change(group, generation)
         if answer is not None:
+            static_takeover = (
+                answer.error == Error.NONE
+                and request.group_instance_id is not None
+                and request.member_id == ""
+            )
+            if static_takeover:
+                # A restarted static member took over its entry without a rebalance: the new
+                # member id is written before it is answered, as Kafka does, or a coordinator
+                # failover would bring back the old id and fence the new one.
+                error = await self._store_group(group, group.generation)
+                if error != Error.NONE:
+                    return JoinResult(error, member_id=request.member_id)
             return answer
         assert member is not None
         while member.join_result is None:
@@ -485,7 +519,8 @@ class GroupCoordinator:
         if not records:
             return results
         error = await self._append(request.group_id, records)
-        if error == Error.NONE:
+        if error == Error.NONE and self.check(request.group_id) == Error.NONE:
+            # (No longer served here: the new coordinator reads the commit from the log.)
             group = self._group(request.group_id, create=True)
             assert group is not None
             group.offsets.update(accepted)
@@ -550,6 +585,8 @@ class GroupCoordinator:
         return Error.NONE, self.groups.get(group_id)
 
     async def delete_group(self, group_id: str) -> Error:
+        """DeleteGroups of one group: it is Dead and gone from memory before its tombstones
+        are written (as Kafka does), so nothing can join it meanwhile."""
         if (error := self.check(group_id)) != Error.NONE:
             return error
         group = self.groups.get(group_id)
@@ -557,44 +594,47 @@ class GroupCoordinator:
             return Error.GROUP_ID_NOT_FOUND
         if not group.is_(GroupState.EMPTY):
             return Error.NON_EMPTY_GROUP
-        tombstones = [
-            (log_format.offset_key(group_id, topic, index), None) for topic, index in group.offsets
-        ]
-        tombstones.append((log_format.group_key(group_id), None))
-        error = await self._append(group_id, tombstones)
-        if error == Error.NONE and self.groups.get(group_id) is group:
-            group.mark_dead(self.clock_ms())
-            del self.groups[group_id]
-            self._changes.notify(group_id)
-        return error
+        self._remove_group(group)
+        return await self._append(group_id, self._tombstones(group, list(group.offsets)))
+
+    def _remove_group(self, group: Group) -> None:
+        group.mark_dead(self.clock_ms())
+        del self.groups[group.group_id]
+        self._changes.notify(group.group_id)
+
+    @staticmethod
+    def _tombstones(group: Group, offsets: list[tuple[str, int]], whole: bool = True) -> list:
+        records = [(log_format.offset_key(group.group_id, t, p), None) for t, p in offsets]
+        if whole:
+            records.append((log_format.group_key(group.group_id), None))
+        return records
 
     async def _expire_offsets_periodically(self) -> None:
         """Kafka's offsets.retention.minutes, checked every
-        offsets.retention.check.interval.ms (see Group.expired_offsets); a group left with
-        no offsets and no members is deleted too."""
+        offsets.retention.check.interval.ms (see Group.expired_offsets); an Empty group left
+        with no offsets (every member left without committing, or a join that never
+        completed) is deleted too, as Kafka's cleanupGroupMetadata does."""
         while True:
             await trio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
-            now = self.clock_ms()
-            for group in list(self.groups.values()):
-                if self.check(group.group_id) != Error.NONE:
-                    continue
-                expired = group.expired_offsets(now, self.config.offsets_retention_ms)
-                if not expired:
-                    continue
-                tombstones = [
-                    (log_format.offset_key(group.group_id, topic, index), None)
-                    for topic, index in expired
-                ]
-                if len(expired) == len(group.offsets):
-                    tombstones.append((log_format.group_key(group.group_id), None))
-                if await self._append(group.group_id, tombstones) != Error.NONE:
-                    continue
+            await self.expire_offsets(self.clock_ms())
+
+    async def expire_offsets(self, now: int) -> None:
+        for group in list(self.groups.values()):
+            if self.check(group.group_id) != Error.NONE or not group.is_(GroupState.EMPTY):
+                continue
+            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            whole = len(expired) == len(group.offsets) and not group.pending_members
+            if not whole and not expired:
+                continue
+            if whole:
+                self._remove_group(group)
+            else:
                 for key in expired:
                     group.offsets.pop(key, None)
-                if not group.offsets and self.groups.get(group.group_id) is group:
-                    group.mark_dead(now)
-                    del self.groups[group.group_id]
-                    self._changes.notify(group.group_id)
+            error = await self._append(group.group_id, self._tombstones(group, expired, whole))
+            if error != Error.NONE:
+                log.warning("cannot write the expiry of group %s's offsets", group.group_id)
+            elif expired:
                 log.info("expired %d offsets of group %s", len(expired), group.group_id)
 
     # -- the offsets topic ------------------------------------------------------------------------

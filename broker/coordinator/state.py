@@ -164,7 +164,11 @@ class Group:
 
     def next_deadline_ms(self) -> int | None:
         """The earliest moment `expire` has something to do."""
-        deadlines = [member.session_deadline_ms for member in self.members.values()]
+        deadlines = [
+            member.session_deadline_ms
+            for member in self.members.values()
+            if not (member.awaiting_join or member.awaiting_sync)
+        ]
         deadlines.extend(self.pending_members.values())
         if self.join_deadline_ms is not None:
             deadlines.append(self.join_deadline_ms)
@@ -393,8 +397,11 @@ class Group:
     def complete_join(self, now_ms: int) -> bool:
         """End the join phase: members that did not rejoin are dropped, a new generation
         starts. True when the group became empty (the caller stores it)."""
+        # Dynamic members that did not rejoin leave; static ones stay until their session
+        # ends, as Kafka keeps them (they may be restarting).
         for member in [m for m in self.members.values() if not m.awaiting_join]:
-            self._remove(member)
+            if member.group_instance_id is None:
+                self._remove(member)
         self.join_deadline_ms = None
         self._initial_join = False
         self.generation += 1
@@ -404,8 +411,9 @@ class Group:
             self._transition(GroupState.EMPTY, now_ms)
             return True
         self.protocol_name = self._select_protocol()
-        if self.leader_id not in self.members:
-            self.leader_id = next(iter(self.members))
+        rejoined = [m.member_id for m in self.members.values() if m.awaiting_join]
+        if self.leader_id not in rejoined and rejoined:
+            self.leader_id = rejoined[0]
         self._transition(GroupState.COMPLETING_REBALANCE, now_ms)
         for member in self.members.values():
             member.awaiting_join = False
@@ -559,7 +567,14 @@ class Group:
                 del self.pending_members[member_id]
                 self._maybe_complete_join(now_ms)
         for member in list(self.members.values()):
-            if member.session_deadline_ms <= now_ms and member.member_id in self.members:
+            # A member parked in JoinGroup or SyncGroup cannot heartbeat (its connection waits
+            # for the answer): as in Kafka, its session holds while it waits.
+            parked = member.awaiting_join or member.awaiting_sync
+            if (
+                not parked
+                and member.session_deadline_ms <= now_ms
+                and member.member_id in self.members
+            ):
                 self._remove_and_rebalance(member, Error.UNKNOWN_MEMBER_ID, now_ms)
         if (
             self.state == GroupState.PREPARING_REBALANCE

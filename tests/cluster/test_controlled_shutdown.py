@@ -31,6 +31,9 @@ def test_a_stopped_broker_leads_nothing_by_the_time_it_exits(cluster: Cluster):
     # controlled shutdown can have moved the leaders.
     after = leaders(cluster, via=2)
     assert 1 not in after.values() and -1 not in after.values(), after
+    # The leaving broker itself was told before it exited: it stopped acting as leader.
+    shutdown_log = victim.log_tail(200).split("received SIGTERM", 1)[-1]
+    assert "follower of" in shutdown_log, shutdown_log
 
 
 def test_rolling_restart_under_acks_all_fails_no_send(cluster: Cluster):

@@ -217,3 +217,16 @@ def test_commit_to_a_partition_that_does_not_exist(session):
         },
     )
     assert stale.topics[0].partitions[0].error_code.value == Error.ILLEGAL_GENERATION
+
+
+def test_clients_cannot_produce_to_the_offsets_topic(broker_factory):
+    from kio.schema.errors import ErrorCode
+
+    from tests.cluster.conftest import produce_raw
+
+    broker = broker_factory(OVERRIDES)
+    opened = Session(broker.bootstrap)
+    opened.send(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})  # creates the topic
+    opened.close()
+    answer = produce_raw(broker, "__consumer_offsets", 0, [b"\xff"], acks=1)
+    assert answer.error_code == ErrorCode.invalid_topic_exception

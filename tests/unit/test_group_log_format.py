@@ -58,3 +58,8 @@ def test_unknown_versions_and_truncation_are_refused():
         log_format.read_key(b"\x00\x09\x00\x01g")
     with pytest.raises(log_format.RecordFormatError):
         log_format.read_offset_value(b"\x00\x03\x00")
+
+
+def test_a_key_that_is_not_utf8_is_a_format_error_not_a_crash():
+    with pytest.raises(log_format.RecordFormatError):
+        log_format.read_key(b"\x00\x02\x00\x01\xff")

@@ -268,3 +268,27 @@ def test_offsets_of_a_group_without_members_expire_one_by_one():
     group.offsets[("t", 0)] = OffsetValue(5, -1, "", 1000)
     group.offsets[("t", 1)] = OffsetValue(5, -1, "", 5000)
     assert group.expired_offsets(6000, 2000) == [("t", 0)]
+
+
+def test_a_member_parked_in_join_keeps_its_session():
+    group = Group("g", NO_DELAY, 0)
+    a = known_member(group)
+    group.join(join_request(a), 0)
+    b = known_member(group)
+    parked, _ = group.join(join_request(b), 2000)  # waits for a to rejoin
+    assert parked.join_result is None
+    group.expire(2000 + SESSION_MS + 1)  # b's session has run out while it waits
+    assert b in group.members, "a parked member cannot heartbeat and must not expire"
+    assert group.next_deadline_ms() > 2000 + SESSION_MS, "no timer spins on a parked member"
+
+
+def test_a_static_member_that_did_not_rejoin_stays_and_does_not_lead():
+    group = Group("g", NO_DELAY, 0)
+    static, _ = group.join(
+        join_request("", instance_id="s", session_timeout_ms=REBALANCE_MS * 2), 0
+    )
+    dynamic_id = known_member(group)
+    group.join(join_request(dynamic_id), 0)  # starts a rebalance; s does not rejoin
+    group.expire(REBALANCE_MS)
+    assert static.member_id in group.members
+    assert group.leader_id == dynamic_id
