@@ -140,7 +140,10 @@ class DefaultSource(DataSource):
         return StreamWriter(options.kafka, options.topic)
 
 
-def _read(options: ReadOptions, partition: RangePartition):
+def _read(options: ReadOptions, partition: InputPartition):
+    if not isinstance(partition, RangePartition):
+        # Spark plans one empty InputPartition(None) when there is nothing to read.
+        return iter(())
     return kafka.read_range(
         options.kafka,
         partition.range,
