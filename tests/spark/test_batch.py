@@ -292,7 +292,7 @@ def test_batch_write_lands_every_row(spark, spark_broker):
         ),
         ({"subscribe": "batch-bad", "startingOffsets": "latest"}, "startingOffsets"),
         ({"subscribe": "batch-bad", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
-        ({"subscribe": "batch-bad", "kafka.auto.offset.reset": "latest"}, "kafka.auto.offset.reset"),
+        ({"assign": '{"batch-bad": [0]}', "kafka.enable.auto.commit": "true"}, "kafka.enable"),
         ({"assign": '{"batch-bad": [7]}'}, "assign"),
     ],
 )
