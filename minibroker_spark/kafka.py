@@ -348,6 +348,9 @@ def consumer_settings(kafka: dict[str, str]) -> dict:
         # a range read would stall on it.
         "fetch.queue.backoff.ms": 1,
         "queued.max.messages.kbytes": 262144,
+        # One partition per consumer: let one Fetch carry as much of it as the broker gives
+        # (librdkafka's default is 1 MiB per partition), so the broker answers fewer requests.
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "log.connection.close": False,
     }
     settings.update(kafka)
