@@ -6,6 +6,7 @@ row."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 from tests.spark.conftest import (
@@ -171,3 +172,81 @@ def test_the_demo_pipeline_accounts_for_every_event(spark, spark_broker, tmp_pat
     assert summary.per_user_streamed == summary.per_user_batch
     assert summary.records_in_result_topic == summary.windows_in_parquet > 0
     assert any("batch" in line for line in lines), lines
+
+
+DRIVER = """
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+bootstrap, topic, out, checkpoint = sys.argv[1:5]
+spark = (
+    SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+query = (
+    spark.readStream.format("minibroker").option("kafka.bootstrap.servers", bootstrap)
+    .option("subscribe", topic).option("startingOffsets", "earliest")
+    .option("maxOffsetsPerTrigger", "300").load()
+    .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+    .trigger(processingTime="0 seconds").start()
+)
+query.awaitTermination()
+"""
+
+
+def test_stream_whose_driver_is_killed_restarts_exactly_once(spark, spark_broker, tmp_path):
+    """The driver process dies (SIGKILL) between and during micro-batches; the query restarted
+    from its checkpoint in another process still writes every offset exactly once."""
+    import signal
+    import subprocess
+    import sys
+
+    bootstrap = spark_broker.bootstrap
+    topic = "stream-killed"
+    create_topic(bootstrap, topic, 3)
+    stored = produce(bootstrap, topic, [{"value": b"k%05d" % i} for i in range(6000)])
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    driver = subprocess.Popen(
+        [sys.executable, str(script), bootstrap, topic, str(out), str(checkpoint)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "driver.log", "wb"),  # noqa: SIM115
+        start_new_session=True,
+    )
+    try:
+        commits = checkpoint / "commits"
+        wait_until(
+            lambda: (
+                driver.poll() is not None
+                or (
+                    commits.is_dir()
+                    and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3
+                )
+            ),
+            SPARK_TIMEOUT,
+            "the killed driver's first three micro-batches",
+        )
+        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        # The whole process group: the JVM and its Python workers die with the driver.
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    committed = len([p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()])
+    assert committed * 300 < 6000, "the driver finished before it was killed"
+
+    restarted = (
+        stream(spark, bootstrap, subscribe=topic)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert restarted.awaitTermination(SPARK_TIMEOUT)
+    assert restarted.exception() is None, restarted.exception()
+    ends = Counter()
+    for partition, offset in stored:
+        ends[partition] = max(ends[partition], offset + 1)
+    assert_exactly_once(parquet_rows(spark, out), dict(ends), stored)
