@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 import uuid
 from bisect import bisect_left
@@ -68,12 +69,24 @@ def connection_params(kafka: dict[str, str]) -> dict[str, str]:
 
 
 def _client(factory, settings: dict):
-    """Build a librdkafka client; a setting librdkafka does not know is reported as the option
-    the user wrote (`kafka.<name>`)."""
+    """Build a librdkafka client; a setting librdkafka does not know or refuses is reported as
+    the option the user wrote (`kafka.<name>`)."""
     try:
         return factory(settings)
     except (KafkaException, ValueError, TypeError) as error:
+        named = re.search(r'"([a-z0-9._-]+)"', str(error))
+        if named:
+            raise OptionError(f"option kafka.{named.group(1)}: {error}") from None
         raise OptionError(f"a kafka.* option was refused by the Kafka client: {error}") from None
+
+
+def check_settings(kafka: dict[str, str], reading: bool) -> None:
+    """Build (and drop) the client the tasks will build, on the driver, so that a setting
+    librdkafka refuses fails the query before any task runs."""
+    if reading:
+        _client(Consumer, consumer_settings(kafka)).close()
+    else:
+        _client(Producer, producer_settings(kafka))
 
 
 def admin_client(kafka: dict[str, str]) -> AdminClient:

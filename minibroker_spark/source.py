@@ -122,21 +122,27 @@ class DefaultSource(DataSource):
         return bool(lowered & {"subscribe", "subscribepattern", "assign"})
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(read_options(self.options, streaming=False))
+        options = read_options(self.options, streaming=False)
+        kafka.check_settings(options.kafka, reading=True)
+        return BatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(read_options(self.options, streaming=True))
+        options = read_options(self.options, streaming=True)
+        kafka.check_settings(options.kafka, reading=True)
+        return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         if overwrite:
             raise OptionError("a topic cannot be overwritten: use mode('append')")
         options = write_options(self.options)
         check_write_schema(schema, options.topic)
+        kafka.check_settings(options.kafka, reading=False)
         return BatchWriter(options.kafka, options.topic)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         options = write_options(self.options)
         check_write_schema(schema, options.topic)
+        kafka.check_settings(options.kafka, reading=False)
         return StreamWriter(options.kafka, options.topic)
 
 

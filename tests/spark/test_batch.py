@@ -294,6 +294,7 @@ def test_batch_write_lands_every_row(spark, spark_broker):
         ({"subscribe": "batch-bad", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({"assign": '{"batch-bad": [0]}', "kafka.enable.auto.commit": "true"}, "kafka.enable"),
         ({"assign": '{"batch-bad": [7]}'}, "assign"),
+        ({"subscribe": "batch-bad", "kafka.fetch.max.wait.ms": "5"}, "kafka.fetch.max.wait.ms"),
     ],
 )
 def test_bad_options_fail_naming_the_option(spark, spark_broker, options, named):
