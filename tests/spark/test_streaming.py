@@ -9,6 +9,8 @@ import json
 import os
 from collections import Counter
 
+import pytest
+
 from tests.spark.conftest import (
     SPARK_TIMEOUT,
     create_topic,
@@ -250,3 +252,45 @@ def test_stream_whose_driver_is_killed_restarts_exactly_once(spark, spark_broker
     for partition, offset in stored:
         ends[partition] = max(ends[partition], offset + 1)
     assert_exactly_once(parquet_rows(spark, out), dict(ends), stored)
+
+
+def test_stream_reports_records_lost_to_retention(spark, spark_broker, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    bootstrap = spark_broker.bootstrap
+    topic = "stream-retention"
+    create_topic(bootstrap, topic, 1, {"segment.bytes": "1024", "retention.bytes": "1500"})
+    for round_ in range(5):  # separate batches, so that segments roll and old ones go
+        produce(bootstrap, topic, [{"value": b"s" * 200 + b"%d" % round_}] * 3)
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "stream-retention-probe"})
+    try:
+        log_start = wait_until(
+            lambda: probe.get_watermark_offsets(TopicPartition(topic, 0), cached=False)[0],
+            60,
+            "retention to delete the first segments",
+        )
+    finally:
+        probe.close()
+    from_zero = json.dumps({topic: {"0": 0}})
+
+    strict = to_parquet(
+        stream(spark, bootstrap, subscribe=topic, startingOffsets=from_zero),
+        tmp_path,
+        "strict",
+        availableNow=True,
+    )
+    # awaitTermination raises the query's own failure.
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.awaitTermination(SPARK_TIMEOUT)
+    lenient = to_parquet(
+        stream(
+            spark, bootstrap, subscribe=topic, startingOffsets=from_zero, failOnDataLoss="false"
+        ),
+        tmp_path,
+        "lenient",
+        availableNow=True,
+    )
+    assert lenient.awaitTermination(SPARK_TIMEOUT)
+    assert lenient.exception() is None, lenient.exception()
+    offsets = sorted(row["offset"] for row in parquet_rows(spark, tmp_path / "lenient" / "out"))
+    assert offsets and offsets[0] >= log_start and offsets == list(range(offsets[0], 15))
