@@ -110,7 +110,21 @@ def spark_session():
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    if not discoverable():
+        from minibroker_spark import register
+
+        register(spark)
     return spark
+
+
+def discoverable() -> bool:
+    """Whether Spark's Python workers will find `pyspark_minibroker` by themselves: they
+    search their path, which starts with the current directory (an editable install run
+    from the repository root, or a regular install)."""
+    import pkgutil
+
+    paths = [os.getcwd(), *sys.path]
+    return any(module.name == "pyspark_minibroker" for module in pkgutil.iter_modules(paths))
 
 
 def windowed_totals(spark, bootstrap: str, events_topic: str):
