@@ -246,7 +246,7 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
 def report_progress(query, log) -> None:
     progress = query.lastProgress
     if not progress:
-        log(f"  [{query.name}] starting")
+        log(f"  [{query.name}] first batch: {query.status['message']}")
         return
     watermark = progress.get("eventTime", {}).get("watermark", "-")
     log(
