@@ -158,6 +158,73 @@ def latency(spark, bootstrap: str, work: Path, trigger_ms: int, probes: int) -> 
     return results
 
 
+def measure(
+    records: int = 1_000_000,
+    size: int = 100,
+    partitions: int = 4,
+    runs: int = 3,
+    trigger_ms: int = 1000,
+    probes: int = 10,
+    log=print,
+) -> dict[str, float]:
+    """Run everything once and return the figures: medians in rows/s for "consumer",
+    "spark count", "spark parquet", their ratios to the consumer ("... ratio"), and the
+    streaming latency in seconds ("latency median", "latency max") at `trigger_ms`."""
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    broker = BrokerProcess.start(node_id=1, log_dir=work / "data")
+    try:
+        broker.wait_ready(30)
+        bootstrap = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for topic, count in ((TOPIC, partitions), (LATENCY_TOPIC, 1)):
+            new = NewTopic(topic, num_partitions=count, replication_factor=1)
+            admin.create_topics([new])[topic].result(30)
+        started = time.perf_counter()
+        produce(bootstrap, TOPIC, records, size)
+        log(
+            f"produced {records} x {size} B into {partitions} partitions in"
+            f" {time.perf_counter() - started:.1f} s"
+        )
+        spark = spark_session()
+        df = (
+            spark.read.format("minibroker")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", TOPIC)
+            .load()
+        )
+        assert df.count() == records  # warm-up: Python workers, JIT
+        figures: dict[str, list[float]] = {"consumer": [], "spark count": [], "spark parquet": []}
+        for run in range(runs):
+            seconds = consumer_read(bootstrap, TOPIC, partitions, records)
+            figures["consumer"].append(records / seconds)
+            started = time.perf_counter()
+            counted = df.count()
+            figures["spark count"].append(records / (time.perf_counter() - started))
+            assert counted == records, counted
+            target = work / f"parquet-{run}"
+            started = time.perf_counter()
+            df.write.parquet(str(target))
+            figures["spark parquet"].append(records / (time.perf_counter() - started))
+            shutil.rmtree(target)
+            log(
+                f"run {run + 1}: "
+                + ", ".join(
+                    f"{name} {values[-1] / 1e6:.2f} M rows/s" for name, values in figures.items()
+                )
+            )
+        result = {name: statistics.median(values) for name, values in figures.items()}
+        for name in ("spark count", "spark parquet"):
+            result[f"{name} ratio"] = result[name] / result["consumer"]
+        latencies = sorted(latency(spark, bootstrap, work, trigger_ms, probes))
+        result["latency median"] = statistics.median(latencies)
+        result["latency max"] = latencies[-1]
+        spark.stop()
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -167,58 +234,15 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=1000)
     parser.add_argument("--probes", type=int, default=10)
     args = parser.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    broker = BrokerProcess.start(node_id=1, log_dir=work / "data")
-    try:
-        broker.wait_ready(30)
-        bootstrap = broker.bootstrap
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for topic, count in ((TOPIC, args.partitions), (LATENCY_TOPIC, 1)):
-            new = NewTopic(topic, num_partitions=count, replication_factor=1)
-            admin.create_topics([new])[topic].result(30)
-        started = time.perf_counter()
-        produce(bootstrap, TOPIC, args.records, args.size)
-        print(
-            f"produced {args.records} x {args.size} B into {args.partitions} partitions in"
-            f" {time.perf_counter() - started:.1f} s",
-            flush=True,
-        )
-        spark = spark_session()
-        df = (
-            spark.read.format("minibroker")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", TOPIC)
-            .load()
-        )
-        assert df.count() == args.records  # warm-up: Python workers, JIT
-        figures: dict[str, list[float]] = {"consumer": [], "spark count": [], "spark parquet": []}
-        for run in range(args.runs):
-            seconds = consumer_read(bootstrap, TOPIC, args.partitions, args.records)
-            figures["consumer"].append(args.records / seconds)
-            started = time.perf_counter()
-            counted = df.count()
-            figures["spark count"].append(args.records / (time.perf_counter() - started))
-            assert counted == args.records, counted
-            target = work / f"parquet-{run}"
-            started = time.perf_counter()
-            df.write.parquet(str(target))
-            figures["spark parquet"].append(args.records / (time.perf_counter() - started))
-            shutil.rmtree(target)
-            print(
-                f"run {run + 1}: "
-                + ", ".join(
-                    f"{name} {values[-1] / 1e6:.2f} M rows/s" for name, values in figures.items()
-                ),
-                flush=True,
-            )
-        medians = {name: statistics.median(values) for name, values in figures.items()}
-        latencies = sorted(latency(spark, bootstrap, work, args.trigger_ms, args.probes))
-        spark.stop()
-    finally:
-        broker.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
+    result = measure(
+        args.records,
+        args.size,
+        args.partitions,
+        args.runs,
+        args.trigger_ms,
+        args.probes,
+        log=lambda line: print(line, flush=True),
+    )
     print()
     print(
         f"batch read of {args.records:,} x {args.size} B, {args.partitions} partitions,"
@@ -226,13 +250,14 @@ def main() -> None:
     )
     print("| read | rows/s | vs one consumer |")
     print("|---|---|---|")
-    for name, value in medians.items():
-        print(f"| {name} | {value / 1e6:.2f} M | {value / medians['consumer']:.2f}x |")
+    for name in ("consumer", "spark count", "spark parquet"):
+        ratio = result[name] / result["consumer"]
+        print(f"| {name} | {result[name] / 1e6:.2f} M | {ratio:.2f}x |")
     print()
     print(
         f"streaming produce -> Parquet committed, trigger {args.trigger_ms} ms,"
-        f" {len(latencies)} probes: median {statistics.median(latencies) * 1000:.0f} ms,"
-        f" max {latencies[-1] * 1000:.0f} ms"
+        f" {args.probes} probes: median {result['latency median'] * 1000:.0f} ms,"
+        f" max {result['latency max'] * 1000:.0f} ms"
     )
 
 
