@@ -1,0 +1,347 @@
+"""A worked pipeline: events into a topic, a Structured Streaming job that totals them per user
+and 10-second event-time window (with a watermark) into a topic and into Parquet, and a batch
+job over the same topic that checks the streamed totals.
+
+    minibroker serve &                                 # or: minibroker dev
+    python -m minibroker_spark.demo                    # bootstrap 127.0.0.1:9092
+    python -m minibroker_spark.demo --start-broker     # starts its own broker, then the same
+
+Every run uses topics and an output directory of its own (`demo-output/<run>`), so runs never
+mix. It prints the streaming queries' progress while it runs, then what it produced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+USERS = [f"user-{n:02d}" for n in range(12)]
+KINDS = ["view", "click", "purchase"]
+WINDOW = "10 seconds"
+WATERMARK = "10 seconds"
+# Events arrive up to this late (out of order), inside the watermark.
+MAX_LATENESS_MS = 5000
+
+
+@dataclass
+class Summary:
+    events: int = 0
+    windows_in_parquet: int = 0
+    records_in_result_topic: int = 0
+    per_user_batch: dict[str, int] = field(default_factory=dict)
+    per_user_streamed: dict[str, int] = field(default_factory=dict)
+
+
+def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(name, num_partitions=count, replication_factor=-1)
+            for name, count in topics.items()
+        ],
+        request_timeout=15,
+    )
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def generate(bootstrap: str, topic: str, seconds: float, rate: int, stop: threading.Event) -> int:
+    """Send JSON events keyed by user for `seconds` at about `rate` per second, with event
+    times up to MAX_LATENESS_MS in the past; then one closing event per partition far ahead in
+    event time, which moves the watermark past every real window. Returns the real events sent."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "enable.idempotence": True}
+    )
+    rng = random.Random(7)
+    sent = 0
+    started = time.monotonic()
+    while time.monotonic() - started < seconds and not stop.is_set():
+        now_ms = int(time.time() * 1000)
+        for _ in range(max(1, rate // 20)):
+            user = rng.choice(USERS)
+            event = {
+                "user": user,
+                "kind": rng.choice(KINDS),
+                "amount": rng.randint(1, 100),
+                "event_time": now_ms - rng.randint(0, MAX_LATENESS_MS),
+            }
+            producer.produce(topic, key=user, value=json.dumps(event))
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.05)
+    producer.flush(30)
+    closing = {
+        "user": "closing",
+        "kind": "tick",
+        "amount": 0,
+        "event_time": int(time.time() * 1000) + 60_000,
+    }
+    for partition in range(3):
+        producer.produce(topic, key="closing", value=json.dumps(closing), partition=partition)
+    if producer.flush(30) != 0:
+        raise RuntimeError("events left undelivered")
+    return sent
+
+
+def spark_session():
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("minibroker-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    if not discoverable():
+        from minibroker_spark import register
+
+        register(spark)
+    return spark
+
+
+def discoverable() -> bool:
+    """Whether Spark's Python workers will find `pyspark_minibroker` by themselves: they
+    search their path, which starts with the current directory (an editable install run
+    from the repository root, or a regular install)."""
+    import pkgutil
+
+    paths = [os.getcwd(), *sys.path]
+    return any(module.name == "pyspark_minibroker" for module in pkgutil.iter_modules(paths))
+
+
+def windowed_totals(spark, bootstrap: str, events_topic: str):
+    """The streaming job: parse, watermark on event time, total per user and window."""
+    from pyspark.sql import functions as F
+
+    schema = "user string, kind string, amount int, event_time long"
+    events = (
+        spark.readStream.format("minibroker")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", events_topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
+        .select("e.*")
+        .withColumn("event_time", F.timestamp_millis("event_time"))
+        .withWatermark("event_time", WATERMARK)
+    )
+    return (
+        events.groupBy(F.window("event_time", WINDOW), "user")
+        .agg(
+            F.count(F.when(F.col("kind") != "tick", 1)).alias("events"),
+            F.sum("amount").alias("amount"),
+        )
+        # Filtering the closing ticks out by user would be pushed below the watermark by the
+        # optimizer, and they would no longer move it; their groups count no events instead.
+        .where(F.col("events") > 0)
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "user",
+            "events",
+            "amount",
+        )
+    )
+
+
+def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=print) -> Summary:
+    from pyspark.sql import functions as F
+
+    run_id = uuid.uuid4().hex[:8]
+    events_topic, totals_topic = f"demo-events-{run_id}", f"demo-window-totals-{run_id}"
+    create_topics(bootstrap, {events_topic: 3, totals_topic: 3})
+    log(f"run {run_id}: events -> {events_topic}; totals -> {totals_topic} and {out_dir}")
+
+    totals = windowed_totals(spark, bootstrap, events_topic)
+    to_parquet = (
+        totals.writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", str(out_dir / "windows"))
+        .option("checkpointLocation", str(out_dir / "checkpoints" / "parquet"))
+        .trigger(processingTime="2 seconds")
+        .queryName("totals-to-parquet")
+        .start()
+    )
+    to_topic = (
+        totals.select(
+            F.col("user").alias("key"),
+            F.to_json(F.struct("window_start", "window_end", "user", "events", "amount")).alias(
+                "value"
+            ),
+        )
+        .writeStream.format("minibroker")
+        .outputMode("append")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", totals_topic)
+        .option("checkpointLocation", str(out_dir / "checkpoints" / "topic"))
+        .trigger(processingTime="2 seconds")
+        .queryName("totals-to-topic")
+        .start()
+    )
+    queries = [to_parquet, to_topic]
+    summary = Summary()
+    stop = threading.Event()
+    result: list[int] = []
+    generator = threading.Thread(
+        target=lambda: result.append(generate(bootstrap, events_topic, seconds, rate, stop)),
+        daemon=True,
+    )
+    generator.start()
+    try:
+        while generator.is_alive():
+            generator.join(3)
+            for query in queries:
+                report_progress(query, log)
+        if not result:
+            raise RuntimeError("the event generator failed")
+        summary.events = result[0]
+        log(f"generator done: {summary.events} events; waiting for the last windows to close")
+        wait_for_windows(spark, queries, out_dir / "windows", summary.events, log)
+    finally:
+        stop.set()
+        for query in queries:
+            query.stop()
+
+    windows = spark.read.parquet(str(out_dir / "windows"))
+    summary.windows_in_parquet = windows.count()
+    summary.per_user_streamed = {
+        row["user"]: row["events"]
+        for row in windows.groupBy("user").agg(F.sum("events").alias("events")).collect()
+    }
+    reader = spark.read.format("minibroker").option("kafka.bootstrap.servers", bootstrap)
+    summary.records_in_result_topic = reader.option("subscribe", totals_topic).load().count()
+    # The batch job: the same events, read as a table, totalled per user.
+    batch = (
+        spark.read.format("minibroker")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", events_topic)
+        .load()
+        .select(F.get_json_object(F.col("value").cast("string"), "$.user").alias("user"))
+        .where(F.col("user") != "closing")
+        .groupBy("user")
+        .count()
+    )
+    summary.per_user_batch = {row["user"]: row["count"] for row in batch.collect()}
+    return summary
+
+
+def report_progress(query, log) -> None:
+    progress = query.lastProgress
+    if not progress:
+        log(f"  [{query.name}] first batch: {query.status['message']}")
+        return
+    watermark = progress.get("eventTime", {}).get("watermark", "-")
+    log(
+        f"  [{query.name}] batch {progress['batchId']}: {progress['numInputRows']} rows"
+        f" ({progress.get('processedRowsPerSecond', 0):.0f}/s), watermark {watermark}"
+    )
+
+
+def wait_for_windows(spark, queries, windows_dir: Path, events: int, log, timeout=120.0) -> None:
+    """Until the windows in Parquet account for every event (the closing events moved the
+    watermark past them all), printing progress; fails at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for query in queries:
+            if query.exception() is not None:
+                raise RuntimeError(f"{query.name} failed: {query.exception()}")
+        counted = 0
+        if any(windows_dir.glob("part-*.parquet")):
+            try:
+                rows = spark.read.parquet(str(windows_dir)).selectExpr("sum(events) as n")
+                counted = rows.collect()[0]["n"] or 0
+            except Exception:  # no batch committed a file yet: nothing to infer a schema from
+                counted = 0
+        if counted >= events:
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"windows hold {counted} of {events} events after {timeout}s")
+        for query in queries:
+            report_progress(query, log)
+        time.sleep(2)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_broker(work: Path) -> tuple[subprocess.Popen, str]:
+    """`minibroker serve` on a free port with its data in `work`: a separate process, as a
+    user would run it."""
+    port = free_port()
+    listener = f"PLAINTEXT://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "broker", "serve", "--override", f"listeners={listener}"]
+    command += ["--override", f"advertised.listeners={listener}"]
+    command += ["--override", f"log.dirs={work / 'data'}"]
+    log_file = open(work / "broker.log", "ab")  # noqa: SIM115 - lives as long as the broker
+    process = subprocess.Popen(command, stdout=log_file, stderr=log_file)
+    bootstrap = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the broker did not start; see {work / 'broker.log'}") from None
+            time.sleep(0.1)
+    return process, bootstrap
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="minibroker + Spark: a worked pipeline")
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--start-broker", action="store_true", help="run a broker of its own")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long events flow")
+    parser.add_argument("--rate", type=int, default=400, help="events per second")
+    parser.add_argument("--out", type=Path, default=Path("demo-output"))
+    args = parser.parse_args()
+
+    broker = None
+    bootstrap = args.bootstrap
+    if args.start_broker:
+        broker, bootstrap = start_broker(Path(tempfile.mkdtemp(prefix="minibroker-demo-")))
+        print(f"started minibroker serve on {bootstrap}")
+    try:
+        spark = spark_session()
+        out = args.out / time.strftime("%Y%m%d-%H%M%S")
+        summary = run(spark, bootstrap, args.seconds, args.rate, out)
+        print()
+        print(f"events produced:                 {summary.events}")
+        where = out / "windows"
+        print(f"window totals in Parquet:        {summary.windows_in_parquet} rows in {where}")
+        print(f"window totals in the topic:      {summary.records_in_result_topic} records")
+        print("events per user, streamed windows vs batch job over the topic:")
+        for user in sorted(summary.per_user_batch):
+            streamed = summary.per_user_streamed.get(user, 0)
+            mark = "ok" if streamed == summary.per_user_batch[user] else "MISMATCH"
+            print(f"  {user}: {streamed:6d} {summary.per_user_batch[user]:6d}  {mark}")
+        spark.stop()
+    finally:
+        if broker is not None:
+            broker.terminate()
+            broker.wait(30)
+
+
+if __name__ == "__main__":
+    main()

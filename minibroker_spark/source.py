@@ -1,0 +1,428 @@
+"""The Spark side: a Python data source named `minibroker` with Spark's Kafka source schema and
+options, batch and streaming, reading and writing.
+
+Plans (which partitions, which offsets) are made on the driver with an AdminClient; each Spark
+task reads one offset range with its own consumer, or writes its rows with its own producer.
+Streaming offsets are Spark's Kafka source's JSON, `{"topic":{"0":42}}`, kept in Spark's
+checkpoint: no consumer group and no committed offsets are involved.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from minibroker_spark import kafka
+from minibroker_spark.kafka import OffsetRange, TopicPartition
+from minibroker_spark.options import (
+    FAIL_ON_DATA_LOSS,
+    OptionError,
+    ReadOptions,
+    include_headers,
+    read_options,
+    write_options,
+)
+
+try:  # pyspark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - older pyspark: no read limits, no availableNow
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
+log = logging.getLogger("minibroker_spark")
+
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE))
+    return StructType(fields)
+
+
+def encode_offsets(offsets: dict[TopicPartition, int]) -> dict:
+    """Spark's Kafka source offset JSON: topics sorted by name, partitions by number. Spark
+    compares offsets as JSON text, so the order must never depend on how they were found."""
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = int(offset)
+    return result
+
+
+def decode_offsets(offsets: dict) -> dict[TopicPartition, int]:
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in offsets.items()
+        for partition, offset in partitions.items()
+    }
+
+
+class RangePartition(InputPartition):
+    """One Spark task's input: an offset range of one topic partition."""
+
+    def __init__(self, offset_range: OffsetRange):
+        super().__init__(offset_range)
+        self.range = offset_range
+
+
+class DefaultSource(DataSource):
+    """`spark.read.format("minibroker")`, `readStream`, `write`, `writeStream`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "minibroker"
+
+    def schema(self) -> StructType:
+        # Spark asks for the schema of a write too (with no topic selection); only a read
+        # is checked here.
+        return kafka_schema(include_headers(self.options) if self._reading() else False)
+
+    def _reading(self) -> bool:
+        lowered = {str(k).lower() for k in self.options}
+        return bool(lowered & {"subscribe", "subscribepattern", "assign"})
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = read_options(self.options, streaming=False)
+        kafka.check_settings(options.kafka, reading=True)
+        return BatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = read_options(self.options, streaming=True)
+        kafka.check_settings(options.kafka, reading=True)
+        return StreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        if overwrite:
+            raise OptionError("a topic cannot be overwritten: use mode('append')")
+        options = write_options(self.options)
+        check_write_schema(schema, options.topic)
+        kafka.check_settings(options.kafka, reading=False)
+        return BatchWriter(options.kafka, options.topic)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        options = write_options(self.options)
+        check_write_schema(schema, options.topic)
+        kafka.check_settings(options.kafka, reading=False)
+        return StreamWriter(options.kafka, options.topic)
+
+
+def _read(options: ReadOptions, partition: InputPartition):
+    if not isinstance(partition, RangePartition):
+        # Spark plans one empty InputPartition(None) when there is nothing to read.
+        return iter(())
+    return kafka.read_range(
+        options.kafka,
+        partition.range,
+        options.include_headers,
+        options.fail_on_data_loss,
+        options.poll_timeout_ms,
+    )
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options: ReadOptions):
+        self.options = options
+
+    def partitions(self) -> list[RangePartition]:
+        options = self.options
+        timeout = options.poll_timeout_ms / 1000
+        admin = kafka.admin_client(options.kafka)
+        topics = kafka.list_partitions(admin, options.selection, options.fail_on_data_loss, timeout)
+        tps = [(topic, p) for topic, parts in topics.items() for p in parts]
+        starts = kafka.resolve_offsets(admin, options, options.starting, tps, starting=True)
+        ends = kafka.resolve_offsets(admin, options, options.ending, tps, starting=False)
+        ranges = []
+        for tp in tps:
+            start, end = starts[tp], ends[tp]
+            if start > end:
+                raise OptionError(
+                    f"{tp[0]}-{tp[1]}: the starting offset {start} ({options.starting.option})"
+                    f" is after the ending offset {end} ({options.ending.option})"
+                )
+            ranges.append(OffsetRange(tp[0], tp[1], start, end))
+        planned = kafka.split_ranges(ranges, options.min_partitions)
+        return [RangePartition(r) for r in planned]
+
+    def read(self, partition: RangePartition):
+        return _read(self.options, partition)
+
+
+def rate_limit(
+    start: dict[TopicPartition, int], latest: dict[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
+    """At most about `limit` records over all partitions, shared in proportion to each
+    partition's backlog (Spark's Kafka source's rule, rounding included)."""
+    sizes = {tp: latest[tp] - start[tp] for tp in latest if latest[tp] > start[tp]}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(latest)
+    result = dict(latest)
+    for tp, size in sizes.items():
+        share = limit * size / total
+        step = int(share) if share >= 1 else (1 if share > 0 else 0)
+        result[tp] = min(latest[tp], start[tp] + step)
+    return result
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over offset ranges. Spark keeps the offsets in its checkpoint; a restart
+    replays the last planned batch with exactly the same ranges, which is what makes a file sink
+    exactly once."""
+
+    def __init__(self, options: ReadOptions):
+        self.options = options
+        self._admin = None
+        self._target: dict[TopicPartition, int] | None = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        return state
+
+    @property
+    def admin(self):
+        if self._admin is None:
+            self._admin = kafka.admin_client(self.options.kafka)
+        return self._admin
+
+    @property
+    def _timeout(self) -> float:
+        return self.options.poll_timeout_ms / 1000
+
+    def _partitions(self) -> list[TopicPartition]:
+        # A topic that does not exist yet is not an error in a stream: it is read from its
+        # first offset once it is created (Spark's behaviour for subscribe).
+        topics = kafka.list_partitions(
+            self.admin, self.options.selection, fail_on_data_loss=False, timeout=self._timeout
+        )
+        return [(topic, p) for topic, parts in topics.items() for p in parts]
+
+    def initialOffset(self) -> dict:
+        options = self.options
+        tps = self._partitions()
+        if options.fail_on_data_loss and options.selection.option == "subscribe":
+            missing = set(options.selection.topics) - {topic for topic, _ in tps}
+            if missing:
+                raise OptionError(
+                    f"option subscribe: topic(s) {', '.join(sorted(missing))} do not exist"
+                    f" (with {FAIL_ON_DATA_LOSS}=false the stream waits for them)"
+                )
+        offsets = kafka.resolve_offsets(self.admin, options, options.starting, tps, starting=True)
+        return encode_offsets(offsets)
+
+    def _latest(self) -> dict[TopicPartition, int]:
+        return kafka.latest_offsets(
+            self.admin, self.options.kafka, self._partitions(), self._timeout
+        )
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def getDefaultReadLimit(self):
+        if self.options.max_offsets_per_trigger and ReadMaxRows is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def reportLatestOffset(self):
+        """For the query's progress only: a broker that cannot answer right now is no reason
+        to fail the query."""
+        try:
+            return encode_offsets(self._latest())
+        except Exception as error:  # noqa: BLE001 - progress reporting must not fail a query
+            log.info("latest offsets for progress unavailable: %s", error)
+            return None
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        begin = decode_offsets(start) if start is not None else {}
+        latest = self._target if self._target is not None else self._latest()
+        gone = [tp for tp in begin if tp not in latest and self._target is None]
+        if gone:
+            self._report_data_loss(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} are gone")
+        new = [tp for tp in latest if tp not in begin]
+        earliest_new = kafka.earliest_offsets(self.admin, self.options.kafka, new, self._timeout)
+        from_offsets = {**earliest_new, **begin}
+        end: dict[TopicPartition, int] = {}
+        for tp, offset in from_offsets.items():
+            newest = latest.get(tp, offset)
+            if newest < offset:
+                # A new leader's high watermark can trail the old one's for a moment (it
+                # learns the followers' positions on their next fetch): never go back.
+                log.info("%s-%s: latest %s is behind %s; waiting", tp[0], tp[1], newest, offset)
+            end[tp] = max(offset, newest)
+        max_rows = None
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif limit is None and self.options.max_offsets_per_trigger:
+            max_rows = self.options.max_offsets_per_trigger
+        if max_rows is not None:
+            end = rate_limit(from_offsets, end, max_rows)
+        # New partitions enter the offsets only once they have something to read, so that an
+        # empty batch keeps `end == start` and Spark plans nothing.
+        for tp in new:
+            if end[tp] == earliest_new[tp] and tp not in begin:
+                del end[tp]
+        return encode_offsets(end)
+
+    def _report_data_loss(self, message: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise kafka._data_loss(message)
+        log.warning("%s; continuing without them (%s=false)", message, FAIL_ON_DATA_LOSS)
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        begin = decode_offsets(start)
+        until = decode_offsets(end)
+        new = [tp for tp in until if tp not in begin]
+        if new:
+            earliest = kafka.earliest_offsets(self.admin, self.options.kafka, new, self._timeout)
+            for tp in new:
+                if earliest[tp] != 0:
+                    self._report_data_loss(
+                        f"added partition {tp[0]}-{tp[1]} starts at {earliest[tp]}, not 0"
+                    )
+                begin[tp] = earliest[tp]
+        ranges = []
+        for tp, stop in until.items():
+            first = begin[tp]
+            if stop < first:
+                self._report_data_loss(f"{tp[0]}-{tp[1]}'s offset went from {first} back to {stop}")
+                continue
+            ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+        planned = kafka.split_ranges(ranges, self.options.min_partitions)
+        return [RangePartition(r) for r in planned]
+
+    def read(self, partition: RangePartition):
+        return _read(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        self._admin = None
+
+
+def check_write_schema(schema: StructType, topic_option: str | None) -> None:
+    """The columns Spark's Kafka sink takes, with its types: value (required), key, topic
+    (unless the topic option is set), partition, headers."""
+    fields = {field.name.lower(): field.dataType for field in schema.fields}
+    text_or_bytes = (StringType, BinaryType)
+    if "value" not in fields:
+        raise OptionError("the data to write has no 'value' column")
+    for column in ("key", "value"):
+        if column in fields and not isinstance(fields[column], text_or_bytes):
+            raise OptionError(f"column {column} must be string or binary, not {fields[column]}")
+    if topic_option is None:
+        if "topic" not in fields:
+            raise OptionError("no topic: set the option topic or add a 'topic' column")
+        if not isinstance(fields["topic"], StringType):
+            raise OptionError(f"column topic must be a string, not {fields['topic']}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise OptionError(f"column partition must be an int, not {fields['partition']}")
+    if "headers" in fields:
+        headers = fields["headers"]
+        element = getattr(headers, "elementType", None)
+        names = [f.name for f in getattr(element, "fields", [])]
+        if names != ["key", "value"]:
+            raise OptionError(
+                f"column headers must be array<struct<key:string,value:binary>>, not {headers}"
+            )
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    records: int
+
+
+def _select(batches, kafka_params, topic_option):
+    """Columns by lower-cased name, since Spark may keep the user's case."""
+    for batch in batches:
+        renamed = batch.rename_columns([name.lower() for name in batch.schema.names])
+        yield renamed
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """`df.write.format("minibroker")`: every task produces its rows with its own idempotent,
+    acks=all producer and returns once all of them are acknowledged. Records are visible to
+    readers as soon as they are acknowledged: abort cannot take them back, so a failed and
+    retried task can write some rows twice (at least once, as Spark's Kafka sink)."""
+
+    def __init__(self, kafka_params: dict[str, str], topic: str | None):
+        self.kafka = kafka_params
+        self.topic = topic
+
+    def write(self, iterator) -> WriteCommit:
+        count = kafka.produce_batches(
+            self.kafka, _select(iterator, self.kafka, self.topic), self.topic
+        )
+        return WriteCommit(count)
+
+    def commit(self, messages) -> None:
+        total = sum(m.records for m in messages if m is not None)
+        log.info("wrote %d records", total)
+
+    def abort(self, messages) -> None:
+        written = sum(m.records for m in messages if m is not None)
+        log.warning("write aborted; %d records were already acknowledged and stay", written)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """`writeStream.format("minibroker")`: as BatchWriter, per micro-batch. A micro-batch that
+    is re-run after a failure (or a restart before its commit) produces its rows again: at
+    least once, as Spark's Kafka sink."""
+
+    def __init__(self, kafka_params: dict[str, str], topic: str | None):
+        self.kafka = kafka_params
+        self.topic = topic
+
+    def write(self, iterator) -> WriteCommit:
+        count = kafka.produce_batches(
+            self.kafka, _select(iterator, self.kafka, self.topic), self.topic
+        )
+        return WriteCommit(count)
+
+    def commit(self, messages, batchId: int) -> None:
+        total = sum(m.records for m in messages if m is not None)
+        log.info("batch %d: wrote %d records", batchId, total)
+
+    def abort(self, messages, batchId: int) -> None:
+        written = sum(m.records for m in messages if m is not None)
+        log.warning("batch %d aborted; %d acknowledged records stay", batchId, written)

@@ -1,0 +1,5 @@
+"""Spark's data source discovery finds this module (its name starts with `pyspark_`)."""
+
+from minibroker_spark import DefaultSource
+
+__all__ = ["DefaultSource"]

@@ -1,0 +1,161 @@
+"""One local[2] SparkSession for every Spark test, one broker per module, and helpers that
+produce records and read what Spark wrote.
+
+The source is found by Spark's own discovery (the `pyspark_minibroker` module), never
+registered by hand, so these tests also check that `format("minibroker")` works as documented.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.launcher import BrokerProcess
+from tests.conftest import BROKER_READY_TIMEOUT
+
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip(
+        "Spark needs a Java runtime (apt-get install openjdk-17-jre-headless)",
+        allow_module_level=True,
+    )
+
+pyspark = pytest.importorskip("pyspark", reason="pip install -e '.[spark]' installs pyspark")
+
+# Every wait for Spark or the broker has this deadline: a broken source fails, never hangs.
+SPARK_TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("minibroker-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stopTimeout", "60s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
+    """A single broker (its own controller) shared by a module's tests; each test uses its
+    own topics. Retention is checked every 200 ms so that a test can see records deleted."""
+    base = tmp_path_factory.mktemp("spark-broker")
+    broker = BrokerProcess.start(
+        node_id=1,
+        log_dir=base / "data",
+        overrides={"log.retention.check.interval.ms": 200, "num.partitions": 3},
+    )
+    broker.wait_ready(BROKER_READY_TIMEOUT)
+    yield broker
+    exit_code = broker.stop()
+    assert exit_code == 0, broker.log_tail()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})
+    admin.create_topics([new], request_timeout=15)[topic].result(timeout=20)
+
+
+def produce(
+    bootstrap: str, topic: str, records: list[dict], settings: dict | None = None
+) -> dict[tuple[int, int], dict]:
+    """Produce `records` (dicts of value, key, partition, timestamp, headers), wait for every
+    delivery report and return each record by the (partition, offset) it was stored at."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",
+            **(settings or {}),
+        }
+    )
+    stored: dict[tuple[int, int], dict] = {}
+    errors: list[str] = []
+
+    def delivered(error, message, record):
+        if error is not None:
+            errors.append(str(error))
+        else:
+            stored[(message.partition(), message.offset())] = {
+                **record,
+                "timestamp": message.timestamp()[1],
+            }
+
+    for record in records:
+        extra = {k: record[k] for k in ("key", "partition", "timestamp", "headers") if k in record}
+        if extra.get("partition") is None:
+            extra.pop("partition", None)
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=record["value"],
+                    on_delivery=lambda e, m, r=record: delivered(e, m, r),
+                    **extra,
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "records still undelivered after 60 s"
+    assert not errors, errors[:5]
+    return stored
+
+
+def offsets_by_partition(rows) -> dict[int, list[int]]:
+    result: dict[int, list[int]] = {}
+    for row in rows:
+        result.setdefault(row["partition"], []).append(row["offset"])
+    return {partition: sorted(offsets) for partition, offsets in sorted(result.items())}
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
+    """Poll `condition` until it returns something truthy; fail naming `what` at the
+    deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def source_end_offsets(query) -> dict[tuple[str, int], int]:
+    """The end offsets of the query's last finished micro-batch, from its progress."""
+    import json
+
+    progress = query.lastProgress
+    if not progress or not progress["sources"]:
+        return {}
+    end = progress["sources"][0]["endOffset"]
+    if isinstance(end, str):
+        end = json.loads(end)
+    return {(t, int(p)): o for t, parts in (end or {}).items() for p, o in parts.items()}
+
+
+def parquet_rows(spark, path: Path) -> list:
+    """What a reader of the sink's output sees: Spark's file sink log decides which files
+    count, so files of a batch that never committed are not read."""
+    return spark.read.parquet(str(path)).select("topic", "partition", "offset", "value").collect()
