@@ -36,6 +36,10 @@ LIVENESS_CHECK_SECONDS = 0.5
 MAX_DEFAULT_REPLICATION_FACTOR = 3
 LOCK_FILE = ".minibroker-dev.lock"
 RESTART_READY_TIMEOUT = 60.0
+# A node that dies again this soon after --restart-dead started it counts as crashing; after
+# a few such restarts in a row it is left down, with its log, instead of restarted for ever.
+CRASH_WINDOW_SECONDS = 10.0
+MAX_QUICK_RESTARTS = 3
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -190,17 +194,34 @@ def _watch(cluster: Cluster, restart_dead: bool) -> None:
     raises _StopRequested from its handler)."""
     reported: set[int] = set()
     interactive = not restart_dead and _stdin_takes_input()
+    restarted_at: dict[int, float] = {}
+    quick_restarts: dict[int, int] = {}
+    given_up: set[int] = set()
     while True:
         dead = [node for node in cluster.nodes if not node.running]
         for node in dead:
             if node.node_id not in reported:
                 reported.add(node.node_id)
                 _report_death(node, restart_dead, interactive)
+                if time.monotonic() - restarted_at.get(node.node_id, -1e9) < CRASH_WINDOW_SECONDS:
+                    quick_restarts[node.node_id] = quick_restarts.get(node.node_id, 0) + 1
+                else:
+                    quick_restarts[node.node_id] = 0
+                if restart_dead and quick_restarts[node.node_id] >= MAX_QUICK_RESTARTS:
+                    given_up.add(node.node_id)
+                    say(
+                        f"minibroker dev: {node.kind} {node.node_id} keeps dying right after"
+                        " it starts; it is left down (see its log).",
+                        error=True,
+                    )
         # Waiting for Enter is also the pause between liveness checks.
         asked = _enter_pressed() if interactive else time.sleep(LIVENESS_CHECK_SECONDS)
         if dead and (restart_dead or asked):
             for node in dead:
+                if restart_dead and node.node_id in given_up:
+                    continue
                 _restart(node)
+                restarted_at[node.node_id] = time.monotonic()
                 reported.discard(node.node_id)
 
 

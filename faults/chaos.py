@@ -171,6 +171,8 @@ class Workload:
         self.acked: dict[bytes, tuple[int, int, float, float]] = {}
         self.failed: list[str] = []
         self.read: dict[tuple[int, int], bytes] = {}
+        # Positions read twice with different values: a record read, then replaced.
+        self.reread_differently: list[tuple[int, int]] = []
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._produce, daemon=True),
@@ -241,7 +243,10 @@ class Workload:
         while not self._stop.is_set():
             for message in consumer.consume(500, 0.2):
                 if message.error() is None:
-                    self.read[(message.partition(), message.offset())] = message.value()
+                    position = (message.partition(), message.offset())
+                    seen = self.read.setdefault(position, message.value())
+                    if seen != message.value():
+                        self.reread_differently.append(position)
         consumer.close()
 
 
@@ -456,7 +461,9 @@ class Chaos:
             acked_by_run[run] += 1
             if stored.get((partition, offset)) != value:
                 lost_by_run[run] += 1
-        vanished = sum(1 for key, value in self.workload.read.items() if stored.get(key) != value)
+        vanished = sum(
+            1 for key, value in self.workload.read.items() if stored.get(key) != value
+        ) + len(self.workload.reread_differently)
         duplicates = sum(len(positions) - 1 for positions in by_value.values())
         lines = [
             f"seed {seed}: {len(self.runs)} fault runs, {len(self.workload.acked)} records"
