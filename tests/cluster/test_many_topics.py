@@ -23,7 +23,7 @@ def test_a_thousand_topics_created_and_deleted_with_nobody_fenced(cluster: Clust
         future.result(timeout=CLIENT_TIMEOUT_S + 10)
     listed = admin.list_topics(timeout=30).topics
     assert set(names) <= set(listed)
-    assert all(len(listed[name].partitions[0].isrs) == 3 for name in names)
+    assert all(len(listed[name].partitions[0].replicas) == 3 for name in names)
 
     deleted = admin.delete_topics(
         names, request_timeout=CLIENT_TIMEOUT_S, operation_timeout=CLIENT_TIMEOUT_S

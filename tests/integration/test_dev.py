@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,11 +33,29 @@ def alive(pid: int) -> bool:
         return False
 
 
+def free_ports_in_a_row(count: int) -> int:
+    """The first of `count` consecutive ports nothing listens on (the brokers' ports)."""
+    while True:
+        first = free_port()
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                probe = socket.socket()
+                sockets.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for probe in sockets:
+                probe.close()
+
+
 class Dev:
     """A `minibroker dev` process and what it printed."""
 
     def __init__(self, data: Path, *extra: str, stdout=subprocess.PIPE) -> None:
-        self.first_port, self.controller_port = free_port(), free_port()
+        self.first_port, self.controller_port = free_ports_in_a_row(3), free_port()
         self.lines: list[str] = []
         self.nodes: dict[str, tuple[int, int]] = {}  # "broker 2" -> (port, pid)
         self.process = subprocess.Popen(
