@@ -240,3 +240,22 @@ def test_batch_over_max_message_bytes(guarded):
     big = make_batch([(b"k", b"x" * 3000)])
     assert healthy.produce(big).error_code == ErrorCode.message_too_large
     assert healthy.fetch(0).high_watermark == 1
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "body"),
+    [
+        (3, 9, b"\xff\xff\xff\xff\x0f"),  # Metadata: a compact array of 2^32 - 2 topics
+        (3, 1, struct.pack(">i", 2**31 - 1)),  # Metadata: 2^31 - 1 topics
+        (42, 0, b"\xff\xff\xff\xff"),  # DeleteGroups: a null list of groups
+    ],
+)
+def test_impossible_array_closes_only_that_connection(guarded, api_key, version, body):
+    """Found by the frame fuzzer: kio reserved memory for the whole claimed array and the
+    failed allocation aborted the broker; a null non-nullable array reached a handler as
+    None. Both are frames that cannot be parsed: that connection closes, nothing else."""
+    broker, _, _ = guarded
+    with connect(broker) as sock:
+        raw_request(sock, api_key, version, body, 1)
+        assert_closed(sock)
+    assert broker.running
