@@ -259,3 +259,23 @@ def test_impossible_array_closes_only_that_connection(guarded, api_key, version,
         raw_request(sock, api_key, version, body, 1)
         assert_closed(sock)
     assert broker.running
+
+
+def test_metadata_v10_with_a_null_topic_name_is_invalid_request(guarded):
+    """Found by the frame fuzzer: Metadata v10/v11 can carry a topic id with a null name but
+    their response cannot hold a null name; encoding the answer raised and the connection
+    closed with a traceback. Kafka answers INVALID_REQUEST for each topic, the name as ""."""
+    import uuid
+
+    from kio.schema.metadata.v10.request import MetadataRequest, MetadataRequestTopic
+
+    _, healthy, _ = guarded
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=uuid.uuid4(), name=None),),
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    (topic,) = healthy.call(request).topics
+    assert topic.error_code == ErrorCode.invalid_request
+    assert topic.name == ""
