@@ -380,7 +380,10 @@ class ControllerService:
         return for_broker
 
     async def _await_delivery(self, events: list[trio.Event], timeout_s: float) -> None:
-        with trio.move_on_after(timeout_s):
+        """Wait for the brokers to apply a change, at most ``timeout_s``; a request's timeout
+        of zero or less (a client's choice: CreateTopics timeout_ms=-1) means not waiting, as
+        in Kafka, instead of trio's ValueError for a negative deadline."""
+        with trio.move_on_after(max(0.0, timeout_s)):
             for event in events:
                 await event.wait()
 

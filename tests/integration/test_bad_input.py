@@ -279,3 +279,35 @@ def test_metadata_v10_with_a_null_topic_name_is_invalid_request(guarded):
     (topic,) = healthy.call(request).topics
     assert topic.error_code == ErrorCode.invalid_request
     assert topic.name == ""
+
+
+def test_create_and_delete_topics_with_a_negative_timeout_do_not_wait(guarded):
+    """Found by the frame fuzzer: a negative timeout_ms reached trio.move_on_after, whose
+    ValueError became UNKNOWN_SERVER_ERROR and a traceback. Kafka does not wait then."""
+    from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+
+    _, healthy, _ = guarded
+    created = healthy.call(
+        CreateTopicsRequest(
+            topics=(
+                CreatableTopic(
+                    name="no-wait",
+                    num_partitions=1,
+                    replication_factor=1,
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=datetime.timedelta(milliseconds=-1),
+            validate_only=False,
+        )
+    )
+    assert created.topics[0].error_code == ErrorCode.none, created
+    deleted = healthy.call(
+        DeleteTopicsRequest(
+            topics=(DeleteTopicState(name="no-wait", topic_id=__import__("uuid").UUID(int=0)),),
+            timeout=datetime.timedelta(milliseconds=-5),
+        )
+    )
+    assert deleted.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
