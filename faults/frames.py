@@ -4,7 +4,8 @@ The corpus holds, for every API key 0-80 and every version kio has a request sch
 requests built field by field from the schema with random but plausible values (names from a
 small vocabulary, so auto-creation makes a bounded number of topics; record batches that are
 real v2 batches, sometimes compressed), encoded with kio's own writer behind a correct request
-header. Frames captured from real clients (see ``faults.capture``) are added to it.
+header. These stand in for frames captured from real clients: the same schemas, at every
+version rather than only the ones a given client sends.
 
 ``FrameMaker.next()`` returns one frame to send: the bytes on the wire (length prefix
 included), whether the declared length matches what follows (a complete frame, after which the

@@ -4,13 +4,13 @@ client produces and consumes.
     python -m faults.fuzz --frames 1000000 --seed 42
 
 It starts one broker (its own controller) with ``broker.launcher.BrokerProcess``, opens 2,000
-idle connections, a connection declaring a frame of 2^31-1 bytes, and connections holding half
-a frame (a small ApiVersions and a ~900 KB Produce, completed at the end and checked), then
-sends ``--frames`` fuzz frames from ``--workers`` concurrent connections (see
-``faults.frames``: random bytes behind valid and invalid length prefixes, well-formed requests
-of every API key 0-80 and every version kio knows, bit-flipped, truncated, with huge counts or
-lengths written inside, spliced; frames captured from a real confluent-kafka client are in the
-corpus too). After each complete frame the worker sends an ApiVersions v0 request (the
+idle connections, a connection declaring a frame of 2^31-1 bytes, one declaring 100 MiB and
+sending 1 KiB (the RSS it costs is reported), and connections holding half a frame (a small
+ApiVersions and a ~900 KB Produce, completed at the end and checked). Then it sends
+``--frames`` fuzz frames from ``--workers`` concurrent connections (see ``faults.frames``:
+random bytes behind valid and invalid length prefixes, well-formed requests of every API key
+0-80 and every version kio knows, bit-flipped, truncated, with huge counts or lengths written
+inside, spliced). After each complete frame the worker sends an ApiVersions v0 request (the
 sentinel) and reads until the sentinel's answer (the connection carries on), the end of the
 connection (it reconnects), or 2 s of silence (a parked request or a stream the fuzz frame
 desynchronised: it closes and reconnects). A frame whose length prefix does not match what
@@ -125,11 +125,12 @@ async def fuzz_worker(
                     counters.frames += 1
                     counters.by_kind[frame.kind] += 1
                     if not frame.complete:
-                        await stream.send_all(frame.wire)
+                        with trio.move_on_after(ANSWER_TIMEOUT):
+                            await stream.send_all(frame.wire)
                         break  # the peer leaves mid-frame
-                    await stream.send_all(frame.wire + SENTINEL)
                     alive = False
                     with trio.move_on_after(ANSWER_TIMEOUT) as waiting:
+                        await stream.send_all(frame.wire + SENTINEL)
                         async for correlation in _read_frames(stream, buffer):
                             if correlation == SENTINEL_CORRELATION:
                                 alive = True
@@ -199,7 +200,9 @@ def half_produce_frame(rng: random.Random) -> bytes:
     return framed(request_header(0, 7, 77, False) + encode_request(request))
 
 
-async def special_cases(port: int, idle_count: int, rng: random.Random, results: dict, go, done):
+async def special_cases(
+    port: int, pid: int, idle_count: int, rng: random.Random, results: dict, go, done
+):
     """Idle connections, the 2^31-1 frame and the half frames: set up before the fuzzing
     (``go`` is set then), checked after it (``done``)."""
     idle = []
@@ -220,17 +223,29 @@ async def special_cases(port: int, idle_count: int, rng: random.Random, results:
     big = half_produce_frame(rng)
     half_big = await trio.open_tcp_stream("127.0.0.1", port)
     await half_big.send_all(big[: len(big) // 2])
+    # A client declaring the largest frame allowed (socket.request.max.bytes) and sending 1 KiB:
+    # the broker's RSS with it held, measured before the fuzzing starts.
+    before = rss_kib(pid)
+    declared = await trio.open_tcp_stream("127.0.0.1", port)
+    await declared.send_all(struct.pack(">i", MAX_FRAME) + api_versions_v0(1)[4:] + bytes(1000))
+    await trio.sleep(1.0)
+    results["declared_100MiB_sent_1KiB_rss_growth_kib"] = (rss_kib(pid) or 0) - (before or 0)
+    await declared.aclose()
     go.set()
 
     await done.wait()
     answered = 0
-    for stream in idle:
-        try:
+
+    async def ask(stream) -> None:
+        nonlocal answered
+        with contextlib.suppress(trio.BrokenResourceError, OSError):
             await stream.send_all(api_versions_v0(5))
-            if await _answer_of(stream, 10.0) is not None:
+            if await _answer_of(stream, 20.0) is not None:
                 answered += 1
-        except (trio.BrokenResourceError, OSError):
-            pass
+
+    async with trio.open_nursery() as asking:
+        for stream in idle:
+            asking.start_soon(ask, stream)
     results["idle_connections_answered_at_end"] = answered
     for stream in idle:
         await stream.aclose()
@@ -258,10 +273,22 @@ def _produce_answer(answer: bytes | None) -> str:
     return "stored" if part.error_code == 0 else f"error {part.error_code.name}"
 
 
-async def sample_rss(pid: int, samples: list[int], stop) -> None:
+async def sample_rss(pid: int, samples: list[int], stop, counters: Counters) -> None:
+    """RSS every quarter second, and a progress line every 10 s on stderr."""
+    started = last_print = time.monotonic()
     while not stop.is_set():
         if (value := rss_kib(pid)) is not None:
             samples.append(value)
+        if time.monotonic() - last_print >= 10:
+            last_print = time.monotonic()
+            elapsed = last_print - started
+            print(
+                f"  {elapsed:5.0f} s: {counters.frames} frames ({counters.frames / elapsed:.0f}/s),"
+                f" {counters.connections} connections, {counters.silent} silent,"
+                f" broker RSS {value} KiB",
+                file=sys.stderr,
+                flush=True,
+            )
         with trio.move_on_after(0.25):
             await stop.wait()
 
@@ -270,9 +297,16 @@ async def drive(port: int, pid: int, args, corpus, results: dict, counters: Coun
     rng = random.Random(f"{args.seed}:special")
     go, done, stop_sampling = trio.Event(), trio.Event(), trio.Event()
     samples: list[int] = []
+
+    async def special_then_stop() -> None:
+        try:
+            await special_cases(port, pid, args.idle, rng, results, go, done)
+        finally:
+            stop_sampling.set()
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample_rss, pid, samples, stop_sampling)
-        nursery.start_soon(special_cases, port, args.idle, rng, results, go, done)
+        nursery.start_soon(sample_rss, pid, samples, stop_sampling, counters)
+        nursery.start_soon(special_then_stop)
         await go.wait()
         started = time.monotonic()
         deadline = trio.current_time() + args.max_seconds
@@ -283,8 +317,6 @@ async def drive(port: int, pid: int, args, corpus, results: dict, counters: Coun
                 workers.start_soon(fuzz_worker, port, maker, quota, counters, deadline)
         results["fuzz_seconds"] = time.monotonic() - started
         done.set()
-    # (special_cases finished inside the nursery)
-    stop_sampling.set()
     results["rss_peak_kib"] = max(samples) if samples else None
 
 
@@ -314,13 +346,15 @@ def tracebacks_by_type(log_text: str) -> collections.Counter:
     return counts
 
 
+CLOSING_RE = re.compile(r"closing connection from \S+: (.*)$")
+
+
 def closing_reasons(log_text: str) -> collections.Counter:
     reasons: collections.Counter = collections.Counter()
     for line in log_text.splitlines():
-        if "closing connection from" in line:
-            reason = line.split(": ", 2)[-1] if line.count(": ") >= 2 else line
-            reason = re.sub(r"\d+", "N", reason)[:70]
-            reasons[reason] += 1
+        if (found := CLOSING_RE.search(line)) is not None:
+            reason = found.group(1).split(": ")[-1]  # kio's message, after "cannot decode ..."
+            reasons[re.sub(r"-?\d+", "N", reason)[:70]] += 1
     return reasons
 
 
@@ -334,10 +368,11 @@ def machine() -> dict:
     return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version()}
 
 
-def _captured(broker, tmp):
-    from .capture import capture_client_frames
+def _create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
 
-    return capture_client_frames(Path(tmp))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=15)[topic].result(timeout=20)
 
 
 def run(args) -> dict:
@@ -352,9 +387,7 @@ def run(args) -> dict:
             broker.wait_ready(BROKER_READY_TIMEOUT)
             results["broker_log"] = str(broker.stderr_path)
             corpus = build_corpus(random.Random(f"{args.seed}:corpus"))
-            captured = _captured(broker, tmp) if args.capture else []
-            corpus += captured
-            results["corpus"] = {"kio": len(corpus) - len(captured), "client": len(captured)}
+            results["corpus_requests"] = len(corpus)
             stop_file = Path(tmp) / "stop-normal-client"
             with open(Path(tmp) / "normal-client.log", "w") as normal_log:  # librdkafka's
                 normal = subprocess.Popen(
@@ -370,6 +403,7 @@ def run(args) -> dict:
                     stderr=normal_log,
                     text=True,
                 )
+            _create_topic(broker.bootstrap, "fz-half")  # the half Produce's, made in advance
             time.sleep(3)  # the normal client's first round trips
             results["rss_before_kib"] = rss_kib(broker.pid)
             counters = Counters()
@@ -422,12 +456,6 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=16, help="concurrent fuzzing sockets")
     parser.add_argument("--idle", type=int, default=2000, help="idle connections held")
     parser.add_argument("--max-seconds", type=float, default=3600.0)
-    parser.add_argument(
-        "--no-capture",
-        dest="capture",
-        action="store_false",
-        help="skip capturing a real client's frames for the corpus",
-    )
     parser.add_argument("--json", help="also write the report as JSON to this file")
     parser.add_argument("--keep-log", help="copy the broker log to this file")
     args = parser.parse_args(argv)
