@@ -347,13 +347,14 @@ def tracebacks_by_type(log_text: str) -> collections.Counter:
 
 
 CLOSING_RE = re.compile(r"closing connection from \S+: (.*)$")
+DECODE_PREFIX_RE = re.compile(r"^cannot decode api \S+ v\S+: ")
 
 
 def closing_reasons(log_text: str) -> collections.Counter:
     reasons: collections.Counter = collections.Counter()
     for line in log_text.splitlines():
         if (found := CLOSING_RE.search(line)) is not None:
-            reason = found.group(1).split(": ")[-1]  # kio's message, after "cannot decode ..."
+            reason = DECODE_PREFIX_RE.sub("", found.group(1))  # kio's message alone
             reasons[re.sub(r"-?\d+", "N", reason)[:70]] += 1
     return reasons
 
@@ -418,6 +419,11 @@ def run(args) -> dict:
                 normal.kill()
                 results["normal_client"] = {"errors": [f"normal client failed: {failure!r}"]}
             results["broker_alive_at_end"] = broker.running
+            # State the fuzzing legitimately left behind (auto-created topics of mutated
+            # names, __consumer_offsets), which accounts for part of the RSS after.
+            results["partition_dirs_at_end"] = sum(
+                1 for path in (Path(tmp) / "data").iterdir() if path.is_dir()
+            )
             results["frames"] = counters.frames
             results["frames_per_second"] = round(counters.frames / results["fuzz_seconds"])
             results["counters"] = {
