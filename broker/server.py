@@ -266,7 +266,8 @@ class BrokerServer:
                 self._idle_reads.add(idle)
                 try:
                     if (target := decoder.unfilled()) is not None:
-                        received = await stream.socket.recv_into(target)
+                        with target:  # released before the decoder grows the buffer
+                            received = await stream.socket.recv_into(target)
                         decoder.filled(received)
                     else:
                         data = await stream.receive_some(RECEIVE_SIZE)

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from .bounds import InvalidArrayError, check_array_counts
 from .versions import FIRST_FLEXIBLE_VERSION, ApiKey, supported_versions
 
 _UTC = datetime.UTC
@@ -72,11 +73,21 @@ def _writer(cls: type) -> Callable[[Any, Any], None]:
 
 
 def decode_request(api_key: int, api_version: int, frame, offset: int) -> Any:
-    """Decode a request body; trailing bytes after it are ignored, as Kafka ignores them."""
+    """Decode a request body; trailing bytes after it are ignored, as Kafka ignores them.
+
+    Array counts are checked against the bytes left first (protocol.bounds): kio reserves
+    memory for a whole array as soon as it reads the count, and a failed allocation aborts
+    the process. Null non-nullable arrays are refused there too.
+    """
     if not isinstance(frame, bytes):
         frame = memoryview(frame).toreadonly()  # kio reads any read-only buffer
+    cls = request_class(api_key, api_version)
     try:
-        value, _size = _reader(request_class(api_key, api_version))(frame, offset)
+        check_array_counts(cls, frame, offset)
+    except InvalidArrayError as error:
+        raise DecodeError(f"cannot decode api {api_key} v{api_version}: {error}") from error
+    try:
+        value, _size = _reader(cls)(frame, offset)
     except Exception as error:
         raise DecodeError(f"cannot decode api {api_key} v{api_version}: {error}") from error
     return value

@@ -14,6 +14,10 @@ from . import codec
 _SIZE = struct.Struct(">i")
 # Frames missing at least this much are received straight into their own buffer.
 LARGE_FRAME_BYTES = 64 * 1024
+# A large frame's buffer grows as its bytes arrive, by at least this much (and doubling), up
+# to the declared size: a peer that declares 100 MiB and sends 1 KiB holds about 1 MiB of
+# the broker's memory, not 100 MiB (the frame fuzzer measured +100 MiB RSS per such client).
+LARGE_FRAME_GROWTH = 1024 * 1024
 _HEADER_FIXED = struct.Struct(">hhi")
 
 
@@ -26,9 +30,11 @@ class FrameDecoder:
 
     Frames come out as bytearrays the caller owns and may modify (the produce path stamps
     offsets into them in place). Small frames are copied out of the read-ahead buffer; a frame
-    larger than what has arrived gets its own buffer at once, and ``unfilled()`` hands the
-    caller the part still missing so it can receive straight into it (``recv_into``) instead of
-    passing every byte through the read-ahead buffer first.
+    larger than what has arrived gets its own buffer, and ``unfilled()`` hands the caller room
+    for the part still missing so it can receive straight into it (``recv_into``) instead of
+    passing every byte through the read-ahead buffer first. That buffer grows with what
+    arrives (``LARGE_FRAME_GROWTH``), so memory follows the bytes a peer sent, not the size
+    it declared; the caller must release the view ``unfilled()`` gave before asking again.
     """
 
     def __init__(self, max_frame_size: int) -> None:
@@ -36,18 +42,20 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._start = 0
         self._large: bytearray | None = None
+        self._large_size = 0  # the declared size; the buffer may still be shorter
         self._large_filled = 0
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the peer (``unfilled`` is the faster way for large
         frames, but feeding works the same)."""
-        if (target := self.unfilled()) is not None:
-            taken = min(len(target), len(data))
-            target[:taken] = data[:taken]
+        while data and (target := self.unfilled()) is not None:
+            with target:
+                taken = min(len(target), len(data))
+                target[:taken] = data[:taken]
             self._large_filled += taken
             data = data[taken:]
-            if not data:
-                return
+        if not data:
+            return
         if self._start and self._start == len(self._buffer):
             self._buffer.clear()
             self._start = 0
@@ -73,7 +81,7 @@ class FrameDecoder:
         (it closes the connection rather than trying to resynchronise the stream).
         """
         if self._large is not None:
-            if self._large_filled < len(self._large):
+            if self._large_filled < self._large_size:
                 return None
             frame, self._large = self._large, None
             return frame
@@ -84,7 +92,8 @@ class FrameDecoder:
         available = len(self._buffer) - begin
         if available < size:
             if size - available >= LARGE_FRAME_BYTES:
-                self._large = bytearray(size)
+                self._large = bytearray(min(size, available + LARGE_FRAME_GROWTH))
+                self._large_size = size
                 self._large[:available] = memoryview(self._buffer)[begin:]
                 self._large_filled = available
                 self._start = len(self._buffer)
@@ -97,9 +106,14 @@ class FrameDecoder:
         return frame
 
     def unfilled(self) -> memoryview | None:
-        """The still-missing part of a large frame, for the caller to receive into."""
-        if self._large is None or self._large_filled == len(self._large):
+        """Room for the still-missing part of a large frame, for the caller to receive into
+        (all of it, or the next piece when the buffer has not grown to the declared size)."""
+        if self._large is None or self._large_filled == self._large_size:
             return None
+        if self._large_filled == len(self._large):
+            grown = min(self._large_size, max(2 * len(self._large), len(self._large) + 1))
+            self._large += bytes(max(grown - len(self._large), LARGE_FRAME_GROWTH))
+            del self._large[self._large_size :]
         return memoryview(self._large)[self._large_filled :]
 
     def filled(self, count: int) -> None:

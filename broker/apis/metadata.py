@@ -106,7 +106,15 @@ async def handle(ctx: RequestContext, request) -> dict:
     if ctx.replicas is None:
         return ctx.controller.metadata(request)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
-    if request.topics is None:
+    if ctx.version < 12 and any(topic.name is None for topic in request.topics or ()):
+        # v10 and v11 carry topic ids but cannot name a topic by id alone, and their answer
+        # cannot hold a null name (encoding it failed). Kafka refuses such a request with
+        # INVALID_REQUEST for every topic, a null name answered as "".
+        topics = [
+            _error_entry(topic.name or "", topic.topic_id, Error.INVALID_REQUEST)
+            for topic in request.topics
+        ]
+    elif request.topics is None:
         topics = [_topic_entry(topic) for topic in ctx.replicas.metadata.topics.values()]
     else:
         topics = [await _resolve(ctx, requested, allow_auto_create) for requested in request.topics]

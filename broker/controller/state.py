@@ -42,6 +42,11 @@ NO_LEADER = -1
 UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
 
 _TOPIC_NAME_MAX_LENGTH = 249
+# The most partitions one CreateTopics may ask for per topic: Kafka's KRaft controller refuses
+# a user operation that would write more than 10,000 records (QuorumController's
+# MAX_RECORDS_PER_USER_OP). Without a bound, num_partitions=2^31-1 in one small request made
+# the controller assign replicas in a loop for ever, in the process that also serves clients.
+MAX_PARTITIONS_PER_TOPIC = 10_000
 _TOPIC_NAME_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -403,6 +408,12 @@ def create_topic(
             raise ControllerError(
                 ErrorCode.INVALID_PARTITIONS,
                 "Number of partitions was set to an invalid non-positive value.",
+            )
+        if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise ControllerError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions {num_partitions} is more than one request may create"
+                f" ({MAX_PARTITIONS_PER_TOPIC}).",
             )
         replica_lists = _automatic_assignment(
             state,

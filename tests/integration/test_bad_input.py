@@ -240,3 +240,74 @@ def test_batch_over_max_message_bytes(guarded):
     big = make_batch([(b"k", b"x" * 3000)])
     assert healthy.produce(big).error_code == ErrorCode.message_too_large
     assert healthy.fetch(0).high_watermark == 1
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "body"),
+    [
+        (3, 9, b"\xff\xff\xff\xff\x0f"),  # Metadata: a compact array of 2^32 - 2 topics
+        (3, 1, struct.pack(">i", 2**31 - 1)),  # Metadata: 2^31 - 1 topics
+        (42, 0, b"\xff\xff\xff\xff"),  # DeleteGroups: a null list of groups
+    ],
+)
+def test_impossible_array_closes_only_that_connection(guarded, api_key, version, body):
+    """Found by the frame fuzzer: kio reserved memory for the whole claimed array and the
+    failed allocation aborted the broker; a null non-nullable array reached a handler as
+    None. Both are frames that cannot be parsed: that connection closes, nothing else."""
+    broker, _, _ = guarded
+    with connect(broker) as sock:
+        raw_request(sock, api_key, version, body, 1)
+        assert_closed(sock)
+    assert broker.running
+
+
+def test_metadata_v10_with_a_null_topic_name_is_invalid_request(guarded):
+    """Found by the frame fuzzer: Metadata v10/v11 can carry a topic id with a null name but
+    their response cannot hold a null name; encoding the answer raised and the connection
+    closed with a traceback. Kafka answers INVALID_REQUEST for each topic, the name as ""."""
+    import uuid
+
+    from kio.schema.metadata.v10.request import MetadataRequest, MetadataRequestTopic
+
+    _, healthy, _ = guarded
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=uuid.uuid4(), name=None),),
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    (topic,) = healthy.call(request).topics
+    assert topic.error_code == ErrorCode.invalid_request
+    assert topic.name == ""
+
+
+def test_create_and_delete_topics_with_a_negative_timeout_do_not_wait(guarded):
+    """Found by the frame fuzzer: a negative timeout_ms reached trio.move_on_after, whose
+    ValueError became UNKNOWN_SERVER_ERROR and a traceback. Kafka does not wait then."""
+    from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+
+    _, healthy, _ = guarded
+    created = healthy.call(
+        CreateTopicsRequest(
+            topics=(
+                CreatableTopic(
+                    name="no-wait",
+                    num_partitions=1,
+                    replication_factor=1,
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=datetime.timedelta(milliseconds=-1),
+            validate_only=False,
+        )
+    )
+    assert created.topics[0].error_code == ErrorCode.none, created
+    deleted = healthy.call(
+        DeleteTopicsRequest(
+            topics=(DeleteTopicState(name="no-wait", topic_id=__import__("uuid").UUID(int=0)),),
+            timeout=datetime.timedelta(milliseconds=-5),
+        )
+    )
+    assert deleted.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)

@@ -129,6 +129,17 @@ def test_defaults_and_invalid_counts():
     refused(ErrorCode.INVALID_PARTITIONS, create_topic, state, "x", -5, 1, {})
 
 
+@pytest.mark.parametrize("count", [10_001, 2**31 - 1])
+def test_more_partitions_than_one_request_may_create_are_refused_at_once(count):
+    """Found by the frame fuzzer: num_partitions=2^31-1 looped in the replica assignment for
+    ever (and a fuzzed 50,000 stalled the broker for minutes). Kafka's controller caps a user
+    operation at 10,000 records; the check comes before any assignment work."""
+    state = cluster(1, 2)
+    error = refused(ErrorCode.INVALID_PARTITIONS, create_topic, state, "big", count, 1, {})
+    assert str(count) in error.message
+    assert create_topic(state, "largest", 10_000, 1, {})[0].partitions[-1].replicas
+
+
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "a b", "tópico", "a/b"])
 def test_invalid_topic_names_are_refused(name):
     refused(ErrorCode.INVALID_TOPIC_EXCEPTION, create_topic, cluster(1), name, 1, 1, {})

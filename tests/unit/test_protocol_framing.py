@@ -11,6 +11,7 @@ from kio.serial import entity_reader
 
 from protocol import codec
 from protocol.framing import (
+    LARGE_FRAME_GROWTH,
     FrameDecoder,
     FrameError,
     frame_response_header,
@@ -166,3 +167,36 @@ def test_a_large_frame_is_received_into_its_own_buffer():
 
 def test_every_served_api_is_in_the_flexible_version_table():
     assert set(ALL_VERSIONS) <= set(FIRST_FLEXIBLE_VERSION)
+
+
+def test_a_declared_size_is_not_allocated_before_its_bytes_arrive():
+    """Found by the frame fuzzer: a peer declaring 100 MiB and sending 1 KiB made the broker
+    allocate and zero 100 MiB for as long as it held the connection. The buffer now grows
+    with what arrives."""
+    decoder = FrameDecoder(max_frame_size=100 << 20)
+    decoder.feed(struct.pack(">i", 100 << 20) + bytes(1024))
+    assert decoder.next_frame() is None
+    with decoder.unfilled() as room:
+        assert len(room) <= LARGE_FRAME_GROWTH
+
+
+def test_a_large_frame_arrives_whole_through_a_growing_buffer():
+    payload = bytes(range(251)) * 20_000  # about 5 MB: several growth steps
+    wire = frame(payload)
+    received_into = FrameDecoder(max_frame_size=8 << 20)
+    received_into.feed(wire[:1000])
+    position = 1000
+    while (got := received_into.next_frame()) is None:
+        with received_into.unfilled() as room:
+            count = min(len(room), 300_000, len(wire) - position)
+            room[:count] = wire[position : position + count]
+        received_into.filled(count)
+        position += count
+    assert got == payload
+    fed = FrameDecoder(max_frame_size=8 << 20)
+    frames = []
+    for start in range(0, len(wire) * 2, 700_000):
+        fed.feed((wire * 2)[start : start + 700_000])
+        while (got := fed.next_frame()) is not None:
+            frames.append(got)
+    assert frames == [payload, payload]

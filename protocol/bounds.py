@@ -1,0 +1,254 @@
+"""Array counts checked against the bytes that remain, before kio decodes a request.
+
+kio's native reader reserves room for an array as soon as it reads the array's count, before
+it reads a single element: a request of a few bytes claiming an array of 2^31-1 elements makes
+it ask for 16 GiB, a compact array of 2^32-2 for 32 GiB, and a failed allocation in Rust
+aborts the whole process (the frame fuzzer found this: ``memory allocation of 34359738352
+bytes failed``, broker gone). Kafka's generated parsers refuse such a request instead ("Tried
+to allocate a collection of size N, but there are only M bytes remaining."): every element
+takes at least one byte, so a count larger than the bytes left cannot be honest.
+
+``check_array_counts(cls, buffer, offset)`` walks the request as the schema lays it out,
+without building anything, and raises ``InvalidArrayError`` at the first array whose count is
+larger than what remains of the buffer, or that is null where the schema says it cannot be
+(kio would decode that as None, and handlers iterating it raised TypeError; Kafka's parser
+refuses it too); kio then decodes only requests that passed. The walk
+is compiled once per class into nested closures. It is lenient everywhere else (a string that
+runs past the end is left for kio to refuse), so that kio stays the one judge of validity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable
+from functools import cache
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
+
+
+class InvalidArrayError(ValueError):
+    """An array claims more elements than there are bytes left in the request, or is null
+    where the schema does not allow null."""
+
+
+# Bytes taken by each fixed-width kafka_type.
+_FIXED_WIDTH = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "uuid": 16,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "error_code": 2,
+}
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+# A step reads one value at pos and returns the position after it.
+Step = Callable[[bytes, int], int]
+
+
+class _Short(Exception):
+    """The buffer ended: kio will say so with its own error, so the walk just stops."""
+
+
+def _uvarint(buffer, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buffer):
+            raise _Short
+        byte = buffer[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise _Short  # kio refuses an overlong varint
+
+
+def _fixed(width: int) -> Step:
+    def skip(buffer, pos: int) -> int:
+        return pos + width
+
+    skip.width = width  # lets neighbours merge and arrays of them skip in one step
+    return skip
+
+
+def _sized(compact: bool, wide: bool) -> Step:
+    """A string (int16 length) or bytes/records (int32 length); compact: uvarint length+1."""
+
+    def skip(buffer, pos: int) -> int:
+        if compact:
+            length, pos = _uvarint(buffer, pos)
+            return pos + max(0, length - 1)
+        unpack = _I32 if wide else _I16
+        if pos + unpack.size > len(buffer):
+            raise _Short
+        (length,) = unpack.unpack_from(buffer, pos)
+        return pos + unpack.size + max(0, length)
+
+    return skip
+
+
+def _uvarint_step(buffer, pos: int) -> int:
+    return _uvarint(buffer, pos)[1]
+
+
+def _primitive(kafka_type: str, compact: bool) -> Step:
+    if kafka_type in _FIXED_WIDTH:
+        return _fixed(_FIXED_WIDTH[kafka_type])
+    if kafka_type == "string":
+        return _sized(compact, wide=False)
+    if kafka_type in ("bytes", "records"):
+        return _sized(compact, wide=True)
+    if kafka_type in ("uvarint", "uvarlong"):
+        return _uvarint_step
+    raise TypeError(f"no bounds step for kafka type {kafka_type!r}")
+
+
+def _array(item: Step, compact: bool, nullable: bool) -> Step:
+    width = getattr(item, "width", None)
+
+    def walk(buffer, pos: int) -> int:
+        if compact:
+            count, pos = _uvarint(buffer, pos)
+            count -= 1  # 0 is null
+        else:
+            if pos + 4 > len(buffer):
+                raise _Short
+            (count,) = _I32.unpack_from(buffer, pos)
+            pos += 4
+        if count <= 0:
+            if count < 0 and not nullable:
+                # kio would hand the handler None for a non-nullable array; Kafka's parser
+                # refuses it ("non-nullable field ... was serialized as null").
+                raise InvalidArrayError("null where the schema has a non-nullable array")
+            return pos
+        remaining = len(buffer) - pos
+        if count > remaining:
+            raise InvalidArrayError(
+                f"an array of {count} elements, but only {remaining} bytes remain"
+            )
+        if width is not None:
+            return pos + count * width
+        for _ in range(count):
+            pos = item(buffer, pos)
+        return pos
+
+    return walk
+
+
+def _field_step(field: dataclasses.Field, compact: bool) -> Step:
+    kind = classify_field(field)
+    if isinstance(kind, EntityTupleField):
+        return _array(entity_step(kind.type_), compact, is_optional(field))
+    if isinstance(kind, EntityField):
+        nested = entity_step(kind.type_)
+        if field.metadata.get("tag") is None and is_optional(field):
+            return _nullable_entity(nested)
+        return nested
+    kafka_type = field.metadata["kafka_type"]
+    if isinstance(kind, PrimitiveTupleField):
+        return _array(_primitive(kafka_type, compact), compact, is_optional(field))
+    return _primitive(kafka_type, compact)
+
+
+def _nullable_entity(nested: Step) -> Step:
+    """A nullable struct is preceded by an int8: -1 for null, 1 when present."""
+
+    def walk(buffer, pos: int) -> int:
+        if pos >= len(buffer):
+            raise _Short
+        marker = buffer[pos]
+        if marker == 0xFF:
+            return pos + 1
+        return nested(buffer, pos + 1)
+
+    return walk
+
+
+@cache
+def entity_step(cls: type) -> Step:
+    flexible = bool(getattr(cls, "__flexible__", False))
+    positional: list[Step] = []
+    tagged: dict[int, Step] = {}
+    for field in dataclasses.fields(cls):
+        tag = field.metadata.get("tag")
+        step = _field_step(field, flexible)
+        if tag is None:
+            width = getattr(step, "width", None)
+            if width is not None and positional and hasattr(positional[-1], "width"):
+                positional[-1] = _fixed(positional[-1].width + width)
+            else:
+                positional.append(step)
+        else:
+            tagged[tag] = step
+
+    if not flexible and len(positional) == 1 and hasattr(positional[0], "width"):
+        return positional[0]  # a struct of fixed-width fields is one fixed-width step
+    if not flexible and not positional:
+        return _fixed(0)
+
+    def tag_buffer(buffer, pos: int) -> int:
+        count, pos = _uvarint(buffer, pos)
+        for _ in range(count):
+            tag, pos = _uvarint(buffer, pos)
+            size, pos = _uvarint(buffer, pos)
+            end = pos + size
+            if (step := tagged.get(tag)) is not None:
+                step(memoryview(buffer)[:end], pos)
+            pos = end
+        return pos
+
+    if len(positional) == 1 and hasattr(positional[0], "width"):
+        # The common flexible struct (a partition of a Fetch): fixed fields, empty tags.
+        fixed_width = positional[0].width
+
+        def walk_fixed(buffer, pos: int) -> int:
+            pos += fixed_width
+            if pos < len(buffer) and buffer[pos] == 0:
+                return pos + 1
+            return tag_buffer(buffer, pos)
+
+        return walk_fixed
+
+    def walk(buffer, pos: int) -> int:
+        for step in positional:
+            pos = step(buffer, pos)
+        if flexible:
+            if pos < len(buffer) and buffer[pos] == 0:
+                return pos + 1
+            return tag_buffer(buffer, pos)
+        return pos
+
+    return walk
+
+
+def walked_size(cls: type, buffer, offset: int = 0) -> int:
+    """How many bytes the walk took for a whole request (for tests: it must match kio)."""
+    return entity_step(cls)(buffer, offset) - offset
+
+
+def check_array_counts(cls: type, buffer, offset: int) -> None:
+    """Raise InvalidArrayError if any array of this ``cls`` request, read from ``buffer`` at
+    ``offset``, claims more elements than bytes remain; otherwise return (even for a buffer
+    that is too short or malformed in other ways: kio reports those)."""
+    try:
+        entity_step(cls)(buffer, offset)
+    except _Short:
+        return
