@@ -207,6 +207,16 @@ def decode_records(batch) -> list[Record]:
     return records
 
 
+def _framed(base_offset: int, partition_leader_epoch: int, after_crc: bytes) -> bytes:
+    """A whole v2 batch: the fields before the CRC, the CRC-32C of the rest, the rest."""
+    batch_length = len(after_crc) + HEADER_SIZE - LOG_OVERHEAD - _AFTER_CRC.size
+    return (
+        _BEFORE_CRC.pack(base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC)
+        + struct.pack(">I", crc32c.crc32c(after_crc))
+        + after_crc
+    )
+
+
 def encode_batch(
     records: Iterable[Record],
     *,
@@ -246,12 +256,7 @@ def encode_batch(
         )
         + body
     )
-    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
-    return (
-        _BEFORE_CRC.pack(base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC)
-        + struct.pack(">I", crc32c.crc32c(after_crc))
-        + after_crc
-    )
+    return _framed(base_offset, partition_leader_epoch, after_crc)
 
 
 # Attributes bit 6 (Kafka 3.1+, KIP-534): the batch's baseTimestamp holds the time after which
@@ -349,12 +354,7 @@ def encode_raw_batch(
         )
         + body
     )
-    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
-    return (
-        _BEFORE_CRC.pack(base_offset, batch_length, partition_leader_epoch, CURRENT_MAGIC)
-        + struct.pack(">I", crc32c.crc32c(after_crc))
-        + after_crc
-    )
+    return _framed(base_offset, partition_leader_epoch, after_crc)
 
 
 def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:

@@ -129,6 +129,19 @@ class JoinRequest:
     require_known_member_id: bool
 
 
+def _member_from(request: JoinRequest, member_id: str) -> Member:
+    return Member(
+        member_id,
+        request.group_instance_id,
+        request.client_id,
+        request.client_host,
+        request.rebalance_timeout_ms,
+        request.session_timeout_ms,
+        request.protocol_type,
+        list(request.protocols),
+    )
+
+
 class Group:
     """A group's members, generation and chosen protocol, and the transitions between them."""
 
@@ -296,17 +309,8 @@ class Group:
         leader then gets the members' metadata with skip_assignment (JoinGroup v9)."""
         old = self.members.pop(self.static_members[request.group_instance_id])
         self._answer_parked(old, Error.FENCED_INSTANCE_ID)
-        member = Member(
-            self._new_member_id(request.client_id),
-            request.group_instance_id,
-            request.client_id,
-            request.client_host,
-            request.rebalance_timeout_ms,
-            request.session_timeout_ms,
-            request.protocol_type,
-            list(request.protocols),
-            assignment=old.assignment,
-        )
+        member = _member_from(request, self._new_member_id(request.client_id))
+        member.assignment = old.assignment
         self._touch(member, now_ms)
         self.members[member.member_id] = member
         self.static_members[request.group_instance_id] = member.member_id
@@ -340,17 +344,8 @@ class Group:
         self._touch(member, now_ms)
 
     def _add_member_and_rebalance(self, request: JoinRequest, member_id: str, now_ms: int):
-        member = Member(
-            member_id,
-            request.group_instance_id,
-            request.client_id,
-            request.client_host,
-            request.rebalance_timeout_ms,
-            request.session_timeout_ms,
-            request.protocol_type,
-            list(request.protocols),
-            awaiting_join=True,
-        )
+        member = _member_from(request, member_id)
+        member.awaiting_join = True
         self._touch(member, now_ms)
         if self.is_empty:
             self.protocol_type = request.protocol_type
