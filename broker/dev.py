@@ -96,6 +96,9 @@ def _lock_data_dir(base_dir: Path):
 def _check_ports_free(ports: dict[int, int]) -> None:
     for node_id, port in ports.items():
         with socket.socket() as probe:
+            # As the nodes' listeners do: connections of a node stopped a moment ago, still
+            # in TIME_WAIT, must not make its port look taken.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:

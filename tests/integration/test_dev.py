@@ -54,8 +54,10 @@ def free_ports_in_a_row(count: int) -> int:
 class Dev:
     """A `minibroker dev` process and what it printed."""
 
-    def __init__(self, data: Path, *extra: str, stdout=subprocess.PIPE) -> None:
-        self.first_port, self.controller_port = free_ports_in_a_row(3), free_port()
+    def __init__(
+        self, data: Path, *extra: str, stdout=subprocess.PIPE, ports: tuple[int, int] | None = None
+    ) -> None:
+        self.first_port, self.controller_port = ports or (free_ports_in_a_row(3), free_port())
         self.lines: list[str] = []
         self.nodes: dict[str, tuple[int, int]] = {}  # "broker 2" -> (port, pid)
         self.process = subprocess.Popen(
@@ -201,3 +203,16 @@ def test_a_closed_pipe_does_not_break_the_shutdown(tmp_path):
         ["pgrep", "-f", f"log.dirs={tmp_path / 'data'}"], capture_output=True, text=True
     )
     assert leftovers.stdout.strip() == "", "nodes outlived `minibroker dev`"
+
+
+def test_dev_starts_again_at_once_on_the_same_ports(tmp_path):
+    """The ports of a cluster stopped a moment ago still have connections in TIME_WAIT; they
+    must not look taken (the port check once refused them)."""
+    first = Dev(tmp_path / "data")
+    first.wait_said("the cluster is ready", "the cluster to start")
+    assert first.stop() == 0
+    again = Dev(tmp_path / "data", ports=(first.first_port, first.controller_port))
+    try:
+        again.wait_said("the cluster is ready", "the cluster to start again")
+    finally:
+        assert again.stop() == 0
