@@ -38,6 +38,7 @@ STATE_FILE = "controller-state.json"
 # How long the controller tries to connect to a broker whose connection closed; a refusal
 # within it means the broker process is gone.
 PROBE_TIMEOUT_S = 1.0
+PROBE_DELAY_S = 0.25
 # How long a controlled shutdown waits for the other brokers to hear of the new leaders.
 CONTROLLED_SHUTDOWN_DELIVERY_S = 2.0
 CHANNEL_REQUEST_TIMEOUT_S = 10.0
@@ -177,6 +178,9 @@ class ControllerService:
         self._nursery.start_soon(self._probe_broker, node_id, broker.broker_epoch)
 
     async def _probe_broker(self, node_id: int, broker_epoch: int) -> None:
+        # A dying process's sockets close one by one: its connection's FIN can arrive while
+        # its listening socket still completes handshakes. Probe once it is surely gone.
+        await trio.sleep(PROBE_DELAY_S)
         broker = self.state.brokers[node_id]
         try:
             with trio.fail_after(PROBE_TIMEOUT_S):
