@@ -13,12 +13,19 @@ from . import RequestContext
 from .forwarding import ForwardingFailed, forward_to_controller
 
 
-async def handle_create(ctx: RequestContext, request):
+async def _decided_by_controller(ctx: RequestContext, request, method: str, refused):
+    """The controller's answer: its ``method`` on the controller node, the forwarded
+    request's answer on a broker, ``refused(failure)`` when the controller is unreachable."""
     if ctx.controller is not None:
-        return await ctx.controller.create_topics(request)
+        return await getattr(ctx.controller, method)(request)
     try:
         return await forward_to_controller(ctx, request)
     except ForwardingFailed as failure:
+        return refused(failure)
+
+
+async def handle_create(ctx: RequestContext, request):
+    def refused(failure: ForwardingFailed) -> dict:
         return {
             "topics": [
                 {
@@ -33,13 +40,11 @@ async def handle_create(ctx: RequestContext, request):
             ]
         }
 
+    return await _decided_by_controller(ctx, request, "create_topics", refused)
+
 
 async def handle_delete(ctx: RequestContext, request):
-    if ctx.controller is not None:
-        return await ctx.controller.delete_topics(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+    def refused(failure: ForwardingFailed) -> dict:
         if hasattr(request, "topic_names"):
             targets = [(name, None) for name in request.topic_names]
         else:
@@ -51,19 +56,19 @@ async def handle_delete(ctx: RequestContext, request):
             ]
         }
 
+    return await _decided_by_controller(ctx, request, "delete_topics", refused)
+
 
 async def handle_create_partitions(ctx: RequestContext, request):
-    if ctx.controller is not None:
-        return await ctx.controller.create_partitions(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+    def refused(failure: ForwardingFailed) -> dict:
         return {
             "results": [
                 {"name": topic.name, "error_code": failure.error, "error_message": str(failure)}
                 for topic in request.topics
             ]
         }
+
+    return await _decided_by_controller(ctx, request, "create_partitions", refused)
 
 
 async def create_topic_with_defaults(ctx: RequestContext, name: str) -> Error:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.launcher import BrokerProcess
-from tests.conftest import BROKER_READY_TIMEOUT
+from tests.conftest import BROKER_READY_TIMEOUT, wait_for
 
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip(
@@ -130,16 +129,8 @@ def offsets_by_partition(rows) -> dict[int, list[int]]:
 
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
-    """Poll `condition` until it returns something truthy; fail naming `what` at the
-    deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """tests.conftest.wait_for, polling less often (Spark's progress moves in batches)."""
+    return wait_for(condition, timeout, what, interval)
 
 
 def source_end_offsets(query) -> dict[tuple[str, int], int]:
