@@ -15,6 +15,11 @@ larger than what remains of the buffer, or that is null where the schema says it
 refuses it too); kio then decodes only requests that passed. The walk
 is compiled once per class into nested closures. It is lenient everywhere else (a string that
 runs past the end is left for kio to refuse), so that kio stays the one judge of validity.
+
+The same walk finds tagged fields that the schema does not know. Kafka skips them (KIP-482:
+a newer client may send a tag an older broker has never heard of, and the broker must carry
+on); kio refuses them. ``check_array_counts`` therefore returns the request with such fields
+cut out, which kio then reads; a request without them comes back as it was, at no cost.
 """
 
 from __future__ import annotations
@@ -64,6 +69,36 @@ Step = Callable[[bytes, int], int]
 
 class _Short(Exception):
     """The buffer ended: kio will say so with its own error, so the walk just stops."""
+
+
+class _UnknownTag(Exception):
+    """A tagged field the schema does not know: where its tag buffer's count is written
+    (``count_at`` .. ``count_end``, holding ``count``) and the field's own bytes."""
+
+    def __init__(self, count_at: int, count_end: int, count: int, start: int, end: int):
+        super().__init__()
+        self.count_at, self.count_end, self.count = count_at, count_end, count
+        self.start, self.end = start, end
+
+    def cut_from(self, buffer) -> bytes:
+        """The buffer without the field, its tag buffer's count one less."""
+        return b"".join(
+            (
+                bytes(buffer[: self.count_at]),
+                _uvarint_bytes(self.count - 1),
+                bytes(buffer[self.count_end : self.start]),
+                bytes(buffer[self.end :]),
+            )
+        )
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _uvarint(buffer, pos: int) -> tuple[int, int]:
@@ -205,13 +240,19 @@ def entity_step(cls: type) -> Step:
         return _fixed(0)
 
     def tag_buffer(buffer, pos: int) -> int:
+        count_at = pos
         count, pos = _uvarint(buffer, pos)
+        count_end = pos
         for _ in range(count):
+            start = pos
             tag, pos = _uvarint(buffer, pos)
             size, pos = _uvarint(buffer, pos)
             end = pos + size
-            if (step := tagged.get(tag)) is not None:
-                step(memoryview(buffer)[:end], pos)
+            if end > len(buffer):
+                raise _Short
+            if (step := tagged.get(tag)) is None:
+                raise _UnknownTag(count_at, count_end, count, start, end)
+            step(memoryview(buffer)[:end], pos)
             pos = end
         return pos
 
@@ -244,11 +285,21 @@ def walked_size(cls: type, buffer, offset: int = 0) -> int:
     return entity_step(cls)(buffer, offset) - offset
 
 
-def check_array_counts(cls: type, buffer, offset: int) -> None:
+def check_array_counts(cls: type, buffer, offset: int):
     """Raise InvalidArrayError if any array of this ``cls`` request, read from ``buffer`` at
-    ``offset``, claims more elements than bytes remain; otherwise return (even for a buffer
-    that is too short or malformed in other ways: kio reports those)."""
-    try:
-        entity_step(cls)(buffer, offset)
-    except _Short:
-        return
+    ``offset``, claims more elements than bytes remain; otherwise return the buffer for kio,
+    without the tagged fields the schema does not know (even for a buffer that is too short
+    or malformed in other ways: kio reports those).
+
+    Each unknown field found is cut out and the walk starts again; every cut removes at least
+    two bytes, so this ends, and a request without unknown tags is walked once."""
+    step = entity_step(cls)
+    while True:
+        try:
+            step(buffer, offset)
+        except _Short:
+            return buffer
+        except _UnknownTag as unknown:
+            buffer = unknown.cut_from(buffer)
+        else:
+            return buffer

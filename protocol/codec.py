@@ -77,13 +77,14 @@ def decode_request(api_key: int, api_version: int, frame, offset: int) -> Any:
 
     Array counts are checked against the bytes left first (protocol.bounds): kio reserves
     memory for a whole array as soon as it reads the count, and a failed allocation aborts
-    the process. Null non-nullable arrays are refused there too.
+    the process. Null non-nullable arrays are refused there too, and tagged fields that the
+    schema does not know are dropped there, as Kafka ignores them.
     """
     if not isinstance(frame, bytes):
         frame = memoryview(frame).toreadonly()  # kio reads any read-only buffer
     cls = request_class(api_key, api_version)
     try:
-        check_array_counts(cls, frame, offset)
+        frame = check_array_counts(cls, frame, offset)
     except InvalidArrayError as error:
         raise DecodeError(f"cannot decode api {api_key} v{api_version}: {error}") from error
     try:

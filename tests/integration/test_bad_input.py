@@ -311,3 +311,25 @@ def test_create_and_delete_topics_with_a_negative_timeout_do_not_wait(guarded):
         )
     )
     assert deleted.responses[0].error_code in (ErrorCode.none, ErrorCode.request_timed_out)
+
+
+def test_unknown_tagged_fields_are_ignored_not_refused(guarded):
+    """A newer client may send a tag this broker's schema lacks (KIP-482); Kafka skips it.
+    Found by the frame fuzzer: kio refused such a request and the connection closed."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    broker, _, _ = guarded
+    body = encode(
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    # The request's own tag buffer (its last byte) now holds tag 99, two bytes long.
+    with connect(broker) as sock:
+        raw_request(sock, 3, 12, body[:-1] + b"\x01\x63\x02\xab\xcd", 1)
+        answered, response = read_response(sock, 3, 12)
+    assert answered == 1
+    (topic,) = response.topics
+    assert (topic.name, topic.error_code) == (TOPIC, ErrorCode.none)

@@ -76,3 +76,37 @@ def test_a_count_that_fits_is_left_to_kio():
     # 3 topics claimed, 3 bytes left: too few for kio, but no huge reservation either.
     with pytest.raises(codec.DecodeError, match="Buffer"):
         codec.decode_request(3, 1, struct.pack(">i", 3) + b"\x00\x01A", 0)
+
+
+def _metadata_v12_request(*names: str) -> bytes:
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    return codec.encode_entity(
+        MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=None, name=name) for name in names),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+    )
+
+
+def test_unknown_tagged_fields_are_dropped_as_kafka_ignores_them():
+    """KIP-482: a tag the schema does not know is skipped, at the top level and inside an
+    array's struct, whatever its size; the known fields decode as they were sent."""
+    plain = _metadata_v12_request("a", "bc")
+    expected = codec.decode_request(3, 12, plain, 0)
+    # The top-level tag buffer is the last byte: two unknown tags, one of 200 bytes (its
+    # size is a two-byte varint).
+    top = plain[:-1] + b"\x02" + b"\x63\x02\xab\xcd" + b"\x64\xc8\x01" + bytes(200)
+    assert codec.decode_request(3, 12, top, 0) == expected
+    # The first topic struct's tag buffer follows its name "a" (compact string 02 61).
+    at = plain.index(b"\x02a") + 2
+    nested = plain[:at] + b"\x01\x07\x01\x55" + plain[at + 1 :]
+    assert codec.decode_request(3, 12, nested, 0) == expected
+
+
+def test_a_tagged_field_running_past_the_end_is_still_refused():
+    plain = _metadata_v12_request("a")
+    cut = plain[:-1] + b"\x01\x63\x10\xab"  # claims 16 bytes, has 1
+    with pytest.raises(codec.DecodeError):
+        codec.decode_request(3, 12, cut, 0)
