@@ -131,6 +131,9 @@ class BrokerProcess:
         self.paused = False
         # `minibroker dev` sets this: its nodes get SIGTERM when it exits, however it exits.
         self.die_with_parent = die_with_parent
+        # Added to the node's environment at its next launch (a test runs a node under
+        # libfaketime this way).
+        self.extra_env: dict[str, str] = {}
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -215,7 +218,7 @@ class BrokerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env},
                 process_group=0,
                 preexec_fn=_terminate_with_parent(os.getpid()) if self.die_with_parent else None,
             )

@@ -33,7 +33,16 @@ HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 
 
 def wall_clock_ms() -> int:
+    """The time of day: record timestamps, segment rolls, retention and offsets' commit
+    times, which Kafka defines by the wall clock."""
     return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    """A clock for measuring intervals (sessions, replica lag): it never jumps when the time
+    of day is stepped (NTP, an operator's `date -s`), so a jump forward cannot make every
+    session or follower look expired at once, nor a jump back keep a dead one alive."""
+    return int(time.monotonic() * 1000)
 
 
 class PendingAck:
@@ -69,6 +78,8 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.controller = controller
         self.clock_ms = clock_ms
+        # Followers' progress for the ISR is measured in intervals, not times of day.
+        self.elapsed_ms = monotonic_ms
         self.metadata = MetadataCache()
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
@@ -303,7 +314,7 @@ class ReplicaManager:
         elif state.leader == self.config.node_id:
             self.fetchers.remove(key)
             partition.become_leader(
-                state.leader_epoch, state.partition_epoch, isr, replicas, self.clock_ms()
+                state.leader_epoch, state.partition_epoch, isr, replicas, self.elapsed_ms()
             )
             partition.maybe_advance_high_watermark()
             log.debug("leader of %s-%d at epoch %d, ISR %s", *key, state.leader_epoch, isr)
@@ -418,7 +429,7 @@ class ReplicaManager:
         self, partition: Partition, replica_id: int, fetch_offset: int
     ) -> None:
         """Note a follower's position; move the HW and grow the ISR as Kafka's leader does."""
-        if partition.record_follower_fetch(replica_id, fetch_offset, self.clock_ms()):
+        if partition.record_follower_fetch(replica_id, fetch_offset, self.elapsed_ms()):
             self.notify(partition)
         joining = (
             replica_id not in partition.isr  # nearly always: skip the epoch and follower walk
@@ -435,7 +446,7 @@ class ReplicaManager:
         lag_ms = self.config.replica_lag_time_max_ms
         while True:
             await trio.sleep(lag_ms / 2000)
-            now_ms = self.clock_ms()
+            now_ms = self.elapsed_ms()
             for partition in self.partitions():
                 if not partition.is_leader:
                     continue

@@ -34,7 +34,7 @@ from .coordinator.service import GroupCoordinator
 from .dispatch import UnsupportedRequest, dispatch
 from .log_cleaner import LogCleanerService
 from .metrics import BrokerMetrics, serve_metrics
-from .replica_manager import ReplicaManager, wall_clock_ms
+from .replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 
 log = logging.getLogger("server")
 
@@ -145,7 +145,12 @@ class BrokerServer:
         async with trio.open_nursery() as control:
             if self.config.is_controller:
                 self.controller = ControllerService(
-                    self.config, self.cluster_id, wall_clock_ms, self.metrics
+                    # Broker sessions are intervals: a stepped time of day must not expire
+                    # every broker at once, nor keep a dead one alive.
+                    self.config,
+                    self.cluster_id,
+                    monotonic_ms,
+                    self.metrics,
                 )
                 await control.start(self.controller.run)
             controller_client = None
