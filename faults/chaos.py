@@ -10,7 +10,10 @@ Faults are injected one at a time, chosen by a seeded random generator:
 - pause: SIGSTOP of a broker for longer than the session timeout, then SIGCONT;
 - partition: a partition leader cut off from the controller and the other brokers while its
   clients still reach it; isolate: the same leader cut off from everyone;
-- disk: the tmpfs broker's disk filled up, then freed.
+- disk: the tmpfs broker's disk filled up, then freed;
+- clock: the controller's time of day stepped a day forward or back (libfaketime, which the
+  controller always runs under here; monotonic time is left alone, as NTP leaves it), held
+  past the session timeout, then stepped back to the true time: a second jump the other way.
 
 After each fault is healed the cluster must be back to a full ISR everywhere. At the end:
 every acknowledged record is in the log at its acknowledged offset (lost otherwise), every
@@ -21,7 +24,7 @@ lost records, duplicates, divergent partitions, the failover time (fault to the 
 acknowledged on a partition the faulty broker led, for a record sent after the fault) and
 the time until every ISR was full again. `--seed` replays a run.
 
-Needs root (namespaces, tmpfs) and iproute2.
+Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime package).
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ CONTROLLER_PORT = 9093
 SESSION_TIMEOUT_MS = 3000
 DISK_BROKER = 3
 DISK_SIZE_MB = 64
-KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", "disk")
+KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", "disk", "clock")
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+CLOCK_STEP_SECONDS = 86_400
 HOLD_SECONDS = 4.0
 RECOVERY_TIMEOUT = 90.0
 START_TIMEOUT = 60.0
@@ -101,13 +106,20 @@ class Node:
     """One minibroker process in its namespace."""
 
     def __init__(
-        self, node_id: int, network: Network, data: Path, log: Path, overrides: dict
+        self,
+        node_id: int,
+        network: Network,
+        data: Path,
+        log: Path,
+        overrides: dict,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.node_id = node_id
         self.network = network
         self.data = data
         self.log = log
         self.overrides = overrides
+        self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
 
     @property
@@ -138,7 +150,12 @@ class Node:
             command += ["--override", f"{key}={value}"]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                process_group=0,
+                env=self.env,
             )
 
     def signal(self, signum: int) -> None:
@@ -256,6 +273,8 @@ class Chaos:
         self.rng = random.Random(seed)
         self.network = Network([node_name(n) for n in (CONTROLLER, *BROKERS)])
         self.disk = base / "tmpfs"
+        # The controller's time-of-day offset, read by libfaketime on every clock call.
+        self.clock_offset = base / "controller-clock-offset"
         self.nodes: dict[int, Node] = {}
         self.runs: list[Run] = []
         self.workload: Workload | None = None
@@ -286,7 +305,8 @@ class Chaos:
                 else self.base / node_name(node_id) / "data"
             )
             log = self.base / f"{node_name(node_id)}.log"
-            self.nodes[node_id] = Node(node_id, self.network, data, log, overrides)
+            env = self._faked_clock() if node_id == CONTROLLER else None
+            self.nodes[node_id] = Node(node_id, self.network, data, log, overrides, env)
             self.nodes[node_id].start()
         wait(lambda: len(self.live_brokers()) == len(BROKERS), START_TIMEOUT, "the brokers")
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -295,6 +315,15 @@ class Chaos:
         self.workload = Workload(self.bootstrap)
         self.workload.start()
         wait(lambda: len(self.workload.acked) >= 1000, START_TIMEOUT, "the first records")
+
+    def _faked_clock(self) -> dict[str, str]:
+        self.clock_offset.write_text("+0\n")
+        return {
+            "LD_PRELOAD": str(LIBFAKETIME),
+            "FAKETIME_TIMESTAMP_FILE": str(self.clock_offset),
+            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
 
     def close(self) -> None:
         for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
@@ -341,7 +370,7 @@ class Chaos:
 
     def inject(self, kind: str) -> Run:
         leaders = self.leaders()
-        if kind == "kill-controller":
+        if kind in ("kill-controller", "clock"):
             target = CONTROLLER
         elif kind == "disk":
             target = DISK_BROKER
@@ -374,6 +403,12 @@ class Chaos:
             run = Run(kind, target, time.monotonic(), led=led)
             time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
             self.network.reconnect(name)
+        elif kind == "clock":
+            step = self.rng.choice((CLOCK_STEP_SECONDS, -CLOCK_STEP_SECONDS))
+            self.clock_offset.write_text(f"{step:+d}\n")
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
+            self.clock_offset.write_text("+0\n")
         else:  # disk: every free byte of the broker's tmpfs taken by a ballast file
             ballast = fill_disk(self.disk)
             run = Run(kind, target, time.monotonic(), led=led)
@@ -576,8 +611,12 @@ def main(argv: list[str] | None = None) -> int:
         "--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}"
     )
     args = parser.parse_args(argv)
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        print("faults.chaos needs root and iproute2 (network namespaces, tmpfs)", file=sys.stderr)
+    if os.geteuid() != 0 or shutil.which("ip") is None or not LIBFAKETIME.exists():
+        print(
+            "faults.chaos needs root, iproute2 (network namespaces, tmpfs) and libfaketime"
+            " (apt-get install faketime)",
+            file=sys.stderr,
+        )
         return 2
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     kinds = tuple(kind for kind in args.kinds.split(",") if kind)

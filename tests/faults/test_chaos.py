@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
-from faults.chaos import KINDS, run_chaos
+from faults.chaos import KINDS, LIBFAKETIME, run_chaos
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None,
-    reason="needs root and iproute2 (network namespaces, tmpfs)",
+    os.geteuid() != 0 or shutil.which("ip") is None or not LIBFAKETIME.exists(),
+    reason="needs root, iproute2 (network namespaces, tmpfs) and libfaketime",
 )
 
 
