@@ -136,14 +136,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from .server import BrokerServer
 
+    server = BrokerServer(config)
     try:
-        trio.run(BrokerServer(config).run)
+        trio.run(server.run)
     except (
         OSError,
         LogDirLockedError,
         InconsistentMetaPropertiesError,
         CorruptCheckpointError,
     ) as error:
-        logging.getLogger("server").error("cannot start: %s", error)
+        if server.serving:
+            # Not a start-up problem: say where it happened, or nobody can fix it.
+            logging.getLogger("server").exception("stopped by an error: %s", error)
+        else:
+            logging.getLogger("server").error("cannot start: %s", error)
         return 1
     return 0

@@ -80,6 +80,8 @@ class BrokerServer:
         self.coordinator: GroupCoordinator | None = None
         self.metrics = BrokerMetrics()
         self._stopping = False
+        # Set once the node serves: an error after that is not a failure to start.
+        self.serving = False
         self._idle_reads: set[trio.CancelScope] = set()
 
     def _context(self, listener_name: str, connection: Connection, header) -> RequestContext:
@@ -184,6 +186,7 @@ class BrokerServer:
                     "+".join(sorted(self.config.process_roles)),
                     self.cluster_id,
                 )
+                self.serving = True
                 task_status.started()
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)

@@ -107,6 +107,7 @@ class Run:
     led: list[int] = field(default_factory=list)  # partitions the target led at the fault
     recovered_in: float | None = None  # fault to every ISR full again (None: never)
     ended: float = 0.0
+    died: list[str] = field(default_factory=list)  # nodes whose process ended on its own
 
 
 class Node:
@@ -424,7 +425,17 @@ class Chaos:
         run.healed = time.monotonic()
         deadline = time.monotonic() + RECOVERY_TIMEOUT
         while time.monotonic() < deadline:
-            if self.isr_full():
+            # A node that exited cannot recover by itself: say so instead of waiting.
+            run.died = [
+                f"{node_name(n)} (exit {node.process.returncode})"
+                for n, node in self.nodes.items()
+                if node.process is not None and node.process.poll() is not None
+            ]
+            if run.died:
+                break
+            # Metadata read just after a restart can still show the ISR from before the
+            # fault; only a node that is up and named live by the cluster can count.
+            if self.live_brokers() == set(BROKERS) and self.isr_full():
                 run.recovered_in = time.monotonic() - run.started
                 break
             time.sleep(0.1)
@@ -540,6 +551,13 @@ class Chaos:
             f"lost outside fault runs: {lost_by_run[None]}; records read then vanished:"
             f" {vanished}; duplicates stored: {duplicates}; divergent partitions: {divergent}",
         ]
+        died = [
+            f"run {number} ({run.kind}): {', '.join(run.died)}"
+            for number, run in enumerate(self.runs, 1)
+            if run.died
+        ]
+        if died:
+            lines.append("NODES THAT DIED ON THEIR OWN (see their logs): " + "; ".join(died))
         if unread:
             lines.append(
                 f"THE FINAL READ STALLED: {unread} records below the high watermarks were not"
@@ -616,6 +634,9 @@ def run_chaos(runs: int, seed: int, kinds: tuple[str, ...], base: Path | None = 
                 f" full ISR again after {recovered}",
                 flush=True,
             )
+            if run.died:
+                print(f"stopping: {', '.join(run.died)} died on its own", flush=True)
+                break
         outcome = chaos.report(seed)
         outcome.text += f"\nnode logs and data: {base}"
         return outcome
@@ -644,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown fault kinds: {sorted(unknown)}")
     print(f"faults.chaos: seed {seed}", flush=True)
+    # A SIGTERM unwinds like Ctrl-C, so the nodes, namespaces and tmpfs are cleaned up.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))
     outcome = run_chaos(args.runs, seed, kinds)
     print(outcome.text)
     return 0 if outcome.clean else 1
