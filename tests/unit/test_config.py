@@ -113,3 +113,67 @@ def test_a_listener_with_an_unimplemented_protocol_is_refused(listeners, protoco
 def test_a_port_out_of_range_is_refused():
     with pytest.raises(ConfigError, match="listeners.*99999"):
         load_config(None, ["listeners=PLAINTEXT://127.0.0.1:99999"])
+
+
+INTER_BROKER_SASL = [
+    "listeners=PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+    "inter.broker.listener.name=INTERNAL",
+    "listener.name.internal.sasl.enabled.mechanisms=PLAIN",
+]
+USERS_ONLY = 'PlainLoginModule required user_broker="secret";'
+WITH_LOGIN = 'PlainLoginModule required username="broker" password="secret" user_broker="secret";'
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # Kafka's default inter-broker mechanism is GSSAPI.
+        ([f"listener.name.internal.plain.sasl.jaas.config={WITH_LOGIN}"], "GSSAPI"),
+        (
+            [
+                f"listener.name.internal.plain.sasl.jaas.config={USERS_ONLY}",
+                "sasl.mechanism.inter.broker.protocol=PLAIN",
+            ],
+            'username="..." password="..."',
+        ),
+    ],
+)
+def test_an_inter_broker_login_this_node_cannot_make_is_refused(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, INTER_BROKER_SASL + overrides)
+
+
+def test_the_inter_broker_listener_logs_in_with_its_jaas_username_and_password():
+    from broker.security import client_security
+
+    config = load_config(
+        None,
+        INTER_BROKER_SASL
+        + [
+            f"listener.name.internal.plain.sasl.jaas.config={WITH_LOGIN}",
+            "sasl.mechanism.inter.broker.protocol=PLAIN",
+        ],
+    )
+    login = client_security(config, config.inter_broker_listener_name_in_use).sasl
+    assert (login.mechanism, login.username, login.password) == ("PLAIN", "broker", "secret")
+
+
+def test_security_inter_broker_protocol_names_the_listener_as_in_kafka():
+    config = load_config(
+        None,
+        [
+            "listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+            "security.inter.broker.protocol=PLAINTEXT",
+        ],
+    )
+    assert config.inter_broker_listener.port == 9092
+    with pytest.raises(ConfigError, match="only one of"):
+        load_config(
+            None,
+            [
+                "listeners=PLAINTEXT://127.0.0.1:9092",
+                "security.inter.broker.protocol=PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+            ],
+        )
