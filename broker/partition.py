@@ -137,6 +137,20 @@ class Partition:
         self.joining = None
         self.clamp_high_watermark()
 
+    def change_replicas(self, replicas: list[int], now_ms: int) -> None:
+        """The replica set changed under the same leader (a reassignment adding or removing
+        replicas): a leader starts tracking the new followers, whose fetches can then move
+        them into the ISR, and forgets the removed ones."""
+        self.replicas = list(replicas)
+        if not self.is_leader:
+            return
+        self.followers = {
+            replica: self.followers.get(replica)
+            or FollowerProgress(last_caught_up_ms=now_ms if replica in self.isr else 0)
+            for replica in replicas
+            if replica != self.local_id
+        }
+
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
         """Note a follower's fetch; True when the high watermark moved as a result."""
         progress = self.followers.get(replica_id)

@@ -299,6 +299,8 @@ class ReplicaManager:
         if state.leader_epoch == partition.leader_epoch and state.leader == partition.leader:
             partition.isr = isr
             partition.partition_epoch = state.partition_epoch
+            if replicas != partition.replicas:  # a reassignment adds replicas
+                partition.change_replicas(replicas, self.clock_ms())
             partition.maybe_advance_high_watermark()
         elif state.leader == self.config.node_id:
             self.fetchers.remove(key)
