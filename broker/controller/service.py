@@ -13,8 +13,8 @@ older than broker.session.timeout.ms is fenced, which moves leadership to the IS
 
 import copy
 import logging
-import math
 import random
+from collections import deque
 from pathlib import Path
 
 import trio
@@ -47,26 +47,65 @@ CHANNEL_RETRY_BACKOFF_S = 0.2
 DYNAMIC_TOPIC_CONFIG = 1
 
 
+class _Queued:
+    """A request waiting in a channel: the request itself, or for UpdateMetadata a builder
+    called when it is sent; the events of everyone waiting for its delivery."""
+
+    def __init__(self, request, build, delivered: trio.Event, even_if_fenced: bool) -> None:
+        self.request = request
+        self.build = build
+        self.waiting = [delivered]
+        self.even_if_fenced = even_if_fenced
+
+
 class BrokerChannel:
-    """Controller-to-broker requests for one broker, delivered in order."""
+    """Controller-to-broker requests for one broker, delivered in order.
+
+    UpdateMetadata carries the whole cluster picture, so only the newest one matters: an
+    UpdateMetadata still queued when another is queued is dropped, the new one taking its
+    waiters, and it is built when it is sent, from the state as it is then. A burst of
+    decisions (a thousand ISR changes after a restart) then costs one UpdateMetadata per
+    broker instead of one full picture per decision."""
 
     def __init__(self, service: "ControllerService", node_id: int) -> None:
         self._service = service
         self.node_id = node_id
-        self._send, self._receive = trio.open_memory_channel(math.inf)
+        self._queue: deque[_Queued] = deque()
+        self._work = trio.Event()
 
     def enqueue(self, request, even_if_fenced: bool = False) -> trio.Event:
         """Queue a request; the event is set once it was answered or dropped. Requests to a
         fenced broker are dropped, except ``even_if_fenced`` ones: a broker in controlled
         shutdown is fenced but still running, and must hear that it leads nothing now."""
         delivered = trio.Event()
-        self._send.send_nowait((request, delivered, even_if_fenced))
+        self._queue.append(_Queued(request, None, delivered, even_if_fenced))
+        self._work.set()
+        return delivered
+
+    def enqueue_metadata(self, build, even_if_fenced: bool = False) -> trio.Event:
+        """Queue an UpdateMetadata that ``build()`` makes when it is sent (see the class)."""
+        delivered = trio.Event()
+        item = _Queued(None, build, delivered, even_if_fenced)
+        for queued in list(self._queue):
+            if queued.build is not None:
+                self._queue.remove(queued)
+                item.waiting += queued.waiting
+                item.even_if_fenced |= queued.even_if_fenced
+        self._queue.append(item)
+        self._work.set()
         return delivered
 
     async def run(self) -> None:
         connection: NodeConnection | None = None
         address = None
-        async for request, delivered, even_if_fenced in self._receive:
+        while True:
+            if not self._queue:
+                self._work = trio.Event()
+                await self._work.wait()
+                continue
+            item = self._queue.popleft()
+            even_if_fenced = item.even_if_fenced
+            request = item.request if item.build is None else item.build()
             attempts = 0
             while True:
                 broker = self._service.state.brokers.get(self.node_id)
@@ -97,7 +136,8 @@ class BrokerChannel:
                         await connection.aclose()
                         connection = None
                     await trio.sleep(CHANNEL_RETRY_BACKOFF_S)
-            delivered.set()
+            for delivered in item.waiting:
+                delivered.set()
 
 
 class ControllerService:
@@ -268,13 +308,15 @@ class ControllerService:
             if self.state.is_live(node_id):
                 request = self._stop_replica(node_id, to_stop[node_id])
                 events.append(self._channel(node_id).enqueue(request))
-        update = self._update_metadata()
         recipients = set(self.state.live_brokers())
         if also_tell is not None:
             recipients.add(also_tell)
         for node_id in sorted(recipients):
             events.append(
-                self._channel(node_id).enqueue(update(node_id), even_if_fenced=node_id == also_tell)
+                self._channel(node_id).enqueue_metadata(
+                    lambda node_id=node_id: self._update_metadata()(node_id),
+                    even_if_fenced=node_id == also_tell,
+                )
             )
         return events
 
