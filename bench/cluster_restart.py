@@ -77,18 +77,24 @@ def _views(cluster: Cluster):
     return views
 
 
-def _state(views, expected: int) -> tuple[bool, bool, Counter]:
-    """(every ISR full everywhere, every leader preferred everywhere, leaders by broker)."""
+def _state(views, expected: int) -> tuple[bool, bool, Counter, str]:
+    """(every ISR full everywhere, every leader preferred everywhere, leaders by broker, a
+    progress line: how many partitions each broker still shows under-replicated or led by
+    another than their preferred replica)."""
     if any(view is None or len(view) < expected for view in views.values()):
-        return False, False, Counter()
-    full = all(
-        isr == frozenset(replicas) for view in views.values() for _, replicas, isr in view.values()
-    )
-    preferred = all(
-        leader == replicas[0] for view in views.values() for leader, replicas, _ in view.values()
-    )
+        answered = {node: len(view) if view else None for node, view in views.items()}
+        return False, False, Counter(), f"partitions known by broker: {answered}"
+    under = {
+        node: sum(isr != frozenset(replicas) for _, replicas, isr in view.values())
+        for node, view in views.items()
+    }
+    elsewhere = {
+        node: sum(leader != replicas[0] for leader, replicas, _ in view.values())
+        for node, view in views.items()
+    }
     leaders = Counter(leader for leader, _, _ in next(iter(views.values())).values())
-    return full, preferred, leaders
+    line = f"under-replicated by broker {under}, not led by the preferred replica {elsewhere}"
+    return not any(under.values()), not any(elsewhere.values()), leaders, line
 
 
 def measure(work_dir: Path, topics: int, partitions: int) -> dict[str, float]:
@@ -113,9 +119,13 @@ def measure(work_dir: Path, topics: int, partitions: int) -> dict[str, float]:
         cluster.wait_ready(TIMEOUT_S)
         figures = {"answering_s": time.monotonic() - started}
         deadline = started + TIMEOUT_S
+        last_line = ""
         while True:
-            full, preferred, leaders = _state(_views(cluster), expected)
+            full, preferred, leaders, line = _state(_views(cluster), expected)
             now = time.monotonic() - started
+            if line != last_line:
+                print(f"{now:6.1f} s: {line}")
+                last_line = line
             if full and "full_isr_s" not in figures:
                 figures["full_isr_s"] = now
                 print(f"ISRs full after {now:.1f} s; leaders by broker then: {dict(leaders)}")
