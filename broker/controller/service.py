@@ -511,6 +511,8 @@ class ControllerService:
         """Move the broker's leadership away, tell every broker (the leaving one included),
         and answer shouldShutDown once they have it, so no partition waits for a session
         timeout to find a new leader."""
+        known = self.state.brokers.get(node_id)
+        already_fenced = known is not None and known.fenced
         changes = transitions.begin_controlled_shutdown(
             self.state, node_id, broker_epoch, self.config.unclean_leader_election_enable
         )
@@ -521,7 +523,9 @@ class ControllerService:
                 "is_fenced": True,
                 "should_shut_down": False,
             }
-        if changes:
+        if not already_fenced:
+            # Even a broker that hosts nothing must leave every broker's metadata, or
+            # clients keep being sent to it.
             self.store.save(self.state)
             events = self._propagate(changes, also_tell=node_id)
             log.info(

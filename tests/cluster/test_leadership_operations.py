@@ -50,6 +50,22 @@ def kafka_admin(cluster: Cluster) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=running, request_timeout_ms=30000)
 
 
+def stop_broker(cluster: Cluster, node_id: int) -> None:
+    """Stop a broker cleanly and wait until the others' Metadata no longer lists it (clients
+    would otherwise still try it)."""
+    cluster.brokers[node_id].stop()
+
+    def gone_everywhere() -> bool:
+        for other in cluster.brokers.values():
+            if other.running:
+                response = cluster.metadata(via=other.node_id)
+                if response is None or node_id in {b.node_id for b in response.brokers}:
+                    return False
+        return True
+
+    wait_for(gone_everywhere, CONVERGENCE_TIMEOUT, f"broker {node_id} out of Metadata")
+
+
 def wait_for_full_isr(cluster: Cluster, topic: str, partitions: int) -> None:
     for partition in range(partitions):
         cluster.wait_for_isr(
@@ -162,7 +178,7 @@ def test_a_pending_reassignment_is_listed_and_cancelled(cluster: Cluster):
     create_replicated_topic(cluster, topic, 1, replication_factor=2)
     before = replicas_of(cluster, topic, 0)
     (absent,) = set(cluster.brokers) - set(before)
-    cluster.brokers[absent].stop()  # registered but down: it can never catch up
+    stop_broker(cluster, absent)  # registered but down: it can never catch up
 
     admin = kafka_admin(cluster)
     partition = KafkaPartition(topic, 0)
@@ -190,3 +206,30 @@ def test_a_pending_reassignment_is_listed_and_cancelled(cluster: Cluster):
     assert again[partition].errno == 85  # NO_REASSIGNMENT_IN_PROGRESS
     bad = admin.alter_partition_reassignments({partition: [before[0], 42]})
     assert bad[partition].errno == 39  # INVALID_REPLICA_ASSIGNMENT
+
+
+def test_a_controller_restart_carries_a_reassignment_on(cluster: Cluster):
+    topic = "carried"
+    create_replicated_topic(cluster, topic, 1, replication_factor=2)
+    before = replicas_of(cluster, topic, 0)
+    (absent,) = set(cluster.brokers) - set(before)
+    stop_broker(cluster, absent)
+    target = [absent, before[1]]  # the preferred replica leaves, the stopped broker joins
+
+    admin = kafka_admin(cluster)
+    partition = KafkaPartition(topic, 0)
+    assert admin.alter_partition_reassignments({partition: target}) == {partition: None}
+    assert admin.list_partition_reassignments()[partition]["adding_replicas"] == [absent]
+    admin.close()
+
+    cluster.controller.restart()
+    cluster.controller.wait_ready()
+    cluster.brokers[absent].restart()  # it registers with the new controller and catches up
+    cluster.wait_ready()
+    wait_for(
+        lambda: list(replicas_of(cluster, topic, 0)) == target,
+        CONVERGENCE_TIMEOUT,
+        f"replicas {target} after the controller's restart",
+    )
+    cluster.wait_for_isr(topic, 0, target, CONVERGENCE_TIMEOUT)
+    assert kafka_admin(cluster).list_partition_reassignments() == {}
