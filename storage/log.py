@@ -381,7 +381,11 @@ class PartitionLog:
         self._recovery_point = (
             min(recovery_point, self._log_end_offset) if needs_recovery else self._log_end_offset
         )
-        self._epochs.truncate_from_end(self._log_end_offset)
+        # Entries at or past the log end (a leader's epoch that got no batch) are cut at every
+        # load, so the cut need not be durable (written at the next flush, as Kafka's loader
+        # does with truncateFromEndAsyncFlush): fsyncing it made loading 1,000 logs take
+        # twice as long.
+        self._epochs.truncate_from_end(self._log_end_offset, durable=False)
         self._rebuild_producer_state(recover_epochs=needs_recovery)
         self._epochs.truncate_from_start(self._log_start_offset)
 
