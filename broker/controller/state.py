@@ -19,6 +19,10 @@ The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManage
   becomes just that replica (committed records may be lost).
 * Every leader or ISR change bumps the partition epoch; a leader change (including going
   offline) bumps the leader epoch.
+* ElectLeaders and the automatic leader rebalance share one preferred election: the first
+  replica leads if it is alive and in the ISR. Reassignments follow KIP-455 as KRaft does
+  (``PartitionReassignmentReplicas``): target replicas first, then those being removed, and
+  completion once the whole target is in the ISR.
 
 One deliberate difference: when the controller itself shrinks an ISR (fencing a follower) it
 also bumps the leader epoch, as ZooKeeper-mode Kafka and KRaft before metadata version 3.6 did
