@@ -219,6 +219,9 @@ _PROPERTIES: dict[str, _Property] = {
     "leader.imbalance.check.interval.seconds": _Property(
         "leader_imbalance_check_interval_ms", _at_least(1), 1000
     ),
+    "leader.imbalance.per.broker.percentage": _Property(
+        "leader_imbalance_per_broker_percentage", _at_least(0)
+    ),
     "inter.broker.listener.name": _Property("inter_broker_listener_name", _parse_listener_name),
     "controlled.shutdown.enable": _Property("controlled_shutdown_enable", _parse_bool),
     "offsets.topic.num.partitions": _Property("offsets_topic_num_partitions", _at_least(1)),
@@ -305,6 +308,7 @@ class BrokerConfig:
     metrics_port: int | None = None
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     inter_broker_listener_name: str | None = None
     controlled_shutdown_enable: bool = True
     offsets_topic_num_partitions: int = 50

@@ -43,16 +43,25 @@ class _Channel:
         self._lock = trio.Lock()
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
+        """Send one request and return its answer. A connection kept from earlier requests
+        that turns out closed (the controller restarted meanwhile) is replaced once and the
+        request sent again, as Kafka's controller channel re-sends after a disconnection."""
         voter = self._config.controller
         try:
             with trio.fail_after(timeout_s):
                 async with self._lock:
+                    reused = self._connection is not None
                     try:
-                        if self._connection is None:
-                            self._connection = await NodeConnection.connect(
-                                voter.host, voter.port, self._client_id
-                            )
-                        return await self._connection.request(request)
+                        return await self._exchange(request)
+                    except CONNECTION_ERRORS:
+                        await self.aclose()
+                        if not reused:
+                            raise
+                    except BaseException:
+                        await self.aclose()
+                        raise
+                    try:
+                        return await self._exchange(request)
                     except BaseException:
                         await self.aclose()
                         raise
@@ -62,6 +71,12 @@ class _Channel:
             ) from None
         except CONNECTION_ERRORS as error:
             raise ControllerUnavailable(f"controller {voter.host}:{voter.port}: {error}") from None
+
+    async def _exchange(self, request):
+        if self._connection is None:
+            voter = self._config.controller
+            self._connection = await NodeConnection.connect(voter.host, voter.port, self._client_id)
+        return await self._connection.request(request)
 
     async def aclose(self) -> None:
         if self._connection is not None:

@@ -22,6 +22,7 @@ from .apis import (
     api_versions,
     configs,
     controller_apis,
+    elections,
     fetch,
     groups,
     inter_broker,
@@ -31,6 +32,7 @@ from .apis import (
     offsets,
     produce,
     producer_ids,
+    reassignments,
     topics,
 )
 from .apis.errors import error_response
@@ -69,6 +71,9 @@ HANDLERS = {
     ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
     ApiKey.DELETE_RECORDS: admin.handle_delete_records,
     ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
+    ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.handle_alter,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.handle_list,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
@@ -101,6 +106,9 @@ CLIENT_APIS = frozenset(
         ApiKey.DELETE_GROUPS,
         ApiKey.DELETE_RECORDS,
         ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }
 )
 

@@ -16,6 +16,7 @@ Kafka's ReplicaFetcherThread, reduced to its rules:
 """
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import trio
@@ -55,6 +56,8 @@ class Fetcher:
         self._delayed_until: dict[tuple[str, int], float] = {}
         self._work = trio.Event()
         self._connection: NodeConnection | None = None
+        # The partitions of the fetch being processed that drew an error, for one log line.
+        self._refused: list[tuple[tuple[str, int], int]] = []
 
     def add(self, partition: "Partition") -> None:
         self._partitions[partition.key] = partition
@@ -155,6 +158,7 @@ class Fetcher:
             log.warning("fetch from %d failed: %s", self.leader_id, error)
             self._back_off(sent)
             return
+        self._refused = []
         for data in response.partitions:
             key = (data.topic, data.partition_index)
             if key not in sent or not self._still_fetching(*sent[key]):
@@ -164,6 +168,22 @@ class Fetcher:
             # Rotate: fetched partitions go to the back of the queue.
             if key in self._partitions:
                 self._partitions[key] = self._partitions.pop(key)
+        if self._refused:
+            self._log_refused()
+
+    def _log_refused(self) -> None:
+        """One line for the partitions of a fetch that drew an error (each is at DEBUG): a
+        leadership change moves hundreds of partitions at once."""
+        errors = Counter(error_name(error) for _, error in self._refused)
+        shown = ", ".join(f"{topic}-{index}" for (topic, index), _ in self._refused[:3])
+        more = len(self._refused) - 3
+        log.info(
+            "fetching from %d: %s (%s%s); backing off",
+            self.leader_id,
+            ", ".join(f"{count} x {name}" for name, count in errors.most_common()),
+            shown,
+            f" and {more} more" if more > 0 else "",
+        )
 
     def _still_fetching(self, partition: "Partition", epoch: int) -> bool:
         """Whether this fetcher still follows ``partition`` from its leader at ``epoch``;
@@ -199,12 +219,13 @@ class Fetcher:
         elif error == Error.OFFSET_OUT_OF_RANGE:
             await self._handle_out_of_range(connection, partition)
         else:
-            log.info(
+            log.debug(
                 "fetching %s-%d from %d: %s; backing off",
                 *partition.key,
                 self.leader_id,
                 error_name(error),
             )
+            self._refused.append((partition.key, error))
             self._back_off({partition.key: partition})
 
     def _truncate_diverging(self, partition: "Partition", epoch: int, leader_end: int) -> None:
@@ -214,14 +235,17 @@ class Fetcher:
             offset = min(leader_end, partition.log.log_end_offset)
         else:
             offset = min(leader_end, own_end)
-        log.warning(
-            "truncating %s-%d to %d: diverging from leader epoch %d ending at %d",
+        removed = partition.log.truncate_to(offset)
+        # Nothing removed is the common case (a former leader's epoch entry at the log end
+        # that the new leader never saw), for every partition a restart moved: not a warning.
+        log.log(
+            logging.WARNING if removed else logging.DEBUG,
+            "truncated %s-%d to %d: diverging from leader epoch %d ending at %d",
             *partition.key,
             offset,
             epoch,
             leader_end,
         )
-        partition.log.truncate_to(offset)
         partition.clamp_high_watermark()
 
     async def _handle_out_of_range(self, connection, partition: "Partition") -> None:

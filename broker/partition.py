@@ -111,7 +111,12 @@ class Partition:
         self.replicas = list(replicas)
         self.isr_change_in_flight = False
         self.joining = None
-        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        # Written with the log's next flush, not now: the entry starts at the log end, so
+        # until a batch of this epoch is appended (which carries the epoch, and which
+        # recovery reads again) a lost entry changes no answer. A file creation and two
+        # fsyncs per partition made a broker taking the lead of 1,000 partitions after a
+        # restart spend ten seconds here (BENCHMARKS.md, step 9).
+        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset, durable=False)
         self.followers = {
             replica: FollowerProgress(last_caught_up_ms=now_ms if replica in isr else 0)
             for replica in replicas
@@ -136,6 +141,20 @@ class Partition:
         self.isr_change_in_flight = False
         self.joining = None
         self.clamp_high_watermark()
+
+    def change_replicas(self, replicas: list[int], now_ms: int) -> None:
+        """The replica set changed under the same leader (a reassignment adding or removing
+        replicas): a leader starts tracking the new followers, whose fetches can then move
+        them into the ISR, and forgets the removed ones."""
+        self.replicas = list(replicas)
+        if not self.is_leader:
+            return
+        self.followers = {
+            replica: self.followers.get(replica)
+            or FollowerProgress(last_caught_up_ms=now_ms if replica in self.isr else 0)
+            for replica in replicas
+            if replica != self.local_id
+        }
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
         """Note a follower's fetch; True when the high watermark moved as a result."""

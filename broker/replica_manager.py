@@ -93,6 +93,9 @@ class ReplicaManager:
         # listeners closed until it is unfenced.
         self.ready = trio.Event()
         self._state_change_lock = trio.Lock()
+        # ISR changes waiting for the next AlterPartition (see _request_isr_change).
+        self._pending_isr_changes: dict[tuple[str, int], tuple[Partition, list[int]]] = {}
+        self._isr_changes_queued = trio.Event()
         # Told of every partition whose role changed here (the group coordinator loads and
         # unloads the groups of `__consumer_offsets` partitions this way).
         self.role_listeners: list[Callable[[Partition], None]] = []
@@ -119,6 +122,7 @@ class ReplicaManager:
             self._nursery = nursery
             nursery.start_soon(self.fetchers.run)
             nursery.start_soon(self._maintain_isr)
+            nursery.start_soon(self._send_isr_changes)
             nursery.start_soon(self._checkpoint_high_watermarks)
             task_status.started()
 
@@ -310,6 +314,8 @@ class ReplicaManager:
         if state.leader_epoch == partition.leader_epoch and state.leader == partition.leader:
             partition.isr = isr
             partition.partition_epoch = state.partition_epoch
+            if replicas != partition.replicas:  # a reassignment adds replicas
+                partition.change_replicas(replicas, self.clock_ms())
             partition.maybe_advance_high_watermark()
         elif state.leader == self.config.node_id:
             self.fetchers.remove(key)
@@ -467,65 +473,95 @@ class ReplicaManager:
         return node_id in self.metadata.brokers
 
     def _request_isr_change(self, partition: Partition, new_isr: list[int]) -> bool:
-        """Send an AlterPartition unless one is in flight; True when one was sent."""
+        """Queue an AlterPartition for the partition unless one is pending or in flight; True
+        when one was queued. The queue goes to the controller in one request at a time, as
+        Kafka's AlterPartitionManager sends it: after a restart a leader has hundreds of
+        followers to take back into the ISR, and one request (with one state save on the
+        controller) per partition took minutes."""
         if partition.isr_change_in_flight or new_isr == partition.isr or self._nursery is None:
             return False
         partition.isr_change_in_flight = True
-        self._nursery.start_soon(self._alter_partition, partition, new_isr)
+        self._pending_isr_changes[partition.key] = (partition, list(new_isr))
+        self._isr_changes_queued.set()
         return True
 
-    async def _alter_partition(self, partition: Partition, new_isr: list[int]) -> None:
-        leader_epoch = partition.leader_epoch
+    async def _send_isr_changes(self) -> None:
+        """Send the queued ISR changes, all of them in one AlterPartition, one request at a
+        time; what is queued meanwhile goes in the next."""
+        while True:
+            await self._isr_changes_queued.wait()
+            self._isr_changes_queued = trio.Event()
+            batch = list(self._pending_isr_changes.values())
+            self._pending_isr_changes.clear()
+            await self._alter_partition(batch)
+
+    async def _alter_partition(self, batch: list[tuple[Partition, list[int]]]) -> None:
+        by_topic: dict[object, list[dict]] = {}
+        sent: dict[tuple[object, int], tuple[Partition, list[int]]] = {}
+        for partition, new_isr in batch:
+            sent[(partition.topic_id, partition.index)] = (partition, new_isr)
+            by_topic.setdefault(partition.topic_id, []).append(
+                {
+                    "partition_index": partition.index,
+                    "leader_epoch": partition.leader_epoch,
+                    "new_isr": tuple(new_isr),
+                    "leader_recovery_state": 0,
+                    "partition_epoch": partition.partition_epoch,
+                }
+            )
         request = build_request(
             ApiKey.ALTER_PARTITION,
             {
                 "broker_id": self.config.node_id,
                 "broker_epoch": self.controller.broker_epoch,
                 "topics": [
-                    {
-                        "topic_id": partition.topic_id,
-                        "partitions": [
-                            {
-                                "partition_index": partition.index,
-                                "leader_epoch": leader_epoch,
-                                "new_isr": tuple(new_isr),
-                                "leader_recovery_state": 0,
-                                "partition_epoch": partition.partition_epoch,
-                            }
-                        ],
-                    }
+                    {"topic_id": topic_id, "partitions": partitions}
+                    for topic_id, partitions in by_topic.items()
                 ],
             },
         )
         try:
             response = await self.controller.request(request)
         except ControllerUnavailable as error:
-            log.warning("AlterPartition for %s-%d failed: %s", *partition.key, error)
-            await self._retry_isr_change_later(partition)
+            log.warning("AlterPartition for %d partition(s) failed: %s", len(batch), error)
+            self._nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
             return
-        (topic,) = response.topics
-        (result,) = topic.partitions
-        if result.error_code.value != Error.NONE:
-            log.warning(
-                "controller refused ISR %s for %s-%d: %s",
-                new_isr,
-                *partition.key,
-                result.error_code.name,
-            )
-            await self._retry_isr_change_later(partition)
-            return
-        partition.isr_change_in_flight = False
-        partition.joining = None
-        if partition.is_leader and partition.leader_epoch == result.leader_epoch:
-            if set(result.isr) < set(partition.isr):
-                self.metrics.isr_shrinks.inc()
-            elif set(result.isr) > set(partition.isr):
-                self.metrics.isr_expands.inc()
-            partition.isr = list(result.isr)
-            partition.partition_epoch = result.partition_epoch
-            log.info("ISR of %s-%d is now %s", *partition.key, partition.isr)
-            partition.maybe_advance_high_watermark()
-            self.notify(partition)
+        refused: list[Partition] = []
+        changed: list[Partition] = []
+        for topic in response.topics:
+            for result in topic.partitions:
+                entry = sent.get((topic.topic_id, result.partition_index))
+                if entry is None:
+                    continue
+                partition, new_isr = entry
+                if result.error_code.value != Error.NONE:
+                    log.warning(
+                        "controller refused ISR %s for %s-%d: %s",
+                        new_isr,
+                        *partition.key,
+                        result.error_code.name,
+                    )
+                    refused.append(partition)
+                    continue
+                partition.isr_change_in_flight = False
+                partition.joining = None
+                if partition.is_leader and partition.leader_epoch == result.leader_epoch:
+                    if set(result.isr) < set(partition.isr):
+                        self.metrics.isr_shrinks.inc()
+                    elif set(result.isr) > set(partition.isr):
+                        self.metrics.isr_expands.inc()
+                    partition.isr = list(result.isr)
+                    partition.partition_epoch = result.partition_epoch
+                    log.debug("ISR of %s-%d is now %s", *partition.key, partition.isr)
+                    changed.append(partition)
+                    partition.maybe_advance_high_watermark()
+                    self.notify(partition)
+        if changed:
+            shown = ", ".join(f"{p.topic}-{p.index} {p.isr}" for p in changed[:3])
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            log.info("ISR changed for %d partition(s): %s%s", len(changed), shown, more)
+        if refused:
+            self._nursery.start_soon(self._retry_isr_changes_later, refused)
 
     def run_retention(self, now_ms: int) -> int:
         """Retention over the hosted logs, never past a partition's high watermark."""
@@ -533,12 +569,13 @@ class ReplicaManager:
             now_ms, {partition.key: partition.high_watermark for partition in self.partitions()}
         )
 
-    async def _retry_isr_change_later(self, partition: Partition) -> None:
-        """Back off before the next AlterPartition for this partition, so a refusal (a stale
+    async def _retry_isr_changes_later(self, partitions: list[Partition]) -> None:
+        """Back off before the next AlterPartition for these partitions, so a refusal (a stale
         partition epoch until the controller's LeaderAndIsr arrives) is not retried in a loop."""
         await trio.sleep(self.config.replica_fetch_backoff_ms / 1000)
-        partition.isr_change_in_flight = False
-        partition.joining = None
+        for partition in partitions:
+            partition.isr_change_in_flight = False
+            partition.joining = None
 
     # -- high watermark checkpoint -------------------------------------------------------
 

@@ -210,13 +210,17 @@ class LeaderEpochCache:
             return epoch, self._start_offsets[0]
         return self._epochs[higher - 1], self._start_offsets[higher]
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs starting at or after `end_offset` (the log was truncated there)."""
+    def truncate_from_end(self, end_offset: int, *, durable: bool = True) -> None:
+        """Forget epochs starting at or after `end_offset` (the log was truncated there).
+        With `durable=False` the file is written at the next `flush`, as for `assign`."""
         keep = bisect_left(self._start_offsets, end_offset)
         if keep < len(self._epochs):
             del self._epochs[keep:]
             del self._start_offsets[keep:]
-            self._save()
+            if durable:
+                self._save()
+            else:
+                self._unsaved = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop epochs wholly before the new log start; the one containing it now starts there."""

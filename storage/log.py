@@ -381,7 +381,11 @@ class PartitionLog:
         self._recovery_point = (
             min(recovery_point, self._log_end_offset) if needs_recovery else self._log_end_offset
         )
-        self._epochs.truncate_from_end(self._log_end_offset)
+        # Entries at or past the log end (a leader's epoch that got no batch) are cut at every
+        # load, so the cut need not be durable (written at the next flush, as Kafka's loader
+        # does with truncateFromEndAsyncFlush): fsyncing it made loading 1,000 logs take
+        # twice as long.
+        self._epochs.truncate_from_end(self._log_end_offset, durable=False)
         self._rebuild_producer_state(recover_epochs=needs_recovery)
         self._epochs.truncate_from_start(self._log_start_offset)
 
@@ -780,8 +784,11 @@ class PartitionLog:
         if offset >= self._log_end_offset:
             # As Kafka does, the epoch cache is cut even when no record is: a broker that
             # became leader and appended nothing before losing leadership has an entry for its
-            # epoch at the log end that the new leader's history does not have.
-            self._epochs.truncate_from_end(self._log_end_offset)
+            # epoch at the log end that the new leader's history does not have. Written with
+            # the next flush, as Kafka's truncateFromEndAsyncFlush: an entry at the log end is
+            # cut again when the log is loaded, and fsyncing here cost a former leader of
+            # hundreds of partitions seconds after a restart (BENCHMARKS.md, step 9).
+            self._epochs.truncate_from_end(self._log_end_offset, durable=False)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)

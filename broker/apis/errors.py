@@ -204,6 +204,39 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                 {"group_id": group_id, "error_code": error} for group_id in request.groups_names
             ]
         }
+    if api_key == ApiKey.ELECT_LEADERS:
+        return {
+            "error_code": error,
+            "replica_election_results": [
+                {
+                    "topic": entry.topic,
+                    "partition_result": [
+                        {"partition_id": index, "error_code": error, "error_message": None}
+                        for index in entry.partitions
+                    ],
+                }
+                for entry in request.topic_partitions or ()
+            ],
+        }
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        return {
+            "error_code": error,
+            "error_message": None,
+            "responses": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": error,
+                            "error_message": None,
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in request.topics
+            ],
+        }
     # The rest carry one top-level error code; these fields complete their required parts.
     return {
         "error_code": error,

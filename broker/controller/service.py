@@ -13,8 +13,8 @@ older than broker.session.timeout.ms is fenced, which moves leadership to the IS
 
 import copy
 import logging
-import math
 import random
+from collections import deque
 from pathlib import Path
 
 import trio
@@ -47,26 +47,65 @@ CHANNEL_RETRY_BACKOFF_S = 0.2
 DYNAMIC_TOPIC_CONFIG = 1
 
 
+class _Queued:
+    """A request waiting in a channel: the request itself, or for UpdateMetadata a builder
+    called when it is sent; the events of everyone waiting for its delivery."""
+
+    def __init__(self, request, build, delivered: trio.Event, even_if_fenced: bool) -> None:
+        self.request = request
+        self.build = build
+        self.waiting = [delivered]
+        self.even_if_fenced = even_if_fenced
+
+
 class BrokerChannel:
-    """Controller-to-broker requests for one broker, delivered in order."""
+    """Controller-to-broker requests for one broker, delivered in order.
+
+    UpdateMetadata carries the whole cluster picture, so only the newest one matters: an
+    UpdateMetadata still queued when another is queued is dropped, the new one taking its
+    waiters, and it is built when it is sent, from the state as it is then. A burst of
+    decisions (a thousand ISR changes after a restart) then costs one UpdateMetadata per
+    broker instead of one full picture per decision."""
 
     def __init__(self, service: "ControllerService", node_id: int) -> None:
         self._service = service
         self.node_id = node_id
-        self._send, self._receive = trio.open_memory_channel(math.inf)
+        self._queue: deque[_Queued] = deque()
+        self._work = trio.Event()
 
     def enqueue(self, request, even_if_fenced: bool = False) -> trio.Event:
         """Queue a request; the event is set once it was answered or dropped. Requests to a
         fenced broker are dropped, except ``even_if_fenced`` ones: a broker in controlled
         shutdown is fenced but still running, and must hear that it leads nothing now."""
         delivered = trio.Event()
-        self._send.send_nowait((request, delivered, even_if_fenced))
+        self._queue.append(_Queued(request, None, delivered, even_if_fenced))
+        self._work.set()
+        return delivered
+
+    def enqueue_metadata(self, build, even_if_fenced: bool = False) -> trio.Event:
+        """Queue an UpdateMetadata that ``build()`` makes when it is sent (see the class)."""
+        delivered = trio.Event()
+        item = _Queued(None, build, delivered, even_if_fenced)
+        for queued in list(self._queue):
+            if queued.build is not None:
+                self._queue.remove(queued)
+                item.waiting += queued.waiting
+                item.even_if_fenced |= queued.even_if_fenced
+        self._queue.append(item)
+        self._work.set()
         return delivered
 
     async def run(self) -> None:
         connection: NodeConnection | None = None
         address = None
-        async for request, delivered, even_if_fenced in self._receive:
+        while True:
+            if not self._queue:
+                self._work = trio.Event()
+                await self._work.wait()
+                continue
+            item = self._queue.popleft()
+            even_if_fenced = item.even_if_fenced
+            request = item.request if item.build is None else item.build()
             attempts = 0
             while True:
                 broker = self._service.state.brokers.get(self.node_id)
@@ -97,7 +136,8 @@ class BrokerChannel:
                         await connection.aclose()
                         connection = None
                     await trio.sleep(CHANNEL_RETRY_BACKOFF_S)
-            delivered.set()
+            for delivered in item.waiting:
+                delivered.set()
 
 
 class ControllerService:
@@ -212,7 +252,9 @@ class ControllerService:
         that stayed up; move it back to each partition's preferred replica when it is in sync."""
         while True:
             await trio.sleep(self.config.leader_imbalance_check_interval_ms / 1000)
-            changes = transitions.elect_preferred_leaders(self.state)
+            changes = transitions.elect_preferred_leaders(
+                self.state, self.config.leader_imbalance_per_broker_percentage
+            )
             if changes:
                 log.info("moving leadership of %d partition(s) back to preferred", len(changes))
                 self.store.save(self.state)
@@ -233,12 +275,22 @@ class ControllerService:
         stopped: list[TopicState] = (),
         also_tell: int | None = None,
     ) -> list[trio.Event]:
-        """Queue LeaderAndIsr for changed partitions, StopReplica for deleted topics, and the
-        full UpdateMetadata for every live broker; return the delivery events. ``also_tell``
-        is a broker that is no longer live but still running (a controlled shutdown): it
-        hears of its partitions too, so that it stops acting as their leader."""
+        """Queue LeaderAndIsr for changed partitions, StopReplica for deleted topics and for
+        replicas a reassignment removed, and the full UpdateMetadata for every live broker;
+        return the delivery events. ``also_tell`` is a broker that is no longer live but
+        still running (a controlled shutdown): it hears of its partitions too, so that it
+        stops acting as their leader."""
         per_broker: dict[int, list[PartitionChange]] = {}
+        to_stop: dict[int, dict[str, list[int]]] = {}
+        for topic in stopped:
+            for index, partition in enumerate(topic.partitions):
+                for replica in partition.replicas:
+                    to_stop.setdefault(replica, {}).setdefault(topic.name, []).append(index)
         for change in changes:
+            for replica in change.removed:
+                to_stop.setdefault(replica, {}).setdefault(change.topic, []).append(
+                    change.partition
+                )
             key = (change.topic, change.partition)
             if change.state.leader >= 0 and self._leaders.get(key) != change.state.leader:
                 self.metrics.leader_elections.inc()
@@ -252,18 +304,19 @@ class ControllerService:
             events.append(
                 self._channel(node_id).enqueue(request, even_if_fenced=node_id == also_tell)
             )
-        hosting = {node_id for topic in stopped for node_id in self._replicas_of(topic)}
-        for node_id in sorted(hosting):
+        for node_id in sorted(to_stop):
             if self.state.is_live(node_id):
-                request = self._stop_replica(node_id, stopped)
+                request = self._stop_replica(node_id, to_stop[node_id])
                 events.append(self._channel(node_id).enqueue(request))
-        update = self._update_metadata()
         recipients = set(self.state.live_brokers())
         if also_tell is not None:
             recipients.add(also_tell)
         for node_id in sorted(recipients):
             events.append(
-                self._channel(node_id).enqueue(update(node_id), even_if_fenced=node_id == also_tell)
+                self._channel(node_id).enqueue_metadata(
+                    lambda node_id=node_id: self._update_metadata()(node_id),
+                    even_if_fenced=node_id == also_tell,
+                )
             )
         return events
 
@@ -273,10 +326,6 @@ class ControllerService:
             for topic in self.state.topics.values()
             for index, partition in enumerate(topic.partitions)
         ]
-
-    @staticmethod
-    def _replicas_of(topic: TopicState) -> set[int]:
-        return {replica for partition in topic.partitions for replica in partition.replicas}
 
     def _broker_epoch(self, node_id: int) -> int:
         broker = self.state.brokers.get(node_id)
@@ -306,8 +355,8 @@ class ControllerService:
                             "isr": tuple(change.state.isr),
                             "partition_epoch": change.state.partition_epoch,
                             "replicas": tuple(change.state.replicas),
-                            "adding_replicas": (),
-                            "removing_replicas": (),
+                            "adding_replicas": tuple(change.state.adding_replicas),
+                            "removing_replicas": tuple(change.state.removing_replicas),
                             "is_new": False,
                             "leader_recovery_state": 0,
                         }
@@ -329,7 +378,8 @@ class ControllerService:
         }
         return codec.build(codec.request_class(ApiKey.LEADER_AND_ISR, 7), data)
 
-    def _stop_replica(self, node_id: int, topics: list[TopicState]):
+    def _stop_replica(self, node_id: int, partitions: dict[str, list[int]]):
+        """StopReplica with delete for these partitions (by topic) of one broker."""
         data = {
             "controller_id": self.node_id,
             "is_k_raft_controller": False,
@@ -337,15 +387,13 @@ class ControllerService:
             "broker_epoch": self._broker_epoch(node_id),
             "topic_states": [
                 {
-                    "topic_name": topic.name,
+                    "topic_name": name,
                     "partition_states": [
                         {"partition_index": index, "leader_epoch": -2, "delete_partition": True}
-                        for index, partition in enumerate(topic.partitions)
-                        if node_id in partition.replicas
+                        for index in indexes
                     ],
                 }
-                for topic in topics
-                if node_id in self._replicas_of(topic)
+                for name, indexes in partitions.items()
             ],
         }
         return codec.build(codec.request_class(ApiKey.STOP_REPLICA, 4), data)
@@ -463,6 +511,8 @@ class ControllerService:
         """Move the broker's leadership away, tell every broker (the leaving one included),
         and answer shouldShutDown once they have it, so no partition waits for a session
         timeout to find a new leader."""
+        known = self.state.brokers.get(node_id)
+        already_fenced = known is not None and known.fenced
         changes = transitions.begin_controlled_shutdown(
             self.state, node_id, broker_epoch, self.config.unclean_leader_election_enable
         )
@@ -473,7 +523,9 @@ class ControllerService:
                 "is_fenced": True,
                 "should_shut_down": False,
             }
-        if changes:
+        if not already_fenced:
+            # Even a broker that hosts nothing must leave every broker's metadata, or
+            # clients keep being sent to it.
             self.store.save(self.state)
             events = self._propagate(changes, also_tell=node_id)
             log.info(
@@ -496,6 +548,7 @@ class ControllerService:
         for topic in request.topics:
             partitions = []
             for data in topic.partitions:
+                before = self._partition_or_none(topic.topic_id, data.partition_index)
                 try:
                     new_state = transitions.alter_partition(
                         self.state,
@@ -522,7 +575,9 @@ class ControllerService:
                     continue
                 if new_state.partition_epoch != data.partition_epoch:
                     topic_name = self.state.topic_by_id(topic.topic_id).name
-                    changes.append(PartitionChange(topic_name, data.partition_index, new_state))
+                    changes.append(
+                        self._after_isr_change(topic_name, data.partition_index, new_state, before)
+                    )
                 partitions.append(
                     {
                         "partition_index": data.partition_index,
@@ -541,6 +596,129 @@ class ControllerService:
             # case the answer is lost, and tells the followers.
             self._propagate(changes)
         return {"error_code": Error.NONE, "topics": topics}
+
+    def _partition_or_none(self, topic_id, index: int):
+        topic = self.state.topic_by_id(topic_id)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def _after_isr_change(self, name: str, index: int, new_state, before) -> PartitionChange:
+        """The change an accepted AlterPartition made. Replicas a completed reassignment
+        dropped are to be stopped. With auto.leader.rebalance.enable, a preferred replica that
+        is back in the ISR leads again at once, instead of at the next imbalance check (up to
+        leader.imbalance.check.interval.seconds later: after a full restart every partition
+        would stay led by whichever broker came back first for that long)."""
+        removed = tuple(r for r in before.replicas if r not in new_state.replicas) if before else ()
+        rejoined = before is not None and new_state.replicas[0] not in before.isr
+        if self.config.auto_leader_rebalance_enable and rejoined:
+            new_state = transitions.elect_preferred_leader(self.state, name, index) or new_state
+        return PartitionChange(name, index, new_state, removed)
+
+    async def elect_leaders(self, request) -> dict:
+        """ElectLeaders: PREFERRED or UNCLEAN elections, decided in one step and saved once;
+        answered once the brokers were told (within the request's timeout). v0 has no
+        election type: it is a preferred election."""
+        try:
+            election_type = transitions.ElectionType(getattr(request, "election_type", 0))
+        except ValueError:
+            return {
+                "error_code": Error.INVALID_REQUEST,
+                "replica_election_results": (),
+            }
+        targets = (
+            None
+            if request.topic_partitions is None
+            else [(entry.topic, list(entry.partitions)) for entry in request.topic_partitions]
+        )
+        results, changes = transitions.elect_leaders(self.state, election_type, targets)
+        if changes:
+            self.store.save(self.state)
+            log.info(
+                "%s election moved the leadership of %d partition(s)",
+                election_type.name.lower(),
+                len(changes),
+            )
+            events = self._propagate(changes)
+            await self._await_delivery(events, request.timeout.total_seconds())
+        return {
+            "error_code": Error.NONE,
+            "replica_election_results": [
+                {
+                    "topic": name,
+                    "partition_result": [
+                        {"partition_id": index, "error_code": code, "error_message": message}
+                        for index, code, message in outcomes
+                    ],
+                }
+                for name, outcomes in results
+            ],
+        }
+
+    async def alter_partition_reassignments(self, request) -> dict:
+        """AlterPartitionReassignments (KIP-455): start, replace or cancel reassignments.
+        Answered once the decision is saved and sent, as Kafka answers once it is committed;
+        the reassignment itself completes later, when the new replicas are in the ISR."""
+        responses = []
+        changes: list[PartitionChange] = []
+        for topic in request.topics:
+            partitions = []
+            for entry in topic.partitions:
+                target = None if entry.replicas is None else list(entry.replicas)
+                result = {
+                    "partition_index": entry.partition_index,
+                    "error_code": Error.NONE,
+                    "error_message": None,
+                }
+                try:
+                    change = transitions.alter_reassignment(
+                        self.state, topic.name, entry.partition_index, target
+                    )
+                except ControllerError as error:
+                    result.update(error_code=int(error.code), error_message=error.message)
+                else:
+                    changes.append(change)
+                    log.info(
+                        "%s-%d: %s; replicas %s, adding %s, removing %s",
+                        topic.name,
+                        entry.partition_index,
+                        "reassignment cancelled" if target is None else f"reassigning to {target}",
+                        change.state.replicas,
+                        change.state.adding_replicas,
+                        change.state.removing_replicas,
+                    )
+                partitions.append(result)
+            responses.append({"name": topic.name, "partitions": partitions})
+        if changes:
+            self.store.save(self.state)
+            self._propagate(changes)
+        return {"error_code": Error.NONE, "error_message": None, "responses": responses}
+
+    async def list_partition_reassignments(self, request) -> dict:
+        targets = (
+            None
+            if request.topics is None
+            else [(topic.name, list(topic.partition_indexes)) for topic in request.topics]
+        )
+        return {
+            "error_code": Error.NONE,
+            "error_message": None,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "replicas": tuple(partition.replicas),
+                            "adding_replicas": tuple(partition.adding_replicas),
+                            "removing_replicas": tuple(partition.removing_replicas),
+                        }
+                        for index, partition in ongoing
+                    ],
+                }
+                for name, ongoing in transitions.list_reassignments(self.state, targets)
+            ],
+        }
 
     async def create_topics(self, request) -> dict:
         """Create the request's topics in one decision: the state is saved once and the

@@ -19,6 +19,10 @@ The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManage
   becomes just that replica (committed records may be lost).
 * Every leader or ISR change bumps the partition epoch; a leader change (including going
   offline) bumps the leader epoch.
+* ElectLeaders and the automatic leader rebalance share one preferred election: the first
+  replica leads if it is alive and in the ISR. Reassignments follow KIP-455 as KRaft does
+  (``PartitionReassignmentReplicas``): target replicas first, then those being removed, and
+  completion once the whole target is in the ISR.
 
 One deliberate difference: when the controller itself shrinks an ISR (fencing a follower) it
 also bumps the leader epoch, as ZooKeeper-mode Kafka and KRaft before metadata version 3.6 did
@@ -66,6 +70,17 @@ class ErrorCode(IntEnum):
     UNKNOWN_TOPIC_ID = 100
     INELIGIBLE_REPLICA = 107
     INVALID_UPDATE_VERSION = 108
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+
+
+class ElectionType(IntEnum):
+    """ElectLeaders' election_type (Kafka's ``ElectionType``)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
 
 
 class ControllerError(Exception):
@@ -109,6 +124,14 @@ class PartitionState:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # A reassignment in progress (KIP-455): ``replicas`` is the target followed by the
+    # replicas being removed; ``adding`` are target replicas that were not replicas before.
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
 
 @dataclass
@@ -147,6 +170,9 @@ class PartitionChange:
     topic: str
     partition: int
     state: PartitionState
+    # Replicas that no longer belong to the partition (a completed or cancelled
+    # reassignment): they are told to stop and delete it.
+    removed: tuple[int, ...] = ()
 
 
 class _Changes:
@@ -155,8 +181,10 @@ class _Changes:
     def __init__(self) -> None:
         self._by_partition: dict[tuple[str, int], PartitionChange] = {}
 
-    def record(self, topic: str, partition: int, state: PartitionState) -> None:
-        self._by_partition[(topic, partition)] = PartitionChange(topic, partition, state)
+    def record(
+        self, topic: str, partition: int, state: PartitionState, removed: tuple[int, ...] = ()
+    ) -> None:
+        self._by_partition[(topic, partition)] = PartitionChange(topic, partition, state, removed)
 
     def extend(self, changes: Iterable[PartitionChange]) -> None:
         for change in changes:
@@ -529,21 +557,7 @@ def _validated_manual_assignment(
     replication_factor = None
     for index in sorted(assignments):
         replicas = assignments[index]
-        if not replicas:
-            raise _bad_assignment("The manual partition assignment includes an empty replica list.")
-        seen = set()
-        for broker_id in sorted(replicas):
-            if broker_id not in state.brokers:
-                raise _bad_assignment(
-                    f"The manual partition assignment includes broker {broker_id}, but no such "
-                    "broker is registered."
-                )
-            if broker_id in seen:
-                raise _bad_assignment(
-                    f"The manual partition assignment includes the broker {broker_id} more "
-                    "than once."
-                )
-            seen.add(broker_id)
+        _validate_replica_list(state, replicas)
         if replication_factor is not None and len(replicas) != replication_factor:
             raise _bad_assignment(
                 f"The manual partition assignment includes a partition with {len(replicas)} "
@@ -551,14 +565,36 @@ def _validated_manual_assignment(
                 f"{replication_factor} replica(s)."
             )
         replication_factor = len(replicas)
-        if not any(state.is_live(broker_id) for broker_id in replicas):
-            raise _bad_assignment(
-                "All brokers specified in the manual partition assignment for partition "
-                f"{index} are fenced or in controlled shutdown."
-            )
+        _require_a_live_replica(state, replicas, index)
     if sorted(assignments) != list(range(len(assignments))):
         raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
     return [assignments[index] for index in range(len(assignments))]
+
+
+def _validate_replica_list(state: ControllerState, replicas: list[int]) -> None:
+    """Kafka's checks of one manual replica list: not empty, registered brokers, no repeats."""
+    if not replicas:
+        raise _bad_assignment("The manual partition assignment includes an empty replica list.")
+    seen = set()
+    for broker_id in sorted(replicas):
+        if broker_id not in state.brokers:
+            raise _bad_assignment(
+                f"The manual partition assignment includes broker {broker_id}, but no such "
+                "broker is registered."
+            )
+        if broker_id in seen:
+            raise _bad_assignment(
+                f"The manual partition assignment includes the broker {broker_id} more than once."
+            )
+        seen.add(broker_id)
+
+
+def _require_a_live_replica(state: ControllerState, replicas: list[int], index: int) -> None:
+    if not any(state.is_live(broker_id) for broker_id in replicas):
+        raise _bad_assignment(
+            "All brokers specified in the manual partition assignment for partition "
+            f"{index} are fenced or in controlled shutdown."
+        )
 
 
 def _bad_assignment(message: str) -> ControllerError:
@@ -622,8 +658,9 @@ def alter_partition(
     epoch -> INVALID_UPDATE_VERSION; an ISR with duplicates, non-replicas or without the leader
     -> INVALID_REQUEST; an ISR member that is not registered or is fenced -> INELIGIBLE_REPLICA.
 
-    On success the partition has the new ISR and partition epoch + 1; an ISR equal to the
-    current one changes nothing. Returns the partition's state either way.
+    On success the partition has the new ISR and partition epoch + 1, and a reassignment
+    whose target replicas are now all in the ISR completes; an ISR equal to the current one
+    changes nothing. Returns the partition's state either way.
     """
     if broker_epoch is not None:
         _check_broker_epoch(state, leader_id, broker_epoch)
@@ -680,31 +717,284 @@ def alter_partition(
         replicas=list(current.replicas),
         isr=list(new_isr),
         partition_epoch=current.partition_epoch + 1,
+        adding_replicas=list(current.adding_replicas),
+        removing_replicas=list(current.removing_replicas),
     )
+    # A replica being added that joined the ISR may complete a reassignment.
+    changed, _removed = _maybe_complete_reassignment(state, changed)
     topic.partitions[partition] = changed
     return changed
 
 
-def elect_preferred_leaders(state: ControllerState) -> list[PartitionChange]:
-    """Move leadership back to each partition's preferred (first) replica where it can lead.
+# --- elections ----------------------------------------------------------------------------
 
-    Kafka's automatic leader rebalance: after failovers, leadership piles up on the brokers
-    that stayed up; this spreads it back as the assignment intended. A preferred replica leads
-    only when it is alive and in the ISR, so no record is ever lost by it.
+
+def elect_preferred_leaders(
+    state: ControllerState, imbalance_percentage: int = 0
+) -> list[PartitionChange]:
+    """Kafka's automatic leader rebalance (``auto.leader.rebalance.enable``): after failovers,
+    leadership piles up on the brokers that stayed up; this moves it back to each partition's
+    preferred (first) replica where that replica can lead.
+
+    As Kafka's controller checks it, per preferred broker: when more than
+    ``imbalance_percentage`` (``leader.imbalance.per.broker.percentage``) of the partitions it
+    should lead are led by another broker or by none, each of them whose preferred replica is
+    alive and in the ISR moves to it (so no record is ever lost by it). Below the threshold,
+    that broker's partitions stay where they are.
     """
-    changes = _Changes()
+    preferred_of: dict[int, list[tuple[TopicState, int]]] = {}
     for topic in state.topics.values():
         for index, partition in enumerate(topic.partitions):
-            preferred = partition.replicas[0]
-            if (
-                preferred != partition.leader
-                and preferred in partition.isr
-                and state.is_live(preferred)
-            ):
-                changed = _with_leader_and_isr(partition, preferred, partition.isr)
+            preferred_of.setdefault(partition.replicas[0], []).append((topic, index))
+    changes = _Changes()
+    for broker, owned in preferred_of.items():
+        elsewhere = [(t, i) for t, i in owned if t.partitions[i].leader != broker]
+        if len(elsewhere) * 100 <= imbalance_percentage * len(owned):
+            continue
+        for topic, index in elsewhere:
+            changed = _preferred_leader(state, topic.partitions[index])
+            if changed is not None:
                 topic.partitions[index] = changed
                 changes.record(topic.name, index, changed)
     return changes.as_list()
+
+
+def elect_preferred_leader(state: ControllerState, name: str, index: int) -> PartitionState | None:
+    """Move leadership of one partition to its preferred replica if it is not leading and
+    can (alive, in the ISR); the new state, or None when nothing changed."""
+    topic = state.topics.get(name)
+    if topic is None or not 0 <= index < len(topic.partitions):
+        return None
+    changed = _preferred_leader(state, topic.partitions[index])
+    if changed is not None:
+        topic.partitions[index] = changed
+    return changed
+
+
+ElectionOutcome = tuple[int, int, str | None]  # partition, error code (0: elected), message
+
+
+def elect_leaders(
+    state: ControllerState,
+    election_type: ElectionType,
+    targets: list[tuple[str, list[int]]] | None,
+) -> tuple[list[tuple[str, list[ElectionOutcome]]], list[PartitionChange]]:
+    """ElectLeaders, as Kafka's controller decides it; the per-topic outcomes and the changes.
+
+    ``targets`` is the request's (topic, partitions) list, or None for every partition: then,
+    as in Kafka, partitions that already have the leader asked for are left out of the
+    outcomes instead of answering ELECTION_NOT_NEEDED.
+    """
+    changes = _Changes()
+    results: list[tuple[str, list[ElectionOutcome]]] = []
+    everything = targets is None
+    if everything:
+        targets = [(name, list(range(len(t.partitions)))) for name, t in state.topics.items()]
+    for name, indexes in targets:
+        outcomes: list[ElectionOutcome] = []
+        for index in indexes:
+            try:
+                changed = elect_leader(state, name, index, election_type)
+            except ControllerError as error:
+                if not (everything and error.code == ErrorCode.ELECTION_NOT_NEEDED):
+                    outcomes.append((index, int(error.code), error.message))
+                continue
+            changes.record(name, index, changed)
+            outcomes.append((index, 0, None))
+        results.append((name, outcomes))
+    return results, changes.as_list()
+
+
+def elect_leader(
+    state: ControllerState, name: str, index: int, election_type: ElectionType
+) -> PartitionState:
+    """One partition's election, or the Kafka error why there is none.
+
+    PREFERRED: the first replica leads if it is alive and in the ISR (ELECTION_NOT_NEEDED when
+    it leads already, PREFERRED_LEADER_NOT_AVAILABLE when it cannot). UNCLEAN: only for a
+    partition without a leader (ELECTION_NOT_NEEDED otherwise): a live ISR member if there is
+    one, else the first live replica with an ISR of itself, whatever the topic's
+    ``unclean.leader.election.enable`` (the operator asked for it);
+    ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is alive.
+    """
+    topic = state.topics.get(name)
+    if topic is None:
+        raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}")
+    if not 0 <= index < len(topic.partitions):
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{index}"
+        )
+    partition = topic.partitions[index]
+    if election_type == ElectionType.PREFERRED:
+        if partition.leader == partition.replicas[0]:
+            raise ControllerError(
+                ErrorCode.ELECTION_NOT_NEEDED,
+                f"Leader election not needed for {name}-{index}: the preferred replica leads",
+            )
+        changed = _preferred_leader(state, partition)
+        if changed is None:
+            raise ControllerError(
+                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                f"Failed to elect the preferred replica {partition.replicas[0]} of"
+                f" {name}-{index}: it is not alive and in the ISR {partition.isr}",
+            )
+    else:
+        if partition.leader != NO_LEADER:
+            raise ControllerError(
+                ErrorCode.ELECTION_NOT_NEEDED,
+                f"Leader election not needed for {name}-{index}: broker {partition.leader} leads",
+            )
+        changed = _elect(partition, partition.isr, state.is_live, unclean=True)
+        if changed.leader == NO_LEADER:
+            raise ControllerError(
+                ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                f"No replica of {name}-{index} ({partition.replicas}) is alive",
+            )
+    topic.partitions[index] = changed
+    return changed
+
+
+def _preferred_leader(state: ControllerState, partition: PartitionState) -> PartitionState | None:
+    """The partition led by its preferred replica, or None when that one leads already or
+    cannot lead (not alive, or not in the ISR: it could lack acknowledged records)."""
+    preferred = partition.replicas[0]
+    if preferred == partition.leader or preferred not in partition.isr:
+        return None
+    if not state.is_live(preferred):
+        return None
+    return _with_leader_and_isr(partition, preferred, partition.isr)
+
+
+# --- reassignments (KIP-455) -------------------------------------------------------------
+
+
+def alter_reassignment(
+    state: ControllerState, name: str, index: int, target: list[int] | None
+) -> PartitionChange:
+    """AlterPartitionReassignments for one partition: start (or replace) a reassignment to
+    ``target``, or cancel the one in progress when ``target`` is None.
+
+    Starting, as Kafka's controller does: the replicas become the target followed by the
+    current replicas not in it (``removing``); the target replicas that are new
+    (``adding``) are told by LeaderAndIsr and catch up through their fetchers, and join the
+    ISR as any follower does. Once every target replica is in the ISR the reassignment
+    completes (:func:`_maybe_complete_reassignment`), possibly at once. A new target while
+    one is in progress first reverts the old one. Cancelling reverts: the replicas being
+    added leave, the original replica list is back.
+
+    Errors: an unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION; a target that is
+    empty, repeats a broker or names an unregistered one -> INVALID_REPLICA_ASSIGNMENT;
+    cancelling with nothing in progress -> NO_REASSIGNMENT_IN_PROGRESS.
+    """
+    topic = state.topics.get(name)
+    if topic is None or not 0 <= index < len(topic.partitions):
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        )
+    current = topic.partitions[index]
+    if target is None:
+        if not current.reassigning:
+            raise ControllerError(
+                ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                f"No ongoing reassignment for partition {name}-{index}",
+            )
+        reverted = _reverted(state, current)
+        removed = tuple(r for r in current.replicas if r not in reverted.replicas)
+        topic.partitions[index] = reverted
+        return PartitionChange(name, index, reverted, removed)
+    _validate_replica_list(state, target)
+    _require_a_live_replica(state, target, index)
+    base = _reverted(state, current) if current.reassigning else current
+    removing = sorted(set(base.replicas) - set(target))
+    adding = sorted(set(target) - set(base.replicas))
+    started = replace(
+        base,
+        replicas=[*target, *removing],
+        isr=list(base.isr),
+        adding_replicas=adding,
+        removing_replicas=removing,
+        partition_epoch=base.partition_epoch + 1,
+    )
+    removed = tuple(r for r in current.replicas if r not in started.replicas)
+    completed, completion_removed = _maybe_complete_reassignment(state, started)
+    topic.partitions[index] = completed
+    return PartitionChange(name, index, completed, removed + completion_removed)
+
+
+def list_reassignments(
+    state: ControllerState, targets: list[tuple[str, list[int]]] | None
+) -> list[tuple[str, list[tuple[int, PartitionState]]]]:
+    """The partitions with a reassignment in progress, of every topic (``targets`` None) or
+    of the named partitions; unknown topics and partitions are left out, as in Kafka."""
+    if targets is None:
+        targets = [(name, list(range(len(t.partitions)))) for name, t in state.topics.items()]
+    found = []
+    for name, indexes in targets:
+        topic = state.topics.get(name)
+        if topic is None:
+            continue
+        ongoing = [
+            (index, topic.partitions[index])
+            for index in indexes
+            if 0 <= index < len(topic.partitions) and topic.partitions[index].reassigning
+        ]
+        if ongoing:
+            found.append((name, ongoing))
+    return found
+
+
+def _reverted(state: ControllerState, partition: PartitionState) -> PartitionState:
+    """The partition as before its reassignment: the replicas being added leave the replica
+    list and the ISR (if that empties the ISR, the first original replica is its only
+    member, as Kafka does); a leader that was being added gives way."""
+    original = [r for r in partition.replicas if r not in partition.adding_replicas]
+    isr = [r for r in partition.isr if r not in partition.adding_replicas] or original[:1]
+    leader = partition.leader
+    if leader not in isr or not state.is_live(leader):
+        leader = next((r for r in original if r in isr and state.is_live(r)), NO_LEADER)
+    return _reassignment_state(partition, original, isr, leader, [], [])
+
+
+def _maybe_complete_reassignment(
+    state: ControllerState, partition: PartitionState
+) -> tuple[PartitionState, tuple[int, ...]]:
+    """Finish a reassignment whose target replicas are all in the ISR: the replicas become the
+    target, the ISR loses the removed ones, and a leader being removed hands over to the first
+    target replica in the ISR that is alive. Returns the state and the removed replicas."""
+    if not partition.reassigning:
+        return partition, ()
+    removing = set(partition.removing_replicas)
+    target = [r for r in partition.replicas if r not in removing]
+    isr = [r for r in partition.isr if r not in removing]
+    if not isr or not set(target) <= set(isr):
+        return partition, ()
+    leader = partition.leader
+    if leader not in isr or not state.is_live(leader):
+        leader = next((r for r in target if r in isr and state.is_live(r)), NO_LEADER)
+    completed = _reassignment_state(partition, target, isr, leader, [], [])
+    return completed, tuple(sorted(removing))
+
+
+def _reassignment_state(
+    partition: PartitionState,
+    replicas: list[int],
+    isr: list[int],
+    leader: int,
+    adding: list[int],
+    removing: list[int],
+) -> PartitionState:
+    """A replica-set change with its epoch bumps: the partition epoch always, the leader epoch
+    when the leader changes or the ISR loses a member (the leader must hear of it)."""
+    bump = leader != partition.leader or not set(partition.isr) <= set(isr)
+    return PartitionState(
+        replicas=list(replicas),
+        isr=list(isr),
+        leader=leader,
+        leader_epoch=partition.leader_epoch + (1 if bump else 0),
+        partition_epoch=partition.partition_epoch + 1,
+        adding_replicas=list(adding),
+        removing_replicas=list(removing),
+    )
 
 
 def _check_broker_epoch(state: ControllerState, node_id: int, broker_epoch: int) -> None:
@@ -778,4 +1068,6 @@ def _with_leader_and_isr(partition: PartitionState, leader: int, isr: list[int])
         leader=leader,
         leader_epoch=partition.leader_epoch + (1 if leader_changed or isr_shrank else 0),
         partition_epoch=partition.partition_epoch + 1,
+        adding_replicas=list(partition.adding_replicas),
+        removing_replicas=list(partition.removing_replicas),
     )
