@@ -26,6 +26,7 @@ from .apis import (
     groups,
     inter_broker,
     list_offsets,
+    log_dirs,
     metadata,
     offset_for_leader_epoch,
     offsets,
@@ -69,6 +70,9 @@ HANDLERS = {
     ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
     ApiKey.DELETE_RECORDS: admin.handle_delete_records,
     ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
@@ -101,6 +105,10 @@ CLIENT_APIS = frozenset(
         ApiKey.DELETE_GROUPS,
         ApiKey.DELETE_RECORDS,
         ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.DESCRIBE_LOG_DIRS,
+        # Not AlterConfigs: the controller pushes config changes with it, which a broker
+        # must apply before it is ready (its handler makes clients wait instead).
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
     }
 )
 

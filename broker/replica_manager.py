@@ -20,6 +20,7 @@ from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from storage.log_manager import LogManager
 
 from .config import BrokerConfig
+from .config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
 from .controller_client import ControllerClient, ControllerUnavailable, build_request
 from .fetcher import FetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache
@@ -70,6 +71,8 @@ class ReplicaManager:
         self.controller = controller
         self.clock_ms = clock_ms
         self.metadata = MetadataCache()
+        # Dynamic broker configs, as the controller pushes them (AlterConfigs).
+        self.dynamic_configs = DynamicBrokerConfigs(config.node_id, log_manager.default_config)
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
@@ -373,7 +376,11 @@ class ReplicaManager:
                 continue
             for result in response.results:
                 if result.error_code.value == Error.NONE:
-                    found[result.resource_name] = {c.name: c.value for c in result.configs}
+                    found[result.resource_name] = {
+                        c.name: c.value
+                        for c in result.configs
+                        if c.config_source == DYNAMIC_TOPIC_CONFIG
+                    }
             break
         known = self.log_manager.topics()
         for topic in topics:

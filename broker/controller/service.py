@@ -12,6 +12,7 @@ older than broker.session.timeout.ms is fenced, which moves leadership to the IS
 """
 
 import copy
+import dataclasses
 import logging
 import math
 import random
@@ -21,13 +22,15 @@ import trio
 
 from protocol import codec
 from protocol.errors import Error
-from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
+from protocol.versions import ApiKey
 from storage.log import LogConfig
 from storage.producer_ids import ProducerIdAllocator
 
 from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
+from ..config_model import dynamic_topic_defaults
 from ..metrics import BrokerMetrics
+from . import configs as config_transitions
 from . import state as transitions
 from .state import ControllerError, ControllerState, PartitionChange, TopicState
 from .store import ControllerStore
@@ -45,6 +48,11 @@ CHANNEL_REQUEST_TIMEOUT_S = 10.0
 CHANNEL_RETRY_BACKOFF_S = 0.2
 
 DYNAMIC_TOPIC_CONFIG = 1
+# The client id of the controller's connections to brokers: a broker applies the AlterConfigs
+# that come with it (the controller telling it of config changes) instead of forwarding them.
+CONTROLLER_CLIENT_ID = "controller"
+# How long an AlterConfigs answer waits for the live brokers to apply the change.
+CONFIG_DELIVERY_S = 5.0
 
 
 class BrokerChannel:
@@ -80,7 +88,7 @@ class BrokerChannel:
                         if connection is not None:
                             await connection.aclose()
                         address = (broker.host, broker.port)
-                        connection = await NodeConnection.connect(*address, "controller")
+                        connection = await NodeConnection.connect(*address, CONTROLLER_CLIENT_ID)
                     with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
                         response = await connection.request(request)
                     if response.error_code.value != 0:
@@ -112,6 +120,7 @@ class ControllerService:
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
+        self._static_unclean_leader_election = config.unclean_leader_election_enable
         self.metrics = metrics
         self._leaders: dict[tuple[str, int], int] = {}
         self.cluster_id = cluster_id
@@ -131,6 +140,7 @@ class ControllerService:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
         self.state = self.store.load()
+        self._apply_dynamic_defaults()
         now = self.clock_ms()
         for broker in self.state.brokers.values():
             broker.last_heartbeat_ms = now  # a restarted controller gives everyone a session
@@ -436,6 +446,11 @@ class ControllerService:
             listener.port,
             broker_epoch,
         )
+        # Its cached topic configs and dynamic configs may be stale: the current ones first.
+        self._push_configs(
+            config_transitions.resources_of_broker(self.state, request.broker_id),
+            [request.broker_id],
+        )
         self._propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 
@@ -729,38 +744,50 @@ class ControllerService:
                         result["error_code"] = Error.REQUEST_TIMED_OUT
         return {"responses": results}
 
-    async def describe_configs(self, request) -> dict:
-        results = []
-        for resource in request.resources:
-            result = {
-                "error_code": Error.NONE,
-                "error_message": None,
-                "resource_type": resource.resource_type,
-                "resource_name": resource.resource_name,
-                "configs": [],
-            }
-            if resource.resource_type == TOPIC_RESOURCE_TYPE:
-                topic = self.state.topics.get(resource.resource_name)
-                if topic is None:
-                    result["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    wanted = resource.configuration_keys
-                    result["configs"] = [
-                        {
-                            "name": name,
-                            "value": value,
-                            "read_only": False,
-                            "config_source": DYNAMIC_TOPIC_CONFIG,
-                            "is_sensitive": False,
-                            "synonyms": (),
-                            "config_type": 0,
-                            "documentation": None,
-                        }
-                        for name, value in sorted(topic.configs.items())
-                        if wanted is None or name in wanted
-                    ]
-            results.append(result)
-        return {"results": results}
+    async def alter_configs(self, request, *, incremental: bool) -> dict:
+        """AlterConfigs (or IncrementalAlterConfigs): decided, saved, then pushed to every
+        live broker, which applies it to its logs at once; answered once they have it
+        (within a few seconds: the change is saved and reaches late brokers anyway)."""
+        results, changed = config_transitions.alter_configs(
+            self.state,
+            request.resources,
+            incremental=incremental,
+            validate_only=request.validate_only,
+        )
+        if changed:
+            self.store.save(self.state)
+            self._apply_dynamic_defaults()
+            log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
+            events = self._push_configs(changed, self.state.live_brokers())
+            await self._await_delivery(events, CONFIG_DELIVERY_S)
+        return {"responses": results}
+
+    def _push_configs(self, resources, node_ids) -> list[trio.Event]:
+        """Tell brokers the current configs of ``resources`` (an AlterConfigs of complete
+        sets, sent on the controller's channel so it stays ordered with LeaderAndIsr)."""
+        pushed = config_transitions.pushed_configs(self.state, resources)
+        if not pushed:
+            return []
+        request = codec.build(
+            codec.request_class(ApiKey.ALTER_CONFIGS, 2),
+            {"resources": pushed, "validate_only": False},
+        )
+        return [self._channel(node_id).enqueue(request) for node_id in node_ids]
+
+    def _apply_dynamic_defaults(self) -> None:
+        """The controller decides unclean elections: a cluster-wide dynamic
+        unclean.leader.election.enable overrides its own property, as in Kafka."""
+        dynamic = dynamic_topic_defaults(
+            self.state.broker_configs.get("", {}),
+            self.state.broker_configs.get(str(self.node_id), {}),
+        )
+        unclean = dynamic.get("unclean.leader.election.enable")
+        if unclean is None:
+            enabled = self._static_unclean_leader_election
+        else:
+            enabled = unclean.strip().lower() == "true"
+        if enabled != self.config.unclean_leader_election_enable:
+            self.config = dataclasses.replace(self.config, unclean_leader_election_enable=enabled)
 
     async def allocate_producer_ids(self, request) -> dict:
         if not transitions.heartbeat(
