@@ -91,12 +91,14 @@ class BrokerChannel:
                         connection = await NodeConnection.connect(*address, CONTROLLER_CLIENT_ID)
                     with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
                         response = await connection.request(request)
-                    if response.error_code.value != 0:
+                    # AlterConfigs has no top-level error code; its pushes are always applied.
+                    error_code = getattr(response, "error_code", None)
+                    if error_code is not None and error_code.value != 0:
                         log.warning(
                             "broker %d answered %s with %s",
                             self.node_id,
                             type(request).__name__,
-                            response.error_code.name,
+                            error_code.name,
                         )
                     break
                 except CONNECTION_ERRORS as error:
