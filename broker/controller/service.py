@@ -28,7 +28,7 @@ from storage.producer_ids import ProducerIdAllocator
 
 from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
-from ..config_model import dynamic_topic_defaults
+from ..config_model import BrokerLayers, describe_topic, dynamic_topic_defaults
 from ..metrics import BrokerMetrics
 from . import configs as config_transitions
 from . import state as transitions
@@ -47,7 +47,6 @@ CONTROLLED_SHUTDOWN_DELIVERY_S = 2.0
 CHANNEL_REQUEST_TIMEOUT_S = 10.0
 CHANNEL_RETRY_BACKOFF_S = 0.2
 
-DYNAMIC_TOPIC_CONFIG = 1
 # The client id of the controller's connections to brokers: a broker applies the AlterConfigs
 # that come with it (the controller telling it of config changes) instead of forwarding them.
 CONTROLLER_CLIENT_ID = "controller"
@@ -642,16 +641,9 @@ class ControllerService:
             "error_message": None,
             "num_partitions": len(created.partitions),
             "replication_factor": len(created.partitions[0].replicas),
-            "configs": [
-                {
-                    "name": name,
-                    "value": value,
-                    "read_only": False,
-                    "config_source": DYNAMIC_TOPIC_CONFIG,
-                    "is_sensitive": False,
-                }
-                for name, value in sorted(configs.items())
-            ],
+            # Every config of the new topic and where its value comes from (v5+), as Kafka's
+            # controller describes them with its own properties.
+            "configs": describe_topic(configs, self._config_layers(), include_synonyms=False),
         }
         return result, changes
 
@@ -775,6 +767,13 @@ class ControllerService:
             {"resources": pushed, "validate_only": False},
         )
         return [self._channel(node_id).enqueue(request) for node_id in node_ids]
+
+    def _config_layers(self) -> BrokerLayers:
+        return BrokerLayers(
+            self.config.properties,
+            self.state.broker_configs.get("", {}),
+            self.state.broker_configs.get(str(self.node_id), {}),
+        )
 
     def _apply_dynamic_defaults(self) -> None:
         """The controller decides unclean elections: a cluster-wide dynamic

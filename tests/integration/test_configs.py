@@ -18,7 +18,7 @@ from kafka.admin import ConfigResource as KafkaPythonResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from broker.config_model import BROKER_RESOURCE
+from broker.config_model import BROKER_RESOURCE, DYNAMIC_BROKER_LOGGER_CONFIG
 from protocol import codec
 from protocol.versions import ApiKey
 from tests.conftest import batch_compression, exchange, fetch_all_batches, wait_for
@@ -335,3 +335,88 @@ def test_kafka_python_describe_alter_and_log_dirs(broker):
         assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in described["partitions"])
     finally:
         admin.close()
+
+
+def raw(broker, api_key: ApiKey, version: int, data: dict):
+    return exchange(broker.bootstrap, codec.build(codec.request_class(api_key, version), data))
+
+
+def test_older_versions_loggers_and_create_topics_answer(broker):
+    created = raw(
+        broker,
+        ApiKey.CREATE_TOPICS,
+        7,
+        {
+            "topics": [
+                {
+                    "name": "answered",
+                    "num_partitions": 1,
+                    "replication_factor": 1,
+                    "assignments": (),
+                    "configs": [{"name": "retention.ms", "value": "1234"}],
+                }
+            ],
+            "timeout": 10_000,
+            "validate_only": False,
+        },
+    )
+    # CreateTopics v5+ answers with every config of the new topic and its source.
+    answered = {config.name: config for config in created.topics[0].configs}
+    assert (answered["retention.ms"].value, answered["retention.ms"].config_source) == (
+        "1234",
+        ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+    )
+    assert answered["segment.bytes"].config_source == ConfigSource.DEFAULT_CONFIG.value
+
+    # v0 has is_default instead of a source.
+    (result,) = raw(
+        broker,
+        ApiKey.DESCRIBE_CONFIGS,
+        0,
+        {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "answered",
+                    "configuration_keys": ["retention.ms", "segment.bytes"],
+                }
+            ]
+        },
+    ).results
+    assert [(c.name, c.value, c.is_default) for c in result.configs] == [
+        ("segment.bytes", "1073741824", True),
+        ("retention.ms", "1234", False),
+    ]
+
+    # This process's loggers, by log4j level names, changed with IncrementalAlterConfigs.
+    logger_resource = {"resource_type": 8, "resource_name": str(broker.node_id)}
+    (changed,) = raw(
+        broker,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        {
+            "resources": [
+                {
+                    **logger_resource,
+                    "configs": [{"name": "produce", "config_operation": 0, "value": "DEBUG"}],
+                }
+            ],
+            "validate_only": False,
+        },
+    ).responses
+    assert changed.error_code == ErrorCode.none
+    (loggers,) = raw(
+        broker,
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [{**logger_resource, "configuration_keys": ["produce", "root"]}],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    ).results
+    levels = {c.name: (c.value, c.config_source) for c in loggers.configs}
+    assert levels == {
+        "root": ("INFO", DYNAMIC_BROKER_LOGGER_CONFIG),
+        "produce": ("DEBUG", DYNAMIC_BROKER_LOGGER_CONFIG),
+    }
