@@ -73,6 +73,9 @@ class ReplicaManager:
         self.metadata = MetadataCache()
         # Dynamic broker configs, as the controller pushes them (AlterConfigs).
         self.dynamic_configs = DynamicBrokerConfigs(config.node_id, log_manager.default_config)
+        # Configs of topics not hosted here yet, pushed by the controller before the
+        # LeaderAndIsr that creates their replicas here.
+        self.announced_topic_configs: dict[str, dict[str, str]] = {}
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
@@ -262,8 +265,16 @@ class ReplicaManager:
                 for state in topic_state.partition_states
             )
         ]
-        # One DescribeConfigs for every new topic of the request, not one per topic.
-        configs = await self._topic_configs(new_topics) if new_topics else {}
+        # Configs the controller pushed before this request; one DescribeConfigs for every
+        # other new topic of the request, not one per topic.
+        announced = {
+            name: self.announced_topic_configs.pop(name)
+            for name in new_topics
+            if name in self.announced_topic_configs
+        }
+        missing = [name for name in new_topics if name not in announced]
+        configs = await self._topic_configs(missing) if missing else {}
+        configs.update(announced)
         for topic_state in topic_states:
             for state in topic_state.partition_states:
                 key = (topic_state.topic_name, state.partition_index)

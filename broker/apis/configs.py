@@ -311,6 +311,8 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
         if resource.resource_type == TOPIC_RESOURCE:
             if log_manager.update_topic_configs(resource.resource_name, configs):
                 log.info("topic %s configs now %s", resource.resource_name, configs)
+            else:
+                ctx.replicas.announced_topic_configs[resource.resource_name] = configs
         elif resource.resource_type == BROKER_RESOURCE and dynamic.concerns_this_broker(
             resource.resource_name
         ):

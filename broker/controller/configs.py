@@ -116,13 +116,26 @@ def pushed_configs(state: ControllerState, resources: list[Resource]) -> list[di
     return pushed
 
 
+def concerning(state: ControllerState, resources: list[Resource], node_id: int) -> list[Resource]:
+    """The resources a broker must hear of: broker configs, and the topics it holds a
+    replica of."""
+    return [
+        (resource_type, name)
+        for resource_type, name in resources
+        if resource_type != TOPIC_RESOURCE
+        or (name in state.topics and _hosts(state.topics[name], node_id))
+    ]
+
+
+def _hosts(topic, node_id: int) -> bool:
+    return any(node_id in partition.replicas for partition in topic.partitions)
+
+
 def resources_of_broker(state: ControllerState, node_id: int) -> list[Resource]:
     """Every config resource a (re)starting broker must hear of: the dynamic broker configs
     and each topic it holds a replica of (its cached configs may be stale)."""
     brokers = [(BROKER_RESOURCE, name) for name in sorted(state.broker_configs)]
     topics = [
-        (TOPIC_RESOURCE, topic.name)
-        for topic in state.topics.values()
-        if any(node_id in partition.replicas for partition in topic.partitions)
+        (TOPIC_RESOURCE, topic.name) for topic in state.topics.values() if _hosts(topic, node_id)
     ]
     return brokers + topics

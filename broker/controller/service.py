@@ -28,7 +28,7 @@ from storage.producer_ids import ProducerIdAllocator
 
 from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
-from ..config_model import BrokerLayers, describe_topic, dynamic_topic_defaults
+from ..config_model import TOPIC_RESOURCE, BrokerLayers, describe_topic, dynamic_topic_defaults
 from ..metrics import BrokerMetrics
 from . import configs as config_transitions
 from . import state as transitions
@@ -450,7 +450,7 @@ class ControllerService:
         # Its cached topic configs and dynamic configs may be stale: the current ones first.
         self._push_configs(
             config_transitions.resources_of_broker(self.state, request.broker_id),
-            [request.broker_id],
+            only_to=request.broker_id,
         )
         self._propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
@@ -577,7 +577,9 @@ class ControllerService:
                     _topic_error(topic.name, Error.INVALID_REQUEST, "Duplicate topic in request")
                 )
                 continue
-            result, topic_changes = self._create_one(target, topic)
+            result, topic_changes = self._create_one(
+                target, topic, with_configs=request.__version__ >= 5
+            )
             results.append(result)
             changes += topic_changes
             created_any = created_any or result["error_code"] == Error.NONE
@@ -592,6 +594,9 @@ class ControllerService:
             len(changes),
             ", ".join(created[:5]) + (f" and {len(created) - 5} more" if len(created) > 5 else ""),
         )
+        # The new topics' configs reach their brokers just before the LeaderAndIsr that
+        # creates their replicas, so the brokers need not ask for them.
+        self._push_configs([(TOPIC_RESOURCE, name) for name in created])
         events = self._propagate(changes)
         if not await self._await_delivery(events, request.timeout.total_seconds()):
             for result in results:
@@ -603,7 +608,9 @@ class ControllerService:
                     )
         return {"topics": results}
 
-    def _create_one(self, target: ControllerState, topic) -> tuple[dict, list[PartitionChange]]:
+    def _create_one(
+        self, target: ControllerState, topic, *, with_configs: bool
+    ) -> tuple[dict, list[PartitionChange]]:
         configs = {config.name: config.value for config in topic.configs}
         try:
             LogConfig.from_topic_configs(LogConfig(), configs)
@@ -643,7 +650,11 @@ class ControllerService:
             "replication_factor": len(created.partitions[0].replicas),
             # Every config of the new topic and where its value comes from (v5+), as Kafka's
             # controller describes them with its own properties.
-            "configs": describe_topic(configs, self._config_layers(), include_synonyms=False),
+            "configs": (
+                describe_topic(configs, self._config_layers(), include_synonyms=False)
+                if with_configs
+                else ()
+            ),
         }
         return result, changes
 
@@ -752,21 +763,27 @@ class ControllerService:
             self.store.save(self.state)
             self._apply_dynamic_defaults()
             log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
-            events = self._push_configs(changed, self.state.live_brokers())
+            events = self._push_configs(changed)
             await self._await_delivery(events, CONFIG_DELIVERY_S)
         return {"responses": results}
 
-    def _push_configs(self, resources, node_ids) -> list[trio.Event]:
+    def _push_configs(self, resources, only_to: int | None = None) -> list[trio.Event]:
         """Tell brokers the current configs of ``resources`` (an AlterConfigs of complete
-        sets, sent on the controller's channel so it stays ordered with LeaderAndIsr)."""
-        pushed = config_transitions.pushed_configs(self.state, resources)
-        if not pushed:
-            return []
-        request = codec.build(
-            codec.request_class(ApiKey.ALTER_CONFIGS, 2),
-            {"resources": pushed, "validate_only": False},
-        )
-        return [self._channel(node_id).enqueue(request) for node_id in node_ids]
+        sets, sent on the controller's channel so it stays ordered with LeaderAndIsr): a
+        topic's to the live brokers that hold a replica of it, broker configs to every live
+        broker; with ``only_to``, to that broker alone."""
+        events = []
+        for node_id in [only_to] if only_to is not None else self.state.live_brokers():
+            pushed = config_transitions.pushed_configs(
+                self.state, config_transitions.concerning(self.state, resources, node_id)
+            )
+            if pushed:
+                request = codec.build(
+                    codec.request_class(ApiKey.ALTER_CONFIGS, 2),
+                    {"resources": pushed, "validate_only": False},
+                )
+                events.append(self._channel(node_id).enqueue(request))
+        return events
 
     def _config_layers(self) -> BrokerLayers:
         return BrokerLayers(
