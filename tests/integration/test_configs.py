@@ -218,6 +218,34 @@ def test_incremental_list_operations_and_validation(broker):
     (future,) = admin.incremental_alter_configs([resource]).values()
     assert refused(future).code() == KafkaError.INVALID_CONFIG
 
+    # One request, two resources: the one naming another broker is refused by the broker
+    # that received it, the other decided by the controller.
+    mixed = raw(
+        broker,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        0,
+        {
+            "resources": [
+                {
+                    "resource_type": BROKER_RESOURCE,
+                    "resource_name": "99",
+                    "configs": [{"name": "log.retention.ms", "config_operation": 0, "value": "1"}],
+                },
+                {
+                    "resource_type": 2,
+                    "resource_name": "listed",
+                    "configs": [{"name": "segment.ms", "config_operation": 0, "value": "60000"}],
+                },
+            ],
+            "validate_only": False,
+        },
+    )
+    assert [(r.resource_name, r.error_code) for r in mixed.responses] == [
+        ("99", ErrorCode.invalid_request),
+        ("listed", ErrorCode.none),
+    ]
+    assert describe(admin, topic("listed"))["segment.ms"].value == "60000"
+
     resource = topic("listed")
     resource.add_incremental_config(
         ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
