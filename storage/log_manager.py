@@ -468,11 +468,10 @@ class LogManager:
         info = self._topics.get(topic)
         if info is None:
             return False
+        if info.configs == configs:
+            return True  # a broker hears every topic's configs at each registration
         config = LogConfig.from_topic_configs(self.default_config, configs)
-        if info.configs != configs:
-            self._save_topics(
-                {**self._topics, topic: TopicInfo(topic, info.topic_id, dict(configs))}
-            )
+        self._save_topics({**self._topics, topic: TopicInfo(topic, info.topic_id, dict(configs))})
         self._apply_config(topic, config)
         return True
 
@@ -480,10 +479,12 @@ class LogManager:
         """New topic defaults (dynamic broker configs): every log without its own override
         of a setting takes the new value at once."""
         self.default_config = default_config
-        for info in self._topics.values():
-            self._apply_config(
-                info.name, LogConfig.from_topic_configs(default_config, info.configs)
-            )
+        configs = {
+            info.name: LogConfig.from_topic_configs(default_config, info.configs)
+            for info in self._topics.values()
+        }
+        for (name, _), partition_log in self._logs.items():
+            partition_log.config = configs[name]
 
     def _apply_config(self, topic: str, config: LogConfig) -> None:
         for (name, _), partition_log in self._logs.items():

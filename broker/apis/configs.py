@@ -309,9 +309,7 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
     for resource in request.resources:
         configs = {c.name: c.value for c in resource.configs}
         if resource.resource_type == TOPIC_RESOURCE:
-            if log_manager.update_topic_configs(resource.resource_name, configs):
-                log.info("topic %s configs now %s", resource.resource_name, configs)
-            else:
+            if not log_manager.update_topic_configs(resource.resource_name, configs):
                 ctx.replicas.announced_topic_configs[resource.resource_name] = configs
         elif resource.resource_type == BROKER_RESOURCE and dynamic.concerns_this_broker(
             resource.resource_name

@@ -348,6 +348,13 @@ def test_kafka_python_describe_alter_and_log_dirs(broker):
         assert list(modified) == ["retention.ms"]
         assert modified["retention.ms"]["value"] == "9000"
 
+        static = admin.describe_configs(
+            [KafkaPythonResource(ConfigResourceType.BROKER, str(broker.node_id))],
+            config_filter="static",
+        )["broker"][str(broker.node_id)]
+        assert static["log.dirs"]["value"] == str(broker.log_dir)
+        assert static["log.dirs"]["config_source"] == "STATIC_BROKER_CONFIG"
+
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         for index in range(10):
             producer.produce("pythonic", b"v%d" % index, partition=1)
