@@ -138,6 +138,20 @@ def _parse_protocol_map(text: str) -> dict[str, str]:
     return mapping
 
 
+def _parse_cleanup_policy(text: str) -> str:
+    policies = [policy.strip() for policy in text.split(",") if policy.strip()]
+    if not policies or not set(policies) <= {"compact", "delete"}:
+        raise ValueError("expected compact, delete, or both")
+    return ",".join(policies)
+
+
+def _parse_compression_type(text: str) -> str:
+    value = text.strip()
+    if value not in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
+        raise ValueError("expected uncompressed, zstd, lz4, snappy, gzip or producer")
+    return value
+
+
 def _at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _parse_int(text)
@@ -192,6 +206,8 @@ _PROPERTIES: dict[str, _Property] = {
         "log_cleaner_max_compaction_lag_ms", _at_least(1)
     ),
     "message.max.bytes": _Property("message_max_bytes", _at_least(0)),
+    "log.cleanup.policy": _Property("log_cleanup_policy", _parse_cleanup_policy),
+    "compression.type": _Property("compression_type", _parse_compression_type),
     "fetch.max.bytes": _Property("fetch_max_bytes", _at_least(1024)),
     "num.partitions": _Property("num_partitions", _at_least(1)),
     "default.replication.factor": _Property("default_replication_factor", _at_least(1)),
@@ -284,6 +300,8 @@ class BrokerConfig:
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     message_max_bytes: int = 1_048_588
+    log_cleanup_policy: str = "delete"
+    compression_type: str = "producer"
     # Kafka's default is 55 MiB; see the README's architecture notes for why it is smaller.
     fetch_max_bytes: int = 4 * 1024 * 1024
     num_partitions: int = 1
@@ -325,6 +343,9 @@ class BrokerConfig:
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
+    # The properties as given (file, then overrides): DescribeConfigs reports these as
+    # STATIC_BROKER_CONFIG, and dynamic broker configs are layered over them.
+    properties: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def is_broker(self) -> bool:
@@ -388,7 +409,7 @@ class BrokerConfig:
             values[prop.attribute] = value * prop.scale if prop.scale != 1 else value
         for key in unknown:
             log.warning("the configuration %r was supplied but isn't a known config", key)
-        config = cls(**values, unknown=unknown)
+        config = cls(**values, unknown=unknown, properties=dict(properties))
         if config.process_roles == {"broker"} and not config.controller_quorum_voters:
             raise ConfigError("process.roles=broker needs controller.quorum.voters")
         names = {listener.name for listener in config.listeners}

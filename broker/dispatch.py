@@ -27,6 +27,7 @@ from .apis import (
     groups,
     inter_broker,
     list_offsets,
+    log_dirs,
     metadata,
     offset_for_leader_epoch,
     offsets,
@@ -74,6 +75,9 @@ HANDLERS = {
     ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.handle_alter,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.handle_list,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
@@ -109,6 +113,10 @@ CLIENT_APIS = frozenset(
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.DESCRIBE_LOG_DIRS,
+        # Not AlterConfigs: the controller pushes config changes with it, which a broker
+        # must apply before it is ready (its handler makes clients wait instead).
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
     }
 )
 

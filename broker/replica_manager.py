@@ -20,6 +20,7 @@ from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from storage.log_manager import LogManager
 
 from .config import BrokerConfig
+from .config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
 from .controller_client import ControllerClient, ControllerUnavailable, build_request
 from .fetcher import FetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache
@@ -81,6 +82,11 @@ class ReplicaManager:
         # Followers' progress for the ISR is measured in intervals, not times of day.
         self.elapsed_ms = monotonic_ms
         self.metadata = MetadataCache()
+        # Dynamic broker configs, as the controller pushes them (AlterConfigs).
+        self.dynamic_configs = DynamicBrokerConfigs(config.node_id, log_manager.default_config)
+        # Configs of topics not hosted here yet, pushed by the controller before the
+        # LeaderAndIsr that creates their replicas here.
+        self.announced_topic_configs: dict[str, dict[str, str]] = {}
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
@@ -274,8 +280,16 @@ class ReplicaManager:
                 for state in topic_state.partition_states
             )
         ]
-        # One DescribeConfigs for every new topic of the request, not one per topic.
-        configs = await self._topic_configs(new_topics) if new_topics else {}
+        # Configs the controller pushed before this request; one DescribeConfigs for every
+        # other new topic of the request, not one per topic.
+        announced = {
+            name: self.announced_topic_configs.pop(name)
+            for name in new_topics
+            if name in self.announced_topic_configs
+        }
+        missing = [name for name in new_topics if name not in announced]
+        configs = await self._topic_configs(missing) if missing else {}
+        configs.update(announced)
         for topic_state in topic_states:
             for state in topic_state.partition_states:
                 key = (topic_state.topic_name, state.partition_index)
@@ -390,7 +404,11 @@ class ReplicaManager:
                 continue
             for result in response.results:
                 if result.error_code.value == Error.NONE:
-                    found[result.resource_name] = {c.name: c.value for c in result.configs}
+                    found[result.resource_name] = {
+                        c.name: c.value
+                        for c in result.configs
+                        if c.config_source == DYNAMIC_TOPIC_CONFIG
+                    }
             break
         known = self.log_manager.topics()
         for topic in topics:

@@ -375,4 +375,6 @@ def log_config_from(config: BrokerConfig) -> LogConfig:
         flush_ms=config.log_flush_interval_ms,
         min_insync_replicas=config.min_insync_replicas,
         unclean_leader_election_enable=config.unclean_leader_election_enable,
+        cleanup_policy=config.log_cleanup_policy,
+        compression_type=config.compression_type,
     )

@@ -376,3 +376,22 @@ def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
         key, _ = _read_nullable(payload, field)
         yield base_offset + offset_delta, key
         pos = end
+
+
+def recompress_batch(batch, codec: int) -> bytes:
+    """The same v2 batch with its records compressed with ``codec`` instead: every header
+    field but the attributes' codec bits (and so the length and CRC) is kept, as Kafka's
+    LogValidator rebuilds a batch whose codec differs from the topic's compression.type."""
+    header = read_header(batch, 0)
+    return encode_raw_batch(
+        decode_raw_records(batch),
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        attributes=(header.attributes & ~COMPRESSION_CODEC_MASK) | codec,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+    )

@@ -36,11 +36,14 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DELETE_RECORDS = 21
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
@@ -58,11 +61,13 @@ COMMON_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.METADATA: (1, 12),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
-    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 # What a node with the broker role adds.
@@ -88,6 +93,7 @@ BROKER_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
 }
 
 # What a node with the controller role adds.
@@ -113,6 +119,7 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
     ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.ALTER_CONFIGS: 2,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)
@@ -153,6 +160,9 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.ELECT_LEADERS: 2,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.ALTER_PARTITION: 0,
     ApiKey.BROKER_REGISTRATION: 0,
     ApiKey.BROKER_HEARTBEAT: 0,

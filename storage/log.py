@@ -41,7 +41,16 @@ from protocol.record_batch import (
     stamp_offsets,
     validate_batches,
 )
-from protocol.records import DELETE_HORIZON_FLAG
+from protocol.records import (
+    DELETE_HORIZON_FLAG,
+    GZIP,
+    LZ4,
+    NONE,
+    SNAPPY,
+    ZSTD,
+    RecordError,
+    recompress_batch,
+)
 
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache, fsync_directory
 from .errors import (
@@ -136,8 +145,68 @@ def _boolean(key: str, text: str) -> bool:
     return value == "true"
 
 
-# Kafka's topic-level config names -> (LogConfig field, parser with Kafka's validation).
-_TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+def _one_of(*choices: str) -> Callable[[str, str], str]:
+    def parse(key: str, text: str) -> str:
+        if text.strip() not in choices:
+            raise ValueError(
+                f"Invalid value {text} for configuration {key}: String must be one of: "
+                + ", ".join(choices)
+            )
+        return text.strip()
+
+    return parse
+
+
+def _level(lowest: int, highest: int, default: int | None = None) -> Callable[[str, str], int]:
+    """A compression level: between the codec's bounds, or its 'default' marker (gzip's -1)."""
+    parse_int = _int()
+
+    def parse(key: str, text: str) -> int:
+        value = parse_int(key, text)
+        if value != default and not lowest <= value <= highest:
+            bounds = f"between {lowest} and {highest}"
+            if default is not None:
+                bounds += f" or equal to {default}"
+            raise ValueError(
+                f"Invalid value {value} for configuration {key}: Value must be {bounds}"
+            )
+        return value
+
+    return parse
+
+
+def _throttled_replicas(key: str, text: str) -> str:
+    """Kafka's throttled-replica lists: empty, the wildcard, or partitionId:brokerId pairs."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if items == ["*"] or all(re.fullmatch(r"\d+:\d+", item) for item in items):
+        return ",".join(items)
+    raise ValueError(
+        f"Invalid value {text} for configuration {key}: Must be the wildcard (*) or a list "
+        "of partitionId:brokerId, e.g. 0:1,1:2"
+    )
+
+
+def _message_format_version(key: str, text: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?(-IV\d+)?", text.strip()):
+        raise ValueError(f"Invalid value {text} for configuration {key}: Unknown metadata version")
+    return text.strip()
+
+
+# compression.type's values (Kafka's BrokerCompressionType): "producer" keeps the producer's
+# codec; any other makes the leader recompress batches that use another codec.
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+CODEC_BY_COMPRESSION_TYPE = {
+    "uncompressed": NONE,
+    "gzip": GZIP,
+    "snappy": SNAPPY,
+    "lz4": LZ4,
+    "zstd": ZSTD,
+}
+
+# Kafka's topic-level config names -> (LogConfig field, parser with Kafka's validation). The
+# field is None for configs that are validated and stored (DescribeConfigs shows them) but
+# change nothing here: tiered storage, throttles, preallocation, down-conversion, ...
+_TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     "segment.bytes": ("segment_bytes", _int(14)),
     "segment.ms": ("segment_ms", _long(1)),
     "segment.index.bytes": ("segment_index_bytes", _int(4)),
@@ -155,7 +224,35 @@ _TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
     "min.insync.replicas": ("min_insync_replicas", _int(1)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _boolean),
+    "compression.type": ("compression_type", _one_of(*COMPRESSION_TYPES)),
+    "compression.gzip.level": (None, _level(1, 9, -1)),
+    "compression.lz4.level": (None, _level(1, 17)),
+    "compression.zstd.level": (None, _level(-131072, 22)),
+    "segment.jitter.ms": (None, _long(0)),
+    "file.delete.delay.ms": (None, _long(0)),
+    "preallocate": (None, _boolean),
+    "message.format.version": (None, _message_format_version),
+    "message.timestamp.difference.max.ms": (None, _long(0)),
+    "message.timestamp.before.max.ms": (None, _long(0)),
+    "message.timestamp.after.max.ms": (None, _long(0)),
+    "leader.replication.throttled.replicas": (None, _throttled_replicas),
+    "follower.replication.throttled.replicas": (None, _throttled_replicas),
+    "message.downconversion.enable": (None, _boolean),
+    "remote.storage.enable": (None, _boolean),
+    "local.retention.ms": (None, _long(-2)),
+    "local.retention.bytes": (None, _long(-2)),
+    "remote.log.copy.disable": (None, _boolean),
+    "remote.log.delete.on.disable": (None, _boolean),
 }
+TOPIC_CONFIG_NAMES = frozenset(_TOPIC_CONFIGS)
+
+
+def validate_topic_config(key: str, text: str, shown_as: str | None = None) -> object:
+    """The parsed value of one Kafka topic config; ValueError with Kafka's message if bad,
+    naming the config ``shown_as`` (a broker property that sets it) when given."""
+    if key not in _TOPIC_CONFIGS:
+        raise ValueError(f"Unknown topic config name: {key}")
+    return _TOPIC_CONFIGS[key][1](shown_as or key, text)
 
 
 @dataclass(frozen=True)
@@ -187,6 +284,7 @@ class LogConfig:
     # Replication settings live here too: they are topic configs like the others, and the
     # controller and the leader read them from the same validated object.
     unclean_leader_election_enable: bool = False
+    compression_type: str = "producer"
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:
@@ -200,6 +298,14 @@ class LogConfig:
     def deletes_old_segments(self) -> bool:
         """Whether retention.ms/retention.bytes apply (cleanup.policy includes delete)."""
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def recompression_codec(self) -> int | None:
+        """The codec every batch must be stored with (compression.type other than
+        producer), or None when batches are stored as the producer compressed them."""
+        if self.compression_type == "producer":
+            return None
+        return CODEC_BY_COMPRESSION_TYPE[self.compression_type]
 
     @property
     def compacts(self) -> bool:
@@ -216,7 +322,9 @@ class LogConfig:
             if text is None:
                 raise ValueError(f"Null value not supported for topic config {key}")
             field_name, parse = _TOPIC_CONFIGS[key]
-            changes[field_name] = parse(key, text)
+            value = parse(key, text)
+            if field_name is not None:
+                changes[field_name] = value
         config = replace(base, **changes)
         if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
             raise ValueError(
@@ -518,6 +626,25 @@ class PartitionLog:
                 f"producerId {header.producer_id}"
             )
 
+    def _recompressed(self, records, headers: list[BatchHeader], codec: int) -> bytes:
+        """The producer's batches with every one not already in ``codec`` recompressed: the
+        slow path of a topic whose compression.type is not producer, the only one on which
+        the broker decodes records (as Kafka's does for such topics)."""
+        batches = []
+        position = 0
+        for header in headers:
+            batch = records[position : position + header.size]
+            position += header.size
+            if header.compression == codec:
+                batches.append(bytes(batch))
+                continue
+            try:
+                batches.append(recompress_batch(batch, codec))
+            except (RecordError, IndexError) as error:
+                message = f"{self.name}: cannot recompress a batch: {error}"
+                raise CorruptRecordError(message) from None
+        return b"".join(batches)
+
     def append_as_leader(
         self, records: bytes | memoryview, *, leader_epoch: int, now_ms: int
     ) -> AppendResult:
@@ -530,6 +657,10 @@ class PartitionLog:
         headers = self._validated(records)
         for header in headers:
             self._check_client_batch(header)
+        codec = self.config.recompression_codec
+        if codec is not None and any(header.compression != codec for header in headers):
+            records = self._recompressed(records, headers, codec)
+            headers = self._validated(records)
         duplicate = self._producers.check_append(headers)
         if duplicate is not None:
             return AppendResult(

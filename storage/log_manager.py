@@ -520,6 +520,33 @@ class LogManager:
         ):
             self._save_topics({name: info for name, info in self._topics.items() if name != topic})
 
+    def update_topic_configs(self, topic: str, configs: dict[str, str]) -> bool:
+        """A known topic's new overrides, recorded durably and applied to its open logs at
+        once (retention, segment size, max.message.bytes, ... take effect on the next
+        append or retention pass). False for a topic not hosted here, which the controller
+        describes when a replica of it is created. ValueError (naming the key) for a bad
+        config, before anything changes."""
+        info = self._topics.get(topic)
+        if info is None:
+            return False
+        if info.configs == configs:
+            return True  # a broker hears every topic's configs at each registration
+        config = LogConfig.from_topic_configs(self.default_config, configs)
+        self._save_topics({**self._topics, topic: TopicInfo(topic, info.topic_id, dict(configs))})
+        self._apply_config(topic, config)
+        return True
+
+    def set_default_config(self, default_config: LogConfig) -> None:
+        """New topic defaults (dynamic broker configs): every log without its own override
+        of a setting takes the new value at once."""
+        self.default_config = default_config
+        configs = {
+            info.name: LogConfig.from_topic_configs(default_config, info.configs)
+            for info in self._topics.values()
+        }
+        for (name, _), partition_log in self._logs.items():
+            partition_log.config = configs[name]
+
     def _apply_config(self, topic: str, config: LogConfig) -> None:
         for (name, _), partition_log in self._logs.items():
             if name == topic:

@@ -1,24 +1,319 @@
-"""DescribeConfigs for topics: the controller holds topic configs; brokers forward."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 
+The controller holds topic configs and dynamic broker configs; every node resolves what it
+describes itself, with its own properties and the dynamic configs the controller pushed to
+it, as each Kafka broker does (clients send a broker resource to that broker). A broker asks
+the controller for a topic's overrides; changes are forwarded to the controller, which saves
+them and pushes them to every broker (an AlterConfigs on its own connection, which the
+broker applies to its logs at once).
+"""
+
+import logging
+
+from protocol import codec
+from protocol.errors import Error
+from protocol.versions import ApiKey
+
+from ..config_model import (
+    BROKER_LOGGER_RESOURCE,
+    BROKER_RESOURCE,
+    DYNAMIC_BROKER_LOGGER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STRING,
+    TOPIC_RESOURCE,
+    BrokerLayers,
+    describe_broker,
+    describe_topic,
+)
+from ..controller.service import CONTROLLER_CLIENT_ID
+from ..controller_client import build_request
 from . import RequestContext
 from .forwarding import ForwardingFailed, forward_to_controller
 
+log = logging.getLogger("configs")
+
+# Python's level names as log4j spells them (Kafka's BROKER_LOGGER resources).
+_LOG4J_LEVELS = {"WARNING": "WARN", "CRITICAL": "FATAL", "NOTSET": "INFO"}
+_PYTHON_LEVELS = {"TRACE": "DEBUG", "DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARNING"}
+_PYTHON_LEVELS |= {"ERROR": "ERROR", "FATAL": "CRITICAL", "OFF": "CRITICAL"}
+
+
+def _result(resource, error: Error = Error.NONE, message: str | None = None, configs=()) -> dict:
+    return {
+        "error_code": error,
+        "error_message": message,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "configs": list(configs),
+    }
+
+
+def _layers(ctx: RequestContext) -> BrokerLayers:
+    if ctx.replicas is not None:
+        return ctx.replicas.dynamic_configs.layers(ctx.config.properties)
+    state = ctx.controller.state
+    return BrokerLayers(
+        ctx.config.properties,
+        state.broker_configs.get("", {}),
+        state.broker_configs.get(str(ctx.config.node_id), {}),
+    )
+
+
+def _broker_name_error(ctx: RequestContext, name: str, *, empty_allowed: bool) -> str | None:
+    """Kafka's refusal of a broker resource this node does not answer for, or None."""
+    if not name.isdigit():
+        return f"Broker id must be an integer, but it is: {name}"
+    if int(name) != ctx.config.node_id:
+        expected = f"{ctx.config.node_id} or empty string" if empty_allowed else ctx.config.node_id
+        return f"Unexpected broker id, expected {expected}, but received {name}"
+    return None
+
+
+async def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, object]:
+    """Each topic's overrides from the controller, or the Error that answers for it."""
+    if not names:
+        return {}
+    if ctx.controller is not None:
+        topics = ctx.controller.state.topics
+        return {
+            name: dict(topics[name].configs) if name in topics else Error.UNKNOWN_TOPIC_OR_PARTITION
+            for name in names
+        }
+    request = build_request(
+        ApiKey.DESCRIBE_CONFIGS,
+        {
+            "resources": [
+                {"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None}
+                for name in dict.fromkeys(names)
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    )
+    try:
+        response = await forward_to_controller(ctx, request)
+    except ForwardingFailed as failure:
+        return dict.fromkeys(names, failure.error)
+    found: dict[str, object] = {}
+    for result in response.results:
+        if result.error_code.value != Error.NONE:
+            found[result.resource_name] = Error(result.error_code.value)
+        else:
+            found[result.resource_name] = {
+                c.name: c.value for c in result.configs if c.config_source == DYNAMIC_TOPIC_CONFIG
+            }
+    return found
+
+
+def _loggers(keys) -> list[dict]:
+    """Kafka's BROKER_LOGGER answer: every logger and its effective level, in log4j's names."""
+    names = ["root", *sorted(logging.root.manager.loggerDict)]
+    entries = []
+    for name in names:
+        if keys and name not in keys:
+            continue
+        logger = logging.getLogger() if name == "root" else logging.getLogger(name)
+        level = logging.getLevelName(logger.getEffectiveLevel())
+        entries.append(
+            {
+                "name": name,
+                "value": _LOG4J_LEVELS.get(level, level),
+                "read_only": False,
+                "config_source": DYNAMIC_BROKER_LOGGER_CONFIG,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": STRING,
+                "documentation": None,
+            }
+        )
+    return entries
+
 
 async def handle_describe(ctx: RequestContext, request):
+    include_synonyms = getattr(request, "include_synonyms", False)
+    topics = [r.resource_name for r in request.resources if r.resource_type == TOPIC_RESOURCE]
+    overrides = await _topic_overrides(ctx, topics)
+    layers = _layers(ctx)
+    results = []
+    for resource in request.resources:
+        keys = resource.configuration_keys
+        name = resource.resource_name
+        if resource.resource_type == TOPIC_RESOURCE:
+            found = overrides[name]
+            if isinstance(found, Error):
+                results.append(_result(resource, found))
+            else:
+                entries = describe_topic(
+                    found, layers, include_synonyms=include_synonyms, keys=keys
+                )
+                results.append(_result(resource, configs=entries))
+        elif resource.resource_type == BROKER_RESOURCE:
+            refusal = name and _broker_name_error(ctx, name, empty_allowed=True)
+            if refusal:
+                results.append(_result(resource, Error.INVALID_REQUEST, refusal))
+                continue
+            entries = describe_broker(
+                layers, include_synonyms=include_synonyms, keys=keys, cluster_default=not name
+            )
+            results.append(_result(resource, configs=entries))
+        elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+            refusal = (
+                "Broker id must not be empty"
+                if not name
+                else _broker_name_error(ctx, name, empty_allowed=False)
+            )
+            if refusal:
+                results.append(_result(resource, Error.INVALID_REQUEST, refusal))
+            else:
+                results.append(_result(resource, configs=_loggers(keys)))
+        else:
+            message = f"Unsupported resource type: {resource.resource_type}"
+            results.append(_result(resource, Error.INVALID_REQUEST, message))
+    return {"results": results}
+
+
+# -- changes ---------------------------------------------------------------------------------
+
+
+def _change_result(resource, error: Error = Error.NONE, message: str | None = None) -> dict:
+    return {
+        "error_code": error,
+        "error_message": message,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+    }
+
+
+async def handle_alter(ctx: RequestContext, request):
+    if ctx.header.client_id == CONTROLLER_CLIENT_ID and ctx.replicas is not None:
+        return _apply_pushed(ctx, request)
+    return await _alter(ctx, request, ApiKey.ALTER_CONFIGS, incremental=False)
+
+
+async def handle_incremental_alter(ctx: RequestContext, request):
+    return await _alter(ctx, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental=True)
+
+
+async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: bool):
+    """Refuse here what only this broker can judge (a broker resource naming another
+    broker, as Kafka's ConfigAdminManager does; loggers, which are this process's), and let
+    the controller decide the rest."""
+    if ctx.replicas is not None and not ctx.replicas.ready.is_set():
+        await ctx.replicas.ready.wait()
+    answered: dict[int, dict] = {}
+    for index, resource in enumerate(request.resources):
+        name = resource.resource_name
+        if resource.resource_type == BROKER_RESOURCE and name:
+            refusal = _broker_name_error(ctx, name, empty_allowed=False)
+            if refusal:
+                answered[index] = _change_result(resource, Error.INVALID_REQUEST, refusal)
+        elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+            answered[index] = _alter_loggers(ctx, resource, incremental, request.validate_only)
+        elif resource.resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+            message = f"Unknown resource type {resource.resource_type}"
+            answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
+    rest = [r for index, r in enumerate(request.resources) if index not in answered]
+    decided = iter(await _decide(ctx, request, rest, api_key, incremental) if rest else ())
+    return {
+        "responses": [
+            answered[index] if index in answered else next(decided)
+            for index in range(len(request.resources))
+        ]
+    }
+
+
+async def _decide(ctx: RequestContext, request, resources, api_key: ApiKey, incremental: bool):
+    """The controller's answers for ``resources`` (the same request, narrowed to them)."""
+    if len(resources) == len(request.resources):
+        narrowed = request
+    else:
+        narrowed = codec.build(
+            type(request),
+            {
+                "resources": [
+                    {
+                        "resource_type": r.resource_type,
+                        "resource_name": r.resource_name,
+                        "configs": [
+                            {
+                                "name": c.name,
+                                "value": c.value,
+                                "config_operation": getattr(c, "config_operation", 0),
+                            }
+                            for c in r.configs
+                        ],
+                    }
+                    for r in resources
+                ],
+                "validate_only": request.validate_only,
+            },
+        )
     if ctx.controller is not None:
-        return await ctx.controller.describe_configs(request)
+        response = await ctx.controller.alter_configs(narrowed, incremental=incremental)
+        return response["responses"]
     try:
-        return await forward_to_controller(ctx, request)
+        response = await forward_to_controller(ctx, narrowed)
     except ForwardingFailed as failure:
-        return {
-            "results": [
-                {
-                    "error_code": failure.error,
-                    "error_message": str(failure),
-                    "resource_type": resource.resource_type,
-                    "resource_name": resource.resource_name,
-                    "configs": (),
-                }
-                for resource in request.resources
-            ]
+        return [_change_result(r, failure.error, str(failure)) for r in resources]
+    return [
+        {
+            "error_code": entry.error_code.value,
+            "error_message": entry.error_message,
+            "resource_type": entry.resource_type,
+            "resource_name": entry.resource_name,
         }
+        for entry in response.responses
+    ]
+
+
+def _alter_loggers(ctx: RequestContext, resource, incremental: bool, validate_only: bool) -> dict:
+    """Set (or with DELETE, reset) this process's log levels, by log4j level names."""
+    name = resource.resource_name
+    refusal = (
+        "Broker id must not be empty"
+        if not name
+        else _broker_name_error(ctx, name, empty_allowed=False)
+    )
+    if not incremental:
+        refusal = f"Unknown resource type {resource.resource_type}"
+    if refusal:
+        return _change_result(resource, Error.INVALID_REQUEST, refusal)
+    changes = []
+    for config in resource.configs:
+        if config.config_operation == 1:  # DELETE: back to the parent's level
+            changes.append((config.name, logging.NOTSET))
+            continue
+        level = _PYTHON_LEVELS.get((config.value or "").upper())
+        if config.config_operation != 0 or level is None:
+            message = (
+                f"Cannot {config.config_operation} logger {config.name}: only SET to one of "
+                f"{', '.join(_PYTHON_LEVELS)} and DELETE are allowed"
+            )
+            return _change_result(resource, Error.INVALID_CONFIG, message)
+        changes.append((config.name, logging.getLevelName(level)))
+    if not validate_only:
+        for logger_name, level in changes:
+            logger = (
+                logging.getLogger() if logger_name == "root" else logging.getLogger(logger_name)
+            )
+            if logger_name == "root" and level == logging.NOTSET:
+                level = logging.INFO
+            logger.setLevel(level)
+    return _change_result(resource)
+
+
+def _apply_pushed(ctx: RequestContext, request) -> dict:
+    """The controller telling this broker the complete configs of some resources."""
+    dynamic = ctx.replicas.dynamic_configs
+    log_manager = ctx.replicas.log_manager
+    for resource in request.resources:
+        configs = {c.name: c.value for c in resource.configs}
+        if resource.resource_type == TOPIC_RESOURCE:
+            if not log_manager.update_topic_configs(resource.resource_name, configs):
+                ctx.replicas.announced_topic_configs[resource.resource_name] = configs
+        elif resource.resource_type == BROKER_RESOURCE and dynamic.concerns_this_broker(
+            resource.resource_name
+        ):
+            log_manager.set_default_config(dynamic.replace(resource.resource_name, configs))
+            log.info("dynamic broker configs %r now %s", resource.resource_name, configs)
+    return {"responses": [_change_result(resource) for resource in request.resources]}

@@ -115,6 +115,19 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                 for r in request.resources
             ]
         }
+    if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        return {
+            "responses": [
+                {
+                    "error_code": error,
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                }
+                for r in request.resources
+            ]
+        }
+    if api_key == ApiKey.DESCRIBE_LOG_DIRS:
+        return {"error_code": error, "results": ()}
     if api_key == ApiKey.FIND_COORDINATOR and hasattr(request, "coordinator_keys"):
         return {
             "coordinators": [

@@ -12,6 +12,7 @@ older than broker.session.timeout.ms is fenced, which moves leadership to the IS
 """
 
 import copy
+import dataclasses
 import logging
 import random
 from collections import deque
@@ -21,13 +22,15 @@ import trio
 
 from protocol import codec
 from protocol.errors import Error
-from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
+from protocol.versions import ApiKey
 from storage.log import LogConfig
 from storage.producer_ids import ProducerIdAllocator
 
 from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
+from ..config_model import TOPIC_RESOURCE, BrokerLayers, describe_topic, dynamic_topic_defaults
 from ..metrics import BrokerMetrics
+from . import configs as config_transitions
 from . import state as transitions
 from .state import ControllerError, ControllerState, PartitionChange, TopicState
 from .store import ControllerStore
@@ -44,7 +47,11 @@ CONTROLLED_SHUTDOWN_DELIVERY_S = 2.0
 CHANNEL_REQUEST_TIMEOUT_S = 10.0
 CHANNEL_RETRY_BACKOFF_S = 0.2
 
-DYNAMIC_TOPIC_CONFIG = 1
+# The client id of the controller's connections to brokers: a broker applies the AlterConfigs
+# that come with it (the controller telling it of config changes) instead of forwarding them.
+CONTROLLER_CLIENT_ID = "controller"
+# How long an AlterConfigs answer waits for the live brokers to apply the change.
+CONFIG_DELIVERY_S = 5.0
 
 
 class _Queued:
@@ -119,15 +126,17 @@ class BrokerChannel:
                         if connection is not None:
                             await connection.aclose()
                         address = (broker.host, broker.port)
-                        connection = await NodeConnection.connect(*address, "controller")
+                        connection = await NodeConnection.connect(*address, CONTROLLER_CLIENT_ID)
                     with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
                         response = await connection.request(request)
-                    if response.error_code.value != 0:
+                    # AlterConfigs has no top-level error code; its pushes are always applied.
+                    error_code = getattr(response, "error_code", None)
+                    if error_code is not None and error_code.value != 0:
                         log.warning(
                             "broker %d answered %s with %s",
                             self.node_id,
                             type(request).__name__,
-                            response.error_code.name,
+                            error_code.name,
                         )
                     break
                 except CONNECTION_ERRORS as error:
@@ -152,6 +161,7 @@ class ControllerService:
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
+        self._static_unclean_leader_election = config.unclean_leader_election_enable
         self.metrics = metrics
         self._leaders: dict[tuple[str, int], int] = {}
         self.cluster_id = cluster_id
@@ -171,6 +181,7 @@ class ControllerService:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
         self.state = self.store.load()
+        self._apply_dynamic_defaults()
         now = self.clock_ms()
         for broker in self.state.brokers.values():
             broker.last_heartbeat_ms = now  # a restarted controller gives everyone a session
@@ -484,6 +495,11 @@ class ControllerService:
             listener.port,
             broker_epoch,
         )
+        # Its cached topic configs and dynamic configs may be stale: the current ones first.
+        self._push_configs(
+            config_transitions.resources_of_broker(self.state, request.broker_id),
+            only_to=request.broker_id,
+        )
         self._propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 
@@ -739,7 +755,9 @@ class ControllerService:
                     _topic_error(topic.name, Error.INVALID_REQUEST, "Duplicate topic in request")
                 )
                 continue
-            result, topic_changes = self._create_one(target, topic)
+            result, topic_changes = self._create_one(
+                target, topic, with_configs=request.__version__ >= 5
+            )
             results.append(result)
             changes += topic_changes
             created_any = created_any or result["error_code"] == Error.NONE
@@ -754,6 +772,9 @@ class ControllerService:
             len(changes),
             ", ".join(created[:5]) + (f" and {len(created) - 5} more" if len(created) > 5 else ""),
         )
+        # The new topics' configs reach their brokers just before the LeaderAndIsr that
+        # creates their replicas, so the brokers need not ask for them.
+        self._push_configs([(TOPIC_RESOURCE, name) for name in created])
         events = self._propagate(changes)
         if not await self._await_delivery(events, request.timeout.total_seconds()):
             for result in results:
@@ -765,7 +786,9 @@ class ControllerService:
                     )
         return {"topics": results}
 
-    def _create_one(self, target: ControllerState, topic) -> tuple[dict, list[PartitionChange]]:
+    def _create_one(
+        self, target: ControllerState, topic, *, with_configs: bool
+    ) -> tuple[dict, list[PartitionChange]]:
         configs = {config.name: config.value for config in topic.configs}
         try:
             LogConfig.from_topic_configs(LogConfig(), configs)
@@ -803,16 +826,13 @@ class ControllerService:
             "error_message": None,
             "num_partitions": len(created.partitions),
             "replication_factor": len(created.partitions[0].replicas),
-            "configs": [
-                {
-                    "name": name,
-                    "value": value,
-                    "read_only": False,
-                    "config_source": DYNAMIC_TOPIC_CONFIG,
-                    "is_sensitive": False,
-                }
-                for name, value in sorted(configs.items())
-            ],
+            # Every config of the new topic and where its value comes from (v5+), as Kafka's
+            # controller describes them with its own properties.
+            "configs": (
+                describe_topic(configs, self._config_layers(), include_synonyms=False)
+                if with_configs
+                else ()
+            ),
         }
         return result, changes
 
@@ -907,38 +927,63 @@ class ControllerService:
                         result["error_code"] = Error.REQUEST_TIMED_OUT
         return {"responses": results}
 
-    async def describe_configs(self, request) -> dict:
-        results = []
-        for resource in request.resources:
-            result = {
-                "error_code": Error.NONE,
-                "error_message": None,
-                "resource_type": resource.resource_type,
-                "resource_name": resource.resource_name,
-                "configs": [],
-            }
-            if resource.resource_type == TOPIC_RESOURCE_TYPE:
-                topic = self.state.topics.get(resource.resource_name)
-                if topic is None:
-                    result["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    wanted = resource.configuration_keys
-                    result["configs"] = [
-                        {
-                            "name": name,
-                            "value": value,
-                            "read_only": False,
-                            "config_source": DYNAMIC_TOPIC_CONFIG,
-                            "is_sensitive": False,
-                            "synonyms": (),
-                            "config_type": 0,
-                            "documentation": None,
-                        }
-                        for name, value in sorted(topic.configs.items())
-                        if wanted is None or name in wanted
-                    ]
-            results.append(result)
-        return {"results": results}
+    async def alter_configs(self, request, *, incremental: bool) -> dict:
+        """AlterConfigs (or IncrementalAlterConfigs): decided, saved, then pushed to every
+        live broker, which applies it to its logs at once; answered once they have it
+        (within a few seconds: the change is saved and reaches late brokers anyway)."""
+        results, changed = config_transitions.alter_configs(
+            self.state,
+            request.resources,
+            incremental=incremental,
+            validate_only=request.validate_only,
+        )
+        if changed:
+            self.store.save(self.state)
+            self._apply_dynamic_defaults()
+            log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
+            events = self._push_configs(changed)
+            await self._await_delivery(events, CONFIG_DELIVERY_S)
+        return {"responses": results}
+
+    def _push_configs(self, resources, only_to: int | None = None) -> list[trio.Event]:
+        """Tell brokers the current configs of ``resources`` (an AlterConfigs of complete
+        sets, sent on the controller's channel so it stays ordered with LeaderAndIsr): a
+        topic's to the live brokers that hold a replica of it, broker configs to every live
+        broker; with ``only_to``, to that broker alone."""
+        events = []
+        for node_id in [only_to] if only_to is not None else self.state.live_brokers():
+            pushed = config_transitions.pushed_configs(
+                self.state, config_transitions.concerning(self.state, resources, node_id)
+            )
+            if pushed:
+                request = codec.build(
+                    codec.request_class(ApiKey.ALTER_CONFIGS, 2),
+                    {"resources": pushed, "validate_only": False},
+                )
+                events.append(self._channel(node_id).enqueue(request))
+        return events
+
+    def _config_layers(self) -> BrokerLayers:
+        return BrokerLayers(
+            self.config.properties,
+            self.state.broker_configs.get("", {}),
+            self.state.broker_configs.get(str(self.node_id), {}),
+        )
+
+    def _apply_dynamic_defaults(self) -> None:
+        """The controller decides unclean elections: a cluster-wide dynamic
+        unclean.leader.election.enable overrides its own property, as in Kafka."""
+        dynamic = dynamic_topic_defaults(
+            self.state.broker_configs.get("", {}),
+            self.state.broker_configs.get(str(self.node_id), {}),
+        )
+        unclean = dynamic.get("unclean.leader.election.enable")
+        if unclean is None:
+            enabled = self._static_unclean_leader_election
+        else:
+            enabled = unclean.strip().lower() == "true"
+        if enabled != self.config.unclean_leader_election_enable:
+            self.config = dataclasses.replace(self.config, unclean_leader_election_enable=enabled)
 
     async def allocate_producer_ids(self, request) -> dict:
         if not transitions.heartbeat(

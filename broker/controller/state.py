@@ -150,6 +150,8 @@ class ControllerState:
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     topics: dict[str, TopicState] = field(default_factory=dict)
     next_broker_epoch: int = 1
+    # Dynamic broker configs by resource name: "" for the cluster default, else a broker id.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

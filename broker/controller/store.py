@@ -64,6 +64,7 @@ def _state_to_dict(state: ControllerState) -> dict:
             }
             for topic in state.topics.values()
         ],
+        "broker_configs": state.broker_configs,
     }
 
 
@@ -100,6 +101,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             brokers={broker.node_id: broker for broker in brokers},
             topics={topic.name: topic for topic in topics},
             next_broker_epoch=data["next_broker_epoch"],
+            broker_configs=data.get("broker_configs", {}),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

@@ -375,3 +375,23 @@ def test_unknown_partition_dirs_are_left_alone(log_dir):
     assert logs.topics() == {} and logs.logs() == []
     logs.close()
     assert (log_dir / "stranger-0" / "keep").exists()
+
+
+def test_topic_configs_and_defaults_change_live_and_the_table_keeps_them(log_dir):
+    logs = opened([log_dir], config=LogConfig(retention_ms=1000))
+    topic_id = uuid.uuid4()
+    first = logs.ensure_log("live", topic_id, 0, {"segment.ms": "5"}, now_ms=0)
+    second = logs.ensure_log("live", topic_id, 1, {"segment.ms": "5"}, now_ms=0)
+    assert logs.update_topic_configs("live", {"max.message.bytes": "100"})
+    assert [log.config.max_message_bytes for log in (first, second)] == [100, 100]
+    assert first.config.segment_ms == LogConfig().segment_ms  # the override was removed
+    assert not logs.update_topic_configs("elsewhere", {"retention.ms": "1"})
+
+    logs.set_default_config(LogConfig(retention_ms=7, max_message_bytes=5))
+    assert (first.config.retention_ms, first.config.max_message_bytes) == (7, 100)
+    logs.close()
+
+    reopened = opened([log_dir])
+    assert reopened.topics()["live"].configs == {"max.message.bytes": "100"}
+    assert reopened.get_log("live", 0).config.max_message_bytes == 100
+    reopened.close()

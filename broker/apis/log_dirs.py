@@ -1,0 +1,69 @@
+"""DescribeLogDirs: each broker describes its own log directories (log.dirs).
+
+Per directory: the partitions whose logs live there with their size on disk and offset lag
+(the high watermark minus the log end offset, never below zero, as Kafka reports it for a
+current replica), and from v4 the file system's total and usable bytes. There are no
+future replicas here (no AlterReplicaLogDirs), so is_future_key is always false.
+"""
+
+import os
+from pathlib import Path
+
+from protocol.errors import Error
+
+from . import RequestContext
+
+
+def _disk_space(directory: Path) -> tuple[int, int]:
+    stats = os.statvfs(directory)
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+
+
+def _wanted(request) -> dict[str, set[int]] | None:
+    """The partitions asked for by topic; None means every partition (a null topic list)."""
+    if request.topics is None:
+        return None
+    wanted: dict[str, set[int]] = {}
+    for topic in request.topics:
+        wanted.setdefault(topic.topic, set()).update(topic.partitions)
+    return wanted
+
+
+async def handle_describe(ctx: RequestContext, request) -> dict:
+    wanted = _wanted(request)
+    by_directory: dict[Path, dict[str, list[dict]]] = {
+        Path(directory): {} for directory in ctx.config.log_dirs
+    }
+    for partition in sorted(ctx.replicas.partitions(), key=lambda p: p.key):
+        if wanted is not None and partition.index not in wanted.get(partition.topic, ()):
+            continue
+        directory = partition.log.directory.parent
+        by_directory.setdefault(directory, {}).setdefault(partition.topic, []).append(
+            {
+                "partition_index": partition.index,
+                "partition_size": partition.log.size_bytes,
+                "offset_lag": max(partition.high_watermark - partition.log.log_end_offset, 0),
+                "is_future_key": False,
+            }
+        )
+    results = []
+    for directory, topics in by_directory.items():
+        try:
+            total_bytes, usable_bytes = _disk_space(directory)
+            error = Error.NONE
+        except OSError:
+            total_bytes = usable_bytes = -1
+            error = Error.KAFKA_STORAGE_ERROR
+        results.append(
+            {
+                "error_code": error,
+                "log_dir": str(directory.resolve()),
+                "topics": [
+                    {"name": name, "partitions": partitions}
+                    for name, partitions in sorted(topics.items())
+                ],
+                "total_bytes": total_bytes,
+                "usable_bytes": usable_bytes,
+            }
+        )
+    return {"error_code": Error.NONE, "results": results}

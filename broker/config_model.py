@@ -1,0 +1,620 @@
+"""Kafka's config model, as DescribeConfigs shows it and the AlterConfigs family changes it.
+
+Pure: plain dicts in, plain dicts out, no I/O. A topic config's value comes from the first of
+these that sets it: the topic's own override (DYNAMIC_TOPIC_CONFIG), then each of its broker
+synonyms (``retention.ms`` <- ``log.retention.ms``, ``log.retention.minutes``,
+``log.retention.hours``) set dynamically for this broker (DYNAMIC_BROKER_CONFIG), dynamically
+for the cluster (DYNAMIC_DEFAULT_BROKER_CONFIG, the resource named ""), in the broker's
+properties (STATIC_BROKER_CONFIG), and last Kafka's defaults (DEFAULT_CONFIG). With
+include_synonyms the answer lists every one of those that is set, in that order, as Kafka's
+ConfigHelper does.
+
+One difference from Kafka: Kafka drops the synonyms listed before the first broker synonym
+(``dropWhile``), so a topic whose retention comes from ``log.retention.hours`` alone is
+reported as DEFAULT_CONFIG with no synonyms; here it is STATIC_BROKER_CONFIG with
+``log.retention.hours`` as its synonym, which is where the value really comes from.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from protocol.errors import Error
+from storage.log import LogConfig, validate_topic_config
+
+# DescribeConfigsResponse.ConfigSource
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+# DescribeConfigsResponse.ConfigType
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+
+# ConfigResource.Type
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
+
+# IncrementalAlterConfigs operations (AlterConfigOp.OpType)
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OPERATION_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+LONG_MAX = str(2**63 - 1)
+HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Synonym:
+    """A broker property that sets a topic config's default; its value times ``scale`` is
+    the topic config's value (log.retention.hours is in hours, retention.ms in ms)."""
+
+    name: str
+    scale: int = 1
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    name: str
+    type: int
+    default: str
+    synonyms: tuple[Synonym, ...] = ()
+
+
+def _same(name: str) -> tuple[Synonym, ...]:
+    return (Synonym(name),)
+
+
+def _log(name: str) -> tuple[Synonym, ...]:
+    return (Synonym(f"log.{name}"),)
+
+
+# Every topic config of Kafka 3.9 (LogConfig), in Kafka's order, with its broker synonyms in
+# precedence order (ServerTopicConfigSynonyms).
+TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in (
+        TopicConfigDef("segment.bytes", INT, "1073741824", _log("segment.bytes")),
+        TopicConfigDef(
+            "segment.ms",
+            LONG,
+            "604800000",
+            (Synonym("log.roll.ms"), Synonym("log.roll.hours", HOUR_MS)),
+        ),
+        TopicConfigDef(
+            "segment.jitter.ms",
+            LONG,
+            "0",
+            (Synonym("log.roll.jitter.ms"), Synonym("log.roll.jitter.hours", HOUR_MS)),
+        ),
+        TopicConfigDef("segment.index.bytes", INT, "10485760", _log("index.size.max.bytes")),
+        TopicConfigDef("flush.messages", LONG, LONG_MAX, _log("flush.interval.messages")),
+        TopicConfigDef(
+            "flush.ms",
+            LONG,
+            LONG_MAX,
+            (Synonym("log.flush.interval.ms"), Synonym("log.flush.scheduler.interval.ms")),
+        ),
+        TopicConfigDef("retention.bytes", LONG, "-1", _log("retention.bytes")),
+        TopicConfigDef(
+            "retention.ms",
+            LONG,
+            "604800000",
+            (
+                Synonym("log.retention.ms"),
+                Synonym("log.retention.minutes", MINUTE_MS),
+                Synonym("log.retention.hours", HOUR_MS),
+            ),
+        ),
+        TopicConfigDef("max.message.bytes", INT, "1048588", _same("message.max.bytes")),
+        TopicConfigDef("index.interval.bytes", INT, "4096", _log("index.interval.bytes")),
+        TopicConfigDef(
+            "delete.retention.ms", LONG, "86400000", _log("cleaner.delete.retention.ms")
+        ),
+        TopicConfigDef("min.compaction.lag.ms", LONG, "0", _log("cleaner.min.compaction.lag.ms")),
+        TopicConfigDef(
+            "max.compaction.lag.ms", LONG, LONG_MAX, _log("cleaner.max.compaction.lag.ms")
+        ),
+        TopicConfigDef("file.delete.delay.ms", LONG, "60000", _log("segment.delete.delay.ms")),
+        TopicConfigDef(
+            "min.cleanable.dirty.ratio", DOUBLE, "0.5", _log("cleaner.min.cleanable.ratio")
+        ),
+        TopicConfigDef("cleanup.policy", LIST, "delete", _log("cleanup.policy")),
+        TopicConfigDef(
+            "unclean.leader.election.enable",
+            BOOLEAN,
+            "false",
+            _same("unclean.leader.election.enable"),
+        ),
+        TopicConfigDef("min.insync.replicas", INT, "1", _same("min.insync.replicas")),
+        TopicConfigDef("compression.type", STRING, "producer", _same("compression.type")),
+        TopicConfigDef("compression.gzip.level", INT, "-1", _same("compression.gzip.level")),
+        TopicConfigDef("compression.lz4.level", INT, "9", _same("compression.lz4.level")),
+        TopicConfigDef("compression.zstd.level", INT, "3", _same("compression.zstd.level")),
+        TopicConfigDef("preallocate", BOOLEAN, "false", _log("preallocate")),
+        TopicConfigDef("message.format.version", STRING, "3.0-IV1", _log("message.format.version")),
+        TopicConfigDef(
+            "message.timestamp.type", STRING, "CreateTime", _log("message.timestamp.type")
+        ),
+        TopicConfigDef(
+            "message.timestamp.difference.max.ms",
+            LONG,
+            LONG_MAX,
+            _log("message.timestamp.difference.max.ms"),
+        ),
+        TopicConfigDef(
+            "message.timestamp.before.max.ms",
+            LONG,
+            LONG_MAX,
+            _log("message.timestamp.before.max.ms"),
+        ),
+        TopicConfigDef(
+            "message.timestamp.after.max.ms", LONG, LONG_MAX, _log("message.timestamp.after.max.ms")
+        ),
+        TopicConfigDef("leader.replication.throttled.replicas", LIST, ""),
+        TopicConfigDef("follower.replication.throttled.replicas", LIST, ""),
+        TopicConfigDef(
+            "message.downconversion.enable", BOOLEAN, "true", _log("message.downconversion.enable")
+        ),
+        TopicConfigDef("remote.storage.enable", BOOLEAN, "false"),
+        TopicConfigDef("local.retention.ms", LONG, "-2", _log("local.retention.ms")),
+        TopicConfigDef("local.retention.bytes", LONG, "-2", _log("local.retention.bytes")),
+        TopicConfigDef("remote.log.copy.disable", BOOLEAN, "false"),
+        TopicConfigDef("remote.log.delete.on.disable", BOOLEAN, "false"),
+    )
+}
+
+# Broker properties as DescribeConfigs shows them: name -> (type, Kafka's default or None).
+# These are the properties minibroker reads, and the broker synonyms of every topic config.
+BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
+    "advertised.listeners": (STRING, None),
+    "auto.create.topics.enable": (BOOLEAN, "true"),
+    "auto.leader.rebalance.enable": (BOOLEAN, "true"),
+    "broker.heartbeat.interval.ms": (INT, "2000"),
+    "broker.id": (INT, "-1"),
+    "broker.session.timeout.ms": (INT, "9000"),
+    "compression.gzip.level": (INT, "-1"),
+    "compression.lz4.level": (INT, "9"),
+    "compression.type": (STRING, "producer"),
+    "compression.zstd.level": (INT, "3"),
+    "controlled.shutdown.enable": (BOOLEAN, "true"),
+    "controller.listener.names": (STRING, None),
+    "controller.quorum.voters": (LIST, ""),
+    "default.replication.factor": (INT, "1"),
+    "delete.topic.enable": (BOOLEAN, "true"),
+    "fetch.max.bytes": (INT, "57671680"),
+    "group.initial.rebalance.delay.ms": (INT, "3000"),
+    "group.max.session.timeout.ms": (INT, "1800000"),
+    "group.max.size": (INT, "2147483647"),
+    "group.min.session.timeout.ms": (INT, "6000"),
+    "inter.broker.listener.name": (STRING, None),
+    "leader.imbalance.check.interval.seconds": (LONG, "300"),
+    "listener.security.protocol.map": (
+        STRING,
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    ),
+    "listeners": (STRING, "PLAINTEXT://:9092"),
+    "log.cleaner.backoff.ms": (LONG, "15000"),
+    "log.cleaner.dedupe.buffer.size": (LONG, "134217728"),
+    "log.cleaner.delete.retention.ms": (LONG, "86400000"),
+    "log.cleaner.enable": (BOOLEAN, "true"),
+    "log.cleaner.max.compaction.lag.ms": (LONG, LONG_MAX),
+    "log.cleaner.min.cleanable.ratio": (DOUBLE, "0.5"),
+    "log.cleaner.min.compaction.lag.ms": (LONG, "0"),
+    "log.cleanup.policy": (LIST, "delete"),
+    "log.dir": (STRING, "/tmp/kafka-logs"),
+    "log.dirs": (STRING, None),
+    "log.flush.interval.messages": (LONG, LONG_MAX),
+    "log.flush.interval.ms": (LONG, None),
+    "log.flush.offset.checkpoint.interval.ms": (INT, "60000"),
+    "log.flush.scheduler.interval.ms": (LONG, LONG_MAX),
+    "log.index.interval.bytes": (INT, "4096"),
+    "log.index.size.max.bytes": (INT, "10485760"),
+    "log.local.retention.bytes": (LONG, "-2"),
+    "log.local.retention.ms": (LONG, "-2"),
+    "log.message.downconversion.enable": (BOOLEAN, "true"),
+    "log.message.format.version": (STRING, "3.0-IV1"),
+    "log.message.timestamp.after.max.ms": (LONG, LONG_MAX),
+    "log.message.timestamp.before.max.ms": (LONG, LONG_MAX),
+    "log.message.timestamp.difference.max.ms": (LONG, LONG_MAX),
+    "log.message.timestamp.type": (STRING, "CreateTime"),
+    "log.preallocate": (BOOLEAN, "false"),
+    "log.retention.bytes": (LONG, "-1"),
+    "log.retention.check.interval.ms": (LONG, "300000"),
+    "log.retention.hours": (INT, "168"),
+    "log.retention.minutes": (INT, None),
+    "log.retention.ms": (LONG, None),
+    "log.roll.hours": (INT, "168"),
+    "log.roll.jitter.hours": (INT, "0"),
+    "log.roll.jitter.ms": (LONG, None),
+    "log.roll.ms": (LONG, None),
+    "log.segment.bytes": (INT, "1073741824"),
+    "log.segment.delete.delay.ms": (LONG, "60000"),
+    "message.max.bytes": (INT, "1048588"),
+    "min.insync.replicas": (INT, "1"),
+    "node.id": (INT, "-1"),
+    "num.partitions": (INT, "1"),
+    "num.replica.fetchers": (INT, "1"),
+    "offset.metadata.max.bytes": (INT, "4096"),
+    "offsets.commit.timeout.ms": (INT, "5000"),
+    "offsets.retention.check.interval.ms": (LONG, "600000"),
+    "offsets.retention.minutes": (INT, "10080"),
+    "offsets.topic.num.partitions": (INT, "50"),
+    "offsets.topic.replication.factor": (SHORT, "3"),
+    "offsets.topic.segment.bytes": (INT, "104857600"),
+    "process.roles": (LIST, ""),
+    "replica.fetch.backoff.ms": (INT, "1000"),
+    "replica.fetch.max.bytes": (INT, "1048576"),
+    "replica.fetch.min.bytes": (INT, "1"),
+    "replica.fetch.wait.max.ms": (INT, "500"),
+    "replica.high.watermark.checkpoint.interval.ms": (LONG, "5000"),
+    "replica.lag.time.max.ms": (LONG, "30000"),
+    "socket.request.max.bytes": (INT, "104857600"),
+    "unclean.leader.election.enable": (BOOLEAN, "false"),
+}
+
+# Kafka's groups of broker properties that set one value (DynamicBrokerConfig
+# .brokerConfigSynonyms), most precise first.
+_BROKER_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+# The broker properties that can be changed dynamically here: the first broker synonym of
+# every topic config (Kafka's DynamicLogConfig.ReconfigurableConfigs, message.format.version
+# excepted), mapped to the topic config each one sets.
+DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
+    d.synonyms[0].name: d.name
+    for d in TOPIC_CONFIG_DEFS.values()
+    if d.synonyms and d.name != "message.format.version"
+}
+
+# Properties Kafka changes dynamically but minibroker does not (thread pools, listeners,
+# the cleaner's buffers): refused with a message saying so, and not read-only in describes.
+UNSUPPORTED_DYNAMIC_CONFIGS = frozenset(
+    {
+        "advertised.listeners",
+        "background.threads",
+        "listener.security.protocol.map",
+        "listeners",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.max.bytes.per.second",
+        "log.cleaner.threads",
+        "max.connection.creation.rate",
+        "max.connections",
+        "max.connections.per.ip",
+        "metric.reporters",
+        "num.io.threads",
+        "num.network.threads",
+        "num.recovery.threads.per.data.dir",
+        "num.replica.fetchers",
+        "producer.id.expiration.ms",
+    }
+)
+
+
+class ConfigChangeError(Exception):
+    """A refused change: the error code and message Kafka answers with."""
+
+    def __init__(self, error: Error, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+@dataclass(frozen=True)
+class BrokerLayers:
+    """A broker's config sources above Kafka's defaults, highest precedence last."""
+
+    static: dict[str, str]
+    dynamic_default: dict[str, str]
+    dynamic_broker: dict[str, str]
+
+    def by_precedence(self) -> tuple[tuple[dict[str, str], int], ...]:
+        return (
+            (self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+            (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.static, STATIC_BROKER_CONFIG),
+        )
+
+
+def _synonym(name: str, value: str | None, source: int) -> dict:
+    return {"name": name, "value": value, "source": source}
+
+
+def _entry(
+    name: str,
+    value: str | None,
+    source: int,
+    synonyms: list[dict],
+    config_type: int,
+    *,
+    read_only: bool,
+    include_synonyms: bool,
+) -> dict:
+    return {
+        "name": name,
+        "value": value,
+        "read_only": read_only,
+        "config_source": source,
+        "is_default": source == DEFAULT_CONFIG,
+        "is_sensitive": False,
+        "synonyms": synonyms if include_synonyms else [],
+        "config_type": config_type,
+        "documentation": None,
+    }
+
+
+def _wanted(name: str, keys: Iterable[str] | None) -> bool:
+    return not keys or name in keys
+
+
+def topic_synonyms(definition: TopicConfigDef, layers: BrokerLayers) -> list[dict]:
+    """Every broker-side source of a topic config's default, in Kafka's order: each dynamic
+    per-broker synonym, each dynamic cluster-default one, each static one, then the
+    synonyms' Kafka defaults. Values are as set (log.retention.hours in hours)."""
+    chain = [
+        _synonym(synonym.name, layer[synonym.name], source)
+        for layer, source in layers.by_precedence()
+        for synonym in definition.synonyms
+        if synonym.name in layer
+    ]
+    for synonym in definition.synonyms:
+        default = BROKER_CONFIG_DEFS.get(synonym.name, (STRING, None))[1]
+        if default is not None:
+            chain.append(_synonym(synonym.name, default, DEFAULT_CONFIG))
+    return chain
+
+
+def _scaled(definition: TopicConfigDef, synonym_name: str, text: str) -> str:
+    scale = next(s.scale for s in definition.synonyms if s.name == synonym_name)
+    if scale == 1:
+        return text
+    return str(int(text.strip()) * scale)
+
+
+def describe_topic(
+    overrides: dict[str, str],
+    layers: BrokerLayers,
+    *,
+    include_synonyms: bool,
+    keys: Iterable[str] | None = None,
+) -> list[dict]:
+    """DescribeConfigs entries of a topic with these overrides, on a broker with these
+    layers: every topic config (or those of ``keys``) with its value, source and synonyms."""
+    entries = []
+    for name, definition in TOPIC_CONFIG_DEFS.items():
+        if not _wanted(name, keys):
+            continue
+        chain = topic_synonyms(definition, layers)
+        if name in overrides:
+            chain.insert(0, _synonym(name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+            value = overrides[name]
+        elif chain:
+            value = _scaled(definition, chain[0]["name"], chain[0]["value"])
+        else:
+            value = definition.default
+        source = chain[0]["source"] if chain else DEFAULT_CONFIG
+        entries.append(
+            _entry(
+                name,
+                value,
+                source,
+                chain,
+                definition.type,
+                read_only=False,
+                include_synonyms=include_synonyms,
+            )
+        )
+    return entries
+
+
+def _broker_synonym_names(name: str) -> tuple[str, ...]:
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return group
+    return (name,)
+
+
+def describe_broker(
+    layers: BrokerLayers,
+    *,
+    include_synonyms: bool,
+    keys: Iterable[str] | None = None,
+    cluster_default: bool = False,
+) -> list[dict]:
+    """DescribeConfigs entries of a broker resource: this broker's configs (its id), or with
+    ``cluster_default`` the dynamic cluster defaults only (the resource named "")."""
+    names = set(BROKER_CONFIG_DEFS) | set(layers.dynamic_broker) | set(layers.dynamic_default)
+    if cluster_default:
+        names = set(layers.dynamic_default)
+    entries = []
+    for name in sorted(names):
+        if not _wanted(name, keys):
+            continue
+        group = _broker_synonym_names(name)
+        chain = [
+            _synonym(synonym, layer[synonym], source)
+            for layer, source in layers.by_precedence()
+            for synonym in group
+            if synonym in layer
+        ]
+        chain += [
+            _synonym(synonym, BROKER_CONFIG_DEFS[synonym][1], DEFAULT_CONFIG)
+            for synonym in group
+            if BROKER_CONFIG_DEFS.get(synonym, (STRING, None))[1] is not None
+        ]
+        if cluster_default:
+            chain = [s for s in chain if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+        # As Kafka: the more precise synonyms before this name are not this name's sources.
+        while chain and chain[0]["name"] != name:
+            chain.pop(0)
+        value = chain[0]["value"] if chain else None
+        source = chain[0]["source"] if chain else DEFAULT_CONFIG
+        read_only = name not in DYNAMIC_BROKER_CONFIGS and name not in UNSUPPORTED_DYNAMIC_CONFIGS
+        config_type = BROKER_CONFIG_DEFS.get(name, (STRING, None))[0]
+        entries.append(
+            _entry(
+                name,
+                value,
+                source,
+                chain,
+                config_type,
+                read_only=read_only,
+                include_synonyms=include_synonyms,
+            )
+        )
+    return entries
+
+
+# -- changes ------------------------------------------------------------------------------
+
+
+def _check_no_duplicates(names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        raise ConfigChangeError(Error.INVALID_REQUEST, "Error due to duplicate config keys")
+
+
+def replaced_configs(configs: list[tuple[str, str | None]]) -> dict[str, str]:
+    """A legacy AlterConfigs resource's new configs: the ones given, all others removed."""
+    _check_no_duplicates([name for name, _ in configs])
+    nulls = [name for name, value in configs if value is None]
+    if nulls:
+        raise ConfigChangeError(
+            Error.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
+        )
+    return dict(configs)
+
+
+def is_list_config(name: str) -> bool:
+    definition = TOPIC_CONFIG_DEFS.get(name)
+    if definition is not None:
+        return definition.type == LIST
+    return BROKER_CONFIG_DEFS.get(name, (STRING, None))[0] == LIST
+
+
+def _default_text(name: str) -> str | None:
+    definition = TOPIC_CONFIG_DEFS.get(name)
+    if definition is not None:
+        return definition.default
+    return BROKER_CONFIG_DEFS.get(name, (STRING, None))[1]
+
+
+def incrementally_altered(
+    current: dict[str, str], operations: list[tuple[str, int, str | None]]
+) -> dict[str, str]:
+    """``current`` after IncrementalAlterConfigs operations (name, operation, value), as
+    Kafka's controller applies them: APPEND and SUBTRACT only on LIST configs, starting from
+    the config's default when it is not set."""
+    _check_no_duplicates([name for name, _, _ in operations])
+    nulls = [name for name, operation, value in operations if operation != DELETE and value is None]
+    if nulls:
+        raise ConfigChangeError(
+            Error.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
+        )
+    result = dict(current)
+    for name, operation, value in operations:
+        if operation == SET:
+            result[name] = value
+        elif operation == DELETE:
+            result.pop(name, None)
+        elif operation in (APPEND, SUBTRACT):
+            if not is_list_config(name):
+                raise ConfigChangeError(
+                    Error.INVALID_CONFIG,
+                    f"Can't {_OPERATION_NAMES[operation]} to key {name} because its type is "
+                    "not LIST.",
+                )
+            base = result.get(name, _default_text(name)) or ""
+            parts = [part for part in base.split(",") if part]
+            for item in value.split(","):
+                if operation == APPEND and item not in parts:
+                    parts.append(item)
+                elif operation == SUBTRACT and item in parts:
+                    parts.remove(item)
+            result[name] = ",".join(parts)
+        else:
+            raise ConfigChangeError(Error.INVALID_REQUEST, f"Unknown operations type {operation}")
+    return result
+
+
+def validate_topic_overrides(configs: dict[str, str]) -> None:
+    """Kafka's checks of a topic's complete set of overrides (INVALID_CONFIG)."""
+    try:
+        LogConfig.from_topic_configs(LogConfig(), configs)
+    except ValueError as error:
+        raise ConfigChangeError(Error.INVALID_CONFIG, str(error)) from None
+
+
+def validate_broker_overrides(configs: dict[str, str]) -> None:
+    """Kafka's checks of dynamic broker configs; like Kafka (KAFKA-13609), a refusal is
+    INVALID_REQUEST. Properties Kafka cannot change dynamically are named together."""
+    unsupported = sorted(name for name in configs if name in UNSUPPORTED_DYNAMIC_CONFIGS)
+    if unsupported:
+        raise ConfigChangeError(
+            Error.INVALID_REQUEST,
+            f"minibroker does not support changing these configs dynamically: {unsupported}",
+        )
+    static_only = sorted(name for name in configs if name not in DYNAMIC_BROKER_CONFIGS)
+    if static_only:
+        raise ConfigChangeError(
+            Error.INVALID_REQUEST,
+            f"Cannot update these configs dynamically: Set({', '.join(static_only)})",
+        )
+    for name, text in configs.items():
+        try:
+            validate_topic_config(DYNAMIC_BROKER_CONFIGS[name], text, shown_as=name)
+        except ValueError as error:
+            raise ConfigChangeError(Error.INVALID_REQUEST, str(error)) from None
+
+
+def dynamic_topic_defaults(
+    dynamic_default: dict[str, str], dynamic_broker: dict[str, str]
+) -> dict[str, str]:
+    """The topic-config defaults that a broker's dynamic configs set, by topic config name
+    (log.retention.ms -> retention.ms; every dynamic property is a topic config's first
+    synonym, in the topic config's own unit). Per-broker values win over cluster ones."""
+    merged = {**dynamic_default, **dynamic_broker}
+    return {
+        DYNAMIC_BROKER_CONFIGS[name]: value
+        for name, value in merged.items()
+        if name in DYNAMIC_BROKER_CONFIGS
+    }
+
+
+class DynamicBrokerConfigs:
+    """What a broker knows of the dynamic broker configs (pushed by the controller): the
+    cluster default ("") and its own, and the topic defaults they make of its static ones."""
+
+    def __init__(self, node_id: int, static_defaults: LogConfig) -> None:
+        self.node_id = node_id
+        self.static_defaults = static_defaults
+        self.by_resource: dict[str, dict[str, str]] = {}
+
+    def layers(self, static: dict[str, str]) -> BrokerLayers:
+        return BrokerLayers(
+            static,
+            self.by_resource.get("", {}),
+            self.by_resource.get(str(self.node_id), {}),
+        )
+
+    def concerns_this_broker(self, resource_name: str) -> bool:
+        return resource_name in ("", str(self.node_id))
+
+    def replace(self, resource_name: str, configs: dict[str, str]) -> LogConfig:
+        """Take a resource's new dynamic configs; returns the topic defaults they make."""
+        self.by_resource[resource_name] = dict(configs)
+        return self.topic_defaults()
+
+    def topic_defaults(self) -> LogConfig:
+        dynamic = dynamic_topic_defaults(
+            self.by_resource.get("", {}), self.by_resource.get(str(self.node_id), {})
+        )
+        return LogConfig.from_topic_configs(self.static_defaults, dynamic)

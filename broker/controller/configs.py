@@ -1,0 +1,141 @@
+"""The controller's config decisions: AlterConfigs and IncrementalAlterConfigs on its state.
+
+Pure, like ``state.py``: a request's resources in, per-resource results and the changed
+resources out. Topic configs live in each TopicState, dynamic broker configs in
+``ControllerState.broker_configs`` ("" is the cluster default, else a broker id). The checks
+that depend on which broker received the request (a broker resource must name that broker)
+were made there; this validates the new configs as Kafka's controller does.
+"""
+
+from protocol.errors import Error
+
+from .. import config_model
+from ..config_model import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigChangeError
+from .state import ControllerState
+
+Resource = tuple[int, str]
+
+
+def alter_configs(
+    state: ControllerState, resources, *, incremental: bool, validate_only: bool
+) -> tuple[list[dict], list[Resource]]:
+    """Apply (or with ``validate_only`` only check) each resource's change; returns the
+    response entries, in the request's order, and the resources whose configs changed."""
+    keys = [(resource.resource_type, resource.resource_name) for resource in resources]
+    results = []
+    changed: list[Resource] = []
+    for resource, key in zip(resources, keys, strict=True):
+        result = {
+            "error_code": Error.NONE,
+            "error_message": None,
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+        }
+        try:
+            if keys.count(key) > 1:
+                raise ConfigChangeError(
+                    Error.INVALID_REQUEST, "Each resource must appear at most once."
+                )
+            new_configs = _new_configs(state, resource, incremental)
+            if not validate_only and _store(state, key, new_configs):
+                changed.append(key)
+        except ConfigChangeError as refused:
+            result.update(error_code=refused.error, error_message=refused.message)
+        results.append(result)
+    return results, changed
+
+
+def _new_configs(state: ControllerState, resource, incremental: bool) -> dict[str, str]:
+    current = _current(state, resource.resource_type, resource.resource_name)
+    if incremental:
+        operations = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        new_configs = config_model.incrementally_altered(current, operations)
+    else:
+        new_configs = config_model.replaced_configs([(c.name, c.value) for c in resource.configs])
+    if resource.resource_type == TOPIC_RESOURCE:
+        config_model.validate_topic_overrides(new_configs)
+    else:
+        config_model.validate_broker_overrides(new_configs)
+    return new_configs
+
+
+def _current(state: ControllerState, resource_type: int, name: str) -> dict[str, str]:
+    if resource_type == TOPIC_RESOURCE:
+        topic = state.topics.get(name)
+        if topic is None:
+            raise ConfigChangeError(
+                Error.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
+        return topic.configs
+    if resource_type == BROKER_RESOURCE:
+        if name and not name.isdigit():
+            raise ConfigChangeError(
+                Error.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+            )
+        return state.broker_configs.get(name, {})
+    raise ConfigChangeError(Error.INVALID_REQUEST, f"Unknown resource type {resource_type}")
+
+
+def _store(state: ControllerState, key: Resource, configs: dict[str, str]) -> bool:
+    """Make ``configs`` the resource's; whether that changed anything."""
+    resource_type, name = key
+    if resource_type == TOPIC_RESOURCE:
+        topic = state.topics[name]
+        if topic.configs == configs:
+            return False
+        topic.configs = dict(configs)
+        return True
+    if state.broker_configs.get(name, {}) == configs:
+        return False
+    if configs:
+        state.broker_configs[name] = dict(configs)
+    else:
+        state.broker_configs.pop(name, None)
+    return True
+
+
+def pushed_configs(state: ControllerState, resources: list[Resource]) -> list[dict]:
+    """The AlterConfigs resources that tell brokers the current configs of ``resources``:
+    each with its complete set, which replaces what the broker had (topics deleted since
+    are left out)."""
+    pushed = []
+    for resource_type, name in resources:
+        if resource_type == TOPIC_RESOURCE:
+            if name not in state.topics:
+                continue
+            configs = state.topics[name].configs
+        else:
+            configs = state.broker_configs.get(name, {})
+        pushed.append(
+            {
+                "resource_type": resource_type,
+                "resource_name": name,
+                "configs": [{"name": k, "value": v} for k, v in sorted(configs.items())],
+            }
+        )
+    return pushed
+
+
+def concerning(state: ControllerState, resources: list[Resource], node_id: int) -> list[Resource]:
+    """The resources a broker must hear of: broker configs, and the topics it holds a
+    replica of."""
+    return [
+        (resource_type, name)
+        for resource_type, name in resources
+        if resource_type != TOPIC_RESOURCE
+        or (name in state.topics and _hosts(state.topics[name], node_id))
+    ]
+
+
+def _hosts(topic, node_id: int) -> bool:
+    return any(node_id in partition.replicas for partition in topic.partitions)
+
+
+def resources_of_broker(state: ControllerState, node_id: int) -> list[Resource]:
+    """Every config resource a (re)starting broker must hear of: the dynamic broker configs
+    and each topic it holds a replica of (its cached configs may be stale)."""
+    brokers = [(BROKER_RESOURCE, name) for name in sorted(state.broker_configs)]
+    topics = [
+        (TOPIC_RESOURCE, topic.name) for topic in state.topics.values() if _hosts(topic, node_id)
+    ]
+    return brokers + topics

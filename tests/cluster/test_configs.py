@@ -1,0 +1,98 @@
+"""Configs on a cluster: each broker answers for its own broker resource, and a broker that
+was down while configs changed applies the current ones when it registers again."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
+from kio.schema.errors import ErrorCode
+
+from broker.config_model import BROKER_RESOURCE
+from broker.launcher import Cluster
+from protocol import codec
+from protocol.versions import ApiKey
+from tests.cluster.conftest import CONVERGENCE_TIMEOUT
+from tests.conftest import exchange, wait_for
+
+TIMEOUT = 20
+
+
+def _incremental_alter(bootstrap: str, resource_type: int, name: str, key: str, value: str):
+    request = codec.build(
+        codec.request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1),
+        {
+            "resources": [
+                {
+                    "resource_type": resource_type,
+                    "resource_name": name,
+                    "configs": [{"name": key, "config_operation": 0, "value": value}],
+                }
+            ],
+            "validate_only": False,
+        },
+    )
+    (answer,) = exchange(bootstrap, request, 1, timeout=TIMEOUT).responses
+    return answer
+
+
+def test_broker_resources_are_answered_by_their_broker(cluster: Cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "2")]).values()
+    configs = future.result(TIMEOUT)
+    log_dirs = configs["log.dirs"]
+    assert log_dirs.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert log_dirs.value == str(cluster.brokers[2].log_dir)
+
+    # A broker resource naming another broker, sent to broker 1, is refused as Kafka does.
+    answer = _incremental_alter(
+        cluster.brokers[1].bootstrap, BROKER_RESOURCE, "2", "log.retention.ms", "1000"
+    )
+    assert answer.error_code == ErrorCode.invalid_request
+    assert "expected 1" in answer.error_message
+
+
+def test_a_restarted_broker_applies_configs_changed_while_it_was_down(cluster: Cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # One replica, on broker 3: only broker 3 can enforce the topic's max.message.bytes.
+    admin.create_topics([NewTopic("on-three", num_partitions=1, replica_assignment=[[3]])])[
+        "on-three"
+    ].result(TIMEOUT)
+    wait_for(lambda: cluster.leader_of("on-three", 0) == 3, CONVERGENCE_TIMEOUT, "broker 3 to lead")
+    three = cluster.brokers[3]
+    assert three.stop() == 0
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "on-three")
+    resource.add_incremental_config(
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)
+    )
+    (future,) = admin.incremental_alter_configs([resource]).values()
+    future.result(TIMEOUT)
+    answer = _incremental_alter(
+        cluster.brokers[1].bootstrap, BROKER_RESOURCE, "", "log.retention.ms", "3600000"
+    )
+    assert answer.error_code == ErrorCode.none
+
+    three.restart()
+    three.wait_ready(TIMEOUT)
+    wait_for(lambda: cluster.leader_of("on-three", 0) == 3, CONVERGENCE_TIMEOUT, "broker 3 to lead")
+    # A fresh client: the first one may still think broker 3 is gone.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "3")]).values()
+    retention = future.result(TIMEOUT)["log.retention.ms"]
+    assert (retention.value, retention.source) == (
+        "3600000",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+    )
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
+    outcome = []
+    producer.produce("on-three", b"z" * 5000, on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(TIMEOUT)
+    assert outcome[0] is not None and outcome[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
