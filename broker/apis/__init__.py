@@ -32,6 +32,10 @@ class Connection:
     # Set when a broker registers or heartbeats on it: its lifecycle connection to the
     # controller, whose closing hints that the broker died (see ControllerService).
     broker_id: int | None = None
+    # Who is asking, as Kafka's KafkaPrincipal prints it ("User:alice"). A connection that
+    # has not authenticated (a PLAINTEXT listener, or SSL without a client certificate) is
+    # Kafka's anonymous user; authentication (TLS, SASL) replaces it.
+    principal: str = "User:ANONYMOUS"
 
 
 @dataclass(frozen=True, slots=True)
