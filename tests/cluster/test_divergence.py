@@ -86,6 +86,11 @@ def test_former_leader_truncates_unreplicated_records(cluster: Cluster):
     for values in AFTER_FAILOVER:
         assert produce_when_leading(new_leader, TOPIC, 0, values) == next_offset
         next_offset += len(values)
+    # The epoch the new leader wrote in: the last one that has batches. Later epochs (the
+    # former leader, the preferred replica, leads again as soon as it is back in the ISR, and a
+    # stop moves leadership) start with no batch, so only the replica that led them knows them,
+    # as in Kafka, where followers learn epochs from the batches they fetch.
+    epoch_of_new_records = cluster.partition_metadata(TOPIC, 0).leader_epoch
 
     old_leader.restart()
     old_leader.wait_ready()
@@ -97,17 +102,17 @@ def test_former_leader_truncates_unreplicated_records(cluster: Cluster):
     assert [stored[(0, offset)] for offset in range(len(stored))] == expected
 
     # The new leader's epoch starts where the replicated records end, and every replica, the
-    # former leader included, ends up with the same epoch history. Epochs learnt from batches
-    # reach the file when the log flushes, at the latest by a clean shutdown. Stopping every
-    # broker at once moves leadership from each to the next (controlled shutdown), and the
-    # epochs those moves start are recorded only where they happened: they are left out.
-    epoch_before_stop = cluster.partition_metadata(TOPIC, 0).leader_epoch
+    # former leader included, ends up with the same history of the epochs that hold batches.
+    # Epochs learnt from batches reach the file when the log flushes, at the latest by a clean
+    # shutdown.
     for node in replicas:
         cluster.brokers[node].terminate()
     for node in replicas:
         assert cluster.brokers[node].stop() == 0, cluster.brokers[node].log_tail()
     histories = {
-        node: [e for e in leader_epoch_entries(cluster.brokers[node]) if e[0] <= epoch_before_stop]
+        node: [
+            e for e in leader_epoch_entries(cluster.brokers[node]) if e[0] <= epoch_of_new_records
+        ]
         for node in replicas
     }
     history = histories[new_leader_id]
