@@ -30,6 +30,7 @@ Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime pack
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import shutil
@@ -190,8 +191,11 @@ class Node:
 class Workload:
     """The idempotent producer and the checking consumer, each in a thread."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, producer_log: Path) -> None:
         self.bootstrap = bootstrap
+        # librdkafka's idempotence events (epoch bumps, sequence errors, duplicates it was
+        # told of): what explains a duplicate the report finds.
+        self.producer_log = producer_log
         # value -> (partition, offset, sent at, acknowledged at)
         self.acked: dict[bytes, tuple[int, int, float, float]] = {}
         self.failed: list[str] = []
@@ -214,6 +218,10 @@ class Workload:
             thread.join(180)
 
     def _produce(self) -> None:
+        logger = logging.getLogger(f"chaos.producer.{id(self)}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(logging.FileHandler(self.producer_log))
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -223,7 +231,9 @@ class Workload:
                 "message.timeout.ms": 300_000,
                 "retry.backoff.ms": 50,
                 "topic.metadata.refresh.interval.ms": 1000,
-            }
+                "debug": "eos",
+            },
+            logger=logger,
         )
         number = 0
 
@@ -320,7 +330,7 @@ class Chaos:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(60)
         wait(self.isr_full, START_TIMEOUT, "the topic's ISRs")
-        self.workload = Workload(self.bootstrap)
+        self.workload = Workload(self.bootstrap, self.base / "producer.log")
         self.workload.start()
         wait(lambda: len(self.workload.acked) >= 1000, START_TIMEOUT, "the first records")
 
@@ -558,6 +568,7 @@ class Chaos:
         ]
         if died:
             lines.append("NODES THAT DIED ON THEIR OWN (see their logs): " + "; ".join(died))
+        lines += self.explanations(by_value)
         if unread:
             lines.append(
                 f"THE FINAL READ STALLED: {unread} records below the high watermarks were not"
@@ -574,11 +585,50 @@ class Chaos:
             unread=unread,
         )
 
+    def explanations(self, by_value: dict[bytes, list[tuple[int, int]]]) -> list[str]:
+        """What a reader of a failed run needs first: where duplicates are, what the producer
+        was told about its sequences, and the tracebacks in the nodes' logs."""
+        lines = []
+        twice = sorted(
+            (positions, value) for value, positions in by_value.items() if len(positions) > 1
+        )
+        for positions, value in twice[:10]:
+            acked = self.workload.acked.get(value)
+            where = f"acknowledged at {acked[:2]}" if acked else "never acknowledged"
+            lines.append(f"stored twice: {value.decode()} at {positions}, {where}")
+        if twice:
+            events = [
+                line.strip()
+                for line in self.workload.producer_log.read_text(errors="replace").splitlines()
+                if any(word in line for word in ("ERRSEQ", "DUPSEQ", "bump", "FATAL", "fatal"))
+            ]
+            lines.append(f"the producer's sequence events ({len(events)}, last 10):")
+            lines += [f"  {event}" for event in events[-10:]]
+        for node_id, node in sorted(self.nodes.items()):
+            text = node.log.read_text(errors="replace") if node.log.exists() else ""
+            if errors := traceback_endings(text):
+                lines.append(f"{node_name(node_id)} logged {sum(errors.values())} tracebacks:")
+                lines += [f"  {count} x {line}" for line, count in errors.most_common(5)]
+        return lines
+
     def run_at(self, moment: float) -> int | None:
         for run in self.runs:
             if run.started <= moment < run.ended:
                 return id(run)
         return None
+
+
+def traceback_endings(text: str) -> Counter:
+    """The exception line ending each traceback in a log, counted."""
+    endings: Counter = Counter()
+    in_traceback = False
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+        elif in_traceback and line and not line.startswith((" ", "During handling", "The above")):
+            endings[line.strip()[:200]] += 1
+            in_traceback = False
+    return endings
 
 
 def fill_disk(directory: Path) -> Path:
