@@ -57,6 +57,7 @@ from .errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
@@ -403,6 +404,10 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._directory_needs_fsync = False
         self._producers = ProducerStateManager()
+        # Why the last write failed (a full disk), until a write succeeds again: a producer's
+        # batch behind the one that failed is then refused as the storage error it follows
+        # from, not as a sequence gap (see append_as_leader).
+        self._failed_write: str | None = None
         self._epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
         # The log cleaner's position: offsets below it were cleaned (Kafka's
         # cleaner-offset-checkpoint entry); None until the first cleaning. A truncation
@@ -661,7 +666,19 @@ class PartitionLog:
         if codec is not None and any(header.compression != codec for header in headers):
             records = self._recompressed(records, headers, codec)
             headers = self._validated(records)
-        duplicate = self._producers.check_append(headers)
+        try:
+            duplicate = self._producers.check_append(headers)
+        except OutOfOrderSequenceError:
+            if self._failed_write is None:
+                raise
+            # The gap is this log's doing: the producer's earlier batch, in flight ahead of
+            # this one, could not be written. Kafka takes a failed log dir offline, so such a
+            # batch gets KAFKA_STORAGE_ERROR there too; a sequence error instead makes
+            # librdkafka bump its epoch and renumber every unacknowledged message, even ones
+            # already written elsewhere, which then arrive twice (FAULTS.md, "Duplicates").
+            raise StorageError(
+                f"{self.name}: an earlier batch could not be written ({self._failed_write})"
+            ) from None
         if duplicate is not None:
             return AppendResult(
                 duplicate.first_offset,
@@ -738,7 +755,9 @@ class PartitionLog:
                     )
             segment.append(data, headers, now_ms)
         except OSError as error:
+            self._failed_write = error.strerror or str(error)
             raise StorageError(f"{self.name}: append failed: {error}") from error
+        self._failed_write = None
         for header in headers:
             self._producers.record(header)
         self._log_end_offset = headers[-1].last_offset + 1

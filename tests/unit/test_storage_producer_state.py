@@ -1,9 +1,12 @@
+import errno
+
 import pytest
 
 from protocol.errors import Error
 from storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
+    StorageError,
 )
 from storage.log import LogConfig, PartitionLog
 from tests.unit.batch_factory import make_batch
@@ -145,3 +148,34 @@ def test_retention_forgets_producers_with_nothing_left(tmp_path):
     log.delete_segments_by_retention(now_ms=0)
     assert log.producer_state.entry(1) is None
     assert produce(log, 9, producer_id=1).first_offset == 6
+
+
+def test_a_batch_behind_a_failed_write_is_a_storage_error_not_a_gap(tmp_path, monkeypatch):
+    """A full disk fails a batch while the producer's next one is in flight: that one gets
+    KAFKA_STORAGE_ERROR, so the client retries both in order, instead of a sequence error
+    that makes librdkafka bump its epoch and renumber messages that may already be stored."""
+    import storage.segment
+
+    log = open_log(tmp_path, config=LogConfig(segment_bytes=100_000))
+    produce(log, 0)
+    write = storage.segment._write_all
+
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage.segment, "_write_all", disk_full)
+    with pytest.raises(StorageError) as failed:
+        produce(log, 2)
+    assert failed.value.error_code == Error.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(storage.segment, "_write_all", write)
+    with pytest.raises(StorageError) as behind:
+        produce(log, 4)
+    assert behind.value.error_code == Error.KAFKA_STORAGE_ERROR
+    assert "No space left on device" in str(behind.value)
+    assert log.log_end_offset == 2
+    # The retries, in order, are written once the disk has room again; after that a real
+    # gap is a sequence error again.
+    assert produce(log, 2).first_offset == 2
+    assert produce(log, 4).first_offset == 4
+    with pytest.raises(OutOfOrderSequenceError):
+        produce(log, 10)
