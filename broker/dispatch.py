@@ -18,6 +18,7 @@ from protocol.versions import ApiKey, supported_versions
 from .apis import (
     CloseConnection,
     RequestContext,
+    acls,
     admin,
     api_versions,
     configs,
@@ -37,6 +38,7 @@ from .apis import (
     topics,
 )
 from .apis.errors import error_response
+from .apis.inter_node import INTER_NODE_APIS, advertised_versions, inter_node_allowed
 
 log = logging.getLogger("dispatch")
 
@@ -78,6 +80,9 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: configs.handle_alter,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe,
+    ApiKey.CREATE_ACLS: acls.handle_create,
+    ApiKey.DELETE_ACLS: acls.handle_delete,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
@@ -165,7 +170,9 @@ async def dispatch(
     versions = ctx.supported.get(key)
     if versions is None or not versions[0] <= version <= versions[1]:
         if key == ApiKey.API_VERSIONS:
-            return _encode(header, 0, api_versions.unsupported_version_response(ctx.supported))
+            return _encode(
+                header, 0, api_versions.unsupported_version_response(advertised_versions(ctx))
+            )
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
     started = time.perf_counter()
@@ -177,7 +184,17 @@ async def dispatch(
         await ctx.replicas.ready.wait()
     name = _REQUEST_NAMES[key]
     try:
-        data = await HANDLERS[key](ctx, request)
+        if key in INTER_NODE_APIS and not inter_node_allowed(ctx):
+            log.warning(
+                "refused %s from %s on listener %s (%s): not an inter-node connection",
+                name,
+                ctx.connection.host,
+                ctx.listener_name,
+                ctx.connection.principal,
+            )
+            data = error_response(key, request, Error.CLUSTER_AUTHORIZATION_FAILED)
+        else:
+            data = await HANDLERS[key](ctx, request)
     except CloseConnection:
         raise
     except Exception as failure:

@@ -25,10 +25,10 @@ from ..config_model import (
     describe_broker,
     describe_topic,
 )
-from ..controller.service import CONTROLLER_CLIENT_ID
 from ..controller_client import build_request
 from . import RequestContext
 from .forwarding import ForwardingFailed, forward_to_controller
+from .inter_node import inter_node_allowed, is_controller_push
 
 log = logging.getLogger("configs")
 
@@ -185,7 +185,14 @@ def _change_result(resource, error: Error = Error.NONE, message: str | None = No
 
 
 async def handle_alter(ctx: RequestContext, request):
-    if ctx.header.client_id == CONTROLLER_CLIENT_ID and ctx.replicas is not None:
+    if is_controller_push(ctx):
+        if not inter_node_allowed(ctx):
+            return {
+                "responses": [
+                    _change_result(resource, Error.CLUSTER_AUTHORIZATION_FAILED)
+                    for resource in request.resources
+                ]
+            }
         return _apply_pushed(ctx, request)
     return await _alter(ctx, request, ApiKey.ALTER_CONFIGS, incremental=False)
 

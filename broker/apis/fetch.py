@@ -10,7 +10,9 @@ progress, as Kafka does.
 A fetch from a follower (replica_id >= 0) also tells the leader how far that follower got,
 which is what moves the high watermark and grows the ISR; and from Fetch v12 it carries the
 epoch of the follower's last batch, answered with a diverging epoch when the follower's log
-has records the leader's history does not.
+has records the leader's history does not. A follower's fetch follows the inter-node rules
+(apis/inter_node.py) and a consumer's needs READ on the topic when an authorizer is on; the
+topics refused answer TOPIC_AUTHORIZATION_FAILED.
 """
 
 import trio
@@ -18,7 +20,10 @@ import trio
 from protocol.errors import Error
 from storage.errors import StorageError
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import topic_allowed
+from .inter_node import inter_node_allowed
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0
@@ -66,6 +71,9 @@ class _Reader:
         self.ctx = ctx
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
+        # Checked per topic only with an authorizer or from a replica (the inter-node rules):
+        # a consumer's fetch on an unsecured broker pays this one test.
+        self.check_access = ctx.authorizer is not None or self.replica_id >= 0
         self.record_progress = record_progress
         # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
@@ -85,6 +93,13 @@ class _Reader:
             name = topic.topic
             missing = Error.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
+        if self.check_access and name is not None and not self._may_read(name):
+            self.has_error = True
+            refused = [
+                partition_entry(p.partition, Error.TOPIC_AUTHORIZATION_FAILED)
+                for p in topic.partitions
+            ]
+            return {"topic": name, "topic_id": topic_id, "partitions": refused}
         for fetch_partition in topic.partitions:
             index = fetch_partition.partition
             partition, error = self.ctx.replicas.leader_partition(
@@ -99,6 +114,14 @@ class _Reader:
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
+
+    def _may_read(self, topic: str) -> bool:
+        """Kafka's rule: a follower's fetch needs CLUSTER_ACTION (here also the inter-node
+        listener), a consumer's READ on the topic; both refused with
+        TOPIC_AUTHORIZATION_FAILED."""
+        if self.replica_id >= 0:
+            return inter_node_allowed(self.ctx)
+        return topic_allowed(self.ctx, Operation.READ, topic)
 
     def read_partition(self, partition, fetch_partition) -> dict:
         index = fetch_partition.partition

@@ -1,8 +1,13 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp.
+
+With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED.
+"""
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import topic_allowed
 
 EARLIEST = -2
 LATEST = -1
@@ -62,6 +67,18 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
 async def handle(ctx: RequestContext, request) -> dict:
     topics = []
     for topic in request.topics:
+        if not topic_allowed(ctx, Operation.DESCRIBE, topic.name):
+            refused = [
+                {
+                    "partition_index": requested.partition_index,
+                    "error_code": Error.TOPIC_AUTHORIZATION_FAILED,
+                    "timestamp": -1,
+                    "offset": -1,
+                }
+                for requested in topic.partitions
+            ]
+            topics.append({"name": topic.name, "partitions": refused})
+            continue
         seen: set[int] = set()
         partitions = []
         for requested in topic.partitions:
