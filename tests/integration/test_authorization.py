@@ -10,15 +10,20 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewPartitions,
     NewTopic,
     ResourcePatternType,
 )
 from confluent_kafka.admin import ResourceType as AdminResourceType
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.errors import ErrorCode
 
 from broker.authorizer import acls as model
 from broker.authorizer.acls import Operation, PatternType, Permission, ResourceType
-from tests.conftest import wait_for
+from tests.conftest import exchange, wait_for
 from tests.integration.authz import binding, on_cluster
 
 READ, WRITE, DESCRIBE = Operation.READ, Operation.WRITE, Operation.DESCRIBE
@@ -265,3 +270,44 @@ def test_groups_are_listed_described_and_deleted_only_as_the_acls_say(secured):
     with pytest.raises(KafkaException) as refused:
         deleted.result(15)
     assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def test_configs_need_describe_configs_and_alter_configs(secured):
+    broker = secured([MAY_CREATE, binding("tuned", Operation.DESCRIBE_CONFIGS)])
+    create(broker.bootstrap, "tuned")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = ConfigResource(ConfigResource.Type.TOPIC, "tuned")
+    assert "retention.ms" in admin.describe_configs([topic])[topic].result(15)
+    node = ConfigResource(ConfigResource.Type.BROKER, str(broker.node_id))
+    with pytest.raises(KafkaException) as refused:
+        admin.describe_configs([node])[node].result(15)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    change = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        "tuned",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([change])[change].result(15)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    entries = admin.describe_configs([topic])[topic].result(15)
+    assert entries["retention.ms"].value == "604800000"
+
+
+def test_cluster_descriptions_and_record_deletion_need_their_acls(secured):
+    broker = secured([MAY_CREATE, binding("trimmed", WRITE)])
+    create(broker.bootstrap, "trimmed")
+    assert produce_error(broker.bootstrap, "trimmed") == 0
+    # (librdkafka's describe_cluster sends Metadata: the raw DescribeCluster.)
+    described = exchange(
+        broker.bootstrap, DescribeClusterRequest(include_cluster_authorized_operations=False)
+    )
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    assert described.brokers == ()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [deleted] = admin.delete_records([TopicPartition("trimmed", 0, 1)]).values()
+    with pytest.raises(KafkaException) as refused:
+        deleted.result(15)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
