@@ -130,7 +130,7 @@ async def handle(ctx: RequestContext, request) -> dict:
         topics = [
             _topic_entry(topic)
             for topic in ctx.replicas.metadata.topics.values()
-            if topic_allowed(ctx, Operation.DESCRIBE, topic.name)
+            if ctx.authorizer is None or topic_allowed(ctx, Operation.DESCRIBE, topic.name)
         ]
     else:
         topics = [await _resolve(ctx, requested, allow_auto_create) for requested in request.topics]
