@@ -311,3 +311,28 @@ def test_cluster_descriptions_and_record_deletion_need_their_acls(secured):
     with pytest.raises(KafkaException) as refused:
         deleted.result(15)
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_idempotent_producers_need_write_on_some_topic(secured):
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    broker = secured([MAY_CREATE, binding("written", WRITE), binding("read-only", READ)])
+    create(broker.bootstrap, "written", "read-only")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    try:
+        producer.send("written", b"value").get(timeout=15)
+    finally:
+        producer.close()
+    assert end_offset(broker.bootstrap, "written") == 1
+
+    unwritable = secured([MAY_CREATE, binding("read-only", READ)])
+    create(unwritable.bootstrap, "read-only")
+    producer = KafkaProducer(bootstrap_servers=unwritable.bootstrap, acks="all")
+    try:
+        # kafka-python wraps the InitProducerId answer in a fatal error naming it.
+        with pytest.raises(KafkaPythonError, match="ClusterAuthorizationFailedError"):
+            producer.send("read-only", b"value").get(timeout=15)
+    finally:
+        producer.close(timeout=5)
+    assert end_offset(unwritable.bootstrap, "read-only") == 0
