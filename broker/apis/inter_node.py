@@ -6,11 +6,11 @@ follower's Fetch (replica id >= 0), and the controller's config and ACL pushes (
 and CreateAcls on the controller's connection) change what a node serves. They are accepted
 only
 
-* on an inter-node listener, when the node has one of its own: ``inter.broker.listener.name``
-  and the ``controller.listener.names`` among its listeners. Client listeners do not
-  advertise them in ApiVersions and answer them with CLUSTER_AUTHORIZATION_FAILED. A node
-  that names neither (a single-listener dev or test cluster) carries everything on every
-  listener, so its nodes keep reaching one another there;
+* on an inter-node listener: the inter-broker listener (``inter.broker.listener.name``, by
+  default the first listener) and the ``controller.listener.names`` among the node's
+  listeners. Its other listeners are client listeners: they do not advertise these APIs in
+  ApiVersions and answer them with CLUSTER_AUTHORIZATION_FAILED. A node with one listener (a
+  dev or test cluster) carries everything on it;
 * and, when an authorizer is configured, from a principal with CLUSTER_ACTION on the cluster
   (Kafka's rule for these requests).
 """
@@ -37,14 +37,13 @@ INTER_NODE_APIS = frozenset(
 
 
 def inter_node_listeners(config: BrokerConfig) -> frozenset[str] | None:
-    """The node's listeners reserved for the cluster's own traffic, or None when there are
-    none of its own (every listener carries it)."""
+    """The node's listeners that carry the cluster's own traffic, or None when that is all
+    of them: the inter-broker listener (``inter.broker.listener.name``, else the first, as
+    the node registers it) and the ``controller.listener.names`` it has."""
     own = {listener.name for listener in config.listeners}
-    named = set(config.controller_listener_names)
-    if config.inter_broker_listener_name:
-        named.add(config.inter_broker_listener_name)
+    named = {*config.controller_listener_names, config.inter_broker_listener.name}
     internal = frozenset(named & own)
-    return internal if internal and internal != own else None
+    return None if internal == own else internal
 
 
 def on_inter_node_listener(ctx: RequestContext) -> bool:
