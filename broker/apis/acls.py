@@ -1,11 +1,12 @@
 """DescribeAcls, CreateAcls and DeleteAcls.
 
-The controller decides and saves ACL changes (brokers forward CreateAcls and DeleteAcls) and
-pushes the whole ACL set to every broker after each change and when a broker registers, as a
-CreateAcls on its own connection that the broker takes as the replacement of its set (the
-inter-broker requests' rules apply to it: CLUSTER_ACTION, and the inter-broker listener).
-Each node then authorizes, and answers DescribeAcls, from its own copy, as Kafka's brokers do
-from their authorizer's cache.
+The controller decides and saves ACL changes (brokers forward CreateAcls and DeleteAcls). A
+broker loads the whole ACL set from the controller (DescribeAcls) before it registers (see
+controller_client.py); after each change, and when a broker registers again, the controller
+pushes the whole set as a CreateAcls on its own connection, which the broker takes as the
+replacement of its set (the inter-node rules apply to it: CLUSTER_ACTION, and the inter-node
+listener). Each node then authorizes, and answers DescribeAcls, from its own copy, as Kafka's
+brokers do from their authorizer's cache.
 
 As Kafka's AclApis: CLUSTER_AUTHORIZATION_FAILED unless the principal may DESCRIBE (for
 DescribeAcls) or ALTER (for the others) the cluster, SECURITY_DISABLED when no authorizer is

@@ -4,7 +4,14 @@ Every connection is User:ANONYMOUS (see authz.py); the ACLs name it, or User:* f
 """
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -19,6 +26,9 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ResourceType as AdminResourceType
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.describe_log_dirs.v3.request import (
+    DescribeLogDirsRequest as DescribeLogDirsRequestV3,
+)
 from kio.schema.errors import ErrorCode
 
 from broker.authorizer import acls as model
@@ -336,3 +346,16 @@ def test_idempotent_producers_need_write_on_some_topic(secured):
     finally:
         producer.close(timeout=5)
     assert end_offset(unwritable.bootstrap, "read-only") == 0
+
+
+def test_log_dirs_and_elections_need_describe_and_alter_on_the_cluster(secured):
+    broker = secured([MAY_CREATE, binding("elected", DESCRIBE)])
+    create(broker.bootstrap, "elected")
+    # DescribeLogDirs v3 is the first with a top-level error code.
+    described = exchange(broker.bootstrap, DescribeLogDirsRequestV3(topics=None))
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    assert described.results == ()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(KafkaException) as refused:
+        admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elected", 0)]).result(15)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
