@@ -71,9 +71,13 @@ class _Reader:
         self.ctx = ctx
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
-        # Checked per topic only with an authorizer or from a replica (the inter-node rules):
-        # a consumer's fetch on an unsecured broker pays this one test.
-        self.check_access = ctx.authorizer is not None or self.replica_id >= 0
+        # Kafka's rules, refused with TOPIC_AUTHORIZATION_FAILED: a follower's fetch is judged
+        # once by the inter-node rules (CLUSTER_ACTION, here also the listener), a consumer's
+        # per topic (READ) when there is an authorizer.
+        self.refuse_every_topic = self.replica_id >= 0 and not inter_node_allowed(ctx)
+        self.check_topics = ctx.authorizer is not None and self.replica_id < 0
+        # An unsecured consumer's fetch pays this one test per topic.
+        self.check_access = self.refuse_every_topic or self.check_topics
         self.record_progress = record_progress
         # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
@@ -93,7 +97,11 @@ class _Reader:
             name = topic.topic
             missing = Error.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
-        if self.check_access and name is not None and not self._may_read(name):
+        if (
+            self.check_access
+            and name is not None
+            and (self.refuse_every_topic or not topic_allowed(self.ctx, Operation.READ, name))
+        ):
             self.has_error = True
             refused = [
                 partition_entry(p.partition, Error.TOPIC_AUTHORIZATION_FAILED)
@@ -114,14 +122,6 @@ class _Reader:
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
-
-    def _may_read(self, topic: str) -> bool:
-        """Kafka's rule: a follower's fetch needs CLUSTER_ACTION (here also the inter-node
-        listener), a consumer's READ on the topic; both refused with
-        TOPIC_AUTHORIZATION_FAILED."""
-        if self.replica_id >= 0:
-            return inter_node_allowed(self.ctx)
-        return topic_allowed(self.ctx, Operation.READ, topic)
 
     def read_partition(self, partition, fetch_partition) -> dict:
         index = fetch_partition.partition

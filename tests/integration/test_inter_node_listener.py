@@ -1,14 +1,17 @@
 """A node with an inter-node listener of its own keeps the cluster's requests off the client
 listener: not advertised there, refused there (CLUSTER_AUTHORIZATION_FAILED), and a plain
-client's LeaderAndIsr or StopReplica changes nothing."""
+client's LeaderAndIsr, StopReplica or follower's Fetch changes nothing."""
 
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import BrokerId
 
 from broker.launcher import BrokerProcess, free_port
 from protocol import codec
@@ -143,3 +146,34 @@ def test_a_clients_leader_and_isr_and_stop_replica_change_nothing(two_listeners)
     assert produce_error(broker.bootstrap, "kept") == 0
     assert end_offset(broker.bootstrap, "kept") == 2
     assert (broker.log_dir / "kept-0").is_dir()
+
+
+def follower_fetch(name: str) -> FetchRequest:
+    """A fetch claiming to come from replica 1, which would report its progress to the
+    leader and read past the high watermark."""
+    return FetchRequest(
+        replica_id=BrokerId(1),
+        max_wait=datetime.timedelta(milliseconds=0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=(
+            FetchTopic(
+                topic=name,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def test_a_clients_follower_fetch_is_refused_on_the_client_listener(two_listeners):
+    broker, internal = two_listeners
+    create(broker.bootstrap, "replicated")
+    assert produce_error(broker.bootstrap, "replicated") == 0
+    refused = exchange(broker.bootstrap, follower_fetch("replicated"))
+    [partition] = refused.responses[0].partitions
+    assert partition.error_code == ErrorCode.topic_authorization_failed
+    answered = exchange(internal, follower_fetch("replicated"))
+    assert answered.responses[0].partitions[0].error_code == ErrorCode.none
