@@ -206,11 +206,14 @@ class ControllerClient:
                 "permission_type": Permission.ANY,
             },
         )
+        warned = False
         while True:
             try:
                 response = await self._lifecycle.request(request)
             except ControllerUnavailable as error:
-                log.info("waiting for the controller's ACLs: %s", error)
+                if not warned:
+                    log.info("waiting for the controller's ACLs: %s", error)
+                    warned = True
                 await trio.sleep(RETRY_BACKOFF_S)
                 continue
             error = response.error_code.value
