@@ -152,6 +152,30 @@ def _parse_compression_type(text: str) -> str:
     return value
 
 
+# The authorizers Kafka ships; either one selects minibroker's (StandardAuthorizer's rules,
+# which AclAuthorizer shares for everything minibroker checks).
+AUTHORIZER_CLASS_NAMES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+
+
+def _parse_authorizer_class_name(text: str) -> str:
+    name = text.strip()
+    if name and name not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError(f"minibroker implements only {' and '.join(AUTHORIZER_CLASS_NAMES)}")
+    return name
+
+
+def _parse_super_users(text: str) -> frozenset[str]:
+    users = frozenset(part.strip() for part in text.split(";") if part.strip())
+    for user in users:
+        kind, separator, name = user.partition(":")
+        if not separator or not kind or not name:
+            raise ValueError(f"{user!r} is not a principal such as User:alice")
+    return users
+
+
 def _at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _parse_int(text)
@@ -257,6 +281,9 @@ _PROPERTIES: dict[str, _Property] = {
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
     ),
+    "authorizer.class.name": _Property("authorizer_class_name", _parse_authorizer_class_name),
+    "super.users": _Property("super_users", _parse_super_users),
+    "allow.everyone.if.no.acl.found": _Property("allow_everyone_if_no_acl_found", _parse_bool),
 }
 
 # The attributes fed by more than one property, in increasing precision.
@@ -342,6 +369,9 @@ class BrokerConfig:
     group_max_size: int = 2**31 - 1
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
+    authorizer_class_name: str = ""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     unknown: dict[str, str] = field(default_factory=dict)
     # The properties as given (file, then overrides): DescribeConfigs reports these as
     # STATIC_BROKER_CONFIG, and dynamic broker configs are layered over them.

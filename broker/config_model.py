@@ -170,6 +170,7 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
 # These are the properties minibroker reads, and the broker synonyms of every topic config.
 BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "advertised.listeners": (STRING, None),
+    "authorizer.class.name": (STRING, ""),
     "auto.create.topics.enable": (BOOLEAN, "true"),
     "auto.leader.rebalance.enable": (BOOLEAN, "true"),
     "broker.heartbeat.interval.ms": (INT, "2000"),

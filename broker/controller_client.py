@@ -16,6 +16,14 @@ from protocol import codec
 from protocol.errors import Error
 from protocol.versions import SENT_VERSIONS, ApiKey
 
+from .authorizer.acls import (
+    AclBinding,
+    Authorizer,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from .client import CONNECTION_ERRORS, NodeConnection
 from .config import BrokerConfig
 
@@ -92,9 +100,13 @@ def build_request(api_key: int, data: dict):
 class ControllerClient:
     """Registration, heartbeats and requests to the controller, for one broker process."""
 
-    def __init__(self, config: BrokerConfig, cluster_id: str) -> None:
+    def __init__(
+        self, config: BrokerConfig, cluster_id: str, authorizer: Authorizer | None = None
+    ) -> None:
         self.config = config
         self.cluster_id = cluster_id
+        # A broker-only node's authorizer, which gets the cluster's ACLs before registering.
+        self.authorizer = authorizer if not config.is_controller else None
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self._lifecycle = _Channel(config, f"broker-{config.node_id}-lifecycle")
@@ -175,7 +187,62 @@ class ControllerClient:
                 await trio.sleep(RETRY_BACKOFF_S)
         return False
 
+    async def _load_acls(self) -> None:
+        """Take the cluster's ACLs from the controller (DescribeAcls) before registering.
+
+        Registering makes the controller send this broker its requests, which the broker
+        accepts only from a principal with CLUSTER_ACTION: it must know the ACLs first. Later
+        changes come pushed by the controller (apis/acls.py).
+        """
+        request = build_request(
+            ApiKey.DESCRIBE_ACLS,
+            {
+                "resource_type_filter": ResourceType.ANY,
+                "resource_name_filter": None,
+                "pattern_type_filter": PatternType.ANY,
+                "principal_filter": None,
+                "host_filter": None,
+                "operation": Operation.ANY,
+                "permission_type": Permission.ANY,
+            },
+        )
+        warned = False
+        while True:
+            try:
+                response = await self._lifecycle.request(request)
+            except ControllerUnavailable as error:
+                if not warned:
+                    log.info("waiting for the controller's ACLs: %s", error)
+                    warned = True
+                await trio.sleep(RETRY_BACKOFF_S)
+                continue
+            error = response.error_code.value
+            if error == Error.NONE:
+                break
+            if error == Error.SECURITY_DISABLED:
+                log.warning("the controller has no authorizer: this broker knows no ACLs")
+                return
+            log.warning("the controller refused its ACLs: %s; retrying", response.error_code.name)
+            await trio.sleep(RETRY_BACKOFF_S)
+        bindings = [
+            AclBinding(
+                resource.resource_type,
+                resource.resource_name,
+                resource.pattern_type,
+                acl.principal,
+                acl.host,
+                acl.operation,
+                acl.permission_type,
+            )
+            for resource in response.resources
+            for acl in resource.acls
+        ]
+        self.authorizer.replace_acls(bindings)
+        log.info("ACLs from the controller: %d binding(s)", len(bindings))
+
     async def _register(self) -> None:
+        if self.authorizer is not None:
+            await self._load_acls()
         inter_broker = self.config.inter_broker_listener
         # The inter-broker listener goes first: the controller reaches the broker there.
         listeners = [inter_broker] + [

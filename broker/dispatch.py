@@ -18,6 +18,7 @@ from protocol.versions import ApiKey, supported_versions
 from .apis import (
     CloseConnection,
     RequestContext,
+    acls,
     admin,
     api_versions,
     configs,
@@ -37,17 +38,39 @@ from .apis import (
     topics,
 )
 from .apis.errors import error_response
+from .apis.inter_node import INTER_NODE_APIS, advertised_versions, inter_node_allowed
 
 log = logging.getLogger("dispatch")
+
+
+def _inter_node_only(handler):
+    """The handler of an inter-node API, behind the inter-node rules (apis/inter_node.py):
+    a connection that may not send it is answered CLUSTER_AUTHORIZATION_FAILED. Wrapping the
+    handler keeps the check off every other request's path."""
+
+    async def checked(ctx: RequestContext, request):
+        if inter_node_allowed(ctx):
+            return await handler(ctx, request)
+        log.warning(
+            "refused %s from %s on listener %s (%s): not an inter-node connection",
+            ApiKey(ctx.header.api_key).name,
+            ctx.connection.host,
+            ctx.listener_name,
+            ctx.connection.principal,
+        )
+        return error_response(ctx.header.api_key, request, Error.CLUSTER_AUTHORIZATION_FAILED)
+
+    return checked
+
 
 HANDLERS = {
     ApiKey.PRODUCE: produce.handle,
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.METADATA: metadata.handle,
-    ApiKey.LEADER_AND_ISR: inter_broker.handle_leader_and_isr,
-    ApiKey.STOP_REPLICA: inter_broker.handle_stop_replica,
-    ApiKey.UPDATE_METADATA: inter_broker.handle_update_metadata,
+    ApiKey.LEADER_AND_ISR: _inter_node_only(inter_broker.handle_leader_and_isr),
+    ApiKey.STOP_REPLICA: _inter_node_only(inter_broker.handle_stop_replica),
+    ApiKey.UPDATE_METADATA: _inter_node_only(inter_broker.handle_update_metadata),
     ApiKey.API_VERSIONS: api_versions.handle,
     ApiKey.CREATE_TOPICS: topics.handle_create,
     ApiKey.DELETE_TOPICS: topics.handle_delete,
@@ -55,10 +78,10 @@ HANDLERS = {
     ApiKey.INIT_PRODUCER_ID: producer_ids.handle,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
     ApiKey.DESCRIBE_CONFIGS: configs.handle_describe,
-    ApiKey.ALTER_PARTITION: controller_apis.handle_alter_partition,
-    ApiKey.BROKER_REGISTRATION: controller_apis.handle_broker_registration,
-    ApiKey.BROKER_HEARTBEAT: controller_apis.handle_broker_heartbeat,
-    ApiKey.ALLOCATE_PRODUCER_IDS: controller_apis.handle_allocate_producer_ids,
+    ApiKey.ALTER_PARTITION: _inter_node_only(controller_apis.handle_alter_partition),
+    ApiKey.BROKER_REGISTRATION: _inter_node_only(controller_apis.handle_broker_registration),
+    ApiKey.BROKER_HEARTBEAT: _inter_node_only(controller_apis.handle_broker_heartbeat),
+    ApiKey.ALLOCATE_PRODUCER_IDS: _inter_node_only(controller_apis.handle_allocate_producer_ids),
     ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
     ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
     ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
@@ -78,9 +101,15 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: configs.handle_alter,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe,
+    ApiKey.CREATE_ACLS: acls.handle_create,
+    ApiKey.DELETE_ACLS: acls.handle_delete,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"
+)
+assert all(HANDLERS[key].__name__ == "checked" for key in INTER_NODE_APIS), (
+    "every inter-node API is behind the inter-node rules"
 )
 
 
@@ -165,7 +194,9 @@ async def dispatch(
     versions = ctx.supported.get(key)
     if versions is None or not versions[0] <= version <= versions[1]:
         if key == ApiKey.API_VERSIONS:
-            return _encode(header, 0, api_versions.unsupported_version_response(ctx.supported))
+            return _encode(
+                header, 0, api_versions.unsupported_version_response(advertised_versions(ctx))
+            )
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
     started = time.perf_counter()

@@ -27,6 +27,7 @@ from storage.log import LogConfig
 from storage.log_manager import LogManager
 
 from .apis import CloseConnection, Connection, RequestContext
+from .authorizer import authorizer_from_config
 from .config import BrokerConfig
 from .controller.service import ControllerService
 from .controller_client import ControllerClient, discover_cluster_id
@@ -79,6 +80,8 @@ class BrokerServer:
         self.controller: ControllerService | None = None
         self.coordinator: GroupCoordinator | None = None
         self.metrics = BrokerMetrics()
+        # One per node, shared by its controller (which keeps its ACLs) and its handlers.
+        self.authorizer = authorizer_from_config(config)
         self._stopping = False
         # Set once the node serves: an error after that is not a failure to start.
         self.serving = False
@@ -96,6 +99,7 @@ class BrokerServer:
             self.metrics,
             self.coordinator,
             connection,
+            self.authorizer,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -153,11 +157,12 @@ class BrokerServer:
                     self.cluster_id,
                     monotonic_ms,
                     self.metrics,
+                    authorizer=self.authorizer,
                 )
                 await control.start(self.controller.run)
             controller_client = None
             if self.config.is_broker:
-                controller_client = ControllerClient(self.config, self.cluster_id)
+                controller_client = ControllerClient(self.config, self.cluster_id, self.authorizer)
                 self.replicas = ReplicaManager(
                     self.config, self.log_manager, controller_client, self.metrics
                 )

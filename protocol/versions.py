@@ -35,6 +35,9 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DELETE_RECORDS = 21
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -68,6 +71,9 @@ COMMON_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (0, 3),
+    ApiKey.CREATE_ACLS: (0, 3),
+    ApiKey.DELETE_ACLS: (0, 3),
 }
 
 # What a node with the broker role adds.
@@ -120,6 +126,8 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.DELETE_TOPICS: 6,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.CREATE_ACLS: 3,
+    ApiKey.DESCRIBE_ACLS: 3,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)
@@ -163,6 +171,9 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.ALTER_CONFIGS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.DESCRIBE_LOG_DIRS: 2,
+    ApiKey.DESCRIBE_ACLS: 2,
+    ApiKey.CREATE_ACLS: 2,
+    ApiKey.DELETE_ACLS: 2,
     ApiKey.ALTER_PARTITION: 0,
     ApiKey.BROKER_REGISTRATION: 0,
     ApiKey.BROKER_HEARTBEAT: 0,

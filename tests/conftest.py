@@ -47,11 +47,17 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
     """
     started: list[BrokerProcess] = []
 
-    def start(overrides: dict[str, object] | None = None) -> BrokerProcess:
+    def start(
+        overrides: dict[str, object] | None = None,
+        prepare: Callable[[Path], None] | None = None,
+    ) -> BrokerProcess:
+        """``prepare(log_dir)`` runs before the broker starts (to seed its data)."""
         node_id = len(started) + 1
-        broker = BrokerProcess.start(
-            node_id=node_id, log_dir=tmp_path / f"node-{node_id}" / "data", overrides=overrides
-        )
+        log_dir = tmp_path / f"node-{node_id}" / "data"
+        if prepare is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            prepare(log_dir)
+        broker = BrokerProcess.start(node_id=node_id, log_dir=log_dir, overrides=overrides)
         started.append(broker)
         broker.wait_ready(BROKER_READY_TIMEOUT)
         return broker

@@ -13,6 +13,7 @@ from protocol.framing import RequestHeader
 from ..config import BrokerConfig
 
 if TYPE_CHECKING:
+    from ..authorizer.acls import Authorizer
     from ..controller.service import ControllerService
     from ..coordinator.service import GroupCoordinator
     from ..metrics import BrokerMetrics
@@ -56,6 +57,8 @@ class RequestContext:
     metrics: "BrokerMetrics"
     coordinator: "GroupCoordinator | None" = None
     connection: Connection = field(default_factory=Connection)
+    # None unless authorizer.class.name is set (see apis/authorization.py).
+    authorizer: "Authorizer | None" = None
 
     @property
     def version(self) -> int:

@@ -7,12 +7,18 @@ on their next fetch, and whole segments below it go at the next retention pass. 
 only once every replica has moved (DelayedDeleteRecords); here the leader's move is the
 answer, and a follower elected before it caught up may serve the deleted records again until
 it does.
+
+With an authorizer, Kafka's rules: DescribeCluster needs DESCRIBE on the cluster
+(CLUSTER_AUTHORIZATION_FAILED), DeleteRecords DELETE on each topic
+(TOPIC_AUTHORIZATION_FAILED).
 """
 
 from protocol.errors import Error
 from storage.errors import OffsetOutOfRangeError
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import cluster_allowed, topic_allowed
 from .metadata import brokers_on_listener
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
@@ -22,6 +28,16 @@ HIGH_WATERMARK = -1
 
 
 async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
+    if not cluster_allowed(ctx, Operation.DESCRIBE):
+        return {
+            "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": None,
+            "endpoint_type": getattr(request, "endpoint_type", 1),
+            "cluster_id": ctx.cluster_id,
+            "controller_id": -1,
+            "brokers": (),
+            "cluster_authorized_operations": _OPERATIONS_OMITTED,
+        }
     return {
         "error_code": Error.NONE,
         "error_message": None,
@@ -40,6 +56,8 @@ def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> 
     def answer(error: Error, low_watermark: int = -1) -> dict:
         return {"partition_index": index, "low_watermark": low_watermark, "error_code": error}
 
+    if not topic_allowed(ctx, Operation.DELETE, topic):
+        return answer(Error.TOPIC_AUTHORIZATION_FAILED)
     partition, error = ctx.replicas.leader_partition(topic, index)
     if error != Error.NONE:
         return answer(error)

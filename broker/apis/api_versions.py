@@ -3,6 +3,7 @@
 from protocol.errors import Error
 
 from . import RequestContext
+from .inter_node import advertised_versions
 
 
 def api_keys(supported: dict[int, tuple[int, int]]) -> list[dict]:
@@ -22,4 +23,4 @@ def unsupported_version_response(supported: dict[int, tuple[int, int]]) -> dict:
 
 
 async def handle(ctx: RequestContext, request) -> dict:
-    return {"error_code": Error.NONE, "api_keys": api_keys(ctx.supported)}
+    return {"error_code": Error.NONE, "api_keys": api_keys(advertised_versions(ctx))}

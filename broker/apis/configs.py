@@ -6,6 +6,10 @@ it, as each Kafka broker does (clients send a broker resource to that broker). A
 the controller for a topic's overrides; changes are forwarded to the controller, which saves
 them and pushes them to every broker (an AlterConfigs on its own connection, which the
 broker applies to its logs at once).
+
+With an authorizer, Kafka's rules: DESCRIBE_CONFIGS (to describe) or ALTER_CONFIGS (to change)
+on the topic for a topic resource (TOPIC_AUTHORIZATION_FAILED), on the cluster for broker and
+logger resources (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 import logging
@@ -14,6 +18,7 @@ from protocol import codec
 from protocol.errors import Error
 from protocol.versions import ApiKey
 
+from ..authorizer.acls import Operation
 from ..config_model import (
     BROKER_LOGGER_RESOURCE,
     BROKER_RESOURCE,
@@ -25,10 +30,11 @@ from ..config_model import (
     describe_broker,
     describe_topic,
 )
-from ..controller.service import CONTROLLER_CLIENT_ID
 from ..controller_client import build_request
 from . import RequestContext
+from .authorization import cluster_allowed, topic_allowed
 from .forwarding import ForwardingFailed, forward_to_controller
+from .inter_node import inter_node_allowed, is_controller_push
 
 log = logging.getLogger("configs")
 
@@ -129,13 +135,38 @@ def _loggers(keys) -> list[dict]:
     return entries
 
 
+def _refusal(ctx: RequestContext, resource, operation: Operation) -> Error | None:
+    """The authorization error for a config resource, or None when it may be handled."""
+    if ctx.authorizer is None:
+        return None
+    if resource.resource_type == TOPIC_RESOURCE:
+        allowed = topic_allowed(ctx, operation, resource.resource_name)
+        return None if allowed else Error.TOPIC_AUTHORIZATION_FAILED
+    if resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+        allowed = cluster_allowed(ctx, operation)
+        return None if allowed else Error.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
 async def handle_describe(ctx: RequestContext, request):
     include_synonyms = getattr(request, "include_synonyms", False)
-    topics = [r.resource_name for r in request.resources if r.resource_type == TOPIC_RESOURCE]
+    refusals = {
+        index: refusal
+        for index, resource in enumerate(request.resources)
+        if (refusal := _refusal(ctx, resource, Operation.DESCRIBE_CONFIGS)) is not None
+    }
+    topics = [
+        r.resource_name
+        for index, r in enumerate(request.resources)
+        if r.resource_type == TOPIC_RESOURCE and index not in refusals
+    ]
     overrides = await _topic_overrides(ctx, topics)
     layers = _layers(ctx)
     results = []
-    for resource in request.resources:
+    for index, resource in enumerate(request.resources):
+        if index in refusals:
+            results.append(_result(resource, refusals[index]))
+            continue
         keys = resource.configuration_keys
         name = resource.resource_name
         if resource.resource_type == TOPIC_RESOURCE:
@@ -185,7 +216,14 @@ def _change_result(resource, error: Error = Error.NONE, message: str | None = No
 
 
 async def handle_alter(ctx: RequestContext, request):
-    if ctx.header.client_id == CONTROLLER_CLIENT_ID and ctx.replicas is not None:
+    if is_controller_push(ctx):
+        if not inter_node_allowed(ctx):
+            return {
+                "responses": [
+                    _change_result(resource, Error.CLUSTER_AUTHORIZATION_FAILED)
+                    for resource in request.resources
+                ]
+            }
         return _apply_pushed(ctx, request)
     return await _alter(ctx, request, ApiKey.ALTER_CONFIGS, incremental=False)
 
@@ -203,7 +241,9 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
     answered: dict[int, dict] = {}
     for index, resource in enumerate(request.resources):
         name = resource.resource_name
-        if resource.resource_type == BROKER_RESOURCE and name:
+        if (refusal := _refusal(ctx, resource, Operation.ALTER_CONFIGS)) is not None:
+            answered[index] = _change_result(resource, refusal)
+        elif resource.resource_type == BROKER_RESOURCE and name:
             refusal = _broker_name_error(ctx, name, empty_allowed=False)
             if refusal:
                 answered[index] = _change_result(resource, Error.INVALID_REQUEST, refusal)

@@ -2,14 +2,23 @@
 
 On the controller node it is handled there; a broker forwards it and relays the answer. When
 the controller cannot be reached every partition named gets REQUEST_TIMED_OUT (retriable).
+With an authorizer it needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 """
 
+from protocol.errors import Error
+from protocol.versions import ApiKey
+
+from ..authorizer.acls import Operation
 from . import RequestContext
-from .forwarding import ForwardingFailed
-from .topics import _decided_by_controller as decided_by_controller
+from .authorization import cluster_allowed
+from .errors import error_response
+from .forwarding import ForwardingFailed, decided_by_controller
 
 
 async def handle_elect_leaders(ctx: RequestContext, request):
+    if not cluster_allowed(ctx, Operation.ALTER):
+        return error_response(ApiKey.ELECT_LEADERS, request, Error.CLUSTER_AUTHORIZATION_FAILED)
+
     def refused(failure: ForwardingFailed) -> dict:
         return {
             "error_code": failure.error,

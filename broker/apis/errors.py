@@ -250,6 +250,10 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
                 for topic in request.topics
             ],
         }
+    if api_key == ApiKey.CREATE_ACLS:
+        return {"results": [{"error_code": error} for _ in request.creations]}
+    if api_key == ApiKey.DELETE_ACLS:
+        return {"filter_results": [{"error_code": error} for _ in request.filters]}
     # The rest carry one top-level error code; these fields complete their required parts.
     return {
         "error_code": error,

@@ -10,7 +10,9 @@ progress, as Kafka does.
 A fetch from a follower (replica_id >= 0) also tells the leader how far that follower got,
 which is what moves the high watermark and grows the ISR; and from Fetch v12 it carries the
 epoch of the follower's last batch, answered with a diverging epoch when the follower's log
-has records the leader's history does not.
+has records the leader's history does not. A follower's fetch follows the inter-node rules
+(apis/inter_node.py) and a consumer's needs READ on the topic when an authorizer is on; the
+topics refused answer TOPIC_AUTHORIZATION_FAILED.
 """
 
 import trio
@@ -18,7 +20,10 @@ import trio
 from protocol.errors import Error
 from storage.errors import StorageError
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import topic_allowed
+from .inter_node import inter_node_allowed
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0
@@ -66,6 +71,13 @@ class _Reader:
         self.ctx = ctx
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
+        # Kafka's rules, refused with TOPIC_AUTHORIZATION_FAILED: a follower's fetch is judged
+        # once by the inter-node rules (CLUSTER_ACTION, here also the listener), a consumer's
+        # per topic (READ) when there is an authorizer.
+        self.refuse_every_topic = self.replica_id >= 0 and not inter_node_allowed(ctx)
+        self.check_topics = ctx.authorizer is not None and self.replica_id < 0
+        # An unsecured consumer's fetch pays this one test per topic.
+        self.check_access = self.refuse_every_topic or self.check_topics
         self.record_progress = record_progress
         # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
@@ -85,6 +97,17 @@ class _Reader:
             name = topic.topic
             missing = Error.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
+        if (
+            self.check_access
+            and name is not None
+            and (self.refuse_every_topic or not topic_allowed(self.ctx, Operation.READ, name))
+        ):
+            self.has_error = True
+            refused = [
+                partition_entry(p.partition, Error.TOPIC_AUTHORIZATION_FAILED)
+                for p in topic.partitions
+            ]
+            return {"topic": name, "topic_id": topic_id, "partitions": refused}
         for fetch_partition in topic.partitions:
             index = fetch_partition.partition
             partition, error = self.ctx.replicas.leader_partition(

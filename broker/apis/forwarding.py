@@ -34,3 +34,14 @@ async def forward_to_controller(ctx: RequestContext, request):
     except ControllerUnavailable as error:
         log.warning("cannot forward %s: %s", type(request).__name__, error)
         raise ForwardingFailed(str(error)) from None
+
+
+async def decided_by_controller(ctx: RequestContext, request, method: str, refused):
+    """The controller's answer: its ``method`` on the controller node, the forwarded
+    request's answer on a broker, ``refused(failure)`` when the controller is unreachable."""
+    if ctx.controller is not None:
+        return await getattr(ctx.controller, method)(request)
+    try:
+        return await forward_to_controller(ctx, request)
+    except ForwardingFailed as failure:
+        return refused(failure)

@@ -5,15 +5,22 @@ Each handler translates its request (every version) into a call on the group coo
 (broker/coordinator) and its answer back into the version-neutral response description.
 FindCoordinator creates `__consumer_offsets` on first use and names the leader of the
 group's partition, on the listener the client came in on.
+
+With an authorizer, Kafka's rules (GROUP_AUTHORIZATION_FAILED): DESCRIBE on the group to find
+its coordinator and to describe it, READ to join, sync, heartbeat and leave, DELETE to delete
+it; ListGroups lists every group to a principal that may DESCRIBE the cluster, else only the
+groups it may DESCRIBE.
 """
 
 from functools import partial
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation, ResourceType
 from ..coordinator.service import OFFSETS_TOPIC
 from ..coordinator.state import JoinRequest, JoinResult
 from . import RequestContext
+from .authorization import allowed, cluster_allowed, group_allowed
 from .topics import create_topics_through_controller
 
 GROUP_KEY_TYPE = 0
@@ -37,9 +44,13 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
         }
 
     if key_type != GROUP_KEY_TYPE:
+        if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         return answer(
             Error.COORDINATOR_NOT_AVAILABLE, "minibroker has no transaction coordinator yet"
         )
+    if not group_allowed(ctx, Operation.DESCRIBE, key):
+        return answer(Error.GROUP_AUTHORIZATION_FAILED)
     coordinator = ctx.coordinator
     error = await coordinator.ensure_offsets_topic(partial(create_topics_through_controller, ctx))
     if error != Error.NONE:
@@ -87,6 +98,9 @@ def _join_response(ctx: RequestContext, result) -> dict:
 async def handle_join_group(ctx: RequestContext, request) -> dict:
     if not request.group_id:
         return _join_response(ctx, JoinResult(Error.INVALID_GROUP_ID, member_id=request.member_id))
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        refused = JoinResult(Error.GROUP_AUTHORIZATION_FAILED, member_id=request.member_id)
+        return _join_response(ctx, refused)
     session_timeout_ms = _millis(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     join = JoinRequest(
@@ -109,6 +123,8 @@ async def handle_join_group(ctx: RequestContext, request) -> dict:
 async def handle_sync_group(ctx: RequestContext, request) -> dict:
     if not request.group_id:
         return {"error_code": Error.INVALID_GROUP_ID, "assignment": b""}
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "assignment": b""}
     result = await ctx.coordinator.sync(
         request.group_id,
         request.member_id,
@@ -129,6 +145,8 @@ async def handle_sync_group(ctx: RequestContext, request) -> dict:
 async def handle_heartbeat(ctx: RequestContext, request) -> dict:
     if not request.group_id:
         return {"error_code": Error.INVALID_GROUP_ID}
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return {"error_code": Error.GROUP_AUTHORIZATION_FAILED}
     error = ctx.coordinator.heartbeat(
         request.group_id,
         request.member_id,
@@ -145,6 +163,8 @@ async def handle_leave_group(ctx: RequestContext, request) -> dict:
         members = [(request.member_id, None)]
     if not request.group_id:
         return {"error_code": Error.INVALID_GROUP_ID, "members": ()}
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "members": ()}
     results = ctx.coordinator.leave(request.group_id, members)
     if ctx.version < 3:
         return {"error_code": results[0]}
@@ -163,6 +183,10 @@ async def handle_list_groups(ctx: RequestContext, request) -> dict:
     states = {state.lower() for state in getattr(request, "states_filter", ())}
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
     error, listed = ctx.coordinator.list_groups()
+    if not cluster_allowed(ctx, Operation.DESCRIBE):
+        listed = [
+            group for group in listed if group_allowed(ctx, Operation.DESCRIBE, group.group_id)
+        ]
     groups = [
         {
             "group_id": group.group_id,
@@ -213,6 +237,9 @@ def _described(group_id: str, error: Error, group) -> dict:
 async def handle_describe_groups(ctx: RequestContext, request) -> dict:
     groups = []
     for group_id in request.groups:
+        if not group_allowed(ctx, Operation.DESCRIBE, group_id):
+            groups.append(_described(group_id, Error.GROUP_AUTHORIZATION_FAILED, None))
+            continue
         error, group = ctx.coordinator.describe(group_id)
         groups.append(_described(group_id, error, group))
     return {"groups": groups}
@@ -221,7 +248,9 @@ async def handle_describe_groups(ctx: RequestContext, request) -> dict:
 async def handle_delete_groups(ctx: RequestContext, request) -> dict:
     results = []
     for group_id in request.groups_names:
-        results.append(
-            {"group_id": group_id, "error_code": await ctx.coordinator.delete_group(group_id)}
-        )
+        if not group_allowed(ctx, Operation.DELETE, group_id):
+            error = Error.GROUP_AUTHORIZATION_FAILED
+        else:
+            error = await ctx.coordinator.delete_group(group_id)
+        results.append({"group_id": group_id, "error_code": error})
     return {"results": results}

@@ -1,8 +1,15 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp.
+
+With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED;
+a follower's request (replica id >= 0) follows the inter-node rules instead.
+"""
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import topic_allowed
+from .inter_node import inter_node_allowed
 
 EARLIEST = -2
 LATEST = -1
@@ -61,7 +68,23 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
 
 async def handle(ctx: RequestContext, request) -> dict:
     topics = []
+    from_replica = getattr(request, "replica_id", -1) >= 0
+    replica_allowed = not from_replica or inter_node_allowed(ctx)
     for topic in request.topics:
+        if not replica_allowed or (
+            not from_replica and not topic_allowed(ctx, Operation.DESCRIBE, topic.name)
+        ):
+            refused = [
+                {
+                    "partition_index": requested.partition_index,
+                    "error_code": Error.TOPIC_AUTHORIZATION_FAILED,
+                    "timestamp": -1,
+                    "offset": -1,
+                }
+                for requested in topic.partitions
+            ]
+            topics.append({"name": topic.name, "partitions": refused})
+            continue
         seen: set[int] = set()
         partitions = []
         for requested in topic.partitions:

@@ -3,7 +3,9 @@
 Per directory: the partitions whose logs live there with their size on disk and offset lag
 (the high watermark minus the log end offset, never below zero, as Kafka reports it for a
 current replica), and from v4 the file system's total and usable bytes. There are no
-future replicas here (no AlterReplicaLogDirs), so is_future_key is always false.
+future replicas here (no AlterReplicaLogDirs), so is_future_key is always false. With an
+authorizer it needs DESCRIBE on the cluster: otherwise CLUSTER_AUTHORIZATION_FAILED and no
+directories, as Kafka answers.
 """
 
 import os
@@ -11,7 +13,9 @@ from pathlib import Path
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import cluster_allowed
 
 
 def _disk_space(directory: Path) -> tuple[int, int]:
@@ -30,6 +34,8 @@ def _wanted(request) -> dict[str, set[int]] | None:
 
 
 async def handle_describe(ctx: RequestContext, request) -> dict:
+    if not cluster_allowed(ctx, Operation.DESCRIBE):
+        return {"error_code": Error.CLUSTER_AUTHORIZATION_FAILED, "results": ()}
     wanted = _wanted(request)
     by_directory: dict[Path, dict[str, list[dict]]] = {
         Path(directory): {} for directory in ctx.config.log_dirs

@@ -4,14 +4,20 @@ A broker answers from its metadata cache (UpdateMetadata). As KRaft brokers do, 
 live broker (itself) as the controller, since clients cannot talk to the controller itself.
 Topics requested by name that do not exist are created through the controller when the
 request allows it (v4+, always before) and auto.create.topics.enable is on.
+
+With an authorizer, as Kafka: topics the principal may not DESCRIBE are left out of an
+all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named; auto-creation needs
+CREATE on the cluster or the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
 """
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation
 from ..controller.state import ControllerError, validate_topic_name
 from ..coordinator.service import OFFSETS_TOPIC
 from ..replica_manager import ReplicaManager
 from . import RequestContext
+from .authorization import may_create_topic, topic_allowed
 from .topics import create_topic_with_defaults
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
@@ -71,7 +77,11 @@ async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> d
         topic = cache.topic_by_id(topic_id)
         if topic is None:
             return _error_entry(None, topic_id, Error.UNKNOWN_TOPIC_ID)
+        if not topic_allowed(ctx, Operation.DESCRIBE, topic.name):
+            return _error_entry(None, topic_id, Error.TOPIC_AUTHORIZATION_FAILED)
         return _topic_entry(topic)
+    if not topic_allowed(ctx, Operation.DESCRIBE, name):
+        return _error_entry(name, None, Error.TOPIC_AUTHORIZATION_FAILED)
     topic = cache.topic(name)
     if topic is not None:
         return _topic_entry(topic)
@@ -79,6 +89,8 @@ async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> d
         return _error_entry(name, None, Error.UNKNOWN_TOPIC_OR_PARTITION)
     if not _valid_name(name):
         return _error_entry(name, None, Error.INVALID_TOPIC_EXCEPTION)
+    if not may_create_topic(ctx, name):
+        return _error_entry(name, None, Error.TOPIC_AUTHORIZATION_FAILED)
     error = await create_topic_with_defaults(ctx, name)
     topic = cache.topic(name)
     if topic is not None:
@@ -115,7 +127,11 @@ async def handle(ctx: RequestContext, request) -> dict:
             for topic in request.topics
         ]
     elif request.topics is None:
-        topics = [_topic_entry(topic) for topic in ctx.replicas.metadata.topics.values()]
+        topics = [
+            _topic_entry(topic)
+            for topic in ctx.replicas.metadata.topics.values()
+            if ctx.authorizer is None or topic_allowed(ctx, Operation.DESCRIBE, topic.name)
+        ]
     else:
         topics = [await _resolve(ctx, requested, allow_auto_create) for requested in request.topics]
     return {

@@ -4,11 +4,17 @@ Clients (kafka-python on a rising leader epoch, librdkafka on a seek with an epo
 detect that their position is past a truncation point. The leader answers from its leader
 epoch cache: the end of an epoch is the start of the next one, the current epoch ends at the
 log end offset.
+
+With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED;
+a request from a replica (replica id >= 0) follows the inter-node rules instead.
 """
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation
 from . import RequestContext
+from .authorization import topic_allowed
+from .inter_node import inter_node_allowed
 
 
 def _answer(ctx: RequestContext, topic: str, requested) -> dict:
@@ -29,13 +35,25 @@ def _answer(ctx: RequestContext, topic: str, requested) -> dict:
     return entry
 
 
-async def handle(ctx: RequestContext, request) -> dict:
+def _refused(requested) -> dict:
     return {
-        "topics": [
-            {
-                "topic": topic.topic,
-                "partitions": [_answer(ctx, topic.topic, p) for p in topic.partitions],
-            }
-            for topic in request.topics
-        ]
+        "error_code": Error.TOPIC_AUTHORIZATION_FAILED,
+        "partition": requested.partition,
+        "leader_epoch": -1,
+        "end_offset": -1,
     }
+
+
+async def handle(ctx: RequestContext, request) -> dict:
+    from_replica = getattr(request, "replica_id", -1) >= 0
+    replica_allowed = not from_replica or inter_node_allowed(ctx)
+    topics = []
+    for topic in request.topics:
+        if replica_allowed and (
+            from_replica or topic_allowed(ctx, Operation.DESCRIBE, topic.topic)
+        ):
+            partitions = [_answer(ctx, topic.topic, p) for p in topic.partitions]
+        else:
+            partitions = [_refused(p) for p in topic.partitions]
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return {"topics": topics}

@@ -2,12 +2,21 @@
 
 The group coordinator (broker/coordinator) stores them in `__consumer_offsets`; these
 handlers only translate requests of every version and shape the answers.
+
+With an authorizer, Kafka's rules: committing needs READ on the group
+(GROUP_AUTHORIZATION_FAILED for every partition) and on each topic
+(TOPIC_AUTHORIZATION_FAILED for that topic's partitions, the others are committed); fetching
+needs DESCRIBE on the group, and a topic the principal may not DESCRIBE is refused when named
+and left out of an all-topics answer; OffsetDelete needs DELETE on the group and READ on each
+topic.
 """
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation
 from ..coordinator.service import CommitRequest
 from . import RequestContext
+from .authorization import group_allowed, topic_allowed
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -26,15 +35,30 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
         for topic in request.topics
         for partition in topic.partitions
     }
-    results = await ctx.coordinator.commit(
-        CommitRequest(
-            request.group_id,
-            generation,
-            request.member_id,
-            getattr(request, "group_instance_id", None),
-            offsets,
+    results: dict = {}
+    if ctx.authorizer is not None:
+        if not group_allowed(ctx, Operation.READ, request.group_id):
+            results = dict.fromkeys(offsets, Error.GROUP_AUTHORIZATION_FAILED)
+        else:
+            refused = {topic.name for topic in request.topics} - {
+                topic.name
+                for topic in request.topics
+                if topic_allowed(ctx, Operation.READ, topic.name)
+            }
+            results = {
+                key: Error.TOPIC_AUTHORIZATION_FAILED for key in offsets if key[0] in refused
+            }
+        offsets = {key: value for key, value in offsets.items() if key not in results}
+    if offsets:
+        results |= await ctx.coordinator.commit(
+            CommitRequest(
+                request.group_id,
+                generation,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                offsets,
+            )
         )
-    )
     return {
         "topics": [
             {
@@ -61,19 +85,31 @@ def _fetched_group(ctx: RequestContext, group_id: str, topics) -> dict:
             for topic in topics
             for index in getattr(topic, "partition_indexes", ())
         ]
-    error, committed = ctx.coordinator.fetch_offsets(group_id, wanted)
+    if not group_allowed(ctx, Operation.DESCRIBE, group_id):
+        error, committed = Error.GROUP_AUTHORIZATION_FAILED, dict.fromkeys(wanted or ())
+    else:
+        error, committed = ctx.coordinator.fetch_offsets(group_id, wanted)
     if error != Error.NONE and wanted is not None and ctx.version < 2:
         # v0-1 have no group-level error: every partition carries it.
         committed = dict.fromkeys(wanted)
     by_topic: dict[str, list[dict]] = {}
+    described: dict[str, bool] = {}
     for (topic, index), value in committed.items():
+        partition_error = error if ctx.version < 2 else Error.NONE
+        if ctx.authorizer is not None and error == Error.NONE:
+            if topic not in described:
+                described[topic] = topic_allowed(ctx, Operation.DESCRIBE, topic)
+            if not described[topic]:
+                if wanted is None:
+                    continue  # all topics asked for: the refused ones are left out
+                partition_error, value = Error.TOPIC_AUTHORIZATION_FAILED, None
         by_topic.setdefault(topic, []).append(
             {
                 "partition_index": index,
                 "committed_offset": value.offset if value else NO_OFFSET,
                 "committed_leader_epoch": value.leader_epoch if value else NO_LEADER_EPOCH,
                 "metadata": value.metadata if value else "",
-                "error_code": error if ctx.version < 2 else Error.NONE,
+                "error_code": partition_error,
             }
         )
     return {
@@ -96,14 +132,26 @@ async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
 
 
 async def handle_offset_delete(ctx: RequestContext, request) -> dict:
+    if not group_allowed(ctx, Operation.DELETE, request.group_id):
+        return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "topics": ()}
     partitions = [
         (topic.name, partition.partition_index)
         for topic in request.topics
         for partition in topic.partitions
+        if topic_allowed(ctx, Operation.READ, topic.name)
     ]
     error, results = await ctx.coordinator.delete_offsets(request.group_id, partitions)
     if error != Error.NONE:
         return {"error_code": error, "topics": ()}
+    results = {
+        **{
+            (topic.name, partition.partition_index): Error.TOPIC_AUTHORIZATION_FAILED
+            for topic in request.topics
+            for partition in topic.partitions
+            if not topic_allowed(ctx, Operation.READ, topic.name)
+        },
+        **results,
+    }
     by_topic: dict[str, list[dict]] = {}
     for (topic, index), partition_error in results.items():
         by_topic.setdefault(topic, []).append(

@@ -20,9 +20,11 @@ import logging
 from protocol.errors import Error
 from storage.errors import StorageError
 
+from ..authorizer.acls import Operation
 from ..coordinator.service import OFFSETS_TOPIC
 from ..replica_manager import PendingAck
 from . import CloseConnection, RequestContext
+from .authorization import may_create_topic, topic_allowed
 from .topics import create_topic_with_defaults
 
 log = logging.getLogger("produce")
@@ -91,8 +93,13 @@ def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[Pend
 
 
 async def _ensure_topic(ctx: RequestContext, name: str) -> None:
-    """Auto-create a produced-to topic; if that fails its partitions answer UNKNOWN_TOPIC."""
-    if ctx.replicas.metadata.topic(name) is None and ctx.config.auto_create_topics_enable:
+    """Auto-create a produced-to topic (with an authorizer, only for a principal that may
+    create it); if that fails its partitions answer UNKNOWN_TOPIC."""
+    if (
+        ctx.replicas.metadata.topic(name) is None
+        and ctx.config.auto_create_topics_enable
+        and may_create_topic(ctx, name)
+    ):
         await create_topic_with_defaults(ctx, name)
 
 
@@ -101,12 +108,16 @@ async def handle(ctx: RequestContext, request) -> dict | None:
     responses = []
     pending: list[PendingAck] = []
     for topic in request.topic_data:
-        if acks_valid and request.transactional_id is None:
+        # Kafka's order: WRITE on the topic first; nothing of a refused topic is appended.
+        authorized = ctx.authorizer is None or topic_allowed(ctx, Operation.WRITE, topic.name)
+        if acks_valid and request.transactional_id is None and authorized:
             await _ensure_topic(ctx, topic.name)
         partitions = []
         for data in topic.partition_data:
             if not acks_valid:
                 result = _result(Error.INVALID_REQUIRED_ACKS)
+            elif not authorized:
+                result = _result(Error.TOPIC_AUTHORIZATION_FAILED)
             elif request.transactional_id is not None:
                 result = _result(
                     Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

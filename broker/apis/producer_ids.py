@@ -5,17 +5,37 @@ come from blocks the controller allocates (AllocateProducerIds) and persists, so
 unique across the cluster and never reused across restarts. A producer that sends back its id
 and epoch (KIP-360, v3+) gets the epoch bumped, which resets its sequences. Transactional ids
 are refused: minibroker has no transaction coordinator yet.
+
+With an authorizer, Kafka 3.x's rules: a transactional id needs WRITE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from protocol.errors import Error
 
+from ..authorizer.acls import Operation, ResourceType
 from ..controller_client import ControllerUnavailable
 from . import RequestContext
+from .authorization import allowed, any_topic_allowed, cluster_allowed
 
 MAX_EPOCH = 32767
 
 
+def _refusal(ctx: RequestContext, request) -> Error | None:
+    transactional_id = request.transactional_id
+    if transactional_id is not None:
+        if not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not (
+        cluster_allowed(ctx, Operation.IDEMPOTENT_WRITE) or any_topic_allowed(ctx, Operation.WRITE)
+    ):
+        return Error.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
 async def handle(ctx: RequestContext, request) -> dict:
+    if ctx.authorizer is not None and (refusal := _refusal(ctx, request)) is not None:
+        return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
     if request.transactional_id is not None:
         return {"error_code": Error.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
     producer_id = getattr(request, "producer_id", -1)

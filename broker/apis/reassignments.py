@@ -1,12 +1,24 @@
 """AlterPartitionReassignments and ListPartitionReassignments (KIP-455): moving partitions
-to other brokers, decided and tracked by the controller; brokers forward both."""
+to other brokers, decided and tracked by the controller; brokers forward both. With an
+authorizer, Kafka's rules: ALTER on the cluster to reassign, DESCRIBE to list
+(CLUSTER_AUTHORIZATION_FAILED)."""
 
+from protocol.errors import Error
+from protocol.versions import ApiKey
+
+from ..authorizer.acls import Operation
 from . import RequestContext
-from .forwarding import ForwardingFailed
-from .topics import _decided_by_controller as decided_by_controller
+from .authorization import cluster_allowed
+from .errors import error_response
+from .forwarding import ForwardingFailed, decided_by_controller
 
 
 async def handle_alter(ctx: RequestContext, request):
+    if not cluster_allowed(ctx, Operation.ALTER):
+        return error_response(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, Error.CLUSTER_AUTHORIZATION_FAILED
+        )
+
     def refused(failure: ForwardingFailed) -> dict:
         return {
             "error_code": failure.error,
@@ -31,6 +43,9 @@ async def handle_alter(ctx: RequestContext, request):
 
 
 async def handle_list(ctx: RequestContext, request):
+    if not cluster_allowed(ctx, Operation.DESCRIBE):
+        return {"error_code": Error.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
+
     def refused(failure: ForwardingFailed) -> dict:
         return {"error_code": failure.error, "error_message": str(failure), "topics": ()}
 

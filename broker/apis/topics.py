@@ -3,72 +3,149 @@
 On the controller node they are handled there; a broker forwards them and relays the answer.
 When the controller cannot be reached, every topic gets REQUEST_TIMED_OUT (retriable), as a
 Kafka broker answers when its forwarding times out.
+
+With an authorizer the receiving node checks each topic first, as Kafka's KafkaApis does:
+CREATE on the cluster or the topic for CreateTopics, DELETE for DeleteTopics, ALTER for
+CreatePartitions. Refused topics answer TOPIC_AUTHORIZATION_FAILED and the controller decides
+only the others.
 """
+
+import dataclasses
+from collections.abc import Callable
 
 from protocol.errors import Error
 from protocol.versions import ApiKey
 
+from ..authorizer.acls import Operation
 from ..controller_client import build_request
 from . import RequestContext
-from .forwarding import ForwardingFailed, forward_to_controller
+from .authorization import may_create_topic, topic_allowed
+from .forwarding import ForwardingFailed, decided_by_controller, forward_to_controller
+
+# One response entry for a topic of the request: (topic, error, message) -> entry.
+Refusal = Callable[[object, Error, str | None], dict]
 
 
-async def _decided_by_controller(ctx: RequestContext, request, method: str, refused):
-    """The controller's answer: its ``method`` on the controller node, the forwarded
-    request's answer on a broker, ``refused(failure)`` when the controller is unreachable."""
-    if ctx.controller is not None:
-        return await getattr(ctx.controller, method)(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
-        return refused(failure)
+async def _decided_by_controller(
+    ctx: RequestContext, request, *, method: str, items: str, results: str, refused: Refusal
+):
+    """The controller's answer; when it is unreachable, ``refused`` entries for every topic
+    (the request's ``items``) under the response's ``results``."""
+
+    def unreachable(failure: ForwardingFailed) -> dict:
+        entries = [refused(item, failure.error, str(failure)) for item in getattr(request, items)]
+        return {results: entries}
+
+    return await decided_by_controller(ctx, request, method, unreachable)
+
+
+async def _decided_if_allowed(
+    ctx: RequestContext, request, allowed: Callable[[object], bool], **how
+):
+    """As _decided_by_controller, for the topics that ``allowed(topic)``; the others are
+    answered TOPIC_AUTHORIZATION_FAILED here."""
+    items, results, refused = how["items"], how["results"], how["refused"]
+    every = getattr(request, items)
+    if ctx.authorizer is None or all(allowed(item) for item in every):
+        return await _decided_by_controller(ctx, request, **how)
+    kept = tuple(item for item in every if allowed(item))
+    answers: list = []
+    if kept:
+        narrowed = dataclasses.replace(request, **{items: kept})
+        response = await _decided_by_controller(ctx, narrowed, **how)
+        if isinstance(response, dict):
+            answers = list(response[results])
+        else:
+            answers = [dataclasses.asdict(entry) for entry in getattr(response, results)]
+    denied = [
+        refused(item, Error.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+        for item in every
+        if not allowed(item)
+    ]
+    return {results: denied + answers}
+
+
+def _created_entry(topic, error: Error, message: str | None) -> dict:
+    return {
+        "name": topic.name,
+        "topic_id": None,
+        "error_code": error,
+        "error_message": message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+    }
 
 
 async def handle_create(ctx: RequestContext, request):
-    def refused(failure: ForwardingFailed) -> dict:
-        return {
-            "topics": [
-                {
-                    "name": topic.name,
-                    "topic_id": None,
-                    "error_code": failure.error,
-                    "error_message": str(failure),
-                    "num_partitions": -1,
-                    "replication_factor": -1,
-                }
-                for topic in request.topics
-            ]
-        }
-
-    return await _decided_by_controller(ctx, request, "create_topics", refused)
+    return await _decided_if_allowed(
+        ctx,
+        request,
+        lambda topic: may_create_topic(ctx, topic.name),
+        method="create_topics",
+        items="topics",
+        results="topics",
+        refused=_created_entry,
+    )
 
 
 async def handle_delete(ctx: RequestContext, request):
-    def refused(failure: ForwardingFailed) -> dict:
-        if hasattr(request, "topic_names"):
-            targets = [(name, None) for name in request.topic_names]
-        else:
-            targets = [(topic.name, topic.topic_id) for topic in request.topics]
-        return {
-            "responses": [
-                {"name": name, "topic_id": topic_id, "error_code": failure.error}
-                for name, topic_id in targets
-            ]
-        }
+    if hasattr(request, "topic_names"):
 
-    return await _decided_by_controller(ctx, request, "delete_topics", refused)
+        def refused(name, error: Error, message: str | None) -> dict:
+            return {"name": name, "topic_id": None, "error_code": error}
+
+        return await _decided_if_allowed(
+            ctx,
+            request,
+            lambda name: topic_allowed(ctx, Operation.DELETE, name),
+            method="delete_topics",
+            items="topic_names",
+            results="responses",
+            refused=refused,
+        )
+
+    def refused_topic(topic, error: Error, message: str | None) -> dict:
+        return {"name": topic.name, "topic_id": topic.topic_id, "error_code": error}
+
+    def allowed(topic) -> bool:
+        name = topic.name or _name_of_id(ctx, topic.topic_id)
+        # A topic id nobody knows is the controller's to answer (UNKNOWN_TOPIC_ID).
+        return name is None or topic_allowed(ctx, Operation.DELETE, name)
+
+    return await _decided_if_allowed(
+        ctx,
+        request,
+        allowed,
+        method="delete_topics",
+        items="topics",
+        results="responses",
+        refused=refused_topic,
+    )
+
+
+def _name_of_id(ctx: RequestContext, topic_id) -> str | None:
+    if topic_id is None:
+        return None
+    if ctx.replicas is not None:
+        topic = ctx.replicas.metadata.topic_by_id(topic_id)
+    else:
+        topic = ctx.controller.state.topic_by_id(topic_id)
+    return None if topic is None else topic.name
 
 
 async def handle_create_partitions(ctx: RequestContext, request):
-    def refused(failure: ForwardingFailed) -> dict:
-        return {
-            "results": [
-                {"name": topic.name, "error_code": failure.error, "error_message": str(failure)}
-                for topic in request.topics
-            ]
-        }
+    def refused(topic, error: Error, message: str | None) -> dict:
+        return {"name": topic.name, "error_code": error, "error_message": message}
 
-    return await _decided_by_controller(ctx, request, "create_partitions", refused)
+    return await _decided_if_allowed(
+        ctx,
+        request,
+        lambda topic: topic_allowed(ctx, Operation.ALTER, topic.name),
+        method="create_partitions",
+        items="topics",
+        results="results",
+        refused=refused,
+    )
 
 
 async def create_topic_with_defaults(ctx: RequestContext, name: str) -> Error:

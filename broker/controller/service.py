@@ -26,10 +26,12 @@ from protocol.versions import ApiKey
 from storage.log import LogConfig
 from storage.producer_ids import ProducerIdAllocator
 
+from ..authorizer.acls import Authorizer
 from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
 from ..config_model import TOPIC_RESOURCE, BrokerLayers, describe_topic, dynamic_topic_defaults
 from ..metrics import BrokerMetrics
+from . import acls as acl_transitions
 from . import configs as config_transitions
 from . import state as transitions
 from .state import ControllerError, ControllerState, PartitionChange, TopicState
@@ -159,8 +161,12 @@ class ControllerService:
         clock_ms,
         metrics: BrokerMetrics,
         rng: random.Random | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.config = config
+        # This node's authorizer, which the controller keeps up to date with the ACLs it
+        # decides (the other nodes hear of them by a pushed CreateAcls).
+        self.authorizer = authorizer
         self._static_unclean_leader_election = config.unclean_leader_election_enable
         self.metrics = metrics
         self._leaders: dict[tuple[str, int], int] = {}
@@ -182,6 +188,8 @@ class ControllerService:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
         self.state = self.store.load()
         self._apply_dynamic_defaults()
+        if self.authorizer is not None:
+            self.authorizer.replace_acls(self.state.acls)
         now = self.clock_ms()
         for broker in self.state.brokers.values():
             broker.last_heartbeat_ms = now  # a restarted controller gives everyone a session
@@ -495,6 +503,8 @@ class ControllerService:
             listener.port,
             broker_epoch,
         )
+        # It knows no ACLs yet after a restart, and may have missed changes while fenced.
+        self._push_acls(only_to=request.broker_id)
         # Its cached topic configs and dynamic configs may be stale: the current ones first.
         self._push_configs(
             config_transitions.resources_of_broker(self.state, request.broker_id),
@@ -962,6 +972,46 @@ class ControllerService:
                 )
                 events.append(self._channel(node_id).enqueue(request))
         return events
+
+    async def create_acls(self, request) -> dict:
+        """CreateAcls: decided, saved, applied here and pushed to every live broker;
+        answered once they have them (or after a few seconds), so that the client's next
+        request meets the new ACLs on any broker."""
+        results, changed = acl_transitions.create_acls(self.state, request.creations)
+        if changed:
+            await self._acls_changed()
+        return {"results": results}
+
+    async def delete_acls(self, request) -> dict:
+        """DeleteAcls: as CreateAcls."""
+        results, changed = acl_transitions.delete_acls(self.state, request.filters)
+        if changed:
+            await self._acls_changed()
+        return {"filter_results": results}
+
+    async def _acls_changed(self) -> None:
+        self.store.save(self.state)
+        log.info("ACLs changed: %d binding(s) now", len(self.state.acls))
+        if self.authorizer is not None:
+            self.authorizer.replace_acls(self.state.acls)
+        await self._await_delivery(self._push_acls(), CONFIG_DELIVERY_S)
+
+    def _push_acls(self, only_to: int | None = None) -> list[trio.Event]:
+        """Tell brokers the whole ACL set (a CreateAcls on the controller's channel, which
+        they take as a replacement of theirs), so each authorizes on its own. A node that is
+        the controller too has them already; without an authorizer there is nothing to tell."""
+        if self.authorizer is None:
+            return []
+        request = codec.build(
+            codec.request_class(ApiKey.CREATE_ACLS, 3),
+            {"creations": acl_transitions.pushed_acls(self.state)},
+        )
+        recipients = [only_to] if only_to is not None else self.state.live_brokers()
+        return [
+            self._channel(node_id).enqueue(request)
+            for node_id in recipients
+            if node_id != self.node_id
+        ]
 
     def _config_layers(self) -> BrokerLayers:
         return BrokerLayers(

@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from ..authorizer.acls import AclBinding
+
 NO_LEADER = -1
 
 UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
@@ -152,6 +154,8 @@ class ControllerState:
     next_broker_epoch: int = 1
     # Dynamic broker configs by resource name: "" for the cluster default, else a broker id.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The cluster's ACLs, in creation order (see controller/acls.py).
+    acls: list[AclBinding] = field(default_factory=list)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from broker.authorizer.acls import AclBinding
 from broker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
 from storage.checkpoint import write_file_atomically
 
@@ -65,6 +66,7 @@ def _state_to_dict(state: ControllerState) -> dict:
             for topic in state.topics.values()
         ],
         "broker_configs": state.broker_configs,
+        "acls": [asdict(binding) for binding in state.acls],
     }
 
 
@@ -102,6 +104,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             topics={topic.name: topic for topic in topics},
             next_broker_epoch=data["next_broker_epoch"],
             broker_configs=data.get("broker_configs", {}),
+            acls=[AclBinding(**binding) for binding in data.get("acls", [])],
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

@@ -1,0 +1,71 @@
+"""The requests only nodes of the cluster send one another, and who may send them.
+
+LeaderAndIsr, StopReplica and UpdateMetadata (controller to broker), AlterPartition,
+BrokerRegistration, BrokerHeartbeat and AllocateProducerIds (broker to controller), a
+follower's Fetch (replica id >= 0), and the controller's config and ACL pushes (AlterConfigs
+and CreateAcls on the controller's connection) change what a node serves. They are accepted
+only
+
+* on an inter-node listener: the inter-broker listener (``inter.broker.listener.name``, by
+  default the first listener) and the ``controller.listener.names`` among the node's
+  listeners. Its other listeners are client listeners: they do not advertise these APIs in
+  ApiVersions and answer them with CLUSTER_AUTHORIZATION_FAILED. A node with one listener (a
+  dev or test cluster) carries everything on it;
+* and, when an authorizer is configured, from a principal with CLUSTER_ACTION on the cluster
+  (Kafka's rule for these requests).
+"""
+
+from protocol.versions import ApiKey
+
+from ..authorizer.acls import Operation
+from ..config import BrokerConfig
+from ..controller.service import CONTROLLER_CLIENT_ID
+from . import RequestContext
+from .authorization import cluster_allowed
+
+INTER_NODE_APIS = frozenset(
+    {
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.STOP_REPLICA,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.ALTER_PARTITION,
+        ApiKey.BROKER_REGISTRATION,
+        ApiKey.BROKER_HEARTBEAT,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
+    }
+)
+
+
+def inter_node_listeners(config: BrokerConfig) -> frozenset[str] | None:
+    """The node's listeners that carry the cluster's own traffic, or None when that is all
+    of them: the inter-broker listener (``inter.broker.listener.name``, else the first, as
+    the node registers it) and the ``controller.listener.names`` it has."""
+    own = {listener.name for listener in config.listeners}
+    named = {*config.controller_listener_names, config.inter_broker_listener.name}
+    internal = frozenset(named & own)
+    return None if internal == own else internal
+
+
+def on_inter_node_listener(ctx: RequestContext) -> bool:
+    internal = inter_node_listeners(ctx.config)
+    return internal is None or ctx.listener_name in internal
+
+
+def inter_node_allowed(ctx: RequestContext) -> bool:
+    """Whether this connection may send the cluster's own requests (see the module)."""
+    return on_inter_node_listener(ctx) and cluster_allowed(ctx, Operation.CLUSTER_ACTION)
+
+
+def is_controller_push(ctx: RequestContext) -> bool:
+    """A request the broker applies as the controller's word (configs, ACLs) rather than
+    deciding it: sent on the controller's connection, recognised by its client id. Whether
+    the sender may say so is :func:`inter_node_allowed`'s question."""
+    return ctx.header.client_id == CONTROLLER_CLIENT_ID and ctx.replicas is not None
+
+
+def advertised_versions(ctx: RequestContext) -> dict[int, tuple[int, int]]:
+    """What ApiVersions lists on this connection's listener: client listeners of a node with
+    an inter-node listener leave out the inter-node APIs."""
+    if on_inter_node_listener(ctx):
+        return ctx.supported
+    return {key: versions for key, versions in ctx.supported.items() if key not in INTER_NODE_APIS}
