@@ -136,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from .server import BrokerServer
 
-    server = BrokerServer(config)
+    try:
+        server = BrokerServer(config)
+    except ConfigError as error:
+        print(f"minibroker: {error}", file=sys.stderr)
+        return 2
     try:
         trio.run(server.run)
     except (

@@ -34,6 +34,7 @@ from .apis import (
     produce,
     producer_ids,
     reassignments,
+    sasl,
     topics,
 )
 from .apis.errors import error_response
@@ -78,6 +79,8 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: configs.handle_alter,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
+    ApiKey.SASL_HANDSHAKE: sasl.handle_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.handle_authenticate,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..coordinator.service import GroupCoordinator
     from ..metrics import BrokerMetrics
     from ..replica_manager import ReplicaManager
+    from .sasl import SaslSession
 
 
 class CloseConnection(Exception):
@@ -36,6 +37,8 @@ class Connection:
     # has not authenticated (a PLAINTEXT listener, or SSL without a client certificate) is
     # Kafka's anonymous user; authentication (TLS, SASL) replaces it.
     principal: str = "User:ANONYMOUS"
+    # On a SASL listener: the connection's authentication state (apis.sasl.SaslSession).
+    sasl: "SaslSession | None" = None
 
 
 @dataclass(frozen=True, slots=True)

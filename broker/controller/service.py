@@ -30,6 +30,7 @@ from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
 from ..config_model import TOPIC_RESOURCE, BrokerLayers, describe_topic, dynamic_topic_defaults
 from ..metrics import BrokerMetrics
+from ..security import ClientSecurity, client_security
 from . import configs as config_transitions
 from . import state as transitions
 from .state import ControllerError, ControllerState, PartitionChange, TopicState
@@ -126,7 +127,11 @@ class BrokerChannel:
                         if connection is not None:
                             await connection.aclose()
                         address = (broker.host, broker.port)
-                        connection = await NodeConnection.connect(*address, CONTROLLER_CLIENT_ID)
+                        connection = await NodeConnection.connect(
+                            *address,
+                            CONTROLLER_CLIENT_ID,
+                            self._service.security_for(broker.listeners),
+                        )
                     with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
                         response = await connection.request(request)
                     # AlterConfigs has no top-level error code; its pushes are always applied.
@@ -173,6 +178,7 @@ class ControllerService:
         self.state: ControllerState = ControllerState()
         self._channels: dict[int, BrokerChannel] = {}
         self._nursery: trio.Nursery | None = None
+        self._client_security: dict[str, ClientSecurity] = {}
 
     @property
     def node_id(self) -> int:
@@ -272,6 +278,14 @@ class ControllerService:
                 self._propagate(changes)
 
     # -- telling brokers ----------------------------------------------------------------
+
+    def security_for(self, listeners: dict[str, tuple[str, int]]) -> "ClientSecurity":
+        """How to connect to a broker's inter-broker listener (the first it registered): with
+        this node's settings for that listener name, as Kafka's controller channel does."""
+        name = next(iter(listeners), "PLAINTEXT")
+        if name not in self._client_security:
+            self._client_security[name] = client_security(self.config, name)
+        return self._client_security[name]
 
     def _channel(self, node_id: int) -> BrokerChannel:
         channel = self._channels.get(node_id)
