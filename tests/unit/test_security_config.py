@@ -192,3 +192,27 @@ def test_certificate_principal_is_the_subject_as_rfc_2253_writes_it():
         certificate_principal({"subject": subject}) == "User:CN=alice,OU=eng,O=Example\\, Inc.,C=US"
     )
     assert certificate_principal(None) == "User:ANONYMOUS"
+
+
+async def test_the_principal_of_a_real_tls_client_certificate(pem_files):
+    """getpeercert() after a real handshake, as the server sees it: Kafka's principal."""
+    import trio
+    import trio.testing
+
+    ca = trustme.CA()
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.configure_trust(server_context)
+    server_context.verify_mode = ssl.CERT_REQUIRED
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    ca.issue_cert(
+        common_name="alice", organization_name="Example", organization_unit_name="eng"
+    ).configure_cert(client_context)
+    client_raw, server_raw = trio.testing.memory_stream_pair()
+    server = trio.SSLStream(server_raw, server_context, server_side=True)
+    client = trio.SSLStream(client_raw, client_context, server_hostname="127.0.0.1")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.do_handshake)
+        await server.do_handshake()
+    assert certificate_principal(server.getpeercert()) == "User:CN=alice,OU=eng,O=Example"
