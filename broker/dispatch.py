@@ -35,6 +35,7 @@ from .apis import (
     producer_ids,
     reassignments,
     sasl,
+    scram_credentials,
     topics,
 )
 from .apis.errors import error_response
@@ -81,6 +82,8 @@ HANDLERS = {
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
     ApiKey.SASL_HANDSHAKE: sasl.handle_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.handle_authenticate,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"

@@ -334,5 +334,5 @@ def bootstrap_scram_credentials(config: BrokerConfig) -> ScramCredentials:
     """The SCRAM credential table a node starts with (see bootstrap_scram_users)."""
     credentials = ScramCredentials()
     for mechanism, user, password in bootstrap_scram_users(config):
-        credentials.set(mechanism, user, sasl.new_credential(mechanism, password))
+        credentials.configure(mechanism, user, sasl.new_credential(mechanism, password))
     return credentials

@@ -115,6 +115,7 @@ class BrokerServer:
             self.metrics,
             self.coordinator,
             connection,
+            self.scram_credentials,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -173,6 +174,7 @@ class BrokerServer:
                     monotonic_ms,
                     self.metrics,
                 )
+                self.controller.local_scram_credentials = self.scram_credentials
                 await control.start(self.controller.run)
             controller_client = None
             if self.config.is_broker:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..coordinator.service import GroupCoordinator
     from ..metrics import BrokerMetrics
     from ..replica_manager import ReplicaManager
-    from .sasl import SaslSession
+    from .sasl import SaslSession, ScramCredentials
 
 
 class CloseConnection(Exception):
@@ -59,6 +59,8 @@ class RequestContext:
     metrics: "BrokerMetrics"
     coordinator: "GroupCoordinator | None" = None
     connection: Connection = field(default_factory=Connection)
+    # The SCRAM credentials this node authenticates with (apis.sasl.ScramCredentials).
+    scram_credentials: "ScramCredentials | None" = None
 
     @property
     def version(self) -> int:

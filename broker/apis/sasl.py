@@ -30,20 +30,29 @@ def _now_ms() -> int:
 
 
 class ScramCredentials:
-    """Every SCRAM credential this node can check, by mechanism and user: those bootstrapped
-    from configuration and those the controller pushes."""
+    """Every SCRAM credential this node can check, by mechanism and user: those the
+    controller stores (AlterUserScramCredentials), which win, and those bootstrapped from
+    configuration (broker.security.bootstrap_scram_users)."""
 
     def __init__(self) -> None:
-        self._credentials: dict[tuple[str, str], sasl.ScramCredential] = {}
+        self._configured: dict[tuple[str, str], sasl.ScramCredential] = {}
+        self._stored: dict[tuple[str, str], sasl.ScramCredential] = {}
 
     def get(self, mechanism: str, user: str) -> sasl.ScramCredential | None:
-        return self._credentials.get((mechanism, user))
+        key = (mechanism, user)
+        return self._stored.get(key) or self._configured.get(key)
 
-    def set(self, mechanism: str, user: str, credential: sasl.ScramCredential) -> None:
-        self._credentials[(mechanism, user)] = credential
+    def configure(self, mechanism: str, user: str, credential: sasl.ScramCredential) -> None:
+        self._configured[(mechanism, user)] = credential
 
-    def delete(self, mechanism: str, user: str) -> None:
-        self._credentials.pop((mechanism, user), None)
+    def store(self, mechanism: str, user: str, credential: sasl.ScramCredential) -> None:
+        self._stored[(mechanism, user)] = credential
+
+    def forget(self, mechanism: str, user: str) -> None:
+        self._stored.pop((mechanism, user), None)
+
+    def forget_stored(self) -> None:
+        self._stored.clear()
 
 
 @dataclass

@@ -152,6 +152,9 @@ class ControllerState:
     next_broker_epoch: int = 1
     # Dynamic broker configs by resource name: "" for the cluster default, else a broker id.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # SCRAM credentials by user, then mechanism name ("SCRAM-SHA-512"): salt, stored key and
+    # server key (base64) and iterations, as Kafka keeps them; never a password.
+    scram_credentials: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

@@ -65,6 +65,7 @@ def _state_to_dict(state: ControllerState) -> dict:
             for topic in state.topics.values()
         ],
         "broker_configs": state.broker_configs,
+        "scram_credentials": state.scram_credentials,
     }
 
 
@@ -102,6 +103,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             topics={topic.name: topic for topic in topics},
             next_broker_epoch=data["next_broker_epoch"],
             broker_configs=data.get("broker_configs", {}),
+            scram_credentials=data.get("scram_credentials", {}),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

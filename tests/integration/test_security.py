@@ -403,3 +403,72 @@ def test_a_broker_with_a_missing_keystore_does_not_start(tmp_path: Path):
         time.sleep(0.1)
     assert process.exit_code == 2
     assert "ssl.keystore.location" in process.log_tail()
+
+
+def test_scram_users_managed_with_confluent_kafkas_admin_client(secure_broker):
+    """AlterUserScramCredentials creates a user who can then log in with SCRAM;
+    DescribeUserScramCredentials shows mechanisms and iterations but no secret; deleting the
+    credential locks the user out again."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": secure_broker.process.bootstrap})
+    user = f"user-{uuid.uuid4().hex[:6]}"
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    created = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion(user, info, b"fresh-secret")]
+    )
+    created[user].result(timeout=CLIENT_TIMEOUT)
+
+    described = admin.describe_user_scram_credentials([user])
+    infos = described[user].result(timeout=CLIENT_TIMEOUT).scram_credential_infos
+    assert [(item.mechanism, item.iterations) for item in infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)
+    ]
+
+    settings = client_settings(secure_broker, "SASL_SSL", sasl.SCRAM_SHA_512)
+    settings.update({"sasl.username": user, "sasl.password": "fresh-secret"})
+    assert kcat_round_trip(settings) == MESSAGES
+
+    deleted = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)]
+    )
+    deleted[user].result(timeout=CLIENT_TIMEOUT)
+    refused = run_kcat(settings, "-L")
+    assert refused.returncode != 0
+    assert sasl.scram_failed(sasl.SCRAM_SHA_512) in refused.stderr.decode()
+
+    missing = admin.describe_user_scram_credentials([user])
+    with pytest.raises(Exception, match="nonexistent"):
+        missing[user].result(timeout=CLIENT_TIMEOUT)
+
+
+def test_unacceptable_scram_credentials_get_kafkas_errors(secure_broker):
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": secure_broker.process.bootstrap})
+    few = admin.alter_user_scram_credentials(
+        [
+            UserScramCredentialUpsertion(
+                "few", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"pw"
+            )
+        ]
+    )
+    with pytest.raises(Exception, match="Too few iterations"):
+        few["few"].result(timeout=CLIENT_TIMEOUT)
+    absent = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256)]
+    )
+    with pytest.raises(Exception, match="does not exist"):
+        absent["nobody"].result(timeout=CLIENT_TIMEOUT)
