@@ -400,7 +400,7 @@ class Cluster:
         ports: Mapping[int, int] | None = None,
         timeout: float = CLUSTER_READY_TIMEOUT,
         die_with_parent: bool = False,
-        broker_listeners: Iterable[str] = (),
+        broker_listeners: Mapping[str, int | None] | None = None,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -410,9 +410,9 @@ class Cluster:
         `base_dir/controller` and `base_dir/broker-<id>`, each node's output next to it in
         `<kind>-<id>.log`. If anything fails or is interrupted, every node started so far is
         killed before the error propagates, so that no process outlives a failed start.
-        `broker_listeners` names listeners every broker adds on a free port of its own (a
-        secured inter-broker listener, say), next to the PLAINTEXT one clients and the readiness
-        checks use.
+        `broker_listeners` names listeners every broker adds next to the PLAINTEXT one that
+        the readiness checks use (a secured inter-broker listener, say), each on its broker's
+        port plus an offset, or on a free port when the offset is None.
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
@@ -431,14 +431,18 @@ class Cluster:
         )
         cluster = cls(controller, {})
         for node_id in range(1, brokers + 1):
+            port = ports.get(node_id) or free_port()
             cluster.brokers[node_id] = BrokerProcess(
                 node_id,
                 base_dir / f"broker-{node_id}",
-                ports.get(node_id) or free_port(),
+                port,
                 shared,
                 role=BROKER_ROLE,
                 die_with_parent=die_with_parent,
-                extra_listeners={name: free_port() for name in broker_listeners},
+                extra_listeners={
+                    name: free_port() if offset is None else port + offset
+                    for name, offset in (broker_listeners or {}).items()
+                },
             )
         launched: list[BrokerProcess] = []
         try:

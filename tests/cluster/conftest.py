@@ -91,7 +91,7 @@ def sasl_ssl_cluster(tmp_path: Path) -> Iterator[Cluster]:
         tmp_path,
         brokers=BROKERS,
         overrides={**CLUSTER_OVERRIDES, **secured_inter_broker_overrides(certificates)},
-        broker_listeners=["INTERNAL"],
+        broker_listeners={"INTERNAL": None},
     )
     yield started
     _check_clean_stop(started)
