@@ -119,7 +119,7 @@ def prepare(base_dir: Path) -> SecureDev:
         _write_private(passwords_path, "".join(f"{u}={p}\n" for u, p in passwords.items()))
     dev = SecureDev(directory, passwords)
     if not (dev.ca_path.exists() and dev.keystore_path.exists()):
-        ca_pem, keystore_pem = _make_certificates()
+        ca_pem, keystore_pem = make_certificates()
         dev.ca_path.write_bytes(ca_pem)
         _write_private(dev.keystore_path, keystore_pem.decode())
     _write_private(
@@ -139,7 +139,7 @@ def _write_private(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def _make_certificates() -> tuple[bytes, bytes]:
+def make_certificates() -> tuple[bytes, bytes]:
     """A CA certificate, and the broker's private key with its certificate chain (PEM)."""
     try:
         from cryptography import x509
