@@ -42,6 +42,7 @@ from .security import (
     client_security,
     listener_security,
 )
+from .tls import TlsStream
 
 log = logging.getLogger("server")
 
@@ -285,10 +286,10 @@ class BrokerServer:
     async def _next_frame(self, stream, decoder: FrameDecoder) -> bytearray | None:
         """The next request frame, or None when the peer closed or the broker is stopping.
 
-        On a plain socket, large frames (big produce requests) are received straight into
-        their own buffer; a TLS stream decrypts into new bytes, which the decoder copies.
+        Large frames (big produce requests) are received straight into their own buffer, from
+        the socket or decrypted by the TLS stream.
         """
-        zero_copy = isinstance(stream, trio.SocketStream)
+        tls = isinstance(stream, TlsStream)
         while (frame := decoder.next_frame()) is None:
             if self._stopping:
                 return None
@@ -296,9 +297,12 @@ class BrokerServer:
             with trio.CancelScope() as idle:
                 self._idle_reads.add(idle)
                 try:
-                    if zero_copy and (target := decoder.unfilled()) is not None:
+                    if (target := decoder.unfilled()) is not None:
                         with target:  # released before the decoder grows the buffer
-                            received = await stream.socket.recv_into(target)
+                            if tls:
+                                received = await stream.receive_into(target)
+                            else:
+                                received = await stream.socket.recv_into(target)
                         decoder.filled(received)
                     else:
                         data = await stream.receive_some(RECEIVE_SIZE)
@@ -326,7 +330,7 @@ class BrokerServer:
             connection.sasl = SaslSession(security, self.scram_credentials)
         try:
             if security.uses_tls:
-                stream = trio.SSLStream(stream, security.ssl_context, server_side=True)
+                stream = TlsStream(stream, security.ssl_context)
                 with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_SECONDS) as handshake:
                     await stream.do_handshake()
                 if handshake.cancelled_caught:
@@ -382,11 +386,11 @@ async def _send_buffers(stream, buffers: list) -> None:
     The connection's task is the only writer of its socket, and receiving the next request
     always goes through trio's checkpoints, so bypassing SocketStream.send_all here loses
     neither its conflict detection nor fairness between connections. A peer that went away
-    raises trio.BrokenResourceError, as send_all would. A TLS stream goes through send_all.
+    raises trio.BrokenResourceError, as send_all would. A TLS stream encrypts and sends
+    the buffers itself (broker.tls).
     """
-    if not isinstance(stream, trio.SocketStream):
-        # TLS: the record layer copies and encrypts anyway; one write makes the fewest records.
-        await stream.send_all(b"".join(buffers))
+    if isinstance(stream, TlsStream):
+        await stream.send_buffers(buffers)
         return
     views = [view for buffer in buffers if len(view := memoryview(buffer).cast("B"))]
     fd = stream.socket.fileno()
