@@ -13,6 +13,7 @@ while reading are flushed after each read.
 """
 
 import contextlib
+import socket
 import ssl
 
 import trio
@@ -20,6 +21,14 @@ import trio
 # Ciphertext received per system call; large enough for a big produce request's records to
 # arrive in a few calls.
 CIPHERTEXT_CHUNK = 256 * 1024
+# Acknowledge received data at once (Linux only; the kernel clears it, so it is set after each
+# receive). librdkafka leaves Nagle's algorithm on and writes a request as several TLS
+# records: its second send waits for the ACK of the first, which a delayed ACK holds back
+# 40 ms. Measured with kcat consuming 1M x 100 B in 1 MB fetches over SSL: 7.5 s without,
+# 2.2 s with. (Over plain TCP librdkafka writes a request in one sendmsg.)
+QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+# Plaintext encrypted before it is sent; a large response goes out in pieces this size.
+SEND_CHUNK = 256 * 1024
 
 
 class TlsStream:
@@ -62,6 +71,8 @@ class TlsStream:
     async def _fill(self) -> bool:
         """Receive ciphertext into the incoming BIO; False when the peer closed."""
         received = await self.transport.socket.recv_into(self._chunk)
+        if QUICKACK is not None:
+            self.transport.socket.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
         if not received:
             self._incoming.write_eof()
             return False
@@ -107,14 +118,18 @@ class TlsStream:
         return bytes(view[:received])
 
     async def send_buffers(self, buffers: list) -> None:
-        """Encrypt a response given as buffers and send it with one send_all."""
-        try:
-            for buffer in buffers:
-                if len(buffer):
-                    self._ssl.write(buffer)
-        except ssl.SSLError as error:
-            raise trio.BrokenResourceError(f"TLS error: {error}") from error
-        await self._flush()
+        """Encrypt a response given as buffers and send it, a chunk at a time so that the
+        client decrypts the start of a large Fetch response while the rest is encrypted.
+        The buffers are joined first: written one by one, a Fetch response's small pieces
+        (headers between record sets) would each become a TLS record of its own, which
+        costs the client a decryption call each."""
+        response = memoryview(b"".join(buffers))
+        for start in range(0, len(response), SEND_CHUNK):
+            try:
+                self._ssl.write(response[start : start + SEND_CHUNK])
+            except ssl.SSLError as error:
+                raise trio.BrokenResourceError(f"TLS error: {error}") from error
+            await self._flush()
 
     async def aclose(self) -> None:
         await self.transport.aclose()
