@@ -51,6 +51,8 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 # A TLS client that does not finish its handshake in this time is dropped, so a stalled or
 # plain-text peer cannot hold a connection slot (Kafka bounds it by its idle timeout).
 TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+# Kafka's sasl.server.max.receive.size default: the largest frame before authentication.
+SASL_MAX_RECEIVE_SIZE = 524_288
 
 
 def new_cluster_id() -> str:
@@ -328,6 +330,9 @@ class BrokerServer:
         security = self.listener_security[listener_name]
         if security.uses_sasl:
             connection.sasl = SaslSession(security, self.scram_credentials)
+            # Kafka's bound on what an unauthenticated client may make the broker buffer.
+            decoder.max_frame_size = min(decoder.max_frame_size, SASL_MAX_RECEIVE_SIZE)
+            decoder.limit_name = "sasl.server.max.receive.size (before authentication)"
         try:
             if security.uses_tls:
                 stream = TlsStream(stream, security.ssl_context)
@@ -359,6 +364,9 @@ class BrokerServer:
                         return  # the client went away
                 if session is not None and session.failed:
                     raise CloseConnection("SASL authentication failed")
+                if session is not None and session.authenticated:
+                    decoder.max_frame_size = self.config.socket_request_max_bytes
+                    decoder.limit_name = "socket.request.max.bytes"
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
             # A TLS handshake the peer broke off: a plain-text client, an untrusted or
             # expired certificate. Only this connection is affected.

@@ -23,6 +23,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer, KafkaProducer
 from kio.index import load_request_schema
+from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
+from kio.schema.metadata.v4.request import MetadataRequestTopic as MetadataRequestTopicV4
 
 from broker.launcher import BrokerProcess, free_port
 from protocol import sasl
@@ -472,3 +474,25 @@ def test_unacceptable_scram_credentials_get_kafkas_errors(secure_broker):
     )
     with pytest.raises(Exception, match="does not exist"):
         absent["nobody"].result(timeout=CLIENT_TIMEOUT)
+
+
+def test_a_large_frame_before_authentication_closes_the_connection(secure_broker):
+    """Kafka's sasl.server.max.receive.size (512 KiB): an unauthenticated client cannot make
+    the broker buffer a large frame; after authenticating, large requests are fine."""
+    with sasl_connection(secure_broker) as sock:
+        sock.sendall(struct.pack(">i", 600_000) + b"\0" * 1024)
+        assert closed(sock)
+    with sasl_connection(secure_broker) as sock:
+        assert authenticate(sock).error_code.value == 0
+        # 1,200 topic names too long to be valid (nothing gets created): a 600 KB request.
+        names = [f"{index:0>500}" for index in range(1200)]
+        body = MetadataRequestV4(
+            topics=tuple(MetadataRequestTopicV4(name=name) for name in names),
+            allow_auto_topic_creation=False,
+        )
+        frame = encode(body)
+        assert len(frame) > 524_288
+        raw_request(sock, METADATA, 4, frame, 5)
+        _, response = read_response(sock, METADATA, 4)
+        assert len(response.topics) == len(names)
+    assert_still_serving(secure_broker)
