@@ -496,3 +496,38 @@ def test_a_large_frame_before_authentication_closes_the_connection(secure_broker
         _, response = read_response(sock, METADATA, 4)
         assert len(response.topics) == len(names)
     assert_still_serving(secure_broker)
+
+
+def test_scram_users_managed_with_kafka_pythons_admin_client(secure_broker):
+    """kafka-python's KafkaAdminClient creates and describes a SCRAM user, who then produces
+    with kafka-python over SASL_SSL."""
+    from kafka.admin import (
+        KafkaAdminClient,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = KafkaAdminClient(bootstrap_servers=secure_broker.process.bootstrap)
+    user = f"kp-{uuid.uuid4().hex[:6]}"
+    try:
+        errors = admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(user, "SCRAM-SHA-512", "kp-secret", iterations=4096)]
+        )
+        assert errors == {user: None}
+        described = admin.describe_user_scram_credentials([user])[user]
+        assert described["error"] is None
+        assert [
+            (info["mechanism"], info["iterations"]) for info in described["credential_infos"]
+        ] == [(ScramMechanism.SCRAM_SHA_512, 4096)]
+        settings = kafka_python_settings(secure_broker, "SASL_SSL", sasl.SCRAM_SHA_512)
+        settings.update({"sasl_plain_username": user, "sasl_plain_password": "kp-secret"})
+        producer = KafkaProducer(**settings)
+        producer.send(f"kp-{user}", b"value").get(timeout=CLIENT_TIMEOUT)
+        producer.close()
+        errors = admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion(user, "SCRAM-SHA-512")]
+        )
+        assert errors == {user: None}
+    finally:
+        admin.close()
