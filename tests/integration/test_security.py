@@ -531,3 +531,33 @@ def test_scram_users_managed_with_kafka_pythons_admin_client(secure_broker):
         assert errors == {user: None}
     finally:
         admin.close()
+
+
+def test_a_node_whose_own_controller_and_inter_broker_listener_is_sasl_ssl(tmp_path: Path):
+    """A combined node reaches its controller (itself) and is reached by it on its first
+    listener: SASL_SSL with SCRAM-SHA-512 here. It registers, so it serves clients on its
+    PLAINTEXT listener; and the controller's connections are on the SASL_SSL one."""
+    certificates = Certificates.make(tmp_path / "certs")
+    plaintext_port, secure_port = free_port(), free_port()
+    overrides = broker_overrides(certificates, plaintext_port, {"SASL_SSL": secure_port})
+    listeners = f"SASL_SSL://127.0.0.1:{secure_port},PLAINTEXT://127.0.0.1:{plaintext_port}"
+    overrides.update(
+        {
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        }
+    )
+    process = BrokerProcess.start(
+        node_id=1, log_dir=tmp_path / "data", port=plaintext_port, overrides=overrides
+    )
+    try:
+        process.wait_ready(BROKER_READY_TIMEOUT)
+        producer = Producer({"bootstrap.servers": process.bootstrap})
+        producer.produce("through-itself", b"value")
+        assert producer.flush(CLIENT_TIMEOUT) == 0, process.log_tail()
+        log = process.stderr_path.read_text()
+        assert "registered with the controller" in log
+        assert "SASL authentication failed" not in log
+    finally:
+        assert process.stop() == 0, process.log_tail()
