@@ -26,6 +26,7 @@ from bench.workloads import (
     record_file,
     resource_usage,
     restart_time,
+    tls_cost,
 )
 from broker.launcher import BrokerStartError
 
@@ -39,6 +40,7 @@ REAL_SIZES = Sizes(
     resources_records=1_000_000,
     restart_records=1_000_000,
     group_consume_records=1_000_000,
+    tls_records=1_000_000,
     latency_seconds=10.0,
     latency_warmup_seconds=1.0,
 )
@@ -48,6 +50,7 @@ SMOKE_SIZES = Sizes(
     resources_records=20_000,
     restart_records=20_000,
     group_consume_records=20_000,
+    tls_records=20_000,
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
 )
@@ -78,12 +81,53 @@ REBALANCE_MEMBERS = 3
 # The group rows: no initial rebalance delay on either system (the mock's is set in
 # bench.mock_host), so that a group's first rebalance starts as soon as its members join.
 NO_INITIAL_DELAY = {"group.initial.rebalance.delay.ms": "0"}
+TLS = (
+    Line("SSL / plaintext produce records/s", "produce_ratio", "{:.2f}"),
+    Line("SSL / plaintext consume records/s", "consume_ratio", "{:.2f}"),
+    Line(
+        "produce records/s, SSL (plaintext)",
+        "ssl_produce_rps",
+        "{:,.0f}",
+        "plaintext_produce_rps",
+        "{:,.0f}",
+    ),
+    Line(
+        "consume records/s, SSL (plaintext)",
+        "ssl_consume_rps",
+        "{:,.0f}",
+        "plaintext_consume_rps",
+        "{:,.0f}",
+    ),
+    Line(
+        "broker CPU s per GB, SSL (plaintext)",
+        "ssl_cpu_s_per_gb",
+        "{:.2f}",
+        "plaintext_cpu_s_per_gb",
+        "{:.2f}",
+    ),
+)
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
     Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
 )
 
 Measure = Callable[[Target, str, Path], dict[str, float]]
+
+
+def tls_overrides(work_dir: Path) -> dict[str, str]:
+    """An SSL listener with a throwaway CA's certificate (made once per bench run)."""
+    from broker.dev_secure import make_certificates
+
+    directory = work_dir / "tls"
+    if not (directory / "broker.pem").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        ca_pem, keystore_pem = make_certificates()
+        (directory / "ca.pem").write_bytes(ca_pem)
+        (directory / "broker.pem").write_bytes(keystore_pem)
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(directory / "broker.pem"),
+    }
 
 
 @dataclass(frozen=True)
@@ -96,7 +140,12 @@ class Row:
     replication_factor: int = 1
     topic_configs: dict[str, str] = field(default_factory=dict)
     systems: tuple[str, ...] = SYSTEMS
-    broker_overrides: dict[str, str] = field(default_factory=dict)
+    # Properties for minibroker, or a function of the work directory that makes them (files
+    # such as certificates live there).
+    broker_overrides: dict[str, str] | Callable[[Path], dict[str, str]] = field(
+        default_factory=dict
+    )
+    extra_listeners: tuple[str, ...] = ()
 
 
 def on_records(workload, count: int, size: int) -> Measure:
@@ -196,6 +245,23 @@ def rows(sizes: Sizes) -> list[Row]:
             broker_overrides=NO_INITIAL_DELAY,
         ),
         Row(
+            "tls",
+            f"produce then consume {sizes.tls_records:,} x 100 B over PLAINTEXT, then over SSL,"
+            " acks=1, 1 broker",
+            TLS,
+            lambda target, topic, work_dir: tls_cost(
+                target,
+                topic,
+                record_file(work_dir, sizes.tls_records, SMALL),
+                sizes.tls_records,
+                SMALL,
+                work_dir / "tls" / "ca.pem",
+            ),
+            systems=(MINIBROKER,),
+            broker_overrides=tls_overrides,
+            extra_listeners=("SSL",),
+        ),
+        Row(
             "restart",
             f"clean stop, then restart with {sizes.restart_records:,} x 1 KiB of log, 1 broker",
             RESTART,
@@ -218,7 +284,10 @@ class RowResult:
 
 def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, float]:
     """One measurement on a fresh target, which is stopped (and its data removed) afterwards."""
-    target = start(system, row.brokers, work_dir, row.broker_overrides)
+    overrides = row.broker_overrides
+    if callable(overrides):
+        overrides = overrides(work_dir)
+    target = start(system, row.brokers, work_dir, overrides, row.extra_listeners)
     try:
         topic = f"bench-{row.name}-{run}"
         target.create_topic(topic, PARTITIONS, row.replication_factor, row.topic_configs)

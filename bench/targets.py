@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.procfs import cpu_seconds, peak_rss_bytes
-from broker.launcher import BrokerProcess, BrokerStartError, Cluster
+from broker.launcher import BrokerProcess, BrokerStartError, Cluster, free_port
 
 MINIBROKER = "minibroker"
 MOCK = "mock"
@@ -51,14 +51,25 @@ class Minibroker:
 
     system = MINIBROKER
 
-    def __init__(self, brokers: int, work_dir: Path, overrides: dict[str, str] | None = None):
+    def __init__(
+        self,
+        brokers: int,
+        work_dir: Path,
+        overrides: dict[str, str] | None = None,
+        extra_listeners: tuple[str, ...] = (),
+    ):
         self.base_dir = Path(tempfile.mkdtemp(prefix="minibroker-", dir=work_dir))
         self.node: BrokerProcess | None = None
         self.cluster: Cluster | None = None
         if brokers == 1:
-            self.node = BrokerProcess.start(
-                1, self.base_dir / "node-1" / "data", overrides=overrides
+            self.node = BrokerProcess(
+                1,
+                self.base_dir / "node-1" / "data",
+                free_port(),
+                overrides or {},
+                extra_listeners={name: free_port() for name in extra_listeners},
             )
+            self.node._launch()
             try:
                 self.node.wait_ready(READY_TIMEOUT)
             except BaseException:
@@ -74,6 +85,10 @@ class Minibroker:
     @property
     def nodes(self) -> list[BrokerProcess]:
         return [self.node] if self.node is not None else self.cluster.nodes
+
+    def listener_bootstrap(self, name: str) -> str:
+        """Where the single node's listener `name` (besides PLAINTEXT) is."""
+        return f"127.0.0.1:{self.node.extra_listeners[name]}"
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
@@ -230,10 +245,14 @@ class Mock:
 
 
 def start(
-    system: str, brokers: int, work_dir: Path, overrides: dict[str, str] | None = None
+    system: str,
+    brokers: int,
+    work_dir: Path,
+    overrides: dict[str, str] | None = None,
+    extra_listeners: tuple[str, ...] = (),
 ) -> Minibroker | Mock:
-    """A fresh target; `overrides` are minibroker properties (the mock has its own fixed
-    settings, see `bench.mock_host`)."""
+    """A fresh target; `overrides` are minibroker properties and `extra_listeners` its
+    listeners besides PLAINTEXT (the mock has its own fixed settings, see `bench.mock_host`)."""
     if system == MINIBROKER:
-        return Minibroker(brokers, work_dir, overrides)
+        return Minibroker(brokers, work_dir, overrides, extra_listeners)
     return Mock(brokers, work_dir)

@@ -59,6 +59,7 @@ class Sizes:
     resources_records: int
     restart_records: int
     group_consume_records: int
+    tls_records: int
     latency_seconds: float
     latency_warmup_seconds: float
 
@@ -82,14 +83,21 @@ def record_file(work_dir: Path, count: int, size: int) -> Path:
 
 
 def kcat_produce(
-    target: Target, topic: str, records: Path, count: int, acks: str, *settings: str
+    target: Target,
+    topic: str,
+    records: Path,
+    count: int,
+    acks: str,
+    *settings: str,
+    bootstrap: str | None = None,
 ) -> float:
     """Seconds from kcat's start to its exit, every record acknowledged (checked afterwards,
-    off the clock, by the partitions' end offsets)."""
+    off the clock, by the partitions' end offsets). `bootstrap` (with `settings` to match)
+    sends through another listener than the target's plaintext one."""
     command = [
         "kcat",
         "-b",
-        target.bootstrap,
+        bootstrap or target.bootstrap,
         "-P",
         "-t",
         topic,
@@ -128,14 +136,17 @@ def kcat_produce(
     return elapsed
 
 
-def kcat_consume(target: Target, topic: str) -> tuple[float, int]:
+def kcat_consume(
+    target: Target, topic: str, *settings: str, bootstrap: str | None = None
+) -> tuple[float, int]:
     """Seconds for kcat to read every partition from the beginning to the end, and the number
     of records it printed: one line each, and only a newline (`-f '\\n'`) so that the pipe to
-    this process carries as little as possible."""
+    this process carries as little as possible. `bootstrap` and `settings` as for
+    kcat_produce."""
     command = [
         "kcat",
         "-b",
-        target.bootstrap,
+        bootstrap or target.bootstrap,
         "-C",
         "-t",
         topic,
@@ -145,6 +156,7 @@ def kcat_consume(target: Target, topic: str) -> tuple[float, int]:
         "-q",
         "-f",
         "\\n",
+        *(argument for setting in settings for argument in ("-X", setting)),
     ]
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -569,3 +581,34 @@ def first_rebalance_time(target: Target, topic: str, members: int) -> dict[str, 
             if formation.update(index, line):
                 return {"rebalance_s": received - started}
     raise AssertionError("unreachable: lines() ends only by raising")
+
+
+def tls_cost(
+    target: Target, topic: str, records: Path, count: int, size: int, ca_path: Path
+) -> dict[str, float]:
+    """Produce then consume the same records over the PLAINTEXT listener and over the SSL
+    one of the same broker: each direction's SSL / plaintext throughput, and the broker's CPU
+    seconds per GB moved each way."""
+    tls_settings = ("security.protocol=SSL", f"ssl.ca.location={ca_path}")
+    figures: dict[str, float] = {}
+    for name, bootstrap, settings in (
+        ("plaintext", None, ()),
+        ("ssl", target.listener_bootstrap("SSL"), tls_settings),
+    ):
+        this_topic = f"{topic}-{name}"
+        target.create_topic(this_topic, PARTITIONS, 1, {})
+        before = target.usage()
+        produce_s = kcat_produce(
+            target, this_topic, records, count, "1", *settings, bootstrap=bootstrap
+        )
+        consume_s, read = kcat_consume(target, this_topic, *settings, bootstrap=bootstrap)
+        after = target.usage()
+        if read != count:
+            raise target.failure(f"kcat read {read} of the {count} records of {this_topic}")
+        figures[f"{name}_produce_rps"] = count / produce_s
+        figures[f"{name}_consume_rps"] = count / consume_s
+        moved_gb = 2 * count * size / GB
+        figures[f"{name}_cpu_s_per_gb"] = (after.cpu_seconds - before.cpu_seconds) / moved_gb
+    figures["produce_ratio"] = figures["ssl_produce_rps"] / figures["plaintext_produce_rps"]
+    figures["consume_ratio"] = figures["ssl_consume_rps"] / figures["plaintext_consume_rps"]
+    return figures

@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start a node that dies again at once (otherwise Enter does it)",
     )
+    dev.add_argument(
+        "--secure",
+        action="store_true",
+        help="also give every broker a SASL_SSL listener (port + 100), with a throwaway CA "
+        "and users written under DATA/secure, and print the client settings to use",
+    )
     probe = commands.add_parser(
         "probe",
         help="check that a node answers ApiVersions and Metadata (a health check)",
@@ -119,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             controller_port=args.controller_port,
             overrides=overrides,
             restart_dead=args.restart_dead,
+            secure=args.secure,
         )
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     try:
@@ -136,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from .server import BrokerServer
 
-    server = BrokerServer(config)
+    try:
+        server = BrokerServer(config)
+    except ConfigError as error:
+        print(f"minibroker: {error}", file=sys.stderr)
+        return 2
     try:
         trio.run(server.run)
     except (

@@ -3,17 +3,33 @@
 Requests on one connection are answered in order, so a lock around send-then-receive keeps
 the pairing trivial; callers that need parallelism open more connections (one per fetcher,
 one per controller-to-broker channel), as Kafka's inter-broker clients do.
+
+A connection to a TLS listener is wrapped in trio's SSLStream; on a SASL listener it logs in
+(SaslHandshake v1, then SaslAuthenticate) before it is handed out, with the node's own
+credentials (broker.security.ClientSecurity).
 """
+
+from typing import TYPE_CHECKING
 
 import trio
 
-from protocol import codec
+from protocol import codec, sasl
+from protocol.errors import Error
 from protocol.framing import FrameDecoder, FrameError, frame_request, parse_response_header
+from protocol.versions import SENT_VERSIONS, ApiKey
+
+if TYPE_CHECKING:
+    from .security import ClientSecurity
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 # What a broken or unresponsive connection raises; whoever catches it drops the connection.
 CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError)
 RECEIVE_SIZE = 256 * 1024
+
+
+class AuthenticationFailed(OSError):
+    """The other node refused this node's SASL login; retried like a broken connection, as
+    Kafka's clients retry, and logged with the server's message."""
 
 
 class NodeConnection:
@@ -27,9 +43,49 @@ class NodeConnection:
         self._lock = trio.Lock()
 
     @classmethod
-    async def connect(cls, host: str, port: int, client_id: str) -> "NodeConnection":
+    async def connect(
+        cls, host: str, port: int, client_id: str, security: "ClientSecurity | None" = None
+    ) -> "NodeConnection":
         stream = await trio.open_tcp_stream(host, port)
-        return cls(stream, client_id)
+        try:
+            if security is not None and security.ssl_context is not None:
+                stream = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
+                await stream.do_handshake()
+            connection = cls(stream, client_id)
+            if security is not None and security.mechanism is not None:
+                await connection._authenticate(security)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return connection
+
+    async def _authenticate(self, security: "ClientSecurity") -> None:
+        handshake = await self.request(
+            _build(ApiKey.SASL_HANDSHAKE, {"mechanism": security.mechanism})
+        )
+        if handshake.error_code.value != Error.NONE:
+            raise AuthenticationFailed(
+                f"SASL mechanism {security.mechanism} refused ({handshake.error_code.name}); "
+                f"the listener enables {', '.join(handshake.mechanisms)}"
+            )
+        if security.mechanism == sasl.PLAIN:
+            await self._sasl_step(sasl.plain_client_token(security.username, security.password))
+            return
+        scram = sasl.ScramClient(security.mechanism, security.username, security.password)
+        server_first = await self._sasl_step(scram.first())
+        server_final = await self._sasl_step(scram.final(server_first))
+        try:
+            scram.verify(server_final)
+        except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:
+            raise AuthenticationFailed(f"SCRAM server verification failed: {error}") from None
+
+    async def _sasl_step(self, token: bytes) -> bytes:
+        response = await self.request(_build(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}))
+        if response.error_code.value != Error.NONE:
+            raise AuthenticationFailed(
+                f"{response.error_code.name}: {response.error_message or 'no message'}"
+            )
+        return bytes(response.auth_bytes)
 
     async def request(self, request):
         """Send a kio request entity and return the decoded response entity.
@@ -67,3 +123,7 @@ class NodeConnection:
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self._stream)
+
+
+def _build(api_key: int, data: dict):
+    return codec.build(codec.request_class(api_key, SENT_VERSIONS[api_key]), data)

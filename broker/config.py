@@ -120,7 +120,10 @@ def _parse_names(text: str) -> tuple[str, ...]:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS = ("PLAINTEXT",)
+# Security properties are read by name (broker.security), many with per-listener prefixes,
+# so they are known without being listed one by one in _PROPERTIES.
+_SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.", "minibroker.scram.")
+_SECURITY_KEYS = frozenset({"connections.max.reauth.ms", "security.inter.broker.protocol"})
 
 
 def _parse_protocol_map(text: str) -> dict[str, str]:
@@ -416,6 +419,17 @@ class BrokerConfig:
         return self.listener_security_protocol_map.get(listener_name, default)
 
     @property
+    def controller_listener_name(self) -> str:
+        """The listener brokers reach the controller on: the first of controller.listener.names
+        (KRaft's rule), else this node's first listener when it is its own controller, else
+        PLAINTEXT."""
+        if self.controller_listener_names:
+            return self.controller_listener_names[0]
+        if self.is_controller:
+            return self.listeners[0].name
+        return "PLAINTEXT"
+
+    @property
     def inter_broker_listener(self) -> Listener:
         """The listener other brokers and the controller reach this broker on."""
         name = self.inter_broker_listener_name or self.listeners[0].name
@@ -438,21 +452,34 @@ class BrokerConfig:
                 raise ConfigError(f"invalid value {text!r} for {key}: {error}") from None
             values[prop.attribute] = value * prop.scale if prop.scale != 1 else value
         for key in unknown:
+            if key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
+                continue
             log.warning("the configuration %r was supplied but isn't a known config", key)
+        if "security.inter.broker.protocol" in properties:
+            # Kafka's older way to name the inter-broker listener: by its protocol.
+            if "inter.broker.listener.name" in properties:
+                raise ConfigError(
+                    "only one of inter.broker.listener.name and security.inter.broker.protocol "
+                    "should be set"
+                )
+            protocol = properties["security.inter.broker.protocol"].strip().upper()
+            if protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError(
+                    f"invalid value {protocol!r} for security.inter.broker.protocol: expected "
+                    f"one of {', '.join(SECURITY_PROTOCOLS)}"
+                )
+            values["inter_broker_listener_name"] = protocol
         config = cls(**values, unknown=unknown, properties=dict(properties))
         if config.process_roles == {"broker"} and not config.controller_quorum_voters:
             raise ConfigError("process.roles=broker needs controller.quorum.voters")
         names = {listener.name for listener in config.listeners}
-        for listener in config.listeners:
-            protocol = config.security_protocol(listener.name)
-            if protocol not in IMPLEMENTED_PROTOCOLS:
-                raise ConfigError(
-                    f"listener {listener.name}://{listener.host}:{listener.port} uses security "
-                    f"protocol {protocol}, which minibroker does not implement yet (only "
-                    f"{', '.join(IMPLEMENTED_PROTOCOLS)}); it is refused rather than served "
-                    "in plain text"
-                )
-        if config.inter_broker_listener_name and config.inter_broker_listener_name not in names:
+        # A controller-only node has no inter-broker listener of its own: it connects to the
+        # brokers' one, with the security the shared properties give it.
+        if (
+            config.is_broker
+            and config.inter_broker_listener_name
+            and config.inter_broker_listener_name not in names
+        ):
             raise ConfigError(
                 f"inter.broker.listener.name {config.inter_broker_listener_name} is not one of "
                 f"the listeners {sorted(names)}"

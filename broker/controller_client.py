@@ -26,6 +26,7 @@ from .authorizer.acls import (
 )
 from .client import CONNECTION_ERRORS, NodeConnection
 from .config import BrokerConfig
+from .security import client_security
 
 log = logging.getLogger("lifecycle")
 
@@ -49,6 +50,7 @@ class _Channel:
         self._client_id = client_id
         self._connection: NodeConnection | None = None
         self._lock = trio.Lock()
+        self._security = client_security(config, config.controller_listener_name)
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         """Send one request and return its answer. A connection kept from earlier requests
@@ -83,7 +85,9 @@ class _Channel:
     async def _exchange(self, request):
         if self._connection is None:
             voter = self._config.controller
-            self._connection = await NodeConnection.connect(voter.host, voter.port, self._client_id)
+            self._connection = await NodeConnection.connect(
+                voter.host, voter.port, self._client_id, self._security
+            )
         return await self._connection.request(request)
 
     async def aclose(self) -> None:

@@ -93,8 +93,9 @@ def _lock_data_dir(base_dir: Path):
     return lock
 
 
-def _check_ports_free(ports: dict[int, int]) -> None:
-    for node_id, port in ports.items():
+def _check_ports_free(ports: dict[str, int]) -> None:
+    """``ports`` by what they are for ("the controller's port"): all must be bindable."""
+    for purpose, port in ports.items():
         with socket.socket() as probe:
             # As the nodes' listeners do: connections of a node stopped a moment ago, still
             # in TIME_WAIT, must not make its port look taken.
@@ -102,9 +103,8 @@ def _check_ports_free(ports: dict[int, int]) -> None:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
-                kind = "controller" if node_id == CONTROLLER_NODE_ID else f"broker {node_id}"
                 raise BrokerStartError(
-                    f"127.0.0.1:{port}, the {kind}'s port, is in use (another minibroker or "
+                    f"127.0.0.1:{port}, {purpose}, is in use (another minibroker or "
                     "Kafka?); choose others with --first-port and --controller-port"
                 ) from None
 
@@ -116,28 +116,46 @@ def run_dev(
     controller_port: int = CONTROLLER_PORT,
     overrides: dict[str, str] | None = None,
     restart_dead: bool = False,
+    secure: bool = False,
 ) -> int:
     """Run a controller and `brokers` brokers on `first_port` onwards, with their data under
     `base_dir`, until Ctrl-C, SIGTERM or SIGHUP; return the exit status: 0 when every node
     stopped cleanly, 1 when the cluster could not start or a node did not stop cleanly.
-    `overrides` (server properties) go to every node."""
+    `overrides` (server properties) go to every node. With `secure`, every broker also gets
+    a SASL_SSL listener at its port + 100 (see dev_secure)."""
     base_dir = Path(base_dir)
     ports = {CONTROLLER_NODE_ID: controller_port}
     ports.update({node_id: first_port + node_id - 1 for node_id in range(1, brokers + 1)})
     properties: dict[str, object] = {
         "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR)
     }
-    properties.update(overrides or {})
     try:
         lock = _lock_data_dir(base_dir)
-        _check_ports_free(ports)
+        purposes = {
+            (
+                "the controller's port"
+                if node_id == CONTROLLER_NODE_ID
+                else f"broker {node_id}'s port"
+            ): port
+            for node_id, port in ports.items()
+        }
+        secure_dev = None
+        if secure:
+            from .dev_secure import SECURE_PORT_OFFSET, prepare
+
+            secure_dev = prepare(base_dir)
+            properties.update(secure_dev.broker_properties())
+            for node_id in range(1, brokers + 1):
+                purposes[f"broker {node_id}'s SASL_SSL port"] = ports[node_id] + SECURE_PORT_OFFSET
+        properties.update(overrides or {})
+        _check_ports_free(purposes)
     except BrokerStartError as refused:
         say(f"minibroker dev: {refused}", error=True)
         return 1
     say(f"minibroker dev: starting a controller and {brokers} broker(s) under {base_dir}")
     previous_handlers = {signum: signal.signal(signum, _request_stop) for signum in STOP_SIGNALS}
     try:
-        return _supervise(base_dir, brokers, ports, properties, restart_dead)
+        return _supervise(base_dir, brokers, ports, properties, restart_dead, secure_dev)
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
@@ -150,13 +168,24 @@ def _supervise(
     ports: dict[int, int],
     properties: dict[str, object],
     restart_dead: bool,
+    secure_dev=None,
 ) -> int:
     cluster: Cluster | None = None
     try:
+        extra = None
+        if secure_dev is not None:
+            from .dev_secure import SECURE_LISTENER, SECURE_PORT_OFFSET
+
+            extra = {SECURE_LISTENER: SECURE_PORT_OFFSET}
         cluster = Cluster.start(
-            base_dir, brokers=brokers, overrides=properties, ports=ports, die_with_parent=True
+            base_dir,
+            brokers=brokers,
+            overrides=properties,
+            ports=ports,
+            die_with_parent=True,
+            broker_listeners=extra,
         )
-        say(_banner(cluster, restart_dead))
+        say(_banner(cluster, restart_dead, secure_dev))
         _watch(cluster, restart_dead)
     except BrokerStartError as error:
         say(f"minibroker dev: the cluster did not start: {error}", error=True)
@@ -170,7 +199,7 @@ def _supervise(
     return _stop(cluster)
 
 
-def _banner(cluster: Cluster, restart_dead: bool) -> str:
+def _banner(cluster: Cluster, restart_dead: bool, secure_dev=None) -> str:
     lines = ["minibroker dev: the cluster is ready", ""]
     for node in cluster.nodes:
         name = f"{node.kind} {node.node_id}"
@@ -185,6 +214,15 @@ def _banner(cluster: Cluster, restart_dead: bool) -> str:
         f"  try:  echo hello | kcat -P -b {first} -t demo",
         f"        kcat -C -b {cluster.bootstrap} -t demo -e",
         "",
+    ]
+    if secure_dev is not None:
+        secure_bootstrap = ",".join(
+            f"127.0.0.1:{port}"
+            for broker in cluster.brokers.values()
+            for port in broker.extra_listeners.values()
+        )
+        lines += [secure_dev.client_help(secure_bootstrap), ""]
+    lines += [
         "A node that dies is "
         + ("started again at once." if restart_dead else "reported; Enter starts it again.")
         + " Ctrl-C stops every node cleanly.",

@@ -35,6 +35,8 @@ from .apis import (
     produce,
     producer_ids,
     reassignments,
+    sasl,
+    scram_credentials,
     topics,
 )
 from .apis.errors import error_response
@@ -104,6 +106,10 @@ HANDLERS = {
     ApiKey.DESCRIBE_ACLS: acls.handle_describe,
     ApiKey.CREATE_ACLS: acls.handle_create,
     ApiKey.DELETE_ACLS: acls.handle_delete,
+    ApiKey.SASL_HANDSHAKE: sasl.handle_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.handle_authenticate,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe,
 }
 assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
     "every API of protocol.versions needs a handler"

@@ -35,6 +35,7 @@ from storage.errors import StorageError
 from .apis.list_offsets import EARLIEST, LATEST
 from .client import CONNECTION_ERRORS, NodeConnection
 from .controller_client import build_request
+from .security import client_security
 
 if TYPE_CHECKING:
     from .partition import Partition
@@ -56,6 +57,8 @@ class Fetcher:
         self._delayed_until: dict[tuple[str, int], float] = {}
         self._work = trio.Event()
         self._connection: NodeConnection | None = None
+        config = replicas.config
+        self._security = client_security(config, config.inter_broker_listener.name)
         # The partitions of the fetch being processed that drew an error, for one log line.
         self._refused: list[tuple[tuple[str, int], int]] = []
 
@@ -112,7 +115,10 @@ class Fetcher:
             if endpoint is None:
                 raise OSError(f"no address known for broker {self.leader_id}")
             self._connection = await NodeConnection.connect(
-                endpoint.host, endpoint.port, f"replica-fetcher-{self._config.node_id}"
+                endpoint.host,
+                endpoint.port,
+                f"replica-fetcher-{self._config.node_id}",
+                self._security,
             )
         return self._connection
 

@@ -121,12 +121,16 @@ class BrokerProcess:
         overrides: dict[str, object],
         role: str | None = None,
         die_with_parent: bool = False,
+        extra_listeners: Mapping[str, int] | None = None,
     ):
         self.node_id = node_id
         self.log_dir = Path(log_dir)
         self.port = port
         self.overrides = dict(overrides)
         self.role = role
+        # Listeners besides the PLAINTEXT one, by name (e.g. a SASL_SSL inter-broker
+        # listener): their ports stay the same across restarts, as the PLAINTEXT port does.
+        self.extra_listeners = dict(extra_listeners or {})
         self.stderr_path = self.log_dir.parent / f"{self.kind}-{node_id}.log"
         self.paused = False
         # `minibroker dev` sets this: its nodes get SIGTERM when it exits, however it exits.
@@ -189,7 +193,10 @@ class BrokerProcess:
         if self.role == CONTROLLER_ROLE:
             properties["listeners"] = f"CONTROLLER://{self.bootstrap}"
         else:
-            listener = f"PLAINTEXT://{self.bootstrap}"
+            listener = ",".join(
+                f"{name}://127.0.0.1:{port}"
+                for name, port in {"PLAINTEXT": self.port, **self.extra_listeners}.items()
+            )
             properties["listeners"] = listener
             properties["advertised.listeners"] = listener
         properties["log.dirs"] = str(self.log_dir)
@@ -393,6 +400,7 @@ class Cluster:
         ports: Mapping[int, int] | None = None,
         timeout: float = CLUSTER_READY_TIMEOUT,
         die_with_parent: bool = False,
+        broker_listeners: Mapping[str, int | None] | None = None,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -402,6 +410,9 @@ class Cluster:
         `base_dir/controller` and `base_dir/broker-<id>`, each node's output next to it in
         `<kind>-<id>.log`. If anything fails or is interrupted, every node started so far is
         killed before the error propagates, so that no process outlives a failed start.
+        `broker_listeners` names listeners every broker adds next to the PLAINTEXT one that
+        the readiness checks use (a secured inter-broker listener, say), each on its broker's
+        port plus an offset, or on a free port when the offset is None.
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
@@ -420,13 +431,18 @@ class Cluster:
         )
         cluster = cls(controller, {})
         for node_id in range(1, brokers + 1):
+            port = ports.get(node_id) or free_port()
             cluster.brokers[node_id] = BrokerProcess(
                 node_id,
                 base_dir / f"broker-{node_id}",
-                ports.get(node_id) or free_port(),
+                port,
                 shared,
                 role=BROKER_ROLE,
                 die_with_parent=die_with_parent,
+                extra_listeners={
+                    name: free_port() if offset is None else port + offset
+                    for name, offset in (broker_listeners or {}).items()
+                },
             )
         launched: list[BrokerProcess] = []
         try:

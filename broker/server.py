@@ -27,6 +27,7 @@ from storage.log import LogConfig
 from storage.log_manager import LogManager
 
 from .apis import CloseConnection, Connection, RequestContext
+from .apis.sasl import SaslSession
 from .authorizer import authorizer_from_config
 from .config import BrokerConfig
 from .controller.service import ControllerService
@@ -36,11 +37,23 @@ from .dispatch import UnsupportedRequest, dispatch
 from .log_cleaner import LogCleanerService
 from .metrics import BrokerMetrics, serve_metrics
 from .replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
+from .security import (
+    bootstrap_scram_credentials,
+    certificate_principal,
+    client_security,
+    listener_security,
+)
+from .tls import TlsStream
 
 log = logging.getLogger("server")
 
 RECEIVE_SIZE = 1024 * 1024
 SHUTDOWN_GRACE_SECONDS = 10.0
+# A TLS client that does not finish its handshake in this time is dropped, so a stalled or
+# plain-text peer cannot hold a connection slot (Kafka bounds it by its idle timeout).
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+# Kafka's sasl.server.max.receive.size default: the largest frame before authentication.
+SASL_MAX_RECEIVE_SIZE = 524_288
 
 
 def new_cluster_id() -> str:
@@ -86,6 +99,15 @@ class BrokerServer:
         # Set once the node serves: an error after that is not a failure to start.
         self.serving = False
         self._idle_reads: set[trio.CancelScope] = set()
+        # Built here so that a missing key store or a bad JAAS line stops the start with the
+        # property's name (ConfigError) before anything listens.
+        self.listener_security = {
+            listener.name: listener_security(config, listener.name) for listener in config.listeners
+        }
+        self.scram_credentials = bootstrap_scram_credentials(config)
+        if config.is_broker:
+            client_security(config, config.inter_broker_listener.name)
+            client_security(config, config.controller_listener_name)
 
     def _context(self, listener_name: str, connection: Connection, header) -> RequestContext:
         return RequestContext(
@@ -100,6 +122,7 @@ class BrokerServer:
             self.coordinator,
             connection,
             self.authorizer,
+            self.scram_credentials,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -159,6 +182,7 @@ class BrokerServer:
                     self.metrics,
                     authorizer=self.authorizer,
                 )
+                self.controller.local_scram_credentials = self.scram_credentials
                 await control.start(self.controller.run)
             controller_client = None
             if self.config.is_broker:
@@ -269,8 +293,10 @@ class BrokerServer:
     async def _next_frame(self, stream, decoder: FrameDecoder) -> bytearray | None:
         """The next request frame, or None when the peer closed or the broker is stopping.
 
-        Large frames (big produce requests) are received straight into their own buffer.
+        Large frames (big produce requests) are received straight into their own buffer, from
+        the socket or decrypted by the TLS stream.
         """
+        tls = isinstance(stream, TlsStream)
         while (frame := decoder.next_frame()) is None:
             if self._stopping:
                 return None
@@ -280,7 +306,10 @@ class BrokerServer:
                 try:
                     if (target := decoder.unfilled()) is not None:
                         with target:  # released before the decoder grows the buffer
-                            received = await stream.socket.recv_into(target)
+                            if tls:
+                                received = await stream.receive_into(target)
+                            else:
+                                received = await stream.socket.recv_into(target)
                         decoder.filled(received)
                     else:
                         data = await stream.receive_some(RECEIVE_SIZE)
@@ -303,15 +332,50 @@ class BrokerServer:
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
         connection = Connection(f"/{host}")
         make_context = functools.partial(self._context, listener_name, connection)
+        security = self.listener_security[listener_name]
+        if security.uses_sasl:
+            connection.sasl = SaslSession(security, self.scram_credentials)
+            # Kafka's bound on what an unauthenticated client may make the broker buffer.
+            decoder.max_frame_size = min(decoder.max_frame_size, SASL_MAX_RECEIVE_SIZE)
+            decoder.limit_name = "sasl.server.max.receive.size (before authentication)"
         try:
+            if security.uses_tls:
+                stream = TlsStream(stream, security.ssl_context)
+                with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_SECONDS) as handshake:
+                    await stream.do_handshake()
+                if handshake.cancelled_caught:
+                    raise CloseConnection("TLS handshake timed out")
+                if not security.uses_sasl:
+                    connection.principal = certificate_principal(stream.getpeercert())
             while (frame := await self._next_frame(stream, decoder)) is not None:
-                header, body_offset = parse_request_header(frame)
-                response = await dispatch(header, frame, body_offset, make_context)
+                session = connection.sasl
+                if session is not None and session.raw_token_pending:
+                    # After a v0 SaslHandshake the tokens come bare, without request headers.
+                    reply = session.raw_step(bytes(frame), connection)
+                    response = [len(reply).to_bytes(4, "big"), reply]
+                else:
+                    header, body_offset = parse_request_header(frame)
+                    if session is not None and not session.allows(header.api_key):
+                        raise CloseConnection(
+                            f"unexpected request {header.api_key} before SASL authentication"
+                            if not session.authenticated
+                            else "SASL session expired; only re-authentication is accepted"
+                        )
+                    response = await dispatch(header, frame, body_offset, make_context)
                 if response is not None:
                     try:
                         await _send_buffers(stream, response)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the client went away
+                if session is not None and session.failed:
+                    raise CloseConnection("SASL authentication failed")
+                if session is not None and session.authenticated:
+                    decoder.max_frame_size = self.config.socket_request_max_bytes
+                    decoder.limit_name = "socket.request.max.bytes"
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+            # A TLS handshake the peer broke off: a plain-text client, an untrusted or
+            # expired certificate. Only this connection is affected.
+            log.warning("closing connection from %s: %s", peer, error.__cause__ or error)
         except (FrameError, DecodeError, UnsupportedRequest, CloseConnection) as error:
             log.warning("closing connection from %s: %s", peer, error)
         except Exception:
@@ -326,7 +390,7 @@ class BrokerServer:
 MAX_BUFFERS_PER_WRITE = 1024
 
 
-async def _send_buffers(stream: trio.SocketStream, buffers: list) -> None:
+async def _send_buffers(stream, buffers: list) -> None:
     """Send a response given as buffers (a Fetch response's record sets are the objects read
     from the log) with writev, straight on the socket: one system call for the whole response
     when the socket buffer has room, and no pass through the scheduler. Only a full socket
@@ -335,8 +399,12 @@ async def _send_buffers(stream: trio.SocketStream, buffers: list) -> None:
     The connection's task is the only writer of its socket, and receiving the next request
     always goes through trio's checkpoints, so bypassing SocketStream.send_all here loses
     neither its conflict detection nor fairness between connections. A peer that went away
-    raises trio.BrokenResourceError, as send_all would.
+    raises trio.BrokenResourceError, as send_all would. A TLS stream encrypts and sends
+    the buffers itself (broker.tls).
     """
+    if isinstance(stream, TlsStream):
+        await stream.send_buffers(buffers)
+        return
     views = [view for buffer in buffers if len(view := memoryview(buffer).cast("B"))]
     fd = stream.socket.fileno()
     first = 0  # views before this one are sent

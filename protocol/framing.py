@@ -37,8 +37,11 @@ class FrameDecoder:
     it declared; the caller must release the view ``unfilled()`` gave before asking again.
     """
 
-    def __init__(self, max_frame_size: int) -> None:
-        self._max_frame_size = max_frame_size
+    def __init__(self, max_frame_size: int, limit_name: str = "socket.request.max.bytes") -> None:
+        # Both may change between frames: a SASL connection has a smaller limit until it
+        # has authenticated (sasl.server.max.receive.size).
+        self.max_frame_size = max_frame_size
+        self.limit_name = limit_name
         self._buffer = bytearray()
         self._start = 0
         self._large: bytearray | None = None
@@ -67,10 +70,9 @@ class FrameDecoder:
         (size,) = _SIZE.unpack_from(self._buffer, self._start)
         if size < 0:
             raise FrameError(f"negative frame size {size}")
-        if size > self._max_frame_size:
+        if size > self.max_frame_size:
             raise FrameError(
-                f"frame of {size} bytes is larger than socket.request.max.bytes "
-                f"({self._max_frame_size})"
+                f"frame of {size} bytes is larger than {self.limit_name} ({self.max_frame_size})"
             )
         return size
 

@@ -29,6 +29,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -41,6 +42,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -49,6 +51,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
@@ -61,6 +65,10 @@ TOPIC_RESOURCE_TYPE = 2
 # What every node answers, whatever its roles.
 COMMON_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.METADATA: (1, 12),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -128,6 +136,9 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.ALTER_CONFIGS: 2,
     ApiKey.CREATE_ACLS: 3,
     ApiKey.DESCRIBE_ACLS: 3,
+    ApiKey.SASL_HANDSHAKE: 1,
+    ApiKey.SASL_AUTHENTICATE: 2,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)
@@ -159,6 +170,10 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.DELETE_RECORDS: 2,
     ApiKey.DESCRIBE_CLUSTER: 0,
     ApiKey.API_VERSIONS: 3,
+    ApiKey.SASL_HANDSHAKE: NEVER_FLEXIBLE,
+    ApiKey.SASL_AUTHENTICATE: 2,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.INIT_PRODUCER_ID: 2,

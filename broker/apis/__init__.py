@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..coordinator.service import GroupCoordinator
     from ..metrics import BrokerMetrics
     from ..replica_manager import ReplicaManager
+    from .sasl import SaslSession, ScramCredentials
 
 
 class CloseConnection(Exception):
@@ -37,6 +38,8 @@ class Connection:
     # has not authenticated (a PLAINTEXT listener, or SSL without a client certificate) is
     # Kafka's anonymous user; authentication (TLS, SASL) replaces it.
     principal: str = "User:ANONYMOUS"
+    # On a SASL listener: the connection's authentication state (apis.sasl.SaslSession).
+    sasl: "SaslSession | None" = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class RequestContext:
     connection: Connection = field(default_factory=Connection)
     # None unless authorizer.class.name is set (see apis/authorization.py).
     authorizer: "Authorizer | None" = None
+    # The SCRAM credentials this node authenticates with (apis.sasl.ScramCredentials).
+    scram_credentials: "ScramCredentials | None" = None
 
     @property
     def version(self) -> int:

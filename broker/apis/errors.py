@@ -281,4 +281,7 @@ def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
         "cluster_id": "",
         "brokers": (),
         "endpoint_type": 1,
+        "mechanisms": (),
+        "auth_bytes": b"",
+        "session_lifetime": 0,
     }

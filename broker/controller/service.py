@@ -26,13 +26,16 @@ from protocol.versions import ApiKey
 from storage.log import LogConfig
 from storage.producer_ids import ProducerIdAllocator
 
+from ..apis.sasl import ScramCredentials
 from ..authorizer.acls import Authorizer
 from ..client import CONNECTION_ERRORS, NodeConnection
 from ..config import BrokerConfig
 from ..config_model import TOPIC_RESOURCE, BrokerLayers, describe_topic, dynamic_topic_defaults
 from ..metrics import BrokerMetrics
+from ..security import ClientSecurity, client_security
 from . import acls as acl_transitions
 from . import configs as config_transitions
+from . import scram_credentials as scram_transitions
 from . import state as transitions
 from .state import ControllerError, ControllerState, PartitionChange, TopicState
 from .store import ControllerStore
@@ -128,7 +131,11 @@ class BrokerChannel:
                         if connection is not None:
                             await connection.aclose()
                         address = (broker.host, broker.port)
-                        connection = await NodeConnection.connect(*address, CONTROLLER_CLIENT_ID)
+                        connection = await NodeConnection.connect(
+                            *address,
+                            CONTROLLER_CLIENT_ID,
+                            self._service.security_for(broker.listeners),
+                        )
                     with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
                         response = await connection.request(request)
                     # AlterConfigs has no top-level error code; its pushes are always applied.
@@ -179,6 +186,9 @@ class ControllerService:
         self.state: ControllerState = ControllerState()
         self._channels: dict[int, BrokerChannel] = {}
         self._nursery: trio.Nursery | None = None
+        self._client_security: dict[str, ClientSecurity] = {}
+        # This node's own credential table, kept current when no broker role gets pushes.
+        self.local_scram_credentials: ScramCredentials | None = None
 
     @property
     def node_id(self) -> int:
@@ -187,6 +197,7 @@ class ControllerService:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
         self.state = self.store.load()
+        self._refresh_local_scram_credentials()
         self._apply_dynamic_defaults()
         if self.authorizer is not None:
             self.authorizer.replace_acls(self.state.acls)
@@ -280,6 +291,14 @@ class ControllerService:
                 self._propagate(changes)
 
     # -- telling brokers ----------------------------------------------------------------
+
+    def security_for(self, listeners: dict[str, tuple[str, int]]) -> "ClientSecurity":
+        """How to connect to a broker's inter-broker listener (the first it registered): with
+        this node's settings for that listener name, as Kafka's controller channel does."""
+        name = next(iter(listeners), "PLAINTEXT")
+        if name not in self._client_security:
+            self._client_security[name] = client_security(self.config, name)
+        return self._client_security[name]
 
     def _channel(self, node_id: int) -> BrokerChannel:
         channel = self._channels.get(node_id)
@@ -510,6 +529,8 @@ class ControllerService:
             config_transitions.resources_of_broker(self.state, request.broker_id),
             only_to=request.broker_id,
         )
+        # Every credential, replacing what it knew: some may have changed while it was away.
+        self._push_scram_credentials(None, only_to=request.broker_id)
         self._propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 
@@ -1012,6 +1033,40 @@ class ControllerService:
             for node_id in recipients
             if node_id != self.node_id
         ]
+
+    async def alter_user_scram_credentials(self, request) -> dict:
+        """Decided, saved, pushed to every live broker, answered once they have it (as
+        configs are: a late broker gets every credential when it registers)."""
+        results, changed = scram_transitions.alter(self.state, request)
+        if changed:
+            self.store.save(self.state)
+            log.info("SCRAM credentials changed for %s", ", ".join(sorted({u for u, _ in changed})))
+            self._refresh_local_scram_credentials()
+            events = self._push_scram_credentials(changed)
+            await self._await_delivery(events, CONFIG_DELIVERY_S)
+        return {"results": results}
+
+    async def describe_user_scram_credentials(self, request) -> dict:
+        return scram_transitions.describe(self.state, request)
+
+    def _push_scram_credentials(self, pairs, only_to: int | None = None) -> list[trio.Event]:
+        """Tell brokers the credentials of ``pairs`` (all of them when None)."""
+        request = codec.build(
+            codec.request_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0),
+            scram_transitions.push_request_data(self.state, pairs),
+        )
+        targets = [only_to] if only_to is not None else self.state.live_brokers()
+        return [self._channel(node_id).enqueue(request) for node_id in targets]
+
+    def _refresh_local_scram_credentials(self) -> None:
+        """A controller-only node authenticates its own SASL listeners from the state."""
+        local = self.local_scram_credentials
+        if local is None or self.config.is_broker:
+            return
+        local.forget_stored()
+        for user, credentials in self.state.scram_credentials.items():
+            for mechanism, record in credentials.items():
+                local.store(mechanism, user, scram_transitions.from_record(record))
 
     def _config_layers(self) -> BrokerLayers:
         return BrokerLayers(

@@ -156,6 +156,9 @@ class ControllerState:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # The cluster's ACLs, in creation order (see controller/acls.py).
     acls: list[AclBinding] = field(default_factory=list)
+    # SCRAM credentials by user, then mechanism name ("SCRAM-SHA-512"): salt, stored key and
+    # server key (base64) and iterations, as Kafka keeps them; never a password.
+    scram_credentials: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

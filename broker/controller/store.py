@@ -67,6 +67,7 @@ def _state_to_dict(state: ControllerState) -> dict:
         ],
         "broker_configs": state.broker_configs,
         "acls": [asdict(binding) for binding in state.acls],
+        "scram_credentials": state.scram_credentials,
     }
 
 
@@ -105,6 +106,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             next_broker_epoch=data["next_broker_epoch"],
             broker_configs=data.get("broker_configs", {}),
             acls=[AclBinding(**binding) for binding in data.get("acls", [])],
+            scram_credentials=data.get("scram_credentials", {}),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

@@ -26,6 +26,7 @@ from kio.schema.produce.v8.response import PartitionProduceResponse
 
 from broker.launcher import BrokerProcess, BrokerStartError, Cluster
 from tests.conftest import confluent_read_all, exchange, wait_for
+from tests.security_setup import SCRAM_JAAS, Certificates
 from tests.unit.batch_factory import make_batch
 
 BROKERS = 3
@@ -60,6 +61,43 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """
     started = Cluster.start(tmp_path, brokers=BROKERS, overrides=CLUSTER_OVERRIDES)
     yield started
+    _check_clean_stop(started)
+
+
+def secured_inter_broker_overrides(certificates: Certificates) -> dict[str, str]:
+    """Every broker replicates over an INTERNAL SASL_SSL listener (SCRAM-SHA-512, the brokers'
+    own login bootstrapped from its JAAS config) while clients keep PLAINTEXT; the controller
+    reaches the brokers on INTERNAL too, with the same shared properties."""
+    return {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+        "INTERNAL:SASL_SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.internal.ssl.keystore.type": "PEM",
+        "listener.name.internal.ssl.keystore.location": str(certificates.broker_path),
+        "listener.name.internal.ssl.truststore.type": "PEM",
+        "listener.name.internal.ssl.truststore.location": str(certificates.ca_path),
+    }
+
+
+@pytest.fixture
+def sasl_ssl_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """The `cluster` fixture with a SASL_SSL inter-broker listener (see
+    secured_inter_broker_overrides); same teardown checks."""
+    certificates = Certificates.make(tmp_path / "certs")
+    started = Cluster.start(
+        tmp_path,
+        brokers=BROKERS,
+        overrides={**CLUSTER_OVERRIDES, **secured_inter_broker_overrides(certificates)},
+        broker_listeners={"INTERNAL": None},
+    )
+    yield started
+    _check_clean_stop(started)
+
+
+def _check_clean_stop(started: Cluster) -> None:
 
     print("node logs:", *(str(node.stderr_path) for node in started.nodes), sep="\n  ")
     problems = [
@@ -414,3 +452,28 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         assert key not in entries, f"{path}: {key} listed twice"
         entries[key] = int(match.group(3))
     return entries
+
+
+def established_connections_to(port: int) -> int:
+    """How many established TCP connections (IPv4, this machine) have ``port`` as their local
+    port: the connections a listener is serving right now."""
+    count = 0
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] == "01":  # 01: ESTABLISHED
+                count += 1
+    return count
+
+
+def assert_replication_uses(cluster: Cluster, listener: str) -> None:
+    """Every running broker serves connections on its ``listener`` (the followers' fetchers
+    and the controller's channel), so replication really went through that listener."""
+    for broker in cluster.brokers.values():
+        if broker.running:
+            port = broker.extra_listeners[listener]
+            assert established_connections_to(port) > 0, (
+                f"no connection to broker {broker.node_id}'s {listener} listener (:{port})"
+            )

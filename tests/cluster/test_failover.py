@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from broker.launcher import Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     BackgroundProducer,
     assert_logs_identical,
+    assert_replication_uses,
     create_replicated_topic,
     lost_and_duplicated,
     read_partitions,
@@ -23,7 +26,10 @@ ACKS_BEFORE_KILL = 2_000
 ACKS_AFTER_FAILOVER = 2_000
 
 
-def test_kill_9_leader_under_acks_all_producer(cluster: Cluster):
+@pytest.mark.parametrize("cluster_fixture", ["cluster", "sasl_ssl_cluster"])
+def test_kill_9_leader_under_acks_all_producer(request, cluster_fixture: str):
+    """Run on the plaintext cluster and on one replicating over SASL_SSL."""
+    cluster: Cluster = request.getfixturevalue(cluster_fixture)
     create_replicated_topic(cluster, TOPIC, PARTITIONS, config={"min.insync.replicas": "2"})
     replicas = {
         partition: replicas_of(cluster, TOPIC, partition) for partition in range(PARTITIONS)
@@ -76,3 +82,5 @@ def test_kill_9_leader_under_acks_all_producer(cluster: Cluster):
     # The restarted broker dropped any tail its old leadership left and holds the same log.
     for partition in range(PARTITIONS):
         assert_logs_identical(cluster, TOPIC, partition)
+    if cluster_fixture == "sasl_ssl_cluster":
+        assert_replication_uses(cluster, "INTERNAL")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -216,3 +217,42 @@ def test_dev_starts_again_at_once_on_the_same_ports(tmp_path):
         again.wait_said("the cluster is ready", "the cluster to start again")
     finally:
         assert again.stop() == 0
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_dev_secure_prints_client_settings_that_work(tmp_path):
+    """`minibroker dev --secure`: the printed SASL_SSL bootstrap, password and CA let kcat
+    produce and consume, and a wrong password is refused."""
+    data = tmp_path / "data"
+    dev = Dev(data, "--secure")
+    try:
+        dev.wait_said("the cluster is ready", "the secure cluster to start")
+        text = "\n".join(dev.lines)
+        bootstrap = re.search(r"secure bootstrap servers \(SASL_SSL\): (\S+)", text).group(1)
+        password = re.search(r"user alice, password (\S+)", text).group(1)
+        ca = re.search(r"CA certificate: (\S+)", text).group(1)
+        assert Path(ca).is_file() and str(data) in ca
+        settings = [
+            *("-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=SCRAM-SHA-512"),
+            *("-X", "sasl.username=alice", "-X", f"ssl.ca.location={ca}"),
+        ]
+
+        def kcat(*args, password=password, stdin=None):
+            return subprocess.run(
+                ["kcat", "-b", bootstrap, "-m", "15", *settings, "-X", f"sasl.password={password}"]
+                + list(args),
+                input=stdin,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+
+        produced = kcat("-P", "-t", "demo", stdin=b"hello\nsecure\n")
+        assert produced.returncode == 0, produced.stderr.decode()
+        consumed = kcat("-C", "-t", "demo", "-o", "beginning", "-e", "-q")
+        assert sorted(consumed.stdout.decode().split()) == ["hello", "secure"]
+        refused = kcat("-L", password="not-the-password")
+        assert refused.returncode != 0
+        assert b"Authentication failed" in refused.stderr
+    finally:
+        assert dev.stop() == 0

@@ -95,21 +95,6 @@ def test_kafkas_own_kraft_server_properties_are_accepted(tmp_path):
     assert config.controller.port == 9093
 
 
-@pytest.mark.parametrize(
-    ("listeners", "protocol_map", "protocol"),
-    [
-        ("SSL://127.0.0.1:9093", "", "SSL"),
-        ("SECURE://127.0.0.1:9093", "SECURE:SASL_SSL", "SASL_SSL"),
-    ],
-)
-def test_a_listener_with_an_unimplemented_protocol_is_refused(listeners, protocol_map, protocol):
-    overrides = [f"listeners={listeners}"]
-    if protocol_map:
-        overrides.append(f"listener.security.protocol.map={protocol_map}")
-    with pytest.raises(ConfigError, match=f"{listeners.split(':')[0]}.*{protocol}"):
-        load_config(None, overrides)
-
-
 def test_a_port_out_of_range_is_refused():
     with pytest.raises(ConfigError, match="listeners.*99999"):
         load_config(None, ["listeners=PLAINTEXT://127.0.0.1:99999"])

@@ -1,0 +1,81 @@
+"""AlterUserScramCredentials and DescribeUserScramCredentials: SCRAM users managed as
+Kafka's admin clients do it, decided and stored by the controller (a broker forwards them),
+and pushed by the controller to every broker, which authenticates with them
+(broker.controller.scram_credentials describes the push)."""
+
+from protocol import sasl
+from protocol.errors import Error
+
+from ..authorizer.acls import Operation
+from ..controller.scram_credentials import MECHANISM_BY_TYPE, SNAPSHOT_MARKER
+from . import RequestContext
+from .authorization import cluster_allowed
+from .forwarding import ForwardingFailed, forward_to_controller
+from .inter_node import inter_node_allowed, is_controller_push
+
+_CLUSTER_REFUSED = "Cluster authorization failed."
+
+
+def _apply_push(ctx: RequestContext, request) -> dict:
+    credentials = ctx.scram_credentials
+    deletions = list(request.deletions)
+    if deletions and deletions[0].name == SNAPSHOT_MARKER["name"]:
+        credentials.forget_stored()
+        deletions = deletions[1:]
+    for deletion in deletions:
+        credentials.forget(MECHANISM_BY_TYPE[deletion.mechanism], deletion.name)
+    for upsertion in request.upsertions:
+        keys = bytes(upsertion.salted_password)
+        half = len(keys) // 2
+        credentials.store(
+            MECHANISM_BY_TYPE[upsertion.mechanism],
+            upsertion.name,
+            sasl.ScramCredential(
+                salt=bytes(upsertion.salt),
+                stored_key=keys[:half],
+                server_key=keys[half:],
+                iterations=upsertion.iterations,
+            ),
+        )
+    return {"results": ()}
+
+
+async def handle_alter(ctx: RequestContext, request):
+    """Kafka asks for ALTER on the cluster; the controller's push, for the cluster's own
+    rules (an inter-node listener, CLUSTER_ACTION), so that no client can plant a user."""
+
+    def refused(error: Error, message: str) -> dict:
+        users = dict.fromkeys(item.name for item in (*request.deletions, *request.upsertions))
+        return {
+            "results": [
+                {"user": user, "error_code": error, "error_message": message} for user in users
+            ]
+        }
+
+    if is_controller_push(ctx):
+        if not inter_node_allowed(ctx):
+            return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
+        return _apply_push(ctx, request)
+    if not cluster_allowed(ctx, Operation.ALTER):
+        return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
+    if ctx.controller is not None:
+        return await ctx.controller.alter_user_scram_credentials(request)
+    try:
+        return await forward_to_controller(ctx, request)
+    except ForwardingFailed as failure:
+        return refused(failure.error, str(failure))
+
+
+async def handle_describe(ctx: RequestContext, request):
+    if not cluster_allowed(ctx, Operation.DESCRIBE):
+        return {
+            "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": _CLUSTER_REFUSED,
+            "results": (),
+        }
+    if ctx.controller is not None:
+        return await ctx.controller.describe_user_scram_credentials(request)
+    try:
+        return await forward_to_controller(ctx, request)
+    except ForwardingFailed as failure:
+        return {"error_code": failure.error, "error_message": str(failure), "results": ()}

@@ -1,0 +1,338 @@
+"""Listener security from Kafka's properties: TLS contexts, SASL mechanisms and users.
+
+Every ``ssl.*``/``sasl.*`` property may be given per listener as
+``listener.name.<listener in lower case>.<property>``, which wins over the plain one, as in
+Kafka; the JAAS configs exist only per listener and mechanism
+(``listener.name.<l>.<mechanism in lower case>.sasl.jaas.config``), as Kafka requires of
+brokers. Only PEM key and trust stores are read; JKS and PKCS12 are refused by name.
+
+The server side (``ListenerSecurity``) is built once at start, so a missing file or a bad
+password stops the start with the property's name. The client side (``ClientSecurity``) is
+what this node presents when it connects to another node's listener: the same listener's
+trust store, key store and JAAS login (username/password), as Kafka's inter-broker clients do.
+"""
+
+import os
+import re
+import ssl
+import tempfile
+from dataclasses import dataclass, field
+
+from protocol import sasl
+
+from .apis.sasl import ScramCredentials
+from .config import BrokerConfig, ConfigError
+
+CLIENT_AUTH_MODES = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def listener_property(config: BrokerConfig, listener_name: str, key: str) -> str | None:
+    """``listener.name.<l>.<key>`` if given, else ``<key>``: Kafka's per-listener override."""
+    properties = config.properties
+    prefixed = f"listener.name.{listener_name.lower()}.{key}"
+    if prefixed in properties:
+        return properties[prefixed]
+    return properties.get(key)
+
+
+def _prefixed_name(config: BrokerConfig, listener_name: str, key: str) -> str:
+    """The property name a message should point at: the one actually given."""
+    prefixed = f"listener.name.{listener_name.lower()}.{key}"
+    return prefixed if prefixed in config.properties else key
+
+
+def jaas_config(config: BrokerConfig, listener_name: str, mechanism: str) -> sasl.JaasConfig:
+    """The listener's JAAS login module for a mechanism; ConfigError when missing or bad."""
+    key = f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = config.properties.get(key)
+    if text is None:
+        raise ConfigError(
+            f"listener {listener_name} enables SASL mechanism {mechanism} but {key} is not set"
+        )
+    try:
+        return sasl.parse_jaas_config(text)
+    except sasl.JaasError as error:
+        raise ConfigError(f"invalid value for {key}: {error}") from None
+
+
+def enabled_mechanisms(config: BrokerConfig, listener_name: str) -> tuple[str, ...]:
+    """``sasl.enabled.mechanisms`` for a listener; Kafka's default (GSSAPI) is refused with
+    the mechanisms minibroker has, rather than leaving a listener nobody can log in to."""
+    key = "sasl.enabled.mechanisms"
+    text = listener_property(config, listener_name, key) or "GSSAPI"
+    mechanisms = tuple(part.strip().upper() for part in text.split(",") if part.strip())
+    unsupported = [mechanism for mechanism in mechanisms if mechanism not in sasl.MECHANISMS]
+    if unsupported or not mechanisms:
+        raise ConfigError(
+            f"{_prefixed_name(config, listener_name, key)}={text}: minibroker supports "
+            f"{', '.join(sasl.MECHANISMS)} (not {', '.join(unsupported) or 'an empty list'})"
+        )
+    return mechanisms
+
+
+def _store_type(config: BrokerConfig, listener_name: str, key: str) -> None:
+    value = (listener_property(config, listener_name, key) or "JKS").strip().upper()
+    if value != "PEM":
+        raise ConfigError(
+            f"{_prefixed_name(config, listener_name, key)}={value}: minibroker reads PEM key "
+            "and trust stores only (JKS and PKCS12 are not supported); set it to PEM"
+        )
+
+
+def _load_keystore(context: ssl.SSLContext, config: BrokerConfig, listener_name: str) -> bool:
+    """Load the certificate chain and private key, from ``ssl.keystore.location`` or the
+    PEM-in-config pair; False when the listener configures neither."""
+    location = listener_property(config, listener_name, "ssl.keystore.location")
+    chain = listener_property(config, listener_name, "ssl.keystore.certificate.chain")
+    key = listener_property(config, listener_name, "ssl.keystore.key")
+    if not (location or chain or key):
+        return False
+    _store_type(config, listener_name, "ssl.keystore.type")
+    password = listener_property(config, listener_name, "ssl.key.password")
+    if location:
+        name = _prefixed_name(config, listener_name, "ssl.keystore.location")
+        try:
+            context.load_cert_chain(location, password=password)
+        except (OSError, ssl.SSLError) as error:
+            raise ConfigError(f"cannot load {name}={location}: {error}") from None
+        return True
+    if not (chain and key):
+        raise ConfigError(
+            "ssl.keystore.certificate.chain and ssl.keystore.key must be given together"
+        )
+    # The ssl module loads keys from files only: a private temporary file, removed at once.
+    with tempfile.TemporaryDirectory(prefix="minibroker-keystore-") as directory:
+        path = os.path.join(directory, "keystore.pem")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as file:
+            file.write(key.strip() + "\n" + chain.strip() + "\n")
+        try:
+            context.load_cert_chain(path, password=password)
+        except ssl.SSLError as error:
+            raise ConfigError(
+                f"cannot load ssl.keystore.certificate.chain/ssl.keystore.key: {error}"
+            ) from None
+    return True
+
+
+def _load_truststore(context: ssl.SSLContext, config: BrokerConfig, listener_name: str) -> bool:
+    location = listener_property(config, listener_name, "ssl.truststore.location")
+    certificates = listener_property(config, listener_name, "ssl.truststore.certificates")
+    if not (location or certificates):
+        return False
+    _store_type(config, listener_name, "ssl.truststore.type")
+    try:
+        if location:
+            context.load_verify_locations(cafile=location)
+        else:
+            context.load_verify_locations(cadata=certificates)
+    except (OSError, ssl.SSLError) as error:
+        key = "ssl.truststore.location" if location else "ssl.truststore.certificates"
+        name = _prefixed_name(config, listener_name, key)
+        raise ConfigError(f"cannot load {name}: {error}") from None
+    return True
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """How one listener authenticates its clients."""
+
+    name: str
+    protocol: str
+    ssl_context: ssl.SSLContext | None = None
+    mechanisms: tuple[str, ...] = ()
+    plain_users: dict[str, str] = field(default_factory=dict)
+    # connections.max.reauth.ms: a SASL session's lifetime; 0 means sessions never expire.
+    max_reauth_ms: int = 0
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.ssl_context is not None
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in SASL_PROTOCOLS
+
+
+def listener_security(config: BrokerConfig, listener_name: str) -> ListenerSecurity:
+    """Build a listener's security from the configuration; ConfigError names what is wrong."""
+    protocol = config.security_protocol(listener_name)
+    ssl_context = None
+    if protocol in TLS_PROTOCOLS:
+        ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if not _load_keystore(ssl_context, config, listener_name):
+            raise ConfigError(
+                f"listener {listener_name} uses {protocol} but has no key store: set "
+                "ssl.keystore.location (PEM) or ssl.keystore.certificate.chain and "
+                "ssl.keystore.key"
+            )
+        key = "ssl.client.auth"
+        client_auth = (listener_property(config, listener_name, key) or "none").strip().lower()
+        if client_auth not in CLIENT_AUTH_MODES:
+            raise ConfigError(
+                f"invalid value {client_auth!r} for {_prefixed_name(config, listener_name, key)}"
+                ": expected none, requested or required"
+            )
+        has_truststore = _load_truststore(ssl_context, config, listener_name)
+        if client_auth != "none" and not has_truststore:
+            raise ConfigError(
+                f"{key}={client_auth} on listener {listener_name} needs a trust store "
+                "(ssl.truststore.location or ssl.truststore.certificates) to check client "
+                "certificates against"
+            )
+        ssl_context.verify_mode = CLIENT_AUTH_MODES[client_auth]
+    mechanisms: tuple[str, ...] = ()
+    plain_users: dict[str, str] = {}
+    max_reauth_ms = 0
+    if protocol in SASL_PROTOCOLS:
+        mechanisms = enabled_mechanisms(config, listener_name)
+        if sasl.PLAIN in mechanisms:
+            plain_users = jaas_config(config, listener_name, sasl.PLAIN).plain_users()
+        text = listener_property(config, listener_name, "connections.max.reauth.ms") or "0"
+        try:
+            max_reauth_ms = int(text)
+            if max_reauth_ms < 0:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"invalid value {text!r} for connections.max.reauth.ms") from None
+    return ListenerSecurity(
+        listener_name, protocol, ssl_context, mechanisms, plain_users, max_reauth_ms
+    )
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """What this node presents when it connects to a listener of another node."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+
+def client_security(config: BrokerConfig, listener_name: str) -> ClientSecurity:
+    """How to connect to ``listener_name`` of another node (the inter-broker or controller
+    listener): trust its certificate with this node's trust store for that listener, present
+    the key store for mutual TLS, and log in with the listener's JAAS username and password
+    using ``sasl.mechanism.inter.broker.protocol`` (Kafka's default: GSSAPI, refused)."""
+    protocol = config.security_protocol(listener_name)
+    ssl_context = None
+    if protocol in TLS_PROTOCOLS:
+        ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if not _load_truststore(ssl_context, config, listener_name):
+            ssl_context.load_default_certs()
+        _load_keystore(ssl_context, config, listener_name)
+        # ssl.endpoint.identification.algorithm: Kafka's default "https" checks the host name.
+        key = "ssl.endpoint.identification.algorithm"
+        algorithm = listener_property(config, listener_name, key)
+        ssl_context.check_hostname = (algorithm if algorithm is not None else "https") != ""
+    if protocol not in SASL_PROTOCOLS:
+        return ClientSecurity(protocol, ssl_context)
+    mechanism = (config.properties.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
+    if mechanism not in sasl.MECHANISMS:
+        raise ConfigError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism}: minibroker supports "
+            f"{', '.join(sasl.MECHANISMS)}"
+        )
+    login = jaas_config(config, listener_name, mechanism)
+    if login.username is None or login.password is None:
+        raise ConfigError(
+            f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config needs "
+            "username and password: this node logs in with them to other nodes"
+        )
+    return ClientSecurity(protocol, ssl_context, mechanism, login.username, login.password)
+
+
+# X.500 attribute names as Python's ssl module spells them -> the keyword Java's
+# X500Principal.getName() (RFC 2253) prints, which is what Kafka's principal shows.
+_RDN_KEYWORDS = {
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def _escape_rdn_value(value: str) -> str:
+    escaped = "".join("\\" + char if char in ',+"\\<>;' else char for char in value)
+    if escaped.startswith((" ", "#")):
+        escaped = "\\" + escaped
+    if escaped.endswith(" "):
+        escaped = escaped[:-1] + "\\ "
+    return escaped
+
+
+def certificate_principal(peer_certificate: dict | None) -> str:
+    """Kafka's default principal for a TLS client: ``User:`` and the subject's distinguished
+    name as RFC 2253 writes it (most specific first: "CN=alice,OU=eng,O=example"); the
+    anonymous user when the client sent no certificate."""
+    if not peer_certificate or not peer_certificate.get("subject"):
+        return "User:ANONYMOUS"
+    rdns = []
+    for rdn in reversed(peer_certificate["subject"]):
+        rdns.append(
+            "+".join(
+                f"{_RDN_KEYWORDS.get(name, name)}={_escape_rdn_value(value)}" for name, value in rdn
+            )
+        )
+    return "User:" + ",".join(rdns)
+
+
+# Users given in configuration, in the syntax of kafka-storage's --add-scram:
+# SCRAM-SHA-512=[name=alice,password=alice-secret] (several separated by spaces or ";").
+BOOTSTRAP_SCRAM_PROPERTY = "minibroker.scram.users"
+_BOOTSTRAP_ENTRY = re.compile(r"(SCRAM-SHA-256|SCRAM-SHA-512)=\[([^\]]*)\]")
+
+
+def bootstrap_scram_users(config: BrokerConfig) -> list[tuple[str, str, str]]:
+    """(mechanism, user, password) of every SCRAM user this node knows from configuration:
+    the ``minibroker.scram.users`` entries, and the login of each SCRAM JAAS config of a SASL
+    listener (the inter-broker user, which must exist before any controller could store it,
+    as ``kafka-storage format --add-scram`` ensures in Kafka)."""
+    users = []
+    text = config.properties.get(BOOTSTRAP_SCRAM_PROPERTY, "")
+    leftover = _BOOTSTRAP_ENTRY.sub("", text).replace(";", "").strip()
+    if leftover:
+        raise ConfigError(
+            f"invalid value for {BOOTSTRAP_SCRAM_PROPERTY}: expected entries like "
+            f"SCRAM-SHA-512=[name=alice,password=alice-secret], found {leftover[:30]!r}"
+        )
+    for mechanism, body in _BOOTSTRAP_ENTRY.findall(text):
+        fields = dict(part.split("=", 1) for part in body.split(",") if "=" in part)
+        if not fields.get("name") or not fields.get("password"):
+            raise ConfigError(
+                f"invalid value for {BOOTSTRAP_SCRAM_PROPERTY}: {mechanism} needs name=... "
+                "and password=..."
+            )
+        users.append((mechanism, fields["name"], fields["password"]))
+    for listener in config.listeners:
+        if config.security_protocol(listener.name) not in SASL_PROTOCOLS:
+            continue
+        for mechanism in enabled_mechanisms(config, listener.name):
+            key = f"listener.name.{listener.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+            if mechanism in sasl.SCRAM_MECHANISMS and key in config.properties:
+                login = jaas_config(config, listener.name, mechanism)
+                if login.username and login.password:
+                    users.append((mechanism, login.username, login.password))
+    return users
+
+
+def bootstrap_scram_credentials(config: BrokerConfig) -> ScramCredentials:
+    """The SCRAM credential table a node starts with (see bootstrap_scram_users)."""
+    credentials = ScramCredentials()
+    for mechanism, user, password in bootstrap_scram_users(config):
+        credentials.configure(mechanism, user, sasl.new_credential(mechanism, password))
+    return credentials
