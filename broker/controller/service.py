@@ -54,6 +54,25 @@ CONTROLLER_CLIENT_ID = "controller"
 CONFIG_DELIVERY_S = 5.0
 
 
+class LocalStore:
+    """The single controller's store: the JSON state file and the producer-id block file in
+    its log dir, behind the awaitable interface the ZooKeeper store has. Local writes are
+    short and stay on the loop, as they always did."""
+
+    def __init__(self, directory: Path) -> None:
+        self._state = ControllerStore(directory / STATE_FILE)
+        self._producer_ids = ProducerIdAllocator(directory)
+
+    async def load(self) -> ControllerState:
+        return self._state.load()
+
+    async def save(self, state: ControllerState) -> None:
+        self._state.save(state)
+
+    async def allocate_producer_id_block(self) -> tuple[int, int]:
+        return self._producer_ids.allocate_block()
+
+
 class _Queued:
     """A request waiting in a channel: the request itself, or for UpdateMetadata a builder
     called when it is sent; the events of everyone waiting for its delivery."""
@@ -159,7 +178,10 @@ class ControllerService:
         clock_ms,
         metrics: BrokerMetrics,
         rng: random.Random | None = None,
+        store=None,
     ) -> None:
+        """``store`` is where decisions are saved: the ZooKeeper store of an elected
+        controller, or by default the JSON file in the first log dir."""
         self.config = config
         self._static_unclean_leader_election = config.unclean_leader_election_enable
         self.metrics = metrics
@@ -167,9 +189,7 @@ class ControllerService:
         self.cluster_id = cluster_id
         self.clock_ms = clock_ms
         self._rng = rng or random.Random()
-        directory = Path(config.log_dirs[0])
-        self.store = ControllerStore(directory / STATE_FILE)
-        self.producer_ids = ProducerIdAllocator(directory)
+        self.store = store or LocalStore(Path(config.log_dirs[0]))
         self.state: ControllerState = ControllerState()
         self._channels: dict[int, BrokerChannel] = {}
         self._nursery: trio.Nursery | None = None
@@ -180,7 +200,7 @@ class ControllerService:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
-        self.state = self.store.load()
+        self.state = await self.store.load()
         self._apply_dynamic_defaults()
         now = self.clock_ms()
         for broker in self.state.brokers.values():
@@ -215,7 +235,7 @@ class ControllerService:
             )
             if fenced:
                 log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
-                self.store.save(self.state)
+                await self.store.save(self.state)
                 self._propagate(changes)
 
     def broker_connection_lost(self, node_id: int) -> None:
@@ -255,8 +275,30 @@ class ControllerService:
         changes = transitions.fence_broker(
             self.state, node_id, self.config.unclean_leader_election_enable
         )
-        self.store.save(self.state)
+        await self.store.save(self.state)
         self._propagate(changes)
+
+    async def broker_sessions_changed(self, with_session: set[int]) -> None:
+        """ZooKeeper mode: the brokers whose ``/brokers/ids`` znode exists now. A registered
+        broker without one lost its ZooKeeper session (it died, or was cut off or paused for
+        longer than zookeeper.session.timeout.ms): it is fenced, as ZooKeeper-mode Kafka's
+        controller takes a broker's znode going away for its death."""
+        gone = [
+            node_id
+            for node_id, broker in sorted(self.state.brokers.items())
+            if not broker.fenced and node_id not in with_session
+        ]
+        if not gone:
+            return
+        latest: dict[tuple[str, int], PartitionChange] = {}
+        for node_id in gone:
+            for change in transitions.fence_broker(
+                self.state, node_id, self.config.unclean_leader_election_enable
+            ):
+                latest[(change.topic, change.partition)] = change
+        log.warning("fenced broker(s) %s: their ZooKeeper sessions ended", gone)
+        await self.store.save(self.state)
+        self._propagate(list(latest.values()))
 
     async def _rebalance_leaders(self) -> None:
         """Kafka's auto leader rebalance: after failovers, leadership piles up on the brokers
@@ -268,7 +310,7 @@ class ControllerService:
             )
             if changes:
                 log.info("moving leadership of %d partition(s) back to preferred", len(changes))
-                self.store.save(self.state)
+                await self.store.save(self.state)
                 self._propagate(changes)
 
     # -- telling brokers ----------------------------------------------------------------
@@ -487,7 +529,7 @@ class ControllerService:
             unclean_leader_election=self.config.unclean_leader_election_enable,
             listeners={item.name: (item.host, item.port) for item in request.listeners},
         )
-        self.store.save(self.state)
+        await self.store.save(self.state)
         log.info(
             "broker %d registered at %s:%d with broker epoch %d",
             request.broker_id,
@@ -542,7 +584,7 @@ class ControllerService:
         if not already_fenced:
             # Even a broker that hosts nothing must leave every broker's metadata, or
             # clients keep being sent to it.
-            self.store.save(self.state)
+            await self.store.save(self.state)
             events = self._propagate(changes, also_tell=node_id)
             log.info(
                 "broker %d is shutting down: %d partition(s) change leader or ISR",
@@ -607,7 +649,7 @@ class ControllerService:
                 )
             topics.append({"topic_id": topic.topic_id, "partitions": partitions})
         if changes:
-            self.store.save(self.state)
+            await self.store.save(self.state)
             # The leader learns the result from this answer; LeaderAndIsr tells it too, in
             # case the answer is lost, and tells the followers.
             self._propagate(changes)
@@ -649,7 +691,7 @@ class ControllerService:
         )
         results, changes = transitions.elect_leaders(self.state, election_type, targets)
         if changes:
-            self.store.save(self.state)
+            await self.store.save(self.state)
             log.info(
                 "%s election moved the leadership of %d partition(s)",
                 election_type.name.lower(),
@@ -706,7 +748,7 @@ class ControllerService:
                 partitions.append(result)
             responses.append({"name": topic.name, "partitions": partitions})
         if changes:
-            self.store.save(self.state)
+            await self.store.save(self.state)
             self._propagate(changes)
         return {"error_code": Error.NONE, "error_message": None, "responses": responses}
 
@@ -764,7 +806,7 @@ class ControllerService:
             await trio.lowlevel.checkpoint()  # heartbeats and other requests get their turn
         if request.validate_only or not created_any:
             return {"topics": results}
-        self.store.save(self.state)
+        await self.store.save(self.state)
         created = [r["name"] for r in results if r["error_code"] == Error.NONE]
         log.info(
             "created %d topic(s) (%d partitions): %s",
@@ -861,7 +903,7 @@ class ControllerService:
                     result.update(error_code=int(error.code), error_message=error.message)
             results.append(result)
         if changes and not request.validate_only:
-            self.store.save(self.state)
+            await self.store.save(self.state)
             log.info(
                 "created %d partition(s) of %s", len(changes), sorted({c.topic for c in changes})
             )
@@ -914,7 +956,7 @@ class ControllerService:
             stopped.append(removed)
             results.append({"name": name, "topic_id": removed.topic_id, "error_code": Error.NONE})
         if stopped:
-            self.store.save(self.state)
+            await self.store.save(self.state)
             log.info(
                 "deleted %d topic(s): %s",
                 len(stopped),
@@ -938,7 +980,7 @@ class ControllerService:
             validate_only=request.validate_only,
         )
         if changed:
-            self.store.save(self.state)
+            await self.store.save(self.state)
             self._apply_dynamic_defaults()
             log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
             events = self._push_configs(changed)
@@ -994,7 +1036,7 @@ class ControllerService:
                 "producer_id_start": -1,
                 "producer_id_len": 0,
             }
-        start, length = self.producer_ids.allocate_block()
+        start, length = await self.store.allocate_producer_id_block()
         return {"error_code": Error.NONE, "producer_id_start": start, "producer_id_len": length}
 
     def metadata(self, request) -> dict:
