@@ -153,6 +153,10 @@ class ControllerClient:
                 continue
             if self.shutting_down:
                 continue
+            if response.error_code.value == Error.NOT_CONTROLLER:
+                # ZooKeeper mode: that broker is no longer (or not yet) the controller; the
+                # next heartbeat goes to the one elected, which knows this broker's epoch.
+                continue
             if response.is_fenced or response.error_code.value != Error.NONE:
                 log.warning(
                     "controller says this broker is fenced (%s); registering again",

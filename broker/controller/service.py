@@ -129,6 +129,7 @@ class BrokerChannel:
                 self._work = trio.Event()
                 await self._work.wait()
                 continue
+            await self._service.all_saved()
             item = self._queue.popleft()
             even_if_fenced = item.even_if_fenced
             request = item.request if item.build is None else item.build()
@@ -193,6 +194,9 @@ class ControllerService:
         self.state: ControllerState = ControllerState()
         self._channels: dict[int, BrokerChannel] = {}
         self._nursery: trio.Nursery | None = None
+        self._saves_in_flight = 0
+        self._all_saved = trio.Event()
+        self._all_saved.set()
 
     @property
     def node_id(self) -> int:
@@ -223,6 +227,25 @@ class ControllerService:
                 nursery.start_soon(self._rebalance_leaders)
             task_status.started()
 
+    async def _save(self) -> None:
+        """Make the current state durable. While a save is in flight (the ZooKeeper store
+        awaits its transaction; the JSON file is written without yielding), the channels
+        hold their requests: an UpdateMetadata built from the state then would show brokers
+        a decision that a crash could still take back. A failed save (a deposed controller)
+        holds them for good."""
+        if self._saves_in_flight == 0:
+            self._all_saved = trio.Event()
+        self._saves_in_flight += 1
+        await self.store.save(self.state)
+        self._saves_in_flight -= 1
+        if self._saves_in_flight == 0:
+            self._all_saved.set()
+
+    async def all_saved(self) -> None:
+        """Wait until no save is in flight."""
+        while self._saves_in_flight:
+            await self._all_saved.wait()
+
     async def _watch_liveness(self) -> None:
         interval = min(self.config.broker_heartbeat_interval_ms, 1000) / 1000
         while True:
@@ -235,7 +258,7 @@ class ControllerService:
             )
             if fenced:
                 log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
-                await self.store.save(self.state)
+                await self._save()
                 self._propagate(changes)
 
     def broker_connection_lost(self, node_id: int) -> None:
@@ -275,7 +298,7 @@ class ControllerService:
         changes = transitions.fence_broker(
             self.state, node_id, self.config.unclean_leader_election_enable
         )
-        await self.store.save(self.state)
+        await self._save()
         self._propagate(changes)
 
     async def broker_sessions_changed(self, with_session: set[int]) -> None:
@@ -297,7 +320,7 @@ class ControllerService:
             ):
                 latest[(change.topic, change.partition)] = change
         log.warning("fenced broker(s) %s: their ZooKeeper sessions ended", gone)
-        await self.store.save(self.state)
+        await self._save()
         self._propagate(list(latest.values()))
 
     async def _rebalance_leaders(self) -> None:
@@ -310,7 +333,7 @@ class ControllerService:
             )
             if changes:
                 log.info("moving leadership of %d partition(s) back to preferred", len(changes))
-                await self.store.save(self.state)
+                await self._save()
                 self._propagate(changes)
 
     # -- telling brokers ----------------------------------------------------------------
@@ -529,7 +552,7 @@ class ControllerService:
             unclean_leader_election=self.config.unclean_leader_election_enable,
             listeners={item.name: (item.host, item.port) for item in request.listeners},
         )
-        await self.store.save(self.state)
+        await self._save()
         log.info(
             "broker %d registered at %s:%d with broker epoch %d",
             request.broker_id,
@@ -584,7 +607,7 @@ class ControllerService:
         if not already_fenced:
             # Even a broker that hosts nothing must leave every broker's metadata, or
             # clients keep being sent to it.
-            await self.store.save(self.state)
+            await self._save()
             events = self._propagate(changes, also_tell=node_id)
             log.info(
                 "broker %d is shutting down: %d partition(s) change leader or ISR",
@@ -649,7 +672,7 @@ class ControllerService:
                 )
             topics.append({"topic_id": topic.topic_id, "partitions": partitions})
         if changes:
-            await self.store.save(self.state)
+            await self._save()
             # The leader learns the result from this answer; LeaderAndIsr tells it too, in
             # case the answer is lost, and tells the followers.
             self._propagate(changes)
@@ -691,7 +714,7 @@ class ControllerService:
         )
         results, changes = transitions.elect_leaders(self.state, election_type, targets)
         if changes:
-            await self.store.save(self.state)
+            await self._save()
             log.info(
                 "%s election moved the leadership of %d partition(s)",
                 election_type.name.lower(),
@@ -748,7 +771,7 @@ class ControllerService:
                 partitions.append(result)
             responses.append({"name": topic.name, "partitions": partitions})
         if changes:
-            await self.store.save(self.state)
+            await self._save()
             self._propagate(changes)
         return {"error_code": Error.NONE, "error_message": None, "responses": responses}
 
@@ -806,7 +829,7 @@ class ControllerService:
             await trio.lowlevel.checkpoint()  # heartbeats and other requests get their turn
         if request.validate_only or not created_any:
             return {"topics": results}
-        await self.store.save(self.state)
+        await self._save()
         created = [r["name"] for r in results if r["error_code"] == Error.NONE]
         log.info(
             "created %d topic(s) (%d partitions): %s",
@@ -903,7 +926,7 @@ class ControllerService:
                     result.update(error_code=int(error.code), error_message=error.message)
             results.append(result)
         if changes and not request.validate_only:
-            await self.store.save(self.state)
+            await self._save()
             log.info(
                 "created %d partition(s) of %s", len(changes), sorted({c.topic for c in changes})
             )
@@ -956,7 +979,7 @@ class ControllerService:
             stopped.append(removed)
             results.append({"name": name, "topic_id": removed.topic_id, "error_code": Error.NONE})
         if stopped:
-            await self.store.save(self.state)
+            await self._save()
             log.info(
                 "deleted %d topic(s): %s",
                 len(stopped),
@@ -980,7 +1003,7 @@ class ControllerService:
             validate_only=request.validate_only,
         )
         if changed:
-            await self.store.save(self.state)
+            await self._save()
             self._apply_dynamic_defaults()
             log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
             events = self._push_configs(changed)
