@@ -66,6 +66,7 @@ class ZooKeeperBroker:
         self._session_lost = trio.Event()
         self._controller_changed = trio.Event()
         self._brokers_changed = trio.Event()
+        self._closing = False
 
     # -- kazoo's thread -> trio ---------------------------------------------------------
 
@@ -79,7 +80,8 @@ class ZooKeeperBroker:
             if self._connected.is_set():
                 self._connected = trio.Event()
             if state == KazooState.LOST:
-                log.warning("ZooKeeper session expired")
+                if not self._closing:
+                    log.warning("ZooKeeper session expired")
                 self._session_lost.set()
         self._controller_changed.set()
 
@@ -130,6 +132,7 @@ class ZooKeeperBroker:
                 self.controller = None
                 await self._connected.wait()
         finally:
+            self._closing = True
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.zk.stop)
                 await trio.to_thread.run_sync(self.zk.close)
@@ -249,9 +252,9 @@ class ZooKeeperBroker:
                 self._on_controller(service)
                 nursery.start_soon(self._watch_broker_sessions, service)
         except* ControllerMoved as moved:
-            log.warning("no longer controller: %s", moved.exceptions[0])
+            log.warning("no longer controller: %s", _first_leaf(moved))
         except* ZOOKEEPER_ERRORS as failed:
-            log.warning("controller stopped: ZooKeeper failed: %r", failed.exceptions[0])
+            log.warning("no longer controller: ZooKeeper failed: %r", _first_leaf(failed))
         finally:
             self._on_controller(None)
             self.controller = None
@@ -277,6 +280,12 @@ def _create_chroot(hosts: str, chroot: str) -> None:
     finally:
         client.stop()
         client.close()
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
 
 from broker.launcher import BrokerStartError, Cluster, ZooKeeperServer, zookeeper_installed
 from tests.cluster.conftest import (
@@ -22,7 +23,9 @@ from tests.cluster.conftest import (
     read_partitions,
     wait_for_new_leader,
 )
-from tests.conftest import wait_for
+from tests.cluster.test_controller_requests import TOPIC as COMMANDED_TOPIC
+from tests.cluster.test_controller_requests import make_leader_and_isr
+from tests.conftest import exchange, wait_for
 
 pytestmark = pytest.mark.skipif(
     not zookeeper_installed(),
@@ -150,6 +153,7 @@ def test_kill_9_of_the_controller_elects_another_and_loses_nothing(
 def test_a_deposed_controller_that_wakes_up_changes_nothing(zk_cluster: Cluster, zk: KazooClient):
     topic = "zk-deposed"
     create_replicated_topic(zk_cluster, topic, PARTITIONS)
+    create_replicated_topic(zk_cluster, COMMANDED_TOPIC, 1)
     first = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
     deposed = zk_cluster.brokers[first[0]]
     deposed.pause()
@@ -185,6 +189,14 @@ def test_a_deposed_controller_that_wakes_up_changes_nothing(zk_cluster: Cluster,
     assert {broker.node_id for broker in metadata.brokers} >= {
         node for node in zk_cluster.brokers if node != deposed.node_id
     }
+    # What it would have sent as controller is refused: the brokers know the newer epoch.
+    for broker in zk_cluster.brokers.values():
+        if broker is not deposed:
+            command = make_leader_and_isr(
+                zk_cluster, broker, controller_id=deposed.node_id, controller_epoch=first[1]
+            )
+            refusal = exchange(broker.bootstrap, command)
+            assert refusal.error_code == ErrorCode.stale_controller_epoch, refusal
 
 
 def test_zookeeper_restarted_the_cluster_keeps_serving_and_resumes(
