@@ -390,15 +390,21 @@ class ZooKeeperServer:
     """One standalone ZooKeeper server process (the Debian package's), on a port and a data
     directory of its own, so it can be stopped, killed and started again on the same data."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, die_with_parent: bool = False
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.log_path = self.data_dir.parent / "zookeeper.log"
+        # `minibroker dev` sets this, as for its brokers.
+        self.die_with_parent = die_with_parent
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def start(cls, data_dir: Path, port: int | None = None) -> ZooKeeperServer:
-        server = cls(data_dir, port)
+    def start(
+        cls, data_dir: Path, port: int | None = None, die_with_parent: bool = False
+    ) -> ZooKeeperServer:
+        server = cls(data_dir, port, die_with_parent)
         server.launch()
         server.wait_ready()
         return server
@@ -425,6 +431,7 @@ class ZooKeeperServer:
                 stdout=output,
                 stderr=output,
                 process_group=0,
+                preexec_fn=_terminate_with_parent(os.getpid()) if self.die_with_parent else None,
             )
 
     @property
