@@ -177,8 +177,8 @@ class ZooKeeperBroker:
             try:
                 outcome = await trio.to_thread.run_sync(self._contend)
             except ZOOKEEPER_ERRORS as error:
+                # The controller elected last most likely still is: keep talking to it.
                 log.info("election: ZooKeeper unavailable (%r)", error)
-                self.controller = None
                 await self._connected.wait()
                 continue
             if outcome is None:

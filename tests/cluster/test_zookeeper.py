@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
 from broker.launcher import BrokerStartError, Cluster, ZooKeeperServer, zookeeper_installed
@@ -88,9 +89,10 @@ def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
 
 def controller_and_epoch(zk: KazooClient) -> tuple[int, int] | None:
     """The elected broker and the controller epoch, as ZooKeeper holds them."""
-    if zk.exists("/controller") is None:
+    try:
+        controller = json.loads(zk.get("/controller")[0])["brokerid"]
+    except NoNodeError:  # between two controllers
         return None
-    controller = json.loads(zk.get("/controller")[0])["brokerid"]
     return controller, int(zk.get("/controller_epoch")[0])
 
 
