@@ -258,7 +258,7 @@ class ZooKeeperBroker:
         finally:
             self._on_controller(None)
             self.controller = None
-        log.info("stopped acting as controller of epoch %d", epoch)
+            log.info("stopped acting as controller of epoch %d", epoch)
 
     async def _watch_broker_sessions(self, service: ControllerService) -> None:
         """Tell the controller which brokers have a session, at start and on every change."""

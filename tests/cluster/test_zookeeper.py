@@ -79,10 +79,17 @@ def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
     for node in started.nodes:
         if node.paused:
             node.resume()
+    still_running = {node.node_id for node in started.nodes if node.running}
     try:
-        started.stop()
+        exit_codes = started.stop()
     except BrokerStartError as hung:
         problems.append(str(hung))
+        exit_codes = {}
+    problems += [
+        f"broker {node} exited with {exit_codes[node]} on SIGTERM"
+        for node in still_running
+        if exit_codes.get(node, 0) != 0
+    ]
     if problems:
         pytest.fail("unclean cluster shutdown\n" + "\n".join(problems))
 
@@ -171,7 +178,9 @@ def test_a_deposed_controller_that_wakes_up_changes_nothing(zk_cluster: Cluster,
     # Its clocks jumped past every broker's session: as controller it would fence them all.
     # It must find out it was deposed instead, and come back as a plain broker.
     wait_for(
-        lambda: "no longer controller" in deposed.stderr_path.read_text(),
+        lambda: (
+            f"stopped acting as controller of epoch {first[1]}" in deposed.stderr_path.read_text()
+        ),
         CONVERGENCE_TIMEOUT,
         f"broker {deposed.node_id} to notice it was deposed",
     )
