@@ -1,6 +1,6 @@
 """How long a ZooKeeper-mode cluster takes to serve every partition again after its
 controller, which also leads partitions, is killed.
-`python -m bench.zk_failover [--session-timeout-ms 18000] [--runs 3]`
+`python -m bench.zk_failover [--session-timeout-ms 18000] [--runs 3] [--victim other]`
 
 A local ZooKeeper and 3 brokers (Kafka's other defaults), a topic of 6 partitions with 3
 replicas and min.insync.replicas=2. A confluent-kafka producer (acks=all, idempotent) sends
@@ -9,6 +9,8 @@ killed with SIGKILL; the clock runs from the kill until, for every partition, a 
 after the kill was acknowledged. It also prints when ZooKeeper named the new controller. The
 controller's death is noticed when its ZooKeeper session expires, so the figure is about
 zookeeper.session.timeout.ms plus the election, the state load and the clients' retries.
+With `--victim other` the broker killed is a leader that is not the controller: the
+controller fences it when its connection closes and its port refuses connections.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def _controller(zk: KazooClient) -> int | None:
         return None
 
 
-def _one_run(base: Path, session_timeout_ms: int) -> tuple[float, float]:
-    """(seconds until ZooKeeper named a new controller, seconds until every partition took
-    a record sent after the kill)."""
+def _one_run(base: Path, session_timeout_ms: int, victim: str) -> tuple[float | None, float]:
+    """(seconds until ZooKeeper named a new controller, None when the controller was not
+    the victim; seconds until every partition took a record sent after the kill)."""
     zookeeper = ZooKeeperServer.start(base / "zookeeper" / "data")
     cluster = Cluster.start(
         base,
@@ -60,7 +62,7 @@ def _one_run(base: Path, session_timeout_ms: int) -> tuple[float, float]:
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[
             TOPIC
         ].result(30)
-        return _measure(cluster, zk)
+        return _measure(cluster, zk, victim)
     finally:
         zk.stop()
         zk.close()
@@ -68,7 +70,7 @@ def _one_run(base: Path, session_timeout_ms: int) -> tuple[float, float]:
         zookeeper.stop()
 
 
-def _measure(cluster: Cluster, zk: KazooClient) -> tuple[float, float]:
+def _measure(cluster: Cluster, zk: KazooClient, victim: str) -> tuple[float | None, float]:
     producer = Producer(
         {
             "bootstrap.servers": cluster.bootstrap,
@@ -107,11 +109,18 @@ def _measure(cluster: Cluster, zk: KazooClient) -> tuple[float, float]:
         while (controller := _controller(zk)) is None and time.monotonic() < deadline:
             time.sleep(POLL_S)
         time.sleep(1.0)  # the producer is up and acknowledged on every partition
+        if victim == "controller":
+            killed = controller
+        else:
+            leaders = {cluster.leader_of(TOPIC, partition) for partition in range(PARTITIONS)}
+            killed = min(leaders - {controller})
         killed_at.append(time.monotonic())
-        cluster.brokers[controller].kill()
-        while _controller(zk) in (None, controller) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        elected = time.monotonic() - killed_at[0]
+        cluster.brokers[killed].kill()
+        elected = None
+        if killed == controller:
+            while _controller(zk) in (None, controller) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            elected = time.monotonic() - killed_at[0]
         while len(recovered) < PARTITIONS and time.monotonic() < deadline:
             time.sleep(POLL_S)
         if len(recovered) < PARTITIONS:
@@ -126,21 +135,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--session-timeout-ms", type=int, default=18000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--victim",
+        choices=("controller", "other"),
+        default="controller",
+        help="kill the controller (default) or a leader that is not the controller",
+    )
     args = parser.parse_args()
     elections, recoveries = [], []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="zk-failover-") as base:
-            elected, recovered = _one_run(Path(base), args.session_timeout_ms)
-        elections.append(elected)
+            elected, recovered = _one_run(Path(base), args.session_timeout_ms, args.victim)
         recoveries.append(recovered)
-        print(
-            f"run {run + 1}: new controller after {elected:.2f} s,"
-            f" every partition acknowledging after {recovered:.2f} s"
-        )
+        if elected is not None:
+            elections.append(elected)
+        shown = "" if elected is None else f"new controller after {elected:.2f} s, "
+        print(f"run {run + 1}: {shown}every partition acknowledging after {recovered:.2f} s")
+    shown = "" if not elections else f"median new controller {statistics.median(elections):.2f} s, "
     print(
-        f"zookeeper.session.timeout.ms={args.session_timeout_ms}: median new controller"
-        f" {statistics.median(elections):.2f} s, median every partition produced"
-        f" {statistics.median(recoveries):.2f} s ({args.runs} runs)"
+        f"{args.victim} killed, zookeeper.session.timeout.ms={args.session_timeout_ms}: {shown}"
+        f"median every partition produced {statistics.median(recoveries):.2f} s"
+        f" ({args.runs} runs)"
     )
 
 
