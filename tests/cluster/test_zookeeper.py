@@ -1,6 +1,7 @@
 """ZooKeeper mode against a real ZooKeeper (the Debian package's, started per test): the
-controller is a broker elected through /controller; killing it, pausing it past its session,
-and restarting ZooKeeper itself leave the cluster serving and lose nothing acknowledged."""
+controller is a broker elected through /controller; killing it with another leader, pausing
+it past its session, and restarting ZooKeeper itself leave the cluster serving and lose
+nothing acknowledged."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
@@ -61,11 +63,12 @@ def zk(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
 
 
 @pytest.fixture
-def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
-    """Three brokers on ZooKeeper; at teardown the running ones must stop cleanly."""
+def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer, request) -> Iterator[Cluster]:
+    """Brokers on ZooKeeper, three unless the test is parametrized with another count
+    (indirectly); at teardown the running ones must stop cleanly."""
     started = Cluster.start(
         tmp_path,
-        brokers=3,
+        brokers=getattr(request, "param", 3),
         overrides=ZOOKEEPER_OVERRIDES,
         zookeeper_connect=zookeeper.connect_string(CHROOT),
     )
@@ -103,10 +106,10 @@ def controller_and_epoch(zk: KazooClient) -> tuple[int, int] | None:
     return controller, int(zk.get("/controller_epoch")[0])
 
 
-def partition_states(zk: KazooClient, topic: str) -> dict[int, dict]:
+def partition_states(zk: KazooClient, topic: str, partitions: int = PARTITIONS) -> dict[int, dict]:
     return {
         partition: json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
-        for partition in range(PARTITIONS)
+        for partition in range(partitions)
     }
 
 
@@ -127,32 +130,57 @@ class IdempotentProducer(BackgroundProducer):
         self._settings["enable.idempotence"] = True
 
 
-def test_kill_9_of_the_controller_elects_another_and_loses_nothing(
+@pytest.mark.parametrize("zk_cluster", [4], indirect=True)
+def test_kill_9_of_the_controller_and_a_leader_elects_another_and_loses_nothing(
     zk_cluster: Cluster, zk: KazooClient
 ):
+    """Four brokers; the controller and another leader killed at once under an idempotent
+    acks=all producer. Each partition holds at most one of the two, so two of its three
+    replicas survive and min.insync.replicas=2 can still be met."""
     topic = "zk-failover"
-    create_replicated_topic(zk_cluster, topic, PARTITIONS, config={"min.insync.replicas": "2"})
     first = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
-    victim = zk_cluster.brokers[first[0]]
-    led_by_victim = [
-        p for p in range(PARTITIONS) if zk_cluster.leader_of(topic, p) == victim.node_id
+    controller = first[0]
+    leader, *survivors = [node for node in zk_cluster.brokers if node != controller]
+    assignment = [
+        [controller, *survivors],
+        [leader, *survivors],
+        [survivors[0], controller, survivors[1]],
+        [survivors[1], leader, survivors[0]],
     ]
-    assert led_by_victim, "with preferred leaders every broker leads one partition"
-    with IdempotentProducer(zk_cluster.bootstrap, topic, PARTITIONS) as producer:
+    admin = AdminClient({"bootstrap.servers": zk_cluster.bootstrap})
+    admin.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=len(assignment),
+                replica_assignment=assignment,
+                config={"min.insync.replicas": "2"},
+            )
+        ]
+    )[topic].result(30)
+    for partition, replicas in enumerate(assignment):
+        zk_cluster.wait_for_isr(topic, partition, replicas, CONVERGENCE_TIMEOUT)
+    assert zk_cluster.leader_of(topic, 0) == controller
+    assert zk_cluster.leader_of(topic, 1) == leader
+    with IdempotentProducer(zk_cluster.bootstrap, topic, len(assignment)) as producer:
         producer.wait_for_acks(2_000)
-        victim.kill()
+        zk_cluster.brokers[controller].kill()
+        zk_cluster.brokers[leader].kill()
         second = wait_for_new_controller(zk, first)
+        assert second[0] in survivors
         assert second[1] > first[1], "a new election bumps /controller_epoch"
-        for partition in led_by_victim:
-            wait_for_new_leader(zk_cluster, topic, partition, victim.node_id, CONVERGENCE_TIMEOUT)
-        states = partition_states(zk, topic)
-        assert all(state["leader"] != victim.node_id for state in states.values()), states
-        assert all(victim.node_id not in state["isr"] for state in states.values()), states
+        for partition, old_leader in ((0, controller), (1, leader)):
+            wait_for_new_leader(zk_cluster, topic, partition, old_leader, CONVERGENCE_TIMEOUT)
+        # Saved before any broker was told: ZooKeeper already holds the new leaders.
+        states = partition_states(zk, topic, len(assignment))
+        for state in states.values():
+            assert state["leader"] in survivors, states
+            assert not {controller, leader} & set(state["isr"]), states
         producer.wait_for_acks(len(producer.acked) + 2_000)
         producer.stop()
     assert producer.errors == [], producer.errors[:10]
     assert producer.undelivered == 0
-    stored = read_partitions(zk_cluster.bootstrap, topic, PARTITIONS)
+    stored = read_partitions(zk_cluster.bootstrap, topic, len(assignment))
     lost, duplicates = lost_and_duplicated(producer.acked, stored)
     print(f"acknowledged {len(producer.acked)}, stored {len(stored)}, duplicates {duplicates}")
     assert lost == [], f"{len(lost)} acknowledged messages lost, first {lost[:10]}"
