@@ -23,6 +23,7 @@ from collections.abc import Callable
 import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, ZookeeperError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from .config import BrokerConfig, Voter
 from .controller import zk_layout as layout
@@ -32,6 +33,8 @@ from .controller.zk_store import ControllerMoved, ZooKeeperStore
 log = logging.getLogger("zookeeper")
 
 ZOOKEEPER_ERRORS = (KazooException, ZookeeperError)
+# What a first connection that never succeeds raises.
+CONNECT_ERRORS = (*ZOOKEEPER_ERRORS, KazooTimeoutError)
 CONNECT_TIMEOUT_S = 30.0
 
 
@@ -102,7 +105,14 @@ class ZooKeeperBroker:
         if chroot:
             await trio.to_thread.run_sync(_create_chroot, hosts, "/" + chroot)
         self.zk.add_listener(self._on_state)
-        await trio.to_thread.run_sync(self.zk.start, CONNECT_TIMEOUT_S)
+        try:
+            await trio.to_thread.run_sync(self.zk.start, CONNECT_TIMEOUT_S)
+        except CONNECT_ERRORS as error:
+            await trio.to_thread.run_sync(self.zk.stop)
+            raise SystemExit(
+                f"cannot reach ZooKeeper at {self.config.zookeeper_connect} within"
+                f" {CONNECT_TIMEOUT_S:g} s: {error!r}"
+            ) from None
         self._connected.set()
         self.cluster_id = await trio.to_thread.run_sync(self._cluster_id, new_cluster_id)
         return self.cluster_id
@@ -274,7 +284,11 @@ class ZooKeeperBroker:
 def _create_chroot(hosts: str, chroot: str) -> None:
     """The chroot must exist before a client can use it (kazoo does not create it)."""
     client = KazooClient(hosts=hosts)
-    client.start(CONNECT_TIMEOUT_S)
+    try:
+        client.start(CONNECT_TIMEOUT_S)
+    except CONNECT_ERRORS as error:
+        client.stop()
+        raise SystemExit(f"cannot reach ZooKeeper at {hosts}: {error!r}") from None
     try:
         client.ensure_path(chroot)
     finally:
