@@ -37,6 +37,7 @@ def zk(zookeeper: ZooKeeperServer, request) -> Iterator[KazooClient]:
     bare.start(30)
     bare.ensure_path(chroot)
     bare.stop()
+    bare.close()
     client = KazooClient(hosts=zookeeper.connect_string(chroot))
     client.start(30)
     for path in layout.PERSISTENT_PATHS:
