@@ -62,6 +62,15 @@ def _parser() -> argparse.ArgumentParser:
         help="a server property for every node (repeatable), e.g. min.insync.replicas=2",
     )
     dev.add_argument(
+        "--zookeeper",
+        action="store_true",
+        help="ZooKeeper mode: no controller process, the brokers elect one through ZooKeeper"
+        " (zookeeper.connect from --override, else a local ZooKeeper on --zookeeper-port)",
+    )
+    dev.add_argument(
+        "--zookeeper-port", type=int, default=2181, help="the local ZooKeeper's port (2181)"
+    )
+    dev.add_argument(
         "--restart-dead",
         action="store_true",
         help="start a node that dies again at once (otherwise Enter does it)",
@@ -126,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides=overrides,
             restart_dead=args.restart_dead,
             secure=args.secure,
+            zookeeper=args.zookeeper,
+            zookeeper_port=args.zookeeper_port,
         )
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     try:

@@ -108,6 +108,18 @@ def _parse_voters(text: str) -> tuple["Voter", ...]:
     return tuple(voters)
 
 
+def _parse_zookeeper_connect(text: str) -> str:
+    """host:port[,host:port...][/chroot], as Kafka and ZooKeeper clients take it."""
+    value = text.strip()
+    hosts, _, chroot = value.partition("/")
+    for item in hosts.split(","):
+        if not re.fullmatch(r"(\[[^\]]*\]|[^:,]+):\d+", item.strip()):
+            raise ValueError(f"{item!r} is not host:port")
+    if chroot and not re.fullmatch(r"[A-Za-z0-9._/-]+", chroot):
+        raise ValueError(f"/{chroot} is not a ZooKeeper path")
+    return value
+
+
 def _parse_listener_name(text: str) -> str:
     name = text.strip().upper()
     if not re.fullmatch(r"[A-Z0-9_]+", name):
@@ -245,6 +257,8 @@ _PROPERTIES: dict[str, _Property] = {
     "cluster.id": _Property("cluster_id", str.strip),
     "process.roles": _Property("process_roles", _parse_roles),
     "controller.quorum.voters": _Property("controller_quorum_voters", _parse_voters),
+    "zookeeper.connect": _Property("zookeeper_connect", _parse_zookeeper_connect),
+    "zookeeper.session.timeout.ms": _Property("zookeeper_session_timeout_ms", _at_least(1)),
     "broker.heartbeat.interval.ms": _Property("broker_heartbeat_interval_ms", _at_least(1)),
     "broker.session.timeout.ms": _Property("broker_session_timeout_ms", _at_least(1)),
     "replica.lag.time.max.ms": _Property("replica_lag_time_max_ms", _at_least(1)),
@@ -343,6 +357,9 @@ class BrokerConfig:
     cluster_id: str | None = None
     process_roles: frozenset[str] = frozenset({"broker", "controller"})
     controller_quorum_voters: tuple[Voter, ...] | None = None
+    # ZooKeeper mode (see the README's architecture): every broker competes for /controller.
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
     broker_heartbeat_interval_ms: int = 2000
     broker_session_timeout_ms: int = 9000
     replica_lag_time_max_ms: int = 30_000
@@ -386,7 +403,13 @@ class BrokerConfig:
 
     @property
     def is_controller(self) -> bool:
-        return "controller" in self.process_roles
+        """A node that is the controller from its start (KRaft-style roles). In ZooKeeper mode
+        no node is: a broker becomes controller by winning the election."""
+        return "controller" in self.process_roles and not self.zookeeper_mode
+
+    @property
+    def zookeeper_mode(self) -> bool:
+        return self.zookeeper_connect is not None
 
     @property
     def controller(self) -> Voter:
@@ -421,10 +444,13 @@ class BrokerConfig:
     @property
     def controller_listener_name(self) -> str:
         """The listener brokers reach the controller on: the first of controller.listener.names
-        (KRaft's rule), else this node's first listener when it is its own controller, else
-        PLAINTEXT."""
+        (KRaft's rule), else in ZooKeeper mode the inter-broker listener, else this node's
+        first listener when it is its own controller, else PLAINTEXT."""
         if self.controller_listener_names:
             return self.controller_listener_names[0]
+        if self.zookeeper_mode:
+            # The elected controller is a broker, reached on its inter-broker listener.
+            return self.inter_broker_listener.name
         if self.is_controller:
             return self.listeners[0].name
         return "PLAINTEXT"
@@ -470,7 +496,14 @@ class BrokerConfig:
                 )
             values["inter_broker_listener_name"] = protocol
         config = cls(**values, unknown=unknown, properties=dict(properties))
-        if config.process_roles == {"broker"} and not config.controller_quorum_voters:
+        if config.zookeeper_mode:
+            if "process.roles" in properties or config.controller_quorum_voters:
+                raise ConfigError(
+                    "zookeeper.connect runs the ZooKeeper mode, where every broker may become"
+                    " controller: process.roles and controller.quorum.voters belong to the"
+                    " other mode and cannot be given with it"
+                )
+        elif config.process_roles == {"broker"} and not config.controller_quorum_voters:
             raise ConfigError("process.roles=broker needs controller.quorum.voters")
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the

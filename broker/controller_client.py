@@ -9,6 +9,7 @@ delays a heartbeat into a session timeout.
 
 import logging
 import uuid
+from collections.abc import Callable
 
 import trio
 
@@ -25,7 +26,7 @@ from .authorizer.acls import (
     ResourceType,
 )
 from .client import CONNECTION_ERRORS, NodeConnection
-from .config import BrokerConfig
+from .config import BrokerConfig, Voter
 from .security import client_security
 
 log = logging.getLogger("lifecycle")
@@ -45,18 +46,30 @@ class _Channel:
     one caller can never close a connection another caller is using.
     """
 
-    def __init__(self, config: BrokerConfig, client_id: str) -> None:
+    def __init__(
+        self, config: BrokerConfig, client_id: str, locate: Callable[[], Voter | None] | None
+    ) -> None:
         self._config = config
         self._client_id = client_id
+        # Where the controller is now: controller.quorum.voters, or in ZooKeeper mode the
+        # broker elected last (None while there is none).
+        self._locate = locate or (lambda: config.controller)
         self._connection: NodeConnection | None = None
+        self._connected_to: Voter | None = None
         self._lock = trio.Lock()
         self._security = client_security(config, config.controller_listener_name)
+
+    def _voter(self) -> Voter:
+        voter = self._locate()
+        if voter is None:
+            raise ControllerUnavailable("no controller is elected at the moment")
+        return voter
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         """Send one request and return its answer. A connection kept from earlier requests
         that turns out closed (the controller restarted meanwhile) is replaced once and the
         request sent again, as Kafka's controller channel re-sends after a disconnection."""
-        voter = self._config.controller
+        voter = self._voter()
         try:
             with trio.fail_after(timeout_s):
                 async with self._lock:
@@ -83,11 +96,14 @@ class _Channel:
             raise ControllerUnavailable(f"controller {voter.host}:{voter.port}: {error}") from None
 
     async def _exchange(self, request):
+        voter = self._voter()
+        if self._connection is not None and self._connected_to != voter:
+            await self.aclose()  # another broker was elected controller
         if self._connection is None:
-            voter = self._config.controller
             self._connection = await NodeConnection.connect(
                 voter.host, voter.port, self._client_id, self._security
             )
+            self._connected_to = voter
         return await self._connection.request(request)
 
     async def aclose(self) -> None:
@@ -105,7 +121,11 @@ class ControllerClient:
     """Registration, heartbeats and requests to the controller, for one broker process."""
 
     def __init__(
-        self, config: BrokerConfig, cluster_id: str, authorizer: Authorizer | None = None
+        self,
+        config: BrokerConfig,
+        cluster_id: str,
+        authorizer: Authorizer | None = None,
+        locate: Callable[[], Voter | None] | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
@@ -113,11 +133,11 @@ class ControllerClient:
         self.authorizer = authorizer if not config.is_controller else None
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
-        self._lifecycle = _Channel(config, f"broker-{config.node_id}-lifecycle")
-        self._requests = _Channel(config, f"broker-{config.node_id}")
+        self._lifecycle = _Channel(config, f"broker-{config.node_id}-lifecycle", locate)
+        self._requests = _Channel(config, f"broker-{config.node_id}", locate)
         # Forwarded admin requests wait at the controller for the brokers to apply them, and
         # applying may need the controller (topic configs): they get their own connection.
-        self._forwarding = _Channel(config, f"broker-{config.node_id}-forwarding")
+        self._forwarding = _Channel(config, f"broker-{config.node_id}-forwarding", locate)
         # Set once a controlled shutdown began: heartbeats stop, and a fenced answer no
         # longer means "register again".
         self.shutting_down = False
@@ -147,6 +167,10 @@ class ControllerClient:
                 log.warning("heartbeat failed: %s", error)
                 continue
             if self.shutting_down:
+                continue
+            if response.error_code.value == Error.NOT_CONTROLLER:
+                # ZooKeeper mode: that broker is no longer (or not yet) the controller; the
+                # next heartbeat goes to the one elected, which knows this broker's epoch.
                 continue
             if response.is_fenced or response.error_code.value != Error.NONE:
                 log.warning(
@@ -301,7 +325,7 @@ async def discover_cluster_id(config: BrokerConfig) -> str:
     Kafka has an operator run `kafka-storage format --cluster-id` on every node; here a new
     broker adopts the controller's id, which is what that step achieves on a local cluster.
     """
-    channel = _Channel(config, f"broker-{config.node_id}-bootstrap")
+    channel = _Channel(config, f"broker-{config.node_id}-bootstrap", None)
     request = build_request(
         ApiKey.METADATA,
         {

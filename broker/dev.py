@@ -1,4 +1,5 @@
-"""`minibroker dev`: a local cluster in one command, a controller and brokers on 127.0.0.1.
+"""`minibroker dev`: a local cluster in one command, a controller and brokers on 127.0.0.1
+(or, with `--zookeeper`, brokers that elect their controller through ZooKeeper).
 
 It runs the same launcher as the tests, so what a developer pokes at by hand is exactly what
 the cluster tests exercise. It supervises rather than serves: it starts the nodes, says where
@@ -26,7 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-from .launcher import CONTROLLER_NODE_ID, BrokerProcess, BrokerStartError, Cluster
+from .launcher import (
+    CONTROLLER_NODE_ID,
+    BrokerProcess,
+    BrokerStartError,
+    Cluster,
+    ZooKeeperServer,
+    zookeeper_installed,
+)
 
 CONTROLLER_PORT = 9090
 # How often the supervisor looks for nodes that died; a signal interrupts the wait at once.
@@ -35,6 +43,7 @@ LIVENESS_CHECK_SECONDS = 0.5
 # broker up to Kafka's usual 3, so that a dev cluster shows replication and survives a kill.
 MAX_DEFAULT_REPLICATION_FACTOR = 3
 LOCK_FILE = ".minibroker-dev.lock"
+ZOOKEEPER_CHROOT = "/minibroker"
 RESTART_READY_TIMEOUT = 60.0
 # A node that dies again this soon after --restart-dead started it counts as crashing; after
 # a few such restarts in a row it is left down, with its log, instead of restarted for ever.
@@ -93,6 +102,10 @@ def _lock_data_dir(base_dir: Path):
     return lock
 
 
+# The key of the local ZooKeeper's port among the nodes' ports.
+ZOOKEEPER_NODE = -1
+
+
 def _check_ports_free(ports: dict[str, int]) -> None:
     """``ports`` by what they are for ("the controller's port"): all must be bindable."""
     for purpose, port in ports.items():
@@ -117,24 +130,37 @@ def run_dev(
     overrides: dict[str, str] | None = None,
     restart_dead: bool = False,
     secure: bool = False,
+    zookeeper: bool = False,
+    zookeeper_port: int = 2181,
 ) -> int:
     """Run a controller and `brokers` brokers on `first_port` onwards, with their data under
     `base_dir`, until Ctrl-C, SIGTERM or SIGHUP; return the exit status: 0 when every node
     stopped cleanly, 1 when the cluster could not start or a node did not stop cleanly.
     `overrides` (server properties) go to every node. With `secure`, every broker also gets
-    a SASL_SSL listener at its port + 100 (see dev_secure)."""
+    a SASL_SSL listener at its port + 100 (see dev_secure). With `zookeeper`, there is no
+    controller process: the brokers elect one through the ZooKeeper that `zookeeper.connect`
+    names, or through a local one started on `zookeeper_port` (data under `base_dir`)."""
     base_dir = Path(base_dir)
-    ports = {CONTROLLER_NODE_ID: controller_port}
-    ports.update({node_id: first_port + node_id - 1 for node_id in range(1, brokers + 1)})
     properties: dict[str, object] = {
         "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR)
     }
+    zookeeper_connect = (overrides or {}).get("zookeeper.connect")
+    zookeeper = zookeeper or zookeeper_connect is not None
+    ports = {} if zookeeper else {CONTROLLER_NODE_ID: controller_port}
+    if zookeeper and zookeeper_connect is None:
+        if not zookeeper_installed():
+            say("minibroker dev: --zookeeper needs ZooKeeper (apt-get install zookeeper)", True)
+            return 1
+        ports[ZOOKEEPER_NODE] = zookeeper_port
+    ports.update({node_id: first_port + node_id - 1 for node_id in range(1, brokers + 1)})
     try:
         lock = _lock_data_dir(base_dir)
         purposes = {
             (
                 "the controller's port"
                 if node_id == CONTROLLER_NODE_ID
+                else "ZooKeeper's port"
+                if node_id == ZOOKEEPER_NODE
                 else f"broker {node_id}'s port"
             ): port
             for node_id, port in ports.items()
@@ -148,15 +174,36 @@ def run_dev(
             for node_id in range(1, brokers + 1):
                 purposes[f"broker {node_id}'s SASL_SSL port"] = ports[node_id] + SECURE_PORT_OFFSET
         properties.update(overrides or {})
+        # Given to the launcher on its own, which writes it into every broker's properties.
+        properties.pop("zookeeper.connect", None)
         _check_ports_free(purposes)
     except BrokerStartError as refused:
         say(f"minibroker dev: {refused}", error=True)
         return 1
-    say(f"minibroker dev: starting a controller and {brokers} broker(s) under {base_dir}")
+    say(
+        f"minibroker dev: starting {'' if zookeeper else 'a controller and '}{brokers} broker(s)"
+        f"{' on ZooKeeper' if zookeeper else ''} under {base_dir}"
+    )
     previous_handlers = {signum: signal.signal(signum, _request_stop) for signum in STOP_SIGNALS}
+    local_zookeeper = None
     try:
-        return _supervise(base_dir, brokers, ports, properties, restart_dead, secure_dev)
+        if zookeeper and zookeeper_connect is None:
+            local_zookeeper = ZooKeeperServer.start(
+                base_dir / "zookeeper" / "data", ports.pop(ZOOKEEPER_NODE), die_with_parent=True
+            )
+            zookeeper_connect = local_zookeeper.connect_string(ZOOKEEPER_CHROOT)
+        return _supervise(
+            base_dir, brokers, ports, properties, restart_dead, zookeeper_connect, secure_dev
+        )
+    except BrokerStartError as error:
+        say(f"minibroker dev: ZooKeeper did not start: {error}", error=True)
+        return 1
+    except _StopRequested as stop:
+        say(f"minibroker dev: {stop} while starting ZooKeeper")
+        return 1
     finally:
+        if local_zookeeper is not None:
+            local_zookeeper.stop()
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
         lock.close()
@@ -168,6 +215,7 @@ def _supervise(
     ports: dict[int, int],
     properties: dict[str, object],
     restart_dead: bool,
+    zookeeper_connect: str | None,
     secure_dev=None,
 ) -> int:
     cluster: Cluster | None = None
@@ -184,8 +232,9 @@ def _supervise(
             ports=ports,
             die_with_parent=True,
             broker_listeners=extra,
+            zookeeper_connect=zookeeper_connect,
         )
-        say(_banner(cluster, restart_dead, secure_dev))
+        say(_banner(cluster, restart_dead, zookeeper_connect, secure_dev))
         _watch(cluster, restart_dead)
     except BrokerStartError as error:
         say(f"minibroker dev: the cluster did not start: {error}", error=True)
@@ -199,8 +248,12 @@ def _supervise(
     return _stop(cluster)
 
 
-def _banner(cluster: Cluster, restart_dead: bool, secure_dev=None) -> str:
+def _banner(
+    cluster: Cluster, restart_dead: bool, zookeeper_connect: str | None, secure_dev=None
+) -> str:
     lines = ["minibroker dev: the cluster is ready", ""]
+    if zookeeper_connect is not None:
+        lines.append(f"  zookeeper     {zookeeper_connect}  (every broker may be controller)")
     for node in cluster.nodes:
         name = f"{node.kind} {node.node_id}"
         lines.append(

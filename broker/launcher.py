@@ -7,13 +7,16 @@ line, judged ready only when it answers a real Kafka request. It is deliberately
 
 `BrokerProcess` runs one node: a single broker that is its own controller (no
 `process.roles`), or one role of a cluster. `Cluster` runs a controller and N brokers, KRaft
-style, and answers questions about leaders and ISRs the way a client would: by Metadata.
+style, or N brokers on ZooKeeper (`zookeeper_connect`), and answers questions about leaders
+and ISRs the way a client would: by Metadata. `ZooKeeperServer` runs a local ZooKeeper from
+the Debian package for the ZooKeeper mode.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -378,8 +381,114 @@ def request_metadata(
     return response
 
 
+# The Debian package's server jar; its manifest names the jars it needs.
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+# A short tick lets tests ask for short sessions: ZooKeeper grants between 2 and 20 ticks
+# unless told otherwise, and the broker's zookeeper.session.timeout.ms must be in range.
+ZOOKEEPER_TICK_MS = 200
+
+
+def zookeeper_installed() -> bool:
+    return ZOOKEEPER_JAR.is_file() and shutil.which("java") is not None
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper server process (the Debian package's), on a port and a data
+    directory of its own, so it can be stopped, killed and started again on the same data."""
+
+    def __init__(
+        self, data_dir: Path, port: int | None = None, die_with_parent: bool = False
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.log_path = self.data_dir.parent / "zookeeper.log"
+        # `minibroker dev` sets this, as for its brokers.
+        self.die_with_parent = die_with_parent
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def start(
+        cls, data_dir: Path, port: int | None = None, die_with_parent: bool = False
+    ) -> ZooKeeperServer:
+        server = cls(data_dir, port, die_with_parent)
+        server.launch()
+        server.wait_ready()
+        return server
+
+    def connect_string(self, chroot: str = "/minibroker") -> str:
+        """What brokers take as `zookeeper.connect`."""
+        return f"127.0.0.1:{self.port}{chroot}"
+
+    def launch(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir.parent / "zoo.cfg"
+        config.write_text(
+            f"tickTime={ZOOKEEPER_TICK_MS}\n"
+            f"dataDir={self.data_dir}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "maxSessionTimeout=60000\n"
+        )
+        with open(self.log_path, "ab") as output:
+            self._process = subprocess.Popen(
+                ["java", "-cp", str(ZOOKEEPER_JAR), ZOOKEEPER_MAIN, str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                process_group=0,
+                preexec_fn=_terminate_with_parent(os.getpid()) if self.die_with_parent else None,
+            )
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the server accepts connections; BrokerStartError if it does not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                    return
+            except OSError:
+                if not self.running or time.monotonic() >= deadline:
+                    raise BrokerStartError(
+                        f"ZooKeeper on port {self.port} is not accepting connections;"
+                        f" see {self.log_path}"
+                    ) from None
+                time.sleep(POLL_INTERVAL)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.running:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def kill(self) -> None:
+        if self.running:
+            self._process.kill()
+            self._process.wait()
+
+
+def _extra_listeners(
+    broker_listeners: Mapping[str, int | None] | None, port: int
+) -> dict[str, int]:
+    """A broker's extra listeners: each at its port plus an offset, or a free port."""
+    return {
+        name: free_port() if offset is None else port + offset
+        for name, offset in (broker_listeners or {}).items()
+    }
+
+
 class Cluster:
-    """A controller and N brokers as separate processes, KRaft style.
+    """A controller and N brokers as separate processes, KRaft style; or, given
+    `zookeeper_connect`, N brokers on ZooKeeper, each of which may be elected controller
+    (`controller` is then None).
 
     The controller is node 0 and listens on a CONTROLLER listener; brokers are nodes 1..N and
     find it through `controller.quorum.voters`. Every question about leadership is answered by
@@ -387,7 +496,7 @@ class Cluster:
     its behaviour rather than by its internals.
     """
 
-    def __init__(self, controller: BrokerProcess, brokers: dict[int, BrokerProcess]):
+    def __init__(self, controller: BrokerProcess | None, brokers: dict[int, BrokerProcess]):
         self.controller = controller
         self.brokers = brokers
 
@@ -401,6 +510,7 @@ class Cluster:
         timeout: float = CLUSTER_READY_TIMEOUT,
         die_with_parent: bool = False,
         broker_listeners: Mapping[str, int | None] | None = None,
+        zookeeper_connect: str | None = None,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -416,6 +526,17 @@ class Cluster:
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
+        if zookeeper_connect is not None:
+            return cls._start_on_zookeeper(
+                base_dir,
+                brokers,
+                overrides,
+                ports,
+                timeout,
+                die_with_parent,
+                zookeeper_connect,
+                broker_listeners,
+            )
         controller_port = ports.get(CONTROLLER_NODE_ID) or free_port()
         shared = {
             **(overrides or {}),
@@ -439,10 +560,7 @@ class Cluster:
                 shared,
                 role=BROKER_ROLE,
                 die_with_parent=die_with_parent,
-                extra_listeners={
-                    name: free_port() if offset is None else port + offset
-                    for name, offset in (broker_listeners or {}).items()
-                },
+                extra_listeners=_extra_listeners(broker_listeners, port),
             )
         launched: list[BrokerProcess] = []
         try:
@@ -459,10 +577,46 @@ class Cluster:
             raise
         return cluster
 
+    @classmethod
+    def _start_on_zookeeper(
+        cls,
+        base_dir,
+        brokers,
+        overrides,
+        ports,
+        timeout,
+        die_with_parent,
+        zookeeper_connect,
+        broker_listeners,
+    ) -> Cluster:
+        shared = {**(overrides or {}), "zookeeper.connect": zookeeper_connect}
+        cluster = cls(None, {})
+        for node_id in range(1, brokers + 1):
+            port = ports.get(node_id) or free_port()
+            cluster.brokers[node_id] = BrokerProcess(
+                node_id,
+                base_dir / f"broker-{node_id}",
+                port,
+                shared,
+                die_with_parent=die_with_parent,
+                extra_listeners=_extra_listeners(broker_listeners, port),
+            )
+        try:
+            for broker in cluster.brokers.values():
+                broker._launch()
+            cluster.wait_ready(timeout)
+        except BaseException:
+            for broker in cluster.brokers.values():
+                if broker.started:
+                    broker.kill()
+            raise
+        return cluster
+
     @property
     def nodes(self) -> list[BrokerProcess]:
-        """The controller first, then the brokers by id."""
-        return [self.controller, *self.brokers.values()]
+        """The controller (if there is one of its own) first, then the brokers by id."""
+        controller = [] if self.controller is None else [self.controller]
+        return [*controller, *self.brokers.values()]
 
     @property
     def bootstrap(self) -> str:
@@ -506,7 +660,8 @@ class Cluster:
         """
         exit_codes: dict[int, int] = {}
         hung: list[str] = []
-        for group in (list(self.brokers.values()), [self.controller]):
+        controller = [] if self.controller is None else [self.controller]
+        for group in (list(self.brokers.values()), controller):
             for node in group:
                 if node.started:
                     node.terminate()

@@ -206,8 +206,10 @@ class ReplicaManager:
     # -- controller requests ---------------------------------------------------------------
 
     def check_controller(self, request) -> Error:
-        """Kafka's checks on controller requests: the sender and its epoch."""
-        if request.controller_id != self.config.controller.node_id:
+        """Kafka's checks on controller requests: the sender and its epoch. In ZooKeeper mode
+        any broker may be elected, so the epoch alone tells the current controller."""
+        zookeeper_mode = self.config.zookeeper_mode
+        if not zookeeper_mode and request.controller_id != self.config.controller.node_id:
             return Error.CLUSTER_AUTHORIZATION_FAILED
         if request.controller_epoch < self.controller_epoch:
             return Error.STALE_CONTROLLER_EPOCH
@@ -542,6 +544,12 @@ class ReplicaManager:
             response = await self.controller.request(request)
         except ControllerUnavailable as error:
             log.warning("AlterPartition for %d partition(s) failed: %s", len(batch), error)
+            self._nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
+            return
+        if response.error_code.value != Error.NONE:
+            # NOT_CONTROLLER: a broker that just lost a ZooKeeper-mode election; the next
+            # attempt goes to the one elected since.
+            log.warning("AlterPartition refused: %s; retrying", response.error_code.name)
             self._nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
             return
         refused: list[Partition] = []

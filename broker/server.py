@@ -44,6 +44,7 @@ from .security import (
     listener_security,
 )
 from .tls import TlsStream
+from .zookeeper import ZooKeeperBroker
 
 log = logging.getLogger("server")
 
@@ -85,8 +86,10 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.cluster_id: str | None = config.cluster_id or existing_cluster_id(config.log_dirs[0])
+        # In ZooKeeper mode any broker may be elected controller, so every broker serves the
+        # controller's APIs (answering NOT_CONTROLLER while it is not the controller).
         self.supported = supported_versions(
-            broker=config.is_broker, controller=config.is_controller
+            broker=config.is_broker, controller=config.is_controller or config.zookeeper_mode
         )
         self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
@@ -95,6 +98,7 @@ class BrokerServer:
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
         self.authorizer = authorizer_from_config(config)
+        self.zookeeper: ZooKeeperBroker | None = None
         self._stopping = False
         # Set once the node serves: an error after that is not a failure to start.
         self.serving = False
@@ -138,7 +142,18 @@ class BrokerServer:
                     f" {error.strerror or error}",
                 ) from None
             listeners.append((listener.name, sockets))
-        if self.cluster_id is None:
+        if self.config.zookeeper_mode:
+            self.zookeeper = ZooKeeperBroker(
+                self.config, self._elected_controller, self._controller_changed
+            )
+            known = self.cluster_id
+            self.cluster_id = await self.zookeeper.connect(new_cluster_id)
+            if known is not None and known != self.cluster_id:
+                raise SystemExit(
+                    f"ZooKeeper holds cluster {self.cluster_id}, but meta.properties in"
+                    f" {self.config.log_dirs[0]} belongs to cluster {known}"
+                )
+        elif self.cluster_id is None:
             if self.config.is_controller:
                 self.cluster_id = new_cluster_id()
             else:
@@ -186,7 +201,12 @@ class BrokerServer:
                 await control.start(self.controller.run)
             controller_client = None
             if self.config.is_broker:
-                controller_client = ControllerClient(self.config, self.cluster_id, self.authorizer)
+                controller_client = ControllerClient(
+                    self.config,
+                    self.cluster_id,
+                    self.authorizer,
+                    locate=None if self.zookeeper is None else lambda: self.zookeeper.controller,
+                )
                 self.replicas = ReplicaManager(
                     self.config, self.log_manager, controller_client, self.metrics
                 )
@@ -202,6 +222,8 @@ class BrokerServer:
                     self.config.metrics_port,
                 )
             control.start_soon(self._periodic_tasks)
+            if self.zookeeper is not None:
+                await control.start(self.zookeeper.run)
             if controller_client is not None:
                 control.start_soon(controller_client.run)
             async with trio.open_nursery() as connections:
@@ -237,6 +259,22 @@ class BrokerServer:
                     scope.cancel()
                 connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
             control.cancel_scope.cancel()
+
+    def _elected_controller(self, store, cluster_id: str) -> ControllerService:
+        """The controller service this broker runs while ZooKeeper names it controller."""
+        controller = ControllerService(
+            self.config,
+            cluster_id,
+            monotonic_ms,
+            self.metrics,
+            authorizer=self.authorizer,
+            store=store,
+        )
+        controller.local_scram_credentials = self.scram_credentials
+        return controller
+
+    def _controller_changed(self, controller: ControllerService | None) -> None:
+        self.controller = controller
 
     def _controlled_shutdown_wanted(self) -> bool:
         """A broker of a cluster moves its leadership away first; a node that is its own

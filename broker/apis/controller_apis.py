@@ -1,22 +1,40 @@
 """The controller's own APIs: broker registration and heartbeats, AlterPartition from
-leaders, and blocks of producer ids. Served only by the node with the controller role."""
+leaders, and blocks of producer ids. Served by the node with the controller role; in
+ZooKeeper mode every broker serves them, and one not elected answers NOT_CONTROLLER, so the
+sender looks up the controller again (as Kafka's brokers answer a misdirected controller
+request)."""
+
+from protocol.errors import Error
 
 from . import RequestContext
 
 
 async def handle_broker_registration(ctx: RequestContext, request) -> dict:
+    if ctx.controller is None:
+        return {"error_code": Error.NOT_CONTROLLER, "broker_epoch": -1}
     ctx.connection.broker_id = request.broker_id
     return await ctx.controller.broker_registration(request)
 
 
 async def handle_broker_heartbeat(ctx: RequestContext, request) -> dict:
+    if ctx.controller is None:
+        return {
+            "error_code": Error.NOT_CONTROLLER,
+            "is_caught_up": False,
+            "is_fenced": False,
+            "should_shut_down": False,
+        }
     ctx.connection.broker_id = request.broker_id
     return await ctx.controller.broker_heartbeat(request)
 
 
 async def handle_alter_partition(ctx: RequestContext, request) -> dict:
+    if ctx.controller is None:
+        return {"error_code": Error.NOT_CONTROLLER, "topics": ()}
     return await ctx.controller.alter_partition(request)
 
 
 async def handle_allocate_producer_ids(ctx: RequestContext, request) -> dict:
+    if ctx.controller is None:
+        return {"error_code": Error.NOT_CONTROLLER, "producer_id_start": -1, "producer_id_len": 0}
     return await ctx.controller.allocate_producer_ids(request)

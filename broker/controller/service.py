@@ -59,6 +59,25 @@ CONTROLLER_CLIENT_ID = "controller"
 CONFIG_DELIVERY_S = 5.0
 
 
+class LocalStore:
+    """The single controller's store: the JSON state file and the producer-id block file in
+    its log dir, behind the awaitable interface the ZooKeeper store has. Local writes are
+    short and stay on the loop, as they always did."""
+
+    def __init__(self, directory: Path) -> None:
+        self._state = ControllerStore(directory / STATE_FILE)
+        self._producer_ids = ProducerIdAllocator(directory)
+
+    async def load(self) -> ControllerState:
+        return self._state.load()
+
+    async def save(self, state: ControllerState) -> None:
+        self._state.save(state)
+
+    async def allocate_producer_id_block(self) -> tuple[int, int]:
+        return self._producer_ids.allocate_block()
+
+
 class _Queued:
     """A request waiting in a channel: the request itself, or for UpdateMetadata a builder
     called when it is sent; the events of everyone waiting for its delivery."""
@@ -115,6 +134,7 @@ class BrokerChannel:
                 self._work = trio.Event()
                 await self._work.wait()
                 continue
+            await self._service.all_saved()
             item = self._queue.popleft()
             even_if_fenced = item.even_if_fenced
             request = item.request if item.build is None else item.build()
@@ -169,7 +189,10 @@ class ControllerService:
         metrics: BrokerMetrics,
         rng: random.Random | None = None,
         authorizer: Authorizer | None = None,
+        store=None,
     ) -> None:
+        """``store`` is where decisions are saved: the ZooKeeper store of an elected
+        controller, or by default the JSON file in the first log dir."""
         self.config = config
         # This node's authorizer, which the controller keeps up to date with the ACLs it
         # decides (the other nodes hear of them by a pushed CreateAcls).
@@ -180,15 +203,16 @@ class ControllerService:
         self.cluster_id = cluster_id
         self.clock_ms = clock_ms
         self._rng = rng or random.Random()
-        directory = Path(config.log_dirs[0])
-        self.store = ControllerStore(directory / STATE_FILE)
-        self.producer_ids = ProducerIdAllocator(directory)
+        self.store = store or LocalStore(Path(config.log_dirs[0]))
         self.state: ControllerState = ControllerState()
         self._channels: dict[int, BrokerChannel] = {}
         self._nursery: trio.Nursery | None = None
         self._client_security: dict[str, ClientSecurity] = {}
         # This node's own credential table, kept current when no broker role gets pushes.
         self.local_scram_credentials: ScramCredentials | None = None
+        self._saves_in_flight = 0
+        self._all_saved = trio.Event()
+        self._all_saved.set()
 
     @property
     def node_id(self) -> int:
@@ -196,7 +220,7 @@ class ControllerService:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
-        self.state = self.store.load()
+        self.state = await self.store.load()
         self._refresh_local_scram_credentials()
         self._apply_dynamic_defaults()
         if self.authorizer is not None:
@@ -222,6 +246,25 @@ class ControllerService:
                 nursery.start_soon(self._rebalance_leaders)
             task_status.started()
 
+    async def _save(self) -> None:
+        """Make the current state durable. While a save is in flight (the ZooKeeper store
+        awaits its transaction; the JSON file is written without yielding), the channels
+        hold their requests: an UpdateMetadata built from the state then would show brokers
+        a decision that a crash could still take back. A failed save (a deposed controller)
+        holds them for good."""
+        if self._saves_in_flight == 0:
+            self._all_saved = trio.Event()
+        self._saves_in_flight += 1
+        await self.store.save(self.state)
+        self._saves_in_flight -= 1
+        if self._saves_in_flight == 0:
+            self._all_saved.set()
+
+    async def all_saved(self) -> None:
+        """Wait until no save is in flight."""
+        while self._saves_in_flight:
+            await self._all_saved.wait()
+
     async def _watch_liveness(self) -> None:
         interval = min(self.config.broker_heartbeat_interval_ms, 1000) / 1000
         while True:
@@ -234,7 +277,7 @@ class ControllerService:
             )
             if fenced:
                 log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
-                self.store.save(self.state)
+                await self._save()
                 self._propagate(changes)
 
     def broker_connection_lost(self, node_id: int) -> None:
@@ -274,8 +317,30 @@ class ControllerService:
         changes = transitions.fence_broker(
             self.state, node_id, self.config.unclean_leader_election_enable
         )
-        self.store.save(self.state)
+        await self._save()
         self._propagate(changes)
+
+    async def broker_sessions_changed(self, with_session: set[int]) -> None:
+        """ZooKeeper mode: the brokers whose ``/brokers/ids`` znode exists now. A registered
+        broker without one lost its ZooKeeper session (it died, or was cut off or paused for
+        longer than zookeeper.session.timeout.ms): it is fenced, as ZooKeeper-mode Kafka's
+        controller takes a broker's znode going away for its death."""
+        gone = [
+            node_id
+            for node_id, broker in sorted(self.state.brokers.items())
+            if not broker.fenced and node_id not in with_session
+        ]
+        if not gone:
+            return
+        latest: dict[tuple[str, int], PartitionChange] = {}
+        for node_id in gone:
+            for change in transitions.fence_broker(
+                self.state, node_id, self.config.unclean_leader_election_enable
+            ):
+                latest[(change.topic, change.partition)] = change
+        log.warning("fenced broker(s) %s: their ZooKeeper sessions ended", gone)
+        await self._save()
+        self._propagate(list(latest.values()))
 
     async def _rebalance_leaders(self) -> None:
         """Kafka's auto leader rebalance: after failovers, leadership piles up on the brokers
@@ -287,7 +352,7 @@ class ControllerService:
             )
             if changes:
                 log.info("moving leadership of %d partition(s) back to preferred", len(changes))
-                self.store.save(self.state)
+                await self._save()
                 self._propagate(changes)
 
     # -- telling brokers ----------------------------------------------------------------
@@ -514,7 +579,7 @@ class ControllerService:
             unclean_leader_election=self.config.unclean_leader_election_enable,
             listeners={item.name: (item.host, item.port) for item in request.listeners},
         )
-        self.store.save(self.state)
+        await self._save()
         log.info(
             "broker %d registered at %s:%d with broker epoch %d",
             request.broker_id,
@@ -573,7 +638,7 @@ class ControllerService:
         if not already_fenced:
             # Even a broker that hosts nothing must leave every broker's metadata, or
             # clients keep being sent to it.
-            self.store.save(self.state)
+            await self._save()
             events = self._propagate(changes, also_tell=node_id)
             log.info(
                 "broker %d is shutting down: %d partition(s) change leader or ISR",
@@ -638,7 +703,7 @@ class ControllerService:
                 )
             topics.append({"topic_id": topic.topic_id, "partitions": partitions})
         if changes:
-            self.store.save(self.state)
+            await self._save()
             # The leader learns the result from this answer; LeaderAndIsr tells it too, in
             # case the answer is lost, and tells the followers.
             self._propagate(changes)
@@ -680,7 +745,7 @@ class ControllerService:
         )
         results, changes = transitions.elect_leaders(self.state, election_type, targets)
         if changes:
-            self.store.save(self.state)
+            await self._save()
             log.info(
                 "%s election moved the leadership of %d partition(s)",
                 election_type.name.lower(),
@@ -737,7 +802,7 @@ class ControllerService:
                 partitions.append(result)
             responses.append({"name": topic.name, "partitions": partitions})
         if changes:
-            self.store.save(self.state)
+            await self._save()
             self._propagate(changes)
         return {"error_code": Error.NONE, "error_message": None, "responses": responses}
 
@@ -795,7 +860,7 @@ class ControllerService:
             await trio.lowlevel.checkpoint()  # heartbeats and other requests get their turn
         if request.validate_only or not created_any:
             return {"topics": results}
-        self.store.save(self.state)
+        await self._save()
         created = [r["name"] for r in results if r["error_code"] == Error.NONE]
         log.info(
             "created %d topic(s) (%d partitions): %s",
@@ -892,7 +957,7 @@ class ControllerService:
                     result.update(error_code=int(error.code), error_message=error.message)
             results.append(result)
         if changes and not request.validate_only:
-            self.store.save(self.state)
+            await self._save()
             log.info(
                 "created %d partition(s) of %s", len(changes), sorted({c.topic for c in changes})
             )
@@ -945,7 +1010,7 @@ class ControllerService:
             stopped.append(removed)
             results.append({"name": name, "topic_id": removed.topic_id, "error_code": Error.NONE})
         if stopped:
-            self.store.save(self.state)
+            await self._save()
             log.info(
                 "deleted %d topic(s): %s",
                 len(stopped),
@@ -969,7 +1034,7 @@ class ControllerService:
             validate_only=request.validate_only,
         )
         if changed:
-            self.store.save(self.state)
+            await self._save()
             self._apply_dynamic_defaults()
             log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
             events = self._push_configs(changed)
@@ -1011,7 +1076,7 @@ class ControllerService:
         return {"filter_results": results}
 
     async def _acls_changed(self) -> None:
-        self.store.save(self.state)
+        await self._save()
         log.info("ACLs changed: %d binding(s) now", len(self.state.acls))
         if self.authorizer is not None:
             self.authorizer.replace_acls(self.state.acls)
@@ -1039,7 +1104,7 @@ class ControllerService:
         configs are: a late broker gets every credential when it registers)."""
         results, changed = scram_transitions.alter(self.state, request)
         if changed:
-            self.store.save(self.state)
+            await self._save()
             log.info("SCRAM credentials changed for %s", ", ".join(sorted({u for u, _ in changed})))
             self._refresh_local_scram_credentials()
             events = self._push_scram_credentials(changed)
@@ -1099,7 +1164,7 @@ class ControllerService:
                 "producer_id_start": -1,
                 "producer_id_len": 0,
             }
-        start, length = self.producer_ids.allocate_block()
+        start, length = await self.store.allocate_producer_id_block()
         return {"error_code": Error.NONE, "producer_id_start": start, "producer_id_len": length}
 
     def metadata(self, request) -> dict:

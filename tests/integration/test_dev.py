@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.launcher import free_port, request_metadata
+from broker.launcher import free_port, request_metadata, zookeeper_installed
 from tests.conftest import wait_for
 
 START_TIMEOUT = 60.0
@@ -256,3 +256,24 @@ def test_dev_secure_prints_client_settings_that_work(tmp_path):
         assert b"Authentication failed" in refused.stderr
     finally:
         assert dev.stop() == 0
+
+
+@pytest.mark.skipif(not zookeeper_installed(), reason="ZooKeeper is not installed")
+def test_zookeeper_mode_runs_its_own_zookeeper_and_stops_it(tmp_path):
+    zookeeper_port = free_port()
+    dev = Dev(tmp_path / "data", "--zookeeper", "--zookeeper-port", str(zookeeper_port))
+    try:
+        dev.wait_said("the cluster is ready", "the cluster to start")
+        assert dev.said(rf"zookeeper\s+127\.0\.0\.1:{zookeeper_port}/minibroker")
+        assert "controller 0" not in dev.nodes
+        first_port = dev.nodes["broker 1"][0]
+        assert brokers_listed(first_port) == {1, 2, 3}
+        admin = pytest.importorskip("confluent_kafka.admin")
+        client = admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{first_port}"})
+        futures = client.create_topics([admin.NewTopic("elected", 3, 3)], request_timeout=20)
+        futures["elected"].result(timeout=30)
+    finally:
+        assert dev.stop() == 0, "\n".join(dev.lines)
+    assert dev.said("every node stopped cleanly")
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", zookeeper_port), timeout=2).close()

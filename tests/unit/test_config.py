@@ -51,8 +51,29 @@ def test_invalid_value_names_the_key(override):
 
 
 def test_unknown_keys_are_kept_not_fatal():
-    config = BrokerConfig.from_properties({"zookeeper.connect": "x:2181"})
-    assert config.unknown == {"zookeeper.connect": "x:2181"}
+    config = BrokerConfig.from_properties({"num.io.threads": "8"})
+    assert config.unknown == {"num.io.threads": "8"}
+
+
+def test_zookeeper_connect_turns_the_zookeeper_mode_on():
+    config = BrokerConfig.from_properties({"zookeeper.connect": "a:2181,b:2182/minibroker"})
+    assert config.zookeeper_mode and config.is_broker and not config.is_controller
+    assert config.zookeeper_session_timeout_ms == 18_000
+    assert not BrokerConfig.from_properties({}).zookeeper_mode
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"zookeeper.connect": "no-port"},
+        {"zookeeper.connect": "a:2181/bad path"},
+        {"zookeeper.connect": "a:2181", "process.roles": "broker"},
+        {"zookeeper.connect": "a:2181", "controller.quorum.voters": "0@a:9093"},
+    ],
+)
+def test_zookeeper_mode_refuses_bad_or_mixed_settings(properties):
+    with pytest.raises(ConfigError):
+        BrokerConfig.from_properties(properties)
 
 
 def test_malformed_line_and_override():

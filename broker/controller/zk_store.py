@@ -1,0 +1,174 @@
+"""The controller's state in ZooKeeper: the store an elected controller saves to.
+
+The same interface the service awaits for its JSON file (``load``, ``save``,
+``allocate_producer_id_block``), so the pure state machine and the service are reused as they
+are. Each save is one ZooKeeper transaction: a check that ``/controller_epoch`` still has the
+version this controller's election left it at, then the creates, sets and deletes that
+``zk_layout.plan_writes`` lists, each set and delete conditional on the znode version this
+controller last saw. A deposed controller (another broker won an election since, so the
+epoch's version moved) or one whose session expired changes nothing: its transaction fails
+as a whole and the store raises :class:`ControllerMoved`, as Kafka's controller resigns on
+ControllerMovedException.
+
+kazoo's calls block; they run in a worker thread (``trio.to_thread``), never on the loop.
+"""
+
+import logging
+
+import trio
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError, ZookeeperError
+
+from storage.producer_ids import BLOCK_SIZE
+
+from . import zk_layout as layout
+from .state import ControllerState
+
+log = logging.getLogger("controller.zookeeper")
+
+
+class ControllerMoved(Exception):
+    """This controller was deposed (or lost its ZooKeeper session): it must stop."""
+
+
+class ZooKeeperStore:
+    """Load and save the controller's state under ``/brokers``, ``/config`` and
+    ``/minibroker`` for the controller elected at ``controller_epoch``."""
+
+    def __init__(
+        self, zk: KazooClient, broker_id: int, controller_epoch: int, epoch_version: int
+    ) -> None:
+        self._zk = zk
+        self._broker_id = broker_id
+        self._controller_epoch = controller_epoch
+        self._epoch_version = epoch_version
+        # What this controller knows is in ZooKeeper: data and version of every owned znode.
+        self._saved: dict[str, bytes] = {}
+        self._versions: dict[str, int] = {}
+        # One transaction at a time, each computed against the previous one's result.
+        self._lock = trio.Lock()
+        self.deposed = trio.Event()
+
+    async def load(self) -> ControllerState:
+        """The saved state, under the epoch this controller was elected with (the election
+        bumped ``/controller_epoch``, so nothing is written here)."""
+        self._saved, self._versions = await trio.to_thread.run_sync(self._read_tree)
+        return layout.state_from_znodes(self._saved, self._controller_epoch)
+
+    def _read_tree(self) -> tuple[dict[str, bytes], dict[str, int]]:
+        data: dict[str, bytes] = {}
+        versions: dict[str, int] = {}
+
+        def read(path: str) -> bool:
+            try:
+                value, stat = self._zk.get(path)
+            except NoNodeError:
+                return False
+            data[path] = value
+            versions[path] = stat.version
+            return True
+
+        read(layout.BROKER_REGISTRY)
+        for topic in self._zk.get_children(layout.TOPICS):
+            base = f"{layout.TOPICS}/{topic}"
+            if not read(base):
+                continue
+            read(f"{base}/partitions")
+            for index in _children(self._zk, f"{base}/partitions"):
+                read(f"{base}/partitions/{index}")
+                read(f"{base}/partitions/{index}/state")
+            read(f"{layout.TOPIC_CONFIGS}/{topic}")
+        for entity in self._zk.get_children(layout.BROKER_CONFIGS):
+            read(f"{layout.BROKER_CONFIGS}/{entity}")
+        return data, versions
+
+    async def save(self, state: ControllerState) -> None:
+        """Write what changed since the last save, atomically and only while this controller
+        is still the elected one; raises ControllerMoved otherwise."""
+        async with self._lock:
+            if self.deposed.is_set():
+                raise ControllerMoved("this controller was deposed")
+            after = layout.state_znodes(state, self._saved)
+            writes = layout.plan_writes(self._saved, after)
+            if not writes:
+                return
+            try:
+                versions = await trio.to_thread.run_sync(self._commit, writes)
+            except (KazooException, ZookeeperError) as error:
+                self.deposed.set()
+                raise ControllerMoved(f"saving the controller state failed: {error!r}") from None
+            for write in writes:
+                if write.kind == "delete":
+                    self._saved.pop(write.path, None)
+                    self._versions.pop(write.path, None)
+                else:
+                    self._saved[write.path] = write.data
+            self._versions.update(versions)
+
+    def _commit(self, writes: list[layout.ZnodeWrite]) -> dict[str, int]:
+        transaction = self._zk.transaction()
+        transaction.check(layout.CONTROLLER_EPOCH, self._epoch_version)
+        for write in writes:
+            if write.kind == "create":
+                transaction.create(write.path, write.data)
+            elif write.kind == "set":
+                transaction.set_data(write.path, write.data, self._versions[write.path])
+            else:
+                transaction.delete(write.path, self._versions[write.path])
+        results = transaction.commit()
+        failures = [result for result in results if isinstance(result, Exception)]
+        if failures:
+            raise _first_cause(failures)
+        versions = {}
+        for write, result in zip(writes, results[1:], strict=True):
+            if write.kind == "create":
+                versions[write.path] = 0
+            elif write.kind == "set":
+                versions[write.path] = result.version
+        return versions
+
+    async def allocate_producer_id_block(self) -> tuple[int, int]:
+        """Reserve the next block of producer ids in ``/latest_producer_id_block``, as Kafka's
+        ZooKeeper-mode controller does: read it, then write the next block conditional on the
+        version read, so two controllers can never hand out the same ids."""
+        async with self._lock:
+            if self.deposed.is_set():
+                raise ControllerMoved("this controller was deposed")
+            try:
+                return await trio.to_thread.run_sync(self._allocate_block)
+            except (KazooException, ZookeeperError) as error:
+                self.deposed.set()
+                raise ControllerMoved(f"allocating producer ids failed: {error!r}") from None
+
+    def _allocate_block(self) -> tuple[int, int]:
+        try:
+            data, stat = self._zk.get(layout.PRODUCER_ID_BLOCK)
+        except NoNodeError:
+            data, stat = None, None
+        start = layout.next_producer_id(data)
+        block = layout.producer_id_block_znode(self._broker_id, start, BLOCK_SIZE)
+        transaction = self._zk.transaction()
+        transaction.check(layout.CONTROLLER_EPOCH, self._epoch_version)
+        if stat is None:
+            transaction.create(layout.PRODUCER_ID_BLOCK, block)
+        else:
+            transaction.set_data(layout.PRODUCER_ID_BLOCK, block, stat.version)
+        failures = [result for result in transaction.commit() if isinstance(result, Exception)]
+        if failures:
+            raise _first_cause(failures)
+        return start, BLOCK_SIZE
+
+
+def _children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return zk.get_children(path)
+    except NoNodeError:
+        return []
+
+
+def _first_cause(failures: list[Exception]) -> Exception:
+    """The operation that failed a transaction (ZooKeeper marks the others as rolled back)."""
+    for failure in failures:
+        if type(failure).__name__ != "RolledBackError":
+            return failure
+    return failures[0]

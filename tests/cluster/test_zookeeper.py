@@ -1,0 +1,261 @@
+"""ZooKeeper mode against a real ZooKeeper (the Debian package's, started per test): the
+controller is a broker elected through /controller; killing it with another leader, pausing
+it past its session, and restarting ZooKeeper itself leave the cluster serving and lose
+nothing acknowledged."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kio.schema.errors import ErrorCode
+
+from broker.launcher import BrokerStartError, Cluster, ZooKeeperServer, zookeeper_installed
+from tests.cluster.conftest import (
+    CLUSTER_OVERRIDES,
+    CONVERGENCE_TIMEOUT,
+    BackgroundProducer,
+    create_replicated_topic,
+    lost_and_duplicated,
+    read_partitions,
+    wait_for_new_leader,
+)
+from tests.cluster.test_controller_requests import TOPIC as COMMANDED_TOPIC
+from tests.cluster.test_controller_requests import make_leader_and_isr
+from tests.conftest import exchange, wait_for
+
+pytestmark = pytest.mark.skipif(
+    not zookeeper_installed(),
+    reason="ZooKeeper is not installed (apt-get install zookeeper: /usr/share/java/zookeeper.jar)",
+)
+
+CHROOT = "/minibroker"
+SESSION_TIMEOUT_MS = 3000
+ZOOKEEPER_OVERRIDES = {**CLUSTER_OVERRIDES, "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS}
+PARTITIONS = 3
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer.start(tmp_path / "zookeeper" / "data")
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def zk(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    """The test's own view of ZooKeeper, inside the cluster's chroot."""
+    client = KazooClient(
+        hosts=zookeeper.connect_string(CHROOT),
+        timeout=10,
+        connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
+    )
+    client.start(30)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer, request) -> Iterator[Cluster]:
+    """Brokers on ZooKeeper, three unless the test is parametrized with another count
+    (indirectly); at teardown the running ones must stop cleanly."""
+    started = Cluster.start(
+        tmp_path,
+        brokers=getattr(request, "param", 3),
+        overrides=ZOOKEEPER_OVERRIDES,
+        zookeeper_connect=zookeeper.connect_string(CHROOT),
+    )
+    yield started
+    print("node logs:", *(str(node.stderr_path) for node in started.nodes), sep="\n  ")
+    problems = [
+        f"broker {node.node_id} exited on its own with code {node.exit_code}:\n{node.log_tail()}"
+        for node in started.nodes
+        if node.exit_code not in (None, 0, -signal.SIGKILL)
+    ]
+    for node in started.nodes:
+        if node.paused:
+            node.resume()
+    still_running = {node.node_id for node in started.nodes if node.running}
+    try:
+        exit_codes = started.stop()
+    except BrokerStartError as hung:
+        problems.append(str(hung))
+        exit_codes = {}
+    problems += [
+        f"broker {node} exited with {exit_codes[node]} on SIGTERM"
+        for node in still_running
+        if exit_codes.get(node, 0) != 0
+    ]
+    if problems:
+        pytest.fail("unclean cluster shutdown\n" + "\n".join(problems))
+
+
+def controller_and_epoch(zk: KazooClient) -> tuple[int, int] | None:
+    """The elected broker and the controller epoch, as ZooKeeper holds them."""
+    try:
+        controller = json.loads(zk.get("/controller")[0])["brokerid"]
+    except NoNodeError:  # between two controllers
+        return None
+    return controller, int(zk.get("/controller_epoch")[0])
+
+
+def partition_states(zk: KazooClient, topic: str, partitions: int = PARTITIONS) -> dict[int, dict]:
+    return {
+        partition: json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
+        for partition in range(partitions)
+    }
+
+
+def wait_for_new_controller(zk: KazooClient, old: tuple[int, int]) -> tuple[int, int]:
+    return wait_for(
+        lambda: (now := controller_and_epoch(zk)) is not None and now[0] != old[0] and now,
+        CONVERGENCE_TIMEOUT,
+        f"a controller other than broker {old[0]}",
+    )
+
+
+class IdempotentProducer(BackgroundProducer):
+    """The failover tests' background producer with idempotence on, as the brief's clients
+    run it: a retry after the failover must not store a message twice."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        super().__init__(bootstrap, topic, partitions)
+        self._settings["enable.idempotence"] = True
+
+
+@pytest.mark.parametrize("zk_cluster", [4], indirect=True)
+def test_kill_9_of_the_controller_and_a_leader_elects_another_and_loses_nothing(
+    zk_cluster: Cluster, zk: KazooClient
+):
+    """Four brokers; the controller and another leader killed at once under an idempotent
+    acks=all producer. Each partition holds at most one of the two, so two of its three
+    replicas survive and min.insync.replicas=2 can still be met."""
+    topic = "zk-failover"
+    first = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
+    controller = first[0]
+    leader, *survivors = [node for node in zk_cluster.brokers if node != controller]
+    assignment = [
+        [controller, *survivors],
+        [leader, *survivors],
+        [survivors[0], controller, survivors[1]],
+        [survivors[1], leader, survivors[0]],
+    ]
+    admin = AdminClient({"bootstrap.servers": zk_cluster.bootstrap})
+    admin.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=len(assignment),
+                replica_assignment=assignment,
+                config={"min.insync.replicas": "2"},
+            )
+        ]
+    )[topic].result(30)
+    for partition, replicas in enumerate(assignment):
+        zk_cluster.wait_for_isr(topic, partition, replicas, CONVERGENCE_TIMEOUT)
+    assert zk_cluster.leader_of(topic, 0) == controller
+    assert zk_cluster.leader_of(topic, 1) == leader
+    with IdempotentProducer(zk_cluster.bootstrap, topic, len(assignment)) as producer:
+        producer.wait_for_acks(2_000)
+        zk_cluster.brokers[controller].kill()
+        zk_cluster.brokers[leader].kill()
+        second = wait_for_new_controller(zk, first)
+        assert second[0] in survivors
+        assert second[1] > first[1], "a new election bumps /controller_epoch"
+        for partition, old_leader in ((0, controller), (1, leader)):
+            wait_for_new_leader(zk_cluster, topic, partition, old_leader, CONVERGENCE_TIMEOUT)
+        # Saved before any broker was told: ZooKeeper already holds the new leaders.
+        states = partition_states(zk, topic, len(assignment))
+        for state in states.values():
+            assert state["leader"] in survivors, states
+            assert not {controller, leader} & set(state["isr"]), states
+        producer.wait_for_acks(len(producer.acked) + 2_000)
+        producer.stop()
+    assert producer.errors == [], producer.errors[:10]
+    assert producer.undelivered == 0
+    stored = read_partitions(zk_cluster.bootstrap, topic, len(assignment))
+    lost, duplicates = lost_and_duplicated(producer.acked, stored)
+    print(f"acknowledged {len(producer.acked)}, stored {len(stored)}, duplicates {duplicates}")
+    assert lost == [], f"{len(lost)} acknowledged messages lost, first {lost[:10]}"
+    assert duplicates == 0
+
+
+def test_a_deposed_controller_that_wakes_up_changes_nothing(zk_cluster: Cluster, zk: KazooClient):
+    topic = "zk-deposed"
+    create_replicated_topic(zk_cluster, topic, PARTITIONS)
+    create_replicated_topic(zk_cluster, COMMANDED_TOPIC, 1)
+    first = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
+    deposed = zk_cluster.brokers[first[0]]
+    deposed.pause()
+    second = wait_for_new_controller(zk, first)
+    for partition in range(PARTITIONS):
+        wait_for(
+            lambda p=partition: deposed.node_id not in partition_states(zk, topic)[p]["isr"],
+            CONVERGENCE_TIMEOUT,
+            f"broker {deposed.node_id} out of the ISR of {topic}-{partition}",
+        )
+    decided = partition_states(zk, topic)
+    deposed.resume()
+    # Its clocks jumped past every broker's session: as controller it would fence them all.
+    # It must find out it was deposed instead, and come back as a plain broker.
+    wait_for(
+        lambda: (
+            f"stopped acting as controller of epoch {first[1]}" in deposed.stderr_path.read_text()
+        ),
+        CONVERGENCE_TIMEOUT,
+        f"broker {deposed.node_id} to notice it was deposed",
+    )
+    wait_for(
+        lambda: zk.exists(f"/brokers/ids/{deposed.node_id}") is not None,
+        CONVERGENCE_TIMEOUT,
+        f"broker {deposed.node_id} registered again",
+    )
+    assert controller_and_epoch(zk) == second
+    after = partition_states(zk, topic)
+    for partition, state in after.items():
+        # Only the new controller wrote since (the deposed broker may rejoin the ISR).
+        assert state["controller_epoch"] >= decided[partition]["controller_epoch"]
+        assert state["controller_epoch"] in (first[1], second[1])
+        assert state["leader"] == decided[partition]["leader"], (partition, state)
+    metadata = zk_cluster.metadata()
+    assert {broker.node_id for broker in metadata.brokers} >= {
+        node for node in zk_cluster.brokers if node != deposed.node_id
+    }
+    # What it would have sent as controller is refused: the brokers know the newer epoch.
+    for broker in zk_cluster.brokers.values():
+        if broker is not deposed:
+            command = make_leader_and_isr(
+                zk_cluster, broker, controller_id=deposed.node_id, controller_epoch=first[1]
+            )
+            refusal = exchange(broker.bootstrap, command)
+            assert refusal.error_code == ErrorCode.stale_controller_epoch, refusal
+
+
+def test_zookeeper_restarted_the_cluster_keeps_serving_and_resumes(
+    zk_cluster: Cluster, zk: KazooClient, zookeeper: ZooKeeperServer
+):
+    topic = "zk-restart"
+    create_replicated_topic(zk_cluster, topic, PARTITIONS, config={"min.insync.replicas": "2"})
+    with IdempotentProducer(zk_cluster.bootstrap, topic, PARTITIONS) as producer:
+        producer.wait_for_acks(1_000)
+        zookeeper.stop()
+        producer.wait_for_acks(len(producer.acked) + 2_000)  # leaders need no ZooKeeper
+        zookeeper.launch()
+        zookeeper.wait_ready()
+        producer.wait_for_acks(len(producer.acked) + 1_000)
+        producer.stop()
+    assert producer.errors == [], producer.errors[:10]
+    stored = read_partitions(zk_cluster.bootstrap, topic, PARTITIONS)
+    lost, duplicates = lost_and_duplicated(producer.acked, stored)
+    assert lost == [] and duplicates == 0, (lost[:10], duplicates)
+    # The controller works again: a new topic is decided, saved in ZooKeeper and served.
+    wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
+    create_replicated_topic(zk_cluster, "zk-after-restart", PARTITIONS)
+    assert zk.exists("/brokers/topics/zk-after-restart/partitions/2/state") is not None

@@ -1,0 +1,112 @@
+"""The controller's ZooKeeper store against a real ZooKeeper: what one controller saves the
+next one loads, and a deposed controller's saves change nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from broker.controller import ControllerState, create_topic, fence_broker, register_broker
+from broker.controller import zk_layout as layout
+from broker.controller.zk_store import ControllerMoved, ZooKeeperStore
+from broker.launcher import ZooKeeperServer, zookeeper_installed
+
+pytestmark = pytest.mark.skipif(
+    not zookeeper_installed(),
+    reason="ZooKeeper is not installed (apt-get install zookeeper: /usr/share/java/zookeeper.jar)",
+)
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer.start(Path(tmp_path_factory.mktemp("zookeeper")) / "data")
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def zk(zookeeper: ZooKeeperServer, request) -> Iterator[KazooClient]:
+    """A client inside a chroot of this test's own."""
+    chroot = f"/{request.node.name}"
+    bare = KazooClient(hosts=f"127.0.0.1:{zookeeper.port}")
+    bare.start(30)
+    bare.ensure_path(chroot)
+    bare.stop()
+    bare.close()
+    client = KazooClient(hosts=zookeeper.connect_string(chroot))
+    client.start(30)
+    for path in layout.PERSISTENT_PATHS:
+        client.ensure_path(path)
+    client.create(layout.CONTROLLER_EPOCH, b"0")
+    yield client
+    client.stop()
+    client.close()
+
+
+def elect(zk: KazooClient) -> tuple[int, int]:
+    """Bump /controller_epoch as an election does: (new epoch, its znode version)."""
+    data, stat = zk.get(layout.CONTROLLER_EPOCH)
+    epoch = int(data) + 1
+    return epoch, zk.set(layout.CONTROLLER_EPOCH, str(epoch).encode(), stat.version).version
+
+
+def three_brokers_and_a_topic(epoch: int) -> ControllerState:
+    state = ControllerState(controller_epoch=epoch)
+    for node_id in (1, 2, 3):
+        register_broker(state, node_id, "localhost", 9000 + node_id, f"i{node_id}", 0)
+    create_topic(state, "t", 3, 3, {"retention.ms": "1000"}, rng=random.Random(1))
+    return state
+
+
+async def test_a_new_controller_loads_what_the_previous_one_saved(zk: KazooClient):
+    store = ZooKeeperStore(zk, 1, *elect(zk))
+    state = await store.load()
+    assert state.topics == {}
+    state = three_brokers_and_a_topic(state.controller_epoch)
+    await store.save(state)
+    fence_broker(state, 2, unclean=False)
+    await store.save(state)
+    del state.topics["t"].configs["retention.ms"]
+    await store.save(state)
+
+    successor = ZooKeeperStore(zk, 3, *elect(zk))
+    loaded = await successor.load()
+    assert loaded.controller_epoch == state.controller_epoch + 1
+    assert loaded.topics == state.topics
+    assert {n: b.fenced for n, b in loaded.brokers.items()} == {1: False, 2: True, 3: False}
+    for index, partition in enumerate(state.topics["t"].partitions):
+        saved = json.loads(zk.get(layout.partition_state_path("t", index))[0])
+        assert (saved["leader"], saved["isr"]) == (partition.leader, partition.isr)
+    fence_broker(loaded, 3, unclean=False)
+    await successor.save(loaded)
+    assert (await ZooKeeperStore(zk, 1, *elect(zk)).load()).topics == loaded.topics
+
+
+async def test_a_deposed_controllers_save_fails_and_changes_nothing(zk: KazooClient):
+    deposed = ZooKeeperStore(zk, 1, *elect(zk))
+    state = three_brokers_and_a_topic((await deposed.load()).controller_epoch)
+    await deposed.save(state)
+    before = {path: zk.get(path)[0] for path in layout.state_znodes(state)}
+    ZooKeeperStore(zk, 2, *elect(zk))  # another broker won an election meanwhile
+    fence_broker(state, 1, unclean=False)
+    with pytest.raises(ControllerMoved):
+        await deposed.save(state)
+    assert {path: zk.get(path)[0] for path in before} == before
+    assert deposed.deposed.is_set()
+    with pytest.raises(ControllerMoved):
+        await deposed.allocate_producer_id_block()
+
+
+async def test_producer_id_blocks_never_overlap_across_controllers(zk: KazooClient):
+    first = ZooKeeperStore(zk, 1, *elect(zk))
+    blocks = [await first.allocate_producer_id_block() for _ in range(2)]
+    second = ZooKeeperStore(zk, 2, *elect(zk))
+    blocks.append(await second.allocate_producer_id_block())
+    starts = [start for start, _ in blocks]
+    assert starts == sorted(starts) and starts[0] == 0
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(blocks, blocks[1:], strict=False))
