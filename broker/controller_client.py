@@ -8,6 +8,7 @@ delays a heartbeat into a session timeout.
 """
 
 import logging
+import re
 import uuid
 from collections.abc import Callable
 
@@ -37,6 +38,16 @@ RETRY_BACKOFF_S = 0.2
 
 class ControllerUnavailable(Exception):
     """The controller could not be reached or did not answer in time."""
+
+
+# The client ids of a broker's channels to the controller: "broker-<id>" and its
+# "-lifecycle", "-forwarding" and "-bootstrap" channels (see ControllerClient).
+_BROKER_CHANNEL = re.compile(r"broker-\d+(-lifecycle|-forwarding|-bootstrap)?")
+
+
+def is_broker_channel(client_id: str | None) -> bool:
+    """Whether a request's client id is one of a broker's channels to the controller."""
+    return client_id is not None and _BROKER_CHANNEL.fullmatch(client_id) is not None
 
 
 class _Channel:

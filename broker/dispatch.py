@@ -150,7 +150,8 @@ CLIENT_APIS = frozenset(
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
         ApiKey.DESCRIBE_LOG_DIRS,
         # Not AlterConfigs: the controller pushes config changes with it, which a broker
-        # must apply before it is ready (its handler makes clients wait instead).
+        # must apply before it is ready (its handler makes clients wait instead). Nor the ACL
+        # and SCRAM credential APIs: see apis.authorization.wait_for_cluster_acls.
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
     }
 )

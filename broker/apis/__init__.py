@@ -68,3 +68,11 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+
+async def wait_until_ready(ctx: RequestContext) -> None:
+    """Hold a client's request until this broker has joined the cluster (and so holds its
+    ACLs, configs and credentials): for the APIs that the controller also uses to push them,
+    which dispatch cannot hold back for everyone (see dispatch.CLIENT_APIS)."""
+    if ctx.replicas is not None and not ctx.replicas.ready.is_set():
+        await ctx.replicas.ready.wait()

@@ -20,7 +20,7 @@ from protocol.errors import Error
 from ..authorizer.acls import InvalidAcl, Operation
 from ..controller import acls as acl_transitions
 from . import RequestContext
-from .authorization import cluster_allowed
+from .authorization import cluster_allowed, wait_for_cluster_acls
 from .forwarding import ForwardingFailed, forward_to_controller
 from .inter_node import inter_node_allowed, is_controller_push
 
@@ -33,6 +33,7 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
     def refused(error: Error, message: str) -> dict:
         return {"error_code": error, "error_message": message, "resources": []}
 
+    await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if ctx.authorizer is None:
@@ -58,6 +59,7 @@ async def handle_create(ctx: RequestContext, request):
 
     if is_controller_push(ctx) and ctx.controller is None:
         return _apply_pushed(ctx, request, refused)
+    await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.ALTER):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if ctx.authorizer is None:
@@ -79,6 +81,7 @@ async def handle_delete(ctx: RequestContext, request):
             ]
         }
 
+    await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.ALTER):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if ctx.authorizer is None:

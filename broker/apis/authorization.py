@@ -5,13 +5,17 @@ principal and host. Without an authorizer (no ``authorizer.class.name``) everyth
 allowed, and the handlers on the produce and fetch paths test ``ctx.authorizer is None``
 before calling anything here, so an unsecured broker pays one attribute test per request.
 
-A controller-only node receives client requests forwarded by brokers, which authorized the
-client already and re-send the request under their own principal: there, a principal with
-CLUSTER_ACTION on the cluster (a broker) passes as well.
+The controller receives client requests forwarded by brokers, which authorized the client
+already and re-send the request under their own principal (minibroker has no Envelope), and
+a broker asks it for the cluster's ACLs before it registers: a request on one of a broker's
+channels to the controller (its client ids), on an inter-node listener, from a principal with
+CLUSTER_ACTION on the cluster passes as well. Whatever node role the controller shares.
 """
 
 from ..authorizer.acls import CLUSTER_NAME, Operation, ResourceType
-from . import RequestContext
+from ..config import BrokerConfig
+from ..controller_client import is_broker_channel
+from . import RequestContext, wait_until_ready
 
 
 def allowed(ctx: RequestContext, operation: Operation, resource_type: int, name: str) -> bool:
@@ -22,9 +26,39 @@ def allowed(ctx: RequestContext, operation: Operation, resource_type: int, name:
     host = ctx.connection.host.removeprefix("/")
     if authorizer.authorize(principal, host, operation, resource_type, name):
         return True
-    return ctx.replicas is None and authorizer.authorize(
-        principal, host, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    return (
+        ctx.controller is not None
+        and is_broker_channel(ctx.header.client_id)
+        and on_inter_node_listener(ctx)
+        and authorizer.authorize(
+            principal, host, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        )
     )
+
+
+async def wait_for_cluster_acls(ctx: RequestContext) -> None:
+    """Hold an ACL or SCRAM credential request until this node knows the cluster's ACLs: a
+    broker learns them when it joins, and judged before with none, a request would meet
+    "no ACL found" (open with allow.everyone.if.no.acl.found). The controller holds them
+    from its state at once, and must answer a joining broker's DescribeAcls before that
+    broker, which may be itself, is ready; the controller's own pushes are not held."""
+    if ctx.controller is None:
+        await wait_until_ready(ctx)
+
+
+def inter_node_listeners(config: BrokerConfig) -> frozenset[str] | None:
+    """The node's listeners that carry the cluster's own traffic, or None when that is all
+    of them: the inter-broker listener (``inter.broker.listener.name``, else the first, as
+    the node registers it) and the ``controller.listener.names`` it has."""
+    own = {listener.name for listener in config.listeners}
+    named = {*config.controller_listener_names, config.inter_broker_listener.name}
+    internal = frozenset(named & own)
+    return None if internal == own else internal
+
+
+def on_inter_node_listener(ctx: RequestContext) -> bool:
+    internal = inter_node_listeners(ctx.config)
+    return internal is None or ctx.listener_name in internal
 
 
 def cluster_allowed(ctx: RequestContext, operation: Operation) -> bool:

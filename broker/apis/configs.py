@@ -31,7 +31,7 @@ from ..config_model import (
     describe_topic,
 )
 from ..controller_client import build_request
-from . import RequestContext
+from . import RequestContext, wait_until_ready
 from .authorization import cluster_allowed, topic_allowed
 from .forwarding import ForwardingFailed, forward_to_controller
 from .inter_node import inter_node_allowed, is_controller_push
@@ -236,8 +236,7 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
     """Refuse here what only this broker can judge (a broker resource naming another
     broker, as Kafka's ConfigAdminManager does; loggers, which are this process's), and let
     the controller decide the rest."""
-    if ctx.replicas is not None and not ctx.replicas.ready.is_set():
-        await ctx.replicas.ready.wait()
+    await wait_until_ready(ctx)
     answered: dict[int, dict] = {}
     for index, resource in enumerate(request.resources):
         name = resource.resource_name

@@ -18,10 +18,9 @@ only
 from protocol.versions import ApiKey
 
 from ..authorizer.acls import Operation
-from ..config import BrokerConfig
 from ..controller.service import CONTROLLER_CLIENT_ID
 from . import RequestContext
-from .authorization import cluster_allowed
+from .authorization import cluster_allowed, on_inter_node_listener
 
 INTER_NODE_APIS = frozenset(
     {
@@ -34,21 +33,6 @@ INTER_NODE_APIS = frozenset(
         ApiKey.ALLOCATE_PRODUCER_IDS,
     }
 )
-
-
-def inter_node_listeners(config: BrokerConfig) -> frozenset[str] | None:
-    """The node's listeners that carry the cluster's own traffic, or None when that is all
-    of them: the inter-broker listener (``inter.broker.listener.name``, else the first, as
-    the node registers it) and the ``controller.listener.names`` it has."""
-    own = {listener.name for listener in config.listeners}
-    named = {*config.controller_listener_names, config.inter_broker_listener.name}
-    internal = frozenset(named & own)
-    return None if internal == own else internal
-
-
-def on_inter_node_listener(ctx: RequestContext) -> bool:
-    internal = inter_node_listeners(ctx.config)
-    return internal is None or ctx.listener_name in internal
 
 
 def inter_node_allowed(ctx: RequestContext) -> bool:

@@ -9,7 +9,7 @@ from protocol.errors import Error
 from ..authorizer.acls import Operation
 from ..controller.scram_credentials import MECHANISM_BY_TYPE, SNAPSHOT_MARKER
 from . import RequestContext
-from .authorization import cluster_allowed
+from .authorization import cluster_allowed, wait_for_cluster_acls
 from .forwarding import ForwardingFailed, forward_to_controller
 from .inter_node import inter_node_allowed, is_controller_push
 
@@ -56,6 +56,7 @@ async def handle_alter(ctx: RequestContext, request):
         if not inter_node_allowed(ctx):
             return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
         return _apply_push(ctx, request)
+    await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.ALTER):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
     if ctx.controller is not None:
@@ -67,6 +68,7 @@ async def handle_alter(ctx: RequestContext, request):
 
 
 async def handle_describe(ctx: RequestContext, request):
+    await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         return {
             "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,

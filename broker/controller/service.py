@@ -241,6 +241,10 @@ class ControllerService:
             # before it stopped: a new controller tells every live broker everything, as
             # Kafka's does when it takes over (brokers ignore what they already applied).
             self._propagate(self._all_partitions())
+            # So are the cluster's ACLs and SCRAM credentials: a change saved just before
+            # the previous controller died reaches brokers that will not register again.
+            self._push_acls()
+            self._push_scram_credentials(None)
             nursery.start_soon(self._watch_liveness)
             if self.config.auto_leader_rebalance_enable:
                 nursery.start_soon(self._rebalance_leaders)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from broker.apis.inter_node import inter_node_listeners
+from broker.apis.authorization import inter_node_listeners
 from broker.config import BrokerConfig
 
 
