@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 # What a broken or unresponsive connection raises; whoever catches it drops the connection.
 CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError)
+# Connecting to another node, with its TLS handshake and SASL login.
+CONNECT_TIMEOUT_S = 10.0
 RECEIVE_SIZE = 256 * 1024
 
 
@@ -46,17 +48,22 @@ class NodeConnection:
     async def connect(
         cls, host: str, port: int, client_id: str, security: "ClientSecurity | None" = None
     ) -> "NodeConnection":
-        stream = await trio.open_tcp_stream(host, port)
-        try:
-            if security is not None and security.ssl_context is not None:
-                stream = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
-                await stream.do_handshake()
-            connection = cls(stream, client_id)
-            if security is not None and security.mechanism is not None:
-                await connection._authenticate(security)
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
+        """Connect, then the TLS handshake and SASL login the security asks for, all within
+        CONNECT_TIMEOUT_S (trio.TooSlowError, one of CONNECTION_ERRORS): a peer that was
+        paused or cut off must not hold a controller channel or a fetcher for as long as TCP
+        takes to give up."""
+        with trio.fail_after(CONNECT_TIMEOUT_S):
+            stream = await trio.open_tcp_stream(host, port)
+            try:
+                if security is not None and security.ssl_context is not None:
+                    stream = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
+                    await stream.do_handshake()
+                connection = cls(stream, client_id)
+                if security is not None and security.mechanism is not None:
+                    await connection._authenticate(security)
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
         return connection
 
     async def _authenticate(self, security: "ClientSecurity") -> None:
@@ -73,7 +80,11 @@ class NodeConnection:
             return
         scram = sasl.ScramClient(security.mechanism, security.username, security.password)
         server_first = await self._sasl_step(scram.first())
-        server_final = await self._sasl_step(scram.final(server_first))
+        try:
+            client_final = scram.final(server_first)
+        except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:
+            raise AuthenticationFailed(f"SCRAM server's first message refused: {error}") from None
+        server_final = await self._sasl_step(client_final)
         try:
             scram.verify(server_final)
         except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:

@@ -443,14 +443,14 @@ class BrokerConfig:
 
     @property
     def controller_listener_name(self) -> str:
-        """The listener brokers reach the controller on: the first of controller.listener.names
-        (KRaft's rule), else in ZooKeeper mode the inter-broker listener, else this node's
+        """The listener brokers reach the controller on: in ZooKeeper mode the inter-broker
+        listener, else the first of controller.listener.names (KRaft's rule), else this node's
         first listener when it is its own controller, else PLAINTEXT."""
-        if self.controller_listener_names:
-            return self.controller_listener_names[0]
         if self.zookeeper_mode:
             # The elected controller is a broker, reached on its inter-broker listener.
             return self.inter_broker_listener.name
+        if self.controller_listener_names:
+            return self.controller_listener_names[0]
         if self.is_controller:
             return self.listeners[0].name
         return "PLAINTEXT"
@@ -497,10 +497,15 @@ class BrokerConfig:
             values["inter_broker_listener_name"] = protocol
         config = cls(**values, unknown=unknown, properties=dict(properties))
         if config.zookeeper_mode:
-            if "process.roles" in properties or config.controller_quorum_voters:
+            if (
+                "process.roles" in properties
+                or config.controller_quorum_voters
+                or config.controller_listener_names
+            ):
                 raise ConfigError(
                     "zookeeper.connect runs the ZooKeeper mode, where every broker may become"
-                    " controller: process.roles and controller.quorum.voters belong to the"
+                    " controller and is reached on its inter-broker listener: process.roles,"
+                    " controller.quorum.voters and controller.listener.names belong to the"
                     " other mode and cannot be given with it"
                 )
         elif config.process_roles == {"broker"} and not config.controller_quorum_voters:

@@ -308,7 +308,8 @@ def bootstrap_scram_users(config: BrokerConfig) -> list[tuple[str, str, str]]:
     if leftover:
         raise ConfigError(
             f"invalid value for {BOOTSTRAP_SCRAM_PROPERTY}: expected entries like "
-            f"SCRAM-SHA-512=[name=alice,password=alice-secret], found {leftover[:30]!r}"
+            f"SCRAM-SHA-512=[name=alice,password=alice-secret], found {len(leftover)}"
+            " characters outside such entries (not shown: they may hold a password)"
         )
     for mechanism, body in _BOOTSTRAP_ENTRY.findall(text):
         fields = dict(part.split("=", 1) for part in body.split(",") if "=" in part)

@@ -112,6 +112,10 @@ class BrokerServer:
         if config.is_broker:
             client_security(config, config.inter_broker_listener.name)
             client_security(config, config.controller_listener_name)
+        elif config.inter_broker_listener_name is not None:
+            # A controller-only node connects to the brokers' inter-broker listener: its
+            # login must be sound at start, not when the first broker registers.
+            client_security(config, config.inter_broker_listener_name)
 
     def _context(self, listener_name: str, connection: Connection, header) -> RequestContext:
         return RequestContext(

@@ -94,7 +94,10 @@ def parse_jaas_config(text: str) -> JaasConfig:
         position = option.end()
     rest = text[position:].strip()
     if rest != ";":
-        raise JaasError(f"expected ';' after the options, found {rest[:20]!r}")
+        # Where, not what: the text may be a password.
+        raise JaasError(
+            f"expected ';' after the options at character {len(text) - len(rest)} of {len(text)}"
+        )
     return JaasConfig(entry.group(1), options)
 
 
@@ -319,6 +322,13 @@ class ScramClient:
             raise SaslAuthenticationError("the server's nonce does not extend ours")
         salt = base64.b64decode(attributes["s"])
         iterations = int(attributes["i"])
+        if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
+            # Kafka's client refuses fewer (a man in the middle asking for i=1 makes guessing
+            # the password cheap); more would stall the node hashing them.
+            raise SaslAuthenticationError(
+                f"the server asks for {iterations} iterations, outside"
+                f" {SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}"
+            )
         salted = salted_password(self.mechanism, self._password, salt, iterations)
         client_key = _hmac(self.mechanism, salted, b"Client Key")
         stored_key = _hash(self.mechanism, client_key)

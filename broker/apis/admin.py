@@ -28,16 +28,10 @@ HIGH_WATERMARK = -1
 
 
 async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
-    if not cluster_allowed(ctx, Operation.DESCRIBE):
-        return {
-            "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,
-            "error_message": None,
-            "endpoint_type": getattr(request, "endpoint_type", 1),
-            "cluster_id": ctx.cluster_id,
-            "controller_id": -1,
-            "brokers": (),
-            "cluster_authorized_operations": _OPERATIONS_OMITTED,
-        }
+    """Anyone may describe the cluster, as in Kafka; DESCRIBE on the cluster only decides
+    whether asked-for authorized operations are shown: none (0) without it. With it they are
+    left out, as minibroker does not compute authorized operations (README)."""
+    asked = getattr(request, "include_cluster_authorized_operations", False)
     return {
         "error_code": Error.NONE,
         "error_message": None,
@@ -48,7 +42,9 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
             for b in brokers_on_listener(ctx, ctx.replicas)
         ],
-        "cluster_authorized_operations": _OPERATIONS_OMITTED,
+        "cluster_authorized_operations": (
+            0 if asked and not cluster_allowed(ctx, Operation.DESCRIBE) else _OPERATIONS_OMITTED
+        ),
     }
 
 

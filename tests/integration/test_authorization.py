@@ -315,16 +315,19 @@ def test_configs_need_describe_configs_and_alter_configs(secured):
     assert entries["retention.ms"].value == "604800000"
 
 
-def test_cluster_descriptions_and_record_deletion_need_their_acls(secured):
+def test_cluster_descriptions_are_open_and_record_deletion_needs_delete(secured):
     broker = secured([MAY_CREATE, binding("trimmed", WRITE)])
     create(broker.bootstrap, "trimmed")
     assert produce_error(broker.bootstrap, "trimmed") == 0
-    # (librdkafka's describe_cluster sends Metadata: the raw DescribeCluster.)
+    # Anyone may describe the cluster, as in Kafka; without DESCRIBE on it, the authorized
+    # operations asked for are none. (librdkafka's describe_cluster sends Metadata: the raw
+    # DescribeCluster.)
     described = exchange(
-        broker.bootstrap, DescribeClusterRequest(include_cluster_authorized_operations=False)
+        broker.bootstrap, DescribeClusterRequest(include_cluster_authorized_operations=True)
     )
-    assert described.error_code == ErrorCode.cluster_authorization_failed
-    assert described.brokers == ()
+    assert described.error_code == ErrorCode.none
+    assert len(described.brokers) == 1
+    assert described.cluster_authorized_operations == 0
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     [deleted] = admin.delete_records([TopicPartition("trimmed", 0, 1)]).values()
     with pytest.raises(KafkaException) as refused:

@@ -69,6 +69,7 @@ def test_zookeeper_connect_turns_the_zookeeper_mode_on():
         {"zookeeper.connect": "a:2181/bad path"},
         {"zookeeper.connect": "a:2181", "process.roles": "broker"},
         {"zookeeper.connect": "a:2181", "controller.quorum.voters": "0@a:9093"},
+        {"zookeeper.connect": "a:2181", "controller.listener.names": "CONTROLLER"},
     ],
 )
 def test_zookeeper_mode_refuses_bad_or_mixed_settings(properties):

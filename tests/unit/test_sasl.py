@@ -92,6 +92,15 @@ def test_scram_client_replays_the_rfc_7677_example():
         client.verify(b"v=" + base64.b64encode(b"\x00" * 32))
 
 
+@pytest.mark.parametrize("iterations", [1, 4095, 16385, 10**9])
+def test_the_scram_client_refuses_iteration_counts_outside_kafkas_bounds(iterations):
+    """Fewer than 4096 make an eavesdropped exchange cheap to brute-force (Kafka's client
+    refuses them too); a huge count would stall the broker hashing it."""
+    client = sasl.ScramClient(sasl.SCRAM_SHA_256, "user", "pencil", nonce="abc")
+    with pytest.raises(sasl.SaslAuthenticationError, match="iterations"):
+        client.final(f"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={iterations}".encode())
+
+
 @pytest.mark.parametrize("mechanism", sasl.SCRAM_MECHANISMS)
 def test_scram_server_and_client_agree_and_names_are_escaped(mechanism):
     user = "a,b=c"
