@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -314,6 +315,26 @@ def _described_acls(admin: AdminClient) -> set[tuple[str, str]]:
     }
 
 
+def _scram_iterations(admin: AdminClient, user: str) -> list[int] | None:
+    """The user's credentials' iterations, or None while the request fails."""
+    try:
+        described = admin.describe_user_scram_credentials([user])[user].result(15)
+    except KafkaException as error:
+        print(f"DescribeUserScramCredentials: {error}")
+        return None
+    return [item.iterations for item in described.scram_credential_infos]
+
+
+def _created(admin: AdminClient, binding: AclBinding) -> bool:
+    """CreateAcls succeeded (creating an existing ACL succeeds too, so it may be retried)."""
+    try:
+        admin.create_acls([binding])[binding].result(15)
+    except KafkaException as error:
+        print(f"CreateAcls: {error}")
+        return False
+    return True
+
+
 @pytest.mark.parametrize("zk_cluster", [{"overrides": SECURED}], indirect=True)
 def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
     zk_cluster: Cluster, zk: KazooClient
@@ -334,14 +355,21 @@ def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
         broker.bootstrap for node, broker in zk_cluster.brokers.items() if node != first[0]
     )
     admin = AdminClient({"bootstrap.servers": survivors})
-    # The new controller answers for the users itself.
-    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(15)
-    assert [item.iterations for item in described.scram_credential_infos] == [8192]
+    # The new controller answers for the users itself (retried: a request may still reach a
+    # broker that has not yet heard of the new controller).
+    iterations = wait_for(
+        lambda: _scram_iterations(admin, "alice"),
+        CONVERGENCE_TIMEOUT,
+        "the new controller to describe alice's SCRAM credential",
+    )
+    assert iterations == [8192]
     # A change makes the new controller push its whole ACL set to every broker: the ACL
     # created under the previous controller must be in it.
-    admin.create_acls([_acl("User:bob", AclOperation.WRITE)])[
-        _acl("User:bob", AclOperation.WRITE)
-    ].result(15)
+    wait_for(
+        lambda: _created(admin, _acl("User:bob", AclOperation.WRITE)),
+        CONVERGENCE_TIMEOUT,
+        "the new controller to create an ACL",
+    )
     expected = {("User:alice", "READ"), ("User:bob", "WRITE")}
     wait_for(
         lambda: _described_acls(admin) == expected,
