@@ -398,10 +398,19 @@ class ZooKeeperServer:
     directory of its own, so it can be stopped, killed and started again on the same data."""
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, die_with_parent: bool = False
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        die_with_parent: bool = False,
+        host: str = "127.0.0.1",
+        command_prefix: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        # The fault harness runs it in a network namespace of its own: the address it
+        # listens on there, and the `ip netns exec` that puts it there.
+        self.host = host
+        self.command_prefix = command_prefix
         self.log_path = self.data_dir.parent / "zookeeper.log"
         # `minibroker dev` sets this, as for its brokers.
         self.die_with_parent = die_with_parent
@@ -418,7 +427,7 @@ class ZooKeeperServer:
 
     def connect_string(self, chroot: str = "/minibroker") -> str:
         """What brokers take as `zookeeper.connect`."""
-        return f"127.0.0.1:{self.port}{chroot}"
+        return f"{self.host}:{self.port}{chroot}"
 
     def launch(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -427,13 +436,20 @@ class ZooKeeperServer:
             f"tickTime={ZOOKEEPER_TICK_MS}\n"
             f"dataDir={self.data_dir}\n"
             f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
+            f"clientPortAddress={self.host}\n"
             "admin.enableServer=false\n"
             "maxSessionTimeout=60000\n"
         )
         with open(self.log_path, "ab") as output:
             self._process = subprocess.Popen(
-                ["java", "-cp", str(ZOOKEEPER_JAR), ZOOKEEPER_MAIN, str(config)],
+                [
+                    *self.command_prefix,
+                    "java",
+                    "-cp",
+                    str(ZOOKEEPER_JAR),
+                    ZOOKEEPER_MAIN,
+                    str(config),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
@@ -450,7 +466,7 @@ class ZooKeeperServer:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                with socket.create_connection((self.host, self.port), timeout=1.0):
                     return
             except OSError:
                 if not self.running or time.monotonic() >= deadline:

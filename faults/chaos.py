@@ -15,6 +15,15 @@ Faults are injected one at a time, chosen by a seeded random generator:
   controller always runs under here; monotonic time is left alone, as NTP leaves it), held
   past the session timeout, then stepped back to the true time: a second jump the other way.
 
+`--zookeeper` runs the ZooKeeper mode instead: a ZooKeeper server (the Debian package's) in a
+namespace of its own and three brokers on it, each of which may be elected controller, and no
+controller process. Its faults are the broker kinds above (the partitions cut ZooKeeper off
+too) and:
+
+- kill-controller: kill -9 of the elected controller broker (restarted after a few seconds);
+- kill-zookeeper: kill -9 of ZooKeeper, started again on its data a few seconds later;
+- zookeeper-partition: the elected controller cut off from ZooKeeper alone, past its session.
+
 After each fault is healed the cluster must be back to a full ISR everywhere. At the end:
 every acknowledged record is in the log at its acknowledged offset (lost otherwise), every
 record a consumer read is still there (it read nothing above the high watermark that later
@@ -26,7 +35,8 @@ acknowledged and lost records, duplicates, divergent partitions, the failover ti
 the first record acknowledged on a partition the faulty broker led, for a record sent after
 the fault) and the time until every ISR was full again. `--seed` replays a run.
 
-Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime package).
+Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime package), or for
+``--zookeeper`` the zookeeper package instead of libfaketime.
 """
 
 from __future__ import annotations
@@ -49,8 +59,10 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
 
-from broker.launcher import request_metadata
+from broker.controller import zk_layout
+from broker.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
 from protocol.record_batch import HEADER_SIZE, read_header
 
 from .netns import Network
@@ -65,6 +77,22 @@ SESSION_TIMEOUT_MS = 3000
 DISK_BROKER = 3
 DISK_SIZE_MB = 64
 KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", "disk", "clock")
+# The faults only the ZooKeeper mode has, and every kind that mode runs (no clock: there is
+# no controller process to run under libfaketime; a broker's clock is not what elects).
+ZOOKEEPER_FAULTS = ("kill-controller", "kill-zookeeper", "zookeeper-partition")
+ZOOKEEPER_KINDS = (
+    "kill",
+    "kill-controller",
+    "kill-zookeeper",
+    "zookeeper-partition",
+    "pause",
+    "partition",
+    "isolate",
+    "disk",
+)
+ZOOKEEPER = -1  # ZooKeeper's place among the node ids, as a fault's target
+ZOOKEEPER_PORT = 2181
+ZOOKEEPER_CHROOT = "/minibroker"
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 CLOCK_STEP_SECONDS = 86_400
 HOLD_SECONDS = 4.0
@@ -74,6 +102,8 @@ START_TIMEOUT = 60.0
 
 
 def node_name(node_id: int) -> str:
+    if node_id == ZOOKEEPER:
+        return "zookeeper"
     return "controller" if node_id == CONTROLLER else f"broker-{node_id}"
 
 
@@ -153,7 +183,9 @@ class Node:
             properties["process.roles"] = "controller"
             properties["listeners"] = f"CONTROLLER://{self.address}:{CONTROLLER_PORT}"
         else:
-            properties["process.roles"] = "broker"
+            # On ZooKeeper every broker may be elected: no roles to give (the node refuses).
+            if "zookeeper.connect" not in properties:
+                properties["process.roles"] = "broker"
             properties["listeners"] = f"PLAINTEXT://{self.address}:{BROKER_PORT}"
         command = [
             *self.network.exec_prefix(node_name(self.node_id)),
@@ -293,10 +325,13 @@ class Workload:
 
 
 class Chaos:
-    def __init__(self, base: Path, seed: int) -> None:
+    def __init__(self, base: Path, seed: int, zookeeper: bool = False) -> None:
         self.base = base
         self.rng = random.Random(seed)
-        self.network = Network([node_name(n) for n in (CONTROLLER, *BROKERS)])
+        # The cluster's processes besides the brokers: the controller, or ZooKeeper.
+        self.authority = ZOOKEEPER if zookeeper else CONTROLLER
+        self.network = Network([node_name(n) for n in (self.authority, *BROKERS)])
+        self.zookeeper: ZooKeeperServer | None = None
         self.disk = base / "tmpfs"
         # The controller's time-of-day offset, read by libfaketime on every clock call.
         self.clock_offset = base / "controller-clock-offset"
@@ -313,9 +348,26 @@ class Chaos:
             ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE_MB}m", "tmpfs", str(self.disk)],
             check=True,
         )
-        controller = self.network.addresses[node_name(CONTROLLER)]
+        authority = self.network.addresses[node_name(self.authority)]
+        if self.authority == ZOOKEEPER:
+            self.zookeeper = ZooKeeperServer(
+                self.base / "zookeeper" / "data",
+                ZOOKEEPER_PORT,
+                host=str(authority),
+                command_prefix=tuple(self.network.exec_prefix(node_name(ZOOKEEPER))),
+            )
+            self.zookeeper.launch()
+            self.zookeeper.wait_ready(START_TIMEOUT)
+            placement = {
+                "zookeeper.connect": self.zookeeper.connect_string(ZOOKEEPER_CHROOT),
+                "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
+            }
+        else:
+            placement = {
+                "controller.quorum.voters": f"{CONTROLLER}@{authority}:{CONTROLLER_PORT}",
+            }
         overrides = {
-            "controller.quorum.voters": f"{CONTROLLER}@{controller}:{CONTROLLER_PORT}",
+            **placement,
             "broker.session.timeout.ms": SESSION_TIMEOUT_MS,
             "broker.heartbeat.interval.ms": 500,
             "replica.lag.time.max.ms": SESSION_TIMEOUT_MS,
@@ -323,7 +375,7 @@ class Chaos:
             "min.insync.replicas": 2,
             "log.segment.bytes": 4 * 1024 * 1024,
         }
-        for node_id in (CONTROLLER, *BROKERS):
+        for node_id in BROKERS if self.zookeeper else (CONTROLLER, *BROKERS):
             data = (
                 self.disk / "data"
                 if node_id == DISK_BROKER
@@ -353,6 +405,8 @@ class Chaos:
     def close(self) -> None:
         for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
             self.nodes[node_id].stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
         subprocess.run(["umount", str(self.disk)], capture_output=True)
         self.network.close()
 
@@ -391,12 +445,32 @@ class Chaos:
             len(p.isr_nodes) == len(BROKERS) and p.leader_id >= 0 for p in partitions
         )
 
+    def elected_controller(self) -> int:
+        """The broker ZooKeeper's ``/controller`` names (ZooKeeper mode), read with a client
+        of its own: a fault may have ended any earlier session."""
+        client = KazooClient(hosts=self.zookeeper.connect_string(ZOOKEEPER_CHROOT), timeout=10)
+        client.start(START_TIMEOUT)
+        try:
+            deadline = time.monotonic() + RECOVERY_TIMEOUT
+            while not client.exists(zk_layout.CONTROLLER):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no broker holds /controller")
+                time.sleep(0.1)
+            return zk_layout.controller_id_from(client.get(zk_layout.CONTROLLER)[0])
+        finally:
+            client.stop()
+            client.close()
+
     # -- faults ------------------------------------------------------------------------------
 
     def inject(self, kind: str) -> Run:
         leaders = self.leaders()
-        if kind in ("kill-controller", "clock"):
+        if kind in ("kill-controller", "zookeeper-partition") and self.zookeeper is not None:
+            target = self.elected_controller()
+        elif kind in ("kill-controller", "clock"):
             target = CONTROLLER
+        elif kind == "kill-zookeeper":
+            target = ZOOKEEPER
         elif kind == "disk":
             target = DISK_BROKER
         elif kind in ("partition", "isolate") and leaders:
@@ -404,8 +478,8 @@ class Chaos:
         else:
             target = self.rng.choice(BROKERS)
         led = [p for p, leader in leaders.items() if leader == target]
-        node = self.nodes[target]
-        others = [node_name(n) for n in (CONTROLLER, *BROKERS) if n != target]
+        node = self.nodes.get(target)
+        others = [service for service in self.network.addresses if service != node_name(target)]
         name = node_name(target)
         # Each fault is in effect when `started` is taken: failover counts from there.
         if kind in ("kill", "kill-controller"):
@@ -413,6 +487,16 @@ class Chaos:
             run = Run(kind, target, time.monotonic(), led=led)
             time.sleep(HOLD_SECONDS)
             node.start()
+        elif kind == "kill-zookeeper":
+            self.zookeeper.kill()
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(HOLD_SECONDS)
+            self.zookeeper.launch()
+        elif kind == "zookeeper-partition":
+            self.network.cut(name, [node_name(ZOOKEEPER)])
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
+            self.network.heal(name, [node_name(ZOOKEEPER)])
         elif kind == "pause":
             node.signal(signal.SIGSTOP)
             run = Run(kind, target, time.monotonic(), led=led)
@@ -448,6 +532,8 @@ class Chaos:
                 for n, node in self.nodes.items()
                 if node.process is not None and node.process.poll() is not None
             ]
+            if self.zookeeper is not None and not self.zookeeper.running:
+                run.died.append(f"zookeeper (see {self.zookeeper.log_path})")
             if run.died:
                 break
             # Metadata read just after a restart can still show the ISR from before the
@@ -577,7 +663,7 @@ class Chaos:
             "| full ISR again median / worst (s) | not recovered |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for kind in KINDS:
+        for kind in dict.fromkeys(KINDS + ZOOKEEPER_KINDS):
             runs = [r for r in self.runs if r.kind == kind]
             if not runs:
                 continue
@@ -712,10 +798,17 @@ def wait(condition, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def run_chaos(runs: int, seed: int, kinds: tuple[str, ...], base: Path | None = None) -> Outcome:
-    """Inject `runs` faults of `kinds` (each kind once first, then at random) and judge."""
+def run_chaos(
+    runs: int,
+    seed: int,
+    kinds: tuple[str, ...],
+    base: Path | None = None,
+    zookeeper: bool = False,
+) -> Outcome:
+    """Inject `runs` faults of `kinds` (each kind once first, then at random) and judge, on
+    a cluster with a controller process or (`zookeeper`) on ZooKeeper."""
     base = Path(base or tempfile.mkdtemp(prefix="minibroker-chaos-"))
-    chaos = Chaos(base, seed)
+    chaos = Chaos(base, seed, zookeeper)
     try:
         chaos.start()
         for index in range(runs):
@@ -742,25 +835,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=12, help="faults to inject (default 12)")
     parser.add_argument("--seed", type=int, default=None, help="replay a run with its seed")
     parser.add_argument(
-        "--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}"
+        "--zookeeper",
+        action="store_true",
+        help="brokers on ZooKeeper (each may be elected controller) instead of a controller",
+    )
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help=f"comma-separated, of {', '.join(KINDS)}; with --zookeeper of"
+        f" {', '.join(ZOOKEEPER_KINDS)} (default: all of the mode's)",
     )
     args = parser.parse_args(argv)
-    if os.geteuid() != 0 or shutil.which("ip") is None or not LIBFAKETIME.exists():
+    available = ZOOKEEPER_KINDS if args.zookeeper else KINDS
+    needed = zookeeper_installed() if args.zookeeper else LIBFAKETIME.exists()
+    if os.geteuid() != 0 or shutil.which("ip") is None or not needed:
         print(
             "faults.chaos needs root, iproute2 (network namespaces, tmpfs) and libfaketime"
-            " (apt-get install faketime)",
+            " (apt-get install faketime), or with --zookeeper the zookeeper package",
             file=sys.stderr,
         )
         return 2
     seed = args.seed if args.seed is not None else random.randrange(2**31)
-    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
-    unknown = set(kinds) - set(KINDS)
+    kinds = tuple(k for k in (args.kinds or ",".join(available)).split(",") if k)
+    unknown = set(kinds) - set(available)
     if unknown:
-        parser.error(f"unknown fault kinds: {sorted(unknown)}")
+        parser.error(f"fault kinds this mode does not have: {sorted(unknown)}")
     print(f"faults.chaos: seed {seed}", flush=True)
     # A SIGTERM unwinds like Ctrl-C, so the nodes, namespaces and tmpfs are cleaned up.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))
-    outcome = run_chaos(args.runs, seed, kinds)
+    outcome = run_chaos(args.runs, seed, kinds, zookeeper=args.zookeeper)
     print(outcome.text)
     return 0 if outcome.clean else 1
 

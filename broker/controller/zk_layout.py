@@ -15,8 +15,20 @@ The layout is Kafka's (``kafka.zk.ZkData``), so a Kafka tool reading ZooKeeper s
   the epoch the brokers were told is written down.
 - ``/config/topics/<t>`` and ``/config/brokers/<id>`` (``<default>`` for the cluster
   default): ``{"version":1,"config":{...}}``
+- ``/kafka-acl/<ResourceType>/<name>`` (LITERAL patterns) and
+  ``/kafka-acl-extended/prefixed/<ResourceType>/<name>`` (PREFIXED): ``{"version":1,
+  "acls":[{"principal":"User:alice","permissionType":"Allow","operation":"Read",
+  "host":"*"}]}``, one znode per resource pattern, names in Kafka's PascalCase.
+- ``/config/users/<user>`` (the user name URL-encoded, as Kafka's ``Sanitizer``):
+  ``{"version":1,"config":{"SCRAM-SHA-512":"salt=...,stored_key=...,server_key=...,
+  iterations=4096"}}``, Kafka's ``ScramCredentialUtils`` string, base64 as Kafka writes it.
 - ``/controller``, ``/controller_epoch``, ``/brokers/ids/<id>``, ``/cluster/id``,
   ``/latest_producer_id_block``: written by the election and the session, not by a save.
+
+Kafka's ``/kafka-acl-changes`` and ``/config/changes`` notifications are not written: brokers
+learn ACLs and credentials from the controller's pushes, as in the other mode. Kafka's ACLs
+are a set per resource, so a load gives the ACLs grouped by resource pattern rather than in
+the order they were created; nothing depends on that order.
 
 One znode is minibroker's own: ``/minibroker/broker_registry``, the controller's registry of
 brokers (broker epochs, incarnations, fenced or not). ZooKeeper-mode Kafka had no
@@ -27,10 +39,15 @@ the previous one handed out, or it would refuse every broker's AlterPartition.
 
 import base64
 import json
+import re
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from protocol import sasl
+
+from ..authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 from .state import BrokerInfo, ControllerState, PartitionState, TopicState
 
 CONTROLLER = "/controller"
@@ -40,12 +57,42 @@ TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"
 CLUSTER_ID = "/cluster/id"
+USER_CONFIGS = "/config/users"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 MINIBROKER = "/minibroker"
 BROKER_REGISTRY = f"{MINIBROKER}/broker_registry"
+# Where each pattern type's ACLs live (Kafka's LiteralAclStore and ExtendedAclStore).
+ACL_ROOTS = {
+    PatternType.LITERAL: "/kafka-acl",
+    PatternType.PREFIXED: "/kafka-acl-extended/prefixed",
+}
+# Kafka's resource type names (SecurityUtils.resourceTypeName: PascalCase).
+ACL_RESOURCE_TYPES = {
+    ResourceType.TOPIC: "Topic",
+    ResourceType.GROUP: "Group",
+    ResourceType.CLUSTER: "Cluster",
+    ResourceType.TRANSACTIONAL_ID: "TransactionalId",
+    ResourceType.DELEGATION_TOKEN: "DelegationToken",
+    ResourceType.USER: "User",
+}
+# Every ``/kafka-acl[-extended/prefixed]/<ResourceType>`` parent, as Kafka creates them all.
+ACL_TYPE_PATHS = tuple(
+    f"{root}/{type_name}"
+    for root in ACL_ROOTS.values()
+    for type_name in ACL_RESOURCE_TYPES.values()
+)
 
 # Created once at start-up: the parents every save's znodes live under.
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, BROKER_CONFIGS, "/cluster", MINIBROKER)
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    TOPICS,
+    TOPIC_CONFIGS,
+    BROKER_CONFIGS,
+    USER_CONFIGS,
+    *ACL_TYPE_PATHS,
+    "/cluster",
+    MINIBROKER,
+)
 
 # Kafka's name of the cluster-wide dynamic broker config entity.
 DEFAULT_BROKER_ENTITY = "<default>"
@@ -79,6 +126,139 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def _config_entity(name: str) -> str:
     return DEFAULT_BROKER_ENTITY if name == "" else name
+
+
+def _pascal_case(name: str) -> str:
+    """Kafka's SecurityUtils.toPascalCase of an enum name: DESCRIBE_CONFIGS -> DescribeConfigs."""
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+_OPERATION_NAMES = {operation: _pascal_case(operation.name) for operation in Operation}
+_PERMISSION_NAMES = {permission: _pascal_case(permission.name) for permission in Permission}
+_OPERATIONS_BY_NAME = {name: operation for operation, name in _OPERATION_NAMES.items()}
+_PERMISSIONS_BY_NAME = {name: permission for permission, name in _PERMISSION_NAMES.items()}
+_RESOURCE_TYPES_BY_NAME = {name: code for code, name in ACL_RESOURCE_TYPES.items()}
+
+# Characters a ZooKeeper path segment cannot hold ("/", controls, the ranges ZooKeeper's
+# PathUtils refuses) and "%", escaped so that escaping can be undone.
+_UNSAFE_IN_ZNODE_NAME = re.compile("[%/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+
+def acl_resource_znode_name(name: str) -> str:
+    """A resource name as one path segment. Kafka wrote it as it is; names ZooKeeper cannot
+    hold (a group named ``a/b``, ``.``, ``..``) it failed to store, so here those characters
+    (and ``%``) are percent-encoded instead. Every other name is exactly Kafka's."""
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
+    return _UNSAFE_IN_ZNODE_NAME.sub(lambda match: urllib.parse.quote(match.group(), safe=""), name)
+
+
+def user_znode_name(user: str) -> str:
+    """Kafka's Sanitizer.sanitize: the user name URL-encoded, only ``A-Za-z0-9._-~`` kept."""
+    return urllib.parse.quote(user, safe="")
+
+
+def acl_resource_path(pattern_type: int, resource_type: int, name: str) -> str:
+    root = ACL_ROOTS[PatternType(pattern_type)]
+    type_name = ACL_RESOURCE_TYPES[ResourceType(resource_type)]
+    return f"{root}/{type_name}/{acl_resource_znode_name(name)}"
+
+
+def _acl_znodes(acls: list[AclBinding]) -> dict[str, bytes]:
+    """One znode per resource pattern, its entries in creation order."""
+    entries_by_path: dict[str, list[dict]] = {}
+    for binding in acls:
+        path = acl_resource_path(binding.pattern_type, binding.resource_type, binding.resource_name)
+        entries_by_path.setdefault(path, []).append(
+            {
+                "principal": binding.principal,
+                "permissionType": _PERMISSION_NAMES[Permission(binding.permission)],
+                "operation": _OPERATION_NAMES[Operation(binding.operation)],
+                "host": binding.host,
+            }
+        )
+    return {
+        path: _json({"version": 1, "acls": entries}) for path, entries in entries_by_path.items()
+    }
+
+
+def _acls_from_znodes(znodes: Mapping[str, bytes]) -> list[AclBinding]:
+    acls = []
+    for pattern_type, root in ACL_ROOTS.items():
+        prefix = f"{root}/"
+        for path in sorted(znodes):
+            type_name, separator, name = path[len(prefix) :].partition("/")
+            if not path.startswith(prefix) or not separator or not name:
+                continue
+            saved = json.loads(znodes[path])
+            if saved["version"] != 1:
+                raise ValueError(f"{path}: ACL znode version {saved['version']}")
+            for entry in saved["acls"]:
+                acls.append(
+                    AclBinding(
+                        resource_type=_RESOURCE_TYPES_BY_NAME[type_name],
+                        resource_name=urllib.parse.unquote(name),
+                        pattern_type=pattern_type,
+                        principal=entry["principal"],
+                        host=entry["host"],
+                        operation=_OPERATIONS_BY_NAME[entry["operation"]],
+                        permission=_PERMISSIONS_BY_NAME[entry["permissionType"]],
+                    )
+                )
+    return acls
+
+
+def scram_credential_string(record: dict) -> str:
+    """Kafka's ScramCredentialUtils.credentialToString of a saved credential (its salt and
+    keys are already base64, as Kafka encodes them)."""
+    return (
+        f"salt={record['salt']},stored_key={record['stored_key']},"
+        f"server_key={record['server_key']},iterations={record['iterations']}"
+    )
+
+
+def scram_credential_from_string(text: str) -> dict:
+    """Kafka's ScramCredentialUtils.credentialFromString: exactly the four fields."""
+    fields = dict(token.partition("=")[::2] for token in text.split(","))
+    if sorted(fields) != ["iterations", "salt", "server_key", "stored_key"]:
+        raise ValueError(f"SCRAM credential not valid: {text!r}")
+    for key in ("salt", "stored_key", "server_key"):
+        base64.b64decode(fields[key], validate=True)
+    return {**fields, "iterations": int(fields["iterations"])}
+
+
+def _user_znodes(scram_credentials: Mapping[str, Mapping[str, dict]]) -> dict[str, bytes]:
+    return {
+        f"{USER_CONFIGS}/{user_znode_name(user)}": _json(
+            {
+                "version": 1,
+                "config": {
+                    mechanism: scram_credential_string(record)
+                    for mechanism, record in credentials.items()
+                },
+            }
+        )
+        for user, credentials in scram_credentials.items()
+        if credentials
+    }
+
+
+def _scram_credentials_from_znodes(znodes: Mapping[str, bytes]) -> dict[str, dict[str, dict]]:
+    """Every user's SCRAM credentials; other user configs (Kafka's quotas) are not ours."""
+    credentials: dict[str, dict[str, dict]] = {}
+    prefix = f"{USER_CONFIGS}/"
+    for path, data in znodes.items():
+        if not path.startswith(prefix):
+            continue
+        config = json.loads(data)["config"]
+        mechanisms = {
+            mechanism: scram_credential_from_string(config[mechanism])
+            for mechanism in sasl.SCRAM_MECHANISM_TYPES
+            if mechanism in config
+        }
+        if mechanisms:
+            credentials[urllib.parse.unquote(path[len(prefix) :])] = mechanisms
+    return credentials
 
 
 def state_znodes(
@@ -116,6 +296,8 @@ def state_znodes(
         znodes[f"{BROKER_CONFIGS}/{_config_entity(name)}"] = _json(
             {"version": 1, "config": configs}
         )
+    znodes.update(_acl_znodes(state.acls))
+    znodes.update(_user_znodes(state.scram_credentials))
     znodes[BROKER_REGISTRY] = _json(
         {
             "version": 1,
@@ -201,6 +383,8 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
             topics=topics,
             next_broker_epoch=registry.get("next_broker_epoch", 1),
             broker_configs=broker_configs,
+            acls=_acls_from_znodes(znodes),
+            scram_credentials=_scram_credentials_from_znodes(znodes),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"the controller state in ZooKeeper is not readable: {error!r}") from None

@@ -32,8 +32,9 @@ class ControllerMoved(Exception):
 
 
 class ZooKeeperStore:
-    """Load and save the controller's state under ``/brokers``, ``/config`` and
-    ``/minibroker`` for the controller elected at ``controller_epoch``."""
+    """Load and save the controller's state under ``/brokers``, ``/config``,
+    ``/kafka-acl``, ``/kafka-acl-extended`` and ``/minibroker`` for the controller elected at
+    ``controller_epoch``."""
 
     def __init__(
         self, zk: KazooClient, broker_id: int, controller_epoch: int, epoch_version: int
@@ -80,6 +81,11 @@ class ZooKeeperStore:
             read(f"{layout.TOPIC_CONFIGS}/{topic}")
         for entity in self._zk.get_children(layout.BROKER_CONFIGS):
             read(f"{layout.BROKER_CONFIGS}/{entity}")
+        for user in _children(self._zk, layout.USER_CONFIGS):
+            read(f"{layout.USER_CONFIGS}/{user}")
+        for type_path in layout.ACL_TYPE_PATHS:
+            for resource in _children(self._zk, type_path):
+                read(f"{type_path}/{resource}")
         return data, versions
 
     async def save(self, state: ControllerState) -> None:

@@ -11,7 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
@@ -64,12 +77,14 @@ def zk(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
 
 @pytest.fixture
 def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer, request) -> Iterator[Cluster]:
-    """Brokers on ZooKeeper, three unless the test is parametrized with another count
-    (indirectly); at teardown the running ones must stop cleanly."""
+    """Brokers on ZooKeeper, three unless the test is parametrized (indirectly) with
+    ``{"brokers": N}`` and/or ``{"overrides": {...}}``; at teardown the running ones must stop
+    cleanly."""
+    shape = getattr(request, "param", {})
     started = Cluster.start(
         tmp_path,
-        brokers=getattr(request, "param", 3),
-        overrides=ZOOKEEPER_OVERRIDES,
+        brokers=shape.get("brokers", 3),
+        overrides={**ZOOKEEPER_OVERRIDES, **shape.get("overrides", {})},
         zookeeper_connect=zookeeper.connect_string(CHROOT),
     )
     yield started
@@ -130,7 +145,7 @@ class IdempotentProducer(BackgroundProducer):
         self._settings["enable.idempotence"] = True
 
 
-@pytest.mark.parametrize("zk_cluster", [4], indirect=True)
+@pytest.mark.parametrize("zk_cluster", [{"brokers": 4}], indirect=True)
 def test_kill_9_of_the_controller_and_a_leader_elects_another_and_loses_nothing(
     zk_cluster: Cluster, zk: KazooClient
 ):
@@ -262,3 +277,102 @@ def test_zookeeper_restarted_the_cluster_keeps_serving_and_resumes(
     wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
     create_replicated_topic(zk_cluster, "zk-after-restart", PARTITIONS)
     assert zk.exists("/brokers/topics/zk-after-restart/partitions/2/state") is not None
+
+
+# The authorizer on, and every client (PLAINTEXT: ANONYMOUS) a super user, so the test's
+# admin client may manage ACLs and users.
+SECURED = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+
+
+def _acl(principal: str, operation: AclOperation) -> AclBinding:
+    return AclBinding(
+        ResourceType.TOPIC,
+        "audited",
+        ResourcePatternType.LITERAL,
+        principal,
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+def _described_acls(admin: AdminClient) -> set[tuple[str, str]]:
+    every = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    return {
+        (binding.principal, binding.operation.name)
+        for binding in admin.describe_acls(every).result(15)
+    }
+
+
+def _scram_iterations(admin: AdminClient, user: str) -> list[int] | None:
+    """The user's credentials' iterations, or None while the request fails."""
+    try:
+        described = admin.describe_user_scram_credentials([user])[user].result(15)
+    except KafkaException as error:
+        print(f"DescribeUserScramCredentials: {error}")
+        return None
+    return [item.iterations for item in described.scram_credential_infos]
+
+
+def _created(admin: AdminClient, binding: AclBinding) -> bool:
+    """CreateAcls succeeded (creating an existing ACL succeeds too, so it may be retried)."""
+    try:
+        admin.create_acls([binding])[binding].result(15)
+    except KafkaException as error:
+        print(f"CreateAcls: {error}")
+        return False
+    return True
+
+
+@pytest.mark.parametrize("zk_cluster", [{"overrides": SECURED}], indirect=True)
+def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
+    zk_cluster: Cluster, zk: KazooClient
+):
+    first = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
+    admin = AdminClient({"bootstrap.servers": zk_cluster.bootstrap})
+    admin.create_acls([_acl("User:alice", AclOperation.READ)])[
+        _acl("User:alice", AclOperation.READ)
+    ].result(15)
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("alice", info, b"alice-secret")]
+    )["alice"].result(15)
+
+    zk_cluster.brokers[first[0]].kill()
+    wait_for_new_controller(zk, first)
+    survivors = ",".join(
+        broker.bootstrap for node, broker in zk_cluster.brokers.items() if node != first[0]
+    )
+    admin = AdminClient({"bootstrap.servers": survivors})
+    # The new controller answers for the users itself (retried: a request may still reach a
+    # broker that has not yet heard of the new controller).
+    iterations = wait_for(
+        lambda: _scram_iterations(admin, "alice"),
+        CONVERGENCE_TIMEOUT,
+        "the new controller to describe alice's SCRAM credential",
+    )
+    assert iterations == [8192]
+    # A change makes the new controller push its whole ACL set to every broker: the ACL
+    # created under the previous controller must be in it.
+    wait_for(
+        lambda: _created(admin, _acl("User:bob", AclOperation.WRITE)),
+        CONVERGENCE_TIMEOUT,
+        "the new controller to create an ACL",
+    )
+    expected = {("User:alice", "READ"), ("User:bob", "WRITE")}
+    wait_for(
+        lambda: _described_acls(admin) == expected,
+        CONVERGENCE_TIMEOUT,
+        f"DescribeAcls to show {expected}",
+    )

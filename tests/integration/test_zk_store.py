@@ -3,6 +3,7 @@ next one loads, and a deposed controller's saves change nothing."""
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from collections.abc import Iterator
@@ -11,10 +12,13 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from broker.authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 from broker.controller import ControllerState, create_topic, fence_broker, register_broker
 from broker.controller import zk_layout as layout
+from broker.controller.scram_credentials import from_record
 from broker.controller.zk_store import ControllerMoved, ZooKeeperStore
 from broker.launcher import ZooKeeperServer, zookeeper_installed
+from protocol import sasl
 
 pytestmark = pytest.mark.skipif(
     not zookeeper_installed(),
@@ -110,3 +114,82 @@ async def test_producer_id_blocks_never_overlap_across_controllers(zk: KazooClie
     starts = [start for start, _ in blocks]
     assert starts == sorted(starts) and starts[0] == 0
     assert all(a[0] + a[1] <= b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+
+
+def _scram_record(password: str) -> dict:
+    credential = sasl.new_credential(sasl.SCRAM_SHA_512, password)
+    return {
+        "salt": base64.b64encode(credential.salt).decode(),
+        "stored_key": base64.b64encode(credential.stored_key).decode(),
+        "server_key": base64.b64encode(credential.server_key).decode(),
+        "iterations": credential.iterations,
+    }
+
+
+async def test_a_new_controller_loads_the_acls_and_scram_credentials_saved_before(
+    zk: KazooClient,
+):
+    store = ZooKeeperStore(zk, 1, *elect(zk))
+    state = three_brokers_and_a_topic((await store.load()).controller_epoch)
+    read_t = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        PatternType.LITERAL,
+        "User:alice",
+        "*",
+        Operation.READ,
+        Permission.ALLOW,
+    )
+    deny_group = AclBinding(
+        ResourceType.GROUP,
+        "g/",
+        PatternType.PREFIXED,
+        "User:bob",
+        "*",
+        Operation.ALL,
+        Permission.DENY,
+    )
+    write_t = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        PatternType.LITERAL,
+        "User:bob",
+        "*",
+        Operation.WRITE,
+        Permission.ALLOW,
+    )
+    state.acls = [read_t, deny_group, write_t]
+    state.scram_credentials = {
+        "alice": {sasl.SCRAM_SHA_512: _scram_record("alice-secret")},
+        "bob": {sasl.SCRAM_SHA_512: _scram_record("bob-secret")},
+    }
+    await store.save(state)
+    # What Kafka's tools would read: its paths and JSON.
+    entries = json.loads(zk.get("/kafka-acl/Topic/t")[0])["acls"]
+    assert [(e["principal"], e["operation"]) for e in entries] == [
+        ("User:alice", "Read"),
+        ("User:bob", "Write"),
+    ]
+    assert zk.exists("/kafka-acl-extended/prefixed/Group/g%2F")
+    alice = json.loads(zk.get("/config/users/alice")[0])["config"]["SCRAM-SHA-512"]
+    assert alice.startswith("salt=") and alice.endswith(",iterations=4096")
+
+    successor = ZooKeeperStore(zk, 2, *elect(zk))
+    loaded = await successor.load()
+    assert sorted(map(repr, loaded.acls)) == sorted(map(repr, state.acls))
+    assert loaded.scram_credentials == state.scram_credentials
+    salt = from_record(loaded.scram_credentials["alice"][sasl.SCRAM_SHA_512]).salt
+    salted = sasl.salted_password(sasl.SCRAM_SHA_512, "alice-secret", salt, 4096)
+    assert from_record(
+        loaded.scram_credentials["alice"][sasl.SCRAM_SHA_512]
+    ) == sasl.credential_from_salted_password(sasl.SCRAM_SHA_512, salted, salt, 4096)
+
+    # The successor's deletions reach ZooKeeper too, and the next controller sees them.
+    loaded.acls.remove(deny_group)
+    del loaded.scram_credentials["bob"]
+    await successor.save(loaded)
+    assert not zk.exists("/kafka-acl-extended/prefixed/Group/g%2F")
+    assert not zk.exists("/config/users/bob")
+    third = await ZooKeeperStore(zk, 3, *elect(zk)).load()
+    assert sorted(map(repr, third.acls)) == sorted(map(repr, [read_t, write_t]))
+    assert set(third.scram_credentials) == {"alice"}

@@ -1,12 +1,14 @@
 """The controller's state as ZooKeeper znodes, without ZooKeeper: Kafka's layout and JSON,
 the round trip, and the writes one save plans."""
 
+import base64
 import copy
 import json
 import random
 
 import pytest
 
+from broker.authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 from broker.controller import (
     ControllerState,
     alter_reassignment,
@@ -15,6 +17,45 @@ from broker.controller import (
     register_broker,
 )
 from broker.controller import zk_layout as layout
+from broker.controller.scram_credentials import from_record
+from protocol import sasl
+
+ACLS = [
+    AclBinding(ResourceType.TOPIC, "a", PatternType.LITERAL, "User:alice", "*", 3, 3),
+    AclBinding(ResourceType.GROUP, "a/b", PatternType.PREFIXED, "User:bob", "10.0.0.1", 8, 2),
+    AclBinding(ResourceType.TOPIC, "a", PatternType.LITERAL, "User:bob", "*", 10, 3),
+    AclBinding(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:*", "*", 9, 3),
+    AclBinding(ResourceType.TRANSACTIONAL_ID, "tx%", PatternType.PREFIXED, "User:c", "*", 2, 3),
+    AclBinding(ResourceType.TOPIC, "*", PatternType.LITERAL, "User:d", "*", 12, 2),
+    AclBinding(ResourceType.GROUP, "..", PatternType.LITERAL, "User:e", "*", 3, 3),
+]
+
+
+def _scram_record(password: str, salt: bytes, iterations: int) -> dict:
+    salted = sasl.salted_password(sasl.SCRAM_SHA_512, password, salt, iterations)
+    credential = sasl.credential_from_salted_password(sasl.SCRAM_SHA_512, salted, salt, iterations)
+    encode = lambda value: base64.b64encode(value).decode()  # noqa: E731
+    return {
+        "salt": encode(credential.salt),
+        "stored_key": encode(credential.stored_key),
+        "server_key": encode(credential.server_key),
+        "iterations": iterations,
+    }
+
+
+def _acl_order(acls: list[AclBinding]) -> list[tuple]:
+    return sorted(
+        (
+            a.resource_type,
+            a.resource_name,
+            a.pattern_type,
+            a.principal,
+            a.host,
+            a.operation,
+            a.permission,
+        )
+        for a in acls
+    )
 
 
 def _state() -> ControllerState:
@@ -36,6 +77,14 @@ def _state() -> ControllerState:
     alter_reassignment(state, "a", 0, replicas + [b for b in (1, 2, 3) if b not in replicas])
     fence_broker(state, 2, unclean=False)
     state.broker_configs = {"": {"log.retention.ms": "1000"}, "1": {"message.max.bytes": "99"}}
+    state.acls = list(ACLS)
+    state.scram_credentials = {
+        "alice": {
+            sasl.SCRAM_SHA_512: _scram_record("alice-secret", b"salt-a", 4096),
+            sasl.SCRAM_SHA_256: _scram_record("other", b"salt-b", 8192),
+        },
+        "bob@example.com/x": {sasl.SCRAM_SHA_512: _scram_record("b", b"\xff\x00", 4096)},
+    }
     return state
 
 
@@ -51,7 +100,172 @@ def test_znodes_round_trip_every_saved_field():
     loaded = layout.state_from_znodes(layout.state_znodes(state), controller_epoch=8)
     expected = _without_heartbeats(state)
     expected.controller_epoch = 8
+    # Kafka keeps ACLs per resource pattern: a load groups them, creation order is not kept.
+    assert _acl_order(loaded.acls) == _acl_order(expected.acls)
+    assert len(loaded.acls) == len(ACLS)
+    loaded.acls = expected.acls
     assert loaded == expected
+
+
+def test_a_loaded_state_saves_to_the_same_znodes():
+    """A new controller's first save after loading rewrites no ACL or credential."""
+    znodes = layout.state_znodes(_state())
+    loaded = layout.state_from_znodes(znodes, controller_epoch=8)
+    assert layout.plan_writes(znodes, layout.state_znodes(loaded, znodes)) == []
+
+
+def test_acls_are_in_kafkas_znodes_and_json():
+    znodes = layout.state_znodes(_state())
+    assert json.loads(znodes["/kafka-acl/Topic/a"]) == {
+        "version": 1,
+        "acls": [
+            {
+                "principal": "User:alice",
+                "permissionType": "Allow",
+                "operation": "Read",
+                "host": "*",
+            },
+            {
+                "principal": "User:bob",
+                "permissionType": "Allow",
+                "operation": "DescribeConfigs",
+                "host": "*",
+            },
+        ],
+    }
+    assert json.loads(znodes["/kafka-acl/Cluster/kafka-cluster"])["acls"] == [
+        {
+            "principal": "User:*",
+            "permissionType": "Allow",
+            "operation": "ClusterAction",
+            "host": "*",
+        }
+    ]
+    assert json.loads(znodes["/kafka-acl/Topic/*"])["acls"][0]["operation"] == "IdempotentWrite"
+    # A name ZooKeeper cannot hold as one segment is percent-encoded, "%" with it.
+    assert json.loads(znodes["/kafka-acl-extended/prefixed/Group/a%2Fb"])["acls"] == [
+        {
+            "principal": "User:bob",
+            "permissionType": "Deny",
+            "operation": "Describe",
+            "host": "10.0.0.1",
+        }
+    ]
+    assert "/kafka-acl-extended/prefixed/TransactionalId/tx%25" in znodes
+    assert "/kafka-acl/Group/%2E%2E" in znodes
+    acl_paths = [path for path in znodes if path.startswith("/kafka-acl")]
+    assert len(acl_paths) == len(ACLS) - 1  # two bindings share /kafka-acl/Topic/a
+    assert all(path.rsplit("/", 1)[0] in layout.PERSISTENT_PATHS for path in acl_paths)
+
+
+def test_a_kafka_written_acl_znode_loads():
+    """Kafka's own JSON (its key order, spaces) as ZkData's example writes it."""
+    znodes = layout.state_znodes(ControllerState())
+    znodes["/kafka-acl/Topic/topic-1"] = (
+        b'{"version": 1, "acls": [ { "host":"host1", "permissionType": "Deny",'
+        b'"operation": "AlterConfigs","principal": "User:alice"}]}'
+    )
+    znodes["/kafka-acl-extended/prefixed/Group/group-"] = (
+        b'{"version":1,"acls":[{"principal":"User:bob","permissionType":"Allow",'
+        b'"operation":"All","host":"*"}]}'
+    )
+    assert layout.state_from_znodes(znodes, 1).acls == [
+        AclBinding(
+            ResourceType.TOPIC,
+            "topic-1",
+            PatternType.LITERAL,
+            "User:alice",
+            "host1",
+            Operation.ALTER_CONFIGS,
+            Permission.DENY,
+        ),
+        AclBinding(
+            ResourceType.GROUP,
+            "group-",
+            PatternType.PREFIXED,
+            "User:bob",
+            "*",
+            Operation.ALL,
+            Permission.ALLOW,
+        ),
+    ]
+
+
+def test_scram_credentials_are_in_kafkas_user_config():
+    state = _state()
+    znodes = layout.state_znodes(state)
+    alice = json.loads(znodes["/config/users/alice"])
+    record = state.scram_credentials["alice"][sasl.SCRAM_SHA_512]
+    assert alice == {
+        "version": 1,
+        "config": {
+            "SCRAM-SHA-512": f"salt={record['salt']},stored_key={record['stored_key']},"
+            f"server_key={record['server_key']},iterations=4096",
+            "SCRAM-SHA-256": layout.scram_credential_string(
+                state.scram_credentials["alice"][sasl.SCRAM_SHA_256]
+            ),
+        },
+    }
+    assert alice["config"]["SCRAM-SHA-256"].endswith(",iterations=8192")
+    # Kafka's Sanitizer: the user name URL-encoded.
+    assert "/config/users/bob%40example.com%2Fx" in znodes
+    # The stored key is what a SCRAM login checks: it survives the trip.
+    loaded = layout.state_from_znodes(znodes, 8).scram_credentials["alice"][sasl.SCRAM_SHA_512]
+    salted = sasl.salted_password(sasl.SCRAM_SHA_512, "alice-secret", b"salt-a", 4096)
+    expected = sasl.credential_from_salted_password(sasl.SCRAM_SHA_512, salted, b"salt-a", 4096)
+    assert from_record(loaded) == expected
+
+
+def test_a_kafka_written_user_config_loads_its_scram_credentials_only():
+    """Kafka's own /config/users znode may also hold quotas: only credentials are read."""
+    salt, stored, server = (base64.b64encode(bytes([n]) * 20).decode() for n in (1, 2, 3))
+    znodes = layout.state_znodes(ControllerState())
+    znodes["/config/users/carol"] = json.dumps(
+        {
+            "version": 1,
+            "config": {
+                "SCRAM-SHA-256": f"salt={salt},stored_key={stored},server_key={server},"
+                "iterations=4096",
+                "producer_byte_rate": "1024",
+            },
+        }
+    ).encode()
+    znodes["/config/users/quota-only"] = b'{"version":1,"config":{"consumer_byte_rate":"1"}}'
+    assert layout.state_from_znodes(znodes, 1).scram_credentials == {
+        "carol": {
+            sasl.SCRAM_SHA_256: {
+                "salt": salt,
+                "stored_key": stored,
+                "server_key": server,
+                "iterations": 4096,
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        "salt=AAAA,stored_key=AAAA,server_key=AAAA",
+        "salt=AAAA,stored_key=AAAA,server_key=AAAA,iterations=4096,extra=1",
+        "salt=!!!!,stored_key=AAAA,server_key=AAAA,iterations=4096",
+        "salt=AAAA,stored_key=AAAA,server_key=AAAA,iterations=many",
+    ],
+)
+def test_an_unreadable_scram_credential_refuses_to_load(credential: str):
+    znodes = layout.state_znodes(ControllerState())
+    znodes["/config/users/dave"] = json.dumps(
+        {"version": 1, "config": {"SCRAM-SHA-512": credential}}
+    ).encode()
+    with pytest.raises(ValueError, match="not readable"):
+        layout.state_from_znodes(znodes, 1)
+
+
+def test_an_unknown_acl_name_refuses_to_load():
+    znodes = layout.state_znodes(_state())
+    znodes["/kafka-acl/Topic/a"] = znodes["/kafka-acl/Topic/a"].replace(b"Read", b"Reed")
+    with pytest.raises(ValueError, match="not readable"):
+        layout.state_from_znodes(znodes, 8)
 
 
 def test_the_layout_is_kafkas():
