@@ -5,7 +5,9 @@
 #   docker compose up                          # a controller, 3 brokers and Prometheus
 
 # The build stage installs the project into a virtualenv, so the runtime stage copies one
-# directory and carries no pip cache, build backend or source tree.
+# directory and carries no pip cache, build backend or source tree. The secure-dev extra
+# (cryptography) makes the throwaway certificates of docker-compose.secure.yml and
+# `minibroker dev --secure`.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -13,7 +15,7 @@ COPY protocol ./protocol
 COPY storage ./storage
 COPY broker ./broker
 RUN python -m venv /opt/minibroker \
-    && /opt/minibroker/bin/pip install --no-cache-dir .
+    && /opt/minibroker/bin/pip install --no-cache-dir ".[secure-dev]"
 
 FROM python:3.11-slim
 # The same base image, so the virtualenv's interpreter links stay valid.

@@ -140,7 +140,15 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def make_certificates() -> tuple[bytes, bytes]:
-    """A CA certificate, and the broker's private key with its certificate chain (PEM)."""
+    """A CA certificate, and the broker's private key with its certificate chain (PEM), for
+    localhost and 127.0.0.1."""
+    ca_pem, keystores = make_node_certificates({"broker": ["localhost", "127.0.0.1"]})
+    return ca_pem, keystores["broker"]
+
+
+def make_node_certificates(nodes: dict[str, list[str]]) -> tuple[bytes, dict[str, bytes]]:
+    """A throwaway CA certificate, and for each node its private key with its certificate
+    chain (PEM), valid for the node's host names and IP addresses (``nodes``: name -> those)."""
     try:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
@@ -148,7 +156,7 @@ def make_certificates() -> tuple[bytes, bytes]:
         from cryptography.x509.oid import NameOID
     except ImportError:
         raise SystemExit(
-            "minibroker dev --secure makes its certificates with the cryptography package: "
+            "minibroker makes its throwaway certificates with the cryptography package: "
             "pip install cryptography"
         ) from None
     now = datetime.datetime.now(datetime.UTC)
@@ -180,28 +188,31 @@ def make_certificates() -> tuple[bytes, bytes]:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    broker_key = ec.generate_private_key(ec.SECP256R1())
-    broker_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(broker_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(validity[0])
-        .not_valid_after(validity[1])
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
     pem = serialization.Encoding.PEM
-    key_pem = broker_key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return ca_cert.public_bytes(pem), key_pem + broker_cert.public_bytes(pem) + (
-        ca_cert.public_bytes(pem)
-    )
+    ca_pem = ca_cert.public_bytes(pem)
+    keystores = {}
+    for node, identities in nodes.items():
+        alternative_names = []
+        for identity in identities:
+            try:
+                alternative_names.append(x509.IPAddress(ipaddress.ip_address(identity)))
+            except ValueError:
+                alternative_names.append(x509.DNSName(identity))
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identities[0])]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(validity[0])
+            .not_valid_after(validity[1])
+            .add_extension(x509.SubjectAlternativeName(alternative_names), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        key_pem = key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        keystores[node] = key_pem + cert.public_bytes(pem) + ca_pem
+    return ca_pem, keystores

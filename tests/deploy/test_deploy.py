@@ -108,7 +108,13 @@ class ComposeCluster:
         self.services = compose["services"]
         self.network = Network([*self.services])
         self.running: dict[str, Service] = {}
-        self.env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+        # The image is built from this checkout: its packages come first, whichever checkout
+        # the venv's `minibroker` script was installed from.
+        self.env = {
+            **os.environ,
+            "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
 
     def _volumes(self, name: str) -> list[tuple[Path, Path]]:
         """(host path, container path) for each of the service's volumes: bind mounts from
@@ -142,12 +148,17 @@ class ComposeCluster:
         """
         service = self.services[name]
         workdir = Path(self._host_path(name, service["working_dir"]))
+        # A volume on the working directory is reached as the process's cwd (mounted on
+        # /etc, it would hide the namespace's /etc/hosts).
         mounts = [
             f"mount --bind {host.parent} {target.parent}"
             for host, target in self._volumes(name)
-            if host.is_relative_to(self.base_dir)
+            if host.is_relative_to(self.base_dir) and host != workdir
         ]
-        command = [*_entrypoint(), *service["command"]]
+        # A container path given as an argument (a one-shot service's input and output
+        # directories) is named by its host path, as the process sees the files there.
+        arguments = [self._host_path(name, argument) for argument in service["command"]]
+        command = [*service.get("entrypoint", _entrypoint()), *arguments]
         shell = " && ".join([*mounts, 'exec "$@"'])
         return ["sh", "-c", shell, "sh", *command], workdir
 
@@ -220,8 +231,20 @@ class ComposeCluster:
                 for dependency, spec in self._depends_on(name).items():
                     if spec.get("condition") == "service_healthy":
                         self.wait_healthy(dependency)
+                    elif spec.get("condition") == "service_completed_successfully":
+                        self.wait_completed(dependency)
                 self.start(name)
                 pending.remove(name)
+
+    def wait_completed(self, name: str, timeout: float = HEALTHY_TIMEOUT) -> None:
+        """Wait for a one-shot service to exit, which must be with 0."""
+        service = self.running[name]
+        try:
+            exit_code = service.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} still running after {timeout}s:\n{service.log_tail()}")
+        if exit_code != 0:
+            pytest.fail(f"{name} exited with {exit_code}:\n{service.log_tail()}")
 
     def _depends_on(self, name: str) -> dict[str, dict]:
         depends = self.services[name].get("depends_on", {})
