@@ -21,6 +21,10 @@ import trio
 # Ciphertext received per system call; large enough for a big produce request's records to
 # arrive in a few calls.
 CIPHERTEXT_CHUNK = 256 * 1024
+# What a connection starts with (one TLS record and its overhead): it grows to
+# CIPHERTEXT_CHUNK once a receive fills it, so idle or unauthenticated connections, which a
+# client can open by the thousand, hold 17 KiB each rather than 256.
+FIRST_CIPHERTEXT_CHUNK = 17 * 1024
 # Acknowledge received data at once (Linux only; the kernel clears it, so it is set after each
 # receive). librdkafka leaves Nagle's algorithm on and writes a request as several TLS
 # records: its second send waits for the ACK of the first, which a delayed ACK holds back
@@ -45,7 +49,7 @@ class TlsStream:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
-        self._chunk = bytearray(CIPHERTEXT_CHUNK)
+        self._chunk = bytearray(FIRST_CIPHERTEXT_CHUNK)
         self._scratch = bytearray(FRAME_START_PLAINTEXT)
 
     @property
@@ -83,6 +87,8 @@ class TlsStream:
             self._incoming.write_eof()
             return False
         self._incoming.write(memoryview(self._chunk)[:received])
+        if received == len(self._chunk) < CIPHERTEXT_CHUNK:
+            self._chunk = bytearray(CIPHERTEXT_CHUNK)  # data is flowing: fewer receives
         return True
 
     async def _flush(self) -> None:
