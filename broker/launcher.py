@@ -491,6 +491,32 @@ class ZooKeeperServer:
             self._process.wait()
 
 
+def _broker_processes(
+    base_dir: Path,
+    brokers: int,
+    shared: Mapping[str, object],
+    ports: Mapping[int, int],
+    die_with_parent: bool,
+    broker_listeners: Mapping[str, int | None] | None,
+    role: str | None = None,
+) -> dict[int, BrokerProcess]:
+    """Brokers 1..`brokers` (not launched yet), each on its port from `ports` or a free one,
+    with its data in `base_dir/broker-<id>`."""
+    processes = {}
+    for node_id in range(1, brokers + 1):
+        port = ports.get(node_id) or free_port()
+        processes[node_id] = BrokerProcess(
+            node_id,
+            base_dir / f"broker-{node_id}",
+            port,
+            shared,
+            role=role,
+            die_with_parent=die_with_parent,
+            extra_listeners=_extra_listeners(broker_listeners, port),
+        )
+    return processes
+
+
 def _extra_listeners(
     broker_listeners: Mapping[str, int | None] | None, port: int
 ) -> dict[str, int]:
@@ -566,31 +592,13 @@ class Cluster:
             role=CONTROLLER_ROLE,
             die_with_parent=die_with_parent,
         )
-        cluster = cls(controller, {})
-        for node_id in range(1, brokers + 1):
-            port = ports.get(node_id) or free_port()
-            cluster.brokers[node_id] = BrokerProcess(
-                node_id,
-                base_dir / f"broker-{node_id}",
-                port,
-                shared,
-                role=BROKER_ROLE,
-                die_with_parent=die_with_parent,
-                extra_listeners=_extra_listeners(broker_listeners, port),
-            )
-        launched: list[BrokerProcess] = []
-        try:
-            controller._launch()
-            launched.append(controller)
-            controller.wait_ready(timeout)
-            for broker in cluster.brokers.values():
-                broker._launch()
-                launched.append(broker)
-            cluster.wait_ready(timeout)
-        except BaseException:
-            for node in launched:
-                node.kill()
-            raise
+        cluster = cls(
+            controller,
+            _broker_processes(
+                base_dir, brokers, shared, ports, die_with_parent, broker_listeners, BROKER_ROLE
+            ),
+        )
+        cluster._launch(timeout)
         return cluster
 
     @classmethod
@@ -606,27 +614,31 @@ class Cluster:
         broker_listeners,
     ) -> Cluster:
         shared = {**(overrides or {}), "zookeeper.connect": zookeeper_connect}
-        cluster = cls(None, {})
-        for node_id in range(1, brokers + 1):
-            port = ports.get(node_id) or free_port()
-            cluster.brokers[node_id] = BrokerProcess(
-                node_id,
-                base_dir / f"broker-{node_id}",
-                port,
-                shared,
-                die_with_parent=die_with_parent,
-                extra_listeners=_extra_listeners(broker_listeners, port),
-            )
-        try:
-            for broker in cluster.brokers.values():
-                broker._launch()
-            cluster.wait_ready(timeout)
-        except BaseException:
-            for broker in cluster.brokers.values():
-                if broker.started:
-                    broker.kill()
-            raise
+        cluster = cls(
+            None,
+            _broker_processes(base_dir, brokers, shared, ports, die_with_parent, broker_listeners),
+        )
+        cluster._launch(timeout)
         return cluster
+
+    def _launch(self, timeout: float) -> None:
+        """Launch the controller (if any) and wait until it answers, then the brokers, until
+        the cluster is ready; if anything fails or is interrupted, kill every node started so
+        far before the error propagates, so that no process outlives a failed start."""
+        launched: list[BrokerProcess] = []
+        try:
+            if self.controller is not None:
+                self.controller._launch()
+                launched.append(self.controller)
+                self.controller.wait_ready(timeout)
+            for broker in self.brokers.values():
+                broker._launch()
+                launched.append(broker)
+            self.wait_ready(timeout)
+        except BaseException:
+            for node in launched:
+                node.kill()
+            raise
 
     @property
     def nodes(self) -> list[BrokerProcess]:
