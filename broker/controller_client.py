@@ -226,6 +226,19 @@ class ControllerClient:
                 await trio.sleep(RETRY_BACKOFF_S)
         return False
 
+    async def _lifecycle_answer(self, request, waiting_for: str):
+        """The controller's answer on the lifecycle channel, asked again every
+        RETRY_BACKOFF_S while it cannot be reached (said once in the log)."""
+        warned = False
+        while True:
+            try:
+                return await self._lifecycle.request(request)
+            except ControllerUnavailable as error:
+                if not warned:
+                    log.info("waiting for %s: %s", waiting_for, error)
+                    warned = True
+                await trio.sleep(RETRY_BACKOFF_S)
+
     async def _load_acls(self) -> None:
         """Take the cluster's ACLs from the controller (DescribeAcls) before registering.
 
@@ -245,16 +258,8 @@ class ControllerClient:
                 "permission_type": Permission.ANY,
             },
         )
-        warned = False
         while True:
-            try:
-                response = await self._lifecycle.request(request)
-            except ControllerUnavailable as error:
-                if not warned:
-                    log.info("waiting for the controller's ACLs: %s", error)
-                    warned = True
-                await trio.sleep(RETRY_BACKOFF_S)
-                continue
+            response = await self._lifecycle_answer(request, "the controller's ACLs")
             error = response.error_code.value
             if error == Error.NONE:
                 break
@@ -306,16 +311,8 @@ class ControllerClient:
                 "rack": None,
             },
         )
-        warned = False
         while True:
-            try:
-                response = await self._lifecycle.request(request)
-            except ControllerUnavailable as error:
-                if not warned:
-                    log.info("waiting for the controller: %s", error)
-                    warned = True
-                await trio.sleep(RETRY_BACKOFF_S)
-                continue
+            response = await self._lifecycle_answer(request, "the controller")
             if response.error_code.value == Error.INCONSISTENT_CLUSTER_ID:
                 raise SystemExit(
                     f"the controller refused broker {self.config.node_id}: its cluster id is "
