@@ -4,7 +4,8 @@
 #   docker run -p 9092:9092 minibroker         # a single node that is its own controller
 #   docker compose up                          # a controller, 3 brokers and Prometheus
 
-# The build stage installs the project into a virtualenv, so the runtime stage copies one
+# The build stage installs the project (the one import name `minibroker`, with its Spark data
+# source, whose PySpark extra the image does not install) into a virtualenv, so the runtime stage copies one
 # directory and carries no pip cache, build backend or source tree. The secure-dev extra
 # (cryptography) makes the throwaway certificates of docker-compose.secure.yml and
 # `minibroker dev --secure`.
@@ -14,6 +15,8 @@ COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY storage ./storage
 COPY broker ./broker
+COPY minibroker_spark ./minibroker_spark
+COPY pyspark_minibroker.py ./
 RUN python -m venv /opt/minibroker \
     && /opt/minibroker/bin/pip install --no-cache-dir ".[secure-dev]"
 

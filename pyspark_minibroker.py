@@ -1,5 +1,5 @@
 """Spark's data source discovery finds this module (its name starts with `pyspark_`)."""
 
-from minibroker_spark import DefaultSource
+from minibroker.spark import DefaultSource
 
 __all__ = ["DefaultSource"]

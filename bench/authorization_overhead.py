@@ -18,7 +18,10 @@ from pathlib import Path
 
 from bench.scrape_overhead import RECORD_BYTES, RECORDS, _create_topic, _Target
 from bench.workloads import kcat_produce, record_file
-from broker.authorizer.acls import (
+from minibroker.controller.service import STATE_FILE
+from minibroker.controller.state import ControllerState
+from minibroker.controller.store import ControllerStore
+from minibroker.security.authorizer.acls import (
     CLUSTER_NAME,
     AclBinding,
     Authorizer,
@@ -27,10 +30,7 @@ from broker.authorizer.acls import (
     Permission,
     ResourceType,
 )
-from broker.controller.service import STATE_FILE
-from broker.controller.state import ControllerState
-from broker.controller.store import ControllerStore
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 
 ANONYMOUS = "User:ANONYMOUS"
 UNRELATED_ACLS = 1000

@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.creation_stall import _Pinger
-from broker.launcher import BrokerProcess
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from minibroker.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from minibroker.tools.launcher import BrokerProcess
 
 TOPIC = "compacted"
 IDLE_SECONDS = 3.0

@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.launcher import Cluster, request_metadata
+from minibroker.tools.launcher import Cluster, request_metadata
 
 TOPICS = 100
 PARTITIONS_PER_TOPIC = 10

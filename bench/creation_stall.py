@@ -20,7 +20,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.launcher import BrokerProcess, api_versions_v0_frame, read_exactly
+from minibroker.tools.launcher import BrokerProcess, api_versions_v0_frame, read_exactly
 
 PARTITIONS = 500
 ADMIN_TIMEOUT_S = 120

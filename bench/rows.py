@@ -28,7 +28,7 @@ from bench.workloads import (
     restart_time,
     tls_cost,
 )
-from broker.launcher import BrokerStartError
+from minibroker.tools.launcher import BrokerStartError
 
 SMALL = 100
 LARGE = 1024
@@ -116,7 +116,7 @@ Measure = Callable[[Target, str, Path], dict[str, float]]
 
 def tls_overrides(work_dir: Path) -> dict[str, str]:
     """An SSL listener with a throwaway CA's certificate (made once per bench run)."""
-    from broker.dev_secure import make_certificates
+    from minibroker.tools.dev_secure import make_certificates
 
     directory = work_dir / "tls"
     if not (directory / "broker.pem").exists():

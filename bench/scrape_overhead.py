@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.workloads import PARTITIONS, kcat_produce, record_file
-from broker.launcher import BrokerProcess, free_port
+from minibroker.tools.launcher import BrokerProcess, free_port
 
 RECORDS = 1_000_000
 RECORD_BYTES = 100

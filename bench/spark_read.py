@@ -31,7 +31,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 
 TOPIC = "spark-read"
 LATENCY_TOPIC = "spark-latency"

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bench.procfs import cpu_seconds, peak_rss_bytes
-from broker.launcher import BrokerProcess, BrokerStartError, Cluster, free_port
+from minibroker.tools.launcher import BrokerProcess, BrokerStartError, Cluster, free_port
 
 MINIBROKER = "minibroker"
 MOCK = "mock"

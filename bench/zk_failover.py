@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker.launcher import Cluster, ZooKeeperServer
+from minibroker.tools.launcher import Cluster, ZooKeeperServer
 
 TOPIC = "failover"
 PARTITIONS = 6

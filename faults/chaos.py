@@ -61,9 +61,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from broker.controller import zk_layout
-from broker.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
-from protocol.record_batch import HEADER_SIZE, read_header
+from minibroker.controller import zk_layout
+from minibroker.protocol.record_batch import HEADER_SIZE, read_header
+from minibroker.tools.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
 
 from .netns import Network
 

@@ -33,9 +33,9 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from protocol import codec
-from protocol.records import Record, encode_batch
-from protocol.versions import supported_versions
+from minibroker.protocol import codec
+from minibroker.protocol.records import Record, encode_batch
+from minibroker.protocol.versions import supported_versions
 
 MAX_API_KEY = 80
 MAX_SCHEMA_VERSION = 20

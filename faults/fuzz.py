@@ -45,8 +45,8 @@ from pathlib import Path
 
 import trio
 
-from broker.launcher import BrokerProcess
-from protocol.records import Record, encode_batch
+from minibroker.protocol.records import Record, encode_batch
+from minibroker.tools.launcher import BrokerProcess
 
 from .frames import FrameMaker, build_corpus, framed, request_header
 

@@ -5,7 +5,7 @@ Spark finds the source by itself through the top-level module `pyspark_minibroke
 that module is not on the Python workers' path, `register(spark)` does it explicitly.
 """
 
-from minibroker_spark.source import DefaultSource
+from minibroker.spark.source import DefaultSource
 
 __all__ = ["DefaultSource", "register"]
 

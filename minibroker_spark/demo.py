@@ -3,8 +3,8 @@ and 10-second event-time window (with a watermark) into a topic and into Parquet
 job over the same topic that checks the streamed totals.
 
     minibroker serve &                                 # or: minibroker dev
-    python -m minibroker_spark.demo                    # bootstrap 127.0.0.1:9092
-    python -m minibroker_spark.demo --start-broker     # starts its own broker, then the same
+    python -m minibroker.spark.demo                    # bootstrap 127.0.0.1:9092
+    python -m minibroker.spark.demo --start-broker     # starts its own broker, then the same
 
 Every run uses topics and an output directory of its own (`demo-output/<run>`), so runs never
 mix. It prints the streaming queries' progress while it runs, then what it produced.
@@ -111,7 +111,7 @@ def spark_session():
     )
     spark.sparkContext.setLogLevel("ERROR")
     if not discoverable():
-        from minibroker_spark import register
+        from minibroker.spark import register
 
         register(spark)
     return spark
@@ -290,7 +290,7 @@ def start_broker(work: Path) -> tuple[subprocess.Popen, str]:
     user would run it."""
     port = free_port()
     listener = f"PLAINTEXT://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "broker", "serve", "--override", f"listeners={listener}"]
+    command = [sys.executable, "-m", "minibroker", "serve", "--override", f"listeners={listener}"]
     command += ["--override", f"advertised.listeners={listener}"]
     command += ["--override", f"log.dirs={work / 'data'}"]
     log_file = open(work / "broker.log", "ab")  # noqa: SIM115 - lives as long as the broker

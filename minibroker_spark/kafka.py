@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
-from minibroker_spark.options import (
+from minibroker.spark.options import (
     ASSIGN,
     BY_TIMESTAMP_STRATEGY,
     EARLIEST,

@@ -32,9 +32,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from minibroker_spark import kafka
-from minibroker_spark.kafka import OffsetRange, TopicPartition
-from minibroker_spark.options import (
+from minibroker.spark import kafka
+from minibroker.spark.kafka import OffsetRange, TopicPartition
+from minibroker.spark.options import (
     FAIL_ON_DATA_LOSS,
     OptionError,
     ReadOptions,

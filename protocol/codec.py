@@ -19,8 +19,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from .bounds import InvalidArrayError, check_array_counts
-from .versions import FIRST_FLEXIBLE_VERSION, ApiKey, supported_versions
+from minibroker.protocol.bounds import InvalidArrayError, check_array_counts
+from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey, supported_versions
 
 _UTC = datetime.UTC
 _SERVED_VERSIONS = supported_versions(broker=True, controller=True)

@@ -15,8 +15,8 @@ version.
 import struct
 from typing import Any
 
-from .framing import encode_uvarint
-from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
+from minibroker.protocol.framing import encode_uvarint
+from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")

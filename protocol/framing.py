@@ -9,7 +9,7 @@ fields and a tag buffer): it is the first thing done for every request and needs
 import struct
 from dataclasses import dataclass
 
-from . import codec
+from minibroker.protocol import codec
 
 _SIZE = struct.Struct(">i")
 # Frames missing at least this much are received straight into their own buffer.

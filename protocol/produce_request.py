@@ -12,8 +12,8 @@ import datetime
 import struct
 from dataclasses import dataclass
 
-from .codec import DecodeError
-from .versions import FIRST_FLEXIBLE_VERSION, ApiKey
+from minibroker.protocol.codec import DecodeError
+from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")

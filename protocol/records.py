@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from .record_batch import (
+from minibroker.protocol.record_batch import (
     COMPRESSION_CODEC_MASK,
     CURRENT_MAGIC,
     HEADER_SIZE,

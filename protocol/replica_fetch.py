@@ -13,8 +13,8 @@ both identical to kio's for v12 (the version this node sends, see SENT_VERSIONS)
 import struct
 from typing import NamedTuple
 
-from .framing import FrameError, encode_uvarint
-from .versions import SENT_VERSIONS, ApiKey
+from minibroker.protocol.framing import FrameError, encode_uvarint
+from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
 
 # The code below is written for v12: compact (flexible) encodings, topic names rather than
 # ids, diverging_epoch as tag 0 of each partition. The unit tests pin the version.

@@ -20,7 +20,7 @@ import uuid
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from .errors import CorruptCheckpointError
+from minibroker.storage.errors import CorruptCheckpointError
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"

@@ -55,7 +55,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.record_batch import (
+from minibroker.protocol.record_batch import (
     CONTROL_FLAG_MASK,
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
@@ -64,16 +64,15 @@ from protocol.record_batch import (
     BatchHeader,
     read_header,
 )
-from protocol.records import (
+from minibroker.protocol.records import (
     DELETE_HORIZON_FLAG,
     RawRecord,
     encode_raw_batch,
     iter_raw_records,
     iter_record_keys,
 )
-
-from .log import CLEANED_SUFFIX, INT_MAX, LONG_MAX, PartitionLog
-from .segment import LogSegment, segment_file_name
+from minibroker.storage.log import CLEANED_SUFFIX, INT_MAX, LONG_MAX, PartitionLog
+from minibroker.storage.segment import LogSegment, segment_file_name
 
 log = logging.getLogger("storage.cleaner")
 

@@ -4,7 +4,7 @@ The broker answers a failed partition with `error.error_code` and `str(error)` a
 so the messages are written for the person reading a client's log.
 """
 
-from protocol.errors import Error
+from minibroker.protocol.errors import Error
 
 
 class StorageError(Exception):

@@ -23,7 +23,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from protocol.record_batch import NO_TIMESTAMP
+from minibroker.protocol.record_batch import NO_TIMESTAMP
 
 OFFSET_INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from protocol.record_batch import (
+from minibroker.protocol.record_batch import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
@@ -41,7 +41,7 @@ from protocol.record_batch import (
     stamp_offsets,
     validate_batches,
 )
-from protocol.records import (
+from minibroker.protocol.records import (
     DELETE_HORIZON_FLAG,
     GZIP,
     LZ4,
@@ -51,9 +51,8 @@ from protocol.records import (
     RecordError,
     recompress_batch,
 )
-
-from .checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache, fsync_directory
-from .errors import (
+from minibroker.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache, fsync_directory
+from minibroker.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
@@ -63,9 +62,9 @@ from .errors import (
     StorageError,
     UnexpectedAppendOffsetError,
 )
-from .index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from .producer_state import ProducerStateManager
-from .segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
+from minibroker.storage.index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
 
 log = logging.getLogger("storage.log")
 

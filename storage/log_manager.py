@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .checkpoint import (
+from minibroker.storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -49,12 +49,12 @@ from .checkpoint import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
-from .errors import (
+from minibroker.storage.errors import (
     CorruptCheckpointError,
     InconsistentMetaPropertiesError,
     LogDirLockedError,
 )
-from .log import LogConfig, PartitionLog, parse_partition_dir_name
+from minibroker.storage.log import LogConfig, PartitionLog, parse_partition_dir_name
 
 log = logging.getLogger("storage.log_manager")
 

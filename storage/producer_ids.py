@@ -8,7 +8,7 @@ block on disk before giving out any id in it, so a crash only wastes the rest of
 
 from pathlib import Path
 
-from .checkpoint import write_file_atomically
+from minibroker.storage.checkpoint import write_file_atomically
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"

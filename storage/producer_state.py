@@ -27,9 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from protocol.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
-
-from .errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from minibroker.protocol.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from minibroker.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 BATCHES_RETAINED_PER_PRODUCER = 5
 _MAX_SEQUENCE = 2**31 - 1

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from protocol.record_batch import (
+from minibroker.protocol.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
@@ -29,8 +29,13 @@ from protocol.record_batch import (
     read_header,
     scan_valid_batches,
 )
-
-from .index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, CorruptIndexError, OffsetIndex, TimeIndex
+from minibroker.storage.index import (
+    OFFSET_INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    CorruptIndexError,
+    OffsetIndex,
+    TimeIndex,
+)
 
 LOG_SUFFIX = ".log"
 SEGMENT_LOG_NAME = re.compile(r"(\d{20})\.log")

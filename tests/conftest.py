@@ -29,7 +29,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
-from broker.launcher import BrokerProcess, BrokerStartError
+from minibroker.tools.launcher import BrokerProcess, BrokerStartError
 
 API_VERSIONS_KEY = 18
 BROKER_READY_TIMEOUT = 20.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trustme
 
-from broker.launcher import free_port
+from minibroker.tools.launcher import free_port
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 SCRAM_USERS = {"alice": "alice-scram-secret"}

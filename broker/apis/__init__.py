@@ -8,17 +8,17 @@ gets no response (Produce with acks=0).
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from protocol.framing import RequestHeader
-
-from ..config import BrokerConfig
+from minibroker.common.config import BrokerConfig
+from minibroker.protocol.framing import RequestHeader
 
 if TYPE_CHECKING:
-    from ..authorizer.acls import Authorizer
-    from ..controller.service import ControllerService
-    from ..coordinator.service import GroupCoordinator
-    from ..metrics import BrokerMetrics
-    from ..replica_manager import ReplicaManager
-    from .sasl import SaslSession, ScramCredentials
+    from minibroker.apis.sasl import SaslSession
+    from minibroker.common.metrics import BrokerMetrics
+    from minibroker.controller.service import ControllerService
+    from minibroker.coordinator.service import GroupCoordinator
+    from minibroker.replication.replica_manager import ReplicaManager
+    from minibroker.security.authorizer.acls import Authorizer
+    from minibroker.security.scram import ScramCredentials
 
 
 class CloseConnection(Exception):

@@ -15,14 +15,13 @@ configured, INVALID_REQUEST for a binding or filter with unknown or ANY values.
 
 import logging
 
-from protocol.errors import Error
-
-from ..authorizer.acls import InvalidAcl, Operation
-from ..controller import acls as acl_transitions
-from . import RequestContext
-from .authorization import cluster_allowed, wait_for_cluster_acls
-from .forwarding import ForwardingFailed, forward_to_controller
-from .inter_node import inter_node_allowed, is_controller_push
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
+from minibroker.apis.forwarding import ForwardingFailed, forward_to_controller
+from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
+from minibroker.controller import acls as acl_transitions
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import InvalidAcl, Operation
 
 log = logging.getLogger("acls")
 

@@ -13,13 +13,12 @@ With an authorizer, Kafka's rules: DescribeCluster needs DESCRIBE on the cluster
 (TOPIC_AUTHORIZATION_FAILED).
 """
 
-from protocol.errors import Error
-from storage.errors import OffsetOutOfRangeError
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import cluster_allowed, topic_allowed
-from .metadata import brokers_on_listener
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed, topic_allowed
+from minibroker.apis.metadata import brokers_on_listener
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
+from minibroker.storage.errors import OffsetOutOfRangeError
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)

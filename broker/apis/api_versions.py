@@ -1,9 +1,8 @@
 """ApiVersions: the table of what this node speaks, from protocol.versions and its roles."""
 
-from protocol.errors import Error
-
-from . import RequestContext
-from .inter_node import advertised_versions
+from minibroker.apis import RequestContext
+from minibroker.apis.inter_node import advertised_versions
+from minibroker.protocol.errors import Error
 
 
 def api_keys(supported: dict[int, tuple[int, int]]) -> list[dict]:

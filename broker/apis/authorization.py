@@ -12,10 +12,10 @@ channels to the controller (its client ids), on an inter-node listener, from a p
 CLUSTER_ACTION on the cluster passes as well. Whatever node role the controller shares.
 """
 
-from ..authorizer.acls import CLUSTER_NAME, Operation, ResourceType
-from ..config import BrokerConfig
-from ..controller_client import is_broker_channel
-from . import RequestContext, wait_until_ready
+from minibroker.apis import RequestContext, wait_until_ready
+from minibroker.cluster.controller_client import is_broker_channel
+from minibroker.common.config import BrokerConfig
+from minibroker.security.authorizer.acls import CLUSTER_NAME, Operation, ResourceType
 
 
 def allowed(ctx: RequestContext, operation: Operation, resource_type: int, name: str) -> bool:

@@ -14,12 +14,12 @@ logger resources (CLUSTER_AUTHORIZATION_FAILED).
 
 import logging
 
-from protocol import codec
-from protocol.errors import Error
-from protocol.versions import ApiKey
-
-from ..authorizer.acls import Operation
-from ..config_model import (
+from minibroker.apis import RequestContext, wait_until_ready
+from minibroker.apis.authorization import cluster_allowed, topic_allowed
+from minibroker.apis.forwarding import ForwardingFailed, forward_to_controller
+from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
+from minibroker.cluster.controller_client import build_request
+from minibroker.common.config_model import (
     BROKER_LOGGER_RESOURCE,
     BROKER_RESOURCE,
     DYNAMIC_BROKER_LOGGER_CONFIG,
@@ -30,11 +30,10 @@ from ..config_model import (
     describe_broker,
     describe_topic,
 )
-from ..controller_client import build_request
-from . import RequestContext, wait_until_ready
-from .authorization import cluster_allowed, topic_allowed
-from .forwarding import ForwardingFailed, forward_to_controller
-from .inter_node import inter_node_allowed, is_controller_push
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation
 
 log = logging.getLogger("configs")
 

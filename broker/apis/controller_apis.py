@@ -4,9 +4,8 @@ ZooKeeper mode every broker serves them, and one not elected answers NOT_CONTROL
 sender looks up the controller again (as Kafka's brokers answer a misdirected controller
 request)."""
 
-from protocol.errors import Error
-
-from . import RequestContext
+from minibroker.apis import RequestContext
+from minibroker.protocol.errors import Error
 
 
 async def handle_broker_registration(ctx: RequestContext, request) -> dict:

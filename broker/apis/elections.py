@@ -5,14 +5,13 @@ the controller cannot be reached every partition named gets REQUEST_TIMED_OUT (r
 With an authorizer it needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 """
 
-from protocol.errors import Error
-from protocol.versions import ApiKey
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import cluster_allowed
-from .errors import error_response
-from .forwarding import ForwardingFailed, decided_by_controller
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed
+from minibroker.apis.errors import error_response
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation
 
 
 async def handle_elect_leaders(ctx: RequestContext, request):

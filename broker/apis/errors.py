@@ -8,10 +8,9 @@ held behind a request that can never succeed. This builds that response from the
 
 from typing import Any
 
-from protocol.errors import Error
-from protocol.versions import ApiKey
-
-from .fetch import partition_entry
+from minibroker.apis.fetch import partition_entry
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 
 
 def topic_key(topic) -> dict:

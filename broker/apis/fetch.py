@@ -17,13 +17,12 @@ topics refused answer TOPIC_AUTHORIZATION_FAILED.
 
 import trio
 
-from protocol.errors import Error
-from storage.errors import StorageError
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import topic_allowed
-from .inter_node import inter_node_allowed
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import topic_allowed
+from minibroker.apis.inter_node import inter_node_allowed
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
+from minibroker.storage.errors import StorageError
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0

@@ -6,10 +6,9 @@ same version) and returns the controller's response entity unchanged.
 
 import logging
 
-from protocol.errors import Error
-
-from ..controller_client import REQUEST_TIMEOUT_S, ControllerUnavailable
-from . import RequestContext
+from minibroker.apis import RequestContext
+from minibroker.cluster.controller_client import REQUEST_TIMEOUT_S, ControllerUnavailable
+from minibroker.protocol.errors import Error
 
 log = logging.getLogger("forwarding")
 

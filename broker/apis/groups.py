@@ -14,14 +14,13 @@ groups it may DESCRIBE.
 
 from functools import partial
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation, ResourceType
-from ..coordinator.service import OFFSETS_TOPIC
-from ..coordinator.state import JoinRequest, JoinResult
-from . import RequestContext
-from .authorization import allowed, cluster_allowed, group_allowed
-from .topics import create_topics_through_controller
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import allowed, cluster_allowed, group_allowed
+from minibroker.apis.topics import create_topics_through_controller
+from minibroker.coordinator.service import OFFSETS_TOPIC
+from minibroker.coordinator.state import JoinRequest, JoinResult
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation, ResourceType
 
 GROUP_KEY_TYPE = 0
 # Kafka's "operations not requested" marker for authorized-operations fields.

@@ -5,9 +5,8 @@ never with an older controller epoch than one already seen (STALE_CONTROLLER_EPO
 restarted controller starts a new epoch, so a request from its previous life is refused.
 """
 
-from protocol.errors import Error
-
-from . import RequestContext
+from minibroker.apis import RequestContext
+from minibroker.protocol.errors import Error
 
 
 async def handle_leader_and_isr(ctx: RequestContext, request) -> dict:

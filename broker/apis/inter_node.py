@@ -15,12 +15,11 @@ only
   (Kafka's rule for these requests).
 """
 
-from protocol.versions import ApiKey
-
-from ..authorizer.acls import Operation
-from ..controller.service import CONTROLLER_CLIENT_ID
-from . import RequestContext
-from .authorization import cluster_allowed, on_inter_node_listener
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed, on_inter_node_listener
+from minibroker.common.names import CONTROLLER_CLIENT_ID
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation
 
 INTER_NODE_APIS = frozenset(
     {

@@ -4,16 +4,12 @@ With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORI
 a follower's request (replica id >= 0) follows the inter-node rules instead.
 """
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import topic_allowed
-from .inter_node import inter_node_allowed
-
-EARLIEST = -2
-LATEST = -1
-MAX_TIMESTAMP = -3
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import topic_allowed
+from minibroker.apis.inter_node import inter_node_allowed
+from minibroker.protocol.errors import Error
+from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
+from minibroker.security.authorizer.acls import Operation
 
 
 def _lookup(partition, timestamp: int, isolation_level: int, replica_id: int) -> tuple[int, int]:

@@ -11,11 +11,10 @@ directories, as Kafka answers.
 import os
 from pathlib import Path
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import cluster_allowed
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
 
 
 def _disk_space(directory: Path) -> tuple[int, int]:

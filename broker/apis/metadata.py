@@ -10,15 +10,14 @@ all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named; auto-creat
 CREATE on the cluster or the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
 """
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation
-from ..controller.state import ControllerError, validate_topic_name
-from ..coordinator.service import OFFSETS_TOPIC
-from ..replica_manager import ReplicaManager
-from . import RequestContext
-from .authorization import may_create_topic, topic_allowed
-from .topics import create_topic_with_defaults
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import may_create_topic, topic_allowed
+from minibroker.apis.topics import create_topic_with_defaults
+from minibroker.controller.state import ControllerError, validate_topic_name
+from minibroker.coordinator.service import OFFSETS_TOPIC
+from minibroker.protocol.errors import Error
+from minibroker.replication.replica_manager import ReplicaManager
+from minibroker.security.authorizer.acls import Operation
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)

@@ -9,12 +9,11 @@ With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORI
 a request from a replica (replica id >= 0) follows the inter-node rules instead.
 """
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import topic_allowed
-from .inter_node import inter_node_allowed
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import topic_allowed
+from minibroker.apis.inter_node import inter_node_allowed
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
 
 
 def _answer(ctx: RequestContext, topic: str, requested) -> dict:

@@ -11,12 +11,11 @@ and left out of an all-topics answer; OffsetDelete needs DELETE on the group and
 topic.
 """
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation
-from ..coordinator.service import CommitRequest
-from . import RequestContext
-from .authorization import group_allowed, topic_allowed
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import group_allowed, topic_allowed
+from minibroker.coordinator.service import CommitRequest
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1

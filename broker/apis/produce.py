@@ -17,15 +17,14 @@ Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwi
 
 import logging
 
-from protocol.errors import Error
-from storage.errors import StorageError
-
-from ..authorizer.acls import Operation
-from ..coordinator.service import OFFSETS_TOPIC
-from ..replica_manager import PendingAck
-from . import CloseConnection, RequestContext
-from .authorization import may_create_topic, topic_allowed
-from .topics import create_topic_with_defaults
+from minibroker.apis import CloseConnection, RequestContext
+from minibroker.apis.authorization import may_create_topic, topic_allowed
+from minibroker.apis.topics import create_topic_with_defaults
+from minibroker.coordinator.service import OFFSETS_TOPIC
+from minibroker.protocol.errors import Error
+from minibroker.replication.replica_manager import PendingAck
+from minibroker.security.authorizer.acls import Operation
+from minibroker.storage.errors import StorageError
 
 log = logging.getLogger("produce")
 

@@ -11,12 +11,11 @@ With an authorizer, Kafka 3.x's rules: a transactional id needs WRITE on it
 cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 """
 
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation, ResourceType
-from ..controller_client import ControllerUnavailable
-from . import RequestContext
-from .authorization import allowed, any_topic_allowed, cluster_allowed
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import allowed, any_topic_allowed, cluster_allowed
+from minibroker.cluster.controller_client import ControllerUnavailable
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation, ResourceType
 
 MAX_EPOCH = 32767
 

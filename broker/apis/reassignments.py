@@ -3,14 +3,13 @@ to other brokers, decided and tracked by the controller; brokers forward both. W
 authorizer, Kafka's rules: ALTER on the cluster to reassign, DESCRIBE to list
 (CLUSTER_AUTHORIZATION_FAILED)."""
 
-from protocol.errors import Error
-from protocol.versions import ApiKey
-
-from ..authorizer.acls import Operation
-from . import RequestContext
-from .authorization import cluster_allowed
-from .errors import error_response
-from .forwarding import ForwardingFailed, decided_by_controller
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed
+from minibroker.apis.errors import error_response
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation
 
 
 async def handle_alter(ctx: RequestContext, request):

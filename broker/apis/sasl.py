@@ -15,11 +15,11 @@ without Kafka headers (``raw_token_pending``); the server loop hands those to ``
 import time
 from dataclasses import dataclass, field
 
-from protocol import sasl
-from protocol.errors import Error
-from protocol.versions import ApiKey
-
-from . import CloseConnection, RequestContext
+from minibroker.apis import CloseConnection, RequestContext
+from minibroker.protocol import sasl
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.scram import ScramCredentials
 
 # What a client may send before it has authenticated (and ApiVersions only then).
 AUTHENTICATION_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -27,32 +27,6 @@ AUTHENTICATION_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-class ScramCredentials:
-    """Every SCRAM credential this node can check, by mechanism and user: those the
-    controller stores (AlterUserScramCredentials), which win, and those bootstrapped from
-    configuration (broker.security.bootstrap_scram_users)."""
-
-    def __init__(self) -> None:
-        self._configured: dict[tuple[str, str], sasl.ScramCredential] = {}
-        self._stored: dict[tuple[str, str], sasl.ScramCredential] = {}
-
-    def get(self, mechanism: str, user: str) -> sasl.ScramCredential | None:
-        key = (mechanism, user)
-        return self._stored.get(key) or self._configured.get(key)
-
-    def configure(self, mechanism: str, user: str, credential: sasl.ScramCredential) -> None:
-        self._configured[(mechanism, user)] = credential
-
-    def store(self, mechanism: str, user: str, credential: sasl.ScramCredential) -> None:
-        self._stored[(mechanism, user)] = credential
-
-    def forget(self, mechanism: str, user: str) -> None:
-        self._stored.pop((mechanism, user), None)
-
-    def forget_stored(self) -> None:
-        self._stored.clear()
 
 
 @dataclass

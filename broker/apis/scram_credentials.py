@@ -3,15 +3,14 @@ Kafka's admin clients do it, decided and stored by the controller (a broker forw
 and pushed by the controller to every broker, which authenticates with them
 (broker.controller.scram_credentials describes the push)."""
 
-from protocol import sasl
-from protocol.errors import Error
-
-from ..authorizer.acls import Operation
-from ..controller.scram_credentials import MECHANISM_BY_TYPE, SNAPSHOT_MARKER
-from . import RequestContext
-from .authorization import cluster_allowed, wait_for_cluster_acls
-from .forwarding import ForwardingFailed, forward_to_controller
-from .inter_node import inter_node_allowed, is_controller_push
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
+from minibroker.apis.forwarding import ForwardingFailed, forward_to_controller
+from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
+from minibroker.controller.scram_credentials import MECHANISM_BY_TYPE, SNAPSHOT_MARKER
+from minibroker.protocol import sasl
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
 
 _CLUSTER_REFUSED = "Cluster authorization failed."
 

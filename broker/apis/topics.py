@@ -13,14 +13,17 @@ only the others.
 import dataclasses
 from collections.abc import Callable
 
-from protocol.errors import Error
-from protocol.versions import ApiKey
-
-from ..authorizer.acls import Operation
-from ..controller_client import build_request
-from . import RequestContext
-from .authorization import may_create_topic, topic_allowed
-from .forwarding import ForwardingFailed, decided_by_controller, forward_to_controller
+from minibroker.apis import RequestContext
+from minibroker.apis.authorization import may_create_topic, topic_allowed
+from minibroker.apis.forwarding import (
+    ForwardingFailed,
+    decided_by_controller,
+    forward_to_controller,
+)
+from minibroker.cluster.controller_client import build_request
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation
 
 # One response entry for a topic of the request: (topic, error, message) -> entry.
 Refusal = Callable[[object, Error, str | None], dict]

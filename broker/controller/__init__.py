@@ -1,6 +1,6 @@
 """The controller: the cluster's metadata authority (state, transitions, durable store)."""
 
-from broker.controller.state import (
+from minibroker.controller.state import (
     NO_LEADER,
     BrokerInfo,
     ControllerError,
@@ -27,7 +27,7 @@ from broker.controller.state import (
     register_broker,
     validate_topic_name,
 )
-from broker.controller.store import ControllerStore
+from minibroker.controller.store import ControllerStore
 
 __all__ = [
     "NO_LEADER",

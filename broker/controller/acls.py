@@ -7,10 +7,9 @@ already succeeds without a second copy; a binding that several filters of one De
 match is deleted (and reported) once, by the first.
 """
 
-from protocol.errors import Error
-
-from ..authorizer.acls import AclBinding, AclFilter, InvalidAcl, PatternType
-from .state import ControllerState
+from minibroker.controller.state import ControllerState
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import AclBinding, AclFilter, InvalidAcl, PatternType
 
 
 def binding_of(creation) -> AclBinding:

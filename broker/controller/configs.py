@@ -7,11 +7,10 @@ that depend on which broker received the request (a broker resource must name th
 were made there; this validates the new configs as Kafka's controller does.
 """
 
-from protocol.errors import Error
-
-from .. import config_model
-from ..config_model import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigChangeError
-from .state import ControllerState
+from minibroker.common import config_model
+from minibroker.common.config_model import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigChangeError
+from minibroker.controller.state import ControllerState
+from minibroker.protocol.errors import Error
 
 Resource = tuple[int, str]
 

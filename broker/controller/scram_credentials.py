@@ -14,10 +14,9 @@ the list means "this is every credential: forget the others" (sent when a broker
 
 import base64
 
-from protocol import sasl
-from protocol.errors import Error
-
-from .state import ControllerState
+from minibroker.controller.state import ControllerState
+from minibroker.protocol import sasl
+from minibroker.protocol.errors import Error
 
 MECHANISM_BY_TYPE = {code: name for name, code in sasl.SCRAM_MECHANISM_TYPES.items()}
 # The deletion that opens a full snapshot push (see the module docstring).

@@ -20,25 +20,35 @@ from pathlib import Path
 
 import trio
 
-from protocol import codec
-from protocol.errors import Error
-from protocol.versions import ApiKey
-from storage.log import LogConfig
-from storage.producer_ids import ProducerIdAllocator
-
-from ..apis.sasl import ScramCredentials
-from ..authorizer.acls import Authorizer
-from ..client import CONNECTION_ERRORS, NodeConnection
-from ..config import BrokerConfig
-from ..config_model import TOPIC_RESOURCE, BrokerLayers, describe_topic, dynamic_topic_defaults
-from ..metrics import BrokerMetrics
-from ..security import ClientSecurity, client_security
-from . import acls as acl_transitions
-from . import configs as config_transitions
-from . import scram_credentials as scram_transitions
-from . import state as transitions
-from .state import ControllerError, ControllerState, PartitionChange, TopicState
-from .store import ControllerStore
+from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.common.config import BrokerConfig
+from minibroker.common.config_model import (
+    TOPIC_RESOURCE,
+    BrokerLayers,
+    describe_topic,
+    dynamic_topic_defaults,
+)
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.common.names import CONTROLLER_CLIENT_ID
+from minibroker.controller import acls as acl_transitions
+from minibroker.controller import configs as config_transitions
+from minibroker.controller import scram_credentials as scram_transitions
+from minibroker.controller import state as transitions
+from minibroker.controller.state import (
+    ControllerError,
+    ControllerState,
+    PartitionChange,
+    TopicState,
+)
+from minibroker.controller.store import ControllerStore
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Authorizer
+from minibroker.security.listeners import ClientSecurity, client_security
+from minibroker.security.scram import ScramCredentials
+from minibroker.storage.log import LogConfig
+from minibroker.storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger("controller")
 
@@ -52,9 +62,6 @@ CONTROLLED_SHUTDOWN_DELIVERY_S = 2.0
 CHANNEL_REQUEST_TIMEOUT_S = 10.0
 CHANNEL_RETRY_BACKOFF_S = 0.2
 
-# The client id of the controller's connections to brokers: a broker applies the AlterConfigs
-# that come with it (the controller telling it of config changes) instead of forwarding them.
-CONTROLLER_CLIENT_ID = "controller"
 # How long an AlterConfigs answer waits for the live brokers to apply the change.
 CONFIG_DELIVERY_S = 5.0
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from ..authorizer.acls import AclBinding
+from minibroker.security.authorizer.acls import AclBinding
 
 NO_LEADER = -1
 

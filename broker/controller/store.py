@@ -12,9 +12,9 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from broker.authorizer.acls import AclBinding
-from broker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
-from storage.checkpoint import write_file_atomically
+from minibroker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
+from minibroker.security.authorizer.acls import AclBinding
+from minibroker.storage.checkpoint import write_file_atomically
 
 _FORMAT_VERSION = 1
 

@@ -45,10 +45,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from protocol import sasl
-
-from ..authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
-from .state import BrokerInfo, ControllerState, PartitionState, TopicState
+from minibroker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
+from minibroker.protocol import sasl
+from minibroker.security.authorizer.acls import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"

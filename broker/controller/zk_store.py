@@ -19,10 +19,9 @@ import trio
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError, ZookeeperError
 
-from storage.producer_ids import BLOCK_SIZE
-
-from . import zk_layout as layout
-from .state import ControllerState
+from minibroker.controller import zk_layout as layout
+from minibroker.controller.state import ControllerState
+from minibroker.storage.producer_ids import BLOCK_SIZE
 
 log = logging.getLogger("controller.zookeeper")
 

@@ -16,7 +16,7 @@ A record with a null value (a tombstone) deletes what its key names.
 import struct
 from dataclasses import dataclass
 
-from .state import MemberRecord
+from minibroker.coordinator.state import MemberRecord
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2

@@ -21,20 +21,26 @@ from dataclasses import dataclass
 
 import trio
 
-from protocol.errors import Error
-from protocol.record_batch import scan_valid_batches
-from protocol.records import Record, RecordError, decode_records, encode_batch
-from protocol.versions import ApiKey
-from storage.errors import StorageError
-
-from ..config import BrokerConfig
-from ..controller_client import build_request
-from ..partition import Partition
-from ..purgatory import Watchers
-from ..replica_manager import PendingAck, ReplicaManager
-from . import log_format
-from .log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
-from .state import Group, GroupSettings, GroupState, JoinRequest, JoinResult, SyncResult
+from minibroker.cluster.controller_client import build_request
+from minibroker.common.config import BrokerConfig
+from minibroker.coordinator import log_format
+from minibroker.coordinator.log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
+from minibroker.coordinator.state import (
+    Group,
+    GroupSettings,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    SyncResult,
+)
+from minibroker.protocol.errors import Error
+from minibroker.protocol.record_batch import scan_valid_batches
+from minibroker.protocol.records import Record, RecordError, decode_records, encode_batch
+from minibroker.protocol.versions import ApiKey
+from minibroker.replication.partition import Partition
+from minibroker.replication.purgatory import Watchers
+from minibroker.replication.replica_manager import PendingAck, ReplicaManager
+from minibroker.storage.errors import StorageError
 
 log = logging.getLogger("coordinator")
 

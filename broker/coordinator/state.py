@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
-from protocol.errors import Error
+from minibroker.protocol.errors import Error
 
 
 class GroupState(Enum):

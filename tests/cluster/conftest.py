@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v8.response import PartitionProduceResponse
 
-from broker.launcher import BrokerProcess, BrokerStartError, Cluster
+from minibroker.tools.launcher import BrokerProcess, BrokerStartError, Cluster
 from tests.conftest import confluent_read_all, exchange, wait_for
 from tests.security_setup import SCRAM_JAAS, Certificates
 from tests.unit.batch_factory import make_batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from broker.launcher import BrokerProcess, Cluster
+from minibroker.tools.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     create_replicated_topic,

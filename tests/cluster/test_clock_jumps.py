@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.launcher import BrokerStartError, Cluster
+from minibroker.tools.launcher import BrokerStartError, Cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, CONVERGENCE_TIMEOUT, create_replicated_topic
 from tests.conftest import wait_for
 

@@ -14,8 +14,8 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from broker.authorizer import acls as model
-from broker.launcher import Cluster
+from minibroker.security.authorizer import acls as model
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, CONVERGENCE_TIMEOUT
 from tests.conftest import exchange, wait_for
 from tests.integration.authz import (

@@ -14,10 +14,10 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from broker.config_model import BROKER_RESOURCE
-from broker.launcher import Cluster
-from protocol import codec
-from protocol.versions import ApiKey
+from minibroker.common.config_model import BROKER_RESOURCE
+from minibroker.protocol import codec
+from minibroker.protocol.versions import ApiKey
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import CONVERGENCE_TIMEOUT
 from tests.conftest import exchange, wait_for
 

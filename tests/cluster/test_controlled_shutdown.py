@@ -3,7 +3,7 @@ exits, so a rolling restart of every broker under an acks=all producer fails no 
 
 from __future__ import annotations
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     BackgroundProducer,

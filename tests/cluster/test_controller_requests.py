@@ -11,7 +11,7 @@ from kio.index import load_request_schema
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
-from broker.launcher import CONTROLLER_NODE_ID, BrokerProcess, Cluster
+from minibroker.tools.launcher import CONTROLLER_NODE_ID, BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     create_replicated_topic,

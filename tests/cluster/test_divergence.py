@@ -8,7 +8,7 @@ import re
 
 from kio.schema.errors import ErrorCode
 
-from broker.launcher import BrokerProcess, Cluster
+from minibroker.tools.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     assert_logs_identical,

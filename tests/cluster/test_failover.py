@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     BackgroundProducer,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import create_replicated_topic
 from tests.conftest import wait_for
 

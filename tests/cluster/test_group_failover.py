@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
 from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     create_replicated_topic,

@@ -10,7 +10,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.groups_cli import connect_any, find_coordinator
+from minibroker.tools.groups import connect_any, find_coordinator
 from tests.cluster.conftest import CONVERGENCE_TIMEOUT
 from tests.integration.test_groups_cli import groups_cli, table
 

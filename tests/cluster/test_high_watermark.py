@@ -17,7 +17,7 @@ from kio.schema.list_offsets.v2.request import (
     ListOffsetsTopic,
 )
 
-from broker.launcher import BrokerProcess, Cluster
+from minibroker.tools.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     BackgroundProducer,

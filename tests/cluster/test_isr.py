@@ -7,7 +7,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     HEARTBEAT_INTERVAL_MS,

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPartition
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,

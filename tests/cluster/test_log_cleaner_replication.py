@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.launcher import BrokerProcess, Cluster
-from protocol.record_batch import read_header
-from protocol.records import decode_records
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from minibroker.protocol.record_batch import read_header
+from minibroker.protocol.records import decode_records
+from minibroker.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from minibroker.tools.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,

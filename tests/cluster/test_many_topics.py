@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 
 TOPICS = 1000
 CLIENT_TIMEOUT_S = 60

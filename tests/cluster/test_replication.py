@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from broker.launcher import Cluster
+from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     assert_logs_identical,
     create_replicated_topic,

@@ -16,8 +16,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from broker.launcher import BrokerProcess, Cluster
-from protocol import sasl
+from minibroker.protocol import sasl
+from minibroker.tools.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import CONVERGENCE_TIMEOUT
 from tests.conftest import wait_for
 

@@ -29,7 +29,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
-from broker.launcher import BrokerStartError, Cluster, ZooKeeperServer, zookeeper_installed
+from minibroker.tools.launcher import (
+    BrokerStartError,
+    Cluster,
+    ZooKeeperServer,
+    zookeeper_installed,
+)
 from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,

@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker.probe import fetch_metadata
 from faults.netns import Network
+from minibroker.tools.probe import fetch_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"

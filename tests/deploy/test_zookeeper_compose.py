@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker.config import load_config
+from minibroker.common.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.zookeeper.yml"

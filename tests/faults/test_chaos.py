@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from broker.launcher import zookeeper_installed
 from faults.chaos import KINDS, LIBFAKETIME, ZOOKEEPER_FAULTS, run_chaos
+from minibroker.tools.launcher import zookeeper_installed
 
 NEEDS_NAMESPACES = os.geteuid() != 0 or shutil.which("ip") is None
 

@@ -8,10 +8,10 @@ seed grants (NODE_ACLS) unless told otherwise. Once SASL exists, a test passes i
 principals and ``super.users`` in the same way.
 """
 
-from broker.authorizer import acls as model
-from broker.controller.service import STATE_FILE
-from broker.controller.state import ControllerState
-from broker.controller.store import ControllerStore
+from minibroker.controller.service import STATE_FILE
+from minibroker.controller.state import ControllerState
+from minibroker.controller.store import ControllerStore
+from minibroker.security.authorizer import acls as model
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANONYMOUS = "User:ANONYMOUS"

@@ -16,7 +16,7 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
-from broker.authorizer import acls as model
+from minibroker.security.authorizer import acls as model
 from tests.conftest import exchange
 from tests.integration.authz import ANONYMOUS, on_cluster
 

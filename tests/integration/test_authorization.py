@@ -35,8 +35,8 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
 )
 from kio.schema.errors import ErrorCode
 
-from broker.authorizer import acls as model
-from broker.authorizer.acls import Operation, PatternType, Permission, ResourceType
+from minibroker.security.authorizer import acls as model
+from minibroker.security.authorizer.acls import Operation, PatternType, Permission, ResourceType
 from tests.conftest import exchange, wait_for
 from tests.integration.authz import binding, on_cluster
 

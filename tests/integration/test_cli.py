@@ -5,7 +5,7 @@ import sys
 
 
 def run_serve(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
-    arguments = [sys.executable, "-m", "broker", "serve", "--override", f"log.dirs={tmp_path}"]
+    arguments = [sys.executable, "-m", "minibroker", "serve", "--override", f"log.dirs={tmp_path}"]
     for override in overrides:
         arguments += ["--override", override]
     return subprocess.run(arguments, capture_output=True, text=True, timeout=30, check=False)
@@ -20,7 +20,7 @@ def test_invalid_value_names_the_key_and_stops(tmp_path):
 
 def test_properties_file_that_cannot_be_read(tmp_path):
     finished = subprocess.run(
-        [sys.executable, "-m", "broker", "serve", str(tmp_path / "missing.properties")],
+        [sys.executable, "-m", "minibroker", "serve", str(tmp_path / "missing.properties")],
         capture_output=True,
         text=True,
         timeout=30,
@@ -46,13 +46,16 @@ def test_a_port_in_use_is_named(broker, tmp_path):
 
 def test_version():
     finished = subprocess.run(
-        [sys.executable, "-m", "broker", "--version"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "minibroker", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert finished.returncode == 0 and finished.stdout.startswith("minibroker ")
 
 
 def test_kafkas_stock_server_properties_start_a_broker(tmp_path):
-    from broker.launcher import free_port, request_metadata
+    from minibroker.tools.launcher import free_port, request_metadata
     from tests.conftest import wait_for
     from tests.unit.test_config import KAFKA_KRAFT_PROPERTIES
 
@@ -65,7 +68,7 @@ def test_kafkas_stock_server_properties_start_a_broker(tmp_path):
     path = tmp_path / "server.properties"
     path.write_text(properties)
     process = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", str(path)],
+        [sys.executable, "-m", "minibroker", "serve", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -18,9 +18,9 @@ from kafka.admin import ConfigResource as KafkaPythonResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from broker.config_model import BROKER_RESOURCE, DYNAMIC_BROKER_LOGGER_CONFIG
-from protocol import codec
-from protocol.versions import ApiKey
+from minibroker.common.config_model import BROKER_RESOURCE, DYNAMIC_BROKER_LOGGER_CONFIG
+from minibroker.protocol import codec
+from minibroker.protocol.versions import ApiKey
 from tests.conftest import batch_compression, exchange, fetch_all_batches, wait_for
 
 TIMEOUT = 15

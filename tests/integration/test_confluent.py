@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
     COMPRESSION_CODECS,
     assert_round_trip,

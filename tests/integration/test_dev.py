@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.launcher import free_port, request_metadata, zookeeper_installed
+from minibroker.tools.launcher import free_port, request_metadata, zookeeper_installed
 from tests.conftest import wait_for
 
 START_TIMEOUT = 60.0
@@ -63,7 +63,7 @@ class Dev:
         self.nodes: dict[str, tuple[int, int]] = {}  # "broker 2" -> (port, pid)
         self.process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "broker", "dev", "--brokers", "3"),
+                *(sys.executable, "-m", "minibroker", "dev", "--brokers", "3"),
                 *("--data", str(data), "--first-port", str(self.first_port)),
                 *("--controller-port", str(self.controller_port), *extra),
             ],
@@ -147,7 +147,7 @@ def test_a_killed_controller_is_restarted_and_the_brokers_carry_on(dev):
 
 def test_a_second_dev_over_the_same_data_refuses_at_once(dev, tmp_path):
     second = subprocess.run(
-        [sys.executable, "-m", "broker", "dev", "--data", str(tmp_path / "data")],
+        [sys.executable, "-m", "minibroker", "dev", "--data", str(tmp_path / "data")],
         capture_output=True,
         text=True,
         timeout=30,
@@ -160,7 +160,7 @@ def test_a_second_dev_over_the_same_data_refuses_at_once(dev, tmp_path):
 def test_a_port_in_use_is_named_before_anything_starts(dev, tmp_path):
     second = subprocess.run(
         [
-            *(sys.executable, "-m", "broker", "dev", "--data", str(tmp_path / "other")),
+            *(sys.executable, "-m", "minibroker", "dev", "--data", str(tmp_path / "other")),
             *("--first-port", str(dev.first_port), "--controller-port", str(free_port())),
         ],
         capture_output=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import BrokerFactory, confluent_read_all, create_topic, wait_for
 
 SEGMENT_NAME = re.compile(r"^\d{20}\.log$")

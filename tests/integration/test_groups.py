@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata
 from kafka import TopicPartition as KafkaTopicPartition
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import create_topic, wait_for
 
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": 0}

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from protocol import codec
-from protocol.errors import Error
-from protocol.versions import ApiKey
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from tests.conftest import create_topic, raw_request, read_response, wait_for
 
 OVERRIDES = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100}

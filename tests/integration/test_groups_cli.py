@@ -10,7 +10,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from broker.launcher import free_port
+from minibroker.tools.launcher import free_port
 from tests.conftest import create_topic, wait_for
 
 TOPIC = "orders"
@@ -25,7 +25,7 @@ GROUP_TIMEOUT = 30.0
 
 def groups_cli(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "broker", "groups", *arguments],
+        [sys.executable, "-m", "minibroker", "groups", *arguments],
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT,

@@ -13,9 +13,9 @@ from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId
 
-from broker.launcher import BrokerProcess, free_port
-from protocol import codec
-from protocol.versions import ApiKey
+from minibroker.protocol import codec
+from minibroker.protocol.versions import ApiKey
+from minibroker.tools.launcher import BrokerProcess, free_port
 from tests.conftest import exchange
 from tests.integration.test_authorization import create, end_offset, produce_error
 

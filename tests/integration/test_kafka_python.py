@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import codec as kafka_codec
 from kafka.admin import KafkaAdminClient
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
     COMPRESSION_CODECS,
     assert_round_trip,

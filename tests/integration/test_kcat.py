@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from confluent_kafka import Producer
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import COMPRESSION_CODECS, batch_compression, fetch_all_batches
 
 pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")

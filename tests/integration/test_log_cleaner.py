@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
-from protocol.record_batch import read_header
-from protocol.records import DELETE_HORIZON_FLAG, decode_records
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from minibroker.protocol.record_batch import read_header
+from minibroker.protocol.records import DELETE_HORIZON_FLAG, decode_records
+from minibroker.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tests.conftest import batch_compression, fetch_all_batches, wait_for
 from tests.integration.test_kcat import kcat
 

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.launcher import free_port
+from minibroker.tools.launcher import free_port
 from tests.conftest import create_topic, wait_for
 
 TOPIC = "metered"

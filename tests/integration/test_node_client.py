@@ -4,8 +4,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from broker.client import NodeConnection
-from protocol.versions import supported_versions
+from minibroker.cluster.node_connection import NodeConnection
+from minibroker.protocol.versions import supported_versions
 
 
 async def test_requests_and_responses_pair_up(broker):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import create_topic
 from tests.integration.test_durability import numbered_values, produce
 

@@ -26,8 +26,8 @@ from kio.index import load_request_schema
 from kio.schema.metadata.v4.request import MetadataRequest as MetadataRequestV4
 from kio.schema.metadata.v4.request import MetadataRequestTopic as MetadataRequestTopicV4
 
-from broker.launcher import BrokerProcess, free_port
-from protocol import sasl
+from minibroker.protocol import sasl
+from minibroker.tools.launcher import BrokerProcess, free_port
 from tests.conftest import BROKER_READY_TIMEOUT, encode, raw_request, read_response
 from tests.security_setup import (
     PLAIN_USERS,

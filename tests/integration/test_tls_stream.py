@@ -1,4 +1,4 @@
-"""broker.tls.TlsStream receiving frames as the server does, from a TLS client that writes
+"""security/tls.py's TlsStream receiving frames as the server does, from a TLS client that writes
 them in many small records (as librdkafka writes a produce request): a large frame, decrypted
 partly through receive_some until its size is known and then straight into its own buffer,
 arrives intact whatever the record boundaries, and so do the small frames after it."""
@@ -12,8 +12,8 @@ import ssl
 import trio
 import trustme
 
-from broker.tls import TlsStream
-from protocol.framing import FrameDecoder
+from minibroker.protocol.framing import FrameDecoder
+from minibroker.security.tls import TlsStream
 
 # Generous: only a receive that waits for bytes that never come reaches it.
 RECEIVE_TIMEOUT = 20.0

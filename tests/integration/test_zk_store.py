@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker.authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
-from broker.controller import ControllerState, create_topic, fence_broker, register_broker
-from broker.controller import zk_layout as layout
-from broker.controller.scram_credentials import from_record
-from broker.controller.zk_store import ControllerMoved, ZooKeeperStore
-from broker.launcher import ZooKeeperServer, zookeeper_installed
-from protocol import sasl
+from minibroker.controller import ControllerState, create_topic, fence_broker, register_broker
+from minibroker.controller import zk_layout as layout
+from minibroker.controller.scram_credentials import from_record
+from minibroker.controller.zk_store import ControllerMoved, ZooKeeperStore
+from minibroker.protocol import sasl
+from minibroker.security.authorizer.acls import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from minibroker.tools.launcher import ZooKeeperServer, zookeeper_installed
 
 pytestmark = pytest.mark.skipif(
     not zookeeper_installed(),

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import BROKER_READY_TIMEOUT, wait_for
 
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from minibroker_spark.kafka import OffsetRange, split_ranges
-from minibroker_spark.options import OptionError, read_options
-from minibroker_spark.source import decode_offsets, encode_offsets, rate_limit
+from minibroker.spark.kafka import OffsetRange, split_ranges
+from minibroker.spark.options import OptionError, read_options
+from minibroker.spark.source import decode_offsets, encode_offsets, rate_limit
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
 

@@ -165,7 +165,7 @@ def test_streaming_write_lands_every_row(spark, spark_broker, tmp_path):
 
 
 def test_the_demo_pipeline_accounts_for_every_event(spark, spark_broker, tmp_path):
-    from minibroker_spark import demo
+    from minibroker.spark import demo
 
     lines: list[str] = []
     summary = demo.run(spark, spark_broker.bootstrap, 5.0, 200, tmp_path / "demo", lines.append)

@@ -2,8 +2,9 @@
 
 import pytest
 
-from broker.authorizer import authorizer_from_config
-from broker.authorizer.acls import (
+from minibroker.common.config import BrokerConfig, ConfigError
+from minibroker.security.authorizer import authorizer_from_config
+from minibroker.security.authorizer.acls import (
     AclBinding,
     AclFilter,
     Authorizer,
@@ -13,7 +14,6 @@ from broker.authorizer.acls import (
     Permission,
     ResourceType,
 )
-from broker.config import BrokerConfig, ConfigError
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED

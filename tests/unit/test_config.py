@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, Listener, load_config, parse_properties
+from minibroker.common.config import (
+    BrokerConfig,
+    ConfigError,
+    Listener,
+    load_config,
+    parse_properties,
+)
 
 
 def test_defaults_give_a_local_broker():

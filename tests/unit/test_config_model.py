@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker import config_model
-from broker.config_model import (
+from minibroker.common import config_model
+from minibroker.common.config_model import (
     APPEND,
     DEFAULT_CONFIG,
     DELETE,
@@ -21,12 +21,12 @@ from broker.config_model import (
     ConfigChangeError,
     DynamicBrokerConfigs,
 )
-from broker.controller import configs as controller_configs
-from broker.controller.state import ControllerState, TopicState
-from protocol.errors import Error
-from protocol.record_batch import read_header
-from protocol.records import GZIP, NONE, ZSTD, Record, decode_records, encode_batch
-from storage.log import LogConfig, PartitionLog
+from minibroker.controller import configs as controller_configs
+from minibroker.controller.state import ControllerState, TopicState
+from minibroker.protocol.errors import Error
+from minibroker.protocol.record_batch import read_header
+from minibroker.protocol.records import GZIP, NONE, ZSTD, Record, decode_records, encode_batch
+from minibroker.storage.log import LogConfig, PartitionLog
 
 
 def layers(static=None, default=None, broker=None) -> BrokerLayers:

@@ -2,11 +2,17 @@
 
 from types import SimpleNamespace
 
-from broker.authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
-from broker.controller import acls as decisions
-from broker.controller.state import ControllerState
-from broker.controller.store import ControllerStore
-from protocol.errors import Error
+from minibroker.controller import acls as decisions
+from minibroker.controller.state import ControllerState
+from minibroker.controller.store import ControllerStore
+from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 
 
 def creation(name="t", operation=Operation.READ, **changes):

@@ -3,7 +3,7 @@ rebalance and its imbalance threshold, and partition reassignments (KIP-455)."""
 
 import pytest
 
-from broker.controller import (
+from minibroker.controller import (
     NO_LEADER,
     ControllerStore,
     ElectionType,

@@ -14,11 +14,11 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
 )
 from kio.static.primitive import i8, i32
 
-from broker.controller import scram_credentials as scram
-from broker.controller.state import ControllerState
-from broker.controller.store import ControllerStore
-from protocol import sasl
-from protocol.errors import Error
+from minibroker.controller import scram_credentials as scram
+from minibroker.controller.state import ControllerState
+from minibroker.controller.store import ControllerStore
+from minibroker.protocol import sasl
+from minibroker.protocol.errors import Error
 
 SHA512 = i8(2)
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.controller import (
+from minibroker.controller import (
     NO_LEADER,
     ControllerError,
     ControllerState,

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
-from broker.apis.errors import error_response
-from broker.dispatch import _encode
-from protocol import codec
-from protocol.errors import Error
-from protocol.framing import RequestHeader, parse_response_header
-from protocol.versions import supported_versions
+from minibroker.apis.dispatch import _encode
+from minibroker.apis.errors import error_response
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.framing import RequestHeader, parse_response_header
+from minibroker.protocol.versions import supported_versions
 
 st.register_type_strategy(Records, st.binary(max_size=50).map(Records))
 

@@ -5,9 +5,9 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import codec
-from protocol.fetch_response import encode_fetch_response
-from protocol.versions import BROKER_VERSIONS, ApiKey
+from minibroker.protocol import codec
+from minibroker.protocol.fetch_response import encode_fetch_response
+from minibroker.protocol.versions import BROKER_VERSIONS, ApiKey
 
 LOW, HIGH = BROKER_VERSIONS[ApiKey.FETCH]
 

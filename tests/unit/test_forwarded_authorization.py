@@ -5,9 +5,12 @@ elected controller in ZooKeeper mode is one), and nothing else gets that pass.""
 
 import pytest
 
-from broker.apis import Connection, RequestContext
-from broker.apis.authorization import allowed
-from broker.authorizer.acls import (
+from minibroker.apis import Connection, RequestContext
+from minibroker.apis.authorization import allowed
+from minibroker.common.config import BrokerConfig
+from minibroker.protocol.framing import RequestHeader
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import (
     CLUSTER_NAME,
     AclBinding,
     Authorizer,
@@ -16,9 +19,6 @@ from broker.authorizer.acls import (
     Permission,
     ResourceType,
 )
-from broker.config import BrokerConfig
-from protocol.framing import RequestHeader
-from protocol.versions import ApiKey
 
 BROKER = "User:broker"
 LISTENERS = {

@@ -2,10 +2,10 @@
 
 import pytest
 
-from broker.coordinator import log_format
-from broker.coordinator.log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
-from broker.coordinator.service import java_string_hash, partition_for
-from broker.coordinator.state import MemberRecord
+from minibroker.coordinator import log_format
+from minibroker.coordinator.log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
+from minibroker.coordinator.service import java_string_hash, partition_for
+from minibroker.coordinator.state import MemberRecord
 
 
 @pytest.mark.parametrize(

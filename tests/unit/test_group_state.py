@@ -1,13 +1,13 @@
 """The group membership rules (broker/coordinator/state.py), with time passed in."""
 
-from broker.coordinator.log_format import OffsetValue
-from broker.coordinator.state import (
+from minibroker.coordinator.log_format import OffsetValue
+from minibroker.coordinator.state import (
     Group,
     GroupSettings,
     GroupState,
     JoinRequest,
 )
-from protocol.errors import Error
+from minibroker.protocol.errors import Error
 
 NO_DELAY = GroupSettings(initial_rebalance_delay_ms=0)
 SESSION_MS = 10_000

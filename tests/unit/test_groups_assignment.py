@@ -2,7 +2,7 @@
 
 import struct
 
-from broker.groups_cli import decode_assignment
+from minibroker.tools.groups import decode_assignment
 
 
 def assignment(topics: dict[str, list[int]], user_data: bytes | None = b"", version: int = 0):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from broker.apis.authorization import inter_node_listeners
-from broker.config import BrokerConfig
+from minibroker.apis.authorization import inter_node_listeners
+from minibroker.common.config import BrokerConfig
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,12 @@ from dataclasses import dataclass, replace
 import crc32c
 import trio
 
-from broker.config import BrokerConfig
-from broker.log_cleaner import LogCleanerService
-from broker.metrics import BrokerMetrics
-from protocol.record_batch import read_header
-from protocol.records import Record, decode_records, encode_batch
-from storage.log import LogConfig, PartitionLog
+from minibroker.common.config import BrokerConfig
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.protocol.record_batch import read_header
+from minibroker.protocol.records import Record, decode_records, encode_batch
+from minibroker.replication.log_cleaner import LogCleanerService
+from minibroker.storage.log import LogConfig, PartitionLog
 
 T0 = 1_700_000_000_000
 

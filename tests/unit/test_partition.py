@@ -2,9 +2,9 @@
 
 import pytest
 
-from broker.partition import FollowerProgress, Partition
-from protocol.errors import Error
-from storage.log import LogConfig, PartitionLog
+from minibroker.protocol.errors import Error
+from minibroker.replication.partition import FollowerProgress, Partition
+from minibroker.storage.log import LogConfig, PartitionLog
 from tests.unit.batch_factory import make_batch
 
 LAG_MS = 1000

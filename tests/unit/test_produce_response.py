@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import codec
-from protocol.produce_response import encode_produce_response
-from protocol.versions import BROKER_VERSIONS, ApiKey
+from minibroker.protocol import codec
+from minibroker.protocol.produce_response import encode_produce_response
+from minibroker.protocol.versions import BROKER_VERSIONS, ApiKey
 
 LOW, HIGH = BROKER_VERSIONS[ApiKey.PRODUCE]
 

@@ -1,6 +1,6 @@
 """Producer id blocks: never handed out twice, even across restarts."""
 
-from storage.producer_ids import BLOCK_SIZE, ProducerIdAllocator
+from minibroker.storage.producer_ids import BLOCK_SIZE, ProducerIdAllocator
 
 
 def test_blocks_do_not_overlap_across_restarts(tmp_path):

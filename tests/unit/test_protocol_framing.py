@@ -9,8 +9,8 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from protocol import codec
-from protocol.framing import (
+from minibroker.protocol import codec
+from minibroker.protocol.framing import (
     LARGE_FRAME_GROWTH,
     FrameDecoder,
     FrameError,
@@ -18,7 +18,7 @@ from protocol.framing import (
     parse_request_header,
     skip_tagged_fields,
 )
-from protocol.versions import FIRST_FLEXIBLE_VERSION, NEVER_FLEXIBLE, supported_versions
+from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, NEVER_FLEXIBLE, supported_versions
 
 ALL_VERSIONS = supported_versions(broker=True, controller=True)
 
@@ -120,7 +120,7 @@ def test_build_names_a_missing_required_field():
 
 
 def test_unsupported_api_versions_answer_reads_as_v0():
-    from broker.apis.api_versions import unsupported_version_response
+    from minibroker.apis.api_versions import unsupported_version_response
 
     body = codec.encode_response(18, 0, unsupported_version_response(ALL_VERSIONS))
     response, size = entity_reader(ApiVersionsV0)(body, 0)

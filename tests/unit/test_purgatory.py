@@ -4,7 +4,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.purgatory import Watchers
+from minibroker.replication.purgatory import Watchers
 
 
 @pytest.fixture

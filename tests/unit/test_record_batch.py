@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.record_batch import (
+from minibroker.protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,

@@ -4,15 +4,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import codec
-from protocol.framing import FrameError
-from protocol.replica_fetch import (
+from minibroker.protocol import codec
+from minibroker.protocol.framing import FrameError
+from minibroker.protocol.replica_fetch import (
     REPLICA_FETCH_VERSION,
     ReplicaFetchPartition,
     decode_replica_fetch_response,
     encode_replica_fetch_request,
 )
-from protocol.versions import ApiKey
+from minibroker.protocol.versions import ApiKey
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -12,9 +12,9 @@ import struct
 import pytest
 
 from faults.frames import ValueMaker, encode_request, request_schemas
-from protocol import codec
-from protocol.bounds import walked_size
-from protocol.versions import supported_versions
+from minibroker.protocol import codec
+from minibroker.protocol.bounds import walked_size
+from minibroker.protocol.versions import supported_versions
 
 SERVED = supported_versions(broker=True, controller=True)
 

@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from protocol import sasl
+from minibroker.protocol import sasl
 
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import trustme
 
-from broker.config import ConfigError, load_config
-from broker.security import (
+from minibroker.common.config import ConfigError, load_config
+from minibroker.protocol import sasl
+from minibroker.security.listeners import (
     bootstrap_scram_users,
     certificate_principal,
     client_security,
     listener_security,
 )
-from protocol import sasl
 
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "

@@ -2,7 +2,7 @@ import uuid
 
 import pytest
 
-from storage.checkpoint import (
+from minibroker.storage.checkpoint import (
     LeaderEpochCache,
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
@@ -13,7 +13,7 @@ from storage.checkpoint import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
-from storage.errors import CorruptCheckpointError
+from minibroker.storage.errors import CorruptCheckpointError
 
 
 def test_offset_checkpoint_text_is_kafkas(tmp_path):

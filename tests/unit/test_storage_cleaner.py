@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from protocol.record_batch import COMPRESSION_CODEC_MASK, read_header
-from protocol.records import (
+from minibroker.protocol.record_batch import COMPRESSION_CODEC_MASK, read_header
+from minibroker.protocol.records import (
     DELETE_HORIZON_FLAG,
     GZIP,
     LZ4,
@@ -18,16 +18,16 @@ from protocol.records import (
     decode_records,
     encode_batch,
 )
-from storage.cleaner import (
+from minibroker.storage.cleaner import (
     Cleaning,
     CleaningAborted,
     clean_log,
     grab_filthiest,
     log_to_clean,
 )
-from storage.log import LogConfig, PartitionLog
-from storage.log_manager import LogManager
-from storage.segment import LogSegment
+from minibroker.storage.log import LogConfig, PartitionLog
+from minibroker.storage.log_manager import LogManager
+from minibroker.storage.segment import LogSegment
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -368,7 +368,7 @@ def test_a_crash_in_the_middle_of_a_swap_recovers(tmp_path, monkeypatch, stage):
                 raise Crash("rename")
             return original_replace(source, target)
 
-        monkeypatch.setattr("storage.segment.os.replace", replace_log_only)
+        monkeypatch.setattr("minibroker.storage.segment.os.replace", replace_log_only)
         expected = expected_after
     elif stage == "after the .swap rename":
         _crash_on(monkeypatch, "delete", 1)
@@ -388,7 +388,7 @@ def test_a_crash_in_the_middle_of_a_swap_recovers(tmp_path, monkeypatch, stage):
                 raise Crash("rename")
             return original_replace(source, target)
 
-        monkeypatch.setattr("storage.segment.os.replace", replace)
+        monkeypatch.setattr("minibroker.storage.segment.os.replace", replace)
         expected = expected_after
     with pytest.raises(Crash):
         log.replace_segments(cleaned, group)
@@ -458,8 +458,8 @@ def test_compaction_configs_parse_with_kafkas_rules():
 
 
 def test_the_broker_properties_set_the_cleaner_and_the_topic_defaults():
-    from broker.config import BrokerConfig
-    from broker.server import log_config_from
+    from minibroker.common.config import BrokerConfig
+    from minibroker.node.server import log_config_from
 
     config = BrokerConfig.from_properties(
         {

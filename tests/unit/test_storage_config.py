@@ -1,6 +1,6 @@
 import pytest
 
-from storage.log import LONG_MAX, LogConfig
+from minibroker.storage.log import LONG_MAX, LogConfig
 
 
 def test_defaults_are_kafkas():

@@ -2,7 +2,7 @@ import struct
 
 import pytest
 
-from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from minibroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 
 def offset_index(tmp_path, base_offset=100, max_size=1024):

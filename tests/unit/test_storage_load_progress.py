@@ -3,7 +3,7 @@ it recovers, a progress line every few seconds, a last line with the count and t
 
 import logging
 
-from storage.log_manager import _LoadProgress
+from minibroker.storage.log_manager import _LoadProgress
 
 
 class FakeLog:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import Error
-from protocol.record_batch import read_header, stamp_offsets, validate_batches
-from storage.errors import (
+from minibroker.protocol.errors import Error
+from minibroker.protocol.record_batch import read_header, stamp_offsets, validate_batches
+from minibroker.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
@@ -18,7 +18,7 @@ from storage.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from storage.log import LogConfig, PartitionLog, parse_partition_dir_name
+from minibroker.storage.log import LogConfig, PartitionLog, parse_partition_dir_name
 from tests.unit.batch_factory import make_batch
 
 SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)

@@ -4,11 +4,15 @@ import uuid
 
 import pytest
 
-from protocol.record_batch import validate_batches
-from storage.checkpoint import read_partition_metadata, topic_id_to_str, write_partition_metadata
-from storage.errors import InconsistentMetaPropertiesError, LogDirLockedError
-from storage.log import LogConfig
-from storage.log_manager import LogManager, read_properties
+from minibroker.protocol.record_batch import validate_batches
+from minibroker.storage.checkpoint import (
+    read_partition_metadata,
+    topic_id_to_str,
+    write_partition_metadata,
+)
+from minibroker.storage.errors import InconsistentMetaPropertiesError, LogDirLockedError
+from minibroker.storage.log import LogConfig
+from minibroker.storage.log_manager import LogManager, read_properties
 from tests.unit.batch_factory import make_batch
 
 CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"

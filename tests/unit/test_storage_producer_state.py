@@ -2,13 +2,13 @@ import errno
 
 import pytest
 
-from protocol.errors import Error
-from storage.errors import (
+from minibroker.protocol.errors import Error
+from minibroker.storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     StorageError,
 )
-from storage.log import LogConfig, PartitionLog
+from minibroker.storage.log import LogConfig, PartitionLog
 from tests.unit.batch_factory import make_batch
 
 PID = 4000
@@ -154,20 +154,20 @@ def test_a_batch_behind_a_failed_write_is_a_storage_error_not_a_gap(tmp_path, mo
     """A full disk fails a batch while the producer's next one is in flight: that one gets
     KAFKA_STORAGE_ERROR, so the client retries both in order, instead of a sequence error
     that makes librdkafka bump its epoch and renumber messages that may already be stored."""
-    import storage.segment
+    import minibroker.storage.segment
 
     log = open_log(tmp_path, config=LogConfig(segment_bytes=100_000))
     produce(log, 0)
-    write = storage.segment._write_all
+    write = minibroker.storage.segment._write_all
 
     def disk_full(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(storage.segment, "_write_all", disk_full)
+    monkeypatch.setattr(minibroker.storage.segment, "_write_all", disk_full)
     with pytest.raises(StorageError) as failed:
         produce(log, 2)
     assert failed.value.error_code == Error.KAFKA_STORAGE_ERROR
-    monkeypatch.setattr(storage.segment, "_write_all", write)
+    monkeypatch.setattr(minibroker.storage.segment, "_write_all", write)
     with pytest.raises(StorageError) as behind:
         produce(log, 4)
     assert behind.value.error_code == Error.KAFKA_STORAGE_ERROR

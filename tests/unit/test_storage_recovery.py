@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from protocol.record_batch import validate_batches
-from storage.log import LogConfig, PartitionLog
+from minibroker.protocol.record_batch import validate_batches
+from minibroker.storage.log import LogConfig, PartitionLog
 from tests.unit.batch_factory import make_batch
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=120)

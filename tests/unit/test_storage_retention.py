@@ -1,6 +1,6 @@
 import pytest
 
-from storage.log import LogConfig, PartitionLog
+from minibroker.storage.log import LogConfig, PartitionLog
 from tests.unit.batch_factory import make_batch
 
 BATCH_SIZE = len(make_batch(1))

@@ -5,8 +5,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.record_batch import read_header, stamp_offsets, validate_batches
-from storage.segment import LogSegment
+from minibroker.protocol.record_batch import read_header, stamp_offsets, validate_batches
+from minibroker.storage.segment import LogSegment
 from tests.unit.batch_factory import make_batch
 
 

@@ -8,17 +8,23 @@ import random
 
 import pytest
 
-from broker.authorizer.acls import AclBinding, Operation, PatternType, Permission, ResourceType
-from broker.controller import (
+from minibroker.controller import (
     ControllerState,
     alter_reassignment,
     create_topic,
     fence_broker,
     register_broker,
 )
-from broker.controller import zk_layout as layout
-from broker.controller.scram_credentials import from_record
-from protocol import sasl
+from minibroker.controller import zk_layout as layout
+from minibroker.controller.scram_credentials import from_record
+from minibroker.protocol import sasl
+from minibroker.security.authorizer.acls import (
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 
 ACLS = [
     AclBinding(ResourceType.TOPIC, "a", PatternType.LITERAL, "User:alice", "*", 3, 3),

@@ -25,18 +25,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from protocol import codec
-from protocol.errors import Error
-from protocol.framing import frame_request, parse_response_header
-from protocol.versions import ApiKey
-
-from .launcher import api_versions_v0_frame, read_exactly
-from .probe import parse_address
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.framing import frame_request, parse_response_header
+from minibroker.protocol.offsets import LATEST
+from minibroker.protocol.versions import ApiKey
+from minibroker.tools.launcher import api_versions_v0_frame, read_exactly
+from minibroker.tools.probe import parse_address
 
 CLIENT_ID = "minibroker-groups"
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 RETRY_INTERVAL_S = 0.2
-LATEST = -1
 
 # The versions this tool speaks, lowest and highest; each request goes at the highest the
 # broker also offers. OffsetFetch from v2 (null topics: all of them) to v7 (v8 has a

@@ -1,10 +1,12 @@
-"""Prometheus metrics under the names a Kafka operator knows from Kafka's JMX exporter.
+"""The broker's live state as Prometheus gauges, read at scrape time, and the /metrics
+endpoint.
 
-Counters are bumped where things happen (a produce appended, a request answered, an ISR
-changed). Everything that is a current state (partition counts, under-replicated partitions,
-log sizes, purgatory sizes, fetcher lag, the controller's view) is read from the live objects
+Everything that is a current state (partition counts, under-replicated partitions, log sizes,
+purgatory sizes, fetcher lag, the controller's view, the groups) is read from the live objects
 at scrape time by a collector, so there is nothing to keep in sync and no stale series after a
-partition goes away.
+partition goes away. The counters that are bumped where things happen live in
+common/metrics.py, which every layer may import; this collector reads the layers themselves,
+so it belongs to the node that wires them.
 
 The /metrics endpoint is served from the trio loop itself (a few milliseconds of work per
 scrape), so the collector reads the broker's state without threads or locks; a slow or broken
@@ -14,164 +16,37 @@ scraper only holds its own connection.
 import itertools
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import trio
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    GCCollector,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .coordinator.state import GroupState
-
-if TYPE_CHECKING:
-    from .controller.service import ControllerService
-    from .coordinator.service import GroupCoordinator
-    from .replica_manager import ReplicaManager
+from minibroker.common.metrics import (
+    HTTP_READ_TIMEOUT_S,
+    MAX_HTTP_REQUEST_BYTES,
+    MAX_PARTITION_SERIES,
+    BrokerMetrics,
+)
+from minibroker.controller.service import ControllerService
+from minibroker.coordinator.service import GroupCoordinator
+from minibroker.coordinator.state import GroupState
+from minibroker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("metrics")
 
-# The *_created series double the output and no Kafka dashboard uses them.
-disable_created_metrics()
 
-# Per-partition series stop beyond this many hosted partitions, to bound cardinality.
-MAX_PARTITION_SERIES = 2000
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-MAX_HTTP_REQUEST_BYTES = 8192
-HTTP_READ_TIMEOUT_S = 5.0
-
-
-class BrokerMetrics:
-    """The counters and histograms of one node, and the collector of its live state."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
-        self.messages_in = Counter(
-            "kafka_server_brokertopicmetrics_messagesin",
-            "Records appended by this broker as leader (MessagesInPerSec).",
-            ["topic"],
-            registry=self.registry,
-        )
-        self.bytes_in = Counter(
-            "kafka_server_brokertopicmetrics_bytesin",
-            "Bytes of record batches appended as leader (BytesInPerSec).",
-            ["topic"],
-            registry=self.registry,
-        )
-        self.bytes_out = Counter(
-            "kafka_server_brokertopicmetrics_bytesout",
-            "Bytes of record batches sent to consumers (BytesOutPerSec).",
-            ["topic"],
-            registry=self.registry,
-        )
-        self.replication_bytes_out = Counter(
-            "kafka_server_brokertopicmetrics_replicationbytesout",
-            "Bytes of record batches sent to follower replicas (ReplicationBytesOutPerSec).",
-            ["topic"],
-            registry=self.registry,
-        )
-        self.requests = Counter(
-            "kafka_network_requestmetrics_requests",
-            "Requests answered, by API (RequestsPerSec).",
-            ["request"],
-            registry=self.registry,
-        )
-        self.errors = Counter(
-            "kafka_network_requestmetrics_errors",
-            "Error codes in responses, by API and error (ErrorsPerSec).",
-            ["request", "error"],
-            registry=self.registry,
-        )
-        self.request_time = Histogram(
-            "kafka_network_requestmetrics_totaltime_seconds",
-            "Time from a request's arrival to its response being ready (TotalTimeMs).",
-            ["request"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.isr_shrinks = Counter(
-            "kafka_server_replicamanager_isrshrinks",
-            "ISR shrinks this broker made as leader (IsrShrinksPerSec).",
-            registry=self.registry,
-        )
-        self.isr_expands = Counter(
-            "kafka_server_replicamanager_isrexpands",
-            "ISR expansions this broker made as leader (IsrExpandsPerSec).",
-            registry=self.registry,
-        )
-        self.fetcher_bytes = Counter(
-            "kafka_server_fetcherstats_bytes",
-            "Bytes of record batches fetched from leaders by this broker's fetchers.",
-            registry=self.registry,
-        )
-        self.leader_elections = Counter(
-            "kafka_controller_controllerstats_leaderelections",
-            "Partition leader changes decided by the controller (LeaderElectionRateAndTimeMs).",
-            registry=self.registry,
-        )
-        # The log cleaner (broker/log_cleaner.py); Kafka's LogCleaner and LogCleanerManager.
-        self.cleaner_runs = Counter(
-            "kafka_log_logcleaner_cleanings",
-            "Cleanings of compacted partitions completed by the log cleaner.",
-            registry=self.registry,
-        )
-        self.cleaner_bytes_reclaimed = Counter(
-            "kafka_log_logcleaner_bytes_reclaimed",
-            "Bytes the log cleaner removed from compacted logs (read minus written back).",
-            registry=self.registry,
-        )
-        self.cleaner_recopy_percent = Gauge(
-            "kafka_log_logcleaner_cleaner_recopy_percent",
-            "Bytes written back as a percentage of bytes read, in the last cleaning.",
-            registry=self.registry,
-        )
-        self.cleaner_max_dirty_percent = Gauge(
-            "kafka_log_logcleanermanager_max_dirty_percent",
-            "Cleanable bytes as a percentage of the log, for the dirtiest compacted partition.",
-            registry=self.registry,
-        )
-        self.uncleanable_partitions = Gauge(
-            "kafka_log_logcleanermanager_uncleanable_partitions_count",
-            "Compacted partitions the cleaner gave up on after an error.",
-            registry=self.registry,
-        )
-        self._state = _StateCollector()
-        self.registry.register(self._state)
-
-    def watch(
-        self,
-        replicas: "ReplicaManager | None",
-        controller: "ControllerService | None",
-        coordinator: "GroupCoordinator | None" = None,
-    ) -> None:
-        """Tell the collector where the live state is."""
-        self._state.replicas = replicas
-        self._state.controller = controller
-        self._state.coordinator = coordinator
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-
-class _StateCollector:
+class StateCollector:
     """Gauges read from the broker's live state at scrape time."""
 
-    def __init__(self) -> None:
-        self.replicas: ReplicaManager | None = None
-        self.controller: ControllerService | None = None
-        self.coordinator: GroupCoordinator | None = None
+    def __init__(
+        self,
+        replicas: ReplicaManager | None,
+        controller: ControllerService | None,
+        coordinator: GroupCoordinator | None = None,
+    ) -> None:
+        self.replicas = replicas
+        self.controller = controller
+        self.coordinator = coordinator
 
     def describe(self) -> list:
         return []
@@ -189,7 +64,7 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
-def _broker_gauges(replicas: "ReplicaManager") -> Iterator[GaugeMetricFamily]:
+def _broker_gauges(replicas: ReplicaManager) -> Iterator[GaugeMetricFamily]:
     partitions = replicas.partitions()
     leaders = [p for p in partitions if p.is_leader]
     yield _gauge(
@@ -257,7 +132,7 @@ def _broker_gauges(replicas: "ReplicaManager") -> Iterator[GaugeMetricFamily]:
     yield from families.values()
 
 
-def _controller_gauges(controller: "ControllerService") -> Iterator[GaugeMetricFamily]:
+def _controller_gauges(controller: ControllerService) -> Iterator[GaugeMetricFamily]:
     state = controller.state
     yield _gauge(
         "kafka_controller_kafkacontroller_activecontrollercount",
@@ -288,7 +163,7 @@ def _controller_gauges(controller: "ControllerService") -> Iterator[GaugeMetricF
 
 
 def _coordinator_metrics(
-    coordinator: "GroupCoordinator",
+    coordinator: GroupCoordinator,
 ) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     """The groups this broker coordinates (those of the `__consumer_offsets` partitions it
     leads), and their consumer lag on the partitions it hosts a replica of."""

@@ -2,8 +2,8 @@
 configuration (``authorizer.class.name``, ``super.users``, ``allow.everyone.if.no.acl.found``).
 """
 
-from ..config import BrokerConfig
-from .acls import Authorizer
+from minibroker.common.config import BrokerConfig
+from minibroker.security.authorizer.acls import Authorizer
 
 
 def authorizer_from_config(config: BrokerConfig) -> Authorizer | None:

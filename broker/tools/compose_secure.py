@@ -1,7 +1,7 @@
 """The secrets of docker-compose.secure.yml: a throwaway CA, a certificate per node, users
 with random passwords, and each node's server.properties with its SASL logins filled in.
 
-    python -m broker.compose_secure TEMPLATES OUTPUT
+    python -m minibroker.tools.compose_secure TEMPLATES OUTPUT
 
 TEMPLATES holds one ``<node>.properties`` per node (config/secure), everything but the
 secrets, which a repository should not hold: a properties file cannot read a password from
@@ -20,7 +20,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from .dev_secure import USERS, make_node_certificates
+from minibroker.tools.dev_secure import USERS, make_node_certificates
 
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -126,7 +126,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2:
-        raise SystemExit("usage: python -m broker.compose_secure TEMPLATES OUTPUT")
+        raise SystemExit("usage: python -m minibroker.tools.compose_secure TEMPLATES OUTPUT")
     templates, output = Path(argv[0]), Path(argv[1])
     nodes = generate(templates, output)
     print(f"secrets for {', '.join(nodes)} in {output}; client settings: librdkafka.properties")

@@ -14,19 +14,22 @@ from pathlib import Path
 
 import trio
 
-from protocol.errors import Error
-from protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
-from storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from storage.log_manager import LogManager
-
-from .config import BrokerConfig
-from .config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
-from .controller_client import ControllerClient, ControllerUnavailable, build_request
-from .fetcher import FetcherManager
-from .metadata_cache import BrokerEndpoint, MetadataCache
-from .metrics import BrokerMetrics
-from .partition import Partition
-from .purgatory import Watchers
+from minibroker.cluster.controller_client import (
+    ControllerClient,
+    ControllerUnavailable,
+    build_request,
+)
+from minibroker.common.config import BrokerConfig
+from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
+from minibroker.replication.fetcher import FetcherManager
+from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
+from minibroker.replication.partition import Partition
+from minibroker.replication.purgatory import Watchers
+from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from minibroker.storage.log_manager import LogManager
 
 log = logging.getLogger("replicas")
 

@@ -15,8 +15,8 @@ Kafka's rules reproduced here:
 
 from dataclasses import dataclass, field
 
-from protocol.errors import Error
-from storage.log import PartitionLog
+from minibroker.protocol.errors import Error
+from minibroker.storage.log import PartitionLog
 
 UNKNOWN_OFFSET = -1
 

@@ -14,11 +14,12 @@ from collections.abc import Callable
 
 import trio
 
-from protocol import codec
-from protocol.errors import Error
-from protocol.versions import SENT_VERSIONS, ApiKey
-
-from .authorizer.acls import (
+from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.common.config import BrokerConfig, Voter
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
+from minibroker.security.authorizer.acls import (
     AclBinding,
     Authorizer,
     Operation,
@@ -26,9 +27,7 @@ from .authorizer.acls import (
     Permission,
     ResourceType,
 )
-from .client import CONNECTION_ERRORS, NodeConnection
-from .config import BrokerConfig, Voter
-from .security import client_security
+from minibroker.security.listeners import client_security
 
 log = logging.getLogger("lifecycle")
 

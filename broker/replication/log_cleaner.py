@@ -28,7 +28,9 @@ import time
 
 import trio
 
-from storage.cleaner import (
+from minibroker.common.config import BrokerConfig
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.storage.cleaner import (
     CleanerStats,
     Cleaning,
     CleaningAborted,
@@ -37,9 +39,6 @@ from storage.cleaner import (
     filthiest,
     map_capacity,
 )
-
-from .config import BrokerConfig
-from .metrics import BrokerMetrics
 
 log = logging.getLogger("log_cleaner")
 

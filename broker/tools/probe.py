@@ -21,7 +21,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.serial import entity_reader
 
-from .launcher import (
+from minibroker.tools.launcher import (
     _is_api_versions_v0_response,
     _metadata_frame,
     api_versions_v0_frame,

@@ -20,31 +20,31 @@ from pathlib import Path
 
 import trio
 
-from protocol.codec import DecodeError
-from protocol.framing import FrameDecoder, FrameError, parse_request_header
-from protocol.versions import supported_versions
-from storage.log import LogConfig
-from storage.log_manager import LogManager
-
-from .apis import CloseConnection, Connection, RequestContext
-from .apis.sasl import SaslSession
-from .authorizer import authorizer_from_config
-from .config import BrokerConfig
-from .controller.service import ControllerService
-from .controller_client import ControllerClient, discover_cluster_id
-from .coordinator.service import GroupCoordinator
-from .dispatch import UnsupportedRequest, dispatch
-from .log_cleaner import LogCleanerService
-from .metrics import BrokerMetrics, serve_metrics
-from .replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
-from .security import (
+from minibroker.apis import CloseConnection, Connection, RequestContext
+from minibroker.apis.dispatch import UnsupportedRequest, dispatch
+from minibroker.apis.sasl import SaslSession
+from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
+from minibroker.common.config import BrokerConfig
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.controller.service import ControllerService
+from minibroker.controller.zookeeper import ZooKeeperBroker
+from minibroker.coordinator.service import GroupCoordinator
+from minibroker.node.metrics import StateCollector, serve_metrics
+from minibroker.protocol.codec import DecodeError
+from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
+from minibroker.protocol.versions import supported_versions
+from minibroker.replication.log_cleaner import LogCleanerService
+from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
+from minibroker.security.authorizer import authorizer_from_config
+from minibroker.security.listeners import (
     bootstrap_scram_credentials,
     certificate_principal,
     client_security,
     listener_security,
 )
-from .tls import TlsStream
-from .zookeeper import ZooKeeperBroker
+from minibroker.security.tls import TlsStream
+from minibroker.storage.log import LogConfig
+from minibroker.storage.log_manager import LogManager
 
 log = logging.getLogger("server")
 
@@ -94,6 +94,7 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
+        self.state_collector: StateCollector | None = None
         self.coordinator: GroupCoordinator | None = None
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
@@ -217,7 +218,8 @@ class BrokerServer:
                 await control.start(self.replicas.run)
                 self.coordinator = GroupCoordinator(self.config, self.replicas)
                 await control.start(self.coordinator.run)
-            self.metrics.watch(self.replicas, self.controller, self.coordinator)
+            self.state_collector = StateCollector(self.replicas, self.controller, self.coordinator)
+            self.metrics.register(self.state_collector)
             if self.config.metrics_port is not None:
                 await control.start(
                     serve_metrics,
@@ -279,6 +281,8 @@ class BrokerServer:
 
     def _controller_changed(self, controller: ControllerService | None) -> None:
         self.controller = controller
+        if self.state_collector is not None:
+            self.state_collector.controller = controller
 
     def _controlled_shutdown_wanted(self) -> bool:
         """A broker of a cluster moves its leadership away first; a node that is its own

@@ -18,10 +18,9 @@ import ssl
 import tempfile
 from dataclasses import dataclass, field
 
-from protocol import sasl
-
-from .apis.sasl import ScramCredentials
-from .config import BrokerConfig, ConfigError
+from minibroker.common.config import BrokerConfig, ConfigError
+from minibroker.protocol import sasl
+from minibroker.security.scram import ScramCredentials
 
 CLIENT_AUTH_MODES = {
     "none": ssl.CERT_NONE,

@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .config import ConfigError, load_config
+from minibroker.common.config import ConfigError, load_config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
@@ -110,15 +110,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "probe":
-        from .probe import probe
+        from minibroker.tools.probe import probe
 
         return probe(args.bootstrap, args.timeout)
     if args.command == "groups":
-        from .groups_cli import run
+        from minibroker.tools.groups import run
 
         return run(args.bootstrap, args.describe, args.timeout)
     if args.command == "dev":
-        from .dev import run_dev
+        from minibroker.tools.dev import run_dev
 
         overrides = {}
         for item in args.override:
@@ -146,13 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import trio  # here, not at the top: `minibroker probe` (a health check) never needs it
 
-    from storage.errors import (
+    from minibroker.node.server import BrokerServer
+    from minibroker.storage.errors import (
         CorruptCheckpointError,
         InconsistentMetaPropertiesError,
         LogDirLockedError,
     )
-
-    from .server import BrokerServer
 
     try:
         server = BrokerServer(config)

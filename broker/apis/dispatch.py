@@ -7,15 +7,7 @@ accepts is the table of its roles (the same one ApiVersions advertises).
 import logging
 import time
 
-from protocol import codec
-from protocol.errors import Error, error_name
-from protocol.fetch_response import encode_fetch_response
-from protocol.framing import RequestHeader, frame_response_header
-from protocol.produce_request import decode_produce_request
-from protocol.produce_response import encode_produce_response
-from protocol.versions import ApiKey, supported_versions
-
-from .apis import (
+from minibroker.apis import (
     CloseConnection,
     RequestContext,
     acls,
@@ -39,8 +31,15 @@ from .apis import (
     scram_credentials,
     topics,
 )
-from .apis.errors import error_response
-from .apis.inter_node import INTER_NODE_APIS, advertised_versions, inter_node_allowed
+from minibroker.apis.errors import error_response
+from minibroker.apis.inter_node import INTER_NODE_APIS, advertised_versions, inter_node_allowed
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error, error_name
+from minibroker.protocol.fetch_response import encode_fetch_response
+from minibroker.protocol.framing import RequestHeader, frame_response_header
+from minibroker.protocol.produce_request import decode_produce_request
+from minibroker.protocol.produce_response import encode_produce_response
+from minibroker.protocol.versions import ApiKey, supported_versions
 
 log = logging.getLogger("dispatch")
 

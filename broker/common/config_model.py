@@ -18,8 +18,8 @@ reported as DEFAULT_CONFIG with no synonyms; here it is STATIC_BROKER_CONFIG wit
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from protocol.errors import Error
-from storage.log import LogConfig, validate_topic_config
+from minibroker.protocol.errors import Error
+from minibroker.storage.log import LogConfig, validate_topic_config
 
 # DescribeConfigsResponse.ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1

@@ -13,13 +13,18 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocol import codec, sasl
-from protocol.errors import Error
-from protocol.framing import FrameDecoder, FrameError, frame_request, parse_response_header
-from protocol.versions import SENT_VERSIONS, ApiKey
+from minibroker.protocol import codec, sasl
+from minibroker.protocol.errors import Error
+from minibroker.protocol.framing import (
+    FrameDecoder,
+    FrameError,
+    frame_request,
+    parse_response_header,
+)
+from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
 
 if TYPE_CHECKING:
-    from .security import ClientSecurity
+    from minibroker.security.listeners import ClientSecurity
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 # What a broken or unresponsive connection raises; whoever catches it drops the connection.

@@ -21,25 +21,24 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocol.errors import Error, error_name
-from protocol.replica_fetch import (
+from minibroker.cluster.controller_client import build_request
+from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.protocol.errors import Error, error_name
+from minibroker.protocol.offsets import EARLIEST, LATEST
+from minibroker.protocol.replica_fetch import (
     REPLICA_FETCH_VERSION,
     FetchedPartition,
     ReplicaFetchPartition,
     decode_replica_fetch_response,
     encode_replica_fetch_request,
 )
-from protocol.versions import ApiKey
-from storage.errors import StorageError
-
-from .apis.list_offsets import EARLIEST, LATEST
-from .client import CONNECTION_ERRORS, NodeConnection
-from .controller_client import build_request
-from .security import client_security
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.listeners import client_security
+from minibroker.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from .partition import Partition
-    from .replica_manager import ReplicaManager
+    from minibroker.replication.partition import Partition
+    from minibroker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("fetcher")
 

@@ -25,10 +25,10 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, ZookeeperError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from .config import BrokerConfig, Voter
-from .controller import zk_layout as layout
-from .controller.service import ControllerService
-from .controller.zk_store import ControllerMoved, ZooKeeperStore
+from minibroker.common.config import BrokerConfig, Voter
+from minibroker.controller import zk_layout as layout
+from minibroker.controller.service import ControllerService
+from minibroker.controller.zk_store import ControllerMoved, ZooKeeperStore
 
 log = logging.getLogger("zookeeper")
 

@@ -208,7 +208,7 @@ class BrokerProcess:
 
     def command(self) -> list[str]:
         """The command line that runs this node, as the launcher runs it."""
-        command = [sys.executable, "-m", "broker", "serve"]
+        command = [sys.executable, "-m", "minibroker", "serve"]
         for key, value in self.properties().items():
             command += ["--override", f"{key}={value}"]
         return command

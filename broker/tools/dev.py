@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from .launcher import (
+from minibroker.tools.launcher import (
     CONTROLLER_NODE_ID,
     BrokerProcess,
     BrokerStartError,
@@ -167,7 +167,7 @@ def run_dev(
         }
         secure_dev = None
         if secure:
-            from .dev_secure import SECURE_PORT_OFFSET, prepare
+            from minibroker.tools.dev_secure import SECURE_PORT_OFFSET, prepare
 
             secure_dev = prepare(base_dir)
             properties.update(secure_dev.broker_properties())
@@ -222,7 +222,7 @@ def _supervise(
     try:
         extra = None
         if secure_dev is not None:
-            from .dev_secure import SECURE_LISTENER, SECURE_PORT_OFFSET
+            from minibroker.tools.dev_secure import SECURE_LISTENER, SECURE_PORT_OFFSET
 
             extra = {SECURE_LISTENER: SECURE_PORT_OFFSET}
         cluster = Cluster.start(

@@ -1,0 +1,142 @@
+"""Prometheus metrics under the names a Kafka operator knows from Kafka's JMX exporter: the
+registry of one node and its counters and histograms.
+
+Counters are bumped where things happen (a produce appended, a request answered, an ISR
+changed), so every layer may hold this object. What is a current state (partition counts,
+lags, the controller's view, the groups) is read at scrape time by the collector in
+node/metrics.py, registered here by the node that wires the layers together.
+"""
+
+import logging
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("metrics")
+
+# The *_created series double the output and no Kafka dashboard uses them.
+disable_created_metrics()
+
+# Per-partition series stop beyond this many hosted partitions, to bound cardinality.
+MAX_PARTITION_SERIES = 2000
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+MAX_HTTP_REQUEST_BYTES = 8192
+HTTP_READ_TIMEOUT_S = 5.0
+
+
+class BrokerMetrics:
+    """The counters and histograms of one node; collectors of its live state are registered
+    by the node that wires it (node/metrics.py)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.messages_in = Counter(
+            "kafka_server_brokertopicmetrics_messagesin",
+            "Records appended by this broker as leader (MessagesInPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin",
+            "Bytes of record batches appended as leader (BytesInPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout",
+            "Bytes of record batches sent to consumers (BytesOutPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.replication_bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_replicationbytesout",
+            "Bytes of record batches sent to follower replicas (ReplicationBytesOutPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered, by API (RequestsPerSec).",
+            ["request"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "kafka_network_requestmetrics_errors",
+            "Error codes in responses, by API and error (ErrorsPerSec).",
+            ["request", "error"],
+            registry=self.registry,
+        )
+        self.request_time = Histogram(
+            "kafka_network_requestmetrics_totaltime_seconds",
+            "Time from a request's arrival to its response being ready (TotalTimeMs).",
+            ["request"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.isr_shrinks = Counter(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks this broker made as leader (IsrShrinksPerSec).",
+            registry=self.registry,
+        )
+        self.isr_expands = Counter(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expansions this broker made as leader (IsrExpandsPerSec).",
+            registry=self.registry,
+        )
+        self.fetcher_bytes = Counter(
+            "kafka_server_fetcherstats_bytes",
+            "Bytes of record batches fetched from leaders by this broker's fetchers.",
+            registry=self.registry,
+        )
+        self.leader_elections = Counter(
+            "kafka_controller_controllerstats_leaderelections",
+            "Partition leader changes decided by the controller (LeaderElectionRateAndTimeMs).",
+            registry=self.registry,
+        )
+        # The log cleaner (broker/log_cleaner.py); Kafka's LogCleaner and LogCleanerManager.
+        self.cleaner_runs = Counter(
+            "kafka_log_logcleaner_cleanings",
+            "Cleanings of compacted partitions completed by the log cleaner.",
+            registry=self.registry,
+        )
+        self.cleaner_bytes_reclaimed = Counter(
+            "kafka_log_logcleaner_bytes_reclaimed",
+            "Bytes the log cleaner removed from compacted logs (read minus written back).",
+            registry=self.registry,
+        )
+        self.cleaner_recopy_percent = Gauge(
+            "kafka_log_logcleaner_cleaner_recopy_percent",
+            "Bytes written back as a percentage of bytes read, in the last cleaning.",
+            registry=self.registry,
+        )
+        self.cleaner_max_dirty_percent = Gauge(
+            "kafka_log_logcleanermanager_max_dirty_percent",
+            "Cleanable bytes as a percentage of the log, for the dirtiest compacted partition.",
+            registry=self.registry,
+        )
+        self.uncleanable_partitions = Gauge(
+            "kafka_log_logcleanermanager_uncleanable_partitions_count",
+            "Compacted partitions the cleaner gave up on after an error.",
+            registry=self.registry,
+        )
+
+    def register(self, collector: Collector) -> None:
+        """Add a collector of live state, read at scrape time (node/metrics.py has the
+        broker's)."""
+        self.registry.register(collector)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

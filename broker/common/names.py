@@ -1,0 +1,6 @@
+"""Names that several layers agree on."""
+
+# The client id of the controller's own connections to brokers (its channel for
+# LeaderAndIsr, UpdateMetadata, StopReplica and the config, ACL and SCRAM pushes). A broker
+# applies a push on such a connection instead of forwarding it (apis/inter_node.py).
+CONTROLLER_CLIENT_ID = "controller"
