@@ -10,7 +10,7 @@ high watermarks. Handlers never touch storage directly; they go through here.
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from minibroker.cluster.controller_client import (
     ControllerUnavailable,
     build_request,
 )
+from minibroker.cluster.node_connection import NodeConnection
 from minibroker.common.config import BrokerConfig
 from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
 from minibroker.common.metrics import BrokerMetrics
@@ -131,14 +132,20 @@ class ReplicaManager:
         controller: ControllerClient,
         metrics: BrokerMetrics,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        *,
+        elapsed_ms: Callable[[], int] = monotonic_ms,
+        connect: Callable[..., Awaitable[NodeConnection]] = NodeConnection.connect,
     ) -> None:
+        """``elapsed_ms`` and ``connect`` (how fetchers reach a leader) are seams for the
+        in-process tests (tests/unit/test_replica_manager.py, test_fetcher.py)."""
         self.config = config
         self.metrics = metrics
         self.log_manager = log_manager
         self.controller = controller
         self.clock_ms = clock_ms
         # Followers' progress for the ISR is measured in intervals, not times of day.
-        self.elapsed_ms = monotonic_ms
+        self.elapsed_ms = elapsed_ms
+        self.connect = connect
         self.metadata = MetadataCache()
         # Dynamic broker configs, as the controller pushes them (AlterConfigs).
         self.dynamic_configs = DynamicBrokerConfigs(config.node_id, log_manager.default_config)
