@@ -18,12 +18,9 @@ from minibroker.apis.authorization import cluster_allowed, topic_allowed
 from minibroker.apis.metadata import brokers_on_listener
 from minibroker.protocol.errors import Error
 from minibroker.security.authorizer.acls import Operation
-from minibroker.storage.errors import OffsetOutOfRangeError
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
-# DeleteRecords' "up to the high watermark".
-HIGH_WATERMARK = -1
 
 
 async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
@@ -56,16 +53,8 @@ def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> 
     partition, error = ctx.replicas.leader_partition(topic, index)
     if error != Error.NONE:
         return answer(error)
-    high_watermark = partition.high_watermark
-    if offset == HIGH_WATERMARK:
-        offset = high_watermark
-    if not 0 <= offset <= high_watermark:
-        return answer(Error.OFFSET_OUT_OF_RANGE)
-    try:
-        partition.log.maybe_increment_log_start_offset(offset)
-    except OffsetOutOfRangeError:
-        return answer(Error.OFFSET_OUT_OF_RANGE)
-    return answer(Error.NONE, partition.log.log_start_offset)
+    error, low_watermark = ctx.replicas.delete_records(partition, offset)
+    return answer(error, low_watermark)
 
 
 async def handle_delete_records(ctx: RequestContext, request) -> dict:

@@ -7,7 +7,9 @@ containing the fetch offset (clients skip the leading records) and return whole 
 first partition with data may exceed max_bytes by one batch so a large batch always makes
 progress, as Kafka does.
 
-A fetch from a follower (replica_id >= 0) also tells the leader how far that follower got,
+The handler decides (authorization, topic ids, when to wait); the replica manager's
+read_records reads each partition (Kafka's readFromLog). A fetch from a follower
+(replica_id >= 0) also tells the leader how far that follower got,
 which is what moves the high watermark and grows the ISR; and from Fetch v12 it carries the
 epoch of the follower's last batch, answered with a diverging epoch when the follower's log
 has records the leader's history does not. A follower's fetch follows the inter-node rules
@@ -21,8 +23,8 @@ from minibroker.apis import RequestContext
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
+from minibroker.replication.replica_manager import fetch_result
 from minibroker.security.authorizer.acls import Operation
-from minibroker.storage.errors import StorageError
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0
@@ -32,35 +34,8 @@ _NOT_YET_APPLIED = frozenset(
 )
 
 
-def partition_entry(index: int, error: Error, partition=None, records: bytes | None = b"") -> dict:
-    """A Fetch response partition with every field the encoders read; `partition` (when hosted
-    here) supplies the offsets."""
-    entry = {
-        "partition_index": index,
-        "error_code": error,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": records,
-    }
-    if partition is not None:
-        entry["high_watermark"] = partition.high_watermark
-        entry["last_stable_offset"] = partition.last_stable_offset
-        entry["log_start_offset"] = partition.log.log_start_offset
-    return entry
-
-
-def _diverging_epoch(partition, fetch_partition) -> tuple[int, int] | None:
-    """Kafka's check: the follower's last fetched epoch ends before its fetch offset here."""
-    last_fetched_epoch = getattr(fetch_partition, "last_fetched_epoch", -1)
-    if last_fetched_epoch < 0:
-        return None
-    epoch, end_offset = partition.log.end_offset_for_epoch(last_fetched_epoch)
-    if epoch < last_fetched_epoch or end_offset < fetch_partition.fetch_offset:
-        return epoch, end_offset
-    return None
+# The Fetch response partition shape, shared with apis/errors.py.
+partition_entry = fetch_result
 
 
 class _Reader:
@@ -123,39 +98,24 @@ class _Reader:
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
 
     def read_partition(self, partition, fetch_partition) -> dict:
-        index = fetch_partition.partition
-        # Only a replica the leader knows reads past the HW; any other replica id is served
-        # as a consumer, so a client cannot see unreplicated records by claiming one.
-        follower = self.replica_id in partition.followers
-        if follower and (diverging := _diverging_epoch(partition, fetch_partition)) is not None:
+        entry = self.ctx.replicas.read_records(
+            partition,
+            fetch_partition.fetch_offset,
+            replica_id=self.replica_id,
+            last_fetched_epoch=getattr(fetch_partition, "last_fetched_epoch", -1),
+            max_bytes=min(fetch_partition.partition_max_bytes, max(self.remaining, 0)),
+            min_one_batch=self.total_bytes == 0,
+            record_progress=self.record_progress,
+        )
+        if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
-            entry = partition_entry(index, Error.NONE, partition)
-            entry["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
             return entry
-        if (
-            follower
-            and self.record_progress
-            and fetch_partition.fetch_offset <= partition.log.log_end_offset
-        ):
-            self.ctx.replicas.record_follower_fetch(
-                partition, self.replica_id, fetch_partition.fetch_offset
-            )
         self.watched.append(partition.key)
-        max_bytes = min(fetch_partition.partition_max_bytes, max(self.remaining, 0))
-        try:
-            records = partition.log.read(
-                fetch_partition.fetch_offset,
-                max_bytes=max_bytes,
-                max_offset=None if follower else partition.high_watermark,
-                min_one_batch=self.total_bytes == 0,
-            )
-        except StorageError as failure:
-            self.has_error = True
-            return partition_entry(index, failure.error_code, partition)
-        self.total_bytes += len(records)
-        self.remaining -= len(records)
-        self.sent.append((partition.topic, len(records)))
-        return partition_entry(index, Error.NONE, partition, records)
+        size = len(entry["records"])
+        self.total_bytes += size
+        self.remaining -= size
+        self.sent.append((partition.topic, size))
+        return entry
 
 
 def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[dict, _Reader]:

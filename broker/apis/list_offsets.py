@@ -1,41 +1,15 @@
 """ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp.
 
 With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED;
-a follower's request (replica id >= 0) follows the inter-node rules instead.
+a follower's request (replica id >= 0) follows the inter-node rules instead. The offsets are
+the replica manager's (fetch_offset_for_timestamp), as in Kafka.
 """
 
 from minibroker.apis import RequestContext
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
-from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
 from minibroker.security.authorizer.acls import Operation
-
-
-def _lookup(partition, timestamp: int, isolation_level: int, replica_id: int) -> tuple[int, int]:
-    """(timestamp, offset) as Kafka answers them; (-1, -1) when no record qualifies."""
-    log = partition.log
-    if timestamp == EARLIEST:
-        return -1, log.log_start_offset
-    if timestamp == LATEST and replica_id >= 0:
-        # A follower asking (after OFFSET_OUT_OF_RANGE) needs the leader's log end.
-        return -1, log.log_end_offset
-    if timestamp == LATEST:
-        # read_committed sees up to the last stable offset, read_uncommitted up to the HW.
-        end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
-        return -1, end
-    if timestamp == MAX_TIMESTAMP:
-        found = log.max_timestamp()
-        if found is None or found[0] >= partition.high_watermark:
-            # Never point a consumer above the HW (Kafka bounds this lookup by it too).
-            return -1, -1
-        offset, max_ts = found
-        return max_ts, offset
-    found = log.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
-        return -1, -1
-    offset, record_ts = found
-    return record_ts, offset
 
 
 def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
@@ -52,7 +26,7 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
     if error != Error.NONE:
         entry["error_code"] = error
         return entry
-    timestamp, offset = _lookup(
+    timestamp, offset = ctx.replicas.fetch_offset_for_timestamp(
         partition,
         requested.timestamp,
         getattr(request, "isolation_level", 0),

@@ -42,12 +42,12 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
     for partition in sorted(ctx.replicas.partitions(), key=lambda p: p.key):
         if wanted is not None and partition.index not in wanted.get(partition.topic, ()):
             continue
-        directory = partition.log.directory.parent
+        directory, size_bytes, offset_lag = ctx.replicas.log_dir_of(partition)
         by_directory.setdefault(directory, {}).setdefault(partition.topic, []).append(
             {
                 "partition_index": partition.index,
-                "partition_size": partition.log.size_bytes,
-                "offset_lag": max(partition.high_watermark - partition.log.log_end_offset, 0),
+                "partition_size": size_bytes,
+                "offset_lag": offset_lag,
                 "is_future_key": False,
             }
         )

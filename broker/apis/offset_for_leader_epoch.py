@@ -29,7 +29,7 @@ def _answer(ctx: RequestContext, topic: str, requested) -> dict:
     if error != Error.NONE:
         entry["error_code"] = error
         return entry
-    epoch, end_offset = partition.log.end_offset_for_epoch(requested.leader_epoch)
+    epoch, end_offset = ctx.replicas.last_offset_for_leader_epoch(partition, requested.leader_epoch)
     entry.update(leader_epoch=epoch, end_offset=end_offset)
     return entry
 

@@ -2,11 +2,12 @@
 
 As in Kafka, the coordinator of a group is the leader of partition
 ``abs(hash(group_id)) % partitions`` of `__consumer_offsets` (Java's String.hashCode). Group
-metadata and offset commits are records in that partition, appended through the partition
-log as leader and acknowledged once the ISR has them (acks=all), so the replica fetchers
-replicate them like any produce. When this broker becomes leader of such a partition it
-reads the partition back and serves its groups; when it stops leading it, it forgets them
-(Kafka's handleGroupImmigration / handleGroupEmigration, driven by LeaderAndIsr).
+metadata and offset commits are records in that partition, appended as leader through the
+replica manager's append_records like any produce (Kafka's AppendOrigin.COORDINATOR) and
+acknowledged once the ISR has them (acks=all), so the replica fetchers replicate them.
+When this broker becomes leader of such a partition it reads the partition back and serves
+its groups; when it stops leading it, it forgets them (Kafka's handleGroupImmigration /
+handleGroupEmigration, driven by LeaderAndIsr).
 
 The membership rules are the pure `state.Group`; this shell adds what needs I/O or time:
 requests parked until a join or sync phase ends (woken through `Watchers` keyed by group),
@@ -23,6 +24,7 @@ import trio
 
 from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
+from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.coordinator import log_format
 from minibroker.coordinator.log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
 from minibroker.coordinator.state import (
@@ -34,17 +36,17 @@ from minibroker.coordinator.state import (
     SyncResult,
 )
 from minibroker.protocol.errors import Error
+from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.record_batch import scan_valid_batches
 from minibroker.protocol.records import Record, RecordError, decode_records, encode_batch
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
-from minibroker.replication.replica_manager import PendingAck, ReplicaManager
+from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager
 from minibroker.storage.errors import StorageError
 
 log = logging.getLogger("coordinator")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 LOAD_READ_BYTES = 1024 * 1024
 
 # Kafka's mapping of a failed append of offset commits to what clients expect.
@@ -333,32 +335,23 @@ class GroupCoordinator:
     # -- writing records ----------------------------------------------------------------------
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> Error:
-        """Append records to the group's partition as leader and wait until the ISR has
-        them (offsets.commit.timeout.ms)."""
-        index = self.partition_of(group_id)
-        partition, error = self.replicas.leader_partition(OFFSETS_TOPIC, index)
-        if error != Error.NONE:
-            return _APPEND_ERRORS.get(error, error)
+        """Write records to the group's partition through the replica manager's
+        append_records, as Kafka's coordinator does (AppendOrigin.COORDINATOR, acks=-1):
+        answered once the ISR has them, or at offsets.commit.timeout.ms."""
         now = self.clock_ms()
         batch = encode_batch(
             [Record(offset, now, key, value) for offset, (key, value) in enumerate(records)]
         )
-        min_insync = partition.log.config.min_insync_replicas
-        if (error := partition.acks_all_error(min_insync)) != Error.NONE:
-            return _APPEND_ERRORS.get(error, error)
-        try:
-            appended = partition.log.append_as_leader(
-                batch, leader_epoch=partition.leader_epoch, now_ms=now
-            )
-        except StorageError as failure:
-            log.warning("cannot write group records of %s: %s", group_id, failure)
-            return _APPEND_ERRORS.get(failure.error_code, failure.error_code)
-        partition.maybe_advance_high_watermark()
-        self.replicas.notify(partition)
-        result = {"error_code": Error.NONE}
-        await self.replicas.wait_for_replication(
-            [PendingAck(partition, appended.last_offset + 1, result, _error_only)],
-            self.config.offsets_commit_timeout_ms / 1000,
+        ((result,),) = await self.replicas.append_records(
+            [
+                (
+                    OFFSETS_TOPIC,
+                    (PartitionProduceData(self.partition_of(group_id), memoryview(batch)),),
+                )
+            ],
+            acks=-1,
+            timeout_s=self.config.offsets_commit_timeout_ms / 1000,
+            origin=AppendOrigin.COORDINATOR,
         )
         error = Error(result["error_code"])
         return _APPEND_ERRORS.get(error, error)
@@ -694,7 +687,3 @@ class GroupCoordinator:
         finally:
             self._topic_creation.set()
             self._topic_creation = None
-
-
-def _error_only(error: Error) -> dict:
-    return {"error_code": error}

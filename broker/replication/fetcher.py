@@ -113,7 +113,7 @@ class Fetcher:
             endpoint = self._replicas.metadata.brokers.get(self.leader_id)
             if endpoint is None:
                 raise OSError(f"no address known for broker {self.leader_id}")
-            self._connection = await NodeConnection.connect(
+            self._connection = await self._replicas.connect(
                 endpoint.host,
                 endpoint.port,
                 f"replica-fetcher-{self._config.node_id}",

@@ -7,10 +7,12 @@ leaders or followers, hands followers to the fetchers, asks the controller for I
 high watermarks. Handlers never touch storage directly; they go through here.
 """
 
+import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -19,16 +21,20 @@ from minibroker.cluster.controller_client import (
     ControllerUnavailable,
     build_request,
 )
+from minibroker.cluster.node_connection import NodeConnection
 from minibroker.common.config import BrokerConfig
 from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
 from minibroker.common.metrics import BrokerMetrics
+from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
+from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
 from minibroker.protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
 from minibroker.replication.fetcher import FetcherManager
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
 from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
 from minibroker.storage.log_manager import LogManager
 
 log = logging.getLogger("replicas")
@@ -49,21 +55,71 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class PendingAck:
-    """A partition appended under acks=-1, waiting for the high watermark. A failure replaces
-    the fields of ``result`` (a response entry) with ``failed(error)``."""
+class AppendOrigin(enum.Enum):
+    """Kafka's AppendOrigin: who appends as leader. Clients may not write the internal
+    topics (Kafka's internalTopicsAllowed is false for them); the coordinator may."""
 
-    def __init__(
-        self,
-        partition: Partition,
-        required_offset: int,
-        result: dict,
-        failed: Callable[[Error], dict],
-    ) -> None:
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
+class RecordsToAppend(Protocol):
+    """One partition's record set, as the hand-written Produce decoder gives it: whole v2
+    batches in a writable view of the request frame (stamped in place, never decoded)."""
+
+    index: int
+    records: memoryview | None
+
+
+def append_result(index: int, error: Error, error_message: str | None = None) -> dict:
+    """A Produce response partition (Kafka's PartitionResponse) without offsets."""
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": -1,
+        "log_append_time": -1,
+        "log_start_offset": -1,
+        "error_message": error_message,
+    }
+
+
+def fetch_result(index: int, error: Error, partition=None, records: bytes | None = b"") -> dict:
+    """A Fetch response partition (Kafka's FetchPartitionData) with every field the encoders
+    read; ``partition`` (when hosted here) supplies the offsets."""
+    entry = {
+        "partition_index": index,
+        "error_code": error,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": records,
+    }
+    if partition is not None:
+        entry["high_watermark"] = partition.high_watermark
+        entry["last_stable_offset"] = partition.last_stable_offset
+        entry["log_start_offset"] = partition.log.log_start_offset
+    return entry
+
+
+class PendingAck:
+    """A partition appended under acks=-1, waiting for the high watermark (Kafka's
+    DelayedProduce keeps one ProducePartitionStatus each). A failure replaces the outcome
+    fields of ``result``, the partition's response entry."""
+
+    __slots__ = ("partition", "required_offset", "result")
+
+    def __init__(self, partition: Partition, required_offset: int, result: dict) -> None:
         self.partition = partition
         self.required_offset = required_offset
         self.result = result
-        self.failed = failed
+
+    def fail(self, error: Error) -> None:
+        result = self.result
+        result["error_code"] = error
+        result["base_offset"] = result["log_append_time"] = result["log_start_offset"] = -1
+        result["error_message"] = None
 
 
 class ReplicaManager:
@@ -76,14 +132,20 @@ class ReplicaManager:
         controller: ControllerClient,
         metrics: BrokerMetrics,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        *,
+        elapsed_ms: Callable[[], int] = monotonic_ms,
+        connect: Callable[..., Awaitable[NodeConnection]] = NodeConnection.connect,
     ) -> None:
+        """``elapsed_ms`` and ``connect`` (how fetchers reach a leader) are seams for the
+        in-process tests (tests/unit/test_replica_manager.py, test_fetcher.py)."""
         self.config = config
         self.metrics = metrics
         self.log_manager = log_manager
         self.controller = controller
         self.clock_ms = clock_ms
         # Followers' progress for the ISR is measured in intervals, not times of day.
-        self.elapsed_ms = monotonic_ms
+        self.elapsed_ms = elapsed_ms
+        self.connect = connect
         self.metadata = MetadataCache()
         # Dynamic broker configs, as the controller pushes them (AlterConfigs).
         self.dynamic_configs = DynamicBrokerConfigs(config.node_id, log_manager.default_config)
@@ -181,10 +243,115 @@ class ReplicaManager:
     def notify(self, partition: Partition) -> None:
         self.watchers.notify(partition.key)
 
+    # -- the append path: every write of a partition as leader -----------------------------
+
+    async def append_records(
+        self,
+        entries: Iterable[tuple[str, Sequence[RecordsToAppend]]],
+        *,
+        acks: int,
+        timeout_s: float,
+        origin: AppendOrigin,
+    ) -> list[list[dict]]:
+        """Kafka's ReplicaManager.appendRecords: the one way records are written as leader.
+
+        Clients' Produce and the group coordinator's writes (origin COORDINATOR) come here;
+        for each topic's partitions, in order, one response entry (Kafka's PartitionResponse,
+        with ``index``). Kafka's rule, per partition: the internal topics are refused to
+        clients (INVALID_TOPIC_EXCEPTION); a partition not led here at its current epoch is
+        refused (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION); with acks=-1 an ISR
+        smaller than min.insync.replicas refuses it before anything is appended
+        (NOT_ENOUGH_REPLICAS); otherwise the log validates the batches and appends them in
+        one write, the high watermark advances (an ISR of this broker alone needs nobody),
+        the purgatory's watchers of the partition wake (parked fetches, parked acks=-1
+        appends), and BytesIn/MessagesIn count what was appended. With acks=-1 the call then
+        waits, as Kafka's DelayedProduce, until every appended partition's outcome is known
+        (see ``wait_for_replication``); with acks 0 and 1 it returns at once.
+
+        The data path stays as lean as it was in the handler: records are never decoded
+        here, a writable view is stamped in place, and per partition there is the response
+        entry, the log's AppendResult and, under acks=-1, one PendingAck. Departure: Kafka
+        counts the coordinator's appends in BytesIn/MessagesIn too, and so do we now.
+        """
+        pending: list[PendingAck] | None = [] if acks == -1 else None
+        now_ms = self.clock_ms()
+        results = [
+            [self._append_to_leader(topic, data, now_ms, origin, pending) for data in partitions]
+            for topic, partitions in entries
+        ]
+        if pending:
+            await self.wait_for_replication(pending, timeout_s)
+        return results
+
+    def _append_to_leader(
+        self,
+        topic: str,
+        data: RecordsToAppend,
+        now_ms: int,
+        origin: AppendOrigin,
+        pending: list[PendingAck] | None,
+    ) -> dict:
+        """One partition of ``append_records`` (Kafka's appendToLocalLog and
+        Partition.appendRecordsToLeader); ``pending`` is None unless acks=-1."""
+        index = data.index
+        if topic == OFFSETS_TOPIC and origin is not AppendOrigin.COORDINATOR:
+            # A record the coordinator cannot read would cost the partition's groups.
+            return append_result(
+                index,
+                Error.INVALID_TOPIC_EXCEPTION,
+                f"{OFFSETS_TOPIC} is internal: clients cannot produce to it",
+            )
+        partition, error = self.leader_partition(topic, index)
+        if error != Error.NONE:
+            return append_result(index, error)
+        records = data.records
+        if not records:
+            return append_result(index, Error.CORRUPT_MESSAGE, "no record batches")
+        partition_log = partition.log
+        if pending is not None:
+            min_insync = partition_log.config.min_insync_replicas
+            if (error := partition.acks_all_error(min_insync)) != Error.NONE:
+                return append_result(
+                    index,
+                    error,
+                    f"ISR {partition.isr} is smaller than min.insync.replicas={min_insync}",
+                )
+        try:
+            appended = partition_log.append_as_leader(
+                records, leader_epoch=partition.leader_epoch, now_ms=now_ms
+            )
+        except StorageError as failure:
+            log.log(
+                logging.WARNING if origin is AppendOrigin.COORDINATOR else logging.INFO,
+                "refused %s append to %s-%d: %s",
+                origin.value,
+                topic,
+                index,
+                failure,
+            )
+            return append_result(index, failure.error_code, str(failure))
+        if not appended.duplicate:
+            partition.maybe_advance_high_watermark()
+            self.watchers.notify(partition.key)
+            self.metrics.messages_in.labels(topic).inc(appended.record_count)
+            self.metrics.bytes_in.labels(topic).inc(len(records))
+        result = {
+            "index": index,
+            "error_code": Error.NONE,
+            "base_offset": appended.first_offset,
+            "log_append_time": appended.log_append_time_ms,
+            "log_start_offset": appended.log_start_offset,
+            "error_message": None,
+        }
+        if pending is not None:
+            pending.append(PendingAck(partition, appended.last_offset + 1, result))
+        return result
+
     async def wait_for_replication(self, pending: list[PendingAck], timeout_s: float) -> None:
         """Kafka's DelayedProduce: park until every pending partition has its outcome (the
-        HW passed its offset, or leadership or the ISR was lost); time out the rest with
-        REQUEST_TIMED_OUT. Produce with acks=-1 and the group coordinator's writes use it."""
+        HW passed its offset, or leadership or the ISR was lost:
+        NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND); time out the rest with
+        REQUEST_TIMED_OUT."""
         deadline = trio.current_time() + timeout_s
         while pending:
             still_waiting = []
@@ -194,17 +361,120 @@ class ReplicaManager:
                 if outcome is None:
                     still_waiting.append(ack)
                 elif outcome != Error.NONE:
-                    ack.result.update(ack.failed(outcome))
+                    ack.fail(outcome)
             pending = still_waiting
             if not pending:
                 return
             if trio.current_time() >= deadline:
                 for ack in pending:
-                    ack.result.update(ack.failed(Error.REQUEST_TIMED_OUT))
+                    ack.fail(Error.REQUEST_TIMED_OUT)
                 return
             await self.watchers.wait_any(
                 [ack.partition.key for ack in pending], deadline, "Produce"
             )
+
+    # -- the read paths: what handlers read of a partition's log -----------------------------
+
+    def read_records(
+        self,
+        partition: Partition,
+        fetch_offset: int,
+        *,
+        replica_id: int,
+        last_fetched_epoch: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        record_progress: bool,
+    ) -> dict:
+        """Kafka's ReplicaManager.readFromLog for one partition led here: its Fetch response
+        entry (``fetch_result``).
+
+        Only a replica the leader knows reads past the HW (up to the log end); any other
+        replica id is served as a consumer, so a client cannot see unreplicated records by
+        claiming one. A follower whose last fetched epoch ends before its fetch offset here
+        gets the diverging epoch and no records (Fetch v12); otherwise its fetch offset is its
+        log end, which moves the HW and may grow the ISR (``record_progress`` is false when
+        a parked fetch reads again). Reads return whole stored batches, as bytes.
+        """
+        index = partition.index
+        partition_log = partition.log
+        follower = replica_id in partition.followers
+        if follower and last_fetched_epoch >= 0:
+            epoch, end_offset = partition_log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                entry = fetch_result(index, Error.NONE, partition)
+                entry["diverging_epoch"] = {"epoch": epoch, "end_offset": end_offset}
+                return entry
+        if follower and record_progress and fetch_offset <= partition_log.log_end_offset:
+            self.record_follower_fetch(partition, replica_id, fetch_offset)
+        try:
+            records = partition_log.read(
+                fetch_offset,
+                max_bytes=max_bytes,
+                max_offset=None if follower else partition.high_watermark,
+                min_one_batch=min_one_batch,
+            )
+        except StorageError as failure:
+            return fetch_result(index, failure.error_code, partition)
+        return fetch_result(index, Error.NONE, partition, records)
+
+    def fetch_offset_for_timestamp(
+        self, partition: Partition, timestamp: int, isolation_level: int, replica_id: int
+    ) -> tuple[int, int]:
+        """Kafka's ReplicaManager.fetchOffsetForTimestamp (ListOffsets): (timestamp, offset),
+        (-1, -1) when no record qualifies. Consumers never see past the HW (read_committed:
+        the last stable offset); a follower asking LATEST (after OFFSET_OUT_OF_RANGE) gets
+        the log end."""
+        partition_log = partition.log
+        if timestamp == EARLIEST:
+            return -1, partition_log.log_start_offset
+        if timestamp == LATEST and replica_id >= 0:
+            return -1, partition_log.log_end_offset
+        if timestamp == LATEST:
+            end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
+            return -1, end
+        if timestamp == MAX_TIMESTAMP:
+            found = partition_log.max_timestamp()
+            if found is None or found[0] >= partition.high_watermark:
+                return -1, -1
+            offset, max_ts = found
+            return max_ts, offset
+        found = partition_log.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= partition.high_watermark:
+            return -1, -1
+        offset, record_ts = found
+        return record_ts, offset
+
+    def last_offset_for_leader_epoch(
+        self, partition: Partition, leader_epoch: int
+    ) -> tuple[int, int]:
+        """Kafka's ReplicaManager.lastOffsetForLeaderEpoch: (the largest epoch at or below
+        ``leader_epoch``, where it ends) from the leader epoch cache; the current epoch ends
+        at the log end offset."""
+        return partition.log.end_offset_for_epoch(leader_epoch)
+
+    def delete_records(self, partition: Partition, offset: int) -> tuple[Error, int]:
+        """Kafka's ReplicaManager.deleteRecords on the leader: move the log start offset to
+        ``offset`` (-1: the high watermark); (error, the new low watermark). Never past the
+        HW (OFFSET_OUT_OF_RANGE). Kafka answers once every replica moved
+        (DelayedDeleteRecords); here the leader's move is the answer (apis/admin.py)."""
+        high_watermark = partition.high_watermark
+        if offset == -1:
+            offset = high_watermark
+        if not 0 <= offset <= high_watermark:
+            return Error.OFFSET_OUT_OF_RANGE, -1
+        try:
+            partition.log.maybe_increment_log_start_offset(offset)
+        except OffsetOutOfRangeError:
+            return Error.OFFSET_OUT_OF_RANGE, -1
+        return Error.NONE, partition.log.log_start_offset
+
+    def log_dir_of(self, partition: Partition) -> tuple[Path, int, int]:
+        """For Kafka's describeLogDirs: (the log dir holding the partition, its size in
+        bytes, its offset lag: HW minus log end, never below zero)."""
+        partition_log = partition.log
+        lag = max(partition.high_watermark - partition_log.log_end_offset, 0)
+        return partition_log.directory.parent, partition_log.size_bytes, lag
 
     # -- controller requests ---------------------------------------------------------------
 

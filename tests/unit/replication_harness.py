@@ -1,0 +1,192 @@
+"""In-process brokers for the replication tests: real ReplicaManagers and real logs in a temp
+dir, driven by trio's MockClock, with no sockets.
+
+A broker's controller is a stub (the tests send LeaderAndIsr themselves, as the controller
+would); a follower's fetcher reaches its leader through `LeaderConnection`, which answers
+the fetcher's Fetch and ListOffsets from the leader's ReplicaManager the way the handlers do
+(read_records, fetch_offset_for_timestamp), encoded and decoded with the real codecs.
+"""
+
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import trio
+
+from minibroker.common.config import BrokerConfig
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.node.server import log_config_from
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.protocol.versions import ApiKey
+from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager, fetch_result
+from minibroker.storage.log_manager import LogManager
+from tests.unit.batch_factory import make_batch
+
+TOPIC = "t"
+TOPIC_ID = uuid.UUID(int=7)
+
+
+def trio_ms() -> int:
+    """trio's clock in milliseconds: MockClock time for the replica manager's intervals."""
+    return int(trio.current_time() * 1000)
+
+
+class StubController:
+    """The controller client a ReplicaManager holds; these tests never need an answer."""
+
+    broker_epoch = 1
+
+    async def request(self, request, timeout_s: float = 5.0):
+        raise AssertionError(f"unexpected request to the controller: {request!r}")
+
+
+def make_broker(tmp_path: Path, node_id: int, brokers: dict | None = None) -> ReplicaManager:
+    directory = tmp_path / f"broker-{node_id}"
+    config = BrokerConfig.from_properties(
+        {"node.id": str(node_id), "log.dirs": str(directory), "replica.fetch.wait.max.ms": "0"}
+    )
+    log_manager = LogManager(
+        [directory], log_config_from(config), node_id=node_id, cluster_id="test-cluster"
+    )
+    log_manager.open(0)
+
+    async def connect(host, port, client_id, security):
+        # The host names the leader's node id (see leader_and_isr's live_leaders).
+        return LeaderConnection(brokers[int(host)])
+
+    replicas = ReplicaManager(
+        config,
+        log_manager,
+        StubController(),
+        BrokerMetrics(),
+        clock_ms=trio_ms,
+        elapsed_ms=trio_ms,
+        connect=connect,
+    )
+    # Topic configs as the controller pushes them before the LeaderAndIsr creating replicas.
+    replicas.announced_topic_configs[TOPIC] = {"min.insync.replicas": "2"}
+    return replicas
+
+
+def leader_and_isr(
+    leader: int,
+    leader_epoch: int,
+    isr: list[int],
+    replicas: list[int],
+    *,
+    partition_epoch: int | None = None,
+    partitions: tuple[int, ...] = (0,),
+):
+    """A LeaderAndIsr request as the controller sends it, for `partitions` of TOPIC."""
+    states = [
+        SimpleNamespace(
+            partition_index=index,
+            leader=leader,
+            leader_epoch=leader_epoch,
+            partition_epoch=leader_epoch if partition_epoch is None else partition_epoch,
+            isr=isr,
+            replicas=replicas,
+        )
+        for index in partitions
+    ]
+    return SimpleNamespace(
+        live_leaders=[SimpleNamespace(broker_id=leader, host_name=str(leader), port=9092)],
+        topic_states=[
+            SimpleNamespace(topic_name=TOPIC, topic_id=TOPIC_ID, partition_states=states)
+        ],
+    )
+
+
+def records(index: int, count: int, topic: str = TOPIC) -> list:
+    """append_records' entries: `count` records for one partition, in a writable view as
+    the Produce decoder gives them."""
+    batch = bytearray(make_batch([(None, b"v%d" % n) for n in range(count)]))
+    return [(topic, [PartitionProduceData(index, memoryview(batch))])]
+
+
+async def append(replicas: ReplicaManager, index: int, count: int, **options) -> dict:
+    options.setdefault("acks", -1)
+    options.setdefault("timeout_s", 30.0)
+    options.setdefault("origin", AppendOrigin.CLIENT)
+    ((result,),) = await replicas.append_records(records(index, count), **options)
+    return result
+
+
+class LeaderConnection:
+    """A follower's connection to its leader, answered in process by the leader's
+    ReplicaManager; `fetches` records each Fetch's (partition, fetch offset) in order."""
+
+    def __init__(self, leader: ReplicaManager) -> None:
+        self.leader = leader
+        self.fetches: list[list[tuple[int, int]]] = []
+
+    async def request_body(self, api_key: int, version: int, body: bytes):
+        assert api_key == ApiKey.FETCH
+        request = codec.decode_request(api_key, version, body, 0)
+        await trio.lowlevel.checkpoint()
+        topics = []
+        asked = []
+        for topic in request.topics:
+            partitions = []
+            for wanted in topic.partitions:
+                asked.append((wanted.partition, wanted.fetch_offset))
+                partition, error = self.leader.leader_partition(
+                    topic.topic, wanted.partition, wanted.current_leader_epoch
+                )
+                if error != Error.NONE:
+                    partitions.append(_fetch_error(wanted.partition, error))
+                    continue
+                partitions.append(
+                    self.leader.read_records(
+                        partition,
+                        wanted.fetch_offset,
+                        replica_id=request.replica_id,
+                        last_fetched_epoch=wanted.last_fetched_epoch,
+                        max_bytes=wanted.partition_max_bytes,
+                        min_one_batch=True,
+                        record_progress=True,
+                    )
+                )
+            topics.append({"topic": topic.topic, "partitions": partitions})
+        self.fetches.append(asked)
+        response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+        return bytearray(codec.encode_response(api_key, version, response)), 0
+
+    async def request(self, request):
+        assert request.__api_key__ == ApiKey.LIST_OFFSETS
+        await trio.lowlevel.checkpoint()
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for wanted in topic.partitions:
+                partition, error = self.leader.leader_partition(
+                    topic.name, wanted.partition_index, wanted.current_leader_epoch
+                )
+                timestamp = offset = -1
+                if error == Error.NONE:
+                    timestamp, offset = self.leader.fetch_offset_for_timestamp(
+                        partition, wanted.timestamp, 0, request.replica_id
+                    )
+                partitions.append(
+                    {
+                        "partition_index": wanted.partition_index,
+                        "error_code": error,
+                        "timestamp": timestamp,
+                        "offset": offset,
+                        "leader_epoch": -1,
+                    }
+                )
+            topics.append({"name": topic.name, "partitions": partitions})
+        encoded = codec.encode_response(
+            ApiKey.LIST_OFFSETS, request.__version__, {"throttle_time_ms": 0, "topics": topics}
+        )
+        return codec.decode_response(ApiKey.LIST_OFFSETS, request.__version__, encoded, 0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _fetch_error(index: int, error: Error) -> dict:
+    return fetch_result(index, error)

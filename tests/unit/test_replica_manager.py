@@ -1,0 +1,185 @@
+"""The replica manager's append and read paths, in process under trio's MockClock.
+
+In the spirit of Kafka's ReplicaManagerTest: real logs in a temp dir and a real
+ReplicaManager, made leader by LeaderAndIsr requests as the controller sends them; the
+followers' progress arrives as their fetches do, through read_records. No sockets, no sleep.
+"""
+
+import pytest
+import trio
+import trio.testing
+
+from minibroker.common.names import OFFSETS_TOPIC
+from minibroker.protocol.errors import Error
+from minibroker.protocol.offsets import LATEST
+from minibroker.replication.replica_manager import AppendOrigin
+from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker, records
+
+LEADER, FOLLOWER = 1, 2
+
+
+@pytest.fixture
+def autojump_clock():
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+@pytest.fixture
+async def leader(tmp_path, nursery, autojump_clock):
+    """Broker 1 leading TOPIC-0 (replicas 1 and 2, both in the ISR, min.insync.replicas=2)."""
+    replicas = make_broker(tmp_path, LEADER)
+    await nursery.start(replicas.run)
+    await replicas.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2]))
+    yield replicas
+    replicas.log_manager.close()
+
+
+def follower_fetch(replicas, offset: int) -> dict:
+    """Broker 2 fetching TOPIC-0 from `offset`, as its fetcher would."""
+    partition, error = replicas.leader_partition(TOPIC, 0)
+    assert error == Error.NONE
+    return replicas.read_records(
+        partition,
+        offset,
+        replica_id=FOLLOWER,
+        last_fetched_epoch=-1,
+        max_bytes=1 << 20,
+        min_one_batch=True,
+        record_progress=True,
+    )
+
+
+def log_end(replicas) -> int:
+    partition, _ = replicas.leader_partition(TOPIC, 0)
+    return replicas.fetch_offset_for_timestamp(partition, LATEST, 0, replica_id=FOLLOWER)[1]
+
+
+async def test_acks_all_completes_when_the_isr_reaches_the_offset(leader):
+    start = trio.current_time()
+    outcome = {}
+
+    async def produce():
+        outcome.update(await append(leader, 0, 5))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        await trio.testing.wait_all_tasks_blocked()
+        assert outcome == {}  # appended, parked until the follower has it
+        assert log_end(leader) == 5
+        follower_fetch(leader, 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert outcome == {}  # the HW is 3: not there yet
+        follower_fetch(leader, 5)
+    assert outcome["error_code"] == Error.NONE
+    assert outcome["base_offset"] == 0
+    assert trio.current_time() - start < 1  # woken by the fetch, not at the 30 s timeout
+
+
+async def test_acks_all_times_out_with_request_timed_out(leader):
+    start = trio.current_time()
+    outcome = await append(leader, 0, 5, timeout_s=2.0)
+    assert outcome["error_code"] == Error.REQUEST_TIMED_OUT
+    assert outcome["base_offset"] == -1
+    assert trio.current_time() - start == pytest.approx(2.0, abs=0.1)
+    assert log_end(leader) == 5  # appended all the same, as in Kafka
+
+
+async def test_acks_one_answers_at_once(leader):
+    outcome = await append(leader, 0, 5, acks=1)
+    assert (outcome["error_code"], outcome["base_offset"]) == (Error.NONE, 0)
+    assert (await append(leader, 0, 2, acks=1))["base_offset"] == 5
+    assert leader.metrics.messages_in.labels(TOPIC)._value.get() == 7
+
+
+async def test_not_enough_replicas_before_appending(leader):
+    await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1, 2], partition_epoch=2))
+    outcome = await append(leader, 0, 5)
+    assert outcome["error_code"] == Error.NOT_ENOUGH_REPLICAS
+    assert log_end(leader) == 0  # nothing appended
+    # acks=1 does not look at the ISR.
+    assert (await append(leader, 0, 5, acks=1))["error_code"] == Error.NONE
+
+
+async def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_append(leader):
+    outcome = {}
+
+    async def produce():
+        outcome.update(await append(leader, 0, 5))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        await trio.testing.wait_all_tasks_blocked()
+        # The controller shrinks the ISR to the leader alone: the HW reaches the offset,
+        # but fewer than min.insync.replicas have it.
+        await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1, 2], partition_epoch=2))
+    assert outcome["error_code"] == Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+async def test_losing_leadership_while_waiting_answers_not_leader(leader):
+    outcome = {}
+
+    async def produce():
+        outcome.update(await append(leader, 0, 5))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        await trio.testing.wait_all_tasks_blocked()
+        leader.fetchers.add = lambda partition: None  # no leader to fetch from here
+        await leader.apply_leader_and_isr(leader_and_isr(FOLLOWER, 2, [2], [1, 2]))
+    assert outcome["error_code"] == Error.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_a_partition_not_led_here(tmp_path, nursery, autojump_clock):
+    follower = make_broker(tmp_path, FOLLOWER)
+    await nursery.start(follower.run)
+    follower.fetchers.add = lambda partition: None
+    await follower.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2]))
+    for acks in (-1, 1, 0):
+        outcome = await append(follower, 0, 5, acks=acks)
+        assert outcome["error_code"] == Error.NOT_LEADER_OR_FOLLOWER
+    assert (await append(follower, 9, 1))["error_code"] == Error.UNKNOWN_TOPIC_OR_PARTITION
+    follower.log_manager.close()
+
+
+async def test_the_coordinator_appends_to_the_offsets_topic_and_clients_cannot(
+    tmp_path, nursery, autojump_clock
+):
+    replicas = make_broker(tmp_path, LEADER)
+    replicas.announced_topic_configs[OFFSETS_TOPIC] = {}
+    await nursery.start(replicas.run)
+    request = leader_and_isr(LEADER, 1, [1], [1])
+    request.topic_states[0].topic_name = OFFSETS_TOPIC
+    await replicas.apply_leader_and_isr(request)
+
+    ((refused,),) = await replicas.append_records(
+        records(0, 1, OFFSETS_TOPIC), acks=-1, timeout_s=5.0, origin=AppendOrigin.CLIENT
+    )
+    assert refused["error_code"] == Error.INVALID_TOPIC_EXCEPTION
+    ((written,),) = await replicas.append_records(
+        records(0, 3, OFFSETS_TOPIC), acks=-1, timeout_s=5.0, origin=AppendOrigin.COORDINATOR
+    )
+    assert (written["error_code"], written["base_offset"]) == (Error.NONE, 0)
+    partition, _ = replicas.leader_partition(OFFSETS_TOPIC, 0)
+    assert partition.high_watermark == 3  # the ISR is this broker alone
+    assert replicas.metrics.messages_in.labels(OFFSETS_TOPIC)._value.get() == 3
+    replicas.log_manager.close()
+
+
+async def test_consumers_read_up_to_the_high_watermark_and_followers_past_it(leader):
+    await append(leader, 0, 5, acks=1)
+    partition, _ = leader.leader_partition(TOPIC, 0)
+    consumer = leader.read_records(
+        partition,
+        0,
+        replica_id=-1,
+        last_fetched_epoch=-1,
+        max_bytes=1 << 20,
+        min_one_batch=True,
+        record_progress=True,
+    )
+    assert (consumer["error_code"], consumer["records"], consumer["high_watermark"]) == (
+        Error.NONE,
+        b"",
+        0,
+    )
+    assert len(follower_fetch(leader, 0)["records"]) > 0
+    assert follower_fetch(leader, 5)["high_watermark"] == 5
