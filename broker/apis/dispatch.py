@@ -8,7 +8,7 @@ registry.served_versions: the same one ApiVersions advertises on inter-node list
 import logging
 import time
 
-from minibroker.apis import CloseConnection, RequestContext, Senders, api_versions
+from minibroker.apis import CloseConnection, Handler, RequestContext, Senders, api_versions
 from minibroker.apis.errors import error_response
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.apis.registry import APIS, HELD_UNTIL_READY
@@ -43,7 +43,7 @@ def _inter_node_only(handler):
     return checked
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     key: _inter_node_only(api.handler) if api.senders is Senders.NODES else api.handler
     for key, api in APIS.items()
 }

@@ -16,4 +16,4 @@ from minibroker.protocol.errors import Error
 
 def error_response(api_key: int, request, error: Error) -> dict[str, Any]:
     """A version-neutral response to ``request`` with ``error`` everywhere it fits."""
-    return APIS[api_key].error_response(request, error)  # type: ignore[index]
+    return APIS[api_key].error_response(request, error)

@@ -11,6 +11,7 @@ protocol/versions.py keeps the wire facts the codec needs whatever the node serv
 keys, flexible versions, and the versions this node's own clients send.
 """
 
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from minibroker.apis import (
@@ -39,7 +40,6 @@ from minibroker.apis import (
     scram_credentials,
     topics,
 )
-from minibroker.protocol.versions import ApiKey
 
 # The handler modules; their @api declarations are every API minibroker serves.
 MODULES = (
@@ -66,8 +66,8 @@ MODULES = (
 )
 
 
-def _gather() -> dict[ApiKey, Api]:
-    declared: dict[ApiKey, Api] = {}
+def _gather() -> dict[int, Api]:
+    declared: dict[int, Api] = {}
     for module in MODULES:
         for declaration in declarations_of(module):
             key = declaration.key
@@ -80,7 +80,8 @@ def _gather() -> dict[ApiKey, Api]:
     return dict(sorted(declared.items()))
 
 
-APIS: MappingProxyType[ApiKey, Api] = MappingProxyType(_gather())
+# Keyed by API key (an ApiKey, which a request header's plain int finds).
+APIS: Mapping[int, Api] = MappingProxyType(_gather())
 
 # Only the cluster's own nodes send these (Kafka's clusterAction APIs): behind the inter-node
 # rules in dispatch, and left out of ApiVersions on client listeners.
