@@ -33,9 +33,9 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from minibroker.apis.registry import served_versions
 from minibroker.protocol import codec
 from minibroker.protocol.records import Record, encode_batch
-from minibroker.protocol.versions import supported_versions
 
 MAX_API_KEY = 80
 MAX_SCHEMA_VERSION = 20
@@ -229,7 +229,7 @@ def build_corpus(rng: random.Random, per_version: int = 3) -> list[CorpusEntry]:
     return corpus
 
 
-SERVED = supported_versions(broker=True, controller=True)
+SERVED = served_versions(broker=True, controller=True)
 
 
 @dataclasses.dataclass(slots=True)

@@ -16,14 +16,14 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from minibroker.protocol.bounds import InvalidArrayError, check_array_counts
-from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey, supported_versions
+from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _UTC = datetime.UTC
-_SERVED_VERSIONS = supported_versions(broker=True, controller=True)
 
 
 class DecodeError(ValueError):
@@ -42,12 +42,14 @@ def response_class(api_key: int, api_version: int) -> type:
 
 @cache
 def request_is_flexible(api_key: int, api_version: int) -> bool:
-    """Whether the request uses header v2: from the table for the versions minibroker serves,
-    from kio's schema for the others (to answer them), false for anything kio has no schema
-    for (an ApiVersions of a future version is read as header v1, all its answer needs)."""
-    served = _SERVED_VERSIONS.get(api_key)
-    if served is not None and served[0] <= api_version <= served[1]:
-        return api_version >= FIRST_FLEXIBLE_VERSION[api_key]
+    """Whether the request uses header v2: from the table for the APIs minibroker knows (for
+    the versions kio has a schema of, without loading it), from kio's schema for the other
+    APIs (to answer them), false for anything kio has no schema for (an ApiVersions of a
+    future version is read as header v1, all its answer needs)."""
+    first_flexible = FIRST_FLEXIBLE_VERSION.get(api_key)
+    if first_flexible is not None:
+        known = schema_name_map.get(api_key_map.get(api_key, ""), {})
+        return api_version in known and api_version >= first_flexible
     try:
         return bool(request_class(api_key, api_version).__flexible__)
     except Exception:

@@ -62,62 +62,6 @@ class ApiKey(IntEnum):
 # DescribeConfigs resource type of a topic (Kafka's ConfigResource.Type.TOPIC).
 TOPIC_RESOURCE_TYPE = 2
 
-# What every node answers, whatever its roles.
-COMMON_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.SASL_HANDSHAKE: (0, 1),
-    ApiKey.SASL_AUTHENTICATE: (0, 2),
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-    ApiKey.METADATA: (1, 12),
-    ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 6),
-    ApiKey.DESCRIBE_CONFIGS: (0, 4),
-    ApiKey.CREATE_PARTITIONS: (0, 3),
-    ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-    ApiKey.ALTER_CONFIGS: (0, 2),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ApiKey.DESCRIBE_ACLS: (0, 3),
-    ApiKey.CREATE_ACLS: (0, 3),
-    ApiKey.DELETE_ACLS: (0, 3),
-}
-
-# What a node with the broker role adds.
-BROKER_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 9),
-    ApiKey.FETCH: (4, 13),
-    ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ApiKey.LEADER_AND_ISR: (7, 7),
-    ApiKey.STOP_REPLICA: (4, 4),
-    ApiKey.UPDATE_METADATA: (8, 8),
-    ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
-    ApiKey.FIND_COORDINATOR: (0, 5),
-    ApiKey.JOIN_GROUP: (0, 9),
-    ApiKey.HEARTBEAT: (0, 4),
-    ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 5),
-    ApiKey.DELETE_GROUPS: (0, 2),
-    ApiKey.OFFSET_DELETE: (0, 0),
-    ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
-    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
-}
-
-# What a node with the controller role adds.
-CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.ALTER_PARTITION: (2, 2),
-    ApiKey.BROKER_REGISTRATION: (0, 0),
-    ApiKey.BROKER_HEARTBEAT: (0, 0),
-    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
-}
-
 # The version this node sends each inter-node request at.
 SENT_VERSIONS: dict[int, int] = {
     ApiKey.LEADER_AND_ISR: 7,
@@ -145,8 +89,9 @@ SENT_VERSIONS: dict[int, int] = {
 # headers, from Kafka's message definitions ("flexibleVersions"). Parsing a request header
 # needs this before anything else; with the table, a served version never touches kio for it
 # (loading a kio schema module costs milliseconds, paid by a client's first request of each
-# version). Versions outside the served ranges still ask kio (see codec.request_is_flexible).
-# tests/unit/test_protocol_framing.py checks it against kio for every served version.
+# version). Kafka's flexible versions are always "this one and every later one", so the table
+# answers for every version kio has a schema of (see codec.request_is_flexible).
+# tests/unit/test_protocol_framing.py checks it against kio for every such version.
 NEVER_FLEXIBLE = 2**15  # OffsetDelete has no flexible version
 FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.PRODUCE: 9,
@@ -194,13 +139,3 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.BROKER_HEARTBEAT: 0,
     ApiKey.ALLOCATE_PRODUCER_IDS: 0,
 }
-
-
-def supported_versions(*, broker: bool, controller: bool) -> dict[int, tuple[int, int]]:
-    """The table a node with these roles advertises and serves."""
-    table = dict(COMMON_VERSIONS)
-    if broker:
-        table.update(BROKER_VERSIONS)
-    if controller:
-        table.update(CONTROLLER_VERSIONS)
-    return dict(sorted(table.items()))

@@ -3,13 +3,22 @@
 A handler returns the version-neutral description of its response (see protocol.codec.build),
 a kio response entity of the request's version (forwarded answers), or None when the request
 gets no response (Produce with acks=0).
+
+Each handler states its API's facts beside it with :func:`api` (Kafka keeps them in one
+message definition per API, ``listeners`` and all, and in ``ApiKeys``: ``clusterAction``,
+``forwardable``); apis.registry gathers them, and dispatch, ApiVersions and the inter-node
+rules are built from them.
 """
 
+import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minibroker.common.config import BrokerConfig
+from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import RequestHeader
+from minibroker.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
     from minibroker.apis.sasl import SaslSession
@@ -64,6 +73,9 @@ class RequestContext:
     authorizer: "Authorizer | None" = None
     # The SCRAM credentials this node authenticates with (apis.sasl.ScramCredentials).
     scram_credentials: "ScramCredentials | None" = None
+    # What ApiVersions lists on this listener (apis.registry.advertised_versions): ``supported``
+    # less, on a client listener, the APIs only nodes send.
+    advertised: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -73,6 +85,109 @@ class RequestContext:
 async def wait_until_ready(ctx: RequestContext) -> None:
     """Hold a client's request until this broker has joined the cluster (and so holds its
     ACLs, configs and credentials): for the APIs that the controller also uses to push them,
-    which dispatch cannot hold back for everyone (see dispatch.CLIENT_APIS)."""
+    which dispatch cannot hold back for everyone (see Api.held_until_ready)."""
     if ctx.replicas is not None and not ctx.replicas.ready.is_set():
         await ctx.replicas.ready.wait()
+
+
+class Role(enum.Flag):
+    """The node roles that serve an API (Kafka's message definitions: ``listeners``).
+
+    A ZooKeeper-mode broker serves the controller's APIs as well, since any broker may be
+    elected (see node.server)."""
+
+    BROKER = enum.auto()
+    CONTROLLER = enum.auto()
+    BOTH = BROKER | CONTROLLER
+
+
+class Senders(enum.Enum):
+    """Who may send an API.
+
+    NODES: only the cluster's own nodes (Kafka's ``clusterAction`` APIs). Dispatch holds
+    them behind the inter-node rules (apis/inter_node.py) and ApiVersions leaves them out on
+    client listeners. CLIENTS_AND_NODES: a client form and a node form (a follower's Fetch,
+    ListOffsets and OffsetForLeaderEpoch with a replica id; the controller's pushes of configs,
+    ACLs and SCRAM credentials); the handler tells them apart and puts the node form behind
+    the inter-node rules, each refusing it in the API's own way.
+    """
+
+    CLIENTS = enum.auto()
+    NODES = enum.auto()
+    CLIENTS_AND_NODES = enum.auto()
+
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+# The version-neutral response to a request whose handler failed: ``error`` everywhere it
+# fits (see apis/errors.py for when dispatch answers with it).
+ErrorResponse = Callable[[Any, Error], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One API's facts, stated once, beside its handler (see :func:`api`).
+
+    ``versions``: the range this node serves and advertises (inside what kio has schemas for);
+    ``controller_decides``: a broker forwards it to the controller, which decides it
+    (apis.forwarding.decided_by_controller; Kafka's ``forwardable``), so both roles serve it;
+    ``held_until_ready``: a broker holds the request until it has joined the cluster (those
+    the controller also uses to push state, or that authenticate a connection, are not held;
+    their handlers wait where they must, see apis.authorization.wait_for_cluster_acls).
+    """
+
+    key: ApiKey
+    versions: tuple[int, int]
+    handler: Handler
+    error_response: ErrorResponse
+    roles: Role
+    senders: Senders = Senders.CLIENTS
+    controller_decides: bool = False
+    held_until_ready: bool = True
+
+    def __post_init__(self) -> None:
+        low, high = self.versions
+        assert 0 <= low <= high, f"{self.key.name}: bad version range {self.versions}"
+        assert not self.controller_decides or self.roles == Role.BOTH, (
+            f"{self.key.name}: the controller decides it, so brokers (to forward) and the "
+            "controller serve it"
+        )
+        assert not (self.senders is Senders.NODES and self.held_until_ready), (
+            f"{self.key.name}: the cluster's own requests are never held until ready"
+        )
+
+
+def api(
+    key: ApiKey,
+    *,
+    versions: tuple[int, int],
+    roles: Role,
+    error_response: ErrorResponse,
+    senders: Senders = Senders.CLIENTS,
+    controller_decides: bool = False,
+    held_until_ready: bool | None = None,
+) -> Callable[[Handler], Handler]:
+    """Declare the decorated handler as the one that serves ``key`` (see :class:`Api`).
+
+    The handler is returned unchanged, carrying its declaration as ``__api__``; ``held_until
+    _ready`` defaults to true except for the APIs only nodes send."""
+
+    def declare(handler: Handler) -> Handler:
+        held = senders is not Senders.NODES if held_until_ready is None else held_until_ready
+        declaration = Api(
+            key, versions, handler, error_response, roles, senders, controller_decides, held
+        )
+        setattr(handler, "__api__", declaration)  # noqa: B010 (mypy: functions have no slots)
+        return handler
+
+    return declare
+
+
+def declarations_of(module) -> list[Api]:
+    """The APIs a handler module declares, in the order of its handlers."""
+    return [
+        value.__api__
+        for value in vars(module).values()
+        if callable(value)
+        and getattr(value, "__module__", None) == module.__name__
+        and isinstance(getattr(value, "__api__", None), Api)
+    ]

@@ -15,12 +15,13 @@ configured, INVALID_REQUEST for a binding or filter with unknown or ANY values.
 
 import logging
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
-from minibroker.apis.forwarding import ForwardingFailed, forward_to_controller
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
 from minibroker.controller import acls as acl_transitions
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import InvalidAcl, Operation
 
 log = logging.getLogger("acls")
@@ -28,6 +29,20 @@ log = logging.getLogger("acls")
 _NO_AUTHORIZER = "No Authorizer is configured."
 
 
+def _describe_error(request, error: Error) -> dict:
+    return {"error_code": error}
+
+
+# Every node answers from its own copy of the ACLs. None of the ACL APIs is held until the
+# broker is ready: a joining broker loads the set with DescribeAcls, and the controller
+# pushes it with CreateAcls; wait_for_cluster_acls holds clients' requests instead.
+@api(
+    ApiKey.DESCRIBE_ACLS,
+    versions=(0, 3),
+    roles=Role.BOTH,
+    held_until_ready=False,
+    error_response=_describe_error,
+)
 async def handle_describe(ctx: RequestContext, request) -> dict:
     def refused(error: Error, message: str) -> dict:
         return {"error_code": error, "error_message": message, "resources": []}
@@ -50,6 +65,19 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
     }
 
 
+def _create_error(request, error: Error) -> dict:
+    return {"results": [{"error_code": error} for _ in request.creations]}
+
+
+@api(
+    ApiKey.CREATE_ACLS,
+    versions=(0, 3),
+    roles=Role.BOTH,
+    senders=Senders.CLIENTS_AND_NODES,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_create_error,
+)
 async def handle_create(ctx: RequestContext, request):
     def refused(error: Error, message: str) -> dict:
         return {
@@ -63,14 +91,25 @@ async def handle_create(ctx: RequestContext, request):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if ctx.authorizer is None:
         return refused(Error.SECURITY_DISABLED, _NO_AUTHORIZER)
-    if ctx.controller is not None:
-        return await ctx.controller.create_acls(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+
+    def unreachable(failure: ForwardingFailed) -> dict:
         return refused(failure.error, str(failure))
 
+    return await decided_by_controller(ctx, request, "create_acls", unreachable)
 
+
+def _delete_error(request, error: Error) -> dict:
+    return {"filter_results": [{"error_code": error} for _ in request.filters]}
+
+
+@api(
+    ApiKey.DELETE_ACLS,
+    versions=(0, 3),
+    roles=Role.BOTH,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_delete_error,
+)
 async def handle_delete(ctx: RequestContext, request):
     def refused(error: Error, message: str) -> dict:
         return {
@@ -85,12 +124,11 @@ async def handle_delete(ctx: RequestContext, request):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     if ctx.authorizer is None:
         return refused(Error.SECURITY_DISABLED, _NO_AUTHORIZER)
-    if ctx.controller is not None:
-        return await ctx.controller.delete_acls(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+
+    def unreachable(failure: ForwardingFailed) -> dict:
         return refused(failure.error, str(failure))
+
+    return await decided_by_controller(ctx, request, "delete_acls", unreachable)
 
 
 def _apply_pushed(ctx: RequestContext, request, refused) -> dict:

@@ -13,16 +13,27 @@ With an authorizer, Kafka's rules: DescribeCluster needs DESCRIBE on the cluster
 (TOPIC_AUTHORIZATION_FAILED).
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import cluster_allowed, topic_allowed
 from minibroker.apis.metadata import brokers_on_listener
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
 
 
+def _describe_cluster_error(request, error: Error) -> dict:
+    return {"error_code": error, "cluster_id": "", "brokers": (), "endpoint_type": 1}
+
+
+@api(
+    ApiKey.DESCRIBE_CLUSTER,
+    versions=(0, 1),
+    roles=Role.BROKER,
+    error_response=_describe_cluster_error,
+)
 async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
     """Anyone may describe the cluster, as in Kafka; DESCRIBE on the cluster only decides
     whether asked-for authorized operations are shown: none (0) without it. With it they are
@@ -57,6 +68,28 @@ def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> 
     return answer(error, low_watermark)
 
 
+def _delete_records_error(request, error: Error) -> dict:
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition_index,
+                        "low_watermark": -1,
+                        "error_code": error,
+                    }
+                    for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+@api(
+    ApiKey.DELETE_RECORDS, versions=(0, 2), roles=Role.BROKER, error_response=_delete_records_error
+)
 async def handle_delete_records(ctx: RequestContext, request) -> dict:
     return {
         "topics": [

@@ -1,8 +1,12 @@
-"""ApiVersions: the table of what this node speaks, from protocol.versions and its roles."""
+"""ApiVersions: the table of what this node speaks, from the APIs' declarations and its roles.
 
-from minibroker.apis import RequestContext
-from minibroker.apis.inter_node import advertised_versions
+What a listener advertises is ``ctx.advertised`` (see apis.registry.advertised_versions): a
+client listener of a node with an inter-node listener leaves out the APIs only nodes send.
+"""
+
+from minibroker.apis import RequestContext, Role, api
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 
 
 def api_keys(supported: dict[int, tuple[int, int]]) -> list[dict]:
@@ -21,5 +25,16 @@ def unsupported_version_response(supported: dict[int, tuple[int, int]]) -> dict:
     return {"error_code": Error.UNSUPPORTED_VERSION, "api_keys": api_keys(supported)}
 
 
+def _error_response(request, error: Error) -> dict:
+    return {"error_code": error, "api_keys": ()}
+
+
+@api(
+    ApiKey.API_VERSIONS,
+    versions=(0, 3),
+    roles=Role.BOTH,
+    held_until_ready=False,
+    error_response=_error_response,
+)
 async def handle(ctx: RequestContext, request) -> dict:
-    return {"error_code": Error.NONE, "api_keys": api_keys(advertised_versions(ctx))}
+    return {"error_code": Error.NONE, "api_keys": api_keys(ctx.advertised)}

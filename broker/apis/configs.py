@@ -14,9 +14,9 @@ logger resources (CLUSTER_AUTHORIZATION_FAILED).
 
 import logging
 
-from minibroker.apis import RequestContext, wait_until_ready
+from minibroker.apis import RequestContext, Role, Senders, api, wait_until_ready
 from minibroker.apis.authorization import cluster_allowed, topic_allowed
-from minibroker.apis.forwarding import ForwardingFailed, forward_to_controller
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
 from minibroker.cluster.controller_client import build_request
 from minibroker.common.config_model import (
@@ -78,12 +78,17 @@ async def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, o
     """Each topic's overrides from the controller, or the Error that answers for it."""
     if not names:
         return {}
-    if ctx.controller is not None:
-        topics = ctx.controller.state.topics
+
+    async def from_state(controller, _request) -> dict[str, object]:
+        topics = controller.state.topics
         return {
             name: dict(topics[name].configs) if name in topics else Error.UNKNOWN_TOPIC_OR_PARTITION
             for name in names
         }
+
+    def unreachable(failure: ForwardingFailed) -> dict[str, object]:
+        return dict.fromkeys(names, failure.error)
+
     request = build_request(
         ApiKey.DESCRIBE_CONFIGS,
         {
@@ -95,10 +100,9 @@ async def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, o
             "include_documentation": False,
         },
     )
-    try:
-        response = await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
-        return dict.fromkeys(names, failure.error)
+    response = await decided_by_controller(ctx, request, from_state, unreachable)
+    if isinstance(response, dict):
+        return response
     found: dict[str, object] = {}
     for result in response.results:
         if result.error_code.value != Error.NONE:
@@ -147,6 +151,28 @@ def _refusal(ctx: RequestContext, resource, operation: Operation) -> Error | Non
     return None
 
 
+def _describe_error(request, error: Error) -> dict:
+    return {
+        "results": [
+            {
+                "error_code": error,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+                "configs": (),
+            }
+            for r in request.resources
+        ]
+    }
+
+
+# Each node describes from its own properties and what the controller pushed to it; a
+# broker asks the controller only for topics' overrides (_topic_overrides).
+@api(
+    ApiKey.DESCRIBE_CONFIGS,
+    versions=(0, 4),
+    roles=Role.BOTH,
+    error_response=_describe_error,
+)
 async def handle_describe(ctx: RequestContext, request):
     include_synonyms = getattr(request, "include_synonyms", False)
     refusals = {
@@ -214,19 +240,36 @@ def _change_result(resource, error: Error = Error.NONE, message: str | None = No
     }
 
 
+def _change_error(request, error: Error) -> dict:
+    return {"responses": [_change_result(resource, error) for resource in request.resources]}
+
+
+# The controller pushes configs to brokers with AlterConfigs (the node form): not held until
+# ready, since a broker applies them before it is; clients' changes wait in _alter.
+@api(
+    ApiKey.ALTER_CONFIGS,
+    versions=(0, 2),
+    roles=Role.BOTH,
+    senders=Senders.CLIENTS_AND_NODES,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_change_error,
+)
 async def handle_alter(ctx: RequestContext, request):
     if is_controller_push(ctx):
         if not inter_node_allowed(ctx):
-            return {
-                "responses": [
-                    _change_result(resource, Error.CLUSTER_AUTHORIZATION_FAILED)
-                    for resource in request.resources
-                ]
-            }
+            return _change_error(request, Error.CLUSTER_AUTHORIZATION_FAILED)
         return _apply_pushed(ctx, request)
     return await _alter(ctx, request, ApiKey.ALTER_CONFIGS, incremental=False)
 
 
+@api(
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    versions=(0, 1),
+    roles=Role.BOTH,
+    controller_decides=True,
+    error_response=_change_error,
+)
 async def handle_incremental_alter(ctx: RequestContext, request):
     return await _alter(ctx, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental=True)
 
@@ -286,13 +329,18 @@ async def _decide(ctx: RequestContext, request, resources, api_key: ApiKey, incr
                 "validate_only": request.validate_only,
             },
         )
-    if ctx.controller is not None:
-        response = await ctx.controller.alter_configs(narrowed, incremental=incremental)
-        return response["responses"]
-    try:
-        response = await forward_to_controller(ctx, narrowed)
-    except ForwardingFailed as failure:
+
+    async def decide(controller, request) -> dict:
+        return await controller.alter_configs(request, incremental=incremental)
+
+    def unreachable(failure: ForwardingFailed) -> list[dict]:
         return [_change_result(r, failure.error, str(failure)) for r in resources]
+
+    response = await decided_by_controller(ctx, narrowed, decide, unreachable)
+    if isinstance(response, list):
+        return response
+    if isinstance(response, dict):
+        return response["responses"]
     return [
         {
             "error_code": entry.error_code.value,

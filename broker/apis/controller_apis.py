@@ -4,10 +4,22 @@ ZooKeeper mode every broker serves them, and one not elected answers NOT_CONTROL
 sender looks up the controller again (as Kafka's brokers answer a misdirected controller
 request)."""
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 
 
+def _broker_registration_error(request, error: Error) -> dict:
+    return {"error_code": error, "broker_epoch": -1}
+
+
+@api(
+    ApiKey.BROKER_REGISTRATION,
+    versions=(0, 0),
+    roles=Role.CONTROLLER,
+    senders=Senders.NODES,
+    error_response=_broker_registration_error,
+)
 async def handle_broker_registration(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
         return {"error_code": Error.NOT_CONTROLLER, "broker_epoch": -1}
@@ -15,6 +27,22 @@ async def handle_broker_registration(ctx: RequestContext, request) -> dict:
     return await ctx.controller.broker_registration(request)
 
 
+def _broker_heartbeat_error(request, error: Error) -> dict:
+    return {
+        "error_code": error,
+        "is_caught_up": False,
+        "is_fenced": True,
+        "should_shut_down": False,
+    }
+
+
+@api(
+    ApiKey.BROKER_HEARTBEAT,
+    versions=(0, 0),
+    roles=Role.CONTROLLER,
+    senders=Senders.NODES,
+    error_response=_broker_heartbeat_error,
+)
 async def handle_broker_heartbeat(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
         return {
@@ -27,12 +55,34 @@ async def handle_broker_heartbeat(ctx: RequestContext, request) -> dict:
     return await ctx.controller.broker_heartbeat(request)
 
 
+def _alter_partition_error(request, error: Error) -> dict:
+    return {"error_code": error, "topics": ()}
+
+
+@api(
+    ApiKey.ALTER_PARTITION,
+    versions=(2, 2),
+    roles=Role.CONTROLLER,
+    senders=Senders.NODES,
+    error_response=_alter_partition_error,
+)
 async def handle_alter_partition(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
         return {"error_code": Error.NOT_CONTROLLER, "topics": ()}
     return await ctx.controller.alter_partition(request)
 
 
+def _allocate_producer_ids_error(request, error: Error) -> dict:
+    return {"error_code": error, "producer_id_start": -1, "producer_id_len": 0}
+
+
+@api(
+    ApiKey.ALLOCATE_PRODUCER_IDS,
+    versions=(0, 0),
+    roles=Role.CONTROLLER,
+    senders=Senders.NODES,
+    error_response=_allocate_producer_ids_error,
+)
 async def handle_allocate_producer_ids(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
         return {"error_code": Error.NOT_CONTROLLER, "producer_id_start": -1, "producer_id_len": 0}

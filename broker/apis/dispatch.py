@@ -1,45 +1,24 @@
 """From a request frame to a response frame: version check, decode, handler, encode.
 
-The handler table is keyed by API key and covers every key in protocol.versions; what a node
-accepts is the table of its roles (the same one ApiVersions advertises).
+The handler table is built from the APIs' declarations (apis.registry) and covers every one;
+what a node accepts is the table of its roles (``ctx.supported``, from
+registry.served_versions: the same one ApiVersions advertises on inter-node listeners).
 """
 
 import logging
 import time
 
-from minibroker.apis import (
-    CloseConnection,
-    RequestContext,
-    acls,
-    admin,
-    api_versions,
-    configs,
-    controller_apis,
-    elections,
-    fetch,
-    groups,
-    inter_broker,
-    list_offsets,
-    log_dirs,
-    metadata,
-    offset_for_leader_epoch,
-    offsets,
-    produce,
-    producer_ids,
-    reassignments,
-    sasl,
-    scram_credentials,
-    topics,
-)
+from minibroker.apis import CloseConnection, Handler, RequestContext, Senders, api_versions
 from minibroker.apis.errors import error_response
-from minibroker.apis.inter_node import INTER_NODE_APIS, advertised_versions, inter_node_allowed
+from minibroker.apis.inter_node import inter_node_allowed
+from minibroker.apis.registry import APIS, HELD_UNTIL_READY
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error, error_name
 from minibroker.protocol.fetch_response import encode_fetch_response
 from minibroker.protocol.framing import RequestHeader, frame_response_header
 from minibroker.protocol.produce_request import decode_produce_request
 from minibroker.protocol.produce_response import encode_produce_response
-from minibroker.protocol.versions import ApiKey, supported_versions
+from minibroker.protocol.versions import ApiKey
 
 log = logging.getLogger("dispatch")
 
@@ -64,96 +43,10 @@ def _inter_node_only(handler):
     return checked
 
 
-HANDLERS = {
-    ApiKey.PRODUCE: produce.handle,
-    ApiKey.FETCH: fetch.handle,
-    ApiKey.LIST_OFFSETS: list_offsets.handle,
-    ApiKey.METADATA: metadata.handle,
-    ApiKey.LEADER_AND_ISR: _inter_node_only(inter_broker.handle_leader_and_isr),
-    ApiKey.STOP_REPLICA: _inter_node_only(inter_broker.handle_stop_replica),
-    ApiKey.UPDATE_METADATA: _inter_node_only(inter_broker.handle_update_metadata),
-    ApiKey.API_VERSIONS: api_versions.handle,
-    ApiKey.CREATE_TOPICS: topics.handle_create,
-    ApiKey.DELETE_TOPICS: topics.handle_delete,
-    ApiKey.CREATE_PARTITIONS: topics.handle_create_partitions,
-    ApiKey.INIT_PRODUCER_ID: producer_ids.handle,
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
-    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe,
-    ApiKey.ALTER_PARTITION: _inter_node_only(controller_apis.handle_alter_partition),
-    ApiKey.BROKER_REGISTRATION: _inter_node_only(controller_apis.handle_broker_registration),
-    ApiKey.BROKER_HEARTBEAT: _inter_node_only(controller_apis.handle_broker_heartbeat),
-    ApiKey.ALLOCATE_PRODUCER_IDS: _inter_node_only(controller_apis.handle_allocate_producer_ids),
-    ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
-    ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
-    ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
-    ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
-    ApiKey.JOIN_GROUP: groups.handle_join_group,
-    ApiKey.HEARTBEAT: groups.handle_heartbeat,
-    ApiKey.LEAVE_GROUP: groups.handle_leave_group,
-    ApiKey.SYNC_GROUP: groups.handle_sync_group,
-    ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
-    ApiKey.LIST_GROUPS: groups.handle_list_groups,
-    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
-    ApiKey.DELETE_RECORDS: admin.handle_delete_records,
-    ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
-    ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.handle_alter,
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.handle_list,
-    ApiKey.ALTER_CONFIGS: configs.handle_alter,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
-    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe,
-    ApiKey.DESCRIBE_ACLS: acls.handle_describe,
-    ApiKey.CREATE_ACLS: acls.handle_create,
-    ApiKey.DELETE_ACLS: acls.handle_delete,
-    ApiKey.SASL_HANDSHAKE: sasl.handle_handshake,
-    ApiKey.SASL_AUTHENTICATE: sasl.handle_authenticate,
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe,
+HANDLERS: dict[int, Handler] = {
+    key: _inter_node_only(api.handler) if api.senders is Senders.NODES else api.handler
+    for key, api in APIS.items()
 }
-assert set(HANDLERS) == set(supported_versions(broker=True, controller=True)), (
-    "every API of protocol.versions needs a handler"
-)
-assert all(HANDLERS[key].__name__ == "checked" for key in INTER_NODE_APIS), (
-    "every inter-node API is behind the inter-node rules"
-)
-
-
-# Requests from clients, which wait until the broker has joined the cluster.
-CLIENT_APIS = frozenset(
-    {
-        ApiKey.PRODUCE,
-        ApiKey.FETCH,
-        ApiKey.LIST_OFFSETS,
-        ApiKey.METADATA,
-        ApiKey.CREATE_TOPICS,
-        ApiKey.DELETE_TOPICS,
-        ApiKey.CREATE_PARTITIONS,
-        ApiKey.INIT_PRODUCER_ID,
-        ApiKey.OFFSET_FOR_LEADER_EPOCH,
-        ApiKey.DESCRIBE_CONFIGS,
-        ApiKey.OFFSET_COMMIT,
-        ApiKey.OFFSET_FETCH,
-        ApiKey.OFFSET_DELETE,
-        ApiKey.FIND_COORDINATOR,
-        ApiKey.JOIN_GROUP,
-        ApiKey.HEARTBEAT,
-        ApiKey.LEAVE_GROUP,
-        ApiKey.SYNC_GROUP,
-        ApiKey.DESCRIBE_GROUPS,
-        ApiKey.LIST_GROUPS,
-        ApiKey.DELETE_GROUPS,
-        ApiKey.DELETE_RECORDS,
-        ApiKey.DESCRIBE_CLUSTER,
-        ApiKey.ELECT_LEADERS,
-        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-        ApiKey.LIST_PARTITION_REASSIGNMENTS,
-        ApiKey.DESCRIBE_LOG_DIRS,
-        # Not AlterConfigs: the controller pushes config changes with it, which a broker
-        # must apply before it is ready (its handler makes clients wait instead). Nor the ACL
-        # and SCRAM credential APIs: see apis.authorization.wait_for_cluster_acls.
-        ApiKey.INCREMENTAL_ALTER_CONFIGS,
-    }
-)
 
 
 # Kafka's request names, as its request metrics label them (Produce, ListOffsets, ...).
@@ -200,9 +93,7 @@ async def dispatch(
     versions = ctx.supported.get(key)
     if versions is None or not versions[0] <= version <= versions[1]:
         if key == ApiKey.API_VERSIONS:
-            return _encode(
-                header, 0, api_versions.unsupported_version_response(advertised_versions(ctx))
-            )
+            return _encode(header, 0, api_versions.unsupported_version_response(ctx.advertised))
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
     started = time.perf_counter()
@@ -210,7 +101,7 @@ async def dispatch(
         request = decode_produce_request(version, frame, body_offset)
     else:
         request = codec.decode_request(key, version, frame, body_offset)
-    if key in CLIENT_APIS and ctx.replicas is not None and not ctx.replicas.ready.is_set():
+    if key in HELD_UNTIL_READY and ctx.replicas is not None and not ctx.replicas.ready.is_set():
         await ctx.replicas.ready.wait()
     name = _REQUEST_NAMES[key]
     try:

@@ -19,10 +19,11 @@ topics refused answer TOPIC_AUTHORIZATION_FAILED.
 
 import trio
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import fetch_result
 from minibroker.security.authorizer.acls import Operation
 
@@ -124,6 +125,32 @@ def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[d
     return {"error_code": Error.NONE, "session_id": _NO_SESSION, "responses": responses}, reader
 
 
+def _error_response(request, error: Error) -> dict:
+    return {
+        "error_code": error,
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": getattr(topic, "topic", None),
+                "topic_id": getattr(topic, "topic_id", None),
+                "partitions": [
+                    partition_entry(p.partition, error, records=None) for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ],
+    }
+
+
+# A follower's fetch (replica id >= 0) is the node form: _Reader refuses it every topic
+# unless the inter-node rules allow it.
+@api(
+    ApiKey.FETCH,
+    versions=(4, 13),
+    roles=Role.BROKER,
+    senders=Senders.CLIENTS_AND_NODES,
+    error_response=_error_response,
+)
 async def handle(ctx: RequestContext, request) -> dict:
     if getattr(request, "session_id", 0) != 0 and getattr(request, "session_epoch", -1) > 0:
         return {"error_code": Error.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": ()}

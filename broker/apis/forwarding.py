@@ -1,14 +1,23 @@
-"""Admin requests a broker cannot decide: sent on to the controller, its answer relayed.
+"""Requests the controller decides: on the controller node it decides them, a broker sends
+them on to the controller and relays its answer.
 
-Kafka wraps these in an Envelope; here the broker re-sends the client's request as it is (the
-same version) and returns the controller's response entity unchanged.
+Kafka's brokers wrap such requests (``forwardable`` in ApiKeys) in an Envelope; here the
+broker re-sends the client's request as it is (the same version) and returns the
+controller's response entity unchanged. Every handler that does this goes through
+:func:`decided_by_controller`; the APIs it serves say so in their declaration
+(``controller_decides``).
 """
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from minibroker.apis import RequestContext
 from minibroker.cluster.controller_client import REQUEST_TIMEOUT_S, ControllerUnavailable
 from minibroker.protocol.errors import Error
+
+if TYPE_CHECKING:
+    from minibroker.controller.service import ControllerService
 
 log = logging.getLogger("forwarding")
 
@@ -21,6 +30,10 @@ class ForwardingFailed(Exception):
 
 # Beyond the client's own timeout, what the controller may take to answer it.
 FORWARDING_MARGIN_S = 5.0
+
+# How the controller node decides a request: the name of its ControllerService method that
+# takes the request, or a function of the service and the request.
+Decide = str | Callable[["ControllerService", Any], Awaitable[Any]]
 
 
 async def forward_to_controller(ctx: RequestContext, request):
@@ -35,11 +48,18 @@ async def forward_to_controller(ctx: RequestContext, request):
         raise ForwardingFailed(str(error)) from None
 
 
-async def decided_by_controller(ctx: RequestContext, request, method: str, refused):
-    """The controller's answer: its ``method`` on the controller node, the forwarded
-    request's answer on a broker, ``refused(failure)`` when the controller is unreachable."""
-    if ctx.controller is not None:
-        return await getattr(ctx.controller, method)(request)
+async def decided_by_controller(
+    ctx: RequestContext, request, decide: Decide, refused: Callable[[ForwardingFailed], Any]
+):
+    """The controller's answer to ``request``: ``decide`` on a node with the controller role
+    (usually a version-neutral dict), the forwarded request's answer on a broker (a kio
+    response entity of the request's version), ``refused(failure)`` when the controller
+    cannot be reached."""
+    controller = ctx.controller
+    if controller is not None:
+        if isinstance(decide, str):
+            return await getattr(controller, decide)(request)
+        return await decide(controller, request)
     try:
         return await forward_to_controller(ctx, request)
     except ForwardingFailed as failure:

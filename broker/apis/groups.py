@@ -14,12 +14,13 @@ groups it may DESCRIBE.
 
 from functools import partial
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, cluster_allowed, group_allowed
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.coordinator.state import JoinRequest, JoinResult
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 GROUP_KEY_TYPE = 0
@@ -64,6 +65,23 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
     return answer(Error.NONE, None, node)
 
 
+def _find_coordinator_error(request, error: Error) -> dict:
+    if hasattr(request, "coordinator_keys"):  # v4+: one answer per key
+        return {
+            "coordinators": [
+                {"key": key, "error_code": error, "node_id": -1, "host": "", "port": -1}
+                for key in request.coordinator_keys
+            ]
+        }
+    return {"error_code": error, "node_id": -1, "host": "", "port": -1}
+
+
+@api(
+    ApiKey.FIND_COORDINATOR,
+    versions=(0, 5),
+    roles=Role.BROKER,
+    error_response=_find_coordinator_error,
+)
 async def handle_find_coordinator(ctx: RequestContext, request) -> dict:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     if ctx.version >= 4:
@@ -94,6 +112,18 @@ def _join_response(ctx: RequestContext, result) -> dict:
     }
 
 
+def _join_group_error(request, error: Error) -> dict:
+    return {
+        "error_code": error,
+        "generation_id": -1,
+        "leader": "",
+        "member_id": "",
+        "protocol_name": "",
+        "members": (),
+    }
+
+
+@api(ApiKey.JOIN_GROUP, versions=(0, 9), roles=Role.BROKER, error_response=_join_group_error)
 async def handle_join_group(ctx: RequestContext, request) -> dict:
     if not request.group_id:
         return _join_response(ctx, JoinResult(Error.INVALID_GROUP_ID, member_id=request.member_id))
@@ -119,6 +149,11 @@ async def handle_join_group(ctx: RequestContext, request) -> dict:
     return _join_response(ctx, result)
 
 
+def _sync_group_error(request, error: Error) -> dict:
+    return {"error_code": error, "protocol_name": "", "assignment": b""}
+
+
+@api(ApiKey.SYNC_GROUP, versions=(0, 5), roles=Role.BROKER, error_response=_sync_group_error)
 async def handle_sync_group(ctx: RequestContext, request) -> dict:
     if not request.group_id:
         return {"error_code": Error.INVALID_GROUP_ID, "assignment": b""}
@@ -141,6 +176,11 @@ async def handle_sync_group(ctx: RequestContext, request) -> dict:
     }
 
 
+def _heartbeat_error(request, error: Error) -> dict:
+    return {"error_code": error}
+
+
+@api(ApiKey.HEARTBEAT, versions=(0, 4), roles=Role.BROKER, error_response=_heartbeat_error)
 async def handle_heartbeat(ctx: RequestContext, request) -> dict:
     if not request.group_id:
         return {"error_code": Error.INVALID_GROUP_ID}
@@ -155,6 +195,11 @@ async def handle_heartbeat(ctx: RequestContext, request) -> dict:
     return {"error_code": error}
 
 
+def _leave_group_error(request, error: Error) -> dict:
+    return {"error_code": error, "members": ()}
+
+
+@api(ApiKey.LEAVE_GROUP, versions=(0, 5), roles=Role.BROKER, error_response=_leave_group_error)
 async def handle_leave_group(ctx: RequestContext, request) -> dict:
     if ctx.version >= 3:
         members = [(member.member_id, member.group_instance_id) for member in request.members]
@@ -178,6 +223,11 @@ async def handle_leave_group(ctx: RequestContext, request) -> dict:
     }
 
 
+def _list_groups_error(request, error: Error) -> dict:
+    return {"error_code": error, "groups": ()}
+
+
+@api(ApiKey.LIST_GROUPS, versions=(0, 5), roles=Role.BROKER, error_response=_list_groups_error)
 async def handle_list_groups(ctx: RequestContext, request) -> dict:
     states = {state.lower() for state in getattr(request, "states_filter", ())}
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
@@ -233,6 +283,27 @@ def _described(group_id: str, error: Error, group) -> dict:
     }
 
 
+def _describe_groups_error(request, error: Error) -> dict:
+    return {
+        "groups": [
+            {
+                "error_code": error,
+                "group_id": group_id,
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+            }
+            for group_id in request.groups
+        ]
+    }
+
+
+@api(
+    ApiKey.DESCRIBE_GROUPS,
+    versions=(0, 5),
+    roles=Role.BROKER,
+    error_response=_describe_groups_error,
+)
 async def handle_describe_groups(ctx: RequestContext, request) -> dict:
     groups = []
     for group_id in request.groups:
@@ -244,6 +315,15 @@ async def handle_describe_groups(ctx: RequestContext, request) -> dict:
     return {"groups": groups}
 
 
+def _delete_groups_error(request, error: Error) -> dict:
+    return {
+        "results": [
+            {"group_id": group_id, "error_code": error} for group_id in request.groups_names
+        ]
+    }
+
+
+@api(ApiKey.DELETE_GROUPS, versions=(0, 2), roles=Role.BROKER, error_response=_delete_groups_error)
 async def handle_delete_groups(ctx: RequestContext, request) -> dict:
     results = []
     for group_id in request.groups_names:

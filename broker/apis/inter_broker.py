@@ -5,10 +5,22 @@ never with an older controller epoch than one already seen (STALE_CONTROLLER_EPO
 restarted controller starts a new epoch, so a request from its previous life is refused.
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 
 
+def _leader_and_isr_error(request, error: Error) -> dict:
+    return {"error_code": error, "topics": ()}
+
+
+@api(
+    ApiKey.LEADER_AND_ISR,
+    versions=(7, 7),
+    roles=Role.BROKER,
+    senders=Senders.NODES,
+    error_response=_leader_and_isr_error,
+)
 async def handle_leader_and_isr(ctx: RequestContext, request) -> dict:
     error = ctx.replicas.check_controller(request)
     if error != Error.NONE:
@@ -31,6 +43,17 @@ async def handle_leader_and_isr(ctx: RequestContext, request) -> dict:
     return {"error_code": Error.NONE, "topics": topics}
 
 
+def _update_metadata_error(request, error: Error) -> dict:
+    return {"error_code": error}
+
+
+@api(
+    ApiKey.UPDATE_METADATA,
+    versions=(8, 8),
+    roles=Role.BROKER,
+    senders=Senders.NODES,
+    error_response=_update_metadata_error,
+)
 async def handle_update_metadata(ctx: RequestContext, request) -> dict:
     error = ctx.replicas.check_controller(request)
     if error == Error.NONE:
@@ -38,6 +61,17 @@ async def handle_update_metadata(ctx: RequestContext, request) -> dict:
     return {"error_code": error}
 
 
+def _stop_replica_error(request, error: Error) -> dict:
+    return {"error_code": error, "partition_errors": ()}
+
+
+@api(
+    ApiKey.STOP_REPLICA,
+    versions=(4, 4),
+    roles=Role.BROKER,
+    senders=Senders.NODES,
+    error_response=_stop_replica_error,
+)
 async def handle_stop_replica(ctx: RequestContext, request) -> dict:
     error = ctx.replicas.check_controller(request)
     if error != Error.NONE:

@@ -1,10 +1,13 @@
 """The requests only nodes of the cluster send one another, and who may send them.
 
 LeaderAndIsr, StopReplica and UpdateMetadata (controller to broker), AlterPartition,
-BrokerRegistration, BrokerHeartbeat and AllocateProducerIds (broker to controller), a
-follower's Fetch (replica id >= 0), and the controller's config and ACL pushes (AlterConfigs
-and CreateAcls on the controller's connection) change what a node serves. They are accepted
-only
+BrokerRegistration, BrokerHeartbeat and AllocateProducerIds (broker to controller): the APIs
+declared ``senders=Senders.NODES`` (see apis.Api; dispatch puts their handlers behind these
+rules). The node forms of the APIs declared ``Senders.CLIENTS_AND_NODES``: a follower's Fetch,
+ListOffsets and OffsetForLeaderEpoch (replica id >= 0), and the controller's config, ACL and
+SCRAM credential pushes (AlterConfigs, CreateAcls and AlterUserScramCredentials on the
+controller's connection), whose handlers apply these rules. All of them change what a node
+serves. They are accepted only
 
 * on an inter-node listener: the inter-broker listener (``inter.broker.listener.name``, by
   default the first listener) and the ``controller.listener.names`` among the node's
@@ -18,20 +21,7 @@ only
 from minibroker.apis import RequestContext
 from minibroker.apis.authorization import cluster_allowed, on_inter_node_listener
 from minibroker.common.names import CONTROLLER_CLIENT_ID
-from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
-
-INTER_NODE_APIS = frozenset(
-    {
-        ApiKey.LEADER_AND_ISR,
-        ApiKey.STOP_REPLICA,
-        ApiKey.UPDATE_METADATA,
-        ApiKey.ALTER_PARTITION,
-        ApiKey.BROKER_REGISTRATION,
-        ApiKey.BROKER_HEARTBEAT,
-        ApiKey.ALLOCATE_PRODUCER_IDS,
-    }
-)
 
 
 def inter_node_allowed(ctx: RequestContext) -> bool:
@@ -44,11 +34,3 @@ def is_controller_push(ctx: RequestContext) -> bool:
     deciding it: sent on the controller's connection, recognised by its client id. Whether
     the sender may say so is :func:`inter_node_allowed`'s question."""
     return ctx.header.client_id == CONTROLLER_CLIENT_ID and ctx.replicas is not None
-
-
-def advertised_versions(ctx: RequestContext) -> dict[int, tuple[int, int]]:
-    """What ApiVersions lists on this connection's listener: client listeners of a node with
-    an inter-node listener leave out the inter-node APIs."""
-    if on_inter_node_listener(ctx):
-        return ctx.supported
-    return {key: versions for key, versions in ctx.supported.items() if key not in INTER_NODE_APIS}

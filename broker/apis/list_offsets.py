@@ -5,10 +5,11 @@ a follower's request (replica id >= 0) follows the inter-node rules instead. The
 the replica manager's (fetch_offset_for_timestamp), as in Kafka.
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
 
@@ -36,6 +37,34 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
     return entry
 
 
+def _error_response(request, error: Error) -> dict:
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": error,
+                        "timestamp": -1,
+                        "offset": -1,
+                    }
+                    for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+# A replica id >= 0 is the node form, refused every topic unless the inter-node rules allow it.
+@api(
+    ApiKey.LIST_OFFSETS,
+    versions=(1, 7),
+    roles=Role.BROKER,
+    senders=Senders.CLIENTS_AND_NODES,
+    error_response=_error_response,
+)
 async def handle(ctx: RequestContext, request) -> dict:
     topics = []
     from_replica = getattr(request, "replica_id", -1) >= 0

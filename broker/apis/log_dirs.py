@@ -11,9 +11,10 @@ directories, as Kafka answers.
 import os
 from pathlib import Path
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import cluster_allowed
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
 
@@ -32,6 +33,11 @@ def _wanted(request) -> dict[str, set[int]] | None:
     return wanted
 
 
+def _error_response(request, error: Error) -> dict:
+    return {"error_code": error, "results": ()}
+
+
+@api(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 4), roles=Role.BROKER, error_response=_error_response)
 async def handle_describe(ctx: RequestContext, request) -> dict:
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         return {"error_code": Error.CLUSTER_AUTHORIZATION_FAILED, "results": ()}

@@ -10,12 +10,13 @@ all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named; auto-creat
 CREATE on the cluster or the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import may_create_topic, topic_allowed
 from minibroker.apis.topics import create_topic_with_defaults
 from minibroker.controller.state import ControllerError, validate_topic_name
 from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.security.authorizer.acls import Operation
 
@@ -113,6 +114,12 @@ def brokers_on_listener(ctx: RequestContext, replicas: ReplicaManager) -> list[d
     return brokers
 
 
+def _error_response(request, error: Error) -> dict:
+    """Metadata has no error code of its own: no brokers, no topics."""
+    return {"brokers": (), "controller_id": -1, "topics": ()}
+
+
+@api(ApiKey.METADATA, versions=(1, 12), roles=Role.BOTH, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.replicas is None:
         return ctx.controller.metadata(request)

@@ -9,10 +9,11 @@ With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORI
 a request from a replica (replica id >= 0) follows the inter-node rules instead.
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
 
@@ -43,6 +44,29 @@ def _refused(requested) -> dict:
     }
 
 
+def _error_response(request, error: Error) -> dict:
+    return {
+        "topics": [
+            {
+                "topic": topic.topic,
+                "partitions": [
+                    {"error_code": error, "partition": p.partition, "end_offset": -1}
+                    for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+# A replica id >= 0 is the node form, refused every topic unless the inter-node rules allow it.
+@api(
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    versions=(2, 4),
+    roles=Role.BROKER,
+    senders=Senders.CLIENTS_AND_NODES,
+    error_response=_error_response,
+)
 async def handle(ctx: RequestContext, request) -> dict:
     from_replica = getattr(request, "replica_id", -1) >= 0
     replica_allowed = not from_replica or inter_node_allowed(ctx)

@@ -11,16 +11,33 @@ and left out of an all-topics answer; OffsetDelete needs DELETE on the group and
 topic.
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import group_allowed, topic_allowed
 from minibroker.coordinator.service import CommitRequest
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
+def _offset_commit_error(request, error: Error) -> dict:
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": error}
+                    for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+@api(ApiKey.OFFSET_COMMIT, versions=(2, 9), roles=Role.BROKER, error_response=_offset_commit_error)
 async def handle_offset_commit(ctx: RequestContext, request) -> dict:
     generation = getattr(request, "generation_id_or_member_epoch", None)
     if generation is None:
@@ -120,6 +137,35 @@ def _fetched_group(ctx: RequestContext, group_id: str, topics) -> dict:
     }
 
 
+def _offset_fetch_error(request, error: Error) -> dict:
+    if hasattr(request, "groups"):  # v8+: several groups
+        return {
+            "groups": [
+                {"group_id": group.group_id, "error_code": error, "topics": ()}
+                for group in request.groups
+            ]
+        }
+    return {
+        "error_code": error,
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": index,
+                        "committed_offset": -1,
+                        "metadata": "",
+                        "error_code": error,
+                    }
+                    for index in topic.partition_indexes
+                ],
+            }
+            for topic in request.topics or ()
+        ],
+    }
+
+
+@api(ApiKey.OFFSET_FETCH, versions=(1, 9), roles=Role.BROKER, error_response=_offset_fetch_error)
 async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
     if ctx.version >= 8:
         return {
@@ -130,6 +176,11 @@ async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
     return _fetched_group(ctx, request.group_id, request.topics)
 
 
+def _offset_delete_error(request, error: Error) -> dict:
+    return {"error_code": error, "topics": ()}
+
+
+@api(ApiKey.OFFSET_DELETE, versions=(0, 0), roles=Role.BROKER, error_response=_offset_delete_error)
 async def handle_offset_delete(ctx: RequestContext, request) -> dict:
     if not group_allowed(ctx, Operation.DELETE, request.group_id):
         return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "topics": ()}

@@ -17,10 +17,11 @@ gzip, snappy and lz4: it enables those codecs only when a broker's Produce range
 Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwise).
 """
 
-from minibroker.apis import CloseConnection, RequestContext
+from minibroker.apis import CloseConnection, RequestContext, Role, api
 from minibroker.apis.authorization import may_create_topic, topic_allowed
 from minibroker.apis.topics import create_topic_with_defaults
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import AppendOrigin, append_result
 from minibroker.security.authorizer.acls import Operation
 
@@ -54,6 +55,22 @@ async def _ensure_topic(ctx: RequestContext, name: str) -> None:
         await create_topic_with_defaults(ctx, name)
 
 
+def _error_response(request, error: Error) -> dict:
+    return {
+        "responses": [
+            {
+                "name": topic.name,
+                "partition_responses": [
+                    {"index": data.index, "error_code": error, "base_offset": -1}
+                    for data in topic.partition_data
+                ],
+            }
+            for topic in request.topic_data
+        ]
+    }
+
+
+@api(ApiKey.PRODUCE, versions=(0, 9), roles=Role.BROKER, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict | None:
     """Decide what may be appended (acks, WRITE on each topic, no transactions, v2 batches
     on Produce v0-v2); the replica manager's append_records appends it and waits for acks=-1.

@@ -11,10 +11,11 @@ With an authorizer, Kafka 3.x's rules: a transactional id needs WRITE on it
 cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 """
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, any_topic_allowed, cluster_allowed
 from minibroker.cluster.controller_client import ControllerUnavailable
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 MAX_EPOCH = 32767
@@ -32,6 +33,11 @@ def _refusal(ctx: RequestContext, request) -> Error | None:
     return None
 
 
+def _error_response(request, error: Error) -> dict:
+    return {"error_code": error, "producer_id": -1, "producer_epoch": -1}
+
+
+@api(ApiKey.INIT_PRODUCER_ID, versions=(0, 4), roles=Role.BROKER, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.authorizer is not None and (refusal := _refusal(ctx, request)) is not None:
         return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}

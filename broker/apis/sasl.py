@@ -15,7 +15,7 @@ without Kafka headers (``raw_token_pending``); the server loop hands those to ``
 import time
 from dataclasses import dataclass, field
 
-from minibroker.apis import CloseConnection, RequestContext
+from minibroker.apis import CloseConnection, RequestContext, Role, api
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -99,6 +99,19 @@ class SaslSession:
         self.expires_at_ms = _now_ms() + lifetime if lifetime else None
 
 
+def _handshake_error(request, error: Error) -> dict:
+    return {"error_code": error, "mechanisms": ()}
+
+
+# Not held until ready: every connection to a SASL listener authenticates first, the
+# controller's and the brokers' own included.
+@api(
+    ApiKey.SASL_HANDSHAKE,
+    versions=(0, 1),
+    roles=Role.BOTH,
+    held_until_ready=False,
+    error_response=_handshake_error,
+)
 async def handle_handshake(ctx: RequestContext, request) -> dict:
     session: SaslSession | None = ctx.connection.sasl
     mechanisms = list(session.security.mechanisms) if session is not None else []
@@ -113,6 +126,17 @@ async def handle_handshake(ctx: RequestContext, request) -> dict:
     return {"error_code": Error.NONE, "mechanisms": mechanisms}
 
 
+def _authenticate_error(request, error: Error) -> dict:
+    return {"error_code": error, "auth_bytes": b"", "session_lifetime": 0}
+
+
+@api(
+    ApiKey.SASL_AUTHENTICATE,
+    versions=(0, 2),
+    roles=Role.BOTH,
+    held_until_ready=False,
+    error_response=_authenticate_error,
+)
 async def handle_authenticate(ctx: RequestContext, request) -> dict:
     session: SaslSession | None = ctx.connection.sasl
     if session is None or session.mechanism is None:

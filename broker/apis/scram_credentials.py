@@ -3,13 +3,14 @@ Kafka's admin clients do it, decided and stored by the controller (a broker forw
 and pushed by the controller to every broker, which authenticates with them
 (broker.controller.scram_credentials describes the push)."""
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
-from minibroker.apis.forwarding import ForwardingFailed, forward_to_controller
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
 from minibroker.controller.scram_credentials import MECHANISM_BY_TYPE, SNAPSHOT_MARKER
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
 _CLUSTER_REFUSED = "Cluster authorization failed."
@@ -39,6 +40,22 @@ def _apply_push(ctx: RequestContext, request) -> dict:
     return {"results": ()}
 
 
+def _alter_error(request, error: Error) -> dict:
+    """As Kafka's generic error answer: no results (the error names no user)."""
+    return {"results": ()}
+
+
+# The controller pushes credentials to brokers with AlterUserScramCredentials (the node
+# form); not held until ready, like the ACL APIs (wait_for_cluster_acls holds clients').
+@api(
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    versions=(0, 0),
+    roles=Role.BOTH,
+    senders=Senders.CLIENTS_AND_NODES,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_alter_error,
+)
 async def handle_alter(ctx: RequestContext, request):
     """Kafka asks for ALTER on the cluster; the controller's push, for the cluster's own
     rules (an inter-node listener, CLUSTER_ACTION), so that no client can plant a user."""
@@ -58,14 +75,25 @@ async def handle_alter(ctx: RequestContext, request):
     await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.ALTER):
         return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
-    if ctx.controller is not None:
-        return await ctx.controller.alter_user_scram_credentials(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+
+    def unreachable(failure: ForwardingFailed) -> dict:
         return refused(failure.error, str(failure))
 
+    return await decided_by_controller(ctx, request, "alter_user_scram_credentials", unreachable)
 
+
+def _describe_error(request, error: Error) -> dict:
+    return {"error_code": error}
+
+
+@api(
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    versions=(0, 0),
+    roles=Role.BOTH,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_describe_error,
+)
 async def handle_describe(ctx: RequestContext, request):
     await wait_for_cluster_acls(ctx)
     if not cluster_allowed(ctx, Operation.DESCRIBE):
@@ -74,9 +102,8 @@ async def handle_describe(ctx: RequestContext, request):
             "error_message": _CLUSTER_REFUSED,
             "results": (),
         }
-    if ctx.controller is not None:
-        return await ctx.controller.describe_user_scram_credentials(request)
-    try:
-        return await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+
+    def unreachable(failure: ForwardingFailed) -> dict:
         return {"error_code": failure.error, "error_message": str(failure), "results": ()}
+
+    return await decided_by_controller(ctx, request, "describe_user_scram_credentials", unreachable)

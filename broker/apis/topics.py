@@ -13,13 +13,9 @@ only the others.
 import dataclasses
 from collections.abc import Callable
 
-from minibroker.apis import RequestContext
+from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import may_create_topic, topic_allowed
-from minibroker.apis.forwarding import (
-    ForwardingFailed,
-    decided_by_controller,
-    forward_to_controller,
-)
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.cluster.controller_client import build_request
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -79,6 +75,17 @@ def _created_entry(topic, error: Error, message: str | None) -> dict:
     }
 
 
+def _create_error(request, error: Error) -> dict:
+    return {"topics": [_created_entry(topic, error, None) for topic in request.topics]}
+
+
+@api(
+    ApiKey.CREATE_TOPICS,
+    versions=(2, 7),
+    roles=Role.BOTH,
+    controller_decides=True,
+    error_response=_create_error,
+)
 async def handle_create(ctx: RequestContext, request):
     return await _decided_if_allowed(
         ctx,
@@ -91,6 +98,23 @@ async def handle_create(ctx: RequestContext, request):
     )
 
 
+def _delete_error(request, error: Error) -> dict:
+    names = getattr(request, "topic_names", None)  # v0-5 name topics; v6+ may give ids
+    topics = (
+        [{"name": name} for name in names]
+        if names is not None
+        else [{"name": topic.name, "topic_id": topic.topic_id} for topic in request.topics]
+    )
+    return {"responses": [{**topic, "error_code": error} for topic in topics]}
+
+
+@api(
+    ApiKey.DELETE_TOPICS,
+    versions=(1, 6),
+    roles=Role.BOTH,
+    controller_decides=True,
+    error_response=_delete_error,
+)
 async def handle_delete(ctx: RequestContext, request):
     if hasattr(request, "topic_names"):
 
@@ -136,6 +160,22 @@ def _name_of_id(ctx: RequestContext, topic_id) -> str | None:
     return None if topic is None else topic.name
 
 
+def _create_partitions_error(request, error: Error) -> dict:
+    return {
+        "results": [
+            {"name": topic.name, "error_code": error, "error_message": None}
+            for topic in request.topics
+        ]
+    }
+
+
+@api(
+    ApiKey.CREATE_PARTITIONS,
+    versions=(0, 3),
+    roles=Role.BOTH,
+    controller_decides=True,
+    error_response=_create_partitions_error,
+)
 async def handle_create_partitions(ctx: RequestContext, request):
     def refused(topic, error: Error, message: str | None) -> dict:
         return {"name": topic.name, "error_code": error, "error_message": message}
@@ -175,11 +215,13 @@ async def create_topic_with_defaults(ctx: RequestContext, name: str) -> Error:
 async def create_topics_through_controller(ctx: RequestContext, request) -> Error:
     """Send a CreateTopics of one topic to the controller (or run it here on the controller
     node) and return that topic's error."""
-    try:
-        if ctx.controller is not None:
-            response = await ctx.controller.create_topics(request)
-            return Error(response["topics"][0]["error_code"])
-        response = await forward_to_controller(ctx, request)
-    except ForwardingFailed as failure:
+
+    def unreachable(failure: ForwardingFailed) -> Error:
         return failure.error
+
+    response = await decided_by_controller(ctx, request, "create_topics", unreachable)
+    if isinstance(response, Error):
+        return response
+    if isinstance(response, dict):
+        return Error(response["topics"][0]["error_code"])
     return Error(response.topics[0].error_code.value)

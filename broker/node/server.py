@@ -21,7 +21,9 @@ from pathlib import Path
 import trio
 
 from minibroker.apis import CloseConnection, Connection, RequestContext
+from minibroker.apis.authorization import inter_node_listeners
 from minibroker.apis.dispatch import UnsupportedRequest, dispatch
+from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.apis.sasl import SaslSession
 from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
 from minibroker.common.config import BrokerConfig
@@ -32,7 +34,6 @@ from minibroker.coordinator.service import GroupCoordinator
 from minibroker.node.metrics import StateCollector, serve_metrics
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
-from minibroker.protocol.versions import supported_versions
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 from minibroker.security.authorizer import authorizer_from_config
@@ -88,9 +89,16 @@ class BrokerServer:
         self.cluster_id: str | None = config.cluster_id or existing_cluster_id(config.log_dirs[0])
         # In ZooKeeper mode any broker may be elected controller, so every broker serves the
         # controller's APIs (answering NOT_CONTROLLER while it is not the controller).
-        self.supported = supported_versions(
+        self.supported = served_versions(
             broker=config.is_broker, controller=config.is_controller or config.zookeeper_mode
         )
+        internal = inter_node_listeners(config)
+        self.advertised = {
+            listener.name: advertised_versions(
+                self.supported, inter_node_listener=internal is None or listener.name in internal
+            )
+            for listener in config.listeners
+        }
         self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
@@ -132,6 +140,7 @@ class BrokerServer:
             connection,
             self.authorizer,
             self.scram_credentials,
+            self.advertised[listener_name],
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -4,8 +4,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from minibroker.apis.registry import served_versions
 from minibroker.cluster.node_connection import NodeConnection
-from minibroker.protocol.versions import supported_versions
 
 
 async def test_requests_and_responses_pair_up(broker):
@@ -17,7 +17,7 @@ async def test_requests_and_responses_pair_up(broker):
         )
         assert versions.error_code == ErrorCode.none
         assert {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys} == (
-            supported_versions(broker=True, controller=True)
+            served_versions(broker=True, controller=True)
         )
         metadata = await connection.request(
             MetadataRequest(

@@ -11,16 +11,16 @@ from kio.static.primitive import Records
 
 from minibroker.apis.dispatch import _encode
 from minibroker.apis.errors import error_response
+from minibroker.apis.registry import served_versions
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import RequestHeader, parse_response_header
-from minibroker.protocol.versions import supported_versions
 
 st.register_type_strategy(Records, st.binary(max_size=50).map(Records))
 
 EVERY_VERSION = [
     (key, version)
-    for key, (low, high) in supported_versions(broker=True, controller=True).items()
+    for key, (low, high) in served_versions(broker=True, controller=True).items()
     for version in range(low, high + 1)
 ]
 

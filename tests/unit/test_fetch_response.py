@@ -5,11 +5,12 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minibroker.apis.registry import APIS
 from minibroker.protocol import codec
 from minibroker.protocol.fetch_response import encode_fetch_response
-from minibroker.protocol.versions import BROKER_VERSIONS, ApiKey
+from minibroker.protocol.versions import ApiKey
 
-LOW, HIGH = BROKER_VERSIONS[ApiKey.FETCH]
+LOW, HIGH = APIS[ApiKey.FETCH].versions
 
 partitions = st.fixed_dictionaries(
     {

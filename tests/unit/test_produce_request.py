@@ -5,13 +5,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.static.primitive import Records
 
+from minibroker.apis.registry import APIS
 from minibroker.protocol import codec
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.produce_request import decode_produce_request
-from minibroker.protocol.versions import BROKER_VERSIONS, ApiKey
+from minibroker.protocol.versions import ApiKey
 
 st.register_type_strategy(Records, st.binary(max_size=80).map(Records))
-LOW, HIGH = BROKER_VERSIONS[ApiKey.PRODUCE]
+LOW, HIGH = APIS[ApiKey.PRODUCE].versions
 
 
 def as_plain(request) -> tuple:

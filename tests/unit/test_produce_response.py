@@ -3,11 +3,12 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minibroker.apis.registry import APIS
 from minibroker.protocol import codec
 from minibroker.protocol.produce_response import encode_produce_response
-from minibroker.protocol.versions import BROKER_VERSIONS, ApiKey
+from minibroker.protocol.versions import ApiKey
 
-LOW, HIGH = BROKER_VERSIONS[ApiKey.PRODUCE]
+LOW, HIGH = APIS[ApiKey.PRODUCE].versions
 
 partitions = st.fixed_dictionaries(
     {

@@ -12,11 +12,11 @@ import struct
 import pytest
 
 from faults.frames import ValueMaker, encode_request, request_schemas
+from minibroker.apis.registry import served_versions
 from minibroker.protocol import codec
 from minibroker.protocol.bounds import walked_size
-from minibroker.protocol.versions import supported_versions
 
-SERVED = supported_versions(broker=True, controller=True)
+SERVED = served_versions(broker=True, controller=True)
 
 
 def test_the_walk_matches_kio_for_every_request_schema():

@@ -1,0 +1,107 @@
+"""Every API's declaration, gathered from the handler modules, and the tables built from them.
+
+Each handler module states its APIs' facts beside the handlers (``@api``, see apis.Api), as
+Kafka keeps them in one message definition per API. From them come what a node serves for its
+roles (:func:`served_versions`, which dispatch accepts), what each listener advertises
+(:func:`advertised_versions`), the APIs only nodes send, those held until a broker is ready,
+and each API's error answer (apis/errors.py). A new API is a handler module with its ``@api``
+declarations, listed in :data:`MODULES`.
+
+protocol/versions.py keeps the wire facts the codec needs whatever the node serves: the API
+keys, flexible versions, and the versions this node's own clients send.
+"""
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from minibroker.apis import (
+    Api,
+    Role,
+    Senders,
+    acls,
+    admin,
+    api_versions,
+    configs,
+    controller_apis,
+    declarations_of,
+    elections,
+    fetch,
+    groups,
+    inter_broker,
+    list_offsets,
+    log_dirs,
+    metadata,
+    offset_for_leader_epoch,
+    offsets,
+    produce,
+    producer_ids,
+    reassignments,
+    sasl,
+    scram_credentials,
+    topics,
+)
+
+# The handler modules; their @api declarations are every API minibroker serves.
+MODULES = (
+    produce,
+    fetch,
+    list_offsets,
+    metadata,
+    inter_broker,
+    api_versions,
+    topics,
+    producer_ids,
+    offset_for_leader_epoch,
+    configs,
+    controller_apis,
+    offsets,
+    groups,
+    admin,
+    elections,
+    reassignments,
+    log_dirs,
+    acls,
+    sasl,
+    scram_credentials,
+)
+
+
+def _gather() -> dict[int, Api]:
+    declared: dict[int, Api] = {}
+    for module in MODULES:
+        for declaration in declarations_of(module):
+            key = declaration.key
+            if key in declared:
+                raise AssertionError(
+                    f"{key.name} is declared twice: by {declared[key].handler.__qualname__} "
+                    f"and {declaration.handler.__qualname__}"
+                )
+            declared[key] = declaration
+    return dict(sorted(declared.items()))
+
+
+# Keyed by API key (an ApiKey, which a request header's plain int finds).
+APIS: Mapping[int, Api] = MappingProxyType(_gather())
+
+# Only the cluster's own nodes send these (Kafka's clusterAction APIs): behind the inter-node
+# rules in dispatch, and left out of ApiVersions on client listeners.
+NODE_APIS = frozenset(key for key, api in APIS.items() if api.senders is Senders.NODES)
+
+# A broker holds these until it has joined the cluster (see Api.held_until_ready).
+HELD_UNTIL_READY = frozenset(key for key, api in APIS.items() if api.held_until_ready)
+
+
+def served_versions(*, broker: bool, controller: bool) -> dict[int, tuple[int, int]]:
+    """The table a node with these roles serves (and advertises on inter-node listeners)."""
+    roles = (Role.BROKER if broker else Role(0)) | (Role.CONTROLLER if controller else Role(0))
+    return {key: api.versions for key, api in APIS.items() if api.roles & roles}
+
+
+def advertised_versions(
+    served: dict[int, tuple[int, int]], *, inter_node_listener: bool
+) -> dict[int, tuple[int, int]]:
+    """What ApiVersions lists on a listener: a client listener of a node that has an
+    inter-node listener leaves out the APIs only nodes send (apis/inter_node.py)."""
+    if inter_node_listener:
+        return served
+    return {key: versions for key, versions in served.items() if key not in NODE_APIS}

@@ -1,0 +1,156 @@
+"""Each API's facts are declared once, beside its handler (apis.Api), and what the node builds
+from them is what it served before the declarations: the same advertised versions per role
+and listener, the same inter-node APIs, the same error answers."""
+
+import dataclasses
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+from kio.static.primitive import Records
+
+from minibroker.apis import Connection, Senders, api_versions, declarations_of
+from minibroker.apis.dispatch import HANDLERS
+from minibroker.apis.registry import APIS, HELD_UNTIL_READY, MODULES, NODE_APIS, served_versions
+from minibroker.common.config import BrokerConfig
+from minibroker.node.server import BrokerServer
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.framing import RequestHeader
+from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
+
+st.register_type_strategy(Records, st.binary(max_size=50).map(Records))
+
+# What ApiVersions advertised before the declarations (protocol/versions.py's tables at commit
+# 9357ed9), by node roles; a client listener of a node with an inter-node listener left out
+# INTER_NODE (apis/inter_node.py's INTER_NODE_APIS then).
+BROKER = {
+    0: (0, 9), 1: (4, 13), 2: (1, 7), 3: (1, 12), 4: (7, 7), 5: (4, 4), 6: (8, 8), 8: (2, 9),
+    9: (1, 9), 10: (0, 5), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),
+    16: (0, 5), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 4),
+    23: (2, 4), 29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 35: (0, 4),
+    36: (0, 2), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0),
+    47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 1),
+}  # fmt: skip
+CONTROLLER = {
+    3: (1, 12), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
+    31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
+    45: (0, 0), 46: (0, 0), 50: (0, 0), 51: (0, 0), 56: (2, 2), 62: (0, 0), 63: (0, 0),
+    67: (0, 0),
+}  # fmt: skip
+COMBINED = BROKER | CONTROLLER
+INTER_NODE = {4, 5, 6, 56, 62, 63, 67}
+# dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
+HELD = {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 32, 35, 37, 42, 43, 44}
+HELD |= {45, 46, 47, 60}
+
+
+def test_every_known_api_key_has_exactly_one_declaration():
+    declared = [api.key for module in MODULES for api in declarations_of(module)]
+    assert sorted(declared) == sorted(ApiKey)
+    assert set(APIS) == set(ApiKey) == set(FIRST_FLEXIBLE_VERSION)
+    assert set(HANDLERS) == set(APIS)
+
+
+def test_the_tables_built_from_the_declarations_are_the_old_ones():
+    assert served_versions(broker=True, controller=False) == BROKER
+    assert served_versions(broker=False, controller=True) == CONTROLLER
+    assert served_versions(broker=True, controller=True) == COMBINED
+    assert NODE_APIS == INTER_NODE
+    assert HELD_UNTIL_READY == HELD
+    # Every inter-node API's handler is behind the inter-node rules, and only those.
+    assert {key for key, handler in HANDLERS.items() if handler.__name__ == "checked"} == (
+        INTER_NODE
+    )
+
+
+def test_the_controller_decides_only_apis_both_roles_serve():
+    decided = {key for key, api in APIS.items() if api.controller_decides}
+    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51}
+    assert all(key in BROKER and key in CONTROLLER for key in decided)
+    assert all(APIS[key].senders is Senders.NODES for key in INTER_NODE)
+
+
+TWO_LISTENERS = {
+    "listeners": "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:19092",
+    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+    "inter.broker.listener.name": "INTERNAL",
+}
+CONTROLLER_NODE = {
+    "process.roles": "controller",
+    "node.id": "3",
+    "controller.quorum.voters": "3@127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+    "listeners": "CONTROLLER://127.0.0.1:9093,CLIENT://127.0.0.1:19093",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT",
+}
+
+
+@pytest.mark.parametrize(
+    ("properties", "listener", "expected"),
+    [
+        ({}, "PLAINTEXT", COMBINED),  # one listener carries everything
+        ({**TWO_LISTENERS, "process.roles": "broker,controller"}, "INTERNAL", COMBINED),
+        (
+            {**TWO_LISTENERS, "process.roles": "broker,controller"},
+            "EXTERNAL",
+            {key: versions for key, versions in COMBINED.items() if key not in INTER_NODE},
+        ),
+        (
+            {**TWO_LISTENERS, "process.roles": "broker", "controller.quorum.voters": "3@h:9093"},
+            "INTERNAL",
+            BROKER,
+        ),
+        (
+            {**TWO_LISTENERS, "process.roles": "broker", "controller.quorum.voters": "3@h:9093"},
+            "EXTERNAL",
+            {key: versions for key, versions in BROKER.items() if key not in INTER_NODE},
+        ),
+        (CONTROLLER_NODE, "CONTROLLER", CONTROLLER),
+        (
+            CONTROLLER_NODE,
+            "CLIENT",
+            {key: versions for key, versions in CONTROLLER.items() if key not in INTER_NODE},
+        ),
+        # ZooKeeper mode: every broker serves the controller's APIs.
+        ({"zookeeper.connect": "127.0.0.1:2181"}, "PLAINTEXT", COMBINED),
+    ],
+)
+def test_api_versions_advertises_what_it_did(tmp_path, properties, listener, expected):
+    config = BrokerConfig.from_properties({"log.dirs": str(tmp_path), **properties})
+    server = BrokerServer(config)
+    header = RequestHeader(ApiKey.API_VERSIONS, 3, 1, "test")
+    ctx = server._context(listener, Connection(), header)
+    response = trio.run(api_versions.handle, ctx, None)
+    advertised = {
+        entry["api_key"]: (entry["min_version"], entry["max_version"])
+        for entry in response["api_keys"]
+    }
+    assert advertised == expected
+    # What the node accepts on any listener is its roles' whole table.
+    assert ctx.supported == {k: v for k, v in COMBINED.items() if k in ctx.supported}
+    assert set(expected) <= set(ctx.supported)
+
+
+EVERY_DECLARED_VERSION = [
+    (api.key, version)
+    for api in APIS.values()
+    for version in range(api.versions[0], api.versions[1] + 1)
+]
+
+
+@pytest.mark.parametrize(("api_key", "version"), EVERY_DECLARED_VERSION)
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_every_declared_error_response_builds_at_every_declared_version(api_key, version, data):
+    drawn = data.draw(st.from_type(codec.request_class(api_key, version)))
+    try:
+        request = codec.decode_request(api_key, version, codec.encode_entity(drawn), 0)
+    except codec.DecodeError:
+        reject()
+    response_class = codec.response_class(api_key, version)
+    for error in (Error.UNKNOWN_SERVER_ERROR, Error.CLUSTER_AUTHORIZATION_FAILED):
+        built = codec.build(response_class, APIS[api_key].error_response(request, error))
+        assert dataclasses.is_dataclass(built) and type(built) is response_class
+        codec.encode_entity(built)
