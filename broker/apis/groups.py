@@ -15,7 +15,12 @@ groups it may DESCRIBE.
 from functools import partial
 
 from minibroker.apis import RequestContext
-from minibroker.apis.authorization import allowed, cluster_allowed, group_allowed
+from minibroker.apis.authorization import (
+    allowed,
+    authorized_operations,
+    cluster_allowed,
+    group_allowed,
+)
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.coordinator.state import JoinRequest, JoinResult
@@ -240,7 +245,12 @@ async def handle_describe_groups(ctx: RequestContext, request) -> dict:
             groups.append(_described(group_id, Error.GROUP_AUTHORIZATION_FAILED, None))
             continue
         error, group = ctx.coordinator.describe(group_id)
-        groups.append(_described(group_id, error, group))
+        described = _described(group_id, error, group)
+        if getattr(request, "include_authorized_operations", False):  # KIP-430, v3+
+            described["authorized_operations"] = authorized_operations(
+                ctx, ResourceType.GROUP, group_id
+            )
+        groups.append(described)
     return {"groups": groups}
 
 
