@@ -117,8 +117,10 @@ def _timestamp_type(key: str, text: str) -> str:
 
 
 def _cleanup_policy(key: str, text: str) -> str:
+    # An empty list is valid, as Kafka 3.x's ValidList has it (IncrementalAlterConfigs
+    # SUBTRACT of the last policy leaves it): neither deleted by retention nor compacted.
     policies = [policy.strip() for policy in text.split(",") if policy.strip()]
-    if not policies or any(policy not in ("compact", "delete") for policy in policies):
+    if any(policy not in ("compact", "delete") for policy in policies):
         raise ValueError(
             f"Invalid value {text} for configuration {key}: String must be one of: compact, delete"
         )
@@ -187,7 +189,12 @@ def _throttled_replicas(key: str, text: str) -> str:
 
 
 def _message_format_version(key: str, text: str) -> str:
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?(-IV\d+)?", text.strip()):
+    """Kafka 3.x's MetadataVersion.fromVersionString: a 0.x version is read by its first
+    three parts (0.10.0.0 is 0.10.0), a later one by its first two (3.0.1 is 3.0); the
+    value is stored and ignored (record batches v2 only)."""
+    segments = text.strip().split(".")
+    kept = 3 if text.strip().startswith("0.") else 2
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?(-IV\d+)?", ".".join(segments[:kept])):
         raise ValueError(f"Invalid value {text} for configuration {key}: Unknown metadata version")
     return text.strip()
 

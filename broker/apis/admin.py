@@ -1,7 +1,8 @@
 """What operators' admin clients ask a broker itself: DescribeCluster and DeleteRecords.
 
-DescribeCluster answers from the broker's metadata, as Metadata does (any live broker, this
-one, is named as the controller: clients cannot reach the controller itself). DeleteRecords
+DescribeCluster answers from the broker's metadata, as Metadata does (this broker is named as
+the controller, since clients cannot reach the controller itself; in ZooKeeper mode the
+elected controller). DeleteRecords
 goes to each partition's leader, which moves its log start offset; the followers move theirs
 on their next fetch, and whole segments below it go at the next retention pass. Kafka answers
 only once every replica has moved (DelayedDeleteRecords); here the leader's move is the
@@ -14,11 +15,11 @@ With an authorizer, Kafka's rules: DescribeCluster needs DESCRIBE on the cluster
 """
 
 from minibroker.apis import RequestContext, Role, api
-from minibroker.apis.authorization import cluster_allowed, topic_allowed
-from minibroker.apis.metadata import brokers_on_listener
+from minibroker.apis.authorization import authorized_operations, cluster_allowed, topic_allowed
+from minibroker.apis.metadata import brokers_on_listener, controller_id_for_clients
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
-from minibroker.security.authorizer.acls import Operation
+from minibroker.security.authorizer.acls import CLUSTER_NAME, Operation, ResourceType
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
@@ -36,22 +37,27 @@ def _describe_cluster_error(request, error: Error) -> dict:
 )
 async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
     """Anyone may describe the cluster, as in Kafka; DESCRIBE on the cluster only decides
-    whether asked-for authorized operations are shown: none (0) without it. With it they are
-    left out, as minibroker does not compute authorized operations (README)."""
+    whether asked-for authorized operations are shown: none (0) without it, else the
+    principal's operations on the cluster (KIP-430, Kafka's AuthHelper.authorizedOperations)."""
     asked = getattr(request, "include_cluster_authorized_operations", False)
+    operations = _OPERATIONS_OMITTED
+    if asked:
+        operations = (
+            authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if cluster_allowed(ctx, Operation.DESCRIBE)
+            else 0
+        )
     return {
         "error_code": Error.NONE,
         "error_message": None,
         "endpoint_type": getattr(request, "endpoint_type", 1),
         "cluster_id": ctx.cluster_id,
-        "controller_id": ctx.config.node_id,
+        "controller_id": controller_id_for_clients(ctx),
         "brokers": [
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
             for b in brokers_on_listener(ctx, ctx.replicas)
         ],
-        "cluster_authorized_operations": (
-            0 if asked and not cluster_allowed(ctx, Operation.DESCRIBE) else _OPERATIONS_OMITTED
-        ),
+        "cluster_authorized_operations": operations,
     }
 
 

@@ -87,3 +87,40 @@ def may_create_topic(ctx: RequestContext, topic: str) -> bool:
     """CREATE on the cluster or on the topic (Kafka's rule for CreateTopics and
     auto-creation)."""
     return cluster_allowed(ctx, Operation.CREATE) or topic_allowed(ctx, Operation.CREATE, topic)
+
+
+# Kafka's AclEntry.supportedOperations: what an authorized-operations bit field may hold.
+_SUPPORTED_OPERATIONS = {
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+}
+
+
+def authorized_operations(ctx: RequestContext, resource_type: int, name: str) -> int:
+    """KIP-430's bit field (bit n set: operation code n allowed) of the operations the
+    principal may do on a resource, as Kafka's AuthHelper.authorizedOperations: among the
+    resource type's supported operations, those the authorizer allows; all of them without
+    an authorizer."""
+    field = 0
+    for operation in _SUPPORTED_OPERATIONS[ResourceType(resource_type)]:
+        if allowed(ctx, operation, resource_type, name):
+            field |= 1 << operation
+    return field

@@ -18,7 +18,7 @@ from minibroker.apis import RequestContext, Role, Senders, api, wait_until_ready
 from minibroker.apis.authorization import cluster_allowed, topic_allowed
 from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
-from minibroker.cluster.controller_client import build_request
+from minibroker.cluster.controller_client import build_request, is_broker_channel
 from minibroker.common.config_model import (
     BROKER_LOGGER_RESOURCE,
     BROKER_RESOURCE,
@@ -72,6 +72,13 @@ def _broker_name_error(ctx: RequestContext, name: str, *, empty_allowed: bool) -
         expected = f"{ctx.config.node_id} or empty string" if empty_allowed else ctx.config.node_id
         return f"Unexpected broker id, expected {expected}, but received {name}"
     return None
+
+
+def _forwarded(ctx: RequestContext) -> bool:
+    """A client's change forwarded to this controller by the broker that received it, which
+    checked the broker resource's name against its own id already (Kafka's ControllerApis
+    does not check it again: the controller is not the broker named)."""
+    return ctx.controller is not None and is_broker_channel(ctx.header.client_id)
 
 
 async def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, object]:
@@ -284,7 +291,7 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
         name = resource.resource_name
         if (refusal := _refusal(ctx, resource, Operation.ALTER_CONFIGS)) is not None:
             answered[index] = _change_result(resource, refusal)
-        elif resource.resource_type == BROKER_RESOURCE and name:
+        elif resource.resource_type == BROKER_RESOURCE and name and not _forwarded(ctx):
             refusal = _broker_name_error(ctx, name, empty_allowed=False)
             if refusal:
                 answered[index] = _change_result(resource, Error.INVALID_REQUEST, refusal)

@@ -15,8 +15,14 @@ groups it may DESCRIBE.
 from functools import partial
 
 from minibroker.apis import RequestContext, Role, api
-from minibroker.apis.authorization import allowed, cluster_allowed, group_allowed
+from minibroker.apis.authorization import (
+    allowed,
+    authorized_operations,
+    cluster_allowed,
+    group_allowed,
+)
 from minibroker.apis.topics import create_topics_through_controller
+from minibroker.apis.unsupported import say_once
 from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.coordinator.state import JoinRequest, JoinResult
 from minibroker.protocol.errors import Error
@@ -24,6 +30,10 @@ from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 GROUP_KEY_TYPE = 0
+TRANSACTIONS_UNSUPPORTED = (
+    "minibroker does not support transactions yet (no transaction coordinator): use an "
+    "idempotent producer without transactional.id"
+)
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
 
@@ -46,9 +56,11 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
     if key_type != GROUP_KEY_TYPE:
         if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        return answer(
-            Error.COORDINATOR_NOT_AVAILABLE, "minibroker has no transaction coordinator yet"
-        )
+        # Kafka's COORDINATOR_NOT_AVAILABLE is retriable: clients would ask until their
+        # timeout and fail without the reason. Refusing the transactional id, as Kafka does
+        # for one the principal may not use, is fatal at once in librdkafka and kafka-python.
+        say_once(ctx, "transactions", TRANSACTIONS_UNSUPPORTED)
+        return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
     if not group_allowed(ctx, Operation.DESCRIBE, key):
         return answer(Error.GROUP_AUTHORIZATION_FAILED)
     coordinator = ctx.coordinator
@@ -311,7 +323,12 @@ async def handle_describe_groups(ctx: RequestContext, request) -> dict:
             groups.append(_described(group_id, Error.GROUP_AUTHORIZATION_FAILED, None))
             continue
         error, group = ctx.coordinator.describe(group_id)
-        groups.append(_described(group_id, error, group))
+        described = _described(group_id, error, group)
+        if getattr(request, "include_authorized_operations", False):  # KIP-430, v3+
+            described["authorized_operations"] = authorized_operations(
+                ctx, ResourceType.GROUP, group_id
+            )
+        groups.append(described)
     return {"groups": groups}
 
 

@@ -1,7 +1,9 @@
 """Metadata: brokers, cluster id, controller and topics, from the controller's last word.
 
 A broker answers from its metadata cache (UpdateMetadata). As KRaft brokers do, it names a
-live broker (itself) as the controller, since clients cannot talk to the controller itself.
+live broker (itself) as the controller, since clients cannot talk to the controller itself;
+in ZooKeeper mode, as ZooKeeper-mode Kafka's brokers do, the elected controller (the sender of
+the last UpdateMetadata, which /controller names).
 Topics requested by name that do not exist are created through the controller when the
 request allows it (v4+, always before) and auto.create.topics.enable is on.
 
@@ -11,14 +13,18 @@ CREATE on the cluster or the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
 """
 
 from minibroker.apis import RequestContext, Role, api
-from minibroker.apis.authorization import may_create_topic, topic_allowed
+from minibroker.apis.authorization import (
+    authorized_operations,
+    may_create_topic,
+    topic_allowed,
+)
 from minibroker.apis.topics import create_topic_with_defaults
 from minibroker.controller.state import ControllerError, validate_topic_name
 from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import ReplicaManager
-from minibroker.security.authorizer.acls import Operation
+from minibroker.security.authorizer.acls import CLUSTER_NAME, Operation, ResourceType
 
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
@@ -114,6 +120,26 @@ def brokers_on_listener(ctx: RequestContext, replicas: ReplicaManager) -> list[d
     return brokers
 
 
+def controller_id_for_clients(ctx: RequestContext) -> int:
+    """The controller Metadata and DescribeCluster name: in ZooKeeper mode the elected one
+    (-1 before this broker has heard from it, Kafka's NO_CONTROLLER_ID), else this broker."""
+    if ctx.config.zookeeper_mode:
+        return ctx.replicas.metadata.controller_id
+    return ctx.config.node_id
+
+
+def _with_authorized_operations(ctx: RequestContext, request, topics: list[dict]) -> None:
+    """KIP-430 (v8+): each topic's authorized operations when the client asks for them, as
+    Kafka fills them in for every topic entry of the answer, errors included."""
+    if ctx.version >= 8 and getattr(request, "include_topic_authorized_operations", False):
+        for topic in topics:
+            name = topic["name"]
+            if name is not None:
+                topic["topic_authorized_operations"] = authorized_operations(
+                    ctx, ResourceType.TOPIC, name
+                )
+
+
 def _error_response(request, error: Error) -> dict:
     """Metadata has no error code of its own: no brokers, no topics."""
     return {"brokers": (), "controller_id": -1, "topics": ()}
@@ -140,10 +166,14 @@ async def handle(ctx: RequestContext, request) -> dict:
         ]
     else:
         topics = [await _resolve(ctx, requested, allow_auto_create) for requested in request.topics]
+    _with_authorized_operations(ctx, request, topics)
+    cluster_operations = _OPERATIONS_OMITTED
+    if getattr(request, "include_cluster_authorized_operations", False):  # v8-v10
+        cluster_operations = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return {
         "brokers": brokers_on_listener(ctx, ctx.replicas),
         "cluster_id": ctx.cluster_id,
-        "controller_id": ctx.config.node_id,
+        "controller_id": controller_id_for_clients(ctx),
         "topics": topics,
-        "cluster_authorized_operations": _OPERATIONS_OMITTED,
+        "cluster_authorized_operations": cluster_operations,
     }

@@ -4,7 +4,8 @@ kafka-python 3.x turns idempotence on by default and refuses a broker without th
 come from blocks the controller allocates (AllocateProducerIds) and persists, so they are
 unique across the cluster and never reused across restarts. A producer that sends back its id
 and epoch (KIP-360, v3+) gets the epoch bumped, which resets its sequences. Transactional ids
-are refused: minibroker has no transaction coordinator yet.
+are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as FindCoordinator refuses them:
+minibroker has no transaction coordinator yet.
 
 With an authorizer, Kafka 3.x's rules: a transactional id needs WRITE on it
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on the
@@ -13,6 +14,8 @@ cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, any_topic_allowed, cluster_allowed
+from minibroker.apis.groups import TRANSACTIONS_UNSUPPORTED
+from minibroker.apis.unsupported import say_once
 from minibroker.cluster.controller_client import ControllerUnavailable
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -42,7 +45,14 @@ async def handle(ctx: RequestContext, request) -> dict:
     if ctx.authorizer is not None and (refusal := _refusal(ctx, request)) is not None:
         return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
     if request.transactional_id is not None:
-        return {"error_code": Error.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
+        # As FindCoordinator answers a transactional id (apis/groups.py): fatal at once in
+        # clients, where a retriable error would only time out.
+        say_once(ctx, "transactions", TRANSACTIONS_UNSUPPORTED)
+        return {
+            "error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:

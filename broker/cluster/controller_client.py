@@ -14,7 +14,11 @@ from collections.abc import Callable
 
 import trio
 
-from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.cluster.node_connection import (
+    CONNECTION_ERRORS,
+    NodeConnection,
+    describe_connection_error,
+)
 from minibroker.common.config import BrokerConfig, Voter
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
@@ -103,7 +107,8 @@ class _Channel:
                 f"controller {voter.host}:{voter.port} did not answer within {timeout_s:g} s"
             ) from None
         except CONNECTION_ERRORS as error:
-            raise ControllerUnavailable(f"controller {voter.host}:{voter.port}: {error}") from None
+            reason = describe_connection_error(error, self._security)
+            raise ControllerUnavailable(f"controller {voter.host}:{voter.port}: {reason}") from None
 
     async def _exchange(self, request):
         voter = self._voter()

@@ -9,6 +9,7 @@ A connection to a TLS listener is wrapped in trio's SSLStream; on a SASL listene
 credentials (broker.security.ClientSecurity).
 """
 
+import ssl
 from typing import TYPE_CHECKING
 
 import trio
@@ -32,6 +33,29 @@ CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.TooSlowError, Frame
 # Connecting to another node, with its TLS handshake and SASL login.
 CONNECT_TIMEOUT_S = 10.0
 RECEIVE_SIZE = 256 * 1024
+
+
+def describe_connection_error(error: BaseException, security: "ClientSecurity | None") -> str:
+    """What went wrong connecting to another node, in words: trio's BrokenResourceError of a
+    failed TLS handshake says nothing itself, its cause (ssl's error) does; a certificate
+    that is not trusted, on a listener without a trust store, adds what to set."""
+    cause = error.__cause__ or error.__context__
+    if isinstance(cause, ssl.SSLError):
+        reason = getattr(cause, "verify_message", None) or cause.reason or str(cause)
+        text = f"the TLS handshake failed: {reason}"
+        if (
+            isinstance(cause, ssl.SSLCertVerificationError)
+            and security is not None
+            and security.missing_trust_store
+        ):
+            text += f" ({security.missing_trust_store})"
+        return text
+    if isinstance(error, trio.TooSlowError):
+        return f"no connection within {CONNECT_TIMEOUT_S:g} s"
+    text = str(error)
+    if isinstance(error, trio.BrokenResourceError):
+        return f"the connection broke{': ' + text if text else ''}"
+    return text or type(error).__name__
 
 
 class AuthenticationFailed(OSError):

@@ -510,6 +510,9 @@ class BrokerConfig:
                 )
         elif config.process_roles == {"broker"} and not config.controller_quorum_voters:
             raise ConfigError("process.roles=broker needs controller.quorum.voters")
+        _check_listener_protocols(
+            config, explicit_map="listener.security.protocol.map" in properties
+        )
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -528,6 +531,30 @@ class BrokerConfig:
                 f"controller is node.id {config.node_id}"
             )
         return config
+
+
+def _check_listener_protocols(config: "BrokerConfig", *, explicit_map: bool) -> None:
+    """Kafka refuses a listener whose name listener.security.protocol.map does not map ("No
+    security protocol defined for listener"), the default map naming only the four protocols.
+    When the map is not set, Kafka maps the controller.listener.names to PLAINTEXT, and so
+    does minibroker for a listener named CONTROLLER (its own convention, the README's
+    cluster by hand), so the start does not silently serve PLAINTEXT on a mistyped name."""
+    allowed = set(SECURITY_PROTOCOLS) | set(config.listener_security_protocol_map)
+    if not explicit_map:
+        allowed |= {*config.controller_listener_names, "CONTROLLER"}
+    for key, listeners in (
+        ("listeners", config.listeners),
+        ("advertised.listeners", config.advertised_listeners or ()),
+    ):
+        for listener in listeners:
+            if listener.name not in allowed:
+                raise ConfigError(
+                    f"invalid value for {key}: no security protocol defined for listener "
+                    f"{listener.name}: map it in listener.security.protocol.map (for example "
+                    f"listener.security.protocol.map={listener.name}:PLAINTEXT, or "
+                    f"{listener.name}:SSL, {listener.name}:SASL_PLAINTEXT, "
+                    f"{listener.name}:SASL_SSL) or name the listener after its protocol"
+                )
 
 
 def _routable(listener: Listener) -> Listener:

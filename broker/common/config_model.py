@@ -276,9 +276,10 @@ DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
 
 # Properties Kafka changes dynamically but minibroker does not (thread pools, listeners,
 # the cleaner's buffers): refused with a message saying so, and not read-only in describes.
+# advertised.listeners is not among them: Kafka 4 (KRaft) reports it read-only and refuses it
+# as it refuses any static property.
 UNSUPPORTED_DYNAMIC_CONFIGS = frozenset(
     {
-        "advertised.listeners",
         "background.threads",
         "listener.security.protocol.map",
         "listeners",

@@ -165,7 +165,9 @@ class BrokerServer:
             if known is not None and known != self.cluster_id:
                 raise SystemExit(
                     f"ZooKeeper holds cluster {self.cluster_id}, but meta.properties in"
-                    f" {self.config.log_dirs[0]} belongs to cluster {known}"
+                    f" {self.config.log_dirs[0]} belongs to cluster {known}: give this broker"
+                    " the log.dirs of a broker of that ZooKeeper's cluster, or remove (or move)"
+                    f" {self.config.log_dirs[0]} to start it as a new broker"
                 )
         elif self.cluster_id is None:
             if self.config.is_controller:

@@ -42,6 +42,9 @@ class MetadataCache:
         self.listeners: dict[int, dict[str, BrokerEndpoint]] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+        # The node the last UpdateMetadata came from (its controller_id), -1 before any: in
+        # ZooKeeper mode the elected controller, which Metadata names to clients.
+        self.controller_id = -1
 
     def update(self, request) -> None:
         """Replace everything with the contents of an UpdateMetadata request."""
@@ -69,6 +72,7 @@ class MetadataCache:
             topics[topic_state.topic_name] = TopicMetadata(
                 topic_state.topic_name, topic_state.topic_id, partitions
             )
+        self.controller_id = request.controller_id
         self.brokers = brokers
         self.listeners = listeners
         self.topics = topics

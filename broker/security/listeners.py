@@ -214,6 +214,8 @@ class ClientSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = ""
+    # On TLS without a trust store: what to set, said when a certificate is not trusted.
+    missing_trust_store: str = ""
 
 
 def client_security(config: BrokerConfig, listener_name: str) -> ClientSecurity:
@@ -223,18 +225,29 @@ def client_security(config: BrokerConfig, listener_name: str) -> ClientSecurity:
     using ``sasl.mechanism.inter.broker.protocol`` (Kafka's default: GSSAPI, refused)."""
     protocol = config.security_protocol(listener_name)
     ssl_context = None
+    missing_trust_store = ""
     if protocol in TLS_PROTOCOLS:
         ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
         if not _load_truststore(ssl_context, config, listener_name):
+            # As Kafka's JVM falls back to its default trust store (cacerts): a certificate
+            # from a public CA is trusted, a self-signed or private CA's is not, and the
+            # handshake failure then names what to set (see NodeConnection's errors).
             ssl_context.load_default_certs()
+            missing_trust_store = (
+                f"listener {listener_name} has no trust store, so this node trusts only the "
+                "system's CAs: set "
+                f"{_prefixed_name(config, listener_name, 'ssl.truststore.location')} (PEM) to "
+                "the CA certificate that signed the nodes' certificates (a self-signed "
+                "certificate trusts itself)"
+            )
         _load_keystore(ssl_context, config, listener_name)
         # ssl.endpoint.identification.algorithm: Kafka's default "https" checks the host name.
         key = "ssl.endpoint.identification.algorithm"
         algorithm = listener_property(config, listener_name, key)
         ssl_context.check_hostname = (algorithm if algorithm is not None else "https") != ""
     if protocol not in SASL_PROTOCOLS:
-        return ClientSecurity(protocol, ssl_context)
+        return ClientSecurity(protocol, ssl_context, missing_trust_store=missing_trust_store)
     mechanism = (config.properties.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
     if mechanism not in sasl.MECHANISMS:
         raise ConfigError(
@@ -247,7 +260,9 @@ def client_security(config: BrokerConfig, listener_name: str) -> ClientSecurity:
             f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config needs "
             "username and password: this node logs in with them to other nodes"
         )
-    return ClientSecurity(protocol, ssl_context, mechanism, login.username, login.password)
+    return ClientSecurity(
+        protocol, ssl_context, mechanism, login.username, login.password, missing_trust_store
+    )
 
 
 # X.500 attribute names as Python's ssl module spells them -> the keyword Java's

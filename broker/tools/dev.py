@@ -122,6 +122,26 @@ def _check_ports_free(ports: dict[str, int]) -> None:
                 ) from None
 
 
+def _check_data_matches_mode(base_dir: Path, zookeeper: bool, local_zookeeper: bool) -> None:
+    """Refuse data that another mode's cluster made: the brokers' meta.properties name its
+    cluster, which the new controller (or a new local ZooKeeper) does not know, and each
+    broker would stop at once. Say what to do instead."""
+    if not any(base_dir.glob("broker-*/meta.properties")):
+        return
+    made_on_zookeeper = (base_dir / "zookeeper" / "data").is_dir()
+    if zookeeper and local_zookeeper and not made_on_zookeeper:
+        made_by, flag, other = "`minibroker dev` (with a controller)", " --zookeeper", "zookeeper"
+    elif not zookeeper and made_on_zookeeper:
+        made_by, flag, other = "`minibroker dev --zookeeper`", "", "kraft"
+    else:
+        return
+    raise BrokerStartError(
+        f"the data under {base_dir} belongs to the cluster {made_by} made there, which this"
+        f" mode cannot join: use another data directory (`minibroker dev{flag} --data"
+        f" {base_dir}-{other}`), or remove {base_dir} to start afresh (its topics are lost)"
+    )
+
+
 def run_dev(
     base_dir: Path,
     brokers: int = 3,
@@ -155,6 +175,7 @@ def run_dev(
     ports.update({node_id: first_port + node_id - 1 for node_id in range(1, brokers + 1)})
     try:
         lock = _lock_data_dir(base_dir)
+        _check_data_matches_mode(base_dir, zookeeper, zookeeper_connect is None)
         purposes = {
             (
                 "the controller's port"
@@ -185,6 +206,9 @@ def run_dev(
         f"{' on ZooKeeper' if zookeeper else ''} under {base_dir}"
     )
     previous_handlers = {signum: signal.signal(signum, _request_stop) for signum in STOP_SIGNALS}
+    # Belt and braces for the background check in _watch: a read of the terminal from the
+    # background fails (EIO) instead of stopping the supervisor and with it the restarts.
+    previous_handlers[signal.SIGTTIN] = signal.signal(signal.SIGTTIN, signal.SIG_IGN)
     local_zookeeper = None
     try:
         if zookeeper and zookeeper_connect is None:
@@ -278,7 +302,8 @@ def _banner(
     lines += [
         "A node that dies is "
         + ("started again at once." if restart_dead else "reported; Enter starts it again.")
-        + " Ctrl-C stops every node cleanly.",
+        + " Ctrl-C stops every node cleanly (in the background, `minibroker dev &`:"
+        + f" `kill %1` or `kill {os.getpid()}`).",
     ]
     return "\n".join(lines)
 
@@ -308,8 +333,14 @@ def _watch(cluster: Cluster, restart_dead: bool) -> None:
                         " it starts; it is left down (see its log).",
                         error=True,
                     )
-        # Waiting for Enter is also the pause between liveness checks.
-        asked = _enter_pressed() if interactive else time.sleep(LIVENESS_CHECK_SECONDS)
+        # Waiting for Enter is also the pause between liveness checks. In the background
+        # (`minibroker dev &`) the terminal is the shell's: reading it would stop this
+        # supervisor (SIGTTIN, "Stopped (tty input)"), so it only looks once in front again.
+        asked = (
+            _enter_pressed()
+            if interactive and _in_foreground()
+            else time.sleep(LIVENESS_CHECK_SECONDS)
+        )
         if dead and (restart_dead or asked):
             for node in dead:
                 if restart_dead and node.node_id in given_up:
@@ -328,6 +359,18 @@ def _stdin_takes_input() -> bool:
     return stat.S_ISCHR(mode) and os.isatty(sys.stdin.fileno()) or stat.S_ISFIFO(mode)
 
 
+def _in_foreground() -> bool:
+    """Whether this process may read its terminal: stdin is not a terminal (a pipe), or this
+    process group is the terminal's foreground group (not `minibroker dev &`)."""
+    try:
+        fd = sys.stdin.fileno()
+        if not os.isatty(fd):
+            return True
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except (ValueError, OSError, AttributeError):
+        return True  # no controlling terminal: reading cannot stop this process
+
+
 def _enter_pressed() -> bool:
     """Wait up to one liveness period for a line on stdin; True when one arrived."""
     try:
@@ -337,7 +380,10 @@ def _enter_pressed() -> bool:
         return False
     if not ready:
         return False
-    line = sys.stdin.readline()
+    try:
+        line = sys.stdin.readline()
+    except OSError:  # EIO: sent to the background between the check and the read
+        return False
     if not line:  # end of input: nobody will press Enter any more
         time.sleep(LIVENESS_CHECK_SECONDS)
         return False
@@ -354,6 +400,12 @@ def _report_death(node: BrokerProcess, restart_dead: bool, interactive: bool) ->
     command = " ".join(node.command())
     if restart_dead:
         then = "starting it again."
+    elif interactive and not _in_foreground():
+        then = (
+            "this supervisor runs in the background: bring it back with `fg` and press Enter"
+            f" to start it again (or run it yourself:\n  {command}\n). `kill %1` (its job)"
+            " stops every node cleanly."
+        )
     elif interactive:
         then = f"press Enter to start it again (or run it yourself:\n  {command}\n)."
     else:

@@ -58,6 +58,31 @@ def test_broker_resources_are_answered_by_their_broker(cluster: Cluster):
     assert "expected 1" in answer.error_message
 
 
+def test_a_broker_resource_changed_through_its_broker_with_a_separate_controller(
+    cluster: Cluster,
+):
+    """confluent-kafka sends a broker resource to that broker, which checks the name and
+    forwards the change; the controller (node 0) must not check it against its own id."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "2")
+    resource.add_incremental_config(
+        ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    )
+    (future,) = admin.incremental_alter_configs([resource]).values()
+    future.result(TIMEOUT)
+    legacy = ConfigResource(
+        ConfigResource.Type.BROKER, "3", set_config={"message.max.bytes": "5000"}
+    )
+    (future,) = admin.alter_configs([legacy]).values()
+    future.result(TIMEOUT)
+    (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "2")]).values()
+    retention = future.result(TIMEOUT)["log.retention.ms"]
+    assert (retention.value, retention.source) == (
+        "3600000",
+        ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+    )
+
+
 def test_a_restarted_broker_applies_configs_changed_while_it_was_down(cluster: Cluster):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     # One replica, on broker 3: only broker 3 can enforce the topic's max.message.bytes.

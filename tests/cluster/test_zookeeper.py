@@ -381,3 +381,27 @@ def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
         CONVERGENCE_TIMEOUT,
         f"DescribeAcls to show {expected}",
     )
+
+
+def named_controller(bootstrap: str) -> int | None:
+    """The controller confluent-kafka's describe_cluster reports, asking one broker only."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    controller = admin.describe_cluster(request_timeout=10).result(15).controller
+    return None if controller is None else controller.id
+
+
+def test_every_broker_names_the_elected_controller(zk_cluster: Cluster, zk: KazooClient):
+    """ZooKeeper-mode Kafka's brokers name the broker /controller names (from the controller's
+    UpdateMetadata), not themselves; after a kill -9 of it, the one elected next."""
+    elected = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
+    for node_id, node in zk_cluster.brokers.items():
+        assert named_controller(node.bootstrap) == elected[0], f"asked broker {node_id}"
+    zk_cluster.brokers[elected[0]].kill()
+    successor = wait_for_new_controller(zk, elected)
+    for node_id, node in zk_cluster.brokers.items():
+        if node_id != elected[0]:
+            wait_for(
+                lambda node=node: named_controller(node.bootstrap) == successor[0],
+                CONVERGENCE_TIMEOUT,
+                f"broker {node_id} to name broker {successor[0]}",
+            )

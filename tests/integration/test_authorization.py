@@ -408,3 +408,33 @@ def test_scram_users_need_alter_and_describe_on_the_cluster(secured):
     created.result(15)
     described = admin.describe_user_scram_credentials(["alice"])["alice"].result(15)
     assert [item.iterations for item in described.scram_credential_infos] == [8192]
+
+
+def test_authorized_operations_are_the_principals_when_asked(secured):
+    """KIP-430: confluent-kafka's describe_topics and describe_cluster with
+    include_authorized_operations get the principal's operations (Metadata's topic field,
+    the cluster's through Metadata v8-10 as librdkafka asks), not none."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    broker = secured(
+        [MAY_CREATE, binding("seen", Operation.DESCRIBE), on_cluster(Operation.DESCRIBE)]
+    )
+    create(broker.bootstrap, "seen")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.describe_topics(
+        TopicCollection(["seen"]), include_authorized_operations=True
+    ).values()
+    assert future.result(15).authorized_operations == [AclOperation.DESCRIBE]
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE,
+    }
+    described = exchange(
+        broker.bootstrap, DescribeClusterRequest(include_cluster_authorized_operations=True)
+    )
+    assert described.cluster_authorized_operations == (
+        1 << Operation.CREATE | 1 << Operation.CLUSTER_ACTION | 1 << Operation.DESCRIBE
+    )

@@ -88,3 +88,10 @@ def _brokers(request_metadata, port):
         return [(b.host, b.port) for b in request_metadata(port).brokers]
     except OSError:
         return None
+
+
+def test_a_listener_without_a_security_protocol_is_refused(tmp_path):
+    finished = run_serve(tmp_path, "listeners=FOO://127.0.0.1:9300")
+    assert finished.returncode == 2
+    assert "no security protocol defined for listener FOO" in finished.stderr
+    assert "listener.security.protocol.map" in finished.stderr

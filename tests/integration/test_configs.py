@@ -97,6 +97,8 @@ def test_create_topics_accepts_every_kafka_topic_config(broker):
         "preallocate": "true",
         "message.downconversion.enable": "false",
         "follower.replication.throttled.replicas": "*",
+        # Kafka 3.x reads a 0.x version by its first three parts, and ignores the setting.
+        "message.format.version": "0.10.0.0",
     }
     admin.create_topics([NewTopic("everything", 1, 1, config=configs)])["everything"].result(
         TIMEOUT
@@ -202,6 +204,10 @@ def test_incremental_list_operations_and_validation(broker):
     assert describe(admin, topic("listed"))["cleanup.policy"].value == "delete,compact"
     incremental(admin, topic("listed"), ("cleanup.policy", AlterConfigOpType.SUBTRACT, "delete"))
     assert describe(admin, topic("listed"))["cleanup.policy"].value == "compact"
+    # The last policy taken away leaves the list empty, which Kafka 3.x accepts (neither
+    # retention nor compaction applies then).
+    incremental(admin, topic("listed"), ("cleanup.policy", AlterConfigOpType.SUBTRACT, "compact"))
+    assert describe(admin, topic("listed"))["cleanup.policy"].value == ""
 
     resource = topic("listed")
     resource.add_incremental_config(
@@ -265,6 +271,8 @@ def test_dynamic_broker_configs(broker):
     assert described["log.dirs"].is_read_only
     assert described["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
     assert not described["log.retention.ms"].is_read_only
+    # Kafka 4 cannot change advertised.listeners dynamically and says so.
+    assert described["advertised.listeners"].is_read_only
 
     admin.create_topics([NewTopic("defaults", 1, 1)])["defaults"].result(TIMEOUT)
     # Neither client sends the cluster-default resource (""), which kafka-configs.sh

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,102 @@ def test_zookeeper_mode_runs_its_own_zookeeper_and_stops_it(tmp_path):
     assert dev.said("every node stopped cleanly")
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", zookeeper_port), timeout=2).close()
+
+
+@pytest.mark.parametrize("first, second", [("kraft", "zookeeper"), ("zookeeper", "kraft")])
+def test_data_of_the_other_mode_is_refused_saying_what_to_do(tmp_path, first, second):
+    """The README's order (`minibroker dev`, then `minibroker dev --zookeeper`) in one
+    directory: the brokers' meta.properties name the first cluster, which the second mode
+    cannot join; refused before anything starts, with what to do instead."""
+    if "zookeeper" in (first, second) and not zookeeper_installed():
+        pytest.skip("ZooKeeper is not installed")
+    data = tmp_path / "data"
+    (data / "broker-1").mkdir(parents=True)
+    (data / "broker-1" / "meta.properties").write_text("cluster.id=first\nnode.id=1\n")
+    if first == "zookeeper":
+        (data / "zookeeper" / "data").mkdir(parents=True)
+    flags = ["--zookeeper", "--zookeeper-port", str(free_port())] if second == "zookeeper" else []
+    finished = subprocess.run(
+        [
+            *(sys.executable, "-m", "minibroker", "dev", "--data", str(data)),
+            *("--first-port", str(free_ports_in_a_row(3)), "--controller-port", str(free_port())),
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 1
+    assert (
+        f"use another data directory (`minibroker dev{' --zookeeper' if flags else ''} --data"
+        in (finished.stderr)
+    )
+    assert f"or remove {data} to start afresh" in finished.stderr
+    assert "starting" not in finished.stdout
+
+
+# The session leader of a pseudo-terminal, like a shell: it runs `minibroker dev` in a
+# background process group (`minibroker dev &`) and stays in the foreground itself.
+_SHELL = """
+import fcntl, os, subprocess, sys, termios
+os.setsid()
+terminal = os.open(sys.argv[1], os.O_RDWR)
+fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+child = subprocess.Popen(sys.argv[3:], stdin=terminal, process_group=0)
+with open(sys.argv[2], "w") as pid_file:
+    pid_file.write(str(child.pid))
+sys.exit(child.wait())
+"""
+
+
+def _stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def test_a_backgrounded_dev_is_not_stopped_by_the_terminal_when_a_node_dies(tmp_path):
+    """`minibroker dev &` and a kill -9 of a broker: the supervisor must not read the
+    terminal from the background (SIGTTIN: "Stopped (tty input)"); it reports the death,
+    says how to restart and stop it, and keeps supervising; `kill` stops it cleanly."""
+    master, slave = os.openpty()
+    pid_path = tmp_path / "dev.pid"
+    first_port, controller_port = free_ports_in_a_row(3), free_port()
+    log = tmp_path / "dev.log"
+    with log.open("w") as output:
+        shell = subprocess.Popen(
+            [
+                *(sys.executable, "-c", _SHELL, os.ttyname(slave), str(pid_path)),
+                *(sys.executable, "-m", "minibroker", "dev", "--brokers", "3"),
+                *("--data", str(tmp_path / "data"), "--first-port", str(first_port)),
+                *("--controller-port", str(controller_port)),
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    dev_pid = int(wait_for(lambda: pid_path.exists() and pid_path.read_text(), 10, "the pid"))
+    try:
+        wait_for(lambda: "the cluster is ready" in log.read_text(), START_TIMEOUT, "the cluster")
+        assert "kill %1" in log.read_text()
+        pid = next(
+            int(match.group(4))
+            for line in log.read_text().splitlines()
+            if (match := NODE_LINE.match(line)) and match.group(1, 2) == ("broker", "2")
+        )
+        os.write(master, b"ls\n")  # the user types at the shell: input waits on the terminal
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "died with signal SIGKILL" in log.read_text(), 30, "the death report")
+        text = log.read_text()
+        assert "runs in the background: bring it back with `fg`" in text, text
+        for _ in range(6):  # a few liveness periods with input pending on the terminal
+            assert not _stopped(dev_pid), "the supervisor was stopped by the terminal"
+            time.sleep(0.5)
+        assert shell.poll() is None
+        os.kill(dev_pid, signal.SIGTERM)
+        assert shell.wait(timeout=60) == 0, log.read_text()
+        assert "every node stopped cleanly" in log.read_text()
+    finally:
+        if shell.poll() is None:
+            os.kill(dev_pid, signal.SIGKILL)
+            shell.kill()
+        os.close(master)
+        os.close(slave)

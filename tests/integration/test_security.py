@@ -28,8 +28,9 @@ from kio.schema.metadata.v4.request import MetadataRequestTopic as MetadataReque
 
 from minibroker.protocol import sasl
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import BROKER_READY_TIMEOUT, encode, raw_request, read_response
+from tests.conftest import BROKER_READY_TIMEOUT, encode, raw_request, read_response, wait_for
 from tests.security_setup import (
+    PLAIN_JAAS,
     PLAIN_USERS,
     SCRAM_USERS,
     Certificates,
@@ -561,3 +562,42 @@ def test_a_node_whose_own_controller_and_inter_broker_listener_is_sasl_ssl(tmp_p
         assert "SASL authentication failed" not in log
     finally:
         assert process.stop() == 0, process.log_tail()
+
+
+def test_a_sasl_ssl_node_without_a_trust_store_says_what_to_set(tmp_path: Path):
+    """The common first try: one node, its only listener SASL_SSL, a key store and no trust
+    store. It cannot trust its own (private CA's) certificate when it registers with itself,
+    as Kafka's broker cannot without a trust store; it must say so and name the property,
+    not wait silently."""
+    certificates = Certificates.make(tmp_path / "certs")
+    port = free_port()
+    overrides = broker_overrides(certificates, port, {})
+    listener = f"SASL_SSL://127.0.0.1:{port}"
+    del overrides["ssl.truststore.location"], overrides["ssl.truststore.type"]
+    overrides.update(
+        {
+            "listeners": listener,
+            "advertised.listeners": listener,
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        }
+    )
+    process = BrokerProcess.start(
+        node_id=1, log_dir=tmp_path / "data", port=port, overrides=overrides
+    )
+    try:
+        wait_for(
+            lambda: "waiting for the controller" in process.stderr_path.read_text(),
+            BROKER_READY_TIMEOUT,
+            "the node to say why it waits",
+        )
+        waiting = next(
+            line
+            for line in process.stderr_path.read_text().splitlines()
+            if "waiting for the controller" in line
+        )
+        assert f"controller 127.0.0.1:{port}: the TLS handshake failed: " in waiting
+        assert "certificate verify failed" in waiting or "self-signed" in waiting, waiting
+        assert "ssl.truststore.location" in waiting, waiting
+    finally:
+        process.kill()

@@ -126,3 +126,27 @@ def test_kafkas_own_kraft_server_properties_are_accepted(tmp_path):
 def test_a_port_out_of_range_is_refused():
     with pytest.raises(ConfigError, match="listeners.*99999"):
         load_config(None, ["listeners=PLAINTEXT://127.0.0.1:99999"])
+
+
+def test_a_listener_name_the_protocol_map_does_not_map_is_refused():
+    """Kafka: "No security protocol defined for listener FOO"; the message says what to set."""
+    with pytest.raises(ConfigError, match="FOO.*listener.security.protocol.map=FOO:PLAINTEXT"):
+        load_config(None, ["listeners=FOO://127.0.0.1:9300"])
+    with pytest.raises(ConfigError, match="advertised.listeners.*BAR"):
+        load_config(None, ["advertised.listeners=BAR://127.0.0.1:9300"])
+    mapped = load_config(
+        None,
+        ["listeners=FOO://127.0.0.1:9300", "listener.security.protocol.map=FOO:PLAINTEXT"],
+    )
+    assert mapped.security_protocol("FOO") == "PLAINTEXT"
+    # Without an explicit map, the controller's listener is PLAINTEXT, as Kafka maps
+    # controller.listener.names; with one, it must be mapped like any other.
+    load_config(None, ["listeners=CONTROLLER://127.0.0.1:9090", "process.roles=controller"])
+    with pytest.raises(ConfigError, match="CONTROLLER"):
+        load_config(
+            None,
+            [
+                "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9090",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT",
+            ],
+        )

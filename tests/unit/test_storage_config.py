@@ -60,7 +60,6 @@ def test_topic_configs_override_the_base():
         ("retention.bytes", "x", "Not a number of type LONG"),
         ("message.timestamp.type", "WallClock", "CreateTime, LogAppendTime"),
         ("cleanup.policy", "delete,shred", "compact, delete"),
-        ("cleanup.policy", "", "compact, delete"),
         ("min.insync.replicas", "0", "at least 1"),
         ("unclean.leader.election.enabled", "true", "Unknown topic config name"),
     ],
