@@ -151,7 +151,7 @@ class _Reader:
             )
         except StorageError as failure:
             self.has_error = True
-            return partition_entry(index, failure.error_code, partition)
+            return partition_entry(index, failure.error, partition)
         self.total_bytes += len(records)
         self.remaining -= len(records)
         self.sent.append((partition.topic, len(records)))

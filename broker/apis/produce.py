@@ -74,7 +74,7 @@ def _append(ctx: RequestContext, topic: str, data, acks: int, pending: list[Pend
         )
     except StorageError as error:
         log.info("refused produce to %s-%d: %s", topic, data.index, error)
-        return _result(error.error_code, error_message=str(error))
+        return _result(error.error, error_message=str(error))
     if not appended.duplicate:
         partition.maybe_advance_high_watermark()
         ctx.replicas.notify(partition)
