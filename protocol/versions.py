@@ -59,9 +59,6 @@ class ApiKey(IntEnum):
     ALLOCATE_PRODUCER_IDS = 67
 
 
-# DescribeConfigs resource type of a topic (Kafka's ConfigResource.Type.TOPIC).
-TOPIC_RESOURCE_TYPE = 2
-
 # What every node answers, whatever its roles.
 COMMON_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),

@@ -20,10 +20,14 @@ from minibroker.cluster.controller_client import (
     build_request,
 )
 from minibroker.common.config import BrokerConfig
-from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
+from minibroker.common.config_model import (
+    DYNAMIC_TOPIC_CONFIG,
+    TOPIC_RESOURCE,
+    DynamicBrokerConfigs,
+)
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.protocol.errors import Error
-from minibroker.protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetcher import FetcherManager
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
@@ -389,7 +393,7 @@ class ReplicaManager:
             {
                 "resources": [
                     {
-                        "resource_type": TOPIC_RESOURCE_TYPE,
+                        "resource_type": TOPIC_RESOURCE,
                         "resource_name": topic,
                         "configuration_keys": None,
                     }
