@@ -18,9 +18,8 @@ from pathlib import Path
 
 from bench.scrape_overhead import RECORD_BYTES, RECORDS, _create_topic, _Target
 from bench.workloads import kcat_produce, record_file
-from minibroker.controller.service import STATE_FILE
 from minibroker.controller.state import ControllerState
-from minibroker.controller.store import ControllerStore
+from minibroker.controller.store import STATE_FILE, ControllerStore
 from minibroker.security.authorizer.acls import (
     CLUSTER_NAME,
     AclBinding,

@@ -47,6 +47,7 @@ class Error(IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     STALE_CONTROLLER_EPOCH = 11
@@ -68,6 +69,12 @@ class Error(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+    INELIGIBLE_REPLICA = 107
+    INVALID_UPDATE_VERSION = 108
     INVALID_RECORD = 87
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -75,6 +82,26 @@ class Error(IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+
+
+class KafkaError(Exception):
+    """An operation refused with a Kafka error code (Kafka: ``ApiException``, whose
+    subclasses each map to one code in ``Errors``; an answer carries ``ApiError``, the code
+    and a message).
+
+    ``error`` is the code the client is answered with and ``message`` the text for the
+    person reading the client's log (``str(error)`` is the same text). A subclass that always
+    means one code sets ``error`` as a class attribute and is raised with the message alone;
+    a general one is raised with both: ``KafkaError("why", Error.INVALID_REQUEST)``.
+    """
+
+    error: Error = Error.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", error: Error | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if error is not None:
+            self.error = Error(error)
 
 
 def error_name(code: int) -> str:

@@ -62,7 +62,9 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _read_varint(data, pos: int) -> tuple[int, int]:
+def read_varint(data, pos: int) -> tuple[int, int]:
+    """A zigzag varint (as record fields are encoded) at ``pos``: (value, next position).
+    Raises RecordError (a ValueError) when the data ends inside it or it is too long."""
     raw = 0
     shift = 0
     while True:
@@ -84,7 +86,7 @@ def _nullable(data: bytes | None) -> bytes:
 
 
 def _read_nullable(data, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos)
+    length, pos = read_varint(data, pos)
     if length < 0:
         return None, pos
     end = pos + length
@@ -180,15 +182,15 @@ def decode_records(batch) -> list[Record]:
     records = []
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if end > len(payload):
             raise RecordError("record runs past the batch")
-        timestamp_delta, field = _read_varint(payload, pos + 1)
-        offset_delta, field = _read_varint(payload, field)
+        timestamp_delta, field = read_varint(payload, pos + 1)
+        offset_delta, field = read_varint(payload, field)
         key, field = _read_nullable(payload, field)
         value, field = _read_nullable(payload, field)
-        header_count, field = _read_varint(payload, field)
+        header_count, field = read_varint(payload, field)
         headers = []
         for _ in range(header_count):
             name, field = _read_nullable(payload, field)
@@ -291,16 +293,16 @@ def iter_raw_records(batch) -> Iterator[RawRecord]:
     )
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if end > len(payload) or length < 1:
             raise RecordError("record runs past the batch")
         attributes = payload[pos]
-        timestamp_delta, field = _read_varint(payload, pos + 1)
-        offset_delta, field = _read_varint(payload, field)
+        timestamp_delta, field = read_varint(payload, pos + 1)
+        offset_delta, field = read_varint(payload, field)
         tail_start = field
         key, field = _read_nullable(payload, field)
-        value_length, _ = _read_varint(payload, field)
+        value_length, _ = read_varint(payload, field)
         yield RawRecord(
             header.base_offset + offset_delta,
             header.base_timestamp + timestamp_delta,
@@ -367,12 +369,12 @@ def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
     pos = 0
     base_offset = header.base_offset
     for _ in range(header.records_count):
-        length, pos = _read_varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if end > len(payload) or length < 1:
             raise RecordError("record runs past the batch")
-        _, field = _read_varint(payload, pos + 1)  # timestampDelta
-        offset_delta, field = _read_varint(payload, field)
+        _, field = read_varint(payload, pos + 1)  # timestampDelta
+        offset_delta, field = read_varint(payload, field)
         key, _ = _read_nullable(payload, field)
         yield base_offset + offset_delta, key
         pos = end

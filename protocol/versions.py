@@ -59,9 +59,6 @@ class ApiKey(IntEnum):
     ALLOCATE_PRODUCER_IDS = 67
 
 
-# DescribeConfigs resource type of a topic (Kafka's ConfigResource.Type.TOPIC).
-TOPIC_RESOURCE_TYPE = 2
-
 # The version this node sends each inter-node request at.
 SENT_VERSIONS: dict[int, int] = {
     ApiKey.LEADER_AND_ISR: 7,

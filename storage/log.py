@@ -49,6 +49,7 @@ from minibroker.protocol.records import (
     SNAPPY,
     ZSTD,
     RecordError,
+    read_varint,
     recompress_batch,
 )
 from minibroker.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache, fsync_directory
@@ -362,33 +363,19 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint (as record fields are encoded) at `pos`: (value, next position)."""
-    raw = 0
-    shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def _record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]]:
     """(offset, timestamp) of each record of an uncompressed batch.
 
     Only the cold ListOffsets path decodes records, and only their leading fields (length,
-    attributes, timestampDelta, offsetDelta); IndexError/ValueError mean a malformed batch.
+    attributes, timestampDelta, offsetDelta); IndexError/ValueError (RecordError) mean a
+    malformed batch.
     """
     pos = HEADER_SIZE
     for _ in range(header.records_count):
-        length, pos = _read_varint(batch, pos)
+        length, pos = read_varint(batch, pos)
         record_end = pos + length
-        timestamp_delta, field_pos = _read_varint(batch, pos + 1)  # after the attributes
-        offset_delta, _ = _read_varint(batch, field_pos)
+        timestamp_delta, field_pos = read_varint(batch, pos + 1)  # after the attributes
+        offset_delta, _ = read_varint(batch, field_pos)
         yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
         pos = record_end
 

@@ -56,7 +56,7 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
     try:
         acl_filter.validate()
     except InvalidAcl as invalid:
-        return refused(Error.INVALID_REQUEST, str(invalid))
+        return refused(invalid.error, invalid.message)
     matching = [binding for binding in ctx.authorizer.acls if acl_filter.matches(binding)]
     return {
         "error_code": Error.NONE,

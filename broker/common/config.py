@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minibroker.common.config_model import BROKER_CONFIG_DEFS
+
 log = logging.getLogger("config")
 
 LONG_MAX = 2**63 - 1
@@ -312,84 +314,104 @@ _PRECEDENCE = {
 }
 
 
+def _kafka_default(name: str) -> Any:
+    """A BrokerConfig attribute's default: Kafka's default of the property ``name`` as the
+    config model (``config_model.BROKER_CONFIG_DEFS``, which DescribeConfigs reports) has it,
+    parsed and scaled as the property is, so that each default is written once."""
+    text = BROKER_CONFIG_DEFS[name][1]
+    if text is None:
+        return None
+    prop = _PROPERTIES[name]
+    value = prop.parse(text)
+    return value * prop.scale if prop.scale != 1 else value
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """Everything the broker reads from configuration, under Kafka's names and defaults.
 
-    The embedded defaults differ from Kafka's in two places so that ``minibroker serve`` with
-    no file gives a working local broker: the listener binds 127.0.0.1:9092 and the data lives
-    under ./data.
+    Kafka's defaults are taken from the config model (:func:`_kafka_default`); the few
+    properties the model does not describe have theirs here. The embedded defaults differ
+    from Kafka's so that ``minibroker serve`` with no file gives a working local broker: the
+    listener binds 127.0.0.1:9092, the data lives under ./data, the node is broker and
+    controller with id 1; and fetch.max.bytes is smaller (see below).
     """
 
     node_id: int = 1
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     advertised_listeners: tuple[Listener, ...] | None = None
     log_dirs: tuple[Path, ...] = (Path("data"),)
-    log_segment_bytes: int = 1_073_741_824
-    log_roll_ms: int = 168 * 3_600_000
-    log_retention_ms: int = 168 * 3_600_000
-    log_retention_bytes: int = -1
-    log_retention_check_interval_ms: int = 300_000
-    log_index_interval_bytes: int = 4096
-    log_index_size_max_bytes: int = 10_485_760
-    log_flush_interval_messages: int = LONG_MAX
-    log_flush_interval_ms: int | None = None
-    log_flush_offset_checkpoint_interval_ms: int = 60_000
-    log_message_timestamp_type: str = "CreateTime"
-    log_cleaner_enable: bool = True
-    log_cleaner_backoff_ms: int = 15_000
-    log_cleaner_dedupe_buffer_size: int = 134_217_728
-    log_cleaner_delete_retention_ms: int = 86_400_000
-    log_cleaner_min_cleanable_ratio: float = 0.5
-    log_cleaner_min_compaction_lag_ms: int = 0
-    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
-    message_max_bytes: int = 1_048_588
-    log_cleanup_policy: str = "delete"
-    compression_type: str = "producer"
+    log_segment_bytes: int = _kafka_default("log.segment.bytes")
+    log_roll_ms: int = _kafka_default("log.roll.hours")
+    log_retention_ms: int = _kafka_default("log.retention.hours")
+    log_retention_bytes: int = _kafka_default("log.retention.bytes")
+    log_retention_check_interval_ms: int = _kafka_default("log.retention.check.interval.ms")
+    log_index_interval_bytes: int = _kafka_default("log.index.interval.bytes")
+    log_index_size_max_bytes: int = _kafka_default("log.index.size.max.bytes")
+    log_flush_interval_messages: int = _kafka_default("log.flush.interval.messages")
+    log_flush_interval_ms: int | None = _kafka_default("log.flush.interval.ms")
+    log_flush_offset_checkpoint_interval_ms: int = _kafka_default(
+        "log.flush.offset.checkpoint.interval.ms"
+    )
+    log_message_timestamp_type: str = _kafka_default("log.message.timestamp.type")
+    log_cleaner_enable: bool = _kafka_default("log.cleaner.enable")
+    log_cleaner_backoff_ms: int = _kafka_default("log.cleaner.backoff.ms")
+    log_cleaner_dedupe_buffer_size: int = _kafka_default("log.cleaner.dedupe.buffer.size")
+    log_cleaner_delete_retention_ms: int = _kafka_default("log.cleaner.delete.retention.ms")
+    log_cleaner_min_cleanable_ratio: float = _kafka_default("log.cleaner.min.cleanable.ratio")
+    log_cleaner_min_compaction_lag_ms: int = _kafka_default("log.cleaner.min.compaction.lag.ms")
+    log_cleaner_max_compaction_lag_ms: int = _kafka_default("log.cleaner.max.compaction.lag.ms")
+    message_max_bytes: int = _kafka_default("message.max.bytes")
+    log_cleanup_policy: str = _kafka_default("log.cleanup.policy")
+    compression_type: str = _kafka_default("compression.type")
     # Kafka's default is 55 MiB; see the README's architecture notes for why it is smaller.
     fetch_max_bytes: int = 4 * 1024 * 1024
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics_enable: bool = True
-    delete_topic_enable: bool = True
-    socket_request_max_bytes: int = 104_857_600
-    min_insync_replicas: int = 1
+    num_partitions: int = _kafka_default("num.partitions")
+    default_replication_factor: int = _kafka_default("default.replication.factor")
+    auto_create_topics_enable: bool = _kafka_default("auto.create.topics.enable")
+    delete_topic_enable: bool = _kafka_default("delete.topic.enable")
+    socket_request_max_bytes: int = _kafka_default("socket.request.max.bytes")
+    min_insync_replicas: int = _kafka_default("min.insync.replicas")
     cluster_id: str | None = None
     process_roles: frozenset[str] = frozenset({"broker", "controller"})
     controller_quorum_voters: tuple[Voter, ...] | None = None
     # ZooKeeper mode (see the README's architecture): every broker competes for /controller.
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18_000
-    broker_heartbeat_interval_ms: int = 2000
-    broker_session_timeout_ms: int = 9000
-    replica_lag_time_max_ms: int = 30_000
-    replica_fetch_max_bytes: int = 1_048_576
-    replica_fetch_min_bytes: int = 1
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_backoff_ms: int = 1000
-    replica_high_watermark_checkpoint_interval_ms: int = 5000
-    num_replica_fetchers: int = 1
-    unclean_leader_election_enable: bool = False
+    broker_heartbeat_interval_ms: int = _kafka_default("broker.heartbeat.interval.ms")
+    broker_session_timeout_ms: int = _kafka_default("broker.session.timeout.ms")
+    replica_lag_time_max_ms: int = _kafka_default("replica.lag.time.max.ms")
+    replica_fetch_max_bytes: int = _kafka_default("replica.fetch.max.bytes")
+    replica_fetch_min_bytes: int = _kafka_default("replica.fetch.min.bytes")
+    replica_fetch_wait_max_ms: int = _kafka_default("replica.fetch.wait.max.ms")
+    replica_fetch_backoff_ms: int = _kafka_default("replica.fetch.backoff.ms")
+    replica_high_watermark_checkpoint_interval_ms: int = _kafka_default(
+        "replica.high.watermark.checkpoint.interval.ms"
+    )
+    num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
+    unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_ms: int = 300_000
+    auto_leader_rebalance_enable: bool = _kafka_default("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_ms: int = _kafka_default(
+        "leader.imbalance.check.interval.seconds"
+    )
     leader_imbalance_per_broker_percentage: int = 10
     inter_broker_listener_name: str | None = None
-    controlled_shutdown_enable: bool = True
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_replication_factor: int = 3
-    offsets_topic_segment_bytes: int = 104_857_600
-    offsets_commit_timeout_ms: int = 5000
-    offsets_retention_ms: int = 7 * 24 * 3_600_000
-    offsets_retention_check_interval_ms: int = 600_000
-    offset_metadata_max_bytes: int = 4096
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1_800_000
-    group_max_size: int = 2**31 - 1
+    controlled_shutdown_enable: bool = _kafka_default("controlled.shutdown.enable")
+    offsets_topic_num_partitions: int = _kafka_default("offsets.topic.num.partitions")
+    offsets_topic_replication_factor: int = _kafka_default("offsets.topic.replication.factor")
+    offsets_topic_segment_bytes: int = _kafka_default("offsets.topic.segment.bytes")
+    offsets_commit_timeout_ms: int = _kafka_default("offsets.commit.timeout.ms")
+    offsets_retention_ms: int = _kafka_default("offsets.retention.minutes")
+    offsets_retention_check_interval_ms: int = _kafka_default("offsets.retention.check.interval.ms")
+    offset_metadata_max_bytes: int = _kafka_default("offset.metadata.max.bytes")
+    group_initial_rebalance_delay_ms: int = _kafka_default("group.initial.rebalance.delay.ms")
+    group_min_session_timeout_ms: int = _kafka_default("group.min.session.timeout.ms")
+    group_max_session_timeout_ms: int = _kafka_default("group.max.session.timeout.ms")
+    group_max_size: int = _kafka_default("group.max.size")
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
-    authorizer_class_name: str = ""
+    authorizer_class_name: str = _kafka_default("authorizer.class.name")
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
     unknown: dict[str, str] = field(default_factory=dict)

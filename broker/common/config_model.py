@@ -18,7 +18,7 @@ reported as DEFAULT_CONFIG with no synonyms; here it is STATIC_BROKER_CONFIG wit
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from minibroker.protocol.errors import Error
+from minibroker.protocol.errors import Error, KafkaError
 from minibroker.storage.log import LogConfig, validate_topic_config
 
 # DescribeConfigsResponse.ConfigSource
@@ -302,13 +302,12 @@ UNSUPPORTED_DYNAMIC_CONFIGS = frozenset(
 )
 
 
-class ConfigChangeError(Exception):
-    """A refused change: the error code and message Kafka answers with."""
+class ConfigChangeError(KafkaError):
+    """A refused change: the error code and message Kafka answers with (Kafka:
+    ``InvalidConfigurationException`` or ``InvalidRequestException``, by ``error``)."""
 
     def __init__(self, error: Error, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
+        super().__init__(message, error)
 
 
 @dataclass(frozen=True)

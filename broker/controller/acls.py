@@ -48,7 +48,7 @@ def create_acls(state: ControllerState, creations) -> tuple[list[dict], bool]:
         try:
             binding.validate()
         except InvalidAcl as invalid:
-            results.append({"error_code": Error.INVALID_REQUEST, "error_message": str(invalid)})
+            results.append({"error_code": invalid.error, "error_message": invalid.message})
             continue
         if binding not in present:
             present.add(binding)
@@ -70,8 +70,8 @@ def delete_acls(state: ControllerState, filters) -> tuple[list[dict], bool]:
         except InvalidAcl as invalid:
             results.append(
                 {
-                    "error_code": Error.INVALID_REQUEST,
-                    "error_message": str(invalid),
+                    "error_code": invalid.error,
+                    "error_message": invalid.message,
                     "matching_acls": [],
                 }
             )

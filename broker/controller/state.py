@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from minibroker.protocol.errors import Error, KafkaError
 from minibroker.security.authorizer.acls import AclBinding
 
 NO_LEADER = -1
@@ -56,28 +57,6 @@ MAX_PARTITIONS_PER_TOPIC = 10_000
 _TOPIC_NAME_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
-class ErrorCode(IntEnum):
-    """The Kafka error codes the controller refuses with (values from Kafka's ``Errors``)."""
-
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    INVALID_TOPIC_EXCEPTION = 17
-    TOPIC_ALREADY_EXISTS = 36
-    INVALID_PARTITIONS = 37
-    INVALID_REPLICATION_FACTOR = 38
-    INVALID_REPLICA_ASSIGNMENT = 39
-    NOT_CONTROLLER = 41
-    INVALID_REQUEST = 42
-    FENCED_LEADER_EPOCH = 74
-    STALE_BROKER_EPOCH = 77
-    UNKNOWN_TOPIC_ID = 100
-    INELIGIBLE_REPLICA = 107
-    INVALID_UPDATE_VERSION = 108
-    PREFERRED_LEADER_NOT_AVAILABLE = 80
-    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
-    ELECTION_NOT_NEEDED = 84
-    NO_REASSIGNMENT_IN_PROGRESS = 85
-
-
 class ElectionType(IntEnum):
     """ElectLeaders' election_type (Kafka's ``ElectionType``)."""
 
@@ -85,13 +64,12 @@ class ElectionType(IntEnum):
     UNCLEAN = 1
 
 
-class ControllerError(Exception):
-    """A refused request: the Kafka error code to answer with and a message for the client."""
+class ControllerError(KafkaError):
+    """A refused request: the Kafka error code to answer with (``error``) and a message for
+    the client. Raised as ``ControllerError(Error.X, "why")`` by every transition here."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def __init__(self, error: Error, message: str) -> None:
+        super().__init__(message, error)
 
 
 @dataclass
@@ -221,7 +199,7 @@ def validate_topic_name(name: str) -> None:
         )
     else:
         return
-    raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
+    raise ControllerError(Error.INVALID_TOPIC_EXCEPTION, message)
 
 
 # --- brokers ------------------------------------------------------------------------------
@@ -339,7 +317,7 @@ def fence_broker(state: ControllerState, node_id: int, unclean: bool) -> list[Pa
     """
     broker = state.brokers.get(node_id)
     if broker is None:
-        raise ControllerError(ErrorCode.INVALID_REQUEST, f"Broker {node_id} is not registered.")
+        raise ControllerError(Error.INVALID_REQUEST, f"Broker {node_id} is not registered.")
     broker.fenced = True
     changes = _Changes()
     for topic in state.topics.values():
@@ -412,43 +390,43 @@ def create_topic(
     """
     validate_topic_name(name)
     if name in state.topics:
-        raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        raise ControllerError(Error.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     _check_name_collision(state, name)
     if topic_id is not None:
         owner = state.topic_by_id(topic_id)
         if owner is not None:
             raise ControllerError(
-                ErrorCode.INVALID_REQUEST, f"Topic id {topic_id} is already used by {owner.name}."
+                Error.INVALID_REQUEST, f"Topic id {topic_id} is already used by {owner.name}."
             )
     rng = rng if rng is not None else random.Random()
 
     if assignments:
         if replication_factor != -1:
             raise ControllerError(
-                ErrorCode.INVALID_REQUEST,
+                Error.INVALID_REQUEST,
                 "A manual partition assignment was specified, but replication factor was not "
                 "set to -1.",
             )
         if num_partitions != -1:
             raise ControllerError(
-                ErrorCode.INVALID_REQUEST,
+                Error.INVALID_REQUEST,
                 "A manual partition assignment was specified, but numPartitions was not set to -1.",
             )
         replica_lists = _validated_manual_assignment(state, assignments)
     else:
         if replication_factor < -1 or replication_factor == 0:
             raise ControllerError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
+                Error.INVALID_REPLICATION_FACTOR,
                 "Replication factor must be larger than 0, or -1 to use the default value.",
             )
         if num_partitions < -1 or num_partitions == 0:
             raise ControllerError(
-                ErrorCode.INVALID_PARTITIONS,
+                Error.INVALID_PARTITIONS,
                 "Number of partitions was set to an invalid non-positive value.",
             )
         if num_partitions > MAX_PARTITIONS_PER_TOPIC:
             raise ControllerError(
-                ErrorCode.INVALID_PARTITIONS,
+                Error.INVALID_PARTITIONS,
                 f"Number of partitions {num_partitions} is more than one request may create"
                 f" ({MAX_PARTITIONS_PER_TOPIC}).",
             )
@@ -492,7 +470,7 @@ def create_partitions(
     topic = state.topics.get(name)
     if topic is None:
         raise ControllerError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
         )
     current = len(topic.partitions)
     if count <= current:
@@ -502,7 +480,7 @@ def create_partitions(
             else f"Topic currently has {current} partitions, which is higher than the requested"
             f" {count}."
         )
-        raise ControllerError(ErrorCode.INVALID_PARTITIONS, message)
+        raise ControllerError(Error.INVALID_PARTITIONS, message)
     replication_factor = len(topic.partitions[0].replicas)
     if assignments is not None:
         if len(assignments) != count - current:
@@ -542,7 +520,7 @@ def delete_topic(state: ControllerState, name: str) -> TopicState:
     topic = state.topics.pop(name, None)
     if topic is None:
         raise ControllerError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
         )
     return topic
 
@@ -554,7 +532,7 @@ def _check_name_collision(state: ControllerState, name: str) -> None:
     for existing in state.topics:
         if existing.replace(".", "_") == normalized:
             raise ControllerError(
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                Error.INVALID_TOPIC_EXCEPTION,
                 f"Topic '{name}' collides with existing topic: {existing}",
             )
 
@@ -607,7 +585,7 @@ def _require_a_live_replica(state: ControllerState, replicas: list[int], index: 
 
 
 def _bad_assignment(message: str) -> ControllerError:
-    return ControllerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+    return ControllerError(Error.INVALID_REPLICA_ASSIGNMENT, message)
 
 
 def _automatic_assignment(
@@ -620,7 +598,7 @@ def _automatic_assignment(
     live = state.live_brokers()
     if replication_factor > len(live):
         raise ControllerError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
+            Error.INVALID_REPLICATION_FACTOR,
             f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.",
         )
     if start_index is None:
@@ -676,46 +654,46 @@ def alter_partition(
     topic = _find_topic(state, topic_id_or_name)
     if not 0 <= partition < len(topic.partitions):
         raise ControllerError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
         )
     current = topic.partitions[partition]
     where = f"{topic.name}-{partition}"
 
     if leader_epoch > current.leader_epoch or partition_epoch > current.partition_epoch:
         raise ControllerError(
-            ErrorCode.NOT_CONTROLLER,
+            Error.NOT_CONTROLLER,
             f"{where}: the request's epochs ({leader_epoch}, {partition_epoch}) are newer than "
             f"the controller's ({current.leader_epoch}, {current.partition_epoch}).",
         )
     if leader_epoch < current.leader_epoch:
         raise ControllerError(
-            ErrorCode.FENCED_LEADER_EPOCH,
+            Error.FENCED_LEADER_EPOCH,
             f"{where}: leader epoch {leader_epoch} is older than {current.leader_epoch}.",
         )
     if leader_id != current.leader:
         raise ControllerError(
-            ErrorCode.INVALID_REQUEST,
+            Error.INVALID_REQUEST,
             f"{where}: broker {leader_id} is not the leader, {current.leader} is.",
         )
     if partition_epoch < current.partition_epoch:
         raise ControllerError(
-            ErrorCode.INVALID_UPDATE_VERSION,
+            Error.INVALID_UPDATE_VERSION,
             f"{where}: partition epoch {partition_epoch} is older than {current.partition_epoch}.",
         )
     if len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(current.replicas):
         raise ControllerError(
-            ErrorCode.INVALID_REQUEST,
+            Error.INVALID_REQUEST,
             f"{where}: ISR {new_isr} is not a set of replicas {current.replicas}.",
         )
     if current.leader not in new_isr:
         raise ControllerError(
-            ErrorCode.INVALID_REQUEST,
+            Error.INVALID_REQUEST,
             f"{where}: ISR {new_isr} does not include the leader {current.leader}.",
         )
     ineligible = [replica for replica in new_isr if not state.is_live(replica)]
     if ineligible:
         raise ControllerError(
-            ErrorCode.INELIGIBLE_REPLICA,
+            Error.INELIGIBLE_REPLICA,
             f"{where}: ISR {new_isr} includes fenced or unregistered brokers {ineligible}.",
         )
 
@@ -805,8 +783,8 @@ def elect_leaders(
             try:
                 changed = elect_leader(state, name, index, election_type)
             except ControllerError as error:
-                if not (everything and error.code == ErrorCode.ELECTION_NOT_NEEDED):
-                    outcomes.append((index, int(error.code), error.message))
+                if not (everything and error.error == Error.ELECTION_NOT_NEEDED):
+                    outcomes.append((index, int(error.error), error.message))
                 continue
             changes.record(name, index, changed)
             outcomes.append((index, 0, None))
@@ -828,35 +806,35 @@ def elect_leader(
     """
     topic = state.topics.get(name)
     if topic is None:
-        raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}")
+        raise ControllerError(Error.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}")
     if not 0 <= index < len(topic.partitions):
         raise ControllerError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{index}"
+            Error.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{index}"
         )
     partition = topic.partitions[index]
     if election_type == ElectionType.PREFERRED:
         if partition.leader == partition.replicas[0]:
             raise ControllerError(
-                ErrorCode.ELECTION_NOT_NEEDED,
+                Error.ELECTION_NOT_NEEDED,
                 f"Leader election not needed for {name}-{index}: the preferred replica leads",
             )
         changed = _preferred_leader(state, partition)
         if changed is None:
             raise ControllerError(
-                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                Error.PREFERRED_LEADER_NOT_AVAILABLE,
                 f"Failed to elect the preferred replica {partition.replicas[0]} of"
                 f" {name}-{index}: it is not alive and in the ISR {partition.isr}",
             )
     else:
         if partition.leader != NO_LEADER:
             raise ControllerError(
-                ErrorCode.ELECTION_NOT_NEEDED,
+                Error.ELECTION_NOT_NEEDED,
                 f"Leader election not needed for {name}-{index}: broker {partition.leader} leads",
             )
         changed = _elect(partition, partition.isr, state.is_live, unclean=True)
         if changed.leader == NO_LEADER:
             raise ControllerError(
-                ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                Error.ELIGIBLE_LEADERS_NOT_AVAILABLE,
                 f"No replica of {name}-{index} ({partition.replicas}) is alive",
             )
     topic.partitions[index] = changed
@@ -898,13 +876,13 @@ def alter_reassignment(
     topic = state.topics.get(name)
     if topic is None or not 0 <= index < len(topic.partitions):
         raise ControllerError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
         )
     current = topic.partitions[index]
     if target is None:
         if not current.reassigning:
             raise ControllerError(
-                ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                Error.NO_REASSIGNMENT_IN_PROGRESS,
                 f"No ongoing reassignment for partition {name}-{index}",
             )
         reverted = _reverted(state, current)
@@ -1010,11 +988,11 @@ def _check_broker_epoch(state: ControllerState, node_id: int, broker_epoch: int)
     broker = state.brokers.get(node_id)
     if broker is None:
         raise ControllerError(
-            ErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker id {node_id}"
+            Error.STALE_BROKER_EPOCH, f"No broker registration found for broker id {node_id}"
         )
     if broker.broker_epoch != broker_epoch:
         raise ControllerError(
-            ErrorCode.STALE_BROKER_EPOCH,
+            Error.STALE_BROKER_EPOCH,
             f"Expected broker epoch {broker.broker_epoch}, but got broker epoch {broker_epoch}",
         )
 
@@ -1024,13 +1002,13 @@ def _find_topic(state: ControllerState, topic_id_or_name: uuid.UUID | str) -> To
         topic = state.topic_by_id(topic_id_or_name)
         if topic is None:
             raise ControllerError(
-                ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
+                Error.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
             )
         return topic
     topic = state.topics.get(topic_id_or_name)
     if topic is None:
         raise ControllerError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+            Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
         )
     return topic
 

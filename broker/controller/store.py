@@ -15,8 +15,11 @@ from pathlib import Path
 from minibroker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
 from minibroker.security.authorizer.acls import AclBinding
 from minibroker.storage.checkpoint import write_file_atomically
+from minibroker.storage.producer_ids import ProducerIdAllocator
 
 _FORMAT_VERSION = 1
+# The single controller's state file, in its first log dir.
+STATE_FILE = "controller-state.json"
 
 
 class ControllerStore:
@@ -110,3 +113,22 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc
+
+
+class LocalStore:
+    """The single controller's store: the JSON state file and the producer-id block file in
+    its log dir, behind the awaitable interface the ZooKeeper store has. Local writes are
+    short and stay on the loop, as they always did."""
+
+    def __init__(self, directory: Path) -> None:
+        self._state = ControllerStore(directory / STATE_FILE)
+        self._producer_ids = ProducerIdAllocator(directory)
+
+    async def load(self) -> ControllerState:
+        return self._state.load()
+
+    async def save(self, state: ControllerState) -> None:
+        self._state.save(state)
+
+    async def allocate_producer_id_block(self) -> tuple[int, int]:
+        return self._producer_ids.allocate_block()

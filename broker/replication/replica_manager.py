@@ -23,12 +23,16 @@ from minibroker.cluster.controller_client import (
 )
 from minibroker.cluster.node_connection import NodeConnection
 from minibroker.common.config import BrokerConfig
-from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, DynamicBrokerConfigs
+from minibroker.common.config_model import (
+    DYNAMIC_TOPIC_CONFIG,
+    TOPIC_RESOURCE,
+    DynamicBrokerConfigs,
+)
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
 from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
-from minibroker.protocol.versions import TOPIC_RESOURCE_TYPE, ApiKey
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetcher import FetcherManager
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
@@ -329,7 +333,7 @@ class ReplicaManager:
                 index,
                 failure,
             )
-            return append_result(index, failure.error_code, str(failure))
+            return append_result(index, failure.error, str(failure))
         if not appended.duplicate:
             partition.maybe_advance_high_watermark()
             self.watchers.notify(partition.key)
@@ -415,7 +419,7 @@ class ReplicaManager:
                 min_one_batch=min_one_batch,
             )
         except StorageError as failure:
-            return fetch_result(index, failure.error_code, partition)
+            return fetch_result(index, failure.error, partition)
         return fetch_result(index, Error.NONE, partition, records)
 
     def fetch_offset_for_timestamp(
@@ -659,7 +663,7 @@ class ReplicaManager:
             {
                 "resources": [
                     {
-                        "resource_type": TOPIC_RESOURCE_TYPE,
+                        "resource_type": TOPIC_RESOURCE,
                         "resource_name": topic,
                         "configuration_keys": None,
                     }

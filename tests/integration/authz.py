@@ -8,9 +8,8 @@ seed grants (NODE_ACLS) unless told otherwise. Once SASL exists, a test passes i
 principals and ``super.users`` in the same way.
 """
 
-from minibroker.controller.service import STATE_FILE
 from minibroker.controller.state import ControllerState
-from minibroker.controller.store import ControllerStore
+from minibroker.controller.store import STATE_FILE, ControllerStore
 from minibroker.security.authorizer import acls as model
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -7,7 +7,6 @@ from minibroker.controller import (
     NO_LEADER,
     ControllerStore,
     ElectionType,
-    ErrorCode,
     alter_partition,
     alter_reassignment,
     create_topic,
@@ -17,6 +16,7 @@ from minibroker.controller import (
     list_reassignments,
     register_broker,
 )
+from minibroker.protocol.errors import Error
 from tests.unit.test_controller_state import cluster, part, refused, topic_on
 
 
@@ -45,7 +45,7 @@ def test_preferred_election_moves_leadership_back_once_in_sync():
     state = cluster(1, 2, 3)
     led_by_second_replica(state)
     results, changes = elect_leaders(state, ElectionType.PREFERRED, [("t", [0])])
-    assert results == [("t", [(0, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, results[0][1][0][2])])]
+    assert results == [("t", [(0, Error.PREFERRED_LEADER_NOT_AVAILABLE, results[0][1][0][2])])]
     assert changes == []
 
     join_isr(state, 1)
@@ -57,7 +57,7 @@ def test_preferred_election_moves_leadership_back_once_in_sync():
     assert part(state).leader_epoch == epoch + 1
 
     results, _ = elect_leaders(state, ElectionType.PREFERRED, [("t", [0])])
-    assert results[0][1][0][1] == ErrorCode.ELECTION_NOT_NEEDED
+    assert results[0][1][0][1] == Error.ELECTION_NOT_NEEDED
 
 
 def test_unknown_topics_and_partitions_are_reported_per_partition():
@@ -68,9 +68,9 @@ def test_unknown_topics_and_partitions_are_reported_per_partition():
     )
     codes = {(name, index): code for name, outcomes in results for index, code, _ in outcomes}
     assert codes == {
-        ("t", 0): ErrorCode.ELECTION_NOT_NEEDED,
-        ("t", 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ("missing", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t", 0): Error.ELECTION_NOT_NEEDED,
+        ("t", 5): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("missing", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
     }
     assert changes == []
 
@@ -92,7 +92,7 @@ def test_unclean_election_only_for_a_partition_without_leader():
     state = cluster(1, 2)
     topic_on(state, 1, 2)
     results, _ = elect_leaders(state, ElectionType.UNCLEAN, [("t", [0])])
-    assert results[0][1][0][1] == ErrorCode.ELECTION_NOT_NEEDED
+    assert results[0][1][0][1] == Error.ELECTION_NOT_NEEDED
 
     p = part(state)
     alter_partition(state, "t", 0, 1, p.leader_epoch, [1], p.partition_epoch)  # 2 fell behind
@@ -110,7 +110,7 @@ def test_unclean_election_without_a_live_replica():
     fence_broker(state, 2, unclean=False)
     fence_broker(state, 1, unclean=False)
     results, changes = elect_leaders(state, ElectionType.UNCLEAN, [("t", [0])])
-    assert results[0][1][0][1] == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    assert results[0][1][0][1] == Error.ELIGIBLE_LEADERS_NOT_AVAILABLE
     assert changes == []
 
 
@@ -175,7 +175,7 @@ def test_cancelling_reverts_to_the_original_replicas():
     assert cancelled.state.leader == 1
     assert cancelled.removed == (4,)
     assert not cancelled.state.reassigning
-    refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, alter_reassignment, state, "t", 0, None)
+    refused(Error.NO_REASSIGNMENT_IN_PROGRESS, alter_reassignment, state, "t", 0, None)
 
 
 def test_a_new_target_replaces_the_reassignment_in_progress():
@@ -191,9 +191,9 @@ def test_a_new_target_replaces_the_reassignment_in_progress():
 @pytest.mark.parametrize(
     ("target", "code"),
     [
-        ([], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
-        ([1, 1], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
-        ([1, 9], ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        ([], Error.INVALID_REPLICA_ASSIGNMENT),
+        ([1, 1], Error.INVALID_REPLICA_ASSIGNMENT),
+        ([1, 9], Error.INVALID_REPLICA_ASSIGNMENT),
     ],
 )
 def test_bad_targets_are_refused(target, code):
@@ -205,8 +205,8 @@ def test_bad_targets_are_refused(target, code):
 def test_unknown_partitions_are_refused():
     state = cluster(1, 2)
     topic_on(state, 1, 2)
-    refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, alter_reassignment, state, "t", 3, [1])
-    refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, alter_reassignment, state, "x", 0, [1])
+    refused(Error.UNKNOWN_TOPIC_OR_PARTITION, alter_reassignment, state, "t", 3, [1])
+    refused(Error.UNKNOWN_TOPIC_OR_PARTITION, alter_reassignment, state, "x", 0, [1])
 
 
 def test_a_reassignment_in_progress_survives_a_controller_restart(tmp_path):

@@ -16,7 +16,6 @@ from minibroker.controller import (
     ControllerError,
     ControllerState,
     ControllerStore,
-    ErrorCode,
     PartitionState,
     alter_partition,
     assign_replicas,
@@ -29,6 +28,7 @@ from minibroker.controller import (
     heartbeat,
     register_broker,
 )
+from minibroker.protocol.errors import Error
 
 
 def cluster(*node_ids: int, now_ms: int = 0) -> ControllerState:
@@ -57,12 +57,12 @@ def shrink_isr(state: ControllerState, isr: list[int], topic: str = "t") -> Part
     )
 
 
-def refused(code: ErrorCode, call, *args, **kwargs) -> ControllerError:
+def refused(code: Error, call, *args, **kwargs) -> ControllerError:
     """Assert that the call raises ``code`` and leaves the state (first argument) untouched."""
     before = copy.deepcopy(args[0])
     with pytest.raises(ControllerError) as raised:
         call(*args, **kwargs)
-    assert raised.value.code == code, raised.value.message
+    assert raised.value.error == code, raised.value.message
     assert args[0] == before
     return raised.value
 
@@ -113,7 +113,7 @@ def test_assignment_with_an_rng_is_deterministic_and_spread():
 def test_replication_factor_larger_than_live_brokers_is_refused():
     state = cluster(1, 2, 3)
     fence_broker(state, 3, unclean=False)
-    error = refused(ErrorCode.INVALID_REPLICATION_FACTOR, create_topic, state, "t", 1, 3, {})
+    error = refused(Error.INVALID_REPLICATION_FACTOR, create_topic, state, "t", 1, 3, {})
     assert error.message == "Replication factor: 3 larger than available brokers: 2."
 
 
@@ -123,10 +123,10 @@ def test_defaults_and_invalid_counts():
         state, "d", -1, -1, {}, default_partitions=3, default_replication_factor=2, start_index=0
     )
     assert [p.replicas for p in topic.partitions] == [[1, 2], [2, 1], [1, 2]]
-    refused(ErrorCode.INVALID_REPLICATION_FACTOR, create_topic, state, "x", 1, 0, {})
-    refused(ErrorCode.INVALID_REPLICATION_FACTOR, create_topic, state, "x", 1, -2, {})
-    refused(ErrorCode.INVALID_PARTITIONS, create_topic, state, "x", 0, 1, {})
-    refused(ErrorCode.INVALID_PARTITIONS, create_topic, state, "x", -5, 1, {})
+    refused(Error.INVALID_REPLICATION_FACTOR, create_topic, state, "x", 1, 0, {})
+    refused(Error.INVALID_REPLICATION_FACTOR, create_topic, state, "x", 1, -2, {})
+    refused(Error.INVALID_PARTITIONS, create_topic, state, "x", 0, 1, {})
+    refused(Error.INVALID_PARTITIONS, create_topic, state, "x", -5, 1, {})
 
 
 @pytest.mark.parametrize("count", [10_001, 2**31 - 1])
@@ -135,23 +135,23 @@ def test_more_partitions_than_one_request_may_create_are_refused_at_once(count):
     ever (and a fuzzed 50,000 stalled the broker for minutes). Kafka's controller caps a user
     operation at 10,000 records; the check comes before any assignment work."""
     state = cluster(1, 2)
-    error = refused(ErrorCode.INVALID_PARTITIONS, create_topic, state, "big", count, 1, {})
+    error = refused(Error.INVALID_PARTITIONS, create_topic, state, "big", count, 1, {})
     assert str(count) in error.message
     assert create_topic(state, "largest", 10_000, 1, {})[0].partitions[-1].replicas
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "a b", "tópico", "a/b"])
 def test_invalid_topic_names_are_refused(name):
-    refused(ErrorCode.INVALID_TOPIC_EXCEPTION, create_topic, cluster(1), name, 1, 1, {})
+    refused(Error.INVALID_TOPIC_EXCEPTION, create_topic, cluster(1), name, 1, 1, {})
 
 
 def test_topic_name_rules_existing_topics_and_collisions():
     state = cluster(1)
     create_topic(state, "a" * 249, 1, 1, {})
     create_topic(state, "orders.v1", 1, 1, {"retention.ms": "1000"})
-    error = refused(ErrorCode.TOPIC_ALREADY_EXISTS, create_topic, state, "orders.v1", 1, 1, {})
+    error = refused(Error.TOPIC_ALREADY_EXISTS, create_topic, state, "orders.v1", 1, 1, {})
     assert error.message == "Topic 'orders.v1' already exists."
-    error = refused(ErrorCode.INVALID_TOPIC_EXCEPTION, create_topic, state, "orders_v1", 1, 1, {})
+    error = refused(Error.INVALID_TOPIC_EXCEPTION, create_topic, state, "orders_v1", 1, 1, {})
     assert error.message == "Topic 'orders_v1' collides with existing topic: orders.v1"
 
 
@@ -159,7 +159,7 @@ def test_topic_ids_are_kept_or_generated_uniquely():
     state = cluster(1)
     chosen = uuid.UUID("12345678-1234-5678-1234-567812345678")
     assert create_topic(state, "a", 1, 1, {}, topic_id=chosen)[0].topic_id == chosen
-    refused(ErrorCode.INVALID_REQUEST, create_topic, state, "b", 1, 1, {}, topic_id=chosen)
+    refused(Error.INVALID_REQUEST, create_topic, state, "b", 1, 1, {}, topic_id=chosen)
     b = create_topic(state, "b", 1, 1, {}, rng=random.Random(1))[0]
     c = create_topic(state, "c", 1, 1, {}, rng=random.Random(1))[0]
     assert len({chosen, b.topic_id, c.topic_id}) == 3
@@ -170,8 +170,8 @@ def test_manual_assignments_are_validated():
     state = cluster(1, 2, 3)
     fence_broker(state, 3, unclean=False)
     create = create_topic
-    refused(ErrorCode.INVALID_REQUEST, create, state, "m", 1, -1, {}, assignments={0: [1]})
-    refused(ErrorCode.INVALID_REQUEST, create, state, "m", -1, 1, {}, assignments={0: [1]})
+    refused(Error.INVALID_REQUEST, create, state, "m", 1, -1, {}, assignments={0: [1]})
+    refused(Error.INVALID_REQUEST, create, state, "m", -1, 1, {}, assignments={0: [1]})
     cases = {
         "empty": {0: []},
         "unregistered": {0: [1, 9]},
@@ -182,7 +182,7 @@ def test_manual_assignments_are_validated():
     }
     for assignments in cases.values():
         refused(
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            Error.INVALID_REPLICA_ASSIGNMENT,
             create,
             state,
             "m",
@@ -203,7 +203,7 @@ def test_delete_topic_returns_the_removed_topic():
     created, _ = create_topic(state, "gone", 2, 1, {})
     assert delete_topic(state, "gone") is created
     assert "gone" not in state.topics
-    refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, delete_topic, state, "gone")
+    refused(Error.UNKNOWN_TOPIC_OR_PARTITION, delete_topic, state, "gone")
 
 
 # --- fencing and elections ----------------------------------------------------------------
@@ -402,32 +402,32 @@ def test_alter_partition_refusals():
     b1 = state.brokers[1].broker_epoch
 
     cases = [
-        (ErrorCode.STALE_BROKER_EPOCH, ("t", 0, 1, le, [1, 2, 3], pe, b1 - 1)),
-        (ErrorCode.STALE_BROKER_EPOCH, ("t", 0, 9, le, [1, 2, 3], pe, 1)),
-        (ErrorCode.UNKNOWN_TOPIC_ID, (uuid.uuid4(), 0, 1, le, [1, 2, 3], pe)),
-        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ("nope", 0, 1, le, [1, 2, 3], pe)),
-        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (topic_id, 1, 1, le, [1, 2, 3], pe)),
-        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ("t", -1, 1, le, [1, 2, 3], pe)),
-        (ErrorCode.NOT_CONTROLLER, ("t", 0, 1, le + 1, [1, 2, 3], pe)),
-        (ErrorCode.NOT_CONTROLLER, ("t", 0, 1, le, [1, 2, 3], pe + 1)),
-        (ErrorCode.INVALID_REQUEST, ("t", 0, 2, le, [1, 2, 3], pe)),
-        (ErrorCode.INVALID_UPDATE_VERSION, ("t", 0, 1, le, [1, 2, 3], pe - 1)),
-        (ErrorCode.INVALID_REQUEST, ("t", 0, 1, le, [1, 2, 2], pe)),
-        (ErrorCode.INVALID_REQUEST, ("t", 0, 1, le, [1, 4], pe)),
-        (ErrorCode.INVALID_REQUEST, ("t", 0, 1, le, [2, 3], pe)),
-        (ErrorCode.INVALID_REQUEST, ("t", 0, 1, le, [], pe)),
+        (Error.STALE_BROKER_EPOCH, ("t", 0, 1, le, [1, 2, 3], pe, b1 - 1)),
+        (Error.STALE_BROKER_EPOCH, ("t", 0, 9, le, [1, 2, 3], pe, 1)),
+        (Error.UNKNOWN_TOPIC_ID, (uuid.uuid4(), 0, 1, le, [1, 2, 3], pe)),
+        (Error.UNKNOWN_TOPIC_OR_PARTITION, ("nope", 0, 1, le, [1, 2, 3], pe)),
+        (Error.UNKNOWN_TOPIC_OR_PARTITION, (topic_id, 1, 1, le, [1, 2, 3], pe)),
+        (Error.UNKNOWN_TOPIC_OR_PARTITION, ("t", -1, 1, le, [1, 2, 3], pe)),
+        (Error.NOT_CONTROLLER, ("t", 0, 1, le + 1, [1, 2, 3], pe)),
+        (Error.NOT_CONTROLLER, ("t", 0, 1, le, [1, 2, 3], pe + 1)),
+        (Error.INVALID_REQUEST, ("t", 0, 2, le, [1, 2, 3], pe)),
+        (Error.INVALID_UPDATE_VERSION, ("t", 0, 1, le, [1, 2, 3], pe - 1)),
+        (Error.INVALID_REQUEST, ("t", 0, 1, le, [1, 2, 2], pe)),
+        (Error.INVALID_REQUEST, ("t", 0, 1, le, [1, 4], pe)),
+        (Error.INVALID_REQUEST, ("t", 0, 1, le, [2, 3], pe)),
+        (Error.INVALID_REQUEST, ("t", 0, 1, le, [], pe)),
     ]
     for code, args in cases:
         refused(code, alter_partition, state, *args)
 
     fence_broker(state, 3, unclean=False)  # 3 is not in the ISR: nothing else changes
-    refused(ErrorCode.INELIGIBLE_REPLICA, alter_partition, state, "t", 0, 1, le, [1, 2, 3], pe)
+    refused(Error.INELIGIBLE_REPLICA, alter_partition, state, "t", 0, 1, le, [1, 2, 3], pe)
 
     # An old leader epoch is fenced, whoever sends it.
     fence_broker(state, 1, unclean=False)
     p = part(state)
     assert p.leader == 2 and p.leader_epoch == le + 1
-    refused(ErrorCode.FENCED_LEADER_EPOCH, alter_partition, state, "t", 0, 1, le, [1, 2], pe)
+    refused(Error.FENCED_LEADER_EPOCH, alter_partition, state, "t", 0, 1, le, [1, 2], pe)
 
 
 def test_alter_partition_success_and_no_op():

@@ -56,7 +56,7 @@ def test_a_gap_in_sequences_is_out_of_order(tmp_path):
     produce(log, 0)
     with pytest.raises(OutOfOrderSequenceError) as raised:
         produce(log, 5)
-    assert raised.value.error_code == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert raised.value.error == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.log_end_offset == 2
 
 
@@ -65,7 +65,7 @@ def test_a_stale_epoch_is_fenced(tmp_path):
     produce(log, 0, epoch=3)
     with pytest.raises(InvalidProducerEpochError) as raised:
         produce(log, 2, epoch=2)
-    assert raised.value.error_code == Error.INVALID_PRODUCER_EPOCH
+    assert raised.value.error == Error.INVALID_PRODUCER_EPOCH
 
 
 def test_a_new_epoch_must_start_at_sequence_zero(tmp_path):

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from minibroker.protocol.errors import Error, KafkaError
+
 
 class ResourceType(IntEnum):
     UNKNOWN = 0
@@ -88,8 +90,10 @@ _IMPLIED_BY_ALLOW: dict[Operation, frozenset[Operation]] = {
 }
 
 
-class InvalidAcl(ValueError):
+class InvalidAcl(KafkaError, ValueError):
     """A binding or filter Kafka refuses with INVALID_REQUEST; the message says why."""
+
+    error = Error.INVALID_REQUEST
 
 
 @dataclass(frozen=True, slots=True)

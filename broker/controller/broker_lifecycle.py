@@ -1,0 +1,241 @@
+"""Brokers joining, staying alive and leaving (Kafka: ``ClusterControlManager`` and
+``BrokerHeartbeatManager`` of the KRaft controller; ZooKeeper mode's ``BrokerChangeHandler``
+and ``KafkaController.onBrokerFailure``).
+
+Kafka's rules, kept here: a broker registers (BrokerRegistration) and gets a new broker epoch;
+it heartbeats every broker.heartbeat.interval.ms; one whose last heartbeat is older than
+broker.session.timeout.ms is fenced, which moves the leadership of its partitions to the rest
+of their ISR; a broker that asks to shut down (a heartbeat with wantShutDown) is fenced at
+once, its leadership moved, and told shouldShutDown once the other brokers have heard.
+
+Where we depart: when a broker's connection to the controller closes and its own port then
+refuses connections, its process is gone and it is fenced at once instead of after its session
+(:meth:`BrokerLifecycleManager.connection_lost`). In ZooKeeper mode a broker whose
+``/brokers/ids`` znode went away is fenced, as ZooKeeper-mode Kafka does.
+
+Every decision comes from ``state.py``; this shell saves it, then tells the brokers through the
+controller (:class:`~minibroker.controller.service.ControllerService`).
+"""
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from minibroker.controller import configs as config_transitions
+from minibroker.controller import state as transitions
+from minibroker.controller.state import PartitionChange
+from minibroker.protocol.errors import Error
+
+if TYPE_CHECKING:
+    from minibroker.controller.service import ControllerService
+
+log = logging.getLogger("controller")
+
+# How long the controller tries to connect to a broker whose connection closed; a refusal
+# within it means the broker process is gone.
+PROBE_TIMEOUT_S = 1.0
+PROBE_DELAY_S = 0.25
+# How long a controlled shutdown waits for the other brokers to hear of the new leaders.
+CONTROLLED_SHUTDOWN_DELIVERY_S = 2.0
+
+_FENCED = {
+    "error_code": Error.STALE_BROKER_EPOCH,
+    "is_caught_up": False,
+    "is_fenced": True,
+    "should_shut_down": False,
+}
+
+
+class BrokerLifecycleManager:
+    """Registration, heartbeats, session expiry, fencing and controlled shutdown of the
+    brokers, over the controller's state."""
+
+    def __init__(self, controller: "ControllerService") -> None:
+        self._controller = controller
+
+    # -- requests -----------------------------------------------------------------------
+
+    async def register(self, request) -> dict:
+        """BrokerRegistration: a new broker epoch, saved; the broker then gets the current
+        ACLs, configs and SCRAM credentials, and LeaderAndIsr for its partitions."""
+        controller = self._controller
+        if request.cluster_id != controller.cluster_id:
+            log.error(
+                "broker %d tried to join with cluster id %s; this cluster is %s",
+                request.broker_id,
+                request.cluster_id,
+                controller.cluster_id,
+            )
+            return {"error_code": Error.INCONSISTENT_CLUSTER_ID, "broker_epoch": -1}
+        listener = request.listeners[0]
+        broker_epoch, changes = transitions.register_broker(
+            controller.state,
+            request.broker_id,
+            listener.host,
+            listener.port,
+            str(request.incarnation_id),
+            controller.clock_ms(),
+            unclean_leader_election=controller.config.unclean_leader_election_enable,
+            listeners={item.name: (item.host, item.port) for item in request.listeners},
+        )
+        await controller.save()
+        log.info(
+            "broker %d registered at %s:%d with broker epoch %d",
+            request.broker_id,
+            listener.host,
+            listener.port,
+            broker_epoch,
+        )
+        # It knows no ACLs yet after a restart, and may have missed changes while fenced.
+        controller.push_acls(only_to=request.broker_id)
+        # Its cached topic configs and dynamic configs may be stale: the current ones first.
+        controller.push_configs(
+            config_transitions.resources_of_broker(controller.state, request.broker_id),
+            only_to=request.broker_id,
+        )
+        # Every credential, replacing what it knew: some may have changed while it was away.
+        controller.push_scram_credentials(None, only_to=request.broker_id)
+        controller.propagate(changes)
+        return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
+
+    async def heartbeat(self, request) -> dict:
+        """BrokerHeartbeat: renews the broker's session, or begins its controlled shutdown."""
+        controller = self._controller
+        if request.want_shut_down:
+            return await self._controlled_shutdown(request.broker_id, request.broker_epoch)
+        alive = transitions.heartbeat(
+            controller.state, request.broker_id, request.broker_epoch, controller.clock_ms()
+        )
+        if not alive:
+            return dict(_FENCED)
+        return {
+            "error_code": Error.NONE,
+            "is_caught_up": True,
+            "is_fenced": False,
+            "should_shut_down": False,
+        }
+
+    async def _controlled_shutdown(self, node_id: int, broker_epoch: int) -> dict:
+        """Move the broker's leadership away, tell every broker (the leaving one included),
+        and answer shouldShutDown once they have it, so no partition waits for a session
+        timeout to find a new leader."""
+        controller = self._controller
+        known = controller.state.brokers.get(node_id)
+        already_fenced = known is not None and known.fenced
+        changes = transitions.begin_controlled_shutdown(
+            controller.state,
+            node_id,
+            broker_epoch,
+            controller.config.unclean_leader_election_enable,
+        )
+        if changes is None:
+            return dict(_FENCED)
+        if not already_fenced:
+            # Even a broker that hosts nothing must leave every broker's metadata, or
+            # clients keep being sent to it.
+            await controller.save()
+            events = controller.propagate(changes, also_tell=node_id)
+            log.info(
+                "broker %d is shutting down: %d partition(s) change leader or ISR",
+                node_id,
+                len(changes),
+            )
+            # Brokers that are stopping too may never read theirs: the wait is short.
+            await controller.await_delivery(events, CONTROLLED_SHUTDOWN_DELIVERY_S)
+        return {
+            "error_code": Error.NONE,
+            "is_caught_up": True,
+            "is_fenced": True,
+            "should_shut_down": True,
+        }
+
+    # -- liveness -----------------------------------------------------------------------
+
+    def restart_sessions(self) -> None:
+        """A restarted controller gives every known broker a fresh session."""
+        now = self._controller.clock_ms()
+        for broker in self._controller.state.brokers.values():
+            broker.last_heartbeat_ms = now
+
+    async def watch_sessions(self) -> None:
+        """Fence the brokers whose sessions expired (Kafka: the heartbeat manager's
+        ``findOneStaleBroker``), checked every heartbeat interval (at most every second)."""
+        controller = self._controller
+        interval = min(controller.config.broker_heartbeat_interval_ms, 1000) / 1000
+        while True:
+            await trio.sleep(interval)
+            fenced, changes = transitions.expire_brokers(
+                controller.state,
+                controller.clock_ms(),
+                controller.config.broker_session_timeout_ms,
+                controller.config.unclean_leader_election_enable,
+            )
+            if fenced:
+                log.warning("fenced broker(s) %s: no heartbeat within the session", fenced)
+                await controller.save()
+                controller.propagate(changes)
+
+    def connection_lost(self, node_id: int, nursery: trio.Nursery | None) -> None:
+        """A broker's connection to the controller closed. If the broker's own port now
+        refuses connections, its process is gone (a crash, kill -9): fence it at once
+        instead of waiting out its session. A broker that is merely slow, paused or cut off
+        still accepts (or times out) and keeps its session, so nothing live is fenced."""
+        broker = self._controller.state.brokers.get(node_id)
+        if broker is None or broker.fenced or nursery is None:
+            return
+        nursery.start_soon(self._probe_broker, node_id, broker.broker_epoch)
+
+    async def _probe_broker(self, node_id: int, broker_epoch: int) -> None:
+        controller = self._controller
+        # A dying process's sockets close one by one: its connection's FIN can arrive while
+        # its listening socket still completes handshakes. Probe once it is surely gone.
+        await trio.sleep(PROBE_DELAY_S)
+        broker = controller.state.brokers[node_id]
+        try:
+            with trio.fail_after(PROBE_TIMEOUT_S):
+                address = (await trio.socket.getaddrinfo(broker.host, broker.port))[0]
+                with trio.socket.socket(address[0], address[1]) as probe:
+                    await probe.connect(address[4])
+            return  # it accepts: alive
+        except ConnectionRefusedError:
+            pass  # nobody listens there: the broker process is gone
+        except (OSError, trio.TooSlowError):
+            return  # unreachable or slow: the session timeout decides
+        current = controller.state.brokers.get(node_id)
+        if current is None or current.fenced or current.broker_epoch != broker_epoch:
+            return  # it re-registered meanwhile, or was fenced already
+        log.warning(
+            "broker %d closed its connection and %s:%d refuses connections: fenced now",
+            node_id,
+            broker.host,
+            broker.port,
+        )
+        changes = transitions.fence_broker(
+            controller.state, node_id, controller.config.unclean_leader_election_enable
+        )
+        await controller.save()
+        controller.propagate(changes)
+
+    async def sessions_changed(self, with_session: set[int]) -> None:
+        """ZooKeeper mode: the brokers whose ``/brokers/ids`` znode exists now. A registered
+        broker without one lost its ZooKeeper session (it died, or was cut off or paused for
+        longer than zookeeper.session.timeout.ms): it is fenced, as ZooKeeper-mode Kafka's
+        controller takes a broker's znode going away for its death."""
+        controller = self._controller
+        gone = [
+            node_id
+            for node_id, broker in sorted(controller.state.brokers.items())
+            if not broker.fenced and node_id not in with_session
+        ]
+        if not gone:
+            return
+        latest: dict[tuple[str, int], PartitionChange] = {}
+        for node_id in gone:
+            for change in transitions.fence_broker(
+                controller.state, node_id, controller.config.unclean_leader_election_enable
+            ):
+                latest[(change.topic, change.partition)] = change
+        log.warning("fenced broker(s) %s: their ZooKeeper sessions ended", gone)
+        await controller.save()
+        controller.propagate(list(latest.values()))

@@ -1,0 +1,248 @@
+"""The controller service in-process, under trio's MockClock: its real store in tmp_path, its
+decisions delivered over fake broker connections (the channel manager's connection factory)
+instead of sockets. Time is the mock clock's, so a session expiry is exact and instant."""
+
+import uuid
+
+import pytest
+import trio
+import trio.testing
+
+from minibroker.cluster.controller_client import build_request
+from minibroker.common.config import BrokerConfig
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.controller.service import ControllerService
+from minibroker.controller.store import STATE_FILE, ControllerStore
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+
+CLUSTER_ID = "mock-cluster"
+HEARTBEAT_MS = 500
+SESSION_MS = 3000
+
+
+@pytest.fixture
+def autojump_clock():
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+class FakeBroker:
+    """A broker as the controller's channel sees it: it records every request and answers
+    without an error code (as an AlterConfigs answer has none)."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.requests: list = []
+        self.connections = 0
+
+    async def request(self, request):
+        await trio.lowlevel.checkpoint()
+        self.requests.append(request)
+        return None
+
+    async def aclose(self) -> None:
+        pass
+
+    def of_type(self, api_key: int) -> list:
+        return [r for r in self.requests if r.__api_key__ == api_key]
+
+    def leaders(self) -> dict[tuple[str, int], int]:
+        """The leader of each partition, as the newest LeaderAndIsr told this broker."""
+        seen: dict[tuple[str, int], int] = {}
+        for request in self.of_type(ApiKey.LEADER_AND_ISR):
+            for topic in request.topic_states:
+                for state in topic.partition_states:
+                    seen[(topic.topic_name, state.partition_index)] = state.leader
+        return seen
+
+
+class Cluster:
+    """A controller service and the fake brokers its channels reach."""
+
+    def __init__(self, tmp_path) -> None:
+        self.brokers = {node_id: FakeBroker(node_id) for node_id in (1, 2, 3)}
+        config = BrokerConfig(
+            node_id=0,
+            process_roles=frozenset({"controller"}),
+            log_dirs=(tmp_path,),
+            broker_heartbeat_interval_ms=HEARTBEAT_MS,
+            broker_session_timeout_ms=SESSION_MS,
+            auto_leader_rebalance_enable=False,
+        )
+        self.service = ControllerService(
+            config,
+            CLUSTER_ID,
+            clock_ms=lambda: int(trio.current_time() * 1000),
+            metrics=BrokerMetrics(),
+            connect=self._connect,
+        )
+        self.epochs: dict[int, int] = {}
+
+    async def _connect(self, broker_info):
+        broker = self.brokers[broker_info.node_id]
+        broker.connections += 1
+        return broker
+
+    async def register(self, node_id: int) -> None:
+        answer = await self.service.broker_registration(
+            build_request(
+                ApiKey.BROKER_REGISTRATION,
+                {
+                    "broker_id": node_id,
+                    "cluster_id": CLUSTER_ID,
+                    "incarnation_id": uuid.uuid4(),
+                    "listeners": [
+                        {
+                            "name": "PLAINTEXT",
+                            "host": "127.0.0.1",
+                            "port": 9000 + node_id,
+                            "security_protocol": 0,
+                        }
+                    ],
+                    "features": (),
+                    "rack": None,
+                },
+            )
+        )
+        assert answer["error_code"] == Error.NONE
+        self.epochs[node_id] = answer["broker_epoch"]
+
+    async def heartbeat(self, node_id: int, want_shut_down: bool = False) -> dict:
+        return await self.service.broker_heartbeat(
+            build_request(
+                ApiKey.BROKER_HEARTBEAT,
+                {
+                    "broker_id": node_id,
+                    "broker_epoch": self.epochs[node_id],
+                    "current_metadata_offset": 0,
+                    "want_fence": False,
+                    "want_shut_down": want_shut_down,
+                },
+            )
+        )
+
+    async def keep_alive(self, node_ids, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            for node_id in sorted(node_ids):
+                answer = await self.heartbeat(node_id)
+                assert answer["error_code"] == Error.NONE
+            await trio.sleep(HEARTBEAT_MS / 1000)
+
+    async def create_topic(self, name: str, replicas: list[int]) -> dict:
+        return await self.service.create_topics(
+            build_request(
+                ApiKey.CREATE_TOPICS,
+                {
+                    "topics": [
+                        {
+                            "name": name,
+                            "num_partitions": -1,
+                            "replication_factor": -1,
+                            "assignments": [{"partition_index": 0, "broker_ids": replicas}],
+                            "configs": (),
+                        }
+                    ],
+                    "timeout_ms": 5000,
+                    "validate_only": False,
+                },
+            )
+        )
+
+    def leader(self, topic: str, index: int = 0) -> int:
+        return self.service.state.topics[topic].partitions[index].leader
+
+
+async def started(nursery, tmp_path) -> Cluster:
+    cluster = Cluster(tmp_path)
+    await nursery.start(cluster.service.run)
+    for node_id in cluster.brokers:
+        await cluster.register(node_id)
+    return cluster
+
+
+async def test_a_created_topic_reaches_its_replicas_as_leader_and_isr(autojump_clock, tmp_path):
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path)
+        answer = await cluster.create_topic("orders", [2, 3])
+        assert answer["topics"][0]["error_code"] == Error.NONE
+        # The answer waited for the brokers: the replicas have their LeaderAndIsr now.
+        for node_id in (2, 3):
+            assert cluster.brokers[node_id].leaders() == {("orders", 0): 2}
+        assert cluster.brokers[1].leaders() == {}
+        # Every live broker hears of the topic by UpdateMetadata, the newest picture last.
+        for broker in cluster.brokers.values():
+            newest = broker.of_type(ApiKey.UPDATE_METADATA)[-1]
+            assert [t.topic_name for t in newest.topic_states] == ["orders"]
+            assert sorted(b.id_ for b in newest.live_brokers) == [1, 2, 3]
+        # The decision was saved before it was sent.
+        saved = ControllerStore(tmp_path / STATE_FILE).load()
+        assert saved.topics["orders"].partitions[0].replicas == [2, 3]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_that_misses_its_session_is_fenced_and_its_leadership_moves(
+    autojump_clock, tmp_path
+):
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path)
+        alive = {1, 2, 3}
+        await nursery.start(cluster.keep_alive, alive)
+        await cluster.create_topic("orders", [3, 1, 2])
+        assert cluster.leader("orders") == 3
+        await trio.sleep(SESSION_MS / 1000 * 2)
+        assert not cluster.service.state.brokers[3].fenced  # heartbeats keep it in
+        # Broker 3 stops heartbeating; 1 and 2 go on.
+        alive.discard(3)
+        stopped_at = trio.current_time()
+        while not cluster.service.state.brokers[3].fenced:
+            await trio.sleep(0.1)
+        waited = trio.current_time() - stopped_at
+        # Fenced once its session ran out, not before, and within one check after.
+        assert SESSION_MS / 1000 - HEARTBEAT_MS / 1000 <= waited <= SESSION_MS / 1000 + 1
+        assert not cluster.service.state.brokers[1].fenced
+        assert cluster.leader("orders") == 1
+        assert cluster.service.state.topics["orders"].partitions[0].isr == [1, 2]
+        await trio.testing.wait_all_tasks_blocked()
+        assert cluster.brokers[1].leaders()[("orders", 0)] == 1
+        assert cluster.brokers[2].leaders()[("orders", 0)] == 1
+        # The fenced broker is not told anything more.
+        assert cluster.brokers[3].leaders()[("orders", 0)] == 3
+        # A fenced broker's heartbeat is refused: it must register again.
+        assert (await cluster.heartbeat(3))["error_code"] == Error.STALE_BROKER_EPOCH
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_controlled_shutdown_moves_leadership_and_tells_the_leaving_broker(
+    autojump_clock, tmp_path
+):
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path)
+        await cluster.create_topic("orders", [2, 3])
+        before = trio.current_time()
+        answer = await cluster.heartbeat(2, want_shut_down=True)
+        assert answer["should_shut_down"] is True
+        assert answer["error_code"] == Error.NONE
+        # No session timeout was waited for: the brokers had it at once.
+        assert trio.current_time() - before < 1
+        assert cluster.leader("orders") == 3
+        assert cluster.service.state.brokers[2].fenced
+        # The leaving broker was told (even though fenced) that it leads nothing now.
+        assert cluster.brokers[2].leaders()[("orders", 0)] == 3
+        assert cluster.brokers[3].leaders()[("orders", 0)] == 3
+        newest = cluster.brokers[1].of_type(ApiKey.UPDATE_METADATA)[-1]
+        assert sorted(b.id_ for b in newest.live_brokers) == [1, 3]
+        nursery.cancel_scope.cancel()
+
+
+async def test_only_the_newest_update_metadata_is_sent_after_a_burst(autojump_clock, tmp_path):
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path)
+        await trio.testing.wait_all_tasks_blocked()
+        sent_before = len(cluster.brokers[1].of_type(ApiKey.UPDATE_METADATA))
+        # Ten decisions queued before any channel runs: one UpdateMetadata each, not ten.
+        for _ in range(10):
+            cluster.service.propagate([])
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(cluster.brokers[1].of_type(ApiKey.UPDATE_METADATA)) == sent_before + 1
+        nursery.cancel_scope.cancel()
