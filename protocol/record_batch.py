@@ -14,8 +14,9 @@ Layout (all big-endian), with the CRC covering bytes 21 to the end of the batch:
     recordsCount i32 @57, records @61
 """
 
+import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import NamedTuple
 
 import crc32c
@@ -153,7 +154,7 @@ def _checked_header(view: memoryview, pos: int) -> BatchHeader:
     return header
 
 
-def validate_batches(buf: Buffer) -> list[BatchHeader]:
+def validate_batches(buf: Buffer | mmap.mmap) -> list[BatchHeader]:
     """Headers of the batches filling `buf` exactly; InvalidRecordBatch if anything is off.
 
     A produce request is all or nothing, so a partial tail or trailing bytes fail the whole
@@ -172,7 +173,9 @@ def validate_batches(buf: Buffer) -> list[BatchHeader]:
         return headers
 
 
-def scan_valid_batches(buf: Buffer, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+def scan_valid_batches(
+    buf: Buffer | mmap.mmap, pos: int = 0
+) -> Generator[tuple[int, BatchHeader], None, None]:
     """(position, header) of each intact batch from `pos`, stopping at the first bad one.
 
     Recovery uses this to find the last valid byte of a segment: whatever follows the last
