@@ -28,6 +28,7 @@ import dataclasses
 import struct
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from kio.serial._introspect import (
     EntityField,
@@ -36,6 +37,9 @@ from kio.serial._introspect import (
     classify_field,
     is_optional,
 )
+from kio.static.protocol import Entity
+
+from minibroker.protocol.buffers import Buffer
 
 
 class InvalidArrayError(ValueError):
@@ -64,7 +68,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 # A step reads one value at pos and returns the position after it.
-Step = Callable[[bytes, int], int]
+Step = Callable[[Buffer, int], int]
 
 
 class _Short(Exception):
@@ -80,7 +84,7 @@ class _UnknownTag(Exception):
         self.count_at, self.count_end, self.count = count_at, count_end, count
         self.start, self.end = start, end
 
-    def cut_from(self, buffer) -> bytes:
+    def cut_from(self, buffer: Buffer) -> bytes:
         """The buffer without the field, its tag buffer's count one less."""
         return b"".join(
             (
@@ -101,7 +105,7 @@ def _uvarint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def _uvarint(buffer, pos: int) -> tuple[int, int]:
+def _uvarint(buffer: Buffer, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buffer):
@@ -116,18 +120,24 @@ def _uvarint(buffer, pos: int) -> tuple[int, int]:
             raise _Short  # kio refuses an overlong varint
 
 
-def _fixed(width: int) -> Step:
-    def skip(buffer, pos: int) -> int:
-        return pos + width
+class _Fixed:
+    """The step over a fixed-width value: its ``width`` lets neighbours merge and arrays of
+    them skip in one step."""
 
-    skip.width = width  # lets neighbours merge and arrays of them skip in one step
-    return skip
+    __slots__ = ("width",)
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+    def __call__(self, buffer: Buffer, pos: int) -> int:
+        return pos + self.width
 
 
 def _sized(compact: bool, wide: bool) -> Step:
     """A string (int16 length) or bytes/records (int32 length); compact: uvarint length+1."""
 
-    def skip(buffer, pos: int) -> int:
+    def skip(buffer: Buffer, pos: int) -> int:
+        length: int
         if compact:
             length, pos = _uvarint(buffer, pos)
             return pos + max(0, length - 1)
@@ -140,13 +150,13 @@ def _sized(compact: bool, wide: bool) -> Step:
     return skip
 
 
-def _uvarint_step(buffer, pos: int) -> int:
+def _uvarint_step(buffer: Buffer, pos: int) -> int:
     return _uvarint(buffer, pos)[1]
 
 
 def _primitive(kafka_type: str, compact: bool) -> Step:
     if kafka_type in _FIXED_WIDTH:
-        return _fixed(_FIXED_WIDTH[kafka_type])
+        return _Fixed(_FIXED_WIDTH[kafka_type])
     if kafka_type == "string":
         return _sized(compact, wide=False)
     if kafka_type in ("bytes", "records"):
@@ -157,9 +167,9 @@ def _primitive(kafka_type: str, compact: bool) -> Step:
 
 
 def _array(item: Step, compact: bool, nullable: bool) -> Step:
-    width = getattr(item, "width", None)
+    width = item.width if isinstance(item, _Fixed) else None
 
-    def walk(buffer, pos: int) -> int:
+    def walk(buffer: Buffer, pos: int) -> int:
         if compact:
             count, pos = _uvarint(buffer, pos)
             count -= 1  # 0 is null
@@ -188,7 +198,7 @@ def _array(item: Step, compact: bool, nullable: bool) -> Step:
     return walk
 
 
-def _field_step(field: dataclasses.Field, compact: bool) -> Step:
+def _field_step(field: dataclasses.Field[Any], compact: bool) -> Step:
     kind = classify_field(field)
     if isinstance(kind, EntityTupleField):
         return _array(entity_step(kind.type_), compact, is_optional(field))
@@ -206,7 +216,7 @@ def _field_step(field: dataclasses.Field, compact: bool) -> Step:
 def _nullable_entity(nested: Step) -> Step:
     """A nullable struct is preceded by an int8: -1 for null, 1 when present."""
 
-    def walk(buffer, pos: int) -> int:
+    def walk(buffer: Buffer, pos: int) -> int:
         if pos >= len(buffer):
             raise _Short
         marker = buffer[pos]
@@ -218,7 +228,7 @@ def _nullable_entity(nested: Step) -> Step:
 
 
 @cache
-def entity_step(cls: type) -> Step:
+def entity_step(cls: type[Entity]) -> Step:
     flexible = bool(getattr(cls, "__flexible__", False))
     positional: list[Step] = []
     tagged: dict[int, Step] = {}
@@ -226,20 +236,20 @@ def entity_step(cls: type) -> Step:
         tag = field.metadata.get("tag")
         step = _field_step(field, flexible)
         if tag is None:
-            width = getattr(step, "width", None)
-            if width is not None and positional and hasattr(positional[-1], "width"):
-                positional[-1] = _fixed(positional[-1].width + width)
+            last = positional[-1] if positional else None
+            if isinstance(step, _Fixed) and isinstance(last, _Fixed):
+                positional[-1] = _Fixed(last.width + step.width)
             else:
                 positional.append(step)
         else:
             tagged[tag] = step
 
-    if not flexible and len(positional) == 1 and hasattr(positional[0], "width"):
+    if not flexible and len(positional) == 1 and isinstance(positional[0], _Fixed):
         return positional[0]  # a struct of fixed-width fields is one fixed-width step
     if not flexible and not positional:
-        return _fixed(0)
+        return _Fixed(0)
 
-    def tag_buffer(buffer, pos: int) -> int:
+    def tag_buffer(buffer: Buffer, pos: int) -> int:
         count_at = pos
         count, pos = _uvarint(buffer, pos)
         count_end = pos
@@ -256,11 +266,11 @@ def entity_step(cls: type) -> Step:
             pos = end
         return pos
 
-    if len(positional) == 1 and hasattr(positional[0], "width"):
+    if len(positional) == 1 and isinstance(positional[0], _Fixed):
         # The common flexible struct (a partition of a Fetch): fixed fields, empty tags.
         fixed_width = positional[0].width
 
-        def walk_fixed(buffer, pos: int) -> int:
+        def walk_fixed(buffer: Buffer, pos: int) -> int:
             pos += fixed_width
             if pos < len(buffer) and buffer[pos] == 0:
                 return pos + 1
@@ -268,7 +278,7 @@ def entity_step(cls: type) -> Step:
 
         return walk_fixed
 
-    def walk(buffer, pos: int) -> int:
+    def walk(buffer: Buffer, pos: int) -> int:
         for step in positional:
             pos = step(buffer, pos)
         if flexible:
@@ -280,12 +290,12 @@ def entity_step(cls: type) -> Step:
     return walk
 
 
-def walked_size(cls: type, buffer, offset: int = 0) -> int:
+def walked_size(cls: type[Entity], buffer: Buffer, offset: int = 0) -> int:
     """How many bytes the walk took for a whole request (for tests: it must match kio)."""
     return entity_step(cls)(buffer, offset) - offset
 
 
-def check_array_counts(cls: type, buffer, offset: int):
+def check_array_counts(cls: type[Entity], buffer: Buffer, offset: int) -> Buffer:
     """Raise InvalidArrayError if any array of this ``cls`` request, read from ``buffer`` at
     ``offset``, claims more elements than bytes remain; otherwise return the buffer for kio,
     without the tagged fields the schema does not know (even for a buffer that is too short

@@ -12,18 +12,26 @@ import datetime
 import io
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
+from kio.serial.readers import Reader
+from kio.serial.writers import Writer
+from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
 from minibroker.protocol.bounds import InvalidArrayError, check_array_counts
+from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _UTC = datetime.UTC
+E = TypeVar("E", bound=Entity)
+# A field's plan: its name, how to convert a plain value, and what to use when it is omitted
+# (None, a value, or one of the sentinels _USE_SCHEMA_DEFAULT and _REQUIRED).
+_FieldPlan = tuple[str, Callable[[Any], Any] | None, object]
 
 
 class DecodeError(ValueError):
@@ -31,12 +39,12 @@ class DecodeError(ValueError):
 
 
 @cache
-def request_class(api_key: int, api_version: int) -> type:
+def request_class(api_key: int, api_version: int) -> type[RequestPayload]:
     return load_request_schema(api_key, api_version)
 
 
 @cache
-def response_class(api_key: int, api_version: int) -> type:
+def response_class(api_key: int, api_version: int) -> type[ResponsePayload]:
     return load_response_schema(api_key, api_version)
 
 
@@ -65,16 +73,16 @@ def response_uses_flexible_header(api_key: int, api_version: int) -> bool:
 
 
 @cache
-def _reader(cls: type) -> Callable[[bytes, int], tuple[Any, int]]:
+def _reader(cls: type[Entity]) -> Reader[Any]:
     return entity_reader(cls)
 
 
 @cache
-def _writer(cls: type) -> Callable[[Any, Any], None]:
+def _writer(cls: type[Entity]) -> Writer[Entity]:
     return entity_writer(cls)
 
 
-def decode_request(api_key: int, api_version: int, frame, offset: int) -> Any:
+def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -> Any:
     """Decode a request body; trailing bytes after it are ignored, as Kafka ignores them.
 
     Array counts are checked against the bytes left first (protocol.bounds): kio reserves
@@ -96,7 +104,7 @@ def decode_request(api_key: int, api_version: int, frame, offset: int) -> Any:
     return value
 
 
-def decode_response(api_key: int, api_version: int, frame, offset: int) -> Any:
+def decode_response(api_key: int, api_version: int, frame: Buffer, offset: int) -> Any:
     """Decode a response body (the broker is a client too: fetchers, controller channels)."""
     if not isinstance(frame, bytes):
         frame = memoryview(frame).toreadonly()
@@ -107,7 +115,7 @@ def decode_response(api_key: int, api_version: int, frame, offset: int) -> Any:
     return value
 
 
-def encode_entity(entity: Any) -> bytes:
+def encode_entity(entity: Entity) -> bytes:
     """Serialise a kio entity (a response body, or a request body in tests and fetchers)."""
     out = io.BytesIO()
     _writer(type(entity))(out, entity)
@@ -145,15 +153,17 @@ _IMPLICIT_VALUES: dict[str, Any] = {"throttle_time": datetime.timedelta(0)}
 
 
 @cache
-def _plan(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None, Any], ...]:
+def _plan(cls: type[Entity]) -> tuple[_FieldPlan, ...]:
     """For each field: its name, how to convert a plain value, and what to use when omitted."""
-    steps = []
+    steps: list[_FieldPlan] = []
     for field in dataclasses.fields(cls):
         kind = classify_field(field)
         has_default = field.default is not dataclasses.MISSING
         if isinstance(kind, EntityTupleField):
             steps.append((field.name, _tuple_builder(kind.type_), ()))
             continue
+        converter: Callable[[Any], Any] | None
+        fallback: object
         if isinstance(kind, EntityField):
             converter = _entity_builder(kind.type_)
         else:
@@ -168,8 +178,8 @@ def _plan(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None, Any], ...]
     return tuple(steps)
 
 
-def _tuple_builder(nested: type) -> Callable[[Any], tuple]:
-    def build_tuple(items: Any) -> tuple | None:
+def _tuple_builder(nested: type[Entity]) -> Callable[[Any], tuple[Entity, ...] | None]:
+    def build_tuple(items: Any) -> tuple[Entity, ...] | None:
         if items is None:
             return None
         return tuple(item if isinstance(item, nested) else build(nested, item) for item in items)
@@ -177,8 +187,8 @@ def _tuple_builder(nested: type) -> Callable[[Any], tuple]:
     return build_tuple
 
 
-def _entity_builder(nested: type) -> Callable[[Any], Any]:
-    def build_entity(item: Any) -> Any:
+def _entity_builder(nested: type[Entity]) -> Callable[[Any], Entity | None]:
+    def build_entity(item: Any) -> Entity | None:
         if item is None or isinstance(item, nested):
             return item
         return build(nested, item)
@@ -186,14 +196,14 @@ def _entity_builder(nested: type) -> Callable[[Any], Any]:
     return build_entity
 
 
-def build(cls: type, data: dict[str, Any]) -> Any:
+def build(cls: type[E], data: dict[str, Any]) -> E:
     """Build a kio entity of ``cls`` from a version-neutral description.
 
     Keys the class does not have are ignored; fields missing from ``data`` take the schema
     default (an empty tuple for arrays, null for nullable fields, zero throttle time). A
     required scalar that is missing is a bug in the handler and raises KeyError naming it.
     """
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     for name, converter, fallback in _plan(cls):
         if name in data:
             value = data[name]

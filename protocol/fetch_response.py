@@ -15,6 +15,7 @@ version.
 import struct
 from typing import Any
 
+from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.framing import encode_uvarint
 from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
@@ -26,7 +27,7 @@ _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.FETCH]
 FIRST_TOPIC_ID_VERSION = 13
 
 
-def _has_defaults_only(partition: dict) -> bool:
+def _has_defaults_only(partition: dict[str, Any]) -> bool:
     """True when nothing outside this encoder's fast path is set on the partition."""
     diverging = partition.get("diverging_epoch")
     return partition.get("aborted_transactions") is None and (
@@ -35,13 +36,13 @@ def _has_defaults_only(partition: dict) -> bool:
     )
 
 
-def encode_fetch_response(version: int, data: dict[str, Any]) -> list | None:
+def encode_fetch_response(version: int, data: dict[str, Any]) -> list[Buffer] | None:
     """The Fetch response body as chunks (bytes and record objects), or None to use kio."""
     responses = data["responses"]
     if not all(_has_defaults_only(p) for topic in responses for p in topic["partitions"]):
         return None
     flexible = version >= _FLEXIBLE_FROM
-    chunks: list = []
+    chunks: list[Buffer] = []
     out = bytearray()
 
     def array_length(count: int) -> None:

@@ -67,6 +67,7 @@ class FrameDecoder:
     def _next_size(self) -> int | None:
         if len(self._buffer) - self._start < 4:
             return None
+        size: int
         (size,) = _SIZE.unpack_from(self._buffer, self._start)
         if size < 0:
             raise FrameError(f"negative frame size {size}")

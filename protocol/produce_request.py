@@ -11,6 +11,7 @@ tests/unit/test_produce_request.py checks it against kio for every supported ver
 import datetime
 import struct
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
@@ -56,10 +57,12 @@ class _Reader:
         return start
 
     def int16(self) -> int:
-        return _INT16.unpack_from(self.view, self._take(2))[0]
+        value: int = _INT16.unpack_from(self.view, self._take(2))[0]
+        return value
 
     def int32(self) -> int:
-        return _INT32.unpack_from(self.view, self._take(4))[0]
+        value: int = _INT32.unpack_from(self.view, self._take(4))[0]
+        return value
 
     def uvarint(self) -> int:
         result = shift = 0
@@ -77,6 +80,12 @@ class _Reader:
         if self.flexible:
             return self.uvarint() - 1
         return self.int32()
+
+    @overload
+    def string(self, nullable: Literal[False]) -> str: ...
+
+    @overload
+    def string(self, nullable: Literal[True]) -> str | None: ...
 
     def string(self, nullable: bool) -> str | None:
         size = self.uvarint() - 1 if self.flexible else self.int16()

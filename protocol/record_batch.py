@@ -14,11 +14,14 @@ Layout (all big-endian), with the CRC covering bytes 21 to the end of the batch:
     recordsCount i32 @57, records @61
 """
 
+import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import NamedTuple
 
 import crc32c
+
+from minibroker.protocol.buffers import Buffer, WritableBuffer
 
 BASE_OFFSET_OFFSET = 0
 BATCH_LENGTH_OFFSET = 8
@@ -107,7 +110,7 @@ class InvalidRecordBatch(ValueError):
     """The bytes are not a sequence of complete, intact v2 record batches."""
 
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
+def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """The header of the batch starting at `pos`; nothing is checked beyond its presence."""
     try:
         return BatchHeader._make(_HEADER.unpack_from(buf, pos))
@@ -151,7 +154,7 @@ def _checked_header(view: memoryview, pos: int) -> BatchHeader:
     return header
 
 
-def validate_batches(buf) -> list[BatchHeader]:
+def validate_batches(buf: Buffer | mmap.mmap) -> list[BatchHeader]:
     """Headers of the batches filling `buf` exactly; InvalidRecordBatch if anything is off.
 
     A produce request is all or nothing, so a partial tail or trailing bytes fail the whole
@@ -170,7 +173,9 @@ def validate_batches(buf) -> list[BatchHeader]:
         return headers
 
 
-def scan_valid_batches(buf, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+def scan_valid_batches(
+    buf: Buffer | mmap.mmap, pos: int = 0
+) -> Generator[tuple[int, BatchHeader], None, None]:
     """(position, header) of each intact batch from `pos`, stopping at the first bad one.
 
     Recovery uses this to find the last valid byte of a segment: whatever follows the last
@@ -186,13 +191,15 @@ def scan_valid_batches(buf, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
             pos += header.size
 
 
-def stamp_offsets(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+def stamp_offsets(
+    buf: WritableBuffer, pos: int, base_offset: int, partition_leader_epoch: int
+) -> None:
     """Give the batch at `pos` its offsets and leader epoch; both lie outside the CRC."""
     _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
 
 
-def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+def set_log_append_time(buf: WritableBuffer, pos: int, timestamp_ms: int) -> None:
     """Mark the batch at `pos` as LogAppendTime with the broker's clock, and re-seal its CRC.
 
     Readers take every record's timestamp from maxTimestamp once the timestamp-type bit is

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.record_batch import (
     COMPRESSION_CODEC_MASK,
     CURRENT_MAGIC,
@@ -62,7 +63,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def read_varint(data, pos: int) -> tuple[int, int]:
+def read_varint(data: Buffer, pos: int) -> tuple[int, int]:
     """A zigzag varint (as record fields are encoded) at ``pos``: (value, next position).
     Raises RecordError (a ValueError) when the data ends inside it or it is too long."""
     raw = 0
@@ -85,7 +86,7 @@ def _nullable(data: bytes | None) -> bytes:
     return _varint(-1) if data is None else _varint(len(data)) + data
 
 
-def _read_nullable(data, pos: int) -> tuple[bytes | None, int]:
+def _read_nullable(data: Buffer, pos: int) -> tuple[bytes | None, int]:
     length, pos = read_varint(data, pos)
     if length < 0:
         return None, pos
@@ -119,11 +120,13 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == SNAPPY:
         import snappy
 
-        return _xerial_snappy(snappy.compress(data))
+        block: bytes = snappy.compress(data)  # python-snappy has no types
+        return _xerial_snappy(block)
     if codec == LZ4:
         import lz4.frame
 
-        return lz4.frame.compress(data)
+        framed: bytes = lz4.frame.compress(data)  # lz4 has no types
+        return framed
     if codec == ZSTD:
         import zstandard
 
@@ -155,11 +158,13 @@ def decompress(codec: int, data: bytes) -> bytes:
                     out += snappy.decompress(data[pos + 4 : pos + 4 + length])
                     pos += 4 + length
                 return bytes(out)
-            return snappy.decompress(data)
+            block: bytes = snappy.decompress(data)  # python-snappy has no types
+            return block
         if codec == LZ4:
             import lz4.frame
 
-            return lz4.frame.decompress(data)
+            framed: bytes = lz4.frame.decompress(data)  # lz4 has no types
+            return framed
         if codec == ZSTD:
             import zstandard
 
@@ -173,7 +178,7 @@ def decompress(codec: int, data: bytes) -> bytes:
     raise RecordError(f"unknown compression codec {codec}")
 
 
-def decode_records(batch) -> list[Record]:
+def decode_records(batch: Buffer) -> list[Record]:
     """Every record of one v2 batch (which starts at ``batch[0]``), with absolute offsets and
     timestamps; compressed batches are decompressed first."""
     header = read_header(batch, 0)
@@ -280,12 +285,12 @@ class RawRecord(NamedTuple):
     tail: bytes
 
 
-def decode_raw_records(batch) -> list[RawRecord]:
+def decode_raw_records(batch: Buffer) -> list[RawRecord]:
     """Every record of one v2 batch as RawRecord, decompressing first if need be."""
     return list(iter_raw_records(batch))
 
 
-def iter_raw_records(batch) -> Iterator[RawRecord]:
+def iter_raw_records(batch: Buffer) -> Iterator[RawRecord]:
     """decode_raw_records one record at a time (the batch is decompressed at the start)."""
     header = read_header(batch, 0)
     payload = decompress(
@@ -359,7 +364,7 @@ def encode_raw_batch(
     return _framed(base_offset, partition_leader_epoch, after_crc)
 
 
-def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
+def iter_record_keys(batch: Buffer) -> Iterator[tuple[int, bytes | None]]:
     """(offset, key) of each record of one v2 batch, in turn (the batch is decompressed at
     the start): what the log cleaner's offset map needs, without the rest of each record."""
     header = read_header(batch, 0)
@@ -380,7 +385,7 @@ def iter_record_keys(batch) -> Iterator[tuple[int, bytes | None]]:
         pos = end
 
 
-def recompress_batch(batch, codec: int) -> bytes:
+def recompress_batch(batch: Buffer, codec: int) -> bytes:
     """The same v2 batch with its records compressed with ``codec`` instead: every header
     field but the attributes' codec bits (and so the length and CRC) is kept, as Kafka's
     LogValidator rebuilds a batch whose codec differs from the topic's compression.type."""

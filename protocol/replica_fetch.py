@@ -11,8 +11,9 @@ both identical to kio's for v12 (the version this node sends, see SENT_VERSIONS)
 """
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.framing import FrameError, encode_uvarint
 from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
 
@@ -104,7 +105,7 @@ class _Reader:
             raise FrameError("Fetch response ends inside a field")
         return start
 
-    def unpack(self, layout: struct.Struct) -> tuple:
+    def unpack(self, layout: struct.Struct) -> tuple[Any, ...]:
         return layout.unpack_from(self.frame, self.take(layout.size))
 
     def uvarint(self) -> int:
@@ -138,7 +139,7 @@ class _Reader:
             self.take(self.uvarint())
 
 
-def decode_replica_fetch_response(frame, offset: int) -> ReplicaFetchResponse:
+def decode_replica_fetch_response(frame: Buffer, offset: int) -> ReplicaFetchResponse:
     """Read a Fetch v12 response body that starts at `offset` of `frame`."""
     reader = _Reader(memoryview(frame), offset)
     _throttle, error_code, _session = reader.unpack(_RESPONSE_HEAD)

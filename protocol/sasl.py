@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PLAIN = "PLAIN"
@@ -212,7 +213,12 @@ class ScramServer:
     ``step`` returns the server-final message, ``username`` is the authenticated user.
     """
 
-    def __init__(self, mechanism: str, lookup, server_nonce: str | None = None) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        lookup: Callable[[str], ScramCredential | None],
+        server_nonce: str | None = None,
+    ) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
         # Random unless a test replays a published exchange (RFC 7677's example).
@@ -237,9 +243,10 @@ class ScramServer:
         except UnicodeDecodeError:
             raise self._fail() from None
         try:
-            if self._credential is None:
+            credential = self._credential
+            if credential is None:
                 return self._client_first(message).encode()
-            return self._client_final(message).encode()
+            return self._client_final(message, credential).encode()
         except ValueError:
             raise self._fail() from None
 
@@ -271,7 +278,7 @@ class ScramServer:
         self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         return self._server_first
 
-    def _client_final(self, message: str) -> str:
+    def _client_final(self, message: str, credential: ScramCredential) -> str:
         without_proof, sep, proof_part = message.rpartition(",p=")
         if not sep:
             raise ValueError("missing proof")
@@ -284,7 +291,6 @@ class ScramServer:
         ):
             raise ValueError("channel binding or nonce mismatch")
         proof = base64.b64decode(proof_part, validate=True)
-        credential = self._credential
         auth_message = ",".join((self._client_first_bare, self._server_first, without_proof))
         signature = _hmac(self.mechanism, credential.stored_key, auth_message.encode())
         if len(proof) != len(signature):

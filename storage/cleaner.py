@@ -54,6 +54,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from minibroker.protocol.record_batch import (
     CONTROL_FLAG_MASK,
@@ -111,7 +112,10 @@ class CleanerStats:
         return self.bytes_read - self.bytes_written
 
 
-def _yielding(items: Iterable, every: int = _RECORDS_BETWEEN_YIELDS) -> Iterator:
+T = TypeVar("T")
+
+
+def _yielding(items: Iterable[T], every: int = _RECORDS_BETWEEN_YIELDS) -> Iterator[T]:
     """`items`, releasing the GIL every so many (a batch may hold thousands of records; see
     Cleaning.check_done)."""
     for count, item in enumerate(items, 1):
@@ -128,7 +132,9 @@ def _segment_end(segments: list[LogSegment], position: int, log_end: int) -> int
     return following.base_offset if following is not None else log_end
 
 
-def _overlapping(segments: list[LogSegment], start: int, end: int, log_end: int):
+def _overlapping(
+    segments: list[LogSegment], start: int, end: int, log_end: int
+) -> list[LogSegment]:
     """Segments holding any offset of [start, end), as Kafka's logSegments(from, to)."""
     return [
         segment

@@ -25,11 +25,12 @@ import os
 import re
 import shutil
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from minibroker.protocol.buffers import Buffer, WritableBuffer
 from minibroker.protocol.record_batch import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
@@ -321,9 +322,13 @@ class LogConfig:
         return "compact" in self.cleanup_policy.split(",")
 
     @classmethod
-    def from_topic_configs(cls, base: "LogConfig", configs: dict[str, str]) -> "LogConfig":
+    def from_topic_configs(
+        cls, base: "LogConfig", configs: Mapping[str, str | None]
+    ) -> "LogConfig":
         """`base` overridden by Kafka topic configs; ValueError naming the key if one is bad."""
-        changes = {}
+        # Each value has its field's type (_TOPIC_CONFIGS pairs a field with its parser), which
+        # mypy cannot follow through the table: replace() checks the names at run time.
+        changes: dict[str, Any] = {}
         for key, text in configs.items():
             if key not in _TOPIC_CONFIGS:
                 raise ValueError(f"Unknown topic config name: {key}")
@@ -575,14 +580,14 @@ class PartitionLog:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def _intact(self, records: bytes) -> list[BatchHeader]:
+    def _intact(self, records: Buffer) -> list[BatchHeader]:
         """Headers of `records` once framing, magic and CRC are checked; nothing is written."""
         try:
             return validate_batches(records)
         except InvalidRecordBatch as error:
             raise CorruptRecordError(f"{self.name}: {error}") from None
 
-    def _validated(self, records: bytes) -> list[BatchHeader]:
+    def _validated(self, records: Buffer) -> list[BatchHeader]:
         """Headers of a producer's `records` after the size checks too; nothing is written."""
         headers = self._intact(records)
         for header in headers:
@@ -624,7 +629,7 @@ class PartitionLog:
                 f"producerId {header.producer_id}"
             )
 
-    def _recompressed(self, records, headers: list[BatchHeader], codec: int) -> bytes:
+    def _recompressed(self, records: Buffer, headers: list[BatchHeader], codec: int) -> bytes:
         """The producer's batches with every one not already in ``codec`` recompressed: the
         slow path of a topic whose compression.type is not producer, the only one on which
         the broker decodes records (as Kafka's does for such topics)."""
@@ -683,8 +688,11 @@ class PartitionLog:
             )
         # A writable view (the request frame, from the produce decoder) is stamped where it
         # lies; anything else is copied first.
-        writable = isinstance(records, memoryview) and not records.readonly
-        buffer = records if writable else bytearray(records)
+        buffer: WritableBuffer = (
+            records
+            if isinstance(records, memoryview) and not records.readonly
+            else bytearray(records)
+        )
         next_offset = self._log_end_offset
         position = 0
         stamped = []
@@ -732,7 +740,7 @@ class PartitionLog:
             sum(header.records_count for header in headers),
         )
 
-    def _append(self, data, headers: list[BatchHeader], now_ms: int) -> None:
+    def _append(self, data: Buffer, headers: list[BatchHeader], now_ms: int) -> None:
         """Write stamped batches to the active segment (rolling first if needed)."""
         try:
             segment = self._maybe_roll(
@@ -1159,7 +1167,7 @@ def _complete_interrupted_swaps(directory: Path) -> None:
         next_offset = max(_next_offset_of(log_swap), base_offset + 1)
         lowest = base_offset if lowest is None else min(lowest, base_offset)
         highest = next_offset if highest is None else max(highest, next_offset)
-    if lowest is None:
+    if lowest is None or highest is None:  # both are set together
         return
     for path in directory.iterdir():
         match = _SEGMENT_FILE.fullmatch(path.name)

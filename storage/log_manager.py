@@ -156,7 +156,7 @@ class _LoadProgress:
                 total,
             )
 
-    def next_partition(self, logs: dict) -> None:
+    def next_partition(self, logs: dict[tuple[str, int], PartitionLog]) -> None:
         """Called before each partition: reports progress when the interval has passed."""
         now = self._clock()
         if self._done and now - self._last_report >= self.REPORT_EVERY_S:
@@ -171,7 +171,7 @@ class _LoadProgress:
             )
         self._done += 1
 
-    def done(self, logs: dict) -> None:
+    def done(self, logs: dict[tuple[str, int], PartitionLog]) -> None:
         if not self._total:
             return
         log.info(
@@ -183,7 +183,7 @@ class _LoadProgress:
         )
 
 
-def _megabytes(logs: dict) -> str:
+def _megabytes(logs: dict[tuple[str, int], PartitionLog]) -> str:
     return f"{sum(partition_log.size_bytes for partition_log in logs.values()) / 1e6:,.1f} MB"
 
 

@@ -18,8 +18,9 @@ import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
+from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -60,7 +61,7 @@ class SegmentRead(NamedTuple):
     reached_end: bool
 
 
-def _write_all(fd: int, data) -> None:
+def _write_all(fd: int, data: Buffer) -> None:
     with memoryview(data) as view:
         written = 0
         while written < len(view):
@@ -199,7 +200,7 @@ class LogSegment:
         self._bytes_since_last_index_entry += header.size
         self.next_offset = header.last_offset + 1
 
-    def append(self, data, headers: list[BatchHeader], now_ms: int) -> None:
+    def append(self, data: Buffer, headers: list[BatchHeader], now_ms: int) -> None:
         """Write already-stamped batches with one write; `headers` describe them in order.
 
         If the write fails (a full disk), the file is cut back so that no partial batch is
@@ -368,8 +369,11 @@ class LogSegment:
         """Rename the segment's three files from the current suffix to `new_suffix` (the open
         descriptor stays valid). The order matters to crash recovery (see PartitionLog's
         `replace_segments`): `log_first` renames the .log before the indexes."""
-        targets = [self.offset_index, self.time_index]
-        order = ["log", *targets] if log_first else [*targets, "log"]
+        order: list[OffsetIndex | TimeIndex | Literal["log"]] = (
+            ["log", self.offset_index, self.time_index]
+            if log_first
+            else [self.offset_index, self.time_index, "log"]
+        )
         for item in order:
             path = self.log_path if item == "log" else item.path
             renamed = path.with_name(path.name.removesuffix(self.suffix) + new_suffix)

@@ -78,7 +78,8 @@ class _Reader:
         self.data = data
         self.pos = 0
 
-    def _take(self, fmt: struct.Struct):
+    def _take(self, fmt: struct.Struct) -> int:
+        value: int
         try:
             (value,) = fmt.unpack_from(self.data, self.pos)
         except struct.error:

@@ -24,8 +24,14 @@ The rules reproduced here are Kafka's GroupCoordinator's (3.x, classic protocol)
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from minibroker.protocol.errors import Error
+
+if TYPE_CHECKING:
+    # log_format imports this module (MemberRecord), so its OffsetValue is named for the
+    # type checker only.
+    from minibroker.coordinator.log_format import OffsetValue
 
 
 class GroupState(Enum):
@@ -142,6 +148,11 @@ def _member_from(request: JoinRequest, member_id: str) -> Member:
     )
 
 
+# A JoinGroup's outcome: the member whose answer comes when the join phase ends, or an
+# answer now.
+JoinOutcome = tuple[Member | None, JoinResult | None]
+
+
 class Group:
     """A group's members, generation and chosen protocol, and the transitions between them."""
 
@@ -163,8 +174,8 @@ class Group:
         self._initial_join = False
         # The generation whose assignment is being written, awaiting `complete_sync`.
         self.storing_generation: int | None = None
-        # Committed offsets: (topic, partition) -> the stored value (log_format.OffsetValue).
-        self.offsets: dict[tuple[str, int], object] = {}
+        # Committed offsets: (topic, partition) -> the stored value.
+        self.offsets: dict[tuple[str, int], OffsetValue] = {}
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -249,7 +260,7 @@ class Group:
             return Error.FENCED_INSTANCE_ID
         return Error.NONE
 
-    def join(self, request: JoinRequest, now_ms: int) -> tuple[Member | None, JoinResult | None]:
+    def join(self, request: JoinRequest, now_ms: int) -> JoinOutcome:
         """A JoinGroup: either an answer now, or the member whose `join_result` the caller
         waits for (set when the join phase completes)."""
         if self.is_(GroupState.DEAD):
@@ -263,10 +274,10 @@ class Group:
     def _full(self) -> bool:
         return len(self.members) + len(self.pending_members) >= self.settings.max_size
 
-    def _join_unknown_member(self, request: JoinRequest, now_ms: int):
+    def _join_unknown_member(self, request: JoinRequest, now_ms: int) -> JoinOutcome:
         instance_id = request.group_instance_id
         if instance_id is not None and instance_id in self.static_members:
-            return self._replace_static_member(request, now_ms)
+            return self._replace_static_member(request, instance_id, now_ms)
         if self._full():
             return None, JoinResult(Error.GROUP_MAX_SIZE_REACHED)
         member_id = self._new_member_id(request.client_id)
@@ -275,7 +286,7 @@ class Group:
             return None, JoinResult(Error.MEMBER_ID_REQUIRED, member_id=member_id)
         return self._add_member_and_rebalance(request, member_id, now_ms), None
 
-    def _join_known_member(self, request: JoinRequest, now_ms: int):
+    def _join_known_member(self, request: JoinRequest, now_ms: int) -> JoinOutcome:
         member_id = request.member_id
         if member_id in self.pending_members:
             del self.pending_members[member_id]
@@ -302,18 +313,20 @@ class Group:
         self._prepare_rebalance(now_ms)
         return member, None
 
-    def _replace_static_member(self, request: JoinRequest, now_ms: int):
+    def _replace_static_member(
+        self, request: JoinRequest, instance_id: str, now_ms: int
+    ) -> JoinOutcome:
         """A static member restarted: a new member id takes over its entry and assignment,
         and the old incarnation's parked requests are fenced. As in Kafka (KIP-345), a
         Stable group does not rebalance for it unless the chosen protocol would change; the
         leader then gets the members' metadata with skip_assignment (JoinGroup v9)."""
-        old = self.members.pop(self.static_members[request.group_instance_id])
+        old = self.members.pop(self.static_members[instance_id])
         self._answer_parked(old, Error.FENCED_INSTANCE_ID)
         member = _member_from(request, self._new_member_id(request.client_id))
         member.assignment = old.assignment
         self._touch(member, now_ms)
         self.members[member.member_id] = member
-        self.static_members[request.group_instance_id] = member.member_id
+        self.static_members[instance_id] = member.member_id
         if self.leader_id == old.member_id:
             self.leader_id = member.member_id
         if self.state == GroupState.STABLE and self._select_protocol() == self.protocol_name:
@@ -343,7 +356,9 @@ class Group:
         member.client_host = request.client_host
         self._touch(member, now_ms)
 
-    def _add_member_and_rebalance(self, request: JoinRequest, member_id: str, now_ms: int):
+    def _add_member_and_rebalance(
+        self, request: JoinRequest, member_id: str, now_ms: int
+    ) -> Member:
         member = _member_from(request, member_id)
         member.awaiting_join = True
         self._touch(member, now_ms)

@@ -97,7 +97,7 @@ def test_read_bounds(tmp_path):
     assert log.read(8, max_bytes=100) == b""
     with pytest.raises(OffsetOutOfRangeError) as raised:
         log.read(9, max_bytes=100)
-    assert raised.value.error_code == Error.OFFSET_OUT_OF_RANGE
+    assert raised.value.error == Error.OFFSET_OUT_OF_RANGE
     assert [h.base_offset for h in batches(log.read(0, max_bytes=10**6, max_offset=5))] == [0, 2, 4]
     assert log.read(4, max_bytes=10**6, max_offset=4) == b""
     assert len(log.read(0, max_bytes=size * 2 + 10)) == size * 2
@@ -134,7 +134,7 @@ def test_corrupt_batches_are_refused_and_nothing_is_appended(tmp_path):
     for records in (good + bytes(bad), b"", good[:-3], good + b"\x00"):
         with pytest.raises(CorruptRecordError) as raised:
             log.append_as_leader(records, leader_epoch=0, now_ms=0)
-        assert raised.value.error_code == Error.CORRUPT_MESSAGE
+        assert raised.value.error == Error.CORRUPT_MESSAGE
     assert log.log_end_offset == 0 and log.size_bytes == 0
 
 
@@ -142,7 +142,7 @@ def test_size_limits(tmp_path):
     log = open_log(tmp_path, LogConfig(max_message_bytes=200, segment_bytes=500))
     with pytest.raises(RecordTooLargeError) as raised:
         append(log, [(None, b"x" * 300)])
-    assert raised.value.error_code == Error.MESSAGE_TOO_LARGE
+    assert raised.value.error == Error.MESSAGE_TOO_LARGE
     small = make_batch([(None, b"x" * 100)])
     with pytest.raises(RecordBatchTooLargeError):
         log.append_as_leader(small * 4, leader_epoch=0, now_ms=0)
@@ -170,7 +170,7 @@ def test_client_batches_must_follow_kafkas_rules(tmp_path, mangle, message):
     mangle(batch)
     with pytest.raises(InvalidRecordError, match=message) as raised:
         log.append_as_leader(reseal(batch), leader_epoch=0, now_ms=0)
-    assert raised.value.error_code == Error.INVALID_RECORD
+    assert raised.value.error == Error.INVALID_RECORD
 
 
 def test_log_append_time_stamps_the_broker_clock(tmp_path):

@@ -166,11 +166,11 @@ def test_a_batch_behind_a_failed_write_is_a_storage_error_not_a_gap(tmp_path, mo
     monkeypatch.setattr(minibroker.storage.segment, "_write_all", disk_full)
     with pytest.raises(StorageError) as failed:
         produce(log, 2)
-    assert failed.value.error_code == Error.KAFKA_STORAGE_ERROR
+    assert failed.value.error == Error.KAFKA_STORAGE_ERROR
     monkeypatch.setattr(minibroker.storage.segment, "_write_all", write)
     with pytest.raises(StorageError) as behind:
         produce(log, 4)
-    assert behind.value.error_code == Error.KAFKA_STORAGE_ERROR
+    assert behind.value.error == Error.KAFKA_STORAGE_ERROR
     assert "No space left on device" in str(behind.value)
     assert log.log_end_offset == 2
     # The retries, in order, are written once the disk has room again; after that a real

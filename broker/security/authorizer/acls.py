@@ -175,7 +175,7 @@ class AclFilter:
         return self.resource_name is None or self.resource_name == binding.resource_name
 
 
-def _name(enum, value: int) -> str:
+def _name(enum: type[IntEnum], value: int) -> str:
     return enum(value).name if value in set(enum) else str(value)
 
 
