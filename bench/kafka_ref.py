@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minibroker.tools.launcher import free_port, request_metadata
+from minibroker.tools.launcher import _terminate_with_parent, free_port, request_metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLASSPATH_DIR = REPO_ROOT / "build" / "java"
@@ -106,7 +106,9 @@ class KafkaCluster:
         return ",".join(node.bootstrap for node in self.nodes)
 
     def properties(self, node: KafkaNode) -> dict[str, object]:
-        voters = ",".join(f"{other.node_id}@127.0.0.1:{other.controller_port}" for other in self.nodes)
+        voters = ",".join(
+            f"{other.node_id}@127.0.0.1:{other.controller_port}" for other in self.nodes
+        )
         replication = min(3, len(self.nodes))
         return {
             "process.roles": "broker,controller",
@@ -141,7 +143,9 @@ class KafkaCluster:
             node_dir = base_dir / f"kafka-{node_id}"
             node_dir.mkdir(parents=True, exist_ok=True)
             cluster.nodes.append(
-                KafkaNode(node_id, free_port(), free_port(), node_dir / "data", node_dir / "kafka.log")
+                KafkaNode(
+                    node_id, free_port(), free_port(), node_dir / "data", node_dir / "kafka.log"
+                )
             )
         java = java_executable()
         kafka_classpath = classpath("kafka")
@@ -163,6 +167,8 @@ class KafkaCluster:
                         [java, KAFKA_HEAP, *JVM_OPTIONS, "-cp", kafka_classpath, "kafka.Kafka",
                          str(config)],
                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        # SIGTERM when the launching process dies, so no node outlives it.
+                        preexec_fn=_terminate_with_parent(os.getpid()),
                     )  # fmt: skip
             cluster.wait_ready()
         except BaseException:
