@@ -30,14 +30,6 @@ PROGRAMS = HERE / "programs"
 LOG4J2_CONFIG = HERE / "log4j2.properties"
 JAVA_TIMEOUT = 240.0
 
-if (reason := missing_reason("clients")) is not None:
-    pytest.skip(f"Java client tests: {reason}", allow_module_level=True)
-if shutil.which("javac") is None:
-    pytest.skip(
-        "Java client tests: no javac (apt-get install openjdk-17-jdk-headless)",
-        allow_module_level=True,
-    )
-
 SENDING = re.compile(
     r"Sending (\w+) request with header RequestHeader\(apiKey=(\w+), apiVersion=(\d+)"
 )
@@ -69,6 +61,17 @@ class RequestLog:
                     if CANCELLED.search(line)
                 ]
         return lines
+
+
+@pytest.fixture(scope="session", autouse=True)
+def java_available() -> None:
+    """Skip every test here, with the reason, when there is no JDK or no clients class path.
+    (A fixture, not a module-level skip: pytest cannot skip a conftest given on its command
+    line.)"""
+    if (reason := missing_reason("clients")) is not None:
+        pytest.skip(f"Java client tests: {reason}")
+    if shutil.which("javac") is None:
+        pytest.skip("Java client tests: no javac (apt-get install openjdk-17-jdk-headless)")
 
 
 @pytest.fixture(scope="session")
