@@ -1,0 +1,165 @@
+"""Fixtures for the Java tests: the class paths java/fetch.sh resolved, the Java programs under
+tests/java/programs compiled once per session, a 3-broker minibroker cluster per module, Apache
+Kafka (bench/kafka_ref.py) as the reference, and the request log every JVM writes.
+
+The tests skip, with the reason, when there is no JVM or when java/fetch.sh could not resolve a
+class path (no Maven, Maven Central unreachable, an artifact not served): they never pass
+without having run. Every JVM logs the requests its NetworkClient sends to one file per run
+(tests/java/log4j2.properties); `request_log` gathers them for the summary test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bench.kafka_ref import KafkaCluster, classpath, java_executable, missing_reason
+from minibroker.tools.launcher import Cluster
+from tests.cluster.conftest import BROKERS, CLUSTER_OVERRIDES, _check_clean_stop
+
+HERE = Path(__file__).resolve().parent
+PROGRAMS = HERE / "programs"
+LOG4J2_CONFIG = HERE / "log4j2.properties"
+JAVA_TIMEOUT = 240.0
+
+SENDING = re.compile(
+    r"Sending (\w+) request with header RequestHeader\(apiKey=(\w+), apiVersion=(\d+)"
+)
+CANCELLED = re.compile(r"Cancelled in-flight (\w+) request")
+
+
+@dataclass
+class RequestLog:
+    """Every request the Java clients sent to minibroker, by (API, version), and every request
+    a closed connection cut off. Runs against Apache Kafka log elsewhere."""
+
+    files: list[Path] = field(default_factory=list)
+
+    def sent(self) -> Counter[tuple[str, int]]:
+        counts: Counter[tuple[str, int]] = Counter()
+        for path in self.files:
+            if path.exists():
+                for match in SENDING.finditer(path.read_text(errors="replace")):
+                    counts[(match.group(2), int(match.group(3)))] += 1
+        return counts
+
+    def cancelled(self) -> list[str]:
+        lines = []
+        for path in self.files:
+            if path.exists():
+                lines += [
+                    line
+                    for line in path.read_text(errors="replace").splitlines()
+                    if CANCELLED.search(line)
+                ]
+        return lines
+
+
+@pytest.fixture(scope="session", autouse=True)
+def java_available() -> None:
+    """Skip every test here, with the reason, when there is no JDK or no clients class path.
+    (A fixture, not a module-level skip: pytest cannot skip a conftest given on its command
+    line.)"""
+    if (reason := missing_reason("clients")) is not None:
+        pytest.skip(f"Java client tests: {reason}")
+    if shutil.which("javac") is None:
+        pytest.skip("Java client tests: no javac (apt-get install openjdk-17-jdk-headless)")
+
+
+@pytest.fixture(scope="session")
+def request_log() -> RequestLog:
+    return RequestLog()
+
+
+@pytest.fixture(scope="session")
+def java_classes(tmp_path_factory) -> Path:
+    """tests/java/programs/*.java compiled by one javac run: the source launcher (`java
+    Program.java`) would compile each program again at each start, seconds on a busy machine."""
+    classes = tmp_path_factory.mktemp("java-classes")
+    sources = sorted(str(path) for path in PROGRAMS.glob("*.java"))
+    compiled = subprocess.run(
+        ["javac", "-nowarn", "-d", str(classes), "-cp", classpath("clients"), *sources],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    return classes
+
+
+@dataclass
+class JavaRunner:
+    classes: Path
+    log_dir: Path
+    request_log: RequestLog
+    runs: int = 0
+
+    def run(
+        self, main: str, *args: str, classpath_module: str = "clients", log_requests: bool = True
+    ) -> subprocess.CompletedProcess:
+        """Run `main` with the clients' class path and the compiled programs; its requests go
+        to the request log when `log_requests` (runs against minibroker)."""
+        self.runs += 1
+        log_path = self.log_dir / f"{main}-{self.runs}.requests.log"
+        if log_requests:
+            self.request_log.files.append(log_path)
+        command = [
+            java_executable(),
+            "-Xmx256m",
+            f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+            f"-Dkafka.requests.log={log_path}",
+            "-cp",
+            f"{self.classes}:{classpath(classpath_module)}",
+            main,
+            *args,
+        ]
+        return subprocess.run(command, capture_output=True, text=True, timeout=JAVA_TIMEOUT)
+
+    def json(self, main: str, *args: str, log_requests: bool = True) -> dict:
+        """Run a program that prints one JSON object on its last line, and return it."""
+        done = self.run(main, *args, log_requests=log_requests)
+        assert done.returncode == 0, f"{main} exited {done.returncode}:\n{done.stderr[-4000:]}"
+        lines = done.stdout.strip().splitlines()
+        assert lines, f"{main} printed nothing:\n{done.stderr[-4000:]}"
+        return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="session")
+def java(java_classes, tmp_path_factory, request_log) -> JavaRunner:
+    return JavaRunner(java_classes, tmp_path_factory.mktemp("java-logs"), request_log)
+
+
+@pytest.fixture(scope="module")
+def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """A controller and three minibroker brokers shared by a module's tests (the cluster
+    tests' short timeouts); each test uses its own topics and groups."""
+    started = Cluster.start(
+        tmp_path_factory.mktemp("java-cluster"), brokers=BROKERS, overrides=CLUSTER_OVERRIDES
+    )
+    yield started
+    broker_errors = [
+        f"{node.kind} {node.node_id}: {line}"
+        for node in started.nodes
+        for line in node.stderr_path.read_text(errors="replace").splitlines()
+        if "UNKNOWN_SERVER_ERROR" in line or "unsupported request" in line
+    ]
+    _check_clean_stop(started)
+    assert not broker_errors, "\n".join(broker_errors[:20])
+
+
+@pytest.fixture(scope="module")
+def kafka_reference(tmp_path_factory) -> Iterator[KafkaCluster]:
+    """One Apache Kafka node (KRaft, broker and controller), the reference."""
+    if (reason := missing_reason("kafka")) is not None:
+        pytest.skip(f"Apache Kafka reference: {reason}")
+    started = KafkaCluster.start(tmp_path_factory.mktemp("kafka-reference"), nodes=1)
+    yield started
+    started.stop()

@@ -1,0 +1,158 @@
+"""The Java client (kafka-clients 4.x) against a 3-broker minibroker cluster, and the same program
+against Apache Kafka 4.x.
+
+One JVM run (programs/ClientChecks.java) does the producer, consumer-group and AdminClient
+checks and prints what it saw; these tests judge those answers against what the program did
+(counts it sent, offsets it committed), then against what Kafka answered to the same program.
+The answers must agree on semantics: the cluster sizes differ (three brokers here, one Kafka
+node), so replica counts are judged against the replication factor each run asked for.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.java.conftest import RequestLog
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+RECORDS_PER_CODEC = 300
+GROUP_RECORDS = 100
+REPLICATION = 3
+
+
+@pytest.fixture(scope="module")
+def minibroker_answers(java, java_cluster) -> dict:
+    return java.json("ClientChecks", java_cluster.bootstrap, "mb", str(REPLICATION))
+
+
+@pytest.fixture(scope="module")
+def kafka_answers(java, kafka_reference) -> dict:
+    return java.json("ClientChecks", kafka_reference.bootstrap, "kafka", "1", log_requests=False)
+
+
+def test_producer_defaults_every_codec(minibroker_answers):
+    """Idempotent acks=all producer (the client's defaults), each codec: every record acked at
+    its own offset and read back unchanged."""
+    for codec in CODECS:
+        answer = minibroker_answers["producer"][codec]
+        assert answer == {
+            "acked": RECORDS_PER_CODEC,
+            "distinct_positions": RECORDS_PER_CODEC,
+            "read": RECORDS_PER_CODEC,
+            "read_equals_sent": True,
+        }, (codec, answer)
+
+
+def test_consumer_group(minibroker_answers):
+    answer = minibroker_answers["consumer"]
+    assert "error" not in answer, answer
+    assert answer["first_assignment"] == 2
+    assert answer["first_consumed"] == GROUP_RECORDS
+    assert answer["committed_sum"] == GROUP_RECORDS
+    assert answer["rebalanced_sizes"] == [1, 1]
+    assert answer["rebalanced_union"] == 2
+    assert answer["after_rebalance_records"] == 0
+    assert answer["commit_async"] == "ok"
+    assert answer["commit_async_committed"] == 40
+    assert answer["seek_first_offset"] == 7
+    assert answer["offsets_for_times_p0"] == 5
+    assert answer["offsets_for_times_p0_timestamp"] == 10
+    assert answer["offsets_for_times_p1_after_last"] == "null"
+    assert answer["end_offsets"] == [GROUP_RECORDS // 2, GROUP_RECORDS // 2]
+    assert answer["beginning_offsets"] == [0, 0]
+
+
+def test_admin_client(minibroker_answers):
+    admin = minibroker_answers["admin"]
+    assert admin["create_topic"] == "ok"
+    assert admin["create_existing"]["error"].startswith("TopicExistsException")
+    assert admin["list_topics"] is True
+    # describeTopics: DescribeTopicPartitions on Kafka 4, Metadata when not advertised.
+    partitions = admin["describe_topics"]["partitions"]
+    assert [p["partition"] for p in partitions] == [0, 1]
+    assert all(
+        p["replicas"] == REPLICATION and p["isr"] == REPLICATION and p["has_leader"]
+        for p in partitions
+    )
+    assert admin["describe_topics"]["has_topic_id"] is True
+    assert admin["create_partitions"] == 4
+    assert admin["describe_cluster"] == {"nodes": 3, "has_controller": True, "has_cluster_id": True}
+    assert admin["describe_configs"]["retention.ms"] == "3600000"
+    assert admin["describe_configs"]["retention.ms.source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert admin["incremental_alter_configs"] == {
+        "retention.ms": "7200000",
+        "cleanup.policy": "compact",
+    }
+    assert admin["describe_broker_config"]["has_entries"] is True
+    assert admin["list_groups"] == {"listed": True, "state": "Empty"}
+    assert admin["describe_group"]["state"] == "Empty"
+    assert admin["describe_group"]["type"] == "Classic"
+    assert admin["list_group_offsets"] == [40, GROUP_RECORDS // 2]
+    assert admin["alter_group_offsets"] == [3, 4]
+    assert admin["delete_group_offsets"] is False
+    assert admin["list_offsets"] == {
+        "earliest": 0,
+        "latest": GROUP_RECORDS // 2,
+        "max_timestamp_offset": GROUP_RECORDS // 2 - 1,
+    }
+    assert admin["delete_records"] == {"low_watermark": 10, "earliest_after": 10}
+    assert admin["delete_group"] == "ok"
+    # No authorizer on this cluster: Kafka answers SECURITY_DISABLED.
+    assert admin["describe_acls"]["error"].startswith("SecurityDisabledException")
+    assert admin["scram"] == {"mechanism": "SCRAM-SHA-256", "iterations": 8192}
+    assert admin["delete_topic"] == "ok"
+
+
+def _normalised(answers: dict, replication: int, nodes: int) -> dict:
+    """The answers with what depends on the cluster's size replaced by whether it matches the
+    size asked for, and with exception messages cut to the exception's class."""
+
+    def walk(value):
+        if isinstance(value, dict):
+            if set(value) == {"error"}:
+                return {"error": value["error"].split(":", 1)[0]}
+            return {key: walk(item) for key, item in value.items() if key != "timings_ms"}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    result = walk(answers)
+    for partition in result["admin"]["describe_topics"].get("partitions", []):
+        partition["replicas"] = partition["replicas"] == replication
+        partition["isr"] = partition["isr"] == replication
+    result["admin"]["describe_cluster"]["nodes"] = (
+        result["admin"]["describe_cluster"]["nodes"] == nodes
+    )
+    return result
+
+
+def test_same_answers_as_kafka(minibroker_answers, kafka_answers):
+    mine = _normalised(minibroker_answers, REPLICATION, 3)
+    theirs = _normalised(kafka_answers, 1, 1)
+    differences = {
+        f"{section}/{key}": (mine[section].get(key), theirs[section].get(key))
+        for section in theirs
+        for key in set(theirs[section]) | set(mine[section])
+        if mine[section].get(key) != theirs[section].get(key)
+    }
+    assert differences == {}, differences
+
+
+def test_request_log(minibroker_answers, request_log: RequestLog):
+    """Every request the Java client sent appears in the summary; none was cut off by a closed
+    connection (an UNKNOWN_SERVER_ERROR answer fails the module's cluster fixture)."""
+    sent = request_log.sent()
+    print("requests sent by the Java clients, by API and version:")
+    for (api, version), count in sorted(sent.items()):
+        print(f"  {api:32} v{version:<3} {count}")
+    for api in (
+        "PRODUCE",
+        "FETCH",
+        "METADATA",
+        "JOIN_GROUP",
+        "SYNC_GROUP",
+        "OFFSET_COMMIT",
+        "INIT_PRODUCER_ID",
+    ):
+        assert any(name == api for name, _ in sent), (api, sorted(sent))
+    assert request_log.cancelled() == []
