@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import struct
+import subprocess
+import sys
 
 import pytest
 from kio.schema.metadata.v12.request import MetadataRequest
@@ -93,3 +96,33 @@ def test_readiness_and_request_metadata(node):
     assert [b.node_id for b in request_metadata(node.port, [TOPIC]).brokers] == [1]
     with pytest.raises(OSError):
         request_metadata(free_port(), timeout=1)
+
+
+def run_probe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "minibroker", "probe", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_minibroker_probe_on_the_wire_client(node):
+    """`minibroker probe`: one `ok:` line and status 0 for a node that serves, one `error:`
+    line and status 1 for an address where nothing listens or nothing answers."""
+    healthy = run_probe("--bootstrap", node.bootstrap)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert healthy.stdout.startswith(f"ok: {node.bootstrap} answers for cluster ")
+    assert f"1 brokers (1 at 127.0.0.1:{node.port})" in healthy.stdout
+
+    nobody = f"127.0.0.1:{free_port()}"
+    refused = run_probe("--bootstrap", nobody, "--timeout", "2")
+    assert refused.returncode == 1
+    assert refused.stdout.startswith(f"error: {nobody}: ")
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never answers
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        quiet = run_probe("--bootstrap", address, "--timeout", "1")
+    assert quiet.returncode == 1
+    assert quiet.stdout.strip() == f"error: {address}: no answer within 1.0s"
