@@ -10,9 +10,7 @@ round trips during each (median and worst): the time any client can be kept wait
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
-import struct
 import tempfile
 import threading
 import time
@@ -20,7 +18,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from minibroker.tools.launcher import BrokerProcess, api_versions_v0_frame, read_exactly
+from minibroker.tools import wire
+from minibroker.tools.launcher import BrokerProcess
 
 PARTITIONS = 500
 ADMIN_TIMEOUT_S = 120
@@ -36,14 +35,10 @@ class _Pinger(threading.Thread):
         self.round_trips: list[float] = []
 
     def run(self) -> None:
-        with socket.create_connection(("127.0.0.1", self.port)) as sock:
-            correlation_id = 0
+        with wire.connect(("127.0.0.1", self.port)) as client:
             while not self.stop.is_set():
-                correlation_id += 1
                 started = time.monotonic()
-                sock.sendall(api_versions_v0_frame(correlation_id))
-                (size,) = struct.unpack(">i", read_exactly(sock, 4))
-                read_exactly(sock, size)
+                client.api_versions()
                 self.round_trips.append(time.monotonic() - started)
 
     def during(self, action) -> tuple[float, list[float]]:

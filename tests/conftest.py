@@ -8,7 +8,6 @@ exact bytes of the batches a Fetch returns.
 from __future__ import annotations
 
 import datetime
-import io
 import itertools
 import socket
 import struct
@@ -20,18 +19,14 @@ import crc32c
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
 
+from minibroker.protocol import codec
+from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess, BrokerStartError
+from minibroker.tools.wire import WireClient
 
-API_VERSIONS_KEY = 18
 BROKER_READY_TIMEOUT = 20.0
 TEST_CLIENT_ID = "minibroker-tests"
 
@@ -98,50 +93,22 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, interva
         time.sleep(interval)
 
 
-def _request_header_type(api_key: int, version: int) -> type:
-    flexible = load_request_schema(api_key, version).__flexible__
-    return RequestHeaderV2 if flexible else RequestHeaderV1
-
-
-def _response_header_type(api_key: int, version: int) -> type:
-    # ApiVersions answers with header v0 even when its body is flexible, so that a client that
-    # does not yet know the broker's versions can always read the answer.
-    if api_key == API_VERSIONS_KEY:
-        return ResponseHeaderV0
-    flexible = load_response_schema(api_key, version).__flexible__
-    return ResponseHeaderV1 if flexible else ResponseHeaderV0
-
-
 def encode(entity: object) -> bytes:
     """Serialize one kio entity (a request body, usually) to bytes."""
-    buffer = io.BytesIO()
-    entity_writer(type(entity))(buffer, entity)
-    return buffer.getvalue()
+    return codec.encode_entity(entity)
+
+
+def wire_client(sock: socket.socket) -> WireClient:
+    """The wire client the tests use on a socket they opened: the tests' client id, and every
+    response must use all of its frame."""
+    return WireClient(sock, client_id=TEST_CLIENT_ID, exact=True)
 
 
 def raw_request(
     sock: socket.socket, api_key: int, version: int, body_bytes: bytes, correlation_id: int
 ) -> None:
     """Send one framed request: size, the header the version calls for, then `body_bytes`."""
-    header_type = _request_header_type(api_key, version)
-    header = header_type(
-        request_api_key=api_key,
-        request_api_version=version,
-        correlation_id=correlation_id,
-        client_id=TEST_CLIENT_ID,
-    )
-    payload = encode(header) + body_bytes
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-
-
-def _read_exactly(sock: socket.socket, count: int) -> bytes:
-    received = bytearray()
-    while len(received) < count:
-        chunk = sock.recv(count - len(received))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(received)} of {count} bytes")
-        received += chunk
-    return bytes(received)
+    wire_client(sock).send_request(api_key, version, body_bytes, correlation_id=correlation_id)
 
 
 def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int, object]:
@@ -150,28 +117,16 @@ def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int,
     Fails when the body is not consumed exactly: a response with stray bytes is malformed even if
     a lenient reader would accept it.
     """
-    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-    frame = _read_exactly(sock, size)
-    header, header_size = entity_reader(_response_header_type(api_key, version))(frame, 0)
-    body_type = load_response_schema(api_key, version)
-    body, body_size = entity_reader(body_type)(frame, header_size)
-    assert header_size + body_size == size, (
-        f"{body_type.__name__}: frame of {size} bytes but decoded {header_size + body_size}"
-    )
-    return header.correlation_id, body
+    return wire_client(sock).receive_response(api_key, version)
 
 
 def exchange(
     bootstrap: str, request: object, correlation_id: int = 1, timeout: float = 10.0
 ) -> object:
-    """One request on a fresh connection; return the decoded response body."""
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        api_key, version = request.__api_key__, request.__version__
-        raw_request(sock, api_key, version, encode(request), correlation_id)
-        answered_id, response = read_response(sock, api_key, version)
-    assert answered_id == correlation_id
-    return response
+    """One request on a fresh connection; return the decoded response body (the correlation
+    id of the answer is checked)."""
+    with wire.connect(bootstrap, timeout, client_id=TEST_CLIENT_ID, exact=True) as client:
+        return client.call(request, correlation_id=correlation_id)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

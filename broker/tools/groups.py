@@ -1,8 +1,9 @@
 """`minibroker groups`: list a cluster's consumer groups, or describe one, as
 kafka-consumer-groups.sh does.
 
-It is a client of the wire protocol only (plain sockets, kio's schemas, no trio and nothing of
-the broker's own state), so it reads a Kafka cluster as well as a minibroker one:
+It is a client of the wire protocol only (minibroker.tools.wire's blocking client, kio's
+schemas, no trio and nothing of the broker's own state), so it reads a Kafka cluster as well as
+a minibroker one:
 
 - list: Metadata from the bootstrap broker names every broker; ListGroups goes to each of them
   (a broker lists only the groups it coordinates, which is why Kafka's admin client asks them
@@ -18,20 +19,17 @@ answered with an error, or the group does not exist.
 
 from __future__ import annotations
 
-import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
-from minibroker.protocol.framing import frame_request, parse_response_header
 from minibroker.protocol.offsets import LATEST
 from minibroker.protocol.versions import ApiKey
-from minibroker.tools.launcher import api_versions_v0_frame, read_exactly
-from minibroker.tools.probe import parse_address
+from minibroker.tools import wire
 
 CLIENT_ID = "minibroker-groups"
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -71,56 +69,51 @@ def _error(code: Any) -> Error:
 
 
 class Connection:
-    """One synchronous connection to one node: ApiVersions on connect, then kio requests at
-    the highest version both sides speak."""
+    """One synchronous connection to one node (a wire.WireClient): ApiVersions on connect,
+    then requests at the highest version both sides speak; every failure is a GroupsError."""
 
     def __init__(self, address: str, deadline: float) -> None:
         self.address = address
         self.deadline = deadline
-        host, port = parse_address(address)
+        host, port = wire.parse_address(address)  # a ValueError, printed as it is
+        if deadline <= time.monotonic():
+            raise GroupsError(f"{address}: no answer in time")
         try:
-            self._sock = socket.create_connection((host, port), timeout=self._remaining())
+            self._client = wire.connect(
+                (host, port),
+                deadline=deadline,
+                client_id=CLIENT_ID,
+                max_response_bytes=MAX_RESPONSE_BYTES,
+            )
         except OSError as error:
             raise GroupsError(f"cannot connect to {address}: {error}") from error
-        self._correlation_id = 0
-        self.versions = self._api_versions()
-
-    def _remaining(self) -> float:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise GroupsError(f"{self.address}: no answer in time")
-        return remaining
-
-    def _exchange(self, frame: bytes) -> bytes:
+        self._client.address = address
         try:
-            self._sock.settimeout(self._remaining())
-            self._sock.sendall(frame)
-            (size,) = struct.unpack(">i", read_exactly(self._sock, 4))
-            if not 0 < size <= MAX_RESPONSE_BYTES:
-                raise GroupsError(f"{self.address}: a response of {size} bytes")
-            return read_exactly(self._sock, size)
-        except TimeoutError as error:
-            raise GroupsError(f"{self.address}: no answer in time") from error
-        except OSError as error:
-            raise GroupsError(f"{self.address}: {error}") from error
+            self.versions = self._api_versions()
+        except BaseException:
+            self._client.close()
+            raise
 
     def _api_versions(self) -> dict[int, int]:
         """The version to use for each API of VERSIONS the node offers."""
-        self._correlation_id += 1
-        answer = self._exchange(api_versions_v0_frame(self._correlation_id))
-        if len(answer) < 10:
-            raise GroupsError(f"{self.address}: not a Kafka ApiVersions answer")
-        _, error_code, count = struct.unpack_from(">ihi", answer)
-        if error_code != 0 or len(answer) < 10 + 6 * count:
-            raise GroupsError(f"{self.address}: ApiVersions failed (error code {error_code})")
+        offered = self._talk(self._client.api_versions)
         chosen = {}
-        for index in range(count):
-            key, low, high = struct.unpack_from(">hhh", answer, 10 + 6 * index)
+        for key, (low, high) in offered.items():
             if key in VERSIONS:
                 mine_low, mine_high = VERSIONS[key]
                 if max(low, mine_low) <= min(high, mine_high):
                     chosen[key] = min(high, mine_high)
         return chosen
+
+    def _talk(self, exchange: Callable[[], Any]) -> Any:
+        try:
+            return exchange()
+        except TimeoutError as error:
+            raise GroupsError(f"{self.address}: no answer in time") from error
+        except wire.WireError as error:
+            raise GroupsError(f"{self.address}: {_without_address(error, self.address)}") from error
+        except OSError as error:
+            raise GroupsError(f"{self.address}: {error}") from error
 
     def request(self, api_key: ApiKey, data: dict[str, Any]) -> Any:
         """Send a request described as a dict (codec.build fills in what a version lacks or
@@ -128,33 +121,24 @@ class Connection:
         version = self.versions.get(api_key)
         if version is None:
             raise GroupsError(f"{self.address} does not offer {api_key.name}")
-        request = codec.build(codec.request_class(api_key, version), data)
-        self._correlation_id += 1
-        frame = self._exchange(
-            frame_request(
-                api_key, version, self._correlation_id, CLIENT_ID, codec.encode_entity(request)
-            )
-        )
-        flexible = codec.response_uses_flexible_header(api_key, version)
-        correlation_id, offset = parse_response_header(frame, flexible_header=flexible)
-        if correlation_id != self._correlation_id:
-            raise GroupsError(f"{self.address}: answer out of order")
-        try:
-            return codec.decode_response(api_key, version, frame, offset)
-        except codec.DecodeError as error:
-            raise GroupsError(f"{self.address}: {error}") from error
+        return self._talk(lambda: self._client.request(api_key, version, data))
 
     def version(self, api_key: ApiKey) -> int:
         return self.versions[api_key]
 
     def close(self) -> None:
-        self._sock.close()
+        self._client.close()
 
     def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _without_address(error: Exception, address: str) -> str:
+    """The error's words, without the address that the GroupsError puts in front anyway."""
+    return str(error).removeprefix(f"{address}: ")
 
 
 def connect_any(bootstrap: str, deadline: float) -> Connection:

@@ -3,7 +3,8 @@
 One launcher serves the integration tests, `minibroker dev` and the benchmarks, so that all of
 them run the broker exactly as an operator would: a separate process started from the command
 line, judged ready only when it answers a real Kafka request. It is deliberately synchronous
-(plain subprocess and sockets, no trio) so that pytest fixtures and scripts can use it directly.
+(plain subprocesses, and the blocking wire client of minibroker.tools.wire; no trio) so that
+pytest fixtures and scripts can use it directly.
 
 `BrokerProcess` runs one node: a single broker that is its own controller (no
 `process.roles`), or one role of a cluster. `Cluster` runs a controller and N brokers, KRaft
@@ -14,12 +15,10 @@ the Debian package for the ZooKeeper mode.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -31,10 +30,10 @@ from kio.schema.metadata.v12.response import (
     MetadataResponse,
     MetadataResponsePartition,
 )
-from kio.serial import entity_reader, entity_writer
 
-API_VERSIONS_KEY = 18
-READINESS_CLIENT_ID = b"minibroker-launcher"
+from minibroker.tools.wire import answers_api_versions, connect
+
+READINESS_CLIENT_ID = "minibroker-launcher"
 LOG_TAIL_LINES = 25
 # prctl(2): deliver this signal to the calling process when its parent exits.
 PR_SET_PDEATHSIG = 1
@@ -75,37 +74,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def api_versions_v0_frame(correlation_id: int) -> bytes:
-    """ApiVersions v0 with request header v1, built by hand so readiness needs no codec."""
-    header = struct.pack(">hhih", API_VERSIONS_KEY, 0, correlation_id, len(READINESS_CLIENT_ID))
-    payload = header + READINESS_CLIENT_ID
-    return struct.pack(">i", len(payload)) + payload
-
-
-def read_exactly(sock: socket.socket, count: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < count:
-        chunk = sock.recv(count - len(chunks))
-        if not chunk:
-            raise ConnectionError("broker closed the connection mid-response")
-        chunks += chunk
-    return bytes(chunks)
-
-
-def _is_api_versions_v0_response(payload: bytes, correlation_id: int) -> bool:
-    """True for a complete ApiVersions v0 answer: our correlation id, error 0, and an api list
-    that accounts for every byte (v0 has no throttle time and no tagged fields)."""
-    if len(payload) < 10:
-        return False
-    received_id, error_code, api_count = struct.unpack_from(">ihi", payload)
-    return (
-        received_id == correlation_id
-        and error_code == 0
-        and api_count > 0
-        and len(payload) == 10 + 6 * api_count
-    )
 
 
 class BrokerProcess:
@@ -258,7 +226,6 @@ class BrokerProcess:
         """
         process = self._running_process()
         deadline = time.monotonic() + timeout
-        attempt = 0
         while True:
             exit_code = process.poll()
             if exit_code is not None:
@@ -266,8 +233,7 @@ class BrokerProcess:
                     f"{self.kind} {self.node_id} exited with code {exit_code} before it was"
                     f" ready; log tail:\n{self.log_tail()}"
                 )
-            attempt += 1
-            if self._answers_api_versions(correlation_id=attempt, deadline=deadline):
+            if self._answers_api_versions(deadline):
                 return
             if time.monotonic() >= deadline:
                 raise BrokerStartError(
@@ -276,17 +242,9 @@ class BrokerProcess:
                 )
             time.sleep(POLL_INTERVAL)
 
-    def _answers_api_versions(self, correlation_id: int, deadline: float) -> bool:
+    def _answers_api_versions(self, deadline: float) -> bool:
         remaining = max(0.1, min(2.0, deadline - time.monotonic()))
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=remaining) as sock:
-                sock.sendall(api_versions_v0_frame(correlation_id))
-                (size,) = struct.unpack(">i", read_exactly(sock, 4))
-                if not 0 < size < 1 << 20:
-                    return False
-                return _is_api_versions_v0_response(read_exactly(sock, size), correlation_id)
-        except OSError:
-            return False
+        return answers_api_versions(("127.0.0.1", self.port), remaining, READINESS_CLIENT_ID)
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM (a clean shutdown) and wait; return the exit code, 0 when clean.
@@ -340,20 +298,6 @@ class BrokerProcess:
         self._launch()
 
 
-def _metadata_frame(request: MetadataRequest, correlation_id: int) -> bytes:
-    """A framed request: size, the header its schema names (v2 for Metadata v12), the body."""
-    header = request.__header_schema__(
-        request_api_key=request.__api_key__,
-        request_api_version=request.__version__,
-        correlation_id=correlation_id,
-        client_id=READINESS_CLIENT_ID.decode(),
-    )
-    payload = io.BytesIO()
-    entity_writer(type(header))(payload, header)
-    entity_writer(MetadataRequest)(payload, request)
-    return struct.pack(">i", len(payload.getvalue())) + payload.getvalue()
-
-
 def request_metadata(
     port: int,
     topics: Iterable[str] | None = None,
@@ -361,7 +305,8 @@ def request_metadata(
     host: str = "127.0.0.1",
 ) -> MetadataResponse:
     """Ask the node on `host`:`port` for Metadata v12 (all topics when `topics` is None),
-    never creating a topic. Raises OSError when the node cannot be reached or goes silent."""
+    never creating a topic. Raises OSError when the node cannot be reached, goes silent or
+    answers with something else (wire.WireError)."""
     request = MetadataRequest(
         topics=None
         if topics is None
@@ -369,16 +314,8 @@ def request_metadata(
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
-    correlation_id = 1
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(_metadata_frame(request, correlation_id))
-        (size,) = struct.unpack(">i", read_exactly(sock, 4))
-        frame = read_exactly(sock, size)
-    header, header_size = entity_reader(MetadataResponse.__header_schema__)(frame, 0)
-    if header.correlation_id != correlation_id:
-        raise ConnectionError(f"Metadata answered with correlation id {header.correlation_id}")
-    response, _ = entity_reader(MetadataResponse)(frame, header_size)
-    return response
+    with connect((host, port), timeout, client_id=READINESS_CLIENT_ID) as client:
+        return client.call(request)
 
 
 # The Debian package's server jar; its manifest names the jars it needs.

@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v7.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from tests.conftest import encode, raw_request, read_response
+from minibroker.tools import wire
+from tests.conftest import TEST_CLIENT_ID, encode, raw_request, read_response
 from tests.unit.batch_factory import make_batch
 
 TOPIC = "guarded"
@@ -60,21 +61,10 @@ class Client:
     """A raw connection that sends one request at a time and reads its answer."""
 
     def __init__(self, broker) -> None:
-        self.sock = connect(broker)
-        self.correlation_id = 0
+        self.client = wire.connect(broker.bootstrap, 10, client_id=TEST_CLIENT_ID, exact=True)
 
     def call(self, request):
-        self.correlation_id += 1
-        raw_request(
-            self.sock,
-            request.__api_key__,
-            request.__version__,
-            encode(request),
-            self.correlation_id,
-        )
-        answered, response = read_response(self.sock, request.__api_key__, request.__version__)
-        assert answered == self.correlation_id
-        return response
+        return self.client.call(request)
 
     def produce(self, records: bytes, **kwargs):
         response = self.call(produce_request(records, **kwargs))
@@ -85,7 +75,7 @@ class Client:
         return response.responses[0].partitions[0]
 
     def close(self) -> None:
-        self.sock.close()
+        self.client.close()
 
 
 @pytest.fixture
@@ -157,8 +147,7 @@ def test_unsupported_api_versions_version_gets_v0_answer(guarded):
 
     with connect(broker) as sock:
         sock.sendall(struct.pack(">ihhih", 10, 18, 99, 7, 0))
-        (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
-        frame = sock.recv(size, socket.MSG_WAITALL)
+        frame = wire.WireClient(sock).receive_frame()
         (correlation_id,) = struct.unpack_from(">i", frame)
         body, _ = entity_reader(ApiVersionsResponse)(frame, 4)
     assert correlation_id == 7

@@ -5,15 +5,14 @@ Raw requests on one socket, so that a closed connection would fail the next exch
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
 
-from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
-from tests.conftest import create_topic, raw_request, read_response, wait_for
+from minibroker.tools import wire
+from tests.conftest import TEST_CLIENT_ID, create_topic, wait_for
 
 OVERRIDES = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100}
 SESSION_MS = 10_000
@@ -23,20 +22,14 @@ class Session:
     """One connection to the broker; every request waits for its answer."""
 
     def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.correlation_id = 0
+        self.client = wire.connect(bootstrap, 30, client_id=TEST_CLIENT_ID, exact=True)
+        self.sock = self.client.sock
 
     def send(self, api_key: int, version: int, fields: dict):
-        request = codec.build(codec.request_class(api_key, version), fields)
-        self.correlation_id += 1
-        raw_request(self.sock, api_key, version, codec.encode_entity(request), self.correlation_id)
-        answered, response = read_response(self.sock, api_key, version)
-        assert answered == self.correlation_id
-        return response
+        return self.client.request(api_key, version, fields)
 
     def close(self) -> None:
-        self.sock.close()
+        self.client.close()
 
 
 @pytest.fixture
