@@ -21,11 +21,11 @@ from minibroker.protocol.framing import RequestHeader
 from minibroker.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
-    from minibroker.apis.sasl import SaslSession
     from minibroker.common.metrics import BrokerMetrics
     from minibroker.controller.service import ControllerService
     from minibroker.coordinator.service import GroupCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
+    from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
     from minibroker.security.scram import ScramCredentials
 
@@ -47,7 +47,7 @@ class Connection:
     # has not authenticated (a PLAINTEXT listener, or SSL without a client certificate) is
     # Kafka's anonymous user; authentication (TLS, SASL) replaces it.
     principal: str = "User:ANONYMOUS"
-    # On a SASL listener: the connection's authentication state (apis.sasl.SaslSession).
+    # On a SASL listener: its authentication state (security.authenticator.SaslSession).
     sasl: "SaslSession | None" = None
 
 
@@ -71,7 +71,7 @@ class RequestContext:
     connection: Connection = field(default_factory=Connection)
     # None unless authorizer.class.name is set (see apis/authorization.py).
     authorizer: "Authorizer | None" = None
-    # The SCRAM credentials this node authenticates with (apis.sasl.ScramCredentials).
+    # The SCRAM credentials this node authenticates with (security.scram.ScramCredentials).
     scram_credentials: "ScramCredentials | None" = None
     # What ApiVersions lists on this listener (apis.registry.advertised_versions): ``supported``
     # less, on a client listener, the APIs only nodes send.

@@ -10,93 +10,26 @@ client in SaslAuthenticate v1+; once it has passed, only a re-authentication is 
 
 A v0 SaslHandshake means the client sends the SASL tokens next as bare length-prefixed frames
 without Kafka headers (``raw_token_pending``); the server loop hands those to ``raw_step``.
+The session itself is security/authenticator.py's.
 """
-
-import time
-from dataclasses import dataclass, field
 
 from minibroker.apis import CloseConnection, RequestContext, Role, api
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
-from minibroker.security.scram import ScramCredentials
-
-# What a client may send before it has authenticated (and ApiVersions only then).
-AUTHENTICATION_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+from minibroker.security.authenticator import SaslSession
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-@dataclass
-class SaslSession:
-    """The SASL state of one connection on a SASL listener."""
-
-    # broker.security.ListenerSecurity of the listener the connection came in on.
-    security: object
-    credentials: ScramCredentials
-    mechanism: str | None = None
-    raw_token_pending: bool = False
-    authenticated: bool = False
-    # Monotonic ms after which only a re-authentication is accepted; None: never.
-    expires_at_ms: int | None = None
-    # Set when the last attempt failed: the server closes the connection after answering.
-    failed: bool = False
-    _plain_done: bool = False
-    _scram: sasl.ScramServer | None = field(default=None, repr=False)
-
-    def allows(self, api_key: int) -> bool:
-        """Whether a request of this key may be served now."""
-        if api_key in AUTHENTICATION_APIS:
-            return True
-        if not self.authenticated:
-            return api_key == ApiKey.API_VERSIONS
-        return self.expires_at_ms is None or _now_ms() < self.expires_at_ms
-
-    def begin(self, mechanism: str) -> None:
-        self.mechanism = mechanism
-        self._scram = None
-        self._plain_done = False
-
-    def step(self, token: bytes) -> tuple[bytes, str | None]:
-        """Feed one client token; return the reply and, when the exchange completed, the
-        authenticated user. Raises sasl.SaslAuthenticationError."""
-        if self.mechanism == sasl.PLAIN:
-            if self._plain_done:
-                raise sasl.SaslAuthenticationError("SASL/PLAIN exchange already complete")
-            self._plain_done = True
-            return b"", sasl.plain_server_authenticate(token, self.security.plain_users)
-        if self._scram is None:
-            mechanism = self.mechanism
-            self._scram = sasl.ScramServer(
-                mechanism, lambda user: self.credentials.get(mechanism, user)
-            )
-        reply = self._scram.step(token)
-        return reply, self._scram.username if self._scram.complete else None
-
-    def raw_step(self, token: bytes, connection) -> bytes:
-        """A bare token after a v0 SaslHandshake; failures close the connection, as Kafka
-        does (v0 has no way to carry an error)."""
-        try:
-            reply, user = self.step(token)
-        except sasl.SaslAuthenticationError as error:
-            raise CloseConnection(f"SASL authentication failed: {error}") from None
-        if user is not None:
-            self.finish(user, connection)
-        return reply
-
-    def finish(self, user: str, connection) -> None:
-        principal = f"User:{user}"
-        if self.authenticated and principal != connection.principal:
-            # KIP-368: a re-authentication may not switch identities.
-            raise sasl.SaslAuthenticationError("Cannot change principals during re-authentication")
-        connection.principal = principal
-        self.authenticated = True
-        self.raw_token_pending = False
-        self.mechanism = None
-        lifetime = self.security.max_reauth_ms
-        self.expires_at_ms = _now_ms() + lifetime if lifetime else None
+def raw_step(session: SaslSession, token: bytes, connection) -> bytes:
+    """A bare token after a v0 SaslHandshake; failures close the connection, as Kafka
+    does (v0 has no way to carry an error)."""
+    try:
+        reply, user = session.step(token)
+    except sasl.SaslAuthenticationError as error:
+        raise CloseConnection(f"SASL authentication failed: {error}") from None
+    if user is not None:
+        session.finish(user, connection)
+    return reply
 
 
 def _handshake_error(request, error: Error) -> dict:

@@ -18,17 +18,14 @@ controller (:class:`~minibroker.controller.service.ControllerService`).
 """
 
 import logging
-from typing import TYPE_CHECKING
 
 import trio
 
 from minibroker.controller import configs as config_transitions
 from minibroker.controller import state as transitions
+from minibroker.controller.context import ControllerContext
 from minibroker.controller.state import PartitionChange
 from minibroker.protocol.errors import Error
-
-if TYPE_CHECKING:
-    from minibroker.controller.service import ControllerService
 
 log = logging.getLogger("controller")
 
@@ -51,7 +48,7 @@ class BrokerLifecycleManager:
     """Registration, heartbeats, session expiry, fencing and controlled shutdown of the
     brokers, over the controller's state."""
 
-    def __init__(self, controller: "ControllerService") -> None:
+    def __init__(self, controller: ControllerContext) -> None:
         self._controller = controller
 
     # -- requests -----------------------------------------------------------------------

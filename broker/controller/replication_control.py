@@ -18,6 +18,7 @@ import trio
 
 from minibroker.common.config_model import TOPIC_RESOURCE, describe_topic
 from minibroker.controller import state as transitions
+from minibroker.controller.context import ControllerContext
 from minibroker.controller.state import (
     ControllerError,
     ControllerState,
@@ -29,7 +30,6 @@ from minibroker.storage.log import LogConfig
 
 if TYPE_CHECKING:
     from minibroker.common.config import BrokerConfig
-    from minibroker.controller.service import ControllerService
 
 log = logging.getLogger("controller")
 
@@ -37,7 +37,7 @@ log = logging.getLogger("controller")
 class ReplicationControlManager:
     """The topic and partition verbs of the controller, over its state."""
 
-    def __init__(self, controller: "ControllerService") -> None:
+    def __init__(self, controller: ControllerContext) -> None:
         self._controller = controller
 
     @property

@@ -16,8 +16,6 @@ A record with a null value (a tombstone) deletes what its key names.
 import struct
 from dataclasses import dataclass
 
-from minibroker.coordinator.state import MemberRecord
-
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
@@ -30,6 +28,20 @@ _I64 = struct.Struct(">q")
 
 class RecordFormatError(ValueError):
     """A key or value minibroker cannot read (unknown version, truncated)."""
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """A member as the group metadata record stores it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
 
 
 @dataclass(frozen=True)

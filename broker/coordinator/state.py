@@ -24,14 +24,9 @@ The rules reproduced here are Kafka's GroupCoordinator's (3.x, classic protocol)
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
+from minibroker.coordinator.log_format import MemberRecord, OffsetValue
 from minibroker.protocol.errors import Error
-
-if TYPE_CHECKING:
-    # log_format imports this module (MemberRecord), so its OffsetValue is named for the
-    # type checker only.
-    from minibroker.coordinator.log_format import OffsetValue
 
 
 class GroupState(Enum):
@@ -40,20 +35,6 @@ class GroupState(Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-@dataclass(frozen=True)
-class MemberRecord:
-    """A member as the group metadata record stores it."""
-
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    subscription: bytes
-    assignment: bytes
 
 
 @dataclass

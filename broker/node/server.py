@@ -24,7 +24,7 @@ from minibroker.apis import CloseConnection, Connection, RequestContext
 from minibroker.apis.authorization import inter_node_listeners
 from minibroker.apis.dispatch import UnsupportedRequest, dispatch
 from minibroker.apis.registry import advertised_versions, served_versions
-from minibroker.apis.sasl import SaslSession
+from minibroker.apis.sasl import raw_step
 from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
@@ -36,6 +36,7 @@ from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
+from minibroker.security.authenticator import SaslSession
 from minibroker.security.authorizer import authorizer_from_config
 from minibroker.security.listeners import (
     bootstrap_scram_credentials,
@@ -408,7 +409,7 @@ class BrokerServer:
                 session = connection.sasl
                 if session is not None and session.raw_token_pending:
                     # After a v0 SaslHandshake the tokens come bare, without request headers.
-                    reply = session.raw_step(bytes(frame), connection)
+                    reply = raw_step(session, bytes(frame), connection)
                     response = [len(reply).to_bytes(4, "big"), reply]
                 else:
                     header, body_offset = parse_request_header(frame)

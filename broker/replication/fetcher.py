@@ -17,12 +17,15 @@ Kafka's ReplicaFetcherThread, reduced to its rules:
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from minibroker.cluster.controller_client import build_request
 from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.common.config import BrokerConfig
+from minibroker.common.metrics import BrokerMetrics
 from minibroker.protocol.errors import Error, error_name
 from minibroker.protocol.offsets import EARLIEST, LATEST
 from minibroker.protocol.replica_fetch import (
@@ -33,12 +36,27 @@ from minibroker.protocol.replica_fetch import (
     encode_replica_fetch_request,
 )
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication.metadata_cache import MetadataCache
 from minibroker.security.listeners import client_security
 from minibroker.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from minibroker.replication.partition import Partition
-    from minibroker.replication.replica_manager import ReplicaManager
+
+
+class ReplicaAccess(Protocol):
+    """What a fetcher uses of the replica manager that owns it (its config, the cluster's
+    addresses, its clock and metrics, how to reach a leader, and the purgatory's wake-up),
+    typed here so that the fetcher does not import the replica manager that imports it."""
+
+    config: BrokerConfig
+    metadata: MetadataCache
+    metrics: BrokerMetrics
+    clock_ms: Callable[[], int]
+    connect: Callable[..., Awaitable[NodeConnection]]
+
+    def notify(self, partition: "Partition") -> None: ...
+
 
 log = logging.getLogger("fetcher")
 
@@ -49,7 +67,7 @@ REQUEST_TIMEOUT_S = 30.0
 class Fetcher:
     """Fetches a set of partitions from one leader."""
 
-    def __init__(self, replicas: "ReplicaManager", leader_id: int) -> None:
+    def __init__(self, replicas: ReplicaAccess, leader_id: int) -> None:
         self._replicas = replicas
         self.leader_id = leader_id
         self._partitions: dict[tuple[str, int], Partition] = {}
@@ -314,7 +332,7 @@ class Fetcher:
 class FetcherManager:
     """Assigns follower partitions to fetchers: num.replica.fetchers per leader."""
 
-    def __init__(self, replicas: "ReplicaManager") -> None:
+    def __init__(self, replicas: ReplicaAccess) -> None:
         self._replicas = replicas
         self._fetchers: dict[tuple[int, int], Fetcher] = {}
         self._assigned: dict[tuple[str, int], Fetcher] = {}

@@ -3,9 +3,14 @@
 import pytest
 
 from minibroker.coordinator import log_format
-from minibroker.coordinator.log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
+from minibroker.coordinator.log_format import (
+    GroupKey,
+    GroupValue,
+    MemberRecord,
+    OffsetKey,
+    OffsetValue,
+)
 from minibroker.coordinator.service import java_string_hash, partition_for
-from minibroker.coordinator.state import MemberRecord
 
 
 @pytest.mark.parametrize(
