@@ -363,7 +363,8 @@ def start_broker(work: Path) -> tuple[subprocess.Popen, str]:
     command += ["--override", f"advertised.listeners={listener}"]
     command += ["--override", f"log.dirs={work / 'data'}"]
     with open(work / "broker.log", "ab") as log_file:  # the broker keeps its own descriptor
-        process = subprocess.Popen(command, stdout=log_file, stderr=log_file)
+        # Run in `work`, so that whatever the broker leaves in its working directory goes too.
+        process = subprocess.Popen(command, stdout=log_file, stderr=log_file, cwd=work)
     bootstrap = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
