@@ -7,7 +7,10 @@ job over the same topic that checks the streamed totals.
     python -m minibroker.spark.demo --start-broker     # starts its own broker, then the same
 
 Every run uses topics and an output directory of its own (`demo-output/<run>`), so runs never
-mix. It prints the streaming queries' progress while it runs, then what it produced.
+mix. It prints one line per finished micro-batch of each query (rows in, windows closed), waits
+until both queries have written every window the events make (the Parquet files and the totals
+topic then hold the same windows), then prints what it produced and compares; it exits 1 when
+anything disagrees. A broker it started, and that broker's data, are removed at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 USERS = [f"user-{n:02d}" for n in range(12)]
@@ -47,7 +51,7 @@ class Summary:
 
 
 def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     futures = admin.create_topics(
         [
             NewTopic(name, num_partitions=count, replication_factor=-1)
@@ -101,12 +105,16 @@ def spark_session():
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # A local run: bind to loopback (and skip Spark's warning about the host name).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("minibroker-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.log.level", "ERROR")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -204,21 +212,26 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
         target=lambda: result.append(generate(bootstrap, events_topic, seconds, rate, stop)),
         daemon=True,
     )
+    progress = Progress(queries, log)
+    topic_totals = TopicTotals(bootstrap, totals_topic, partitions=3)
     generator.start()
     try:
+        log("waiting for the first micro-batches (Spark plans the queries and starts its workers)")
         while generator.is_alive():
-            generator.join(3)
-            for query in queries:
-                report_progress(query, log)
+            generator.join(1)
+            check_running(queries)
+            progress.report()
         if not result:
             raise RuntimeError("the event generator failed")
         summary.events = result[0]
         log(f"generator done: {summary.events} events; waiting for the last windows to close")
-        wait_for_windows(spark, queries, out_dir / "windows", summary.events, log)
+        wait_until_written(spark, progress, out_dir / "windows", topic_totals, summary.events)
     finally:
         stop.set()
+        topic_totals.close()
         for query in queries:
             query.stop()
+        progress.report()  # the batches that finished while the last check ran
 
     windows = spark.read.parquet(str(out_dir / "windows"))
     summary.windows_in_parquet = windows.count()
@@ -243,40 +256,96 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
     return summary
 
 
-def report_progress(query, log) -> None:
-    progress = query.lastProgress
-    if not progress:
-        log(f"  [{query.name}] first batch: {query.status['message']}")
-        return
-    watermark = progress.get("eventTime", {}).get("watermark", "-")
-    log(
-        f"  [{query.name}] batch {progress['batchId']}: {progress['numInputRows']} rows"
-        f" ({progress.get('processedRowsPerSecond', 0):.0f}/s), watermark {watermark}"
-    )
+def check_running(queries) -> None:
+    for query in queries:
+        if query.exception() is not None:
+            raise RuntimeError(f"{query.name} failed: {query.exception()}")
 
 
-def wait_for_windows(spark, queries, windows_dir: Path, events: int, log, timeout=120.0) -> None:
-    """Until the windows in Parquet account for every event (the closing events moved the
-    watermark past them all), printing progress; fails at the deadline."""
-    deadline = time.monotonic() + timeout
+class Progress:
+    """One line per finished micro-batch of each query: rows read, windows the watermark
+    closed (append mode writes a window once, when it closes), the watermark after it."""
+
+    def __init__(self, queries, log) -> None:
+        self.queries = queries
+        self.log = log
+        self.last_batch = {query.name: -1 for query in queries}
+
+    def report(self) -> None:
+        for query in self.queries:
+            for progress in query.recentProgress:
+                if progress["batchId"] <= self.last_batch[query.name]:
+                    continue
+                self.last_batch[query.name] = progress["batchId"]
+                closed = sum(op.get("numRowsRemoved", 0) for op in progress["stateOperators"])
+                watermark = progress.get("eventTime", {}).get("watermark", "-")
+                self.log(
+                    f"  [{query.name}] batch {progress['batchId']}: {progress['numInputRows']}"
+                    f" rows in, {closed} windows closed, watermark {watermark}"
+                )
+
+
+class TopicTotals:
+    """What the topic query has written so far: the totals topic read from its start by a
+    plain consumer (assigned partitions, no group joined), its records and their events."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"demo-check-{topic}",  # required by the client; never joined
+                "enable.auto.commit": False,
+                "log_level": 4,
+            }
+        )
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.records = 0
+        self.events = 0
+
+    def read(self) -> int:
+        while messages := self.consumer.consume(1000, timeout=0.2):
+            for message in messages:
+                if message.error() is not None:
+                    raise RuntimeError(f"reading the totals topic: {message.error()}")
+                self.records += 1
+                self.events += json.loads(message.value())["events"]
+        return self.events
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def parquet_events(spark, windows_dir: Path) -> int:
+    """The events that the windows committed to Parquet so far account for."""
+    if not any(windows_dir.glob("part-*.parquet")):
+        return 0
+    try:
+        rows = spark.read.parquet(str(windows_dir)).selectExpr("sum(events) as n")
+        return rows.collect()[0]["n"] or 0
+    except Exception:  # no batch committed a file yet: nothing to infer a schema from
+        return 0
+
+
+def wait_until_written(
+    spark, progress: Progress, windows_dir: Path, topic_totals: TopicTotals, events: int
+) -> None:
+    """Until both queries have written windows that account for every event: the closing
+    events moved the watermark past every real window, and each query closes them in its
+    own micro-batches, so stopping when one of them is done would cut the other short.
+    Fails at the deadline, saying how far each got."""
+    deadline = time.monotonic() + 180.0
     while True:
-        for query in queries:
-            if query.exception() is not None:
-                raise RuntimeError(f"{query.name} failed: {query.exception()}")
-        counted = 0
-        if any(windows_dir.glob("part-*.parquet")):
-            try:
-                rows = spark.read.parquet(str(windows_dir)).selectExpr("sum(events) as n")
-                counted = rows.collect()[0]["n"] or 0
-            except Exception:  # no batch committed a file yet: nothing to infer a schema from
-                counted = 0
-        if counted >= events:
+        check_running(progress.queries)
+        progress.report()
+        in_parquet, in_topic = parquet_events(spark, windows_dir), topic_totals.read()
+        if in_parquet >= events and in_topic >= events:
             return
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"windows hold {counted} of {events} events after {timeout}s")
-        for query in queries:
-            report_progress(query, log)
-        time.sleep(2)
+            raise TimeoutError(
+                f"after 180 s the windows account for {in_parquet} of {events} events in"
+                f" Parquet and {in_topic} in the topic"
+            )
+        time.sleep(1)
 
 
 def free_port() -> int:
@@ -293,8 +362,9 @@ def start_broker(work: Path) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "minibroker", "serve", "--override", f"listeners={listener}"]
     command += ["--override", f"advertised.listeners={listener}"]
     command += ["--override", f"log.dirs={work / 'data'}"]
-    log_file = open(work / "broker.log", "ab")  # noqa: SIM115 - lives as long as the broker
-    process = subprocess.Popen(command, stdout=log_file, stderr=log_file)
+    with open(work / "broker.log", "ab") as log_file:  # the broker keeps its own descriptor
+        # Run in `work`, so that whatever the broker leaves in its working directory goes too.
+        process = subprocess.Popen(command, stdout=log_file, stderr=log_file, cwd=work)
     bootstrap = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -317,30 +387,44 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
     args = parser.parse_args()
 
-    broker = None
+    broker = work = None
     bootstrap = args.bootstrap
     if args.start_broker:
-        broker, bootstrap = start_broker(Path(tempfile.mkdtemp(prefix="minibroker-demo-")))
+        work = Path(tempfile.mkdtemp(prefix="minibroker-demo-"))
+        broker, bootstrap = start_broker(work)
         print(f"started minibroker serve on {bootstrap}")
+    agreed = False
     try:
         spark = spark_session()
         out = args.out / time.strftime("%Y%m%d-%H%M%S")
         summary = run(spark, bootstrap, args.seconds, args.rate, out)
-        print()
-        print(f"events produced:                 {summary.events}")
-        where = out / "windows"
-        print(f"window totals in Parquet:        {summary.windows_in_parquet} rows in {where}")
-        print(f"window totals in the topic:      {summary.records_in_result_topic} records")
-        print("events per user, streamed windows vs batch job over the topic:")
-        for user in sorted(summary.per_user_batch):
-            streamed = summary.per_user_streamed.get(user, 0)
-            mark = "ok" if streamed == summary.per_user_batch[user] else "MISMATCH"
-            print(f"  {user}: {streamed:6d} {summary.per_user_batch[user]:6d}  {mark}")
         spark.stop()
+        agreed = report(summary, out / "windows")
     finally:
         if broker is not None:
             broker.terminate()
-            broker.wait(30)
+            stopped = broker.wait(30)
+            if stopped == 0 and work is not None:
+                shutil.rmtree(work)  # the broker's data and log: nothing to keep
+            elif work is not None:
+                print(f"the broker exited with {stopped}; its log: {work / 'broker.log'}")
+    sys.exit(0 if agreed else 1)
+
+
+def report(summary: Summary, where: Path) -> bool:
+    """Print what the run produced; whether the topic, Parquet and the batch job agree."""
+    print()
+    print(f"events produced:                 {summary.events}")
+    print(f"window totals in Parquet:        {summary.windows_in_parquet} rows in {where}")
+    print(f"window totals in the topic:      {summary.records_in_result_topic} records")
+    same = summary.windows_in_parquet == summary.records_in_result_topic > 0
+    print(f"topic and Parquet agree:         {'ok' if same else 'MISMATCH'}")
+    print("events per user, streamed windows vs batch job over the topic:")
+    for user in sorted(summary.per_user_batch):
+        streamed = summary.per_user_streamed.get(user, 0)
+        mark = "ok" if streamed == summary.per_user_batch[user] else "MISMATCH"
+        print(f"  {user}: {streamed:6d} {summary.per_user_batch[user]:6d}  {mark}")
+    return same and summary.per_user_streamed == summary.per_user_batch
 
 
 if __name__ == "__main__":

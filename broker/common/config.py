@@ -595,15 +595,30 @@ def _precedence_rank(key: str) -> int:
 
 
 def parse_properties(lines: Iterable[str]) -> dict[str, str]:
-    """Parse Java-properties text as Kafka's files use it: key=value, # and ! comments."""
+    """Parse Java-properties text as Kafka's files use it (java.util.Properties.load): key=value,
+    # and ! comment lines, and a line ending in an odd number of backslashes continued by the
+    next one, whose leading white space is dropped (Kafka's sample files write `sasl.jaas.config`
+    so). A # after a value is part of the value, as in Java. Departure: other backslash escapes
+    (\\t, \\uXXXX, an escaped = in a key) are kept as written."""
     properties: dict[str, str] = {}
+    pending = ""
     for raw in lines:
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
             continue
+        backslashes = len(line) - len(line.rstrip("\\"))
+        if backslashes % 2 == 1:
+            pending += line[:-1]
+            continue
+        line, pending = (pending + line).strip(), ""
         parts = re.split(r"\s*[=:]\s*", line, maxsplit=1)
         if len(parts) != 2:
             raise ConfigError(f"line {raw.rstrip()!r} is not key=value")
+        properties[parts[0]] = parts[1]
+    if pending:
+        parts = re.split(r"\s*[=:]\s*", pending.strip(), maxsplit=1)
+        if len(parts) != 2:
+            raise ConfigError(f"line {pending!r} is not key=value")
         properties[parts[0]] = parts[1]
     return properties
 

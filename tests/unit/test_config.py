@@ -150,3 +150,26 @@ def test_a_listener_name_the_protocol_map_does_not_map_is_refused():
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT",
             ],
         )
+
+
+def test_properties_lines_continue_after_a_backslash_and_keep_a_trailing_hash():
+    """java.util.Properties: an odd number of trailing backslashes joins the next line (its
+    leading blanks dropped), an even number is a literal backslash; a # after a value is part
+    of the value (the README's sample keeps comments on lines of their own)."""
+    text = [
+        "listener.name.sasl_ssl.plain.sasl.jaas.config=org.PlainLoginModule required \\",
+        '    username="admin" password="a" \\',
+        '    user_alice="b";',
+        "# a comment ending in a backslash does not continue \\",
+        "ssl.key.password=secret # not a comment",
+        "path=C:\\\\",
+        "next=1",
+    ]
+    assert parse_properties(text) == {
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+            'org.PlainLoginModule required username="admin" password="a" user_alice="b";'
+        ),
+        "ssl.key.password": "secret # not a comment",
+        "path": "C:\\\\",
+        "next": "1",
+    }

@@ -1,0 +1,86 @@
+"""The README's Spark section as written: its demo command, run as a user runs it in a
+fresh directory (the one demo run of the Spark tests), and its read-and-write snippet.
+
+tests/integration/test_readme.py runs the other sections and leaves these two blocks here,
+where a Java runtime and pyspark are known to be present.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.readme import blocks, shell_commands
+from tests.spark.conftest import create_topic, produce
+
+SECTION = "Reading and writing from Spark"
+VENV = Path(sys.executable).parent.parent
+
+
+def readme_demo_command() -> str:
+    (sh,) = [block for block in blocks(SECTION) if block.lang == "sh"]
+    demo = [command for command in shell_commands(sh) if "minibroker.spark.demo" in command]
+    assert demo == [".venv/bin/python -m minibroker.spark.demo --start-broker"], demo
+    return demo[0]
+
+
+def test_the_readme_demo_writes_the_same_windows_to_the_topic_and_parquet(tmp_path):
+    """Topic and Parquet hold the same windows, one progress line per finished batch, and
+    nothing left in the temporary directory (TMPDIR points at an empty one of our own)."""
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    (cwd / ".venv").symlink_to(VENV)
+    result = subprocess.run(
+        ["bash", "-c", readme_demo_command()],
+        cwd=cwd,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-3000:]
+    parquet = re.search(r"^window totals in Parquet: +(\d+) rows in (\S+)$", out, re.M)
+    topic = re.search(r"^window totals in the topic: +(\d+) records$", out, re.M)
+    assert parquet and topic, out
+    assert int(parquet[1]) == int(topic[1]) > 0, out
+    assert re.search(r"^topic and Parquet agree: +ok$", out, re.M), out
+    assert "MISMATCH" not in out
+    per_user = re.findall(r"^  user-\d\d: +(\d+) +(\d+)  ok$", out, re.M)
+    assert len(per_user) == 12, out
+    # One line per finished micro-batch of each query, nothing while Spark starts up.
+    batches = re.findall(r"^  \[(totals-to-\w+)\] batch (\d+): \d+ rows in, \d+ windows", out, re.M)
+    assert {name for name, _ in batches} == {"totals-to-parquet", "totals-to-topic"}, out
+    assert len(batches) == len(set(batches)), out
+    assert "first batch" not in out
+    assert list(tmp.iterdir()) == [], "the demo left temporary files behind"
+    assert sorted(path.name for path in cwd.iterdir()) == [".venv", "demo-output"]
+    assert (cwd / parquet[2]).is_dir()
+
+
+def test_the_readme_read_and_write_snippet(spark, spark_broker):
+    """The snippet as written, with `spark` a session and the README's bootstrap address
+    swapped for this module's broker: it upper-cases `events` into `shouted`."""
+    (snippet,) = [block.text for block in blocks(SECTION) if block.lang == "python"]
+    assert snippet.count("127.0.0.1:9092") == 2
+    bootstrap = spark_broker.bootstrap
+    create_topic(bootstrap, "events", 2)
+    create_topic(bootstrap, "shouted", 2)
+    produce(bootstrap, "events", [{"value": b"hi %d" % i, "key": b"k%d" % i} for i in range(50)])
+    namespace = {"spark": spark}
+    exec(snippet.replace("127.0.0.1:9092", bootstrap), namespace)
+    rows = (
+        spark.read.format("minibroker")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "shouted")
+        .load()
+        .selectExpr("cast(key as string) as key", "cast(value as string) as value")
+        .collect()
+    )
+    assert sorted((row["key"], row["value"]) for row in rows) == sorted(
+        (f"k{i}", f"HI {i}") for i in range(50)
+    )
