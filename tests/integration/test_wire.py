@@ -10,8 +10,9 @@ import sys
 import pytest
 from kio.schema.metadata.v12.request import MetadataRequest
 
+from minibroker.apis.registry import served_versions
 from minibroker.protocol.errors import Error
-from minibroker.protocol.versions import ApiKey, supported_versions
+from minibroker.protocol.versions import ApiKey
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess, free_port, request_metadata
 from tests.conftest import BROKER_READY_TIMEOUT, create_topic
@@ -43,7 +44,7 @@ def test_api_versions_lists_what_the_broker_serves(node):
     with wire.connect(node.bootstrap, 10) as client:
         offered = client.api_versions()
     # A single broker is its own controller: it serves both roles' APIs.
-    assert offered == supported_versions(broker=True, controller=True)
+    assert offered == served_versions(broker=True, controller=True)
 
 
 @pytest.mark.parametrize("version", [1, 9, 12])
@@ -78,9 +79,10 @@ def test_an_error_code_comes_back_decoded(node):
             ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]}
         )
     (coordinator,) = response.coordinators
-    # No transaction coordinator yet: the answer says so, with its message.
-    assert Error(int(coordinator.error_code.value)) == Error.COORDINATOR_NOT_AVAILABLE
-    assert coordinator.error_message
+    # No transaction coordinator yet: refused at once, with a message that says why (see the
+    # README's list of what is not supported).
+    assert Error(int(coordinator.error_code.value)) == Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert "does not support transactions" in coordinator.error_message
 
 
 def test_a_negative_frame_size_closes_the_connection(node):
