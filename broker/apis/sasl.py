@@ -14,12 +14,16 @@ without Kafka headers (``raw_token_pending``); the server loop hands those to ``
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from minibroker.apis import CloseConnection, RequestContext, Role, api
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.scram import ScramCredentials
+
+if TYPE_CHECKING:
+    from minibroker.security.listeners import ListenerSecurity
 
 # What a client may send before it has authenticated (and ApiVersions only then).
 AUTHENTICATION_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -33,8 +37,8 @@ def _now_ms() -> int:
 class SaslSession:
     """The SASL state of one connection on a SASL listener."""
 
-    # broker.security.ListenerSecurity of the listener the connection came in on.
-    security: object
+    # The security of the listener the connection came in on.
+    security: "ListenerSecurity"
     credentials: ScramCredentials
     mechanism: str | None = None
     raw_token_pending: bool = False
@@ -69,6 +73,8 @@ class SaslSession:
             return b"", sasl.plain_server_authenticate(token, self.security.plain_users)
         if self._scram is None:
             mechanism = self.mechanism
+            # The handlers step a session only after its SaslHandshake has begun it.
+            assert mechanism is not None, "a SASL token before the handshake"
             self._scram = sasl.ScramServer(
                 mechanism, lambda user: self.credentials.get(mechanism, user)
             )

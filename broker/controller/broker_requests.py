@@ -14,6 +14,7 @@ keep only the newest one queued; LeaderAndIsr is always of type 0 (incremental),
 here treat any LeaderAndIsr as a list of partitions to become leader or follower of.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from minibroker.controller import acls as acl_transitions
@@ -38,7 +39,7 @@ class RequestBatch:
 def plan(
     state: ControllerState,
     changes: list[PartitionChange],
-    stopped: list[TopicState] = (),
+    stopped: Sequence[TopicState] = (),
     also_tell: int | None = None,
 ) -> RequestBatch:
     """The requests for ``changes`` and the deleted topics ``stopped``: LeaderAndIsr to each

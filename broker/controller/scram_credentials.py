@@ -14,6 +14,12 @@ the list means "this is every credential: forget the others" (sent when a broker
 
 import base64
 
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+
 from minibroker.controller.state import ControllerState
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
@@ -27,7 +33,7 @@ def _result(user: str, error: Error = Error.NONE, message: str | None = None) ->
     return {"user": user, "error_code": error, "error_message": message}
 
 
-def _upsertion_problem(upsertion) -> tuple[Error, str] | None:
+def _upsertion_problem(upsertion: ScramCredentialUpsertion) -> tuple[Error, str] | None:
     mechanism = MECHANISM_BY_TYPE.get(upsertion.mechanism)
     if mechanism is None:
         return Error.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
@@ -40,18 +46,20 @@ def _upsertion_problem(upsertion) -> tuple[Error, str] | None:
     return None
 
 
-def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, str]]]:
+def alter(
+    state: ControllerState, request: AlterUserScramCredentialsRequest
+) -> tuple[list[dict], set[tuple[str, str]]]:
     """Apply the deletions and upsertions; return one result per user and the (user,
     mechanism) pairs that changed. A user's alterations are applied all or none."""
-    by_user: dict[str, list[tuple[str, object]]] = {}
+    by_user: dict[str, list[ScramCredentialDeletion | ScramCredentialUpsertion]] = {}
     for deletion in request.deletions:
-        by_user.setdefault(deletion.name, []).append(("delete", deletion))
+        by_user.setdefault(deletion.name, []).append(deletion)
     for upsertion in request.upsertions:
-        by_user.setdefault(upsertion.name, []).append(("upsert", upsertion))
+        by_user.setdefault(upsertion.name, []).append(upsertion)
     results = []
     changed: set[tuple[str, str]] = set()
     for user, alterations in by_user.items():
-        mechanisms = [alteration.mechanism for _, alteration in alterations]
+        mechanisms = [alteration.mechanism for alteration in alterations]
         if not user:
             results.append(
                 _result(user, Error.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
@@ -67,9 +75,9 @@ def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, s
             )
             continue
         problem = None
-        for kind, alteration in alterations:
+        for alteration in alterations:
             mechanism = MECHANISM_BY_TYPE.get(alteration.mechanism)
-            if kind == "upsert":
+            if isinstance(alteration, ScramCredentialUpsertion):
                 problem = _upsertion_problem(alteration)
             elif mechanism is None:
                 problem = (Error.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -83,9 +91,9 @@ def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, s
         if problem:
             results.append(_result(user, *problem))
             continue
-        for kind, alteration in alterations:
+        for alteration in alterations:
             mechanism = MECHANISM_BY_TYPE[alteration.mechanism]
-            if kind == "delete":
+            if isinstance(alteration, ScramCredentialDeletion):
                 credentials = state.scram_credentials[user]
                 del credentials[mechanism]
                 if not credentials:

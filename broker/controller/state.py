@@ -775,7 +775,7 @@ def elect_leaders(
     changes = _Changes()
     results: list[tuple[str, list[ElectionOutcome]]] = []
     everything = targets is None
-    if everything:
+    if targets is None:
         targets = [(name, list(range(len(t.partitions)))) for name, t in state.topics.items()]
     for name, indexes in targets:
         outcomes: list[ElectionOutcome] = []

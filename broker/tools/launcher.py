@@ -31,7 +31,9 @@ from kio.schema.metadata.v12.response import (
     MetadataResponse,
     MetadataResponsePartition,
 )
+from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
 
 API_VERSIONS_KEY = 18
 READINESS_CLIENT_ID = b"minibroker-launcher"
@@ -121,7 +123,7 @@ class BrokerProcess:
         node_id: int,
         log_dir: Path,
         port: int,
-        overrides: dict[str, object],
+        overrides: Mapping[str, object],
         role: str | None = None,
         die_with_parent: bool = False,
         extra_listeners: Mapping[str, int] | None = None,
@@ -345,7 +347,7 @@ def _metadata_frame(request: MetadataRequest, correlation_id: int) -> bytes:
     header = request.__header_schema__(
         request_api_key=request.__api_key__,
         request_api_version=request.__version__,
-        correlation_id=correlation_id,
+        correlation_id=i32(correlation_id),
         client_id=READINESS_CLIENT_ID.decode(),
     )
     payload = io.BytesIO()
@@ -365,7 +367,7 @@ def request_metadata(
     request = MetadataRequest(
         topics=None
         if topics is None
-        else tuple(MetadataRequestTopic(topic_id=None, name=name) for name in topics),
+        else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(name)) for name in topics),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -478,6 +480,7 @@ class ZooKeeperServer:
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.running:
+            assert self._process is not None  # running
             self._process.terminate()
             try:
                 self._process.wait(timeout)
@@ -487,6 +490,7 @@ class ZooKeeperServer:
 
     def kill(self) -> None:
         if self.running:
+            assert self._process is not None  # running
             self._process.kill()
             self._process.wait()
 
