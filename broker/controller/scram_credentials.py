@@ -19,8 +19,11 @@ from kio.schema.alter_user_scram_credentials.v0.request import (
     ScramCredentialDeletion,
     ScramCredentialUpsertion,
 )
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+)
 
-from minibroker.controller.state import ControllerState
+from minibroker.controller.state import ControllerState, ScramRecord
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
 
@@ -29,7 +32,7 @@ MECHANISM_BY_TYPE = {code: name for name, code in sasl.SCRAM_MECHANISM_TYPES.ite
 SNAPSHOT_MARKER = {"name": "", "mechanism": 0}
 
 
-def _result(user: str, error: Error = Error.NONE, message: str | None = None) -> dict:
+def _result(user: str, error: Error = Error.NONE, message: str | None = None) -> dict[str, object]:
     return {"user": user, "error_code": error, "error_message": message}
 
 
@@ -48,7 +51,7 @@ def _upsertion_problem(upsertion: ScramCredentialUpsertion) -> tuple[Error, str]
 
 def alter(
     state: ControllerState, request: AlterUserScramCredentialsRequest
-) -> tuple[list[dict], set[tuple[str, str]]]:
+) -> tuple[list[dict[str, object]], set[tuple[str, str]]]:
     """Apply the deletions and upsertions; return one result per user and the (user,
     mechanism) pairs that changed. A user's alterations are applied all or none."""
     by_user: dict[str, list[ScramCredentialDeletion | ScramCredentialUpsertion]] = {}
@@ -111,7 +114,9 @@ def alter(
     return results, changed
 
 
-def describe(state: ControllerState, request) -> dict:
+def describe(
+    state: ControllerState, request: DescribeUserScramCredentialsRequest
+) -> dict[str, object]:
     """Each asked user's mechanisms and iterations (every user when none is named)."""
     names = [user.name for user in request.users] if request.users else None
     if names is None:
@@ -141,8 +146,10 @@ def describe(state: ControllerState, request) -> dict:
     return {"error_code": Error.NONE, "error_message": None, "results": results}
 
 
-def _to_record(credential: sasl.ScramCredential) -> dict:
-    encode = lambda value: base64.b64encode(value).decode()  # noqa: E731
+def _to_record(credential: sasl.ScramCredential) -> ScramRecord:
+    def encode(value: bytes) -> str:
+        return base64.b64encode(value).decode()
+
     return {
         "salt": encode(credential.salt),
         "stored_key": encode(credential.stored_key),
@@ -151,7 +158,7 @@ def _to_record(credential: sasl.ScramCredential) -> dict:
     }
 
 
-def from_record(record: dict) -> sasl.ScramCredential:
+def from_record(record: ScramRecord) -> sasl.ScramCredential:
     return sasl.ScramCredential(
         salt=base64.b64decode(record["salt"]),
         stored_key=base64.b64decode(record["stored_key"]),
@@ -160,7 +167,9 @@ def from_record(record: dict) -> sasl.ScramCredential:
     )
 
 
-def push_request_data(state: ControllerState, pairs: set[tuple[str, str]] | None) -> dict:
+def push_request_data(
+    state: ControllerState, pairs: set[tuple[str, str]] | None
+) -> dict[str, object]:
     """The AlterUserScramCredentials body that tells a broker about ``pairs`` (their current
     credential, or their deletion); every credential, as a snapshot, when ``pairs`` is None."""
     deletions = []
