@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -43,15 +44,19 @@ from minibroker.spark.options import (
     write_options,
 )
 
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
 try:  # pyspark >= 4.2
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
-        ReadLimit,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
+
+    _READ_LIMITS = True
 except ImportError:  # pragma: no cover - older pyspark: no read limits, no availableNow
-    ReadAllAvailable = ReadLimit = ReadMaxRows = None
+    _READ_LIMITS = False  # ReadAllAvailable and ReadMaxRows are not defined then
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
@@ -183,8 +188,9 @@ class BatchReader(DataSourceReader):
         planned = kafka.split_ranges(ranges, options.min_partitions)
         return [RangePartition(r) for r in planned]
 
-    def read(self, partition: RangePartition):
-        return _read(self.options, partition)
+    def read(self, partition: InputPartition):
+        # Spark hands back (unpickled in its worker) the partitions planned above.
+        return _read(self.options, cast(RangePartition, partition))
 
 
 def rate_limit(
@@ -211,7 +217,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: ReadOptions):
         self.options = options
-        self._admin = None
+        self._admin: AdminClient | None = None
         self._target: dict[TopicPartition, int] | None = None
 
     def __getstate__(self):
@@ -259,9 +265,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._latest()
 
     def getDefaultReadLimit(self):
-        if self.options.max_offsets_per_trigger and ReadMaxRows is not None:
+        if self.options.max_offsets_per_trigger and _READ_LIMITS:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
-        return ReadAllAvailable() if ReadAllAvailable is not None else None
+        return ReadAllAvailable() if _READ_LIMITS else None
 
     def reportLatestOffset(self):
         """For the query's progress only: a broker that cannot answer right now is no reason
@@ -290,7 +296,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.info("%s-%s: latest %s is behind %s; waiting", tp[0], tp[1], newest, offset)
             end[tp] = max(offset, newest)
         max_rows = None
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+        if _READ_LIMITS and isinstance(limit, ReadMaxRows):
             max_rows = limit.max_rows
         elif limit is None and self.options.max_offsets_per_trigger:
             max_rows = self.options.max_offsets_per_trigger
@@ -330,8 +336,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planned = kafka.split_ranges(ranges, self.options.min_partitions)
         return [RangePartition(r) for r in planned]
 
-    def read(self, partition: RangePartition):
-        return _read(self.options, partition)
+    def read(self, partition: InputPartition):
+        # Spark hands back (unpickled in its worker) the partitions planned above.
+        return _read(self.options, cast(RangePartition, partition))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""

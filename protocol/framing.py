@@ -48,7 +48,7 @@ class FrameDecoder:
         self._large_size = 0  # the declared size; the buffer may still be shorter
         self._large_filled = 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Append bytes received from the peer (``unfilled`` is the faster way for large
         frames, but feeding works the same)."""
         while data and (target := self.unfilled()) is not None:
@@ -144,7 +144,7 @@ def encode_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(data: bytes | bytearray, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -160,7 +160,7 @@ def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise FrameError("varint too long in request header")
 
 
-def skip_tagged_fields(data: bytes, pos: int) -> int:
+def skip_tagged_fields(data: bytes | bytearray, pos: int) -> int:
     """Skip a tag buffer; unknown tags are ignored, as Kafka ignores them."""
     count, pos = _read_uvarint(data, pos)
     for _ in range(count):
@@ -172,7 +172,7 @@ def skip_tagged_fields(data: bytes, pos: int) -> int:
     return pos
 
 
-def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: bytes | bytearray) -> tuple[RequestHeader, int]:
     """Parse the request header; return it and the offset where the body starts.
 
     Header v2 (flexible requests) adds a tag buffer after the client id. Whether a request is
@@ -220,7 +220,7 @@ def frame_request(
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
-def parse_response_header(frame: bytes, *, flexible_header: bool) -> tuple[int, int]:
+def parse_response_header(frame: bytes | bytearray, *, flexible_header: bool) -> tuple[int, int]:
     """The correlation id of a response and the offset where its body starts."""
     if len(frame) < 4:
         raise FrameError(f"response of {len(frame)} bytes is too short for a header")

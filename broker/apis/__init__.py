@@ -19,6 +19,7 @@ from minibroker.common.config import BrokerConfig
 from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import RequestHeader
 from minibroker.protocol.versions import ApiKey
+from minibroker.security.scram import ScramCredentials
 
 if TYPE_CHECKING:
     from minibroker.common.metrics import BrokerMetrics
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from minibroker.replication.replica_manager import ReplicaManager
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
-    from minibroker.security.scram import ScramCredentials
 
 
 class CloseConnection(Exception):
@@ -72,7 +72,7 @@ class RequestContext:
     # None unless authorizer.class.name is set (see apis/authorization.py).
     authorizer: "Authorizer | None" = None
     # The SCRAM credentials this node authenticates with (security.scram.ScramCredentials).
-    scram_credentials: "ScramCredentials | None" = None
+    scram_credentials: ScramCredentials = field(default_factory=ScramCredentials)
     # What ApiVersions lists on this listener (apis.registry.advertised_versions): ``supported``
     # less, on a client listener, the APIs only nodes send.
     advertised: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -80,6 +80,31 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    # The node's parts as the handlers that need them see them. Dispatch accepts only the
+    # APIs of the node's roles (``supported``), so a Role.BROKER API runs only where this node
+    # is a broker, and a node that is not a broker is a controller: these name the invariant
+    # once instead of each handler re-testing for None.
+
+    @property
+    def replica_manager(self) -> "ReplicaManager":
+        """``replicas``, in the handler of a Role.BROKER API."""
+        assert self.replicas is not None, "a broker's API served by a controller-only node"
+        return self.replicas
+
+    @property
+    def group_coordinator(self) -> "GroupCoordinator":
+        """``coordinator``, in the handler of a Role.BROKER API (a broker starts both)."""
+        assert self.coordinator is not None, "a broker's API served by a controller-only node"
+        return self.coordinator
+
+    @property
+    def controller_service(self) -> "ControllerService":
+        """``controller``, where ``replicas`` is None: a node that is not a broker is a
+        controller. (Not so in a Role.CONTROLLER API's handler: a ZooKeeper-mode broker serves
+        those, and holds a ControllerService only while it is the elected controller.)"""
+        assert self.controller is not None, "a node that is neither broker nor controller"
+        return self.controller
 
 
 async def wait_until_ready(ctx: RequestContext) -> None:

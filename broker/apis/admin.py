@@ -55,7 +55,7 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
         "controller_id": controller_id_for_clients(ctx),
         "brokers": [
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
-            for b in brokers_on_listener(ctx, ctx.replicas)
+            for b in brokers_on_listener(ctx, ctx.replica_manager)
         ],
         "cluster_authorized_operations": operations,
     }
@@ -67,10 +67,11 @@ def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> 
 
     if not topic_allowed(ctx, Operation.DELETE, topic):
         return answer(Error.TOPIC_AUTHORIZATION_FAILED)
-    partition, error = ctx.replicas.leader_partition(topic, index)
+    partition, error = ctx.replica_manager.leader_partition(topic, index)
     if error != Error.NONE:
         return answer(error)
-    error, low_watermark = ctx.replicas.delete_records(partition, offset)
+    assert partition is not None  # leader_partition answers Error.NONE with the partition
+    error, low_watermark = ctx.replica_manager.delete_records(partition, offset)
     return answer(error, low_watermark)
 
 

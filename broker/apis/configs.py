@@ -56,7 +56,7 @@ def _result(resource, error: Error = Error.NONE, message: str | None = None, con
 def _layers(ctx: RequestContext) -> BrokerLayers:
     if ctx.replicas is not None:
         return ctx.replicas.dynamic_configs.layers(ctx.config.properties)
-    state = ctx.controller.state
+    state = ctx.controller_service.state
     return BrokerLayers(
         ctx.config.properties,
         state.broker_configs.get("", {}),
@@ -81,19 +81,23 @@ def _forwarded(ctx: RequestContext) -> bool:
     return ctx.controller is not None and is_broker_channel(ctx.header.client_id)
 
 
-async def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, object]:
+# Each topic's overrides, or the Error that answers for the topic.
+_Overrides = dict[str, dict[str, str] | Error]
+
+
+async def _topic_overrides(ctx: RequestContext, names: list[str]) -> _Overrides:
     """Each topic's overrides from the controller, or the Error that answers for it."""
     if not names:
         return {}
 
-    async def from_state(controller, _request) -> dict[str, object]:
+    async def from_state(controller, _request) -> _Overrides:
         topics = controller.state.topics
         return {
             name: dict(topics[name].configs) if name in topics else Error.UNKNOWN_TOPIC_OR_PARTITION
             for name in names
         }
 
-    def unreachable(failure: ForwardingFailed) -> dict[str, object]:
+    def unreachable(failure: ForwardingFailed) -> _Overrides:
         return dict.fromkeys(names, failure.error)
 
     request = build_request(
@@ -110,7 +114,7 @@ async def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, o
     response = await decided_by_controller(ctx, request, from_state, unreachable)
     if isinstance(response, dict):
         return response
-    found: dict[str, object] = {}
+    found: _Overrides = {}
     for result in response.results:
         if result.error_code.value != Error.NONE:
             found[result.resource_name] = Error(result.error_code.value)
@@ -211,22 +215,22 @@ async def handle_describe(ctx: RequestContext, request):
                 )
                 results.append(_result(resource, configs=entries))
         elif resource.resource_type == BROKER_RESOURCE:
-            refusal = name and _broker_name_error(ctx, name, empty_allowed=True)
-            if refusal:
-                results.append(_result(resource, Error.INVALID_REQUEST, refusal))
+            message = name and _broker_name_error(ctx, name, empty_allowed=True)
+            if message:
+                results.append(_result(resource, Error.INVALID_REQUEST, message))
                 continue
             entries = describe_broker(
                 layers, include_synonyms=include_synonyms, keys=keys, cluster_default=not name
             )
             results.append(_result(resource, configs=entries))
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
-            refusal = (
+            message = (
                 "Broker id must not be empty"
                 if not name
                 else _broker_name_error(ctx, name, empty_allowed=False)
             )
-            if refusal:
-                results.append(_result(resource, Error.INVALID_REQUEST, refusal))
+            if message:
+                results.append(_result(resource, Error.INVALID_REQUEST, message))
             else:
                 results.append(_result(resource, configs=_loggers(keys)))
         else:
@@ -292,9 +296,9 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
         if (refusal := _refusal(ctx, resource, Operation.ALTER_CONFIGS)) is not None:
             answered[index] = _change_result(resource, refusal)
         elif resource.resource_type == BROKER_RESOURCE and name and not _forwarded(ctx):
-            refusal = _broker_name_error(ctx, name, empty_allowed=False)
-            if refusal:
-                answered[index] = _change_result(resource, Error.INVALID_REQUEST, refusal)
+            message = _broker_name_error(ctx, name, empty_allowed=False)
+            if message:
+                answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
             answered[index] = _alter_loggers(ctx, resource, incremental, request.validate_only)
         elif resource.resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE):
@@ -371,7 +375,7 @@ def _alter_loggers(ctx: RequestContext, resource, incremental: bool, validate_on
         refusal = f"Unknown resource type {resource.resource_type}"
     if refusal:
         return _change_result(resource, Error.INVALID_REQUEST, refusal)
-    changes = []
+    changes: list[tuple[str, int]] = []
     for config in resource.configs:
         if config.config_operation == 1:  # DELETE: back to the parent's level
             changes.append((config.name, logging.NOTSET))
@@ -385,25 +389,26 @@ def _alter_loggers(ctx: RequestContext, resource, incremental: bool, validate_on
             return _change_result(resource, Error.INVALID_CONFIG, message)
         changes.append((config.name, logging.getLevelName(level)))
     if not validate_only:
-        for logger_name, level in changes:
+        for logger_name, new_level in changes:
             logger = (
                 logging.getLogger() if logger_name == "root" else logging.getLogger(logger_name)
             )
-            if logger_name == "root" and level == logging.NOTSET:
-                level = logging.INFO
-            logger.setLevel(level)
+            if logger_name == "root" and new_level == logging.NOTSET:
+                new_level = logging.INFO
+            logger.setLevel(new_level)
     return _change_result(resource)
 
 
 def _apply_pushed(ctx: RequestContext, request) -> dict:
     """The controller telling this broker the complete configs of some resources."""
-    dynamic = ctx.replicas.dynamic_configs
-    log_manager = ctx.replicas.log_manager
+    # Only a broker takes the controller's pushes (inter_node.is_controller_push).
+    dynamic = ctx.replica_manager.dynamic_configs
+    log_manager = ctx.replica_manager.log_manager
     for resource in request.resources:
         configs = {c.name: c.value for c in resource.configs}
         if resource.resource_type == TOPIC_RESOURCE:
             if not log_manager.update_topic_configs(resource.resource_name, configs):
-                ctx.replicas.announced_topic_configs[resource.resource_name] = configs
+                ctx.replica_manager.announced_topic_configs[resource.resource_name] = configs
         elif resource.resource_type == BROKER_RESOURCE and dynamic.concerns_this_broker(
             resource.resource_name
         ):

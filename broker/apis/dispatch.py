@@ -50,7 +50,9 @@ HANDLERS: dict[int, Handler] = {
 
 
 # Kafka's request names, as its request metrics label them (Produce, ListOffsets, ...).
-_REQUEST_NAMES = {key: "".join(word.capitalize() for word in key.name.split("_")) for key in ApiKey}
+_REQUEST_NAMES: dict[int, str] = {
+    key: "".join(word.capitalize() for word in key.name.split("_")) for key in ApiKey
+}
 
 
 class UnsupportedRequest(Exception):
@@ -80,7 +82,7 @@ def _encode(header: RequestHeader, api_version: int, data) -> list:
 
 
 async def dispatch(
-    header: RequestHeader, frame: bytes, body_offset: int, make_context
+    header: RequestHeader, frame: bytearray, body_offset: int, make_context
 ) -> list | None:
     """Answer one request with the buffers of its response frame; None means no response
     is sent (acks=0).
@@ -111,13 +113,13 @@ async def dispatch(
     except Exception as failure:
         if key == ApiKey.PRODUCE and request.acks == 0:
             raise CloseConnection(f"produce with acks=0 failed: {failure!r}") from failure
-        error = (
+        answer = (
             Error.KAFKA_STORAGE_ERROR
             if isinstance(failure, OSError)
             else Error.UNKNOWN_SERVER_ERROR
         )
-        log.exception("%s v%d failed; answering %s", name, version, error.name)
-        data = error_response(key, request, error)
+        log.exception("%s v%d failed; answering %s", name, version, answer.name)
+        data = error_response(key, request, answer)
     response = None if data is None else _encode(header, version, data)
     ctx.metrics.requests.labels(name).inc()
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)

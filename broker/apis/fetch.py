@@ -65,7 +65,7 @@ class _Reader:
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
         if hasattr(topic, "topic_id"):  # v13+; the zero id reads as None, and is no topic's
-            known = self.ctx.replicas.metadata.topic_by_id(topic_id) if topic_id else None
+            known = self.ctx.replica_manager.metadata.topic_by_id(topic_id) if topic_id else None
             name = known.name if known is not None else None
             missing = Error.UNKNOWN_TOPIC_ID
         else:
@@ -85,7 +85,7 @@ class _Reader:
             return {"topic": name, "topic_id": topic_id, "partitions": refused}
         for fetch_partition in topic.partitions:
             index = fetch_partition.partition
-            partition, error = self.ctx.replicas.leader_partition(
+            partition, error = self.ctx.replica_manager.leader_partition(
                 name, index, getattr(fetch_partition, "current_leader_epoch", -1)
             )
             if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
@@ -99,7 +99,7 @@ class _Reader:
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
 
     def read_partition(self, partition, fetch_partition) -> dict:
-        entry = self.ctx.replicas.read_records(
+        entry = self.ctx.replica_manager.read_records(
             partition,
             fetch_partition.fetch_offset,
             replica_id=self.replica_id,
@@ -163,7 +163,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             reader.replica_id >= 0
             and reader.not_yet_applied
             and not waited_for_controller
-            and ctx.replicas.applying_controller_request
+            and ctx.replica_manager.applying_controller_request
         ):
             # The controller tells every replica at once, so a follower's fetch can overtake
             # this broker's LeaderAndIsr for the same partitions, which is applied partition
@@ -172,7 +172,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             # fetch's max_wait, and read again.
             waited_for_controller = True
             with trio.move_on_at(deadline):
-                await ctx.replicas.controller_requests_applied()
+                await ctx.replica_manager.controller_requests_applied()
             continue
         first = False
         done = (
@@ -182,10 +182,10 @@ async def handle(ctx: RequestContext, request) -> dict:
             or trio.current_time() >= deadline
         )
         if done:
-            metrics = ctx.replicas.metrics
+            metrics = ctx.replica_manager.metrics
             counter = metrics.replication_bytes_out if reader.replica_id >= 0 else metrics.bytes_out
             for topic, size in reader.sent:
                 if size:
                     counter.labels(topic).inc(size)
             return response
-        await ctx.replicas.watchers.wait_any(reader.watched, deadline, "Fetch")
+        await ctx.replica_manager.watchers.wait_any(reader.watched, deadline, "Fetch")

@@ -42,7 +42,9 @@ async def forward_to_controller(ctx: RequestContext, request):
     timeout = getattr(request, "timeout", None)
     timeout_s = REQUEST_TIMEOUT_S if timeout is None else timeout.total_seconds()
     try:
-        return await ctx.replicas.controller.forward(request, timeout_s + FORWARDING_MARGIN_S)
+        return await ctx.replica_manager.controller.forward(
+            request, timeout_s + FORWARDING_MARGIN_S
+        )
     except ControllerUnavailable as error:
         log.warning("cannot forward %s: %s", type(request).__name__, error)
         raise ForwardingFailed(str(error)) from None

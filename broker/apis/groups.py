@@ -63,15 +63,15 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
         return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
     if not group_allowed(ctx, Operation.DESCRIBE, key):
         return answer(Error.GROUP_AUTHORIZATION_FAILED)
-    coordinator = ctx.coordinator
+    coordinator = ctx.group_coordinator
     error = await coordinator.ensure_offsets_topic(partial(create_topics_through_controller, ctx))
     if error != Error.NONE:
         return answer(error, f"{OFFSETS_TOPIC} is not available yet")
-    topic = ctx.replicas.metadata.topic(OFFSETS_TOPIC)
+    topic = ctx.replica_manager.metadata.topic(OFFSETS_TOPIC)
     partition = topic.partitions.get(coordinator.partition_of(key)) if topic else None
     if partition is None or partition.leader < 0:
         return answer(Error.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader")
-    node = ctx.replicas.metadata.listeners.get(partition.leader, {}).get(ctx.listener_name)
+    node = ctx.replica_manager.metadata.listeners.get(partition.leader, {}).get(ctx.listener_name)
     if node is None:
         return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator is not reachable here")
     return answer(Error.NONE, None, node)
@@ -157,7 +157,7 @@ async def handle_join_group(ctx: RequestContext, request) -> dict:
         protocols=[(protocol.name, protocol.metadata) for protocol in request.protocols],
         require_known_member_id=ctx.version >= 4,
     )
-    result = await ctx.coordinator.join(request.group_id, join)
+    result = await ctx.group_coordinator.join(request.group_id, join)
     return _join_response(ctx, result)
 
 
@@ -171,7 +171,7 @@ async def handle_sync_group(ctx: RequestContext, request) -> dict:
         return {"error_code": Error.INVALID_GROUP_ID, "assignment": b""}
     if not group_allowed(ctx, Operation.READ, request.group_id):
         return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "assignment": b""}
-    result = await ctx.coordinator.sync(
+    result = await ctx.group_coordinator.sync(
         request.group_id,
         request.member_id,
         getattr(request, "group_instance_id", None),
@@ -198,7 +198,7 @@ async def handle_heartbeat(ctx: RequestContext, request) -> dict:
         return {"error_code": Error.INVALID_GROUP_ID}
     if not group_allowed(ctx, Operation.READ, request.group_id):
         return {"error_code": Error.GROUP_AUTHORIZATION_FAILED}
-    error = ctx.coordinator.heartbeat(
+    error = ctx.group_coordinator.heartbeat(
         request.group_id,
         request.member_id,
         getattr(request, "group_instance_id", None),
@@ -221,7 +221,7 @@ async def handle_leave_group(ctx: RequestContext, request) -> dict:
         return {"error_code": Error.INVALID_GROUP_ID, "members": ()}
     if not group_allowed(ctx, Operation.READ, request.group_id):
         return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "members": ()}
-    results = ctx.coordinator.leave(request.group_id, members)
+    results = ctx.group_coordinator.leave(request.group_id, members)
     if ctx.version < 3:
         return {"error_code": results[0]}
     if len(results) != len(members):  # an error for the whole request
@@ -243,7 +243,7 @@ def _list_groups_error(request, error: Error) -> dict:
 async def handle_list_groups(ctx: RequestContext, request) -> dict:
     states = {state.lower() for state in getattr(request, "states_filter", ())}
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
-    error, listed = ctx.coordinator.list_groups()
+    error, listed = ctx.group_coordinator.list_groups()
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         listed = [
             group for group in listed if group_allowed(ctx, Operation.DESCRIBE, group.group_id)
@@ -322,7 +322,7 @@ async def handle_describe_groups(ctx: RequestContext, request) -> dict:
         if not group_allowed(ctx, Operation.DESCRIBE, group_id):
             groups.append(_described(group_id, Error.GROUP_AUTHORIZATION_FAILED, None))
             continue
-        error, group = ctx.coordinator.describe(group_id)
+        error, group = ctx.group_coordinator.describe(group_id)
         described = _described(group_id, error, group)
         if getattr(request, "include_authorized_operations", False):  # KIP-430, v3+
             described["authorized_operations"] = authorized_operations(
@@ -347,6 +347,6 @@ async def handle_delete_groups(ctx: RequestContext, request) -> dict:
         if not group_allowed(ctx, Operation.DELETE, group_id):
             error = Error.GROUP_AUTHORIZATION_FAILED
         else:
-            error = await ctx.coordinator.delete_group(group_id)
+            error = await ctx.group_coordinator.delete_group(group_id)
         results.append({"group_id": group_id, "error_code": error})
     return {"results": results}

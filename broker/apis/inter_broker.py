@@ -22,10 +22,10 @@ def _leader_and_isr_error(request, error: Error) -> dict:
     error_response=_leader_and_isr_error,
 )
 async def handle_leader_and_isr(ctx: RequestContext, request) -> dict:
-    error = ctx.replicas.check_controller(request)
+    error = ctx.replica_manager.check_controller(request)
     if error != Error.NONE:
         return {"error_code": error, "topics": ()}
-    results = await ctx.replicas.apply_leader_and_isr(request)
+    results = await ctx.replica_manager.apply_leader_and_isr(request)
     topics = []
     for topic_state in request.topic_states:
         topics.append(
@@ -55,9 +55,9 @@ def _update_metadata_error(request, error: Error) -> dict:
     error_response=_update_metadata_error,
 )
 async def handle_update_metadata(ctx: RequestContext, request) -> dict:
-    error = ctx.replicas.check_controller(request)
+    error = ctx.replica_manager.check_controller(request)
     if error == Error.NONE:
-        ctx.replicas.apply_update_metadata(request)
+        ctx.replica_manager.apply_update_metadata(request)
     return {"error_code": error}
 
 
@@ -73,10 +73,10 @@ def _stop_replica_error(request, error: Error) -> dict:
     error_response=_stop_replica_error,
 )
 async def handle_stop_replica(ctx: RequestContext, request) -> dict:
-    error = ctx.replicas.check_controller(request)
+    error = ctx.replica_manager.check_controller(request)
     if error != Error.NONE:
         return {"error_code": error, "partition_errors": ()}
-    results = await ctx.replicas.apply_stop_replica(request)
+    results = await ctx.replica_manager.apply_stop_replica(request)
     return {
         "error_code": Error.NONE,
         "partition_errors": [

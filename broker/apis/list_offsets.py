@@ -21,13 +21,14 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
         "offset": -1,
         "leader_epoch": -1,
     }
-    partition, error = ctx.replicas.leader_partition(
+    partition, error = ctx.replica_manager.leader_partition(
         topic_name, requested.partition_index, getattr(requested, "current_leader_epoch", -1)
     )
     if error != Error.NONE:
         entry["error_code"] = error
         return entry
-    timestamp, offset = ctx.replicas.fetch_offset_for_timestamp(
+    assert partition is not None  # leader_partition answers Error.NONE with the partition
+    timestamp, offset = ctx.replica_manager.fetch_offset_for_timestamp(
         partition,
         requested.timestamp,
         getattr(request, "isolation_level", 0),

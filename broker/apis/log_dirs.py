@@ -45,10 +45,10 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
     by_directory: dict[Path, dict[str, list[dict]]] = {
         Path(directory): {} for directory in ctx.config.log_dirs
     }
-    for partition in sorted(ctx.replicas.partitions(), key=lambda p: p.key):
+    for partition in sorted(ctx.replica_manager.partitions(), key=lambda p: p.key):
         if wanted is not None and partition.index not in wanted.get(partition.topic, ()):
             continue
-        directory, size_bytes, offset_lag = ctx.replicas.log_dir_of(partition)
+        directory, size_bytes, offset_lag = ctx.replica_manager.log_dir_of(partition)
         by_directory.setdefault(directory, {}).setdefault(partition.topic, []).append(
             {
                 "partition_index": partition.index,

@@ -76,7 +76,7 @@ def _valid_name(name: str | None) -> bool:
 
 
 async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> dict:
-    cache = ctx.replicas.metadata
+    cache = ctx.replica_manager.metadata
     name = getattr(requested, "name", None)
     topic_id = getattr(requested, "topic_id", None)
     if name is None and topic_id is not None and topic_id.int != 0:
@@ -86,6 +86,11 @@ async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> d
         if not topic_allowed(ctx, Operation.DESCRIBE, topic.name):
             return _error_entry(None, topic_id, Error.TOPIC_AUTHORIZATION_FAILED)
         return _topic_entry(topic)
+    if name is None:
+        # v12 with neither a name nor an id: no topic can have it. Answered as the default
+        # broker (auto-creation on, no authorizer) answered it before; the authorizer and
+        # the topic cache were handed the None and could fail the whole request.
+        return _error_entry(None, None, Error.INVALID_TOPIC_EXCEPTION)
     if not topic_allowed(ctx, Operation.DESCRIBE, name):
         return _error_entry(name, None, Error.TOPIC_AUTHORIZATION_FAILED)
     topic = cache.topic(name)
@@ -124,7 +129,7 @@ def controller_id_for_clients(ctx: RequestContext) -> int:
     """The controller Metadata and DescribeCluster name: in ZooKeeper mode the elected one
     (-1 before this broker has heard from it, Kafka's NO_CONTROLLER_ID), else this broker."""
     if ctx.config.zookeeper_mode:
-        return ctx.replicas.metadata.controller_id
+        return ctx.replica_manager.metadata.controller_id
     return ctx.config.node_id
 
 
@@ -148,7 +153,7 @@ def _error_response(request, error: Error) -> dict:
 @api(ApiKey.METADATA, versions=(1, 12), roles=Role.BOTH, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.replicas is None:
-        return ctx.controller.metadata(request)
+        return ctx.controller_service.metadata(request)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
     if ctx.version < 12 and any(topic.name is None for topic in request.topics or ()):
         # v10 and v11 carry topic ids but cannot name a topic by id alone, and their answer

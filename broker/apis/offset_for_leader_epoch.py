@@ -24,13 +24,16 @@ def _answer(ctx: RequestContext, topic: str, requested) -> dict:
         "leader_epoch": -1,
         "end_offset": -1,
     }
-    partition, error = ctx.replicas.leader_partition(
+    partition, error = ctx.replica_manager.leader_partition(
         topic, requested.partition, requested.current_leader_epoch
     )
     if error != Error.NONE:
         entry["error_code"] = error
         return entry
-    epoch, end_offset = ctx.replicas.last_offset_for_leader_epoch(partition, requested.leader_epoch)
+    assert partition is not None  # leader_partition answers Error.NONE with the partition
+    epoch, end_offset = ctx.replica_manager.last_offset_for_leader_epoch(
+        partition, requested.leader_epoch
+    )
     entry.update(leader_epoch=epoch, end_offset=end_offset)
     return entry
 

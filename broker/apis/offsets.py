@@ -39,9 +39,12 @@ def _offset_commit_error(request, error: Error) -> dict:
 
 @api(ApiKey.OFFSET_COMMIT, versions=(2, 9), roles=Role.BROKER, error_response=_offset_commit_error)
 async def handle_offset_commit(ctx: RequestContext, request) -> dict:
-    generation = getattr(request, "generation_id_or_member_epoch", None)
-    if generation is None:
-        generation = getattr(request, "generation_id", -1)
+    # v9 renamed the field (KIP-848); older versions call it generation_id.
+    generation: int = (
+        request.generation_id_or_member_epoch
+        if hasattr(request, "generation_id_or_member_epoch")
+        else getattr(request, "generation_id", -1)
+    )
     offsets = {
         (topic.name, partition.partition_index): (
             partition.committed_offset,
@@ -66,7 +69,7 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
             }
         offsets = {key: value for key, value in offsets.items() if key not in results}
     if offsets:
-        results |= await ctx.coordinator.commit(
+        results |= await ctx.group_coordinator.commit(
             CommitRequest(
                 request.group_id,
                 generation,
@@ -104,7 +107,7 @@ def _fetched_group(ctx: RequestContext, group_id: str, topics) -> dict:
     if not group_allowed(ctx, Operation.DESCRIBE, group_id):
         error, committed = Error.GROUP_AUTHORIZATION_FAILED, dict.fromkeys(wanted or ())
     else:
-        error, committed = ctx.coordinator.fetch_offsets(group_id, wanted)
+        error, committed = ctx.group_coordinator.fetch_offsets(group_id, wanted)
     if error != Error.NONE and wanted is not None and ctx.version < 2:
         # v0-1 have no group-level error: every partition carries it.
         committed = dict.fromkeys(wanted)
@@ -190,7 +193,7 @@ async def handle_offset_delete(ctx: RequestContext, request) -> dict:
         for partition in topic.partitions
         if topic_allowed(ctx, Operation.READ, topic.name)
     ]
-    error, results = await ctx.coordinator.delete_offsets(request.group_id, partitions)
+    error, results = await ctx.group_coordinator.delete_offsets(request.group_id, partitions)
     if error != Error.NONE:
         return {"error_code": error, "topics": ()}
     results = {

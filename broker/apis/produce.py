@@ -48,7 +48,7 @@ async def _ensure_topic(ctx: RequestContext, name: str) -> None:
     """Auto-create a produced-to topic (with an authorizer, only for a principal that may
     create it); if that fails its partitions answer UNKNOWN_TOPIC."""
     if (
-        ctx.replicas.metadata.topic(name) is None
+        ctx.replica_manager.metadata.topic(name) is None
         and ctx.config.auto_create_topics_enable
         and may_create_topic(ctx, name)
     ):
@@ -109,7 +109,7 @@ async def handle(ctx: RequestContext, request) -> dict | None:
             append_result(data.index, refusal, message) for data in topic.partition_data
         ]
     if entries:
-        results = await ctx.replicas.append_records(
+        results = await ctx.replica_manager.append_records(
             entries,
             acks=request.acks,
             timeout_s=request.timeout.total_seconds(),

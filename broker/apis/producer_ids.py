@@ -58,7 +58,7 @@ async def handle(ctx: RequestContext, request) -> dict:
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         return {"error_code": Error.NONE, "producer_id": producer_id, "producer_epoch": epoch + 1}
     try:
-        new_id = await ctx.replicas.next_producer_id()
+        new_id = await ctx.replica_manager.next_producer_id()
     except ControllerUnavailable:
         # Retriable for the client, as Kafka answers while it cannot reach the controller.
         return {"error_code": Error.REQUEST_TIMED_OUT, "producer_id": -1, "producer_epoch": -1}

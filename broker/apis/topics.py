@@ -12,6 +12,7 @@ only the others.
 
 import dataclasses
 from collections.abc import Callable
+from typing import TypeVar
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import may_create_topic, topic_allowed
@@ -21,12 +22,21 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
+# A topic as the request names it: a kio entry (CreatableTopic, ...) or, in DeleteTopics
+# v0-5, its name.
+Item = TypeVar("Item")
 # One response entry for a topic of the request: (topic, error, message) -> entry.
-Refusal = Callable[[object, Error, str | None], dict]
+Refusal = Callable[[Item, Error, str | None], dict]
 
 
 async def _decided_by_controller(
-    ctx: RequestContext, request, *, method: str, items: str, results: str, refused: Refusal
+    ctx: RequestContext,
+    request,
+    *,
+    method: str,
+    items: str,
+    results: str,
+    refused: Refusal[Item],
 ):
     """The controller's answer; when it is unreachable, ``refused`` entries for every topic
     (the request's ``items``) under the response's ``results``."""
@@ -39,19 +49,26 @@ async def _decided_by_controller(
 
 
 async def _decided_if_allowed(
-    ctx: RequestContext, request, allowed: Callable[[object], bool], **how
+    ctx: RequestContext,
+    request,
+    allowed: Callable[[Item], bool],
+    *,
+    method: str,
+    items: str,
+    results: str,
+    refused: Refusal[Item],
 ):
     """As _decided_by_controller, for the topics that ``allowed(topic)``; the others are
     answered TOPIC_AUTHORIZATION_FAILED here."""
-    items, results, refused = how["items"], how["results"], how["refused"]
+    how = {"method": method, "items": items, "results": results}
     every = getattr(request, items)
     if ctx.authorizer is None or all(allowed(item) for item in every):
-        return await _decided_by_controller(ctx, request, **how)
+        return await _decided_by_controller(ctx, request, refused=refused, **how)
     kept = tuple(item for item in every if allowed(item))
     answers: list = []
     if kept:
         narrowed = dataclasses.replace(request, **{items: kept})
-        response = await _decided_by_controller(ctx, narrowed, **how)
+        response = await _decided_by_controller(ctx, narrowed, refused=refused, **how)
         if isinstance(response, dict):
             answers = list(response[results])
         else:
@@ -154,9 +171,9 @@ def _name_of_id(ctx: RequestContext, topic_id) -> str | None:
     if topic_id is None:
         return None
     if ctx.replicas is not None:
-        topic = ctx.replicas.metadata.topic_by_id(topic_id)
-    else:
-        topic = ctx.controller.state.topic_by_id(topic_id)
+        known = ctx.replicas.metadata.topic_by_id(topic_id)
+        return None if known is None else known.name
+    topic = ctx.controller_service.state.topic_by_id(topic_id)
     return None if topic is None else topic.name
 
 

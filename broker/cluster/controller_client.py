@@ -243,7 +243,7 @@ class ControllerClient:
                     warned = True
                 await trio.sleep(RETRY_BACKOFF_S)
 
-    async def _load_acls(self) -> None:
+    async def _load_acls(self, authorizer: Authorizer) -> None:
         """Take the cluster's ACLs from the controller (DescribeAcls) before registering.
 
         Registering makes the controller send this broker its requests, which the broker
@@ -285,12 +285,12 @@ class ControllerClient:
             for resource in response.resources
             for acl in resource.acls
         ]
-        self.authorizer.replace_acls(bindings)
+        authorizer.replace_acls(bindings)
         log.info("ACLs from the controller: %d binding(s)", len(bindings))
 
     async def _register(self) -> None:
         if self.authorizer is not None:
-            await self._load_acls()
+            await self._load_acls(self.authorizer)
         inter_broker = self.config.inter_broker_listener
         # The inter-broker listener goes first: the controller reaches the broker there.
         listeners = [inter_broker] + [

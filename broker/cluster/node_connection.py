@@ -66,7 +66,7 @@ class AuthenticationFailed(OSError):
 class NodeConnection:
     """One TCP connection to a Kafka node, speaking whole requests and responses."""
 
-    def __init__(self, stream: trio.SocketStream, client_id: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, client_id: str) -> None:
         self._stream = stream
         self._client_id = client_id
         self._decoder = FrameDecoder(MAX_RESPONSE_BYTES)
@@ -82,11 +82,12 @@ class NodeConnection:
         paused or cut off must not hold a controller channel or a fetcher for as long as TCP
         takes to give up."""
         with trio.fail_after(CONNECT_TIMEOUT_S):
-            stream = await trio.open_tcp_stream(host, port)
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
             try:
                 if security is not None and security.ssl_context is not None:
-                    stream = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
-                    await stream.do_handshake()
+                    tls = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
+                    stream = tls
+                    await tls.do_handshake()
                 connection = cls(stream, client_id)
                 if security is not None and security.mechanism is not None:
                     await connection._authenticate(security)
@@ -96,6 +97,7 @@ class NodeConnection:
         return connection
 
     async def _authenticate(self, security: "ClientSecurity") -> None:
+        assert security.mechanism is not None  # connect() logs in only with a mechanism
         handshake = await self.request(
             _build(ApiKey.SASL_HANDSHAKE, {"mechanism": security.mechanism})
         )

@@ -491,7 +491,7 @@ def replaced_configs(configs: list[tuple[str, str | None]]) -> dict[str, str]:
         raise ConfigChangeError(
             Error.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
         )
-    return dict(configs)
+    return {name: value for name, value in configs if value is not None}
 
 
 def is_list_config(name: str) -> bool:
@@ -522,10 +522,12 @@ def incrementally_altered(
         )
     result = dict(current)
     for name, operation, value in operations:
+        if operation == DELETE:
+            result.pop(name, None)
+            continue
+        assert value is not None  # refused above: only DELETE may have a null value
         if operation == SET:
             result[name] = value
-        elif operation == DELETE:
-            result.pop(name, None)
         elif operation in (APPEND, SUBTRACT):
             if not is_list_config(name):
                 raise ConfigChangeError(

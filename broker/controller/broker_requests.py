@@ -14,7 +14,10 @@ keep only the newest one queued; LeaderAndIsr is always of type 0 (incremental),
 here treat any LeaderAndIsr as a list of partitions to become leader or follower of.
 """
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from kio.static.protocol import RequestPayload
 
 from minibroker.controller import acls as acl_transitions
 from minibroker.controller import scram_credentials as scram_transitions
@@ -38,7 +41,7 @@ class RequestBatch:
 def plan(
     state: ControllerState,
     changes: list[PartitionChange],
-    stopped: list[TopicState] = (),
+    stopped: Sequence[TopicState] = (),
     also_tell: int | None = None,
 ) -> RequestBatch:
     """The requests for ``changes`` and the deleted topics ``stopped``: LeaderAndIsr to each
@@ -84,7 +87,7 @@ def _broker_epoch(state: ControllerState, node_id: int) -> int:
 
 def leader_and_isr(
     state: ControllerState, controller_id: int, node_id: int, changes: list[PartitionChange]
-):
+) -> RequestPayload:
     """LeaderAndIsr v7 for one broker: its changed partitions and their live leaders."""
     by_topic: dict[str, list[PartitionChange]] = {}
     for change in changes:
@@ -135,7 +138,7 @@ def leader_and_isr(
 
 def stop_replica(
     state: ControllerState, controller_id: int, node_id: int, partitions: dict[str, list[int]]
-):
+) -> RequestPayload:
     """StopReplica v4 with delete for these partitions (by topic) of one broker."""
     data = {
         "controller_id": controller_id,
@@ -156,7 +159,7 @@ def stop_replica(
     return codec.build(codec.request_class(ApiKey.STOP_REPLICA, 4), data)
 
 
-def update_metadata(state: ControllerState, controller_id: int):
+def update_metadata(state: ControllerState, controller_id: int) -> Callable[[int], RequestPayload]:
     """A builder of the full-picture UpdateMetadata v8, stamped per broker with its epoch."""
     live = state.live_brokers()
     topic_states = [
@@ -185,7 +188,7 @@ def update_metadata(state: ControllerState, controller_id: int):
     ]
     request_class = codec.request_class(ApiKey.UPDATE_METADATA, 8)
 
-    def for_broker(node_id: int):
+    def for_broker(node_id: int) -> RequestPayload:
         return codec.build(
             request_class,
             {
@@ -202,7 +205,7 @@ def update_metadata(state: ControllerState, controller_id: int):
     return for_broker
 
 
-def endpoints(broker: BrokerInfo) -> list[dict]:
+def endpoints(broker: BrokerInfo) -> list[dict[str, object]]:
     """A broker's listeners for UpdateMetadata, the inter-broker one first."""
     listeners = broker.listeners or {"PLAINTEXT": (broker.host, broker.port)}
     return [
@@ -214,7 +217,7 @@ def endpoints(broker: BrokerInfo) -> list[dict]:
 # -- pushes: configs, ACLs and SCRAM credentials, on the same channels ---------------------
 
 
-def configs_push(pushed: list[dict]):
+def configs_push(pushed: list[dict[str, object]]) -> RequestPayload:
     """An AlterConfigs v2 of complete config sets (``configs.pushed_configs``); brokers take
     a pushed AlterConfigs from the controller as a replacement of theirs."""
     return codec.build(
@@ -223,7 +226,7 @@ def configs_push(pushed: list[dict]):
     )
 
 
-def acls_push(state: ControllerState):
+def acls_push(state: ControllerState) -> RequestPayload:
     """The whole ACL set as a CreateAcls v3, which brokers take as a replacement of theirs."""
     return codec.build(
         codec.request_class(ApiKey.CREATE_ACLS, 3),
@@ -231,7 +234,7 @@ def acls_push(state: ControllerState):
     )
 
 
-def scram_push(state: ControllerState, pairs):
+def scram_push(state: ControllerState, pairs: set[tuple[str, str]] | None) -> RequestPayload:
     """The credentials of ``pairs`` (all of them when None) as an AlterUserScramCredentials."""
     return codec.build(
         codec.request_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0),

@@ -93,7 +93,9 @@ class ReplicationControlManager:
                     )
                     continue
                 if new_state.partition_epoch != data.partition_epoch:
-                    topic_name = self.state.topic_by_id(topic.topic_id).name
+                    known = self.state.topic_by_id(topic.topic_id)
+                    assert known is not None  # alter_partition just found it
+                    topic_name = known.name
                     changes.append(
                         self._after_isr_change(topic_name, data.partition_index, new_state, before)
                     )

@@ -14,7 +14,16 @@ the list means "this is every credential: forget the others" (sent when a broker
 
 import base64
 
-from minibroker.controller.state import ControllerState
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+)
+
+from minibroker.controller.state import ControllerState, ScramRecord
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
 
@@ -23,11 +32,11 @@ MECHANISM_BY_TYPE = {code: name for name, code in sasl.SCRAM_MECHANISM_TYPES.ite
 SNAPSHOT_MARKER = {"name": "", "mechanism": 0}
 
 
-def _result(user: str, error: Error = Error.NONE, message: str | None = None) -> dict:
+def _result(user: str, error: Error = Error.NONE, message: str | None = None) -> dict[str, object]:
     return {"user": user, "error_code": error, "error_message": message}
 
 
-def _upsertion_problem(upsertion) -> tuple[Error, str] | None:
+def _upsertion_problem(upsertion: ScramCredentialUpsertion) -> tuple[Error, str] | None:
     mechanism = MECHANISM_BY_TYPE.get(upsertion.mechanism)
     if mechanism is None:
         return Error.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
@@ -40,18 +49,20 @@ def _upsertion_problem(upsertion) -> tuple[Error, str] | None:
     return None
 
 
-def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, str]]]:
+def alter(
+    state: ControllerState, request: AlterUserScramCredentialsRequest
+) -> tuple[list[dict[str, object]], set[tuple[str, str]]]:
     """Apply the deletions and upsertions; return one result per user and the (user,
     mechanism) pairs that changed. A user's alterations are applied all or none."""
-    by_user: dict[str, list[tuple[str, object]]] = {}
+    by_user: dict[str, list[ScramCredentialDeletion | ScramCredentialUpsertion]] = {}
     for deletion in request.deletions:
-        by_user.setdefault(deletion.name, []).append(("delete", deletion))
+        by_user.setdefault(deletion.name, []).append(deletion)
     for upsertion in request.upsertions:
-        by_user.setdefault(upsertion.name, []).append(("upsert", upsertion))
+        by_user.setdefault(upsertion.name, []).append(upsertion)
     results = []
     changed: set[tuple[str, str]] = set()
     for user, alterations in by_user.items():
-        mechanisms = [alteration.mechanism for _, alteration in alterations]
+        mechanisms = [alteration.mechanism for alteration in alterations]
         if not user:
             results.append(
                 _result(user, Error.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
@@ -67,9 +78,9 @@ def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, s
             )
             continue
         problem = None
-        for kind, alteration in alterations:
+        for alteration in alterations:
             mechanism = MECHANISM_BY_TYPE.get(alteration.mechanism)
-            if kind == "upsert":
+            if isinstance(alteration, ScramCredentialUpsertion):
                 problem = _upsertion_problem(alteration)
             elif mechanism is None:
                 problem = (Error.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -83,9 +94,9 @@ def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, s
         if problem:
             results.append(_result(user, *problem))
             continue
-        for kind, alteration in alterations:
+        for alteration in alterations:
             mechanism = MECHANISM_BY_TYPE[alteration.mechanism]
-            if kind == "delete":
+            if isinstance(alteration, ScramCredentialDeletion):
                 credentials = state.scram_credentials[user]
                 del credentials[mechanism]
                 if not credentials:
@@ -103,7 +114,9 @@ def alter(state: ControllerState, request) -> tuple[list[dict], set[tuple[str, s
     return results, changed
 
 
-def describe(state: ControllerState, request) -> dict:
+def describe(
+    state: ControllerState, request: DescribeUserScramCredentialsRequest
+) -> dict[str, object]:
     """Each asked user's mechanisms and iterations (every user when none is named)."""
     names = [user.name for user in request.users] if request.users else None
     if names is None:
@@ -133,8 +146,10 @@ def describe(state: ControllerState, request) -> dict:
     return {"error_code": Error.NONE, "error_message": None, "results": results}
 
 
-def _to_record(credential: sasl.ScramCredential) -> dict:
-    encode = lambda value: base64.b64encode(value).decode()  # noqa: E731
+def _to_record(credential: sasl.ScramCredential) -> ScramRecord:
+    def encode(value: bytes) -> str:
+        return base64.b64encode(value).decode()
+
     return {
         "salt": encode(credential.salt),
         "stored_key": encode(credential.stored_key),
@@ -143,7 +158,7 @@ def _to_record(credential: sasl.ScramCredential) -> dict:
     }
 
 
-def from_record(record: dict) -> sasl.ScramCredential:
+def from_record(record: ScramRecord) -> sasl.ScramCredential:
     return sasl.ScramCredential(
         salt=base64.b64decode(record["salt"]),
         stored_key=base64.b64decode(record["stored_key"]),
@@ -152,7 +167,9 @@ def from_record(record: dict) -> sasl.ScramCredential:
     )
 
 
-def push_request_data(state: ControllerState, pairs: set[tuple[str, str]] | None) -> dict:
+def push_request_data(
+    state: ControllerState, pairs: set[tuple[str, str]] | None
+) -> dict[str, object]:
     """The AlterUserScramCredentials body that tells a broker about ``pairs`` (their current
     credential, or their deletion); every credential, as a snapshot, when ``pairs`` is None."""
     deletions = []

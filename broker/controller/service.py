@@ -23,6 +23,7 @@ The public methods are the interface apis/, node/ and zookeeper.py use.
 import dataclasses
 import logging
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -150,7 +151,7 @@ class ControllerService:
     def propagate(
         self,
         changes: list[PartitionChange],
-        stopped: list[TopicState] = (),
+        stopped: Sequence[TopicState] = (),
         also_tell: int | None = None,
     ) -> list[trio.Event]:
         """Queue LeaderAndIsr for changed partitions, StopReplica for deleted topics and for

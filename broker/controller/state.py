@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import TypedDict
 
 from minibroker.protocol.errors import Error, KafkaError
 from minibroker.security.authorizer.acls import AclBinding
@@ -122,6 +123,15 @@ class TopicState:
     configs: dict[str, str]
 
 
+class ScramRecord(TypedDict):
+    """One SCRAM credential as the controller keeps it (base64 of the bytes)."""
+
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
 @dataclass
 class ControllerState:
     """Everything the controller decides; what the store persists."""
@@ -136,7 +146,7 @@ class ControllerState:
     acls: list[AclBinding] = field(default_factory=list)
     # SCRAM credentials by user, then mechanism name ("SCRAM-SHA-512"): salt, stored key and
     # server key (base64) and iterations, as Kafka keeps them; never a password.
-    scram_credentials: dict[str, dict[str, dict]] = field(default_factory=dict)
+    scram_credentials: dict[str, dict[str, ScramRecord]] = field(default_factory=dict)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""
@@ -775,7 +785,7 @@ def elect_leaders(
     changes = _Changes()
     results: list[tuple[str, list[ElectionOutcome]]] = []
     everything = targets is None
-    if everything:
+    if targets is None:
         targets = [(name, list(range(len(t.partitions)))) for name, t in state.topics.items()]
     for name, indexes in targets:
         outcomes: list[ElectionOutcome] = []

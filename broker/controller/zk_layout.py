@@ -45,7 +45,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from minibroker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
+from minibroker.controller.state import (
+    BrokerInfo,
+    ControllerState,
+    PartitionState,
+    ScramRecord,
+    TopicState,
+)
 from minibroker.protocol import sasl
 from minibroker.security.authorizer.acls import (
     AclBinding,
@@ -213,7 +219,7 @@ def _acls_from_znodes(znodes: Mapping[str, bytes]) -> list[AclBinding]:
     return acls
 
 
-def scram_credential_string(record: dict) -> str:
+def scram_credential_string(record: ScramRecord) -> str:
     """Kafka's ScramCredentialUtils.credentialToString of a saved credential (its salt and
     keys are already base64, as Kafka encodes them)."""
     return (
@@ -222,17 +228,24 @@ def scram_credential_string(record: dict) -> str:
     )
 
 
-def scram_credential_from_string(text: str) -> dict:
+def scram_credential_from_string(text: str) -> ScramRecord:
     """Kafka's ScramCredentialUtils.credentialFromString: exactly the four fields."""
     fields = dict(token.partition("=")[::2] for token in text.split(","))
     if sorted(fields) != ["iterations", "salt", "server_key", "stored_key"]:
         raise ValueError(f"SCRAM credential not valid: {text!r}")
     for key in ("salt", "stored_key", "server_key"):
         base64.b64decode(fields[key], validate=True)
-    return {**fields, "iterations": int(fields["iterations"])}
+    return ScramRecord(
+        salt=fields["salt"],
+        stored_key=fields["stored_key"],
+        server_key=fields["server_key"],
+        iterations=int(fields["iterations"]),
+    )
 
 
-def _user_znodes(scram_credentials: Mapping[str, Mapping[str, dict]]) -> dict[str, bytes]:
+def _user_znodes(
+    scram_credentials: Mapping[str, Mapping[str, ScramRecord]],
+) -> dict[str, bytes]:
     return {
         f"{USER_CONFIGS}/{user_znode_name(user)}": _json(
             {
@@ -248,9 +261,11 @@ def _user_znodes(scram_credentials: Mapping[str, Mapping[str, dict]]) -> dict[st
     }
 
 
-def _scram_credentials_from_znodes(znodes: Mapping[str, bytes]) -> dict[str, dict[str, dict]]:
+def _scram_credentials_from_znodes(
+    znodes: Mapping[str, bytes],
+) -> dict[str, dict[str, ScramRecord]]:
     """Every user's SCRAM credentials; other user configs (Kafka's quotas) are not ours."""
-    credentials: dict[str, dict[str, dict]] = {}
+    credentials: dict[str, dict[str, ScramRecord]] = {}
     prefix = f"{USER_CONFIGS}/"
     for path, data in znodes.items():
         if not path.startswith(prefix):

@@ -52,11 +52,14 @@ class ZooKeeperBroker:
         make_controller: Callable[[ZooKeeperStore, str], ControllerService],
         on_controller: Callable[[ControllerService | None], None],
     ) -> None:
+        # Only a ZooKeeper-mode broker (config.zookeeper_mode) has one.
+        assert config.zookeeper_connect is not None, "a ZooKeeperBroker without zookeeper.connect"
         self.config = config
+        self._zookeeper_connect = config.zookeeper_connect
         self._make_controller = make_controller
         self._on_controller = on_controller
         self.zk = KazooClient(
-            hosts=config.zookeeper_connect,
+            hosts=self._zookeeper_connect,
             timeout=config.zookeeper_session_timeout_ms / 1000,
             # Keep reconnecting for ever: ZooKeeper restarting is not this broker's death.
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
@@ -73,8 +76,14 @@ class ZooKeeperBroker:
 
     # -- kazoo's thread -> trio ---------------------------------------------------------
 
+    def _in_trio(self, function: Callable[..., object], *args: object) -> None:
+        """Run ``function`` in trio's thread. Kazoo calls its listeners and watches in its
+        own thread, and connect() takes the token before it registers any of them."""
+        assert self._token is not None, "a kazoo callback before connect()"
+        self._token.run_sync_soon(function, *args)
+
     def _on_state(self, state: str) -> None:
-        self._token.run_sync_soon(self._state_changed, state)
+        self._in_trio(self._state_changed, state)
 
     def _state_changed(self, state: str) -> None:
         if state == KazooState.CONNECTED:
@@ -89,10 +98,10 @@ class ZooKeeperBroker:
         self._controller_changed.set()
 
     def _watch_controller(self, _event=None) -> None:
-        self._token.run_sync_soon(self._controller_changed.set)
+        self._in_trio(self._controller_changed.set)
 
     def _watch_brokers(self, _event=None) -> None:
-        self._token.run_sync_soon(self._brokers_changed.set)
+        self._in_trio(self._brokers_changed.set)
 
     # -- the session ------------------------------------------------------------------
 
@@ -101,7 +110,7 @@ class ZooKeeperBroker:
         the cluster id from ``/cluster/id``, which the first broker creates (Kafka's
         ZooKeeper mode: no format step)."""
         self._token = trio.lowlevel.current_trio_token()
-        hosts, _, chroot = self.config.zookeeper_connect.partition("/")
+        hosts, _, chroot = self._zookeeper_connect.partition("/")
         if chroot:
             await trio.to_thread.run_sync(_create_chroot, hosts, "/" + chroot)
         self.zk.add_listener(self._on_state)
@@ -256,6 +265,7 @@ class ZooKeeperBroker:
         self.controller = Voter(self.config.node_id, listener.host, listener.port)
         log.info("elected controller at epoch %d", epoch)
         store = ZooKeeperStore(self.zk, self.config.node_id, epoch, epoch_version)
+        assert self.cluster_id is not None  # connect() reads it before run() elects
         service = self._make_controller(store, self.cluster_id)
         try:
             async with trio.open_nursery() as nursery:
@@ -298,7 +308,7 @@ def _create_chroot(hosts: str, chroot: str) -> None:
         client.close()
 
 
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+def _first_leaf(group: BaseException) -> BaseException:
     while isinstance(group, BaseExceptionGroup):
         group = group.exceptions[0]
     return group

@@ -17,7 +17,7 @@ and writing the log, and the periodic expiry of old offsets.
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -334,7 +334,7 @@ class GroupCoordinator:
 
     # -- writing records ----------------------------------------------------------------------
 
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> Error:
+    async def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> Error:
         """Write records to the group's partition through the replica manager's
         append_records, as Kafka's coordinator does (AppendOrigin.COORDINATOR, acks=-1):
         answered once the ISR has them, or at offsets.commit.timeout.ms."""

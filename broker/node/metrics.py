@@ -51,7 +51,7 @@ class StateCollector:
     def describe(self) -> list:
         return []
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         if self.replicas is not None:
             yield from _broker_gauges(self.replicas)
         if self.controller is not None:

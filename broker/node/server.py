@@ -45,7 +45,7 @@ from minibroker.security.listeners import (
     listener_security,
 )
 from minibroker.security.tls import TlsStream
-from minibroker.storage.log import LogConfig
+from minibroker.storage.log import LONG_MAX, LogConfig
 from minibroker.storage.log_manager import LogManager
 
 log = logging.getLogger("server")
@@ -127,12 +127,14 @@ class BrokerServer:
             # login must be sound at start, not when the first broker registers.
             client_security(config, config.inter_broker_listener_name)
 
-    def _context(self, listener_name: str, connection: Connection, header) -> RequestContext:
+    def _context(
+        self, listener_name: str, connection: Connection, cluster_id: str, header
+    ) -> RequestContext:
         return RequestContext(
             header,
             listener_name,
             self.config,
-            self.cluster_id,
+            cluster_id,
             self.supported,
             self.replicas,
             self.controller,
@@ -203,13 +205,16 @@ class BrokerServer:
         """Run everything until a signal, then drain client connections while the replica
         manager and the controller still run (so parked requests can complete), and only
         then stop those."""
+        # start() settles both before it serves.
+        assert self.cluster_id is not None and self.log_manager is not None
+        cluster_id, log_manager = self.cluster_id, self.log_manager
         async with trio.open_nursery() as control:
             if self.config.is_controller:
                 self.controller = ControllerService(
                     # Broker sessions are intervals: a stepped time of day must not expire
                     # every broker at once, nor keep a dead one alive.
                     self.config,
-                    self.cluster_id,
+                    cluster_id,
                     monotonic_ms,
                     self.metrics,
                     authorizer=self.authorizer,
@@ -218,14 +223,15 @@ class BrokerServer:
                 await control.start(self.controller.run)
             controller_client = None
             if self.config.is_broker:
+                zookeeper = self.zookeeper
                 controller_client = ControllerClient(
                     self.config,
-                    self.cluster_id,
+                    cluster_id,
                     self.authorizer,
-                    locate=None if self.zookeeper is None else lambda: self.zookeeper.controller,
+                    locate=None if zookeeper is None else lambda: zookeeper.controller,
                 )
                 self.replicas = ReplicaManager(
-                    self.config, self.log_manager, controller_client, self.metrics
+                    self.config, log_manager, controller_client, self.metrics
                 )
                 await control.start(self.replicas.run)
                 self.coordinator = GroupCoordinator(self.config, self.replicas)
@@ -316,6 +322,8 @@ class BrokerServer:
                     )
 
     async def _periodic_tasks(self) -> None:
+        log_manager = self.log_manager
+        assert log_manager is not None  # start() opens it before serving
         async with trio.open_nursery() as nursery:
             if self.replicas is not None:
                 nursery.start_soon(
@@ -325,19 +333,19 @@ class BrokerServer:
                 )
             if self.replicas is not None and self.config.log_cleaner_enable:
                 cleaner = LogCleanerService(
-                    self.config, self.replicas, self.log_manager, self.metrics, wall_clock_ms
+                    self.config, self.replicas, log_manager, self.metrics, wall_clock_ms
                 )
                 nursery.start_soon(cleaner.run)
             nursery.start_soon(
                 self._every,
                 self.config.log_flush_offset_checkpoint_interval_ms,
-                self.log_manager.checkpoint,
+                log_manager.checkpoint,
             )
             if self.config.log_flush_interval_ms is not None:
                 nursery.start_soon(
                     self._every,
                     min(self.config.log_flush_interval_ms, 1000),
-                    self.log_manager.flush_due,
+                    log_manager.flush_due,
                 )
 
     async def _every(self, interval_ms: int, task) -> None:
@@ -389,7 +397,8 @@ class BrokerServer:
             host, peer = "?", "?"
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
         connection = Connection(f"/{host}")
-        make_context = functools.partial(self._context, listener_name, connection)
+        assert self.cluster_id is not None  # start() settles it before serving
+        make_context = functools.partial(self._context, listener_name, connection, self.cluster_id)
         security = self.listener_security[listener_name]
         if security.uses_sasl:
             connection.sasl = SaslSession(security, self.scram_credentials)
@@ -397,7 +406,7 @@ class BrokerServer:
             decoder.max_frame_size = min(decoder.max_frame_size, SASL_MAX_RECEIVE_SIZE)
             decoder.limit_name = "sasl.server.max.receive.size (before authentication)"
         try:
-            if security.uses_tls:
+            if security.ssl_context is not None:  # security.uses_tls
                 stream = TlsStream(stream, security.ssl_context)
                 with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_SECONDS) as handshake:
                     await stream.do_handshake()
@@ -410,7 +419,7 @@ class BrokerServer:
                 if session is not None and session.raw_token_pending:
                     # After a v0 SaslHandshake the tokens come bare, without request headers.
                     reply = raw_step(session, bytes(frame), connection)
-                    response = [len(reply).to_bytes(4, "big"), reply]
+                    response: list | None = [len(reply).to_bytes(4, "big"), reply]
                 else:
                     header, body_offset = parse_request_header(frame)
                     if session is not None and not session.allows(header.api_key):
@@ -503,7 +512,7 @@ def log_config_from(config: BrokerConfig) -> LogConfig:
         min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
         max_compaction_lag_ms=config.log_cleaner_max_compaction_lag_ms,
         flush_messages=config.log_flush_interval_messages,
-        flush_ms=config.log_flush_interval_ms,
+        flush_ms=LONG_MAX if config.log_flush_interval_ms is None else config.log_flush_interval_ms,
         min_insync_replicas=config.min_insync_replicas,
         unclean_leader_election_enable=config.unclean_leader_election_enable,
         cleanup_policy=config.log_cleanup_policy,

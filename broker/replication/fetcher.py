@@ -351,6 +351,7 @@ class FetcherManager:
         fetcher = self._fetchers.get(fetcher_key)
         if fetcher is None:
             fetcher = self._fetchers[fetcher_key] = Fetcher(self._replicas, partition.leader)
+            assert self._nursery is not None, "a follower assigned before FetcherManager.run"
             self._nursery.start_soon(fetcher.run)
         fetcher.add(partition)
         self._assigned[partition.key] = fetcher

@@ -308,6 +308,7 @@ class ReplicaManager:
         partition, error = self.leader_partition(topic, index)
         if error != Error.NONE:
             return append_result(index, error)
+        assert partition is not None  # leader_partition answers Error.NONE with the partition
         records = data.records
         if not records:
             return append_result(index, Error.CORRUPT_MESSAGE, "no record batches")
@@ -576,11 +577,12 @@ class ReplicaManager:
                     results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
                     continue
                 created = self._is_new_replica(topic_state, state.partition_index)
-                partition = self._partitions.get(key)
                 if created:
                     partition = self._create_replica(
                         topic_state, state.partition_index, configs[topic_state.topic_name]
                     )
+                else:
+                    partition = self._partitions[key]  # _is_new_replica: it is hosted here
                 results[key] = self._apply_partition_state(partition, state, to_follow)
                 if created:
                     # Making a partition's files takes milliseconds of blocking file system
@@ -793,6 +795,8 @@ class ReplicaManager:
             await self._alter_partition(batch)
 
     async def _alter_partition(self, batch: list[tuple[Partition, list[int]]]) -> None:
+        nursery = self._nursery
+        assert nursery is not None  # this runs in run()'s nursery (_send_isr_changes)
         by_topic: dict[object, list[dict]] = {}
         sent: dict[tuple[object, int], tuple[Partition, list[int]]] = {}
         for partition, new_isr in batch:
@@ -821,13 +825,13 @@ class ReplicaManager:
             response = await self.controller.request(request)
         except ControllerUnavailable as error:
             log.warning("AlterPartition for %d partition(s) failed: %s", len(batch), error)
-            self._nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
+            nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
             return
         if response.error_code.value != Error.NONE:
             # NOT_CONTROLLER: a broker that just lost a ZooKeeper-mode election; the next
             # attempt goes to the one elected since.
             log.warning("AlterPartition refused: %s; retrying", response.error_code.name)
-            self._nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
+            nursery.start_soon(self._retry_isr_changes_later, [p for p, _ in batch])
             return
         refused: list[Partition] = []
         changed: list[Partition] = []
@@ -864,7 +868,7 @@ class ReplicaManager:
             more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
             log.info("ISR changed for %d partition(s): %s%s", len(changed), shown, more)
         if refused:
-            self._nursery.start_soon(self._retry_isr_changes_later, refused)
+            nursery.start_soon(self._retry_isr_changes_later, refused)
 
     def run_retention(self, now_ms: int) -> int:
         """Retention over the hosted logs, never past a partition's high watermark."""

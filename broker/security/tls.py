@@ -15,6 +15,7 @@ while reading are flushed after each read.
 import contextlib
 import socket
 import ssl
+from typing import cast
 
 import trio
 
@@ -106,7 +107,9 @@ class TlsStream:
         try:
             while filled < len(target):
                 try:
-                    read = self._ssl.read(len(target) - filled, target[filled:])
+                    # Given a buffer, read returns the count read into it (typeshed types
+                    # only the bytes it returns without one).
+                    read = cast(int, self._ssl.read(len(target) - filled, target[filled:]))
                     if not read:  # the peer closed without close_notify
                         break
                     filled += read

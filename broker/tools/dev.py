@@ -336,11 +336,11 @@ def _watch(cluster: Cluster, restart_dead: bool) -> None:
         # Waiting for Enter is also the pause between liveness checks. In the background
         # (`minibroker dev &`) the terminal is the shell's: reading it would stop this
         # supervisor (SIGTTIN, "Stopped (tty input)"), so it only looks once in front again.
-        asked = (
-            _enter_pressed()
-            if interactive and _in_foreground()
-            else time.sleep(LIVENESS_CHECK_SECONDS)
-        )
+        asked = False
+        if interactive and _in_foreground():
+            asked = _enter_pressed()
+        else:
+            time.sleep(LIVENESS_CHECK_SECONDS)
         if dead and (restart_dead or asked):
             for node in dead:
                 if restart_dead and node.node_id in given_up:

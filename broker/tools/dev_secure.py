@@ -192,7 +192,7 @@ def make_node_certificates(nodes: dict[str, list[str]]) -> tuple[bytes, dict[str
     ca_pem = ca_cert.public_bytes(pem)
     keystores = {}
     for node, identities in nodes.items():
-        alternative_names = []
+        alternative_names: list[x509.GeneralName] = []
         for identity in identities:
             try:
                 alternative_names.append(x509.IPAddress(ipaddress.ip_address(identity)))

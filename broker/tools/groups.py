@@ -206,7 +206,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]] | None:
         pos = 2
         (topics,) = struct.unpack_from(">i", data, pos)
         pos += 4
-        assigned = []
+        assigned: list[tuple[str, int]] = []
         for _ in range(max(topics, 0)):
             (length,) = struct.unpack_from(">h", data, pos)
             pos += 2

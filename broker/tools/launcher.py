@@ -30,6 +30,7 @@ from kio.schema.metadata.v12.response import (
     MetadataResponse,
     MetadataResponsePartition,
 )
+from kio.schema.types import TopicName
 
 from minibroker.tools.wire import answers_api_versions, connect
 
@@ -89,7 +90,7 @@ class BrokerProcess:
         node_id: int,
         log_dir: Path,
         port: int,
-        overrides: dict[str, object],
+        overrides: Mapping[str, object],
         role: str | None = None,
         die_with_parent: bool = False,
         extra_listeners: Mapping[str, int] | None = None,
@@ -310,7 +311,7 @@ def request_metadata(
     request = MetadataRequest(
         topics=None
         if topics is None
-        else tuple(MetadataRequestTopic(topic_id=None, name=name) for name in topics),
+        else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(name)) for name in topics),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -415,6 +416,7 @@ class ZooKeeperServer:
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.running:
+            assert self._process is not None  # running
             self._process.terminate()
             try:
                 self._process.wait(timeout)
@@ -424,6 +426,7 @@ class ZooKeeperServer:
 
     def kill(self) -> None:
         if self.running:
+            assert self._process is not None  # running
             self._process.kill()
             self._process.wait()
 

@@ -121,7 +121,7 @@ def test_api_versions_advertises_what_it_did(tmp_path, properties, listener, exp
     config = BrokerConfig.from_properties({"log.dirs": str(tmp_path), **properties})
     server = BrokerServer(config)
     header = RequestHeader(ApiKey.API_VERSIONS, 3, 1, "test")
-    ctx = server._context(listener, Connection(), header)
+    ctx = server._context(listener, Connection(), "cluster", header)
     response = trio.run(api_versions.handle, ctx, None)
     advertised = {
         entry["api_key"]: (entry["min_version"], entry["max_version"])
