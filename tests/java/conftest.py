@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,12 +138,15 @@ def java(java_classes, tmp_path_factory, request_log) -> JavaRunner:
     return JavaRunner(java_classes, tmp_path_factory.mktemp("java-logs"), request_log)
 
 
-@pytest.fixture(scope="module")
-def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
-    """A controller and three minibroker brokers shared by a module's tests (the cluster
-    tests' short timeouts); each test uses its own topics and groups."""
+@contextmanager
+def minibroker_cluster(
+    base_dir: Path, overrides: dict[str, object] | None = None
+) -> Iterator[Cluster]:
+    """A controller and three minibroker brokers (the cluster tests' short timeouts, plus
+    `overrides`); on leaving, a clean stop and no UNKNOWN_SERVER_ERROR or unsupported request
+    in any node's log."""
     started = Cluster.start(
-        tmp_path_factory.mktemp("java-cluster"), brokers=BROKERS, overrides=CLUSTER_OVERRIDES
+        base_dir, brokers=BROKERS, overrides={**CLUSTER_OVERRIDES, **(overrides or {})}
     )
     yield started
     broker_errors = [
@@ -153,6 +157,14 @@ def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
     ]
     _check_clean_stop(started)
     assert not broker_errors, "\n".join(broker_errors[:20])
+
+
+@pytest.fixture(scope="module")
+def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """A 3-broker cluster shared by a module's tests; each test uses its own topics and
+    groups."""
+    with minibroker_cluster(tmp_path_factory.mktemp("java-cluster")) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
