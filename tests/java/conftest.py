@@ -103,16 +103,17 @@ class JavaRunner:
     request_log: RequestLog
     runs: int = 0
 
-    def run(
+    def command(
         self, main: str, *args: str, classpath_module: str = "clients", log_requests: bool = True
-    ) -> subprocess.CompletedProcess:
-        """Run `main` with the clients' class path and the compiled programs; its requests go
-        to the request log when `log_requests` (runs against minibroker)."""
+    ) -> list[str]:
+        """The java command line that runs `main` with the clients' class path and the compiled
+        programs; its requests go to the request log when `log_requests` (runs against
+        minibroker)."""
         self.runs += 1
         log_path = self.log_dir / f"{main}-{self.runs}.requests.log"
         if log_requests:
             self.request_log.files.append(log_path)
-        command = [
+        return [
             java_executable(),
             "-Xmx256m",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
@@ -122,6 +123,14 @@ class JavaRunner:
             main,
             *args,
         ]
+
+    def run(
+        self, main: str, *args: str, classpath_module: str = "clients", log_requests: bool = True
+    ) -> subprocess.CompletedProcess:
+        """Run `main` to its end (see `command`)."""
+        command = self.command(
+            main, *args, classpath_module=classpath_module, log_requests=log_requests
+        )
         return subprocess.run(command, capture_output=True, text=True, timeout=JAVA_TIMEOUT)
 
     def json(self, main: str, *args: str, log_requests: bool = True) -> dict:
