@@ -43,6 +43,8 @@ class RequestLog:
     a closed connection cut off. Runs against Apache Kafka log elsewhere."""
 
     files: list[Path] = field(default_factory=list)
+    # Runs that saw a broker killed on purpose: requests in flight to it were cut off.
+    broker_killed: set[Path] = field(default_factory=set)
 
     def sent(self) -> Counter[tuple[str, int]]:
         counts: Counter[tuple[str, int]] = Counter()
@@ -55,7 +57,7 @@ class RequestLog:
     def cancelled(self) -> list[str]:
         lines = []
         for path in self.files:
-            if path.exists():
+            if path.exists() and path not in self.broker_killed:
                 lines += [
                     line
                     for line in path.read_text(errors="replace").splitlines()

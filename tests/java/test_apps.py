@@ -113,6 +113,7 @@ def test_streams_word_count_through_broker_kill(java, apps_cluster, tmp_path):
     expected = _expected(first + second)
     _produce(apps_cluster.bootstrap, f"in-{app_id}", first)
     app = StreamsApp(java, apps_cluster.bootstrap, app_id, tmp_path, expected)
+    java.request_log.broker_killed.add(java.request_log.files[-1])
     app.wait_for("PROGRESS")
     victim = apps_cluster.brokers[2]
     victim.kill()
