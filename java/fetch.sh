@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Resolve the pinned Java artifacts of java/pom.xml from Maven Central into the local Maven cache
 # (~/.m2) and write one class path per module to build/java/<module>.classpath:
-#   clients  kafka-clients, kafka-tools, kafka-streams, connect-runtime, connect-file
+#   clients  kafka-clients, kafka-tools, kafka-streams
+#   connect  connect-runtime and connect-file (4.3.1: connect-file 4.4.0 is not served)
 #   kafka    Apache Kafka's broker (kafka_2.13), the reference
 #   spark    Spark's built-in connector (spark-sql-kafka-0-10) without Spark itself
-# One Maven run for the three; offline first, so a repeated run neither downloads nor asks.
+# One Maven run for them all; offline first, so a repeated run neither downloads nor asks.
 # A module that cannot be resolved (no mvn, Maven Central unreachable, an artifact not served)
 # leaves build/java/<module>.missing with the reason instead, and the tests under tests/java
 # skip with it. The script exits 0 all the same unless called with --strict, so that CI goes
@@ -12,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=build/java
-modules=(clients kafka spark)
+modules=(clients connect kafka spark)
 mkdir -p "$out"
 strict=0
 [[ "${1:-}" == "--strict" ]] && strict=1

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,8 @@ class RequestLog:
     a closed connection cut off. Runs against Apache Kafka log elsewhere."""
 
     files: list[Path] = field(default_factory=list)
+    # Runs that saw a broker killed on purpose: requests in flight to it were cut off.
+    broker_killed: set[Path] = field(default_factory=set)
 
     def sent(self) -> Counter[tuple[str, int]]:
         counts: Counter[tuple[str, int]] = Counter()
@@ -54,7 +57,7 @@ class RequestLog:
     def cancelled(self) -> list[str]:
         lines = []
         for path in self.files:
-            if path.exists():
+            if path.exists() and path not in self.broker_killed:
                 lines += [
                     line
                     for line in path.read_text(errors="replace").splitlines()
@@ -102,16 +105,17 @@ class JavaRunner:
     request_log: RequestLog
     runs: int = 0
 
-    def run(
+    def command(
         self, main: str, *args: str, classpath_module: str = "clients", log_requests: bool = True
-    ) -> subprocess.CompletedProcess:
-        """Run `main` with the clients' class path and the compiled programs; its requests go
-        to the request log when `log_requests` (runs against minibroker)."""
+    ) -> list[str]:
+        """The java command line that runs `main` with the clients' class path and the compiled
+        programs; its requests go to the request log when `log_requests` (runs against
+        minibroker)."""
         self.runs += 1
         log_path = self.log_dir / f"{main}-{self.runs}.requests.log"
         if log_requests:
             self.request_log.files.append(log_path)
-        command = [
+        return [
             java_executable(),
             "-Xmx256m",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
@@ -121,6 +125,14 @@ class JavaRunner:
             main,
             *args,
         ]
+
+    def run(
+        self, main: str, *args: str, classpath_module: str = "clients", log_requests: bool = True
+    ) -> subprocess.CompletedProcess:
+        """Run `main` to its end (see `command`)."""
+        command = self.command(
+            main, *args, classpath_module=classpath_module, log_requests=log_requests
+        )
         return subprocess.run(command, capture_output=True, text=True, timeout=JAVA_TIMEOUT)
 
     def json(self, main: str, *args: str, log_requests: bool = True) -> dict:
@@ -137,12 +149,15 @@ def java(java_classes, tmp_path_factory, request_log) -> JavaRunner:
     return JavaRunner(java_classes, tmp_path_factory.mktemp("java-logs"), request_log)
 
 
-@pytest.fixture(scope="module")
-def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
-    """A controller and three minibroker brokers shared by a module's tests (the cluster
-    tests' short timeouts); each test uses its own topics and groups."""
+@contextmanager
+def minibroker_cluster(
+    base_dir: Path, overrides: dict[str, object] | None = None
+) -> Iterator[Cluster]:
+    """A controller and three minibroker brokers (the cluster tests' short timeouts, plus
+    `overrides`); on leaving, a clean stop and no UNKNOWN_SERVER_ERROR or unsupported request
+    in any node's log."""
     started = Cluster.start(
-        tmp_path_factory.mktemp("java-cluster"), brokers=BROKERS, overrides=CLUSTER_OVERRIDES
+        base_dir, brokers=BROKERS, overrides={**CLUSTER_OVERRIDES, **(overrides or {})}
     )
     yield started
     broker_errors = [
@@ -153,6 +168,14 @@ def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
     ]
     _check_clean_stop(started)
     assert not broker_errors, "\n".join(broker_errors[:20])
+
+
+@pytest.fixture(scope="module")
+def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """A 3-broker cluster shared by a module's tests; each test uses its own topics and
+    groups."""
+    with minibroker_cluster(tmp_path_factory.mktemp("java-cluster")) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,348 @@
+"""Kafka's own command-line tools (kafka-tools 4.4) against a 3-broker minibroker cluster.
+
+Each tool is started through the main class its bin/*.sh script starts (kafka-topics.sh runs
+org.apache.kafka.tools.TopicCommand, kafka-configs.sh org.apache.kafka.tools.ConfigCommand, ...)
+with the arguments a user types. A JVM start costs seconds on this 2-core machine, so one JVM
+(programs/ToolBatch.java) runs the whole sequence, each tool's main() in turn with Kafka's
+Exit.exit trapped, and reports each tool's exit code and output; the tests judge those as a user
+reading the terminal would, against what Kafka's tools print on Kafka.
+
+The cluster has Kafka's StandardAuthorizer with User:ANONYMOUS (every PLAINTEXT client) as a super
+user, so kafka-acls has ACLs to add, list and remove while every other tool is allowed all.
+kafka-metadata-quorum cannot apply: minibroker's controller is not a Raft quorum and no node
+serves DescribeQuorum, so the tool must fail with the client's clear UnsupportedVersionException.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from tests.java.conftest import SENDING, minibroker_cluster
+
+TOPIC = "tools-a"
+MOVED = "tools-r"
+PERF_TOPIC = "tools-perf"
+GROUP = "tools-g"
+LINES = [f"k{i}:line {i}" for i in range(1, 7)]
+PERF_RECORDS = 2000
+MARKER = re.compile(r"^minibroker-tool (\S+)$", re.MULTILINE)
+
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
+ACLS = "org.apache.kafka.tools.AclCommand"
+GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
+REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+# Which bin/*.sh each main class stands for, for the request summary.
+SCRIPTS = {
+    TOPICS: "kafka-topics",
+    "org.apache.kafka.tools.ConsoleProducer": "kafka-console-producer",
+    "org.apache.kafka.tools.consumer.ConsoleConsumer": "kafka-console-consumer",
+    GROUPS: "kafka-consumer-groups",
+    CONFIGS: "kafka-configs",
+    ACLS: "kafka-acls",
+    GET_OFFSETS: "kafka-get-offsets",
+    "org.apache.kafka.tools.DeleteRecordsCommand": "kafka-delete-records",
+    REASSIGN: "kafka-reassign-partitions",
+    "org.apache.kafka.tools.LeaderElectionCommand": "kafka-leader-election",
+    "org.apache.kafka.tools.LogDirsCommand": "kafka-log-dirs",
+    "org.apache.kafka.tools.BrokerApiVersionsCommand": "kafka-broker-api-versions",
+    "org.apache.kafka.tools.ProducerPerformance": "kafka-producer-perf-test",
+    "org.apache.kafka.tools.ConsumerPerformance": "kafka-consumer-perf-test",
+    "org.apache.kafka.tools.MetadataQuorumCommand": "kafka-metadata-quorum",
+}
+
+
+def _batch(bootstrap: str, files) -> list[dict]:
+    b = ["--bootstrap-server", bootstrap]
+    acl = ["--allow-principal", "User:alice", "--operation", "Read", "--topic", TOPIC]
+
+    def step(name: str, main: str, *args: str, **extra) -> dict:
+        return {"name": name, "main": main, "args": list(args), **extra}
+
+    return [
+        step("topics-create", TOPICS, *b, "--create", "--topic", TOPIC, "--partitions", "2",
+             "--replication-factor", "3", "--config", "retention.ms=3600000"),
+        step("topics-create-moved", TOPICS, *b, "--create", "--topic", MOVED,
+             "--replica-assignment", "1:2"),
+        step("topics-list", TOPICS, *b, "--list"),
+        step("topics-describe", TOPICS, *b, "--describe", "--topic", TOPIC),
+        step("topics-alter", TOPICS, *b, "--alter", "--topic", TOPIC, "--partitions", "3"),
+        step("topics-describe-altered", TOPICS, *b, "--describe", "--topic", TOPIC),
+        step("console-producer", "org.apache.kafka.tools.ConsoleProducer", *b, "--topic", TOPIC,
+             "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
+             stdin="".join(f"{line}\n" for line in LINES)),
+        step("console-consumer", "org.apache.kafka.tools.consumer.ConsoleConsumer", *b,
+             "--topic", TOPIC, "--from-beginning", "--max-messages", str(len(LINES)),
+             "--timeout-ms", "30000", "--group", GROUP,
+             "--formatter-property", "print.key=true",
+             "--formatter-property", "key.separator=:"),
+        step("groups-list", GROUPS, *b, "--list"),
+        step("groups-describe", GROUPS, *b, "--describe", "--group", GROUP),
+        step("groups-reset", GROUPS, *b, "--reset-offsets", "--group", GROUP, "--topic", TOPIC,
+             "--to-earliest", "--execute"),
+        step("groups-describe-reset", GROUPS, *b, "--describe", "--group", GROUP),
+        step("groups-delete", GROUPS, *b, "--delete", "--group", GROUP),
+        step("groups-list-deleted", GROUPS, *b, "--list"),
+        step("configs-topic-alter", CONFIGS, *b, "--alter", "--entity-type", "topics",
+             "--entity-name", TOPIC, "--add-config", "retention.ms=7200000,cleanup.policy=compact"),
+        step("configs-topic-describe", CONFIGS, *b, "--describe", "--entity-type", "topics",
+             "--entity-name", TOPIC),
+        step("configs-broker-alter", CONFIGS, *b, "--alter", "--entity-type", "brokers",
+             "--entity-name", "1", "--add-config", "log.retention.ms=86400000"),
+        step("configs-broker-describe", CONFIGS, *b, "--describe", "--entity-type", "brokers",
+             "--entity-name", "1"),
+        step("configs-broker-delete", CONFIGS, *b, "--alter", "--entity-type", "brokers",
+             "--entity-name", "1", "--delete-config", "log.retention.ms"),
+        step("configs-broker-describe-deleted", CONFIGS, *b, "--describe", "--entity-type",
+             "brokers", "--entity-name", "1"),
+        step("acls-add", ACLS, *b, "--add", *acl),
+        step("acls-list", ACLS, *b, "--list", "--topic", TOPIC),
+        step("acls-remove", ACLS, *b, "--remove", "--force", *acl),
+        step("acls-list-removed", ACLS, *b, "--list", "--topic", TOPIC),
+        step("get-offsets", GET_OFFSETS, *b, "--topic", TOPIC),
+        step("delete-records", "org.apache.kafka.tools.DeleteRecordsCommand", *b,
+             "--offset-json-file", str(files["delete"])),
+        step("get-offsets-earliest", GET_OFFSETS, *b, "--topic", TOPIC, "--time", "-2"),
+        step("reassign-generate", REASSIGN, *b, "--generate", "--topics-to-move-json-file",
+             str(files["move"]), "--broker-list", "2,3"),
+        step("reassign-execute", REASSIGN, *b, "--execute", "--reassignment-json-file",
+             str(files["reassign"])),
+        step("reassign-verify", REASSIGN, *b, "--verify", "--reassignment-json-file",
+             str(files["reassign"]), until="is completed", timeout_s=30),
+        step("topics-describe-moved", TOPICS, *b, "--describe", "--topic", MOVED),
+        step("leader-election", "org.apache.kafka.tools.LeaderElectionCommand", *b,
+             "--election-type", "preferred", "--topic", MOVED, "--partition", "0"),
+        step("topics-describe-elected", TOPICS, *b, "--describe", "--topic", MOVED),
+        step("log-dirs", "org.apache.kafka.tools.LogDirsCommand", *b, "--describe",
+             "--topic-list", TOPIC),
+        step("broker-api-versions", "org.apache.kafka.tools.BrokerApiVersionsCommand", *b),
+        step("producer-perf-test", "org.apache.kafka.tools.ProducerPerformance", "--topic",
+             PERF_TOPIC, "--num-records", str(PERF_RECORDS), "--record-size", "100",
+             "--throughput", "-1", "--command-property", f"bootstrap.servers={bootstrap}"),
+        step("consumer-perf-test", "org.apache.kafka.tools.ConsumerPerformance", *b, "--topic",
+             PERF_TOPIC, "--num-records", str(PERF_RECORDS), "--timeout", "30000"),
+        step("metadata-quorum", "org.apache.kafka.tools.MetadataQuorumCommand", *b,
+             "describe", "--status"),
+        step("topics-delete", TOPICS, *b, "--delete", "--topic", TOPIC),
+        step("topics-list-deleted", TOPICS, *b, "--list"),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tools_cluster(tmp_path_factory):
+    with minibroker_cluster(tmp_path_factory.mktemp("tools-cluster"), AUTHORIZER) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
+    """Every tool's answer by step name, and the request log of the run split by step."""
+    work = tmp_path_factory.mktemp("tools")
+    files = {name: work / f"{name}.json" for name in ("delete", "move", "reassign", "batch")}
+    files["delete"].write_text(
+        json.dumps({"partitions": [{"topic": TOPIC, "partition": 0, "offset": 1}], "version": 1})
+    )
+    files["move"].write_text(json.dumps({"topics": [{"topic": MOVED}], "version": 1}))
+    # tools-r-0 from replicas [1, 2] to [3, 1]: broker 3 must copy the partition.
+    files["reassign"].write_text(
+        json.dumps({"version": 1, "partitions": [{"topic": MOVED, "partition": 0,
+                                                  "replicas": [3, 1]}]})
+    )  # fmt: skip
+    batch = _batch(tools_cluster.bootstrap, files)
+    files["batch"].write_text(json.dumps(batch))
+    answers_path = work / "answers.json"
+    done = java.run("ToolBatch", str(files["batch"]), str(answers_path))
+    assert done.returncode == 0, done.stderr[-4000:]
+    answers = {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
+    log_text = java.request_log.files[-1].read_text(errors="replace")
+    mains = {step["name"]: step["main"] for step in batch}
+    requests: dict[str, Counter] = {}
+    pieces = MARKER.split(log_text)
+    for name, text in zip(pieces[1::2], pieces[2::2], strict=True):
+        counts = requests.setdefault(SCRIPTS[mains[name]], Counter())
+        for match in SENDING.finditer(text):
+            counts[(match.group(2), int(match.group(3)))] += 1
+    return {"answers": answers, "requests": requests}
+
+
+@pytest.fixture(scope="module")
+def tools(tools_run) -> dict:
+    return tools_run["answers"]
+
+
+def ok(tools: dict, name: str) -> str:
+    """The step's standard output, after checking it exited 0."""
+    answer = tools[name]
+    assert answer["exit"] == 0, (name, answer)
+    return answer["stdout"]
+
+
+def test_kafka_topics(tools):
+    assert "Created topic tools-a." in ok(tools, "topics-create")
+    assert {TOPIC, MOVED} <= set(ok(tools, "topics-list").split())
+    described = ok(tools, "topics-describe")
+    assert re.search(
+        r"Topic: tools-a\tTopicId: \S{22}\tPartitionCount: 2\tReplicationFactor: 3\t"
+        r"Configs: retention.ms=3600000",
+        described,
+    ), described
+    assert len(re.findall(r"Partition: \d\tLeader: [123]\tReplicas: \d,\d,\d\tIsr: \d,\d,\d",
+                          described)) == 2  # fmt: skip
+    ok(tools, "topics-alter")
+    assert "PartitionCount: 3" in ok(tools, "topics-describe-altered")
+    assert "Partition: 2\tLeader:" in tools["topics-describe-altered"]["stdout"]
+    ok(tools, "topics-delete")
+    assert TOPIC not in ok(tools, "topics-list-deleted").split()
+
+
+def test_console_producer_and_consumer(tools):
+    ok(tools, "console-producer")
+    consumed = ok(tools, "console-consumer").splitlines()
+    assert sorted(line for line in consumed if line.startswith("k")) == sorted(LINES)
+    assert f"Processed a total of {len(LINES)} messages" in tools["console-consumer"]["stderr"]
+
+
+def _group_rows(text: str) -> dict[int, list[str]]:
+    rows = [line.split() for line in text.splitlines() if line.startswith(GROUP)]
+    return {int(row[2]): row for row in rows}
+
+
+def test_kafka_consumer_groups(tools):
+    assert GROUP in ok(tools, "groups-list").split()
+    described = _group_rows(ok(tools, "groups-describe"))
+    assert sorted(described) == [0, 1, 2]
+    # Every partition consumed to its end: CURRENT-OFFSET == LOG-END-OFFSET, LAG 0, and the
+    # six records are all there.
+    assert all(row[3] == row[4] and row[5] == "0" for row in described.values()), described
+    assert sum(int(row[4]) for row in described.values()) == len(LINES)
+    reset = _group_rows(ok(tools, "groups-reset"))
+    assert {partition: row[3] for partition, row in reset.items()} == {0: "0", 1: "0", 2: "0"}
+    after = _group_rows(ok(tools, "groups-describe-reset"))
+    assert all(row[3] == "0" and row[5] == row[4] for row in after.values()), after
+    assert "Deletion of requested consumer groups ('tools-g') was successful." in ok(
+        tools, "groups-delete"
+    )
+    assert GROUP not in ok(tools, "groups-list-deleted").split()
+
+
+def test_kafka_configs(tools):
+    assert "Completed updating config for topic tools-a." in ok(tools, "configs-topic-alter")
+    described = ok(tools, "configs-topic-describe")
+    assert (
+        "retention.ms=7200000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=7200000"
+        in described
+    )
+    assert (
+        "cleanup.policy=compact sensitive=false"
+        " synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact" in described
+    )
+    assert "Completed updating config for broker 1." in ok(tools, "configs-broker-alter")
+    broker = ok(tools, "configs-broker-describe")
+    assert (
+        "log.retention.ms=86400000 sensitive=false"
+        " synonyms={DYNAMIC_BROKER_CONFIG:log.retention.ms=86400000" in broker
+    )
+    ok(tools, "configs-broker-delete")
+    assert "log.retention.ms" not in ok(tools, "configs-broker-describe-deleted")
+
+
+def test_kafka_acls(tools):
+    added = ok(tools, "acls-add")
+    assert "principal=User:alice, host=*, operation=READ, permissionType=ALLOW" in added
+    listed = ok(tools, "acls-list")
+    assert "ResourcePattern(resourceType=TOPIC, name=tools-a, patternType=LITERAL)" in listed
+    assert "principal=User:alice, host=*, operation=READ, permissionType=ALLOW" in listed
+    ok(tools, "acls-remove")
+    assert "User:alice" not in ok(tools, "acls-list-removed")
+
+
+def test_get_offsets_and_delete_records(tools):
+    latest = dict(line.rsplit(":", 1) for line in ok(tools, "get-offsets").split())
+    assert set(latest) == {"tools-a:0", "tools-a:1", "tools-a:2"}
+    assert sum(int(offset) for offset in latest.values()) == len(LINES)
+    assert "partition: tools-a-0\tlow_watermark: 1" in ok(tools, "delete-records")
+    earliest = dict(line.rsplit(":", 1) for line in ok(tools, "get-offsets-earliest").split())
+    assert earliest == {"tools-a:0": "1", "tools-a:1": "0", "tools-a:2": "0"}
+
+
+def test_kafka_reassign_partitions_and_leader_election(tools):
+    generated = ok(tools, "reassign-generate")
+    current, proposed = (
+        json.loads(line) for line in generated.splitlines() if line.startswith("{")
+    )
+    assert current["partitions"][0]["replicas"] == [1, 2]
+    assert sorted(proposed["partitions"][0]["replicas"]) == [2, 3]
+    assert "Successfully started partition reassignment for tools-r-0" in ok(
+        tools, "reassign-execute"
+    )
+    assert "Reassignment of partition tools-r-0 is completed." in ok(tools, "reassign-verify")
+    moved = ok(tools, "topics-describe-moved")
+    assert re.search(r"Partition: 0\tLeader: [13]\tReplicas: 3,1\tIsr: (3,1|1,3)\t", moved), moved
+    elected = ok(tools, "leader-election")
+    assert (
+        "Successfully completed leader election (PREFERRED) for partitions tools-r-0" in elected
+        or "Valid replica already elected for partitions tools-r-0" in elected
+    ), elected
+    assert "Partition: 0\tLeader: 3\tReplicas: 3,1" in ok(tools, "topics-describe-elected")
+
+
+def test_kafka_log_dirs(tools):
+    text = ok(tools, "log-dirs")
+    described = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+    assert sorted(broker["broker"] for broker in described["brokers"]) == [1, 2, 3]
+    for broker in described["brokers"]:
+        (log_dir,) = broker["logDirs"]
+        assert log_dir["error"] is None
+        assert sorted(p["partition"] for p in log_dir["partitions"]) == [
+            "tools-a-0", "tools-a-1", "tools-a-2"
+        ]  # fmt: skip
+        assert all(p["size"] > 0 or p["partition"] for p in log_dir["partitions"])
+
+
+def test_kafka_broker_api_versions(tools):
+    text = ok(tools, "broker-api-versions")
+    assert len(re.findall(r"^127\.0\.0\.1:\d+ \(id: [123] rack: null", text, re.MULTILINE)) == 3
+    # Kafka 4 also advertises Produce from v0 (librdkafka needs it, KAFKA-18659).
+    assert re.search(r"Produce\(0\): 0 to \d+ \[usable: \d+\]", text), text
+    assert "Fetch(1): 4 to" in text
+    assert "DescribeQuorum(55): UNSUPPORTED" in text
+
+
+def test_perf_tests(tools):
+    produced = ok(tools, "producer-perf-test")
+    assert re.search(rf"^{PERF_RECORDS} records sent, ", produced, re.MULTILINE), produced
+    consumed = ok(tools, "consumer-perf-test").splitlines()
+    header, row = consumed[-2].split(", "), consumed[-1].split(", ")
+    assert dict(zip(header, row, strict=True))["data.consumed.in.nMsg"] == str(PERF_RECORDS)
+
+
+def test_kafka_metadata_quorum_refused(tools):
+    """No Raft quorum to describe: DescribeQuorum is not advertised, and the tool says so."""
+    answer = tools["metadata-quorum"]
+    assert answer["exit"] == 1
+    assert (
+        "UnsupportedVersionException: The node does not support DESCRIBE_QUORUM"
+        in (answer["stderr"])
+    )
+
+
+def test_tool_requests(tools_run, request_log):
+    """Every request each tool sent, by API and version (the README's table); none was cut off
+    by a closed connection (an UNKNOWN_SERVER_ERROR answer fails the cluster fixture)."""
+    requests = tools_run["requests"]
+    for script, counts in sorted(requests.items()):
+        print(f"{script}: " + ", ".join(f"{api} v{version}" for api, version in sorted(counts)))
+    assert set(requests) == set(SCRIPTS.values())
+    assert all(requests[script] for script in SCRIPTS.values()), requests
+    assert request_log.cancelled() == []
