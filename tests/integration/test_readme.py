@@ -47,7 +47,8 @@ SKIPPED = {
     ".venv/bin/pip install -q -e '.[spark]'": "installed: the test runs with these extras",
     "apt-get update": "system installs: .ci/run does them before the tests",
     "apt-get install -y --no-install-recommends kcat docker-compose prometheus iproute2"
-    " faketime openjdk-17-jre-headless zookeeper": "system installs: .ci/run does them",
+    " faketime openjdk-17-jdk-headless maven zookeeper": "system installs: .ci/run does them",
+    "java/fetch.sh": "the Java artifacts: .ci/run fetches them before the tests",
     "apt-get install -y --no-install-recommends openjdk-17-jre-headless": "a system install",
     ".venv/bin/pytest": "the whole test suite (this test is part of it)",
     ".venv/bin/python -m minibroker.spark.demo --start-broker": "tests/spark/test_demo.py",
