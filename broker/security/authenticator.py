@@ -3,8 +3,13 @@ keeps it: which mechanism, whether it has authenticated, and until when (KIP-368
 
 Until it authenticates, the server lets through only ApiVersions, SaslHandshake and
 SaslAuthenticate (``SaslSession.allows``); the handlers of those two are in apis/sasl.py.
+
+Each completed authentication is logged at INFO with the principal, mechanism and listener
+(Kafka's SaslServerAuthenticator logs it at DEBUG; minibroker runs at INFO and has no per-logger
+levels in its launcher, and one line per connection lets an operator see who came in how).
 """
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -15,6 +20,8 @@ from minibroker.security.scram import ScramCredentials
 
 # What a client may send before it has authenticated (and ApiVersions only then).
 AUTHENTICATION_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+log = logging.getLogger("sasl")
 
 
 def _now_ms() -> int:
@@ -74,6 +81,13 @@ class SaslSession:
         if self.authenticated and principal != connection.principal:
             # KIP-368: a re-authentication may not switch identities.
             raise sasl.SaslAuthenticationError("Cannot change principals during re-authentication")
+        log.info(
+            "%s %s with %s on listener %s",
+            "re-authenticated" if self.authenticated else "authenticated",
+            principal,
+            self.mechanism,
+            self.security.name,
+        )
         connection.principal = principal
         self.authenticated = True
         self.raw_token_pending = False

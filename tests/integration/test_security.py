@@ -360,7 +360,16 @@ def authenticate(sock: socket.socket, correlation_id: int = 1):
     return request(sock, SASL_AUTHENTICATE, 1, {"auth_bytes": token}, correlation_id + 1)
 
 
+def sasl_logins(broker: SecureBroker, what: str) -> int:
+    """How many `what` ("authenticated" or "re-authenticated") lines the broker logged for
+    alice's PLAIN logins on the REAUTH listener (the broker logs each login at INFO)."""
+    line = f"[sasl] {what} User:alice with PLAIN on listener REAUTH"
+    return broker.process.stderr_path.read_text(errors="replace").count(line)
+
+
 def test_a_session_expires_after_connections_max_reauth_ms_unless_renewed(secure_broker):
+    logins = sasl_logins(secure_broker, "authenticated")
+    renewals = sasl_logins(secure_broker, "re-authenticated")
     with (
         sasl_connection(secure_broker, "REAUTH") as renewed,
         sasl_connection(secure_broker, "REAUTH") as expiring,
@@ -374,6 +383,9 @@ def test_a_session_expires_after_connections_max_reauth_ms_unless_renewed(secure
         time.sleep(REAUTH_MS / 1000 + 0.2)
         assert authenticate(renewed, 20).error_code.value == 0  # KIP-368 re-authentication
         assert metadata(renewed, 30).brokers
+        # Logged before the answers that followed them (the log handler flushes each line).
+        assert sasl_logins(secure_broker, "authenticated") == logins + 2
+        assert sasl_logins(secure_broker, "re-authenticated") == renewals + 1
         body = load_request_schema(METADATA, 1)(topics=())
         raw_request(expiring, METADATA, 1, encode(body), 40)
         assert closed(expiring)

@@ -151,13 +151,18 @@ def java(java_classes, tmp_path_factory, request_log) -> JavaRunner:
 
 @contextmanager
 def minibroker_cluster(
-    base_dir: Path, overrides: dict[str, object] | None = None
+    base_dir: Path,
+    overrides: dict[str, object] | None = None,
+    broker_listeners: dict[str, int | None] | None = None,
 ) -> Iterator[Cluster]:
     """A controller and three minibroker brokers (the cluster tests' short timeouts, plus
-    `overrides`); on leaving, a clean stop and no UNKNOWN_SERVER_ERROR or unsupported request
-    in any node's log."""
+    `overrides`, and `broker_listeners` beside PLAINTEXT, see Cluster.start); on leaving, a
+    clean stop and no UNKNOWN_SERVER_ERROR or unsupported request in any node's log."""
     started = Cluster.start(
-        base_dir, brokers=BROKERS, overrides={**CLUSTER_OVERRIDES, **(overrides or {})}
+        base_dir,
+        brokers=BROKERS,
+        overrides={**CLUSTER_OVERRIDES, **(overrides or {})},
+        broker_listeners=broker_listeners,
     )
     yield started
     broker_errors = [

@@ -33,6 +33,21 @@ def kafka_answers(java, kafka_reference) -> dict:
 def test_producer_defaults_every_codec(minibroker_answers):
     """Idempotent acks=all producer (the client's defaults), each codec: every record acked at
     its own offset and read back unchanged."""
+    check_producer(minibroker_answers)
+
+
+def test_consumer_group(minibroker_answers):
+    check_consumer_group(minibroker_answers)
+
+
+def test_admin_client(minibroker_answers):
+    check_admin_client(minibroker_answers)
+
+
+# The checks, shared with test_clients_sasl_ssl.py (the same program over SASL_SSL/SCRAM).
+
+
+def check_producer(minibroker_answers: dict) -> None:
     for codec in CODECS:
         answer = minibroker_answers["producer"][codec]
         assert answer == {
@@ -43,7 +58,7 @@ def test_producer_defaults_every_codec(minibroker_answers):
         }, (codec, answer)
 
 
-def test_consumer_group(minibroker_answers):
+def check_consumer_group(minibroker_answers: dict) -> None:
     answer = minibroker_answers["consumer"]
     assert "error" not in answer, answer
     assert answer["first_assignment"] == 2
@@ -62,7 +77,7 @@ def test_consumer_group(minibroker_answers):
     assert answer["beginning_offsets"] == [0, 0]
 
 
-def test_admin_client(minibroker_answers):
+def check_admin_client(minibroker_answers: dict) -> None:
     admin = minibroker_answers["admin"]
     assert admin["create_topic"] == "ok"
     assert admin["create_existing"]["error"].startswith("TopicExistsException")

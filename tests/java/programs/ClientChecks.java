@@ -3,6 +3,9 @@
 // tests/java judge the answers; the same program runs against Apache Kafka for comparison.
 //
 // Usage: java -cp <clients class path> ClientChecks.java <bootstrap> <prefix> <replication>
+//        [<client properties file>]
+// The optional properties file (security.protocol, sasl.*, ssl.* for a secured listener, say)
+// is added to every client's configuration: the admin client, producers and consumers.
 // Every step catches its own failure and reports it as {"error": "<exception class>: message"},
 // so that one failing step does not hide the others' answers.
 
@@ -22,6 +25,7 @@ public class ClientChecks {
     static String bootstrap;
     static String prefix;
     static short replication;
+    static final Properties extra = new Properties();
     static final Duration POLL = Duration.ofMillis(100);
     static final long DEADLINE_MS = 30_000;
 
@@ -53,8 +57,16 @@ public class ClientChecks {
         bootstrap = args[0];
         prefix = args[1];
         replication = Short.parseShort(args[2]);
+        if (args.length > 3) {
+            try (java.io.Reader reader = new java.io.FileReader(args[3])) {
+                extra.load(reader);
+            }
+        }
         Map<String, Object> out = new LinkedHashMap<>();
-        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+        Properties adminProps = new Properties();
+        adminProps.putAll(extra);
+        adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(adminProps)) {
             out.put("producer", timed("producer", () -> producer(admin)));
             out.put("consumer", timed("consumer", () -> consumer(admin)));
             out.put("admin", admin(admin));
@@ -67,6 +79,7 @@ public class ClientChecks {
 
     static Properties producerProps(String compression) {
         Properties props = new Properties();
+        props.putAll(extra);
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -76,6 +89,7 @@ public class ClientChecks {
 
     static Properties consumerProps(String group) {
         Properties props = new Properties();
+        props.putAll(extra);
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
