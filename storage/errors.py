@@ -53,9 +53,16 @@ class InvalidProducerEpochError(StorageError):
 
 
 class UnexpectedAppendOffsetError(StorageError):
-    """A replicated batch starts below the log end offset; the fetcher must truncate first."""
+    """A replicated batch starts below the log end offset; the fetcher must truncate first.
+    ``first_offset`` is the first batch's base offset, ``last_offset`` the append's last
+    (Kafka's UnexpectedAppendOffsetException carries the same two)."""
 
     error = Error.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str, first_offset: int = -1, last_offset: int = -1) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 class LogDirLockedError(Exception):

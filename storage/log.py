@@ -727,7 +727,9 @@ class PartitionLog:
             if header.base_offset < next_allowed:
                 raise UnexpectedAppendOffsetError(
                     f"{self.name}: replicated batch at offset {header.base_offset} does not "
-                    f"follow offset {next_allowed - 1}"
+                    f"follow offset {next_allowed - 1}",
+                    first_offset=headers[0].base_offset,
+                    last_offset=headers[-1].last_offset,
                 )
             next_allowed = header.last_offset + 1
         self._append(records, headers, now_ms)

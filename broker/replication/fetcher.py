@@ -229,7 +229,7 @@ class Fetcher:
             if data.records:
                 self._replicas.metrics.fetcher_bytes.inc(len(data.records))
                 try:
-                    partition.log.append_as_follower(data.records, now_ms=self._replicas.clock_ms())
+                    partition.append_as_follower(data.records, self._replicas.clock_ms())
                 except StorageError as failure:
                     log.error("cannot append to %s-%d: %s", *partition.key, failure)
                     self._back_off({partition.key: partition})

@@ -16,7 +16,8 @@ Kafka's rules reproduced here:
 from dataclasses import dataclass, field
 
 from minibroker.protocol.errors import Error
-from minibroker.storage.log import PartitionLog
+from minibroker.storage.errors import UnexpectedAppendOffsetError
+from minibroker.storage.log import AppendResult, PartitionLog
 
 UNKNOWN_OFFSET = -1
 
@@ -179,6 +180,25 @@ class Partition:
             self.high_watermark = candidate
             return True
         return False
+
+    def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> AppendResult:
+        """Append what the leader sent, as Kafka's Partition.appendRecordsToFollowerOrFutureReplica
+        does: a follower whose log is empty at an offset that falls inside the leader's first
+        batch (the leader's log start moved into the middle of a batch by DeleteRecords, and
+        the follower restarted there after OFFSET_OUT_OF_RANGE) starts its log at that
+        batch's base offset instead, else no fetch could ever append and it would never
+        catch up. Any other batch below the log end is refused (the fetcher truncates)."""
+        try:
+            return self.log.append_as_follower(records, now_ms=now_ms)
+        except UnexpectedAppendOffsetError as unexpected:
+            end = self.log.log_end_offset
+            if not (
+                end == self.log.log_start_offset
+                and unexpected.first_offset < end <= unexpected.last_offset
+            ):
+                raise
+            self.log.truncate_fully_and_start_at(unexpected.first_offset)
+            return self.log.append_as_follower(records, now_ms=now_ms)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
         """Follower only: HW = min(leader's HW, own LEO); True when it moved."""

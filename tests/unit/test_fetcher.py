@@ -102,13 +102,6 @@ async def test_follower_behind_the_leaders_log_start_restarts_there(brokers):
     await follower_behind_a_deletion(brokers, (8, 2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Kafka's Partition.appendRecordsToFollowerOrFutureReplica: a follower whose log is"
-    " empty at the leader's log start, which falls inside a batch (DeleteRecords), starts its"
-    " log at that batch's base offset instead (UnexpectedAppendOffsetException); here the"
-    " append is refused on every fetch and the follower never catches up",
-)
 async def test_follower_restarting_inside_a_batch_catches_up(brokers):
     await follower_behind_a_deletion(brokers, (10,))
 
