@@ -82,7 +82,8 @@ class Job:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
@@ -107,7 +108,7 @@ class Job:
             self.process.send_signal(signum)
         code = self.process.wait(timeout=60)
         assert code == 0, f"{self.command} exited with {code}:\n{self.output}"
-        time.sleep(0.1)  # the reader thread takes the last lines
+        self._reader.join(timeout=10)  # it ends when the pipe closes: every line is read
         return self.output
 
 

@@ -116,27 +116,24 @@ async def append(replicas: ReplicaManager, index: int, count: int, **options) ->
 
 class LeaderConnection:
     """A follower's connection to its leader, answered in process by the leader's
-    ReplicaManager; `fetches` records each Fetch's (partition, fetch offset) in order."""
+    ReplicaManager."""
 
     def __init__(self, leader: ReplicaManager) -> None:
         self.leader = leader
-        self.fetches: list[list[tuple[int, int]]] = []
 
     async def request_body(self, api_key: int, version: int, body: bytes):
         assert api_key == ApiKey.FETCH
         request = codec.decode_request(api_key, version, body, 0)
         await trio.lowlevel.checkpoint()
         topics = []
-        asked = []
         for topic in request.topics:
             partitions = []
             for wanted in topic.partitions:
-                asked.append((wanted.partition, wanted.fetch_offset))
                 partition, error = self.leader.leader_partition(
                     topic.topic, wanted.partition, wanted.current_leader_epoch
                 )
                 if error != Error.NONE:
-                    partitions.append(_fetch_error(wanted.partition, error))
+                    partitions.append(fetch_result(wanted.partition, error))
                     continue
                 partitions.append(
                     self.leader.read_records(
@@ -150,7 +147,6 @@ class LeaderConnection:
                     )
                 )
             topics.append({"topic": topic.topic, "partitions": partitions})
-        self.fetches.append(asked)
         response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
         return bytearray(codec.encode_response(api_key, version, response)), 0
 
@@ -186,7 +182,3 @@ class LeaderConnection:
 
     async def aclose(self) -> None:
         pass
-
-
-def _fetch_error(index: int, error: Error) -> dict:
-    return fetch_result(index, error)

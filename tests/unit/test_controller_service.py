@@ -4,7 +4,6 @@ instead of sockets. Time is the mock clock's, so a session expiry is exact and i
 
 import uuid
 
-import pytest
 import trio
 import trio.testing
 
@@ -15,15 +14,11 @@ from minibroker.controller.service import ControllerService
 from minibroker.controller.store import STATE_FILE, ControllerStore
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
+from tests.unit.replication_harness import trio_ms
 
 CLUSTER_ID = "mock-cluster"
 HEARTBEAT_MS = 500
 SESSION_MS = 3000
-
-
-@pytest.fixture
-def autojump_clock():
-    return trio.testing.MockClock(autojump_threshold=0)
 
 
 class FakeBroker:
@@ -33,7 +28,6 @@ class FakeBroker:
     def __init__(self, node_id: int) -> None:
         self.node_id = node_id
         self.requests: list = []
-        self.connections = 0
 
     async def request(self, request):
         await trio.lowlevel.checkpoint()
@@ -72,7 +66,7 @@ class Cluster:
         self.service = ControllerService(
             config,
             CLUSTER_ID,
-            clock_ms=lambda: int(trio.current_time() * 1000),
+            clock_ms=trio_ms,
             metrics=BrokerMetrics(),
             connect=self._connect,
         )
@@ -80,7 +74,6 @@ class Cluster:
 
     async def _connect(self, broker_info):
         broker = self.brokers[broker_info.node_id]
-        broker.connections += 1
         return broker
 
     async def register(self, node_id: int) -> None:

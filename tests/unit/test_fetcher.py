@@ -17,11 +17,6 @@ LEADER, FOLLOWER = 1, 2
 
 
 @pytest.fixture
-def autojump_clock():
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
-@pytest.fixture
 async def brokers(tmp_path, nursery, autojump_clock):
     brokers: dict = {}
     brokers[LEADER] = make_broker(tmp_path, LEADER, brokers)

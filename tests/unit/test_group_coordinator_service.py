@@ -4,7 +4,6 @@ controller's pure core and request builders make (no controller process, no sock
 Sessions expire on the mock clock; offsets survive a restart because the coordinator reads
 its partition back."""
 
-import pytest
 import trio
 import trio.testing
 
@@ -19,23 +18,11 @@ from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
+from tests.unit.replication_harness import StubController, trio_ms
 
 NODE_ID = 1
 CONTROLLER_ID = 0
 SESSION_MS = 10_000
-
-
-@pytest.fixture
-def autojump_clock():
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
-class NoController:
-    """The replica manager's controller client: never asked in these tests (the topic
-    configs are announced, the ISR is the leader alone)."""
-
-    async def request(self, request, timeout_s: float = 0):
-        raise AssertionError(f"unexpected request to the controller: {request!r}")
 
 
 def cluster_state() -> ControllerState:
@@ -58,11 +45,10 @@ class Broker:
             offsets_topic_replication_factor=1,
             group_initial_rebalance_delay_ms=0,
         )
-        clock_ms = lambda: int(trio.current_time() * 1000)  # noqa: E731
         self.logs = LogManager([directory], LogConfig(), node_id=NODE_ID, cluster_id="mock")
-        self.logs.open(clock_ms())
+        self.logs.open(trio_ms())
         self.replicas = ReplicaManager(
-            self.config, self.logs, NoController(), BrokerMetrics(), clock_ms=clock_ms
+            self.config, self.logs, StubController(), BrokerMetrics(), clock_ms=trio_ms
         )
         self.coordinator = GroupCoordinator(self.config, self.replicas)
 

@@ -19,11 +19,6 @@ LEADER, FOLLOWER = 1, 2
 
 
 @pytest.fixture
-def autojump_clock():
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
-@pytest.fixture
 async def leader(tmp_path, nursery, autojump_clock):
     """Broker 1 leading TOPIC-0 (replicas 1 and 2, both in the ISR, min.insync.replicas=2)."""
     replicas = make_broker(tmp_path, LEADER)
