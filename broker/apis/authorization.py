@@ -56,9 +56,13 @@ def inter_node_listeners(config: BrokerConfig) -> frozenset[str] | None:
     return None if internal == own else internal
 
 
+def is_inter_node_listener(config: BrokerConfig, listener_name: str) -> bool:
+    internal = inter_node_listeners(config)
+    return internal is None or listener_name in internal
+
+
 def on_inter_node_listener(ctx: RequestContext) -> bool:
-    internal = inter_node_listeners(ctx.config)
-    return internal is None or ctx.listener_name in internal
+    return is_inter_node_listener(ctx.config, ctx.listener_name)
 
 
 def cluster_allowed(ctx: RequestContext, operation: Operation) -> bool:

@@ -22,7 +22,7 @@ def _broker_registration_error(request, error: Error) -> dict:
 )
 async def handle_broker_registration(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
-        return {"error_code": Error.NOT_CONTROLLER, "broker_epoch": -1}
+        return _broker_registration_error(request, Error.NOT_CONTROLLER)
     ctx.connection.broker_id = request.broker_id
     return await ctx.controller.broker_registration(request)
 
@@ -68,7 +68,7 @@ def _alter_partition_error(request, error: Error) -> dict:
 )
 async def handle_alter_partition(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
-        return {"error_code": Error.NOT_CONTROLLER, "topics": ()}
+        return _alter_partition_error(request, Error.NOT_CONTROLLER)
     return await ctx.controller.alter_partition(request)
 
 
@@ -85,5 +85,5 @@ def _allocate_producer_ids_error(request, error: Error) -> dict:
 )
 async def handle_allocate_producer_ids(ctx: RequestContext, request) -> dict:
     if ctx.controller is None:
-        return {"error_code": Error.NOT_CONTROLLER, "producer_id_start": -1, "producer_id_len": 0}
+        return _allocate_producer_ids_error(request, Error.NOT_CONTROLLER)
     return await ctx.controller.allocate_producer_ids(request)

@@ -35,15 +35,13 @@ _NOT_YET_APPLIED = frozenset(
 )
 
 
-# The Fetch response partition shape, shared with apis/errors.py.
-partition_entry = fetch_result
-
-
 class _Reader:
     """One pass over the request's partitions, tracking the response byte budget."""
 
     def __init__(self, ctx: RequestContext, request, *, record_progress: bool) -> None:
         self.ctx = ctx
+        # Read once: the role accessor asserts, and the loops below run per partition.
+        self.replicas = ctx.replica_manager
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
         # Kafka's rules, refused with TOPIC_AUTHORIZATION_FAILED: a follower's fetch is judged
@@ -65,7 +63,7 @@ class _Reader:
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
         if hasattr(topic, "topic_id"):  # v13+; the zero id reads as None, and is no topic's
-            known = self.ctx.replica_manager.metadata.topic_by_id(topic_id) if topic_id else None
+            known = self.replicas.metadata.topic_by_id(topic_id) if topic_id else None
             name = known.name if known is not None else None
             missing = Error.UNKNOWN_TOPIC_ID
         else:
@@ -79,13 +77,13 @@ class _Reader:
         ):
             self.has_error = True
             refused = [
-                partition_entry(p.partition, Error.TOPIC_AUTHORIZATION_FAILED)
+                fetch_result(p.partition, Error.TOPIC_AUTHORIZATION_FAILED)
                 for p in topic.partitions
             ]
             return {"topic": name, "topic_id": topic_id, "partitions": refused}
         for fetch_partition in topic.partitions:
             index = fetch_partition.partition
-            partition, error = self.ctx.replica_manager.leader_partition(
+            partition, error = self.replicas.leader_partition(
                 name, index, getattr(fetch_partition, "current_leader_epoch", -1)
             )
             if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
@@ -93,13 +91,13 @@ class _Reader:
             if error != Error.NONE:
                 self.has_error = True
                 self.not_yet_applied |= error in _NOT_YET_APPLIED
-                partitions.append(partition_entry(index, error, partition))
+                partitions.append(fetch_result(index, error, partition))
             else:
                 partitions.append(self.read_partition(partition, fetch_partition))
         return {"topic": name, "topic_id": topic_id, "partitions": partitions}
 
     def read_partition(self, partition, fetch_partition) -> dict:
-        entry = self.ctx.replica_manager.read_records(
+        entry = self.replicas.read_records(
             partition,
             fetch_partition.fetch_offset,
             replica_id=self.replica_id,
@@ -134,7 +132,7 @@ def _error_response(request, error: Error) -> dict:
                 "topic": getattr(topic, "topic", None),
                 "topic_id": getattr(topic, "topic_id", None),
                 "partitions": [
-                    partition_entry(p.partition, error, records=None) for p in topic.partitions
+                    fetch_result(p.partition, error, records=None) for p in topic.partitions
                 ],
             }
             for topic in request.topics

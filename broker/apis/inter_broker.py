@@ -24,7 +24,7 @@ def _leader_and_isr_error(request, error: Error) -> dict:
 async def handle_leader_and_isr(ctx: RequestContext, request) -> dict:
     error = ctx.replica_manager.check_controller(request)
     if error != Error.NONE:
-        return {"error_code": error, "topics": ()}
+        return _leader_and_isr_error(request, error)
     results = await ctx.replica_manager.apply_leader_and_isr(request)
     topics = []
     for topic_state in request.topic_states:
@@ -75,7 +75,7 @@ def _stop_replica_error(request, error: Error) -> dict:
 async def handle_stop_replica(ctx: RequestContext, request) -> dict:
     error = ctx.replica_manager.check_controller(request)
     if error != Error.NONE:
-        return {"error_code": error, "partition_errors": ()}
+        return _stop_replica_error(request, error)
     results = await ctx.replica_manager.apply_stop_replica(request)
     return {
         "error_code": Error.NONE,

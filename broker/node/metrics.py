@@ -15,7 +15,7 @@ scraper only holds its own connection.
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -41,9 +41,11 @@ class StateCollector:
     def __init__(
         self,
         replicas: ReplicaManager | None,
-        controller: ControllerService | None,
+        controller: Callable[[], ControllerService | None],
         coordinator: GroupCoordinator | None = None,
     ) -> None:
+        """``controller`` is asked at each scrape: in ZooKeeper mode this node is the
+        controller only while it holds the election."""
         self.replicas = replicas
         self.controller = controller
         self.coordinator = coordinator
@@ -54,8 +56,8 @@ class StateCollector:
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         if self.replicas is not None:
             yield from _broker_gauges(self.replicas)
-        if self.controller is not None:
-            yield from _controller_gauges(self.controller)
+        if (controller := self.controller()) is not None:
+            yield from _controller_gauges(controller)
         if self.coordinator is not None:
             yield from _coordinator_metrics(self.coordinator)
 

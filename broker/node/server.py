@@ -21,7 +21,7 @@ from pathlib import Path
 import trio
 
 from minibroker.apis import CloseConnection, Connection, RequestContext
-from minibroker.apis.authorization import inter_node_listeners
+from minibroker.apis.authorization import is_inter_node_listener
 from minibroker.apis.dispatch import UnsupportedRequest, dispatch
 from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.apis.sasl import raw_step
@@ -93,17 +93,15 @@ class BrokerServer:
         self.supported = served_versions(
             broker=config.is_broker, controller=config.is_controller or config.zookeeper_mode
         )
-        internal = inter_node_listeners(config)
         self.advertised = {
             listener.name: advertised_versions(
-                self.supported, inter_node_listener=internal is None or listener.name in internal
+                self.supported, inter_node_listener=is_inter_node_listener(config, listener.name)
             )
             for listener in config.listeners
         }
         self.log_manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
-        self.state_collector: StateCollector | None = None
         self.coordinator: GroupCoordinator | None = None
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
@@ -236,8 +234,9 @@ class BrokerServer:
                 await control.start(self.replicas.run)
                 self.coordinator = GroupCoordinator(self.config, self.replicas)
                 await control.start(self.coordinator.run)
-            self.state_collector = StateCollector(self.replicas, self.controller, self.coordinator)
-            self.metrics.register(self.state_collector)
+            self.metrics.register(
+                StateCollector(self.replicas, lambda: self.controller, self.coordinator)
+            )
             if self.config.metrics_port is not None:
                 await control.start(
                     serve_metrics,
@@ -299,8 +298,6 @@ class BrokerServer:
 
     def _controller_changed(self, controller: ControllerService | None) -> None:
         self.controller = controller
-        if self.state_collector is not None:
-            self.state_collector.controller = controller
 
     def _controlled_shutdown_wanted(self) -> bool:
         """A broker of a cluster moves its leadership away first; a node that is its own
