@@ -52,6 +52,20 @@ class InvalidProducerEpochError(StorageError):
     error = Error.INVALID_PRODUCER_EPOCH
 
 
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer with a transaction open on the partition
+    (Kafka's InvalidTxnStateException)."""
+
+    error = Error.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker whose coordinator epoch is older than the last one the
+    partition saw for its producer (Kafka's TransactionCoordinatorFencedException)."""
+
+    error = Error.TRANSACTION_COORDINATOR_FENCED
+
+
 class UnexpectedAppendOffsetError(StorageError):
     """A replicated batch starts below the log end offset; the fetcher must truncate first.
     ``first_offset`` is the first batch's base offset, ``last_offset`` the append's last

@@ -13,11 +13,19 @@ Where this departs from Kafka (each is also noted where it happens):
   boundary (it always does for replication). Kafka removes the same batches but sets the log
   end offset to `offset` regardless, which can leave a gap.
 - A read may span segments, where Kafka stops at the end of the segment it started in.
-- Producer state is rebuilt from the batch headers of the whole log on open and on
-  truncation instead of from `.snapshot` files (see storage/producer_state.py).
+- Producer state is rebuilt from the batch headers (and transaction markers) of the whole log
+  on open and on truncation instead of from `.snapshot` files (see
+  storage/producer_state.py).
 - Rolled segments are fsynced by `flush_if_due` (which the log manager runs periodically and
   before each checkpoint) rather than by a background task right after the roll.
-- There is no transaction index: aborted transactions are not tracked.
+
+Transactions as Kafka's UnifiedLog keeps them: producer state knows each producer's open
+transaction, `first_unstable_offset` is the first offset of the oldest one not yet decided
+and replicated, the coordinator's COMMIT and ABORT markers are appended with
+`append_control_marker` (followers take them through `append_as_follower`, the same
+producer-state path), and every ABORT marker adds an entry to the `.txnindex` of the segment
+it lands in (storage/transaction_index.py), which `collect_aborted_transactions` reads for
+read_committed fetches. Recovery rebuilds the `.txnindex` of every segment it rescans.
 """
 
 import logging
@@ -31,6 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from minibroker.protocol.buffers import Buffer, WritableBuffer
+from minibroker.protocol.control_batch import encode_control_batch, read_control_marker
 from minibroker.protocol.record_batch import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
@@ -65,8 +74,9 @@ from minibroker.storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from minibroker.storage.index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.producer_state import CompletedTxn, ProducerStateManager
 from minibroker.storage.segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
+from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger("storage.log")
 
@@ -80,7 +90,7 @@ LOG_APPEND_TIME = "LogAppendTime"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX)
-_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)(\.swap)?")
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.swap)?")
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
@@ -520,15 +530,56 @@ class PartitionLog:
         would cut the entries after it."""
         self._producers.clear()
         for segment in self._segments:
-            for _, header in segment.batches():
-                if header.last_offset >= self._log_start_offset:
-                    self._producers.record(header)
+            for position, header in segment.batches():
+                if header.last_offset >= self._log_start_offset or header.is_control:
+                    # Markers below the log start still close their transactions.
+                    self._record_batch(
+                        segment,
+                        header,
+                        segment.read_at,
+                        position,
+                        index=segment.txn_index_rebuilding,
+                    )
                 if recover_epochs and header.partition_leader_epoch > (
                     self._epochs.latest_epoch if self._epochs.latest_epoch is not None else -1
                 ):
                     self._epochs.assign(
                         header.partition_leader_epoch, header.base_offset, durable=False
                     )
+            segment.txn_index_rebuilding = False
+
+    def _record_batch(
+        self,
+        segment: LogSegment,
+        header: BatchHeader,
+        read_at: Callable[[int, int], Buffer],
+        position: int,
+        *,
+        index: bool,
+    ) -> None:
+        """Take one appended or replayed batch into the producer state (a control batch's
+        marker is read from its bytes, ``read_at(position, size)``); an ABORT marker that
+        closes a transaction adds its `.txnindex` entry to ``segment`` with ``index`` (an
+        append, or recovery rebuilding that segment's index: Kafka's updateProducers and
+        updateTxnIndex)."""
+        marker = None
+        if header.is_control and header.producer_id >= 0:
+            try:
+                marker = read_control_marker(read_at(position, header.size))
+            except (RecordError, IndexError):
+                marker = None
+        completed = self._producers.record(header, marker)
+        if index and completed is not None and completed.is_aborted:
+            self._index_aborted(segment, completed)
+
+    def _index_aborted(self, segment: LogSegment, completed: CompletedTxn) -> None:
+        entry = AbortedTxn(
+            completed.producer_id,
+            completed.first_offset,
+            completed.last_offset,
+            self._producers.last_stable_offset_of(completed),
+        )
+        segment.txn_index.append(entry)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -742,6 +793,72 @@ class PartitionLog:
             sum(header.records_count for header in headers),
         )
 
+    def append_control_marker(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendResult:
+        """Append a transaction coordinator's COMMIT or ABORT marker as leader (Kafka's
+        UnifiedLog.appendAsLeader with origin COORDINATOR of an EndTransactionMarker).
+
+        Refused, with nothing appended, with INVALID_PRODUCER_EPOCH when the producer's
+        epoch here is newer, and TRANSACTION_COORDINATOR_FENCED when the last marker of the
+        producer here came from a newer coordinator epoch. A marker closes the producer's
+        open transaction (if any: a marker for a producer with nothing open is still
+        written, as Kafka does, and only moves its epochs); an ABORT adds the transaction
+        to the segment's `.txnindex`. The marker's timestamp is the leader's clock.
+        """
+        self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = bytearray(
+            encode_control_batch(
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                commit=commit,
+                timestamp_ms=now_ms,
+            )
+        )
+        stamp_offsets(batch, 0, self._log_end_offset, leader_epoch)
+        header = read_header(batch, 0)
+        self._append(batch, [header], now_ms)
+        return AppendResult(
+            header.base_offset,
+            header.last_offset,
+            NO_TIMESTAMP,
+            self._log_start_offset,
+            False,
+            1,
+        )
+
+    # -- transactions ------------------------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """Kafka's firstUnstableOffset: the first offset of the oldest transaction still open
+        or closed by a marker the high watermark has not passed (see
+        ProducerStateManager.on_high_watermark_updated); None if there is none."""
+        return self._producers.first_unstable_offset()
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions whose range overlaps
+        [start_offset, upper_bound_offset), from the `.txnindex` of the segment holding
+        ``start_offset`` and the later ones until an entry's LSO reaches the bound (Kafka's
+        LocalLog.collectAbortedTransactions). No record is read."""
+        found: list[tuple[int, int]] = []
+        for segment in self._segments[self._segment_index_for(start_offset) :]:
+            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found.extend((entry.producer_id, entry.first_offset) for entry in entries)
+            if complete:
+                break
+        return found
+
     def _append(self, data: Buffer, headers: list[BatchHeader], now_ms: int) -> None:
         """Write stamped batches to the active segment (rolling first if needed)."""
         try:
@@ -761,8 +878,22 @@ class PartitionLog:
             self._failed_write = error.strerror or str(error)
             raise StorageError(f"{self.name}: append failed: {error}") from error
         self._failed_write = None
+        position = 0
         for header in headers:
-            self._producers.record(header)
+            if header.is_control:
+                try:
+                    self._record_batch(
+                        segment,
+                        header,
+                        lambda start, size: data[start : start + size],
+                        position,
+                        index=True,
+                    )
+                except OSError as error:  # the .txnindex could not be written
+                    raise StorageError(f"{self.name}: append failed: {error}") from error
+            else:
+                self._producers.record(header)
+            position += header.size
         self._log_end_offset = headers[-1].last_offset + 1
         if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
             self.flush()
@@ -1077,6 +1208,11 @@ class PartitionLog:
         ):
             cleaned.delete()
             return False
+        if not cleaned.txn_index.entries:
+            # The aborted transactions of the replaced segments stay indexed (a cleaner that
+            # kept their markers keeps their entries, as Kafka's cleaner does).
+            for segment in old:
+                cleaned.txn_index.append_all(segment.txn_index.entries)
         cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
         fsync_directory(self.directory)
         for segment in old:
@@ -1203,9 +1339,11 @@ def _next_offset_of(log_path: Path) -> int:
 def _remove_leftovers(directory: Path) -> None:
     """Delete what interrupted operations leave behind: temp files and orphaned indexes."""
     for path in directory.iterdir():
-        orphaned_index = path.suffix in (OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not (
-            path.with_suffix(LOG_SUFFIX).exists()
-        )
+        orphaned_index = path.suffix in (
+            OFFSET_INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            TXN_INDEX_SUFFIX,
+        ) and not (path.with_suffix(LOG_SUFFIX).exists())
         if path.is_file() and (path.name.endswith(_LEFTOVER_SUFFIXES) or orphaned_index):
             log.info("removing leftover file %s", path)
             path.unlink()

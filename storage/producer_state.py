@@ -1,25 +1,41 @@
-"""Idempotent producer state of one partition, kept from batch headers alone.
+"""Producer state of one partition, kept from batch headers (and markers) alone.
 
 This follows Kafka's ProducerStateManager/ProducerAppendInfo: for every producer id the
-partition remembers the current epoch and the last five batches (their sequence and offset
-ranges). A batch from a client is then
+partition remembers the current epoch, the last five batches (their sequence and offset
+ranges), the coordinator epoch of its last transaction marker and the first offset of its
+ongoing transaction. A batch from a client is then
 
 - a duplicate if it repeats one of those five batches (same epoch, same first and last
   sequence): it is not appended again and the client gets the original offsets back;
 - refused with INVALID_PRODUCER_EPOCH if its epoch is older than the current one;
 - refused with OUT_OF_ORDER_SEQUENCE_NUMBER if, under the current epoch, its first sequence
   does not follow the last one (sequences wrap from 2**31 - 1 to 0), or if it opens a newer
-  epoch with a first sequence other than 0.
+  epoch with a first sequence other than 0;
+- refused with INVALID_TXN_STATE if it is not transactional while its producer has a
+  transaction open on this partition.
 
 As in Kafka, a producer the partition has no state for is accepted at any sequence: its
 batches may simply have been removed by retention, and refusing it would be fatal for the
 client. Batches without a producer id are never checked.
 
+Transactions (Kafka's rules): a transactional data batch of a producer with no open
+transaction opens one at its base offset; a control batch (COMMIT or ABORT marker) closes it
+and yields a :class:`CompletedTxn` (none for a marker of a producer with nothing open, as
+Kafka emits none for an empty transaction). A marker is refused with INVALID_PRODUCER_EPOCH
+when its producer epoch is older than the producer's, and with
+TRANSACTION_COORDINATOR_FENCED when its coordinator epoch is older than the last one seen
+for the producer (:meth:`ProducerStateManager.check_marker`); a follower replays markers
+without those checks, as Kafka's REPLICATION origin does. A completed transaction stays
+"unreplicated" until the high watermark passes its marker; the first unstable offset is the
+smallest first offset of the open and the unreplicated transactions (Kafka's
+firstUnstableOffset), and the last stable offset is min(high watermark, first unstable
+offset).
+
 Departures from Kafka: no `.snapshot` files are written; the partition log rebuilds this state
-by replaying the batch headers of the whole log when it opens or truncates. The state of a
-producer whose batches all fall below the log start offset is dropped (which is also what a
-replay after a restart would find), where Kafka keeps it until producer.id.expiration.ms.
-Transactions are not tracked (control batches only advance the epoch).
+by replaying the batch headers (and the markers) of the whole log when it opens or truncates.
+The state of a producer whose batches all fall below the log start offset is dropped unless
+it has a transaction open (which is also what a replay after a restart would find), where
+Kafka keeps it until producer.id.expiration.ms.
 """
 
 from collections import deque
@@ -28,10 +44,16 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from minibroker.protocol.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
-from minibroker.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from minibroker.storage.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 
 BATCHES_RETAINED_PER_PRODUCER = 5
 _MAX_SEQUENCE = 2**31 - 1
+NO_COORDINATOR_EPOCH = -1
 
 
 class BatchMetadata(NamedTuple):
@@ -42,12 +64,37 @@ class BatchMetadata(NamedTuple):
     max_timestamp: int
 
 
+class CompletedTxn(NamedTuple):
+    """Kafka's CompletedTxn: a transaction a marker closed on this partition, from its first
+    batch's offset to the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class ProducerSnapshot(NamedTuple):
+    """One producer as DescribeProducers shows it (Kafka's ProducerState)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
 @dataclass
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=BATCHES_RETAINED_PER_PRODUCER)
     )
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    # The first offset of the producer's open transaction here, None if none.
+    current_txn_first_offset: int | None = None
+    last_timestamp: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -72,10 +119,15 @@ def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
 
 
 class ProducerStateManager:
-    """Producer id -> epoch and recent batches, for one partition."""
+    """Producer id -> epoch, recent batches and open transaction, for one partition."""
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
+        # Producer id -> first offset of its open transaction (Kafka's ongoingTxns).
+        self._ongoing: dict[int, int] = {}
+        # Transactions closed by a marker the high watermark has not passed yet, in marker
+        # order (Kafka's unreplicatedTxns).
+        self._unreplicated: deque[CompletedTxn] = deque()
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -83,14 +135,87 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
+    # -- transactions ----------------------------------------------------------------------
+
+    def ongoing_transaction(self, producer_id: int) -> int | None:
+        """The first offset of the producer's open transaction on this partition, or None."""
+        return self._ongoing.get(producer_id)
+
+    @property
+    def has_transactions(self) -> bool:
+        """Whether any transaction is open or waits for the HW (the LSO may lag the HW)."""
+        return bool(self._ongoing or self._unreplicated)
+
+    def first_unstable_offset(self) -> int | None:
+        """Kafka's firstUnstableOffset: the smallest first offset of the open transactions
+        and of those closed by a marker the HW has not passed; None if there are none."""
+        if not self._ongoing and not self._unreplicated:
+            return None
+        candidates = list(self._ongoing.values())
+        if self._unreplicated:
+            candidates.append(min(txn.first_offset for txn in self._unreplicated))
+        return min(candidates)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker lies below the HW."""
+        unreplicated = self._unreplicated
+        # Markers are recorded in offset order, so the oldest come first.
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.popleft()
+
+    def last_stable_offset_of(self, completed: CompletedTxn) -> int:
+        """Kafka's lastStableOffset(completedTxn): the LSO once ``completed`` is closed, which
+        an aborted transaction's `.txnindex` entry records: the first offset of another
+        producer's open transaction, else the offset after the marker."""
+        others = [
+            first
+            for producer_id, first in self._ongoing.items()
+            if producer_id != completed.producer_id
+        ]
+        return min(others) if others else completed.last_offset + 1
+
+    def active_producers(self) -> list[ProducerSnapshot]:
+        """Every producer known here, for DescribeProducers."""
+        return [
+            ProducerSnapshot(
+                producer_id,
+                entry.epoch,
+                entry.last_sequence,
+                entry.last_timestamp,
+                entry.coordinator_epoch,
+                -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset,
+            )
+            for producer_id, entry in self._producers.items()
+        ]
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's ProducerAppendInfo.appendEndTxnMarker checks, as leader (origin
+        COORDINATOR): INVALID_PRODUCER_EPOCH for an older producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Epoch of producer {producer_id} is {producer_epoch}, which is smaller than "
+                f"the last seen epoch {entry.epoch}"
+            )
+        if entry.coordinator_epoch > coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producerId {producer_id}: {coordinator_epoch} "
+                f"(zombie), {entry.coordinator_epoch} (current)"
+            )
+
+    # -- data batches ----------------------------------------------------------------------
+
     def check_append(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
         """Check a client's batches before anything is written; nothing is changed here.
 
         Returns the original batch when the first batch of a producer that repeats one is
         found (the whole request is then answered as that duplicate, as in Kafka), else
-        None; raises InvalidProducerEpochError or OutOfOrderSequenceError.
-        Later batches of the same producer in the same request are checked against the
-        earlier ones.
+        None; raises InvalidProducerEpochError, OutOfOrderSequenceError or
+        InvalidTxnStateError. Later batches of the same producer in the same request are
+        checked against the earlier ones.
         """
         # producer id -> (epoch, last sequence) after the earlier batches of this request
         pending: dict[int, tuple[int, int]] = {}
@@ -131,21 +256,46 @@ class ProducerStateManager:
                     f"Out of order sequence number for {where}: {header.base_sequence} "
                     f"(incoming seq. number), {last_sequence} (current end sequence number)"
                 )
+            if not header.is_transactional and producer_id in self._ongoing:
+                raise InvalidTxnStateError(
+                    f"Expected transactional write from {where}: it has a transaction open "
+                    f"since offset {self._ongoing[producer_id]}"
+                )
             pending[producer_id] = (header.producer_epoch, header.last_sequence)
         return None
 
-    def record(self, header: BatchHeader) -> None:
-        """Take an appended (or replayed) batch into the state, without checks."""
-        if header.producer_id < 0:
-            return
-        entry = self._producers.get(header.producer_id)
+    def record(
+        self, header: BatchHeader, marker: tuple[bool, int] | None = None
+    ) -> CompletedTxn | None:
+        """Take an appended (or replayed) batch into the state, without checks.
+
+        ``marker`` is (commit?, coordinator epoch) of a control batch (see
+        protocol.control_batch.read_control_marker); a control batch without one (not a
+        transaction marker) only moves the epoch. Returns the transaction a marker closed.
+        """
+        producer_id = header.producer_id
+        if producer_id < 0:
+            return None
+        entry = self._producers.get(producer_id)
         if entry is None:
-            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            entry = self._producers[producer_id] = ProducerEntry(header.producer_epoch)
         elif entry.epoch != header.producer_epoch:
             entry.epoch = header.producer_epoch
             entry.batches.clear()
         if header.is_control:
-            return
+            if marker is None:
+                return None
+            commit, coordinator_epoch = marker
+            entry.coordinator_epoch = coordinator_epoch
+            entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+            first_offset = entry.current_txn_first_offset
+            if first_offset is None:
+                return None
+            entry.current_txn_first_offset = None
+            self._ongoing.pop(producer_id, None)
+            completed = CompletedTxn(producer_id, first_offset, header.base_offset, not commit)
+            self._unreplicated.append(completed)
+            return completed
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -155,6 +305,11 @@ class ProducerStateManager:
                 header.max_timestamp,
             )
         )
+        entry.last_timestamp = header.max_timestamp
+        if header.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = header.base_offset
+            self._ongoing[producer_id] = header.base_offset
+        return None
 
     def last_data_offsets(self) -> dict[int, int]:
         """Producer id -> last offset of its last data batch (the log cleaner keeps that
@@ -166,12 +321,17 @@ class ProducerStateManager:
         }
 
     def remove_before(self, log_start_offset: int) -> None:
-        """Forget producers whose last batch lies wholly below the log start offset."""
+        """Forget producers whose last batch lies wholly below the log start offset, unless
+        they have a transaction open (its marker is still to come)."""
         self._producers = {
             producer_id: entry
             for producer_id, entry in self._producers.items()
-            if not entry.batches or entry.batches[-1].last_offset >= log_start_offset
+            if not entry.batches
+            or entry.batches[-1].last_offset >= log_start_offset
+            or entry.current_txn_first_offset is not None
         }
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()

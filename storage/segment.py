@@ -1,4 +1,5 @@
-"""One log segment: a `.log` file of record batches with its `.index` and `.timeindex`.
+"""One log segment: a `.log` file of record batches with its `.index`, `.timeindex` and
+(when a transaction was aborted in it) `.txnindex`.
 
 Files are named by the segment's base offset zero-padded to 20 digits, as in Kafka, and the
 `.log` holds stamped v2 batches back to back. The segment only ever reads batch headers (61
@@ -10,6 +11,10 @@ batch, and the time index gets (largest timestamp so far, its batch's last offse
 moment. That is exactly Kafka's recovery rule, so an index rebuilt by recovery is identical to
 the one built by appends (Kafka indexes per append on the live path, which is the same thing
 when every produce carries one batch per partition, as Produce v3+ requires).
+
+The `.txnindex` (storage/transaction_index.py) is written by the partition log, which knows
+the producer state an ABORT marker closes; recovery empties it and marks the segment
+(`txn_index_rebuilding`) for the log to refill while it replays the batches.
 """
 
 import mmap
@@ -37,6 +42,7 @@ from minibroker.storage.index import (
     OffsetIndex,
     TimeIndex,
 )
+from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 SEGMENT_LOG_NAME = re.compile(r"(\d{20})\.log")
@@ -114,6 +120,11 @@ class LogSegment:
             base_offset,
             max_index_size,
         )
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX + suffix)
+        )
+        # Set by recover(): the log refills the emptied `.txnindex` while replaying.
+        self.txn_index_rebuilding = False
         existed = self.log_path.exists()
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
@@ -130,7 +141,8 @@ class LogSegment:
         try:
             self.offset_index.load(self.size)
             self.time_index.load()
-        except (FileNotFoundError, CorruptIndexError):
+            self.txn_index.load()
+        except (FileNotFoundError, CorruptIndexError, ValueError):
             self.needs_index_rebuild = True
             return
         self._load_tail_state()
@@ -303,6 +315,7 @@ class LogSegment:
         position, _ = found
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - position
         os.ftruncate(self._fd, position)
         self.size = position
@@ -320,6 +333,8 @@ class LogSegment:
         """
         self.offset_index.create_empty()
         self.time_index.create_empty()
+        self.txn_index.reset()
+        self.txn_index_rebuilding = True
         self._reset_batch_state()
         file_size = os.fstat(self._fd).st_size
         valid_end = 0
@@ -357,6 +372,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd < 0:
@@ -366,13 +382,13 @@ class LogSegment:
         self._fd = -1
 
     def change_suffix(self, new_suffix: str, *, log_first: bool) -> None:
-        """Rename the segment's three files from the current suffix to `new_suffix` (the open
+        """Rename the segment's files from the current suffix to `new_suffix` (the open
         descriptor stays valid). The order matters to crash recovery (see PartitionLog's
         `replace_segments`): `log_first` renames the .log before the indexes."""
-        order: list[OffsetIndex | TimeIndex | Literal["log"]] = (
-            ["log", self.offset_index, self.time_index]
+        order: list[OffsetIndex | TimeIndex | TransactionIndex | Literal["log"]] = (
+            ["log", self.offset_index, self.time_index, self.txn_index]
             if log_first
-            else [self.offset_index, self.time_index, "log"]
+            else [self.offset_index, self.time_index, self.txn_index, "log"]
         )
         for item in order:
             path = self.log_path if item == "log" else item.path
@@ -396,3 +412,4 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()

@@ -75,8 +75,16 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions are supported, so nothing is ever unstable: LSO = HW."""
-        return self.high_watermark
+        """Kafka's Partition/UnifiedLog lastStableOffset: min(high watermark, first unstable
+        offset), where the first unstable offset is the first offset of the oldest
+        transaction still open, or closed by a marker the HW has not passed yet (those are
+        forgotten here as the HW passes them, Kafka's onHighWatermarkUpdated)."""
+        producers = self.log.producer_state
+        if not producers.has_transactions:
+            return self.high_watermark
+        producers.on_high_watermark_updated(self.high_watermark)
+        unstable = producers.first_unstable_offset()
+        return self.high_watermark if unstable is None else min(self.high_watermark, unstable)
 
     def leader_epoch_error(self, requested_epoch: int) -> Error:
         """Kafka's check of the leader epoch a client believes current (-1: not checked)."""
@@ -180,6 +188,26 @@ class Partition:
             self.high_watermark = candidate
             return True
         return False
+
+    def append_control_marker(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> AppendResult:
+        """Leader only: the coordinator's marker, stamped with the current leader epoch
+        (see PartitionLog.append_control_marker for its fencing rules)."""
+        return self.log.append_control_marker(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            commit=commit,
+            leader_epoch=self.leader_epoch,
+            now_ms=now_ms,
+        )
 
     def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> AppendResult:
         """Append what the leader sent, as Kafka's Partition.appendRecordsToFollowerOrFutureReplica
