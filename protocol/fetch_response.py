@@ -6,8 +6,9 @@ Python-driven steps. This encoder writes the small fields itself and hands back 
 as a list of chunks in which each partition's records appear as the very object read from the
 log, so the socket sends them without another copy.
 
-It covers the responses the broker builds in the common case; anything else (a diverging
-epoch for a follower, aborted transactions) returns None and the caller falls back to kio.
+It covers the responses the broker builds in the common case, read_committed's aborted
+transactions included; anything else (a diverging epoch for a follower) returns None and the
+caller falls back to kio.
 tests/unit/test_fetch_response.py proves the bytes identical to kio's for every supported
 version.
 """
@@ -23,6 +24,7 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
 _INT64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.FETCH]
 FIRST_TOPIC_ID_VERSION = 13
 
@@ -30,9 +32,8 @@ FIRST_TOPIC_ID_VERSION = 13
 def _has_defaults_only(partition: dict[str, Any]) -> bool:
     """True when nothing outside this encoder's fast path is set on the partition."""
     diverging = partition.get("diverging_epoch")
-    return partition.get("aborted_transactions") is None and (
-        diverging is None
-        or (diverging.get("epoch", -1) == -1 and diverging.get("end_offset", -1) == -1)
+    return diverging is None or (
+        diverging.get("epoch", -1) == -1 and diverging.get("end_offset", -1) == -1
     )
 
 
@@ -72,7 +73,15 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list[Buffer] | 
             out += _INT64.pack(partition["last_stable_offset"])
             if version >= 5:
                 out += _INT64.pack(partition["log_start_offset"])
-            out += b"\x00" if flexible else _INT32.pack(-1)  # aborted_transactions: null
+            aborted = partition.get("aborted_transactions")
+            if aborted is None:
+                out += b"\x00" if flexible else _INT32.pack(-1)  # aborted_transactions: null
+            else:
+                array_length(len(aborted))
+                for txn in aborted:
+                    out += _ABORTED.pack(txn["producer_id"], txn["first_offset"])
+                    if flexible:
+                        out += b"\x00"  # aborted transaction tagged fields
             if version >= 11:
                 out += _INT32.pack(partition["preferred_read_replica"])
             records = partition["records"]

@@ -15,6 +15,10 @@ epoch of the follower's last batch, answered with a diverging epoch when the fol
 has records the leader's history does not. A follower's fetch follows the inter-node rules
 (apis/inter_node.py) and a consumer's needs READ on the topic when an authorizer is on; the
 topics refused answer TOPIC_AUTHORIZATION_FAILED.
+
+A read_committed consumer (isolation_level 1) reads up to the last stable offset and gets the
+aborted transactions of what it read; a parked fetch is woken by transaction markers as by
+any append, since a marker is appended through the same log and notifies the same watchers.
 """
 
 import trio
@@ -44,6 +48,9 @@ class _Reader:
         self.replicas = ctx.replica_manager
         self.request = request
         self.replica_id = getattr(request, "replica_id", -1)
+        # 1: read_committed (Fetch v4+), up to the last stable offset with the aborted
+        # transactions of the range (ReplicaManager.read_records).
+        self.isolation_level = request.isolation_level
         # Kafka's rules, refused with TOPIC_AUTHORIZATION_FAILED: a follower's fetch is judged
         # once by the inter-node rules (CLUSTER_ACTION, here also the listener), a consumer's
         # per topic (READ) when there is an authorizer.
@@ -105,6 +112,7 @@ class _Reader:
             max_bytes=min(fetch_partition.partition_max_bytes, max(self.remaining, 0)),
             min_one_batch=self.total_bytes == 0,
             record_progress=self.record_progress,
+            isolation_level=self.isolation_level,
         )
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True

@@ -12,22 +12,108 @@ until the high watermark passes every partition's last offset (or leadership is 
 ISR shrank below the minimum: NOT_ENOUGH_REPLICAS_AFTER_APPEND), or answers REQUEST_TIMED_OUT
 for the partitions still waiting at its timeout.
 
+Transactions (Kafka's KafkaApis.handleProduceRequest and ReplicaManager.appendRecords): a
+request whose batches are transactional needs a transactional id and, under an authorizer,
+WRITE on it (else the whole request answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED). KIP-890
+part 1: a partition whose producer has no transaction open there at the batch's epoch is
+first verified with the transaction coordinator (``verify_transaction``: was the partition
+added to the transaction?); a partition it refuses gets the error and nothing is appended
+for it (INVALID_TXN_STATE for a partition never added; the coordinator's retriable errors
+become NOT_ENOUGH_REPLICAS, as Kafka answers produce versions before TV2 so that old clients
+retry). A transactional batch of an older producer epoch than the partition's is
+INVALID_PRODUCER_EPOCH (the log's producer state, as Kafka since 2.7). Departure: Kafka also
+keeps a verification guard between the verification and the append (a transaction that
+ended in between is not joined); here the verification and the append are not atomic.
+
 Produce v0-v2 are served only so that librdkafka before 2.1 (Debian's kcat) compresses with
 gzip, snappy and lz4: it enables those codecs only when a broker's Produce range includes v0.
 Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwise).
 """
 
+import struct
+
 from minibroker.apis import CloseConnection, RequestContext, Role, api
-from minibroker.apis.authorization import may_create_topic, topic_allowed
+from minibroker.apis.authorization import allowed, may_create_topic, topic_allowed
 from minibroker.apis.topics import create_topic_with_defaults
-from minibroker.protocol.errors import Error
+from minibroker.protocol.errors import Error, error_name
+from minibroker.protocol.record_batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG_MASK
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import AppendOrigin, append_result
-from minibroker.security.authorizer.acls import Operation
+from minibroker.security.authorizer.acls import Operation, ResourceType
 
 VALID_ACKS = (-1, 0, 1)
 # Produce v0-v2 may carry the old message formats; byte 16 of a batch is its magic.
 MAGIC_OFFSET = 16
+# The low byte of a batch's attributes (i16 at ATTRIBUTES_OFFSET) holds the transactional bit.
+_ATTRIBUTES_LOW = ATTRIBUTES_OFFSET + 1
+_PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch
+_PRODUCER_ID_OFFSET = 43
+# The coordinator's retriable answers to a verification, which produce versions before
+# TV2 see as NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager: clients retry it without a
+# metadata refresh).
+_RETRIABLE_VERIFICATION_ERRORS = frozenset(
+    {
+        51,  # CONCURRENT_TRANSACTIONS
+        13,  # NETWORK_EXCEPTION
+        Error.COORDINATOR_LOAD_IN_PROGRESS,
+        Error.COORDINATOR_NOT_AVAILABLE,
+        Error.NOT_COORDINATOR,
+    }
+)
+
+
+def _transactional_producer(data) -> tuple[int, int] | None:
+    """(producer id, epoch) of a partition's first batch if it is transactional (Kafka's
+    ProduceRequest looks at each partition's first batch), from its header bytes."""
+    records = data.records
+    if records is None or len(records) < _PRODUCER_ID_OFFSET + _PRODUCER.size:
+        return None
+    if not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_FLAG_MASK:
+        return None
+    producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_OFFSET)
+    return producer_id, epoch
+
+
+async def _verify(
+    ctx: RequestContext, transactional_id: str, entries: list[tuple[str, list]]
+) -> dict[tuple[str, int], dict]:
+    """KIP-890 part 1: the refusals of the partitions whose transaction the coordinator
+    does not confirm, as response entries keyed by (topic, index)."""
+    coordinator = getattr(ctx, "transaction_coordinator", None)
+    if coordinator is None:
+        # Until the coordinator is merged (helper T) there is nobody to ask.
+        return {}
+    to_verify: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for topic, partition_data in entries:
+        for data in partition_data:
+            producer = _transactional_producer(data)
+            if producer is None:
+                continue
+            partition, error = ctx.replica_manager.leader_partition(topic, data.index)
+            if partition is None or error != Error.NONE:
+                continue  # append_records answers it
+            if ctx.replica_manager.has_ongoing_transaction(partition, *producer):
+                continue
+            to_verify.setdefault(producer, []).append((topic, data.index))
+    refused: dict[tuple[str, int], dict] = {}
+    for (producer_id, epoch), partitions in to_verify.items():
+        answers = await coordinator.verify_transaction(
+            transactional_id, producer_id, epoch, partitions
+        )
+        for key, error in answers.items():
+            if error == Error.NONE:
+                continue
+            message = None
+            if error == Error.INVALID_TXN_STATE:
+                message = "Partition was not added to the transaction"
+            elif error in _RETRIABLE_VERIFICATION_ERRORS:
+                message = (
+                    "Unable to verify the partition has been added to the transaction. "
+                    f"Underlying error: {error_name(error)}"
+                )
+                error = Error.NOT_ENOUGH_REPLICAS
+            refused[key] = append_result(key[1], error, message)
+    return refused
 
 
 def _old_format(data) -> dict | None:
@@ -72,42 +158,67 @@ def _error_response(request, error: Error) -> dict:
 
 @api(ApiKey.PRODUCE, versions=(0, 9), roles=Role.BROKER, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict | None:
-    """Decide what may be appended (acks, WRITE on each topic, no transactions, v2 batches
-    on Produce v0-v2); the replica manager's append_records appends it and waits for acks=-1.
+    """Decide what may be appended (acks, the transactional id, WRITE on each topic, the
+    coordinator's verification of transactional partitions, v2 batches on Produce v0-v2);
+    the replica manager's append_records appends it and waits for acks=-1.
     """
+    transactional_id = request.transactional_id
+    transactional = any(
+        _transactional_producer(data) is not None
+        for topic in request.topic_data
+        for data in topic.partition_data
+    )
+    if transactional and (
+        transactional_id is None
+        or not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    ):
+        if request.acks == 0:
+            raise CloseConnection("transactional produce without authorization")
+        return _error_response(request, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     acks_valid = request.acks in VALID_ACKS
     responses = []
-    # Per topic appended: its response entry, and for Produce v0-v2 its refused partitions.
-    appending: list[tuple[dict, list[dict | None] | None]] = []
+    # Per topic appended: its response entry, and its refused partitions (None: appended).
+    appending: list[tuple[dict, str, list[dict | None]]] = []
     entries = []
-    for topic in request.topic_data:
+    # The request position of each topic in `appending`.
+    position_of: list[int] = []
+    for topic_position, topic in enumerate(request.topic_data):
         # Kafka's order: WRITE on the topic first; nothing of a refused topic is appended.
         authorized = ctx.authorizer is None or topic_allowed(ctx, Operation.WRITE, topic.name)
-        if acks_valid and request.transactional_id is None and authorized:
+        if acks_valid and authorized:
             await _ensure_topic(ctx, topic.name)
         response = {"name": topic.name, "partition_responses": ()}
         responses.append(response)
         if not acks_valid:
-            refusal, message = Error.INVALID_REQUIRED_ACKS, None
+            refusal = Error.INVALID_REQUIRED_ACKS
         elif not authorized:
-            refusal, message = Error.TOPIC_AUTHORIZATION_FAILED, None
-        elif request.transactional_id is not None:
-            refusal = Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            message = "transactions are not supported by minibroker yet"
+            refusal = Error.TOPIC_AUTHORIZATION_FAILED
         else:
             partition_data = topic.partition_data
-            refused = None
+            refused: list[dict | None] = [None] * len(partition_data)
             if ctx.version < 3:
                 refused = [_old_format(data) for data in partition_data]
-                partition_data = [
-                    d for d, r in zip(partition_data, refused, strict=True) if r is None
-                ]
-            appending.append((response, refused))
-            entries.append((topic.name, partition_data))
+            appending.append((response, topic.name, refused))
+            position_of.append(topic_position)
+            entries.append(
+                (topic.name, [d for d, r in zip(partition_data, refused, strict=True) if r is None])
+            )
             continue
         response["partition_responses"] = [
-            append_result(data.index, refusal, message) for data in topic.partition_data
+            append_result(data.index, refusal) for data in topic.partition_data
         ]
+    if transactional and transactional_id is not None and entries:
+        unverified = await _verify(ctx, transactional_id, entries)
+        if unverified:
+            for position, (_, name, refused) in enumerate(appending):
+                topic_data = request.topic_data[position_of[position]].partition_data
+                for slot, data in enumerate(topic_data):
+                    if refused[slot] is None and (name, data.index) in unverified:
+                        refused[slot] = unverified[(name, data.index)]
+                entries[position] = (
+                    name,
+                    [d for d, r in zip(topic_data, refused, strict=True) if r is None],
+                )
     if entries:
         results = await ctx.replica_manager.append_records(
             entries,
@@ -115,11 +226,11 @@ async def handle(ctx: RequestContext, request) -> dict | None:
             timeout_s=request.timeout.total_seconds(),
             origin=AppendOrigin.CLIENT,
         )
-        for (response, refused), appended in zip(appending, results, strict=True):
-            if refused is not None:
-                rest = iter(appended)
-                appended = [entry if entry is not None else next(rest) for entry in refused]
-            response["partition_responses"] = appended
+        for (response, _, refused), appended in zip(appending, results, strict=True):
+            rest = iter(appended)
+            response["partition_responses"] = [
+                entry if entry is not None else next(rest) for entry in refused
+            ]
     if request.acks == 0:
         failed = any(
             p["error_code"] != Error.NONE

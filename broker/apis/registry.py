@@ -35,10 +35,12 @@ from minibroker.apis import (
     offsets,
     produce,
     producer_ids,
+    producers,
     reassignments,
     sasl,
     scram_credentials,
     topics,
+    txn_markers,
 )
 
 # The handler modules; their @api declarations are every API minibroker serves.
@@ -63,6 +65,8 @@ MODULES = (
     acls,
     sasl,
     scram_credentials,
+    txn_markers,
+    producers,
 )
 
 

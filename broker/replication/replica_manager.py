@@ -32,6 +32,7 @@ from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
 from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
+from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetcher import FetcherManager
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
@@ -40,6 +41,7 @@ from minibroker.replication.purgatory import Watchers
 from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
 from minibroker.storage.log_manager import LogManager
+from minibroker.storage.producer_state import ProducerSnapshot
 
 log = logging.getLogger("replicas")
 
@@ -85,6 +87,18 @@ def append_result(index: int, error: Error, error_message: str | None = None) ->
         "log_start_offset": -1,
         "error_message": error_message,
     }
+
+
+def _end_of_batches(records: bytes) -> int:
+    """The offset after the last whole batch of a read (Kafka's fetch upper bound for the
+    aborted transactions), from the batch headers' lengths alone."""
+    position = 0
+    last = -1
+    while position + HEADER_SIZE <= len(records):
+        header = read_header(records, position)
+        last = header.last_offset
+        position += header.size
+    return last + 1
 
 
 def fetch_result(index: int, error: Error, partition=None, records: bytes | None = b"") -> dict:
@@ -174,6 +188,11 @@ class ReplicaManager:
         # Told of every partition whose role changed here (the group coordinator loads and
         # unloads the groups of `__consumer_offsets` partitions this way).
         self.role_listeners: list[Callable[[Partition], None]] = []
+        # Told of every transaction marker written here as leader, once it is replicated:
+        # listener(topic, partition index, producer id, commit?) (the group coordinator
+        # completes its pending transactional offset commits on `__consumer_offsets` so, as
+        # Kafka's handleWriteTxnMarkersRequest calls onTransactionCompleted).
+        self.marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         self._nursery: trio.Nursery | None = None
         checkpointed = self._read_high_watermarks()
         for partition_log in log_manager.logs():
@@ -390,9 +409,17 @@ class ReplicaManager:
         max_bytes: int,
         min_one_batch: bool,
         record_progress: bool,
+        isolation_level: int = 0,
     ) -> dict:
         """Kafka's ReplicaManager.readFromLog for one partition led here: its Fetch response
         entry (``fetch_result``).
+
+        A consumer with ``isolation_level`` 1 (read_committed) reads up to the last stable
+        offset instead of the HW, and its entry lists the aborted transactions overlapping
+        what it read (``{"producer_id", "first_offset"}``, from the `.txnindex`; an empty
+        list when there are none, null for read_uncommitted, as Kafka answers), so that the
+        client drops their records. Neither needs a record decoded: the LSO comes from the
+        producer state, the range's end from the last batch header read.
 
         Only a replica the leader knows reads past the HW (up to the log end); any other
         replica id is served as a consumer, so a client cannot see unreplicated records by
@@ -412,16 +439,122 @@ class ReplicaManager:
                 return entry
         if follower and record_progress and fetch_offset <= partition_log.log_end_offset:
             self.record_follower_fetch(partition, replica_id, fetch_offset)
+        read_committed = isolation_level == 1 and not follower
+        if follower:
+            max_offset = None
+        elif read_committed:
+            max_offset = partition.last_stable_offset
+        else:
+            max_offset = partition.high_watermark
         try:
             records = partition_log.read(
                 fetch_offset,
                 max_bytes=max_bytes,
-                max_offset=None if follower else partition.high_watermark,
+                max_offset=max_offset,
                 min_one_batch=min_one_batch,
             )
         except StorageError as failure:
             return fetch_result(index, failure.error, partition)
-        return fetch_result(index, Error.NONE, partition, records)
+        entry = fetch_result(index, Error.NONE, partition, records)
+        if read_committed:
+            entry["aborted_transactions"] = (
+                [
+                    {"producer_id": producer_id, "first_offset": first_offset}
+                    for producer_id, first_offset in partition_log.collect_aborted_transactions(
+                        fetch_offset, _end_of_batches(records)
+                    )
+                ]
+                if records
+                else []
+            )
+        return entry
+
+    # -- transaction markers -----------------------------------------------------------------
+
+    async def append_txn_markers(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: list[tuple[str, int]],
+        timeout_s: float,
+    ) -> dict[tuple[str, int], Error]:
+        """Write a transaction's COMMIT or ABORT marker to each partition led here (Kafka's
+        handleWriteTxnMarkersRequest: appendRecords with requiredAcks -1, origin
+        COORDINATOR, internal topics allowed); the answer per partition, once each is
+        replicated as acks=-1 waits (see ``wait_for_replication``).
+
+        Per partition, Kafka's errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+        NOT_ENOUGH_REPLICAS (ISR below min.insync.replicas), INVALID_PRODUCER_EPOCH and
+        TRANSACTION_COORDINATOR_FENCED (PartitionLog.append_control_marker), then those of
+        the wait. A marker wakes the partition's watchers like any append (a read_committed
+        fetch parked on it reads again), and ``marker_listeners`` hear of each one written
+        and replicated.
+        """
+        now_ms = self.clock_ms()
+        results: dict[tuple[str, int], Error] = {}
+        pending: list[PendingAck] = []
+        for key in partitions:
+            partition, error = self.leader_partition(*key)
+            if error != Error.NONE or partition is None:
+                results[key] = error
+                continue
+            min_insync = partition.log.config.min_insync_replicas
+            if (error := partition.acks_all_error(min_insync)) != Error.NONE:
+                results[key] = error
+                continue
+            try:
+                appended = partition.append_control_marker(
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    coordinator_epoch=coordinator_epoch,
+                    commit=commit,
+                    now_ms=now_ms,
+                )
+            except StorageError as failure:
+                log.info(
+                    "refused %s marker of producer %d for %s-%d: %s",
+                    "COMMIT" if commit else "ABORT",
+                    producer_id,
+                    *key,
+                    failure,
+                )
+                results[key] = failure.error
+                continue
+            partition.maybe_advance_high_watermark()
+            self.watchers.notify(partition.key)
+            result = {"error_code": Error.NONE}
+            results[key] = Error.NONE
+            pending.append(PendingAck(partition, appended.last_offset + 1, result))
+        if pending:
+            await self.wait_for_replication(list(pending), timeout_s)
+        for ack in pending:
+            key = ack.partition.key
+            results[key] = ack.result["error_code"]
+            if results[key] == Error.NONE:
+                for listener in self.marker_listeners:
+                    listener(key[0], key[1], producer_id, commit)
+        return results
+
+    def has_ongoing_transaction(
+        self, partition: Partition, producer_id: int, producer_epoch: int
+    ) -> bool:
+        """Kafka's UnifiedLog.hasOngoingTransaction: the producer has a transaction open on
+        the partition at this epoch (KIP-890: its transactional produce needs no
+        verification with the coordinator)."""
+        producers = partition.log.producer_state
+        entry = producers.entry(producer_id)
+        return (
+            entry is not None
+            and entry.epoch == producer_epoch
+            and producers.ongoing_transaction(producer_id) is not None
+        )
+
+    def active_producers(self, partition: Partition) -> list[ProducerSnapshot]:
+        """Kafka's ReplicaManager.activeProducerState (DescribeProducers)."""
+        return partition.log.producer_state.active_producers()
 
     def fetch_offset_for_timestamp(
         self, partition: Partition, timestamp: int, isolation_level: int, replica_id: int

@@ -19,7 +19,18 @@ partitions = st.fixed_dictionaries(
         "high_watermark": st.integers(-1, 2**63 - 1),
         "last_stable_offset": st.integers(-1, 2**63 - 1),
         "log_start_offset": st.integers(-1, 2**63 - 1),
-        "aborted_transactions": st.none(),
+        "aborted_transactions": st.one_of(
+            st.none(),
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "producer_id": st.integers(0, 2**63 - 1),
+                        "first_offset": st.integers(0, 2**63 - 1),
+                    }
+                ),
+                max_size=3,
+            ),
+        ),
         "preferred_read_replica": st.integers(-1, 5),
         "records": st.one_of(st.none(), st.binary(max_size=300)),
     }
