@@ -1,0 +1,270 @@
+"""Transactions in a real broker's log, driven by hand: a producer id from InitProducerId
+(no transactional id), transactional batches produced with a transactional id, COMMIT and
+ABORT markers written with WriteTxnMarkers as the transaction coordinator sends them. Then
+read_committed consumers (a raw Fetch, confluent-kafka, kafka-python) see exactly the
+committed records and stop at the last stable offset, read_uncommitted ones see everything,
+ListOffsets read_committed answers the LSO, DescribeProducers shows the open transaction,
+and bad input gets Kafka's codes: a stale producer epoch on a marker, WriteTxnMarkers from
+a client listener."""
+
+import datetime
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.produce.v7.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
+
+from tests.conftest import create_topic, exchange
+from tests.integration.test_inter_node_listener import two_listeners  # noqa: F401 (fixture)
+from tests.unit.batch_factory import make_batch
+
+TOPIC = "txn"
+TRANSACTIONAL = 0x10
+
+
+def init_producer_id(bootstrap: str) -> tuple[int, int]:
+    response = exchange(
+        bootstrap,
+        InitProducerIdRequest(
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)
+        ),
+    )
+    assert response.error_code == ErrorCode.none
+    return response.producer_id, response.producer_epoch
+
+
+def produce(bootstrap, records, *, producer=(-1, -1), sequence=-1, transactional_id=None):
+    producer_id, epoch = producer
+    batch = make_batch(
+        [(None, value) for value in records],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        attributes=TRANSACTIONAL if transactional_id else 0,
+    )
+    response = exchange(
+        bootstrap,
+        ProduceRequest(
+            transactional_id=transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                TopicProduceData(
+                    name=TOPIC, partition_data=(PartitionProduceData(index=0, records=batch),)
+                ),
+            ),
+        ),
+    )
+    (answer,) = response.responses[0].partition_responses
+    return answer
+
+
+def write_marker(bootstrap, producer, commit: bool, *, coordinator_epoch=0, topic=TOPIC):
+    producer_id, epoch = producer
+    response = exchange(
+        bootstrap,
+        WriteTxnMarkersRequest(
+            markers=(
+                WritableTxnMarker(
+                    producer_id=producer_id,
+                    producer_epoch=epoch,
+                    transaction_result=commit,
+                    topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),),
+                    coordinator_epoch=coordinator_epoch,
+                ),
+            )
+        ),
+    )
+    ((partition,),) = [topic.partitions for topic in response.markers[0].topics]
+    return partition.error_code
+
+
+def raw_fetch(bootstrap, isolation_level: int):
+    response = exchange(
+        bootstrap,
+        FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=0),
+            min_bytes=0,
+            isolation_level=isolation_level,
+            topics=(
+                FetchTopic(
+                    topic=TOPIC,
+                    partitions=(
+                        FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        ),
+    )
+    return response.responses[0].partitions[0]
+
+
+def list_latest(bootstrap, isolation_level: int) -> int:
+    response = exchange(
+        bootstrap,
+        ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation_level,
+            topics=(
+                ListOffsetsTopic(
+                    name=TOPIC,
+                    partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),),
+                ),
+            ),
+        ),
+    )
+    return response.topics[0].partitions[0].offset
+
+
+def confluent_values(bootstrap: str, isolation: str, expected: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{isolation}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        for _ in range(60):
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == message.error()._PARTITION_EOF:
+                    if len(values) >= expected:
+                        break
+                    continue
+                pytest.fail(str(message.error()))
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def kafka_python_values(bootstrap: str, isolation: str) -> list[bytes]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level=isolation,
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
+    try:
+        consumer.assign([KafkaTopicPartition(TOPIC, 0)])
+        consumer.seek(KafkaTopicPartition(TOPIC, 0), 0)
+        return [message.value for message in consumer]
+    finally:
+        consumer.close()
+
+
+def test_read_committed_sees_exactly_the_committed_records(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    tid = "hand-made"
+
+    def transactional(values, sequence):
+        answer = produce(
+            bootstrap, values, producer=producer, sequence=sequence, transactional_id=tid
+        )
+        assert answer.error_code == ErrorCode.none
+        return answer.base_offset
+
+    assert transactional([b"a1", b"a2"], 0) == 0  # 0-1
+    assert write_marker(bootstrap, producer, True) == ErrorCode.none  # 2
+    assert produce(bootstrap, [b"plain"]).error_code == ErrorCode.none  # 3
+    assert transactional([b"b1", b"b2"], 2) == 4  # 4-5
+    assert write_marker(bootstrap, producer, False) == ErrorCode.none  # 6
+    assert transactional([b"c1"], 4) == 7
+    assert write_marker(bootstrap, producer, True) == ErrorCode.none  # 8
+    # A transaction left open: read_committed stops before it.
+    assert transactional([b"d1"], 5) == 9
+
+    committed = raw_fetch(bootstrap, 1)
+    assert committed.error_code == ErrorCode.none
+    assert (committed.high_watermark, committed.last_stable_offset) == (10, 9)
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
+        (producer[0], 4)
+    ]
+    uncommitted = raw_fetch(bootstrap, 0)
+    assert uncommitted.aborted_transactions is None
+    assert len(uncommitted.records) > len(committed.records)
+    assert list_latest(bootstrap, 1) == 9
+    assert list_latest(bootstrap, 0) == 10
+
+    described = exchange(
+        bootstrap,
+        DescribeProducersRequest(topics=(TopicRequest(name=TOPIC, partition_indexes=(0,)),)),
+    )
+    (state,) = described.topics[0].partitions[0].active_producers
+    assert (state.producer_id, state.current_txn_start_offset, state.last_sequence) == (
+        producer[0],
+        9,
+        5,
+    )
+
+    expected = [b"a1", b"a2", b"plain", b"c1"]
+    assert confluent_values(bootstrap, "read_committed", 4) == expected
+    assert kafka_python_values(bootstrap, "read_committed") == expected
+    everything = [b"a1", b"a2", b"plain", b"b1", b"b2", b"c1", b"d1"]
+    assert confluent_values(bootstrap, "read_uncommitted", 7) == everything
+    assert kafka_python_values(bootstrap, "read_uncommitted") == everything
+
+    # The open transaction aborted: read_committed reaches the end and skips d1.
+    assert write_marker(bootstrap, producer, False) == ErrorCode.none  # 10
+    assert raw_fetch(bootstrap, 1).last_stable_offset == 11
+    assert kafka_python_values(bootstrap, "read_committed") == expected
+
+
+def test_a_marker_with_a_stale_epoch_is_invalid_producer_epoch(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer_id, epoch = init_producer_id(bootstrap)
+    produce(bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, transactional_id="t")
+    assert write_marker(bootstrap, (producer_id, epoch + 1), False, coordinator_epoch=2) == (
+        ErrorCode.none
+    )
+    assert write_marker(bootstrap, (producer_id, epoch), True, coordinator_epoch=2) == (
+        ErrorCode.invalid_producer_epoch
+    )
+    assert write_marker(bootstrap, (producer_id, epoch + 1), True, coordinator_epoch=1) == (
+        ErrorCode.transaction_coordinator_fenced
+    )
+    assert write_marker(bootstrap, (producer_id, epoch + 1), True, topic="nowhere") == (
+        ErrorCode.unknown_topic_or_partition
+    )
+    # Nothing else disturbed: the partition still takes and serves records.
+    assert produce(bootstrap, [b"after"]).error_code == ErrorCode.none
+    assert raw_fetch(bootstrap, 1).last_stable_offset == 3
+
+
+def test_write_txn_markers_from_a_client_listener_is_refused(two_listeners):  # noqa: F811
+    broker, internal = two_listeners
+    create_topic(broker.bootstrap, TOPIC, 1)
+    producer = init_producer_id(broker.bootstrap)
+    produce(broker.bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="t")
+    assert write_marker(broker.bootstrap, producer, False) == (
+        ErrorCode.cluster_authorization_failed
+    )
+    assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 0  # still open
+    assert write_marker(internal, producer, False) == ErrorCode.none
+    assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 2
