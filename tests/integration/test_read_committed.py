@@ -48,14 +48,16 @@ def init_producer_id(bootstrap: str) -> tuple[int, int]:
     return response.producer_id, response.producer_epoch
 
 
-def produce(bootstrap, records, *, producer=(-1, -1), sequence=-1, transactional_id=None):
+def produce(
+    bootstrap, records, *, producer=(-1, -1), sequence=-1, transactional_id=None, txn_bit=None
+):
     producer_id, epoch = producer
     batch = make_batch(
         [(None, value) for value in records],
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=sequence,
-        attributes=TRANSACTIONAL if transactional_id else 0,
+        attributes=TRANSACTIONAL if (transactional_id if txn_bit is None else txn_bit) else 0,
     )
     response = exchange(
         bootstrap,
@@ -239,6 +241,9 @@ def test_a_marker_with_a_stale_epoch_is_invalid_producer_epoch(broker):
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
     producer_id, epoch = init_producer_id(bootstrap)
+    # Transactional batches need a transactional id (Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+    refused = produce(bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, txn_bit=True)
+    assert refused.error_code == ErrorCode.transactional_id_authorization_failed
     produce(bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, transactional_id="t")
     assert write_marker(bootstrap, (producer_id, epoch + 1), False, coordinator_epoch=2) == (
         ErrorCode.none
