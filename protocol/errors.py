@@ -92,6 +92,7 @@ class Error(IntEnum):
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
+    OPERATION_NOT_ATTEMPTED = 55
 
 
 class KafkaError(Exception):

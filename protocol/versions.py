@@ -61,7 +61,6 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
-    WRITE_TXN_MARKERS = 27
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
 
@@ -89,7 +88,7 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     # The transaction coordinator's: markers to partition leaders, and KIP-890's
     # verify-only AddPartitionsToTxn from a partition leader to the coordinator.
-    ApiKey.WRITE_TXN_MARKERS: 1,
+    27: 1,  # WriteTxnMarkers (its handler, and ApiKey.WRITE_TXN_MARKERS, are the log side's)
     ApiKey.ADD_PARTITIONS_TO_TXN: 4,
 }
 

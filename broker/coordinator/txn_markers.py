@@ -30,12 +30,13 @@ from minibroker.cluster.controller_client import build_request
 from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
 from minibroker.common.config import BrokerConfig
 from minibroker.protocol.errors import Error
-from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.security.listeners import client_security
 
 log = logging.getLogger("txn-markers")
 
+# Kafka's ApiKeys.WRITE_TXN_MARKERS (its handler is apis/txn_markers.py, the log side's).
+WRITE_TXN_MARKERS = 27
 RETRY_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 2.0
 REQUEST_TIMEOUT_S = 30.0
@@ -165,7 +166,7 @@ class MarkerChannel:
         for topic, index in group:
             by_topic.setdefault(topic, []).append(index)
         request = build_request(
-            ApiKey.WRITE_TXN_MARKERS,
+            WRITE_TXN_MARKERS,
             {
                 "markers": [
                     {
