@@ -59,6 +59,12 @@ class ApiKey(IntEnum):
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     ALLOCATE_PRODUCER_IDS = 67
+    # Transactions.
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # The version this node sends each inter-node request at.
@@ -82,6 +88,10 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.SASL_HANDSHAKE: 1,
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
+    # The transaction coordinator's: markers to partition leaders, and KIP-890's
+    # verify-only AddPartitionsToTxn from a partition leader to the coordinator.
+    27: 1,  # WriteTxnMarkers (its handler, and ApiKey.WRITE_TXN_MARKERS, are the log side's)
+    ApiKey.ADD_PARTITIONS_TO_TXN: 4,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)
@@ -121,6 +131,11 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.ADD_OFFSETS_TO_TXN: 3,
+    ApiKey.END_TXN: 3,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,
+    ApiKey.LIST_TRANSACTIONS: 0,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.CREATE_PARTITIONS: 2,

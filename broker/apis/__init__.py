@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from minibroker.common.metrics import BrokerMetrics
     from minibroker.controller.service import ControllerService
     from minibroker.coordinator.service import GroupCoordinator
+    from minibroker.coordinator.txn_service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
@@ -76,6 +77,8 @@ class RequestContext:
     # What ApiVersions lists on this listener (apis.registry.advertised_versions): ``supported``
     # less, on a client listener, the APIs only nodes send.
     advertised: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # The transaction coordinator (None on a controller-only node).
+    transactions: "TransactionCoordinator | None" = None
 
     @property
     def version(self) -> int:
@@ -97,6 +100,12 @@ class RequestContext:
         """``coordinator``, in the handler of a Role.BROKER API (a broker starts both)."""
         assert self.coordinator is not None, "a broker's API served by a controller-only node"
         return self.coordinator
+
+    @property
+    def transaction_coordinator(self) -> "TransactionCoordinator":
+        """``transactions``, in the handler of a Role.BROKER API (a broker starts it)."""
+        assert self.transactions is not None, "a broker's API served by a controller-only node"
+        return self.transactions
 
     @property
     def controller_service(self) -> "ControllerService":

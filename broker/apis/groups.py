@@ -3,13 +3,15 @@ DescribeGroups, DeleteGroups.
 
 Each handler translates its request (every version) into a call on the group coordinator
 (broker/coordinator) and its answer back into the version-neutral response description.
-FindCoordinator creates `__consumer_offsets` on first use and names the leader of the
-group's partition, on the listener the client came in on.
+FindCoordinator creates `__consumer_offsets` (key type 0, groups) or `__transaction_state`
+(key type 1, transactional ids) on first use and names the leader of the key's partition, on
+the listener the client came in on; share groups (key type 2) are answered INVALID_REQUEST.
 
-With an authorizer, Kafka's rules (GROUP_AUTHORIZATION_FAILED): DESCRIBE on the group to find
-its coordinator and to describe it, READ to join, sync, heartbeat and leave, DELETE to delete
-it; ListGroups lists every group to a principal that may DESCRIBE the cluster, else only the
-groups it may DESCRIBE.
+With an authorizer, Kafka's rules (GROUP_AUTHORIZATION_FAILED): DESCRIBE on the group (on the
+transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED) to find its coordinator and to
+describe it, READ to join, sync, heartbeat and leave, DELETE to delete it; ListGroups lists
+every group to a principal that may DESCRIBE the cluster, else only the groups it may
+DESCRIBE.
 """
 
 from functools import partial
@@ -22,18 +24,14 @@ from minibroker.apis.authorization import (
     group_allowed,
 )
 from minibroker.apis.topics import create_topics_through_controller
-from minibroker.apis.unsupported import say_once
-from minibroker.coordinator.service import OFFSETS_TOPIC
+from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from minibroker.coordinator.state import JoinRequest, JoinResult
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 GROUP_KEY_TYPE = 0
-TRANSACTIONS_UNSUPPORTED = (
-    "minibroker does not support transactions yet (no transaction coordinator): use an "
-    "idempotent producer without transactional.id"
-)
+TRANSACTION_KEY_TYPE = 1
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
 
@@ -53,24 +51,31 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
             "port": node.port if node else -1,
         }
 
-    if key_type != GROUP_KEY_TYPE:
+    if key_type == TRANSACTION_KEY_TYPE:
         if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        # Kafka's COORDINATOR_NOT_AVAILABLE is retriable: clients would ask until their
-        # timeout and fail without the reason. Refusing the transactional id, as Kafka does
-        # for one the principal may not use, is fatal at once in librdkafka and kafka-python.
-        say_once(ctx, "transactions", TRANSACTIONS_UNSUPPORTED)
-        return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
-    if not group_allowed(ctx, Operation.DESCRIBE, key):
-        return answer(Error.GROUP_AUTHORIZATION_FAILED)
-    coordinator = ctx.group_coordinator
-    error = await coordinator.ensure_offsets_topic(partial(create_topics_through_controller, ctx))
-    if error != Error.NONE:
-        return answer(error, f"{OFFSETS_TOPIC} is not available yet")
-    topic = ctx.replica_manager.metadata.topic(OFFSETS_TOPIC)
-    partition = topic.partitions.get(coordinator.partition_of(key)) if topic else None
+        transactions = ctx.transaction_coordinator
+        error = await transactions.ensure_topic(partial(create_topics_through_controller, ctx))
+        if error != Error.NONE:
+            return answer(error, f"{TRANSACTION_STATE_TOPIC} is not available yet")
+        topic_name, index = TRANSACTION_STATE_TOPIC, transactions.partition_of(key)
+    elif key_type == GROUP_KEY_TYPE:
+        if not group_allowed(ctx, Operation.DESCRIBE, key):
+            return answer(Error.GROUP_AUTHORIZATION_FAILED)
+        coordinator = ctx.group_coordinator
+        error = await coordinator.ensure_offsets_topic(
+            partial(create_topics_through_controller, ctx)
+        )
+        if error != Error.NONE:
+            return answer(error, f"{OFFSETS_TOPIC} is not available yet")
+        topic_name, index = OFFSETS_TOPIC, coordinator.partition_of(key)
+    else:
+        # Share groups (key type 2, KIP-932) are not served.
+        return answer(Error.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
+    topic = ctx.replica_manager.metadata.topic(topic_name)
+    partition = topic.partitions.get(index) if topic else None
     if partition is None or partition.leader < 0:
-        return answer(Error.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader")
+        return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator's partition has no leader")
     node = ctx.replica_manager.metadata.listeners.get(partition.leader, {}).get(ctx.listener_name)
     if node is None:
         return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator is not reachable here")
@@ -90,7 +95,7 @@ def _find_coordinator_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.FIND_COORDINATOR,
-    versions=(0, 5),
+    versions=(0, 6),
     roles=Role.BROKER,
     error_response=_find_coordinator_error,
 )

@@ -14,8 +14,6 @@ cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, any_topic_allowed, cluster_allowed
-from minibroker.apis.groups import TRANSACTIONS_UNSUPPORTED
-from minibroker.apis.unsupported import say_once
 from minibroker.cluster.controller_client import ControllerUnavailable
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -44,17 +42,19 @@ def _error_response(request, error: Error) -> dict:
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.authorizer is not None and (refusal := _refusal(ctx, request)) is not None:
         return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
-    if request.transactional_id is not None:
-        # As FindCoordinator answers a transactional id (apis/groups.py): fatal at once in
-        # clients, where a retriable error would only time out.
-        say_once(ctx, "transactions", TRANSACTIONS_UNSUPPORTED)
-        return {
-            "error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
+    if request.transactional_id is not None:
+        if (producer_id == -1) != (epoch == -1):
+            return {"error_code": Error.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+        expected = None if producer_id == -1 else (producer_id, epoch)
+        timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+        error, new_id, new_epoch = await ctx.transaction_coordinator.init_producer_id(
+            request.transactional_id, timeout_ms, expected
+        )
+        if ctx.version < 4 and error == Error.PRODUCER_FENCED:
+            error = Error.INVALID_PRODUCER_EPOCH
+        return {"error_code": error, "producer_id": new_id, "producer_epoch": new_epoch}
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         return {"error_code": Error.NONE, "producer_id": producer_id, "producer_epoch": epoch + 1}
     try:

@@ -41,6 +41,7 @@ from minibroker.apis import (
     scram_credentials,
     topics,
     txn_markers,
+    transactions,
 )
 
 # The handler modules; their @api declarations are every API minibroker serves.
@@ -67,6 +68,7 @@ MODULES = (
     scram_credentials,
     txn_markers,
     producers,
+    transactions,
 )
 
 

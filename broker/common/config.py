@@ -287,6 +287,24 @@ _PROPERTIES: dict[str, _Property] = {
     "offsets.topic.replication.factor": _Property("offsets_topic_replication_factor", _at_least(1)),
     "offsets.topic.segment.bytes": _Property("offsets_topic_segment_bytes", _at_least(1)),
     "offsets.commit.timeout.ms": _Property("offsets_commit_timeout_ms", _at_least(1)),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _Property(
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", _at_least(1)
+    ),
+    "transaction.max.timeout.ms": _Property("transaction_max_timeout_ms", _at_least(1)),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": _Property(
+        "transaction_remove_expired_transaction_cleanup_interval_ms", _at_least(1)
+    ),
+    "transaction.state.log.min.isr": _Property("transaction_state_log_min_isr", _at_least(1)),
+    "transaction.state.log.num.partitions": _Property(
+        "transaction_state_log_num_partitions", _at_least(1)
+    ),
+    "transaction.state.log.replication.factor": _Property(
+        "transaction_state_log_replication_factor", _at_least(1)
+    ),
+    "transaction.state.log.segment.bytes": _Property(
+        "transaction_state_log_segment_bytes", _at_least(1)
+    ),
+    "transactional.id.expiration.ms": _Property("transactional_id_expiration_ms", _at_least(1)),
     "offsets.retention.minutes": _Property("offsets_retention_ms", _at_least(1), 60_000),
     "offsets.retention.check.interval.ms": _Property(
         "offsets_retention_check_interval_ms", _at_least(1)
@@ -402,6 +420,22 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = _kafka_default("offsets.topic.replication.factor")
     offsets_topic_segment_bytes: int = _kafka_default("offsets.topic.segment.bytes")
     offsets_commit_timeout_ms: int = _kafka_default("offsets.commit.timeout.ms")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = _kafka_default(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+    )
+    transaction_max_timeout_ms: int = _kafka_default("transaction.max.timeout.ms")
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = _kafka_default(
+        "transaction.remove.expired.transaction.cleanup.interval.ms"
+    )
+    transaction_state_log_min_isr: int = _kafka_default("transaction.state.log.min.isr")
+    transaction_state_log_num_partitions: int = _kafka_default(
+        "transaction.state.log.num.partitions"
+    )
+    transaction_state_log_replication_factor: int = _kafka_default(
+        "transaction.state.log.replication.factor"
+    )
+    transaction_state_log_segment_bytes: int = _kafka_default("transaction.state.log.segment.bytes")
+    transactional_id_expiration_ms: int = _kafka_default("transactional.id.expiration.ms")
     offsets_retention_ms: int = _kafka_default("offsets.retention.minutes")
     offsets_retention_check_interval_ms: int = _kafka_default("offsets.retention.check.interval.ms")
     offset_metadata_max_bytes: int = _kafka_default("offset.metadata.max.bytes")

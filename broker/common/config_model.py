@@ -253,6 +253,14 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "replica.high.watermark.checkpoint.interval.ms": (LONG, "5000"),
     "replica.lag.time.max.ms": (LONG, "30000"),
     "socket.request.max.bytes": (INT, "104857600"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (INT, "10000"),
+    "transaction.max.timeout.ms": (INT, "900000"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (INT, "3600000"),
+    "transaction.state.log.min.isr": (INT, "2"),
+    "transaction.state.log.num.partitions": (INT, "50"),
+    "transaction.state.log.replication.factor": (SHORT, "3"),
+    "transaction.state.log.segment.bytes": (INT, "104857600"),
+    "transactional.id.expiration.ms": (INT, "604800000"),
     "unclean.leader.election.enable": (BOOLEAN, "false"),
 }
 

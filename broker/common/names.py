@@ -7,3 +7,6 @@ CONTROLLER_CLIENT_ID = "controller"
 
 # The group coordinator's topic: only the coordinator appends to it (Kafka's internal topic).
 OFFSETS_TOPIC = "__consumer_offsets"
+
+# The transaction coordinator's topic: only the coordinator appends to it.
+TRANSACTION_STATE_TOPIC = "__transaction_state"

@@ -30,6 +30,8 @@ from minibroker.common.metrics import (
 from minibroker.controller.service import ControllerService
 from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.state import GroupState
+from minibroker.coordinator.txn_service import TransactionCoordinator
+from minibroker.coordinator.txn_state import TxnState
 from minibroker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("metrics")
@@ -43,12 +45,14 @@ class StateCollector:
         replicas: ReplicaManager | None,
         controller: Callable[[], ControllerService | None],
         coordinator: GroupCoordinator | None = None,
+        transactions: TransactionCoordinator | None = None,
     ) -> None:
         """``controller`` is asked at each scrape: in ZooKeeper mode this node is the
         controller only while it holds the election."""
         self.replicas = replicas
         self.controller = controller
         self.coordinator = coordinator
+        self.transactions = transactions
 
     def describe(self) -> list:
         return []
@@ -60,6 +64,8 @@ class StateCollector:
             yield from _controller_gauges(controller)
         if self.coordinator is not None:
             yield from _coordinator_metrics(self.coordinator)
+        if self.transactions is not None:
+            yield from _transaction_metrics(self.transactions)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -234,6 +240,39 @@ def _coordinator_metrics(
         lag.add_metric(names, partition.high_watermark - committed.offset)
     yield current
     yield lag
+
+
+def _transaction_metrics(
+    coordinator: TransactionCoordinator,
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The transactional ids this broker coordinates (those of the `__transaction_state`
+    partitions it leads). Kafka has no such gauge (its coordinator reports load times); these
+    are minibroker's, named after it."""
+    metas = list(coordinator.transactions.values())
+    yield _gauge(
+        "minibroker_transaction_coordinator_ongoing_transactions",
+        "Transactions begun and not yet completed (Ongoing, PrepareCommit, PrepareAbort) "
+        "coordinated here.",
+        coordinator.ongoing_count(),
+    )
+    by_state = GaugeMetricFamily(
+        "minibroker_transaction_coordinator_transactional_ids",
+        "Transactional ids coordinated here, by state.",
+        labels=["state"],
+    )
+    for state in TxnState:
+        by_state.add_metric([state.kafka_name], sum(1 for m in metas if m.state == state))
+    yield by_state
+    for outcome, count in (
+        ("commit", coordinator.transactions_committed),
+        ("abort", coordinator.transactions_aborted),
+    ):
+        completed = CounterMetricFamily(
+            f"minibroker_transaction_coordinator_completed_{outcome}",
+            f"Transactions completed with {outcome.upper()} markers by this coordinator.",
+        )
+        completed.add_metric([], count)
+        yield completed
 
 
 async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_status) -> None:

@@ -31,6 +31,7 @@ from minibroker.common.metrics import BrokerMetrics
 from minibroker.controller.service import ControllerService
 from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.service import GroupCoordinator
+from minibroker.coordinator.txn_service import TransactionCoordinator
 from minibroker.node.metrics import StateCollector, serve_metrics
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
@@ -103,6 +104,7 @@ class BrokerServer:
         self.replicas: ReplicaManager | None = None
         self.controller: ControllerService | None = None
         self.coordinator: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
         self.authorizer = authorizer_from_config(config)
@@ -142,6 +144,7 @@ class BrokerServer:
             self.authorizer,
             self.scram_credentials,
             self.advertised[listener_name],
+            self.transactions,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -234,8 +237,12 @@ class BrokerServer:
                 await control.start(self.replicas.run)
                 self.coordinator = GroupCoordinator(self.config, self.replicas)
                 await control.start(self.coordinator.run)
+                self.transactions = TransactionCoordinator(self.config, self.replicas)
+                await control.start(self.transactions.run)
             self.metrics.register(
-                StateCollector(self.replicas, lambda: self.controller, self.coordinator)
+                StateCollector(
+                    self.replicas, lambda: self.controller, self.coordinator, self.transactions
+                )
             )
             if self.config.metrics_port is not None:
                 await control.start(

@@ -35,6 +35,10 @@ BROKER = {
 }  # fmt: skip
 # Served since: WriteTxnMarkers (inter-node) and DescribeProducers, for transactions.
 BROKER |= {27: (0, 1), 61: (0, 0)}
+# Added since by the transaction coordinator (issue 21): FindCoordinator v6, AddPartitionsToTxn,
+# AddOffsetsToTxn, EndTxn (TV1: up to v4), DescribeTransactions, ListTransactions.
+TRANSACTIONS = {10: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 4), 65: (0, 0), 66: (0, 1)}
+BROKER |= TRANSACTIONS
 CONTROLLER = {
     3: (1, 12), 17: (0, 1), 18: (0, 3), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
     31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
@@ -46,6 +50,7 @@ INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67}
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
 HELD = {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 32, 35, 37, 42, 43, 44}
 HELD |= {45, 46, 47, 60, 61}
+HELD |= {24, 25, 26, 65, 66}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():

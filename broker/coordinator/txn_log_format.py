@@ -1,0 +1,247 @@
+"""The records of `__transaction_state`, in Kafka's own key and value layouts.
+
+Kafka's TransactionLog (core/.../coordinator/transaction/TransactionLog.scala) with the message
+definitions TransactionLogKey and TransactionLogValue. Pure bytes in, bytes out, so Kafka's
+tools read what minibroker writes and minibroker loads what Kafka wrote.
+
+- key v0: the transactional id (a version-prefixed TransactionLogKey).
+- value v0 (not flexible) and v1 (flexible, KIP-915/KIP-890): producer id, producer epoch,
+  transaction timeout, state id, the partitions of the transaction (null when Empty), the
+  last update and start timestamps; v1 adds the tagged fields PreviousProducerId (tag 0),
+  NextProducerId (tag 1) and ClientTransactionVersion (tag 2). Both are read.
+
+What is written is what Kafka 4 writes with ``transaction.version`` 1 (TV1): value v1, with
+the tagged fields left at their defaults (Kafka's valueToBytes sets neither previous nor next
+producer id, and a TV1 client's ClientTransactionVersion is 0), so they are not on the wire.
+A null value (a tombstone) is an expired transactional id.
+"""
+
+import struct
+from dataclasses import dataclass
+
+KEY_VERSION = 0
+VALUE_VERSION = 1  # Kafka's TransactionVersion.TV_1.transactionLogValueVersion()
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+_TAG_PREVIOUS_PRODUCER_ID = 0
+_TAG_NEXT_PRODUCER_ID = 1
+_TAG_CLIENT_TRANSACTION_VERSION = 2
+
+
+class TxnRecordFormatError(ValueError):
+    """A key or value minibroker cannot read (unknown version, truncated)."""
+
+
+@dataclass(frozen=True)
+class TxnLogValue:
+    """One TransactionLogValue; ``partitions`` is topic -> partition ids, in write order."""
+
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: int  # TransactionState id (txn_state.TxnState)
+    partitions: tuple[tuple[str, tuple[int, ...]], ...]
+    last_update_ms: int
+    start_ms: int
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return _I16.pack(len(data)) + data
+
+
+def _compact_string(text: str) -> bytes:
+    data = text.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def key(transactional_id: str) -> bytes:
+    """TransactionLogKey v0, version-prefixed (MessageUtil.toVersionPrefixedBytes)."""
+    return _I16.pack(KEY_VERSION) + _string(transactional_id)
+
+
+def value(record: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
+    """TransactionLogValue of ``version`` (0 or 1), version-prefixed. Partitions are null when
+    there are none, as Kafka writes an Empty transaction."""
+    head = _I16.pack(version) + _I64.pack(record.producer_id) + _I16.pack(record.producer_epoch)
+    head += _I32.pack(record.timeout_ms) + _I8.pack(record.state)
+    parts = bytearray()
+    if version == 0:
+        if not record.partitions:
+            parts += _I32.pack(-1)
+        else:
+            parts += _I32.pack(len(record.partitions))
+            for topic, ids in record.partitions:
+                parts += _string(topic) + _I32.pack(len(ids))
+                parts += b"".join(_I32.pack(i) for i in ids)
+    elif version == 1:
+        if not record.partitions:
+            parts += _uvarint(0)
+        else:
+            parts += _uvarint(len(record.partitions) + 1)
+            for topic, ids in record.partitions:
+                parts += _compact_string(topic) + _uvarint(len(ids) + 1)
+                parts += b"".join(_I32.pack(i) for i in ids)
+                parts += _uvarint(0)  # the partition entry's tagged fields
+    else:
+        raise TxnRecordFormatError(f"unknown transaction log value version {version}")
+    tail = _I64.pack(record.last_update_ms) + _I64.pack(record.start_ms)
+    if version == 1:
+        tags: list[tuple[int, bytes]] = []
+        if record.previous_producer_id != -1:
+            tags.append((_TAG_PREVIOUS_PRODUCER_ID, _I64.pack(record.previous_producer_id)))
+        if record.next_producer_id != -1:
+            tags.append((_TAG_NEXT_PRODUCER_ID, _I64.pack(record.next_producer_id)))
+        if record.client_transaction_version != 0:
+            tags.append(
+                (_TAG_CLIENT_TRANSACTION_VERSION, _I16.pack(record.client_transaction_version))
+            )
+        tail += _uvarint(len(tags))
+        for tag, data in tags:
+            tail += _uvarint(tag) + _uvarint(len(data)) + data
+    return head + bytes(parts) + tail
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data)
+        self.pos = 0
+
+    def _take(self, fmt: struct.Struct) -> int:
+        try:
+            (result,) = fmt.unpack_from(self.data, self.pos)
+        except struct.error:
+            raise TxnRecordFormatError("record truncated") from None
+        self.pos += fmt.size
+        return int(result)
+
+    def i8(self) -> int:
+        return self._take(_I8)
+
+    def i16(self) -> int:
+        return self._take(_I16)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def i64(self) -> int:
+        return self._take(_I64)
+
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            if self.pos >= len(self.data) or shift > 28:
+                raise TxnRecordFormatError("bad varint")
+            byte = self.data[self.pos]
+            self.pos += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+
+    def raw(self, length: int) -> bytes:
+        end = self.pos + length
+        if length < 0 or end > len(self.data):
+            raise TxnRecordFormatError("record truncated")
+        data = self.data[self.pos : end]
+        self.pos = end
+        return data
+
+    def string(self) -> str:
+        length = self.i16()
+        if length < 0:
+            raise TxnRecordFormatError("null string")
+        return self.raw(length).decode()
+
+    def compact_string(self) -> str:
+        length = self.uvarint() - 1
+        if length < 0:
+            raise TxnRecordFormatError("null string")
+        return self.raw(length).decode()
+
+    def skip_tags(self) -> dict[int, bytes]:
+        tags = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            tags[tag] = self.raw(self.uvarint())
+        return tags
+
+
+def read_key(data: bytes) -> str:
+    """The transactional id of a key (Kafka's readTxnRecordKey; other versions are unknown)."""
+    reader = _Reader(data)
+    version = reader.i16()
+    if version != KEY_VERSION:
+        raise TxnRecordFormatError(f"unknown transaction log key version {version}")
+    return reader.string()
+
+
+def read_value(data: bytes) -> TxnLogValue:
+    """A TransactionLogValue v0 or v1 (Kafka's readTxnRecordValue)."""
+    reader = _Reader(data)
+    version = reader.i16()
+    if version not in (0, 1):
+        raise TxnRecordFormatError(f"unknown transaction log value version {version}")
+    producer_id = reader.i64()
+    epoch = reader.i16()
+    timeout_ms = reader.i32()
+    state = reader.i8()
+    partitions: list[tuple[str, tuple[int, ...]]] = []
+    if version == 0:
+        count = reader.i32()
+        for _ in range(max(count, 0)):
+            topic = reader.string()
+            ids = tuple(reader.i32() for _ in range(max(reader.i32(), 0)))
+            partitions.append((topic, ids))
+    else:
+        count = reader.uvarint() - 1
+        for _ in range(max(count, 0)):
+            topic = reader.compact_string()
+            ids = tuple(reader.i32() for _ in range(max(reader.uvarint() - 1, 0)))
+            reader.skip_tags()
+            partitions.append((topic, ids))
+    last_update_ms = reader.i64()
+    start_ms = reader.i64()
+    previous, following, client_version = -1, -1, 0
+    if version == 1:
+        tags = reader.skip_tags()
+        try:
+            if _TAG_PREVIOUS_PRODUCER_ID in tags:
+                (previous,) = _I64.unpack(tags[_TAG_PREVIOUS_PRODUCER_ID])
+            if _TAG_NEXT_PRODUCER_ID in tags:
+                (following,) = _I64.unpack(tags[_TAG_NEXT_PRODUCER_ID])
+            if _TAG_CLIENT_TRANSACTION_VERSION in tags:
+                (client_version,) = _I16.unpack(tags[_TAG_CLIENT_TRANSACTION_VERSION])
+        except struct.error:
+            raise TxnRecordFormatError("bad tagged field") from None
+    return TxnLogValue(
+        producer_id,
+        epoch,
+        timeout_ms,
+        state,
+        tuple(partitions),
+        last_update_ms,
+        start_ms,
+        previous,
+        following,
+        client_version,
+    )
