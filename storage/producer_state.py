@@ -83,14 +83,17 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
-    def check_append(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
+    def check_append(
+        self, headers: Sequence[BatchHeader], *, check_sequences: bool = True
+    ) -> BatchMetadata | None:
         """Check a client's batches before anything is written; nothing is changed here.
 
         Returns the original batch when the first batch of a producer that repeats one is
         found (the whole request is then answered as that duplicate, as in Kafka), else
         None; raises InvalidProducerEpochError or OutOfOrderSequenceError.
         Later batches of the same producer in the same request are checked against the
-        earlier ones.
+        earlier ones. With ``check_sequences`` False (an append of the group coordinator,
+        Kafka's AppendOrigin.COORDINATOR) only producer epochs are checked.
         """
         # producer id -> (epoch, last sequence) after the earlier batches of this request
         pending: dict[int, tuple[int, int]] = {}
@@ -99,7 +102,11 @@ class ProducerStateManager:
             if producer_id < 0:
                 continue
             current = self._producers.get(producer_id)
-            if current is not None and (duplicate := current.find_duplicate(header)):
+            if (
+                check_sequences
+                and current is not None
+                and (duplicate := current.find_duplicate(header))
+            ):
                 return duplicate
             current_epoch = current.epoch if current is not None else NO_PRODUCER_EPOCH
             if producer_id in pending:
@@ -124,8 +131,10 @@ class ProducerStateManager:
                         f"{header.producer_epoch} (request epoch), {header.base_sequence} "
                         f"(seq. number), {updated_epoch} (current producer epoch)"
                     )
-            elif current_epoch != NO_PRODUCER_EPOCH and not _in_sequence(
-                last_sequence, header.base_sequence
+            elif (
+                check_sequences
+                and current_epoch != NO_PRODUCER_EPOCH
+                and not _in_sequence(last_sequence, header.base_sequence)
             ):
                 raise OutOfOrderSequenceError(
                     f"Out of order sequence number for {where}: {header.base_sequence} "

@@ -39,6 +39,7 @@ from minibroker.apis import (
     sasl,
     scram_credentials,
     topics,
+    txn_offsets,
 )
 
 # The handler modules; their @api declarations are every API minibroker serves.
@@ -63,6 +64,7 @@ MODULES = (
     acls,
     sasl,
     scram_credentials,
+    txn_offsets,
 )
 
 

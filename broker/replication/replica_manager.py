@@ -174,6 +174,7 @@ class ReplicaManager:
         # Told of every partition whose role changed here (the group coordinator loads and
         # unloads the groups of `__consumer_offsets` partitions this way).
         self.role_listeners: list[Callable[[Partition], None]] = []
+        self.marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         self._nursery: trio.Nursery | None = None
         checkpointed = self._read_high_watermarks()
         for partition_log in log_manager.logs():
@@ -323,7 +324,10 @@ class ReplicaManager:
                 )
         try:
             appended = partition_log.append_as_leader(
-                records, leader_epoch=partition.leader_epoch, now_ms=now_ms
+                records,
+                leader_epoch=partition.leader_epoch,
+                now_ms=now_ms,
+                client=origin is AppendOrigin.CLIENT,
             )
         except StorageError as failure:
             log.log(
