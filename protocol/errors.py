@@ -96,6 +96,7 @@ class Error(IntEnum):
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
     OPERATION_NOT_ATTEMPTED = 55
+    UNSTABLE_OFFSET_COMMIT = 88
 
 
 class KafkaError(Exception):

@@ -700,13 +700,22 @@ class PartitionLog:
         return b"".join(batches)
 
     def append_as_leader(
-        self, records: bytes | memoryview, *, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | memoryview,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        client: bool = True,
     ) -> AppendResult:
         """Validate, stamp and append a producer's batches; all or nothing.
 
         Raises a StorageError subclass carrying the Kafka error code when the batches are
         refused (nothing is appended then). An idempotent producer's retry of a batch that
         is already in the log is answered with the original offsets and `duplicate=True`.
+        ``client`` False is the group coordinator's append (Kafka's AppendOrigin.COORDINATOR):
+        as Kafka's ProducerAppendInfo, its transactional batches are checked for their
+        producer epoch only, never for sequences or duplicates (the sequences are not the
+        producer's).
         """
         headers = self._validated(records)
         for header in headers:
@@ -716,7 +725,7 @@ class PartitionLog:
             records = self._recompressed(records, headers, codec)
             headers = self._validated(records)
         try:
-            duplicate = self._producers.check_append(headers)
+            duplicate = self._producers.check_append(headers, check_sequences=client)
         except OutOfOrderSequenceError:
             if self._failed_write is None:
                 raise

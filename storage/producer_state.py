@@ -208,14 +208,17 @@ class ProducerStateManager:
 
     # -- data batches ----------------------------------------------------------------------
 
-    def check_append(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
+    def check_append(
+        self, headers: Sequence[BatchHeader], *, check_sequences: bool = True
+    ) -> BatchMetadata | None:
         """Check a client's batches before anything is written; nothing is changed here.
 
         Returns the original batch when the first batch of a producer that repeats one is
         found (the whole request is then answered as that duplicate, as in Kafka), else
         None; raises InvalidProducerEpochError, OutOfOrderSequenceError or
         InvalidTxnStateError. Later batches of the same producer in the same request are
-        checked against the earlier ones.
+        checked against the earlier ones. With ``check_sequences`` False (an append of the
+        group coordinator, Kafka's AppendOrigin.COORDINATOR) only producer epochs are checked.
         """
         # producer id -> (epoch, last sequence) after the earlier batches of this request
         pending: dict[int, tuple[int, int]] = {}
@@ -224,7 +227,11 @@ class ProducerStateManager:
             if producer_id < 0:
                 continue
             current = self._producers.get(producer_id)
-            if current is not None and (duplicate := current.find_duplicate(header)):
+            if (
+                check_sequences
+                and current is not None
+                and (duplicate := current.find_duplicate(header))
+            ):
                 return duplicate
             current_epoch = current.epoch if current is not None else NO_PRODUCER_EPOCH
             if producer_id in pending:
@@ -243,14 +250,20 @@ class ProducerStateManager:
                     f"last seen epoch {updated_epoch}"
                 )
             if header.producer_epoch != updated_epoch:
-                if header.base_sequence != 0 and updated_epoch != NO_PRODUCER_EPOCH:
+                if (
+                    check_sequences
+                    and header.base_sequence != 0
+                    and updated_epoch != NO_PRODUCER_EPOCH
+                ):
                     raise OutOfOrderSequenceError(
                         f"Invalid sequence number for new epoch of {where}: "
                         f"{header.producer_epoch} (request epoch), {header.base_sequence} "
                         f"(seq. number), {updated_epoch} (current producer epoch)"
                     )
-            elif current_epoch != NO_PRODUCER_EPOCH and not _in_sequence(
-                last_sequence, header.base_sequence
+            elif (
+                check_sequences
+                and current_epoch != NO_PRODUCER_EPOCH
+                and not _in_sequence(last_sequence, header.base_sequence)
             ):
                 raise OutOfOrderSequenceError(
                     f"Out of order sequence number for {where}: {header.base_sequence} "

@@ -95,8 +95,12 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
     }
 
 
-def _fetched_group(ctx: RequestContext, group_id: str, topics) -> dict:
-    """One group's committed offsets; ``topics`` None asks for all of them."""
+def _fetched_group(
+    ctx: RequestContext, group_id: str, topics, require_stable: bool = False
+) -> dict:
+    """One group's committed offsets; ``topics`` None asks for all of them. With
+    ``require_stable`` (v7+, KIP-447) a partition whose offset a transaction holds pending
+    answers UNSTABLE_OFFSET_COMMIT, as Kafka does; without it, the last committed offset."""
     wanted = None
     if topics is not None:
         wanted = [
@@ -113,8 +117,15 @@ def _fetched_group(ctx: RequestContext, group_id: str, topics) -> dict:
         committed = dict.fromkeys(wanted)
     by_topic: dict[str, list[dict]] = {}
     described: dict[str, bool] = {}
+    unstable = (
+        ctx.group_coordinator.unstable_offsets(group_id)
+        if require_stable and error == Error.NONE
+        else set()
+    )
     for (topic, index), value in committed.items():
         partition_error = error if ctx.version < 2 else Error.NONE
+        if (topic, index) in unstable:
+            partition_error, value = Error.UNSTABLE_OFFSET_COMMIT, None
         if ctx.authorizer is not None and error == Error.NONE:
             if topic not in described:
                 described[topic] = topic_allowed(ctx, Operation.DESCRIBE, topic)
@@ -170,13 +181,15 @@ def _offset_fetch_error(request, error: Error) -> dict:
 
 @api(ApiKey.OFFSET_FETCH, versions=(1, 9), roles=Role.BROKER, error_response=_offset_fetch_error)
 async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
+    require_stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= 8:
         return {
             "groups": [
-                _fetched_group(ctx, group.group_id, group.topics) for group in request.groups
+                _fetched_group(ctx, group.group_id, group.topics, require_stable)
+                for group in request.groups
             ]
         }
-    return _fetched_group(ctx, request.group_id, request.topics)
+    return _fetched_group(ctx, request.group_id, request.topics, require_stable)
 
 
 def _offset_delete_error(request, error: Error) -> dict:

@@ -42,6 +42,7 @@ from minibroker.apis import (
     topics,
     txn_markers,
     transactions,
+    txn_offsets,
 )
 
 # The handler modules; their @api declarations are every API minibroker serves.
@@ -69,6 +70,7 @@ MODULES = (
     txn_markers,
     producers,
     transactions,
+    txn_offsets,
 )
 
 

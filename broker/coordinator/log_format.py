@@ -11,6 +11,10 @@ kinds share the topic, told apart by the key's version:
   are read.
 
 A record with a null value (a tombstone) deletes what its key names.
+
+The partition also holds transaction markers (control batches) once transactional offset
+commits are written to it: their one record's key is Kafka's EndTransactionMarker key
+(version i16, type i16: 0 ABORT, 1 COMMIT), read by ``read_control_type``.
 """
 
 import struct
@@ -24,6 +28,10 @@ GROUP_VALUE_VERSION = 3
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
 
 
 class RecordFormatError(ValueError):
@@ -228,3 +236,15 @@ def read_group_value(data: bytes) -> GroupValue:
             )
         )
     return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))
+
+
+def read_control_type(key: bytes | None) -> int:
+    """The type of a control record (Kafka's ControlRecordType.parse): 0 ABORT, 1 COMMIT,
+    other values for control records this broker does not know (Kafka's UNKNOWN)."""
+    if key is None:
+        raise RecordFormatError("a control record without a key")
+    reader = _Reader(key)
+    version = reader.i16()
+    if version < 0:
+        raise RecordFormatError(f"control record key version {version}")
+    return reader.i16()

@@ -26,19 +26,26 @@ from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.coordinator import log_format
-from minibroker.coordinator.log_format import GroupKey, GroupValue, OffsetKey, OffsetValue
+from minibroker.coordinator.log_format import GroupValue, OffsetValue
 from minibroker.coordinator.state import (
     Group,
     GroupSettings,
     GroupState,
     JoinRequest,
     JoinResult,
+    PartitionReplay,
     SyncResult,
 )
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
-from minibroker.protocol.record_batch import scan_valid_batches
-from minibroker.protocol.records import Record, RecordError, decode_records, encode_batch
+from minibroker.protocol.record_batch import TRANSACTIONAL_FLAG_MASK, scan_valid_batches
+from minibroker.protocol.records import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    Record,
+    RecordError,
+    encode_batch,
+)
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
@@ -103,6 +110,20 @@ class CommitRequest:
     offsets: dict[tuple[str, int], tuple[int, int, str]]
 
 
+@dataclass(frozen=True)
+class TxnCommitRequest:
+    """A TxnOffsetCommit: offsets a transactional producer commits in its transaction."""
+
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    # (topic, partition) -> (offset, leader epoch, metadata)
+    offsets: dict[tuple[str, int], tuple[int, int, str]]
+
+
 class GroupCoordinator:
     """The groups of the `__consumer_offsets` partitions this broker leads."""
 
@@ -131,6 +152,7 @@ class GroupCoordinator:
         self.rebalances = 0
         self.offset_commits = 0
         replicas.role_listeners.append(self._on_role_change)
+        replicas.marker_listeners.append(self._on_marker)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -193,10 +215,10 @@ class GroupCoordinator:
 
     async def _load(self, partition: Partition, epoch: int) -> None:
         """Read the partition from its start and rebuild its groups (Kafka reads to the log
-        end too: as leader, this log is the one the followers will match)."""
+        end too: as leader, this log is the one the followers will match). Transactional
+        offset commits are replayed with their markers (see state.PartitionReplay)."""
         started = time.monotonic()
-        offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
-        groups: dict[str, GroupValue | None] = {}
+        replay = PartitionReplay()
         position = partition.log.log_start_offset
         try:
             while position < partition.log.log_end_offset:
@@ -205,18 +227,12 @@ class GroupCoordinator:
                     break
                 for start, header in scan_valid_batches(data):
                     position = header.last_offset + 1
-                    if header.is_control:
-                        continue
-                    batch = memoryview(data)[start : start + header.size]
-                    for record in decode_records(batch):
-                        try:
-                            self._replay(record, offsets, groups)
-                        except log_format.RecordFormatError as error:
-                            # A record of a newer layout (Kafka 3.x/4.x flexible values):
-                            # skipped, so the partition's other groups are still served.
-                            log.warning(
-                                "skipping offset %d of %s: %s", record.offset, OFFSETS_TOPIC, error
-                            )
+                    replay.batch(header, memoryview(data)[start : start + header.size])
+                for offset, reason in replay.skipped:
+                    # A record of a newer layout (Kafka 3.x/4.x flexible values): skipped,
+                    # so the partition's other groups are still served.
+                    log.warning("skipping offset %d of %s: %s", offset, OFFSETS_TOPIC, reason)
+                replay.skipped.clear()
                 await trio.lowlevel.checkpoint()
                 if self._loading.get(partition.index) != epoch:
                     return
@@ -233,9 +249,9 @@ class GroupCoordinator:
         if self._loading.get(partition.index) != epoch:
             return
         now = self.clock_ms()
-        for group_id in set(offsets) | {g for g, v in groups.items() if v is not None}:
+        for group_id in replay.group_ids():
             group = Group(group_id, self.settings, now)
-            value = groups.get(group_id)
+            value = replay.groups.get(group_id)
             if value is not None:
                 group.restore(
                     value.protocol_type,
@@ -246,7 +262,7 @@ class GroupCoordinator:
                     value.members,
                     now,
                 )
-            group.offsets = offsets.get(group_id, {})
+            replay.fill(group)
             self._add_group(group)
         del self._loading[partition.index]
         self._loaded[partition.index] = epoch
@@ -259,24 +275,6 @@ class GroupCoordinator:
             partition.index,
             (time.monotonic() - started) * 1000,
         )
-
-    @staticmethod
-    def _replay(record: Record, offsets, groups) -> None:
-        if record.key is None:
-            return
-        key = log_format.read_key(record.key)
-        if isinstance(key, OffsetKey):
-            mine = offsets.setdefault(key.group, {})
-            if record.value is None:
-                mine.pop((key.topic, key.partition), None)
-            else:
-                mine[(key.topic, key.partition)] = log_format.read_offset_value(record.value)
-        elif isinstance(key, GroupKey):
-            if record.value is None:
-                groups[key.group] = None
-                offsets.pop(key.group, None)
-            else:
-                groups[key.group] = log_format.read_group_value(record.value)
 
     def _add_group(self, group: Group) -> None:
         self.groups[group.group_id] = group
@@ -335,12 +333,34 @@ class GroupCoordinator:
     # -- writing records ----------------------------------------------------------------------
 
     async def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> Error:
+        error, _ = await self._append_at(group_id, records)
+        return error
+
+    async def _append_at(
+        self,
+        group_id: str,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> tuple[Error, int]:
         """Write records to the group's partition through the replica manager's
         append_records, as Kafka's coordinator does (AppendOrigin.COORDINATOR, acks=-1):
-        answered once the ISR has them, or at offsets.commit.timeout.ms."""
+        answered once the ISR has them, or at offsets.commit.timeout.ms. Also the offset
+        the batch was written at.
+
+        With a producer id the batch is a transactional one of that producer (a
+        TxnOffsetCommit), with base sequence 0 as Kafka's GroupMetadataManager and
+        CoordinatorRuntime build it (the log checks only its epoch: sequences are the
+        client's, not the coordinator's)."""
         now = self.clock_ms()
+        transactional = producer_id != NO_PRODUCER_ID
         batch = encode_batch(
-            [Record(offset, now, key, value) for offset, (key, value) in enumerate(records)]
+            [Record(offset, now, key, value) for offset, (key, value) in enumerate(records)],
+            attributes=TRANSACTIONAL_FLAG_MASK if transactional else 0,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=0 if transactional else -1,
         )
         ((result,),) = await self.replicas.append_records(
             [
@@ -354,7 +374,7 @@ class GroupCoordinator:
             origin=AppendOrigin.COORDINATOR,
         )
         error = Error(result["error_code"])
-        return _APPEND_ERRORS.get(error, error)
+        return _APPEND_ERRORS.get(error, error), result["base_offset"]
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -517,15 +537,116 @@ class GroupCoordinator:
                 records.append((key, log_format.offset_value(value)))
         if not records:
             return results
-        error = await self._append(request.group_id, records)
+        error, written_at = await self._append_at(request.group_id, records)
         if error == Error.NONE and self.check(request.group_id) == Error.NONE:
             # (No longer served here: the new coordinator reads the commit from the log.)
             group = self._group(request.group_id, create=True)
             assert group is not None
-            group.offsets.update(accepted)
+            group.on_offset_commit_append(accepted, written_at)
             self.offset_commits += len(accepted)
         results.update(dict.fromkeys(accepted, error))
         return results
+
+    # -- transactional offsets -------------------------------------------------------------------
+
+    def _txn_commit_error(self, group: Group, request: TxnCommitRequest) -> Error:
+        """Kafka's GroupCoordinator.validateOffsetCommit for a transactional commit: a
+        producer that names no member (TxnOffsetCommit v0-v2, or a producer outside any
+        group) commits freely; one that names a member or generation (v3+, KIP-447) must be
+        the group's current member of that generation."""
+        if group.is_(GroupState.DEAD):
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if request.generation < 0 and group.is_(GroupState.EMPTY):
+            return Error.NONE
+        if (
+            request.generation >= 0
+            or request.member_id != ""
+            or request.group_instance_id is not None
+        ):
+            if request.group_instance_id is not None:
+                known = group.static_members.get(request.group_instance_id)
+                if known is None:
+                    return Error.UNKNOWN_MEMBER_ID
+                if known != request.member_id:
+                    return Error.FENCED_INSTANCE_ID
+            if request.member_id not in group.members:
+                return Error.UNKNOWN_MEMBER_ID
+            if request.generation != group.generation:
+                return Error.ILLEGAL_GENERATION
+        return Error.NONE
+
+    async def commit_transactional_offsets(
+        self, request: TxnCommitRequest
+    ) -> dict[tuple[str, int], Error]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets and storeOffsets with
+        isTxnOffsetCommit): the offsets are written in a transactional batch of the
+        producer and held pending (invisible to OffsetFetch; require_stable answers
+        UNSTABLE_OFFSET_COMMIT) until the transaction's marker completes them (`_on_marker`).
+        The caller has answered the partitions of unknown topics. A group that does not
+        exist yet is created, as Kafka does."""
+        error = self.check(request.group_id)
+        if error != Error.NONE:
+            return dict.fromkeys(request.offsets, error)
+        group = self._group(request.group_id, create=True)
+        assert group is not None
+        if (error := self._txn_commit_error(group, request)) != Error.NONE:
+            return dict.fromkeys(request.offsets, error)
+        results: dict[tuple[str, int], Error] = {}
+        records = []
+        accepted: dict[tuple[str, int], OffsetValue] = {}
+        now = self.clock_ms()
+        for (topic, index), (offset, leader_epoch, metadata) in request.offsets.items():
+            if len((metadata or "").encode()) > self.config.offset_metadata_max_bytes:
+                results[(topic, index)] = Error.OFFSET_METADATA_TOO_LARGE
+                continue
+            value = OffsetValue(offset, leader_epoch, metadata or "", now)
+            accepted[(topic, index)] = value
+            key = log_format.offset_key(request.group_id, topic, index)
+            records.append((key, log_format.offset_value(value)))
+        if not records:
+            return results
+        group.prepare_txn_offset_commit(request.producer_id, accepted)
+        error, written_at = await self._append_at(
+            request.group_id,
+            records,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+        )
+        if self.groups.get(request.group_id) is group:
+            if error == Error.NONE:
+                group.on_txn_offset_commit_append(request.producer_id, accepted, written_at)
+                self.offset_commits += len(accepted)
+            else:
+                group.fail_pending_txn_offset_commit(request.producer_id, accepted)
+        results.update(dict.fromkeys(accepted, error))
+        return results
+
+    def _on_marker(self, topic: str, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was appended as leader to a partition (the replica manager's
+        marker listener): on a `__consumer_offsets` partition served here, the producer's
+        pending offsets of its groups are committed or dropped (Kafka's
+        handleTxnCompletion). A partition still loading reads the marker from its log."""
+        if topic != OFFSETS_TOPIC or index not in self._loaded:
+            return
+        for group in list(self.groups.values()):
+            if not group.has_pending_offsets_from(producer_id):
+                continue
+            if self.partition_of(group.group_id) != index:
+                continue
+            applied = group.complete_txn_offset_commit(producer_id, commit)
+            log.debug(
+                "%s of producer %d: %d offsets of group %s applied",
+                "COMMIT" if commit else "ABORT",
+                producer_id,
+                applied,
+                group.group_id,
+            )
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions whose offsets a transaction of the group holds pending (OffsetFetch
+        with require_stable answers them UNSTABLE_OFFSET_COMMIT)."""
+        group = self.groups.get(group_id)
+        return group.pending_txn_keys() if group is not None else set()
 
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
@@ -559,15 +680,14 @@ class GroupCoordinator:
                 results[(topic, index)] = Error.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 results[(topic, index)] = Error.NONE
-                if (topic, index) in group.offsets:
+                # Kafka 4 writes a tombstone for a pending transactional offset too.
+                if (topic, index) in group.offsets or group.has_pending_txn_offset((topic, index)):
                     tombstones.append((log_format.offset_key(group_id, topic, index), None))
         if tombstones:
             error = await self._append(group_id, tombstones)
             if error != Error.NONE:
                 return error, {}
-            for topic, index in partitions:
-                if results[(topic, index)] == Error.NONE:
-                    group.offsets.pop((topic, index), None)
+            group.remove_offsets(key for key, e in results.items() if e == Error.NONE)
         return Error.NONE, results
 
     # -- admin ---------------------------------------------------------------------------------
@@ -594,7 +714,11 @@ class GroupCoordinator:
         if not group.is_(GroupState.EMPTY):
             return Error.NON_EMPTY_GROUP
         self._remove_group(group)
-        return await self._append(group_id, self._tombstones(group, list(group.offsets)))
+        # Kafka 4's deleteAllOffsets: the offsets transactions hold pending go too (a
+        # tombstone each), so a later COMMIT marker finds nothing to apply.
+        deleted = sorted(set(group.offsets) | group.pending_txn_keys())
+        group.remove_offsets(deleted)
+        return await self._append(group_id, self._tombstones(group, deleted))
 
     def _remove_group(self, group: Group) -> None:
         group.mark_dead(self.clock_ms())
@@ -622,14 +746,18 @@ class GroupCoordinator:
             if self.check(group.group_id) != Error.NONE or not group.is_(GroupState.EMPTY):
                 continue
             expired = group.expired_offsets(now, self.config.offsets_retention_ms)
-            whole = len(expired) == len(group.offsets) and not group.pending_members
+            # A group some transaction holds offsets of stays (Kafka's cleanupExpiredOffsets).
+            whole = (
+                len(expired) == len(group.offsets)
+                and not group.pending_members
+                and not group.pending_txn_offsets
+            )
             if not whole and not expired:
                 continue
             if whole:
                 self._remove_group(group)
             else:
-                for key in expired:
-                    group.offsets.pop(key, None)
+                group.remove_offsets(expired)
             error = await self._append(group.group_id, self._tombstones(group, expired, whole))
             if error != Error.NONE:
                 log.warning("cannot write the expiry of group %s's offsets", group.group_id)

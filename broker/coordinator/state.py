@@ -22,11 +22,21 @@ The rules reproduced here are Kafka's GroupCoordinator's (3.x, classic protocol)
 """
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from minibroker.coordinator.log_format import MemberRecord, OffsetValue
+from minibroker.coordinator import log_format
+from minibroker.coordinator.log_format import (
+    GroupKey,
+    GroupValue,
+    MemberRecord,
+    OffsetKey,
+    OffsetValue,
+)
 from minibroker.protocol.errors import Error
+from minibroker.protocol.record_batch import BatchHeader
+from minibroker.protocol.records import decode_records
 
 
 class GroupState(Enum):
@@ -93,6 +103,15 @@ class Member:
         )
 
 
+@dataclass
+class PendingTxnOffset:
+    """A transactional offset commit awaiting its marker (Kafka's
+    CommitRecordMetadataAndOffset): ``record_offset`` is None until the record is written."""
+
+    value: OffsetValue
+    record_offset: int | None = None
+
+
 @dataclass(frozen=True)
 class GroupSettings:
     """The broker's group.* settings the rules depend on."""
@@ -157,6 +176,13 @@ class Group:
         self.storing_generation: int | None = None
         # Committed offsets: (topic, partition) -> the stored value.
         self.offsets: dict[tuple[str, int], OffsetValue] = {}
+        # The `__consumer_offsets` offset of the batch that wrote each committed offset
+        # (Kafka's CommitRecordMetadataAndOffset.appendedBatchOffset): the later record wins
+        # when a transaction's offsets are committed (see complete_txn_offset_commit).
+        self.offset_record_offsets: dict[tuple[str, int], int] = {}
+        # TxnOffsetCommits awaiting their transaction's marker: producer id ->
+        # (topic, partition) -> the pending offset. Invisible to OffsetFetch until committed.
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], PendingTxnOffset]] = {}
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -588,18 +614,122 @@ class Group:
         """The committed offsets past offsets.retention.minutes, as Kafka 2.1+ (KIP-211)
         counts it: all of them once the group has been empty for the retention period; for a
         group that only stores offsets (no protocol, manual assignment), each from its own
-        commit. A group with members keeps its offsets."""
+        commit. A group with members keeps its offsets. An offset a transaction still holds
+        pending is not expired (Kafka's cleanupExpiredOffsets), nor is the group removed
+        while any transaction holds offsets of it (the service's check)."""
         if self.state != GroupState.EMPTY:
             return []
+        pending = self.pending_txn_keys()
         if self.protocol_type is None:
             return [
                 key
                 for key, value in self.offsets.items()
-                if value.commit_timestamp + retention_ms <= now_ms
+                if value.commit_timestamp + retention_ms <= now_ms and key not in pending
             ]
         if self.state_timestamp_ms + retention_ms <= now_ms:
-            return list(self.offsets)
+            return [key for key in self.offsets if key not in pending]
         return []
+
+    # -- offsets ---------------------------------------------------------------------------------
+    #
+    # Kafka's GroupMetadata offset rules. A plain OffsetCommit is applied once written; a
+    # TxnOffsetCommit (KIP-98) is kept per producer id, pending, until the transaction's
+    # COMMIT marker makes it the committed offset or its ABORT marker drops it. When plain
+    # and transactional commits of one partition mix, the record written later in the log
+    # wins (Kafka's olderThan on appendedBatchOffset), so a reload from the log after
+    # compaction gives what memory had.
+
+    def on_offset_commit_append(
+        self, offsets: dict[tuple[str, int], OffsetValue], record_offset: int
+    ) -> None:
+        """Plain offsets written at ``record_offset`` (Kafka's onOffsetCommitAppend)."""
+        for key, value in offsets.items():
+            known = self.offset_record_offsets.get(key)
+            if key not in self.offsets or known is None or known <= record_offset:
+                self.offsets[key] = value
+                self.offset_record_offsets[key] = record_offset
+
+    def prepare_txn_offset_commit(
+        self, producer_id: int, offsets: dict[tuple[str, int], OffsetValue]
+    ) -> None:
+        """A TxnOffsetCommit about to be written: pending from now on, so OffsetFetch with
+        require_stable already answers UNSTABLE_OFFSET_COMMIT (Kafka's
+        prepareTxnOffsetCommit)."""
+        mine = self.pending_txn_offsets.setdefault(producer_id, {})
+        for key, value in offsets.items():
+            mine[key] = PendingTxnOffset(value)
+
+    def on_txn_offset_commit_append(
+        self, producer_id: int, offsets: dict[tuple[str, int], OffsetValue], record_offset: int
+    ) -> None:
+        """The TxnOffsetCommit's batch was written at ``record_offset`` (Kafka's
+        onTxnOffsetCommitAppend); a pending offset a newer commit replaced meanwhile stays."""
+        mine = self.pending_txn_offsets.get(producer_id)
+        if mine is None:
+            return  # completed or removed meanwhile
+        for key, value in offsets.items():
+            pending = mine.get(key)
+            if pending is not None and pending.value == value:
+                pending.record_offset = record_offset
+
+    def fail_pending_txn_offset_commit(
+        self, producer_id: int, offsets: dict[tuple[str, int], OffsetValue]
+    ) -> None:
+        """The write failed: the client retries (Kafka's failPendingTxnOffsetCommit)."""
+        mine = self.pending_txn_offsets.get(producer_id)
+        if mine is None:
+            return
+        for key, value in offsets.items():
+            pending = mine.get(key)
+            if pending is not None and pending.value == value and pending.record_offset is None:
+                del mine[key]
+        if not mine:
+            del self.pending_txn_offsets[producer_id]
+
+    def complete_txn_offset_commit(self, producer_id: int, commit: bool) -> int:
+        """The transaction's marker was written (Kafka's completePendingTxnOffsetCommit):
+        COMMIT makes its offsets the committed ones, unless a plain commit written later in
+        the log already replaced one; ABORT drops them. The number of offsets applied.
+
+        Departure: Kafka throws when a pending offset has no record offset yet (the marker
+        cannot precede the record it completes); here such an offset is dropped, so a
+        marker can never apply an offset that is not in the log."""
+        mine = self.pending_txn_offsets.pop(producer_id, None)
+        if mine is None or not commit:
+            return 0
+        applied = 0
+        for key, pending in mine.items():
+            if pending.record_offset is None:
+                continue
+            known = self.offset_record_offsets.get(key)
+            if key not in self.offsets or known is None or known < pending.record_offset:
+                self.offsets[key] = pending.value
+                self.offset_record_offsets[key] = pending.record_offset
+                applied += 1
+        return applied
+
+    def has_pending_offsets_from(self, producer_id: int) -> bool:
+        """Kafka's hasPendingOffsetCommitsFromProducer."""
+        return producer_id in self.pending_txn_offsets
+
+    def has_pending_txn_offset(self, key: tuple[str, int]) -> bool:
+        """Whether a transaction holds an offset of this partition (OffsetFetch with
+        require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        return any(key in mine for mine in self.pending_txn_offsets.values())
+
+    def remove_offsets(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Offsets deleted (OffsetDelete, DeleteGroups, a tombstone replayed): the committed
+        offset and any transaction's pending one, as Kafka's removeOffsets."""
+        for key in keys:
+            self.offsets.pop(key, None)
+            self.offset_record_offsets.pop(key, None)
+            for producer_id, mine in list(self.pending_txn_offsets.items()):
+                mine.pop(key, None)
+                if not mine:
+                    del self.pending_txn_offsets[producer_id]
+
+    def pending_txn_keys(self) -> set[tuple[str, int]]:
+        return {key for mine in self.pending_txn_offsets.values() for key in mine}
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -643,3 +773,118 @@ class Group:
                 self.static_members[member.group_instance_id] = member.member_id
         self.state = GroupState.STABLE if self.members else GroupState.EMPTY
         self.state_timestamp_ms = state_timestamp_ms if state_timestamp_ms >= 0 else now_ms
+
+
+class PartitionReplay:
+    """What a `__consumer_offsets` partition holds, read batch by batch from its start
+    (Kafka's GroupMetadataManager.doLoadGroupsAndOffsets). Pure: the service feeds it the
+    batches it reads.
+
+    Plain offset commits apply at once; those of a transactional batch are held per
+    producer id until a control batch of that producer is read: COMMIT applies them (unless a
+    plain commit later in the log replaced one), ABORT (or any other marker) drops them. A
+    transaction with no marker yet stays pending in the loaded group, to be completed by the
+    marker the transaction coordinator still sends. Records of a layout this broker cannot
+    read are skipped and listed in ``skipped`` (their offsets), so the partition's other
+    groups are still served.
+    """
+
+    def __init__(self) -> None:
+        # group -> (topic, partition) -> (value, record offset of its batch)
+        self.offsets: dict[str, dict[tuple[str, int], tuple[OffsetValue, int]]] = {}
+        # producer id -> group -> (topic, partition) -> pending offset
+        self.pending: dict[int, dict[str, dict[tuple[str, int], PendingTxnOffset]]] = {}
+        self.groups: dict[str, GroupValue | None] = {}
+        self.skipped: list[tuple[int, str]] = []
+
+    def batch(self, header: BatchHeader, batch: bytes | memoryview) -> None:
+        """One whole batch as read from the log; ``header`` is its parsed header."""
+        records = decode_records(batch)
+        if header.is_control:
+            if not records:
+                return
+            try:
+                kind = log_format.read_control_type(records[0].key)
+            except log_format.RecordFormatError as error:
+                self.skipped.append((records[0].offset, str(error)))
+                return
+            self.marker(header.producer_id, kind == log_format.CONTROL_COMMIT)
+            return
+        transactional = header.is_transactional
+        for record in records:
+            if record.key is None:
+                continue
+            try:
+                self._record(
+                    record.key,
+                    record.value,
+                    header.base_offset,
+                    header.producer_id if transactional else None,
+                )
+            except log_format.RecordFormatError as error:
+                self.skipped.append((record.offset, str(error)))
+
+    def _record(
+        self, key_data: bytes, value: bytes | None, batch_offset: int, producer_id: int | None
+    ) -> None:
+        key = log_format.read_key(key_data)
+        if isinstance(key, OffsetKey):
+            partition = (key.topic, key.partition)
+            if producer_id is not None:
+                mine = self.pending.setdefault(producer_id, {}).setdefault(key.group, {})
+                if value is None:
+                    mine.pop(partition, None)
+                else:
+                    offset = log_format.read_offset_value(value)
+                    mine[partition] = PendingTxnOffset(offset, batch_offset)
+                return
+            committed = self.offsets.setdefault(key.group, {})
+            if value is None:
+                committed.pop(partition, None)
+                # A plain tombstone deletes the transactions' pending offsets too (Kafka 4's
+                # OffsetMetadataManager.replay), as DeleteGroups and OffsetDelete do in memory.
+                for groups in self.pending.values():
+                    groups.get(key.group, {}).pop(partition, None)
+            else:
+                committed[partition] = (log_format.read_offset_value(value), batch_offset)
+        elif isinstance(key, GroupKey):
+            if value is None:
+                self.groups[key.group] = None
+                self.offsets.pop(key.group, None)
+            else:
+                self.groups[key.group] = log_format.read_group_value(value)
+
+    def marker(self, producer_id: int, commit: bool) -> None:
+        """A transaction marker of ``producer_id`` read from the log."""
+        groups = self.pending.pop(producer_id, None)
+        if groups is None or not commit:
+            return
+        for group_id, offsets in groups.items():
+            committed = self.offsets.setdefault(group_id, {})
+            for partition, pending in offsets.items():
+                assert pending.record_offset is not None
+                known = committed.get(partition)
+                if known is None or known[1] < pending.record_offset:
+                    committed[partition] = (pending.value, pending.record_offset)
+
+    def group_ids(self) -> set[str]:
+        """Every group the partition has something of (Kafka creates a group for offsets
+        alone, committed or pending)."""
+        ids = {group for group, offsets in self.offsets.items() if offsets}
+        ids |= {group for group, value in self.groups.items() if value is not None}
+        for groups in self.pending.values():
+            ids |= {group for group, offsets in groups.items() if offsets}
+        return ids
+
+    def fill(self, group: Group) -> None:
+        """Give ``group`` its offsets and pending transactional offsets as read."""
+        committed = self.offsets.get(group.group_id, {})
+        group.offsets = {key: value for key, (value, _) in committed.items()}
+        group.offset_record_offsets = {key: at for key, (_, at) in committed.items()}
+        group.pending_txn_offsets = {}
+        for producer_id, groups in self.pending.items():
+            offsets = groups.get(group.group_id)
+            if offsets:
+                group.pending_txn_offsets[producer_id] = {
+                    key: PendingTxnOffset(p.value, p.record_offset) for key, p in offsets.items()
+                }

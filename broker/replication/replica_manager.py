@@ -342,7 +342,10 @@ class ReplicaManager:
                 )
         try:
             appended = partition_log.append_as_leader(
-                records, leader_epoch=partition.leader_epoch, now_ms=now_ms
+                records,
+                leader_epoch=partition.leader_epoch,
+                now_ms=now_ms,
+                client=origin is AppendOrigin.CLIENT,
             )
         except StorageError as failure:
             log.log(

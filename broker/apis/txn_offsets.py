@@ -1,0 +1,103 @@
+"""TxnOffsetCommit (key 28, v0-v4): a transactional producer's consumed offsets, committed
+with its transaction (KIP-98, the consume-transform-produce loop).
+
+Kafka's KafkaApis.handleTxnOffsetCommitRequest: WRITE on the transactional id is needed
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), then READ on the group
+(GROUP_AUTHORIZATION_FAILED for every partition), then READ on each topic
+(TOPIC_AUTHORIZATION_FAILED for that topic's partitions); partitions of unknown topics or
+out of range answer UNKNOWN_TOPIC_OR_PARTITION; the rest go to the group coordinator
+(GroupCoordinator.commit_transactional_offsets), which checks the group (NOT_COORDINATOR,
+and from v3 the member and generation, KIP-447: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+FENCED_INSTANCE_ID), writes the offsets in a transactional batch of the producer and holds
+them until the transaction's marker. v0-v1 clients (before Kafka 2.0's KAFKA-7296) are
+answered COORDINATOR_NOT_AVAILABLE instead of COORDINATOR_LOAD_IN_PROGRESS, as Kafka does.
+
+Departure: Kafka 3.6+ also verifies with the transaction coordinator that the group's
+`__consumer_offsets` partition is in the transaction (KIP-890); minibroker relies on the
+producer epoch check of the log and on AddOffsetsToTxn having been sent.
+"""
+
+from minibroker.apis import RequestContext, Role, api
+from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
+from minibroker.coordinator.service import TxnCommitRequest
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation, ResourceType
+
+NO_LEADER_EPOCH = -1
+
+
+def _answer(request, results: dict[tuple[str, int], Error]) -> dict:
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": partition.partition_index,
+                        "error_code": results[(topic.name, partition.partition_index)],
+                    }
+                    for partition in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+def _txn_offset_commit_error(request, error: Error) -> dict:
+    keys = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    return _answer(request, dict.fromkeys(keys, error))
+
+
+@api(
+    ApiKey.TXN_OFFSET_COMMIT,
+    versions=(0, 4),
+    roles=Role.BROKER,
+    error_response=_txn_offset_commit_error,
+)
+async def handle_txn_offset_commit(ctx: RequestContext, request) -> dict:
+    offsets = {
+        (topic.name, partition.partition_index): (
+            partition.committed_offset,
+            getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH),
+            partition.committed_metadata or "",
+        )
+        for topic in request.topics
+        for partition in topic.partitions
+    }
+    if not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return _answer(request, dict.fromkeys(offsets, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return _answer(request, dict.fromkeys(offsets, Error.GROUP_AUTHORIZATION_FAILED))
+    results: dict[tuple[str, int], Error] = {}
+    metadata = ctx.replica_manager.metadata
+    for topic in request.topics:
+        known = metadata.topic(topic.name)
+        for partition in topic.partitions:
+            key = (topic.name, partition.partition_index)
+            if not topic_allowed(ctx, Operation.READ, topic.name):
+                results[key] = Error.TOPIC_AUTHORIZATION_FAILED
+            elif known is None or partition.partition_index not in known.partitions:
+                results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
+    wanted = {key: value for key, value in offsets.items() if key not in results}
+    if wanted:
+        results |= await ctx.group_coordinator.commit_transactional_offsets(
+            TxnCommitRequest(
+                request.group_id,
+                int(request.producer_id),
+                int(request.producer_epoch),
+                getattr(request, "generation_id", -1),
+                getattr(request, "member_id", ""),
+                getattr(request, "group_instance_id", None),
+                wanted,
+            )
+        )
+    if ctx.version < 2:
+        results = {
+            key: Error.COORDINATOR_NOT_AVAILABLE
+            if error == Error.COORDINATOR_LOAD_IN_PROGRESS
+            else error
+            for key, error in results.items()
+        }
+    return _answer(request, results)
