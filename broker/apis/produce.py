@@ -79,10 +79,7 @@ async def _verify(
 ) -> dict[tuple[str, int], dict]:
     """KIP-890 part 1: the refusals of the partitions whose transaction the coordinator
     does not confirm, as response entries keyed by (topic, index)."""
-    coordinator = getattr(ctx, "transaction_coordinator", None)
-    if coordinator is None:
-        # Until the coordinator is merged (helper T) there is nobody to ask.
-        return {}
+    coordinator = ctx.transaction_coordinator
     to_verify: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for topic, partition_data in entries:
         for data in partition_data:

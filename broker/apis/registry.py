@@ -40,8 +40,8 @@ from minibroker.apis import (
     sasl,
     scram_credentials,
     topics,
-    txn_markers,
     transactions,
+    txn_markers,
     txn_offsets,
 )
 
