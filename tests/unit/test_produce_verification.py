@@ -68,8 +68,3 @@ async def test_verification_refusals_and_skips(replicas):
     # ...but a newer epoch is asked about.
     await _verify(ctx, "tx", [(TOPIC, [partition_data(0, epoch=1)])])
     assert coordinator.asked == [("tx", 3, 1, [(TOPIC, 0)])]
-
-
-async def test_without_a_coordinator_nothing_is_verified(replicas):
-    ctx = SimpleNamespace(replica_manager=replicas)
-    assert await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])]) == {}
