@@ -605,7 +605,7 @@ class GroupCoordinator:
             records.append((key, log_format.offset_value(value)))
         if not records:
             return results
-        group.prepare_txn_offset_commit(request.producer_id, accepted)
+        replaced = group.prepare_txn_offset_commit(request.producer_id, accepted)
         error, written_at = await self._append_at(
             request.group_id,
             records,
@@ -617,7 +617,7 @@ class GroupCoordinator:
                 group.on_txn_offset_commit_append(request.producer_id, accepted, written_at)
                 self.offset_commits += len(accepted)
             else:
-                group.fail_pending_txn_offset_commit(request.producer_id, accepted)
+                group.fail_pending_txn_offset_commit(request.producer_id, accepted, replaced)
         results.update(dict.fromkeys(accepted, error))
         return results
 
