@@ -38,14 +38,13 @@ from minibroker.coordinator.state import (
 )
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
-from minibroker.protocol.record_batch import TRANSACTIONAL_FLAG_MASK, scan_valid_batches
-from minibroker.protocol.records import (
+from minibroker.protocol.record_batch import (
     NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    Record,
-    RecordError,
-    encode_batch,
+    NO_SEQUENCE,
+    TRANSACTIONAL_FLAG_MASK,
+    scan_valid_batches,
 )
+from minibroker.protocol.records import NO_PRODUCER_ID, Record, RecordError, encode_batch
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
@@ -360,7 +359,7 @@ class GroupCoordinator:
             attributes=TRANSACTIONAL_FLAG_MASK if transactional else 0,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            base_sequence=0 if transactional else -1,
+            base_sequence=0 if transactional else NO_SEQUENCE,
         )
         ((result,),) = await self.replicas.append_records(
             [
