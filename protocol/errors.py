@@ -83,6 +83,8 @@ class Error(IntEnum):
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     UNSTABLE_OFFSET_COMMIT = 88
+    NETWORK_EXCEPTION = 13
+    INVALID_TXN_STATE = 48
 
 
 class KafkaError(Exception):
