@@ -156,7 +156,11 @@ async def test_a_reloaded_partition_keeps_open_transactions_pending_and_applies_
         await restarted.start(nursery, state)
         assert committed(restarted) == 5
         assert restarted.coordinator.unstable_offsets("g") == {T0}
+        # The marker the coordinator still sends completes what was loaded pending.
         append_marker(restarted, PRODUCER, commit=True)
+        marker(restarted, PRODUCER, commit=True)
+        assert committed(restarted) == 9
+        assert restarted.coordinator.unstable_offsets("g") == set()
         nursery.cancel_scope.cancel()
     restarted.stop()
 
