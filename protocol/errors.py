@@ -94,6 +94,8 @@ class Error(IntEnum):
     TRANSACTION_ABORTABLE = 120
     OPERATION_NOT_ATTEMPTED = 55
     UNSTABLE_OFFSET_COMMIT = 88
+    NETWORK_EXCEPTION = 13
+    INVALID_TXN_STATE = 48
 
 
 class KafkaError(Exception):

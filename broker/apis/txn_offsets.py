@@ -12,19 +12,44 @@ FENCED_INSTANCE_ID), writes the offsets in a transactional batch of the producer
 them until the transaction's marker. v0-v1 clients (before Kafka 2.0's KAFKA-7296) are
 answered COORDINATOR_NOT_AVAILABLE instead of COORDINATOR_LOAD_IN_PROGRESS, as Kafka does.
 
-Departure: Kafka 3.6+ also verifies with the transaction coordinator that the group's
-`__consumer_offsets` partition is in the transaction (KIP-890); minibroker relies on the
-producer epoch check of the log and on AddOffsetsToTxn having been sent.
+As Kafka 3.6+ (KIP-890 part 1, transaction.partition.verification.enable), the group's
+`__consumer_offsets` partition must be in the producer's transaction (AddOffsetsToTxn added
+it): the transaction coordinator verifies it (``verify_transaction``) before anything is
+written, so a late commit of a finished or aborted transaction cannot leave offsets pending
+for ever; its error answers every partition, NETWORK_EXCEPTION turned into
+COORDINATOR_LOAD_IN_PROGRESS as Kafka's maybeConvertOffsetCommitError does. A node without a
+transaction coordinator (before it is wired in) skips the verification.
 """
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
-from minibroker.coordinator.service import TxnCommitRequest
+from minibroker.coordinator.service import OFFSETS_TOPIC, TxnCommitRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 NO_LEADER_EPOCH = -1
+
+# Kafka's GroupMetadataManager.maybeConvertOffsetCommitError, for a failed verification.
+_VERIFY_ERRORS = {
+    Error.NETWORK_EXCEPTION: Error.COORDINATOR_LOAD_IN_PROGRESS,
+    Error.UNKNOWN_TOPIC_OR_PARTITION: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE,
+    Error.NOT_LEADER_OR_FOLLOWER: Error.NOT_COORDINATOR,
+}
+
+
+async def _verify(ctx: RequestContext, request) -> Error:
+    """KIP-890's check that the group's offsets partition is in the transaction."""
+    verifier = getattr(ctx, "transaction_coordinator", None)
+    if verifier is None or ctx.group_coordinator.check(request.group_id) != Error.NONE:
+        return Error.NONE  # (the coordinator answers NOT_COORDINATOR and the like)
+    partition = (OFFSETS_TOPIC, ctx.group_coordinator.partition_of(request.group_id))
+    outcome = await verifier.verify_transaction(
+        request.transactional_id, int(request.producer_id), int(request.producer_epoch), [partition]
+    )
+    error = Error(outcome.get(partition, Error.NONE))
+    return _VERIFY_ERRORS.get(error, error)
 
 
 def _answer(request, results: dict[tuple[str, int], Error]) -> dict:
@@ -81,6 +106,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> dict:
             elif known is None or partition.partition_index not in known.partitions:
                 results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
     wanted = {key: value for key, value in offsets.items() if key not in results}
+    if wanted and (error := await _verify(ctx, request)) != Error.NONE:
+        results |= dict.fromkeys(wanted, error)
+        wanted = {}
     if wanted:
         results |= await ctx.group_coordinator.commit_transactional_offsets(
             TxnCommitRequest(

@@ -38,14 +38,13 @@ from minibroker.coordinator.state import (
 )
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
-from minibroker.protocol.record_batch import TRANSACTIONAL_FLAG_MASK, scan_valid_batches
-from minibroker.protocol.records import (
+from minibroker.protocol.record_batch import (
     NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    Record,
-    RecordError,
-    encode_batch,
+    NO_SEQUENCE,
+    TRANSACTIONAL_FLAG_MASK,
+    scan_valid_batches,
 )
+from minibroker.protocol.records import NO_PRODUCER_ID, Record, RecordError, encode_batch
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
@@ -147,6 +146,10 @@ class GroupCoordinator:
         self._loaded: dict[int, int] = {}
         self._loading: dict[int, int] = {}
         self._changes = Watchers()
+        # Producer id -> the groups it holds pending offsets of (Kafka's
+        # openGroupsForProducer), so that a marker finds them without a scan of every group.
+        # An entry may outlive its group (deleted, unloaded): a marker then finds no group.
+        self._producer_groups: dict[int, set[str]] = {}
         self._nursery: trio.Nursery | None = None
         self._topic_creation: trio.Event | None = None
         self.rebalances = 0
@@ -263,6 +266,8 @@ class GroupCoordinator:
                     now,
                 )
             replay.fill(group)
+            for producer_id in group.pending_txn_offsets:
+                self._producer_groups.setdefault(producer_id, set()).add(group_id)
             self._add_group(group)
         del self._loading[partition.index]
         self._loaded[partition.index] = epoch
@@ -360,7 +365,7 @@ class GroupCoordinator:
             attributes=TRANSACTIONAL_FLAG_MASK if transactional else 0,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            base_sequence=0 if transactional else -1,
+            base_sequence=0 if transactional else NO_SEQUENCE,
         )
         ((result,),) = await self.replicas.append_records(
             [
@@ -605,7 +610,8 @@ class GroupCoordinator:
             records.append((key, log_format.offset_value(value)))
         if not records:
             return results
-        group.prepare_txn_offset_commit(request.producer_id, accepted)
+        replaced = group.prepare_txn_offset_commit(request.producer_id, accepted)
+        self._producer_groups.setdefault(request.producer_id, set()).add(request.group_id)
         error, written_at = await self._append_at(
             request.group_id,
             records,
@@ -617,7 +623,7 @@ class GroupCoordinator:
                 group.on_txn_offset_commit_append(request.producer_id, accepted, written_at)
                 self.offset_commits += len(accepted)
             else:
-                group.fail_pending_txn_offset_commit(request.producer_id, accepted)
+                group.fail_pending_txn_offset_commit(request.producer_id, accepted, replaced)
         results.update(dict.fromkeys(accepted, error))
         return results
 
@@ -628,10 +634,13 @@ class GroupCoordinator:
         handleTxnCompletion). A partition still loading reads the marker from its log."""
         if topic != OFFSETS_TOPIC or index not in self._loaded:
             return
-        for group in list(self.groups.values()):
-            if not group.has_pending_offsets_from(producer_id):
-                continue
-            if self.partition_of(group.group_id) != index:
+        group_ids = self._producer_groups.get(producer_id, set())
+        for group_id in sorted(group_ids):
+            if self.partition_of(group_id) != index:
+                continue  # (its marker on another offsets partition completes it)
+            group_ids.discard(group_id)
+            group = self.groups.get(group_id)
+            if group is None or not group.has_pending_offsets_from(producer_id):
                 continue
             applied = group.complete_txn_offset_commit(producer_id, commit)
             log.debug(
@@ -641,6 +650,8 @@ class GroupCoordinator:
                 applied,
                 group.group_id,
             )
+        if not group_ids:
+            self._producer_groups.pop(producer_id, None)
 
     def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """The partitions whose offsets a transaction of the group holds pending (OffsetFetch

@@ -651,13 +651,16 @@ class Group:
 
     def prepare_txn_offset_commit(
         self, producer_id: int, offsets: dict[tuple[str, int], OffsetValue]
-    ) -> None:
+    ) -> dict[tuple[str, int], PendingTxnOffset | None]:
         """A TxnOffsetCommit about to be written: pending from now on, so OffsetFetch with
         require_stable already answers UNSTABLE_OFFSET_COMMIT (Kafka's
-        prepareTxnOffsetCommit)."""
+        prepareTxnOffsetCommit). Returns what it replaced, for
+        `fail_pending_txn_offset_commit`."""
         mine = self.pending_txn_offsets.setdefault(producer_id, {})
+        replaced = {key: mine.get(key) for key in offsets}
         for key, value in offsets.items():
             mine[key] = PendingTxnOffset(value)
+        return replaced
 
     def on_txn_offset_commit_append(
         self, producer_id: int, offsets: dict[tuple[str, int], OffsetValue], record_offset: int
@@ -673,16 +676,27 @@ class Group:
                 pending.record_offset = record_offset
 
     def fail_pending_txn_offset_commit(
-        self, producer_id: int, offsets: dict[tuple[str, int], OffsetValue]
+        self,
+        producer_id: int,
+        offsets: dict[tuple[str, int], OffsetValue],
+        replaced: dict[tuple[str, int], PendingTxnOffset | None],
     ) -> None:
-        """The write failed: the client retries (Kafka's failPendingTxnOffsetCommit)."""
+        """The write failed; the client retries (Kafka's failPendingTxnOffsetCommit). What
+        the failed commit replaced comes back, as Kafka 4's coordinator reverts its state to
+        the snapshot before a failed write: a fenced zombie's commit must not take away the
+        pending offset its successor wrote."""
         mine = self.pending_txn_offsets.get(producer_id)
         if mine is None:
             return
         for key, value in offsets.items():
             pending = mine.get(key)
-            if pending is not None and pending.value == value and pending.record_offset is None:
+            if pending is None or pending.value != value or pending.record_offset is not None:
+                continue  # replaced or written meanwhile
+            previous = replaced.get(key)
+            if previous is None:
                 del mine[key]
+            else:
+                mine[key] = previous
         if not mine:
             del self.pending_txn_offsets[producer_id]
 
