@@ -95,7 +95,6 @@ class Error(IntEnum):
     OPERATION_NOT_ATTEMPTED = 55
     UNSTABLE_OFFSET_COMMIT = 88
     NETWORK_EXCEPTION = 13
-    INVALID_TXN_STATE = 48
 
 
 class KafkaError(Exception):

@@ -41,8 +41,8 @@ _VERIFY_ERRORS = {
 
 async def _verify(ctx: RequestContext, request) -> Error:
     """KIP-890's check that the group's offsets partition is in the transaction."""
-    verifier = getattr(ctx, "transaction_coordinator", None)
-    if verifier is None or ctx.group_coordinator.check(request.group_id) != Error.NONE:
+    verifier = ctx.transaction_coordinator
+    if ctx.group_coordinator.check(request.group_id) != Error.NONE:
         return Error.NONE  # (the coordinator answers NOT_COORDINATOR and the like)
     partition = (OFFSETS_TOPIC, ctx.group_coordinator.partition_of(request.group_id))
     outcome = await verifier.verify_transaction(
