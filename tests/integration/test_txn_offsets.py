@@ -16,20 +16,36 @@ from tests.integration.authz import binding, on_cluster
 from tests.integration.test_groups_bad_input import OVERRIDES, Session, join, sync
 
 
-def init_producer_id(session: Session) -> tuple[int, int]:
-    """A producer id without a transactional id (an idempotent producer's)."""
+def init_producer_id(session: Session, transactional_id: str = "tx", group: str = "g"):
+    """A transactional producer's id and epoch, with ``group``'s offsets partition added to
+    its transaction (FindCoordinator, InitProducerId, AddOffsetsToTxn), so that the
+    coordinator confirms the transaction when TxnOffsetCommit asks it (KIP-890)."""
+    found = session.send(ApiKey.FIND_COORDINATOR, 2, {"key": transactional_id, "key_type": 1})
+    assert found.error_code.value == Error.NONE
     answer = session.send(
         ApiKey.INIT_PRODUCER_ID,
         4,
         {
-            "transactional_id": None,
+            "transactional_id": transactional_id,
             "transaction_timeout": 60_000,
             "producer_id": -1,
             "producer_epoch": -1,
         },
     )
     assert answer.error_code.value == Error.NONE
-    return int(answer.producer_id), int(answer.producer_epoch)
+    producer = int(answer.producer_id), int(answer.producer_epoch)
+    added = session.send(
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        3,
+        {
+            "transactional_id": transactional_id,
+            "producer_id": producer[0],
+            "producer_epoch": producer[1],
+            "group_id": group,
+        },
+    )
+    assert added.error_code.value == Error.NONE
+    return producer
 
 
 def txn_offset_commit(
@@ -200,7 +216,7 @@ def test_authorization(secured):
         assert found.error_code.value == Error.NONE
         create_topic(broker.bootstrap, "t", 1)
         create_topic(broker.bootstrap, "u", 1)
-        producer = (1000, 0)
+        producer = init_producer_id(session)
         both = [("t", 0, 1), ("u", 0, 1)]
         assert txn_offset_commit(
             session, 3, producer, both, transactional_id="other"
