@@ -1208,11 +1208,6 @@ class PartitionLog:
         ):
             cleaned.delete()
             return False
-        if not cleaned.txn_index.entries:
-            # The aborted transactions of the replaced segments stay indexed (a cleaner that
-            # kept their markers keeps their entries, as Kafka's cleaner does).
-            for segment in old:
-                cleaned.txn_index.append_all(segment.txn_index.entries)
         cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
         fsync_directory(self.directory)
         for segment in old:
