@@ -273,3 +273,32 @@ def test_write_txn_markers_from_a_client_listener_is_refused(two_listeners):  # 
     assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 0  # still open
     assert write_marker(internal, producer, False) == ErrorCode.none
     assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 2
+
+
+def test_after_kill_9_recovery_rebuilds_the_txnindex(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    produce(bootstrap, [b"a"], producer=producer, sequence=0, transactional_id="t")  # 0
+    assert write_marker(bootstrap, producer, False) == ErrorCode.none  # 1
+    produce(bootstrap, [b"b"], producer=producer, sequence=1, transactional_id="t")  # 2
+    assert write_marker(bootstrap, producer, True) == ErrorCode.none  # 3
+    produce(bootstrap, [b"c"], producer=producer, sequence=2, transactional_id="t")  # 4, open
+    before = raw_fetch(bootstrap, 1)
+    assert [(t.producer_id, t.first_offset) for t in before.aborted_transactions] == [
+        (producer[0], 0)
+    ]
+    directory = broker.log_dir / f"{TOPIC}-0"
+    (index,) = directory.glob("*.txnindex")
+    written = index.read_bytes()
+    broker.kill()
+    index.unlink()  # lost with the crash: recovery must rebuild it from the log
+    broker.restart()
+    broker.wait_ready()
+    assert index.read_bytes() == written
+    after = raw_fetch(bootstrap, 1)
+    assert [(t.producer_id, t.first_offset) for t in after.aborted_transactions] == [
+        (producer[0], 0)
+    ]
+    assert after.last_stable_offset == 4  # the open transaction is still open
+    assert kafka_python_values(bootstrap, "read_committed") == [b"b"]
