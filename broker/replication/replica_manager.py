@@ -561,24 +561,25 @@ class ReplicaManager:
     ) -> tuple[int, int]:
         """Kafka's ReplicaManager.fetchOffsetForTimestamp (ListOffsets): (timestamp, offset),
         (-1, -1) when no record qualifies. Consumers never see past the HW (read_committed:
-        the last stable offset); a follower asking LATEST (after OFFSET_OUT_OF_RANGE) gets
-        the log end."""
+        the last stable offset), for LATEST as for timestamp lookups; a follower asking
+        LATEST (after OFFSET_OUT_OF_RANGE) gets the log end."""
         partition_log = partition.log
         if timestamp == EARLIEST:
             return -1, partition_log.log_start_offset
         if timestamp == LATEST and replica_id >= 0:
             return -1, partition_log.log_end_offset
+        # Kafka's lastFetchableOffset: what a consumer of this isolation level may read.
+        end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
         if timestamp == LATEST:
-            end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
             return -1, end
         if timestamp == MAX_TIMESTAMP:
             found = partition_log.max_timestamp()
-            if found is None or found[0] >= partition.high_watermark:
+            if found is None or found[0] >= end:
                 return -1, -1
             offset, max_ts = found
             return max_ts, offset
         found = partition_log.offset_for_timestamp(timestamp)
-        if found is None or found[0] >= partition.high_watermark:
+        if found is None or found[0] >= end:
             return -1, -1
         offset, record_ts = found
         return record_ts, offset
