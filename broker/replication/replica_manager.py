@@ -457,16 +457,19 @@ class ReplicaManager:
             return fetch_result(index, failure.error, partition)
         entry = fetch_result(index, Error.NONE, partition, records)
         if read_committed:
-            entry["aborted_transactions"] = (
-                [
-                    {"producer_id": producer_id, "first_offset": first_offset}
-                    for producer_id, first_offset in partition_log.collect_aborted_transactions(
-                        fetch_offset, _end_of_batches(records)
-                    )
-                ]
-                if records
-                else []
-            )
+            aborted = []
+            # Most logs have no aborted transaction past the fetch offset: then the batch
+            # headers of the read need not be walked for the range's exact end.
+            if records and partition_log.collect_aborted_transactions(
+                fetch_offset, partition_log.log_end_offset
+            ):
+                aborted = partition_log.collect_aborted_transactions(
+                    fetch_offset, _end_of_batches(records)
+                )
+            entry["aborted_transactions"] = [
+                {"producer_id": producer_id, "first_offset": first_offset}
+                for producer_id, first_offset in aborted
+            ]
         return entry
 
     # -- transaction markers -----------------------------------------------------------------

@@ -29,7 +29,9 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
+from minibroker.security.authorizer.acls import Operation, ResourceType
 from tests.conftest import create_topic, exchange
+from tests.integration.authz import binding, on_cluster
 from tests.integration.test_inter_node_listener import two_listeners  # noqa: F401 (fixture)
 from tests.unit.batch_factory import make_batch
 
@@ -302,3 +304,22 @@ def test_after_kill_9_recovery_rebuilds_the_txnindex(broker):
     ]
     assert after.last_stable_offset == 4  # the open transaction is still open
     assert kafka_python_values(bootstrap, "read_committed") == [b"b"]
+
+
+def test_transactional_produce_needs_write_on_the_transactional_id(secured):
+    broker = secured(
+        [
+            on_cluster(Operation.CREATE),
+            binding(TOPIC, Operation.WRITE),
+            binding(TOPIC, Operation.READ),
+            binding("allowed", Operation.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID),
+        ]
+    )
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    refused = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="other")
+    assert refused.error_code == ErrorCode.transactional_id_authorization_failed
+    accepted = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="allowed")
+    assert accepted.error_code == ErrorCode.none and accepted.base_offset == 0
+    assert raw_fetch(bootstrap, 1).last_stable_offset == 0  # the transaction is open
