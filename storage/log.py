@@ -16,8 +16,8 @@ Where this departs from Kafka (each is also noted where it happens):
 - Producer state: a `<offset>.snapshot` in Kafka's format is written when a segment is rolled
   and when the log closes; opening or truncating the log loads the latest snapshot at or
   below the log end (and below any segment recovery rescans, whose `.txnindex` the replay
-  rebuilds, and after a crash below the start of the latest leader epoch the checkpoint
-  knows, since the replay relearns newer ones) and replays only the batch headers after it.
+  rebuilds) and replays only the batch headers after it (after a crash, the headers from the
+  start of the latest leader epoch the checkpoint knows are read too, for newer epochs).
   Kafka writes the roll's snapshot asynchronously; here it is written at once, and fsynced
   only when the log closes (a torn one fails its CRC and an older one, or a full replay, is
   used).
@@ -577,11 +577,11 @@ class PartitionLog:
         self._producers.clear()
         return None
 
-    def _epoch_replay_limit(self) -> list[int]:
-        """After a crash the replay must see every batch of an epoch newer than the last one
-        the checkpoint knows, which all lie at or past that epoch's start offset."""
+    def _epoch_replay_start(self) -> int:
+        """After a crash, where the batches of epochs the checkpoint may lack can start:
+        the start of the latest epoch it knows (0 if none)."""
         entries = self._epochs.entries()
-        return [entries[-1][1]] if entries else [0]
+        return entries[-1][1] if entries else 0
 
     def _rebuild_producer_state(self, *, recover_epochs: bool = False) -> None:
         """Producer state from the latest usable snapshot and the batch headers after it
@@ -594,17 +594,21 @@ class PartitionLog:
         limit = min(
             [self._log_end_offset]
             + [segment.base_offset for segment in self._segments if segment.txn_index_rebuilding]
-            + (self._epoch_replay_limit() if recover_epochs else [])
         )
         replay_from = self._load_latest_snapshot(limit) or 0
+        # Epochs newer than the latest one known can only start at or past its start.
+        epochs_from = self._epoch_replay_start() if recover_epochs else LONG_MAX
+        scan_from = min(replay_from, epochs_from)
         for segment, following in self._with_following():
-            if following is not None and following.base_offset <= replay_from:
+            if following is not None and following.base_offset <= scan_from:
                 continue
-            start = segment.offset_index.lookup(replay_from)[1] if replay_from else 0
+            start = segment.offset_index.lookup(scan_from)[1] if scan_from else 0
             for position, header in segment.batches(start):
-                if header.last_offset < replay_from:
+                if header.last_offset < scan_from:
                     continue
-                if header.last_offset >= self._log_start_offset or header.is_control:
+                if header.last_offset >= max(replay_from, self._log_start_offset) or (
+                    header.is_control and header.last_offset >= replay_from
+                ):
                     # Markers below the log start still close their transactions.
                     self._record_batch(
                         segment,
@@ -613,7 +617,7 @@ class PartitionLog:
                         position,
                         index=segment.txn_index_rebuilding,
                     )
-                if recover_epochs and header.partition_leader_epoch > (
+                if header.last_offset >= epochs_from and header.partition_leader_epoch > (
                     self._epochs.latest_epoch if self._epochs.latest_epoch is not None else -1
                 ):
                     self._epochs.assign(
