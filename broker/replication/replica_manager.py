@@ -538,7 +538,10 @@ class ReplicaManager:
             results[key] = ack.result["error_code"]
             if results[key] == Error.NONE:
                 for listener in self.marker_listeners:
-                    listener(key[0], key[1], producer_id, commit)
+                    try:
+                        listener(key[0], key[1], producer_id, commit)
+                    except Exception:  # the marker is written: its answer stands
+                        log.exception("marker listener failed for %s-%d", *key)
         return results
 
     def has_ongoing_transaction(
