@@ -16,6 +16,7 @@ from minibroker.replication.partition import Partition
 from minibroker.storage.errors import StorageError
 from minibroker.storage.log import LogConfig, PartitionLog
 from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.segment import segment_file_name
 from minibroker.storage.transaction_index import AbortedTxn
 from tests.unit.batch_factory import make_batch
 
@@ -328,3 +329,27 @@ def test_a_torn_snapshot_is_ignored(tmp_path):
     reopened = open_log(directory)
     assert sorted(reopened.producer_state.active_producers()) == state
     assert list(directory.glob("*.snapshot")) == []  # each failed its check and went
+
+
+def test_after_a_crash_the_snapshot_is_used_below_the_rescanned_segments(tmp_path, monkeypatch):
+    directory = tmp_path / "t-0"
+    log = build_many_segments(directory)
+    state = sorted(log.producer_state.active_producers())
+    end = log.log_end_offset
+    active_base = log.segments[-1].base_offset
+    log.flush()
+    log.close()
+    (directory / segment_file_name(end, ".snapshot")).unlink()  # the crash came before close
+    replayed = []
+    original = ProducerStateManager.record
+    monkeypatch.setattr(
+        ProducerStateManager,
+        "record",
+        lambda self, header, marker=None: replayed.append(header) or original(self, header, marker),
+    )
+    recovered = PartitionLog.open(
+        directory, CONFIG, now_ms=0, recovery_point=end, needs_recovery=True
+    )
+    # Only the active segment (at or past the recovery point) was rescanned and replayed.
+    assert replayed and all(header.base_offset >= active_base for header in replayed)
+    assert sorted(recovered.producer_state.active_producers()) == state
