@@ -8,6 +8,8 @@ and bad input gets Kafka's codes: a stale producer epoch on a marker, WriteTxnMa
 a client listener."""
 
 import datetime
+import threading
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -323,3 +325,45 @@ def test_transactional_produce_needs_write_on_the_transactional_id(secured):
     accepted = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="allowed")
     assert accepted.error_code == ErrorCode.none and accepted.base_offset == 0
     assert raw_fetch(bootstrap, 1).last_stable_offset == 0  # the transaction is open
+
+
+def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    produce(bootstrap, [b"v"], producer=producer, sequence=0, transactional_id="t")
+    answer = {}
+
+    def wait_for_records():
+        started = time.monotonic()
+        response = exchange(
+            bootstrap,
+            FetchRequest(
+                max_wait=datetime.timedelta(seconds=8),
+                min_bytes=1,
+                isolation_level=1,
+                topics=(
+                    FetchTopic(
+                        topic=TOPIC,
+                        partitions=(
+                            FetchPartition(
+                                partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                            ),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+            ),
+            timeout=15,
+        )
+        answer["partition"] = response.responses[0].partitions[0]
+        answer["seconds"] = time.monotonic() - started
+
+    reader = threading.Thread(target=wait_for_records)
+    reader.start()
+    time.sleep(1)
+    assert "partition" not in answer  # parked: nothing committed yet
+    assert write_marker(bootstrap, producer, True) == ErrorCode.none
+    reader.join(15)
+    assert answer["partition"].records and answer["partition"].last_stable_offset == 2
+    assert answer["seconds"] < 5  # woken by the marker, not at the 8 s max_wait
