@@ -99,6 +99,7 @@ class Partition:
         self.high_watermark = max(
             self.log.log_start_offset, min(self.high_watermark, self.log.log_end_offset)
         )
+        self._forget_replicated_transactions()
 
     def become_leader(
         self,
