@@ -36,8 +36,20 @@ What a cleaning of one log does, as Kafka's LogCleaner (Cleaner.doClean):
   and swapped in by `PartitionLog.replace_segments` (`.swap`, delete, rename; completed on
   open after a crash). The segment keeps the last old segment's modification time.
 
-Departures from Kafka: no transaction markers or aborted transactions exist here (the broker
-has no transactions), so control batches are kept as they are. The produce path does not
+Transactions, as Kafka's Cleaner with CleanedTransactionMetadata:
+
+- Nothing at or past the last stable offset is cleaned (the caller passes the LSO as the
+  upper bound), so an open transaction is never touched.
+- The records of aborted transactions (known from the `.txnindex` of every segment) are
+  never put in the offset map, and their batches are removed (a producer's last batch and
+  the batch ending at the first uncleanable offset stay header-only, as for any batch).
+- An ABORT marker stays, with its `.txnindex` entry in the cleaned segment, while the same
+  cleaning still saw batches of its transaction; a COMMIT marker while it saw batches of
+  its transaction. Once none are left, the marker gets a delete horizon (attribute bit 6,
+  now + delete.retention.ms in its baseTimestamp) the first time, and is removed by a
+  cleaning after the horizon, like a tombstone.
+
+Departures from Kafka: the produce path does not
 refuse keyless records for compacted topics (Kafka answers INVALID_RECORD): it never decodes
 records; the cleaner drops them instead.
 
@@ -54,8 +66,9 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from minibroker.protocol.control_batch import read_control_marker
 from minibroker.protocol.record_batch import (
     CONTROL_FLAG_MASK,
     HEADER_SIZE,
@@ -68,12 +81,14 @@ from minibroker.protocol.record_batch import (
 from minibroker.protocol.records import (
     DELETE_HORIZON_FLAG,
     RawRecord,
+    RecordError,
     encode_raw_batch,
     iter_raw_records,
     iter_record_keys,
 )
 from minibroker.storage.log import CLEANED_SUFFIX, INT_MAX, LONG_MAX, PartitionLog
 from minibroker.storage.segment import LogSegment, segment_file_name
+from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 
 log = logging.getLogger("storage.cleaner")
 
@@ -297,6 +312,64 @@ def _read_batches(path: Path, start: int, size: int) -> Iterator[tuple[BatchHead
         os.close(fd)
 
 
+class CleanedTransactions:
+    """Kafka's CleanedTransactionMetadata: while batches are read in offset order, which
+    belong to aborted transactions, and which markers may go.
+
+    ``aborted`` are the `.txnindex` entries that may overlap what is read, by first offset;
+    ``cleaned_index`` (if given) receives the entries of ABORT markers that stay.
+    """
+
+    def __init__(
+        self, aborted: list[AbortedTxn], cleaned_index: TransactionIndex | None = None
+    ) -> None:
+        self._aborted = sorted(aborted, key=lambda txn: txn.first_offset)
+        self._next = 0
+        # producer id -> [the index entry, last offset of a batch of it seen here or None]
+        self._ongoing_aborted: dict[int, list[Any]] = {}
+        self._ongoing_committed: set[int] = set()
+        self._cleaned_index = cleaned_index
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._next < len(self._aborted) and self._aborted[self._next].first_offset <= offset:
+            txn = self._aborted[self._next]
+            self._next += 1
+            self._ongoing_aborted.setdefault(txn.producer_id, [txn, None])
+
+    def on_batch_read(self, header: BatchHeader) -> bool:
+        """Whether a data batch belongs to an aborted transaction (to be removed)."""
+        self._consume_up_to(header.last_offset)
+        if not header.attributes & TRANSACTIONAL_FLAG_MASK:
+            return False
+        ongoing = self._ongoing_aborted.get(header.producer_id)
+        if ongoing is not None:
+            ongoing[1] = header.last_offset
+            return True
+        self._ongoing_committed.add(header.producer_id)
+        return False
+
+    def on_control_batch_read(self, header: BatchHeader, batch: bytes) -> bool:
+        """Whether a marker may be discarded (once its delete horizon passed): no batch of
+        its transaction was seen in this read."""
+        self._consume_up_to(header.last_offset)
+        try:
+            commit, _ = read_control_marker(batch)
+        except (RecordError, IndexError):
+            return False
+        producer_id = header.producer_id
+        if not commit:
+            ongoing = self._ongoing_aborted.pop(producer_id, None)
+            if ongoing is not None and ongoing[1] is not None:
+                if self._cleaned_index is not None:
+                    self._cleaned_index.append(ongoing[0])
+                return False
+            return True
+        if producer_id in self._ongoing_committed:
+            self._ongoing_committed.discard(producer_id)
+            return False
+        return True
+
+
 class Cleaning:
     """One cleaning of one log. Make it on the log's thread; then `build_offset_map()` and
     `clean_group(group)` (for each of `groups()`) may run in another thread, and each
@@ -330,6 +403,14 @@ class Cleaning:
             if segment.base_offset < to_clean.first_uncleanable_offset and end > start
         ]
         self._producer_last_offsets = self.log.producer_state.last_data_offsets()
+        # Every aborted transaction that may reach into the cleanable range (its marker may
+        # lie in a later segment, even the active one).
+        self._aborted = [
+            entry
+            for segment in segments
+            for entry in segment.txn_index.entries
+            if entry.first_offset < to_clean.first_uncleanable_offset
+        ]
         # Recovery after a crash relearns unsaved leader-epoch entries from the batches'
         # epochs; the cleaning may remove the batch that started an epoch, so the entries are
         # written first (usually nothing to do: they are written at every flush).
@@ -354,6 +435,7 @@ class Cleaning:
         """Key -> latest offset over the dirty section (Cleaner.buildOffsetMap)."""
         start = self.to_clean.first_dirty_offset
         offset_map = self.offset_map
+        transactions = CleanedTransactions(self._aborted)
         for segment, end, size, path, position in self._dirty:
             upper = min(end, self.to_clean.first_uncleanable_offset)
             for header, batch in _read_batches(path, position, size):
@@ -361,6 +443,11 @@ class Cleaning:
                 if header.base_offset >= upper:
                     break
                 if header.attributes & CONTROL_FLAG_MASK:
+                    transactions.on_control_batch_read(header, batch)
+                    continue
+                if transactions.on_batch_read(header):  # aborted: its keys are not mapped
+                    if header.last_offset >= start:
+                        self.latest_offset = max(self.latest_offset, header.last_offset)
                     continue
                 for offset, key in _yielding(iter_record_keys(batch)):
                     if key is None or offset < start:
@@ -432,18 +519,27 @@ class Cleaning:
             return False
         return record.has_value or horizon is None or self.now_ms < horizon
 
-    def _filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
+    def _filter(
+        self, header: BatchHeader, batch: bytes, transactions: CleanedTransactions
+    ) -> bytes | None:
         """The batch as it leaves the cleaner: unchanged, rewritten, header-only, or None."""
-        if header.attributes & CONTROL_FLAG_MASK:
-            return batch
         has_horizon = bool(header.attributes & DELETE_HORIZON_FLAG)
         horizon = header.base_timestamp if has_horizon else None
+        if header.attributes & CONTROL_FLAG_MASK:
+            if not transactions.on_control_batch_read(header, batch):
+                return batch
+            if horizon is None:  # first seen discardable: it gets its delete horizon
+                return self._with_horizon(header, batch)
+            if self.now_ms < horizon:
+                return batch
+            return self._emptied(header)
+        aborted = transactions.on_batch_read(header)
         kept = []
         read = 0
         tombstones = False
         for record in _yielding(iter_raw_records(batch)):
             read += 1
-            if self._keeps(record, horizon):
+            if not aborted and self._keeps(record, horizon):
                 kept.append(record)
                 tombstones = tombstones or not record.has_value
         self.stats.records_read += read
@@ -471,6 +567,26 @@ class Cleaning:
                 producer_epoch=header.producer_epoch,
                 base_sequence=header.base_sequence,
             )
+        return self._emptied(header)
+
+    def _with_horizon(self, header: BatchHeader, batch: bytes) -> bytes:
+        """A marker batch, records kept, with its delete horizon set (KIP-534)."""
+        records = list(iter_raw_records(batch))
+        return encode_raw_batch(
+            records,
+            base_offset=header.base_offset,
+            last_offset_delta=header.last_offset_delta,
+            attributes=header.attributes | DELETE_HORIZON_FLAG,
+            base_timestamp=self.now_ms + self.config.delete_retention_ms,
+            max_timestamp=header.max_timestamp,
+            partition_leader_epoch=header.partition_leader_epoch,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+        )
+
+    def _emptied(self, header: BatchHeader) -> bytes | None:
+        """A batch left with no record: header-only when it must stay, else None."""
         last_of_producer = (
             header.producer_id >= 0
             and self._producer_last_offsets.get(header.producer_id) == header.last_offset
@@ -497,7 +613,7 @@ class Cleaning:
         items = self._groups[id(group[0])]
         base_offset = group[0].base_offset
         directory = self.log.directory
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", TXN_INDEX_SUFFIX):
             (directory / segment_file_name(base_offset, suffix + CLEANED_SUFFIX)).unlink(
                 missing_ok=True
             )
@@ -508,6 +624,10 @@ class Cleaning:
             max_index_size=self.config.segment_index_bytes,
             suffix=CLEANED_SUFFIX,
         )
+        group_base = base_offset
+        transactions = CleanedTransactions(
+            [txn for txn in self._aborted if txn.last_offset >= group_base], cleaned.txn_index
+        )
         try:
             pending: list[bytes] = []
             headers: list[BatchHeader] = []
@@ -516,7 +636,7 @@ class Cleaning:
                 for header, batch in _read_batches(path, 0, size):
                     self.check_done()
                     self.stats.bytes_read += len(batch)
-                    out = self._filter(header, batch)
+                    out = self._filter(header, batch, transactions)
                     if out is None:
                         continue
                     pending.append(out)

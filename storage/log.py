@@ -13,9 +13,14 @@ Where this departs from Kafka (each is also noted where it happens):
   boundary (it always does for replication). Kafka removes the same batches but sets the log
   end offset to `offset` regardless, which can leave a gap.
 - A read may span segments, where Kafka stops at the end of the segment it started in.
-- Producer state is rebuilt from the batch headers (and transaction markers) of the whole log
-  on open and on truncation instead of from `.snapshot` files (see
-  storage/producer_state.py).
+- Producer state: a `<offset>.snapshot` in Kafka's format is written when a segment is rolled
+  and when the log closes; opening or truncating the log loads the latest snapshot at or
+  below the log end (and below any segment recovery rescans, whose `.txnindex` the replay
+  rebuilds) and replays only the batch headers after it (after a crash, the headers from the
+  start of the latest leader epoch the checkpoint knows are read too, for newer epochs).
+  Kafka writes the roll's snapshot asynchronously; here it is written at once, and fsynced
+  only when the log closes (a torn one fails its CRC and an older one, or a full replay, is
+  used).
 - Rolled segments are fsynced by `flush_if_due` (which the log manager runs periodically and
   before each checkpoint) rather than by a background task right after the roll.
 
@@ -74,7 +79,7 @@ from minibroker.storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from minibroker.storage.index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from minibroker.storage.producer_state import CompletedTxn, ProducerStateManager
+from minibroker.storage.producer_state import SNAPSHOT_SUFFIX, CompletedTxn, ProducerStateManager
 from minibroker.storage.segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
 from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
@@ -92,6 +97,7 @@ SWAP_SUFFIX = ".swap"
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX)
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.swap)?")
 _INTEGER = re.compile(r"[+-]?\d+")
+_SNAPSHOT_FILE = re.compile(r"(\d{20})\.snapshot")
 
 
 def _integer(lowest: int, highest: int, type_name: str) -> Callable[[str, str], int]:
@@ -521,17 +527,88 @@ class PartitionLog:
         """Each segment with the one after it (None for the active segment)."""
         return zip(self._segments, [*self._segments[1:], None], strict=True)
 
+    # -- producer-state snapshots ------------------------------------------------------------
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(
+            int(match.group(1))
+            for path in self.directory.iterdir()
+            if (match := _SNAPSHOT_FILE.fullmatch(path.name))
+        )
+
+    def _snapshot_path(self, offset: int) -> Path:
+        return self.directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
+
+    def take_snapshot(self, offset: int | None = None, *, sync: bool = False) -> None:
+        """Write the producer state as `<offset>.snapshot` (default: the log end), as Kafka's
+        ProducerStateManager.takeSnapshot."""
+        offset = self._log_end_offset if offset is None else offset
+        path = self._snapshot_path(offset)
+        with open(path, "wb") as file:
+            file.write(self._producers.snapshot_bytes())
+            if sync:
+                file.flush()
+                os.fsync(file.fileno())
+        self._directory_needs_fsync = True
+
+    def _delete_snapshots(self, keep: Callable[[int], bool]) -> None:
+        for offset in self._snapshot_offsets():
+            if not keep(offset):
+                self._snapshot_path(offset).unlink(missing_ok=True)
+
+    def _load_latest_snapshot(self, limit: int) -> int | None:
+        """Load the latest valid snapshot at or below ``limit``; its offset, or None (the
+        state is then empty). Snapshots past the log end or below the log start are
+        deleted, as Kafka's truncateAndReload does, and so is one that does not load."""
+        self._delete_snapshots(
+            lambda offset: self._log_start_offset <= offset <= self._log_end_offset
+        )
+        for offset in reversed(self._snapshot_offsets()):
+            if offset > limit:
+                continue
+            try:
+                self._producers.load_snapshot(self._snapshot_path(offset).read_bytes())
+            except (OSError, ValueError) as error:
+                log.warning("%s: ignoring snapshot %d: %s", self.name, offset, error)
+                self._snapshot_path(offset).unlink(missing_ok=True)
+                continue
+            self._producers.remove_before(self._log_start_offset)
+            return offset
+        self._producers.clear()
+        return None
+
+    def _epoch_replay_start(self) -> int:
+        """After a crash, where the batches of epochs the checkpoint may lack can start:
+        the start of the latest epoch it knows (0 if none)."""
+        entries = self._epochs.entries()
+        return entries[-1][1] if entries else 0
+
     def _rebuild_producer_state(self, *, recover_epochs: bool = False) -> None:
-        """Producer state from every batch header; with `recover_epochs` (after a crash),
+        """Producer state from the latest usable snapshot and the batch headers after it
+        (from every batch header without one); with `recover_epochs` (after a crash),
         also the leader epoch entries the checkpoint file may lack, since the append path
         defers writing them: every batch whose epoch is newer than the latest known one starts
         that epoch, as in Kafka's segment recovery. Older epochs are left alone: the file
         always holds a complete history up to some point, and re-assigning an older epoch
         would cut the entries after it."""
-        self._producers.clear()
-        for segment in self._segments:
-            for position, header in segment.batches():
-                if header.last_offset >= self._log_start_offset or header.is_control:
+        limit = min(
+            [self._log_end_offset]
+            + [segment.base_offset for segment in self._segments if segment.txn_index_rebuilding]
+        )
+        replay_from = self._load_latest_snapshot(limit) or 0
+        # Epochs newer than the latest one known can only start at or past its start.
+        epochs_from = self._epoch_replay_start() if recover_epochs else LONG_MAX
+        scan_from = min(replay_from, epochs_from)
+        for segment, following in self._with_following():
+            if following is not None and following.base_offset <= scan_from:
+                continue
+            start = segment.offset_index.lookup(scan_from)[1] if scan_from else 0
+            for position, header in segment.batches(start):
+                if header.last_offset < scan_from:
+                    continue
+                if header.last_offset >= max(replay_from, self._log_start_offset) or (
+                    header.is_control and header.last_offset >= replay_from
+                ):
                     # Markers below the log start still close their transactions.
                     self._record_batch(
                         segment,
@@ -540,7 +617,7 @@ class PartitionLog:
                         position,
                         index=segment.txn_index_rebuilding,
                     )
-                if recover_epochs and header.partition_leader_epoch > (
+                if header.last_offset >= epochs_from and header.partition_leader_epoch > (
                     self._epochs.latest_epoch if self._epochs.latest_epoch is not None else -1
                 ):
                     self._epochs.assign(
@@ -932,6 +1009,10 @@ class PartitionLog:
         if active.is_empty and active.base_offset == base_offset:
             return active
         active.seal_indexes()
+        try:
+            self.take_snapshot(base_offset)
+        except OSError as error:  # the log can do without; recovery replays more
+            log.warning("%s: cannot write the producer snapshot: %s", self.name, error)
         segment = self._new_segment(base_offset)
         self._segments.append(segment)
         self._directory_needs_fsync = True
@@ -1104,6 +1185,7 @@ class PartitionLog:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._producers.clear()
+        self._delete_snapshots(lambda snapshot_offset: False)
         self._epochs.clear()
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
@@ -1188,6 +1270,8 @@ class PartitionLog:
         self._directory_needs_fsync = True
         if self._segments[0].base_offset > self._log_start_offset:
             self._advance_log_start_offset(self._segments[0].base_offset)
+        first_base = self._segments[0].base_offset
+        self._delete_snapshots(lambda offset: offset >= first_base)
         return len(deletable)
 
     # -- the log cleaner's swap ---------------------------------------------------------------
@@ -1217,11 +1301,6 @@ class PartitionLog:
         ):
             cleaned.delete()
             return False
-        if not cleaned.txn_index.entries:
-            # The aborted transactions of the replaced segments stay indexed (a cleaner that
-            # kept their markers keeps their entries, as Kafka's cleaner does).
-            for segment in old:
-                cleaned.txn_index.append_all(segment.txn_index.entries)
         cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
         fsync_directory(self.directory)
         for segment in old:
@@ -1271,7 +1350,13 @@ class PartitionLog:
             self.first_dirty_offset = min(self.first_dirty_offset, truncated_to)
 
     def close(self) -> None:
-        """Close the files (without flushing: the log manager flushes before closing)."""
+        """Close the files (without flushing: the log manager flushes before closing), after
+        writing the producer state's snapshot at the log end (Kafka's clean shutdown)."""
+        if not self.closed:
+            try:
+                self.take_snapshot(sync=True)
+            except OSError as error:
+                log.warning("%s: cannot write the producer snapshot: %s", self.name, error)
         self.closed = True
         self._segments_changed()
         for segment in self._segments:

@@ -31,17 +31,27 @@ smallest first offset of the open and the unreplicated transactions (Kafka's
 firstUnstableOffset), and the last stable offset is min(high watermark, first unstable
 offset).
 
-Departures from Kafka: no `.snapshot` files are written; the partition log rebuilds this state
-by replaying the batch headers (and the markers) of the whole log when it opens or truncates.
-The state of a producer whose batches all fall below the log start offset is dropped unless
-it has a transaction open (which is also what a replay after a restart would find), where
-Kafka keeps it until producer.id.expiration.ms.
+Snapshots (Kafka's `<offset>.snapshot`, ProducerSnapshot.json version 1): version i16 (1),
+CRC-32C u32 of everything after it, then an i32-counted array of entries: producer id i64,
+epoch i16, last sequence i32, last offset i64, offset delta i32, timestamp i64, coordinator
+epoch i32, current transaction's first offset i64 (-1: none). As in Kafka a snapshot keeps
+one batch per producer (its last), so after loading one only that batch is recognised as a
+duplicate, and transactions closed but not yet replicated are not in it. The partition log
+writes one when it rolls a segment and when it closes, and on open replays only the batches
+after the latest usable one (storage/log.py).
+
+Departure from Kafka: the state of a producer whose batches all fall below the log start
+offset is dropped unless it has a transaction open, where Kafka keeps it until
+producer.id.expiration.ms.
 """
 
+import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import crc32c
 
 from minibroker.protocol.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from minibroker.storage.errors import (
@@ -51,6 +61,10 @@ from minibroker.storage.errors import (
     TransactionCoordinatorFencedError,
 )
 
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc, entry count
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 BATCHES_RETAINED_PER_PRODUCER = 5
 _MAX_SEQUENCE = 2**31 - 1
 NO_COORDINATOR_EPOCH = -1
@@ -343,6 +357,76 @@ class ProducerStateManager:
             or entry.batches[-1].last_offset >= log_start_offset
             or entry.current_txn_first_offset is not None
         }
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_bytes(self) -> bytes:
+        """The state as Kafka's `.snapshot` file holds it (see the module notes)."""
+        entries = []
+        for producer_id, entry in self._producers.items():
+            last = entry.batches[-1] if entry.batches else None
+            entries.append(
+                _SNAPSHOT_ENTRY.pack(
+                    producer_id,
+                    entry.epoch,
+                    last.last_sequence if last else NO_SEQUENCE,
+                    last.last_offset if last else -1,
+                    last.last_offset - last.first_offset if last else 0,
+                    entry.last_timestamp,
+                    entry.coordinator_epoch,
+                    -1
+                    if entry.current_txn_first_offset is None
+                    else entry.current_txn_first_offset,
+                )
+            )
+        body = struct.pack(">i", len(entries)) + b"".join(entries)
+        crc = crc32c.crc32c(body)
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc) + body
+
+    def load_snapshot(self, data: bytes) -> None:
+        """Replace the state with a snapshot's; ValueError if it is not a valid one."""
+        if len(data) < _SNAPSHOT_HEAD.size:
+            raise ValueError("snapshot too short")
+        version, crc, count = _SNAPSHOT_HEAD.unpack_from(data)
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot version {version}")
+        if crc32c.crc32c(data[6:]) != crc:
+            raise ValueError("snapshot CRC mismatch")
+        if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
+            raise ValueError("snapshot length does not match its entry count")
+        self.clear()
+        for number in range(count):
+            (
+                producer_id,
+                epoch,
+                last_sequence,
+                last_offset,
+                offset_delta,
+                timestamp,
+                coordinator_epoch,
+                txn_first_offset,
+            ) = _SNAPSHOT_ENTRY.unpack_from(
+                data, _SNAPSHOT_HEAD.size + number * _SNAPSHOT_ENTRY.size
+            )
+            entry = ProducerEntry(epoch, coordinator_epoch=coordinator_epoch)
+            entry.last_timestamp = timestamp
+            if last_offset >= 0:
+                first_sequence = last_sequence - offset_delta
+                if first_sequence < 0:
+                    first_sequence += _MAX_SEQUENCE + 1
+                entry.batches.append(
+                    BatchMetadata(
+                        first_sequence,
+                        last_sequence,
+                        last_offset - offset_delta,
+                        last_offset,
+                        timestamp,
+                    )
+                )
+            if txn_first_offset >= 0:
+                entry.current_txn_first_offset = txn_first_offset
+                self._ongoing[producer_id] = txn_first_offset
+            self._producers[producer_id] = entry
 
     def clear(self) -> None:
         self._producers.clear()

@@ -2,7 +2,8 @@
 
 With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED;
 a follower's request (replica id >= 0) follows the inter-node rules instead. The offsets are
-the replica manager's (fetch_offset_for_timestamp), as in Kafka.
+the replica manager's (fetch_offset_for_timestamp), as in Kafka: a read_committed consumer
+(isolation_level 1) is answered within the last stable offset, LATEST being the LSO.
 """
 
 from minibroker.apis import RequestContext, Role, Senders, api

@@ -74,7 +74,7 @@ class LogCleanerService:
         hosted = {key for key in self.uncleanable if self.log_manager.get_log(*key) is not None}
         self.uncleanable = hosted
         candidates = [
-            (partition.log, partition.high_watermark)
+            (partition.log, partition.last_stable_offset)
             for partition in self.replicas.partitions()
             if partition.log.config.compacts and partition.key not in self.uncleanable
         ]

@@ -99,6 +99,7 @@ class Partition:
         self.high_watermark = max(
             self.log.log_start_offset, min(self.high_watermark, self.log.log_end_offset)
         )
+        self._forget_replicated_transactions()
 
     def become_leader(
         self,
@@ -186,8 +187,17 @@ class Partition:
         candidate = min(offsets)
         if candidate > self.high_watermark:
             self.high_watermark = candidate
+            self._forget_replicated_transactions()
             return True
         return False
+
+    def _forget_replicated_transactions(self) -> None:
+        """Kafka's onHighWatermarkUpdated: completed transactions below the HW no longer
+        hold the LSO back (done here too, not only when the LSO is read, so that a replica
+        nobody reads does not keep them all)."""
+        producers = self.log.producer_state
+        if producers.has_transactions:
+            producers.on_high_watermark_updated(self.high_watermark)
 
     def append_control_marker(
         self,
@@ -233,6 +243,7 @@ class Partition:
         candidate = min(leader_high_watermark, self.log.log_end_offset)
         if candidate > self.high_watermark:
             self.high_watermark = candidate
+            self._forget_replicated_transactions()
             return True
         return False
 

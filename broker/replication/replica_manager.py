@@ -460,16 +460,19 @@ class ReplicaManager:
             return fetch_result(index, failure.error, partition)
         entry = fetch_result(index, Error.NONE, partition, records)
         if read_committed:
-            entry["aborted_transactions"] = (
-                [
-                    {"producer_id": producer_id, "first_offset": first_offset}
-                    for producer_id, first_offset in partition_log.collect_aborted_transactions(
-                        fetch_offset, _end_of_batches(records)
-                    )
-                ]
-                if records
-                else []
-            )
+            aborted = []
+            # Most logs have no aborted transaction past the fetch offset: then the batch
+            # headers of the read need not be walked for the range's exact end.
+            if records and partition_log.collect_aborted_transactions(
+                fetch_offset, partition_log.log_end_offset
+            ):
+                aborted = partition_log.collect_aborted_transactions(
+                    fetch_offset, _end_of_batches(records)
+                )
+            entry["aborted_transactions"] = [
+                {"producer_id": producer_id, "first_offset": first_offset}
+                for producer_id, first_offset in aborted
+            ]
         return entry
 
     # -- transaction markers -----------------------------------------------------------------
@@ -538,7 +541,10 @@ class ReplicaManager:
             results[key] = ack.result["error_code"]
             if results[key] == Error.NONE:
                 for listener in self.marker_listeners:
-                    listener(key[0], key[1], producer_id, commit)
+                    try:
+                        listener(key[0], key[1], producer_id, commit)
+                    except Exception:  # the marker is written: its answer stands
+                        log.exception("marker listener failed for %s-%d", *key)
         return results
 
     def has_ongoing_transaction(
@@ -564,24 +570,25 @@ class ReplicaManager:
     ) -> tuple[int, int]:
         """Kafka's ReplicaManager.fetchOffsetForTimestamp (ListOffsets): (timestamp, offset),
         (-1, -1) when no record qualifies. Consumers never see past the HW (read_committed:
-        the last stable offset); a follower asking LATEST (after OFFSET_OUT_OF_RANGE) gets
-        the log end."""
+        the last stable offset), for LATEST as for timestamp lookups; a follower asking
+        LATEST (after OFFSET_OUT_OF_RANGE) gets the log end."""
         partition_log = partition.log
         if timestamp == EARLIEST:
             return -1, partition_log.log_start_offset
         if timestamp == LATEST and replica_id >= 0:
             return -1, partition_log.log_end_offset
+        # Kafka's lastFetchableOffset: what a consumer of this isolation level may read.
+        end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
         if timestamp == LATEST:
-            end = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
             return -1, end
         if timestamp == MAX_TIMESTAMP:
             found = partition_log.max_timestamp()
-            if found is None or found[0] >= partition.high_watermark:
+            if found is None or found[0] >= end:
                 return -1, -1
             offset, max_ts = found
             return max_ts, offset
         found = partition_log.offset_for_timestamp(timestamp)
-        if found is None or found[0] >= partition.high_watermark:
+        if found is None or found[0] >= end:
             return -1, -1
         offset, record_ts = found
         return record_ts, offset

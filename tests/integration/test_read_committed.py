@@ -8,6 +8,8 @@ and bad input gets Kafka's codes: a stale producer epoch on a marker, WriteTxnMa
 a client listener."""
 
 import datetime
+import threading
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -29,7 +31,9 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
+from minibroker.security.authorizer.acls import Operation, ResourceType
 from tests.conftest import create_topic, exchange
+from tests.integration.authz import binding, on_cluster
 from tests.integration.test_inter_node_listener import two_listeners  # noqa: F401 (fixture)
 from tests.unit.batch_factory import make_batch
 
@@ -273,3 +277,93 @@ def test_write_txn_markers_from_a_client_listener_is_refused(two_listeners):  # 
     assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 0  # still open
     assert write_marker(internal, producer, False) == ErrorCode.none
     assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 2
+
+
+def test_after_kill_9_recovery_rebuilds_the_txnindex(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    produce(bootstrap, [b"a"], producer=producer, sequence=0, transactional_id="t")  # 0
+    assert write_marker(bootstrap, producer, False) == ErrorCode.none  # 1
+    produce(bootstrap, [b"b"], producer=producer, sequence=1, transactional_id="t")  # 2
+    assert write_marker(bootstrap, producer, True) == ErrorCode.none  # 3
+    produce(bootstrap, [b"c"], producer=producer, sequence=2, transactional_id="t")  # 4, open
+    before = raw_fetch(bootstrap, 1)
+    assert [(t.producer_id, t.first_offset) for t in before.aborted_transactions] == [
+        (producer[0], 0)
+    ]
+    directory = broker.log_dir / f"{TOPIC}-0"
+    (index,) = directory.glob("*.txnindex")
+    written = index.read_bytes()
+    broker.kill()
+    index.unlink()  # lost with the crash: recovery must rebuild it from the log
+    broker.restart()
+    broker.wait_ready()
+    assert index.read_bytes() == written
+    after = raw_fetch(bootstrap, 1)
+    assert [(t.producer_id, t.first_offset) for t in after.aborted_transactions] == [
+        (producer[0], 0)
+    ]
+    assert after.last_stable_offset == 4  # the open transaction is still open
+    assert kafka_python_values(bootstrap, "read_committed") == [b"b"]
+
+
+def test_transactional_produce_needs_write_on_the_transactional_id(secured):
+    broker = secured(
+        [
+            on_cluster(Operation.CREATE),
+            binding(TOPIC, Operation.WRITE),
+            binding(TOPIC, Operation.READ),
+            binding("allowed", Operation.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID),
+        ]
+    )
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    refused = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="other")
+    assert refused.error_code == ErrorCode.transactional_id_authorization_failed
+    accepted = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="allowed")
+    assert accepted.error_code == ErrorCode.none and accepted.base_offset == 0
+    assert raw_fetch(bootstrap, 1).last_stable_offset == 0  # the transaction is open
+
+
+def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, TOPIC, 1)
+    producer = init_producer_id(bootstrap)
+    produce(bootstrap, [b"v"], producer=producer, sequence=0, transactional_id="t")
+    answer = {}
+
+    def wait_for_records():
+        started = time.monotonic()
+        response = exchange(
+            bootstrap,
+            FetchRequest(
+                max_wait=datetime.timedelta(seconds=8),
+                min_bytes=1,
+                isolation_level=1,
+                topics=(
+                    FetchTopic(
+                        topic=TOPIC,
+                        partitions=(
+                            FetchPartition(
+                                partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                            ),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+            ),
+            timeout=15,
+        )
+        answer["partition"] = response.responses[0].partitions[0]
+        answer["seconds"] = time.monotonic() - started
+
+    reader = threading.Thread(target=wait_for_records)
+    reader.start()
+    time.sleep(1)
+    assert "partition" not in answer  # parked: nothing committed yet
+    assert write_marker(bootstrap, producer, True) == ErrorCode.none
+    reader.join(15)
+    assert answer["partition"].records and answer["partition"].last_stable_offset == 2
+    assert answer["seconds"] < 5  # woken by the marker, not at the 8 s max_wait

@@ -24,6 +24,10 @@ class FakePartition:
     def key(self):
         return (self.log.topic, self.log.partition)
 
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark  # no transactions here
+
 
 class FakeReplicas:
     def __init__(self, partitions):

@@ -170,7 +170,7 @@ async def test_a_parked_read_committed_fetch_is_woken_by_the_marker(solo):
         assert woken_at == []
         await trio.sleep(1)
         assert await end_txn(solo, 1, True) == Error.NONE
-    assert woken_at and woken_at[0] - start == pytest.approx(1, abs=0.01)
+    assert woken_at and 1 <= woken_at[0] - start < 2  # by the marker, not at the 10 s deadline
 
 
 async def test_a_marker_waits_for_the_isr_as_acks_all(tmp_path, nursery, autojump_clock):

@@ -518,3 +518,91 @@ def test_compact_and_delete_does_both(tmp_path):
     assert log.delete_segments_by_retention(now) == 2
     assert [offset for offset, _, _ in records_of(log)] == [9, 10, 11, 12]
     assert log.log_start_offset == 6
+
+
+# -- transactions (Kafka's CleanedTransactionMetadata) ------------------------------------------
+
+
+def produce_txn(partition_log, pairs, producer_id, sequence):
+    records = [Record(i, T0 + i, key, value) for i, (key, value) in enumerate(pairs)]
+    batch = encode_batch(
+        records,
+        attributes=0x10,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=sequence,
+    )
+    return partition_log.append_as_leader(batch, leader_epoch=3, now_ms=T0)
+
+
+def end_txn(partition_log, producer_id, commit):
+    return partition_log.append_control_marker(
+        producer_id=producer_id,
+        producer_epoch=0,
+        coordinator_epoch=0,
+        commit=commit,
+        leader_epoch=3,
+        now_ms=T0,
+    )
+
+
+def markers_of(partition_log):
+    return [
+        (header.base_offset, bool(header.attributes & DELETE_HORIZON_FLAG))
+        for header, _ in stored_batches(partition_log)
+        if header.is_control
+    ]
+
+
+def test_aborted_records_are_removed_and_never_shadow_committed_ones(tmp_path):
+    log = open_log(tmp_path, segment_bytes=small_segments(4))
+    produce_txn(log, [(b"k", b"committed")], 1, 0)  # 0
+    end_txn(log, 1, True)  # 1
+    produce_txn(log, [(b"k", b"aborted")], 2, 0)  # 2
+    end_txn(log, 2, False)  # 3
+    updates(log, 3, keys=(b"z",))  # rolls: the transactions are cleanable
+    assert log.collect_aborted_transactions(0, 4) == [(2, 2)]
+    roomy(log)  # one group: the marker's cleaning sees its transaction's batch
+    clean(log)
+    kept = [(offset, key, value) for offset, key, value in records_of(log) if key == b"k"]
+    assert kept == [(0, b"k", b"committed")]
+    # The aborted batch stays header-only (its producer's last), so its marker and index
+    # entry stay too; the committed transaction's marker stays while its batch does.
+    assert markers_of(log) == [(1, False), (3, False)]
+    assert log.collect_aborted_transactions(0, 4) == [(2, 2)]
+    assert reopen(log, needs_recovery=False).collect_aborted_transactions(0, 4) == [(2, 2)]
+
+
+def test_markers_get_a_delete_horizon_once_their_transaction_is_gone(tmp_path):
+    log = open_log(tmp_path, segment_bytes=small_segments(6), delete_retention_ms=DAY)
+    produce_txn(log, [(b"a", b"a1")], 1, 0)  # 0
+    end_txn(log, 1, True)  # 1
+    produce_txn(log, [(b"a", b"a2")], 1, 1)  # 2: a1's batch becomes empty and not the last
+    end_txn(log, 1, True)  # 3
+    updates(log, 4, keys=(b"z",))  # rolls after offset 5
+    clean(log, now_ms=T0)
+    assert (0, b"a", b"a1") not in records_of(log)
+    # This cleaning still traversed the first transaction's batch: its marker stays as is.
+    assert markers_of(log)[0] == (1, False)
+    # A later one finds no batch of it: the marker gets its delete horizon...
+    updates(log, 6, keys=(b"y",))
+    clean(log, now_ms=T0)
+    assert markers_of(log)[0] == (1, True)
+    assert next(h for h, _ in stored_batches(log) if h.is_control).base_timestamp == T0 + DAY
+    updates(log, 6, keys=(b"x",))
+    clean(log, now_ms=T0 + DAY - 1)
+    assert markers_of(log)[0] == (1, True)
+    # ...and goes once it passed.
+    updates(log, 6, keys=(b"w",))
+    clean(log, now_ms=T0 + DAY)
+    assert 1 not in [offset for offset, _ in markers_of(log)]
+    assert (2, b"a", b"a2") in records_of(log)
+
+
+def test_nothing_at_or_past_an_open_transaction_is_cleaned(tmp_path):
+    log = open_log(tmp_path, segment_bytes=small_segments(3))
+    produce_txn(log, [(b"k", b"open")], 1, 0)  # 0, never ended
+    updates(log, 3, keys=(b"k",))
+    assert log.first_unstable_offset == 0
+    clean(log, upper_bound=0)
+    assert (0, b"k", b"open") in records_of(log)

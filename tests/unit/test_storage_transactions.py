@@ -16,6 +16,7 @@ from minibroker.replication.partition import Partition
 from minibroker.storage.errors import StorageError
 from minibroker.storage.log import LogConfig, PartitionLog
 from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.segment import segment_file_name
 from minibroker.storage.transaction_index import AbortedTxn
 from tests.unit.batch_factory import make_batch
 
@@ -259,3 +260,96 @@ def test_retention_deletes_the_txnindex_with_its_segment(tmp_path):
     assert not first.log_path.exists()
     assert not index_path.exists()
     assert AbortedTxn(1, 0, 4, 2).encode() == struct.pack(">hqqqq", 0, 1, 0, 4, 2)
+
+
+# -- producer-state snapshots ----------------------------------------------------------------
+
+
+def test_a_snapshot_is_kafkas_producer_snapshot_v1(tmp_path):
+    import crc32c
+
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(7, 0, count=3, epoch=2), leader_epoch=0, now_ms=0)
+    data = log.producer_state.snapshot_bytes()
+    entry = struct.pack(
+        ">qhiqiqiq",
+        7,  # producer id
+        2,  # epoch
+        2,  # last sequence
+        2,  # last offset
+        2,  # offset delta
+        read_header(txn_batch(7, 0, count=3)).max_timestamp,  # timestamp
+        -1,  # coordinator epoch (no marker yet)
+        0,  # the open transaction's first offset
+    )
+    body = struct.pack(">i", 1) + entry
+    assert data == struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+
+
+def test_opening_replays_only_the_batches_after_the_latest_snapshot(tmp_path, monkeypatch):
+    directory = tmp_path / "t-0"
+    log = build_many_segments(directory)
+    batches = sum(1 for segment in log.segments for _ in segment.batches())
+    log.append_as_leader(txn_batch(1, 24), leader_epoch=0, now_ms=0)  # open: 1's txn
+    state = sorted(log.producer_state.active_producers())
+    log.close()
+    assert len(list(directory.glob("*.snapshot"))) == log.segment_count  # rolls and close
+    replayed = []
+    original = ProducerStateManager.record
+    monkeypatch.setattr(
+        ProducerStateManager,
+        "record",
+        lambda self, header, marker=None: replayed.append(header) or original(self, header, marker),
+    )
+    reopened = open_log(directory)
+    assert replayed == []  # the snapshot at the log end holds everything
+    assert sorted(reopened.producer_state.active_producers()) == state
+    assert reopened.producer_state.ongoing_transaction(1) == reopened.log_end_offset - 2
+    # The producer's last batch is still recognised as a duplicate.
+    duplicate = reopened.append_as_leader(txn_batch(1, 24), leader_epoch=0, now_ms=0)
+    assert duplicate.duplicate
+    reopened.close()
+    # Without the last snapshot, only the active segment's batches are replayed.
+    last = sorted(directory.glob("*.snapshot"))[-1]
+    last.unlink()
+    replayed.clear()
+    again = open_log(directory)
+    assert 0 < len(replayed) < batches / 2
+    assert sorted(again.producer_state.active_producers()) == state
+    again.close()
+
+
+def test_a_torn_snapshot_is_ignored(tmp_path):
+    directory = tmp_path / "t-0"
+    log = build_many_segments(directory)
+    state = sorted(log.producer_state.active_producers())
+    log.close()
+    for path in directory.glob("*.snapshot"):
+        path.write_bytes(path.read_bytes()[:-3])
+    reopened = open_log(directory)
+    assert sorted(reopened.producer_state.active_producers()) == state
+    assert list(directory.glob("*.snapshot")) == []  # each failed its check and went
+
+
+def test_after_a_crash_the_snapshot_is_used_below_the_rescanned_segments(tmp_path, monkeypatch):
+    directory = tmp_path / "t-0"
+    log = build_many_segments(directory)
+    state = sorted(log.producer_state.active_producers())
+    end = log.log_end_offset
+    active_base = log.segments[-1].base_offset
+    log.flush()
+    log.close()
+    (directory / segment_file_name(end, ".snapshot")).unlink()  # the crash came before close
+    replayed = []
+    original = ProducerStateManager.record
+    monkeypatch.setattr(
+        ProducerStateManager,
+        "record",
+        lambda self, header, marker=None: replayed.append(header) or original(self, header, marker),
+    )
+    recovered = PartitionLog.open(
+        directory, CONFIG, now_ms=0, recovery_point=end, needs_recovery=True
+    )
+    # Only the active segment (at or past the recovery point) was rescanned and replayed.
+    assert replayed and all(header.base_offset >= active_base for header in replayed)
+    assert sorted(recovered.producer_state.active_producers()) == state
