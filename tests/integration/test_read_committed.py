@@ -1,6 +1,8 @@
-"""Transactions in a real broker's log, driven by hand: a producer id from InitProducerId
-(no transactional id), transactional batches produced with a transactional id, COMMIT and
-ABORT markers written with WriteTxnMarkers as the transaction coordinator sends them. Then
+"""Transactions in a real broker's log, driven by hand: a transactional producer id from
+InitProducerId, its partition added with AddPartitionsToTxn (the leader checks it with the
+coordinator, KIP-890), transactional batches produced, and the COMMIT and ABORT markers
+written by the test with WriteTxnMarkers as the transaction coordinator sends them (the
+transaction's timeout is long enough that the coordinator never ends it itself). Then
 read_committed consumers (a raw Fetch, confluent-kafka, kafka-python) see exactly the
 committed records and stop at the last stable offset, read_uncommitted ones see everything,
 ListOffsets read_committed answers the LSO, DescribeProducers shows the open transaction,
@@ -15,9 +17,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
+from kio.schema.add_partitions_to_txn.v3.request import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+)
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
@@ -41,21 +48,52 @@ TOPIC = "txn"
 TRANSACTIONAL = 0x10
 
 
-def init_producer_id(bootstrap: str) -> tuple[int, int]:
+def init_producer_id(bootstrap: str, transactional_id: str = "t") -> tuple[int, int]:
+    """A transactional producer's id and epoch from the transaction coordinator (the one
+    broker), with a timeout long enough that it never aborts the transaction itself: the
+    test writes the markers."""
+    found = exchange(bootstrap, FindCoordinatorRequest(key=transactional_id, key_type=1))
+    assert found.error_code == ErrorCode.none
     response = exchange(
         bootstrap,
         InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)
+            transactional_id=transactional_id,
+            transaction_timeout=datetime.timedelta(minutes=15),
         ),
     )
     assert response.error_code == ErrorCode.none
     return response.producer_id, response.producer_epoch
 
 
+def add_partition(bootstrap: str, transactional_id: str, producer: tuple[int, int]) -> None:
+    """AddPartitionsToTxn for the topic's partition 0, so that the leader's KIP-890 check
+    with the coordinator passes."""
+    response = exchange(
+        bootstrap,
+        AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id,
+            v3_and_below_producer_id=producer[0],
+            v3_and_below_producer_epoch=producer[1],
+            v3_and_below_topics=(AddPartitionsToTxnTopic(name=TOPIC, partitions=(0,)),),
+        ),
+    )
+    (topic,) = response.results_by_topic_v3_and_below
+    assert [r.partition_error_code for r in topic.results_by_partition] == [ErrorCode.none]
+
+
 def produce(
-    bootstrap, records, *, producer=(-1, -1), sequence=-1, transactional_id=None, txn_bit=None
+    bootstrap,
+    records,
+    *,
+    producer=(-1, -1),
+    sequence=-1,
+    transactional_id=None,
+    txn_bit=None,
+    add=True,
 ):
     producer_id, epoch = producer
+    if add and transactional_id is not None and txn_bit is not False:
+        add_partition(bootstrap, transactional_id, producer)
     batch = make_batch(
         [(None, value) for value in records],
         producer_id=producer_id,
@@ -185,8 +223,8 @@ def kafka_python_values(bootstrap: str, isolation: str) -> list[bytes]:
 def test_read_committed_sees_exactly_the_committed_records(broker):
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
-    producer = init_producer_id(bootstrap)
     tid = "hand-made"
+    producer = init_producer_id(bootstrap, tid)
 
     def transactional(values, sequence):
         answer = produce(
@@ -319,8 +357,10 @@ def test_transactional_produce_needs_write_on_the_transactional_id(secured):
     )
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
-    producer = init_producer_id(bootstrap)
-    refused = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="other")
+    producer = init_producer_id(bootstrap, "allowed")
+    refused = produce(
+        bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="other", add=False
+    )
     assert refused.error_code == ErrorCode.transactional_id_authorization_failed
     accepted = produce(bootstrap, [b"x"], producer=producer, sequence=0, transactional_id="allowed")
     assert accepted.error_code == ErrorCode.none and accepted.base_offset == 0
