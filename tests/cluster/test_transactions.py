@@ -323,7 +323,7 @@ def test_describe_and_list_transactions(cluster: Cluster):
     assert list_all(cluster, producer_id_filters=[id_b]) == {"app-9b": (id_b, "Empty")}
     assert list_all(cluster, state_filters=["Ongoing"]) == {}
     answer = exchange(
-        cluster.bootstrap,
+        cluster.brokers[1].bootstrap,
         request(ApiKey.LIST_TRANSACTIONS, 0, state_filters=["Bogus"]),
     )
     assert list(answer.unknown_state_filters) == ["Bogus"]
@@ -337,8 +337,12 @@ def test_coordinator_failover_keeps_the_transactional_id(cluster: Cluster):
     broker, producer_id, epoch = initialized(cluster, "app-10")
     assert int(init_producer_id(broker, "app-10").producer_epoch) == epoch + 1
     broker.kill()
-    after = coordinator(cluster, "app-10")
-    assert after is not broker
+    after = wait_for(
+        lambda: (b := coordinator(cluster, "app-10")) is not broker and b,
+        CONVERGENCE_TIMEOUT,
+        "another coordinator",
+        0.2,
+    )
     answer = wait_for(
         lambda: (a := init_producer_id(after, "app-10")).error_code.value == Error.NONE and a,
         CONVERGENCE_TIMEOUT,
@@ -458,7 +462,12 @@ def test_the_coordinator_killed_after_the_decision_completes_the_commit(cluster:
     broker = coordinator(cluster, "app-13")
     client.commit_transaction(30)
     broker.kill()
-    after = coordinator(cluster, "app-13")
+    after = wait_for(
+        lambda: (b := coordinator(cluster, "app-13")) is not broker and b,
+        CONVERGENCE_TIMEOUT,
+        "another coordinator",
+        0.2,
+    )
     wait_for(
         lambda: describe(after, "app-13").state == "CompleteCommit",
         CONVERGENCE_TIMEOUT,
