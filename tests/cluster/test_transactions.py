@@ -10,6 +10,7 @@ marked xfail until that branch is merged.
 from __future__ import annotations
 
 import datetime
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from minibroker.protocol.versions import ApiKey
 from minibroker.tools import wire
 from minibroker.tools.launcher import Cluster
 from minibroker.tools.transactions import TransactionView, decode_describe_transactions
+from minibroker.tools.transactions import run as run_transactions_cli
 from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,
@@ -247,6 +249,40 @@ def test_a_transaction_begins_and_its_retried_end_is_answered_as_kafka_does(clus
         (TOPIC, 1),
     }
     assert list_all(cluster, state_filters=["Ongoing"]) == {"app-5": (producer_id, "Ongoing")}
+
+    # KIP-890's verify-only form (v4+, from brokers: this cluster's one listener is its
+    # inter-broker listener), as a partition leader asks before a transactional append.
+    def verify(partitions: dict[str, list[int]], producer_epoch: int = epoch):
+        answer = exchange(
+            broker.bootstrap,
+            request(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                4,
+                transactions=[
+                    {
+                        "transactional_id": "app-5",
+                        "producer_id": producer_id,
+                        "producer_epoch": producer_epoch,
+                        "verify_only": True,
+                        "topics": [{"name": t, "partitions": p} for t, p in partitions.items()],
+                    }
+                ],
+            ),
+        )
+        assert answer.error_code.value == Error.NONE
+        (result,) = answer.results_by_transaction
+        return {
+            (t.name, int(p.partition_index)): Error(p.partition_error_code.value)
+            for t in result.topic_results
+            for p in t.results_by_partition
+        }
+
+    assert verify({TOPIC: [0, 1]}) == {(TOPIC, 0): Error.NONE, (TOPIC, 1): Error.NONE}
+    assert verify({TOPIC: [0]}, epoch + 1) == {(TOPIC, 0): Error.PRODUCER_FENCED}
+    assert verify({TOPIC: [0], "x": [0]}) == {
+        (TOPIC, 0): Error.OPERATION_NOT_ATTEMPTED,
+        ("x", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
+    }
     assert end_txn(broker, "app-5", producer_id, epoch, True) == Error.NONE
     # Retried while the markers are being written: CONCURRENT_TRANSACTIONS whatever the
     # outcome asked (Kafka checks the pending completion first); once they are written, the
@@ -329,6 +365,20 @@ def test_describe_and_list_transactions(cluster: Cluster):
     assert list(answer.unknown_state_filters) == ["Bogus"]
     broker = coordinator(cluster, "app-none")
     assert describe(broker, "app-none").error == Error.TRANSACTIONAL_ID_NOT_FOUND
+    # The command line tool, as kafka-transactions.sh list and describe.
+    out = io.StringIO()
+    assert run_transactions_cli(cluster.bootstrap, None, 20.0, out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert [line.split()[0] for line in lines[1:]] == ["app-9a", "app-9b"]
+    assert lines[1].split()[2:] == [str(id_a), "Empty"]
+    out = io.StringIO()
+    assert run_transactions_cli(cluster.bootstrap, "app-9b", 20.0, out) == 0
+    header, row = out.getvalue().splitlines()
+    fields = dict(zip(header.split(), row.split(), strict=False))
+    assert fields["TransactionalId"] == "app-9b" and fields["ProducerId"] == str(id_b)
+    assert fields["TransactionState"] == "Empty" and fields["ProducerEpoch"] == "0"
+    assert run_transactions_cli(cluster.bootstrap, "app-none", 20.0, io.StringIO()) == 1
 
 
 def test_coordinator_failover_keeps_the_transactional_id(cluster: Cluster):

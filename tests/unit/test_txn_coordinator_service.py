@@ -4,6 +4,7 @@ controller's pure core and request builders make. The markers go through the rea
 channel to a fake leader connection that records them and answers as the test says. Timeouts
 expire on the mock clock; a restarted coordinator finishes a decided transaction from the log."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -46,12 +47,39 @@ class FakeLeader:
     def __init__(self, answers: list[Error] | None = None) -> None:
         self.answers = list(answers or [])
         self.markers: list[tuple[int, int, int, bool, list[tuple[str, int]]]] = []
+        self.verified: list = []
 
     async def connect(self, host, port, client_id, security):
         return self
 
     async def request(self, request):
         await trio.lowlevel.checkpoint()
+        if request.__api_key__ == 24:  # KIP-890's verify-only AddPartitionsToTxn
+            self.verified.append(request)
+            (transaction,) = request.transactions
+            assert transaction.verify_only
+            return SimpleNamespace(
+                error_code=SimpleNamespace(value=Error.NONE),
+                results_by_transaction=[
+                    SimpleNamespace(
+                        topic_results=[
+                            SimpleNamespace(
+                                name=topic.name,
+                                results_by_partition=[
+                                    SimpleNamespace(
+                                        partition_index=p,
+                                        partition_error_code=SimpleNamespace(
+                                            value=Error.TRANSACTION_ABORTABLE
+                                        ),
+                                    )
+                                    for p in topic.partitions
+                                ],
+                            )
+                            for topic in transaction.topics
+                        ]
+                    )
+                ],
+            )
         encoded = codec.encode_entity(request)  # what goes on the wire must encode
         assert encoded
         results = []
@@ -326,5 +354,54 @@ async def test_timeouts_outside_the_bounds(tmp_path, autojump_clock, timeout_ms)
         await broker.start(nursery, cluster_state())
         error, _, _ = await broker.coordinator.init_producer_id("tx", timeout_ms, None)
         assert error == Error.INVALID_TRANSACTION_TIMEOUT
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_verification_is_local_here_and_asked_of_another_coordinator(
+    tmp_path, autojump_clock
+):
+    leader = FakeLeader()
+    broker = Broker(tmp_path, leader)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        coordinator = broker.coordinator
+        _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
+        await coordinator.add_partitions("tx", producer_id, epoch, {(TOPIC, 0)})
+        local = await coordinator.verify_transaction("tx", producer_id, epoch, [(TOPIC, 0)])
+        assert local == {(TOPIC, 0): Error.NONE} and leader.verified == []
+        assert await coordinator.verify_transaction("tx", producer_id, epoch + 1, [(TOPIC, 0)]) == {
+            (TOPIC, 0): Error.PRODUCER_FENCED
+        }
+        # Another broker leads the id's partition now: it is asked over the network.
+        topic = broker.replicas.metadata.topic(TRANSACTION_STATE_TOPIC)
+        broker.replicas.metadata.brokers[2] = broker.replicas.metadata.brokers[NODE_ID]
+        topic.partitions[0] = dataclasses.replace(topic.partitions[0], leader=2)
+        remote = await coordinator.verify_transaction("tx", producer_id, epoch, [(TOPIC, 1)])
+        assert remote == {(TOPIC, 1): Error.TRANSACTION_ABORTABLE}
+        (sent,) = leader.verified
+        assert sent.transactions[0].transactional_id == "tx"
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_ongoing_transactions_in_the_metrics(tmp_path, autojump_clock):
+    from minibroker.node.metrics import StateCollector
+
+    broker = Broker(tmp_path, FakeLeader())
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        coordinator = broker.coordinator
+        _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
+        await coordinator.add_partitions("tx", producer_id, epoch, {(TOPIC, 0)})
+        collector = StateCollector(None, lambda: None, None, coordinator)
+        samples = {
+            (sample.name, tuple(sample.labels.items())): sample.value
+            for family in collector.collect()
+            for sample in family.samples
+        }
+        assert samples[("minibroker_transaction_coordinator_ongoing_transactions", ())] == 1
+        key = ("minibroker_transaction_coordinator_transactional_ids", (("state", "Ongoing"),))
+        assert samples[key] == 1
         nursery.cancel_scope.cancel()
     broker.stop()
