@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -52,6 +53,9 @@ class TxnConnection(Connection):
                 if max(low, mine_low) <= min(high, mine_high):
                     chosen[key] = min(high, mine_high)
         return chosen
+
+    def __enter__(self) -> TxnConnection:
+        return self
 
     def raw(self, api_key: ApiKey, data: dict) -> bytes:
         """The response frame of a request, undecoded (see the module on DescribeTransactions)."""
@@ -293,7 +297,7 @@ def print_transaction(view: TransactionView, out: TextIO, now_ms: int | None = N
     _table(rows, out)
 
 
-def _table(rows: list[tuple[str, ...]], out: TextIO) -> None:
+def _table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(
