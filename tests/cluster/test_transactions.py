@@ -31,6 +31,7 @@ from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     _check_clean_stop,
     create_replicated_topic,
+    produce_raw,
 )
 from tests.conftest import exchange, wait_for
 
@@ -186,6 +187,10 @@ def test_init_transactions_succeeds(cluster: Cluster):
     assert state.state == "Empty"
     assert state.producer_epoch == 0
     assert cluster.partition_metadata("__transaction_state", 0) is not None
+    # Only the coordinator writes it (Kafka's internal topic, AppendOrigin).
+    leader = cluster.brokers[cluster.leader_of("__transaction_state", 0)]
+    refused = produce_raw(leader, "__transaction_state", 0, [b"junk"], acks=-1)
+    assert refused.error_code.value == Error.INVALID_TOPIC_EXCEPTION
 
 
 def test_a_second_producer_fences_the_first(cluster: Cluster):
