@@ -19,6 +19,7 @@ from minibroker.apis.authorization import (
     topic_allowed,
 )
 from minibroker.apis.topics import create_topic_with_defaults
+from minibroker.common.names import TRANSACTION_STATE_TOPIC
 from minibroker.controller.state import ControllerError, validate_topic_name
 from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
@@ -31,7 +32,7 @@ _OPERATIONS_OMITTED = -(2**31)
 
 
 # Topics Kafka marks internal, which clients leave out of pattern subscriptions.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _topic_entry(topic) -> dict:

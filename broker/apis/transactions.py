@@ -181,9 +181,9 @@ def _describe_error(request, error: Error) -> dict:
                 "transactional_id": transactional_id,
                 "transaction_state": "",
                 "transaction_timeout": 0,
-                "transaction_start_time": -1,
-                "producer_id": -1,
-                "producer_epoch": -1,
+                "transaction_start_time": 0,
+                "producer_id": 0,
+                "producer_epoch": 0,
             }
             for transactional_id in request.transactional_ids
         ]
@@ -200,11 +200,12 @@ async def handle_describe_transactions(ctx: RequestContext, request) -> dict:
         entry = {
             "error_code": Error.NONE,
             "transactional_id": transactional_id,
+            # Kafka's defaults for an entry answered with an error alone.
             "transaction_state": "",
             "transaction_timeout": 0,
-            "transaction_start_time": -1,
-            "producer_id": -1,
-            "producer_epoch": -1,
+            "transaction_start_time": 0,
+            "producer_id": 0,
+            "producer_epoch": 0,
             "topics": [],
         }
         if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):

@@ -29,7 +29,7 @@ from minibroker.common.config_model import (
     DynamicBrokerConfigs,
 )
 from minibroker.common.metrics import BrokerMetrics
-from minibroker.common.names import OFFSETS_TOPIC
+from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from minibroker.protocol.errors import Error
 from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
@@ -59,6 +59,10 @@ def monotonic_ms() -> int:
     of day is stepped (NTP, an operator's `date -s`), so a jump forward cannot make every
     session or follower look expired at once, nor a jump back keep a dead one alive."""
     return int(time.monotonic() * 1000)
+
+
+# The coordinators' topics: only AppendOrigin.COORDINATOR appends to them.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class AppendOrigin(enum.Enum):
@@ -317,12 +321,13 @@ class ReplicaManager:
         """One partition of ``append_records`` (Kafka's appendToLocalLog and
         Partition.appendRecordsToLeader); ``pending`` is None unless acks=-1."""
         index = data.index
-        if topic == OFFSETS_TOPIC and origin is not AppendOrigin.COORDINATOR:
-            # A record the coordinator cannot read would cost the partition's groups.
+        if topic in INTERNAL_TOPICS and origin is not AppendOrigin.COORDINATOR:
+            # A record the coordinator cannot read would cost the partition's groups or
+            # transactional ids.
             return append_result(
                 index,
                 Error.INVALID_TOPIC_EXCEPTION,
-                f"{OFFSETS_TOPIC} is internal: clients cannot produce to it",
+                f"{topic} is internal: clients cannot produce to it",
             )
         partition, error = self.leader_partition(topic, index)
         if error != Error.NONE:

@@ -1,5 +1,5 @@
 """The ``minibroker`` command line: ``minibroker serve [server.properties] [--override k=v]``,
-``dev``, ``probe`` and ``groups``."""
+``dev``, ``probe``, ``groups`` and ``transactions``."""
 
 import argparse
 import logging
@@ -104,6 +104,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     groups.add_argument("--describe", metavar="GROUP", help="describe this group")
     groups.add_argument("--timeout", type=float, default=10.0, help="seconds to wait in all")
+    transactions = commands.add_parser(
+        "transactions",
+        help="list the cluster's transactions, or describe one (as kafka-transactions.sh)",
+        description="list: every transactional id of the cluster with its coordinator, "
+        "producer id and state (ListTransactions to each broker). describe "
+        "--transactional-id ID: its coordinator, producer id and epoch, state, timeout, "
+        "start time and partitions. Exit 1 when a broker cannot be reached or the id is "
+        "unknown.",
+    )
+    transactions.add_argument("action", choices=("list", "describe"))
+    transactions.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        default="127.0.0.1:9092",
+        help="host:port of any broker (or several, comma-separated: the first that answers)",
+    )
+    transactions.add_argument("--transactional-id", help="the id to describe")
+    transactions.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
     return parser
 
 
@@ -117,6 +135,16 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker.tools.groups import run
 
         return run(args.bootstrap, args.describe, args.timeout)
+    if args.command == "transactions":
+        from minibroker.tools.transactions import run as run_transactions
+
+        if args.action == "describe" and not args.transactional_id:
+            print(
+                "minibroker transactions describe: --transactional-id is required", file=sys.stderr
+            )
+            return 2
+        describe = args.transactional_id if args.action == "describe" else None
+        return run_transactions(args.bootstrap, describe, args.timeout)
     if args.command == "dev":
         from minibroker.tools.dev import run_dev
 

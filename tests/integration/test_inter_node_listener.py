@@ -177,3 +177,32 @@ def test_a_clients_follower_fetch_is_refused_on_the_client_listener(two_listener
     assert partition.error_code == ErrorCode.topic_authorization_failed
     answered = exchange(internal, follower_fetch("replicated"))
     assert answered.responses[0].partitions[0].error_code == ErrorCode.none
+
+
+def test_a_clients_verify_only_add_partitions_is_refused_on_the_client_listener(two_listeners):
+    """AddPartitionsToTxn v4+ (KIP-890's batched, verify-only form) comes from brokers only:
+    CLUSTER_AUTHORIZATION_FAILED on the client listener, answered on the inter-broker one."""
+    broker, internal = two_listeners
+    verify = codec.build(
+        codec.request_class(ApiKey.ADD_PARTITIONS_TO_TXN, 4),
+        {
+            "transactions": [
+                {
+                    "transactional_id": "tx",
+                    "producer_id": 1,
+                    "producer_epoch": 0,
+                    "verify_only": True,
+                    "topics": [{"name": "t", "partitions": [0]}],
+                }
+            ]
+        },
+    )
+    refused = exchange(broker.bootstrap, verify)
+    assert refused.error_code == ErrorCode.cluster_authorization_failed
+    assert refused.results_by_transaction == ()
+    answered = exchange(internal, verify)
+    assert answered.error_code == ErrorCode.none
+    ((result,),) = [r.topic_results for r in answered.results_by_transaction]
+    assert result.results_by_partition[0].partition_error_code == (
+        ErrorCode.unknown_topic_or_partition
+    )

@@ -76,13 +76,12 @@ def test_many_requests_on_one_connection_keep_their_order(node):
 def test_an_error_code_comes_back_decoded(node):
     with wire.connect(node.bootstrap, 10) as client:
         response = client.request(
-            ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["tx"]}
+            ApiKey.FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": ["share"]}
         )
     (coordinator,) = response.coordinators
-    # No transaction coordinator yet: refused at once, with a message that says why (see the
-    # README's list of what is not supported).
-    assert Error(int(coordinator.error_code.value)) == Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "does not support transactions" in coordinator.error_message
+    # Share groups (KIP-932) are not served: refused with a message that says why.
+    assert Error(int(coordinator.error_code.value)) == Error.INVALID_REQUEST
+    assert "key type 2" in coordinator.error_message
 
 
 def test_a_negative_frame_size_closes_the_connection(node):

@@ -343,3 +343,17 @@ def test_state_names_are_kafkas():
     ]
     assert TxnState.from_name("Ongoing") == TxnState.ONGOING
     assert TxnState.from_name("ongoing") is None
+
+
+def test_end_txn_while_the_markers_are_written_is_concurrent_whatever_the_outcome():
+    """Kafka prepares the completion right after PrepareCommit is written: it stays pending
+    while the markers go out, and a retry of either outcome is CONCURRENT_TRANSACTIONS."""
+    meta = initialized()
+    ongoing(meta)
+    apply(meta, meta.prepare_end(10, 0, True, T0))
+    completion = meta.prepare_complete(T0)
+    assert meta.prepare_end(10, 0, True, T0) == Error.CONCURRENT_TRANSACTIONS
+    assert meta.prepare_end(10, 0, False, T0) == Error.CONCURRENT_TRANSACTIONS
+    assert meta.prepare_init(60_000, None, T0) == Error.CONCURRENT_TRANSACTIONS
+    meta.complete(completion)
+    assert meta.prepare_end(10, 0, True, T0) == Error.NONE
