@@ -1,10 +1,10 @@
 """The transaction coordinator on a 3-broker cluster, with confluent-kafka and raw requests.
 
-What the coordinator does alone: FindCoordinator for a transactional id (which creates
-`__transaction_state`), InitProducerId with epoch bumps and fencing, AddPartitionsToTxn,
-EndTxn's answers to bad input, timeouts, DescribeTransactions and ListTransactions. Commit and
-abort of produced data need the log side (control markers, read_committed): those tests are
-marked xfail until that branch is merged.
+FindCoordinator for a transactional id (which creates `__transaction_state`), InitProducerId
+with epoch bumps and fencing, AddPartitionsToTxn, EndTxn's answers to bad input, timeouts,
+DescribeTransactions and ListTransactions; then commit and abort of produced data seen by a
+read_committed consumer, send_offsets_to_transaction, and the coordinator killed after the
+commit decision.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from tests.cluster.conftest import (
 from tests.conftest import exchange, wait_for
 
 TOPIC = "payments"
-NEEDS_LOG_SIDE = pytest.mark.xfail(reason="needs the txn-storage branch", strict=False)
 
 # The coordinator aborts timed-out transactions every 200 ms here (Kafka: 10 s).
 TXN_OVERRIDES = CLUSTER_OVERRIDES | {
@@ -439,7 +438,6 @@ def read_committed(cluster: Cluster, expected: int, timeout: float = 20.0) -> li
     return values
 
 
-@NEEDS_LOG_SIDE
 def test_commit_and_abort_seen_by_a_read_committed_consumer(cluster: Cluster):
     create_replicated_topic(cluster, TOPIC, 2)
     client = producer(cluster, "app-11")
@@ -474,7 +472,6 @@ def test_commit_and_abort_seen_by_a_read_committed_consumer(cluster: Cluster):
     assert end_txn(broker, "app-11", producer_id, epoch, False) == Error.INVALID_TXN_STATE
 
 
-@NEEDS_LOG_SIDE
 def test_send_offsets_to_transaction(cluster: Cluster):
     create_replicated_topic(cluster, TOPIC, 1)
     client = producer(cluster, "app-12")
@@ -506,7 +503,6 @@ def test_send_offsets_to_transaction(cluster: Cluster):
         consumer.close()
 
 
-@NEEDS_LOG_SIDE
 def test_the_coordinator_killed_after_the_decision_completes_the_commit(cluster: Cluster):
     create_replicated_topic(cluster, TOPIC, 1)
     client = producer(cluster, "app-13")
