@@ -66,9 +66,9 @@ STAGE_DRAIN_TIMEOUT_S = 120.0
 
 
 def transactions_refused(bootstrap: str, timeout: float = 20.0) -> str | None:
-    """Why the broker does not serve transactions (InitProducerId with a transactional id
-    answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as minibroker did before it served
-    them, or never answered), or None when init_transactions succeeds."""
+    """Why the broker does not serve transactions (FindCoordinator for a transactional id or
+    InitProducerId answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as minibroker did before
+    it served them, or never answered), or None when init_transactions succeeds."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -81,10 +81,8 @@ def transactions_refused(bootstrap: str, timeout: float = 20.0) -> str | None:
     except KafkaException as failure:
         error = failure.args[0]
         if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            return "the broker refuses InitProducerId with a transactional id"
+            return f"the broker refuses transactional ids: {error.str()}"
         return f"init_transactions failed: {error}"
-    finally:
-        producer.flush(1)
     return None
 
 
