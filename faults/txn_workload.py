@@ -375,10 +375,20 @@ def read_committed_everything(
         }
     )
     partitions = [TopicPartition(t, p, 0) for t in topics for p in range(PARTITIONS)]
+    # High watermarks from a read_uncommitted consumer: librdkafka asks ListOffsets with the
+    # consumer's isolation level, and a read_committed one is told the LSO.
+    watermarks = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "txn-final-watermarks",
+            "isolation.level": "read_uncommitted",  # librdkafka's default is read_committed
+        }
+    )
     ends = {
-        (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=30)[1]
+        (tp.topic, tp.partition): watermarks.get_watermark_offsets(tp, timeout=30)[1]
         for tp in partitions
     }
+    watermarks.close()
     consumer.assign(partitions)
     read: list[Record] = []
     last_progress = time.monotonic()
