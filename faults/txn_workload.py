@@ -242,7 +242,12 @@ class TransactionalWorkload:
                     )
                     attempt.writes.append(write)
                     producer.produce(write.topic, value=write.value, partition=write.partition)
-                keep = _finish(producer, attempt, rng.random() < self.abort_fraction, self.history)
+                abort = rng.random() < self.abort_fraction
+                if abort:
+                    # Written to the log first, so that the abort has records to hide
+                    # (aborting unsent records only drops them in the client).
+                    producer.flush(CLIENT_TIMEOUT_S)
+                keep = _finish(producer, attempt, abort, self.history)
             except KafkaException as failure:
                 # begin or produce refused: commit was never asked for.
                 self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
@@ -351,15 +356,19 @@ class TransactionalWorkload:
             reader.close()
         return {(self.input_topic, c.partition): c.offset for c in committed if c.offset >= 0}
 
-    def verdict(self) -> tuple[Verdict, int]:
+    def verdict(self, isolation: str = "read_committed") -> tuple[Verdict, int]:
         """The checker's verdict on a read_committed read of both topics, and how many
-        partitions the read could not finish."""
-        read, unread = read_committed_everything(self.bootstrap, self.topics)
+        partitions the read could not finish. (`isolation` read_uncommitted is the negative
+        control: the checker must then find the aborted records.)"""
+        read, unread = read_committed_everything(self.bootstrap, self.topics, isolation=isolation)
         return check(self.history.transactions, read, self.group_offsets()), unread
 
 
 def read_committed_everything(
-    bootstrap: str, topics: tuple[str, ...], stall_s: float = FINAL_READ_STALL_S
+    bootstrap: str,
+    topics: tuple[str, ...],
+    stall_s: float = FINAL_READ_STALL_S,
+    isolation: str = "read_committed",
 ) -> tuple[list[Record], int]:
     """Every record of `topics` a read_committed consumer returns, from offset 0 until its
     position reaches each partition's high watermark (all transactions have ended, so the
@@ -369,7 +378,7 @@ def read_committed_everything(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"txn-final-{uuid.uuid4().hex[:6]}",
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
         }
@@ -415,6 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--replication", type=int, default=1)
+    parser.add_argument(
+        "--final-isolation",
+        default="read_committed",
+        choices=("read_committed", "read_uncommitted"),
+        help="read_uncommitted: a negative control, the checker must report aborted reads",
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     if reason := transactions_refused(args.bootstrap):
@@ -426,8 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     workload.start()
     time.sleep(args.seconds)
     workload.stop()
-    verdict, unread = workload.verdict()
-    print(f"seed {seed}, {time.monotonic() - started:.1f} s")
+    verdict, unread = workload.verdict(args.final_isolation)
+    stage = [t for t in workload.history.transactions if t.txn.startswith("txn-stage-")]
+    print(
+        f"seed {seed}, {time.monotonic() - started:.1f} s; consume-transform-produce:"
+        f" {sum(1 for t in stage if t.outcome == COMMITTED)} of {len(stage)} transactions"
+        f" committed, {sum(len(t.consumed) for t in stage if t.outcome == COMMITTED)} inputs"
+    )
     print(verdict.summary())
     if unread:
         print(f"THE FINAL READ STALLED on {unread} partitions")
