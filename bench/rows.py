@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench.targets import MINIBROKER, SYSTEMS, BenchError, start
 from bench.transactions import (
+    PARTITIONS_PER_TRANSACTION,
     NotServed,
     isolation_consume_throughput,
     transactional_produce_throughput,
@@ -217,7 +218,8 @@ def rows(sizes: Sizes) -> list[Row]:
         Row(
             "txn-produce",
             f"transactional produce {sizes.txn_records:,} x 100 B, {RECORDS_PER_TRANSACTION:,}"
-            " records a transaction (confluent-kafka), 1 broker",
+            f" records a transaction to {PARTITIONS_PER_TRANSACTION} partitions"
+            " (confluent-kafka), 1 broker",
             THROUGHPUT,
             lambda target, topic, work_dir: transactional_produce_throughput(
                 target, topic, sizes.txn_records, SMALL, RECORDS_PER_TRANSACTION

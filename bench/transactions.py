@@ -20,6 +20,10 @@ from bench.targets import BenchError
 from bench.workloads import MB, PARTITIONS, Target, end_offsets, kcat_consume
 
 INIT_TIMEOUT = 30.0
+# Partitions each transaction writes: enough that a commit is a real two-phase one across
+# several leaders' partitions, few enough that the markers stay a small part of the log (a
+# transaction to all 64 partitions would write 64 markers for 1,000 records).
+PARTITIONS_PER_TRANSACTION = 4
 COMMIT_TIMEOUT = 120.0
 
 
@@ -31,10 +35,11 @@ def transactional_produce(
     target: Target, topic: str, count: int, size: int, per_transaction: int
 ) -> float:
     """Seconds from init_transactions' return to the last commit's: `count` records of `size`
-    random bytes, spread evenly over the partitions (record i to partition i % PARTITIONS, so
-    every transaction of 1,000 records adds all 64 partitions), `per_transaction` to a
-    transaction. Checks afterwards, off the clock, that the end offsets account for every
-    record plus one COMMIT marker per partition and transaction."""
+    random bytes, `per_transaction` to a transaction, each transaction's records spread evenly
+    over PARTITIONS_PER_TRANSACTION partitions, the next transaction on the next ones (round
+    robin, so every partition gets the same share). Checks afterwards, off the clock, that the
+    end offsets account for every record plus one COMMIT marker per partition and
+    transaction."""
     producer = Producer(
         {
             "bootstrap.servers": target.bootstrap,
@@ -59,8 +64,9 @@ def transactional_produce(
         for first in range(0, count, per_transaction):
             producer.begin_transaction()
             partitions_written.clear()
+            base = transactions * PARTITIONS_PER_TRANSACTION
             for index in range(first, min(count, first + per_transaction)):
-                partition = index % PARTITIONS
+                partition = (base + index % PARTITIONS_PER_TRANSACTION) % PARTITIONS
                 partitions_written.add(partition)
                 while True:
                     try:
