@@ -66,7 +66,7 @@ from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.tools.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
 
 from .netns import Network
-from .txn_workload import TransactionalWorkload, transactions_refused
+from .txn_workload import TransactionalWorkload, java_string_hash, transactions_refused
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -841,14 +841,6 @@ class Chaos:
 class TransactionsNotServed(RuntimeError):
     """The cluster refuses InitProducerId with a transactional id: the transactional
     workload cannot run."""
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode, made non-negative as Kafka's Utils.abs does (& 0x7fffffff)."""
-    value = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():
-        value = (31 * value + int(unit, 16)) & 0xFFFFFFFF
-    return value & 0x7FFFFFFF
 
 
 def traceback_endings(text: str) -> Counter:

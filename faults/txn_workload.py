@@ -65,6 +65,14 @@ STAGE_DRAIN_IDLE_S = 3.0
 STAGE_DRAIN_TIMEOUT_S = 120.0
 
 
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode, made non-negative as Kafka's Utils.abs does (& 0x7fffffff)."""
+    value = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        value = (31 * value + int(unit, 16)) & 0xFFFFFFFF
+    return value & 0x7FFFFFFF
+
+
 def transactions_refused(bootstrap: str, timeout: float = 20.0) -> str | None:
     """Why the broker does not serve transactions (FindCoordinator for a transactional id or
     InitProducerId answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as minibroker did before

@@ -19,56 +19,87 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from faults.txn_workload import transactions_refused
+from faults.txn_workload import java_string_hash, transactions_refused
 from tests.cluster.conftest import CLUSTER_OVERRIDES, _check_clean_stop
 
 AGAINST_KAFKA = os.environ.get("MINIBROKER_TEST_AGAINST_KAFKA") == "1"
 PARTITIONS = 3
+BROKERS = 3
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_PARTITIONS = 50  # transaction.state.log.num.partitions, Kafka's default
 TIMEOUT = 30.0
 # The coordinator looks for expired transactions this often (Kafka's default is 10 s).
 TXN_OVERRIDES = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}
 
 
 class Target:
-    """What the tests need of the system under test: a bootstrap and its name."""
+    """What the tests need of the system under test: a bootstrap, its name, and kill -9 and
+    restart of a broker by node id."""
 
-    def __init__(self, bootstrap: str, name: str, replication: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        name: str,
+        replication: int,
+        kill: Callable[[int], None],
+        restart: Callable[[int], None],
+    ) -> None:
         self.bootstrap = bootstrap
         self.name = name
         self.replication = replication
+        self.kill = kill
+        self.restart = restart
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory) -> Iterator[Target]:
     """Three minibroker brokers and a controller (the cluster tests' short timeouts), or with
-    MINIBROKER_TEST_AGAINST_KAFKA=1 one Apache Kafka node; skipped while transactional ids
-    are refused."""
+    MINIBROKER_TEST_AGAINST_KAFKA=1 three Apache Kafka nodes; skipped while transactional
+    ids are refused."""
     base: Path = tmp_path_factory.mktemp("txn-clients")
     if AGAINST_KAFKA:
         from bench.kafka_ref import KafkaCluster, missing_reason
 
         if (reason := missing_reason("kafka")) is not None:
             pytest.skip(f"Apache Kafka reference: {reason}")
-        kafka = KafkaCluster.start(base, nodes=1, overrides=TXN_OVERRIDES)
+        kafka = KafkaCluster.start(base, nodes=BROKERS, overrides=TXN_OVERRIDES)
+        nodes = {node.node_id: node for node in kafka.nodes}
         try:
-            yield Target(kafka.bootstrap, "kafka", 1)
+            yield Target(
+                kafka.bootstrap,
+                "kafka",
+                BROKERS,
+                lambda node_id: kafka.kill_node(nodes[node_id]),
+                lambda node_id: kafka.restart_node(nodes[node_id]),
+            )
         finally:
             kafka.stop()
         return
     from minibroker.tools.launcher import Cluster
 
-    cluster = Cluster.start(base, brokers=3, overrides={**CLUSTER_OVERRIDES, **TXN_OVERRIDES})
+    cluster = Cluster.start(base, brokers=BROKERS, overrides={**CLUSTER_OVERRIDES, **TXN_OVERRIDES})
+
+    def restart(node_id: int) -> None:
+        cluster.brokers[node_id].restart()
+        cluster.brokers[node_id].wait_ready()
+
     try:
         if reason := transactions_refused(cluster.bootstrap):
             pytest.skip(f"the cluster does not serve transactions: {reason}")
-        yield Target(cluster.bootstrap, "minibroker", 3)
+        yield Target(
+            cluster.bootstrap,
+            "minibroker",
+            BROKERS,
+            lambda node_id: cluster.brokers[node_id].kill(),
+            restart,
+        )
     finally:
         _check_clean_stop(cluster)
 
@@ -337,6 +368,48 @@ def test_an_expired_transaction_is_aborted_by_the_coordinator(target):
     assert read_all(target, topic, partitions=1) == []
     plain = read_all(target, topic, "read_uncommitted", partitions=1)
     assert sorted(plain) == values("expired", 4)
+
+
+def transaction_coordinator(target: Target, transactional_id: str) -> int:
+    """The broker leading the transactional id's __transaction_state partition (Kafka:
+    abs(String.hashCode) % 50), from Metadata."""
+    partition = java_string_hash(transactional_id) % TRANSACTION_STATE_PARTITIONS
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        topics = admin.list_topics(TRANSACTION_STATE_TOPIC, timeout=TIMEOUT).topics
+        entry = topics[TRANSACTION_STATE_TOPIC].partitions.get(partition)
+        if entry is not None and entry.leader >= 0:
+            return entry.leader
+        assert time.monotonic() < deadline, f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader"
+        time.sleep(0.2)
+
+
+def test_the_coordinator_killed_before_the_commit(target):
+    """A transaction on three partitions is open when its coordinator is killed with
+    SIGKILL: the commit goes to the new coordinator (the transaction's state was replicated
+    in __transaction_state), read_committed sees all of it and the LSO is not left behind;
+    a second transaction by the same producer commits too."""
+    topic = new_topic(target, "txn-coordinator-kill")
+    transactional_id = unique("coordinator-kill")
+    producer = txn_producer(target, transactional_id, **{"transaction.timeout.ms": 60_000})
+    producer.begin_transaction()
+    for index, value in enumerate(values("before", 9)):
+        producer.produce(topic, value=value, partition=index % PARTITIONS)
+    producer.flush(TIMEOUT)
+    coordinator = transaction_coordinator(target, transactional_id)
+    target.kill(coordinator)
+    try:
+        producer.commit_transaction(60)
+        producer.begin_transaction()
+        for index, value in enumerate(values("after", 9)):
+            producer.produce(topic, value=value, partition=index % PARTITIONS)
+        producer.commit_transaction(60)
+        assert transaction_coordinator(target, transactional_id) != coordinator
+        committed = read_all(target, topic, timeout=60)
+    finally:
+        target.restart(coordinator)
+    assert sorted(committed) == sorted(values("before", 9) + values("after", 9))
 
 
 # -- kafka-python ----------------------------------------------------------------------------
