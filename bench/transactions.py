@@ -101,18 +101,21 @@ def transactional_produce_throughput(
 def isolation_consume_throughput(
     target: Target, topic: str, count: int, size: int, per_transaction: int
 ) -> dict[str, float]:
-    """kcat reading the whole topic from the beginning with read_uncommitted, then with
-    read_committed, after an untimed transactional produce: both must read every record (all
+    """kcat reading the whole topic from the beginning with read_uncommitted and with
+    read_committed (each twice, alternating, the better read counting), after an untimed
+    transactional produce: both must read every record (all
     committed), and the ratio is read_committed's records/s over read_uncommitted's."""
     transactional_produce(target, topic, count, size, per_transaction)
-    rates = {}
-    for isolation in ("read_uncommitted", "read_committed"):
+    rates: dict[str, float] = {}
+    # Each twice, alternating, the better read of each counting: the first read of a fresh
+    # log is the slower one on both systems (caches), whichever isolation it uses.
+    for isolation in ("read_uncommitted", "read_committed") * 2:
         seconds, read = kcat_consume(target, topic, f"isolation.level={isolation}")
         if read != count:
             raise target.failure(
                 f"kcat ({isolation}) read {read} of the {count} records of {topic}"
             )
-        rates[isolation] = count / seconds
+        rates[isolation] = max(rates.get(isolation, 0.0), count / seconds)
     return {
         "committed_ratio": rates["read_committed"] / rates["read_uncommitted"],
         "read_committed_rps": rates["read_committed"],
