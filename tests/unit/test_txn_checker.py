@@ -204,3 +204,22 @@ def test_group_offsets_other_than_the_last_commit_are_found():
 def test_a_history_writing_a_value_twice_is_refused():
     with pytest.raises(ValueError, match="twice"):
         check([txn("a/0", COMMITTED, "v"), txn("a/1", COMMITTED, "v")], [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("hello", 99162322),
+        # Java's hashCode is Integer.MIN_VALUE here; Kafka's Utils.abs makes it 0.
+        ("polygenelubricants", 0),
+        ("é", 233),  # one UTF-16 code unit
+        ("😀", 0xD83D * 31 + 0xDE00),  # two UTF-16 code units (a surrogate pair)
+    ],
+)
+def test_java_string_hash_is_javas(text, expected):
+    """The workload finds a transactional id's coordinator as Kafka does:
+    Utils.abs(transactionalId.hashCode()) % transaction.state.log.num.partitions."""
+    from faults.txn_workload import java_string_hash
+
+    assert java_string_hash(text) == expected
