@@ -420,6 +420,7 @@ class Chaos:
             raise TransactionsNotServed(reason)
         self.txn = TransactionalWorkload(self.bootstrap, seed=self.seed)
         self.txn.create_topics(3, 2)
+        wait(self.isr_full, START_TIMEOUT, "the workload's topics' ISRs")
         self.txn.start()
         wait(lambda: self.txn.committed() >= 20, START_TIMEOUT, "the first transactions")
 
@@ -468,11 +469,20 @@ class Chaos:
 
     # -- the cluster as clients see it -------------------------------------------------------
 
+    @property
+    def watched_topics(self) -> list[str]:
+        """The topics whose ISRs must be full again after a fault, the workload's first (a
+        partition fault cuts off a leader of the first one)."""
+        return [*self.txn.topics, TOPIC] if self.txn is not None else [TOPIC]
+
     def metadata(self):
         for node_id in self.rng.sample(BROKERS, len(BROKERS)):
             try:
                 return request_metadata(
-                    BROKER_PORT, [TOPIC], timeout=2.0, host=self.nodes[node_id].address
+                    BROKER_PORT,
+                    self.watched_topics,
+                    timeout=2.0,
+                    host=self.nodes[node_id].address,
                 )
             except OSError:
                 continue
@@ -484,17 +494,21 @@ class Chaos:
 
     def leaders(self) -> dict[int, int]:
         response = self.metadata()
-        if response is None or not response.topics:
-            return {}
-        return {p.partition_index: int(p.leader_id) for p in response.topics[0].partitions}
+        first = self.watched_topics[0]
+        for topic in [] if response is None else response.topics:
+            if str(topic.name) == first:
+                return {p.partition_index: int(p.leader_id) for p in topic.partitions}
+        return {}
 
     def isr_full(self) -> bool:
         response = self.metadata()
-        if response is None or not response.topics or response.topics[0].error_code.value:
+        if response is None or len(response.topics) != len(self.watched_topics):
             return False
-        partitions = response.topics[0].partitions
-        return len(partitions) == PARTITIONS and all(
-            len(p.isr_nodes) == len(BROKERS) and p.leader_id >= 0 for p in partitions
+        return all(
+            not topic.error_code.value
+            and len(topic.partitions) == PARTITIONS
+            and all(len(p.isr_nodes) == len(BROKERS) and p.leader_id >= 0 for p in topic.partitions)
+            for topic in response.topics
         )
 
     def elected_controller(self) -> int:
