@@ -64,16 +64,20 @@ def target(tmp_path_factory) -> Iterator[Target]:
         finally:
             kafka.stop()
         return
+    # The skip comes after the cluster is stopped: minibroker_cluster's clean-up runs only
+    # when its block ends normally.
     with minibroker_cluster(base) as cluster:
-        if reason := transactions_refused(cluster.bootstrap):
-            pytest.skip(f"the cluster does not serve transactions: {reason}")
-        victim = cluster.brokers[max(cluster.brokers)]
+        refused = transactions_refused(cluster.bootstrap)
+        if refused is None:
+            victim = cluster.brokers[max(cluster.brokers)]
 
-        def restart() -> None:
-            victim.restart()
-            victim.wait_ready()
+            def restart() -> None:
+                victim.restart()
+                victim.wait_ready()
 
-        yield Target(cluster.bootstrap, "minibroker", victim.kill, restart)
+            yield Target(cluster.bootstrap, "minibroker", victim.kill, restart)
+    if refused is not None:
+        pytest.skip(f"the cluster does not serve transactions: {refused}")
 
 
 def create_topics(target: Target, *names: str, partitions: int = 3) -> None:
