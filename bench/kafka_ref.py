@@ -162,19 +162,36 @@ class KafkaCluster:
                      "format", "-t", cluster_id, "-c", str(config)],
                     check=True, capture_output=True, timeout=120,
                 )  # fmt: skip
-                with node.log_path.open("ab") as log:
-                    node.process = subprocess.Popen(
-                        [java, KAFKA_HEAP, *JVM_OPTIONS, "-cp", kafka_classpath, "kafka.Kafka",
-                         str(config)],
-                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        # SIGTERM when the launching process dies, so no node outlives it.
-                        preexec_fn=_terminate_with_parent(os.getpid()),
-                    )  # fmt: skip
+                cluster.launch(node)
             cluster.wait_ready()
         except BaseException:
             cluster.kill()
             raise
         return cluster
+
+    def launch(self, node: KafkaNode) -> None:
+        """Start `node`'s JVM on its formatted storage (kafka-server-start.sh)."""
+        config = node.data_dir.parent / "server.properties"
+        with node.log_path.open("ab") as log:
+            node.process = subprocess.Popen(
+                [java_executable(), KAFKA_HEAP, *JVM_OPTIONS, "-cp", classpath("kafka"),
+                 "kafka.Kafka", str(config)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                # SIGTERM when the launching process dies, so no node outlives it.
+                preexec_fn=_terminate_with_parent(os.getpid()),
+            )  # fmt: skip
+
+    def kill_node(self, node: KafkaNode) -> None:
+        """kill -9 of one node."""
+        if node.running:
+            node.process.kill()
+            node.process.wait()
+
+    def restart_node(self, node: KafkaNode) -> None:
+        """Start a killed node again on its data and wait until every node lists every
+        broker."""
+        self.launch(node)
+        self.wait_ready()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout

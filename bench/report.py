@@ -90,6 +90,8 @@ def machine() -> list[tuple[str, str]]:
 def _cell(result: RowResult, system: str, line: Line) -> str:
     if system in result.failures:
         return "failed"
+    if system in result.not_served:
+        return "not served"
     value = result.median(system, line.key)
     if value is None:
         return "n/a"

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.targets import MINIBROKER, SYSTEMS, BenchError, start
+from bench.transactions import (
+    PARTITIONS_PER_TRANSACTION,
+    NotServed,
+    isolation_consume_throughput,
+    transactional_produce_throughput,
+)
 from bench.workloads import (
     PARTITIONS,
     Sizes,
@@ -53,6 +59,7 @@ SMOKE_SIZES = Sizes(
     tls_records=20_000,
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
+    txn_records=20_000,
 )
 
 
@@ -104,6 +111,17 @@ TLS = (
         "{:.2f}",
         "plaintext_cpu_s_per_gb",
         "{:.2f}",
+    ),
+)
+RECORDS_PER_TRANSACTION = 1000
+ISOLATION = (
+    Line("read_committed / read_uncommitted records/s", "committed_ratio", "{:.2f}"),
+    Line(
+        "records/s read_committed (read_uncommitted)",
+        "read_committed_rps",
+        "{:,.0f}",
+        "read_uncommitted_rps",
+        "{:,.0f}",
     ),
 )
 RESOURCES = (
@@ -198,6 +216,26 @@ def rows(sizes: Sizes) -> list[Row]:
             **cluster,
         ),
         Row(
+            "txn-produce",
+            f"transactional produce {sizes.txn_records:,} x 100 B, {RECORDS_PER_TRANSACTION:,}"
+            f" records a transaction to {PARTITIONS_PER_TRANSACTION} partitions"
+            " (confluent-kafka), 1 broker",
+            THROUGHPUT,
+            lambda target, topic, work_dir: transactional_produce_throughput(
+                target, topic, sizes.txn_records, SMALL, RECORDS_PER_TRANSACTION
+            ),
+        ),
+        Row(
+            "txn-consume",
+            f"consume {sizes.txn_records:,} x 100 B written in transactions of"
+            f" {RECORDS_PER_TRANSACTION:,}, read_committed against read_uncommitted (kcat),"
+            " 1 broker",
+            ISOLATION,
+            lambda target, topic, work_dir: isolation_consume_throughput(
+                target, topic, sizes.txn_records, SMALL, RECORDS_PER_TRANSACTION
+            ),
+        ),
+        Row(
             "consume",
             f"consume {sizes.consume_records:,} x 100 B from the beginning, 1 broker",
             THROUGHPUT,
@@ -276,6 +314,8 @@ class RowResult:
     row: Row
     runs: dict[str, list[dict[str, float]]]
     failures: dict[str, str]
+    # Systems that refuse what the row measures (transactions, before minibroker served them).
+    not_served: dict[str, str] = field(default_factory=dict)
 
     def median(self, system: str, key: str) -> float | None:
         values = [figures[key] for figures in self.runs[system]]
@@ -308,10 +348,14 @@ def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
     result = RowResult(row, {system: [] for system in SYSTEMS}, {})
     for run in range(runs):
         for system in row.systems:
-            if system in result.failures:
+            if system in result.failures or system in result.not_served:
                 continue
             try:
                 figures = measure_once(row, system, run, work_dir)
+            except NotServed as refused:
+                result.not_served[system] = str(refused)
+                print(f"[{row.name}] {system}: {refused}", file=sys.stderr)
+                continue
             except (BenchError, BrokerStartError) as error:
                 result.failures[system] = str(error)
                 print(f"[{row.name}] run {run + 1}: {system} FAILED: {error}", file=sys.stderr)

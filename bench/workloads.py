@@ -62,6 +62,8 @@ class Sizes:
     tls_records: int
     latency_seconds: float
     latency_warmup_seconds: float
+    # The transactional rows (bench/transactions.py).
+    txn_records: int = 1_000_000
 
 
 def record_file(work_dir: Path, count: int, size: int) -> Path:

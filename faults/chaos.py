@@ -66,6 +66,7 @@ from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.tools.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
 
 from .netns import Network
+from .txn_workload import TransactionalWorkload, java_string_hash, transactions_refused
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -77,6 +78,13 @@ SESSION_TIMEOUT_MS = 3000
 DISK_BROKER = 3
 DISK_SIZE_MB = 64
 KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", "disk", "clock")
+# The transactional workload's own fault: kill -9 of the broker that coordinates one of its
+# transactional ids (the leader of its __transaction_state partition).
+TXN_FAULTS = ("kill-coordinator",)
+TXN_KINDS = (*KINDS, *TXN_FAULTS)
+WORKLOADS = ("idempotent", "transactional")
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_PARTITIONS = 50
 # The faults only the ZooKeeper mode has, and every kind that mode runs (no clock: there is
 # no controller process to run under libfaketime; a broker's clock is not what elects).
 ZOOKEEPER_FAULTS = ("kill-controller", "kill-zookeeper", "zookeeper-partition")
@@ -116,18 +124,21 @@ class Outcome:
     lost: int
     vanished: int
     duplicates: int  # a value stored twice under one producer epoch: the broker's to catch
-    divergent: list[int]
+    divergent: list[int | str]
     unrecovered: list[str]
     unread: int = 0  # records the final read never got to
     # A value stored twice under two producer epochs: librdkafka renumbered messages whose
     # first send had possibly been written when it bumped its epoch, which no broker can tell
     # from new ones (FAULTS.md). Reported, not judged.
     renumbered: int = 0
+    # The transactional workload's checker (faults/txn_checker.py): violations by kind.
+    violations: dict[str, int] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
         return not (
-            self.lost
+            any(self.violations.values())
+            or self.lost
             or self.vanished
             or self.duplicates
             or self.divergent
@@ -325,8 +336,13 @@ class Workload:
 
 
 class Chaos:
-    def __init__(self, base: Path, seed: int, zookeeper: bool = False) -> None:
+    def __init__(
+        self, base: Path, seed: int, zookeeper: bool = False, workload: str = "idempotent"
+    ) -> None:
         self.base = base
+        self.seed = seed
+        self.workload_kind = workload
+        self.txn: TransactionalWorkload | None = None
         self.rng = random.Random(seed)
         # The cluster's processes besides the brokers: the controller, or ZooKeeper.
         self.authority = ZOOKEEPER if zookeeper else CONTROLLER
@@ -389,9 +405,46 @@ class Chaos:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(60)
         wait(self.isr_full, START_TIMEOUT, "the topic's ISRs")
+        if self.workload_kind == "transactional":
+            self.start_transactional()
+            return
         self.workload = Workload(self.bootstrap, self.base / "producer.log")
         self.workload.start()
         wait(lambda: len(self.workload.acked) >= 1000, START_TIMEOUT, "the first records")
+
+    def start_transactional(self) -> None:
+        """The transactional workload (faults/txn_workload.py) on two topics of its own, RF 3
+        and min.insync.replicas 2; refused with TransactionsNotServed when the cluster does
+        not serve transactions."""
+        if reason := transactions_refused(self.bootstrap):
+            raise TransactionsNotServed(reason)
+        self.txn = TransactionalWorkload(self.bootstrap, seed=self.seed)
+        self.txn.create_topics(3, 2)
+        wait(self.isr_full, START_TIMEOUT, "the workload's topics' ISRs")
+        self.txn.start()
+        wait(lambda: self.txn.committed() >= 20, START_TIMEOUT, "the first transactions")
+
+    def transaction_coordinator(self) -> int:
+        """The broker leading the __transaction_state partition of the workload's first
+        transactional id (Kafka: abs(String.hashCode) % transaction.state.log.num.partitions);
+        a random broker when it cannot be told."""
+        transactional_id = f"txn-producer-{self.txn.run_id}-0"
+        partition = java_string_hash(transactional_id) % TRANSACTION_STATE_PARTITIONS
+        for node_id in self.rng.sample(BROKERS, len(BROKERS)):
+            try:
+                response = request_metadata(
+                    BROKER_PORT,
+                    [TRANSACTION_STATE_TOPIC],
+                    timeout=2.0,
+                    host=self.nodes[node_id].address,
+                )
+            except OSError:
+                continue
+            for topic in response.topics:
+                for entry in topic.partitions:
+                    if entry.partition_index == partition and int(entry.leader_id) in BROKERS:
+                        return int(entry.leader_id)
+        return self.rng.choice(BROKERS)
 
     def _faked_clock(self) -> dict[str, str]:
         self.clock_offset.write_text("+0\n")
@@ -416,11 +469,20 @@ class Chaos:
 
     # -- the cluster as clients see it -------------------------------------------------------
 
+    @property
+    def watched_topics(self) -> list[str]:
+        """The topics whose ISRs must be full again after a fault, the workload's first (a
+        partition fault cuts off a leader of the first one)."""
+        return [*self.txn.topics, TOPIC] if self.txn is not None else [TOPIC]
+
     def metadata(self):
         for node_id in self.rng.sample(BROKERS, len(BROKERS)):
             try:
                 return request_metadata(
-                    BROKER_PORT, [TOPIC], timeout=2.0, host=self.nodes[node_id].address
+                    BROKER_PORT,
+                    self.watched_topics,
+                    timeout=2.0,
+                    host=self.nodes[node_id].address,
                 )
             except OSError:
                 continue
@@ -432,17 +494,21 @@ class Chaos:
 
     def leaders(self) -> dict[int, int]:
         response = self.metadata()
-        if response is None or not response.topics:
-            return {}
-        return {p.partition_index: int(p.leader_id) for p in response.topics[0].partitions}
+        first = self.watched_topics[0]
+        for topic in [] if response is None else response.topics:
+            if str(topic.name) == first:
+                return {p.partition_index: int(p.leader_id) for p in topic.partitions}
+        return {}
 
     def isr_full(self) -> bool:
         response = self.metadata()
-        if response is None or not response.topics or response.topics[0].error_code.value:
+        if response is None or len(response.topics) != len(self.watched_topics):
             return False
-        partitions = response.topics[0].partitions
-        return len(partitions) == PARTITIONS and all(
-            len(p.isr_nodes) == len(BROKERS) and p.leader_id >= 0 for p in partitions
+        return all(
+            not topic.error_code.value
+            and len(topic.partitions) == PARTITIONS
+            and all(len(p.isr_nodes) == len(BROKERS) and p.leader_id >= 0 for p in topic.partitions)
+            for topic in response.topics
         )
 
     def elected_controller(self) -> int:
@@ -473,6 +539,8 @@ class Chaos:
             target = ZOOKEEPER
         elif kind == "disk":
             target = DISK_BROKER
+        elif kind == "kill-coordinator":
+            target = self.transaction_coordinator()
         elif kind in ("partition", "isolate") and leaders:
             target = leaders[self.rng.randrange(PARTITIONS)]
         else:
@@ -482,7 +550,7 @@ class Chaos:
         others = [service for service in self.network.addresses if service != node_name(target)]
         name = node_name(target)
         # Each fault is in effect when `started` is taken: failover counts from there.
-        if kind in ("kill", "kill-controller"):
+        if kind in ("kill", "kill-controller", "kill-coordinator"):
             node.kill()
             run = Run(kind, target, time.monotonic(), led=led)
             time.sleep(HOLD_SECONDS)
@@ -610,13 +678,13 @@ class Chaos:
                 position += header.size
         return sequences
 
-    def divergent_partitions(self) -> list[int]:
+    def divergent_partitions(self, topic: str = TOPIC) -> list[int]:
         """Partitions whose replicas' logs differ in bytes, once every replica caught up."""
         divergent = []
         for partition in range(PARTITIONS):
             deadline = time.monotonic() + 60
             while True:
-                logs = [self.log_bytes(n, partition) for n in BROKERS]
+                logs = [self.log_bytes(n, partition, topic) for n in BROKERS]
                 if len({len(log) for log in logs}) == 1 or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
@@ -624,11 +692,48 @@ class Chaos:
                 divergent.append(partition)
         return divergent
 
-    def log_bytes(self, node_id: int, partition: int) -> bytes:
-        directory = self.nodes[node_id].data / f"{TOPIC}-{partition}"
+    def log_bytes(self, node_id: int, partition: int, topic: str = TOPIC) -> bytes:
+        directory = self.nodes[node_id].data / f"{topic}-{partition}"
         return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
 
+    def report_transactional(self, seed: int) -> Outcome:
+        """The transactional workload judged by faults/txn_checker.py, with the replicas of
+        its topics compared byte for byte."""
+        self.txn.stop()
+        verdict, unread = self.txn.verdict()
+        divergent = [
+            f"{topic}-{p}" for topic in self.txn.topics for p in self.divergent_partitions(topic)
+        ]
+        lines = [
+            f"seed {seed}: {len(self.runs)} fault runs (transactional workload):"
+            f" {', '.join(r.kind for r in self.runs)}",
+            verdict.summary(),
+            f"client errors: {len(self.txn.history.errors)}",
+            *[f"  {line}" for line in self.txn.history.errors[:10]],
+            f"divergent partitions: {divergent}",
+        ]
+        for node_id, node in sorted(self.nodes.items()):
+            text = node.log.read_text(errors="replace") if node.log.exists() else ""
+            if errors := traceback_endings(text):
+                lines.append(f"{node_name(node_id)} logged {sum(errors.values())} tracebacks:")
+                lines += [f"  {count} x {line}" for line, count in errors.most_common(5)]
+        if unread:
+            lines.append(f"THE FINAL READ STALLED on {unread} partitions: not judged clean")
+        return Outcome(
+            text="\n".join(lines),
+            acknowledged=self.txn.history.committed_records(),
+            lost=len(verdict.lost),
+            vanished=0,
+            duplicates=len(verdict.duplicates),
+            divergent=divergent,
+            unrecovered=[r.kind for r in self.runs if r.recovered_in is None],
+            unread=unread,
+            violations=verdict.counts(),
+        )
+
     def report(self, seed: int) -> Outcome:
+        if self.txn is not None:
+            return self.report_transactional(seed)
         self.workload.stop()
         stored, unread = self.final_log()
         divergent = self.divergent_partitions()
@@ -747,6 +852,11 @@ class Chaos:
         return None
 
 
+class TransactionsNotServed(RuntimeError):
+    """The cluster refuses InitProducerId with a transactional id: the transactional
+    workload cannot run."""
+
+
 def traceback_endings(text: str) -> Counter:
     """The exception line ending each traceback in a log, counted."""
     endings: Counter = Counter()
@@ -804,11 +914,14 @@ def run_chaos(
     kinds: tuple[str, ...],
     base: Path | None = None,
     zookeeper: bool = False,
+    workload: str = "idempotent",
 ) -> Outcome:
     """Inject `runs` faults of `kinds` (each kind once first, then at random) and judge, on
-    a cluster with a controller process or (`zookeeper`) on ZooKeeper."""
+    a cluster with a controller process or (`zookeeper`) on ZooKeeper, under the idempotent
+    producer or the `transactional` workload (raises TransactionsNotServed when the cluster
+    refuses transactions)."""
     base = Path(base or tempfile.mkdtemp(prefix="minibroker-chaos-"))
-    chaos = Chaos(base, seed, zookeeper)
+    chaos = Chaos(base, seed, zookeeper, workload)
     try:
         chaos.start()
         for index in range(runs):
@@ -845,8 +958,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, of {', '.join(KINDS)}; with --zookeeper of"
         f" {', '.join(ZOOKEEPER_KINDS)} (default: all of the mode's)",
     )
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="idempotent",
+        help="idempotent: one idempotent producer and a checking consumer (default);"
+        " transactional: transactional producers and a consume-transform-produce stage,"
+        " judged by faults/txn_checker.py (adds the kill-coordinator fault)",
+    )
     args = parser.parse_args(argv)
     available = ZOOKEEPER_KINDS if args.zookeeper else KINDS
+    if args.workload == "transactional":
+        available = (*available, *TXN_FAULTS)
     needed = zookeeper_installed() if args.zookeeper else LIBFAKETIME.exists()
     if os.geteuid() != 0 or shutil.which("ip") is None or not needed:
         print(
@@ -863,7 +986,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"faults.chaos: seed {seed}", flush=True)
     # A SIGTERM unwinds like Ctrl-C, so the nodes, namespaces and tmpfs are cleaned up.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))
-    outcome = run_chaos(args.runs, seed, kinds, zookeeper=args.zookeeper)
+    try:
+        outcome = run_chaos(
+            args.runs, seed, kinds, zookeeper=args.zookeeper, workload=args.workload
+        )
+    except TransactionsNotServed as refused:
+        print(f"the transactional workload cannot run: {refused}", file=sys.stderr)
+        return 2
     print(outcome.text)
     return 0 if outcome.clean else 1
 

@@ -31,7 +31,12 @@ import org.apache.kafka.streams.kstream.Produced;
  * output topic.
  *
  * <p>Usage: {@code WordCount <bootstrap> <app id> <input> <output> <state dir> <expected.json>
- * <timeout s>}. Prints "RUNNING" once the application runs and "PROGRESS <n>" when the output
+ * <timeout s> [<processing.guarantee> [<replication factor>]]}: at_least_once by default;
+ * exactly_once_v2 makes every task's output, changelog and offsets one transaction, and the
+ * output and changelog are then read with isolation.level=read_committed. The JSON line also
+ * lists the words whose successive counts on the output were not 1, 2, 3... ("irregular": an
+ * update counted twice, or one lost; with the state store's cache off each input word makes
+ * exactly one update, so exactly once allows none). Prints "RUNNING" once the application runs and "PROGRESS <n>" when the output
  * first holds n words; stops when the output's last count per word equals the expected counts
  * (or at the timeout), closes the application and prints one JSON line: the counts read from the
  * output, the counts read back from the changelog, and the application's internal topics.
@@ -48,13 +53,17 @@ public class WordCount {
         Map<String, Long> expected = new TreeMap<>();
         expectedInt.forEach((word, count) -> expected.put(word, count.longValue()));
         long deadline = System.currentTimeMillis() + Long.parseLong(args[6]) * 1000;
+        String guarantee = args.length > 7 ? args[7] : StreamsConfig.AT_LEAST_ONCE;
+        int replication = args.length > 8 ? Integer.parseInt(args[8]) : 3;
+        String isolation = guarantee.equals(StreamsConfig.AT_LEAST_ONCE)
+            ? "read_uncommitted" : "read_committed";
 
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         props.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
-        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 3);
+        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, replication);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
@@ -77,10 +86,12 @@ public class WordCount {
         });
         streams.start();
 
-        Map<String, Long> counts = readCounts(bootstrap, output, expected, deadline, true);
+        java.util.Set<String> irregular = new java.util.TreeSet<>();
+        Map<String, Long> counts =
+            readCounts(bootstrap, output, expected, deadline, true, isolation, irregular);
         streams.close(Duration.ofSeconds(30));
-        Map<String, Long> changelog =
-            readCounts(bootstrap, appId + "-counts-changelog", null, 0, false);
+        Map<String, Long> changelog = readCounts(
+            bootstrap, appId + "-counts-changelog", null, 0, false, isolation, null);
         List<String> internal;
         Properties adminProps = new Properties();
         adminProps.put("bootstrap.servers", bootstrap);
@@ -95,6 +106,8 @@ public class WordCount {
         result.put("changelog", changelog);
         result.put("internal_topics", internal);
         result.put("final_state", streams.state().toString());
+        result.put("guarantee", guarantee);
+        result.put("irregular", irregular);
         System.out.println(mapper.writeValueAsString(result));
         System.exit(0);
     }
@@ -104,9 +117,11 @@ public class WordCount {
      * counts equal it or the deadline passes; without, read to the end offsets.
      */
     static Map<String, Long> readCounts(String bootstrap, String topic, Map<String, Long> expected,
-                                        long deadline, boolean progress) {
+                                        long deadline, boolean progress, String isolation,
+                                        java.util.Set<String> irregular) {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
         Map<String, Long> counts = new TreeMap<>();
         try (KafkaConsumer<String, Long> consumer =
@@ -118,7 +133,10 @@ public class WordCount {
             boolean reported = false;
             while (true) {
                 for (ConsumerRecord<String, Long> record : consumer.poll(Duration.ofMillis(200))) {
-                    counts.put(record.key(), record.value());
+                    Long before = counts.put(record.key(), record.value());
+                    if (irregular != null && record.value() != (before == null ? 0 : before) + 1) {
+                        irregular.add(record.key());
+                    }
                 }
                 if (progress && !reported && !counts.isEmpty()) {
                     System.out.println("PROGRESS " + counts.size());

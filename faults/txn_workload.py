@@ -1,0 +1,469 @@
+"""The transactional workload of the fault harness, and its final read for the checker
+(faults/txn_checker.py).
+
+Threads of confluent-kafka clients against any Kafka-compatible bootstrap:
+
+- `producers` transactional producers, each with a unique ``transactional.id``, each
+  transaction writing 1 to 6 numbered values to random partitions of the input topic, a
+  fraction of them aborted on purpose;
+- a consume-transform-produce stage of `stage_members` members in one group: a
+  read_committed consumer and a transactional producer each; a transaction reads a batch of
+  input records, writes one output record per input record (to the same partition number of
+  the output topic) and sends the consumed offsets to the transaction
+  (``send_offsets_to_transaction``, KIP-447's group metadata), a fraction aborted on purpose
+  (the member then seeks back to where the batch began).
+
+Every attempt is recorded as a `Transaction`: committed when commit_transaction returned,
+aborted when it was aborted on purpose, or when commit was never asked for, or when
+abort_transaction returned after a failed commit; unknown otherwise (the commit was asked for
+and its outcome is not known: a timeout, a fatal error, a fenced producer). After a commit
+whose outcome is unknown the member (or producer) starts over with new clients, as Kafka's
+documentation asks after a fatal error; the new producer's InitProducerId with the same
+transactional id fences the old one and aborts whatever it left open.
+
+Values are unique per attempt: ``<transactional id>/<transaction number>/<index>`` for the
+producers; the stage's output is ``<stage transaction>|<input value>``, so a retried batch
+writes new values and the checker catches an input processed twice by its offsets.
+
+`python -m faults.txn_workload BOOTSTRAP [--seconds S]` runs it once against any cluster
+without faults and prints the checker's verdict (the check against Apache Kafka).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from faults.txn_checker import (
+    ABORTED,
+    COMMITTED,
+    UNKNOWN,
+    Record,
+    Transaction,
+    Verdict,
+    Write,
+    check,
+)
+
+INPUT_TOPIC = "txn-in"
+OUTPUT_TOPIC = "txn-out"
+PARTITIONS = 3
+ABORT_FRACTION = 0.2
+STAGE_GROUP = "txn-stage"
+TRANSACTION_TIMEOUT_MS = 10_000
+CLIENT_TIMEOUT_S = 30.0
+FINAL_READ_STALL_S = 60.0
+STAGE_DRAIN_IDLE_S = 3.0
+STAGE_DRAIN_TIMEOUT_S = 120.0
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode, made non-negative as Kafka's Utils.abs does (& 0x7fffffff)."""
+    value = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        value = (31 * value + int(unit, 16)) & 0xFFFFFFFF
+    return value & 0x7FFFFFFF
+
+
+def transactions_refused(bootstrap: str, timeout: float = 20.0) -> str | None:
+    """Why the broker does not serve transactions (FindCoordinator for a transactional id or
+    InitProducerId answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as minibroker did before
+    it served them, or never answered), or None when init_transactions succeeds."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        }
+    )
+    try:
+        producer.init_transactions(timeout)
+    except KafkaException as failure:
+        error = failure.args[0]
+        if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return f"the broker refuses transactional ids: {error.str()}"
+        return f"init_transactions failed: {error}"
+    return None
+
+
+def create_topics(
+    bootstrap: str, topics: tuple[str, ...], replication: int, min_insync: int | None = None
+) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {} if min_insync is None else {"min.insync.replicas": str(min_insync)}
+    futures = admin.create_topics(
+        [NewTopic(t, PARTITIONS, replication, config=config) for t in topics]
+    )
+    for future in futures.values():
+        future.result(60)
+
+
+@dataclass
+class History:
+    """Every attempted transaction, appended from several threads (list.append is atomic)."""
+
+    transactions: list[Transaction] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def committed_records(self) -> int:
+        return sum(len(t.writes) for t in self.transactions if t.outcome == COMMITTED)
+
+
+def _transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "linger.ms": 5,
+            "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    return producer
+
+
+def _finish(producer: Producer, attempt: Transaction, abort: bool, history: History) -> bool:
+    """Commit (or abort on purpose) and record the outcome; False when the producer must be
+    replaced (the outcome is unknown or the producer is unusable)."""
+    if abort:
+        attempt.outcome = ABORTED  # commit is never asked for: it cannot commit
+        try:
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+        except KafkaException as failure:
+            history.errors.append(f"{attempt.txn} abort: {failure.args[0]}")
+            return False
+        return True
+    try:
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        attempt.outcome = COMMITTED
+        return True
+    except KafkaException as failure:
+        error = failure.args[0]
+        history.errors.append(f"{attempt.txn} commit: {error}")
+        if error.txn_requires_abort():
+            try:
+                producer.abort_transaction(CLIENT_TIMEOUT_S)
+                attempt.outcome = ABORTED
+                return True
+            except KafkaException as again:
+                history.errors.append(f"{attempt.txn} abort after commit: {again.args[0]}")
+        attempt.outcome = UNKNOWN
+        return False
+
+
+class TransactionalWorkload:
+    """The producers and the stage, each a thread; `stop` ends every transaction and drains
+    the stage; `verdict` reads everything back and checks it."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        producers: int = 3,
+        stage_members: int = 2,
+        seed: int = 0,
+        abort_fraction: float = ABORT_FRACTION,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.seed = seed
+        self.abort_fraction = abort_fraction
+        self.history = History()
+        self.run_id = uuid.uuid4().hex[:6]
+        self.input_topic = f"{INPUT_TOPIC}-{self.run_id}"
+        self.output_topic = f"{OUTPUT_TOPIC}-{self.run_id}"
+        self._stop_producers = threading.Event()
+        self._stop_stage = threading.Event()
+        self._stage_activity = time.monotonic()
+        self._producers = [
+            threading.Thread(target=self._produce, args=(i,), daemon=True) for i in range(producers)
+        ]
+        self._stage = [
+            threading.Thread(target=self._transform, args=(i,), daemon=True)
+            for i in range(stage_members)
+        ]
+
+    @property
+    def topics(self) -> tuple[str, str]:
+        return (self.input_topic, self.output_topic)
+
+    def create_topics(self, replication: int, min_insync: int | None = None) -> None:
+        create_topics(self.bootstrap, self.topics, replication, min_insync)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for thread in self._producers + self._stage:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop the producers, then let the stage consume what is left, then stop it."""
+        self._stop_producers.set()
+        for thread in self._producers:
+            thread.join(180)
+        # The stage has consumed what the producers left once it has read nothing for a while
+        # (its consumer's position passes aborted data and markers without returning them).
+        deadline = time.monotonic() + STAGE_DRAIN_TIMEOUT_S
+        while (
+            time.monotonic() < deadline
+            and time.monotonic() - self._stage_activity < STAGE_DRAIN_IDLE_S
+        ):
+            time.sleep(0.2)
+        self._stop_stage.set()
+        for thread in self._stage:
+            thread.join(180)
+
+    def committed(self) -> int:
+        return sum(1 for t in self.history.transactions if t.outcome == COMMITTED)
+
+    def _produce(self, index: int) -> None:
+        rng = random.Random(f"{self.seed}/producer/{index}")
+        transactional_id = f"txn-producer-{self.run_id}-{index}"
+        producer = None
+        number = 0
+        while not self._stop_producers.is_set():
+            if producer is None:
+                try:
+                    producer = _transactional_producer(self.bootstrap, transactional_id)
+                except KafkaException as failure:
+                    self.history.errors.append(f"{transactional_id} init: {failure.args[0]}")
+                    time.sleep(0.5)
+                    continue
+            attempt = Transaction(f"{transactional_id}/{number}", transactional_id, ABORTED)
+            self.history.transactions.append(attempt)
+            number += 1
+            try:
+                producer.begin_transaction()
+                for position in range(rng.randint(1, 6)):
+                    write = Write(
+                        self.input_topic,
+                        rng.randrange(PARTITIONS),
+                        f"{attempt.txn}/{position}".encode(),
+                    )
+                    attempt.writes.append(write)
+                    producer.produce(write.topic, value=write.value, partition=write.partition)
+                abort = rng.random() < self.abort_fraction
+                if abort:
+                    # Written to the log first, so that the abort has records to hide
+                    # (aborting unsent records only drops them in the client).
+                    producer.flush(CLIENT_TIMEOUT_S)
+                keep = _finish(producer, attempt, abort, self.history)
+            except KafkaException as failure:
+                # begin or produce refused: commit was never asked for.
+                self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
+                keep = False
+            except BufferError as failure:
+                self.history.errors.append(f"{attempt.txn}: {failure}")
+                keep = _finish(producer, attempt, True, self.history)
+            if not keep:
+                producer = None  # a new producer fences this one and aborts what it left
+
+    def _stage_consumer(self) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"{STAGE_GROUP}-{self.run_id}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        consumer.subscribe([self.input_topic])
+        return consumer
+
+    def _transform(self, index: int) -> None:
+        rng = random.Random(f"{self.seed}/stage/{index}")
+        transactional_id = f"txn-stage-{self.run_id}-{index}"
+        consumer = producer = None
+        number = 0
+        while not self._stop_stage.is_set():
+            try:
+                if consumer is None:
+                    consumer = self._stage_consumer()
+                if producer is None:
+                    producer = _transactional_producer(self.bootstrap, transactional_id)
+            except KafkaException as failure:
+                self.history.errors.append(f"{transactional_id} init: {failure.args[0]}")
+                time.sleep(0.5)
+                continue
+            messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
+            if not messages:
+                continue
+            self._stage_activity = time.monotonic()
+            attempt = Transaction(f"{transactional_id}/{number}", transactional_id, ABORTED)
+            number += 1
+            ends: dict[tuple[str, int], int] = {}
+            starts: dict[tuple[str, int], int] = {}
+            for message in messages:
+                key = (message.topic(), message.partition())
+                attempt.consumed.append(Record(*key, message.offset(), message.value()))
+                ends[key] = max(ends.get(key, -1), message.offset() + 1)
+                starts[key] = min(starts.get(key, message.offset()), message.offset())
+            attempt.offsets = dict(ends)
+            abort = rng.random() < self.abort_fraction
+            keep = True
+            self.history.transactions.append(attempt)
+            try:
+                producer.begin_transaction()
+                for message in messages:
+                    write = Write(
+                        self.output_topic,
+                        message.partition(),
+                        attempt.txn.encode() + b"|" + message.value(),
+                    )
+                    attempt.writes.append(write)
+                    producer.produce(write.topic, value=write.value, partition=write.partition)
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(t, p, o) for (t, p), o in ends.items()],
+                    consumer.consumer_group_metadata(),
+                    CLIENT_TIMEOUT_S,
+                )
+                keep = _finish(producer, attempt, abort, self.history)
+            except KafkaException as failure:
+                self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
+                keep = False
+            if keep and attempt.outcome == ABORTED:
+                try:  # read the batch again: its offsets were not committed
+                    for (topic, partition), offset in starts.items():
+                        consumer.seek(TopicPartition(topic, partition, offset))
+                except KafkaException:
+                    keep = False  # revoked meanwhile: start over from the group's offsets
+            if not keep:
+                consumer.close()
+                consumer = producer = None
+        if consumer is not None:
+            consumer.close()
+
+    # -- judging ---------------------------------------------------------------------------
+
+    def group_offsets(self) -> dict[tuple[str, int], int]:
+        reader = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"{STAGE_GROUP}-{self.run_id}",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            committed = reader.committed(
+                [TopicPartition(self.input_topic, p) for p in range(PARTITIONS)], timeout=30
+            )
+        finally:
+            reader.close()
+        return {(self.input_topic, c.partition): c.offset for c in committed if c.offset >= 0}
+
+    def verdict(self, isolation: str = "read_committed") -> tuple[Verdict, int]:
+        """The checker's verdict on a read_committed read of both topics, and how many
+        partitions the read could not finish. (`isolation` read_uncommitted is the negative
+        control: the checker must then find the aborted records.)"""
+        read, unread = read_committed_everything(self.bootstrap, self.topics, isolation=isolation)
+        return check(self.history.transactions, read, self.group_offsets()), unread
+
+
+def read_committed_everything(
+    bootstrap: str,
+    topics: tuple[str, ...],
+    stall_s: float = FINAL_READ_STALL_S,
+    isolation: str = "read_committed",
+) -> tuple[list[Record], int]:
+    """Every record of `topics` a read_committed consumer returns, from offset 0 until its
+    position reaches each partition's high watermark (all transactions have ended, so the
+    last stable offset reaches it too); gives up after `stall_s` without progress and says
+    how many partitions it did not finish."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"txn-final-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    partitions = [TopicPartition(t, p, 0) for t in topics for p in range(PARTITIONS)]
+    # High watermarks from a read_uncommitted consumer: librdkafka asks ListOffsets with the
+    # consumer's isolation level, and a read_committed one is told the LSO.
+    watermarks = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "txn-final-watermarks",
+            "isolation.level": "read_uncommitted",  # librdkafka's default is read_committed
+        }
+    )
+    ends = {
+        (tp.topic, tp.partition): watermarks.get_watermark_offsets(tp, timeout=30)[1]
+        for tp in partitions
+    }
+    watermarks.close()
+    consumer.assign(partitions)
+    read: list[Record] = []
+    last_progress = time.monotonic()
+    pending = {key for key, end in ends.items() if end > 0}
+    while pending and time.monotonic() - last_progress < stall_s:
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is None:
+                read.append(
+                    Record(message.topic(), message.partition(), message.offset(), message.value())
+                )
+                last_progress = time.monotonic()
+        positions = consumer.position([TopicPartition(t, p) for t, p in pending])
+        for position in positions:
+            if position.offset >= ends[(position.topic, position.partition)]:
+                pending.discard((position.topic, position.partition))
+                last_progress = time.monotonic()
+    consumer.close()
+    return read, len(pending)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m faults.txn_workload", description=__doc__)
+    parser.add_argument("bootstrap")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--replication", type=int, default=1)
+    parser.add_argument(
+        "--final-isolation",
+        default="read_committed",
+        choices=("read_committed", "read_uncommitted"),
+        help="read_uncommitted: a negative control, the checker must report aborted reads",
+    )
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+    if reason := transactions_refused(args.bootstrap):
+        print(f"transactions not served: {reason}", file=sys.stderr)
+        return 2
+    workload = TransactionalWorkload(args.bootstrap, seed=seed)
+    workload.create_topics(args.replication)
+    started = time.monotonic()
+    workload.start()
+    time.sleep(args.seconds)
+    workload.stop()
+    verdict, unread = workload.verdict(args.final_isolation)
+    stage = [t for t in workload.history.transactions if t.txn.startswith("txn-stage-")]
+    print(
+        f"seed {seed}, {time.monotonic() - started:.1f} s; consume-transform-produce:"
+        f" {sum(1 for t in stage if t.outcome == COMMITTED)} of {len(stage)} transactions"
+        f" committed, {sum(len(t.consumed) for t in stage if t.outcome == COMMITTED)} inputs"
+    )
+    print(verdict.summary())
+    if unread:
+        print(f"THE FINAL READ STALLED on {unread} partitions")
+    print(f"client errors: {len(workload.history.errors)}")
+    for line in workload.history.errors[:10]:
+        print(f"  {line}")
+    return 0 if verdict.clean and not unread else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
