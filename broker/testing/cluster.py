@@ -16,6 +16,7 @@ controller, and in the ZooKeeper mode the controller is one of the brokers).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import shutil
 import tempfile
@@ -214,8 +215,6 @@ class Cluster:
         properties: dict[str, object] = {
             **TEST_DEFAULTS,
             "offsets.topic.replication.factor": replication,
-            "transaction.state.log.replication.factor": replication,
-            "transaction.state.log.min.isr": min(replication, 2),
             "default.replication.factor": replication,
             "listener.security.protocol.map": ",".join(
                 f"{name}:{protocol}"
@@ -247,10 +246,9 @@ class Cluster:
                 for node in self._cluster.nodes:
                     if node.running and node.paused:
                         node.resume()
-                try:
+                # A node that hung was killed: nothing is left running either way.
+                with contextlib.suppress(BrokerStartError):
                     self._cluster.stop()
-                except BrokerStartError:
-                    pass  # a node that hung was killed; nothing is left running
         finally:
             self._cluster = None
             if self._hub is not None:
@@ -388,17 +386,37 @@ class Cluster:
                 errors.append(f"broker {node.node_id}: {error}")
         raise ClusterError("no broker answered: " + ("; ".join(errors) or "none is running"))
 
+    def _witnesses(self) -> list[int]:
+        """The brokers whose Metadata the cluster's questions trust: running, not paused and
+        not cut off from the other nodes (such a broker answers from what it knew before)."""
+        hub = self._require_hub()
+        return [
+            node.node_id
+            for node in self._require_cluster().brokers.values()
+            if node.running and not node.paused and node.node_id not in hub.isolated
+        ]
+
+    def _partition(self, topic: str, partition: int, via: int | None = None) -> Any:
+        cluster = self._require_cluster()
+        for witness in [via] if via is not None else self._witnesses():
+            state = cluster.partition_metadata(topic, partition, via=witness)
+            if state is not None:
+                return state
+        return None
+
     def leader_of(self, topic: str, partition: int = 0) -> int | None:
         """The partition's leader as Metadata reports it (-1 while it has none), or None
         while no reachable broker knows the partition."""
-        return self._require_cluster().leader_of(topic, partition)
+        state = self._partition(topic, partition)
+        return None if state is None else int(state.leader_id)
 
     def isr_of(self, topic: str, partition: int = 0) -> frozenset[int] | None:
         """The partition's ISR as Metadata reports it, or None while no broker knows it."""
-        return self._require_cluster().isr_of(topic, partition)
+        state = self._partition(topic, partition)
+        return None if state is None else frozenset(int(node) for node in state.isr_nodes)
 
     def replicas_of(self, topic: str, partition: int = 0) -> list[int] | None:
-        state = self._require_cluster().partition_metadata(topic, partition)
+        state = self._partition(topic, partition)
         return None if state is None else [int(node) for node in state.replica_nodes]
 
     def wait_until_in_sync(
@@ -422,23 +440,29 @@ class Cluster:
                 for state in entry.partitions
             ]
 
-        deadline = time.monotonic() + timeout
-        indexes: list[int] = []
-        while not indexes:
+        def lagging() -> dict[str, object]:
+            """What is not in sync yet, by partition and by the broker that says so."""
             indexes = partitions()
             if not indexes:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"no broker knows the topic {topic} after {timeout}s")
-                time.sleep(POLL_INTERVAL)
-        for index in indexes:
-            replicas = None
-            while replicas is None:
-                replicas = self.replicas_of(topic, index)
-                if replicas is None:
-                    time.sleep(POLL_INTERVAL)
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"no broker knows {topic}-{index} after {timeout}s")
-            cluster.wait_for_isr(topic, index, replicas, max(0.1, deadline - time.monotonic()))
+                return {topic: "unknown"}
+            behind: dict[str, object] = {}
+            for witness in self._witnesses():
+                for index in indexes:
+                    state = self._partition(topic, index, via=witness)
+                    if state is None:
+                        behind[f"{topic}-{index} by broker {witness}"] = "unknown"
+                    elif set(state.isr_nodes) != set(state.replica_nodes):
+                        behind[f"{topic}-{index} by broker {witness}"] = (
+                            f"ISR {sorted(state.isr_nodes)} of replicas"
+                            f" {sorted(state.replica_nodes)}"
+                        )
+            return behind
+
+        deadline = time.monotonic() + timeout
+        while behind := lagging():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"not in sync after {timeout}s: {behind}")
+            time.sleep(POLL_INTERVAL)
 
     # -- process faults -----------------------------------------------------------------------
 

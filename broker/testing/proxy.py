@@ -28,6 +28,7 @@ and why it is Linux only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -51,6 +52,7 @@ class Link:
 
     proxy: Proxy
     source: int | None
+    peer_port: int = 0
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
     @property
@@ -129,10 +131,8 @@ class ProxyHub:
         if self._token is not None and self._thread.is_alive():
             nursery = self._nursery
             assert nursery is not None
-            try:
+            with contextlib.suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(nursery.cancel_scope.cancel, trio_token=self._token)
-            except trio.RunFinishedError:
-                pass
             self._thread.join(10)
 
     def _call(self, function: Callable[[], object]) -> None:
@@ -198,6 +198,8 @@ class ProxyHub:
 
     def cut(self, node_id: int, from_clients: bool, from_brokers: bool) -> None:
         def apply() -> None:
+            if from_brokers:
+                self._identify_sources()
             for proxy in self.of(node_id):
                 if (proxy.kind == CLIENT and from_clients) or (
                     proxy.kind == BROKER and from_brokers
@@ -220,16 +222,28 @@ class ProxyHub:
 
         self._call(apply)
 
+    def _identify_sources(self) -> None:
+        """Name the node behind every connection to an inter-broker or controller proxy that
+        is not named yet (those opened while the cluster started, before its pids were
+        known)."""
+        pids = dict(self.node_pids())
+        for proxy in self.proxies:
+            if proxy.kind != BROKER:
+                continue
+            for link in proxy.links:
+                if link.source is None:
+                    link.source = connection_owner(link.peer_port, proxy.port, pids)
+
     # -- connections --------------------------------------------------------------------------
 
     async def _serve(self, proxy: Proxy, client: trio.SocketStream) -> None:
         source = None
+        peer_port = client.socket.getpeername()[1]
         if proxy.kind == BROKER:
-            peer_port = client.socket.getpeername()[1]
             source = await trio.to_thread.run_sync(
                 connection_owner, peer_port, proxy.port, dict(self.node_pids())
             )
-        link = Link(proxy, source)
+        link = Link(proxy, source, peer_port)
         async with client:
             try:
                 server = await trio.open_tcp_stream("127.0.0.1", proxy.target_port)
