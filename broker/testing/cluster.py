@@ -119,6 +119,7 @@ class Cluster:
         self._zookeeper: ZooKeeperServer | None = None
         self._secure_dev: Any = None
         self._stopped: dict[int, str] = {}  # node id -> how it went down
+        self._closed_nodes: list[BrokerProcess] = []  # for logs() after close()
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -243,6 +244,7 @@ class Cluster:
         remove the data directory if the Cluster made it."""
         try:
             if self._cluster is not None:
+                self._closed_nodes = self._cluster.nodes
                 for node in self._cluster.nodes:
                     if node.running and node.paused:
                         node.resume()
@@ -562,9 +564,8 @@ class Cluster:
 
     def logs(self, lines: int = LOG_LINES) -> dict[str, str]:
         """The last ``lines`` of every node's log, by "broker-1", "controller-0"..."""
-        if self._cluster is None:
-            return {}
-        return {f"{node.kind}-{node.node_id}": node.log_tail(lines) for node in self._cluster.nodes}
+        nodes = self._cluster.nodes if self._cluster is not None else self._closed_nodes
+        return {f"{node.kind}-{node.node_id}": node.log_tail(lines) for node in nodes}
 
     # -- helpers ------------------------------------------------------------------------------
 
