@@ -245,6 +245,9 @@ class Cluster:
         try:
             if self._cluster is not None:
                 self._closed_nodes = self._cluster.nodes
+                # Faults would only slow the controlled shutdowns down.
+                if self._hub is not None:
+                    self.heal()
                 for node in self._cluster.nodes:
                     if node.running and node.paused:
                         node.resume()
