@@ -214,3 +214,21 @@ def test_a_cluster_that_cannot_start_says_why(tmp_path):
     message = str(failure.value)
     assert "did not start" in message
     assert "num.partitions" in message  # from the node's log tail
+
+
+def test_a_secure_cluster_takes_sasl_ssl_clients(tmp_path):
+    from confluent_kafka import Producer
+
+    with Cluster(brokers=1, data_dir=tmp_path, secure=True) as cluster:
+        cluster.create_topic("secret")
+        config = cluster.client_config(secure=True)
+        assert config["security.protocol"] == "SASL_SSL"
+        errors = []
+        producer = Producer(config)
+        producer.produce("secret", b"x", on_delivery=lambda error, message: errors.append(error))
+        producer.flush(15)
+        assert errors == [None]
+        refused = Producer({**config, "sasl.password": "wrong", "message.timeout.ms": 2000})
+        refused.produce("secret", b"x", on_delivery=lambda error, message: errors.append(error))
+        refused.flush(10)
+        assert errors[1] is not None
