@@ -62,6 +62,8 @@ class Sizes:
     tls_records: int
     latency_seconds: float
     latency_warmup_seconds: float
+    # Whether the startup rows start Apache Kafka too (JVMs: tens of seconds on 2 cores).
+    kafka_reference: bool = True
 
 
 def record_file(work_dir: Path, count: int, size: int) -> Path:
