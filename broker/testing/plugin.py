@@ -24,18 +24,21 @@ temporary directories, and the server's logs in the report of a test that fails.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from minibroker.testing.cluster import Cluster
+if TYPE_CHECKING:
+    # Imported when a fixture is first used, not when pytest loads the plugin: every pytest
+    # run where minibroker is installed loads it, and most never start a cluster.
+    from minibroker.testing.cluster import Cluster
 
 SCOPES = ("function", "class", "module", "session")
 MARKER_OPTIONS = frozenset({"brokers", "scope", "server_properties", "secure", "zookeeper"})
 DEFAULT_LOG_LINES = 100
 
-_POOL = pytest.StashKey[dict[tuple, Cluster]]()
-_USED = pytest.StashKey[list[Cluster]]()
+_POOL = pytest.StashKey[dict[tuple, "Cluster | BaseException"]]()
+_USED = pytest.StashKey[list["Cluster"]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -106,12 +109,23 @@ def _cluster_for(
         scope,
         tuple(sorted((name, repr(value)) for name, value in options.items())),
     )
+    from minibroker.testing.cluster import Cluster
+
     cluster = pool.get(key)
+    if isinstance(cluster, BaseException):
+        # A shared cluster that could not start fails each of its tests at once, the same way.
+        raise cluster
     if cluster is not None:
         cluster.reset()
     else:
         cluster = Cluster(data_dir=tmp_path_factory.mktemp("minibroker"), **options)
-        cluster.start()
+        try:
+            cluster.start()
+        except Exception as error:
+            if scope != "function":
+                pool[key] = error
+                owner.addfinalizer(lambda: pool.pop(key, None))
+            raise
         pool[key] = cluster
 
         def close() -> None:
