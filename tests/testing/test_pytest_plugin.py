@@ -31,7 +31,10 @@ def test_fixtures_start_share_and_stop_and_a_failure_carries_the_logs(pytester):
     pytester.makepyfile(
         test_single="""
         import os
+        import pytest
         from confluent_kafka import Consumer, Producer
+
+        pytestmark = pytest.mark.minibroker(scope="module")
 
         def test_round_trip(kafka_broker):
             kafka_broker.create_topic("greetings")
@@ -85,7 +88,7 @@ def test_fixtures_start_share_and_stop_and_a_failure_carries_the_logs(pytester):
         for line in (pytester.path / "pids").read_text().split("\n")
         for pid in line.split()
     ]
-    assert len(pids) == 1 + 3
+    assert len(pids) == 1 + 3  # one broker for test_single, a controller and two brokers
     alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and _not_zombie(pid)]
     assert alive == []
 
