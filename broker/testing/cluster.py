@@ -378,12 +378,12 @@ class Cluster:
         )
 
     def _admin_request(self, request: Any, timeout: float) -> Any:
-        """One request to the first running, unpaused broker that takes it, on its listener
-        itself (never through a proxy: the cluster's own questions see past the faults)."""
+        """One request to the first running, unpaused broker not cut off from the others
+        that takes it, on its listener itself (never through a proxy: the cluster's own
+        questions see past the faults)."""
         errors = []
-        for node in self._require_cluster().brokers.values():
-            if not node.running or node.paused:
-                continue
+        cluster = self._require_cluster()
+        for node in (cluster.brokers[witness] for witness in self._witnesses()):
             try:
                 with connect(("127.0.0.1", node.port), timeout, client_id=ADMIN_CLIENT_ID) as c:
                     return c.call(request)
