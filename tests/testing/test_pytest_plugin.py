@@ -235,3 +235,27 @@ def test_a_secure_cluster_takes_sasl_ssl_clients(tmp_path):
         refused.produce("secret", b"x", on_delivery=lambda error, message: errors.append(error))
         refused.flush(10)
         assert errors[1] is not None
+
+
+def test_a_bad_scope_or_marker_is_named_before_anything_starts(pytester):
+    pytester.makeini("[pytest]\nminibroker_scope = forever\n")
+    pytester.makepyfile(
+        test_bad="""
+        import pytest
+
+        def test_scope(kafka_broker):
+            pass
+
+        @pytest.mark.minibroker(scope="module", replicas=3)
+        def test_marker(kafka_cluster):
+            pass
+        """
+    )
+    result = run(pytester)
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*minibroker scope 'forever' is not one of function, class, module, session*",
+            "*@pytest.mark.minibroker takes keyword arguments*got ?'replicas'?*",
+        ]
+    )
