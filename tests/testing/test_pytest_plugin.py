@@ -251,7 +251,8 @@ def test_a_bad_scope_or_marker_is_named_before_anything_starts(pytester):
             pass
         """
     )
-    result = run(pytester)
+    # In process: nothing starts, so the subprocess's start-up would be the whole cost.
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
         [
