@@ -90,7 +90,10 @@ class Cluster:
     ``data_dir`` holds each node's data and log (a temporary directory, removed on close,
     when not given). ``secure`` adds a SASL_SSL listener to every broker with a throwaway CA
     and users (``secure_bootstrap_servers``, ``client_config(secure=True)``); ``zookeeper``
-    runs the ZooKeeper mode on a local ZooKeeper (the Debian package's).
+    runs the ZooKeeper mode on a local ZooKeeper (the Debian package's). ``fork`` (the
+    default) forks the nodes from the launcher's fork server, which imported the broker once,
+    instead of starting a Python interpreter per node: a node's start drops from about a CPU
+    second to a tenth of one.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class Cluster:
         secure: bool = False,
         zookeeper: bool = False,
         startup_timeout: float = STARTUP_TIMEOUT,
+        fork: bool = True,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
@@ -112,6 +116,7 @@ class Cluster:
         self.secure = secure
         self.zookeeper = zookeeper
         self.startup_timeout = startup_timeout
+        self.fork = fork
         self._own_data_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._hub: ProxyHub | None = None
@@ -205,6 +210,7 @@ class Cluster:
                 advertised_ports=advertised,
                 all_at_once=True,
                 single_node=single,
+                fork=self.fork,
             )
         except BrokerStartError as error:
             raise ClusterStartError(

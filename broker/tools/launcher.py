@@ -35,12 +35,12 @@ from kio.schema.metadata.v12.response import (
 )
 from kio.schema.types import TopicName
 
+from minibroker.tools.forkserver import ForkedProcess, fork_server
+from minibroker.tools.forkserver import terminate_with_parent as _terminate_with_parent
 from minibroker.tools.wire import answers_api_versions, connect
 
 READINESS_CLIENT_ID = "minibroker-launcher"
 LOG_TAIL_LINES = 25
-# prctl(2): deliver this signal to the calling process when its parent exits.
-PR_SET_PDEATHSIG = 1
 
 BROKER_ROLE = "broker"
 CONTROLLER_ROLE = "controller"
@@ -48,21 +48,6 @@ CONTROLLER_NODE_ID = 0
 CLUSTER_READY_TIMEOUT = 60.0
 METADATA_TIMEOUT = 5.0
 POLL_INTERVAL = 0.05
-
-
-def _terminate_with_parent(parent_pid: int):
-    """A preexec_fn asking Linux to SIGTERM the child when the launching thread's process
-    exits (Ctrl-C, a closed terminal, SIGKILL alike), so that no node outlives it."""
-
-    def arrange() -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return arrange
 
 
 class BrokerStartError(RuntimeError):
@@ -155,7 +140,11 @@ class BrokerProcess:
         # Added to the node's environment at its next launch (a test runs a node under
         # libfaketime this way).
         self.extra_env: dict[str, str] = {}
-        self._process: subprocess.Popen[bytes] | None = None
+        # Forked from the fork server (minibroker.tools.forkserver), its imports already done,
+        # instead of started as a new interpreter; not with extra_env or die_with_parent,
+        # which need a process of its own from the start.
+        self.fork = False
+        self._process: subprocess.Popen[bytes] | ForkedProcess | None = None
 
     @classmethod
     def start(
@@ -236,6 +225,11 @@ class BrokerProcess:
         with open(self.stderr_path, "ab") as stderr:
             stderr.write(f"--- launcher: {' '.join(command)}\n".encode())
             stderr.flush()
+            if self.fork and not self.extra_env and not self.die_with_parent:
+                # command is [python, -m, minibroker, serve, ...]: the node's own arguments.
+                self._process = fork_server().spawn(command[3:], self.stderr_path, {})
+                self.paused = False
+                return
             # A process group of its own keeps a terminal's Ctrl-C away from the node: the
             # launcher's owner (pytest, `minibroker dev`) decides when and how it stops, so a
             # Ctrl-C becomes an orderly SIGTERM instead of every node dying at once.
@@ -250,7 +244,7 @@ class BrokerProcess:
             )
         self.paused = False
 
-    def _running_process(self) -> subprocess.Popen[bytes]:
+    def _running_process(self) -> subprocess.Popen[bytes] | ForkedProcess:
         if self._process is None:
             raise RuntimeError(f"broker {self.node_id} was never started")
         return self._process
@@ -311,7 +305,7 @@ class BrokerProcess:
                 f"{self.kind} {self.node_id} ignored SIGTERM for {timeout}s and was killed;"
                 f" log tail:\n{self.log_tail()}"
             ) from None
-        return process.returncode
+        return process.wait()
 
     def terminate(self) -> None:
         """Send SIGTERM without waiting, so that several nodes can shut down side by side."""
@@ -550,6 +544,7 @@ class Cluster:
         listener_ports: Mapping[int, Mapping[str, int]] | None = None,
         all_at_once: bool = False,
         single_node: bool = False,
+        fork: bool = False,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -570,7 +565,9 @@ class Cluster:
         under the name "CONTROLLER"). `all_at_once` launches the brokers together with the
         controller instead of after it answers (brokers retry their registration until it
         does), which saves the controller's start-up time. `single_node` (with brokers=1)
-        starts one node that is its own controller, and no controller process.
+        starts one node that is its own controller, and no controller process. `fork`
+        forks the nodes from the fork server (minibroker.tools.forkserver) instead of
+        starting an interpreter each: the imports are paid once.
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
@@ -592,7 +589,7 @@ class Cluster:
                     listener_ports,
                 ),
             )
-            cluster._launch(timeout)
+            cluster._launch(timeout, fork=fork)
             return cluster
         if zookeeper_connect is not None:
             return cls._start_on_zookeeper(
@@ -606,6 +603,7 @@ class Cluster:
                 broker_listeners,
                 advertised_ports,
                 listener_ports,
+                fork,
             )
         controller_port = ports.get(CONTROLLER_NODE_ID) or free_port()
         voter_port = advertised_ports.get(CONTROLLER_NODE_ID, {}).get("CONTROLLER", controller_port)
@@ -635,7 +633,7 @@ class Cluster:
                 listener_ports,
             ),
         )
-        cluster._launch(timeout, all_at_once)
+        cluster._launch(timeout, all_at_once, fork)
         return cluster
 
     @classmethod
@@ -651,6 +649,7 @@ class Cluster:
         broker_listeners,
         advertised_ports=None,
         listener_ports=None,
+        fork=False,
     ) -> Cluster:
         shared = {**(overrides or {}), "zookeeper.connect": zookeeper_connect}
         cluster = cls(
@@ -666,15 +665,17 @@ class Cluster:
                 listener_ports=listener_ports,
             ),
         )
-        cluster._launch(timeout)
+        cluster._launch(timeout, fork=fork)
         return cluster
 
-    def _launch(self, timeout: float, all_at_once: bool = False) -> None:
+    def _launch(self, timeout: float, all_at_once: bool = False, fork: bool = False) -> None:
         """Launch the controller (if any) and wait until it answers (unless `all_at_once`),
         then the brokers, until the cluster is ready; if anything fails or is interrupted,
         kill every node started so far before the error propagates, so that no process
         outlives a failed start."""
         launched: list[BrokerProcess] = []
+        for node in self.nodes:
+            node.fork = fork
         try:
             if self.controller is not None:
                 self.controller._launch()
