@@ -185,7 +185,7 @@ def rows(sizes: Sizes) -> list[Row]:
         return Row(
             f"startup-{brokers}",
             f"from nothing to a usable cluster, {shape} (minibroker: the pytest fixture's"
-            " Cluster; kafka: KRaft, storage format included)",
+            " Cluster, its fork server already up; kafka: KRaft, storage format included)",
             STARTUP,
             lambda target, topic, work_dir: {},
             systems=(MINIBROKER, MOCK, KAFKA) if sizes.kafka_reference else (MINIBROKER, MOCK),

