@@ -17,6 +17,7 @@ from pathlib import Path
 import confluent_kafka
 
 from bench.rows import Line, RowResult
+from bench.startup import KAFKA
 from bench.targets import MINIBROKER, MOCK
 
 BEGIN_MARKER = "<!-- bench:begin (written by python -m bench; edits here are overwritten) -->"
@@ -88,10 +89,14 @@ def machine() -> list[tuple[str, str]]:
 
 
 def _cell(result: RowResult, system: str, line: Line) -> str:
+    if system == KAFKA and system not in result.row.systems:
+        return ""  # the Kafka column is for the rows that measure it
     if system in result.failures:
         return "failed"
     if system in result.not_served:
         return "not served"
+    if system in result.skipped:
+        return "skipped"
     value = result.median(system, line.key)
     if value is None:
         return "n/a"
@@ -109,10 +114,13 @@ def _ratio(result: RowResult, line: Line) -> str:
 
 
 def table(results: list[RowResult], runs: int) -> str:
-    """The markdown table: medians of `runs` runs per system, and minibroker / mock."""
+    """The markdown table: medians of `runs` runs per system, and minibroker / mock; an
+    Apache Kafka column when a row measured it (the startup rows)."""
+    kafka = any(KAFKA in result.row.systems for result in results)
     lines = [
-        "| row | workload | metric | minibroker | mock | minibroker / mock |",
-        "|---|---|---|---:|---:|---:|",
+        "| row | workload | metric | minibroker | mock | minibroker / mock |"
+        + (" Apache Kafka |" if kafka else ""),
+        "|---|---|---|---:|---:|---:|" + ("---:|" if kafka else ""),
     ]
     for result in results:
         for line in result.row.lines:
@@ -120,19 +128,27 @@ def table(results: list[RowResult], runs: int) -> str:
                 f"| {result.row.name} | {result.row.workload} | {line.metric}"
                 f" | {_cell(result, MINIBROKER, line)} | {_cell(result, MOCK, line)}"
                 f" | {_ratio(result, line)} |"
+                + (f" {_cell(result, KAFKA, line)} |" if kafka else "")
             )
     failures = [
         f"- {result.row.name}, {system}: {message.splitlines()[0]}"
         for result in results
         for system, message in result.failures.items()
     ]
+    skips = [
+        f"- {result.row.name}, {system} skipped: {message}"
+        for result in results
+        for system, message in result.skipped.items()
+    ]
     text = "\n".join(lines) + "\n"
+    if skips:
+        text += "\n" + "\n".join(skips) + "\n"
     if failures:
         text += "\nFailures (the full client error and log tails went to stderr):\n\n"
         text += "\n".join(failures) + "\n"
     runs_note = (
         f"Medians of {runs} run{'s' if runs != 1 else ''} per system. A ratio above 1 means"
-        " minibroker moves more per second; for latency, CPU and memory, below 1 means it"
+        " minibroker moves more per second; for latency, times, CPU and memory, below 1 means it"
         " does better."
     )
     return f"{runs_note}\n\n{text}"

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.targets import MINIBROKER, SYSTEMS, BenchError, start
+from bench.startup import KAFKA, Skipped, time_to_usable
+from bench.targets import MINIBROKER, MOCK, SYSTEMS, BenchError, start
 from bench.transactions import (
     PARTITIONS_PER_TRANSACTION,
     NotServed,
@@ -60,6 +61,7 @@ SMOKE_SIZES = Sizes(
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
     txn_records=20_000,
+    kafka_reference=False,
 )
 
 
@@ -124,6 +126,11 @@ ISOLATION = (
         "{:,.0f}",
     ),
 )
+# Startup rows: the target is the thing measured, so each run starts its own (bench.startup).
+STARTUP = (
+    Line("s until a first acks=all produce to a new topic is acknowledged", "usable_s", "{:.2f}"),
+    Line("s until every broker answers and lists every broker", "ready_s", "{:.2f}"),
+)
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
     Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
@@ -164,6 +171,8 @@ class Row:
         default_factory=dict
     )
     extra_listeners: tuple[str, ...] = ()
+    # A startup row: the measurement starts this many brokers itself (bench.startup).
+    starts: int | None = None
 
 
 def on_records(workload, count: int, size: int) -> Measure:
@@ -188,7 +197,22 @@ def rows(sizes: Sizes) -> list[Row]:
         "topic_configs": {"min.insync.replicas": "2"},
     }
     produced = f"{sizes.produce_records:,}"
+
+    def startup(brokers: int) -> Row:
+        shape = "1 broker" if brokers == 1 else f"{brokers} brokers, the topic RF={brokers}"
+        return Row(
+            f"startup-{brokers}",
+            f"from nothing to a usable cluster, {shape} (minibroker: the pytest fixture's"
+            " Cluster, its fork server already up; kafka: KRaft, storage format included)",
+            STARTUP,
+            lambda target, topic, work_dir: {},
+            systems=(MINIBROKER, MOCK, KAFKA) if sizes.kafka_reference else (MINIBROKER, MOCK),
+            starts=brokers,
+        )
+
     return [
+        startup(1),
+        startup(3),
         Row(
             "produce-100",
             f"produce {produced} x 100 B, acks=1, 1 broker",
@@ -316,6 +340,7 @@ class RowResult:
     failures: dict[str, str]
     # Systems that refuse what the row measures (transactions, before minibroker served them).
     not_served: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def median(self, system: str, key: str) -> float | None:
         values = [figures[key] for figures in self.runs[system]]
@@ -324,6 +349,8 @@ class RowResult:
 
 def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, float]:
     """One measurement on a fresh target, which is stopped (and its data removed) afterwards."""
+    if row.starts is not None:
+        return time_to_usable(system, row.starts, work_dir)
     overrides = row.broker_overrides
     if callable(overrides):
         overrides = overrides(work_dir)
@@ -345,16 +372,20 @@ def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, f
 def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
     """`runs` measurements of each system, alternating; a system that fails is reported and
     not measured again on this row, so one broken workload does not stall the table."""
-    result = RowResult(row, {system: [] for system in SYSTEMS}, {})
+    result = RowResult(row, {system: [] for system in {*SYSTEMS, *row.systems}}, {})
     for run in range(runs):
         for system in row.systems:
-            if system in result.failures or system in result.not_served:
+            if system in result.failures or system in result.not_served or system in result.skipped:
                 continue
             try:
                 figures = measure_once(row, system, run, work_dir)
             except NotServed as refused:
                 result.not_served[system] = str(refused)
                 print(f"[{row.name}] {system}: {refused}", file=sys.stderr)
+                continue
+            except Skipped as why:
+                result.skipped[system] = str(why)
+                print(f"[{row.name}] {system} skipped: {why}", file=sys.stderr)
                 continue
             except (BenchError, BrokerStartError) as error:
                 result.failures[system] = str(error)

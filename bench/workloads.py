@@ -64,6 +64,8 @@ class Sizes:
     latency_warmup_seconds: float
     # The transactional rows (bench/transactions.py).
     txn_records: int = 1_000_000
+    # Whether the startup rows start Apache Kafka too (JVMs: tens of seconds on 2 cores).
+    kafka_reference: bool = True
 
 
 def record_file(work_dir: Path, count: int, size: int) -> Path:

@@ -15,12 +15,15 @@ the Debian package for the ZooKeeper mode.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -32,12 +35,12 @@ from kio.schema.metadata.v12.response import (
 )
 from kio.schema.types import TopicName
 
+from minibroker.tools.forkserver import ForkedProcess, fork_server
+from minibroker.tools.forkserver import terminate_with_parent as _terminate_with_parent
 from minibroker.tools.wire import answers_api_versions, connect
 
 READINESS_CLIENT_ID = "minibroker-launcher"
 LOG_TAIL_LINES = 25
-# prctl(2): deliver this signal to the calling process when its parent exits.
-PR_SET_PDEATHSIG = 1
 
 BROKER_ROLE = "broker"
 CONTROLLER_ROLE = "controller"
@@ -47,31 +50,54 @@ METADATA_TIMEOUT = 5.0
 POLL_INTERVAL = 0.05
 
 
-def _terminate_with_parent(parent_pid: int):
-    """A preexec_fn asking Linux to SIGTERM the child when the launching thread's process
-    exits (Ctrl-C, a closed terminal, SIGKILL alike), so that no node outlives it."""
-
-    def arrange() -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return arrange
-
-
 class BrokerStartError(RuntimeError):
     """The broker exited or stayed silent instead of becoming ready."""
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now.
+# Ports handed out by free_port, machine-wide, so that two launchers (pytest-xdist workers, two
+# test runs side by side) never give the same port to two nodes in the moment between the
+# choice and the node's bind. A port is held this long: a node binds its port within seconds.
+PORT_REGISTRY = Path(tempfile.gettempdir()) / "minibroker-ports.json"
+PORT_RESERVATION_SECONDS = 120.0
+FREE_PORT_ATTEMPTS = 64
 
-    The kernel picks it; another process could take it before the broker binds, which is rare
-    enough on a test machine that retrying is not worth the complexity.
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now, and that no other
+    launcher on this machine handed out in the last PORT_RESERVATION_SECONDS.
+
+    The kernel picks it; the choice is recorded in PORT_REGISTRY under an exclusive lock, and
+    a port another launcher recorded recently is passed over. Without the registry, two
+    processes asking at the same moment could both be told the same port (it is free for
+    both until one of the nodes binds it), which pytest-xdist's workers did. A port can still
+    be taken by something that is not a launcher; that is rare enough on a test machine.
     """
+    try:
+        registry = open(PORT_REGISTRY, "a+")  # noqa: SIM115 - closed below
+    except OSError:
+        return _kernel_port()
+    with registry:
+        fcntl.flock(registry, fcntl.LOCK_EX)
+        registry.seek(0)
+        now = time.time()
+        try:
+            held = {int(port): until for port, until in json.loads(registry.read()).items()}
+        except ValueError:
+            held = {}
+        held = {port: until for port, until in held.items() if until > now}
+        for _ in range(FREE_PORT_ATTEMPTS):
+            port = _kernel_port()
+            if port not in held:
+                break
+        held[port] = now + PORT_RESERVATION_SECONDS
+        registry.seek(0)
+        registry.truncate()
+        registry.write(json.dumps(held))
+        registry.flush()
+    return port
+
+
+def _kernel_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -94,6 +120,7 @@ class BrokerProcess:
         role: str | None = None,
         die_with_parent: bool = False,
         extra_listeners: Mapping[str, int] | None = None,
+        advertised_ports: Mapping[str, int] | None = None,
     ):
         self.node_id = node_id
         self.log_dir = Path(log_dir)
@@ -103,6 +130,9 @@ class BrokerProcess:
         # Listeners besides the PLAINTEXT one, by name (e.g. a SASL_SSL inter-broker
         # listener): their ports stay the same across restarts, as the PLAINTEXT port does.
         self.extra_listeners = dict(extra_listeners or {})
+        # Where clients are told each listener is, by name, when that is not where it listens
+        # (minibroker.testing puts a proxy in front of every listener).
+        self.advertised_ports = dict(advertised_ports or {})
         self.stderr_path = self.log_dir.parent / f"{self.kind}-{node_id}.log"
         self.paused = False
         # `minibroker dev` sets this: its nodes get SIGTERM when it exits, however it exits.
@@ -110,7 +140,11 @@ class BrokerProcess:
         # Added to the node's environment at its next launch (a test runs a node under
         # libfaketime this way).
         self.extra_env: dict[str, str] = {}
-        self._process: subprocess.Popen[bytes] | None = None
+        # Forked from the fork server (minibroker.tools.forkserver), its imports already done,
+        # instead of started as a new interpreter; not with extra_env or die_with_parent,
+        # which need a process of its own from the start.
+        self.fork = False
+        self._process: subprocess.Popen[bytes] | ForkedProcess | None = None
 
     @classmethod
     def start(
@@ -165,12 +199,14 @@ class BrokerProcess:
         if self.role == CONTROLLER_ROLE:
             properties["listeners"] = f"CONTROLLER://{self.bootstrap}"
         else:
-            listener = ",".join(
-                f"{name}://127.0.0.1:{port}"
-                for name, port in {"PLAINTEXT": self.port, **self.extra_listeners}.items()
+            ports = {"PLAINTEXT": self.port, **self.extra_listeners}
+            properties["listeners"] = ",".join(
+                f"{name}://127.0.0.1:{port}" for name, port in ports.items()
             )
-            properties["listeners"] = listener
-            properties["advertised.listeners"] = listener
+            properties["advertised.listeners"] = ",".join(
+                f"{name}://127.0.0.1:{self.advertised_ports.get(name, port)}"
+                for name, port in ports.items()
+            )
         properties["log.dirs"] = str(self.log_dir)
         properties.update({key: str(value) for key, value in self.overrides.items()})
         return properties
@@ -189,6 +225,11 @@ class BrokerProcess:
         with open(self.stderr_path, "ab") as stderr:
             stderr.write(f"--- launcher: {' '.join(command)}\n".encode())
             stderr.flush()
+            if self.fork and not self.extra_env and not self.die_with_parent:
+                # command is [python, -m, minibroker, serve, ...]: the node's own arguments.
+                self._process = fork_server().spawn(command[3:], self.stderr_path, {})
+                self.paused = False
+                return
             # A process group of its own keeps a terminal's Ctrl-C away from the node: the
             # launcher's owner (pytest, `minibroker dev`) decides when and how it stops, so a
             # Ctrl-C becomes an orderly SIGTERM instead of every node dying at once.
@@ -203,7 +244,7 @@ class BrokerProcess:
             )
         self.paused = False
 
-    def _running_process(self) -> subprocess.Popen[bytes]:
+    def _running_process(self) -> subprocess.Popen[bytes] | ForkedProcess:
         if self._process is None:
             raise RuntimeError(f"broker {self.node_id} was never started")
         return self._process
@@ -264,7 +305,7 @@ class BrokerProcess:
                 f"{self.kind} {self.node_id} ignored SIGTERM for {timeout}s and was killed;"
                 f" log tail:\n{self.log_tail()}"
             ) from None
-        return process.returncode
+        return process.wait()
 
     def terminate(self) -> None:
         """Send SIGTERM without waiting, so that several nodes can shut down side by side."""
@@ -439,6 +480,8 @@ def _broker_processes(
     die_with_parent: bool,
     broker_listeners: Mapping[str, int | None] | None,
     role: str | None = None,
+    advertised_ports: Mapping[int, Mapping[str, int]] | None = None,
+    listener_ports: Mapping[int, Mapping[str, int]] | None = None,
 ) -> dict[int, BrokerProcess]:
     """Brokers 1..`brokers` (not launched yet), each on its port from `ports` or a free one,
     with its data in `base_dir/broker-<id>`."""
@@ -452,7 +495,11 @@ def _broker_processes(
             shared,
             role=role,
             die_with_parent=die_with_parent,
-            extra_listeners=_extra_listeners(broker_listeners, port),
+            extra_listeners={
+                **_extra_listeners(broker_listeners, port),
+                **(listener_ports or {}).get(node_id, {}),
+            },
+            advertised_ports=(advertised_ports or {}).get(node_id),
         )
     return processes
 
@@ -493,6 +540,11 @@ class Cluster:
         die_with_parent: bool = False,
         broker_listeners: Mapping[str, int | None] | None = None,
         zookeeper_connect: str | None = None,
+        advertised_ports: Mapping[int, Mapping[str, int]] | None = None,
+        listener_ports: Mapping[int, Mapping[str, int]] | None = None,
+        all_at_once: bool = False,
+        single_node: bool = False,
+        fork: bool = False,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -504,10 +556,41 @@ class Cluster:
         killed before the error propagates, so that no process outlives a failed start.
         `broker_listeners` names listeners every broker adds next to the PLAINTEXT one that
         the readiness checks use (a secured inter-broker listener, say), each on its broker's
-        port plus an offset, or on a free port when the offset is None.
+        port plus an offset, or on a free port when the offset is None; `listener_ports`
+        (node id -> {listener name: port}) gives a broker's extra listeners their ports.
+
+        `advertised_ports` maps node ids to {listener name: port}: where the other nodes and
+        clients are told to reach that listener instead of the port it binds (a proxy in front
+        of it; for the controller, node 0, the port brokers find in controller.quorum.voters,
+        under the name "CONTROLLER"). `all_at_once` launches the brokers together with the
+        controller instead of after it answers (brokers retry their registration until it
+        does), which saves the controller's start-up time. `single_node` (with brokers=1)
+        starts one node that is its own controller, and no controller process. `fork`
+        forks the nodes from the fork server (minibroker.tools.forkserver) instead of
+        starting an interpreter each: the imports are paid once.
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
+        advertised_ports = advertised_ports or {}
+        if single_node:
+            if brokers != 1 or zookeeper_connect is not None:
+                raise ValueError("single_node is one broker that is its own controller")
+            cluster = cls(
+                None,
+                _broker_processes(
+                    base_dir,
+                    1,
+                    overrides or {},
+                    ports,
+                    die_with_parent,
+                    broker_listeners,
+                    None,
+                    advertised_ports,
+                    listener_ports,
+                ),
+            )
+            cluster._launch(timeout, fork=fork)
+            return cluster
         if zookeeper_connect is not None:
             return cls._start_on_zookeeper(
                 base_dir,
@@ -518,11 +601,15 @@ class Cluster:
                 die_with_parent,
                 zookeeper_connect,
                 broker_listeners,
+                advertised_ports,
+                listener_ports,
+                fork,
             )
         controller_port = ports.get(CONTROLLER_NODE_ID) or free_port()
+        voter_port = advertised_ports.get(CONTROLLER_NODE_ID, {}).get("CONTROLLER", controller_port)
         shared = {
             **(overrides or {}),
-            "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@127.0.0.1:{controller_port}",
+            "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@127.0.0.1:{voter_port}",
         }
         controller = BrokerProcess(
             CONTROLLER_NODE_ID,
@@ -535,10 +622,18 @@ class Cluster:
         cluster = cls(
             controller,
             _broker_processes(
-                base_dir, brokers, shared, ports, die_with_parent, broker_listeners, BROKER_ROLE
+                base_dir,
+                brokers,
+                shared,
+                ports,
+                die_with_parent,
+                broker_listeners,
+                BROKER_ROLE,
+                advertised_ports,
+                listener_ports,
             ),
         )
-        cluster._launch(timeout)
+        cluster._launch(timeout, all_at_once, fork)
         return cluster
 
     @classmethod
@@ -552,28 +647,46 @@ class Cluster:
         die_with_parent,
         zookeeper_connect,
         broker_listeners,
+        advertised_ports=None,
+        listener_ports=None,
+        fork=False,
     ) -> Cluster:
         shared = {**(overrides or {}), "zookeeper.connect": zookeeper_connect}
         cluster = cls(
             None,
-            _broker_processes(base_dir, brokers, shared, ports, die_with_parent, broker_listeners),
+            _broker_processes(
+                base_dir,
+                brokers,
+                shared,
+                ports,
+                die_with_parent,
+                broker_listeners,
+                advertised_ports=advertised_ports,
+                listener_ports=listener_ports,
+            ),
         )
-        cluster._launch(timeout)
+        cluster._launch(timeout, fork=fork)
         return cluster
 
-    def _launch(self, timeout: float) -> None:
-        """Launch the controller (if any) and wait until it answers, then the brokers, until
-        the cluster is ready; if anything fails or is interrupted, kill every node started so
-        far before the error propagates, so that no process outlives a failed start."""
+    def _launch(self, timeout: float, all_at_once: bool = False, fork: bool = False) -> None:
+        """Launch the controller (if any) and wait until it answers (unless `all_at_once`),
+        then the brokers, until the cluster is ready; if anything fails or is interrupted,
+        kill every node started so far before the error propagates, so that no process
+        outlives a failed start."""
         launched: list[BrokerProcess] = []
+        for node in self.nodes:
+            node.fork = fork
         try:
             if self.controller is not None:
                 self.controller._launch()
                 launched.append(self.controller)
-                self.controller.wait_ready(timeout)
+                if not all_at_once:
+                    self.controller.wait_ready(timeout)
             for broker in self.brokers.values():
                 broker._launch()
                 launched.append(broker)
+            if all_at_once and self.controller is not None:
+                self.controller.wait_ready(timeout)
             self.wait_ready(timeout)
         except BaseException:
             for node in launched:
