@@ -82,17 +82,17 @@ def txn_offset_commit(
     }
 
 
-def offset_fetch(session: Session, version: int, require_stable: bool) -> dict:
+def offset_fetch(session: Session, version: int, require_stable: bool, group: str = "g") -> dict:
     topics = [{"name": "t", "partition_indexes": [0, 1]}]
     if version >= 8:
         answer = session.send(
             ApiKey.OFFSET_FETCH,
             version,
-            {"groups": [{"group_id": "g", "topics": topics}], "require_stable": require_stable},
+            {"groups": [{"group_id": group, "topics": topics}], "require_stable": require_stable},
         )
         (group,) = answer.groups
     else:
-        fields = {"group_id": "g", "topics": topics, "require_stable": require_stable}
+        fields = {"group_id": group, "topics": topics, "require_stable": require_stable}
         group = session.send(ApiKey.OFFSET_FETCH, version, fields)
     assert group.error_code.value == Error.NONE
     return {
@@ -148,15 +148,29 @@ def test_pending_offsets_are_invisible_and_unstable_under_require_stable(session
         }
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
-def test_every_version_is_served(session, version):
-    producer = init_producer_id(session)
-    assert txn_offset_commit(session, version, producer, [("t", 1, 3)]) == {("t", 1): Error.NONE}
-    assert offset_fetch(session, 7, require_stable=True)[("t", 1)] == (
-        Error.UNSTABLE_OFFSET_COMMIT,
-        -1,
-    )
-    assert offset_fetch(session, 7, require_stable=False)[("t", 1)] == (Error.NONE, -1)
+def test_every_version_is_served(session):
+    """One broker, a group and a transactional id per version."""
+    for version in range(5):
+        group = f"g-v{version}"
+        transactional_id = f"tx-v{version}"
+        producer = init_producer_id(session, transactional_id, group)
+        answer = txn_offset_commit(
+            session,
+            version,
+            producer,
+            [("t", 1, 3)],
+            group_id=group,
+            transactional_id=transactional_id,
+        )
+        assert answer == {("t", 1): Error.NONE}, version
+        assert offset_fetch(session, 7, require_stable=True, group=group)[("t", 1)] == (
+            Error.UNSTABLE_OFFSET_COMMIT,
+            -1,
+        )
+        assert offset_fetch(session, 7, require_stable=False, group=group)[("t", 1)] == (
+            Error.NONE,
+            -1,
+        )
 
 
 def test_member_checks_of_v3(session):
