@@ -129,6 +129,12 @@ def _broker_gauges(replicas: ReplicaManager) -> Iterator[GaugeMetricFamily]:
             "High watermark of the replica.",
             labels=["topic", "partition"],
         ),
+        "lso_lag": GaugeMetricFamily(
+            "kafka_cluster_partition_laststableoffsetlag",
+            "High watermark minus last stable offset: how far open transactions hold "
+            "read_committed consumers back (Kafka's Partition LastStableOffsetLag; leaders only).",
+            labels=["topic", "partition"],
+        ),
     }
     for partition in partitions[:MAX_PARTITION_SERIES]:
         labels = [partition.topic, str(partition.index)]
@@ -137,6 +143,9 @@ def _broker_gauges(replicas: ReplicaManager) -> Iterator[GaugeMetricFamily]:
         families["end"].add_metric(labels, partition.log.log_end_offset)
         families["start"].add_metric(labels, partition.log.log_start_offset)
         families["hw"].add_metric(labels, partition.high_watermark)
+        if partition.is_leader:
+            lag = partition.high_watermark - partition.last_stable_offset
+            families["lso_lag"].add_metric(labels, lag)
     yield from families.values()
 
 

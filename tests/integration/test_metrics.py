@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -52,11 +52,33 @@ def test_counters_and_gauges_follow_what_clients_did(metered):
         labels = (("partition", partition), ("topic", TOPIC))
         assert samples[("kafka_log_log_logendoffset", labels)] == 150
         assert samples[("kafka_cluster_partition_highwatermark", labels)] == 150
+        assert samples[("kafka_cluster_partition_laststableoffsetlag", labels)] == 0
     assert samples[("kafka_server_replicamanager_leadercount", ())] == 2
     assert samples[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
     assert samples[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
     assert samples[("kafka_controller_kafkacontroller_activebrokercount", ())] == 1
     assert ("process_resident_memory_bytes", ()) in samples
+
+
+def test_an_open_transaction_shows_as_last_stable_offset_lag(metered):
+    broker, port = metered
+    create_topic(broker.bootstrap, "txn-lag", 1)
+    labels = (("partition", "0"), ("topic", "txn-lag"))
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "lag"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for number in range(5):
+        producer.produce("txn-lag", b"v%d" % number, partition=0)
+    producer.flush(30)
+    # Five records past the last stable offset, held back from read_committed consumers.
+    assert scrape(port)[("kafka_cluster_partition_laststableoffsetlag", labels)] == 5
+    producer.commit_transaction(30)
+    wait_for(
+        lambda: scrape(port)[("kafka_cluster_partition_laststableoffsetlag", labels)] == 0,
+        10,
+        "the lag back to 0 after the commit",
+    )
+    assert scrape(port)[("kafka_cluster_partition_highwatermark", labels)] == 6  # and a marker
 
 
 def test_error_codes_are_counted_by_request(metered):
