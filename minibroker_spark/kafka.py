@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import re
 import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 import pyarrow as pa
@@ -447,7 +448,7 @@ def read_range(
                     log.warning("%s; skipping them", message)
                     return
                 continue
-            if list(map(Message.error, messages)).count(None) == len(messages):
+            if _only_records(messages):
                 # The common case, a run of records: cut it at the range end.
                 if messages[-1].offset() >= end:
                     messages = messages[: bisect_left(messages, end, key=_offset)]
@@ -487,6 +488,12 @@ def read_range(
                 yield _to_batch(records, topic, partition, schema)
     finally:
         consumer.close()
+
+
+def _only_records(messages: list) -> bool:
+    """No error event (end of partition, offset out of range, ...) among the messages; one C
+    loop (`is`: a KafkaError refuses `== None`)."""
+    return all(map(operator.is_, map(Message.error, messages), repeat(None)))
 
 
 def _offset(message) -> int:

@@ -12,7 +12,7 @@ import datetime
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from minibroker.spark import kafka
 from minibroker.spark.kafka import arrow_schema
@@ -121,3 +121,13 @@ def test_batches_carry_each_message_where_offsets_have_gaps(offsets):
     assert log_append.column("timestamp").equals(pruned.column("timestamp"))
     types = kafka._to_batch([message(o, 2) for o in offsets], "t", 2, arrow_schema(False))
     assert types.column("timestampType").to_pylist() == [1] * len(offsets)
+
+
+def test_an_error_event_among_records_is_seen():
+    """An end-of-partition event mixed with records (librdkafka hands both in one consume)
+    sends the read down the path that handles it."""
+    eof = Message(topic="t", partition=2, offset=9, error=KafkaError(KafkaError._PARTITION_EOF))
+    records = [message(offset) for offset in range(5, 9)]
+    assert kafka._only_records(records)
+    assert not kafka._only_records([*records, eof])
+    assert not kafka._only_records([eof])
