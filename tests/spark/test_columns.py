@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Message
 
 from minibroker.spark import kafka
 from minibroker.spark.kafka import arrow_schema
-from tests.spark.conftest import create_topic, produce
+from tests.spark.conftest import SPARK_TIMEOUT, create_topic, produce
 
 PARTITIONS = 3
 
@@ -71,6 +71,31 @@ def test_chosen_columns_in_the_schema_order_are_right(spark, spark_broker, topic
     assert read(spark, spark_broker.bootstrap, "partition int", subscribe="columns").count() == (
         len(topic)
     )
+
+
+def test_a_stream_reads_only_the_schemas_columns(spark, spark_broker, topic, tmp_path):
+    query = (
+        spark.readStream.format("minibroker")
+        .schema("partition int, offset long, value binary")
+        .option("kafka.bootstrap.servers", spark_broker.bootstrap)
+        .option("subscribe", "columns")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(SPARK_TIMEOUT), "the availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    df = spark.read.parquet(str(tmp_path / "out"))
+    assert df.columns == ["partition", "offset", "value"]
+    rows = df.collect()
+    assert len(rows) == len(topic)
+    assert {(r["partition"], r["offset"]): bytes(r["value"]) for r in rows} == {
+        position: record["value"] for position, record in topic.items()
+    }
 
 
 @pytest.mark.parametrize(
