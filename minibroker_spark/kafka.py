@@ -353,7 +353,8 @@ def _timestamps(messages: list) -> np.ndarray:
 
 def _headers(messages: list, arrow_type: pa.DataType) -> pa.Array:
     values = []
-    for pairs in map(Message.headers, messages):
+    for message in messages:
+        pairs = message.headers()
         values.append(None if not pairs else [{"key": k, "value": v} for k, v in pairs])
     return pa.array(values, arrow_type)
 
