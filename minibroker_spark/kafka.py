@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import re
 import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
@@ -303,47 +311,83 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     return pieces
 
 
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    """The Arrow layout Spark expects for the Kafka source's schema (nullability included)."""
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-        fields.append(pa.field("headers", pa.list_(pa.field("element", header))))
-    return pa.schema(fields)
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+# Spark's Kafka source columns, in its order, with the Arrow types Spark expects for them.
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "key": pa.binary(),
+    "value": pa.binary(),
+    "topic": pa.string(),
+    "partition": pa.int32(),
+    "offset": pa.int64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestampType": pa.int32(),
+    "headers": pa.list_(pa.field("element", HEADER_TYPE)),
+}
+COLUMNS = tuple(ARROW_TYPES)
 
 
-def _to_batch(messages: list, topic: str, partition: int, schema: pa.Schema, headers: bool):
-    """One Arrow batch from consumed messages: the per-message work is the few attribute
-    calls; everything else is done a column at a time."""
+def arrow_schema(include_headers: bool, columns: Iterable[str] | None = None) -> pa.Schema:
+    """The Arrow layout Spark expects for the Kafka source's schema (nullability included), or
+    for the given subset of its columns, in the given order."""
+    if columns is None:
+        columns = [c for c in COLUMNS if include_headers or c != "headers"]
+    return pa.schema([pa.field(name, ARROW_TYPES[name]) for name in columns])
+
+
+def _offsets(messages: list) -> np.ndarray:
     count = len(messages)
-    # (type, milliseconds) per message; librdkafka's types are 1 CreateTime and
-    # 2 LogAppendTime, Spark's 0 and 1.
-    stamps = np.fromiter(
-        chain.from_iterable([m.timestamp() for m in messages]), np.int64, 2 * count
-    ).reshape(count, 2)
-    columns = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), count),
-        pa.repeat(pa.scalar(partition, pa.int32()), count),
-        pa.array(np.fromiter((m.offset() for m in messages), np.int64, count)),
-        pa.array(stamps[:, 1] * 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(np.maximum(stamps[:, 0] - 1, 0).astype(np.int32)),
-    ]
-    if headers:
-        values = []
-        for message in messages:
-            pairs = message.headers()
-            values.append(None if not pairs else [{"key": k, "value": v} for k, v in pairs])
-        columns.append(pa.array(values, schema.field("headers").type))
+    first, last = messages[0].offset(), messages[-1].offset()
+    if last - first + 1 == count:
+        # Offsets only grow within a partition: as many offsets as the span means no gap
+        # (no transaction marker, nothing compacted away), the common case.
+        return np.arange(first, last + 1, dtype=np.int64)
+    return np.fromiter(map(Message.offset, messages), np.int64, count)
+
+
+def _timestamps(messages: list) -> np.ndarray:
+    """(type, milliseconds) per message, one row each."""
+    count = len(messages)
+    flat = chain.from_iterable(map(Message.timestamp, messages))
+    return np.fromiter(flat, np.int64, 2 * count).reshape(count, 2)
+
+
+def _headers(messages: list, arrow_type: pa.DataType) -> pa.Array:
+    values = []
+    for message in messages:
+        pairs = message.headers()
+        values.append(None if not pairs else [{"key": k, "value": v} for k, v in pairs])
+    return pa.array(values, arrow_type)
+
+
+def _to_batch(messages: list, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+    """One Arrow batch of the schema's columns (any subset of the Kafka source's, in any order)
+    from consumed messages. Only the columns asked for are built, each with one pass of a C
+    loop over the messages (map over the Message method, no Python frame per record);
+    offsets, topic and partition need none in the common case."""
+    count = len(messages)
+    stamps = None
+    columns: list[pa.Array] = []
+    for name in schema.names:
+        if name == "value":
+            columns.append(pa.array(list(map(Message.value, messages)), pa.binary()))
+        elif name == "key":
+            columns.append(pa.array(list(map(Message.key, messages)), pa.binary()))
+        elif name == "topic":
+            columns.append(pa.repeat(pa.scalar(topic, pa.string()), count))
+        elif name == "partition":
+            columns.append(pa.repeat(pa.scalar(partition, pa.int32()), count))
+        elif name == "offset":
+            columns.append(pa.array(_offsets(messages)))
+        elif name in ("timestamp", "timestampType"):
+            if stamps is None:
+                stamps = _timestamps(messages)
+            if name == "timestamp":
+                columns.append(pa.array(stamps[:, 1] * 1000).cast(ARROW_TYPES["timestamp"]))
+            else:
+                # librdkafka's types are 1 CreateTime and 2 LogAppendTime, Spark's 0 and 1.
+                columns.append(pa.array(np.maximum(stamps[:, 0] - 1, 0).astype(np.int32)))
+        else:
+            columns.append(_headers(messages, schema.field(name).type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -373,19 +417,19 @@ def consumer_settings(kafka: dict[str, str]) -> dict:
 def read_range(
     kafka: dict[str, str],
     offset_range: OffsetRange,
-    include_headers: bool,
+    schema: pa.Schema,
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Every record of [start, end) of one partition, in Arrow batches, with one consumer
-    assigned to exactly that range; returns at the range end. Records missing at the start
-    (retention) or an end that cannot be reached are data loss: raised when failOnDataLoss,
-    otherwise logged and skipped as Spark's Kafka source does."""
+    """Every record of [start, end) of one partition, in Arrow batches of `schema` (from
+    `arrow_schema`: the columns the query reads), with one consumer assigned to exactly that
+    range; returns at the range end. Records missing at the start (retention) or an end that
+    cannot be reached are data loss: raised when failOnDataLoss, otherwise logged and skipped
+    as Spark's Kafka source does."""
     topic, partition = offset_range.topic, offset_range.partition
     start, end = offset_range.start, offset_range.end
     if start >= end:
         return
-    schema = arrow_schema(include_headers)
     consumer = _client(Consumer, consumer_settings(kafka))
     timeout = poll_timeout_ms / 1000
     try:
@@ -405,7 +449,7 @@ def read_range(
                     log.warning("%s; skipping them", message)
                     return
                 continue
-            if not any([m.error() is not None for m in messages]):
+            if _only_records(messages):
                 # The common case, a run of records: cut it at the range end.
                 if messages[-1].offset() >= end:
                     messages = messages[: bisect_left(messages, end, key=_offset)]
@@ -413,7 +457,7 @@ def read_range(
                 if messages:
                     position = max(position, messages[-1].offset() + 1)
                     deadline = time.monotonic() + timeout
-                    yield _to_batch(messages, topic, partition, schema, include_headers)
+                    yield _to_batch(messages, topic, partition, schema)
                 continue
             records = []
             for message in messages:
@@ -442,9 +486,15 @@ def read_range(
             if records:
                 position = max(position, records[-1].offset() + 1)
                 deadline = time.monotonic() + timeout
-                yield _to_batch(records, topic, partition, schema, include_headers)
+                yield _to_batch(records, topic, partition, schema)
     finally:
         consumer.close()
+
+
+def _only_records(messages: list) -> bool:
+    """No error event (end of partition, offset out of range, ...) among the messages; one C
+    loop (`is`: a KafkaError refuses `== None`)."""
+    return all(map(operator.is_, map(Message.error, messages), repeat(None)))
 
 
 def _offset(message) -> int:

@@ -85,6 +85,33 @@ def kafka_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
+def read_columns(schema: StructType, include_headers: bool) -> tuple[str, ...]:
+    """The columns a read builds: Spark's Python Data Source API has no column pruning (every
+    batch must carry the whole schema), so a query that needs fewer columns says so with a
+    schema of its own, `spark.read.format("minibroker").schema("value binary")`: any subset of
+    the Kafka source's columns, with their types, in any order. Spark's Kafka source refuses a
+    user schema; here it is how a query reads only what it uses."""
+    full = kafka_schema(include_headers=True)
+    types = {field.name: field.dataType for field in full.fields}
+    names = ", ".join(types)
+    if not schema.fields:
+        raise OptionError(f"the schema names no column: give one or more of {names}")
+    for field in schema.fields:
+        if field.name not in types:
+            raise OptionError(
+                f"column {field.name!r} is not a column of the Kafka source (columns: {names})"
+            )
+        if field.dataType != types[field.name]:
+            raise OptionError(
+                f"column {field.name} must be {types[field.name].simpleString()},"
+                f" not {field.dataType.simpleString()}"
+            )
+    columns = tuple(field.name for field in schema.fields)
+    if len(set(columns)) != len(columns):
+        raise OptionError(f"the schema names a column twice: {', '.join(columns)}")
+    return columns
+
+
 def encode_offsets(offsets: dict[TopicPartition, int]) -> dict:
     """Spark's Kafka source offset JSON: topics sorted by name, partitions by number. Spark
     compares offsets as JSON text, so the order must never depend on how they were found."""
@@ -128,13 +155,15 @@ class DefaultSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = read_options(self.options, streaming=False)
+        columns = read_columns(schema, options.include_headers)
         kafka.check_settings(options.kafka, reading=True)
-        return BatchReader(options)
+        return BatchReader(options, columns)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = read_options(self.options, streaming=True)
+        columns = read_columns(schema, options.include_headers)
         kafka.check_settings(options.kafka, reading=True)
-        return StreamReader(options)
+        return StreamReader(options, columns)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         if overwrite:
@@ -151,22 +180,23 @@ class DefaultSource(DataSource):
         return StreamWriter(options.kafka, options.topic)
 
 
-def _read(options: ReadOptions, partition: InputPartition):
+def _read(options: ReadOptions, columns: tuple[str, ...], partition: InputPartition):
     if not isinstance(partition, RangePartition):
         # Spark plans one empty InputPartition(None) when there is nothing to read.
         return iter(())
     return kafka.read_range(
         options.kafka,
         partition.range,
-        options.include_headers,
+        kafka.arrow_schema(options.include_headers, columns),
         options.fail_on_data_loss,
         options.poll_timeout_ms,
     )
 
 
 class BatchReader(DataSourceReader):
-    def __init__(self, options: ReadOptions):
+    def __init__(self, options: ReadOptions, columns: tuple[str, ...]):
         self.options = options
+        self.columns = columns
 
     def partitions(self) -> list[RangePartition]:
         options = self.options
@@ -190,7 +220,7 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition):
         # Spark hands back (unpickled in its worker) the partitions planned above.
-        return _read(self.options, cast(RangePartition, partition))
+        return _read(self.options, self.columns, cast(RangePartition, partition))
 
 
 def rate_limit(
@@ -215,8 +245,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     replays the last planned batch with exactly the same ranges, which is what makes a file sink
     exactly once."""
 
-    def __init__(self, options: ReadOptions):
+    def __init__(self, options: ReadOptions, columns: tuple[str, ...]):
         self.options = options
+        self.columns = columns
         self._admin: AdminClient | None = None
         self._target: dict[TopicPartition, int] | None = None
 
@@ -338,7 +369,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition):
         # Spark hands back (unpickled in its worker) the partitions planned above.
-        return _read(self.options, cast(RangePartition, partition))
+        return _read(self.options, self.columns, cast(RangePartition, partition))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""

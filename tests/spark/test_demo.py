@@ -65,12 +65,13 @@ def test_the_readme_demo_writes_the_same_windows_to_the_topic_and_parquet(tmp_pa
 def test_the_readme_read_and_write_snippet(spark, spark_broker):
     """The snippet as written, with `spark` a session and the README's bootstrap address
     swapped for this module's broker: it upper-cases `events` into `shouted`."""
-    # The section's python blocks: minibroker's own source (run here) and Spark's built-in
-    # connector (run by tests/java/test_spark_kafka.py, which has its jar).
+    # The section's python blocks: minibroker's own source read and write (run here), a read
+    # of fewer columns (the next test) and Spark's built-in connector (run by
+    # tests/java/test_spark_kafka.py, which has its jar).
     (snippet,) = [
         block.text
         for block in blocks(SECTION)
-        if block.lang == "python" and 'format("minibroker")' in block.text
+        if block.lang == "python" and '.write.format("minibroker")' in block.text
     ]
     assert snippet.count("127.0.0.1:9092") == 2
     bootstrap = spark_broker.bootstrap
@@ -89,4 +90,28 @@ def test_the_readme_read_and_write_snippet(spark, spark_broker):
     )
     assert sorted((row["key"], row["value"]) for row in rows) == sorted(
         (f"k{i}", f"HI {i}") for i in range(50)
+    )
+
+
+def test_the_readme_fewer_columns_snippet(spark, spark_broker):
+    """The README's read of fewer columns, as written: `values` holds only the values."""
+    (snippet,) = [
+        block.text
+        for block in blocks(SECTION)
+        if block.lang == "python" and '.schema("value binary")' in block.text
+    ]
+    bootstrap = spark_broker.bootstrap
+    # Its own topic: the module's broker already has the other snippet's `events`.
+    create_topic(bootstrap, "readme-values", 2)
+    produce(bootstrap, "readme-values", [{"value": b"v%d" % i} for i in range(30)])
+    assert snippet.count('"events"') == 1
+    namespace = {"spark": spark}
+    exec(
+        snippet.replace("127.0.0.1:9092", bootstrap).replace('"events"', '"readme-values"'),
+        namespace,
+    )
+    values = namespace["values"]
+    assert values.columns == ["value"]
+    assert sorted(bytes(row["value"]) for row in values.collect()) == sorted(
+        b"v%d" % i for i in range(30)
     )
