@@ -20,11 +20,10 @@ from bench.targets import MOCK
 pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-# About 30 s on an idle 2-core machine and 60 s on a loaded one (the group rows start their
-# members as processes and wait for a rebalance).
-SMOKE_TIMEOUT = 240
-# Rows whose minibroker cell may say "not served" while minibroker refuses transactional ids.
-TRANSACTIONAL_ROWS = ("txn-produce", "txn-consume")
+# About 45 s on an idle 2-core machine and 2-3 minutes on a loaded one (the group rows start
+# their members as processes and wait for a rebalance; the startup rows start clusters). The
+# bound only keeps a hung run from holding CI.
+SMOKE_TIMEOUT = 420
 NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 
 
@@ -70,10 +69,6 @@ def test_smoke_run_fills_every_row_with_positive_numbers():
     assert sorted(cells) == sorted(expected), finished.stdout
     measured = {row.name: row.systems for row in smoke_rows}
     for key, (ours, mock, ratio) in cells.items():
-        if ours == "not served" and key[0] in TRANSACTIONAL_ROWS:
-            # Before minibroker serves transactions: the mock's figures must still be there.
-            assert first_number(mock) > 0, f"{key}: {mock}\n{finished.stdout}"
-            continue
         assert first_number(ours) > 0, f"{key}: {ours}\n{finished.stdout}"
         if MOCK in measured[key[0]]:
             assert first_number(mock) > 0, f"{key}: {mock}\n{finished.stdout}"
