@@ -40,9 +40,20 @@ duplicate, and transactions closed but not yet replicated are not in it. The par
 writes one when it rolls a segment and when it closes, and on open replays only the batches
 after the latest usable one (storage/log.py).
 
+Expiration (Kafka's ProducerStateManager.removeExpiredProducers / isProducerExpired): a
+producer is expired when it has no transaction open on this partition and ``now -
+last_timestamp >= producer.id.expiration.ms``. ``last_timestamp`` is what Kafka's
+ProducerStateEntry.lastTimestamp holds: the max timestamp of the producer's last data batch
+as written (the client's CreateTime, or the broker's clock on a LogAppendTime topic, since
+the batch is stamped before the producer state sees it), or the timestamp of its last
+transaction marker. The broker runs the check every
+producer.id.expiration.check.interval.ms (:meth:`ProducerStateManager.remove_expired`), and
+entries of a snapshot that are already expired are not loaded (Kafka's loadFromSnapshot);
+an expired producer then writes again as one the partition has no state for.
+
 Departure from Kafka: the state of a producer whose batches all fall below the log start
-offset is dropped unless it has a transaction open, where Kafka keeps it until
-producer.id.expiration.ms.
+offset is dropped unless it has a transaction open (Kafka keeps it in memory until it
+expires, though its snapshots lose it, as ProducerStateManager.truncateAndReload notes).
 """
 
 import struct
@@ -347,6 +358,26 @@ class ProducerStateManager:
             if entry.batches
         }
 
+    @staticmethod
+    def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+        """Kafka's isProducerExpired: no transaction open here, and the last write (see
+        the module notes on ``last_timestamp``) is ``expiration_ms`` or more before now."""
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= expiration_ms
+        )
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Kafka's removeExpiredProducers: forget every expired producer; their ids."""
+        expired = [
+            producer_id
+            for producer_id, entry in self._producers.items()
+            if self.is_expired(entry, now_ms, expiration_ms)
+        ]
+        for producer_id in expired:
+            del self._producers[producer_id]
+        return expired
+
     def remove_before(self, log_start_offset: int) -> None:
         """Forget producers whose last batch lies wholly below the log start offset, unless
         they have a transaction open (its marker is still to come)."""
@@ -383,8 +414,12 @@ class ProducerStateManager:
         crc = crc32c.crc32c(body)
         return struct.pack(">hI", SNAPSHOT_VERSION, crc) + body
 
-    def load_snapshot(self, data: bytes) -> None:
-        """Replace the state with a snapshot's; ValueError if it is not a valid one."""
+    def load_snapshot(
+        self, data: bytes, *, now_ms: int | None = None, expiration_ms: int | None = None
+    ) -> None:
+        """Replace the state with a snapshot's; ValueError if it is not a valid one. With
+        ``now_ms`` and ``expiration_ms`` the producers already expired are left out, as
+        Kafka's loadFromSnapshot filters them with isProducerExpired."""
         if len(data) < _SNAPSHOT_HEAD.size:
             raise ValueError("snapshot too short")
         version, crc, count = _SNAPSHOT_HEAD.unpack_from(data)
@@ -425,7 +460,14 @@ class ProducerStateManager:
                 )
             if txn_first_offset >= 0:
                 entry.current_txn_first_offset = txn_first_offset
-                self._ongoing[producer_id] = txn_first_offset
+            if (
+                now_ms is not None
+                and expiration_ms is not None
+                and self.is_expired(entry, now_ms, expiration_ms)
+            ):
+                continue
+            if entry.current_txn_first_offset is not None:
+                self._ongoing[producer_id] = entry.current_txn_first_offset
             self._producers[producer_id] = entry
 
     def clear(self) -> None:

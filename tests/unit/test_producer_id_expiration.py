@@ -1,0 +1,180 @@
+"""Producer id expiration (Kafka's ProducerStateManager.removeExpiredProducers and
+isProducerExpired, UnifiedLog's periodic check): a producer with no open transaction whose
+last write is producer.id.expiration.ms old or older is forgotten. Time is passed in."""
+
+import uuid
+
+from minibroker.protocol.control_batch import encode_control_batch
+from minibroker.protocol.record_batch import read_header
+from minibroker.storage.log import LogConfig, PartitionLog
+from minibroker.storage.log_manager import LogManager
+from minibroker.storage.producer_state import ProducerStateManager
+from tests.unit.batch_factory import make_batch
+
+TRANSACTIONAL = 0x10
+EXPIRATION_MS = 1_000
+T0 = 1_700_000_000_000  # the batches' timestamp (max timestamp = last write)
+CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"
+
+
+def batch(producer_id, sequence, *, timestamp=T0, transactional=False, epoch=0):
+    return make_batch(
+        2,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        base_timestamp=timestamp,
+        attributes=TRANSACTIONAL if transactional else 0,
+    )
+
+
+def state_of(*batches) -> ProducerStateManager:
+    producers = ProducerStateManager()
+    offset = 0
+    for data in batches:
+        header = read_header(data)._replace(base_offset=offset)
+        producers.record(header)
+        offset = header.last_offset + 1
+    return producers
+
+
+def ids(producers: ProducerStateManager) -> set[int]:
+    return {snapshot.producer_id for snapshot in producers.active_producers()}
+
+
+# -- the rule --------------------------------------------------------------------------------
+
+
+def test_a_producer_expires_exactly_when_its_last_write_is_expiration_ms_old():
+    producers = state_of(batch(1, 0), batch(2, 0, timestamp=T0 + 500))
+    assert producers.remove_expired(T0 + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    assert ids(producers) == {1, 2}
+    # Kafka's test is >=: at exactly expiration_ms the producer is expired.
+    assert producers.remove_expired(T0 + EXPIRATION_MS, EXPIRATION_MS) == [1]
+    assert ids(producers) == {2}
+    assert producers.remove_expired(T0 + 500 + EXPIRATION_MS, EXPIRATION_MS) == [2]
+    assert len(producers) == 0
+
+
+def test_the_last_batch_counts_not_the_first():
+    producers = state_of(batch(1, 0), batch(1, 2, timestamp=T0 + 900))
+    assert producers.remove_expired(T0 + EXPIRATION_MS, EXPIRATION_MS) == []
+    assert ids(producers) == {1}
+
+
+def test_an_open_transaction_keeps_its_producer():
+    producers = state_of(batch(1, 0, transactional=True), batch(2, 0))
+    later = T0 + 10 * EXPIRATION_MS
+    assert producers.remove_expired(later, EXPIRATION_MS) == [2]
+    assert ids(producers) == {1}
+    assert producers.ongoing_transaction(1) == 0
+    # Once the marker closes it, the marker's timestamp is the last write.
+    marker = read_header(
+        encode_control_batch(
+            producer_id=1, producer_epoch=0, coordinator_epoch=0, commit=True, timestamp_ms=later
+        )
+    )
+    producers.record(marker._replace(base_offset=4), (True, 0))
+    assert producers.remove_expired(later + EXPIRATION_MS - 1, EXPIRATION_MS) == []
+    assert producers.remove_expired(later + EXPIRATION_MS, EXPIRATION_MS) == [1]
+    assert len(producers) == 0
+
+
+def test_a_snapshot_taken_after_expiry_does_not_bring_the_producer_back():
+    producers = state_of(batch(1, 0), batch(2, 0, timestamp=T0 + 5_000))
+    producers.remove_expired(T0 + EXPIRATION_MS, EXPIRATION_MS)
+    reloaded = ProducerStateManager()
+    reloaded.load_snapshot(producers.snapshot_bytes())
+    assert ids(reloaded) == {2}
+
+
+def test_expired_entries_of_an_older_snapshot_are_not_loaded():
+    producers = state_of(
+        batch(1, 0), batch(2, 0, transactional=True), batch(3, 0, timestamp=T0 + 5_000)
+    )
+    data = producers.snapshot_bytes()
+    reloaded = ProducerStateManager()
+    reloaded.load_snapshot(data, now_ms=T0 + EXPIRATION_MS, expiration_ms=EXPIRATION_MS)
+    assert ids(reloaded) == {2, 3}  # 2 has a transaction open
+    assert reloaded.ongoing_transaction(2) == 2
+    reloaded.load_snapshot(data)  # without a time nothing is filtered
+    assert ids(reloaded) == {1, 2, 3}
+
+
+# -- in the log and the log manager ----------------------------------------------------------
+
+
+def open_log(directory) -> PartitionLog:
+    return PartitionLog.open(
+        directory, LogConfig(segment_bytes=400), now_ms=0, needs_recovery=False
+    )
+
+
+def test_an_expired_idempotent_producer_is_accepted_at_any_sequence(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(1, 0), leader_epoch=0, now_ms=T0)
+    log.producer_state.remove_expired(T0 + EXPIRATION_MS, EXPIRATION_MS)
+    # Sequence 40 would be out of order for a known producer; an unknown one starts anew.
+    appended = log.append_as_leader(batch(1, 40), leader_epoch=0, now_ms=T0 + EXPIRATION_MS)
+    assert not appended.duplicate
+    (snapshot,) = log.producer_state.active_producers()
+    assert (snapshot.producer_id, snapshot.last_sequence) == (1, 41)
+
+
+def test_reopening_after_expiry_does_not_bring_the_producer_back(tmp_path):
+    directory = tmp_path / "t-0"
+    log = open_log(directory)
+    log.append_as_leader(batch(1, 0), leader_epoch=0, now_ms=T0)
+    log.append_as_leader(batch(2, 0, timestamp=T0 + 5_000), leader_epoch=0, now_ms=T0)
+    log.producer_state.remove_expired(T0 + EXPIRATION_MS, EXPIRATION_MS)
+    log.close()  # writes the snapshot at the log end, without producer 1
+    reopened = open_log(directory)
+    assert ids(reopened.producer_state) == {2}
+    reopened.close()
+
+
+def manager(log_dir, expiration_ms=EXPIRATION_MS) -> LogManager:
+    return LogManager(
+        [log_dir],
+        LogConfig(segment_bytes=400),
+        node_id=1,
+        cluster_id=CLUSTER,
+        producer_id_expiration_ms=expiration_ms,
+    )
+
+
+def test_the_log_manager_expires_producers_of_every_log_and_on_load(tmp_path):
+    log_dir = tmp_path / "kafka-logs"
+    logs = manager(log_dir)
+    logs.open(now_ms=T0)
+    topic_id = uuid.uuid4()
+    first = logs.ensure_log("payments", topic_id, 0, {}, now_ms=T0)
+    second = logs.ensure_log("payments", topic_id, 1, {}, now_ms=T0)
+    first.append_as_leader(batch(1, 0), leader_epoch=0, now_ms=T0)
+    second.append_as_leader(batch(2, 0), leader_epoch=0, now_ms=T0)
+    second.append_as_leader(batch(3, 0, timestamp=T0 + 5_000), leader_epoch=0, now_ms=T0)
+    assert logs.remove_expired_producers(T0 + EXPIRATION_MS - 1) == 0
+    # A snapshot holding every producer, as a roll before the expiry would have left.
+    for partition_log in (first, second):
+        partition_log.take_snapshot()
+    assert logs.remove_expired_producers(T0 + EXPIRATION_MS) == 2
+    assert ids(first.producer_state) == set()
+    assert ids(second.producer_state) == {3}
+    # A crash: no snapshot at close, so the reopened logs load the older snapshots, and
+    # producers already expired in them are dropped as the logs are loaded.
+    logs._release_locks()
+    reopened = manager(log_dir)
+    reopened.open(now_ms=T0 + EXPIRATION_MS)
+    assert ids(reopened.get_log("payments", 0).producer_state) == set()
+    assert ids(reopened.get_log("payments", 1).producer_state) == {3}
+    reopened.close()
+
+
+def test_without_an_expiration_the_log_manager_expires_nothing(tmp_path):
+    logs = manager(tmp_path / "kafka-logs", expiration_ms=None)
+    logs.open(now_ms=T0)
+    log = logs.ensure_log("payments", uuid.uuid4(), 0, {}, now_ms=T0)
+    log.append_as_leader(batch(1, 0), leader_epoch=0, now_ms=T0)
+    assert logs.remove_expired_producers(T0 + 10**12) == 0
+    assert ids(log.producer_state) == {1}
+    logs.close()
