@@ -46,10 +46,13 @@ last_timestamp >= producer.id.expiration.ms``. ``last_timestamp`` is what Kafka'
 ProducerStateEntry.lastTimestamp holds: the max timestamp of the producer's last data batch
 as written (the client's CreateTime, or the broker's clock on a LogAppendTime topic, since
 the batch is stamped before the producer state sees it), or the timestamp of its last
-transaction marker. The broker runs the check every
-producer.id.expiration.check.interval.ms (:meth:`ProducerStateManager.remove_expired`), and
-entries of a snapshot that are already expired are not loaded (Kafka's loadFromSnapshot);
-an expired producer then writes again as one the partition has no state for.
+transaction marker (the broker's clock; here the later of it and the previous value, where
+Kafka takes the marker's as is, so that a client clock ahead of the broker's cannot make a
+marker shorten the producer's life). The broker runs the check every
+producer.id.expiration.check.interval.ms (:meth:`ProducerStateManager.remove_expired`, from
+storage/log_manager.py), and also as a log is loaded, so that producers already expired in a
+snapshot do not come back (Kafka's loadFromSnapshot filters them the same way). An expired
+producer then writes again as one the partition has no state for.
 
 Departure from Kafka: the state of a producer whose batches all fall below the log start
 offset is dropped unless it has a transaction open (Kafka keeps it in memory until it
@@ -414,12 +417,8 @@ class ProducerStateManager:
         crc = crc32c.crc32c(body)
         return struct.pack(">hI", SNAPSHOT_VERSION, crc) + body
 
-    def load_snapshot(
-        self, data: bytes, *, now_ms: int | None = None, expiration_ms: int | None = None
-    ) -> None:
-        """Replace the state with a snapshot's; ValueError if it is not a valid one. With
-        ``now_ms`` and ``expiration_ms`` the producers already expired are left out, as
-        Kafka's loadFromSnapshot filters them with isProducerExpired."""
+    def load_snapshot(self, data: bytes) -> None:
+        """Replace the state with a snapshot's; ValueError if it is not a valid one."""
         if len(data) < _SNAPSHOT_HEAD.size:
             raise ValueError("snapshot too short")
         version, crc, count = _SNAPSHOT_HEAD.unpack_from(data)
@@ -460,14 +459,7 @@ class ProducerStateManager:
                 )
             if txn_first_offset >= 0:
                 entry.current_txn_first_offset = txn_first_offset
-            if (
-                now_ms is not None
-                and expiration_ms is not None
-                and self.is_expired(entry, now_ms, expiration_ms)
-            ):
-                continue
-            if entry.current_txn_first_offset is not None:
-                self._ongoing[producer_id] = entry.current_txn_first_offset
+                self._ongoing[producer_id] = txn_first_offset
             self._producers[producer_id] = entry
 
     def clear(self) -> None:

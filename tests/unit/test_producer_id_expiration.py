@@ -88,19 +88,6 @@ def test_a_snapshot_taken_after_expiry_does_not_bring_the_producer_back():
     assert ids(reloaded) == {2}
 
 
-def test_expired_entries_of_an_older_snapshot_are_not_loaded():
-    producers = state_of(
-        batch(1, 0), batch(2, 0, transactional=True), batch(3, 0, timestamp=T0 + 5_000)
-    )
-    data = producers.snapshot_bytes()
-    reloaded = ProducerStateManager()
-    reloaded.load_snapshot(data, now_ms=T0 + EXPIRATION_MS, expiration_ms=EXPIRATION_MS)
-    assert ids(reloaded) == {2, 3}  # 2 has a transaction open
-    assert reloaded.ongoing_transaction(2) == 2
-    reloaded.load_snapshot(data)  # without a time nothing is filtered
-    assert ids(reloaded) == {1, 2, 3}
-
-
 # -- in the log and the log manager ----------------------------------------------------------
 
 
