@@ -4,7 +4,13 @@ last write is producer.id.expiration.ms old or older is forgotten. Time is passe
 
 import uuid
 
+import pytest
+
+from minibroker.common import config_model
+from minibroker.common.config import BrokerConfig
+from minibroker.common.config_model import BrokerLayers, ConfigChangeError, DynamicBrokerConfigs
 from minibroker.protocol.control_batch import encode_control_batch
+from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import read_header
 from minibroker.storage.log import LogConfig, PartitionLog
 from minibroker.storage.log_manager import LogManager
@@ -165,3 +171,57 @@ def test_without_an_expiration_the_log_manager_expires_nothing(tmp_path):
     assert logs.remove_expired_producers(T0 + 10**12) == 0
     assert ids(log.producer_state) == {1}
     logs.close()
+
+
+# -- the broker configs ----------------------------------------------------------------------
+
+
+def test_the_broker_configs_and_their_kafka_defaults():
+    assert BrokerConfig().producer_id_expiration_ms == 86_400_000
+    assert BrokerConfig().producer_id_expiration_check_interval_ms == 600_000
+    config = BrokerConfig.from_properties(
+        {
+            "producer.id.expiration.ms": "2000",
+            "producer.id.expiration.check.interval.ms": "100",
+        }
+    )
+    assert (config.producer_id_expiration_ms, config.producer_id_expiration_check_interval_ms) == (
+        2000,
+        100,
+    )
+    with pytest.raises(ValueError):
+        BrokerConfig.from_properties({"producer.id.expiration.ms": "0"})
+
+
+def test_producer_id_expiration_ms_is_a_dynamic_broker_config():
+    config_model.validate_broker_overrides({"producer.id.expiration.ms": "5000"})
+    for bad, message in (
+        (
+            "0",
+            "Invalid value 0 for configuration producer.id.expiration.ms: Value must be at least 1",
+        ),
+        (
+            "soon",
+            "Invalid value soon for configuration producer.id.expiration.ms: "
+            "Not a number of type INT",
+        ),
+    ):
+        with pytest.raises(ConfigChangeError) as refused:
+            config_model.validate_broker_overrides({"producer.id.expiration.ms": bad})
+        assert refused.value.error == Error.INVALID_REQUEST
+        assert refused.value.message == message
+    # The check interval is static, as in Kafka.
+    with pytest.raises(ConfigChangeError):
+        config_model.validate_broker_overrides({"producer.id.expiration.check.interval.ms": "5"})
+    (entry,) = config_model.describe_broker(
+        BrokerLayers({}, {}, {}), include_synonyms=False, keys=["producer.id.expiration.ms"]
+    )
+    assert (entry["value"], entry["read_only"]) == ("86400000", False)
+    dynamic = DynamicBrokerConfigs(2, LogConfig())
+    assert dynamic.broker_value("producer.id.expiration.ms", 9) == 9
+    dynamic.replace("", {"producer.id.expiration.ms": "50"})
+    assert dynamic.broker_value("producer.id.expiration.ms", 9) == 50
+    dynamic.replace("2", {"producer.id.expiration.ms": "70"})
+    assert dynamic.broker_value("producer.id.expiration.ms", 9) == 70
+    # It sets no topic config.
+    assert dynamic.topic_defaults() == LogConfig()
