@@ -12,7 +12,7 @@ from minibroker.common.config_model import BrokerLayers, ConfigChangeError, Dyna
 from minibroker.protocol.control_batch import encode_control_batch
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import read_header
-from minibroker.storage.log import LogConfig, PartitionLog
+from minibroker.storage.log import LOG_APPEND_TIME, LogConfig, PartitionLog
 from minibroker.storage.log_manager import LogManager
 from minibroker.storage.producer_state import ProducerStateManager
 from tests.unit.batch_factory import make_batch
@@ -112,6 +112,19 @@ def test_an_expired_idempotent_producer_is_accepted_at_any_sequence(tmp_path):
     assert not appended.duplicate
     (snapshot,) = log.producer_state.active_producers()
     assert (snapshot.producer_id, snapshot.last_sequence) == (1, 41)
+
+
+def test_on_a_log_append_time_topic_the_brokers_time_is_the_last_write(tmp_path):
+    log = PartitionLog.open(
+        tmp_path / "t-0",
+        LogConfig(message_timestamp_type=LOG_APPEND_TIME),
+        now_ms=0,
+        needs_recovery=False,
+    )
+    appended_at = T0 + 60_000  # the client's CreateTime T0 is replaced by the broker's
+    log.append_as_leader(batch(1, 0), leader_epoch=0, now_ms=appended_at)
+    assert log.producer_state.remove_expired(T0 + EXPIRATION_MS, EXPIRATION_MS) == []
+    assert log.producer_state.remove_expired(appended_at + EXPIRATION_MS, EXPIRATION_MS) == [1]
 
 
 def test_reopening_after_expiry_does_not_bring_the_producer_back(tmp_path):
