@@ -1,6 +1,6 @@
 """The broker's log directories: locking, meta.properties, loading and recovering the
-partition logs this broker hosts, the topic table, checkpoints, retention and flushing, and
-clean shutdown.
+partition logs this broker hosts, the topic table, checkpoints, retention and flushing,
+producer id expiration, and clean shutdown.
 
 On disk this follows Kafka: each log dir holds a `.lock` (held with an exclusive flock while
 the broker runs), `meta.properties`, `recovery-point-offset-checkpoint`,
@@ -197,6 +197,7 @@ class LogManager:
         *,
         node_id: int,
         cluster_id: str,
+        producer_id_expiration_ms: int | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
@@ -204,6 +205,9 @@ class LogManager:
         self.default_config = default_config
         self.node_id = node_id
         self.cluster_id = cluster_id
+        # Kafka's producer.id.expiration.ms (ProducerStateManagerConfig, which a dynamic
+        # broker config changes in place); None: producers never expire.
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         # True when every log dir held a clean-shutdown marker at open (no recovery needed).
         self.had_clean_shutdown = False
         self._lock_fds: dict[Path, int] = {}
@@ -387,6 +391,7 @@ class LogManager:
                 needs_recovery=not clean[directory],
             )
             self._logs[key].first_dirty_offset = cleaned_to[directory].get(key)
+            self._expire_producers(self._logs[key], now_ms)
             if read_partition_metadata(path) is None:
                 write_partition_metadata(path, info.topic_id)
         progress.done(self._logs)
@@ -467,6 +472,7 @@ class LogManager:
                 needs_recovery=False,
             )
             reopened.first_dirty_offset = stopped.first_dirty_offset
+            self._expire_producers(reopened, now_ms)
             return reopened
         name = f"{topic}-{partition}"
         path = next(
@@ -487,6 +493,7 @@ class LogManager:
             partition_log = PartitionLog.open(path, config, now_ms=now_ms, needs_recovery=True)
         if read_partition_metadata(path) is None:
             write_partition_metadata(path, topic_id)
+        self._expire_producers(partition_log, now_ms)
         return partition_log
 
     def _place_partition(self, name: str) -> Path:
@@ -623,6 +630,27 @@ class LogManager:
         """Write every checkpoint file now (the log cleaner calls this after each cleaning,
         as Kafka updates cleaner-offset-checkpoint then)."""
         self._write_checkpoints()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget the expired producers of every log (Kafka's UnifiedLog
+        .removeExpiredProducers, run every producer.id.expiration.check.interval.ms; the rule
+        is ProducerStateManager.remove_expired's); returns how many were forgotten."""
+        return sum(
+            self._expire_producers(partition_log, now_ms) for partition_log in self._logs.values()
+        )
+
+    def _expire_producers(self, partition_log: PartitionLog, now_ms: int) -> int:
+        """Also run on every log as it is loaded, so that producers a snapshot or the replayed
+        batches bring back are gone at once if already expired (Kafka filters a snapshot's
+        entries as it loads them, and the batches replayed after it at the next check)."""
+        if self.producer_id_expiration_ms is None:
+            return 0
+        expired = partition_log.producer_state.remove_expired(
+            now_ms, self.producer_id_expiration_ms
+        )
+        if expired:
+            log.debug("%s: producer ids %s expired", partition_log.name, expired)
+        return len(expired)
 
     def run_retention(
         self, now_ms: int, high_watermarks: dict[tuple[str, int], int] | None = None

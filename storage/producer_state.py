@@ -40,9 +40,23 @@ duplicate, and transactions closed but not yet replicated are not in it. The par
 writes one when it rolls a segment and when it closes, and on open replays only the batches
 after the latest usable one (storage/log.py).
 
+Expiration (Kafka's ProducerStateManager.removeExpiredProducers / isProducerExpired): a
+producer is expired when it has no transaction open on this partition and ``now -
+last_timestamp >= producer.id.expiration.ms``. ``last_timestamp`` is what Kafka's
+ProducerStateEntry.lastTimestamp holds: the max timestamp of the producer's last data batch
+as written (the client's CreateTime, or the broker's clock on a LogAppendTime topic, since
+the batch is stamped before the producer state sees it), or the timestamp of its last
+transaction marker (the broker's clock; here the later of it and the previous value, where
+Kafka takes the marker's as is, so that a client clock ahead of the broker's cannot make a
+marker shorten the producer's life). The broker runs the check every
+producer.id.expiration.check.interval.ms (:meth:`ProducerStateManager.remove_expired`, from
+storage/log_manager.py), and also as a log is loaded, so that producers already expired in a
+snapshot do not come back (Kafka's loadFromSnapshot filters them the same way). An expired
+producer then writes again as one the partition has no state for.
+
 Departure from Kafka: the state of a producer whose batches all fall below the log start
-offset is dropped unless it has a transaction open, where Kafka keeps it until
-producer.id.expiration.ms.
+offset is dropped unless it has a transaction open (Kafka keeps it in memory until it
+expires, though its snapshots lose it, as ProducerStateManager.truncateAndReload notes).
 """
 
 import struct
@@ -346,6 +360,26 @@ class ProducerStateManager:
             for producer_id, entry in self._producers.items()
             if entry.batches
         }
+
+    @staticmethod
+    def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+        """Kafka's isProducerExpired: no transaction open here, and the last write (see
+        the module notes on ``last_timestamp``) is ``expiration_ms`` or more before now."""
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= expiration_ms
+        )
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Kafka's removeExpiredProducers: forget every expired producer; their ids."""
+        expired = [
+            producer_id
+            for producer_id, entry in self._producers.items()
+            if self.is_expired(entry, now_ms, expiration_ms)
+        ]
+        for producer_id in expired:
+            del self._producers[producer_id]
+        return expired
 
     def remove_before(self, log_start_offset: int) -> None:
         """Forget producers whose last batch lies wholly below the log start offset, unless

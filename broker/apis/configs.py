@@ -413,5 +413,8 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
             resource.resource_name
         ):
             log_manager.set_default_config(dynamic.replace(resource.resource_name, configs))
+            log_manager.producer_id_expiration_ms = dynamic.broker_value(
+                "producer.id.expiration.ms", ctx.config.producer_id_expiration_ms
+            )
             log.info("dynamic broker configs %r now %s", resource.resource_name, configs)
     return {"responses": [_change_result(resource) for resource in request.resources]}

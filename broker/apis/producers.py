@@ -7,8 +7,9 @@ id, epoch, last sequence, last timestamp, the coordinator epoch of its last mark
 first offset of its open transaction (-1 if none). A partition not led here answers
 NOT_LEADER_OR_FOLLOWER, an unknown one UNKNOWN_TOPIC_OR_PARTITION.
 
-Departure: Kafka lists a producer until producer.id.expiration.ms after its last write; here
-until its batches leave the log (see storage/producer_state.py).
+As in Kafka, a producer is listed until producer.id.expiration.ms after its last write, unless
+it has a transaction open on the partition. Departure: also only until its batches leave the
+log by retention (see storage/producer_state.py).
 """
 
 from minibroker.apis import RequestContext, Role, api

@@ -305,6 +305,10 @@ _PROPERTIES: dict[str, _Property] = {
         "transaction_state_log_segment_bytes", _at_least(1)
     ),
     "transactional.id.expiration.ms": _Property("transactional_id_expiration_ms", _at_least(1)),
+    "producer.id.expiration.ms": _Property("producer_id_expiration_ms", _at_least(1)),
+    "producer.id.expiration.check.interval.ms": _Property(
+        "producer_id_expiration_check_interval_ms", _at_least(1)
+    ),
     "offsets.retention.minutes": _Property("offsets_retention_ms", _at_least(1), 60_000),
     "offsets.retention.check.interval.ms": _Property(
         "offsets_retention_check_interval_ms", _at_least(1)
@@ -436,6 +440,10 @@ class BrokerConfig:
     )
     transaction_state_log_segment_bytes: int = _kafka_default("transaction.state.log.segment.bytes")
     transactional_id_expiration_ms: int = _kafka_default("transactional.id.expiration.ms")
+    producer_id_expiration_ms: int = _kafka_default("producer.id.expiration.ms")
+    producer_id_expiration_check_interval_ms: int = _kafka_default(
+        "producer.id.expiration.check.interval.ms"
+    )
     offsets_retention_ms: int = _kafka_default("offsets.retention.minutes")
     offsets_retention_check_interval_ms: int = _kafka_default("offsets.retention.check.interval.ms")
     offset_metadata_max_bytes: int = _kafka_default("offset.metadata.max.bytes")

@@ -246,6 +246,8 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "offsets.topic.replication.factor": (SHORT, "3"),
     "offsets.topic.segment.bytes": (INT, "104857600"),
     "process.roles": (LIST, ""),
+    "producer.id.expiration.check.interval.ms": (INT, "600000"),
+    "producer.id.expiration.ms": (INT, "86400000"),
     "replica.fetch.backoff.ms": (INT, "1000"),
     "replica.fetch.max.bytes": (INT, "1048576"),
     "replica.fetch.min.bytes": (INT, "1"),
@@ -305,9 +307,13 @@ UNSUPPORTED_DYNAMIC_CONFIGS = frozenset(
         "num.network.threads",
         "num.recovery.threads.per.data.dir",
         "num.replica.fetchers",
-        "producer.id.expiration.ms",
     }
 )
+
+# Broker properties that can be changed dynamically here and set no topic config, with the
+# least value Kafka's ConfigDef allows (INT, atLeast): producer.id.expiration.ms is Kafka's
+# DynamicProducerStateManagerConfig; the log manager reads the value at each check.
+DYNAMIC_BROKER_ONLY_CONFIGS: dict[str, int] = {"producer.id.expiration.ms": 1}
 
 
 class ConfigChangeError(KafkaError):
@@ -467,7 +473,11 @@ def describe_broker(
             chain.pop(0)
         value = chain[0]["value"] if chain else None
         source = chain[0]["source"] if chain else DEFAULT_CONFIG
-        read_only = name not in DYNAMIC_BROKER_CONFIGS and name not in UNSUPPORTED_DYNAMIC_CONFIGS
+        read_only = (
+            name not in DYNAMIC_BROKER_CONFIGS
+            and name not in DYNAMIC_BROKER_ONLY_CONFIGS
+            and name not in UNSUPPORTED_DYNAMIC_CONFIGS
+        )
         config_type = BROKER_CONFIG_DEFS.get(name, (STRING, None))[0]
         entries.append(
             _entry(
@@ -573,7 +583,11 @@ def validate_broker_overrides(configs: dict[str, str]) -> None:
             Error.INVALID_REQUEST,
             f"minibroker does not support changing these configs dynamically: {unsupported}",
         )
-    static_only = sorted(name for name in configs if name not in DYNAMIC_BROKER_CONFIGS)
+    static_only = sorted(
+        name
+        for name in configs
+        if name not in DYNAMIC_BROKER_CONFIGS and name not in DYNAMIC_BROKER_ONLY_CONFIGS
+    )
     if static_only:
         raise ConfigChangeError(
             Error.INVALID_REQUEST,
@@ -581,9 +595,28 @@ def validate_broker_overrides(configs: dict[str, str]) -> None:
         )
     for name, text in configs.items():
         try:
-            validate_topic_config(DYNAMIC_BROKER_CONFIGS[name], text, shown_as=name)
+            if name in DYNAMIC_BROKER_ONLY_CONFIGS:
+                _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
+            else:
+                validate_topic_config(DYNAMIC_BROKER_CONFIGS[name], text, shown_as=name)
         except ValueError as error:
             raise ConfigChangeError(Error.INVALID_REQUEST, str(error)) from None
+
+
+def _validate_int(name: str, text: str, lowest: int) -> int:
+    """Kafka's ConfigDef check of an INT with atLeast(lowest), with its messages."""
+    stripped = (text or "").strip()
+    try:
+        value = int(stripped)
+    except ValueError:
+        value = None
+    if value is None or not -(2**31) <= value < 2**31:
+        raise ValueError(f"Invalid value {text} for configuration {name}: Not a number of type INT")
+    if value < lowest:
+        raise ValueError(
+            f"Invalid value {value} for configuration {name}: Value must be at least {lowest}"
+        )
+    return value
 
 
 def dynamic_topic_defaults(
@@ -623,6 +656,15 @@ class DynamicBrokerConfigs:
         """Take a resource's new dynamic configs; returns the topic defaults they make."""
         self.by_resource[resource_name] = dict(configs)
         return self.topic_defaults()
+
+    def broker_value(self, name: str, static: int) -> int:
+        """A dynamic broker-only property's value (DYNAMIC_BROKER_ONLY_CONFIGS): this
+        broker's dynamic value, else the cluster default's, else ``static``."""
+        for resource_name in (str(self.node_id), ""):
+            text = self.by_resource.get(resource_name, {}).get(name)
+            if text is not None:
+                return _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
+        return static
 
     def topic_defaults(self) -> LogConfig:
         dynamic = dynamic_topic_defaults(

@@ -183,6 +183,7 @@ class BrokerServer:
             log_config_from(self.config),
             node_id=self.config.node_id,
             cluster_id=self.cluster_id,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
         self.log_manager.open(wall_clock_ms())
         # The receiver stays open through the clean-up, so a second SIGTERM while the
@@ -344,6 +345,12 @@ class BrokerServer:
                 self._every,
                 self.config.log_flush_offset_checkpoint_interval_ms,
                 log_manager.checkpoint,
+            )
+            # Kafka's PeriodicProducerExpirationCheck (UnifiedLog), one task for every log.
+            nursery.start_soon(
+                self._every,
+                self.config.producer_id_expiration_check_interval_ms,
+                log_manager.remove_expired_producers,
             )
             if self.config.log_flush_interval_ms is not None:
                 nursery.start_soon(
