@@ -34,7 +34,7 @@ port=${RDK_PORT:-39092}
 kafka_version=${RDK_KAFKA_VERSION:-3.9.0}
 jobs=${RDK_JOBS:-2}
 # The tests that talk to a real cluster and use transactions or read_committed (see COMPAT.md).
-tests=${RDK_TESTS:-"0103 0129 0098 0061 0137 0055"}
+tests=${RDK_TESTS:-"0103 0129 0098 0061 0137 0055 0081 0142"}
 
 say() { echo "librdkafka_suite: $*" >&2; }
 die() { say "$*"; exit 2; }
@@ -82,7 +82,9 @@ if [[ ! -f src/librdkafka.so.1 || ! -f src-cpp/librdkafka++.so.1 ]]; then
 fi
 cd tests || die "no $src/tests"
 runner_tests=$(for t in $tests; do echo "$t"; done | sort | tr '\n' ' ')
-if [[ ! -x test-runner || "$(cat .runner-tests 2>/dev/null)" != "$runner_tests" ]]; then
+built=$(cat .runner-tests 2>/dev/null)
+missing=$(for t in $tests; do [[ " $built " == *" $t "* ]] || echo "$t"; done)
+if [[ ! -x test-runner || -n $missing ]]; then
     say "building a test-runner with $runner_tests(log: $src/tests/build.log)"
     c_srcs=() cxx_srcs=() have=()
     for t in $tests; do
@@ -124,75 +126,127 @@ else
     say "no Java client class path ($classpath_file): 0098 will fail to start its Java producer"
 fi
 
-# --- 3. a 3-broker cluster -------------------------------------------------------------------
+# --- 3. clusters -----------------------------------------------------------------------------
+# The tests run against `minibroker dev` (3 brokers, PLAINTEXT). 0142 needs SASL and
+# connections.max.reauth.ms: it gets its own cluster, `dev --secure` (a SASL_SSL listener at
+# each broker's port + 100) with connections.max.reauth.ms=10000, started after the others.
 data=$(mktemp -d /tmp/minibroker-rdkafka.XXXXXX)
-say "starting a 3-broker cluster under $data (ports $((port - 2)), $port-$((port + 2)))"
-sleep 86400 | "$venv/bin/minibroker" dev --data "$data" --first-port "$port" \
-    --controller-port $((port - 2)) >"$data/dev.out" 2>&1 &
-dev_pid=$!
+dev_pid= stdin_pid=
 stop_cluster() {
+    [[ -n $dev_pid ]] || return 0
     kill "$dev_pid" 2>/dev/null && wait "$dev_pid" 2>/dev/null
-    say "cluster stopped; its logs stay in $data"
+    kill "$stdin_pid" 2>/dev/null
+    exec {dev_stdin}<&-
+    say "cluster stopped; its logs stay in $cluster_dir"
+    dev_pid= stdin_pid=
 }
 trap stop_cluster EXIT
-for _ in $(seq 120); do
-    grep -q 'the cluster is ready' "$data/dev.out" && break
-    kill -0 "$dev_pid" 2>/dev/null || { cat "$data/dev.out" >&2; die "minibroker dev exited"; }
-    sleep 1
-done
-grep -q 'the cluster is ready' "$data/dev.out" || die "the cluster did not start: $data/dev.out"
-bootstrap=127.0.0.1:$port,127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2))
-
-cat >test.conf <<EOF
-bootstrap.servers=$bootstrap
-# A loaded 2-core machine: give every test timeout three times the time.
-test.timeout.multiplier=3
-EOF
+start_cluster() { # directory, first port, extra dev arguments...
+    cluster_dir=$1 first=$2
+    shift 2
+    say "starting a 3-broker cluster under $cluster_dir (ports $((first - 2)), $first-$((first + 2)))"
+    mkdir -p "$cluster_dir"
+    # dev stops at the end of its stdin: give it one that stays open until stop_cluster.
+    exec {dev_stdin}< <(exec sleep 86400)
+    stdin_pid=$!
+    "$venv/bin/minibroker" dev --data "$cluster_dir" --first-port "$first" \
+        --controller-port $((first - 2)) "$@" <&"$dev_stdin" >"$cluster_dir/dev.out" 2>&1 &
+    dev_pid=$!
+    for _ in $(seq 120); do
+        grep -q 'the cluster is ready' "$cluster_dir/dev.out" && break
+        kill -0 "$dev_pid" 2>/dev/null || { cat "$cluster_dir/dev.out" >&2; die "minibroker dev exited"; }
+        sleep 1
+    done
+    grep -q 'the cluster is ready' "$cluster_dir/dev.out" || die "no cluster: $cluster_dir/dev.out"
+    bootstrap=127.0.0.1:$first,127.0.0.1:$((first + 1)),127.0.0.1:$((first + 2))
+}
 
 # --- 4. the tests ----------------------------------------------------------------------------
 # A failed assertion ends the whole test-runner, so a test whose sub-tests are independent runs
 # one sub-test (SUBTESTS, a substring of the sub-test's name) per test-runner: a failure then
-# does not hide the sub-tests after it. -L: not the local (broker-less, mock) tests.
+# does not hide the sub-tests after it. 0081 (admin) runs only its ListOffsets sub-tests
+# (read_committed). -L: not the local (broker-less, mock) tests.
 declare -A split=(
     [0103]="do_test_misuse_txn|do_test_basic_producer_txn|do_test_consumer_producer_txn|do not produce after fence|: produce after fence|do_test_fatal_idempo|do_test_empty_txn|do_test_wmark_isolation_level|do_test_txn_abort_control_message_leader_epoch"
+    [0081]="do_test_ListOffsets"
 )
 results=()
 failed=0
 run_unit() { # test, sub-test filter (may be empty)
-    local t=$1 sub=$2 log status secs start rc reason passed
-    log=$data/test-$t${sub:+-$(echo "$sub" | tr -c 'A-Za-z0-9_\n' '_' | sed 's/^_*//')}.log
+    local t=$1 sub=$2 log status secs start rc reason passed plain
+    log=$cluster_dir/test-$t${sub:+-$(printf '%s' "$sub" | tr -c 'A-Za-z0-9_' '_' | sed 's/^_*//')}.log
     say "running $t${sub:+ ($sub)} (log: $log)"
     start=$(date +%s)
-    TESTS=$t SUBTESTS=$sub TEST_KAFKA_VERSION=$kafka_version LD_LIBRARY_PATH=../src:../src-cpp \
-        timeout 1200 ./test-runner -p1 -L >"$log" 2>&1
+    # In a subshell, so that a test-runner ended by a failed assertion (abort) is reported in
+    # its log, not here.
+    (RDKAFKA_TEST_CONF=$cluster_dir/test.conf TESTS=$t SUBTESTS=$sub \
+        TEST_KAFKA_VERSION=$kafka_version LD_LIBRARY_PATH=../src:../src-cpp \
+        timeout 1200 ./test-runner -p1 -L) >"$log" 2>&1
     rc=$?
     secs=$(($(date +%s) - start))
     plain=$(sed 's/\x1b\[[0-9;]*m//g' "$log")
-    passed=$(grep -cE '^\[[^]]*\] \[ [a-z_0-9]+:[0-9]+.*: PASS \(' <<<"$plain")
+    passed=$(grep -cE '^\[[^]]*\] \[ [A-Za-z_0-9]+:[0-9]+.*: PASS \(' <<<"$plain")
+    reason=$(grep -m1 -A1 -E '^### Test .* failed at' <<<"$plain" | tail -1 | cut -c1-150)
     if [[ $rc == 0 ]] && grep -q 'ALL TESTS PASSED' <<<"$plain"; then
         status=PASSED
-        grep -qE "^\| *${t}_[^|]*\| *SKIPPED" <<<"$plain" && ! grep -qE "^\| *${t}_[^|]*\| *PASSED" <<<"$plain" &&
+        if ! grep -qE "^\| *${t}_[^|]*\| *PASSED" <<<"$plain"; then
             status=SKIPPED
+            reason=$(grep -m1 -oE 'SKIPPING TEST: .*' <<<"$plain" | cut -c16-150)
+        fi
     else
         status=FAILED
         failed=$((failed + 1))
     fi
-    reason=$(grep -m1 -A1 -E '^### Test .* failed at' <<<"$plain" | tail -1 | cut -c1-150)
     [[ $rc == 124 ]] && reason="timed out after 1200 s"
-    results+=("$(printf '%-5s %-48s %-7s %5ss  %2s sub-test(s) passed  %s' \
-        "$t" "${sub:-(whole test)}" "$status" "$secs" "$passed" "${status/PASSED/}${reason:+: $reason}")")
+    # Sub-tests passed: those the test reports (SUB_TEST); 0129 and 0098 have none.
+    results+=("$(printf '%-5s %-46s %-7s %5ss  %3s%s' \
+        "$t" "${sub:-(whole test)}" "$status" "$secs" "$passed" "${reason:+  $reason}")")
 }
-for t in $tests; do
-    if [[ -n ${split[$t]:-} ]]; then
-        IFS='|' read -r -a subs <<<"${split[$t]}"
-        for sub in "${subs[@]}"; do run_unit "$t" "$sub"; done
-    else
-        run_unit "$t" ""
-    fi
-done
+run_tests() { # test numbers...
+    local t sub subs
+    for t in "$@"; do
+        if [[ -n ${split[$t]:-} ]]; then
+            IFS='|' read -r -a subs <<<"${split[$t]}"
+            for sub in "${subs[@]}"; do run_unit "$t" "$sub"; done
+        else
+            run_unit "$t" ""
+        fi
+    done
+}
+
+plain_tests=() secure_tests=()
+for t in $tests; do [[ $t == 0142 ]] && secure_tests+=("$t") || plain_tests+=("$t"); done
+summary_bootstrap=
+if ((${#plain_tests[@]})); then
+    start_cluster "$data/plain" "$port"
+    summary_bootstrap=$bootstrap
+    cat >"$cluster_dir/test.conf" <<EOF2
+bootstrap.servers=$bootstrap
+# A loaded 2-core machine: give every test timeout three times the time.
+test.timeout.multiplier=3
+EOF2
+    run_tests "${plain_tests[@]}"
+    stop_cluster
+fi
+if ((${#secure_tests[@]})); then
+    start_cluster "$data/secure" "$port" --secure --override connections.max.reauth.ms=10000
+    password=$(grep -m1 -oE 'user alice, password [^ ]+' "$cluster_dir/dev.out" | awk '{print $4}')
+    cat >"$cluster_dir/test.conf" <<EOF2
+bootstrap.servers=127.0.0.1:$((port + 100)),127.0.0.1:$((port + 101)),127.0.0.1:$((port + 102))
+security.protocol=SASL_SSL
+sasl.mechanisms=SCRAM-SHA-512
+sasl.username=alice
+sasl.password=$password
+ssl.ca.location=$cluster_dir/secure/ca.pem
+test.timeout.multiplier=3
+EOF2
+    run_tests "${secure_tests[@]}"
+    stop_cluster
+fi
 
 echo
-echo "librdkafka $ref test-runner against minibroker ($bootstrap, TEST_KAFKA_VERSION=$kafka_version)"
+echo "librdkafka $ref test-runner against minibroker dev (3 brokers${summary_bootstrap:+, $summary_bootstrap}), TEST_KAFKA_VERSION=$kafka_version"
+printf '%-5s %-46s %-7s %6s  %3s\n' test sub-test result time 'sub-tests passed'
 printf '%s\n' "${results[@]}"
-echo "$failed failed; test logs and broker logs: $data"
+echo "$failed failed; test logs and broker logs under $data"
 exit $((failed > 0))
