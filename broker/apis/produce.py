@@ -101,6 +101,15 @@ async def _verify(
             if error == Error.NONE:
                 continue
             message = None
+            if error == Error.PRODUCER_FENCED:
+                # Kafka's AddPartitionsToTxnManager answers a fenced producer's Produce
+                # with INVALID_PRODUCER_EPOCH, which librdkafka treats as fatal (fenced);
+                # PRODUCER_FENCED on a Produce is only abortable there (librdkafka's test
+                # 0103 "produce after fence").
+                error = Error.INVALID_PRODUCER_EPOCH
+            elif error == Error.TRANSACTION_ABORTABLE:
+                # Not known to Produce versions before KIP-890 part 2 (v12, not served).
+                error = Error.INVALID_TXN_STATE
             if error == Error.INVALID_TXN_STATE:
                 message = "Partition was not added to the transaction"
             elif error in _RETRIABLE_VERIFICATION_ERRORS:

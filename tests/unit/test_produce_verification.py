@@ -51,6 +51,16 @@ async def test_verification_refusals_and_skips(replicas):
     assert refused[(TOPIC, 0)]["error_code"] == Error.INVALID_TXN_STATE
     assert coordinator.asked == [("tx", 3, 0, [(TOPIC, 0)])]
 
+    # A fenced producer's Produce is INVALID_PRODUCER_EPOCH, as Kafka's AddPartitionsToTxnManager
+    # answers (librdkafka takes PRODUCER_FENCED on a Produce as merely abortable), and
+    # TRANSACTION_ABORTABLE, unknown to these Produce versions, is INVALID_TXN_STATE.
+    coordinator.answers = {(TOPIC, 0): Error.PRODUCER_FENCED}
+    refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
+    assert refused[(TOPIC, 0)]["error_code"] == Error.INVALID_PRODUCER_EPOCH
+    coordinator.answers = {(TOPIC, 0): Error.TRANSACTION_ABORTABLE}
+    refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
+    assert refused[(TOPIC, 0)]["error_code"] == Error.INVALID_TXN_STATE
+
     coordinator.answers = {(TOPIC, 0): Error.NOT_COORDINATOR}
     refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
     assert refused[(TOPIC, 0)]["error_code"] == Error.NOT_ENOUGH_REPLICAS
