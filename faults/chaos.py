@@ -57,7 +57,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -640,10 +640,7 @@ class Chaos:
                 "enable.auto.commit": False,
             }
         )
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
+        ends = {p: _high_watermark(consumer, p) for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         stored: dict[tuple[int, int], bytes] = {}
         wanted = sum(ends.values())
@@ -999,3 +996,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _high_watermark(consumer: Consumer, partition: int, timeout_s: float = 30.0) -> int:
+    """The partition's high watermark, asked again while the client's metadata does not know
+    the partition yet (a broker that was just cut off may answer the first metadata request
+    from a stale cache: librdkafka then fails at once with _UNKNOWN_PARTITION, where a
+    producer or consumer would simply retry)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1]
+        except KafkaException as error:
+            code = error.args[0].code()
+            retriable = code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
