@@ -123,6 +123,38 @@ class TxnCommitRequest:
     offsets: dict[tuple[str, int], tuple[int, int, str]]
 
 
+async def create_internal_topic(
+    create_topics, name: str, partitions: int, replication: int, configs: dict[str, str]
+) -> Error:
+    """A coordinator's internal topic (`__consumer_offsets`, `__transaction_state`), compacted,
+    created through the controller on first use; COORDINATOR_NOT_AVAILABLE if that fails.
+    ``create_topics`` sends the CreateTopics request and returns the topic's error."""
+    request = build_request(
+        ApiKey.CREATE_TOPICS,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": replication,
+                    "assignments": (),
+                    "configs": [
+                        {"name": key, "value": value}
+                        for key, value in {"cleanup.policy": "compact", **configs}.items()
+                    ],
+                }
+            ],
+            "timeout": 30_000,
+            "validate_only": False,
+        },
+    )
+    error = await create_topics(request)
+    if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
+        log.warning("cannot create %s: %s", name, error.name)
+        return Error.COORDINATOR_NOT_AVAILABLE
+    return Error.NONE
+
+
 class GroupCoordinator:
     """The groups of the `__consumer_offsets` partitions this broker leads."""
 
@@ -794,35 +826,13 @@ class GroupCoordinator:
         self._topic_creation = trio.Event()
         try:
             live = max(len(self.replicas.metadata.brokers), 1)
-            request = build_request(
-                ApiKey.CREATE_TOPICS,
-                {
-                    "topics": [
-                        {
-                            "name": OFFSETS_TOPIC,
-                            "num_partitions": self.config.offsets_topic_num_partitions,
-                            "replication_factor": min(
-                                self.config.offsets_topic_replication_factor, live
-                            ),
-                            "assignments": (),
-                            "configs": [
-                                {"name": "cleanup.policy", "value": "compact"},
-                                {
-                                    "name": "segment.bytes",
-                                    "value": str(self.config.offsets_topic_segment_bytes),
-                                },
-                            ],
-                        }
-                    ],
-                    "timeout": 30_000,
-                    "validate_only": False,
-                },
+            return await create_internal_topic(
+                create_topics,
+                OFFSETS_TOPIC,
+                self.config.offsets_topic_num_partitions,
+                min(self.config.offsets_topic_replication_factor, live),
+                {"segment.bytes": str(self.config.offsets_topic_segment_bytes)},
             )
-            error = await create_topics(request)
-            if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
-                log.warning("cannot create %s: %s", OFFSETS_TOPIC, error.name)
-                return Error.COORDINATOR_NOT_AVAILABLE
-            return Error.NONE
         finally:
             self._topic_creation.set()
             self._topic_creation = None

@@ -38,7 +38,7 @@ from minibroker.cluster.controller_client import ControllerUnavailable, build_re
 from minibroker.common.config import BrokerConfig
 from minibroker.common.names import TRANSACTION_STATE_TOPIC
 from minibroker.coordinator import txn_log_format
-from minibroker.coordinator.service import partition_for
+from minibroker.coordinator.service import create_internal_topic, partition_for
 from minibroker.coordinator.txn_markers import MarkerChannel
 from minibroker.coordinator.txn_state import (
     Transit,
@@ -644,36 +644,18 @@ class TransactionCoordinator:
             live = max(len(self.replicas.metadata.brokers), 1)
             replication = min(self.config.transaction_state_log_replication_factor, live)
             min_isr = min(self.config.transaction_state_log_min_isr, replication)
-            request = build_request(
-                ApiKey.CREATE_TOPICS,
+            return await create_internal_topic(
+                create_topics,
+                TRANSACTION_STATE_TOPIC,
+                self.config.transaction_state_log_num_partitions,
+                replication,
                 {
-                    "topics": [
-                        {
-                            "name": TRANSACTION_STATE_TOPIC,
-                            "num_partitions": self.config.transaction_state_log_num_partitions,
-                            "replication_factor": replication,
-                            "assignments": (),
-                            "configs": [
-                                {"name": "cleanup.policy", "value": "compact"},
-                                {"name": "min.insync.replicas", "value": str(min_isr)},
-                                {"name": "unclean.leader.election.enable", "value": "false"},
-                                {"name": "compression.type", "value": "uncompressed"},
-                                {
-                                    "name": "segment.bytes",
-                                    "value": str(self.config.transaction_state_log_segment_bytes),
-                                },
-                            ],
-                        }
-                    ],
-                    "timeout": 30_000,
-                    "validate_only": False,
+                    "min.insync.replicas": str(min_isr),
+                    "unclean.leader.election.enable": "false",
+                    "compression.type": "uncompressed",
+                    "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
                 },
             )
-            error = await create_topics(request)
-            if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
-                log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC, error.name)
-                return Error.COORDINATOR_NOT_AVAILABLE
-            return Error.NONE
         finally:
             self._topic_creation.set()
             self._topic_creation = None
