@@ -23,6 +23,7 @@ from kio.serial.readers import Reader
 from kio.serial.writers import Writer
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
+from minibroker.protocol import schemas
 from minibroker.protocol.bounds import InvalidArrayError, check_array_counts
 from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
@@ -40,11 +41,18 @@ class DecodeError(ValueError):
 
 @cache
 def request_class(api_key: int, api_version: int) -> type[RequestPayload]:
+    """kio's schema, or protocol.schemas' for the versions kio 0.6.1 lacks."""
+    extra = schemas.REQUESTS.get((api_key, api_version))
+    if extra is not None:
+        return extra
     return load_request_schema(api_key, api_version)
 
 
 @cache
 def response_class(api_key: int, api_version: int) -> type[ResponsePayload]:
+    extra = schemas.RESPONSES.get((api_key, api_version))
+    if extra is not None:
+        return extra
     return load_response_schema(api_key, api_version)
 
 
@@ -57,7 +65,8 @@ def request_is_flexible(api_key: int, api_version: int) -> bool:
     first_flexible = FIRST_FLEXIBLE_VERSION.get(api_key)
     if first_flexible is not None:
         known = schema_name_map.get(api_key_map.get(api_key, ""), {})
-        return api_version in known and api_version >= first_flexible
+        extra = (api_key, api_version) in schemas.REQUESTS
+        return (api_version in known or extra) and api_version >= first_flexible
     try:
         return bool(request_class(api_key, api_version).__flexible__)
     except Exception:

@@ -2,7 +2,7 @@
 
 ApiVersions advertises exactly what the node's roles serve, and dispatch refuses anything
 outside it, so the two can never disagree. Every range lies inside what kio 0.6.1 has schemas
-for. The inter-node APIs (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition,
+for, or protocol/schemas.py adds (Kafka 4's EndTxn v5, Produce v12, TxnOffsetCommit v5). The inter-node APIs (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition,
 BrokerRegistration, BrokerHeartbeat, AllocateProducerIds) are accepted only at the versions
 minibroker itself sends.
 """
@@ -90,9 +90,10 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     # The transaction coordinator's: markers to partition leaders, and KIP-890's
-    # verify-only AddPartitionsToTxn from a partition leader to the coordinator.
+    # AddPartitionsToTxn from a partition leader to the coordinator (verify-only for TV1,
+    # adding the partition for TV2; v5 knows TRANSACTION_ABORTABLE).
     27: 1,  # WriteTxnMarkers (its handler, and ApiKey.WRITE_TXN_MARKERS, are the log side's)
-    ApiKey.ADD_PARTITIONS_TO_TXN: 4,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 5,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)

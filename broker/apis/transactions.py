@@ -3,13 +3,16 @@ ListTransactions.
 
 Each handler translates its request (every version served) into a call on the transaction
 coordinator (coordinator/txn_service.py) and its answer back, as Kafka's KafkaApis does.
-Kafka's transaction protocol version 1 (TV1) is served: EndTxn up to v4 (v5, TV2's epoch
-bump per transaction, is not advertised, so Kafka 4 clients run TV1).
+Both of Kafka's transaction protocols are served: EndTxn v0-v4 is TV1; EndTxn v5 is TV2
+(KIP-890 part 2, Kafka's ``clientTransactionVersion`` from the request version): the
+coordinator bumps the epoch and the answer carries the producer id and epoch the client
+continues with.
 
 AddPartitionsToTxn v0-v3 come from producers; v4+ (batched, with verify_only) only from
 brokers (KIP-890: a partition leader asks the coordinator whether a partition is in the
-transaction): on a client listener or without CLUSTER_ACTION they are refused with
-CLUSTER_AUTHORIZATION_FAILED, as Kafka's authorizeClusterOperation does.
+transaction, or for TV2 adds it, verify_only false): on a client listener or without
+CLUSTER_ACTION they are refused with CLUSTER_AUTHORIZATION_FAILED, as Kafka's
+authorizeClusterOperation does.
 
 With an authorizer, Kafka's rules: WRITE on the TRANSACTIONAL_ID to add partitions, offsets
 or end a transaction (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); WRITE on each topic added
@@ -26,6 +29,7 @@ from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from minibroker.coordinator.txn_state import TV_1, TV_2
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
@@ -114,7 +118,10 @@ async def _add_one(
         return failed | dict.fromkeys(accepted, Error.OPERATION_NOT_ATTEMPTED)
     if verify_only:
         return coordinator.verify(transactional_id, producer_id, epoch, accepted)
-    error = await coordinator.add_partitions(transactional_id, producer_id, epoch, set(accepted))
+    # From a broker (v4+), an add is TV2's: a leader adding the partition of a Produce v12.
+    error = await coordinator.add_partitions(
+        transactional_id, producer_id, epoch, set(accepted), TV_2 if ctx.version >= 4 else TV_1
+    )
     return dict.fromkeys(accepted, _old_fenced(ctx, error))
 
 
@@ -161,16 +168,25 @@ async def handle_add_offsets(ctx: RequestContext, request) -> dict:
     return {"error_code": _old_fenced(ctx, error)}
 
 
-@api(ApiKey.END_TXN, versions=(0, 4), roles=Role.BROKER, error_response=_error_only)
+@api(ApiKey.END_TXN, versions=(0, 5), roles=Role.BROKER, error_response=_error_only)
 async def handle_end_txn(ctx: RequestContext, request) -> dict:
-    """EndTxn v0-v4 (TV1): answered once the decision is in `__transaction_state`."""
+    """EndTxn v0-v4 (TV1) and v5 (TV2: the epoch bumped, the next producer id and epoch
+    answered): answered once the decision is in `__transaction_state`."""
     transactional_id = request.transactional_id
     if not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
-    error = await ctx.transaction_coordinator.end_transaction(
-        transactional_id, request.producer_id, request.producer_epoch, bool(request.committed)
+    error, producer_id, epoch = await ctx.transaction_coordinator.end_transaction(
+        transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        bool(request.committed),
+        TV_2 if ctx.version >= 5 else TV_1,
     )
-    return {"error_code": _old_fenced(ctx, error)}
+    return {
+        "error_code": _old_fenced(ctx, error),
+        "producer_id": producer_id,
+        "producer_epoch": epoch,
+    }
 
 
 def _describe_error(request, error: Error) -> dict:

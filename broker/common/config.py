@@ -203,6 +203,16 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _between(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = _parse_int(text)
+        if not minimum <= value <= maximum:
+            raise ValueError(f"must be between {minimum} and {maximum}")
+        return value
+
+    return parse
+
+
 @dataclass(frozen=True)
 class _Property:
     attribute: str
@@ -274,6 +284,9 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
+    # Not a Kafka broker property: Kafka finalizes the transaction.version feature with
+    # kafka-features.sh; minibroker pins it per broker (see the README's Transactions).
+    "transaction.version": _Property("transaction_version", _between(0, 2)),
     "auto.leader.rebalance.enable": _Property("auto_leader_rebalance_enable", _parse_bool),
     "leader.imbalance.check.interval.seconds": _Property(
         "leader_imbalance_check_interval_ms", _at_least(1), 1000
@@ -413,6 +426,9 @@ class BrokerConfig:
     num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
     unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
+    # The finalized level of the transaction.version feature (Kafka's TransactionVersion):
+    # 2 serves KIP-890 part 2 (an epoch bump per transaction) to the clients that use it.
+    transaction_version: int = 2
     auto_leader_rebalance_enable: bool = _kafka_default("auto.leader.rebalance.enable")
     leader_imbalance_check_interval_ms: int = _kafka_default(
         "leader.imbalance.check.interval.seconds"

@@ -10,9 +10,10 @@ tools read what minibroker writes and minibroker loads what Kafka wrote.
   last update and start timestamps; v1 adds the tagged fields PreviousProducerId (tag 0),
   NextProducerId (tag 1) and ClientTransactionVersion (tag 2). Both are read.
 
-What is written is what Kafka 4 writes with ``transaction.version`` 1 (TV1): value v1, with
-the tagged fields left at their defaults (Kafka's valueToBytes sets neither previous nor next
-producer id, and a TV1 client's ClientTransactionVersion is 0), so they are not on the wire.
+What is written is value v1 (Kafka 4 with ``transaction.version`` 1 or 2), its tagged fields
+on the wire only when they differ from their defaults: ClientTransactionVersion 2 for a
+change made by a TV2 client, NextProducerId in a TV2 decision that exhausted the epoch, and
+PreviousProducerId once a TV2 completion moved to that next id (see txn_state).
 A null value (a tombstone) is an expired transactional id.
 """
 

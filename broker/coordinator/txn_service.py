@@ -23,9 +23,14 @@ transaction.abort.timed.out.transaction.cleanup.interval.ms (with an epoch bump 
 the zombie producer) and one removing transactional ids idle for
 transactional.id.expiration.ms.
 
-Scope: Kafka's transaction protocol version 1 (TV1); see txn_state. Departure: the answer to
-EndTxn is sent once PrepareCommit/PrepareAbort is written, as Kafka does, but markers are
-written one transaction at a time per broker instead of batched (see txn_markers).
+Both of Kafka's transaction protocols are served (see txn_state): TV1, and TV2 (KIP-890 part
+2), where EndTxn v5 bumps the epoch and answers the producer id and epoch of the client's
+next transaction (allocating a new producer id when the epoch is exhausted), and the leader
+of a partition (Produce v12) or the group coordinator (TxnOffsetCommit v5) adds the partition
+to the transaction (``add_to_transaction``, Kafka's AddPartitionsToTxnManager with
+verifyOnly false). Departure: the answer to EndTxn is sent once PrepareCommit/PrepareAbort is
+written, as Kafka does, but markers are written one transaction at a time per broker instead
+of batched (see txn_markers).
 """
 
 import logging
@@ -41,6 +46,10 @@ from minibroker.coordinator import txn_log_format
 from minibroker.coordinator.service import create_internal_topic, partition_for
 from minibroker.coordinator.txn_markers import MarkerChannel
 from minibroker.coordinator.txn_state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TV_1,
+    TV_2,
     Transit,
     TxnMetadata,
     TxnState,
@@ -350,7 +359,7 @@ class TransactionCoordinator:
         if result.state == TxnState.PREPARE_EPOCH_FENCE:
             # Abort the ongoing transaction with a bumped epoch (fencing its producer) and let
             # the client retry once the markers are written.
-            error = await self._end(
+            error, _ = await self._end(
                 meta, result.producer_id, result.producer_epoch, False, from_client=False
             )
             return (Error.CONCURRENT_TRANSACTIONS if error == Error.NONE else error), -1, -1
@@ -373,9 +382,11 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: set[TopicPartition],
+        client_transaction_version: int = TV_1,
     ) -> Error:
         """Kafka's handleAddPartitionsToTransaction (and AddOffsetsToTxn, whose group's
-        `__consumer_offsets` partition joins the transaction)."""
+        `__consumer_offsets` partition joins the transaction); TV2 when a partition leader or
+        the group coordinator adds it for the client."""
         if transactional_id == "":
             return Error.INVALID_REQUEST
         if (error := self.check(transactional_id)) != Error.NONE:
@@ -384,7 +395,7 @@ class TransactionCoordinator:
         if meta is None:
             return Error.INVALID_PRODUCER_ID_MAPPING
         result = meta.prepare_add_partitions(
-            producer_id, producer_epoch, partitions, self.clock_ms()
+            producer_id, producer_epoch, partitions, self.clock_ms(), client_transaction_version
         )
         if isinstance(result, Error):
             return result
@@ -413,18 +424,26 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: list[tuple[str, int]],
+        add: bool = False,
     ) -> dict[tuple[str, int], Error]:
         """For a partition leader (the Produce handler, KIP-890): whether each partition is
-        in the producer's ongoing transaction. Asked here when this broker coordinates the
-        id, else with AddPartitionsToTxn v4 verify_only to the coordinator over the
-        inter-broker listener (Kafka's AddPartitionsToTxnManager). No coordinator known:
-        COORDINATOR_NOT_AVAILABLE; the coordinator unreachable: NOT_COORDINATOR."""
+        in the producer's ongoing transaction, or with ``add`` (TV2: Produce v12,
+        TxnOffsetCommit v5) the partitions added to it. Asked here when this broker
+        coordinates the id, else with AddPartitionsToTxn v5 (verify_only unless ``add``) to
+        the coordinator over the inter-broker listener (Kafka's AddPartitionsToTxnManager).
+        No coordinator known: COORDINATOR_NOT_AVAILABLE; the coordinator unreachable:
+        NOT_COORDINATOR."""
         topic = self.replicas.metadata.topic(TRANSACTION_STATE_TOPIC)
         index = self.partition_of(transactional_id)
         state = topic.partitions.get(index) if topic is not None else None
         if state is None or state.leader < 0:
             return dict.fromkeys(partitions, Error.COORDINATOR_NOT_AVAILABLE)
         if state.leader == self.config.node_id:
+            if add:
+                error = await self.add_partitions(
+                    transactional_id, producer_id, producer_epoch, set(partitions), TV_2
+                )
+                return dict.fromkeys(partitions, error)
             return self.verify(transactional_id, producer_id, producer_epoch, partitions)
         by_topic: dict[str, list[int]] = {}
         for name, partition in partitions:
@@ -437,7 +456,7 @@ class TransactionCoordinator:
                         "transactional_id": transactional_id,
                         "producer_id": producer_id,
                         "producer_epoch": producer_epoch,
-                        "verify_only": True,
+                        "verify_only": not add,
                         "topics": [
                             {"name": name, "partitions": indexes}
                             for name, indexes in by_topic.items()
@@ -464,18 +483,50 @@ class TransactionCoordinator:
     # -- EndTxn --------------------------------------------------------------------------------
 
     async def end_transaction(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> Error:
-        """Kafka's handleEndTransaction (TV1): answered once PrepareCommit/PrepareAbort is in
-        the log; the markers and the completion follow in the background."""
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        client_transaction_version: int = TV_1,
+    ) -> tuple[Error, int, int]:
+        """Kafka's handleEndTransaction: (error, producer id, epoch), answered once
+        PrepareCommit/PrepareAbort is in the log; the markers and the completion follow in
+        the background. The id and epoch (EndTxn v5) are those the client continues with:
+        with TV2 the bumped epoch, or a new id at epoch 0; for a retry answered NONE, the
+        current ones; -1 with an error."""
+        failed = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if transactional_id == "":
-            return Error.INVALID_REQUEST
+            return Error.INVALID_REQUEST, *failed
         if (error := self.check(transactional_id)) != Error.NONE:
-            return error
+            return error, *failed
         meta = self.transactions.get(transactional_id)
         if meta is None:
-            return Error.INVALID_PRODUCER_ID_MAPPING
-        return await self._end(meta, producer_id, producer_epoch, commit, from_client=True)
+            return Error.INVALID_PRODUCER_ID_MAPPING, *failed
+        next_producer_id = None
+        if meta.needs_next_producer_id(client_transaction_version):
+            try:
+                next_producer_id = await self.replicas.next_producer_id()
+            except ControllerUnavailable:
+                return Error.COORDINATOR_NOT_AVAILABLE, *failed
+            if (error := self.check(transactional_id)) != Error.NONE:
+                return error, *failed
+            if self.transactions.get(transactional_id) is not meta:
+                return Error.CONCURRENT_TRANSACTIONS, *failed
+        error, transit = await self._end(
+            meta,
+            producer_id,
+            producer_epoch,
+            commit,
+            from_client=True,
+            client_transaction_version=client_transaction_version,
+            next_producer_id=next_producer_id,
+        )
+        if error != Error.NONE:
+            return error, *failed
+        if transit is None:  # a retry of a completed transaction
+            return Error.NONE, meta.producer_id, meta.producer_epoch
+        return Error.NONE, transit.producer_id, transit.producer_epoch
 
     async def _end(
         self,
@@ -484,21 +535,33 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         from_client: bool,
-    ) -> Error:
+        client_transaction_version: int = TV_1,
+        next_producer_id: int | None = None,
+    ) -> tuple[Error, Transit | None]:
+        """The decision written and the markers started: (NONE, the completion transit to
+        come), (NONE, None) when nothing was to be written, or the error."""
         fence = meta.pending == TxnState.PREPARE_EPOCH_FENCE
-        result = meta.prepare_end(producer_id, producer_epoch, commit, self.clock_ms(), from_client)
+        result = meta.prepare_end(
+            producer_id,
+            producer_epoch,
+            commit,
+            self.clock_ms(),
+            from_client,
+            client_transaction_version,
+            next_producer_id,
+        )
         if isinstance(result, Error):
             if fence and meta.pending == TxnState.PREPARE_EPOCH_FENCE:
                 meta.pending = None
-            return result
+            return result, None
         epoch = self.coordinator_epoch(meta.transactional_id)
         error = await self._write(meta, result, fence=fence)
         if error != Error.NONE:
-            return error
+            return error, None
         transit = meta.prepare_complete(self.clock_ms())
         assert self._nursery is not None
         self._nursery.start_soon(self._send_markers, meta, transit, epoch)
-        return Error.NONE
+        return Error.NONE, transit
 
     async def _send_markers(self, meta: TxnMetadata, transit: Transit, epoch: int) -> None:
         """Markers to every partition of the transaction, then CompleteCommit/CompleteAbort
@@ -542,7 +605,7 @@ class TransactionCoordinator:
             if not meta.timed_out(now_ms) or self.check(meta.transactional_id) != Error.NONE:
                 continue
             fence = meta.prepare_fence()
-            error = await self._end(
+            error, _ = await self._end(
                 meta, meta.producer_id, fence.producer_epoch, False, from_client=False
             )
             if error == Error.NONE:

@@ -10,11 +10,21 @@ the error to answer; ``Error.NONE`` means nothing needs writing (Kafka's ``Left(
 
 States and their ids are Kafka's (TransactionState.fromId), so the log is Kafka's.
 
-Scope: Kafka's transaction protocol version 1 (TV1): the producer epoch changes only at
-InitProducerId and when the coordinator fences a producer (an expired transaction, a new
-producer with the same transactional id); TV2's epoch bump per transaction (EndTxn v5) is not
-served, so the client's transaction version is always 0 here, as Kafka records it for clients
-of EndTxn v4 and older.
+Both transaction protocols are served, chosen per request as Kafka does (its
+``clientTransactionVersion``): with version 1 (TV1: EndTxn v0-v4, AddPartitionsToTxn from the
+client) the producer epoch changes only at InitProducerId and when the coordinator fences a
+producer (an expired transaction, a new producer with the same transactional id). With
+version 2 (TV2, KIP-890 part 2: EndTxn v5; partitions added by their leaders on Produce v12
+and by the group coordinator on TxnOffsetCommit v5) every EndTxn bumps the epoch
+(Kafka's prepareAbortOrCommit): PrepareCommit/PrepareAbort are written with epoch + 1 and the
+old epoch as the last one, the markers carry the new epoch, and the client continues with it.
+An epoch that would reach the last usable value gets a new producer id instead: it is written
+as NextProducerId with the decision and becomes the producer id, at epoch 0, in
+CompleteCommit/CompleteAbort (Kafka's prepareComplete), the previous id then kept as
+PreviousProducerId. A retried TV2 EndTxn is recognised by its epoch being one less than the
+stored one (or, after a new id, by the previous id at the last epoch) and answered as the
+original was (Kafka's endTxnEpochBumped and retryOnOverflow). The client's version is kept
+with the state (ClientTransactionVersion in the log), as Kafka does.
 """
 
 import enum
@@ -26,6 +36,14 @@ from minibroker.protocol.errors import Error
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 SHORT_MAX = 32767
+# Kafka's TransactionVersion levels a client uses: TV_0/TV_1 (no bump per transaction), TV_2.
+TV_1 = 0
+TV_2 = 2
+
+
+def supports_epoch_bump(client_transaction_version: int) -> bool:
+    """Kafka's TransactionVersion.supportsEpochBump."""
+    return client_transaction_version >= TV_2
 
 
 class TxnState(enum.IntEnum):
@@ -115,10 +133,14 @@ class Transit:
     partitions: frozenset[Partition]
     start_ms: int
     last_update_ms: int
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = TV_1
 
     def log_value(self) -> TxnLogValue:
         """The TransactionLogValue Kafka writes for it (TransactionLog.valueToBytes): the
-        partitions grouped by topic, none when Empty."""
+        partitions grouped by topic, none when Empty; the tagged fields PreviousProducerId
+        (only when it differs from the producer id, which is all a reader needs: it is the id
+        before a rotation), NextProducerId and ClientTransactionVersion."""
         by_topic: dict[str, list[int]] = {}
         for topic, index in sorted(self.partitions):
             by_topic.setdefault(topic, []).append(index)
@@ -130,6 +152,13 @@ class Transit:
             partitions=tuple((t, tuple(ids)) for t, ids in by_topic.items()),
             last_update_ms=self.last_update_ms,
             start_ms=self.start_ms,
+            previous_producer_id=(
+                self.previous_producer_id
+                if self.previous_producer_id != self.producer_id
+                else NO_PRODUCER_ID
+            ),
+            next_producer_id=self.next_producer_id,
+            client_transaction_version=self.client_transaction_version,
         )
 
 
@@ -152,6 +181,10 @@ class TxnMetadata:
     # A fence whose write failed: the next fence does not bump the epoch again (Kafka's
     # hasFailedEpochFence; the bumped epoch was never given to anyone).
     has_failed_epoch_fence: bool = False
+    # TV2: the producer id the client gets when the epoch bumped by EndTxn is the last one
+    # (Kafka's nextProducerId), and the transaction version of the last change.
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = TV_1
 
     @classmethod
     def from_log(cls, transactional_id: str, value: TxnLogValue) -> "TxnMetadata":
@@ -173,6 +206,8 @@ class TxnMetadata:
             partitions,
             value.start_ms,
             value.last_update_ms,
+            next_producer_id=value.next_producer_id,
+            client_transaction_version=value.client_transaction_version,
         )
 
     @property
@@ -195,6 +230,8 @@ class TxnMetadata:
         partitions: frozenset[Partition],
         start_ms: int,
         now_ms: int,
+        next_producer_id: int = NO_PRODUCER_ID,
+        client_transaction_version: int = TV_1,
     ) -> Transit:
         if self.pending is not None:
             raise IllegalTransition(f"{self.transactional_id}: already going to {self.pending}")
@@ -217,6 +254,8 @@ class TxnMetadata:
             partitions,
             start_ms,
             now_ms,
+            next_producer_id,
+            client_transaction_version,
         )
 
     def complete(self, transit: Transit) -> None:
@@ -244,7 +283,7 @@ class TxnMetadata:
             self.previous_producer_id = transit.previous_producer_id
         elif state == TxnState.ONGOING:
             if (
-                not self._same_producer(transit)
+                not self._valid_producer_epoch(transit)
                 or not self.partitions <= transit.partitions
                 or self.timeout_ms != transit.timeout_ms
             ):
@@ -253,15 +292,19 @@ class TxnMetadata:
             self.partitions |= transit.partitions
         elif state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             if (
-                not self._same_producer(transit)
+                not self._valid_producer_epoch(transit)
                 or self.partitions != transit.partitions
                 or self.timeout_ms != transit.timeout_ms
                 or self.start_ms != transit.start_ms
             ):
                 raise IllegalTransition(f"{self.transactional_id}: bad EndTxn transit")
+            if supports_epoch_bump(transit.client_transaction_version):
+                self.producer_epoch = transit.producer_epoch
+                self.last_producer_epoch = transit.last_producer_epoch
+                self.next_producer_id = transit.next_producer_id
         elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             if (
-                not self._same_producer(transit)
+                not self._valid_producer_epoch(transit)
                 or self.timeout_ms != transit.timeout_ms
                 or transit.start_ms == -1
             ):
@@ -269,10 +312,17 @@ class TxnMetadata:
             self.start_ms = transit.start_ms
             self.partitions.clear()
             self.has_failed_epoch_fence = False
+            if supports_epoch_bump(transit.client_transaction_version):
+                self.producer_epoch = transit.producer_epoch
+                self.last_producer_epoch = transit.last_producer_epoch
+                self.previous_producer_id = transit.previous_producer_id
+                self.producer_id = transit.producer_id
+                self.next_producer_id = transit.next_producer_id
         else:
             # PrepareEpochFence is never written (it turns into PrepareAbort), and Dead is
             # removed from memory instead of completed.
             raise IllegalTransition(f"{self.transactional_id}: cannot complete {state}")
+        self.client_transaction_version = transit.client_transaction_version
         self.last_update_ms = transit.last_update_ms
         self.pending = None
         self.state = state
@@ -286,11 +336,25 @@ class TxnMetadata:
         if fence:
             self.has_failed_epoch_fence = True
 
-    def _same_producer(self, transit: Transit) -> bool:
-        return (
-            transit.producer_epoch == self.producer_epoch
-            and transit.producer_id == self.producer_id
+    def _valid_producer_epoch(self, transit: Transit) -> bool:
+        """Kafka's validProducerEpoch: the transit is of this producer; a TV2 decision
+        carries the bumped epoch (its last epoch is the current one), and a TV2 completion
+        after a new producer id carries that id at epoch 0 (its previous id is the current)."""
+        tv2 = supports_epoch_bump(transit.client_transaction_version)
+        overflow_complete = (
+            tv2
+            and transit.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and transit.producer_epoch == 0
+            and transit.producer_id != transit.previous_producer_id
         )
+        if overflow_complete or (
+            tv2 and transit.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        ):
+            epoch = transit.last_producer_epoch
+        else:
+            epoch = transit.producer_epoch
+        producer_id = transit.previous_producer_id if overflow_complete else transit.producer_id
+        return epoch == self.producer_epoch and producer_id == self.producer_id
 
     # -- InitProducerId ----------------------------------------------------------------------
 
@@ -382,9 +446,16 @@ class TxnMetadata:
     # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------
 
     def prepare_add_partitions(
-        self, producer_id: int, epoch: int, partitions: set[Partition], now_ms: int
+        self,
+        producer_id: int,
+        epoch: int,
+        partitions: set[Partition],
+        now_ms: int,
+        client_transaction_version: int = TV_1,
     ) -> Error | Transit:
-        """Kafka's handleAddPartitionsToTransaction checks, then prepareAddPartitions."""
+        """Kafka's handleAddPartitionsToTransaction checks, then prepareAddPartitions (with
+        the version of the client: TV2 when a partition leader or the group coordinator adds
+        the partition for Produce v12 or TxnOffsetCommit v5)."""
         if self.producer_id != producer_id:
             return Error.INVALID_PRODUCER_ID_MAPPING
         if self.producer_epoch != epoch:
@@ -409,6 +480,7 @@ class TxnMetadata:
             frozenset(self.partitions | partitions),
             start,
             now_ms,
+            client_transaction_version=client_transaction_version,
         )
 
     def verify_partitions(
@@ -432,39 +504,102 @@ class TxnMetadata:
 
     # -- EndTxn ----------------------------------------------------------------------------------
 
+    def needs_next_producer_id(self, client_transaction_version: int) -> bool:
+        """Whether a TV2 EndTxn would exhaust the epoch, so the service allocates the next
+        producer id first (Kafka's endTransaction calls generateProducerId there)."""
+        return (
+            supports_epoch_bump(client_transaction_version)
+            and self.pending is None
+            and self.state == TxnState.ONGOING
+            and self.epoch_exhausted
+        )
+
+    def _end_txn_epoch_bumped(self, epoch: int) -> bool:
+        """Kafka's endTxnEpochBumped: a TV2 EndTxn retried after its bump was written."""
+        return (
+            self.pending != TxnState.PREPARE_EPOCH_FENCE
+            and supports_epoch_bump(self.client_transaction_version)
+            and self.producer_epoch == epoch + 1
+        )
+
     def prepare_end(
-        self, producer_id: int, epoch: int, commit: bool, now_ms: int, from_client: bool = True
+        self,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        now_ms: int,
+        from_client: bool = True,
+        client_transaction_version: int = TV_1,
+        next_producer_id: int | None = None,
     ) -> Error | Transit:
-        """Kafka's endTransaction before the write, for TV1 (EndTxn v0-v4). A retried EndTxn
-        of a completed transaction with the same outcome answers NONE (nothing to write); of
-        one whose markers are still being written, CONCURRENT_TRANSACTIONS; the other outcome,
+        """Kafka's endTransaction before the write. A retried EndTxn of a completed
+        transaction with the same outcome answers NONE (nothing to write); of one whose
+        markers are still being written, CONCURRENT_TRANSACTIONS; the other outcome,
         INVALID_TXN_STATE. ``from_client`` False is the coordinator's own abort (a fence), with
-        the bumped epoch of a pending PrepareEpochFence."""
+        the bumped epoch of a pending PrepareEpochFence.
+
+        ``client_transaction_version`` 2 (EndTxn v5) bumps the epoch in the decision; when
+        that is the last usable epoch, ``next_producer_id`` (from the service, see
+        :meth:`needs_next_producer_id`) is written as the id to continue with. Which epochs
+        are valid depends on the version of the state's last change, as in Kafka: after a
+        TV2 change, a retry carries the epoch before the bump."""
         fencing = self.pending == TxnState.PREPARE_EPOCH_FENCE
-        if self.producer_id != producer_id:
+        state = self.state
+        current_tv2 = not fencing and supports_epoch_bump(self.client_transaction_version)
+        retry_on_overflow = (
+            current_tv2
+            and self.previous_producer_id == producer_id
+            and epoch == SHORT_MAX - 1
+            and self.producer_epoch == 0
+        )
+        retry_on_bump = self._end_txn_epoch_bumped(epoch)
+        if current_tv2:
+            if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                valid_epoch = retry_on_bump
+            elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                valid_epoch = retry_on_bump or retry_on_overflow
+            else:
+                valid_epoch = epoch == self.producer_epoch
+        else:
+            valid_epoch = (
+                not from_client or epoch == self.producer_epoch
+            ) and epoch >= self.producer_epoch
+        if self.producer_id != producer_id and not retry_on_overflow:
             return Error.INVALID_PRODUCER_ID_MAPPING
-        if not ((not from_client or epoch == self.producer_epoch) and epoch >= self.producer_epoch):
+        if not valid_epoch:
             return Error.PRODUCER_FENCED
         if self.pending is not None and not fencing:
             return Error.CONCURRENT_TRANSACTIONS
-        state = self.state
         if state == TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            following = NO_PRODUCER_ID
+            if self.needs_next_producer_id(client_transaction_version) and not fencing:
+                if next_producer_id is None:
+                    raise IllegalTransition("a next producer id is needed (needs_next_producer_id)")
+                following = next_producer_id
             if fencing:
                 if target != TxnState.PREPARE_ABORT:
                     raise IllegalTransition("a fence only aborts")
                 self.pending = None
                 self.producer_epoch = epoch
                 self.last_producer_epoch = NO_PRODUCER_EPOCH
+            if supports_epoch_bump(client_transaction_version):
+                # Kafka's prepareAbortOrCommit; never past Short.MaxValue (the epoch is at
+                # most SHORT_MAX - 1 here: exhausted epochs rotate at InitProducerId).
+                new_epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+            else:
+                new_epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
             return self._prepare(
                 target,
                 self.producer_id,
-                self.producer_epoch,
-                self.last_producer_epoch,
+                new_epoch,
+                last_epoch,
                 self.timeout_ms,
                 frozenset(self.partitions),
                 self.start_ms,
                 now_ms,
+                following,
+                client_transaction_version,
             )
         if state == TxnState.COMPLETE_COMMIT:
             return Error.NONE if commit else Error.INVALID_TXN_STATE
@@ -488,15 +623,24 @@ class TxnMetadata:
             if self.state == TxnState.PREPARE_COMMIT
             else TxnState.COMPLETE_ABORT
         )
+        producer_id, epoch = self.producer_id, self.producer_epoch
+        if (
+            supports_epoch_bump(self.client_transaction_version)
+            and self.next_producer_id != NO_PRODUCER_ID
+        ):
+            # The bumped epoch was the last: the client continues with the next id.
+            producer_id, epoch = self.next_producer_id, 0
         return self._prepare(
             target,
-            self.producer_id,
-            self.producer_epoch,
+            producer_id,
+            epoch,
             self.producer_epoch,
             self.timeout_ms,
             frozenset(),
             self.start_ms,
             now_ms,
+            NO_PRODUCER_ID,
+            self.client_transaction_version,
         )
 
     # -- expiry ----------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ async def test_commit_writes_markers_then_completes(tmp_path, autojump_clock):
             (TOPIC, 0): Error.NONE
         }
         assert coordinator.ongoing_count() == 1
-        assert await coordinator.end_transaction("tx", producer_id, epoch, True) == Error.NONE
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, True))[0] == Error.NONE
         await trio.sleep(1)
         meta = coordinator.transactions["tx"]
         assert meta.state == TxnState.COMPLETE_COMMIT and meta.pending is None
@@ -195,15 +195,15 @@ async def test_markers_are_retried_until_the_leader_takes_them(tmp_path, autojum
         coordinator = broker.coordinator
         _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
         await coordinator.add_partitions("tx", producer_id, epoch, {(TOPIC, 0)})
-        assert await coordinator.end_transaction("tx", producer_id, epoch, False) == Error.NONE
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, False))[0] == Error.NONE
         # Until the markers are written, a retry waits and a new producer too.
-        assert await coordinator.end_transaction("tx", producer_id, epoch, False) == (
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, False))[0] == (
             Error.CONCURRENT_TRANSACTIONS
         )
         await trio.sleep(5)
         assert len(leader.markers) == 3
         assert coordinator.transactions["tx"].state == TxnState.COMPLETE_ABORT
-        assert await coordinator.end_transaction("tx", producer_id, epoch, False) == Error.NONE
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, False))[0] == Error.NONE
         nursery.cancel_scope.cancel()
     broker.stop()
 
@@ -217,7 +217,7 @@ async def test_a_deleted_topics_partition_is_dropped(tmp_path, autojump_clock):
         _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
         await coordinator.add_partitions("tx", producer_id, epoch, {(TOPIC, 0)})
         del broker.replicas.metadata.topics[TOPIC]  # as an UpdateMetadata after deletion
-        assert await coordinator.end_transaction("tx", producer_id, epoch, True) == Error.NONE
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, True))[0] == Error.NONE
         await trio.sleep(1)
         assert leader.markers == []
         assert coordinator.transactions["tx"].state == TxnState.COMPLETE_COMMIT
@@ -242,7 +242,7 @@ async def test_an_expired_transaction_is_aborted_with_a_bumped_epoch(tmp_path, a
             (producer_id, epoch + 1, coordinator.coordinator_epoch("tx"), False, [(TOPIC, 1)])
         ]
         # The zombie is fenced.
-        assert await coordinator.end_transaction("tx", producer_id, epoch, True) == (
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, True))[0] == (
             Error.PRODUCER_FENCED
         )
         nursery.cancel_scope.cancel()
@@ -278,7 +278,7 @@ async def test_a_restarted_coordinator_completes_a_decided_commit(tmp_path, auto
         coordinator = broker.coordinator
         _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
         await coordinator.add_partitions("tx", producer_id, epoch, {(TOPIC, 0)})
-        assert await coordinator.end_transaction("tx", producer_id, epoch, True) == Error.NONE
+        assert (await coordinator.end_transaction("tx", producer_id, epoch, True))[0] == Error.NONE
         await trio.sleep(1)
         assert coordinator.transactions["tx"].state == TxnState.PREPARE_COMMIT
         nursery.cancel_scope.cancel()

@@ -1,0 +1,91 @@
+"""Message schemas of Kafka 4 that kio 0.6.1 does not have, in kio's generated style.
+
+kio 0.6.1 was generated from Kafka's message definitions before KIP-890 part 2 (Kafka's
+transaction protocol version 2) was final. These versions are that protocol, written here as
+kio entities so that the codec (protocol/codec.py) reads and writes them like any other:
+
+- EndTxn v5 (clients/.../message/EndTxnRequest.json, EndTxnResponse.json): the request is
+  v4's; the response adds ProducerId (int64, default -1) and ProducerEpoch (int16, default -1)
+  after ErrorCode, the producer id and epoch the client uses for its next transaction.
+- Produce v12 (ProduceRequest.json, ProduceResponse.json): the same as v11 ("Version 12 is
+  the same as version 11 (KIP-890)"); a transactional client sends it without
+  AddPartitionsToTxn. minibroker decodes and encodes Produce by hand
+  (protocol/produce_request.py, produce_response.py); these classes are for the codec's
+  header rules and for tests.
+- TxnOffsetCommit v5 (TxnOffsetCommitRequest.json): the same as v4; with TV2 it also adds the
+  group's offsets partition to the transaction (no AddOffsetsToTxn before it).
+
+Each class derives from kio's latest version of the same message, so the nested entities are
+kio's own; only ``__version__`` and the added fields differ.
+"""
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnRequestV4
+from kio.schema.end_txn.v4.response import EndTxnResponse as _EndTxnResponseV4
+from kio.schema.produce.v11.request import ProduceRequest as _ProduceRequestV11
+from kio.schema.produce.v11.response import ProduceResponse as _ProduceResponseV11
+from kio.schema.txn_offset_commit.v4.request import (
+    TxnOffsetCommitRequest as _TxnOffsetCommitRequestV4,
+)
+from kio.schema.txn_offset_commit.v4.response import (
+    TxnOffsetCommitResponse as _TxnOffsetCommitResponseV4,
+)
+from kio.schema.types import ProducerId
+from kio.static.primitive import i16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxnRequestV5(_EndTxnRequestV4):
+    """EndTxn v5: as v4; the coordinator bumps the epoch (KIP-890 part 2)."""
+
+    __version__: ClassVar[i16] = i16(5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxnResponseV5(_EndTxnResponseV4):
+    """EndTxn v5: v4 plus the producer id and epoch of the client's next transaction."""
+
+    __version__: ClassVar[i16] = i16(5)
+    producer_id: ProducerId = field(metadata={"kafka_type": "int64"}, default=ProducerId(-1))
+    """The producer ID."""
+    producer_epoch: i16 = field(metadata={"kafka_type": "int16"}, default=i16(-1))
+    """The current epoch associated with the producer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceRequestV12(_ProduceRequestV11):
+    """Produce v12: as v11 (a TV2 client's transactional produce adds the partition)."""
+
+    __version__: ClassVar[i16] = i16(12)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceResponseV12(_ProduceResponseV11):
+    __version__: ClassVar[i16] = i16(12)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitRequestV5(_TxnOffsetCommitRequestV4):
+    """TxnOffsetCommit v5: as v4 (with TV2 it also adds the offsets partition)."""
+
+    __version__: ClassVar[i16] = i16(5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitResponseV5(_TxnOffsetCommitResponseV4):
+    __version__: ClassVar[i16] = i16(5)
+
+
+# (api key, version) -> class, for the codec.
+REQUESTS: dict[tuple[int, int], type] = {
+    (26, 5): EndTxnRequestV5,
+    (0, 12): ProduceRequestV12,
+    (28, 5): TxnOffsetCommitRequestV5,
+}
+RESPONSES: dict[tuple[int, int], type] = {
+    (26, 5): EndTxnResponseV5,
+    (0, 12): ProduceResponseV12,
+    (28, 5): TxnOffsetCommitResponseV5,
+}
