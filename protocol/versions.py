@@ -2,7 +2,8 @@
 
 ApiVersions advertises exactly what the node's roles serve, and dispatch refuses anything
 outside it, so the two can never disagree. Every range lies inside what kio 0.6.1 has schemas
-for, or protocol/schemas.py adds (Kafka 4's EndTxn v5, Produce v12, TxnOffsetCommit v5). The inter-node APIs (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition,
+for, or protocol/schemas.py adds (Kafka 4's EndTxn v5, Produce v12, TxnOffsetCommit v5). The
+inter-node APIs (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition,
 BrokerRegistration, BrokerHeartbeat, AllocateProducerIds) are accepted only at the versions
 minibroker itself sends.
 """
