@@ -117,7 +117,8 @@ class _Reader:
 
 
 def decode_produce_request(version: int, frame: bytearray, offset: int) -> ProduceRequest:
-    """Decode Produce v0-v9 from ``frame`` (a bytearray) starting at ``offset``."""
+    """Decode Produce v0-v12 from ``frame`` (a bytearray) starting at ``offset`` (v10-v12
+    have v9's layout)."""
     reader = _Reader(frame, offset, version >= _FLEXIBLE_FROM)
     transactional_id = reader.string(nullable=True) if version >= 3 else None
     acks = reader.int16()

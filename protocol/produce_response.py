@@ -20,7 +20,9 @@ _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.PRODUCE]
 
 
 def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
-    """The Produce v0-v9 response body for the handler's description of it."""
+    """The Produce v0-v12 response body for the handler's description of it. v10-v12 add
+    only tagged fields (KIP-951's CurrentLeader and NodeEndpoints), which are not sent: a
+    client refreshes its metadata after NOT_LEADER_OR_FOLLOWER, as before KIP-951."""
     flexible = version >= _FLEXIBLE_FROM
     out = bytearray()
 

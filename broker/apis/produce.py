@@ -25,6 +25,14 @@ INVALID_PRODUCER_EPOCH (the log's producer state, as Kafka since 2.7). Departure
 keeps a verification guard between the verification and the append (a transaction that
 ended in between is not joined); here the verification and the append are not atomic.
 
+KIP-890 part 2 (Kafka's transaction protocol v2): a client that runs it sends Produce v12
+without AddPartitionsToTxn, and the leader adds each such partition to the transaction
+itself (AddPartitionsToTxn v5 with verify_only false to the coordinator, Kafka's
+``addPartition`` operation) before appending. TRANSACTION_ABORTABLE is answered as such
+from Produce v11 (the version that added it); older versions get INVALID_TXN_STATE. As
+Kafka's ReplicaManager.handleProduceAppend, transactional batches of more than one producer
+(id and epoch) in one request are refused whole with INVALID_PRODUCER_ID_MAPPING.
+
 Produce v0-v2 are served only so that librdkafka before 2.1 (Debian's kcat) compresses with
 gzip, snappy and lz4: it enables those codecs only when a broker's Produce range includes v0.
 Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwise).
@@ -48,6 +56,12 @@ MAGIC_OFFSET = 16
 _ATTRIBUTES_LOW = ATTRIBUTES_OFFSET + 1
 _PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch
 _PRODUCER_ID_OFFSET = 43
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_OFFSET = 8
+# Produce v11 knows TRANSACTION_ABORTABLE; v12 clients (TV2) leave adding partitions to the
+# leader.
+_KNOWS_ABORTABLE = 11
+_ADDS_PARTITIONS = 12
 # The coordinator's retriable answers to a verification, which produce versions before
 # TV2 see as NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager: clients retry it without a
 # metadata refresh).
@@ -74,11 +88,30 @@ def _transactional_producer(data) -> tuple[int, int] | None:
     return producer_id, epoch
 
 
+def _batch_producers(data) -> set[tuple[int, int]]:
+    """(producer id, epoch) of every transactional batch of a partition's records, from
+    the batch headers (Kafka's handleProduceAppend looks at every batch)."""
+    records = data.records
+    found: set[tuple[int, int]] = set()
+    if records is None:
+        return found
+    position, size = 0, len(records)
+    while position + _PRODUCER_ID_OFFSET + _PRODUCER.size <= size:
+        if records[position + _ATTRIBUTES_LOW] & TRANSACTIONAL_FLAG_MASK:
+            found.add(_PRODUCER.unpack_from(records, position + _PRODUCER_ID_OFFSET))
+        (length,) = _BATCH_LENGTH.unpack_from(records, position + _BATCH_LENGTH_OFFSET)
+        if length <= 0:
+            break  # the log refuses it (CORRUPT_MESSAGE)
+        position += _BATCH_LENGTH_OFFSET + _BATCH_LENGTH.size + length
+    return found
+
+
 async def _verify(
     ctx: RequestContext, transactional_id: str, entries: list[tuple[str, list]]
 ) -> dict[tuple[str, int], dict]:
-    """KIP-890 part 1: the refusals of the partitions whose transaction the coordinator
-    does not confirm, as response entries keyed by (topic, index)."""
+    """KIP-890: the refusals of the partitions whose transaction the coordinator does not
+    confirm (part 1), or, for Produce v12 (part 2), to which it could not add them, as
+    response entries keyed by (topic, index)."""
     coordinator = ctx.transaction_coordinator
     to_verify: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for topic, partition_data in entries:
@@ -95,7 +128,7 @@ async def _verify(
     refused: dict[tuple[str, int], dict] = {}
     for (producer_id, epoch), partitions in to_verify.items():
         answers = await coordinator.verify_transaction(
-            transactional_id, producer_id, epoch, partitions
+            transactional_id, producer_id, epoch, partitions, add=ctx.version >= _ADDS_PARTITIONS
         )
         for key, error in answers.items():
             if error == Error.NONE:
@@ -107,8 +140,8 @@ async def _verify(
                 # PRODUCER_FENCED on a Produce is only abortable there (librdkafka's test
                 # 0103 "produce after fence").
                 error = Error.INVALID_PRODUCER_EPOCH
-            elif error == Error.TRANSACTION_ABORTABLE:
-                # Not known to Produce versions before KIP-890 part 2 (v12, not served).
+            elif error == Error.TRANSACTION_ABORTABLE and ctx.version < _KNOWS_ABORTABLE:
+                # Not known to Produce versions before v11 (KIP-890).
                 error = Error.INVALID_TXN_STATE
             if error == Error.INVALID_TXN_STATE:
                 message = "Partition was not added to the transaction"
@@ -162,7 +195,7 @@ def _error_response(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.PRODUCE, versions=(0, 9), roles=Role.BROKER, error_response=_error_response)
+@api(ApiKey.PRODUCE, versions=(0, 12), roles=Role.BROKER, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict | None:
     """Decide what may be appended (acks, the transactional id, WRITE on each topic, the
     coordinator's verification of transactional partitions, v2 batches on Produce v0-v2);
@@ -181,6 +214,15 @@ async def handle(ctx: RequestContext, request) -> dict | None:
         if request.acks == 0:
             raise CloseConnection("transactional produce without authorization")
         return _error_response(request, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if transactional_id is not None:
+        producers: set[tuple[int, int]] = set()
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                producers |= _batch_producers(data)
+        if len(producers) > 1:
+            if request.acks == 0:
+                raise CloseConnection("transactional produce of more than one producer")
+            return _error_response(request, Error.INVALID_PRODUCER_ID_MAPPING)
     acks_valid = request.acks in VALID_ACKS
     responses = []
     # Per topic appended: its response entry, and its refused partitions (None: appended).

@@ -1,4 +1,4 @@
-"""TxnOffsetCommit (key 28, v0-v4): a transactional producer's consumed offsets, committed
+"""TxnOffsetCommit (key 28, v0-v5): a transactional producer's consumed offsets, committed
 with its transaction (KIP-98, the consume-transform-produce loop).
 
 Kafka's KafkaApis.handleTxnOffsetCommitRequest: WRITE on the transactional id is needed
@@ -19,6 +19,11 @@ written, so a late commit of a finished or aborted transaction cannot leave offs
 for ever; its error answers every partition, NETWORK_EXCEPTION turned into
 COORDINATOR_LOAD_IN_PROGRESS as Kafka's maybeConvertOffsetCommitError does. A node without a
 transaction coordinator (before it is wired in) skips the verification.
+
+KIP-890 part 2 (TV2): a client running Kafka's transaction protocol v2 sends TxnOffsetCommit
+v5 without AddOffsetsToTxn; the group's offsets partition is then added to the transaction
+(the coordinator's ``verify_transaction`` with ``add``, as Kafka's group coordinator asks
+AddPartitionsToTxnManager with the ``addPartition`` operation) instead of verified.
 """
 
 from minibroker.apis import RequestContext, Role, api
@@ -29,6 +34,8 @@ from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 NO_LEADER_EPOCH = -1
+# TxnOffsetCommit v5 (TV2) adds the offsets partition to the transaction.
+_ADDS_PARTITION = 5
 
 # Kafka's GroupMetadataManager.maybeConvertOffsetCommitError, for a failed verification.
 _VERIFY_ERRORS = {
@@ -46,7 +53,11 @@ async def _verify(ctx: RequestContext, request) -> Error:
         return Error.NONE  # (the coordinator answers NOT_COORDINATOR and the like)
     partition = (OFFSETS_TOPIC, ctx.group_coordinator.partition_of(request.group_id))
     outcome = await verifier.verify_transaction(
-        request.transactional_id, int(request.producer_id), int(request.producer_epoch), [partition]
+        request.transactional_id,
+        int(request.producer_id),
+        int(request.producer_epoch),
+        [partition],
+        add=ctx.version >= _ADDS_PARTITION,
     )
     error = Error(outcome.get(partition, Error.NONE))
     return _VERIFY_ERRORS.get(error, error)
@@ -77,7 +88,7 @@ def _txn_offset_commit_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.TXN_OFFSET_COMMIT,
-    versions=(0, 4),
+    versions=(0, 5),
     roles=Role.BROKER,
     error_response=_txn_offset_commit_error,
 )

@@ -21,9 +21,13 @@ class StubCoordinator:
     def __init__(self, answers: dict) -> None:
         self.answers = answers
         self.asked: list[tuple] = []
+        self.added: list[bool] = []
 
-    async def verify_transaction(self, transactional_id, producer_id, producer_epoch, partitions):
+    async def verify_transaction(
+        self, transactional_id, producer_id, producer_epoch, partitions, add=False
+    ):
         self.asked.append((transactional_id, producer_id, producer_epoch, list(partitions)))
+        self.added.append(add)
         return {key: self.answers.get(key, Error.NONE) for key in partitions}
 
 
@@ -46,10 +50,11 @@ def partition_data(sequence: int, epoch: int = 0) -> PartitionProduceData:
 
 async def test_verification_refusals_and_skips(replicas):
     coordinator = StubCoordinator({(TOPIC, 0): Error.INVALID_TXN_STATE})
-    ctx = SimpleNamespace(replica_manager=replicas, transaction_coordinator=coordinator)
+    ctx = SimpleNamespace(replica_manager=replicas, transaction_coordinator=coordinator, version=9)
     refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
     assert refused[(TOPIC, 0)]["error_code"] == Error.INVALID_TXN_STATE
     assert coordinator.asked == [("tx", 3, 0, [(TOPIC, 0)])]
+    assert coordinator.added == [False]
 
     # A fenced producer's Produce is INVALID_PRODUCER_EPOCH, as Kafka's AddPartitionsToTxnManager
     # answers (librdkafka takes PRODUCER_FENCED on a Produce as merely abortable), and
@@ -60,6 +65,19 @@ async def test_verification_refusals_and_skips(replicas):
     coordinator.answers = {(TOPIC, 0): Error.TRANSACTION_ABORTABLE}
     refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
     assert refused[(TOPIC, 0)]["error_code"] == Error.INVALID_TXN_STATE
+
+    # Produce v11 knows TRANSACTION_ABORTABLE; v12 (TV2) asks the coordinator to add the
+    # partition rather than verify it.
+    ctx.version = 11
+    refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
+    assert refused[(TOPIC, 0)]["error_code"] == Error.TRANSACTION_ABORTABLE
+    assert coordinator.added[-1] is False
+    ctx.version = 12
+    coordinator.answers = {(TOPIC, 0): Error.CONCURRENT_TRANSACTIONS}
+    refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
+    assert refused[(TOPIC, 0)]["error_code"] == Error.NOT_ENOUGH_REPLICAS
+    assert coordinator.added[-1] is True
+    ctx.version = 9
 
     coordinator.answers = {(TOPIC, 0): Error.NOT_COORDINATOR}
     refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])

@@ -23,7 +23,7 @@ class Coordinators:
         self.verified: list = []
         self.committed: list = []
 
-    async def verify_transaction(self, transactional_id, producer_id, epoch, partitions):
+    async def verify_transaction(self, transactional_id, producer_id, epoch, partitions, add=False):
         self.verified.append((transactional_id, producer_id, epoch, partitions))
         return dict.fromkeys(partitions, self.verdict)
 
