@@ -4,8 +4,11 @@ programs/TxnClient.java) and Kafka Streams' word count with processing.guarantee
 exactly_once_v2 through a kill -9 of a broker (programs/WordCount.java), counts exact and every
 word's successive counts 1, 2, 3... (no update counted twice or lost).
 
-Kafka 4's Java client runs transaction protocol version 1 against a broker that does not
-advertise the ``transaction.version`` feature (minibroker does not: TV2 is not served).
+Kafka 4's Java client runs transaction protocol version 2 (KIP-890 part 2) against a broker
+that finalizes the ``transaction.version`` feature at 2, as minibroker does by default: no
+AddPartitionsToTxn or AddOffsetsToTxn (Produce v12 and TxnOffsetCommit v5 add the partitions),
+EndTxn v5 with an epoch bump per transaction; the transactional producer test checks from the
+request log that it did.
 
 Skipped, with the broker's answer, while the cluster refuses transactional ids.
 ``MINIBROKER_TEST_AGAINST_KAFKA=1`` runs them against Apache Kafka (three KRaft nodes,
@@ -27,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.kafka_ref import KafkaCluster, missing_reason
 from faults.txn_workload import transactions_refused
-from tests.java.conftest import JAVA_TIMEOUT, minibroker_cluster
+from tests.java.conftest import JAVA_TIMEOUT, RequestLog, minibroker_cluster
 
 AGAINST_KAFKA = os.environ.get("MINIBROKER_TEST_AGAINST_KAFKA") == "1"
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta"]
@@ -110,6 +113,15 @@ def test_java_transactional_producer(java, target):
     # records and the ABORT marker come after), so they add up to COUNT.
     assert sum(max(offset, 0) for offset in result["group_offsets"].values()) == COUNT
     assert result["fenced"] in ("ProducerFencedException", "InvalidProducerEpochException")
+    if target.is_minibroker:
+        # Transaction protocol v2: partitions added by Produce v12 and TxnOffsetCommit v5,
+        # every transaction ended with EndTxn v5.
+        sent = RequestLog(files=[java.request_log.files[-1]]).sent()
+        versions = {(api, version) for api, version in sent}
+        assert ("END_TXN", 5) in versions, sorted(versions)
+        assert ("PRODUCE", 12) in versions, sorted(versions)
+        assert ("TXN_OFFSET_COMMIT", 5) in versions, sorted(versions)
+        assert not {api for api, _ in versions} & {"ADD_PARTITIONS_TO_TXN", "ADD_OFFSETS_TO_TXN"}
 
 
 def _lines(count: int, seed: int) -> list[str]:
