@@ -19,7 +19,7 @@ from minibroker.controller import state as transitions
 from minibroker.controller.state import ControllerState
 from minibroker.coordinator.txn_markers import MarkerChannel
 from minibroker.coordinator.txn_service import TransactionCoordinator
-from minibroker.coordinator.txn_state import TxnState
+from minibroker.coordinator.txn_state import SHORT_MAX, TV_2, TxnState
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import ReplicaManager
@@ -405,3 +405,52 @@ async def test_ongoing_transactions_in_the_metrics(tmp_path, autojump_clock):
         assert samples[key] == 1
         nursery.cancel_scope.cancel()
     broker.stop()
+
+
+async def test_tv2_end_txn_bumps_and_a_restart_completes_to_the_next_producer_id(
+    tmp_path, autojump_clock
+):
+    """EndTxn v5 (TV2): the markers carry the bumped epoch; with the last usable epoch a next
+    producer id is allocated and written with the decision, so a coordinator that loads the
+    decision from the log completes it to the same id the first one answered."""
+    state = cluster_state()  # one cluster: the same topic ids across the restart
+    stuck = FakeLeader([Error.NOT_LEADER_OR_FOLLOWER] * 1000)
+    broker = Broker(tmp_path, stuck)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, state)
+        coordinator = broker.coordinator
+        _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
+        await coordinator.add_partitions("tx", producer_id, epoch, {(TOPIC, 0)}, TV_2)
+        # (as after 32766 transactions)
+        coordinator.transactions["tx"].producer_epoch = SHORT_MAX - 1
+        answer = await coordinator.end_transaction("tx", producer_id, SHORT_MAX - 1, True, TV_2)
+        error, next_id, next_epoch = answer
+        assert error == Error.NONE and next_id != producer_id and next_epoch == 0
+        await trio.sleep(1)
+        assert coordinator.transactions["tx"].state == TxnState.PREPARE_COMMIT
+        # The markers are of the old producer id at the bumped epoch.
+        assert stuck.markers[0][:2] == (producer_id, SHORT_MAX)
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+    again = Broker(tmp_path, FakeLeader())
+    async with trio.open_nursery() as nursery:
+        await again.start(nursery, state)
+        await trio.sleep(1)
+        meta = again.coordinator.transactions["tx"]
+        assert meta.state == TxnState.COMPLETE_COMMIT
+        assert (meta.producer_id, meta.producer_epoch) == (next_id, 0)
+        # A retry of the EndTxn with the old id and epoch is answered as the first.
+        retried = await again.coordinator.end_transaction(
+            "tx", producer_id, SHORT_MAX - 1, True, TV_2
+        )
+        assert retried == (Error.NONE, next_id, 0)
+        # The next transaction bumps the new id's epoch.
+        await again.coordinator.add_partitions("tx", next_id, 0, {(TOPIC, 1)}, TV_2)
+        assert await again.coordinator.end_transaction("tx", next_id, 0, False, TV_2) == (
+            Error.NONE,
+            next_id,
+            1,
+        )
+        nursery.cancel_scope.cancel()
+    again.stop()
