@@ -36,7 +36,7 @@ BROKER = {
 # Served since: WriteTxnMarkers (inter-node) and DescribeProducers, for transactions.
 BROKER |= {27: (0, 1), 61: (0, 0)}
 # Added since by the transaction coordinator (issue 21): FindCoordinator v6, AddPartitionsToTxn,
-# AddOffsetsToTxn, EndTxn (TV1: up to v4), DescribeTransactions, ListTransactions.
+# AddOffsetsToTxn, EndTxn (v5: TV2), DescribeTransactions, ListTransactions.
 TRANSACTIONS = {10: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 5), 65: (0, 0), 66: (0, 1)}
 BROKER |= TRANSACTIONS
 CONTROLLER = {
