@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import cast
 
 from minibroker.coordinator import assignors
 from minibroker.coordinator.consumer_log_format import (
@@ -51,7 +52,16 @@ from minibroker.coordinator.consumer_log_format import (
     freeze,
     thaw,
 )
-from minibroker.coordinator.state import Group, GroupSettings, GroupState
+from minibroker.coordinator.state import (
+    Group,
+    GroupSettings,
+    GroupState,
+    JoinOutcome,
+    JoinRequest,
+    JoinResult,
+    Member,
+    SyncResult,
+)
 from minibroker.protocol.errors import Error
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -256,7 +266,7 @@ class ConsumerGroup(Group):
         super().__init__(group_id, settings, now_ms)
         self.consumer = consumer
         self.protocol_type = "consumer"
-        self.state = ConsumerGroupState.EMPTY  # type: ignore[assignment]
+        self._set_state(ConsumerGroupState.EMPTY)
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.members: dict[str, ConsumerMember] = {}  # type: ignore[assignment]
@@ -268,8 +278,17 @@ class ConsumerGroup(Group):
 
     # -- queries -------------------------------------------------------------------------------
 
-    def is_(self, state) -> bool:
-        return self.state.value == state.value
+    @property
+    def consumer_state(self) -> ConsumerGroupState:
+        return cast(ConsumerGroupState, self.state)
+
+    def _set_state(self, state: ConsumerGroupState) -> None:
+        # `state` holds a ConsumerGroupState here: ListGroups and the admin paths read its
+        # name (.value) alike for both group types.
+        self.state = cast(GroupState, state)
+
+    def is_(self, state: GroupState | ConsumerGroupState) -> bool:
+        return bool(self.state.value == state.value)
 
     @property
     def is_empty(self) -> bool:
@@ -308,7 +327,7 @@ class ConsumerGroup(Group):
 
     def _update_state(self, now_ms: int) -> None:
         """Kafka's ConsumerGroup.maybeUpdateGroupState."""
-        if self.state == ConsumerGroupState.DEAD:
+        if self.consumer_state == ConsumerGroupState.DEAD:
             return
         if not self.members:
             state = ConsumerGroupState.EMPTY
@@ -318,8 +337,8 @@ class ConsumerGroup(Group):
             state = ConsumerGroupState.RECONCILING
         else:
             state = ConsumerGroupState.STABLE
-        if state != self.state:
-            self.state = state  # type: ignore[assignment]
+        if state != self.consumer_state:
+            self._set_state(state)
             self.state_timestamp_ms = now_ms
 
     # -- records ---------------------------------------------------------------------------------
@@ -389,7 +408,7 @@ class ConsumerGroup(Group):
         for key, value in values.items():
             if key.kind == RecordKind.MEMBER_METADATA and key.member_id is not None:
                 assert isinstance(value, MemberMetadataValue)
-                member = ConsumerMember(
+                restored = ConsumerMember(
                     key.member_id,
                     instance_id=value.instance_id,
                     rack_id=value.rack_id,
@@ -401,9 +420,9 @@ class ConsumerGroup(Group):
                     server_assignor=value.server_assignor,
                     session_deadline_ms=now_ms + self.consumer.session_timeout_ms,
                 )
-                self.members[member.member_id] = member
-                if member.instance_id is not None:
-                    self.static_members[member.instance_id] = member.member_id
+                self.members[restored.member_id] = restored
+                if restored.instance_id is not None:
+                    self.static_members[restored.instance_id] = restored.member_id
         for key, value in values.items():
             member = self.members.get(key.member_id or "")
             if key.kind == RecordKind.CURRENT_ASSIGNMENT and member is not None:
@@ -421,12 +440,12 @@ class ConsumerGroup(Group):
             elif key.kind == RecordKind.TARGET_MEMBER and key.member_id is not None:
                 assert isinstance(value, TargetMemberValue)
                 self.target[key.member_id] = thaw(value.partitions)
-        self.state = ConsumerGroupState.EMPTY  # type: ignore[assignment]
+        self._set_state(ConsumerGroupState.EMPTY)
         self._update_state(now_ms)
 
     # -- heartbeat -------------------------------------------------------------------------------
 
-    def heartbeat(
+    def consumer_heartbeat(
         self, request: HeartbeatRequest, topics: TopicLookup, now_ms: int
     ) -> tuple[HeartbeatResult, list[Record]]:
         """One ConsumerGroupHeartbeat (validated with `validate`): the answer and the records
@@ -442,7 +461,7 @@ class ConsumerGroup(Group):
         self._update_state(now_ms)
         return result, self._diff(before, self._persisted())
 
-    def _full(self, member_id: str) -> bool:
+    def _is_full(self, member_id: str) -> bool:
         return len(self.members) >= self.consumer.max_size and (
             member_id == "" or member_id not in self.members
         )
@@ -544,7 +563,7 @@ class ConsumerGroup(Group):
     def _heartbeat(
         self, request: HeartbeatRequest, topics: TopicLookup, now_ms: int
     ) -> HeartbeatResult:
-        if self._full(request.member_id):
+        if self._is_full(request.member_id):
             raise HeartbeatError(
                 Error.GROUP_MAX_SIZE_REACHED,
                 f"The consumer group has reached its maximum capacity of "
@@ -734,7 +753,7 @@ class ConsumerGroup(Group):
                     Error.UNKNOWN_MEMBER_ID,
                     f"Member {request.member_id} is not a member of group {self.group_id}.",
                 )
-            self._remove(member)
+            self._fence(member)
             return result
         existing_id = self.static_members.get(request.instance_id)
         member = self.members.get(existing_id) if existing_id is not None else None
@@ -755,10 +774,10 @@ class ConsumerGroup(Group):
             member.rebalance_deadline_ms = None
             result.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
             return result
-        self._remove(member)
+        self._fence(member)
         return result
 
-    def _remove(self, member: ConsumerMember) -> None:
+    def _fence(self, member: ConsumerMember) -> None:
         """Kafka's consumerGroupFenceMember: the member, its target and its partitions go;
         the group epoch is bumped so the others are given its partitions."""
         del self.members[member.member_id]
@@ -783,41 +802,47 @@ class ConsumerGroup(Group):
                 and member.state == MemberState.UNREVOKED_PARTITIONS
             )
             if member.session_deadline_ms <= now_ms or revoke_late:
-                self._remove(member)
+                self._fence(member)
         self._update_state(now_ms)
         return self._diff(before, self._persisted())
 
     # -- the classic APIs on a consumer group ----------------------------------------------------
 
-    def join(self, request, now_ms: int):
+    def join(self, request: JoinRequest, now_ms: int) -> JoinOutcome:
         """A classic JoinGroup to a consumer group: refused (Kafka 4 converts the member
         when group.consumer.migration.policy allows; not supported here)."""
-        from minibroker.coordinator.state import JoinResult
-
         return None, JoinResult(Error.INCONSISTENT_GROUP_PROTOCOL, member_id=request.member_id)
 
-    def sync(self, member_id, instance_id, generation, assignments, now_ms):
-        from minibroker.coordinator.state import SyncResult
-
+    def sync(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        assignments: dict[str, bytes],
+        now_ms: int,
+    ) -> tuple[Member | None, SyncResult | None, bool]:
         return None, SyncResult(Error.UNKNOWN_MEMBER_ID), False
 
-    def heartbeat_classic(self) -> Error:
+    def heartbeat(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> Error:
+        """A classic Heartbeat: no member of this group uses the classic protocol."""
         return Error.UNKNOWN_MEMBER_ID
 
     def leave(self, member_id: str, instance_id: str | None, now_ms: int) -> Error:
         return Error.UNKNOWN_MEMBER_ID
 
     def unload(self) -> None:
-        self.state = ConsumerGroupState.DEAD  # type: ignore[assignment]
+        self._set_state(ConsumerGroupState.DEAD)
 
     def mark_dead(self, now_ms: int) -> None:
-        self.state = ConsumerGroupState.DEAD  # type: ignore[assignment]
+        self._set_state(ConsumerGroupState.DEAD)
         self.state_timestamp_ms = now_ms
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
         """Kafka 4: a consumer group's offsets expire once it has been empty for the
         retention period (as a classic group with a protocol)."""
-        if self.members or self.state == ConsumerGroupState.DEAD:
+        if self.members or self.consumer_state == ConsumerGroupState.DEAD:
             return []
         if self.state_timestamp_ms + retention_ms <= now_ms:
             pending = self.pending_txn_keys()

@@ -44,14 +44,14 @@ def join(group, member_id="", now=0, topics=("t",), **changes):
         **changes,
     )
     validate(request, group.group_id, assignors.ASSIGNORS)
-    result, records = group.heartbeat(request, lookup, now)
+    result, records = group.consumer_heartbeat(request, lookup, now)
     assert result.error == Error.NONE, result
     return result, records
 
 
 def beat(group, member_id, epoch, owned, now=0, **changes):
     request = HeartbeatRequest(member_id=member_id, member_epoch=epoch, owned=owned, **changes)
-    return group.heartbeat(request, lookup, now)
+    return group.consumer_heartbeat(request, lookup, now)
 
 
 def total(assignment) -> int:
@@ -147,7 +147,7 @@ def test_the_group_max_size_is_enforced():
     request = HeartbeatRequest(
         "", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned={}
     )
-    result, _ = group.heartbeat(request, lookup, 0)
+    result, _ = group.consumer_heartbeat(request, lookup, 0)
     assert result.error == Error.GROUP_MAX_SIZE_REACHED
 
 
@@ -158,7 +158,7 @@ def test_leaving_hands_the_partitions_to_the_others():
     beat(group, a, 1, {T: set(range(6))})
     beat(group, a, 1, {T: group.members[a].assigned[T]})
     beat(group, b, 2, {})
-    left, records = group.heartbeat(HeartbeatRequest(b, -1), lookup, 0)
+    left, records = group.consumer_heartbeat(HeartbeatRequest(b, -1), lookup, 0)
     assert left.error == Error.NONE and left.member_epoch == -1
     assert b not in group.members
     assert any(value is None for _, value in records)  # tombstones of the member
@@ -180,7 +180,7 @@ def test_a_static_member_leaving_with_minus_two_keeps_its_partitions_for_its_suc
     group = new_group()
     first, _ = join(group, instance_id="i1")
     a = first.member_id
-    left, _ = group.heartbeat(HeartbeatRequest(a, -2, instance_id="i1"), lookup, 5)
+    left, _ = group.consumer_heartbeat(HeartbeatRequest(a, -2, instance_id="i1"), lookup, 5)
     assert left.member_epoch == -2 and group.members[a].assigned == {T: set(range(6))}
     # Another incarnation while the instance id is held: refused.
     back, _ = join(group, member_id="new-id", instance_id="i1")
