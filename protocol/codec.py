@@ -23,6 +23,7 @@ from kio.serial.readers import Reader
 from kio.serial.writers import Writer
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
+from minibroker.protocol import consumer_group_heartbeat_v1
 from minibroker.protocol.bounds import InvalidArrayError, check_array_counts
 from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
@@ -38,13 +39,28 @@ class DecodeError(ValueError):
     """The request body does not parse with the schema of its key and version."""
 
 
+# Schemas kio 0.6.1 lacks, written in its shape: (api key, version) -> (request, response).
+EXTRA_SCHEMAS: dict[tuple[int, int], tuple[type[Any], type[Any]]] = {
+    (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1): (
+        consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest,
+        consumer_group_heartbeat_v1.ConsumerGroupHeartbeatResponse,
+    ),
+}
+
+
 @cache
 def request_class(api_key: int, api_version: int) -> type[RequestPayload]:
+    extra = EXTRA_SCHEMAS.get((api_key, api_version))
+    if extra is not None:
+        return extra[0]
     return load_request_schema(api_key, api_version)
 
 
 @cache
 def response_class(api_key: int, api_version: int) -> type[ResponsePayload]:
+    extra = EXTRA_SCHEMAS.get((api_key, api_version))
+    if extra is not None:
+        return extra[1]
     return load_response_schema(api_key, api_version)
 
 
@@ -57,7 +73,8 @@ def request_is_flexible(api_key: int, api_version: int) -> bool:
     first_flexible = FIRST_FLEXIBLE_VERSION.get(api_key)
     if first_flexible is not None:
         known = schema_name_map.get(api_key_map.get(api_key, ""), {})
-        return api_version in known and api_version >= first_flexible
+        has_schema = api_version in known or (api_key, api_version) in EXTRA_SCHEMAS
+        return has_schema and api_version >= first_flexible
     try:
         return bool(request_class(api_key, api_version).__flexible__)
     except Exception:

@@ -124,6 +124,8 @@ class HeartbeatRequest:
     owned: Partitions | None = None
     client_id: str = ""
     client_host: str = ""
+    # The request's version: from v1 the client chooses its member id (KIP-1082).
+    api_version: int = 0
 
 
 @dataclass
@@ -149,6 +151,8 @@ def validate(request: HeartbeatRequest, group_id: str, known_assignors: Iterable
         raise invalid("InstanceId can't be empty.")
     if request.rack_id == "":
         raise invalid("RackId can't be empty.")
+    if request.api_version >= 1 and request.member_id == "":
+        raise invalid("MemberId can't be empty.")
     if request.subscribed_topic_regex is not None:
         raise invalid("SubscribedTopicRegex is not supported yet.")
     epoch = request.member_epoch

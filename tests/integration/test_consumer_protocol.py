@@ -1,0 +1,210 @@
+"""The consumer group protocol (KIP-848) against a real broker process: confluent-kafka
+(librdkafka) consumers with `group.protocol=consumer`, and raw ConsumerGroupHeartbeat and
+ConsumerGroupDescribe requests for the answers to bad input.
+
+One broker serves the whole module (the tests use distinct topics and groups).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
+from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.static.primitive import i8, i32, i32Timedelta
+
+from minibroker.tools.launcher import BrokerProcess
+from tests.conftest import create_topic, exchange, wait_for
+
+PARTITIONS = 6
+RECORDS = 600
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> BrokerProcess:
+    log_dir = tmp_path_factory.mktemp("kip848") / "data"
+    broker = BrokerProcess.start(
+        node_id=1,
+        log_dir=log_dir,
+        overrides={
+            "offsets.topic.num.partitions": 3,
+            "group.consumer.heartbeat.interval.ms": 500,
+            "group.consumer.session.timeout.ms": 6000,
+        },
+    )
+    broker.wait_ready(20.0)
+    yield broker
+    assert broker.stop() == 0, broker.log_tail()
+
+
+def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    for number in range(start, start + count):
+        producer.produce(topic, key=str(number).encode(), value=str(number).encode())
+    assert producer.flush(30) == 0
+
+
+def consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def heartbeat(bootstrap: str, group: str, **fields):
+    values = {
+        "group_id": group,
+        "member_id": "",
+        "member_epoch": i32(0),
+        "rebalance_timeout": i32Timedelta.parse(__import__("datetime").timedelta(seconds=30)),
+        "subscribed_topic_names": ("kip848-raw",),
+        "topic_partitions": (),
+    }
+    values.update(fields)
+    return exchange(bootstrap, ConsumerGroupHeartbeatRequest(**values))
+
+
+def coordinator_ready(bootstrap: str, group: str) -> None:
+    def found():
+        answer = exchange(
+            bootstrap,
+            FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,)),
+        )
+        return answer.coordinators[0].error_code == 0
+
+    wait_for(found, 20, "the group coordinator")
+
+
+def pump(consumers: list[Consumer], seen: dict) -> None:
+    """Poll each consumer once, noting who read each record, and commit what was read."""
+    for member in consumers:
+        message = member.poll(0.1)
+        if message is None or message.error() is not None:
+            continue
+        seen.setdefault((message.partition(), message.offset()), []).append(id(member))
+        member.commit(message=message, asynchronous=True)
+
+
+def drain(consumers: list[Consumer], seen: dict, until: int, timeout: float) -> None:
+    """Poll until ``until`` distinct records were read."""
+    wait_for(
+        lambda: pump(consumers, seen) or len(seen) >= until,
+        timeout,
+        f"{until} records read",
+        interval=0,
+    )
+
+
+def commit_all(consumers: list[Consumer]) -> None:
+    """Commit what each member read, synchronously, before the membership changes (a
+    partition that moves is read by its next owner from the committed offset)."""
+    for member in consumers:
+        try:
+            member.commit(asynchronous=False)
+        except KafkaException as error:
+            assert error.args[0].code() == KafkaError._NO_OFFSET, error
+
+
+def spread(consumers: list[Consumer], seen: dict, sizes: list[int], timeout: float) -> None:
+    """Poll (reading records meanwhile) until the members hold ``sizes`` partitions."""
+
+    def arrived():
+        pump(consumers, seen)
+        return sorted(len(member.assignment()) for member in consumers) == sorted(sizes)
+
+    wait_for(arrived, timeout, f"partitions spread as {sizes}", interval=0)
+
+
+def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess):
+    topic, group = "kip848-share", "kip848-share-group"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    coordinator_ready(broker.bootstrap, group)
+    members = [consumer(broker.bootstrap, group) for _ in range(2)]
+    for member in members:
+        member.subscribe([topic])
+    seen: dict = {}
+    spread(members, seen, [3, 3], 30)
+    produce(broker.bootstrap, topic, 0, RECORDS)
+    drain(members, seen, RECORDS, 30)
+    assert len(seen) == RECORDS
+    assert all(len(readers) == 1 for readers in seen.values()), "a record was read twice"
+    commit_all(members)
+    # A third member joins: the partitions move one member at a time, and new records are
+    # read once more between the three.
+    members.append(consumer(broker.bootstrap, group))
+    members[-1].subscribe([topic])
+
+    spread(members, seen, [2, 2, 2], 30)
+    produce(broker.bootstrap, topic, RECORDS, RECORDS)
+    drain(members, seen, 2 * RECORDS, 30)
+    assert len(seen) == 2 * RECORDS
+    assert all(len(readers) == 1 for readers in seen.values()), "a record was read twice"
+    commit_all(members)
+    # A member closed leaves the group (epoch -1) and its partitions move to the others.
+    members.pop().close()
+
+    spread(members, seen, [3, 3], 20)
+    described = exchange(
+        broker.bootstrap,
+        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
+    )
+    (entry,) = described.groups
+    assert entry.error_code == 0 and entry.group_state == "Stable"
+    assert len(entry.members) == 2 and entry.assignor_name == "uniform"
+    assert sum(len(t.partitions) for m in entry.members for t in m.assignment.topic_partitions) == 6
+    listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("consumer",)))
+    assert group in {g.group_id for g in listed.groups}
+    assert {g.group_type for g in listed.groups} == {"consumer"}
+    for member in members:
+        member.close()
+
+
+def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
+    group = "kip848-raw-group"
+    create_topic(broker.bootstrap, "kip848-raw", 2)
+    coordinator_ready(broker.bootstrap, group)
+    bad_assignor = heartbeat(broker.bootstrap, group, server_assignor="nope")
+    assert bad_assignor.error_code == KafkaError.UNSUPPORTED_ASSIGNOR
+    joined = heartbeat(broker.bootstrap, group)
+    assert joined.error_code == 0 and joined.member_epoch == 1
+    assert sum(len(t.partitions) for t in joined.assignment.topic_partitions) == 2
+    fenced = heartbeat(
+        broker.bootstrap,
+        group,
+        member_id=joined.member_id,
+        member_epoch=i32(7),
+        rebalance_timeout=i32Timedelta.parse(__import__("datetime").timedelta(milliseconds=-1)),
+        subscribed_topic_names=None,
+        topic_partitions=None,
+    )
+    assert fenced.error_code == KafkaError.FENCED_MEMBER_EPOCH
+    unknown = heartbeat(
+        broker.bootstrap,
+        group,
+        member_id=str(uuid.uuid4()),
+        member_epoch=i32(3),
+        subscribed_topic_names=None,
+        topic_partitions=None,
+    )
+    assert unknown.error_code == KafkaError.UNKNOWN_MEMBER_ID
+    invalid = heartbeat(broker.bootstrap, group, subscribed_topic_names=())
+    assert invalid.error_code == KafkaError.INVALID_REQUEST
+    left = heartbeat(
+        broker.bootstrap,
+        group,
+        member_id=joined.member_id,
+        member_epoch=i32(-1),
+        subscribed_topic_names=None,
+        topic_partitions=None,
+    )
+    assert left.error_code == 0 and left.member_epoch == -1
