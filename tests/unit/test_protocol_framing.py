@@ -140,17 +140,19 @@ def test_every_supported_version_has_kio_schemas():
 
 
 def test_flexible_version_table_agrees_with_kio():
-    """The table answers for every version kio has a schema of, served or not."""
+    """The table answers for every version kio (or codec.EXTRA_SCHEMAS) has a schema of,
+    served or not."""
     for key, first_flexible in FIRST_FLEXIBLE_VERSION.items():
         versions = set(schema_name_map[api_key_map[key]])
+        versions |= {version for extra_key, version in codec.EXTRA_SCHEMAS if extra_key == key}
         low, high = ALL_VERSIONS[key]
         boundary = {first_flexible - 1, first_flexible} - {-1, NEVER_FLEXIBLE - 1, NEVER_FLEXIBLE}
         assert set(range(low, high + 1)) | boundary <= versions
         # A version kio has no schema for reads as not flexible (header v1), as before.
         assert not codec.request_is_flexible(key, max(versions) + 1)
         for version in sorted(versions):
-            request = codec.load_request_schema(key, version)
-            response = codec.load_response_schema(key, version)
+            request = codec.request_class(key, version)
+            response = codec.response_class(key, version)
             assert codec.request_is_flexible(key, version) == request.__flexible__, (key, version)
             expected_header = bool(response.__flexible__) and key != 18  # ApiVersions: always v0
             assert codec.response_uses_flexible_header(key, version) == expected_header
