@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from minibroker.coordinator import assignors, consumer_log_format
+from minibroker.coordinator import assignors, consumer_log_format, state
 from minibroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupState,
@@ -17,6 +17,8 @@ from minibroker.coordinator.consumer_group import (
 )
 from minibroker.coordinator.state import GroupSettings, GroupState
 from minibroker.protocol.errors import Error
+from minibroker.protocol.record_batch import scan_valid_batches
+from minibroker.protocol.records import Record, encode_batch
 
 T = uuid.UUID(int=1)
 U = uuid.UUID(int=2)
@@ -242,3 +244,51 @@ def test_new_partitions_bump_the_group_epoch():
         assert answer.member_epoch == 2 and answer.assignment == {T: set(range(8))}
     finally:
         TOPICS["t"] = (T, 6)
+
+
+def _replayed(batches: list[list]) -> state.PartitionReplay:
+    """Feed ``batches`` of (key, value) records through the load path's replay."""
+    replay = state.PartitionReplay()
+    log = b"".join(
+        encode_batch(
+            [Record(n * 100 + i, 0, key, value) for i, (key, value) in enumerate(batch)],
+            base_offset=n * 100,
+        )
+        for n, batch in enumerate(batches)
+    )
+    for start, header in scan_valid_batches(log):
+        replay.batch(header, memoryview(log)[start : start + header.size])
+    return replay
+
+
+def _encoded(records) -> list:
+    return [
+        (
+            consumer_log_format.encode_key(key),
+            None if value is None else consumer_log_format.encode_value(value),
+        )
+        for key, value in records
+    ]
+
+
+def test_a_group_is_rebuilt_from_its_records_in_the_log_and_a_deleted_one_is_gone():
+    group = new_group()
+    writes = []
+    a, records = join(group)
+    writes.append(_encoded(records))
+    writes.append(_encoded(join(group, instance_id="i2")[1]))
+    writes.append(_encoded(beat(group, a.member_id, 1, {T: set(range(6))})[1]))
+    replay = _replayed(writes)
+    assert replay.group_ids() == {"g"} and replay.skipped == []
+    again = new_group()
+    again.restore_records(replay.consumer_records("g"), 0)
+    assert again._persisted() == group._persisted()
+    assert again.static_members == group.static_members
+    assert again.state == ConsumerGroupState.RECONCILING
+    # A member that leaves is tombstoned; the whole group's tombstones delete it.
+    writes.append(
+        _encoded(group.consumer_heartbeat(HeartbeatRequest(a.member_id, -1), lookup, 0)[1])
+    )
+    assert len(_replayed(writes).consumer_records("g")) == len(group._persisted())
+    writes.append(_encoded(group.tombstones()))
+    assert _replayed(writes).group_ids() == set()
