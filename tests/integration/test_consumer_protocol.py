@@ -7,15 +7,23 @@ One broker serves the whole module (the tests use distinct topics and groups).
 
 from __future__ import annotations
 
+import datetime
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
-from kio.static.primitive import i8, i32, i32Timedelta
+from kio.schema.offset_commit.v9.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import create_topic, exchange, wait_for
@@ -66,7 +74,7 @@ def heartbeat(bootstrap: str, group: str, **fields):
         "group_id": group,
         "member_id": "",
         "member_epoch": i32(0),
-        "rebalance_timeout": i32Timedelta.parse(__import__("datetime").timedelta(seconds=30)),
+        "rebalance_timeout": i32Timedelta.parse(datetime.timedelta(seconds=30)),
         "subscribed_topic_names": ("kip848-raw",),
         "topic_partitions": (),
     }
@@ -183,7 +191,7 @@ def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
         group,
         member_id=joined.member_id,
         member_epoch=i32(7),
-        rebalance_timeout=i32Timedelta.parse(__import__("datetime").timedelta(milliseconds=-1)),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=-1)),
         subscribed_topic_names=None,
         topic_partitions=None,
     )
@@ -208,3 +216,56 @@ def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
         topic_partitions=None,
     )
     assert left.error_code == 0 and left.member_epoch == -1
+
+
+def test_commits_name_the_member_epoch_and_classic_joins_are_refused(broker: BrokerProcess):
+    group, topic = "kip848-epochs", "kip848-epochs"
+    create_topic(broker.bootstrap, topic, 2)
+    coordinator_ready(broker.bootstrap, group)
+    joined = heartbeat(
+        broker.bootstrap, group, member_id=str(uuid.uuid4()), subscribed_topic_names=(topic,)
+    )
+    assert joined.error_code == 0 and joined.member_epoch == 1
+
+    def commit(epoch: int):
+        answer = exchange(
+            broker.bootstrap,
+            OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=i32(epoch),
+                member_id=joined.member_id,
+                topics=(
+                    OffsetCommitRequestTopic(
+                        name=topic,
+                        partitions=(
+                            OffsetCommitRequestPartition(
+                                partition_index=i32(0),
+                                committed_offset=i64(5),
+                                committed_metadata="",
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        return answer.topics[0].partitions[0].error_code
+
+    assert commit(1) == 0
+    assert commit(0) == KafkaError.STALE_MEMBER_EPOCH
+    join = exchange(
+        broker.bootstrap,
+        JoinGroupRequest(
+            group_id=group,
+            session_timeout=datetime.timedelta(seconds=10),
+            rebalance_timeout=datetime.timedelta(seconds=10),
+            member_id="",
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+        ),
+    )
+    assert join.error_code == KafkaError.INCONSISTENT_GROUP_PROTOCOL
+    classic = exchange(
+        broker.bootstrap,
+        DescribeGroupsRequest(groups=(group,), include_authorized_operations=False),
+    )
+    assert classic.groups[0].group_state == "Dead"  # a consumer group, as Kafka 4 answers
