@@ -8,6 +8,7 @@ One broker serves the whole module (the tests use distinct topics and groups).
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 
 import pytest
@@ -30,6 +31,7 @@ from tests.conftest import create_topic, exchange, wait_for
 
 PARTITIONS = 6
 RECORDS = 600
+SESSION_MS = 3000
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def broker(tmp_path_factory) -> BrokerProcess:
         overrides={
             "offsets.topic.num.partitions": 3,
             "group.consumer.heartbeat.interval.ms": 500,
-            "group.consumer.session.timeout.ms": 6000,
+            "group.consumer.session.timeout.ms": SESSION_MS,
         },
     )
     broker.wait_ready(20.0)
@@ -269,3 +271,36 @@ def test_commits_name_the_member_epoch_and_classic_joins_are_refused(broker: Bro
         DescribeGroupsRequest(groups=(group,), include_authorized_operations=False),
     )
     assert classic.groups[0].group_state == "Dead"  # a consumer group, as Kafka 4 answers
+
+
+def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(broker: BrokerProcess):
+    group, topic = "kip848-silent", "kip848-silent"
+    create_topic(broker.bootstrap, topic, 2)
+    coordinator_ready(broker.bootstrap, group)
+    joined = heartbeat(broker.bootstrap, group, subscribed_topic_names=(topic,))
+    assert joined.error_code == 0
+    started = time.monotonic()
+
+    def described():
+        answer = exchange(
+            broker.bootstrap,
+            ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
+        )
+        return answer.groups[0]
+
+    assert [m.member_id for m in described().members] == [joined.member_id]
+    empty = wait_for(
+        lambda: (entry := described()).group_state == "Empty" and entry, 15, "the member fenced"
+    )
+    assert time.monotonic() - started >= SESSION_MS / 1000 - 0.5
+    assert empty.members == () and empty.group_epoch == 2  # joined (1), fenced (2)
+    # Its next heartbeat learns it is gone.
+    late = heartbeat(
+        broker.bootstrap,
+        group,
+        member_id=joined.member_id,
+        member_epoch=joined.member_epoch,
+        subscribed_topic_names=None,
+        topic_partitions=None,
+    )
+    assert late.error_code == KafkaError.UNKNOWN_MEMBER_ID
