@@ -62,8 +62,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request) -> dict:
         rack_id=request.rack_id,
         rebalance_timeout_ms=_millis(request.rebalance_timeout),
         subscribed_topic_names=tuple(names) if names is not None else None,
-        # An empty regex is no regex (librdkafka sends "" with a subscription by names).
-        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None) or None,
+        # An empty regex is none (librdkafka sends "" with a subscription by names).
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
         server_assignor=request.server_assignor,
         owned=_owned(request.topic_partitions),
         client_id=ctx.header.client_id or "",

@@ -33,6 +33,7 @@ deleted topics reach the assignment at the next heartbeat.
 """
 
 import base64
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import cast
 
+from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from minibroker.coordinator import assignors
 from minibroker.coordinator.consumer_log_format import (
     CurrentAssignmentValue,
@@ -73,6 +75,10 @@ Partitions = dict[uuid.UUID, set[int]]
 TopicLookup = Callable[[str], tuple[uuid.UUID, int] | None]
 # A record to write: its key, and its value (None: a tombstone).
 Record = tuple[RecordKey, object | None]
+# Every topic name in the cluster (regular expressions are resolved against them).
+TopicNames = Callable[[], Iterable[str]]
+# Kafka's internal topics, never matched by a regular expression (Topic.isInternal).
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class MemberState(Enum):
@@ -153,8 +159,8 @@ def validate(request: HeartbeatRequest, group_id: str, known_assignors: Iterable
         raise invalid("RackId can't be empty.")
     if request.api_version >= 1 and request.member_id == "":
         raise invalid("MemberId can't be empty.")
-    if request.subscribed_topic_regex is not None:
-        raise invalid("SubscribedTopicRegex is not supported yet.")
+    if request.subscribed_topic_regex:
+        compile_regex(request.subscribed_topic_regex)
     epoch = request.member_epoch
     if epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH:
         if request.member_id == "":
@@ -164,8 +170,10 @@ def validate(request: HeartbeatRequest, group_id: str, known_assignors: Iterable
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
         if request.owned is None or request.owned:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names:
-            raise invalid("SubscribedTopicNames must be set in first request.")
+        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+            raise invalid(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
     elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         if request.member_id == "":
             raise invalid("MemberId can't be empty.")
@@ -180,6 +188,29 @@ def validate(request: HeartbeatRequest, group_id: str, known_assignors: Iterable
             f"ServerAssignor {request.server_assignor} is not supported. "
             f"Supported assignors: {', '.join(known)}.",
         )
+
+
+# What RE2/J (Kafka's regular expressions) does not have, and Python's `re` does: refused, so
+# that a pattern Kafka refuses is refused here too and no backtracking construct gets in.
+_NOT_RE2 = re.compile(r"\(\?[=!]|\(\?<[=!]|\(\?P=|\\[1-9]|\(\?\(")
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    """A subscription's regular expression (Kafka's RE2/J syntax, which Python's `re` reads
+    for what both have); INVALID_REGULAR_EXPRESSION otherwise."""
+    if _NOT_RE2.search(pattern):
+        raise HeartbeatError(
+            Error.INVALID_REGULAR_EXPRESSION,
+            f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: "
+            "lookarounds, backreferences and conditionals are not supported.",
+        )
+    try:
+        return re.compile(pattern)
+    except re.error as error:
+        raise HeartbeatError(
+            Error.INVALID_REGULAR_EXPRESSION,
+            f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {error}.",
+        ) from None
 
 
 def new_member_id() -> str:
@@ -279,6 +310,9 @@ class ConsumerGroup(Group):
         self.target: dict[str, Partitions] = {}
         # subscribed topic name -> (topic id, partitions)
         self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
+        # Each subscribed regular expression -> the topics it matches (Kafka's
+        # resolvedRegularExpressions), resolved again at each heartbeat.
+        self.regex_topics: dict[str, frozenset[str]] = {}
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -307,8 +341,15 @@ class ConsumerGroup(Group):
         ]
         return min(deadlines, default=None)
 
+    def member_topics(self, member: ConsumerMember) -> set[str]:
+        """The topics a member subscribes to: by name, and those its regex matches."""
+        topics = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            topics |= self.regex_topics.get(member.subscribed_topic_regex, frozenset())
+        return topics
+
     def subscribed_topics(self) -> set[str] | None:
-        return {name for m in self.members.values() for name in m.subscribed_topic_names}
+        return {name for m in self.members.values() for name in self.member_topics(m)}
 
     def preferred_assignor(self) -> str:
         """Kafka's computePreferredServerAssignor: the one most members name, else the
@@ -450,7 +491,11 @@ class ConsumerGroup(Group):
     # -- heartbeat -------------------------------------------------------------------------------
 
     def consumer_heartbeat(
-        self, request: HeartbeatRequest, topics: TopicLookup, now_ms: int
+        self,
+        request: HeartbeatRequest,
+        topics: TopicLookup,
+        now_ms: int,
+        topic_names: TopicNames | None = None,
     ) -> tuple[HeartbeatResult, list[Record]]:
         """One ConsumerGroupHeartbeat (validated with `validate`): the answer and the records
         to write before it is given. On an error nothing changed."""
@@ -459,7 +504,7 @@ class ConsumerGroup(Group):
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 result = self._leave(request, now_ms)
             else:
-                result = self._heartbeat(request, topics, now_ms)
+                result = self._heartbeat(request, topics, now_ms, topic_names)
         except HeartbeatError as error:
             return HeartbeatResult(error.error, error.message), []
         self._update_state(now_ms)
@@ -565,7 +610,11 @@ class ConsumerGroup(Group):
         return member
 
     def _heartbeat(
-        self, request: HeartbeatRequest, topics: TopicLookup, now_ms: int
+        self,
+        request: HeartbeatRequest,
+        topics: TopicLookup,
+        now_ms: int,
+        topic_names: TopicNames | None,
     ) -> HeartbeatResult:
         if self._is_full(request.member_id):
             raise HeartbeatError(
@@ -593,6 +642,9 @@ class ConsumerGroup(Group):
             member.server_assignor = request.server_assignor
         if request.subscribed_topic_names is not None:
             member.subscribed_topic_names = tuple(request.subscribed_topic_names)
+        if request.subscribed_topic_regex is not None:
+            # An empty one is none (the client subscribes by names).
+            member.subscribed_topic_regex = request.subscribed_topic_regex or None
         member.client_id = request.client_id
         member.client_host = request.client_host
         bump = new or before_subscription != (
@@ -603,7 +655,7 @@ class ConsumerGroup(Group):
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
-        if self._refresh_subscription_metadata(topics):
+        if self._refresh_subscription_metadata(topics, topic_names):
             bump = True
         if bump:
             self.group_epoch += 1
@@ -628,9 +680,33 @@ class ConsumerGroup(Group):
             ),
         )
 
-    def _refresh_subscription_metadata(self, topics: TopicLookup) -> bool:
+    def _resolve_regexes(self, topic_names: TopicNames | None) -> None:
+        """Kafka's regular expression refresh: each subscribed pattern against every topic
+        (full match, internal topics left out). Without ``topic_names`` the previous
+        resolution stands."""
+        patterns = {
+            m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex
+        }
+        if topic_names is None:
+            self.regex_topics = {p: t for p, t in self.regex_topics.items() if p in patterns}
+            return
+        names = [name for name in topic_names() if name not in INTERNAL_TOPICS]
+        resolved: dict[str, frozenset[str]] = {}
+        for pattern in patterns:
+            try:
+                compiled = compile_regex(pattern)
+            except HeartbeatError:
+                resolved[pattern] = frozenset()
+                continue
+            resolved[pattern] = frozenset(name for name in names if compiled.fullmatch(name))
+        self.regex_topics = resolved
+
+    def _refresh_subscription_metadata(
+        self, topics: TopicLookup, topic_names: TopicNames | None = None
+    ) -> bool:
         """The subscribed topics' ids and partition counts; True when they changed."""
-        names = sorted({n for m in self.members.values() for n in m.subscribed_topic_names})
+        self._resolve_regexes(topic_names)
+        names = sorted({n for m in self.members.values() for n in self.member_topics(m)})
         metadata = {}
         for name in names:
             found = topics(name)
@@ -641,11 +717,19 @@ class ConsumerGroup(Group):
         self.subscription_metadata = metadata
         return True
 
-    def refresh_metadata(self, topics: TopicLookup, now_ms: int) -> list[Record]:
+    def prime_metadata(self, topics: TopicLookup, topic_names: TopicNames | None) -> None:
+        """Right after a load: the subscribed topics as they are now, taken as the ones the
+        target was computed for (Kafka keeps them in a record; without it, the first heartbeat
+        would see them all as new and bump the group epoch)."""
+        self._refresh_subscription_metadata(topics, topic_names)
+
+    def refresh_metadata(
+        self, topics: TopicLookup, now_ms: int, topic_names: TopicNames | None = None
+    ) -> list[Record]:
         """The topics changed (created, deleted, partitions added): bump the group epoch if
         the group's subscribed topics did, so the next heartbeat computes a new target."""
         before = self._persisted()
-        if self.members and self._refresh_subscription_metadata(topics):
+        if self.members and self._refresh_subscription_metadata(topics, topic_names):
             self.group_epoch += 1
             self._update_state(now_ms)
         return self._diff(before, self._persisted())
@@ -655,7 +739,7 @@ class ConsumerGroup(Group):
         ids = {name: topic_id for name, (topic_id, _) in self.subscription_metadata.items()}
         counts = {topic_id: count for topic_id, count in self.subscription_metadata.values()}
         subscriptions = {
-            member_id: {ids[name] for name in member.subscribed_topic_names if name in ids}
+            member_id: {ids[name] for name in self.member_topics(member) if name in ids}
             for member_id, member in self.members.items()
         }
         self.target = assignors.assign(
@@ -791,7 +875,8 @@ class ConsumerGroup(Group):
         ):
             del self.static_members[member.instance_id]
         self.group_epoch += 1
-        names = {n for m in self.members.values() for n in m.subscribed_topic_names}
+        self._resolve_regexes(None)
+        names = {n for m in self.members.values() for n in self.member_topics(m)}
         self.subscription_metadata = {
             name: found for name, found in self.subscription_metadata.items() if name in names
         }

@@ -316,6 +316,7 @@ class GroupCoordinator:
             if consumer_records:
                 group = ConsumerGroup(group_id, self.settings, self.consumer_settings, now)
                 group.restore_records(consumer_records, now)
+                group.prime_metadata(self.topic_lookup, self.topic_names)
             elif value is not None:
                 group.restore(
                     value.protocol_type,
@@ -895,6 +896,10 @@ class GroupCoordinator:
             return None
         return topic.topic_id, len(topic.partitions)
 
+    def topic_names(self) -> list[str]:
+        """Every topic this broker's metadata knows (regex subscriptions match them)."""
+        return list(self.replicas.metadata.topics)
+
     async def _write_consumer_records(
         self, group: ConsumerGroup, records: list[ConsumerRecord]
     ) -> Error:
@@ -961,7 +966,9 @@ class GroupCoordinator:
                 return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
             assert isinstance(converted, ConsumerGroup)
             group = converted
-        result, records = group.consumer_heartbeat(request, self.topic_lookup, self.clock_ms())
+        result, records = group.consumer_heartbeat(
+            request, self.topic_lookup, self.clock_ms(), self.topic_names
+        )
         self._changes.notify(group_id)
         if records:
             error = await self._write_consumer_records(group, records)

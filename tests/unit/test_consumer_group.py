@@ -292,3 +292,40 @@ def test_a_group_is_rebuilt_from_its_records_in_the_log_and_a_deleted_one_is_gon
     assert len(_replayed(writes).consumer_records("g")) == len(group._persisted())
     writes.append(_encoded(group.tombstones()))
     assert _replayed(writes).group_ids() == set()
+
+
+def test_a_regex_subscription_follows_the_topics_it_matches():
+    group = new_group()
+    names = ["t", "__consumer_offsets", "other"]
+    request = HeartbeatRequest(
+        "m1",
+        0,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_regex="t|u",
+        owned={},
+        api_version=1,
+    )
+    validate(request, "g", assignors.ASSIGNORS)
+    result, _ = group.consumer_heartbeat(request, lookup, 0, lambda: names)
+    assert result.error == Error.NONE and result.assignment == {T: set(range(6))}
+    assert group.subscribed_topics() == {"t"}
+    # A new topic that matches joins the subscription at the next heartbeat.
+    names.append("u")
+    result, _ = group.consumer_heartbeat(
+        HeartbeatRequest("m1", 1, owned={T: set(range(6))}), lookup, 10, lambda: names
+    )
+    assert result.member_epoch == 2 and result.assignment == {T: set(range(6)), U: {0, 1}}
+
+
+def test_a_bad_regex_is_invalid_regular_expression():
+    for pattern in ("t(", "(?=t)", r"(a)\1"):
+        request = HeartbeatRequest(
+            "m", 0, rebalance_timeout_ms=1, subscribed_topic_regex=pattern, owned={}
+        )
+        with pytest.raises(HeartbeatError) as error:
+            validate(request, "g", assignors.ASSIGNORS)
+        assert error.value.error == Error.INVALID_REGULAR_EXPRESSION
+    neither = HeartbeatRequest("m", 0, rebalance_timeout_ms=1, owned={})
+    with pytest.raises(HeartbeatError) as error:
+        validate(neither, "g", assignors.ASSIGNORS)
+    assert error.value.error == Error.INVALID_REQUEST
