@@ -124,8 +124,9 @@ def test_the_group_survives_its_coordinators_death(cluster: Cluster):
                     "another broker to coordinate the group",
                 )
         after = wait_for(
-            lambda: (group := describe(cluster)) is not None and group.group_state == "Stable"
-            and group,
+            lambda: (
+                (group := describe(cluster)) is not None and group.group_state == "Stable" and group
+            ),
             CONVERGENCE_TIMEOUT,
             "the group, loaded by the new coordinator",
         )

@@ -8,6 +8,7 @@ One broker serves the whole module (the tests use distinct topics and groups).
 from __future__ import annotations
 
 import datetime
+import struct
 import time
 import uuid
 
@@ -26,8 +27,12 @@ from kio.schema.offset_commit.v9.request import (
 )
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
+from minibroker.protocol.consumer_group_heartbeat_v1 import (
+    ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequestV1,
+)
+from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import create_topic, exchange, wait_for
+from tests.conftest import create_topic, encode, exchange, wait_for
 
 PARTITIONS = 6
 RECORDS = 600
@@ -304,3 +309,33 @@ def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(broker: Br
         topic_partitions=None,
     )
     assert late.error_code == KafkaError.UNKNOWN_MEMBER_ID
+
+
+def test_a_regex_subscription_picks_up_a_new_topic(broker: BrokerProcess):
+    group = "kip848-regex-group"
+    create_topic(broker.bootstrap, "kip848-rx-a", 2)
+    coordinator_ready(broker.bootstrap, group)
+    member = consumer(broker.bootstrap, group)
+    member.subscribe(["^kip848-rx-.*"])
+    seen: dict = {}
+    try:
+        spread([member], seen, [2], 30)
+        create_topic(broker.bootstrap, "kip848-rx-b", 3)
+        spread([member], seen, [5], 30)
+        assert {tp.topic for tp in member.assignment()} == {"kip848-rx-a", "kip848-rx-b"}
+    finally:
+        member.close()
+    bad = ConsumerGroupHeartbeatRequestV1(
+        group_id=group,
+        member_id=str(uuid.uuid4()),
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_regex="kip848-rx-(",
+        topic_partitions=(),
+    )
+    # kio's reader knows no code above 127: the answer's error code is read by hand (after
+    # the correlation id, the header's tagged fields and the throttle time).
+    with wire.connect(broker.bootstrap, 10, client_id="kip848-tests") as client:
+        client.send_request(68, 1, encode(bad), correlation_id=7)
+        frame = client.receive_frame()
+    assert struct.unpack_from(">ibih", frame) == (7, 0, 0, KafkaError.INVALID_REGULAR_EXPRESSION)
