@@ -8,6 +8,7 @@ One broker serves the whole module (the tests use distinct topics and groups).
 from __future__ import annotations
 
 import datetime
+import io
 import struct
 import time
 import uuid
@@ -30,6 +31,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 from minibroker.protocol.consumer_group_heartbeat_v1 import (
     ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequestV1,
 )
+from minibroker.tools import groups as groups_cli
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import create_topic, encode, exchange, wait_for
@@ -177,6 +179,15 @@ def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess)
     assert entry.error_code == 0 and entry.group_state == "Stable"
     assert len(entry.members) == 2 and entry.assignor_name == "uniform"
     assert sum(len(t.partitions) for m in entry.members for t in m.assignment.topic_partitions) == 6
+    # `minibroker groups` lists and describes it through ConsumerGroupDescribe.
+    out = io.StringIO()
+    assert groups_cli.run(broker.bootstrap, None, 20, out) == 0
+    (row,) = [line.split() for line in out.getvalue().splitlines() if line.startswith(group)]
+    assert row[2:] == ["Stable", "consumer", "uniform", "2"]
+    out = io.StringIO()
+    assert groups_cli.run(broker.bootstrap, group, 20, out) == 0
+    assert "state Stable, protocol consumer/uniform, 2 members" in out.getvalue()
+    assert out.getvalue().count(f"{topic}:") == 2  # each member's assignment
     listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("consumer",)))
     assert group in {g.group_id for g in listed.groups}
     assert {g.group_type for g in listed.groups} == {"consumer"}
