@@ -33,12 +33,14 @@ from minibroker.protocol.consumer_group_heartbeat_v1 import (
 )
 from minibroker.tools import groups as groups_cli
 from minibroker.tools import wire
-from minibroker.tools.launcher import BrokerProcess
+from minibroker.tools.launcher import BrokerProcess, free_port
 from tests.conftest import create_topic, encode, exchange, wait_for
+from tests.integration.test_metrics import scrape
 
 PARTITIONS = 6
 RECORDS = 600
 SESSION_MS = 3000
+METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,7 @@ def broker(tmp_path_factory) -> BrokerProcess:
         node_id=1,
         log_dir=log_dir,
         overrides={
+            "metrics.port": METRICS_PORT,
             "offsets.topic.num.partitions": 3,
             "group.consumer.heartbeat.interval.ms": 500,
             "group.consumer.session.timeout.ms": SESSION_MS,
@@ -188,6 +191,12 @@ def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess)
     assert groups_cli.run(broker.bootstrap, group, 20, out) == 0
     assert "state Stable, protocol consumer/uniform, 2 members" in out.getvalue()
     assert out.getvalue().count(f"{topic}:") == 2  # each member's assignment
+    # The metrics count the group among the consumer-protocol groups, by state.
+    samples = scrape(METRICS_PORT)
+    stable = ("kafka_server_group_coordinator_metrics_consumer_group_count", (("state", "stable"),))
+    assert samples[stable] >= 1
+    rebalances = "kafka_server_group_coordinator_metrics_consumer_group_rebalance_total"
+    assert samples[(rebalances, ())] >= 4  # two joins, a third, a leave
     listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("consumer",)))
     assert group in {g.group_id for g in listed.groups}
     assert {g.group_type for g in listed.groups} == {"consumer"}
