@@ -359,3 +359,57 @@ def test_a_regex_subscription_picks_up_a_new_topic(broker: BrokerProcess):
         client.send_request(68, 1, encode(bad), correlation_id=7)
         frame = client.receive_frame()
     assert struct.unpack_from(">ibih", frame) == (7, 0, 0, KafkaError.INVALID_REGULAR_EXPRESSION)
+
+
+def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: BrokerProcess):
+    """An empty classic group (here: offsets committed without membership) becomes a
+    consumer-protocol group when a member heartbeats, and the member reads on from the
+    committed offsets; an empty consumer group becomes classic again on a JoinGroup."""
+    group, topic = "kip848-upgrade", "kip848-upgrade"
+    create_topic(broker.bootstrap, topic, 1)
+    coordinator_ready(broker.bootstrap, group)
+    produce(broker.bootstrap, topic, 0, 20)
+    committed = exchange(
+        broker.bootstrap,
+        OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=i32(-1),
+            member_id="",
+            topics=(
+                OffsetCommitRequestTopic(
+                    name=topic,
+                    partitions=(
+                        OffsetCommitRequestPartition(
+                            partition_index=i32(0), committed_offset=i64(15), committed_metadata=""
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert committed.topics[0].partitions[0].error_code == 0
+    member = consumer(broker.bootstrap, group)
+    member.subscribe([topic])
+    seen: dict = {}
+    try:
+        drain([member], seen, 5, 30)
+    finally:
+        member.close()
+    assert sorted(offset for _, offset in seen) == [15, 16, 17, 18, 19]
+    listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("consumer",)))
+    assert group in {g.group_id for g in listed.groups}
+    # Empty again (the member left): a classic JoinGroup turns it back into a classic group.
+    join = exchange(
+        broker.bootstrap,
+        JoinGroupRequest(
+            group_id=group,
+            session_timeout=datetime.timedelta(seconds=10),
+            rebalance_timeout=datetime.timedelta(seconds=10),
+            member_id="",
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+        ),
+    )
+    assert join.error_code == KafkaError.MEMBER_ID_REQUIRED
+    listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("classic",)))
+    assert group in {g.group_id for g in listed.groups}
