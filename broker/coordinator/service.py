@@ -923,7 +923,12 @@ class GroupCoordinator:
         new.offset_record_offsets = old.offset_record_offsets
         new.pending_txn_offsets = old.pending_txn_offsets
         if isinstance(old, ConsumerGroup):
-            error = await self._append(old.group_id, _encoded(old.tombstones()))
+            # Its records go, and an empty classic group's replaces whatever classic record
+            # the group had before it became a consumer group.
+            empty = GroupValue("", 0, None, None, self.clock_ms(), ())
+            records = _encoded(old.tombstones())
+            records.append((log_format.group_key(old.group_id), log_format.group_value(empty)))
+            error = await self._append(old.group_id, records)
             if error != Error.NONE or self.groups.get(old.group_id) is not old:
                 return None
         old.mark_dead(self.clock_ms())
