@@ -413,3 +413,35 @@ def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: Bro
     assert join.error_code == KafkaError.MEMBER_ID_REQUIRED
     listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("classic",)))
     assert group in {g.group_id for g in listed.groups}
+
+
+def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: BrokerProcess):
+    topic, group = "kip848-static", "kip848-static-group"
+    create_topic(broker.bootstrap, topic, 4)
+    coordinator_ready(broker.bootstrap, group)
+    members = [consumer(broker.bootstrap, group, **{"group.instance.id": f"i{n}"}) for n in (1, 2)]
+    for member in members:
+        member.subscribe([topic])
+    seen: dict = {}
+    spread(members, seen, [2, 2], 30)
+    before = {tp.partition for tp in members[0].assignment()}
+    # Closed, a static member leaves with epoch -2: its partitions wait for it.
+    members[0].close()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        pump(members[1:], seen)
+        assert len(members[1].assignment()) == 2, "the static member's partitions moved"
+    described = exchange(
+        broker.bootstrap,
+        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
+    )
+    epochs = {m.instance_id: m.member_epoch for m in described.groups[0].members}
+    assert epochs["i1"] == -2 and epochs["i2"] > 0
+    members[0] = consumer(broker.bootstrap, group, **{"group.instance.id": "i1"})
+    members[0].subscribe([topic])
+    try:
+        spread(members, seen, [2, 2], 30)
+        assert {tp.partition for tp in members[0].assignment()} == before
+    finally:
+        for member in members:
+            member.close()
