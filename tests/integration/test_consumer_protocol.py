@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
@@ -343,6 +344,10 @@ def test_a_regex_subscription_picks_up_a_new_topic(broker: BrokerProcess):
         create_topic(broker.bootstrap, "kip848-rx-b", 3)
         spread([member], seen, [5], 30)
         assert {tp.topic for tp in member.assignment()} == {"kip848-rx-a", "kip848-rx-b"}
+        # New partitions of a subscribed topic reach the assignment too.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_partitions([NewPartitions("kip848-rx-a", 4)])["kip848-rx-a"].result(20)
+        spread([member], seen, [7], 30)
     finally:
         member.close()
     bad = ConsumerGroupHeartbeatRequestV1(
