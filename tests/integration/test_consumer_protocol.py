@@ -27,6 +27,7 @@ from kio.schema.offset_commit.v9.request import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
+from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from minibroker.protocol.consumer_group_heartbeat_v1 import (
@@ -280,6 +281,27 @@ def test_commits_name_the_member_epoch_and_classic_joins_are_refused(broker: Bro
 
     assert commit(1) == 0
     assert commit(0) == KafkaError.STALE_MEMBER_EPOCH
+
+    def fetch(epoch: int):
+        answer = exchange(
+            broker.bootstrap,
+            OffsetFetchRequest(
+                groups=(
+                    OffsetFetchRequestGroup(
+                        group_id=group,
+                        member_id=joined.member_id,
+                        member_epoch=i32(epoch),
+                        topics=None,
+                    ),
+                ),
+            ),
+        )
+        return answer.groups[0]
+
+    fetched = fetch(1)
+    assert fetched.error_code == 0
+    assert fetched.topics[0].partitions[0].committed_offset == 5
+    assert fetch(0).error_code == KafkaError.STALE_MEMBER_EPOCH
     join = exchange(
         broker.bootstrap,
         JoinGroupRequest(
