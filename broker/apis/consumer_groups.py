@@ -6,8 +6,8 @@ the answers. Kafka's authorization rules: READ on the group to heartbeat
 (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it.
 
 ConsumerGroupHeartbeat is served at v0-v1 as Kafka 4 serves it: v1 (KIP-1082: the client
-chooses its member id; SubscribedTopicRegex, refused for now) is the one librdkafka 2.12+
-sends; kio 0.6.1 has no schema of it, protocol/consumer_group_heartbeat_v1.py adds one.
+chooses its member id; SubscribedTopicRegex) is the one librdkafka 2.12+ sends; kio 0.6.1 has
+no schema of it, protocol/consumer_group_heartbeat_v1.py adds one.
 """
 
 import uuid

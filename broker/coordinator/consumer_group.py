@@ -2,8 +2,8 @@
 
 Pure state with time passed in (milliseconds), like the classic group (state.py), tested
 without sockets or sleeping (tests/unit/test_consumer_group.py). The service (service.py)
-calls `heartbeat` from ConsumerGroupHeartbeat and `expire` from its timer, and writes the
-records each returns to `__consumer_offsets` (consumer_log_format.py) before answering.
+calls `consumer_heartbeat` from ConsumerGroupHeartbeat and `expire` from its timer, and
+writes the records each returns to `__consumer_offsets` (consumer_log_format.py) before answering.
 
 The rules are Kafka's GroupMetadataManager.consumerGroupHeartbeat, ConsumerGroup,
 ConsumerGroupMember and CurrentAssignmentBuilder:
@@ -22,14 +22,18 @@ ConsumerGroupMember and CurrentAssignmentBuilder:
   a heartbeat with a member epoch the coordinator does not expect is FENCED_MEMBER_EPOCH,
   except the previous epoch with owned partitions within the assignment (a lost response);
 - epoch -1 leaves; a static member (instance id) leaving with -2 keeps its partitions until
-  its session expires or a new incarnation with the same instance id joins and takes them.
+  its session expires or a new incarnation with the same instance id joins and takes them;
+- a member subscribes by topic names or by a regular expression (RE2/J, full match, internal
+  topics left out), whose matching topics count as subscribed.
 
 Departures: a member that heartbeats with epoch 0 under a member id the group still has
 rejoins from scratch (its partitions are released) instead of FENCED_MEMBER_EPOCH, as KIP-848
-describes the rejoin after a fence (the client keeps its member id); subscriptions by regular
-expression are refused with INVALID_REQUEST (not supported yet); the subscription metadata
-is recomputed at every heartbeat rather than on a refresh interval, so new partitions and
-deleted topics reach the assignment at the next heartbeat.
+describes the rejoin after a fence (the client keeps its member id); the subscription
+metadata and the regular expressions are recomputed at every heartbeat (Kafka refreshes them
+on an interval and in the background), so new partitions, new matching topics and deleted
+topics reach the assignment at the next heartbeat; patterns are matched with Python's `re`
+(RE2/J's constructs only: what RE2/J lacks is INVALID_REGULAR_EXPRESSION), not RE2's
+linear-time engine.
 """
 
 import base64
