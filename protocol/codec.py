@@ -143,6 +143,24 @@ def _ms_to_datetime(value: Any) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(value / 1000, tz=_UTC)
 
 
+def _add_error_code(name: str, value: int, retriable: bool) -> None:
+    """Give kio's ErrorCode a code of Kafka's it lacks (kio 0.6.1 stops at 127), so responses
+    carrying it are written and read like any other; a no-op once kio has it."""
+    if value in ErrorCode._value2member_map_:
+        return
+    member = int.__new__(ErrorCode, value)
+    member._value_ = value
+    member._name_ = name
+    member.retriable = retriable
+    member.__objclass__ = ErrorCode  # type: ignore[attr-defined]
+    ErrorCode._value2member_map_[value] = member
+    ErrorCode._member_map_[name] = member
+
+
+# KIP-848's INVALID_REGULAR_EXPRESSION (Kafka 4.0).
+_add_error_code("invalid_regular_expression", 128, False)
+
+
 def _to_error_code(value: Any) -> ErrorCode:
     return ErrorCode(int(value))
 

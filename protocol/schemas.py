@@ -15,7 +15,11 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - TxnOffsetCommit v5 (TxnOffsetCommitRequest.json): the same as v4; with TV2 it also adds the
   group's offsets partition to the transaction (no AddOffsetsToTxn before it).
 
-Each class derives from kio's latest version of the same message, so the nested entities are
+- ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
+  which librdkafka 2.12+ sends alone: a whole schema of its own, in
+  protocol/consumer_group_heartbeat_v1.py, registered here.
+
+Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
 """
 
@@ -34,6 +38,8 @@ from kio.schema.txn_offset_commit.v4.response import (
 )
 from kio.schema.types import ProducerId
 from kio.static.primitive import i16
+
+from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,9 +89,11 @@ REQUESTS: dict[tuple[int, int], type] = {
     (26, 5): EndTxnRequestV5,
     (0, 12): ProduceRequestV12,
     (28, 5): TxnOffsetCommitRequestV5,
+    (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (26, 5): EndTxnResponseV5,
     (0, 12): ProduceResponseV12,
     (28, 5): TxnOffsetCommitResponseV5,
+    (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
 }

@@ -25,6 +25,7 @@ from minibroker.apis.authorization import (
 )
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from minibroker.coordinator.consumer_group import ConsumerGroup
 from minibroker.coordinator.state import JoinRequest, JoinResult
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -258,12 +259,18 @@ async def handle_list_groups(ctx: RequestContext, request) -> dict:
             "group_id": group.group_id,
             "protocol_type": group.protocol_type or "",
             "group_state": group.state.value,
-            "group_type": "classic",
+            "group_type": _group_type(group),
         }
         for group in listed
-        if (not states or group.state.value.lower() in states) and (not types or "classic" in types)
+        if (not states or group.state.value.lower() in states)
+        and (not types or _group_type(group) in types)
     ]
     return {"error_code": error, "groups": groups}
+
+
+def _group_type(group) -> str:
+    """ListGroups' group type (KIP-848): "consumer" for the consumer protocol's groups."""
+    return "consumer" if isinstance(group, ConsumerGroup) else "classic"
 
 
 def _described(group_id: str, error: Error, group) -> dict:
@@ -278,7 +285,9 @@ def _described(group_id: str, error: Error, group) -> dict:
     }
     if error != Error.NONE:
         return entry
-    if group is None:
+    if group is None or isinstance(group, ConsumerGroup):
+        # Kafka 4 describes only classic groups here: a consumer group is answered as a
+        # group that does not exist (ConsumerGroupDescribe describes it).
         return {**entry, "group_state": "Dead"}
     stable = group.state.value == "Stable"
     return {

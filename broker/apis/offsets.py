@@ -96,7 +96,11 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
 
 
 def _fetched_group(
-    ctx: RequestContext, group_id: str, topics, require_stable: bool = False
+    ctx: RequestContext,
+    group_id: str,
+    topics,
+    require_stable: bool = False,
+    member: tuple[str | None, int] = (None, -1),
 ) -> dict:
     """One group's committed offsets; ``topics`` None asks for all of them. With
     ``require_stable`` (v7+, KIP-447) a partition whose offset a transaction holds pending
@@ -112,6 +116,11 @@ def _fetched_group(
         error, committed = Error.GROUP_AUTHORIZATION_FAILED, dict.fromkeys(wanted or ())
     else:
         error, committed = ctx.group_coordinator.fetch_offsets(group_id, wanted)
+        if error == Error.NONE:
+            # v9+ (KIP-848): a consumer group's member names its epoch, which must be current.
+            error = ctx.group_coordinator.validate_offset_fetch(group_id, *member)
+            if error != Error.NONE:
+                committed = {}
     if error != Error.NONE and wanted is not None and ctx.version < 2:
         # v0-1 have no group-level error: every partition carries it.
         committed = dict.fromkeys(wanted)
@@ -185,7 +194,13 @@ async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
     if ctx.version >= 8:
         return {
             "groups": [
-                _fetched_group(ctx, group.group_id, group.topics, require_stable)
+                _fetched_group(
+                    ctx,
+                    group.group_id,
+                    group.topics,
+                    require_stable,
+                    (getattr(group, "member_id", None), getattr(group, "member_epoch", -1)),
+                )
                 for group in request.groups
             ]
         }

@@ -213,6 +213,28 @@ def _between(minimum: int, maximum: int) -> Callable[[str], int]:
     return parse
 
 
+# Kafka's server-side assignors by class name, and their names (ConsumerGroupHeartbeat's
+# ServerAssignor); either is accepted in group.consumer.assignors.
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _parse_assignors(text: str) -> tuple[str, ...]:
+    names = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name = _ASSIGNOR_CLASSES.get(item, item)
+        if name not in _ASSIGNOR_CLASSES.values():
+            raise ValueError(f"{item!r} is not an assignor minibroker has (uniform, range)")
+        names.append(name)
+    if not names:
+        raise ValueError("at least one assignor is needed")
+    return tuple(names)
+
+
 @dataclass(frozen=True)
 class _Property:
     attribute: str
@@ -331,6 +353,14 @@ _PROPERTIES: dict[str, _Property] = {
     "group.min.session.timeout.ms": _Property("group_min_session_timeout_ms", _at_least(0)),
     "group.max.session.timeout.ms": _Property("group_max_session_timeout_ms", _at_least(0)),
     "group.max.size": _Property("group_max_size", _at_least(1)),
+    "group.consumer.heartbeat.interval.ms": _Property(
+        "group_consumer_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.consumer.session.timeout.ms": _Property(
+        "group_consumer_session_timeout_ms", _at_least(1)
+    ),
+    "group.consumer.max.size": _Property("group_consumer_max_size", _at_least(1)),
+    "group.consumer.assignors": _Property("group_consumer_assignors", _parse_assignors),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
@@ -467,6 +497,12 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = _kafka_default("group.min.session.timeout.ms")
     group_max_session_timeout_ms: int = _kafka_default("group.max.session.timeout.ms")
     group_max_size: int = _kafka_default("group.max.size")
+    group_consumer_heartbeat_interval_ms: int = _kafka_default(
+        "group.consumer.heartbeat.interval.ms"
+    )
+    group_consumer_session_timeout_ms: int = _kafka_default("group.consumer.session.timeout.ms")
+    group_consumer_max_size: int = _kafka_default("group.consumer.max.size")
+    group_consumer_assignors: tuple[str, ...] = _kafka_default("group.consumer.assignors")
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     authorizer_class_name: str = _kafka_default("authorizer.class.name")

@@ -187,6 +187,14 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "delete.topic.enable": (BOOLEAN, "true"),
     "fetch.max.bytes": (INT, "57671680"),
     "group.initial.rebalance.delay.ms": (INT, "3000"),
+    "group.consumer.assignors": (
+        LIST,
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+    ),
+    "group.consumer.heartbeat.interval.ms": (INT, "5000"),
+    "group.consumer.max.size": (INT, "2147483647"),
+    "group.consumer.session.timeout.ms": (INT, "45000"),
     "group.max.session.timeout.ms": (INT, "1800000"),
     "group.max.size": (INT, "2147483647"),
     "group.min.session.timeout.ms": (INT, "6000"),

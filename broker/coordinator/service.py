@@ -17,6 +17,7 @@ and writing the log, and the periodic expiry of old offsets.
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,16 @@ from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.coordinator import log_format
+from minibroker.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerSettings,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResult,
+    validate,
+)
+from minibroker.coordinator.consumer_group import Record as ConsumerRecord
+from minibroker.coordinator.consumer_log_format import RecordKind, encode_key, encode_value
 from minibroker.coordinator.log_format import GroupValue, OffsetValue
 from minibroker.coordinator.state import (
     Group,
@@ -97,6 +108,12 @@ def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's Utils.abs(groupId.hashCode) % partitions (abs of MIN_VALUE is 0)."""
     code = java_string_hash(group_id)
     return (0 if code == -(2**31) else abs(code)) % partitions
+
+
+def _encoded(records: list[ConsumerRecord]) -> list[tuple[bytes, bytes | None]]:
+    return [
+        (encode_key(key), None if value is None else encode_value(value)) for key, value in records
+    ]
 
 
 @dataclass(frozen=True)
@@ -173,6 +190,12 @@ class GroupCoordinator:
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
         )
+        self.consumer_settings = ConsumerSettings(
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            max_size=config.group_consumer_max_size,
+            assignors=config.group_consumer_assignors,
+        )
         self.groups: dict[str, Group] = {}
         # Offsets partitions served here -> the leader epoch their groups were loaded at.
         self._loaded: dict[int, int] = {}
@@ -185,6 +208,8 @@ class GroupCoordinator:
         self._nursery: trio.Nursery | None = None
         self._topic_creation: trio.Event | None = None
         self.rebalances = 0
+        # Group epoch bumps of the consumer protocol's groups.
+        self.consumer_rebalances = 0
         self.offset_commits = 0
         replicas.role_listeners.append(self._on_role_change)
         replicas.marker_listeners.append(self._on_marker)
@@ -287,7 +312,12 @@ class GroupCoordinator:
         for group_id in replay.group_ids():
             group = Group(group_id, self.settings, now)
             value = replay.groups.get(group_id)
-            if value is not None:
+            consumer_records = replay.consumer_records(group_id)
+            if consumer_records:
+                group = ConsumerGroup(group_id, self.settings, self.consumer_settings, now)
+                group.restore_records(consumer_records, now)
+                group.prime_metadata(self.topic_lookup, self.topic_names)
+            elif value is not None:
                 group.restore(
                     value.protocol_type,
                     value.generation,
@@ -340,6 +370,12 @@ class GroupCoordinator:
                 [group.group_id], trio.current_time() + delay_s, "Group"
             )
             if woken or self.groups.get(group.group_id) is not group:
+                continue
+            if isinstance(group, ConsumerGroup):
+                records = group.expire(self.clock_ms())
+                self._changes.notify(group.group_id)
+                if records:
+                    await self._write_consumer_records(group, records)
                 continue
             generation = group.generation
             group.expire(self.clock_ms())
@@ -427,6 +463,11 @@ class GroupCoordinator:
         group = self._group(group_id, create=request.member_id == "")
         if group is None:
             return JoinResult(Error.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+        if isinstance(group, ConsumerGroup) and group.is_empty and request.member_id == "":
+            # Kafka converts an empty consumer group to a classic one on a JoinGroup.
+            group = await self._convert_group(group, Group(group_id, self.settings, 0))
+            if group is None:
+                return JoinResult(Error.COORDINATOR_NOT_AVAILABLE, member_id=request.member_id)
         generation = group.generation
         member, answer = group.join(request, self.clock_ms())
         self._after_change(group, generation)
@@ -530,6 +571,9 @@ class GroupCoordinator:
             return Error.NONE if request.generation < 0 else Error.ILLEGAL_GENERATION
         if group.is_(GroupState.DEAD):
             return Error.COORDINATOR_NOT_AVAILABLE
+        if isinstance(group, ConsumerGroup):
+            # OffsetCommit v9+ names the member epoch (KIP-848).
+            return group.validate_offset_commit(request.member_id, request.generation)
         if (
             request.group_instance_id is not None
             and group.static_members.get(request.group_instance_id, request.member_id)
@@ -593,6 +637,8 @@ class GroupCoordinator:
         the group's current member of that generation."""
         if group.is_(GroupState.DEAD):
             return Error.COORDINATOR_NOT_AVAILABLE
+        if isinstance(group, ConsumerGroup):
+            return group.validate_offset_commit(request.member_id, request.generation)
         if request.generation < 0 and group.is_(GroupState.EMPTY):
             return Error.NONE
         if (
@@ -770,8 +816,12 @@ class GroupCoordinator:
 
     @staticmethod
     def _tombstones(group: Group, offsets: list[tuple[str, int]], whole: bool = True) -> list:
-        records = [(log_format.offset_key(group.group_id, t, p), None) for t, p in offsets]
+        records: list[tuple[bytes, bytes | None]] = [
+            (log_format.offset_key(group.group_id, t, p), None) for t, p in offsets
+        ]
         if whole:
+            if isinstance(group, ConsumerGroup):
+                records.extend(_encoded(group.tombstones()))
             records.append((log_format.group_key(group.group_id), None))
         return records
 
@@ -836,3 +886,120 @@ class GroupCoordinator:
         finally:
             self._topic_creation.set()
             self._topic_creation = None
+
+    # -- the consumer group protocol (KIP-848) ---------------------------------------------------
+
+    def topic_lookup(self, name: str) -> tuple[uuid.UUID, int] | None:
+        """A topic's id and partition count as this broker's metadata has them."""
+        topic = self.replicas.metadata.topic(name)
+        if topic is None or not topic.partitions:
+            return None
+        return topic.topic_id, len(topic.partitions)
+
+    def topic_names(self) -> list[str]:
+        """Every topic this broker's metadata knows (regex subscriptions match them)."""
+        return list(self.replicas.metadata.topics)
+
+    async def _write_consumer_records(
+        self, group: ConsumerGroup, records: list[ConsumerRecord]
+    ) -> Error:
+        bumped = sum(
+            1
+            for key, value in records
+            if value is not None and key.kind == RecordKind.GROUP_METADATA
+        )
+        self.consumer_rebalances += bumped
+        error = await self._append(group.group_id, _encoded(records))
+        if error != Error.NONE:
+            log.warning("cannot write consumer group %s's records: %s", group.group_id, error.name)
+            return _STORE_GROUP_ERRORS.get(error, Error.UNKNOWN_SERVER_ERROR)
+        return Error.NONE
+
+    async def _convert_group(self, old: Group, new: Group) -> Group | None:
+        """An empty group changes type (Kafka converts an empty classic group on a
+        ConsumerGroupHeartbeat and an empty consumer group on a JoinGroup): the committed
+        offsets carry over; a consumer group's records are tombstoned."""
+        new.offsets = old.offsets
+        new.offset_record_offsets = old.offset_record_offsets
+        new.pending_txn_offsets = old.pending_txn_offsets
+        if isinstance(old, ConsumerGroup):
+            # Its records go, and an empty classic group's replaces whatever classic record
+            # the group had before it became a consumer group.
+            empty = GroupValue("", 0, None, None, self.clock_ms(), ())
+            records = _encoded(old.tombstones())
+            records.append((log_format.group_key(old.group_id), log_format.group_value(empty)))
+            error = await self._append(old.group_id, records)
+            if error != Error.NONE or self.groups.get(old.group_id) is not old:
+                return None
+        old.mark_dead(self.clock_ms())
+        self._changes.notify(old.group_id)
+        self._add_group(new)
+        return new
+
+    async def consumer_heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (Kafka's GroupCoordinatorService.consumerGroupHeartbeat):
+        validated, applied to the group's state machine, and answered once the records the
+        change made are in the log (acks=all). Departure: a failed write is answered with its
+        error but the change stays in memory (Kafka reverts to the last committed state); the
+        log and memory agree again at the next load."""
+        try:
+            validate(request, group_id, self.consumer_settings.assignors)
+        except HeartbeatError as invalid:
+            log.info("ConsumerGroupHeartbeat to group %s refused: %s", group_id, invalid.message)
+            return HeartbeatResult(invalid.error, invalid.message)
+        if (error := self.check(group_id)) != Error.NONE:
+            return HeartbeatResult(error)
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            if request.member_epoch != 0:
+                return HeartbeatResult(
+                    Error.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {request.member_id}."
+                )
+            group = ConsumerGroup(group_id, self.settings, self.consumer_settings, self.clock_ms())
+            self._add_group(group)
+        elif not isinstance(group, ConsumerGroup):
+            if not group.is_(GroupState.EMPTY) or group.members:
+                # Migration of a live classic group (group.consumer.migration.policy) is not
+                # supported: Kafka's answer when the policy forbids it.
+                return HeartbeatResult(
+                    Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                )
+            converted = await self._convert_group(
+                group, ConsumerGroup(group_id, self.settings, self.consumer_settings, 0)
+            )
+            if converted is None:
+                return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
+            assert isinstance(converted, ConsumerGroup)
+            group = converted
+        result, records = group.consumer_heartbeat(
+            request, self.topic_lookup, self.clock_ms(), self.topic_names
+        )
+        self._changes.notify(group_id)
+        if records:
+            error = await self._write_consumer_records(group, records)
+            if error != Error.NONE:
+                return HeartbeatResult(error)
+        return result
+
+    def describe_consumer_group(
+        self, group_id: str
+    ) -> tuple[Error, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe of one group: GROUP_ID_NOT_FOUND for an unknown group or a
+        classic one, as Kafka answers."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, None
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if not isinstance(group, ConsumerGroup):
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return Error.NONE, None, group
+
+    def validate_offset_fetch(
+        self, group_id: str, member_id: str | None, member_epoch: int
+    ) -> Error:
+        """OffsetFetch v9+ from a consumer group member: its epoch must be current."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group.validate_offset_fetch(member_id, member_epoch)
+        return Error.NONE

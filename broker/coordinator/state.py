@@ -21,12 +21,13 @@ The rules reproduced here are Kafka's GroupCoordinator's (3.x, classic protocol)
   the coordinator makes durable before anyone receives it.
 """
 
+import struct
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from minibroker.coordinator import log_format
+from minibroker.coordinator import consumer_log_format, log_format
 from minibroker.coordinator.log_format import (
     GroupKey,
     GroupValue,
@@ -37,6 +38,8 @@ from minibroker.coordinator.log_format import (
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import BatchHeader
 from minibroker.protocol.records import decode_records
+
+_I16 = struct.Struct(">h")
 
 
 class GroupState(Enum):
@@ -809,6 +812,9 @@ class PartitionReplay:
         # producer id -> group -> (topic, partition) -> pending offset
         self.pending: dict[int, dict[str, dict[tuple[str, int], PendingTxnOffset]]] = {}
         self.groups: dict[str, GroupValue | None] = {}
+        # The consumer protocol's groups (KIP-848): group -> their records' latest values by
+        # key (a tombstone removes its key), rebuilt by ConsumerGroup.restore_records.
+        self.consumer: dict[str, dict[consumer_log_format.RecordKey, object]] = {}
         self.skipped: list[tuple[int, str]] = []
 
     def batch(self, header: BatchHeader, batch: bytes | memoryview) -> None:
@@ -841,6 +847,9 @@ class PartitionReplay:
     def _record(
         self, key_data: bytes, value: bytes | None, batch_offset: int, producer_id: int | None
     ) -> None:
+        if len(key_data) >= 2 and _I16.unpack_from(key_data)[0] in consumer_log_format.KINDS:
+            self._consumer_record(key_data, value)
+            return
         key = log_format.read_key(key_data)
         if isinstance(key, OffsetKey):
             partition = (key.topic, key.partition)
@@ -868,6 +877,27 @@ class PartitionReplay:
             else:
                 self.groups[key.group] = log_format.read_group_value(value)
 
+    def _consumer_record(self, key_data: bytes, value: bytes | None) -> None:
+        key = consumer_log_format.read_key(key_data)
+        if key.kind == consumer_log_format.RecordKind.PARTITION_METADATA:
+            return  # recomputed from the cluster's metadata (see consumer_log_format)
+        records = self.consumer.setdefault(key.group, {})
+        if value is None:
+            records.pop(key, None)
+            # The group's metadata tombstoned: the group is gone (DeleteGroups, expiry).
+            if key.kind == consumer_log_format.RecordKind.GROUP_METADATA and not records:
+                del self.consumer[key.group]
+        else:
+            records[key] = consumer_log_format.read_value(key.kind, value)
+
+    def consumer_records(self, group_id: str) -> dict[consumer_log_format.RecordKey, object]:
+        """A consumer protocol group's records as read (empty for any other group)."""
+        records = self.consumer.get(group_id, {})
+        has_metadata = any(
+            key.kind == consumer_log_format.RecordKind.GROUP_METADATA for key in records
+        )
+        return records if has_metadata else {}
+
     def marker(self, producer_id: int, commit: bool) -> None:
         """A transaction marker of ``producer_id`` read from the log."""
         groups = self.pending.pop(producer_id, None)
@@ -886,6 +916,7 @@ class PartitionReplay:
         alone, committed or pending)."""
         ids = {group for group, offsets in self.offsets.items() if offsets}
         ids |= {group for group, value in self.groups.items() if value is not None}
+        ids |= {group for group in self.consumer if self.consumer_records(group)}
         for groups in self.pending.values():
             ids |= {group for group, offsets in groups.items() if offsets}
         return ids

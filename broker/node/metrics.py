@@ -28,6 +28,7 @@ from minibroker.common.metrics import (
     BrokerMetrics,
 )
 from minibroker.controller.service import ControllerService
+from minibroker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
 from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.state import GroupState
 from minibroker.coordinator.txn_service import TransactionCoordinator
@@ -209,6 +210,27 @@ def _coordinator_metrics(
     )
     rebalances.add_metric([], coordinator.rebalances)
     yield rebalances
+    # The consumer protocol's groups (KIP-848), as Kafka's group-coordinator-metrics count them.
+    consumer_groups = GaugeMetricFamily(
+        "kafka_server_group_coordinator_metrics_consumer_group_count",
+        "Consumer-protocol groups (KIP-848) coordinated here, by state (consumer-group-count).",
+        labels=["state"],
+    )
+    modern = [group for group in groups if isinstance(group, ConsumerGroup)]
+    for consumer_state in ConsumerGroupState:
+        if consumer_state != ConsumerGroupState.DEAD:
+            consumer_groups.add_metric(
+                [consumer_state.value.lower()],
+                sum(1 for group in modern if group.consumer_state == consumer_state),
+            )
+    yield consumer_groups
+    consumer_rebalances = CounterMetricFamily(
+        "kafka_server_group_coordinator_metrics_consumer_group_rebalance",
+        "Group epoch bumps of the consumer-protocol groups coordinated here "
+        "(consumer-group-rebalance-count).",
+    )
+    consumer_rebalances.add_metric([], coordinator.consumer_rebalances)
+    yield consumer_rebalances
     commits = CounterMetricFamily(
         "kafka_server_group_coordinator_metrics_offset_commit",
         "Partition offsets committed through this coordinator (acknowledged by the ISR).",

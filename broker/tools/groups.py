@@ -13,6 +13,11 @@ a minibroker one:
   committed offsets, and ListOffsets (latest) to each partition's leader the log end offsets.
   Lag is log end minus committed, as kafka-consumer-groups.sh computes it.
 
+Groups of the consumer protocol (KIP-848), which ListGroups v5 lists with the type
+`consumer` and DescribeGroups answers as Dead, are described by ConsumerGroupDescribe
+(their state, server-side assignor, members and assignments), as kafka-consumer-groups.sh
+does.
+
 Exit status: 0 when everything asked for was answered; 1 when a broker could not be reached,
 answered with an error, or the group does not exist.
 """
@@ -41,8 +46,10 @@ RETRY_INTERVAL_S = 0.2
 VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.METADATA: (1, 12),
     ApiKey.FIND_COORDINATOR: (0, 4),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
+    # Groups of the consumer protocol (KIP-848), which DescribeGroups answers as Dead.
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
     ApiKey.OFFSET_FETCH: (2, 7),
     ApiKey.LIST_OFFSETS: (1, 7),
 }
@@ -274,8 +281,33 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
         described = {
             str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE
         }
+    consumer_protocol = [
+        group_id
+        for group_id, entry in listed.items()
+        if getattr(entry, "group_type", "") == "consumer"
+    ]
+    modern = {}
+    if consumer_protocol and ApiKey.CONSUMER_GROUP_DESCRIBE in conn.versions:
+        answer = conn.request(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            {"group_ids": consumer_protocol, "include_authorized_operations": False},
+        )
+        modern = {str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE}
     groups = []
     for group_id, entry in listed.items():
+        if group_id in modern:
+            group = modern[group_id]
+            groups.append(
+                ListedGroup(
+                    group_id,
+                    node_id,
+                    group.group_state,
+                    "consumer",
+                    group.assignor_name,
+                    len(group.members),
+                )
+            )
+            continue
         detail = described.get(group_id)
         state = getattr(entry, "group_state", "") or (detail.group_state if detail else "")
         groups.append(
@@ -374,6 +406,11 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     owner: dict[tuple[str, int], str] = {}
     consumer = group.protocol_type == "consumer"
     for member in group.members:
+        if isinstance(member, MemberView):  # a consumer-protocol group's (KIP-848)
+            members.append(member)
+            for topic_partition in member.assignment or ():
+                owner[topic_partition] = member.member_id
+            continue
         assignment = decode_assignment(bytes(member.member_assignment)) if consumer else None
         for topic_partition in assignment or ():
             owner[topic_partition] = str(member.member_id)
@@ -417,12 +454,57 @@ class _Moved(Exception):
         self.error = error
 
 
+@dataclass
+class _ModernGroup:
+    """A consumer-protocol group (KIP-848) as ConsumerGroupDescribe gives it, in the shape
+    describe_group reads a DescribeGroups entry in."""
+
+    group_state: str
+    protocol_type: str
+    protocol_data: str
+    members: list[MemberView]
+
+
+def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
+    """ConsumerGroupDescribe, for a group DescribeGroups calls Dead (Kafka 4 answers so for a
+    consumer-protocol group); None if it is not one either."""
+    if ApiKey.CONSUMER_GROUP_DESCRIBE not in conn.versions:
+        return None
+    answer = conn.request(
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        {"group_ids": [group_id], "include_authorized_operations": False},
+    )
+    group = answer.groups[0]
+    error = _error(group.error_code)
+    if error in RETRIABLE:
+        raise _Moved(error)
+    if error != Error.NONE:
+        return None
+    members = [
+        MemberView(
+            str(member.member_id),
+            member.instance_id,
+            member.client_id,
+            member.client_host,
+            [
+                (str(topic.topic_name), int(partition))
+                for topic in member.assignment.topic_partitions
+                for partition in topic.partitions
+            ],
+        )
+        for member in group.members
+    ]
+    return _ModernGroup(group.group_state, "consumer", group.assignor_name, members)
+
+
 def _describe_at(conn: Connection, group_id: str):
     described = conn.request(
         ApiKey.DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
     )
     group = described.groups[0]
     error = _error(group.error_code)
+    if error == Error.NONE and group.group_state == "Dead":
+        group = _describe_modern(conn, group_id) or group
     if error in RETRIABLE:
         raise _Moved(error)
     if error == Error.GROUP_ID_NOT_FOUND:

@@ -39,6 +39,9 @@ BROKER |= {27: (0, 1), 61: (0, 0)}
 # AddOffsetsToTxn, EndTxn (v5: TV2), DescribeTransactions, ListTransactions.
 TRANSACTIONS = {10: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 5), 65: (0, 0), 66: (0, 1)}
 BROKER |= TRANSACTIONS
+# Added since by the consumer group protocol (issue 23): ConsumerGroupHeartbeat v0-v1 (v1 from
+# protocol/consumer_group_heartbeat_v1.py) and ConsumerGroupDescribe v0.
+BROKER |= {68: (0, 1), 69: (0, 0)}
 CONTROLLER = {
     3: (1, 12), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
     31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
@@ -52,6 +55,7 @@ HELD = {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 32, 35
 HELD |= {45, 46, 47, 60, 61}
 HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
+HELD |= {68, 69}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():

@@ -140,7 +140,8 @@ def test_every_supported_version_has_kio_schemas():
 
 
 def test_flexible_version_table_agrees_with_kio():
-    """The table answers for every version kio has a schema of, served or not."""
+    """The table answers for every version kio (or protocol.schemas) has a schema of,
+    served or not."""
     for key, first_flexible in FIRST_FLEXIBLE_VERSION.items():
         versions = set(schema_name_map[api_key_map[key]])
         # protocol.schemas adds versions kio 0.6.1 lacks (EndTxn v5, Produce v12, ...).
@@ -153,8 +154,8 @@ def test_flexible_version_table_agrees_with_kio():
         # A version with no schema reads as not flexible (header v1), as before.
         assert not codec.request_is_flexible(key, max(versions | added) + 1)
         for version in sorted(versions):
-            request = codec.load_request_schema(key, version)
-            response = codec.load_response_schema(key, version)
+            request = codec.request_class(key, version)
+            response = codec.response_class(key, version)
             assert codec.request_is_flexible(key, version) == request.__flexible__, (key, version)
             expected_header = bool(response.__flexible__) and key != 18  # ApiVersions: always v0
             assert codec.response_uses_flexible_header(key, version) == expected_header

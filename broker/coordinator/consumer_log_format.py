@@ -1,0 +1,316 @@
+"""The consumer group protocol's records in `__consumer_offsets`, in Kafka 4's layouts.
+
+Pure bytes in, bytes out (group-coordinator/src/main/resources/common/message/*.json). Each
+key is a version i16 (which names the record kind) and non-flexible fields; each value is a
+version i16 (0) and a flexible struct (compact strings and arrays, tagged fields):
+
+- 3 ConsumerGroupMetadata (group): the group epoch;
+- 5 ConsumerGroupMemberMetadata (group, member): instance id, rack id, client id and host,
+  subscribed topic names and regex, rebalance timeout, server assignor;
+- 6 ConsumerGroupTargetAssignmentMetadata (group): the assignment epoch;
+- 7 ConsumerGroupTargetAssignmentMember (group, member): the member's target partitions;
+- 8 ConsumerGroupCurrentMemberAssignment (group, member): member epoch, previous epoch,
+  state, assigned partitions and partitions pending revocation.
+
+Departure: ConsumerGroupPartitionMetadata (4) is not written (the subscribed topics'
+metadata is recomputed from the cluster's at load and at each heartbeat, as Kafka 4.1 does
+with its metadata hash); one found in the log is skipped. The ClassicMemberMetadata tagged
+field (migration) is neither written nor read.
+"""
+
+import struct
+import uuid
+from dataclasses import dataclass
+from enum import IntEnum
+
+from minibroker.coordinator.log_format import RecordFormatError
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+# topic id -> sorted partitions, sorted by topic id: comparable and hashable.
+FrozenPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+class RecordKind(IntEnum):
+    """The key version of each consumer group record."""
+
+    GROUP_METADATA = 3
+    PARTITION_METADATA = 4
+    MEMBER_METADATA = 5
+    TARGET_METADATA = 6
+    TARGET_MEMBER = 7
+    CURRENT_ASSIGNMENT = 8
+
+
+KINDS = frozenset(int(kind) for kind in RecordKind)
+
+
+@dataclass(frozen=True)
+class RecordKey:
+    kind: RecordKind
+    group: str
+    member_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupEpochValue:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class MemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True)
+class TargetAssignmentEpochValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True)
+class TargetMemberValue:
+    partitions: FrozenPartitions
+
+
+@dataclass(frozen=True)
+class CurrentAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: FrozenPartitions
+    pending_revocation: FrozenPartitions
+
+
+def freeze(partitions: dict[uuid.UUID, set[int]]) -> FrozenPartitions:
+    return tuple(
+        (topic, tuple(sorted(parts)))
+        for topic, parts in sorted(partitions.items(), key=lambda item: item[0].bytes)
+        if parts
+    )
+
+
+def thaw(partitions: FrozenPartitions) -> dict[uuid.UUID, set[int]]:
+    return {topic: set(parts) for topic, parts in partitions if parts}
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _compact_string(text: str | None) -> bytes:
+    if text is None:
+        return _uvarint(0)
+    data = text.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return _I16.pack(len(data)) + data
+
+
+def _topic_partitions(partitions: FrozenPartitions) -> bytes:
+    out = _uvarint(len(partitions) + 1)
+    for topic, parts in partitions:
+        out += topic.bytes + _uvarint(len(parts) + 1)
+        out += b"".join(_I32.pack(p) for p in parts)
+        out += _uvarint(0)  # tagged fields
+    return out
+
+
+def encode_key(key: RecordKey) -> bytes:
+    out = _I16.pack(key.kind) + _string(key.group)
+    if key.kind in (
+        RecordKind.MEMBER_METADATA,
+        RecordKind.TARGET_MEMBER,
+        RecordKind.CURRENT_ASSIGNMENT,
+    ):
+        out += _string(key.member_id or "")
+    return out
+
+
+def encode_value(value: object) -> bytes:
+    out = _I16.pack(0)
+    if isinstance(value, GroupEpochValue):
+        out += _I32.pack(value.epoch)
+    elif isinstance(value, TargetAssignmentEpochValue):
+        out += _I32.pack(value.assignment_epoch)
+    elif isinstance(value, MemberMetadataValue):
+        out += (
+            _compact_string(value.instance_id)
+            + _compact_string(value.rack_id)
+            + _compact_string(value.client_id)
+            + _compact_string(value.client_host)
+            + _uvarint(len(value.subscribed_topic_names) + 1)
+            + b"".join(_compact_string(name) for name in value.subscribed_topic_names)
+            + _compact_string(value.subscribed_topic_regex)
+            + _I32.pack(value.rebalance_timeout_ms)
+            + _compact_string(value.server_assignor)
+        )
+    elif isinstance(value, TargetMemberValue):
+        out += _topic_partitions(value.partitions)
+    elif isinstance(value, CurrentAssignmentValue):
+        out += (
+            _I32.pack(value.member_epoch)
+            + _I32.pack(value.previous_member_epoch)
+            + _I8.pack(value.state)
+            + _topic_partitions(value.assigned)
+            + _topic_partitions(value.pending_revocation)
+        )
+    else:
+        raise TypeError(f"not a consumer group record value: {value!r}")
+    return out + _uvarint(0)  # tagged fields
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data)
+        self.pos = 0
+
+    def _take(self, fmt: struct.Struct) -> int:
+        try:
+            (value,) = fmt.unpack_from(self.data, self.pos)
+        except struct.error:
+            raise RecordFormatError("record truncated") from None
+        self.pos += fmt.size
+        return int(value)
+
+    def i8(self) -> int:
+        return self._take(_I8)
+
+    def i16(self) -> int:
+        return self._take(_I16)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def raw(self, length: int) -> bytes:
+        if length < 0 or self.pos + length > len(self.data):
+            raise RecordFormatError("record truncated")
+        out = self.data[self.pos : self.pos + length]
+        self.pos += length
+        return out
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.raw(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise RecordFormatError("varint too long")
+
+    def string(self) -> str:
+        length = self.i16()
+        try:
+            return self.raw(max(length, 0)).decode()
+        except UnicodeDecodeError:
+            raise RecordFormatError("a string that is not UTF-8") from None
+
+    def compact_string(self) -> str | None:
+        length = self.uvarint()
+        if length == 0:
+            return None
+        try:
+            return self.raw(length - 1).decode()
+        except UnicodeDecodeError:
+            raise RecordFormatError("a string that is not UTF-8") from None
+
+    def tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.raw(self.uvarint())
+
+    def topic_partitions(self) -> FrozenPartitions:
+        count = self.uvarint() - 1
+        out = []
+        for _ in range(max(count, 0)):
+            topic = uuid.UUID(bytes=self.raw(16))
+            parts = tuple(self.i32() for _ in range(max(self.uvarint() - 1, 0)))
+            self.tagged_fields()
+            out.append((topic, parts))
+        return tuple(out)
+
+
+def read_key(data: bytes) -> RecordKey:
+    reader = _Reader(data)
+    version = reader.i16()
+    if version not in KINDS:
+        raise RecordFormatError(f"not a consumer group record key (version {version})")
+    kind = RecordKind(version)
+    group = reader.string()
+    member = None
+    if kind in (
+        RecordKind.MEMBER_METADATA,
+        RecordKind.TARGET_MEMBER,
+        RecordKind.CURRENT_ASSIGNMENT,
+    ):
+        member = reader.string()
+    return RecordKey(kind, group, member)
+
+
+def read_value(kind: RecordKind, data: bytes) -> object:
+    reader = _Reader(data)
+    version = reader.i16()
+    if version != 0:
+        raise RecordFormatError(f"unknown {kind.name} value version {version}")
+    value: object
+    if kind == RecordKind.GROUP_METADATA:
+        value = GroupEpochValue(reader.i32())
+    elif kind == RecordKind.TARGET_METADATA:
+        value = TargetAssignmentEpochValue(reader.i32())
+    elif kind == RecordKind.MEMBER_METADATA:
+        instance_id = reader.compact_string()
+        rack_id = reader.compact_string()
+        client_id = reader.compact_string() or ""
+        client_host = reader.compact_string() or ""
+        names = tuple(reader.compact_string() or "" for _ in range(max(reader.uvarint() - 1, 0)))
+        value = MemberMetadataValue(
+            instance_id,
+            rack_id,
+            client_id,
+            client_host,
+            names,
+            reader.compact_string(),
+            reader.i32(),
+            reader.compact_string(),
+        )
+    elif kind == RecordKind.TARGET_MEMBER:
+        value = TargetMemberValue(reader.topic_partitions())
+    elif kind == RecordKind.CURRENT_ASSIGNMENT:
+        value = CurrentAssignmentValue(
+            reader.i32(),
+            reader.i32(),
+            reader.i8(),
+            reader.topic_partitions(),
+            reader.topic_partitions(),
+        )
+    else:
+        raise RecordFormatError(f"{kind.name} records are not read")
+    reader.tagged_fields()
+    return value
