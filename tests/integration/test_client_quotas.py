@@ -1,7 +1,9 @@
 """Client quotas on one broker, with real clients: a producer and a consumer held to their
 byte-rate quota, told so by throttle_time_ms (librdkafka's throttle events), while clients
 without a quota on the same broker keep their rate; DescribeClientQuotas and
-AlterClientQuotas with Kafka's answers to bad input.
+AlterClientQuotas with Kafka's answers to bad input; quotas kept across a restart of the
+controller. (ZooKeeper mode, where the elected controller pushes to the other brokers:
+tests/cluster/test_zookeeper.py.)
 
 confluent-kafka 2.16 and kafka-python 3.0 have no client-quota calls in their admin clients,
 so the quota APIs are driven with the wire client here, and with Kafka's own kafka-configs in
@@ -14,19 +16,22 @@ throttle, which a 10-second test could not tell from no quota at all.
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import BROKER_READY_TIMEOUT, create_topic, exchange
+from tests.conftest import BROKER_READY_TIMEOUT, TEST_CLIENT_ID, create_topic, exchange, wait_for
 from tests.integration.test_metrics import scrape
+from tests.unit.batch_factory import make_batch
 
 QUOTA = 1_000_000  # bytes per second
 # Rates are measured after a warm-up: a new client's first window is measured against the
@@ -297,3 +302,52 @@ def test_alter_and_describe_with_kafkas_rules(quota_broker):
         )
     )
     assert after == {}
+
+
+def produce_throttle_ms(broker: BrokerProcess, topic: str) -> int | None:
+    """One 10 kB Produce (the tests' client id); its throttle time, or None while the
+    partition has no leader."""
+    request = ProduceRequest(
+        acks=1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(
+                    PartitionProduceData(index=0, records=make_batch([(None, b"x" * 10_000)])),
+                ),
+            ),
+        ),
+    )
+    response = exchange(broker.bootstrap, request)
+    (answer,) = [part for reply in response.responses for part in reply.partition_responses]
+    if answer.error_code != Error.NONE:
+        return None
+    return int(response.throttle_time.total_seconds() * 1000)
+
+
+def test_quotas_survive_a_restart_of_the_controller(quota_broker):
+    """The node is its own controller (KRaft mode): the quotas are in its state file, and the
+    broker, which starts without any, gets them all when it registers."""
+    bootstrap = quota_broker.bootstrap
+    create_topic(bootstrap, "quota-restart", 1)
+    tests_client = entity(client_id=TEST_CLIENT_ID)
+    alter(bootstrap, [{"entity": tests_client, "ops": [setting("producer_byte_rate", 1000)]}])
+    assert produce_throttle_ms(quota_broker, "quota-restart") > 0
+
+    quota_broker.restart()
+    quota_broker.wait_ready(BROKER_READY_TIMEOUT)
+    strict = [{"entity_type": "client-id", "match_type": 0, "match": TEST_CLIENT_ID}]
+    assert described(describe(bootstrap, strict, strict=True)) == {
+        (("client-id", TEST_CLIENT_ID),): {"producer_byte_rate": 1000.0}
+    }
+    throttle = wait_for(
+        lambda: produce_throttle_ms(quota_broker, "quota-restart"),
+        BROKER_READY_TIMEOUT,
+        "the restarted broker to lead and throttle",
+    )
+    assert throttle > 0
+
+    removal = {"key": "producer_byte_rate", "value": 0.0, "remove": True}
+    alter(bootstrap, [{"entity": tests_client, "ops": [removal]}])
+    assert produce_throttle_ms(quota_broker, "quota-restart") == 0
