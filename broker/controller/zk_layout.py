@@ -301,7 +301,7 @@ def _config_znodes(
         configs.setdefault(path, {}).update(
             {key: _quota_value_string(value) for key, value in values.items()}
         )
-        if "/clients/" in path:
+        if len(entity) == 2:  # /config/users/<user>/clients/<client-id>
             parents.add(path.rsplit("/", 2)[0])
     znodes = {path: _json({"version": 1, "config": config}) for path, config in configs.items()}
     for parent in parents:

@@ -129,6 +129,9 @@ class ZooKeeperStore:
         results = transaction.commit()
         failures = [result for result in results if isinstance(result, Exception)]
         if failures:
+            for write, result in zip(writes, results[1:], strict=False):
+                if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
+                    log.warning("%s of %s failed: %r", write.kind, write.path, result)
             raise _first_cause(failures)
         versions = {}
         for write, result in zip(writes, results[1:], strict=True):

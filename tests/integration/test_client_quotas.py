@@ -304,9 +304,9 @@ def test_alter_and_describe_with_kafkas_rules(quota_broker):
     assert after == {}
 
 
-def produce_throttle_ms(broker: BrokerProcess, topic: str) -> int | None:
-    """One 10 kB Produce (the tests' client id); its throttle time, or None while the
-    partition has no leader."""
+def produce_throttle_ms(broker: BrokerProcess, topic: str, partition: int = 0) -> int | None:
+    """One 10 kB Produce (the tests' client id) to this broker; its throttle time, or None
+    while the broker does not lead the partition."""
     request = ProduceRequest(
         acks=1,
         timeout=datetime.timedelta(seconds=10),
@@ -314,7 +314,9 @@ def produce_throttle_ms(broker: BrokerProcess, topic: str) -> int | None:
             TopicProduceData(
                 name=topic,
                 partition_data=(
-                    PartitionProduceData(index=0, records=make_batch([(None, b"x" * 10_000)])),
+                    PartitionProduceData(
+                        index=partition, records=make_batch([(None, b"x" * 10_000)])
+                    ),
                 ),
             ),
         ),

@@ -269,6 +269,7 @@ def quota_state() -> ControllerState:
         entity_key([(USER, "alice"), (CLIENT_ID, "app 1")]): {"consumer_byte_rate": 2048.0},
         entity_key([(USER, None), (CLIENT_ID, None)]): {"request_percentage": 12.5},
         entity_key([(CLIENT_ID, None)]): {"producer_byte_rate": 1.0},
+        entity_key([(CLIENT_ID, "c")]): {"consumer_byte_rate": 3.0},
         entity_key([(IP, "10.0.0.1")]): {"connection_creation_rate": 5.0},
         entity_key([(IP, None)]): {"connection_creation_rate": 50.0},
     }
@@ -309,6 +310,20 @@ def test_quotas_are_in_kafkas_znodes_beside_the_users_credentials():
     }
     assert json.loads(znodes["/config/clients/<default>"])["config"] == {"producer_byte_rate": "1"}
     assert json.loads(znodes["/config/ips/10.0.0.1"])["config"] == {"connection_creation_rate": "5"}
+    # Exactly these znodes beside the empty state's (no stray parent such as /config).
+    empty = layout.state_znodes(ControllerState())
+    assert sorted(set(znodes) - set(empty)) == [
+        "/config/clients/<default>",
+        "/config/clients/c",
+        "/config/ips/10.0.0.1",
+        "/config/ips/<default>",
+        "/config/users/<default>",
+        "/config/users/<default>/clients",
+        "/config/users/<default>/clients/<default>",
+        "/config/users/alice",
+        "/config/users/alice/clients",
+        "/config/users/alice/clients/app%201",
+    ]
     loaded = layout.state_from_znodes(znodes, 1)
     assert loaded.client_quotas == state.client_quotas
     assert loaded.scram_credentials == state.scram_credentials
