@@ -6,8 +6,8 @@ controller. (ZooKeeper mode, where the elected controller pushes to the other br
 tests/cluster/test_zookeeper.py.)
 
 confluent-kafka 2.16 and kafka-python 3.0 have no client-quota calls in their admin clients,
-so the quota APIs are driven with the wire client here, and with Kafka's own kafka-configs in
-tests/java/test_tools.py.
+so the quota APIs are driven with the wire client and with kafka-python's own messages here,
+and with Kafka's own kafka-configs in tests/java/test_tools.py.
 
 The broker measures rates over ``quota.window.num=2`` windows of one second: Kafka's default
 of 11 lets a new client send ten seconds' worth of its quota at once before the first
@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kafka import KafkaAdminClient
+from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from minibroker.protocol import codec
@@ -353,3 +355,40 @@ def test_quotas_survive_a_restart_of_the_controller(quota_broker):
     removal = {"key": "producer_byte_rate", "value": 0.0, "remove": True}
     alter(bootstrap, [{"entity": tests_client, "ops": [removal]}])
     assert produce_throttle_ms(quota_broker, "quota-restart") == 0
+
+
+def test_kafka_python_alters_and_describes_quotas(quota_broker):
+    """kafka-python 3.0 has the two messages but no admin methods for them: they go through
+    its admin client's own connections (its encoding, its version negotiation)."""
+    admin = KafkaAdminClient(bootstrap_servers=quota_broker.bootstrap)
+    try:
+        entry = AlterClientQuotasRequest.EntryData
+        request = AlterClientQuotasRequest(
+            entries=[
+                entry(
+                    entity=[entry.EntityData(entity_type="user", entity_name="kp")],
+                    ops=[entry.OpData(key="consumer_byte_rate", value=5000.0, remove=False)],
+                ),
+                entry(
+                    entity=[entry.EntityData(entity_type="user", entity_name=None)],
+                    ops=[entry.OpData(key="consumer_byte_rate", value=-1.0, remove=False)],
+                ),
+            ],
+            validate_only=False,
+        )
+        altered = admin._manager.run(admin._manager.send, request)
+        assert [e.error_code for e in altered.entries] == [0, Error.INVALID_REQUEST]
+        component = DescribeClientQuotasRequest.ComponentData
+        described = admin._manager.run(
+            admin._manager.send,
+            DescribeClientQuotasRequest(
+                components=[component(entity_type="user", match_type=0, match="kp")],
+                strict=True,
+            ),
+        )
+        assert described.error_code == 0
+        assert [(v.key, v.value) for e in described.entries for v in e.values] == [
+            ("consumer_byte_rate", 5000.0)
+        ]
+    finally:
+        admin.close()
