@@ -66,58 +66,66 @@ def principal_user(principal: str) -> str:
     return name if separator and kind == "User" else principal
 
 
-@dataclass
-class _Sample:
-    start_ms: int
-    value: float = 0.0
-    last_event_ms: int = 0
+# A sample: [start_ms, value, last_event_ms] (lists, not objects: this runs on every Produce
+# and Fetch of a client a quota applies to).
+_START, _VALUE, _LAST = 0, 1, 2
 
 
-@dataclass
 class Rate:
     """Kafka's ``Rate`` over a ``SampledStat``: ``samples`` windows of ``window_ms``, and one
     more for the sample that overlaps the start of the measured window."""
 
-    samples: int
-    window_ms: int
-    _samples: list[_Sample] = field(default_factory=list)
-    _current: int = 0
+    __slots__ = ("samples", "window_ms", "_samples", "_current")
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.samples = samples
+        self.window_ms = window_ms
+        self._samples: list[list] = []
+        self._current = 0
 
     def record(self, value: float, now_ms: int) -> None:
-        if not self._samples:
-            self._samples.append(_Sample(now_ms))
-        sample = self._samples[self._current]
-        if now_ms - sample.start_ms >= self.window_ms:
+        samples = self._samples
+        if not samples:
+            samples.append([now_ms, 0.0, now_ms])
+        sample = samples[self._current]
+        if now_ms - sample[_START] >= self.window_ms:
             self._current = (self._current + 1) % (self.samples + 1)
-            if self._current >= len(self._samples):
-                self._samples.append(_Sample(now_ms))
+            if self._current >= len(samples):
+                samples.append([now_ms, 0.0, now_ms])
             else:
-                self._samples[self._current] = _Sample(now_ms)
-            sample = self._samples[self._current]
-        sample.value += value
-        sample.last_event_ms = now_ms
+                samples[self._current][:] = [now_ms, 0.0, now_ms]
+            sample = samples[self._current]
+        sample[_VALUE] += value
+        sample[_LAST] = now_ms
 
-    def _purge(self, now_ms: int) -> None:
+    def window_and_total(self, now_ms: int) -> tuple[int, float]:
+        """The time the rate is measured over (Kafka's Rate.windowSize: obsolete samples
+        purged first) and the total of the samples in it."""
+        samples = self._samples
+        if not samples:
+            samples.append([now_ms, 0.0, now_ms])
         expire_ms = self.samples * self.window_ms
-        for index, sample in enumerate(self._samples):
-            if now_ms - sample.last_event_ms >= expire_ms:
-                self._samples[index] = _Sample(now_ms, 0.0, now_ms)
-
-    def window_size_ms(self, now_ms: int) -> int:
-        """The time the rate is measured over (Kafka's Rate.windowSize)."""
-        self._purge(now_ms)
-        if not self._samples:
-            self._samples.append(_Sample(now_ms))
-        elapsed = now_ms - min(sample.start_ms for sample in self._samples)
+        oldest = now_ms
+        total = 0.0
+        for sample in samples:
+            if now_ms - sample[_LAST] >= expire_ms:
+                sample[:] = [now_ms, 0.0, now_ms]
+            if sample[_START] < oldest:
+                oldest = sample[_START]
+            total += sample[_VALUE]
+        elapsed = now_ms - oldest
         full_windows = elapsed // self.window_ms
         if full_windows < self.samples - 1:
             elapsed += (self.samples - 1 - full_windows) * self.window_ms
-        return max(elapsed, 1)
+        return max(elapsed, 1), total
+
+    def window_size_ms(self, now_ms: int) -> int:
+        return self.window_and_total(now_ms)[0]
 
     def measure(self, now_ms: int) -> float:
         """Units per second."""
-        window_ms = self.window_size_ms(now_ms)
-        return sum(sample.value for sample in self._samples) / (window_ms / 1000)
+        window_ms, total = self.window_and_total(now_ms)
+        return total / (window_ms / 1000)
 
 
 @dataclass
@@ -125,7 +133,7 @@ class QuotaSensor:
     """One quota entity's rate and the throttle times it was given (metrics)."""
 
     tags: tuple[str, str]  # (user, client-id) as Kafka's metric tags
-    rate: Rate
+    rate: "Rate"
     throttle_ms_total: float = 0.0
     throttle_count: int = 0
     last_record_ms: int = 0
@@ -209,10 +217,10 @@ class ClientQuotaManager:
             self._sensors[tags] = sensor
         sensor.rate.record(value, now_ms)
         sensor.last_record_ms = now_ms
-        observed = sensor.rate.measure(now_ms)
+        window_ms, total = sensor.rate.window_and_total(now_ms)
+        observed = total / (window_ms / 1000)
         if observed <= quota:
             return 0
-        window_ms = sensor.rate.window_size_ms(now_ms)
         throttle_ms = min(round((observed - quota) / quota * window_ms), self.max_throttle_ms)
         sensor.throttle_ms_total += throttle_ms
         sensor.throttle_count += 1

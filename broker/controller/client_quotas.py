@@ -11,7 +11,9 @@ or none, and each entity gets its own answer, as in Kafka.
 
 Departures: an ``ip`` name must be an IP address (Kafka also accepts a host name it can
 resolve; the controller does no DNS lookups); an entity named twice in one request is refused
-with INVALID_REQUEST for both (Kafka applies the first and answers the second's error).
+with INVALID_REQUEST for both (Kafka applies the first and answers the second's error); an
+infinite or NaN rate is refused (Kafka accepts them for its DOUBLE keys; the JSON store
+could not keep them).
 
 The push to brokers reuses AlterClientQuotas on the controller's channel (as the SCRAM push
 reuses AlterUserScramCredentials): an entry carries one entity's whole quota set (no ops: it
