@@ -127,6 +127,8 @@ async def dispatch(
         )
         log.exception("%s v%d failed; answering %s", name, version, answer.name)
         data = error_response(key, request, answer)
+    # Client quotas (KIP-219): the bytes count, the response carries the throttle time, and
+    # ctx.connection tells the read loop to mute the channel (apis/client_quotas.py).
     quotas = ctx.quotas is not None and ctx.quotas.enabled
     if quotas and key == ApiKey.PRODUCE:
         client_quotas.throttle_produce(ctx, request, len(frame), data)

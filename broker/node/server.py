@@ -244,7 +244,8 @@ class BrokerServer:
                 await control.start(self.coordinator.run)
                 self.transactions = TransactionCoordinator(self.config, self.replicas)
                 await control.start(self.transactions.run)
-            self.metrics.register(QuotaCollector(self.quotas))
+            if self.config.is_broker:
+                self.metrics.register(QuotaCollector(self.quotas))
             self.metrics.register(
                 StateCollector(
                     self.replicas, lambda: self.controller, self.coordinator, self.transactions
