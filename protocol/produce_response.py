@@ -60,7 +60,7 @@ def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
         if flexible:
             out += b"\x00"
     if version >= 1:
-        out += _INT32.pack(0)  # throttle_time_ms
+        out += _INT32.pack(data.get("throttle_time_ms", 0))  # a quota's (KIP-219)
     if flexible:
         out += b"\x00"
     return bytes(out)

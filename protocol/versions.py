@@ -53,6 +53,8 @@ class ApiKey(IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     ALTER_PARTITION = 56
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -93,6 +95,7 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.SASL_HANDSHAKE: 1,
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.ALTER_CLIENT_QUOTAS: 1,
     # The transaction coordinator's: markers to partition leaders, and KIP-890's
     # AddPartitionsToTxn from a partition leader to the coordinator (verify-only for TV1,
     # adding the partition for TV2; v5 knows TRANSACTION_ABORTABLE).
@@ -135,6 +138,8 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
+    ApiKey.ALTER_CLIENT_QUOTAS: 1,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.INIT_PRODUCER_ID: 2,

@@ -23,6 +23,7 @@ from minibroker.security.scram import ScramCredentials
 
 if TYPE_CHECKING:
     from minibroker.common.metrics import BrokerMetrics
+    from minibroker.common.quota_manager import BrokerQuotas
     from minibroker.controller.service import ControllerService
     from minibroker.coordinator.service import GroupCoordinator
     from minibroker.coordinator.txn_service import TransactionCoordinator
@@ -50,6 +51,9 @@ class Connection:
     principal: str = "User:ANONYMOUS"
     # On a SASL listener: its authentication state (security.authenticator.SaslSession).
     sasl: "SaslSession | None" = None
+    # KIP-219: how long the connection's channel stays muted after the response just sent
+    # (a quota's throttle time, set by dispatch, honoured by the connection's read loop).
+    throttle_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,8 @@ class RequestContext:
     advertised: dict[int, tuple[int, int]] = field(default_factory=dict)
     # The transaction coordinator (None on a controller-only node).
     transactions: "TransactionCoordinator | None" = None
+    # The broker's client quota managers (None on a controller-only node).
+    quotas: "BrokerQuotas | None" = None
 
     @property
     def version(self) -> int:

@@ -8,7 +8,14 @@ registry.served_versions: the same one ApiVersions advertises on inter-node list
 import logging
 import time
 
-from minibroker.apis import CloseConnection, Handler, RequestContext, Senders, api_versions
+from minibroker.apis import (
+    CloseConnection,
+    Handler,
+    RequestContext,
+    Senders,
+    api_versions,
+    client_quotas,
+)
 from minibroker.apis.errors import error_response
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.apis.registry import APIS, HELD_UNTIL_READY
@@ -120,7 +127,14 @@ async def dispatch(
         )
         log.exception("%s v%d failed; answering %s", name, version, answer.name)
         data = error_response(key, request, answer)
+    # Client quotas (KIP-219): the bytes count, the response carries the throttle time, and
+    # ctx.connection tells the read loop to mute the channel (apis/client_quotas.py).
+    quotas = ctx.quotas is not None and ctx.quotas.enabled
+    if quotas and key == ApiKey.PRODUCE:
+        client_quotas.throttle_produce(ctx, request, len(frame), data)
     response = None if data is None else _encode(header, version, data)
+    if quotas and key == ApiKey.FETCH:
+        client_quotas.throttle_fetch(ctx, request, response)
     ctx.metrics.requests.labels(name).inc()
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
     if isinstance(data, dict):

@@ -341,6 +341,8 @@ _PROPERTIES: dict[str, _Property] = {
     ),
     "transactional.id.expiration.ms": _Property("transactional_id_expiration_ms", _at_least(1)),
     "producer.id.expiration.ms": _Property("producer_id_expiration_ms", _at_least(1)),
+    "quota.window.num": _Property("quota_window_num", _at_least(1)),
+    "quota.window.size.seconds": _Property("quota_window_size_seconds", _at_least(1)),
     "producer.id.expiration.check.interval.ms": _Property(
         "producer_id_expiration_check_interval_ms", _at_least(1)
     ),
@@ -487,6 +489,8 @@ class BrokerConfig:
     transaction_state_log_segment_bytes: int = _kafka_default("transaction.state.log.segment.bytes")
     transactional_id_expiration_ms: int = _kafka_default("transactional.id.expiration.ms")
     producer_id_expiration_ms: int = _kafka_default("producer.id.expiration.ms")
+    quota_window_num: int = _kafka_default("quota.window.num")
+    quota_window_size_seconds: int = _kafka_default("quota.window.size.seconds")
     producer_id_expiration_check_interval_ms: int = _kafka_default(
         "producer.id.expiration.check.interval.ms"
     )

@@ -256,6 +256,8 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "process.roles": (LIST, ""),
     "producer.id.expiration.check.interval.ms": (INT, "600000"),
     "producer.id.expiration.ms": (INT, "86400000"),
+    "quota.window.num": (INT, "11"),
+    "quota.window.size.seconds": (INT, "1"),
     "replica.fetch.backoff.ms": (INT, "1000"),
     "replica.fetch.max.bytes": (INT, "1048576"),
     "replica.fetch.min.bytes": (INT, "1"),

@@ -93,6 +93,8 @@ class BrokerLifecycleManager:
         )
         # Every credential, replacing what it knew: some may have changed while it was away.
         controller.push_scram_credentials(None, only_to=request.broker_id)
+        # And every client quota, as a snapshot.
+        controller.push_client_quotas(None, only_to=request.broker_id)
         controller.propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 from kio.static.protocol import RequestPayload
 
+from minibroker.common.quota_manager import QuotaEntity
 from minibroker.controller import acls as acl_transitions
+from minibroker.controller import client_quotas as quota_transitions
 from minibroker.controller import scram_credentials as scram_transitions
 from minibroker.controller.state import BrokerInfo, ControllerState, PartitionChange, TopicState
 from minibroker.protocol import codec
@@ -239,4 +241,13 @@ def scram_push(state: ControllerState, pairs: set[tuple[str, str]] | None) -> Re
     return codec.build(
         codec.request_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0),
         scram_transitions.push_request_data(state, pairs),
+    )
+
+
+def client_quotas_push(state: ControllerState, entities: set[QuotaEntity] | None) -> RequestPayload:
+    """The quotas of ``entities`` (all of them, as a snapshot, when None) as an
+    AlterClientQuotas (see controller/client_quotas.py)."""
+    return codec.build(
+        codec.request_class(ApiKey.ALTER_CLIENT_QUOTAS, 1),
+        quota_transitions.push_request_data(state, entities),
     )

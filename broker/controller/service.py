@@ -2,20 +2,21 @@
 ``KafkaController`` in ZooKeeper mode, ``QuorumController`` in KRaft mode).
 
 Every decision comes from the pure transitions in ``state.py`` (and ``acls.py``,
-``configs.py``, ``scram_credentials.py``). The shell's order is always the same: apply the
-transition, ``save`` (so a restarted controller never forgets what it told anyone), then queue
-LeaderAndIsr / StopReplica / UpdateMetadata (``broker_requests.py``) on the per-broker
-channels (``channel_manager.py``). The service is split as Kafka's KRaft controller is:
+``configs.py``, ``scram_credentials.py``, ``client_quotas.py``). The shell's order is always
+the same: apply the transition, ``save`` (so a restarted controller never forgets what it
+told anyone), then queue LeaderAndIsr / StopReplica / UpdateMetadata (``broker_requests.py``)
+on the per-broker channels (``channel_manager.py``). The service is split as Kafka's KRaft
+controller is:
 
 - :class:`~minibroker.controller.broker_lifecycle.BrokerLifecycleManager` (Kafka:
   ``ClusterControlManager`` and ``BrokerHeartbeatManager``): registration, heartbeats,
   session expiry, fencing, controlled shutdown;
 - :class:`~minibroker.controller.replication_control.ReplicationControlManager` (Kafka:
   ``ReplicationControlManager``): topics, partitions, ISR changes, elections, reassignments;
-- this module: the state, its saves, telling brokers, and the configs, ACL, SCRAM and
-  producer-id verbs (Kafka: ``ConfigurationControlManager``, ``AclControlManager``,
-  ``ScramControlManager``, ``ProducerIdControlManager``), each a thin method over its pure
-  transition.
+- this module: the state, its saves, telling brokers, and the configs, ACL, SCRAM, quota
+  and producer-id verbs (Kafka: ``ConfigurationControlManager``, ``AclControlManager``,
+  ``ScramControlManager``, ``ClientQuotaControlManager``, ``ProducerIdControlManager``), each
+  a thin method over its pure transition.
 
 The public methods are the interface apis/, node/ and zookeeper.py use.
 """
@@ -33,6 +34,7 @@ from minibroker.common.config_model import BrokerLayers, dynamic_topic_defaults
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.controller import acls as acl_transitions
 from minibroker.controller import broker_requests
+from minibroker.controller import client_quotas as quota_transitions
 from minibroker.controller import configs as config_transitions
 from minibroker.controller import scram_credentials as scram_transitions
 from minibroker.controller import state as transitions
@@ -122,6 +124,7 @@ class ControllerService:
             # the previous controller died reaches brokers that will not register again.
             self.push_acls()
             self.push_scram_credentials(None)
+            self.push_client_quotas(None)
             nursery.start_soon(self.brokers.watch_sessions)
             if self.config.auto_leader_rebalance_enable:
                 nursery.start_soon(self.replication.rebalance_leaders)
@@ -326,6 +329,27 @@ class ControllerService:
     def push_scram_credentials(self, pairs, only_to: int | None = None) -> list[trio.Event]:
         """Tell brokers the credentials of ``pairs`` (all of them when None)."""
         request = broker_requests.scram_push(self.state, pairs)
+        targets = [only_to] if only_to is not None else self.state.live_brokers()
+        return [self.channels.enqueue(node_id, request) for node_id in targets]
+
+    async def alter_client_quotas(self, request) -> dict:
+        """AlterClientQuotas (Kafka's ClientQuotaControlManager): decided, saved, pushed to
+        every live broker, answered once they have it (a late broker gets every quota when it
+        registers)."""
+        results, changed = quota_transitions.alter(self.state, request)
+        if changed:
+            await self.save()
+            log.info("client quotas changed for %d entit(ies)", len(changed))
+            events = self.push_client_quotas(changed)
+            await self.await_delivery(events, CONFIG_DELIVERY_S)
+        return {"entries": results}
+
+    async def describe_client_quotas(self, request) -> dict:
+        return quota_transitions.describe(self.state, request)
+
+    def push_client_quotas(self, entities, only_to: int | None = None) -> list[trio.Event]:
+        """Tell brokers the quotas of ``entities`` (all of them when None)."""
+        request = broker_requests.client_quotas_push(self.state, entities)
         targets = [only_to] if only_to is not None else self.state.live_brokers()
         return [self.channels.enqueue(node_id, request) for node_id in targets]
 

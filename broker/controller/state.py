@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import TypedDict
 
+from minibroker.common.quota_manager import QuotaEntity
 from minibroker.protocol.errors import Error, KafkaError
 from minibroker.security.authorizer.acls import AclBinding
 
@@ -147,6 +148,8 @@ class ControllerState:
     # SCRAM credentials by user, then mechanism name ("SCRAM-SHA-512"): salt, stored key and
     # server key (base64) and iterations, as Kafka keeps them; never a password.
     scram_credentials: dict[str, dict[str, ScramRecord]] = field(default_factory=dict)
+    # Client quotas by entity (controller/client_quotas.py), then quota key: the value.
+    client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

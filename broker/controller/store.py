@@ -12,6 +12,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from minibroker.controller.client_quotas import entities_from_json, entities_to_json
 from minibroker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
 from minibroker.security.authorizer.acls import AclBinding
 from minibroker.storage.checkpoint import write_file_atomically
@@ -71,6 +72,7 @@ def _state_to_dict(state: ControllerState) -> dict:
         "broker_configs": state.broker_configs,
         "acls": [asdict(binding) for binding in state.acls],
         "scram_credentials": state.scram_credentials,
+        "client_quotas": entities_to_json(state.client_quotas),
     }
 
 
@@ -110,6 +112,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             broker_configs=data.get("broker_configs", {}),
             acls=[AclBinding(**binding) for binding in data.get("acls", [])],
             scram_credentials=data.get("scram_credentials", {}),
+            client_quotas=entities_from_json(data.get("client_quotas", [])),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

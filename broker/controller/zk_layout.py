@@ -22,6 +22,11 @@ The layout is Kafka's (``kafka.zk.ZkData``), so a Kafka tool reading ZooKeeper s
 - ``/config/users/<user>`` (the user name URL-encoded, as Kafka's ``Sanitizer``):
   ``{"version":1,"config":{"SCRAM-SHA-512":"salt=...,stored_key=...,server_key=...,
   iterations=4096"}}``, Kafka's ``ScramCredentialUtils`` string, base64 as Kafka writes it.
+  The same znode holds the user's client quotas (``"producer_byte_rate":"1048576"``), as in
+  Kafka; ``/config/users/<user>/clients/<client-id>``, ``/config/clients/<client-id>`` and
+  ``/config/ips/<ip>`` hold the other entities' quotas, ``<default>`` naming a default
+  (client ids URL-encoded as user names are). A parent that only holds children is written
+  with an empty config (``/config/users/<user>``) or no data (``.../clients``).
 - ``/controller``, ``/controller_epoch``, ``/brokers/ids/<id>``, ``/cluster/id``,
   ``/latest_producer_id_block``: written by the election and the session, not by a save.
 
@@ -45,6 +50,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from minibroker.common.quota_manager import CLIENT_ID, IP, USER, QuotaEntity, entity_key
 from minibroker.controller.state import (
     BrokerInfo,
     ControllerState,
@@ -69,6 +75,8 @@ TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"
 CLUSTER_ID = "/cluster/id"
 USER_CONFIGS = "/config/users"
+CLIENT_CONFIGS = "/config/clients"
+IP_CONFIGS = "/config/ips"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 MINIBROKER = "/minibroker"
 BROKER_REGISTRY = f"{MINIBROKER}/broker_registry"
@@ -100,6 +108,8 @@ PERSISTENT_PATHS = (
     TOPIC_CONFIGS,
     BROKER_CONFIGS,
     USER_CONFIGS,
+    CLIENT_CONFIGS,
+    IP_CONFIGS,
     *ACL_TYPE_PATHS,
     "/cluster",
     MINIBROKER,
@@ -243,42 +253,121 @@ def scram_credential_from_string(text: str) -> ScramRecord:
     )
 
 
-def _user_znodes(
+def _quota_entity_name(name: str | None) -> str:
+    return DEFAULT_BROKER_ENTITY if name is None else user_znode_name(name)
+
+
+def _quota_entity_from_name(name: str) -> str | None:
+    return None if name == DEFAULT_BROKER_ENTITY else urllib.parse.unquote(name)
+
+
+def _quota_value_string(value: float) -> str:
+    """As kafka-configs writes a value: a whole number without a fraction."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _quota_path(entity: QuotaEntity) -> str:
+    names = dict(entity)
+    if IP in names:
+        return f"{IP_CONFIGS}/{_quota_entity_name(names[IP])}"
+    if USER in names and CLIENT_ID in names:
+        user, client = _quota_entity_name(names[USER]), _quota_entity_name(names[CLIENT_ID])
+        return f"{USER_CONFIGS}/{user}/clients/{client}"
+    if USER in names:
+        return f"{USER_CONFIGS}/{_quota_entity_name(names[USER])}"
+    return f"{CLIENT_CONFIGS}/{_quota_entity_name(names[CLIENT_ID])}"
+
+
+def _config_znodes(
     scram_credentials: Mapping[str, Mapping[str, ScramRecord]],
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]],
 ) -> dict[str, bytes]:
-    return {
-        f"{USER_CONFIGS}/{user_znode_name(user)}": _json(
-            {
-                "version": 1,
-                "config": {
+    """The ``/config/users``, ``/config/clients`` and ``/config/ips`` znodes: SCRAM
+    credentials and quotas, a user's both in its one znode."""
+    configs: dict[str, dict[str, str]] = {}
+    for user, credentials in scram_credentials.items():
+        if credentials:
+            configs.setdefault(f"{USER_CONFIGS}/{user_znode_name(user)}", {}).update(
+                {
                     mechanism: scram_credential_string(record)
                     for mechanism, record in credentials.items()
-                },
-            }
+                }
+            )
+    parents: set[str] = set()
+    for entity, values in client_quotas.items():
+        if not values:
+            continue
+        path = _quota_path(entity)
+        configs.setdefault(path, {}).update(
+            {key: _quota_value_string(value) for key, value in values.items()}
         )
-        for user, credentials in scram_credentials.items()
-        if credentials
-    }
+        if len(entity) == 2:  # /config/users/<user>/clients/<client-id>
+            parents.add(path.rsplit("/", 2)[0])
+    znodes = {path: _json({"version": 1, "config": config}) for path, config in configs.items()}
+    for parent in parents:
+        znodes.setdefault(parent, _json({"version": 1, "config": {}}))
+        znodes[f"{parent}/clients"] = b""
+    return znodes
+
+
+def _user_configs(znodes: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
+    """Every ``/config/users/<user>`` znode's config, by user (a znode without data, as
+    Kafka creates a parent, has none)."""
+    prefix = f"{USER_CONFIGS}/"
+    configs = {}
+    for path, data in znodes.items():
+        name = path[len(prefix) :]
+        if path.startswith(prefix) and "/" not in name:
+            configs[name] = json.loads(data)["config"] if data else {}
+    return configs
 
 
 def _scram_credentials_from_znodes(
     znodes: Mapping[str, bytes],
 ) -> dict[str, dict[str, ScramRecord]]:
-    """Every user's SCRAM credentials; other user configs (Kafka's quotas) are not ours."""
+    """Every user's SCRAM credentials (a user's znode may also hold its quotas)."""
     credentials: dict[str, dict[str, ScramRecord]] = {}
-    prefix = f"{USER_CONFIGS}/"
-    for path, data in znodes.items():
-        if not path.startswith(prefix):
-            continue
-        config = json.loads(data)["config"]
+    for name, config in _user_configs(znodes).items():
         mechanisms = {
             mechanism: scram_credential_from_string(config[mechanism])
             for mechanism in sasl.SCRAM_MECHANISM_TYPES
             if mechanism in config
         }
         if mechanisms:
-            credentials[urllib.parse.unquote(path[len(prefix) :])] = mechanisms
+            credentials[urllib.parse.unquote(name)] = mechanisms
     return credentials
+
+
+def _client_quotas_from_znodes(
+    znodes: Mapping[str, bytes],
+) -> dict[QuotaEntity, dict[str, float]]:
+    """Every entity's quotas: the numeric keys of the quota znodes (a user's SCRAM
+    credentials are not quotas)."""
+    quotas: dict[QuotaEntity, dict[str, float]] = {}
+    for path, data in znodes.items():
+        parts = path.split("/")[2:]  # "", "config", then the entity's parts
+        if path.startswith(f"{USER_CONFIGS}/") and len(parts) == 2:
+            pairs = [(USER, _quota_entity_from_name(parts[1]))]
+        elif path.startswith(f"{USER_CONFIGS}/") and len(parts) == 4 and parts[2] == "clients":
+            pairs = [
+                (USER, _quota_entity_from_name(parts[1])),
+                (CLIENT_ID, _quota_entity_from_name(parts[3])),
+            ]
+        elif path.startswith(f"{CLIENT_CONFIGS}/") and len(parts) == 2:
+            pairs = [(CLIENT_ID, _quota_entity_from_name(parts[1]))]
+        elif path.startswith(f"{IP_CONFIGS}/") and len(parts) == 2:
+            pairs = [(IP, _quota_entity_from_name(parts[1]))]
+        else:
+            continue
+        config = json.loads(data)["config"] if data else {}
+        values = {
+            key: float(value)
+            for key, value in config.items()
+            if key not in sasl.SCRAM_MECHANISM_TYPES
+        }
+        if values:
+            quotas[entity_key(pairs)] = values
+    return quotas
 
 
 def state_znodes(
@@ -317,7 +406,7 @@ def state_znodes(
             {"version": 1, "config": configs}
         )
     znodes.update(_acl_znodes(state.acls))
-    znodes.update(_user_znodes(state.scram_credentials))
+    znodes.update(_config_znodes(state.scram_credentials, state.client_quotas))
     znodes[BROKER_REGISTRY] = _json(
         {
             "version": 1,
@@ -405,6 +494,7 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
             broker_configs=broker_configs,
             acls=_acls_from_znodes(znodes),
             scram_credentials=_scram_credentials_from_znodes(znodes),
+            client_quotas=_client_quotas_from_znodes(znodes),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"the controller state in ZooKeeper is not readable: {error!r}") from None

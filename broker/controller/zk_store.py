@@ -82,6 +82,12 @@ class ZooKeeperStore:
             read(f"{layout.BROKER_CONFIGS}/{entity}")
         for user in _children(self._zk, layout.USER_CONFIGS):
             read(f"{layout.USER_CONFIGS}/{user}")
+            if read(f"{layout.USER_CONFIGS}/{user}/clients"):
+                for client in _children(self._zk, f"{layout.USER_CONFIGS}/{user}/clients"):
+                    read(f"{layout.USER_CONFIGS}/{user}/clients/{client}")
+        for root in (layout.CLIENT_CONFIGS, layout.IP_CONFIGS):
+            for entity in _children(self._zk, root):
+                read(f"{root}/{entity}")
         for type_path in layout.ACL_TYPE_PATHS:
             for resource in _children(self._zk, type_path):
                 read(f"{type_path}/{resource}")
@@ -123,6 +129,9 @@ class ZooKeeperStore:
         results = transaction.commit()
         failures = [result for result in results if isinstance(result, Exception)]
         if failures:
+            for write, result in zip(writes, results[1:], strict=False):
+                if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
+                    log.warning("%s of %s failed: %r", write.kind, write.path, result)
             raise _first_cause(failures)
         versions = {}
         for write, result in zip(writes, results[1:], strict=True):

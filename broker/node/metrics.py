@@ -27,13 +27,14 @@ from minibroker.common.metrics import (
     MAX_PARTITION_SERIES,
     BrokerMetrics,
 )
+from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
 from minibroker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
 from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.state import GroupState
 from minibroker.coordinator.txn_service import TransactionCoordinator
 from minibroker.coordinator.txn_state import TxnState
-from minibroker.replication.replica_manager import ReplicaManager
+from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms
 
 log = logging.getLogger("metrics")
 
@@ -338,3 +339,48 @@ async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_st
     log.info("metrics on http://%s:%d/metrics", host, port)
     task_status.started()
     await trio.serve_listeners(handle, listeners)
+
+
+class QuotaCollector:
+    """Each quota entity's rate and throttle time, as Kafka's ``ClientQuotaManager``
+    sensors show them (JMX ``kafka.server:type=Produce|Fetch,user=..,client-id=..``
+    ``byte-rate`` and ``throttle-time``), read at scrape time. Only entities that a quota
+    applies to have sensors, and idle ones are dropped, which bounds the series."""
+
+    def __init__(self, quotas: BrokerQuotas) -> None:
+        self.quotas = quotas
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now_ms = monotonic_ms()
+        for name, manager in (("produce", self.quotas.produce), ("fetch", self.quotas.fetch)):
+            labels = ["user", "client_id"]
+            rate = GaugeMetricFamily(
+                f"kafka_server_{name}_byte_rate",
+                f"Bytes per second of {name} requests by quota entity (byte-rate).",
+                labels=labels,
+            )
+            throttle = GaugeMetricFamily(
+                f"kafka_server_{name}_throttle_time",
+                "Average throttle time in ms of the throttled responses (throttle-time).",
+                labels=labels,
+            )
+            quota = GaugeMetricFamily(
+                f"kafka_server_{name}_quota_byte_rate",
+                f"The {manager.quota_key} that applies to the quota entity.",
+                labels=labels,
+            )
+            for sensor, measured, limit in manager.sensors(now_ms):
+                tags = list(sensor.tags)
+                rate.add_metric(tags, measured)
+                average = (
+                    sensor.throttle_ms_total / sensor.throttle_count
+                    if sensor.throttle_count
+                    else 0.0
+                )
+                throttle.add_metric(tags, average)
+                if limit is not None:
+                    quota.add_metric(tags, limit)
+            yield from (rate, throttle, quota)

@@ -28,11 +28,12 @@ from minibroker.apis.sasl import raw_step
 from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
+from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
 from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.txn_service import TransactionCoordinator
-from minibroker.node.metrics import StateCollector, serve_metrics
+from minibroker.node.metrics import QuotaCollector, StateCollector, serve_metrics
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.replication.log_cleaner import LogCleanerService
@@ -119,6 +120,8 @@ class BrokerServer:
             listener.name: listener_security(config, listener.name) for listener in config.listeners
         }
         self.scram_credentials = bootstrap_scram_credentials(config)
+        # The client quota managers (a broker's), kept up to date by the controller's pushes.
+        self.quotas = BrokerQuotas.create(config.quota_window_num, config.quota_window_size_seconds)
         if config.is_broker:
             client_security(config, config.inter_broker_listener.name)
             client_security(config, config.controller_listener_name)
@@ -145,6 +148,7 @@ class BrokerServer:
             self.scram_credentials,
             self.advertised[listener_name],
             self.transactions,
+            self.quotas if self.config.is_broker else None,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -240,6 +244,8 @@ class BrokerServer:
                 await control.start(self.coordinator.run)
                 self.transactions = TransactionCoordinator(self.config, self.replicas)
                 await control.start(self.transactions.run)
+            if self.config.is_broker:
+                self.metrics.register(QuotaCollector(self.quotas))
             self.metrics.register(
                 StateCollector(
                     self.replicas, lambda: self.controller, self.coordinator, self.transactions
@@ -400,6 +406,17 @@ class BrokerServer:
                 return None
         return frame
 
+    async def _muted(self, connection: Connection) -> None:
+        """KIP-219: after a throttled response, read nothing more from the connection for
+        the throttle time (Kafka mutes the channel); a shutdown ends the wait."""
+        throttle_s, connection.throttle_ms = connection.throttle_ms / 1000, 0
+        with trio.CancelScope() as muted:
+            self._idle_reads.add(muted)
+            try:
+                await trio.sleep(throttle_s)
+            finally:
+                self._idle_reads.discard(muted)
+
     async def _serve_connection(self, listener_name: str, stream) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -445,6 +462,8 @@ class BrokerServer:
                         await _send_buffers(stream, response)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the client went away
+                if connection.throttle_ms:
+                    await self._muted(connection)
                 if session is not None and session.failed:
                     raise CloseConnection("SASL authentication failed")
                 if session is not None and session.authenticated:

@@ -46,7 +46,13 @@ from tests.cluster.conftest import (
 )
 from tests.cluster.test_controller_requests import TOPIC as COMMANDED_TOPIC
 from tests.cluster.test_controller_requests import make_leader_and_isr
-from tests.conftest import exchange, wait_for
+from tests.conftest import TEST_CLIENT_ID, exchange, wait_for
+from tests.integration.test_client_quotas import alter as alter_quotas
+from tests.integration.test_client_quotas import describe as describe_quotas
+from tests.integration.test_client_quotas import described as quotas_described
+from tests.integration.test_client_quotas import entity as quota_entity
+from tests.integration.test_client_quotas import produce_throttle_ms
+from tests.integration.test_client_quotas import setting as quota_setting
 
 pytestmark = pytest.mark.skipif(
     not zookeeper_installed(),
@@ -341,10 +347,20 @@ def _created(admin: AdminClient, binding: AclBinding) -> bool:
 
 
 @pytest.mark.parametrize("zk_cluster", [{"overrides": SECURED}], indirect=True)
-def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
+def test_acls_scram_users_and_quotas_survive_a_kill_9_of_the_controller(
     zk_cluster: Cluster, zk: KazooClient
 ):
     first = wait_for(lambda: controller_and_epoch(zk), CONVERGENCE_TIMEOUT, "a controller")
+    alice = quota_entity(user="alice")
+    set_alice = [{"entity": alice, "ops": [quota_setting("producer_byte_rate", 4096)]}]
+    wait_for(
+        lambda: (
+            alter_quotas(zk_cluster.brokers[1].bootstrap, set_alice).entries[0].error_code
+            == ErrorCode.none
+        ),
+        CONVERGENCE_TIMEOUT,
+        "the controller to set alice's quota",
+    )
     admin = AdminClient({"bootstrap.servers": zk_cluster.bootstrap})
     admin.create_acls([_acl("User:alice", AclOperation.READ)])[
         _acl("User:alice", AclOperation.READ)
@@ -353,6 +369,10 @@ def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
     admin.alter_user_scram_credentials(
         [UserScramCredentialUpsertion("alice", info, b"alice-secret")]
     )["alice"].result(15)
+
+    # The user's quota and credential share Kafka's /config/users/alice znode.
+    saved = json.loads(zk.get("/config/users/alice")[0])["config"]
+    assert saved["producer_byte_rate"] == "4096" and "SCRAM-SHA-512" in saved
 
     zk_cluster.brokers[first[0]].kill()
     wait_for_new_controller(zk, first)
@@ -381,6 +401,41 @@ def test_acls_and_scram_users_survive_a_kill_9_of_the_controller(
         CONVERGENCE_TIMEOUT,
         f"DescribeAcls to show {expected}",
     )
+    living = [broker for node, broker in zk_cluster.brokers.items() if node != first[0]]
+    users = [{"entity_type": "user", "match_type": 2, "match": None}]
+    described = wait_for(
+        lambda: (
+            (answer := describe_quotas(living[0].bootstrap, users)).error_code == ErrorCode.none
+            and quotas_described(answer)
+        ),
+        CONVERGENCE_TIMEOUT,
+        "the new controller to describe alice's quota",
+    )
+    assert described == {(("user", "alice"),): {"producer_byte_rate": 4096.0}}
+    # The new controller pushes a quota to both remaining brokers, which throttle with it.
+    tests_client = quota_entity(client_id=TEST_CLIENT_ID)
+    answer = alter_quotas(
+        living[1].bootstrap,
+        [{"entity": tests_client, "ops": [quota_setting("producer_byte_rate", 1000)]}],
+    )
+    assert answer.entries[0].error_code == ErrorCode.none
+    admin.create_topics([NewTopic("zk-quota", 2, 1)])["zk-quota"].result(15)
+    for partition in range(2):
+        leader = wait_for(
+            lambda partition=partition: zk_cluster.leader_of("zk-quota", partition),
+            CONVERGENCE_TIMEOUT,
+            f"a leader of zk-quota-{partition}",
+        )
+        broker = zk_cluster.brokers[leader]
+        throttle = wait_for(
+            lambda broker=broker, partition=partition: produce_throttle_ms(
+                broker, "zk-quota", partition
+            ),
+            CONVERGENCE_TIMEOUT,
+            f"broker {leader} to lead zk-quota-{partition}",
+        )
+        assert throttle > 0, f"broker {leader} did not throttle"
+    assert {zk_cluster.leader_of("zk-quota", p) for p in range(2)} <= {b.node_id for b in living}
 
 
 def named_controller(bootstrap: str) -> int | None:

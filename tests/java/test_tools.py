@@ -106,6 +106,22 @@ def _batch(bootstrap: str, files) -> list[dict]:
              "--entity-name", "1", "--delete-config", "log.retention.ms"),
         step("configs-broker-describe-deleted", CONFIGS, *b, "--describe", "--entity-type",
              "brokers", "--entity-name", "1"),
+        step("configs-quota-alter", CONFIGS, *b, "--alter", "--add-config",
+             "producer_byte_rate=1048576,consumer_byte_rate=2097152", "--entity-type", "users",
+             "--entity-name", "alice"),
+        step("configs-quota-alter-default", CONFIGS, *b, "--alter", "--add-config",
+             "request_percentage=50", "--entity-type", "users", "--entity-name", "alice",
+             "--entity-type", "clients", "--entity-default"),
+        step("configs-quota-describe", CONFIGS, *b, "--describe", "--entity-type", "users",
+             "--entity-name", "alice"),
+        step("configs-quota-describe-defaults", CONFIGS, *b, "--describe", "--entity-type",
+             "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-default"),
+        step("configs-quota-negative", CONFIGS, *b, "--alter", "--add-config",
+             "producer_byte_rate=-5", "--entity-type", "users", "--entity-name", "alice"),
+        step("configs-quota-delete", CONFIGS, *b, "--alter", "--delete-config",
+             "consumer_byte_rate", "--entity-type", "users", "--entity-name", "alice"),
+        step("configs-quota-describe-deleted", CONFIGS, *b, "--describe", "--entity-type",
+             "users", "--entity-name", "alice"),
         step("acls-add", ACLS, *b, "--add", *acl),
         step("acls-list", ACLS, *b, "--list", "--topic", TOPIC),
         step("acls-remove", ACLS, *b, "--remove", "--force", *acl),
@@ -255,6 +271,28 @@ def test_kafka_configs(tools):
     )
     ok(tools, "configs-broker-delete")
     assert "log.retention.ms" not in ok(tools, "configs-broker-describe-deleted")
+
+
+def test_kafka_configs_client_quotas(tools):
+    """kafka-configs' quota commands (AlterClientQuotas, DescribeClientQuotas), with Kafka's
+    answer to a negative rate."""
+    assert "Completed updating config for user alice." in ok(tools, "configs-quota-alter")
+    ok(tools, "configs-quota-alter-default")
+    described = ok(tools, "configs-quota-describe")
+    assert "Quota configs for user-principal 'alice' are " in described, described
+    assert (
+        "consumer_byte_rate=2097152.0" in described and "producer_byte_rate=1048576.0" in described
+    )
+    defaults = ok(tools, "configs-quota-describe-defaults")
+    assert "request_percentage=50.0" in defaults, defaults
+    negative = tools["configs-quota-negative"]
+    assert negative["exit"] != 0
+    assert (
+        "Quota producer_byte_rate must be greater than 0" in negative["stderr"] + negative["stdout"]
+    )
+    ok(tools, "configs-quota-delete")
+    remaining = ok(tools, "configs-quota-describe-deleted")
+    assert "consumer_byte_rate" not in remaining and "producer_byte_rate=1048576.0" in remaining
 
 
 def test_kafka_acls(tools):

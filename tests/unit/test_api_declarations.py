@@ -48,6 +48,11 @@ CONTROLLER = {
     45: (0, 0), 46: (0, 0), 50: (0, 0), 51: (0, 0), 56: (2, 2), 62: (0, 0), 63: (0, 0),
     67: (0, 0),
 }  # fmt: skip
+# Added since by client quotas (issue 24): DescribeClientQuotas, AlterClientQuotas (both roles:
+# the controller decides them).
+QUOTAS = {48: (0, 1), 49: (0, 1)}
+BROKER |= QUOTAS
+CONTROLLER |= QUOTAS
 COMBINED = BROKER | CONTROLLER
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67}
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
@@ -79,7 +84,7 @@ def test_the_tables_built_from_the_declarations_are_the_old_ones():
 
 def test_the_controller_decides_only_apis_both_roles_serve():
     decided = {key for key, api in APIS.items() if api.controller_decides}
-    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51}
+    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51, 48, 49}
     assert all(key in BROKER and key in CONTROLLER for key in decided)
     assert all(APIS[key].senders is Senders.NODES for key in INTER_NODE)
 

@@ -223,7 +223,8 @@ def test_scram_credentials_are_in_kafkas_user_config():
 
 
 def test_a_kafka_written_user_config_loads_its_scram_credentials_only():
-    """Kafka's own /config/users znode may also hold quotas: only credentials are read."""
+    """Kafka's own /config/users znode may also hold quotas: credentials are read as
+    credentials (the quotas as quotas, see test_quota_rules.py)."""
     salt, stored, server = (base64.b64encode(bytes([n]) * 20).decode() for n in (1, 2, 3))
     znodes = layout.state_znodes(ControllerState())
     znodes["/config/users/carol"] = json.dumps(

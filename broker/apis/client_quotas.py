@@ -1,0 +1,177 @@
+"""DescribeClientQuotas and AlterClientQuotas: client quotas managed as Kafka's admin
+clients and ``kafka-configs.sh`` do it, decided and stored by the controller (a broker
+forwards them) and pushed by the controller to every broker, whose quota managers throttle
+with them (controller/client_quotas.py describes the push, common/quota_manager.py the
+throttling).
+
+Kafka asks for ALTER_CONFIGS on the cluster to alter quotas and DESCRIBE_CONFIGS to describe
+them; the controller's push, for the cluster's own rules (an inter-node listener,
+CLUSTER_ACTION), so that no client can lift its own quota. Kafka answers DescribeClientQuotas
+from each broker's metadata image; here the controller answers it (brokers forward), which
+gives the same answer, since an alteration is answered once the live brokers have it.
+"""
+
+import struct
+import time
+
+from minibroker.apis import RequestContext, Role, Senders, api
+from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
+from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
+from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
+from minibroker.common.names import CONTROLLER_CLIENT_ID
+from minibroker.common.quota_manager import entity_key, principal_user
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.security.authorizer.acls import Operation
+
+_CLUSTER_REFUSED = "Cluster authorization failed."
+_INT32 = struct.Struct(">i")
+
+
+# -- throttling (KIP-219): called by dispatch around a Produce's or a Fetch's response ------
+
+
+def _replica_id(request) -> int:
+    state = getattr(request, "replica_state", None)
+    if state is not None and state.replica_id >= 0:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def throttle_produce(ctx: RequestContext, request, request_size: int, data) -> None:
+    """Kafka's produce quota: the request's bytes count against the client's
+    ``producer_byte_rate``; the records are appended all the same, and the response carries
+    the throttle time, after which the connection's channel is unmuted (ctx.connection)."""
+    quotas = ctx.quotas
+    if quotas is None or ctx.header.client_id == CONTROLLER_CLIENT_ID:
+        return
+    user = principal_user(ctx.connection.principal)
+    throttle_ms = quotas.produce.record(user, ctx.header.client_id or "", request_size, _now_ms())
+    if throttle_ms:
+        ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
+        if isinstance(data, dict):
+            data["throttle_time_ms"] = throttle_ms
+
+
+def throttle_fetch(ctx: RequestContext, request, response: list | None) -> None:
+    """Kafka's fetch quota: the response's bytes count against the client's
+    ``consumer_byte_rate``; a throttled response carries the throttle time (written into the
+    encoded response, where it is the body's first field from v1 on) and mutes the channel.
+
+    Kafka sends a throttled consumer an empty response instead of the records it read (and
+    takes their bytes off the rate again); here the records read are sent, and the muted
+    channel holds the next fetch back for the throttle time, which brings the rate to the
+    quota over the window all the same. A follower's fetch is not a client's: not counted."""
+    quotas = ctx.quotas
+    if quotas is None or response is None or _replica_id(request) >= 0:
+        return
+    size = _INT32.unpack_from(bytes(response[0][:4]))[0] + 4
+    user = principal_user(ctx.connection.principal)
+    throttle_ms = quotas.fetch.record(user, ctx.header.client_id or "", size, _now_ms())
+    if not throttle_ms:
+        return
+    ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
+    if ctx.header.api_version >= 1 and len(response) > 1:
+        head = memoryview(response[1]).cast("B")
+        response[1] = _INT32.pack(throttle_ms) + bytes(head[4:])
+
+
+def _apply_push(ctx: RequestContext, request) -> dict:
+    """The controller's word: each entry is one entity's whole quota set; an entry without
+    an entity first means every quota follows (forget the others)."""
+    quotas = ctx.quotas
+    entries = list(request.entries)
+    if quotas is None:
+        return {"entries": ()}
+    snapshot = bool(entries) and not entries[0].entity
+    if snapshot:
+        entries = entries[1:]
+    received = {
+        entity_key((item.entity_type, item.entity_name) for item in entry.entity): {
+            op.key: float(op.value) for op in entry.ops if not op.remove
+        }
+        for entry in entries
+    }
+    if snapshot:
+        quotas.replace(received)
+    else:
+        for entity, values in received.items():
+            quotas.alter(entity, values)
+    return {"entries": ()}
+
+
+def _alter_error(request, error: Error) -> dict:
+    return {
+        "entries": [
+            {
+                "error_code": error,
+                "error_message": None,
+                "entity": [
+                    {"entity_type": item.entity_type, "entity_name": item.entity_name}
+                    for item in entry.entity
+                ],
+            }
+            for entry in request.entries
+        ]
+    }
+
+
+@api(
+    ApiKey.ALTER_CLIENT_QUOTAS,
+    versions=(0, 1),
+    roles=Role.BOTH,
+    senders=Senders.CLIENTS_AND_NODES,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_alter_error,
+)
+async def handle_alter(ctx: RequestContext, request):
+    def refused(error: Error, message: str) -> dict:
+        answer = _alter_error(request, error)
+        for entry in answer["entries"]:
+            entry["error_message"] = message
+        return answer
+
+    if is_controller_push(ctx):
+        if not inter_node_allowed(ctx):
+            return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
+        return _apply_push(ctx, request)
+    await wait_for_cluster_acls(ctx)
+    if not cluster_allowed(ctx, Operation.ALTER_CONFIGS):
+        return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
+
+    def unreachable(failure: ForwardingFailed) -> dict:
+        return refused(failure.error, str(failure))
+
+    return await decided_by_controller(ctx, request, "alter_client_quotas", unreachable)
+
+
+def _describe_error(request, error: Error) -> dict:
+    return {"error_code": error, "entries": None}
+
+
+@api(
+    ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    versions=(0, 1),
+    roles=Role.BOTH,
+    controller_decides=True,
+    held_until_ready=False,
+    error_response=_describe_error,
+)
+async def handle_describe(ctx: RequestContext, request):
+    await wait_for_cluster_acls(ctx)
+    if not cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
+        return {
+            "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": _CLUSTER_REFUSED,
+            "entries": None,
+        }
+
+    def unreachable(failure: ForwardingFailed) -> dict:
+        return {"error_code": failure.error, "error_message": str(failure), "entries": None}
+
+    return await decided_by_controller(ctx, request, "describe_client_quotas", unreachable)

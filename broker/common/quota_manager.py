@@ -1,0 +1,284 @@
+"""Client quotas on a broker, the pure core: which quota applies to a (user, client-id) pair,
+the rate that pair has used, and how long to throttle it (Kafka's ``ClientQuotaManager`` with
+its ``DefaultQuotaCallback``, ``Sensor``/``Rate``/``SampledStat`` and ``QuotaUtils``).
+
+Nothing here reads a clock or sleeps: every call takes ``now_ms``; the trio shell (dispatch,
+the connection's read loop) measures time and mutes the channel.
+
+Entities are Kafka's: a quota entity is a set of (entity type, name) pairs of ``user``,
+``client-id`` (together or alone) or ``ip`` (alone), a name of None being that type's default
+(``<default>`` in ZooKeeper). A quota key (``producer_byte_rate``, ...) of an entity is
+resolved for a connection's (user, client-id) with Kafka's precedence, the most specific
+first:
+
+1. /config/users/<user>/clients/<client-id>
+2. /config/users/<user>/clients/<default>
+3. /config/users/<user>
+4. /config/users/<default>/clients/<client-id>
+5. /config/users/<default>/clients/<default>
+6. /config/users/<default>
+7. /config/clients/<client-id>
+8. /config/clients/<default>
+
+The level that matched names the metric tags (user and client-id, "" where the level does not
+use one), and all connections with the same tags share one rate: a user quota is the user's
+across all its client ids, as in Kafka.
+
+The rate is Kafka's ``Rate`` over ``quota.window.num`` samples of
+``quota.window.size.seconds``: the sum of the samples still in the window divided by the time
+since the oldest sample started, counted as at least ``num - 1`` whole windows (so a client's
+first burst is measured against the whole window, not its first millisecond). A record that
+takes the rate above the quota returns Kafka's throttle time, ``(rate - quota) / quota *
+window`` (QuotaUtils.throttleTime), the delay after which the rate would be back at the quota
+if nothing else came. Kafka leaves it unbounded; here it is bounded by the whole window
+(``num * size``), so that one huge request cannot mute a connection for minutes.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+USER = "user"
+CLIENT_ID = "client-id"
+IP = "ip"
+ENTITY_TYPES = (USER, CLIENT_ID, IP)
+
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+
+# A quota entity: its (type, name) pairs sorted by type; a name of None is the default.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+DEFAULT_WINDOW_NUM = 11
+DEFAULT_WINDOW_SIZE_S = 1
+
+
+def entity_key(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    """The canonical form of an entity (its pairs sorted by entity type)."""
+    return tuple(sorted(pairs, key=lambda pair: pair[0]))
+
+
+def principal_user(principal: str) -> str:
+    """The user name a quota names: the principal without its ``User:`` type."""
+    kind, separator, name = principal.partition(":")
+    return name if separator and kind == "User" else principal
+
+
+# A sample: [start_ms, value, last_event_ms] (lists, not objects: this runs on every Produce
+# and Fetch of a client a quota applies to).
+_START, _VALUE, _LAST = 0, 1, 2
+
+
+class Rate:
+    """Kafka's ``Rate`` over a ``SampledStat``: ``samples`` windows of ``window_ms``, and one
+    more for the sample that overlaps the start of the measured window."""
+
+    __slots__ = ("samples", "window_ms", "_samples", "_current")
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.samples = samples
+        self.window_ms = window_ms
+        self._samples: list[list] = []
+        self._current = 0
+
+    def record(self, value: float, now_ms: int) -> None:
+        samples = self._samples
+        if not samples:
+            samples.append([now_ms, 0.0, now_ms])
+        sample = samples[self._current]
+        if now_ms - sample[_START] >= self.window_ms:
+            self._current = (self._current + 1) % (self.samples + 1)
+            if self._current >= len(samples):
+                samples.append([now_ms, 0.0, now_ms])
+            else:
+                samples[self._current][:] = [now_ms, 0.0, now_ms]
+            sample = samples[self._current]
+        sample[_VALUE] += value
+        sample[_LAST] = now_ms
+
+    def window_and_total(self, now_ms: int) -> tuple[int, float]:
+        """The time the rate is measured over (Kafka's Rate.windowSize: obsolete samples
+        purged first) and the total of the samples in it."""
+        samples = self._samples
+        if not samples:
+            samples.append([now_ms, 0.0, now_ms])
+        expire_ms = self.samples * self.window_ms
+        oldest = now_ms
+        total = 0.0
+        for sample in samples:
+            if now_ms - sample[_LAST] >= expire_ms:
+                sample[:] = [now_ms, 0.0, now_ms]
+            if sample[_START] < oldest:
+                oldest = sample[_START]
+            total += sample[_VALUE]
+        elapsed = now_ms - oldest
+        full_windows = elapsed // self.window_ms
+        if full_windows < self.samples - 1:
+            elapsed += (self.samples - 1 - full_windows) * self.window_ms
+        return max(elapsed, 1), total
+
+    def window_size_ms(self, now_ms: int) -> int:
+        return self.window_and_total(now_ms)[0]
+
+    def measure(self, now_ms: int) -> float:
+        """Units per second."""
+        window_ms, total = self.window_and_total(now_ms)
+        return total / (window_ms / 1000)
+
+
+@dataclass
+class QuotaSensor:
+    """One quota entity's rate and the throttle times it was given (metrics)."""
+
+    tags: tuple[str, str]  # (user, client-id) as Kafka's metric tags
+    rate: "Rate"
+    throttle_ms_total: float = 0.0
+    throttle_count: int = 0
+    last_record_ms: int = 0
+
+
+class ClientQuotaManager:
+    """One quota type (``producer_byte_rate`` or ``consumer_byte_rate``) on one broker: the
+    quotas the controller pushed, and a rate per metric-tag pair (see the module docstring)."""
+
+    # Kafka drops a sensor after an hour without records.
+    INACTIVE_SENSOR_MS = 3_600_000
+
+    def __init__(
+        self,
+        quota_key: str,
+        window_num: int = DEFAULT_WINDOW_NUM,
+        window_size_s: int = DEFAULT_WINDOW_SIZE_S,
+    ) -> None:
+        self.quota_key = quota_key
+        self.window_num = window_num
+        self.window_ms = window_size_s * 1000
+        self.max_throttle_ms = window_num * self.window_ms
+        # (user, client-id) entity -> quota; None names a default, "" an absent type.
+        self._quotas: dict[tuple[str | None, str | None], float] = {}
+        self._sensors: dict[tuple[str, str], QuotaSensor] = {}
+        self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float] | None] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._quotas)
+
+    def update(self, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> None:
+        """Take every entity's quotas (the controller's whole set); only this manager's key
+        of user and client-id entities counts."""
+        found = {}
+        for entity, values in quotas.items():
+            value = values.get(self.quota_key)
+            names = dict(entity)
+            if value is None or IP in names:
+                continue
+            found[(names.get(USER, ""), names.get(CLIENT_ID, ""))] = float(value)
+        self._quotas = found
+        self._resolved.clear()
+
+    def resolve(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
+        """The metric tags and quota that apply to a connection, with Kafka's precedence;
+        None when no quota applies."""
+        key = (user, client_id)
+        if key in self._resolved:
+            return self._resolved[key]
+        quotas = self._quotas
+        found = None
+        for entity, tags in (
+            ((user, client_id), (user, client_id)),
+            ((user, None), (user, client_id)),
+            ((user, ""), (user, "")),
+            ((None, client_id), (user, client_id)),
+            ((None, None), (user, client_id)),
+            ((None, ""), (user, "")),
+            (("", client_id), ("", client_id)),
+            (("", None), ("", client_id)),
+        ):
+            if entity in quotas:
+                found = (tags, quotas[entity])
+                break
+        if len(self._resolved) > 100_000:
+            self._resolved.clear()
+        self._resolved[key] = found
+        return found
+
+    def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
+        """Record ``value`` (bytes, or handler time) for a connection; the throttle time in
+        milliseconds (0 when the rate stays within the quota or no quota applies)."""
+        resolved = self.resolve(user, client_id)
+        if resolved is None:
+            return 0
+        tags, quota = resolved
+        sensor = self._sensors.get(tags)
+        if sensor is None:
+            sensor = QuotaSensor(tags, Rate(self.window_num, self.window_ms))
+            self._sensors[tags] = sensor
+        sensor.rate.record(value, now_ms)
+        sensor.last_record_ms = now_ms
+        window_ms, total = sensor.rate.window_and_total(now_ms)
+        observed = total / (window_ms / 1000)
+        if observed <= quota:
+            return 0
+        throttle_ms = min(round((observed - quota) / quota * window_ms), self.max_throttle_ms)
+        sensor.throttle_ms_total += throttle_ms
+        sensor.throttle_count += 1
+        return throttle_ms
+
+    def sensors(self, now_ms: int) -> list[tuple[QuotaSensor, float, float | None]]:
+        """Each live sensor with its current rate and quota (metrics); sensors idle for an
+        hour are dropped, as Kafka expires them."""
+        stale = [
+            tags
+            for tags, sensor in self._sensors.items()
+            if now_ms - sensor.last_record_ms > self.INACTIVE_SENSOR_MS
+        ]
+        for tags in stale:
+            del self._sensors[tags]
+        result = []
+        for tags, sensor in self._sensors.items():
+            resolved = self.resolve(*tags)
+            quota = resolved[1] if resolved is not None else None
+            result.append((sensor, sensor.rate.measure(now_ms), quota))
+        return result
+
+
+@dataclass
+class BrokerQuotas:
+    """The quota managers of one broker (Kafka's ``QuotaManagers``): produce bytes in and
+    fetch bytes out. ``quotas`` is the controller's whole set, as pushed; ``enabled`` is
+    whether any byte-rate quota applies to anyone, so that a broker without quotas does no
+    work per request. (``request_percentage`` is stored and pushed but not enforced: this
+    broker cannot tell the time a handler spent working from the time it spent waiting.)"""
+
+    produce: ClientQuotaManager
+    fetch: ClientQuotaManager
+    quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    enabled: bool = False
+
+    @classmethod
+    def create(
+        cls, window_num: int = DEFAULT_WINDOW_NUM, window_size_s: int = DEFAULT_WINDOW_SIZE_S
+    ) -> "BrokerQuotas":
+        return cls(
+            ClientQuotaManager(PRODUCER_BYTE_RATE, window_num, window_size_s),
+            ClientQuotaManager(CONSUMER_BYTE_RATE, window_num, window_size_s),
+        )
+
+    def replace(self, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> None:
+        self.quotas = {entity: dict(values) for entity, values in quotas.items() if values}
+        self._refresh()
+
+    def alter(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        """Set one entity's whole quota set (empty: it has none left)."""
+        if values:
+            self.quotas[entity] = dict(values)
+        else:
+            self.quotas.pop(entity, None)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        for manager in (self.produce, self.fetch):
+            manager.update(self.quotas)
+        self.enabled = self.produce.enabled or self.fetch.enabled

@@ -1,0 +1,398 @@
+"""Client quotas on one broker, with real clients: a producer and a consumer held to their
+byte-rate quota, told so by throttle_time_ms (librdkafka's throttle events), while clients
+without a quota on the same broker keep their rate; DescribeClientQuotas and
+AlterClientQuotas with Kafka's answers to bad input; quotas kept across a restart of the
+controller. (ZooKeeper mode, where the elected controller pushes to the other brokers:
+tests/cluster/test_zookeeper.py.)
+
+confluent-kafka 2.16 and kafka-python 3.0 have no client-quota calls in their admin clients,
+so the quota APIs are driven with the wire client and with kafka-python's own messages here,
+and with Kafka's own kafka-configs in tests/java/test_tools.py.
+
+The broker measures rates over ``quota.window.num=2`` windows of one second: Kafka's default
+of 11 lets a new client send ten seconds' worth of its quota at once before the first
+throttle, which a 10-second test could not tell from no quota at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kafka import KafkaAdminClient
+from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
+from minibroker.tools.launcher import BrokerProcess, free_port
+from tests.conftest import BROKER_READY_TIMEOUT, TEST_CLIENT_ID, create_topic, exchange, wait_for
+from tests.integration.test_metrics import scrape
+from tests.unit.batch_factory import make_batch
+
+QUOTA = 1_000_000  # bytes per second
+# Rates are measured after a warm-up: a new client's first window is measured against the
+# whole window (Kafka's Rate), so its first second may carry up to twice the quota, and when
+# its first window completes the measured window shrinks from two seconds to one, which
+# throttles it for about a second (Kafka's Rate.windowSize does the same).
+WARM_UP_SECONDS = 3.0
+PRODUCE_SECONDS = 7.0
+CONSUME_SECONDS = 5.0
+VALUE = b"q" * 1000
+
+
+METRICS_PORT = free_port()
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
+    log_dir = Path(tmp_path_factory.mktemp("quotas")) / "data"
+    broker = BrokerProcess.start(
+        node_id=1, log_dir=log_dir, overrides={"quota.window.num": 2, "metrics.port": METRICS_PORT}
+    )
+    try:
+        broker.wait_ready(BROKER_READY_TIMEOUT)
+        yield broker
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+
+
+def alter(bootstrap: str, entries: list[dict], validate_only: bool = False):
+    request = codec.build(
+        codec.request_class(ApiKey.ALTER_CLIENT_QUOTAS, 1),
+        {"entries": entries, "validate_only": validate_only},
+    )
+    return exchange(bootstrap, request)
+
+
+def describe(bootstrap: str, components: list[dict], strict: bool = False):
+    request = codec.build(
+        codec.request_class(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1),
+        {"components": components, "strict": strict},
+    )
+    return exchange(bootstrap, request)
+
+
+def entity(**names: str | None) -> list[dict]:
+    return [
+        {"entity_type": kind.replace("_", "-"), "entity_name": name} for kind, name in names.items()
+    ]
+
+
+def setting(key: str, value: float) -> dict:
+    return {"key": key, "value": value, "remove": False}
+
+
+def described(response) -> dict:
+    return {
+        tuple((e.entity_type, e.entity_name) for e in entry.entity): {
+            v.key: v.value for v in entry.values
+        }
+        for entry in response.entries
+    }
+
+
+def produce_for(
+    bootstrap: str, client_id: str, topic: str, seconds: float, warm_up: float = WARM_UP_SECONDS
+) -> tuple[float, int]:
+    """Produce as fast as the client is let; the acknowledged value bytes per second after the
+    warm-up, and the throttle events librdkafka reported."""
+    throttles = []
+    acked = [0]
+    measured_from = time.monotonic() + warm_up
+
+    def delivered(error, message) -> None:
+        if error is None and time.monotonic() >= measured_from:
+            acked[0] += len(message.value())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "batch.size": 16384,
+            "linger.ms": 5,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    while time.monotonic() - measured_from < seconds:
+        try:
+            producer.produce(topic, VALUE, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.01)
+            continue
+        producer.poll(0)
+    rate = acked[0] / (time.monotonic() - measured_from)
+    producer.purge()
+    producer.flush(10)
+    return rate, len(throttles)
+
+
+def test_produce_quota_holds_a_producer_to_its_rate_and_spares_others(quota_broker):
+    bootstrap = quota_broker.bootstrap
+    create_topic(bootstrap, "quota-produce", 1)
+    answer = alter(
+        bootstrap,
+        [{"entity": entity(client_id="slow"), "ops": [setting("producer_byte_rate", QUOTA)]}],
+    )
+    assert [entry.error_code for entry in answer.entries] == [Error.NONE]
+    slow_rate, slow_throttles = produce_for(bootstrap, "slow", "quota-produce", PRODUCE_SECONDS)
+    # Kafka's metrics per quota entity, while its rate is still in the window.
+    samples = scrape(METRICS_PORT)
+    labels = (("client_id", "slow"), ("user", ""))
+    assert samples[("kafka_server_produce_byte_rate", labels)] > 0
+    assert samples[("kafka_server_produce_throttle_time", labels)] > 0
+    assert samples[("kafka_server_produce_quota_byte_rate", labels)] == QUOTA
+    fast_rate, fast_throttles = produce_for(bootstrap, "fast", "quota-produce", 1.5, warm_up=0)
+    print(f"throttled: {slow_rate:.0f} B/s, without a quota: {fast_rate:.0f} B/s")
+    assert 0.9 * QUOTA <= slow_rate <= 1.1 * QUOTA, f"{slow_rate:.0f} B/s against {QUOTA}"
+    assert slow_throttles > 0
+    assert fast_throttles == 0
+    assert fast_rate > 2 * QUOTA, f"the client without a quota made {fast_rate:.0f} B/s"
+
+
+def test_fetch_quota_holds_a_consumer_to_its_rate(quota_broker):
+    bootstrap = quota_broker.bootstrap
+    topic = "quota-fetch"
+    create_topic(bootstrap, topic, 1)
+    # Enough for the warm-up and the measured seconds at the quota (a consumer that runs out of
+    # records falls short of it), in small batches: a fetch returns at least one whole batch,
+    # whatever its size limit.
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "loader",
+            "linger.ms": 20,
+            "batch.size": 16384,
+        }
+    )
+    for _ in range(10_000):
+        producer.produce(topic, VALUE)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    del producer
+    answer = alter(
+        bootstrap,
+        [
+            {
+                "entity": entity(client_id="slow-reader"),
+                "ops": [setting("consumer_byte_rate", QUOTA)],
+            }
+        ],
+    )
+    assert [entry.error_code for entry in answer.entries] == [Error.NONE]
+
+    def consume_for(client_id: str, seconds: float, warm_up: float) -> tuple[float, int]:
+        throttles = []
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": client_id,
+                "group.id": client_id,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.max.bytes": 16384,
+                "max.partition.fetch.bytes": 16384,
+                "message.max.bytes": 16384,
+                "throttle_cb": lambda event: throttles.append(event.throttle_time),
+            }
+        )
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        received = 0
+        measured_from = None
+        try:
+            while measured_from is None or time.monotonic() - measured_from < seconds:
+                message = consumer.poll(0.2)
+                if message is None or message.error():
+                    continue
+                if measured_from is None:
+                    measured_from = time.monotonic() + warm_up
+                if time.monotonic() >= measured_from:
+                    received += len(message.value())
+            return received / (time.monotonic() - measured_from), len(throttles)
+        finally:
+            consumer.close()
+
+    slow_rate, slow_throttles = consume_for("slow-reader", CONSUME_SECONDS, WARM_UP_SECONDS)
+    fast_rate, fast_throttles = consume_for("fast-reader", 1.0, warm_up=0)
+    print(f"throttled: {slow_rate:.0f} B/s, without a quota: {fast_rate:.0f} B/s")
+    # Never more than 10% above. Below, up to one muted second in the five measured has been
+    # seen on this loaded machine (the consumer gets ~1 MB/s again right after), so 20%.
+    assert 0.8 * QUOTA <= slow_rate <= 1.1 * QUOTA, f"{slow_rate:.0f} B/s against {QUOTA}"
+    assert slow_throttles > 0
+    assert fast_throttles == 0 and fast_rate > 2 * QUOTA, f"{fast_rate:.0f} B/s"
+
+
+def test_alter_and_describe_with_kafkas_rules(quota_broker):
+    bootstrap = quota_broker.bootstrap
+    answer = alter(
+        bootstrap,
+        [
+            {"entity": entity(user="alice"), "ops": [setting("producer_byte_rate", 2048)]},
+            {
+                "entity": entity(user="alice", client_id=None),
+                "ops": [setting("request_percentage", 12.5)],
+            },
+            {"entity": entity(ip="10.0.0.1"), "ops": [setting("connection_creation_rate", 5)]},
+            {"entity": entity(user="bob"), "ops": [setting("bogus_rate", 1)]},
+            {"entity": entity(user="carol"), "ops": [setting("consumer_byte_rate", -1)]},
+            {"entity": entity(user="dave"), "ops": [setting("consumer_byte_rate", 1.5)]},
+            {
+                "entity": entity(ip="10.0.0.2", user="erin"),
+                "ops": [setting("producer_byte_rate", 1)],
+            },
+            {"entity": entity(ip="not-an-ip"), "ops": [setting("connection_creation_rate", 1)]},
+            {"entity": entity(user=""), "ops": [setting("producer_byte_rate", 1)]},
+            {"entity": [], "ops": [setting("producer_byte_rate", 1)]},
+            {"entity": entity(user="frank"), "ops": [setting("connection_creation_rate", 1)]},
+        ],
+    )
+    codes = [entry.error_code for entry in answer.entries]
+    assert codes == [Error.NONE] * 3 + [Error.INVALID_REQUEST] * 8, answer
+    assert "Invalid configuration key bogus_rate" in answer.entries[3].error_message
+
+    # validate_only checks and changes nothing.
+    checked = alter(
+        bootstrap,
+        [{"entity": entity(user="gina"), "ops": [setting("producer_byte_rate", 10)]}],
+        validate_only=True,
+    )
+    assert checked.entries[0].error_code == Error.NONE
+
+    users = described(
+        describe(bootstrap, [{"entity_type": "user", "match_type": 2, "match": None}])
+    )
+    assert users == {
+        (("user", "alice"),): {"producer_byte_rate": 2048.0},
+        (("client-id", None), ("user", "alice")): {"request_percentage": 12.5},
+    }
+    strict = describe(
+        bootstrap, [{"entity_type": "user", "match_type": 0, "match": "alice"}], strict=True
+    )
+    assert described(strict) == {(("user", "alice"),): {"producer_byte_rate": 2048.0}}
+    defaults = describe(bootstrap, [{"entity_type": "client-id", "match_type": 1, "match": None}])
+    assert described(defaults) == {
+        (("client-id", None), ("user", "alice")): {"request_percentage": 12.5}
+    }
+    ips = describe(bootstrap, [{"entity_type": "ip", "match_type": 2, "match": None}])
+    assert described(ips) == {(("ip", "10.0.0.1"),): {"connection_creation_rate": 5.0}}
+
+    refused = describe(
+        bootstrap,
+        [
+            {"entity_type": "ip", "match_type": 2, "match": None},
+            {"entity_type": "user", "match_type": 2, "match": None},
+        ],
+    )
+    assert refused.error_code == Error.INVALID_REQUEST and refused.entries is None
+    unknown = describe(bootstrap, [{"entity_type": "group", "match_type": 2, "match": None}])
+    assert unknown.error_code == Error.UNSUPPORTED_VERSION
+
+    removed = alter(
+        bootstrap,
+        [
+            {
+                "entity": entity(user="alice"),
+                "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}],
+            }
+        ],
+    )
+    assert removed.entries[0].error_code == Error.NONE
+    after = described(
+        describe(
+            bootstrap, [{"entity_type": "user", "match_type": 0, "match": "alice"}], strict=True
+        )
+    )
+    assert after == {}
+
+
+def produce_throttle_ms(broker: BrokerProcess, topic: str, partition: int = 0) -> int | None:
+    """One 10 kB Produce (the tests' client id) to this broker; its throttle time, or None
+    while the broker does not lead the partition."""
+    request = ProduceRequest(
+        acks=1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(
+                    PartitionProduceData(
+                        index=partition, records=make_batch([(None, b"x" * 10_000)])
+                    ),
+                ),
+            ),
+        ),
+    )
+    response = exchange(broker.bootstrap, request)
+    (answer,) = [part for reply in response.responses for part in reply.partition_responses]
+    if answer.error_code != Error.NONE:
+        return None
+    return int(response.throttle_time.total_seconds() * 1000)
+
+
+def test_quotas_survive_a_restart_of_the_controller(quota_broker):
+    """The node is its own controller (KRaft mode): the quotas are in its state file, and the
+    broker, which starts without any, gets them all when it registers."""
+    bootstrap = quota_broker.bootstrap
+    create_topic(bootstrap, "quota-restart", 1)
+    tests_client = entity(client_id=TEST_CLIENT_ID)
+    alter(bootstrap, [{"entity": tests_client, "ops": [setting("producer_byte_rate", 1000)]}])
+    assert produce_throttle_ms(quota_broker, "quota-restart") > 0
+
+    quota_broker.restart()
+    quota_broker.wait_ready(BROKER_READY_TIMEOUT)
+    strict = [{"entity_type": "client-id", "match_type": 0, "match": TEST_CLIENT_ID}]
+    assert described(describe(bootstrap, strict, strict=True)) == {
+        (("client-id", TEST_CLIENT_ID),): {"producer_byte_rate": 1000.0}
+    }
+    throttle = wait_for(
+        lambda: produce_throttle_ms(quota_broker, "quota-restart"),
+        BROKER_READY_TIMEOUT,
+        "the restarted broker to lead and throttle",
+    )
+    assert throttle > 0
+
+    removal = {"key": "producer_byte_rate", "value": 0.0, "remove": True}
+    alter(bootstrap, [{"entity": tests_client, "ops": [removal]}])
+    assert produce_throttle_ms(quota_broker, "quota-restart") == 0
+
+
+def test_kafka_python_alters_and_describes_quotas(quota_broker):
+    """kafka-python 3.0 has the two messages but no admin methods for them: they go through
+    its admin client's own connections (its encoding, its version negotiation)."""
+    admin = KafkaAdminClient(bootstrap_servers=quota_broker.bootstrap)
+    try:
+        entry = AlterClientQuotasRequest.EntryData
+        request = AlterClientQuotasRequest(
+            entries=[
+                entry(
+                    entity=[entry.EntityData(entity_type="user", entity_name="kp")],
+                    ops=[entry.OpData(key="consumer_byte_rate", value=5000.0, remove=False)],
+                ),
+                entry(
+                    entity=[entry.EntityData(entity_type="user", entity_name=None)],
+                    ops=[entry.OpData(key="consumer_byte_rate", value=-1.0, remove=False)],
+                ),
+            ],
+            validate_only=False,
+        )
+        altered = admin._manager.run(admin._manager.send, request)
+        assert [e.error_code for e in altered.entries] == [0, Error.INVALID_REQUEST]
+        component = DescribeClientQuotasRequest.ComponentData
+        described = admin._manager.run(
+            admin._manager.send,
+            DescribeClientQuotasRequest(
+                components=[component(entity_type="user", match_type=0, match="kp")],
+                strict=True,
+            ),
+        )
+        assert described.error_code == 0
+        assert [(v.key, v.value) for e in described.entries for v in e.values] == [
+            ("consumer_byte_rate", 5000.0)
+        ]
+    finally:
+        admin.close()
