@@ -12,6 +12,7 @@ from minibroker.apis import CloseConnection, Handler, RequestContext, Senders, a
 from minibroker.apis.errors import error_response
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.apis.registry import APIS, HELD_UNTIL_READY
+from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error, error_name
 from minibroker.protocol.fetch_response import encode_fetch_response
@@ -113,13 +114,20 @@ async def dispatch(
     except Exception as failure:
         if key == ApiKey.PRODUCE and request.acks == 0:
             raise CloseConnection(f"produce with acks=0 failed: {failure!r}") from failure
-        answer = (
-            Error.KAFKA_STORAGE_ERROR
-            if isinstance(failure, OSError)
-            else Error.UNKNOWN_SERVER_ERROR
-        )
-        log.exception("%s v%d failed; answering %s", name, version, answer.name)
-        data = error_response(key, request, answer)
+        if isinstance(failure, ControllerMoved):
+            # The controller's own APIs (AlterPartition, AllocateProducerIds, ...) on an
+            # elected controller deposed meanwhile: the sender looks for the new one, as for
+            # the NOT_CONTROLLER a broker that is not elected answers.
+            log.info("%s v%d: %s; answering NOT_CONTROLLER", name, version, failure)
+            data = error_response(key, request, Error.NOT_CONTROLLER)
+        else:
+            answer = (
+                Error.KAFKA_STORAGE_ERROR
+                if isinstance(failure, OSError)
+                else Error.UNKNOWN_SERVER_ERROR
+            )
+            log.exception("%s v%d failed; answering %s", name, version, answer.name)
+            data = error_response(key, request, answer)
     response = None if data is None else _encode(header, version, data)
     ctx.metrics.requests.labels(name).inc()
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
