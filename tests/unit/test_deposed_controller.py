@@ -119,3 +119,20 @@ async def test_requests_decided_while_the_controller_is_deposed_answer_not_contr
         allocated = await answer(cluster, allocation, client_id="broker-1")
         assert allocated.error_code.value == Error.NOT_CONTROLLER
         nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_connection_closing_after_the_service_stopped_is_ignored(
+    autojump_clock, tmp_path
+):
+    """A deposed controller's service stops while connections from brokers are still open
+    (ZooKeeper mode: the node goes on as a broker); one of them closing afterwards must not
+    start the broker probe in the service's closed nursery (CI: a RuntimeError there
+    crashed the node)."""
+    cluster = Cluster(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cluster.service.run)
+        for node_id in cluster.brokers:
+            await cluster.register(node_id)
+        nursery.cancel_scope.cancel()
+    cluster.service.broker_connection_lost(2)
+    assert not cluster.service.state.brokers[2].fenced
