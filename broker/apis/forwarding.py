@@ -13,7 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from minibroker.apis import RequestContext
-from minibroker.cluster.controller_client import REQUEST_TIMEOUT_S, ControllerUnavailable
+from minibroker.cluster.controller_client import (
+    REQUEST_TIMEOUT_S,
+    ControllerUnavailable,
+    is_broker_channel,
+)
 from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol.errors import Error
 
@@ -76,6 +80,13 @@ async def decided_by_controller(
         except ControllerMoved as moved:
             log.info("%s not decided: %s", type(request).__name__, moved)
             return refused(NotController(str(moved)))
+    if is_broker_channel(ctx.header.client_id):
+        # A broker forwarded this here, taking this node for the active controller; it is
+        # not (ZooKeeper mode: not elected, deposed, or elected and still loading its state,
+        # when it would forward to itself and wait on its own channel until the timeout).
+        # Kafka forwards a request once, never again: the sender hears NOT_CONTROLLER and
+        # looks the controller up again.
+        return refused(NotController("this node is not the active controller"))
     try:
         return await forward_to_controller(ctx, request)
     except ForwardingFailed as failure:

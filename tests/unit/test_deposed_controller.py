@@ -49,9 +49,10 @@ class DeposableStore:
         return await self._store.allocate_producer_id_block()
 
 
-async def answer(cluster: Cluster, request, client_id: str = "rdkafka"):
+async def answer(cluster: Cluster, request, client_id: str = "rdkafka", *, active: bool = True):
     """The decoded response dispatch sends for ``request`` (on the node's only listener,
-    PLAINTEXT, which is also its inter-node one)."""
+    PLAINTEXT, which is also its inter-node one); with ``active`` False the node holds no
+    controller service (ZooKeeper mode: not elected, or elected and still loading)."""
     api_key, version = request.__api_key__, request.__version__
     header = RequestHeader(api_key, version, 7, client_id)
 
@@ -63,7 +64,7 @@ async def answer(cluster: Cluster, request, client_id: str = "rdkafka"):
             "mock-cluster",
             served_versions(broker=False, controller=True),
             replicas=None,
-            controller=cluster.service,
+            controller=cluster.service if active else None,
             metrics=BrokerMetrics(),
             connection=Connection("/127.0.0.1"),
         )
@@ -136,3 +137,18 @@ async def test_a_broker_connection_closing_after_the_service_stopped_is_ignored(
         nursery.cancel_scope.cancel()
     cluster.service.broker_connection_lost(2)
     assert not cluster.service.state.brokers[2].fenced
+
+
+async def test_a_forwarded_request_reaching_a_node_that_is_not_the_active_controller(
+    autojump_clock, tmp_path
+):
+    """A broker forwarded a CreateTopics to the node it took for the controller, which is
+    not (yet) running its controller service: NOT_CONTROLLER at once, never forwarded
+    again. (Under load in CI, a broker elected but still loading its state forwarded such
+    a request to itself and waited on its own forwarding channel until the 15 s timeout.)"""
+    cluster = Cluster(tmp_path)
+    with trio.fail_after(1):
+        refused = await answer(
+            cluster, create_topics("orders"), client_id="broker-2-forwarding", active=False
+        )
+    assert [t.error_code.value for t in refused.topics] == [Error.NOT_CONTROLLER]
