@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from minibroker.tools.dev_secure import SECURE_PORT_OFFSET
 from minibroker.tools.launcher import free_port, request_metadata, zookeeper_installed
 from tests.conftest import run_until_refused, wait_for
 
@@ -35,13 +36,17 @@ def alive(pid: int) -> bool:
         return False
 
 
-def free_ports_in_a_row(count: int) -> int:
-    """The first of `count` consecutive ports nothing listens on (the brokers' ports)."""
+def free_ports_in_a_row(count: int, *offsets: int) -> int:
+    """The first of `count` consecutive ports nothing listens on (the brokers' ports), with
+    the same run free at each of `offsets` from it (`--secure`: the SASL_SSL ports, once
+    taken by another process and the secure cluster refused to start)."""
     while True:
         first = free_port()
         sockets = []
         try:
-            for port in range(first, first + count):
+            for port in [
+                p + offset for offset in (0, *offsets) for p in range(first, first + count)
+            ]:
                 probe = socket.socket()
                 sockets.append(probe)
                 probe.bind(("127.0.0.1", port))
@@ -59,7 +64,11 @@ class Dev:
     def __init__(
         self, data: Path, *extra: str, stdout=subprocess.PIPE, ports: tuple[int, int] | None = None
     ) -> None:
-        self.first_port, self.controller_port = ports or (free_ports_in_a_row(3), free_port())
+        offsets = (SECURE_PORT_OFFSET,) if "--secure" in extra else ()
+        self.first_port, self.controller_port = ports or (
+            free_ports_in_a_row(3, *offsets),
+            free_port(),
+        )
         self.lines: list[str] = []
         self.nodes: dict[str, tuple[int, int]] = {}  # "broker 2" -> (port, pid)
         self.process = subprocess.Popen(
