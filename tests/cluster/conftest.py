@@ -286,16 +286,41 @@ def produce_acks_all(
     return acked
 
 
+# What a client refreshes its metadata after and asks again: the leader moved (a preferred
+# leader election once a replica is back in the ISR, say) or is being elected.
+_RETRIABLE_WATERMARK = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+)
+
+
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """ListOffsets latest per partition, from each partition's leader: the high watermark."""
+    """ListOffsets latest per partition, from each partition's leader: the high watermark.
+
+    get_watermark_offsets fails at once when the leader its metadata names has just handed
+    leadership on (the ZooKeeper restart test met NOT_LEADER_FOR_PARTITION while leadership
+    moved back to the preferred replicas); a client refreshes its metadata and asks again,
+    and so does this, until CONVERGENCE_TIMEOUT."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watermarks"})
+    deadline = time.monotonic() + CONVERGENCE_TIMEOUT
+    ends = {}
     try:
-        return {
-            partition: consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10, cached=False
-            )[1]
-            for partition in range(partitions)
-        }
+        for partition in range(partitions):
+            while partition not in ends:
+                try:
+                    ends[partition] = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=10, cached=False
+                    )[1]
+                except KafkaException as failure:
+                    retriable = failure.args[0].code() in _RETRIABLE_WATERMARK
+                    if not retriable or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
+                    with contextlib.suppress(KafkaException):
+                        consumer.list_topics(topic, timeout=10)  # a fresh view of the leaders
+        return ends
     finally:
         consumer.close()
 
