@@ -42,6 +42,7 @@ Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime pack
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -998,18 +999,42 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
+# What a client refreshes its metadata after and asks again: the partition unknown to its
+# metadata yet, or a leader that moved (or is being elected) since that metadata was read.
+_WATERMARK_RETRIABLE = (
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+)
+
+
 def _high_watermark(consumer: Consumer, partition: int, timeout_s: float = 30.0) -> int:
-    """The partition's high watermark, asked again while the client's metadata does not know
-    the partition yet (a broker that was just cut off may answer the first metadata request
-    from a stale cache: librdkafka then fails at once with _UNKNOWN_PARTITION, where a
-    producer or consumer would simply retry)."""
-    deadline = time.monotonic() + timeout_s
+    """The partition's high watermark, asked again (after a metadata refresh) while the
+    client's metadata does not know the partition or names a leader that no longer leads it.
+
+    A producer or consumer retries such errors after refreshing its metadata; librdkafka's
+    get_watermark_offsets fails at once instead (a broker that was just cut off may answer
+    the first metadata request from a stale cache, and one that was deposed answers
+    NOT_LEADER_FOR_PARTITION until the client asks the new leader). Each retry is reported on
+    stderr with how long the error lasted, so a leader that stays stale is seen."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     while True:
         try:
-            return consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1]
+            high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1]
         except KafkaException as error:
             code = error.args[0].code()
-            retriable = code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
-            if not retriable or time.monotonic() >= deadline:
+            if code not in _WATERMARK_RETRIABLE or time.monotonic() >= deadline:
                 raise
+            print(
+                f"final read: partition {partition}: {error.args[0].name()} after"
+                f" {time.monotonic() - started:.1f} s; asking again",
+                file=sys.stderr,
+            )
             time.sleep(0.5)
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(TOPIC, timeout=10)  # a fresh view of the leaders
+        else:
+            return high

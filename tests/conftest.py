@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 import socket
 import struct
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -91,6 +94,52 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, interva
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def run_until_said(command: list[str], pattern: str, timeout: float) -> tuple[int | None, str, str]:
+    """Run a client until it exits or its stderr matches the regular expression ``pattern``
+    (then stop it) or ``timeout`` passes; return (its exit code, or None when it was
+    stopped, its stdout, its stderr)."""
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    lines: list[str] = []
+    told = threading.Event()
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line.decode(errors="replace"))
+            if re.search(pattern, lines[-1]):
+                told.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while not told.is_set() and process.poll() is None and time.monotonic() < deadline:
+        told.wait(0.05)
+    exit_code = process.poll()
+    if exit_code is None:
+        process.kill()
+    assert process.stdout is not None
+    stdout = process.stdout.read().decode(errors="replace")
+    process.wait()
+    reader.join(5)
+    return exit_code, stdout, "".join(lines)
+
+
+def run_until_refused(command: list[str], refusal: str, timeout: float) -> tuple[str, str]:
+    """Run a client that must be refused (``kcat -L`` with wrong credentials or a bad
+    certificate) until its stderr matches the regular expression ``refusal``, then stop it;
+    return what it wrote (stdout, stderr). Fails the test when it exits or the timeout
+    passes without being told.
+
+    librdkafka logs the broker's refusal the moment it arrives, but kcat then waits out its
+    whole metadata timeout (-m) before it gives up. The refusal in its own words, and no
+    metadata on stdout (the caller checks), prove the same in a fraction of the time."""
+    _, stdout, stderr = run_until_said(command, refusal, timeout)
+    assert re.search(refusal, stderr), f"{command[0]} was not refused ({refusal!r}):\n{stderr}"
+    return stdout, stderr
 
 
 def encode(entity: object) -> bytes:

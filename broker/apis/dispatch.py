@@ -19,6 +19,7 @@ from minibroker.apis import (
 from minibroker.apis.errors import error_response
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.apis.registry import APIS, HELD_UNTIL_READY
+from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error, error_name
 from minibroker.protocol.fetch_response import encode_fetch_response
@@ -120,13 +121,20 @@ async def dispatch(
     except Exception as failure:
         if key == ApiKey.PRODUCE and request.acks == 0:
             raise CloseConnection(f"produce with acks=0 failed: {failure!r}") from failure
-        answer = (
-            Error.KAFKA_STORAGE_ERROR
-            if isinstance(failure, OSError)
-            else Error.UNKNOWN_SERVER_ERROR
-        )
-        log.exception("%s v%d failed; answering %s", name, version, answer.name)
-        data = error_response(key, request, answer)
+        if isinstance(failure, ControllerMoved):
+            # The controller's own APIs (AlterPartition, AllocateProducerIds, ...) on an
+            # elected controller deposed meanwhile: the sender looks for the new one, as for
+            # the NOT_CONTROLLER a broker that is not elected answers.
+            log.info("%s v%d: %s; answering NOT_CONTROLLER", name, version, failure)
+            data = error_response(key, request, Error.NOT_CONTROLLER)
+        else:
+            answer = (
+                Error.KAFKA_STORAGE_ERROR
+                if isinstance(failure, OSError)
+                else Error.UNKNOWN_SERVER_ERROR
+            )
+            log.exception("%s v%d failed; answering %s", name, version, answer.name)
+            data = error_response(key, request, answer)
     # Client quotas (KIP-219): the bytes count, the response carries the throttle time, and
     # ctx.connection tells the read loop to mute the channel (apis/client_quotas.py).
     quotas = ctx.quotas is not None and ctx.quotas.enabled

@@ -13,7 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from minibroker.apis import RequestContext
-from minibroker.cluster.controller_client import REQUEST_TIMEOUT_S, ControllerUnavailable
+from minibroker.cluster.controller_client import (
+    REQUEST_TIMEOUT_S,
+    ControllerUnavailable,
+    is_broker_channel,
+)
+from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol.errors import Error
 
 if TYPE_CHECKING:
@@ -26,6 +31,15 @@ class ForwardingFailed(Exception):
     """The controller could not be reached; the caller answers with a retriable error."""
 
     error = Error.REQUEST_TIMED_OUT
+
+
+class NotController(ForwardingFailed):
+    """This node's controller was deposed while it decided the request (ZooKeeper mode: its
+    session expired or another broker won an election, so its save failed and changed
+    nothing). Kafka answers NOT_CONTROLLER then (retriable: the client looks up the
+    controller again and resends), never UNKNOWN_SERVER_ERROR."""
+
+    error = Error.NOT_CONTROLLER
 
 
 # Beyond the client's own timeout, what the controller may take to answer it.
@@ -56,12 +70,23 @@ async def decided_by_controller(
     """The controller's answer to ``request``: ``decide`` on a node with the controller role
     (usually a version-neutral dict), the forwarded request's answer on a broker (a kio
     response entity of the request's version), ``refused(failure)`` when the controller
-    cannot be reached."""
+    cannot be reached or this node's controller was deposed meanwhile."""
     controller = ctx.controller
     if controller is not None:
-        if isinstance(decide, str):
-            return await getattr(controller, decide)(request)
-        return await decide(controller, request)
+        try:
+            if isinstance(decide, str):
+                return await getattr(controller, decide)(request)
+            return await decide(controller, request)
+        except ControllerMoved as moved:
+            log.info("%s not decided: %s", type(request).__name__, moved)
+            return refused(NotController(str(moved)))
+    if is_broker_channel(ctx.header.client_id):
+        # A broker forwarded this here, taking this node for the active controller; it is
+        # not (ZooKeeper mode: not elected, deposed, or elected and still loading its state,
+        # when it would forward to itself and wait on its own channel until the timeout).
+        # Kafka forwards a request once, never again: the sender hears NOT_CONTROLLER and
+        # looks the controller up again.
+        return refused(NotController("this node is not the active controller"))
     try:
         return await forward_to_controller(ctx, request)
     except ForwardingFailed as failure:

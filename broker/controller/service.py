@@ -113,22 +113,31 @@ class ControllerService:
             len(self.state.topics),
             len(self.state.brokers),
         )
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self.channels.start(nursery)
-            # Decisions saved by the previous controller may not have reached every broker
-            # before it stopped: a new controller tells every live broker everything, as
-            # Kafka's does when it takes over (brokers ignore what they already applied).
-            self.propagate(broker_requests.all_partitions(self.state))
-            # So are the cluster's ACLs and SCRAM credentials: a change saved just before
-            # the previous controller died reaches brokers that will not register again.
-            self.push_acls()
-            self.push_scram_credentials(None)
-            self.push_client_quotas(None)
-            nursery.start_soon(self.brokers.watch_sessions)
-            if self.config.auto_leader_rebalance_enable:
-                nursery.start_soon(self.replication.rebalance_leaders)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.channels.start(nursery)
+                # Decisions saved by the previous controller may not have reached every
+                # broker before it stopped: a new controller tells every live broker
+                # everything, as Kafka's does when it takes over (brokers ignore what they
+                # already applied).
+                self.propagate(broker_requests.all_partitions(self.state))
+                # So are the cluster's ACLs and SCRAM credentials: a change saved just
+                # before the previous controller died reaches brokers that will not register
+                # again.
+                self.push_acls()
+                self.push_scram_credentials(None)
+                self.push_client_quotas(None)
+                nursery.start_soon(self.brokers.watch_sessions)
+                if self.config.auto_leader_rebalance_enable:
+                    nursery.start_soon(self.replication.rebalance_leaders)
+                task_status.started()
+        finally:
+            # A stopped (or deposed) service starts nothing more: a broker connection that
+            # closes after this finds no nursery (see broker_connection_lost) instead of one
+            # closed to new tasks, whose RuntimeError in the connection's handler would take
+            # the whole node down.
+            self._nursery = None
 
     async def save(self) -> None:
         """Make the current state durable. While a save is in flight (the ZooKeeper store

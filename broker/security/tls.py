@@ -80,8 +80,12 @@ class TlsStream:
             return
 
     async def _fill(self) -> bool:
-        """Receive ciphertext into the incoming BIO; False when the peer closed."""
-        received = await self.transport.socket.recv_into(self._chunk)
+        """Receive ciphertext into the incoming BIO; False when the peer closed. A reset
+        connection raises trio.BrokenResourceError, as trio's own streams do."""
+        try:
+            received = await self.transport.socket.recv_into(self._chunk)
+        except OSError as error:
+            raise trio.BrokenResourceError(f"connection lost: {error}") from error
         if QUICKACK is not None:
             self.transport.socket.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
         if not received:

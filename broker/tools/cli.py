@@ -3,6 +3,7 @@
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -200,4 +201,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             logging.getLogger("server").error("cannot start: %s", error)
         return 1
-    return 0
+    _exit_without_teardown(0)
+    return 0  # not reached
+
+
+def _exit_without_teardown(code: int) -> None:
+    """End a node that stopped cleanly at once, skipping the interpreter's finalization.
+
+    Everything that must survive is on disk by now (checkpoints and the clean-shutdown
+    marker, fsynced) and every socket is closed. What finalization would still do is collect
+    and free the whole heap (the loaded API schemas, the logs' indexes) and join daemon
+    threads: measured 0.7 to 1.7 s of CPU per node on an idle machine and several seconds on a
+    loaded one, after the node had logged "stopped cleanly", which the launcher's 20 s stop
+    timeout (and `minibroker dev`'s exit code) counted against the node. Kafka's broker
+    likewise ends with Exit.exit once its shutdown hooks ran."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

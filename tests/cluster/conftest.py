@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -122,6 +122,16 @@ def _check_clean_stop(started: Cluster) -> None:
         pytest.fail("unclean cluster shutdown\n" + "\n".join(problems))
 
 
+# What confluent-kafka's admin client may report for a CreateTopics that can succeed when
+# sent again (its KafkaError for a topic's result does not always carry the retriable flag).
+_RETRIABLE_CREATE = (
+    KafkaError.NOT_CONTROLLER,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+)
+
+
 def create_replicated_topic(
     cluster: Cluster,
     topic: str,
@@ -130,7 +140,11 @@ def create_replicated_topic(
     config: dict[str, str] | None = None,
 ) -> None:
     """Create a topic with confluent-kafka's AdminClient and wait until every partition has a
-    leader and a full ISR, as seen by Metadata."""
+    leader and a full ISR, as seen by Metadata.
+
+    A retriable refusal (NOT_CONTROLLER while a controller is being elected, a timeout) is
+    retried, as an application would, until CONVERGENCE_TIMEOUT; TOPIC_ALREADY_EXISTS after
+    one means that earlier attempt created it."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10000})
     new_topic = NewTopic(
         topic,
@@ -138,7 +152,21 @@ def create_replicated_topic(
         replication_factor=replication_factor,
         config=config or {},
     )
-    admin.create_topics([new_topic], request_timeout=15)[topic].result(timeout=20)
+    deadline = time.monotonic() + CONVERGENCE_TIMEOUT
+    retried = False
+    while True:
+        try:
+            admin.create_topics([new_topic], request_timeout=15)[topic].result(timeout=20)
+            break
+        except KafkaException as failure:
+            error = failure.args[0]
+            if retried and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            retriable = error.retriable() or error.code() in _RETRIABLE_CREATE
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            retried = True
+            time.sleep(0.5)
     for partition in range(partitions):
         replicas = wait_for(
             lambda partition=partition: replicas_of(cluster, topic, partition),
@@ -258,16 +286,41 @@ def produce_acks_all(
     return acked
 
 
+# What a client refreshes its metadata after and asks again: the leader moved (a preferred
+# leader election once a replica is back in the ISR, say) or is being elected.
+_RETRIABLE_WATERMARK = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+)
+
+
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """ListOffsets latest per partition, from each partition's leader: the high watermark."""
+    """ListOffsets latest per partition, from each partition's leader: the high watermark.
+
+    get_watermark_offsets fails at once when the leader its metadata names has just handed
+    leadership on (the ZooKeeper restart test met NOT_LEADER_FOR_PARTITION while leadership
+    moved back to the preferred replicas); a client refreshes its metadata and asks again,
+    and so does this, until CONVERGENCE_TIMEOUT."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watermarks"})
+    deadline = time.monotonic() + CONVERGENCE_TIMEOUT
+    ends = {}
     try:
-        return {
-            partition: consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10, cached=False
-            )[1]
-            for partition in range(partitions)
-        }
+        for partition in range(partitions):
+            while partition not in ends:
+                try:
+                    ends[partition] = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=10, cached=False
+                    )[1]
+                except KafkaException as failure:
+                    retriable = failure.args[0].code() in _RETRIABLE_WATERMARK
+                    if not retriable or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
+                    with contextlib.suppress(KafkaException):
+                        consumer.list_topics(topic, timeout=10)  # a fresh view of the leaders
+        return ends
     finally:
         consumer.close()
 

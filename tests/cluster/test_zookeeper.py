@@ -26,7 +26,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kio.schema.errors import ErrorCode
 
 from minibroker.tools.launcher import (
@@ -124,12 +124,14 @@ def zk_cluster(tmp_path: Path, zookeeper: ZooKeeperServer, request) -> Iterator[
 
 
 def controller_and_epoch(zk: KazooClient) -> tuple[int, int] | None:
-    """The elected broker and the controller epoch, as ZooKeeper holds them."""
+    """The elected broker and the controller epoch, as ZooKeeper holds them; None between
+    two controllers, and while the test's own session is being re-established (it can
+    expire while ZooKeeper restarts on a loaded machine; kazoo then opens a new one)."""
     try:
         controller = json.loads(zk.get("/controller")[0])["brokerid"]
-    except NoNodeError:  # between two controllers
+        return controller, int(zk.get("/controller_epoch")[0])
+    except (NoNodeError, ConnectionLoss, SessionExpiredError):
         return None
-    return controller, int(zk.get("/controller_epoch")[0])
 
 
 def partition_states(zk: KazooClient, topic: str, partitions: int = PARTITIONS) -> dict[int, dict]:
