@@ -50,6 +50,9 @@ class Connection:
     principal: str = "User:ANONYMOUS"
     # On a SASL listener: its authentication state (security.authenticator.SaslSession).
     sasl: "SaslSession | None" = None
+    # A plaintext connection: large Fetch reads are answered as FileRecords, which the
+    # server sends with sendfile; TLS must encrypt the bytes, so it gets them read.
+    zero_copy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

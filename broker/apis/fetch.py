@@ -30,6 +30,7 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import fetch_result
 from minibroker.security.authorizer.acls import Operation
+from minibroker.storage.file_records import FileRecords
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0
@@ -66,6 +67,9 @@ class _Reader:
         self.not_yet_applied = False
         self.watched: list[tuple[str, int]] = []
         self.sent: list[tuple[str, int]] = []
+        # Slices of segment files (plaintext connections only), sent with sendfile.
+        self.zero_copy = ctx.connection.zero_copy
+        self.files: list[FileRecords] = []
 
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
@@ -113,16 +117,27 @@ class _Reader:
             min_one_batch=self.total_bytes == 0,
             record_progress=self.record_progress,
             isolation_level=self.isolation_level,
+            zero_copy=self.zero_copy,
         )
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
         self.watched.append(partition.key)
-        size = len(entry["records"])
+        records = entry["records"]
+        if isinstance(records, FileRecords):
+            self.files.append(records)
+        size = len(records)
         self.total_bytes += size
         self.remaining -= size
         self.sent.append((partition.topic, size))
         return entry
+
+    def release(self) -> None:
+        """Close the file slices of a read that will not be sent (a parked fetch reads
+        again when it wakes)."""
+        for records in self.files:
+            records.close()
+        self.files.clear()
 
 
 def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[dict, _Reader]:
@@ -177,6 +192,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             # follower's replica.fetch.backoff.ms (a second by default): wait, within the
             # fetch's max_wait, and read again.
             waited_for_controller = True
+            reader.release()
             with trio.move_on_at(deadline):
                 await ctx.replica_manager.controller_requests_applied()
             continue
@@ -194,4 +210,5 @@ async def handle(ctx: RequestContext, request) -> dict:
                 if size:
                     counter.labels(topic).inc(size)
             return response
+        reader.release()
         await ctx.replica_manager.watchers.wait_any(reader.watched, deadline, "Fetch")
