@@ -33,6 +33,7 @@ it lands in (storage/transaction_index.py), which `collect_aborted_transactions`
 read_committed fetches. Recovery rebuilds the `.txnindex` of every segment it rescans.
 """
 
+import errno
 import logging
 import os
 import re
@@ -1108,8 +1109,17 @@ class PartitionLog:
                 segment.read_at(position, length) for segment, position, length in slices
             )
         records = FileRecords()
-        for segment, position, length in slices:
-            segment.slice_into(records, position, length)
+        try:
+            for segment, position, length in slices:
+                segment.slice_into(records, position, length)
+        except OSError as error:
+            # Out of descriptors (each slice holds one until it is sent): read instead.
+            records.close()
+            if error.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            return b"".join(
+                segment.read_at(position, length) for segment, position, length in slices
+            )
         return records
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:

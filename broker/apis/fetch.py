@@ -16,6 +16,11 @@ has records the leader's history does not. A follower's fetch follows the inter-
 (apis/inter_node.py) and a consumer's needs READ on the topic when an authorizer is on; the
 topics refused answer TOPIC_AUTHORIZATION_FAILED.
 
+On a plaintext connection (``Connection.zero_copy``) a partition's read of 32 KiB or more
+comes back as FileRecords, slices of the segment files, which the connection sends with
+sendfile (Kafka's FileRecords and transferTo); the bytes on the wire are the same. A read
+that is thrown away (a parked fetch reads again when woken) closes its slices at once.
+
 A read_committed consumer (isolation_level 1) reads up to the last stable offset and gets the
 aborted transactions of what it read; a parked fetch is woken by transaction markers as by
 any append, since a marker is appended through the same log and notifies the same watchers.

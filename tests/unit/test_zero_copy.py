@@ -2,6 +2,7 @@
 the server's writer sends FileRecords with sendfile over a real socket pair, whatever the
 socket buffer takes at a time and whatever happens to the file meanwhile."""
 
+import errno
 import os
 import random
 import socket
@@ -49,6 +50,25 @@ def test_zero_copy_reads_return_exactly_the_bytes_of_a_read(tmp_path, monkeypatc
     monkeypatch.undo()
     small = log.read_file_records(0, max_bytes=500)
     assert isinstance(small, bytes) and validate_batches(small)
+    log.close()
+
+
+def test_out_of_descriptors_a_read_falls_back_to_bytes(tmp_path, monkeypatch):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), needs_recovery=False, now_ms=0)
+    for _ in range(20):
+        log.append_as_leader(make_batch([(None, b"x" * 1000)] * 10), leader_epoch=0, now_ms=0)
+    expected = log.read(0, max_bytes=10**6)
+    assert len(expected) >= log_module.ZERO_COPY_MIN_BYTES
+    sliced = log.read_file_records(0, max_bytes=10**6)
+    assert isinstance(sliced, FileRecords)
+    sliced.close()
+
+    def no_descriptors(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "dup", no_descriptors)
+    assert log.read_file_records(0, max_bytes=10**6) == expected
+    monkeypatch.undo()
     log.close()
 
 
