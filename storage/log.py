@@ -1053,9 +1053,13 @@ class PartitionLog:
         progress. The read continues into later segments while there is room.
         """
         self._check_offset(start_offset)
-        if start_offset == self._log_end_offset or (
-            max_offset is not None and start_offset >= max_offset
+        if (
+            start_offset == self._log_end_offset
+            or (max_offset is not None and start_offset >= max_offset)
+            or (max_bytes <= 0 and not min_one_batch)
         ):
+            # The last case: a fetch's later partitions once its byte budget is spent
+            # (no batch fits in nothing); only the offset's range is checked.
             return b""
         chunks = []
         total = 0
@@ -1086,9 +1090,13 @@ class PartitionLog:
         FileRecords.slice). A smaller read is read into bytes, which costs less than the
         descriptors and the extra system calls."""
         self._check_offset(start_offset)
-        if start_offset == self._log_end_offset or (
-            max_offset is not None and start_offset >= max_offset
+        if (
+            start_offset == self._log_end_offset
+            or (max_offset is not None and start_offset >= max_offset)
+            or (max_bytes <= 0 and not min_one_batch)
         ):
+            # The last case: a fetch's later partitions once its byte budget is spent
+            # (no batch fits in nothing); only the offset's range is checked.
             return b""
         slices: list[tuple[LogSegment, int, int]] = []
         total = 0

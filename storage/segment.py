@@ -17,6 +17,7 @@ the producer state an ABORT marker closes; recovery empties it and marks the seg
 (`txn_index_rebuilding`) for the log to refill while it replays the batches.
 """
 
+import itertools
 import mmap
 import os
 import re
@@ -305,7 +306,9 @@ class LogSegment:
         `max_offset`, that is the segment's end; otherwise the walk starts from the last
         index entry that is below both bounds, so it covers about one index interval.
         """
-        found = self.find_batch(start_offset)
+        # find_batch, keeping the walk: a small limit ends within the chunk it has read.
+        walk = self.batches(self.offset_index.lookup(start_offset)[1], read_ahead=_FIND_READ_AHEAD)
+        found = next(((at, batch) for at, batch in walk if batch.last_offset >= start_offset), None)
         if found is None:
             return None
         position, first = found
@@ -320,8 +323,13 @@ class LogSegment:
             self.offset_index.position_at_or_below(limit_end),
             self.offset_index.lookup(max_offset - 1)[1] if max_offset is not None else limit_end,
         )
-        end = walk_from = max(walk_from, position)
-        for batch_position, header in self.batches(walk_from, read_ahead=_FIND_READ_AHEAD):
+        if walk_from > position:
+            walk = self.batches(walk_from, read_ahead=_FIND_READ_AHEAD)
+        else:
+            walk_from = position
+            walk = itertools.chain([(position, first)], walk)
+        end = walk_from
+        for batch_position, header in walk:
             batch_end = batch_position + header.size
             if batch_end > limit_end or (
                 max_offset is not None and header.base_offset >= max_offset
