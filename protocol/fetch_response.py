@@ -4,7 +4,8 @@ kio's generic writer copies every record set into one buffer; for Fetch, where t
 are most of the response, that is a copy of everything a consumer or follower reads, done in
 Python-driven steps. This encoder writes the small fields itself and hands back the response
 as a list of chunks in which each partition's records appear as the very object read from the
-log, so the socket sends them without another copy.
+log, so the socket sends them without another copy (a FileRecords, on a plaintext connection,
+is only measured here: the server sends it with sendfile).
 
 It covers the responses the broker builds in the common case, read_committed's aborted
 transactions included; anything else (a diverging epoch for a follower) returns None and the

@@ -153,6 +153,12 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._relative_offsets[slot], self._positions[slot]
 
+    def position_at_or_below(self, position: int) -> int:
+        """The largest indexed batch position <= `position`; 0 (the segment start) if none.
+        Positions grow with offsets, so the entries are ordered by either."""
+        slot = bisect_right(self._positions, position) - 1
+        return self._positions[slot] if slot >= 0 else 0
+
     def _pack(self, start: int, stop: int) -> bytes:
         return b"".join(
             _OFFSET_ENTRY.pack(self._relative_offsets[slot], self._positions[slot])

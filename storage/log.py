@@ -33,6 +33,7 @@ it lands in (storage/transaction_index.py), which `collect_aborted_transactions`
 read_committed fetches. Recovery rebuilds the `.txnindex` of every segment it rescans.
 """
 
+import errno
 import logging
 import os
 import re
@@ -78,6 +79,7 @@ from minibroker.storage.errors import (
     StorageError,
     UnexpectedAppendOffsetError,
 )
+from minibroker.storage.file_records import FileRecords
 from minibroker.storage.index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from minibroker.storage.producer_state import SNAPSHOT_SUFFIX, CompletedTxn, ProducerStateManager
 from minibroker.storage.segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
@@ -86,6 +88,9 @@ from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 log = logging.getLogger("storage.log")
 
 LONG_MAX = 2**63 - 1
+# A zero-copy read smaller than this is read into bytes: below it a descriptor's dup, close
+# and the extra sendfile call cost more than copying the records (see BENCHMARKS.md 14).
+ZERO_COPY_MIN_BYTES = 32 * 1024
 INT_MAX = 2**31 - 1
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -1048,9 +1053,13 @@ class PartitionLog:
         progress. The read continues into later segments while there is room.
         """
         self._check_offset(start_offset)
-        if start_offset == self._log_end_offset or (
-            max_offset is not None and start_offset >= max_offset
+        if (
+            start_offset == self._log_end_offset
+            or (max_offset is not None and start_offset >= max_offset)
+            or (max_bytes <= 0 and not min_one_batch)
         ):
+            # The last case: a fetch's later partitions once its byte budget is spent
+            # (no batch fits in nothing); only the offset's range is checked.
             return b""
         chunks = []
         total = 0
@@ -1066,6 +1075,60 @@ class PartitionLog:
             if not result.reached_end or total >= max_bytes:
                 break
         return b"".join(chunks)
+
+    def read_file_records(
+        self,
+        start_offset: int,
+        *,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes | FileRecords:
+        """``read`` for a zero-copy send: the same batches, located by their headers
+        (LogSegment.locate) and, from ZERO_COPY_MIN_BYTES on, returned as FileRecords,
+        slices of the segment files that the connection sends with sendfile (Kafka's
+        FileRecords.slice). A smaller read is read into bytes, which costs less than the
+        descriptors and the extra system calls."""
+        self._check_offset(start_offset)
+        if (
+            start_offset == self._log_end_offset
+            or (max_offset is not None and start_offset >= max_offset)
+            or (max_bytes <= 0 and not min_one_batch)
+        ):
+            # The last case: a fetch's later partitions once its byte budget is spent
+            # (no batch fits in nothing); only the offset's range is checked.
+            return b""
+        slices: list[tuple[LogSegment, int, int]] = []
+        total = 0
+        for segment in self._segments[self._segment_index_for(start_offset) :]:
+            located = segment.locate(
+                start_offset, max_bytes - total, max_offset, min_one_batch and total == 0
+            )
+            if located is None:
+                continue
+            position, length, reached_end = located
+            if length:
+                slices.append((segment, position, length))
+                total += length
+            if not reached_end or total >= max_bytes:
+                break
+        if total < ZERO_COPY_MIN_BYTES:
+            return b"".join(
+                segment.read_at(position, length) for segment, position, length in slices
+            )
+        records = FileRecords()
+        try:
+            for segment, position, length in slices:
+                segment.slice_into(records, position, length)
+        except OSError as error:
+            # Out of descriptors (each slice holds one until it is sent): read instead.
+            records.close()
+            if error.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            return b"".join(
+                segment.read_at(position, length) for segment, position, length in slices
+            )
+        return records
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp_ms`.

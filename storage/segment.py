@@ -17,6 +17,7 @@ the producer state an ABORT marker closes; recovery empties it and marks the seg
 (`txn_index_rebuilding`) for the log to refill while it replays the batches.
 """
 
+import itertools
 import mmap
 import os
 import re
@@ -35,6 +36,7 @@ from minibroker.protocol.record_batch import (
     read_header,
     scan_valid_batches,
 )
+from minibroker.storage.file_records import FileRecords
 from minibroker.storage.index import (
     OFFSET_INDEX_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -288,8 +290,61 @@ class LogSegment:
             data = data[:end]
         return SegmentRead(data, reached_end=end == remaining_in_segment)
 
+    def locate(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = False,
+    ) -> tuple[int, int, bool] | None:
+        """Where ``read`` with the same arguments would read: (position, length,
+        reached_end), found from batch headers and the offset index without reading the
+        records; None if `start_offset` is not here. For a zero-copy read (FileRecords).
+
+        The end is the last whole batch within the byte limit whose base offset is below
+        `max_offset`. When the limit passes the segment's end and every batch is below
+        `max_offset`, that is the segment's end; otherwise the walk starts from the last
+        index entry that is below both bounds, so it covers about one index interval.
+        """
+        # find_batch, keeping the walk: a small limit ends within the chunk it has read.
+        walk = self.batches(self.offset_index.lookup(start_offset)[1], read_ahead=_FIND_READ_AHEAD)
+        found = next(((at, batch) for at, batch in walk if batch.last_offset >= start_offset), None)
+        if found is None:
+            return None
+        position, first = found
+        if max_offset is not None and first.base_offset >= max_offset:
+            return position, 0, False
+        limit = max(max_bytes, first.size) if min_one_batch else max_bytes
+        limit_end = min(position + max(limit, 0), self.size)
+        if limit_end == self.size and (max_offset is None or self.next_offset <= max_offset):
+            return position, self.size - position, True
+        # Every batch before an index entry below both bounds is in the read.
+        walk_from = min(
+            self.offset_index.position_at_or_below(limit_end),
+            self.offset_index.lookup(max_offset - 1)[1] if max_offset is not None else limit_end,
+        )
+        if walk_from > position:
+            walk = self.batches(walk_from, read_ahead=_FIND_READ_AHEAD)
+        else:
+            walk_from = position
+            walk = itertools.chain([(position, first)], walk)
+        end = walk_from
+        for batch_position, header in walk:
+            batch_end = batch_position + header.size
+            if batch_end > limit_end or (
+                max_offset is not None and header.base_offset >= max_offset
+            ):
+                break
+            end = batch_end
+        return position, end - position, end == self.size
+
     def read_at(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
+
+    def slice_into(self, records: FileRecords, position: int, length: int) -> None:
+        """Add this segment's bytes [position, position + length) to ``records`` (which
+        holds its own descriptor, so the slice outlives this segment's deletion)."""
+        records.add(self._fd, position, length)
 
     def batches_reaching(
         self, timestamp: int, starting_offset: int

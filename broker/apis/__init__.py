@@ -54,6 +54,9 @@ class Connection:
     # KIP-219: how long the connection's channel stays muted after the response just sent
     # (a quota's throttle time, set by dispatch, honoured by the connection's read loop).
     throttle_ms: int = 0
+    # A plaintext connection: large Fetch reads are answered as FileRecords, which the
+    # server sends with sendfile; TLS must encrypt the bytes, so it gets them read.
+    zero_copy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

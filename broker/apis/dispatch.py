@@ -27,6 +27,7 @@ from minibroker.protocol.framing import RequestHeader, frame_response_header
 from minibroker.protocol.produce_request import decode_produce_request
 from minibroker.protocol.produce_response import encode_produce_response
 from minibroker.protocol.versions import ApiKey
+from minibroker.storage.file_records import FileRecords, materialize
 
 log = logging.getLogger("dispatch")
 
@@ -82,11 +83,22 @@ def _encode(header: RequestHeader, api_version: int, data) -> list:
         chunks = [encode_produce_response(api_version, data)]
     if chunks is None:
         if isinstance(data, dict):
+            if header.api_key == ApiKey.FETCH:
+                _read_file_records(data)
             chunks = [codec.encode_response(header.api_key, api_version, data)]
         else:
             chunks = [codec.encode_entity(data)]
     size = sum(len(chunk) for chunk in chunks)
     return [frame_response_header(header.correlation_id, size, flexible_header=flexible), *chunks]
+
+
+def _read_file_records(data: dict) -> None:
+    """kio writes bytes: a Fetch response it encodes (a follower's diverging epoch beside
+    other partitions' records) gets its file slices read."""
+    for topic in data.get("responses", ()):
+        for partition in topic["partitions"]:
+            if isinstance(partition.get("records"), FileRecords):
+                partition["records"] = materialize(partition["records"])
 
 
 async def dispatch(

@@ -16,6 +16,11 @@ has records the leader's history does not. A follower's fetch follows the inter-
 (apis/inter_node.py) and a consumer's needs READ on the topic when an authorizer is on; the
 topics refused answer TOPIC_AUTHORIZATION_FAILED.
 
+On a plaintext connection (``Connection.zero_copy``) a partition's read of 32 KiB or more
+comes back as FileRecords, slices of the segment files, which the connection sends with
+sendfile (Kafka's FileRecords and transferTo); the bytes on the wire are the same. A read
+that is thrown away (a parked fetch reads again when woken) closes its slices at once.
+
 A read_committed consumer (isolation_level 1) reads up to the last stable offset and gets the
 aborted transactions of what it read; a parked fetch is woken by transaction markers as by
 any append, since a marker is appended through the same log and notifies the same watchers.
@@ -30,6 +35,7 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import fetch_result
 from minibroker.security.authorizer.acls import Operation
+from minibroker.storage.file_records import FileRecords
 
 # No fetch sessions are created: session id 0 tells clients to send full requests.
 _NO_SESSION = 0
@@ -66,6 +72,9 @@ class _Reader:
         self.not_yet_applied = False
         self.watched: list[tuple[str, int]] = []
         self.sent: list[tuple[str, int]] = []
+        # Slices of segment files (plaintext connections only), sent with sendfile.
+        self.zero_copy = ctx.connection.zero_copy
+        self.files: list[FileRecords] = []
 
     def read_topic(self, topic) -> dict:
         topic_id = getattr(topic, "topic_id", None)
@@ -113,16 +122,27 @@ class _Reader:
             min_one_batch=self.total_bytes == 0,
             record_progress=self.record_progress,
             isolation_level=self.isolation_level,
+            zero_copy=self.zero_copy,
         )
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
         self.watched.append(partition.key)
-        size = len(entry["records"])
+        records = entry["records"]
+        if isinstance(records, FileRecords):
+            self.files.append(records)
+        size = len(records)
         self.total_bytes += size
         self.remaining -= size
         self.sent.append((partition.topic, size))
         return entry
+
+    def release(self) -> None:
+        """Close the file slices of a read that will not be sent (a parked fetch reads
+        again when it wakes)."""
+        for records in self.files:
+            records.close()
+        self.files.clear()
 
 
 def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[dict, _Reader]:
@@ -177,6 +197,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             # follower's replica.fetch.backoff.ms (a second by default): wait, within the
             # fetch's max_wait, and read again.
             waited_for_controller = True
+            reader.release()
             with trio.move_on_at(deadline):
                 await ctx.replica_manager.controller_requests_applied()
             continue
@@ -194,4 +215,5 @@ async def handle(ctx: RequestContext, request) -> dict:
                 if size:
                     counter.labels(topic).inc(size)
             return response
+        reader.release()
         await ctx.replica_manager.watchers.wait_any(reader.watched, deadline, "Fetch")

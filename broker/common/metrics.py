@@ -96,6 +96,13 @@ class BrokerMetrics:
             "ISR expansions this broker made as leader (IsrExpandsPerSec).",
             registry=self.registry,
         )
+        # Not Kafka's: how much of the records sent went by sendfile (zero-copy, plaintext
+        # listeners) rather than through Python (TLS, small reads).
+        self.fetch_sendfile_bytes = Counter(
+            "minibroker_fetch_sendfile_bytes",
+            "Bytes of record batches sent to consumers and followers with sendfile.",
+            registry=self.registry,
+        )
         self.fetcher_bytes = Counter(
             "kafka_server_fetcherstats_bytes",
             "Bytes of record batches fetched from leaders by this broker's fetchers.",

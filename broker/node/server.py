@@ -11,6 +11,7 @@ marker so the next start skips recovery.
 """
 
 import base64
+import errno
 import functools
 import logging
 import os
@@ -47,6 +48,7 @@ from minibroker.security.listeners import (
     listener_security,
 )
 from minibroker.security.tls import TlsStream
+from minibroker.storage.file_records import FileRecords, materialize
 from minibroker.storage.log import LONG_MAX, LogConfig
 from minibroker.storage.log_manager import LogManager
 
@@ -114,6 +116,7 @@ class BrokerServer:
         # Set once the node serves: an error after that is not a failure to start.
         self.serving = False
         self._idle_reads: set[trio.CancelScope] = set()
+        self.zero_copy = zero_copy_enabled()
         # Built here so that a missing key store or a bad JAAS line stops the start with the
         # property's name (ConfigError) before anything listens.
         self.listener_security = {
@@ -442,6 +445,8 @@ class BrokerServer:
                     raise CloseConnection("TLS handshake timed out")
                 if not security.uses_sasl:
                     connection.principal = certificate_principal(stream.getpeercert())
+            else:
+                connection.zero_copy = self.zero_copy
             while (frame := await self._next_frame(stream, decoder)) is not None:
                 session = connection.sasl
                 if session is not None and session.raw_token_pending:
@@ -459,7 +464,7 @@ class BrokerServer:
                     response = await dispatch(header, frame, body_offset, make_context)
                 if response is not None:
                     try:
-                        await _send_buffers(stream, response)
+                        await _send_buffers(stream, response, self.metrics.fetch_sendfile_bytes)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the client went away
                 if connection.throttle_ms:
@@ -485,25 +490,66 @@ class BrokerServer:
 
 # Linux's IOV_MAX: the most buffers one writev takes.
 MAX_BUFFERS_PER_WRITE = 1024
+# errno values of a sendfile that the file system or kernel cannot do (not of a broken
+# socket): such a slice is read and written instead.
+_SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
 
-async def _send_buffers(stream, buffers: list) -> None:
+def zero_copy_enabled() -> bool:
+    """Whether plaintext connections send large Fetch reads with sendfile. Kafka always
+    does and has no setting; MINIBROKER_SENDFILE=0 turns it off, for the benchmark that
+    measures what it saves (BENCHMARKS.md 14) and as a way out on a file system that
+    misbehaves under sendfile."""
+    return os.environ.get("MINIBROKER_SENDFILE", "1") != "0"
+
+
+async def _send_buffers(stream, buffers: list, sendfile_bytes=None) -> None:
     """Send a response given as buffers (a Fetch response's record sets are the objects read
     from the log) with writev, straight on the socket: one system call for the whole response
     when the socket buffer has room, and no pass through the scheduler. Only a full socket
     buffer waits, for writability, in trio.
 
+    A record set read as FileRecords (a large read on a plaintext connection) goes with
+    sendfile from the segment file, in its place in the response: the buffers before it are
+    written first, then the slices, then the rest (Kafka's FileRecords.writeTo through
+    PlaintextTransportLayer.transferFrom). ``sendfile_bytes`` counts what went that way. Its
+    descriptors are closed once the response is sent or abandoned. A response cut off half
+    way (the peer went away, the file was truncated underneath, the broker stops) leaves the
+    connection unusable, and the caller closes it.
+
     The connection's task is the only writer of its socket, and receiving the next request
     always goes through trio's checkpoints, so bypassing SocketStream.send_all here loses
     neither its conflict detection nor fairness between connections. A peer that went away
     raises trio.BrokenResourceError, as send_all would. A TLS stream encrypts and sends
-    the buffers itself (broker.tls).
+    the buffers itself (broker.tls), read from the files first if any are slices.
     """
-    if isinstance(stream, TlsStream):
-        await stream.send_buffers(buffers)
-        return
-    views = [view for buffer in buffers if len(view := memoryview(buffer).cast("B"))]
-    fd = stream.socket.fileno()
+    try:
+        if isinstance(stream, TlsStream):
+            await stream.send_buffers([materialize(buffer) for buffer in buffers])
+            return
+        fd = stream.socket.fileno()
+        views: list[memoryview] = []
+        for buffer in buffers:
+            if isinstance(buffer, FileRecords):
+                await _write_views(fd, views)
+                views = []
+                await _send_file_records(fd, buffer)
+                if sendfile_bytes is not None:
+                    sendfile_bytes.inc(len(buffer))
+            elif len(view := memoryview(buffer).cast("B")):
+                views.append(view)
+        await _write_views(fd, views)
+    finally:
+        for buffer in buffers:
+            if isinstance(buffer, FileRecords):
+                buffer.close()
+    # Let the other connections run before this one reads its next request, which may be
+    # waiting in the buffer already (a pipelining client), as send_all's checkpoint did.
+    await trio.lowlevel.checkpoint()
+
+
+async def _write_views(fd: int, views: list[memoryview]) -> None:
+    """Write every view, in order, with as few writev calls as the socket buffer allows."""
     first = 0  # views before this one are sent
     while first < len(views):
         group = views[first : first + MAX_BUFFERS_PER_WRITE]
@@ -521,9 +567,38 @@ async def _send_buffers(stream, buffers: list) -> None:
             views[first] = views[first][sent:]
         if socket_full:
             await trio.lowlevel.wait_writable(fd)
-    # Let the other connections run before this one reads its next request, which may be
-    # waiting in the buffer already (a pipelining client), as send_all's checkpoint did.
-    await trio.lowlevel.checkpoint()
+
+
+async def _send_file_records(fd: int, records: FileRecords) -> None:
+    """Send the slices with sendfile, waiting in trio whenever the socket buffer is full.
+
+    A slice whose file now ends before the slice does (truncated in place after the read)
+    cannot be sent whole; as Kafka's FileRecords.writeTo, that closes the connection
+    (CloseConnection), since the response's length is already on the wire.
+    """
+    for file_fd, start, length in records.parts:
+        position, end = start, start + length
+        while position < end:
+            try:
+                sent = os.sendfile(fd, file_fd, position, end - position)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(fd)
+                continue
+            except OSError as error:
+                if error.errno not in _SENDFILE_UNSUPPORTED:
+                    raise trio.BrokenResourceError(f"sending a response: {error!r}") from error
+                data = os.pread(file_fd, end - position, position)
+                sent = len(data)
+                await _write_views(fd, [memoryview(data)])
+            if sent == 0:
+                raise CloseConnection(
+                    f"a segment file was truncated below {end} while {length} bytes from"
+                    f" {start} were being sent"
+                )
+            position += sent
+            if position < end:
+                # A short sendfile: the socket buffer is full.
+                await trio.lowlevel.wait_writable(fd)
 
 
 def log_config_from(config: BrokerConfig) -> LogConfig:

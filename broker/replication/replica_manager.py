@@ -40,6 +40,7 @@ from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
 from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
+from minibroker.storage.file_records import FileRecords
 from minibroker.storage.log_manager import LogManager
 from minibroker.storage.producer_state import ProducerSnapshot
 
@@ -105,7 +106,9 @@ def _end_of_batches(records: bytes) -> int:
     return last + 1
 
 
-def fetch_result(index: int, error: Error, partition=None, records: bytes | None = b"") -> dict:
+def fetch_result(
+    index: int, error: Error, partition=None, records: bytes | FileRecords | None = b""
+) -> dict:
     """A Fetch response partition (Kafka's FetchPartitionData) with every field the encoders
     read; ``partition`` (when hosted here) supplies the offsets."""
     entry = {
@@ -418,6 +421,7 @@ class ReplicaManager:
         min_one_batch: bool,
         record_progress: bool,
         isolation_level: int = 0,
+        zero_copy: bool = False,
     ) -> dict:
         """Kafka's ReplicaManager.readFromLog for one partition led here: its Fetch response
         entry (``fetch_result``).
@@ -434,7 +438,9 @@ class ReplicaManager:
         claiming one. A follower whose last fetched epoch ends before its fetch offset here
         gets the diverging epoch and no records (Fetch v12); otherwise its fetch offset is its
         log end, which moves the HW and may grow the ISR (``record_progress`` is false when
-        a parked fetch reads again). Reads return whole stored batches, as bytes.
+        a parked fetch reads again). Reads return whole stored batches, as bytes, or with
+        ``zero_copy`` (a plaintext connection) a large read as FileRecords, slices of the
+        segment files that the connection sends with sendfile (PartitionLog.read).
         """
         index = partition.index
         partition_log = partition.log
@@ -455,7 +461,8 @@ class ReplicaManager:
         else:
             max_offset = partition.high_watermark
         try:
-            records = partition_log.read(
+            read = partition_log.read_file_records if zero_copy else partition_log.read
+            records = read(
                 fetch_offset,
                 max_bytes=max_bytes,
                 max_offset=max_offset,
@@ -471,6 +478,9 @@ class ReplicaManager:
             if records and partition_log.collect_aborted_transactions(
                 fetch_offset, partition_log.log_end_offset
             ):
+                # The range's end is read from the batch headers: this rare read takes bytes.
+                if isinstance(records, FileRecords):
+                    records = entry["records"] = records.take()
                 aborted = partition_log.collect_aborted_transactions(
                     fetch_offset, _end_of_batches(records)
                 )
