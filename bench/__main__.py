@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bench.chart import write_chart
-from bench.report import BENCHMARKS, section, write_benchmarks
+from bench.report import BENCHMARKS, machine, section, write_benchmarks
 from bench.rows import REAL_SIZES, SMOKE_SIZES, rows, run_row
 
 DEFAULT_RUNS = 3
@@ -62,11 +62,21 @@ def main() -> int:
         if not arguments.only or row.name in arguments.only
     ]
 
-    with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as work_dir:
-        results = [run_row(row, runs, Path(work_dir)) for row in selected]
-
     command = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
-    content = section(command, results, runs)
+    # Described before the first row: the commit measured, not BENCHMARKS.md's own edits.
+    described = machine()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as work_dir:
+        for row in selected:
+            results.append(run_row(row, runs, Path(work_dir)))
+            if write and len(results) < len(selected):
+                # The rows so far, so that a run cut short leaves what it measured.
+                partial = (
+                    f"{len(results)} of {len(selected)} rows so far (the run is not over).\n\n"
+                )
+                write_benchmarks(partial + section(command, results, runs, described))
+
+    content = section(command, results, runs, described)
     print(content)
     if write:
         write_benchmarks(content)

@@ -219,8 +219,15 @@ def table(results: list[RowResult], runs: int) -> str:
     return f"{runs_note}\n\n{text}"
 
 
-def section(command: str, results: list[RowResult], runs: int) -> str:
-    described = "\n".join(f"- {key}: {value}" for key, value in machine())
+def section(
+    command: str,
+    results: list[RowResult],
+    runs: int,
+    described_machine: list[tuple[str, str]] | None = None,
+) -> str:
+    """The command, the machine (as described at the run's start, when given: the date and
+    the commit measured) and the table."""
+    described = "\n".join(f"- {key}: {value}" for key, value in (described_machine or machine()))
     return f"Command: `{command}`\n\n{described}\n\n{table(results, runs)}"
 
 
