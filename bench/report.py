@@ -148,7 +148,8 @@ KAFKA_TARGETS: dict[str, tuple[str, float]] = {
 
 
 def kafka_targets(results: list[RowResult]) -> str:
-    """Issue 26's targets against Apache Kafka, for the rows of this run that have one."""
+    """Issue 26's targets against Apache Kafka, for the rows of this run that have one ("" when
+    none has)."""
     lines = [
         "| row | metric | minibroker / Kafka | target | |",
         "|---|---|---:|---:|---|",
@@ -170,7 +171,7 @@ def kafka_targets(results: list[RowResult]) -> str:
                 f"| {result.row.name} | {line.metric} | {shown} | {bound_kind} {bound:g} |"
                 f" {verdict} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def table(results: list[RowResult], runs: int) -> str:
@@ -208,9 +209,9 @@ def table(results: list[RowResult], runs: int) -> str:
     if failures:
         text += "\nFailures (the full client error and log tails went to stderr):\n\n"
         text += "\n".join(failures) + "\n"
-    if any(KAFKA in result.row.systems for result in results):
-        text += "\nIssue 26's targets, minibroker / Apache Kafka in this run:\n\n"
-        text += kafka_targets(results)
+    targets = kafka_targets(results)
+    if targets and any(KAFKA in result.row.systems for result in results):
+        text += "\nIssue 26's targets, minibroker / Apache Kafka in this run:\n\n" + targets
     runs_note = (
         f"Medians of {runs} run{'s' if runs != 1 else ''} per system, runs alternating between"
         " systems. A ratio above 1 means minibroker moves more per second; for latency, times,"

@@ -292,15 +292,26 @@ class Kafka:
 
     system = KAFKA
 
-    def __init__(self, brokers: int, work_dir: Path):
+    def __init__(
+        self,
+        brokers: int,
+        work_dir: Path,
+        overrides: dict[str, str] | None = None,
+        extra_listeners: tuple[str, ...] = (),
+    ):
         from bench.kafka_ref import KafkaCluster, missing_reason
 
         reason = missing_reason("kafka")
         if reason is not None:
             raise Skipped(reason)
+        unknown = set(extra_listeners) - {"SSL"}
+        if unknown:
+            raise BenchError(f"no {sorted(unknown)} listener for Kafka here")
         self.base_dir = Path(tempfile.mkdtemp(prefix="kafka-", dir=work_dir))
         try:
-            self.cluster = KafkaCluster.start(self.base_dir, brokers)
+            self.cluster = KafkaCluster.start(
+                self.base_dir, brokers, overrides, ssl="SSL" in extra_listeners
+            )
         except (RuntimeError, subprocess.SubprocessError) as error:
             shutil.rmtree(self.base_dir, ignore_errors=True)
             raise BenchError(f"Apache Kafka did not start: {error}") from error
@@ -312,6 +323,12 @@ class Kafka:
         create_with_admin(
             self.bootstrap, name, partitions, replication_factor, configs, self.failure
         )
+
+    def listener_bootstrap(self, name: str) -> str:
+        """Where the single node's SSL listener is."""
+        if name != "SSL" or self._single.ssl_port is None:
+            raise BenchError(f"no {name} listener")
+        return f"127.0.0.1:{self._single.ssl_port}"
 
     @property
     def _single(self):
@@ -371,11 +388,11 @@ def start(
     extra_listeners: tuple[str, ...] = (),
 ) -> Minibroker | Mock | Kafka:
     """A fresh target; `overrides` are minibroker properties and `extra_listeners` its
-    listeners besides PLAINTEXT (the mock has its own fixed settings, see `bench.mock_host`;
-    Kafka those of `bench.kafka_ref`, which already include the group rows' zero initial
-    rebalance delay)."""
+    listeners besides PLAINTEXT. The overrides are Kafka's own property names, so Kafka gets
+    them too (the group rows' zero initial rebalance delay, the SSL keystore); the mock has
+    its own fixed settings (`bench.mock_host`)."""
     if system == MINIBROKER:
         return Minibroker(brokers, work_dir, overrides, extra_listeners)
     if system == KAFKA:
-        return Kafka(brokers, work_dir)
+        return Kafka(brokers, work_dir, overrides, extra_listeners)
     return Mock(brokers, work_dir)
