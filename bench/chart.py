@@ -101,21 +101,21 @@ def draw(drawn: list[Panel], path: Path, title: str) -> bool:
         figsize=(PANEL_INCHES[0] * COLUMNS, PANEL_INCHES[1] * rows),
         squeeze=False,
     )
-    for axis, (title, bars) in zip(axes.flat, drawn, strict=False):
+    for axis, (heading, bars) in zip(axes.flat, drawn, strict=False):
         names = [LABELS[system] for system, _, _ in bars]
         heights = [value or 0.0 for _, value, _ in bars]
         axis.bar(names, heights, color=[COLOURS[system] for system, _, _ in bars])
         top = max(heights) or 1.0
         for index, (_, value, why) in enumerate(bars):
-            label = why if value is None else f"{value:,.3g}"
+            label = why if value is None else f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
             axis.text(index, (value or 0.0) + top * 0.02, label, ha="center", fontsize=8)
         axis.set_ylim(0, top * 1.18)
-        axis.set_title("\n".join(textwrap.wrap(title, 48)), fontsize=8)
+        axis.set_title("\n".join(textwrap.wrap(heading, 48)), fontsize=8)
         axis.tick_params(labelsize=8)
     for axis in list(axes.flat)[len(drawn) :]:
         axis.set_visible(False)
     figure.suptitle(f"{title} (medians; see BENCHMARKS.md for what each panel measures)")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.97))
     figure.savefig(path, dpi=80)
     plt.close(figure)
     print(f"wrote {path}", file=sys.stderr)
