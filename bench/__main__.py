@@ -1,20 +1,26 @@
-"""`python -m bench`: measure minibroker against librdkafka's mock cluster and print one table.
+"""`python -m bench`: measure minibroker against librdkafka's mock cluster and Apache Kafka, and
+print one table.
 
 Run it from the repository root (the `bench` package is not installed with the broker). A full
-run writes the table, the machine and the command to BENCHMARKS.md; `--smoke` (tiny sizes, one
-run, a few seconds per row) and `--only` print to stdout only, unless `--write` is given.
+run writes the table, the machine and the command to BENCHMARKS.md and a chart of it to
+BENCHMARKS.png; `--smoke` (tiny sizes, one run, a few seconds per row) and `--only` print to
+stdout only, unless `--write` is given. Apache Kafka is a system of every full run when
+java/fetch.sh has cached its jars (`--no-kafka` leaves it out); the smoke run leaves it out
+unless `--kafka` or MINIBROKER_BENCH_KAFKA=1 asks for it (JVMs take seconds to start each).
 Progress and failures go to stderr; the exit status is 1 when any measurement failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.report import section, write_benchmarks
+from bench.chart import write_chart
+from bench.report import BENCHMARKS, machine, section, write_benchmarks
 from bench.rows import REAL_SIZES, SMOKE_SIZES, rows, run_row
 
 DEFAULT_RUNS = 3
@@ -33,27 +39,48 @@ def main() -> int:
     parser.add_argument(
         "--write",
         action=argparse.BooleanOptionalAction,
-        help="write BENCHMARKS.md (default: only for a full run without --smoke or --only)",
+        help="write BENCHMARKS.md and BENCHMARKS.png (default: only for a full run without"
+        " --smoke or --only)",
+    )
+    parser.add_argument(
+        "--kafka",
+        action=argparse.BooleanOptionalAction,
+        help="measure Apache Kafka too, when its jars are cached (default: yes, but for --smoke"
+        " only with MINIBROKER_BENCH_KAFKA=1)",
     )
     arguments = parser.parse_args()
     runs = arguments.runs or (1 if arguments.smoke else DEFAULT_RUNS)
     write = arguments.write
     if write is None:
         write = not arguments.smoke and not arguments.only
+    kafka = arguments.kafka
+    if kafka is None:
+        kafka = not arguments.smoke or os.environ.get("MINIBROKER_BENCH_KAFKA") == "1"
     selected = [
         row
-        for row in rows(SMOKE_SIZES if arguments.smoke else REAL_SIZES)
+        for row in rows(SMOKE_SIZES if arguments.smoke else REAL_SIZES, kafka)
         if not arguments.only or row.name in arguments.only
     ]
 
-    with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as work_dir:
-        results = [run_row(row, runs, Path(work_dir)) for row in selected]
-
     command = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
-    content = section(command, results, runs)
+    # Described before the first row: the commit measured, not BENCHMARKS.md's own edits.
+    described = machine()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as work_dir:
+        for row in selected:
+            results.append(run_row(row, runs, Path(work_dir)))
+            if write and len(results) < len(selected):
+                # The rows so far, so that a run cut short leaves what it measured.
+                partial = (
+                    f"{len(results)} of {len(selected)} rows so far (the run is not over).\n\n"
+                )
+                write_benchmarks(partial + section(command, results, runs, described))
+
+    content = section(command, results, runs, described)
     print(content)
     if write:
         write_benchmarks(content)
+        write_chart(results, BENCHMARKS.with_suffix(".png"), command)
     return 1 if any(result.failures for result in results) else 0
 
 

@@ -78,6 +78,8 @@ class KafkaNode:
     data_dir: Path
     log_path: Path
     process: subprocess.Popen | None = None
+    # An SSL listener besides PLAINTEXT (its keystore comes from the cluster's overrides).
+    ssl_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -110,15 +112,22 @@ class KafkaCluster:
             f"{other.node_id}@127.0.0.1:{other.controller_port}" for other in self.nodes
         )
         replication = min(3, len(self.nodes))
+        listeners = f"PLAINTEXT://127.0.0.1:{node.port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        advertised = listeners
+        if node.ssl_port is not None:
+            advertised += f",SSL://127.0.0.1:{node.ssl_port}"
+            listeners = advertised
+            protocols += ",SSL:SSL"
         return {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listeners": f"{listeners},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(node.data_dir),
             "num.network.threads": 2,
             "num.io.threads": 2,
@@ -133,10 +142,15 @@ class KafkaCluster:
 
     @classmethod
     def start(
-        cls, base_dir: Path, nodes: int = 1, overrides: dict[str, object] | None = None
+        cls,
+        base_dir: Path,
+        nodes: int = 1,
+        overrides: dict[str, object] | None = None,
+        ssl: bool = False,
     ) -> KafkaCluster:
         """Format every node's storage, start the nodes, and return once every node's
-        Metadata lists every broker. Kills what it started if that fails."""
+        Metadata lists every broker. Kills what it started if that fails. With `ssl`, every
+        node has an SSL listener too, configured by `overrides` (ssl.keystore.* and so on)."""
         base_dir = Path(base_dir)
         cluster = cls(base_dir, overrides=dict(overrides or {}))
         for node_id in range(1, nodes + 1):
@@ -144,7 +158,12 @@ class KafkaCluster:
             node_dir.mkdir(parents=True, exist_ok=True)
             cluster.nodes.append(
                 KafkaNode(
-                    node_id, free_port(), free_port(), node_dir / "data", node_dir / "kafka.log"
+                    node_id,
+                    free_port(),
+                    free_port(),
+                    node_dir / "data",
+                    node_dir / "kafka.log",
+                    ssl_port=free_port() if ssl else None,
                 )
             )
         java = java_executable()

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import confluent_kafka
 
+from bench.kafka_ref import JVM_OPTIONS, KAFKA_HEAP
 from bench.rows import Line, RowResult
-from bench.startup import KAFKA
-from bench.targets import MINIBROKER, MOCK
+from bench.targets import KAFKA, MINIBROKER, MOCK
 
 BEGIN_MARKER = "<!-- bench:begin (written by python -m bench; edits here are overwritten) -->"
 END_MARKER = "<!-- bench:end -->"
@@ -38,6 +38,23 @@ def _memory() -> str:
         if line.startswith("MemTotal:"):
             return f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
     return "unknown"
+
+
+def _kafka() -> str:
+    """The Kafka jar java/fetch.sh resolved, and how its JVMs run."""
+    try:
+        from bench.kafka_ref import classpath
+
+        jars = classpath("kafka").split(":")
+    except FileNotFoundError as missing:
+        return f"not available ({missing})"
+    found = [Path(jar).name for jar in jars if re.match(r"kafka_2\.\d+-", Path(jar).name)]
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    java_line = java.splitlines()[0] if java else "java ?"
+    return (
+        f"{found[0] if found else 'kafka (jar not found in the class path)'}, KRaft, {java_line},"
+        f" {KAFKA_HEAP} {' '.join(JVM_OPTIONS)}, num.network.threads=2 num.io.threads=2"
+    )
 
 
 def _kcat_librdkafka() -> str:
@@ -85,12 +102,11 @@ def machine() -> list[tuple[str, str]]:
             f"{confluent_kafka.libversion()[0]} (confluent-kafka {confluent_kafka.__version__}:"
             f" the mock and the latency clients); {_kcat_librdkafka()} (bulk produce/consume)",
         ),
+        ("Apache Kafka", _kafka()),
     ]
 
 
 def _cell(result: RowResult, system: str, line: Line) -> str:
-    if system == KAFKA and system not in result.row.systems:
-        return ""  # the Kafka column is for the rows that measure it
     if system in result.failures:
         return "failed"
     if system in result.not_served:
@@ -106,56 +122,113 @@ def _cell(result: RowResult, system: str, line: Line) -> str:
     return text
 
 
-def _ratio(result: RowResult, line: Line) -> str:
-    ours, theirs = result.median(MINIBROKER, line.key), result.median(MOCK, line.key)
+def ratio(result: RowResult, line: Line, reference: str) -> float | None:
+    """minibroker's median over `reference`'s, or None when either is missing."""
+    ours, theirs = result.median(MINIBROKER, line.key), result.median(reference, line.key)
     if ours is None or theirs is None or theirs == 0:
-        return "n/a"
-    return f"{ours / theirs:.2f}"
+        return None
+    return ours / theirs
+
+
+def _ratio(result: RowResult, line: Line, reference: str) -> str:
+    value = ratio(result, line, reference)
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+# Issue 26's targets, as minibroker / Apache Kafka in the same run: the metric's key, whether
+# the ratio must be at least or at most the bound, and the bound.
+KAFKA_TARGETS: dict[str, tuple[str, float]] = {
+    "records_per_s": (">=", 1.0),
+    "read_committed_rps": (">=", 1.0),
+    "cpu_s_per_gb": ("<=", 1.0),
+    "p99_ms": ("<=", 1.0),
+    "usable_s": ("<=", 0.2),
+    "peak_rss_mib": ("<=", 0.25),
+}
+
+
+def kafka_targets(results: list[RowResult]) -> str:
+    """Issue 26's targets against Apache Kafka, for the rows of this run that have one ("" when
+    none has)."""
+    lines = [
+        "| row | metric | minibroker / Kafka | target | |",
+        "|---|---|---:|---:|---|",
+    ]
+    for result in results:
+        for line in result.row.lines:
+            if line.key not in KAFKA_TARGETS:
+                continue
+            bound_kind, bound = KAFKA_TARGETS[line.key]
+            value = ratio(result, line, KAFKA)
+            if value is None:
+                verdict = "not measured"
+            elif (value >= bound) if bound_kind == ">=" else (value <= bound):
+                verdict = "met"
+            else:
+                verdict = "**missed**"
+            shown = "n/a" if value is None else f"{value:.2f}"
+            lines.append(
+                f"| {result.row.name} | {line.metric} | {shown} | {bound_kind} {bound:g} |"
+                f" {verdict} |"
+            )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def table(results: list[RowResult], runs: int) -> str:
-    """The markdown table: medians of `runs` runs per system, and minibroker / mock; an
-    Apache Kafka column when a row measured it (the startup rows)."""
-    kafka = any(KAFKA in result.row.systems for result in results)
+    """The markdown table: medians of `runs` runs per system, minibroker / mock and
+    minibroker / Apache Kafka; then issue 26's targets against Kafka."""
     lines = [
-        "| row | workload | metric | minibroker | mock | minibroker / mock |"
-        + (" Apache Kafka |" if kafka else ""),
-        "|---|---|---|---:|---:|---:|" + ("---:|" if kafka else ""),
+        "| row | workload | metric | minibroker | mock | Apache Kafka | minibroker / mock"
+        " | minibroker / Kafka |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         for line in result.row.lines:
             lines.append(
                 f"| {result.row.name} | {result.row.workload} | {line.metric}"
                 f" | {_cell(result, MINIBROKER, line)} | {_cell(result, MOCK, line)}"
-                f" | {_ratio(result, line)} |"
-                + (f" {_cell(result, KAFKA, line)} |" if kafka else "")
+                f" | {_cell(result, KAFKA, line)} | {_ratio(result, line, MOCK)}"
+                f" | {_ratio(result, line, KAFKA)} |"
             )
     failures = [
         f"- {result.row.name}, {system}: {message.splitlines()[0]}"
         for result in results
         for system, message in result.failures.items()
     ]
+    # The same reason for many rows (Kafka left out of a smoke run) is said once.
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for result in results:
+        for system, message in {**result.skipped, **result.not_served}.items():
+            reasons.setdefault((system, message.splitlines()[0]), []).append(result.row.name)
     skips = [
-        f"- {result.row.name}, {system} skipped: {message}"
-        for result in results
-        for system, message in result.skipped.items()
+        f"- {system}, {', '.join(names)}: {message}" for (system, message), names in reasons.items()
     ]
     text = "\n".join(lines) + "\n"
     if skips:
-        text += "\n" + "\n".join(skips) + "\n"
+        text += "\nNot measured:\n\n" + "\n".join(skips) + "\n"
     if failures:
         text += "\nFailures (the full client error and log tails went to stderr):\n\n"
         text += "\n".join(failures) + "\n"
+    targets = kafka_targets(results)
+    if targets and any(KAFKA in result.row.systems for result in results):
+        text += "\nIssue 26's targets, minibroker / Apache Kafka in this run:\n\n" + targets
     runs_note = (
-        f"Medians of {runs} run{'s' if runs != 1 else ''} per system. A ratio above 1 means"
-        " minibroker moves more per second; for latency, times, CPU and memory, below 1 means it"
-        " does better."
+        f"Medians of {runs} run{'s' if runs != 1 else ''} per system, runs alternating between"
+        " systems. A ratio above 1 means minibroker moves more per second; for latency, times,"
+        " CPU and memory, below 1 means it does better."
     )
     return f"{runs_note}\n\n{text}"
 
 
-def section(command: str, results: list[RowResult], runs: int) -> str:
-    described = "\n".join(f"- {key}: {value}" for key, value in machine())
+def section(
+    command: str,
+    results: list[RowResult],
+    runs: int,
+    described_machine: list[tuple[str, str]] | None = None,
+) -> str:
+    """The command, the machine (as described at the run's start, when given: the date and
+    the commit measured) and the table."""
+    described = "\n".join(f"- {key}: {value}" for key, value in (described_machine or machine()))
     return f"Command: `{command}`\n\n{described}\n\n{table(results, runs)}"
 
 

@@ -1,20 +1,21 @@
-"""The table's rows: what each one measures, and running it against both systems in turn.
+"""The table's rows: what each one measures, and running it against every system in turn.
 
 Each measurement starts a fresh target and a fresh 64-partition topic. Runs alternate between
-minibroker and the mock, so that whatever else the shared machine is doing at the time weighs
-on both about equally; the table shows each system's median over the runs.
+minibroker, the mock and Apache Kafka, so that whatever else the shared machine is doing at the
+time weighs on all of them about equally; the table shows each system's median over the runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.startup import KAFKA, Skipped, time_to_usable
-from bench.targets import MINIBROKER, MOCK, SYSTEMS, BenchError, start
+from bench.startup import time_to_usable
+from bench.targets import KAFKA, MINIBROKER, SYSTEMS, BenchError, Skipped, start
 from bench.transactions import (
     PARTITIONS_PER_TRANSACTION,
     NotServed,
@@ -61,7 +62,11 @@ SMOKE_SIZES = Sizes(
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
     txn_records=20_000,
-    kafka_reference=False,
+)
+# Why the Kafka column is empty when Kafka is left out of a run (the smoke run, by default).
+KAFKA_LEFT_OUT = (
+    "left out of this run (--smoke runs Apache Kafka only with --kafka or"
+    " MINIBROKER_BENCH_KAFKA=1, and java/fetch.sh's jars cached)"
 )
 
 
@@ -165,14 +170,16 @@ class Row:
     replication_factor: int = 1
     topic_configs: dict[str, str] = field(default_factory=dict)
     systems: tuple[str, ...] = SYSTEMS
-    # Properties for minibroker, or a function of the work directory that makes them (files
-    # such as certificates live there).
+    # Broker properties (Kafka's names: Kafka gets them too), or a function of the work
+    # directory that makes them (files such as certificates live there).
     broker_overrides: dict[str, str] | Callable[[Path], dict[str, str]] = field(
         default_factory=dict
     )
     extra_listeners: tuple[str, ...] = ()
     # A startup row: the measurement starts this many brokers itself (bench.startup).
     starts: int | None = None
+    # Systems the row does not measure, and why (the table says "skipped" and the reason).
+    not_measured: dict[str, str] = field(default_factory=dict)
 
 
 def on_records(workload, count: int, size: int) -> Measure:
@@ -182,8 +189,25 @@ def on_records(workload, count: int, size: int) -> Measure:
     )
 
 
-def rows(sizes: Sizes) -> list[Row]:
-    """Every row, in table order, for these sizes."""
+def rows(sizes: Sizes, kafka: bool = True) -> list[Row]:
+    """Every row, in table order, for these sizes; without `kafka`, Apache Kafka is left out
+    of every row (and the table says why)."""
+    table = _rows(sizes)
+    if kafka:
+        return table
+    return [
+        dataclasses.replace(
+            row,
+            systems=tuple(system for system in row.systems if system != KAFKA),
+            not_measured={**row.not_measured, KAFKA: KAFKA_LEFT_OUT},
+        )
+        if KAFKA in row.systems
+        else row
+        for row in table
+    ]
+
+
+def _rows(sizes: Sizes) -> list[Row]:
 
     def produce(size: int, acks: str) -> Measure:
         count = sizes.produce_records
@@ -206,7 +230,6 @@ def rows(sizes: Sizes) -> list[Row]:
             " Cluster, its fork server already up; kafka: KRaft, storage format included)",
             STARTUP,
             lambda target, topic, work_dir: {},
-            systems=(MINIBROKER, MOCK, KAFKA) if sizes.kafka_reference else (MINIBROKER, MOCK),
             starts=brokers,
         )
 
@@ -319,7 +342,7 @@ def rows(sizes: Sizes) -> list[Row]:
                 SMALL,
                 work_dir / "tls" / "ca.pem",
             ),
-            systems=(MINIBROKER,),
+            systems=(MINIBROKER, KAFKA),
             broker_overrides=tls_overrides,
             extra_listeners=("SSL",),
         ),
@@ -328,7 +351,7 @@ def rows(sizes: Sizes) -> list[Row]:
             f"clean stop, then restart with {sizes.restart_records:,} x 1 KiB of log, 1 broker",
             RESTART,
             on_records(restart_time, sizes.restart_records, LARGE),
-            systems=(MINIBROKER,),
+            systems=(MINIBROKER, KAFKA),
         ),
     ]
 
@@ -372,7 +395,14 @@ def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, f
 def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
     """`runs` measurements of each system, alternating; a system that fails is reported and
     not measured again on this row, so one broken workload does not stall the table."""
-    result = RowResult(row, {system: [] for system in {*SYSTEMS, *row.systems}}, {})
+    result = RowResult(
+        row,
+        {system: [] for system in {*SYSTEMS, *row.systems}},
+        {},
+        skipped={
+            system: why for system, why in row.not_measured.items() if system not in row.systems
+        },
+    )
     for run in range(runs):
         for system in row.systems:
             if system in result.failures or system in result.not_served or system in result.skipped:

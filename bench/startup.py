@@ -28,15 +28,12 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.targets import MINIBROKER, MOCK, BenchError, Mock
+from bench.targets import KAFKA, MINIBROKER, MOCK, BenchError, Mock, Skipped
 
-KAFKA = "kafka"
+__all__ = ["KAFKA", "Skipped", "time_to_usable"]
+
 TOPIC = "first"
 PRODUCE_TIMEOUT = 60.0
-
-
-class Skipped(Exception):
-    """The system cannot be measured on this machine (why is the message)."""
 
 
 def _produce_once(bootstrap: str) -> None:

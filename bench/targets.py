@@ -1,6 +1,7 @@
-"""The two things measured, behind one small interface: minibroker (one node, or a controller
-and three brokers) started by the project's own launcher, and librdkafka's mock cluster hosted
-by `bench.mock_host`.
+"""The three things measured, behind one small interface: minibroker (one node, or a controller
+and three brokers) started by the project's own launcher, librdkafka's mock cluster hosted by
+`bench.mock_host`, and Apache Kafka 4 (one KRaft node, or three; `bench.kafka_ref`) when
+java/fetch.sh has cached its jars.
 
 Every measurement gets a fresh target, so that no run inherits another's logs, caches or
 memory high-water mark, and both systems are started the same way each time.
@@ -9,10 +10,12 @@ memory high-water mark, and both systems are started the same way each time.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +27,15 @@ from minibroker.tools.launcher import BrokerProcess, BrokerStartError, Cluster, 
 
 MINIBROKER = "minibroker"
 MOCK = "mock"
-SYSTEMS = (MINIBROKER, MOCK)
+KAFKA = "kafka"
+# The order runs alternate in.
+SYSTEMS = (MINIBROKER, MOCK, KAFKA)
 
 READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+# A JVM stopped by SIGTERM runs its shutdown hooks (Kafka's controlled shutdown) and then exits
+# with 128 + 15, unless something called System.exit(0) first.
+CLEAN_JVM_EXITS = (0, 143)
 ADMIN_TIMEOUT = 30.0
 MOCK_EXIT_TIMEOUT = 10.0
 SERVED_POLL_SECONDS = 0.05
@@ -35,6 +44,60 @@ SERVED_POLL_SECONDS = 0.05
 class BenchError(RuntimeError):
     """A workload failed: the message says what the client reported and, for minibroker, ends
     with the tail of each node's log."""
+
+
+class Skipped(Exception):
+    """The system cannot be measured on this machine or in this run (why is the message)."""
+
+
+def wait_until_served(
+    bootstrap: str, name: str, partitions: int, failure: Callable[[str], BenchError]
+) -> list[int]:
+    """Every partition's end offset, once each partition's leader answers ListOffsets.
+
+    CreateTopics answers once the controller has decided; the leaders then create the
+    partitions' directories and files (milliseconds each on this machine's disk). The mock
+    has its topic in memory as soon as it is made, so measuring from here keeps topic
+    creation out of every system's figures.
+    """
+    wanted = {TopicPartition(name, index): OffsetSpec.latest() for index in range(partitions)}
+    deadline = time.monotonic() + ADMIN_TIMEOUT
+    while True:
+        # A new client each time: one that saw the leader epoch of a stale Metadata answer
+        # (the window between a leader change and its UpdateMetadata) keeps sending it,
+        # and keeps getting FENCED_LEADER_EPOCH, instead of asking for Metadata again.
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            futures = admin.list_offsets(wanted)
+            return [futures[partition].result().offset for partition in wanted]
+        except KafkaException as error:
+            if time.monotonic() > deadline:
+                raise failure(f"{name} not served within {ADMIN_TIMEOUT}s: {error}") from error
+            time.sleep(SERVED_POLL_SECONDS)
+
+
+def create_with_admin(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    failure: Callable[[str], BenchError],
+) -> None:
+    """CreateTopics through AdminClient, then wait until every partition is served."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(name, partitions, replication_factor, config=configs)
+    try:
+        admin.create_topics([topic], request_timeout=ADMIN_TIMEOUT)[name].result()
+    except Exception as error:
+        raise failure(f"CreateTopics {name}: {error}") from error
+    wait_until_served(bootstrap, name, partitions, failure)
+
+
+def disk_bytes(directory: Path) -> int:
+    """Bytes allocated on disk to the files under `directory`: Kafka preallocates each active
+    segment's index files (10 MiB, sparse), so their length says nothing of what is there."""
+    return sum(path.stat().st_blocks * 512 for path in directory.rglob("*") if path.is_file())
 
 
 @dataclass(frozen=True)
@@ -93,13 +156,9 @@ class Minibroker:
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        topic = NewTopic(name, partitions, replication_factor, config=configs)
-        try:
-            admin.create_topics([topic], request_timeout=ADMIN_TIMEOUT)[name].result()
-        except Exception as error:
-            raise BenchError(f"CreateTopics {name}: {error}\n{self.log_tails()}") from error
-        self._wait_until_served(name, partitions)
+        create_with_admin(
+            self.bootstrap, name, partitions, replication_factor, configs, self.failure
+        )
 
     def restart_until_served(self, topic: str, partitions: int) -> tuple[float, int]:
         """Stop the single node cleanly, start it again on the same log directory, and return
@@ -117,33 +176,11 @@ class Minibroker:
         return time.monotonic() - started, sum(end_offsets)
 
     def log_bytes(self) -> int:
-        """Bytes in the node's log directory (segments, indexes, checkpoints)."""
-        return sum(path.stat().st_size for path in self.base_dir.rglob("*") if path.is_file())
+        """Bytes on disk in the node's log directory (segments, indexes, checkpoints)."""
+        return disk_bytes(self.base_dir)
 
     def _wait_until_served(self, name: str, partitions: int) -> list[int]:
-        """Every partition's end offset, once each partition's leader answers ListOffsets.
-
-        CreateTopics answers once the controller has decided; the leaders then create the
-        partitions' directories and files (milliseconds each on this machine's disk). The mock
-        has its topic in memory as soon as it is made, so measuring from here keeps topic
-        creation out of both systems' figures.
-        """
-        wanted = {TopicPartition(name, index): OffsetSpec.latest() for index in range(partitions)}
-        deadline = time.monotonic() + ADMIN_TIMEOUT
-        while True:
-            # A new client each time: one that saw the leader epoch of a stale Metadata answer
-            # (the window between a leader change and its UpdateMetadata) keeps sending it,
-            # and keeps getting FENCED_LEADER_EPOCH, instead of asking for Metadata again.
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            try:
-                futures = admin.list_offsets(wanted)
-                return [futures[partition].result().offset for partition in wanted]
-            except KafkaException as error:
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"{name} not served within {ADMIN_TIMEOUT}s: {error}\n{self.log_tails()}"
-                    ) from error
-                time.sleep(SERVED_POLL_SECONDS)
+        return wait_until_served(self.bootstrap, name, partitions, self.failure)
 
     def usage(self) -> Usage:
         """The single node's usage; a cluster's CPU is spread over four processes and is not
@@ -244,15 +281,118 @@ class Mock:
         self.log_path.unlink(missing_ok=True)
 
 
+class Kafka:
+    """Apache Kafka 4 (kafka_2.13, KRaft) from the jars java/fetch.sh cached: one combined
+    broker+controller node, or three (`bench.kafka_ref.KafkaCluster`), each JVM with the heap
+    `bench.kafka_ref.KAFKA_HEAP` (512 MiB, G1) and 2 network and 2 I/O threads for these 2
+    cores, Kafka's defaults otherwise (no fsync per write: the page cache, as minibroker). Its
+    data lives in a temporary directory that is removed when it stops.
+
+    Raises Skipped when there is no JVM or no cached class path."""
+
+    system = KAFKA
+
+    def __init__(
+        self,
+        brokers: int,
+        work_dir: Path,
+        overrides: dict[str, str] | None = None,
+        extra_listeners: tuple[str, ...] = (),
+    ):
+        from bench.kafka_ref import KafkaCluster, missing_reason
+
+        reason = missing_reason("kafka")
+        if reason is not None:
+            raise Skipped(reason)
+        unknown = set(extra_listeners) - {"SSL"}
+        if unknown:
+            raise BenchError(f"no {sorted(unknown)} listener for Kafka here")
+        self.base_dir = Path(tempfile.mkdtemp(prefix="kafka-", dir=work_dir))
+        try:
+            self.cluster = KafkaCluster.start(
+                self.base_dir, brokers, overrides, ssl="SSL" in extra_listeners
+            )
+        except (RuntimeError, subprocess.SubprocessError) as error:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+            raise BenchError(f"Apache Kafka did not start: {error}") from error
+        self.bootstrap = self.cluster.bootstrap
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        create_with_admin(
+            self.bootstrap, name, partitions, replication_factor, configs, self.failure
+        )
+
+    def listener_bootstrap(self, name: str) -> str:
+        """Where the single node's SSL listener is."""
+        if name != "SSL" or self._single.ssl_port is None:
+            raise BenchError(f"no {name} listener")
+        return f"127.0.0.1:{self._single.ssl_port}"
+
+    @property
+    def _single(self):
+        if len(self.cluster.nodes) != 1:
+            raise BenchError("this is measured on a single node only")
+        return self.cluster.nodes[0]
+
+    def restart_until_served(self, topic: str, partitions: int) -> tuple[float, int]:
+        """As Minibroker.restart_until_served: SIGTERM (Kafka's controlled shutdown, a clean
+        stop), then the seconds from the new JVM's launch until every partition of `topic`
+        answers ListOffsets, and the end offsets' sum."""
+        node = self._single
+        node.process.send_signal(signal.SIGTERM)
+        exit_code = node.process.wait(STOP_TIMEOUT)
+        if exit_code not in CLEAN_JVM_EXITS:
+            raise self.failure(f"Kafka exited with {exit_code} on SIGTERM")
+        started = time.monotonic()
+        self.cluster.launch(node)
+        try:
+            self.cluster.wait_ready(READY_TIMEOUT)
+        except RuntimeError as error:
+            raise self.failure(str(error)) from error
+        end_offsets = wait_until_served(self.bootstrap, topic, partitions, self.failure)
+        return time.monotonic() - started, sum(end_offsets)
+
+    def log_bytes(self) -> int:
+        """Bytes on disk in the node's log directory (segments, indexes, checkpoints)."""
+        return disk_bytes(self._single.data_dir)
+
+    def usage(self) -> Usage:
+        """The JVM's usage (`java` itself is the process started: no wrapper script)."""
+        pid = self._single.process.pid
+        return Usage(cpu_seconds(pid), peak_rss_bytes(pid))
+
+    def failure(self, what: str) -> BenchError:
+        tails = "\n".join(
+            f"--- {node.log_path} (last lines):\n{node.log_tail()}" for node in self.cluster.nodes
+        )
+        return BenchError(f"{what}\n{tails}")
+
+    def close(self) -> None:
+        try:
+            codes = self.cluster.stop(STOP_TIMEOUT)
+            unclean = {node: code for node, code in codes.items() if code not in CLEAN_JVM_EXITS}
+            if unclean:
+                raise self.failure(f"Kafka nodes exited uncleanly on SIGTERM: {unclean}")
+        finally:
+            self.cluster.kill()
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
 def start(
     system: str,
     brokers: int,
     work_dir: Path,
     overrides: dict[str, str] | None = None,
     extra_listeners: tuple[str, ...] = (),
-) -> Minibroker | Mock:
+) -> Minibroker | Mock | Kafka:
     """A fresh target; `overrides` are minibroker properties and `extra_listeners` its
-    listeners besides PLAINTEXT (the mock has its own fixed settings, see `bench.mock_host`)."""
+    listeners besides PLAINTEXT. The overrides are Kafka's own property names, so Kafka gets
+    them too (the group rows' zero initial rebalance delay, the SSL keystore); the mock has
+    its own fixed settings (`bench.mock_host`)."""
     if system == MINIBROKER:
         return Minibroker(brokers, work_dir, overrides, extra_listeners)
+    if system == KAFKA:
+        return Kafka(brokers, work_dir, overrides, extra_listeners)
     return Mock(brokers, work_dir)

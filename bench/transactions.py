@@ -3,7 +3,8 @@ every `per_transaction` records, and kcat reading the same data with read_commit
 read_uncommitted.
 
 librdkafka's mock cluster serves transactions (its own coordinator, markers in its in-memory
-log), so it is the comparison until Apache Kafka joins the table. A system that refuses
+log) and Apache Kafka serves them for real (one KRaft node, `__transaction_state` replicated
+once, `transaction.state.log.min.isr` 1), so both are columns of these rows. A system that refuses
 transactional ids (FindCoordinator or InitProducerId answering
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED) raises NotServed: the table says "not served" there
 instead of a failure.

@@ -6,6 +6,7 @@ since CI machines are shared and slow in unpredictable ways.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.kafka_ref import missing_reason
 from bench.rows import SMOKE_SIZES, rows
-from bench.targets import MOCK
+from bench.targets import KAFKA, MOCK
 
 pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 
@@ -27,15 +29,21 @@ SMOKE_TIMEOUT = 420
 NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 
 
-def table_cells(output: str) -> dict[tuple[str, str], list[str]]:
-    """(row, metric) -> [minibroker, mock, ratio] cells of the markdown table (an Apache
-    Kafka column, when there is one, is left out)."""
+def table_cells(output: str) -> dict[tuple[str, str], dict[str, str]]:
+    """(row, metric) -> {column heading: cell} of the markdown table whose first heading is
+    "row" and which has a workload column (the targets table below it has none)."""
     cells = {}
+    headings: list[str] | None = None
     for line in output.splitlines():
+        if not line.startswith("|"):
+            headings = None
+            continue
         columns = [column.strip() for column in line.strip().strip("|").split("|")]
-        if len(columns) in (6, 7) and columns[0] not in ("row", "---"):
-            name, _workload, metric, *figures = columns
-            cells[(name, metric)] = figures[:3]
+        if columns[:2] == ["row", "workload"]:
+            headings = columns
+        elif headings is not None and not columns[0].startswith("---"):
+            named = dict(zip(headings, columns, strict=True))
+            cells[(named["row"], named["metric"])] = named
     return cells
 
 
@@ -64,14 +72,24 @@ def test_smoke_run_fills_every_row_with_positive_numbers():
     )
 
     cells = table_cells(finished.stdout)
-    smoke_rows = rows(SMOKE_SIZES)
+    # Kafka is measured in a smoke run only on request, and only with its jars cached.
+    kafka = os.environ.get("MINIBROKER_BENCH_KAFKA") == "1" and missing_reason("kafka") is None
+    smoke_rows = rows(SMOKE_SIZES, kafka)
     expected = [(row.name, line.metric) for row in smoke_rows for line in row.lines]
     assert sorted(cells) == sorted(expected), finished.stdout
     measured = {row.name: row.systems for row in smoke_rows}
-    for key, (ours, mock, ratio) in cells.items():
+    for key, named in cells.items():
+        ours, mock, ratio = named["minibroker"], named["mock"], named["minibroker / mock"]
         assert first_number(ours) > 0, f"{key}: {ours}\n{finished.stdout}"
         if MOCK in measured[key[0]]:
             assert first_number(mock) > 0, f"{key}: {mock}\n{finished.stdout}"
             assert first_number(ratio) > 0, f"{key}: {ratio}\n{finished.stdout}"
-        else:  # a row only minibroker has (a restart): nothing to compare with
+        else:  # a row the mock cannot run (a restart): nothing to compare with
             assert (mock, ratio) == ("n/a", "n/a"), f"{key}\n{finished.stdout}"
+        kafka_cell = named["Apache Kafka"]
+        if KAFKA in measured[key[0]]:
+            assert first_number(kafka_cell) > 0, f"{key}: {kafka_cell}\n{finished.stdout}"
+            assert first_number(named["minibroker / Kafka"]) > 0, f"{key}\n{finished.stdout}"
+        else:
+            assert kafka_cell == "skipped", f"{key}: {kafka_cell}\n{finished.stdout}"
+            assert named["minibroker / Kafka"] == "n/a", f"{key}\n{finished.stdout}"

@@ -1,0 +1,67 @@
+"""The report's table, issue 26's targets against Apache Kafka, and the chart's reading of the
+table, on made-up figures (no broker: the smoke test runs the real thing)."""
+
+from __future__ import annotations
+
+from bench.chart import panels_from_markdown
+from bench.report import kafka_targets, table
+from bench.rows import SMOKE_SIZES, RowResult, rows
+from bench.targets import KAFKA, MINIBROKER, MOCK
+
+
+def result(name: str, figures: dict[str, dict[str, float]], kafka: bool = True) -> RowResult:
+    row = next(row for row in rows(SMOKE_SIZES, kafka) if row.name == name)
+    runs = {system: [] for system in (MINIBROKER, MOCK, KAFKA)}
+    for system, values in figures.items():
+        runs[system] = [values]
+    return RowResult(row, runs, {}, skipped=dict(row.not_measured))
+
+
+def produce(rate: dict[str, float]) -> dict[str, dict[str, float]]:
+    return {
+        system: {"records_per_s": value, "mb_per_s": value / 1e4} for system, value in rate.items()
+    }
+
+
+def test_table_has_kafka_column_ratios_and_targets():
+    results = [
+        result("produce-100", produce({MINIBROKER: 300.0, MOCK: 600.0, KAFKA: 200.0})),
+        result(
+            "resources",
+            {
+                MINIBROKER: {"cpu_s_per_gb": 3.0, "peak_rss_mib": 100.0},
+                MOCK: {"cpu_s_per_gb": 1.0, "peak_rss_mib": 300.0},
+                KAFKA: {"cpu_s_per_gb": 2.0, "peak_rss_mib": 1000.0},
+            },
+        ),
+    ]
+    text = table(results, 1)
+    assert (
+        "| produce-100 | produce 20,000 x 100 B, acks=1, 1 broker | records/s (MB/s) | 300 (0.0)"
+        " | 600 (0.1) | 200 (0.0) | 0.50 | 1.50 |" in text
+    ), text
+    targets = kafka_targets(results)
+    assert "| produce-100 | records/s (MB/s) | 1.50 | >= 1 | met |" in targets
+    assert "| resources | CPU s per GB moved | 1.50 | <= 1 | **missed** |" in targets
+    assert "| resources | peak RSS MiB | 0.10 | <= 0.25 | met |" in targets
+
+
+def test_kafka_left_out_says_skipped_once_and_chart_reads_the_table():
+    results = [
+        result("produce-100", produce({MINIBROKER: 300.0, MOCK: 600.0}), kafka=False),
+        result("consume", produce({MINIBROKER: 50.0, MOCK: 100.0}), kafka=False),
+    ]
+    text = table(results, 1)
+    assert text.count("left out of this run") == 1, text
+    assert "- kafka, produce-100, consume: left out of this run" in text
+    assert "Issue 26's targets" not in text
+    panels = panels_from_markdown(text)
+    assert [title for title, _ in panels] == [
+        "produce-100: records/s (MB/s)",
+        "consume: records/s (MB/s)",
+    ]
+    assert panels[0][1] == [
+        (MINIBROKER, 300.0, "300 (0.0)"),
+        (MOCK, 600.0, "600 (0.1)"),
+        (KAFKA, None, "skipped"),
+    ]
