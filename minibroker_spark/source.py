@@ -468,8 +468,14 @@ def _write(options: WriteOptions, iterator, write_id: str | None) -> WriteCommit
     return WriteCommit(result.records, replayed=result.replayed)
 
 
+_warned = False
+
+
 def _warn_readers(options: WriteOptions) -> None:
-    if options.exactly_once:
+    """Once per Python process (Spark builds the stream writer again for every commit)."""
+    global _warned
+    if options.exactly_once and not _warned:
+        _warned = True
         log.warning(
             "%s=true: only readers with isolation.level=read_committed see each row once;"
             ' read_uncommitted readers (the default of format("minibroker") and of Spark\'s'

@@ -100,7 +100,9 @@ class KillingWriter(StreamWriter):
     # transactions are committed) and before it writes the batch to its commit log.
     def commit(self, messages, batchId):
         if batchId == int(os.environ["EOS_KILL_AT_BATCH"]):
-            os.killpg(os.getpgid(0), signal.SIGKILL)
+            # The driver's whole process group (the JVM, its Python workers), as the test's
+            # kill -9 of the group would; Spark starts this worker in a group of its own.
+            os.killpg(int(os.environ["EOS_DRIVER_GROUP"]), signal.SIGKILL)
         super().commit(messages, batchId)
 
 
@@ -116,6 +118,7 @@ class KillingSource(DefaultSource):
 DRIVER = """
 import os, sys
 os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["EOS_DRIVER_GROUP"] = str(os.getpgid(0))  # inherited by the JVM and its workers
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import col, udf
@@ -188,7 +191,9 @@ def test_stream_exactly_once_through_a_failed_task_and_a_killed_driver(
         env=env,
     )
     try:
-        wait_until(lambda: driver.poll() is not None, SPARK_TIMEOUT, "the driver to kill itself")
+        wait_until(
+            lambda: driver.poll() is not None, 2 * SPARK_TIMEOUT, "the driver to kill itself"
+        )
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
