@@ -234,3 +234,51 @@ def test_stream_exactly_once_through_a_failed_task_and_a_killed_driver(
     aborted = uncommitted - seen
     assert all(uncommitted[value] >= n for value, n in seen.items()), "a committed row is missing"
     print(f"read_uncommitted sees {sum(aborted.values())} rows of aborted attempts")
+
+
+def test_a_task_replayed_after_its_commit_writes_nothing_and_fences_zombies(spark_broker):
+    """The task's Kafka side without Spark: a second attempt of a committed batch writes
+    nothing, one planned with other rows fails, another query's record under the same id is
+    ignored, and an attempt still open when a newer one starts can no longer commit."""
+    import pyarrow as pa
+    from confluent_kafka import KafkaException, Producer
+
+    from minibroker.spark.transactions import (
+        ReplanError,
+        TaskWrite,
+        transactional_settings,
+        write_transactionally,
+    )
+
+    bootstrap = spark_broker.bootstrap
+    create_topic(bootstrap, "eos-task", 1)
+    kafka = {"bootstrap.servers": bootstrap}
+
+    def rows(*values: bytes) -> list[pa.RecordBatch]:
+        return [pa.record_batch([pa.array(list(values), pa.binary())], names=["value"])]
+
+    task = TaskWrite("eos-task-test-0", "query-1", batch_id=4)
+    first = write_transactionally(kafka, rows(b"a", b"b"), "eos-task", task)
+    assert (first.records, first.replayed) == (2, False)
+    again = write_transactionally(kafka, rows(b"b", b"a"), "eos-task", task)
+    assert (again.records, again.replayed) == (2, True)
+    with pytest.raises(ReplanError, match="committed with 2 rows"):
+        write_transactionally(kafka, rows(b"a", b"b", b"c"), "eos-task", task)
+
+    # A zombie: an older attempt of the next batch, still holding an open transaction.
+    zombie = Producer(transactional_settings(kafka, task.transactional_id))
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce("eos-task", b"zombie")
+    zombie.flush(30)
+    later = TaskWrite(task.transactional_id, "query-1", batch_id=5)
+    assert write_transactionally(kafka, rows(b"c"), "eos-task", later).replayed is False
+    with pytest.raises(KafkaException):
+        zombie.produce("eos-task", b"zombie again")
+        zombie.commit_transaction(30)
+    # Another query under the same transactional id does not count as a replay.
+    other = TaskWrite(task.transactional_id, "query-2", batch_id=5)
+    assert write_transactionally(kafka, rows(b"d"), "eos-task", other).replayed is False
+
+    assert sorted(read_all(bootstrap, "eos-task", 1, "read_committed")) == [b"a", b"b", b"c", b"d"]
+    assert b"zombie" in read_all(bootstrap, "eos-task", 1, "read_uncommitted")
