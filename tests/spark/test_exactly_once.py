@@ -133,7 +133,9 @@ bootstrap, source, sink, checkpoint = sys.argv[1:5]
 # local[2,3]: a failed task is tried up to 3 times, as on a cluster.
 spark = (
     SparkSession.builder.master("local[2,3]").config("spark.ui.enabled", "false")
-    .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50").getOrCreate()
+    .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    # A busy machine starts Python workers slowly: wait for them longer than 15 s.
+    .config("spark.python.authenticate.socketTimeout", "120s").getOrCreate()
 )
 spark.sparkContext.setLogLevel("ERROR")
 spark.dataSource.register(KillingSource)
