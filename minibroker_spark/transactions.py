@@ -118,11 +118,27 @@ def check_settings(kafka: dict[str, str]) -> None:
     _client(Producer, transactional_settings(kafka, "minibroker-spark-check"))
 
 
+# Errors that pass with time (a coordinator loading its partition after a failover or on a
+# fresh cluster, a transaction still completing) although librdkafka's admin client does not
+# flag all of them retriable.
+_TRANSIENT = (
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.UNSTABLE_OFFSET_COMMIT,
+    KafkaError.CONCURRENT_TRANSACTIONS,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+)
+
+
 def _is_retriable(error: KafkaException) -> bool:
     kafka_error = error.args[0] if error.args else None
     return isinstance(kafka_error, KafkaError) and (
-        kafka_error.retriable()
-        or kafka_error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+        kafka_error.retriable() or kafka_error.code() in _TRANSIENT
     )
 
 
