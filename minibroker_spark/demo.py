@@ -46,6 +46,7 @@ class Summary:
     events: int = 0
     windows_in_parquet: int = 0
     records_in_result_topic: int = 0
+    duplicates_in_result_topic: int = 0
     per_user_batch: dict[str, int] = field(default_factory=dict)
     per_user_streamed: dict[str, int] = field(default_factory=dict)
 
@@ -199,6 +200,9 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
         .outputMode("append")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", totals_topic)
+        # Each micro-batch's windows in Kafka transactions, replays skipped: exactly once for
+        # read_committed readers.
+        .option("exactlyOnce", "true")
         .option("checkpointLocation", str(out_dir / "checkpoints" / "topic"))
         .trigger(processingTime="2 seconds")
         .queryName("totals-to-topic")
@@ -239,8 +243,21 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
         row["user"]: row["events"]
         for row in windows.groupBy("user").agg(F.sum("events").alias("events")).collect()
     }
-    reader = spark.read.format("minibroker").option("kafka.bootstrap.servers", bootstrap)
-    summary.records_in_result_topic = reader.option("subscribe", totals_topic).load().count()
+    written = (
+        spark.read.format("minibroker")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", totals_topic)
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .select(
+            F.get_json_object(F.col("value").cast("string"), "$.window_start").alias("w"), "key"
+        )
+        .groupBy("w", "key")
+        .count()
+        .collect()
+    )
+    summary.records_in_result_topic = sum(row["count"] for row in written)
+    summary.duplicates_in_result_topic = sum(row["count"] - 1 for row in written)
     # The batch job: the same events, read as a table, totalled per user.
     batch = (
         spark.read.format("minibroker")
@@ -293,6 +310,8 @@ class TopicTotals:
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
+                # The topic query writes in transactions: committed windows only.
+                "isolation.level": "read_committed",
                 "group.id": f"demo-check-{topic}",  # required by the client; never joined
                 "enable.auto.commit": False,
                 "log_level": 4,
@@ -420,6 +439,12 @@ def report(summary: Summary, where: Path) -> bool:
     print(f"events produced:                 {summary.events}")
     print(f"window totals in Parquet:        {summary.windows_in_parquet} rows in {where}")
     print(f"window totals in the topic:      {summary.records_in_result_topic} records")
+    once = summary.duplicates_in_result_topic == 0
+    print(
+        "topic written exactly once:      "
+        + ("ok" if once else f"MISMATCH: {summary.duplicates_in_result_topic} windows twice")
+        + " (exactlyOnce=true, read with read_committed)"
+    )
     same = summary.windows_in_parquet == summary.records_in_result_topic > 0
     print(f"topic and Parquet agree:         {'ok' if same else 'MISMATCH'}")
     print("events per user, streamed windows vs batch job over the topic:")
@@ -427,7 +452,7 @@ def report(summary: Summary, where: Path) -> bool:
         streamed = summary.per_user_streamed.get(user, 0)
         mark = "ok" if streamed == summary.per_user_batch[user] else "MISMATCH"
         print(f"  {user}: {streamed:6d} {summary.per_user_batch[user]:6d}  {mark}")
-    return same and summary.per_user_streamed == summary.per_user_batch
+    return once and same and summary.per_user_streamed == summary.per_user_batch
 
 
 if __name__ == "__main__":

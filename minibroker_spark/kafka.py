@@ -21,6 +21,7 @@ from itertools import chain, repeat
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import (
     Consumer,
     IsolationLevel,
@@ -551,30 +552,16 @@ def _bytes(value):
     return value.encode() if isinstance(value, str) else value
 
 
-def produce_batches(
-    kafka: dict[str, str],
-    batches: Iterable[pa.RecordBatch],
-    topic_option: str | None,
-    flush_timeout: float = 300.0,
-) -> int:
-    """Produce every row of the batches (columns topic, key, value, partition, headers as
-    Spark's Kafka sink maps them) with one idempotent acks=all producer; return the count once
-    every record is acknowledged, or raise naming the first delivery error."""
-    producer = _client(Producer, producer_settings(kafka))
-    errors: list[str] = []
-    delivered = 0
-
-    def on_delivery(error, _message):
-        nonlocal delivered
-        if error is None:
-            delivered += 1
-        elif len(errors) < 10:
-            errors.append(str(error))
-
-    sent = 0
+def _produce_rows(producer, batches: Iterable[pa.RecordBatch], topic_option, on_delivery, errors):
+    """Hand every row of the batches to `producer` (columns topic, key, value, partition,
+    headers as Spark's Kafka sink maps them); stops early once a delivery error is reported.
+    Returns (rows, bytes of keys and values, the first topic written)."""
+    sent = size = 0
+    first_topic = None
     for batch in batches:
         columns = batch.schema.names
         count = batch.num_rows
+        size += _payload_bytes(batch)
         values = batch.column("value").to_pylist()
         keys = batch.column("key").to_pylist() if "key" in columns else [None] * count
         if topic_option is not None:
@@ -589,6 +576,8 @@ def produce_batches(
                 raise ValueError(
                     "a row has a null topic: set the topic option or give every row a topic"
                 )
+            if first_topic is None:
+                first_topic = topic
             extra = {}
             if parts is not None and parts[row] is not None:
                 extra["partition"] = parts[row]
@@ -610,6 +599,38 @@ def produce_batches(
         producer.poll(0)
         if errors:
             break
+    return sent, size, first_topic
+
+
+def _payload_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes of the batch's keys and values (nulls count 0), computed by Arrow."""
+    total = 0
+    for name in ("key", "value"):
+        if name in batch.schema.names:
+            total += pc.sum(pc.binary_length(batch.column(name))).as_py() or 0
+    return total
+
+
+def produce_batches(
+    kafka: dict[str, str],
+    batches: Iterable[pa.RecordBatch],
+    topic_option: str | None,
+    flush_timeout: float = 300.0,
+) -> int:
+    """Produce every row of the batches with one idempotent acks=all producer; return the
+    count once every record is acknowledged, or raise naming the first delivery error."""
+    producer = _client(Producer, producer_settings(kafka))
+    errors: list[str] = []
+    delivered = 0
+
+    def on_delivery(error, _message):
+        nonlocal delivered
+        if error is None:
+            delivered += 1
+        elif len(errors) < 10:
+            errors.append(str(error))
+
+    sent, _size, _topic = _produce_rows(producer, batches, topic_option, on_delivery, errors)
     remaining = producer.flush(flush_timeout)
     if errors:
         raise RuntimeError(f"writing to Kafka failed: {'; '.join(errors)}")

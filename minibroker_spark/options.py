@@ -31,6 +31,9 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 INCLUDE_HEADERS = "includeHeaders"
 POLL_TIMEOUT_MS = "kafkaConsumer.pollTimeoutMs"
 TOPIC = "topic"
+# The exactly-once sink (this source's own; Spark's Kafka sink has no such option).
+EXACTLY_ONCE = "exactlyOnce"
+TRANSACTIONAL_ID_PREFIX = "transactionalIdPrefix"
 
 EARLIEST = -2
 LATEST = -1
@@ -321,11 +324,54 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
 class WriteOptions:
     kafka: dict[str, str]
     topic: str | None
+    exactly_once: bool = False
+    transactional_id_prefix: str | None = None
+
+
+# A transactional id is at most this long here (Kafka allows any string; the prefix is also a
+# consumer group id, and both show up in logs and ACLs: keep them readable).
+_MAX_PREFIX = 200
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Check every write option. `exactlyOnce=true` writes in Kafka transactions; the
+    producer settings it depends on (idempotence, acks=all, the transactional id) are the
+    sink's, so contradicting them fails, naming the option."""
     lowered = _lower(options)
-    return WriteOptions(kafka=kafka_params(options), topic=_get(lowered, TOPIC))
+    kafka = kafka_params(options)
+    exactly_once = _bool(lowered, EXACTLY_ONCE, False)
+    prefix = _get(lowered, TRANSACTIONAL_ID_PREFIX)
+    if "transactional.id" in kafka:
+        raise OptionError(
+            "option kafka.transactional.id is not supported: the sink chooses one per task;"
+            f" set {EXACTLY_ONCE}=true (and {TRANSACTIONAL_ID_PREFIX} to choose their prefix)"
+        )
+    if prefix is not None and not exactly_once:
+        raise OptionError(f"option {TRANSACTIONAL_ID_PREFIX} needs {EXACTLY_ONCE}=true")
+    if prefix is not None and (
+        len(prefix) > _MAX_PREFIX or not re.fullmatch(r"[A-Za-z0-9._-]+", prefix)
+    ):
+        raise OptionError(
+            f"option {TRANSACTIONAL_ID_PREFIX} must be letters, digits, '.', '_' or '-'"
+            f" (at most {_MAX_PREFIX}), not {prefix!r}"
+        )
+    if exactly_once:
+        if kafka.get("enable.idempotence", "true").lower() != "true":
+            raise OptionError(
+                f"option kafka.enable.idempotence=false contradicts {EXACTLY_ONCE}=true"
+                " (transactions need the idempotent producer)"
+            )
+        if kafka.get("acks", "all").lower() not in ("all", "-1"):
+            raise OptionError(
+                f"option kafka.acks={kafka['acks']} contradicts {EXACTLY_ONCE}=true"
+                " (transactions need acks=all)"
+            )
+    return WriteOptions(
+        kafka=kafka,
+        topic=_get(lowered, TOPIC),
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix,
+    )
 
 
 def include_headers(options: Mapping[str, str]) -> bool:

@@ -10,6 +10,7 @@ checkpoint: no consumer group and no committed offsets are involved.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -33,16 +34,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from minibroker.spark import kafka
+from minibroker.spark import kafka, transactions
 from minibroker.spark.kafka import OffsetRange, TopicPartition
 from minibroker.spark.options import (
+    EXACTLY_ONCE,
     FAIL_ON_DATA_LOSS,
     OptionError,
     ReadOptions,
+    WriteOptions,
     include_headers,
     read_options,
     write_options,
 )
+from minibroker.spark.transactions import TaskWrite, write_transactionally
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -171,13 +175,19 @@ class DefaultSource(DataSource):
         options = write_options(self.options)
         check_write_schema(schema, options.topic)
         kafka.check_settings(options.kafka, reading=False)
-        return BatchWriter(options.kafka, options.topic)
+        if options.exactly_once:
+            transactions.check_settings(options.kafka)
+        _warn_readers(options)
+        return BatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         options = write_options(self.options)
         check_write_schema(schema, options.topic)
         kafka.check_settings(options.kafka, reading=False)
-        return StreamWriter(options.kafka, options.topic)
+        if options.exactly_once:
+            transactions.check_settings(options.kafka)
+        _warn_readers(options)
+        return StreamWriter(options)
 
 
 def _read(options: ReadOptions, columns: tuple[str, ...], partition: InputPartition):
@@ -408,6 +418,9 @@ def check_write_schema(schema: StructType, topic_option: str | None) -> None:
 @dataclass
 class WriteCommit(WriterCommitMessage):
     records: int
+    # Exactly-once writes only: the task found its micro-batch already committed by an
+    # earlier attempt and wrote nothing (`records` is what that attempt wrote).
+    replayed: bool = False
 
 
 def _select(batches, kafka_params, topic_option):
@@ -417,21 +430,80 @@ def _select(batches, kafka_params, topic_option):
         yield renamed
 
 
+# Spark's local properties, set by MicroBatchExecution on every task of a micro-batch.
+_BATCH_ID = "streaming.sql.batchId"
+_QUERY_ID = "sql.streaming.queryId"
+
+
+def _task_write(options: WriteOptions, write_id: str | None) -> TaskWrite:
+    """The transactional id and batch of this task. A streaming task's come from Spark's local
+    properties (the query id survives restarts from the checkpoint); a batch write's from the
+    id the driver drew for this write (`write_id`), with batch 0."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # pragma: no cover - write() always runs in a task
+        raise RuntimeError("an exactly-once write must run in a Spark task")
+    partition = context.partitionId()
+    if write_id is None:
+        query_id = context.getLocalProperty(_QUERY_ID)
+        batch_id = context.getLocalProperty(_BATCH_ID)
+        if not query_id or batch_id is None:
+            raise RuntimeError(
+                f"{EXACTLY_ONCE}: Spark did not give this task its query and micro-batch"
+                f" ({_QUERY_ID}, {_BATCH_ID}); continuous processing is not supported"
+            )
+        prefix = options.transactional_id_prefix or f"minibroker-spark-{query_id}"
+        return TaskWrite(f"{prefix}-{partition}", query_id, int(batch_id))
+    prefix = options.transactional_id_prefix or "minibroker-spark"
+    return TaskWrite(f"{prefix}-{write_id}-{partition}", write_id, 0)
+
+
+def _write(options: WriteOptions, iterator, write_id: str | None) -> WriteCommit:
+    batches = _select(iterator, options.kafka, options.topic)
+    if not options.exactly_once:
+        return WriteCommit(kafka.produce_batches(options.kafka, batches, options.topic))
+    task = _task_write(options, write_id)
+    result = write_transactionally(options.kafka, batches, options.topic, task)
+    return WriteCommit(result.records, replayed=result.replayed)
+
+
+_warned = False
+
+
+def _warn_readers(options: WriteOptions) -> None:
+    """Once per Python process (Spark builds the stream writer again for every commit)."""
+    global _warned
+    if options.exactly_once and not _warned:
+        _warned = True
+        log.warning(
+            "%s=true: only readers with isolation.level=read_committed see each row once;"
+            ' read_uncommitted readers (the default of format("minibroker") and of Spark\'s'
+            " Kafka source: set kafka.isolation.level=read_committed) also see the rows of"
+            " failed attempts",
+            EXACTLY_ONCE,
+        )
+
+
 class BatchWriter(DataSourceArrowWriter):
     """`df.write.format("minibroker")`: every task produces its rows with its own idempotent,
     acks=all producer and returns once all of them are acknowledged. Records are visible to
     readers as soon as they are acknowledged: abort cannot take them back, so a failed and
-    retried task can write some rows twice (at least once, as Spark's Kafka sink)."""
+    retried task can write some rows twice (at least once, as Spark's Kafka sink).
 
-    def __init__(self, kafka_params: dict[str, str], topic: str | None):
-        self.kafka = kafka_params
-        self.topic = topic
+    With exactlyOnce=true each task writes in one Kafka transaction under the transactional
+    id `<prefix>-<write id>-<partition>` (minibroker.spark.transactions): a retried or
+    speculative attempt fences the older one and skips a partition already committed, so
+    read_committed readers see each row once. A job that fails after some tasks committed
+    keeps those tasks' rows; running the write again is a new write."""
+
+    def __init__(self, options: WriteOptions):
+        self.options = options
+        # Drawn on the driver, pickled to every task: all attempts of this write share it.
+        self.write_id = uuid.uuid4().hex[:16]
 
     def write(self, iterator) -> WriteCommit:
-        count = kafka.produce_batches(
-            self.kafka, _select(iterator, self.kafka, self.topic), self.topic
-        )
-        return WriteCommit(count)
+        return _write(self.options, iterator, self.write_id)
 
     def commit(self, messages) -> None:
         total = sum(m.records for m in messages if m is not None)
@@ -439,28 +511,51 @@ class BatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages) -> None:
         written = sum(m.records for m in messages if m is not None)
-        log.warning("write aborted; %d records were already acknowledged and stay", written)
+        if self.options.exactly_once:
+            log.warning("write aborted; %d records of committed tasks stay", written)
+        else:
+            log.warning("write aborted; %d records were already acknowledged and stay", written)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
     """`writeStream.format("minibroker")`: as BatchWriter, per micro-batch. A micro-batch that
     is re-run after a failure (or a restart before its commit) produces its rows again: at
-    least once, as Spark's Kafka sink."""
+    least once, as Spark's Kafka sink.
 
-    def __init__(self, kafka_params: dict[str, str], topic: str | None):
-        self.kafka = kafka_params
-        self.topic = topic
+    With exactlyOnce=true, each task of micro-batch B writes in one transaction under
+    `<prefix>-<partition>` (prefix: transactionalIdPrefix, or minibroker-spark-<query id>)
+    and commits B's id in it; a replay of B (restart from the checkpoint, retried task) skips
+    the tasks that committed. commit() has nothing left to do: the tasks committed."""
+
+    def __init__(self, options: WriteOptions):
+        self.options = options
 
     def write(self, iterator) -> WriteCommit:
-        count = kafka.produce_batches(
-            self.kafka, _select(iterator, self.kafka, self.topic), self.topic
-        )
-        return WriteCommit(count)
+        return _write(self.options, iterator, None)
 
     def commit(self, messages, batchId: int) -> None:
-        total = sum(m.records for m in messages if m is not None)
-        log.info("batch %d: wrote %d records", batchId, total)
+        done = [m for m in messages if m is not None]
+        total = sum(m.records for m in done)
+        replayed = sum(1 for m in done if m.replayed)
+        if replayed:
+            log.info(
+                "batch %d: %d records, %d of %d tasks already committed before (replay)",
+                batchId,
+                total,
+                replayed,
+                len(done),
+            )
+        else:
+            log.info("batch %d: wrote %d records", batchId, total)
 
     def abort(self, messages, batchId: int) -> None:
         written = sum(m.records for m in messages if m is not None)
-        log.warning("batch %d aborted; %d acknowledged records stay", batchId, written)
+        if self.options.exactly_once:
+            log.warning(
+                "batch %d aborted; %d records of tasks that committed stay, and a replay of the"
+                " batch skips those tasks",
+                batchId,
+                written,
+            )
+        else:
+            log.warning("batch %d aborted; %d acknowledged records stay", batchId, written)

@@ -49,6 +49,8 @@ def test_the_readme_demo_writes_the_same_windows_to_the_topic_and_parquet(tmp_pa
     assert parquet and topic, out
     assert int(parquet[1]) == int(topic[1]) > 0, out
     assert re.search(r"^topic and Parquet agree: +ok$", out, re.M), out
+    # The topic query writes with exactlyOnce=true: no window twice for read_committed.
+    assert re.search(r"^topic written exactly once: +ok ", out, re.M), out
     assert "MISMATCH" not in out
     per_user = re.findall(r"^  user-\d\d: +(\d+) +(\d+)  ok$", out, re.M)
     assert len(per_user) == 12, out

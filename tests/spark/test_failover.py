@@ -77,3 +77,54 @@ def test_leader_killed_during_a_streaming_query(spark, cluster, tmp_path):  # no
     assert sorted(positions) == sorted(log), "the output and the log hold different offsets"
     for row in rows:
         assert bytes(row["value"]) == log[(row["partition"], row["offset"])]
+
+
+def test_leader_killed_during_an_exactly_once_write(spark, cluster, tmp_path):  # noqa: F811
+    """A stream writing with exactlyOnce=true into a replicated topic while the leader of one
+    of its output partitions is killed (SIGKILL): the open transactions ride through the
+    failover (librdkafka sends the records again to the new leader, within the transaction),
+    and a read_committed reader sees every input row exactly once."""
+    from collections import Counter
+
+    from tests.spark.conftest import produce
+    from tests.spark.test_exactly_once import read_all
+
+    source, sink = "eos-failover-in", "eos-failover-out"
+    create_replicated_topic(cluster, source, PARTITIONS)
+    create_replicated_topic(cluster, sink, PARTITIONS)
+    values = [b"f%05d" % i for i in range(3000)]
+    produce(
+        cluster.bootstrap, source, [{"value": v, "partition": i % 3} for i, v in enumerate(values)]
+    )
+    query = (
+        spark.readStream.format("minibroker")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "300")
+        .load()
+        .select("value")
+        .writeStream.format("minibroker")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("topic", sink)
+        .option("exactlyOnce", "true")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        wait_until(
+            lambda: query.exception() or sum(source_end_offsets(query).values()) >= 600,
+            SPARK_TIMEOUT,
+            "the query to write two micro-batches",
+        )
+        assert query.exception() is None, query.exception()
+        victim = cluster.leader_of(sink, 0)
+        cluster.brokers[victim].kill()
+        wait_for_new_leader(cluster, sink, 0, victim, CONVERGENCE_TIMEOUT)
+        assert query.awaitTermination(SPARK_TIMEOUT), "the query did not finish"
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    seen = Counter(read_all(cluster.bootstrap, sink, PARTITIONS, "read_committed"))
+    assert seen == Counter(values)
