@@ -23,7 +23,8 @@ import uuid
 from dataclasses import dataclass
 from enum import IntEnum
 
-from minibroker.coordinator.log_format import RecordFormatError
+from minibroker.coordinator.log_format import RecordFormatError, RecordReader
+from minibroker.protocol.framing import encode_uvarint as _uvarint
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -105,18 +106,6 @@ def thaw(partitions: FrozenPartitions) -> dict[uuid.UUID, set[int]]:
 # -- writing ---------------------------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _compact_string(text: str | None) -> bytes:
     if text is None:
         return _uvarint(0)
@@ -185,34 +174,20 @@ def encode_value(value: object) -> bytes:
 # -- reading ---------------------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-        self.pos = 0
+class _Reader(RecordReader):
+    """log_format's reader of __consumer_offsets records, with the flexible versions' types
+    that the consumer group records use (varints, compact strings, tagged fields)."""
 
-    def _take(self, fmt: struct.Struct) -> int:
-        try:
-            (value,) = fmt.unpack_from(self.data, self.pos)
-        except struct.error:
-            raise RecordFormatError("record truncated") from None
-        self.pos += fmt.size
-        return int(value)
+    def __init__(self, data: bytes) -> None:
+        super().__init__(bytes(data))
 
     def i8(self) -> int:
         return self._take(_I8)
 
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
     def raw(self, length: int) -> bytes:
-        if length < 0 or self.pos + length > len(self.data):
+        if length < 0:
             raise RecordFormatError("record truncated")
-        out = self.data[self.pos : self.pos + length]
-        self.pos += length
-        return out
+        return self._raw(length)
 
     def uvarint(self) -> int:
         shift = value = 0

@@ -93,7 +93,9 @@ def _bytes(data: bytes) -> bytes:
     return _I32.pack(len(data)) + data
 
 
-class _Reader:
+class RecordReader:
+    """Reads a record's key or value in the classic (non-flexible) types; bounds-checked."""
+
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
@@ -181,7 +183,7 @@ def group_value(value: GroupValue) -> bytes:
 
 
 def read_key(data: bytes) -> OffsetKey | GroupKey:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
@@ -191,7 +193,7 @@ def read_key(data: bytes) -> OffsetKey | GroupKey:
 
 
 def read_offset_value(data: bytes) -> OffsetValue:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if not 0 <= version <= 3:
         raise RecordFormatError(f"unknown offset commit value version {version}")
@@ -203,7 +205,7 @@ def read_offset_value(data: bytes) -> OffsetValue:
 
 
 def read_group_value(data: bytes) -> GroupValue:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if not 0 <= version <= 3:
         raise RecordFormatError(f"unknown group metadata value version {version}")
@@ -243,7 +245,7 @@ def read_control_type(key: bytes | None) -> int:
     other values for control records this broker does not know (Kafka's UNKNOWN)."""
     if key is None:
         raise RecordFormatError("a control record without a key")
-    reader = _Reader(key)
+    reader = RecordReader(key)
     version = reader.i16()
     if version < 0:
         raise RecordFormatError(f"control record key version {version}")

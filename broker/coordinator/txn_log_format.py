@@ -20,6 +20,8 @@ A null value (a tombstone) is an expired transactional id.
 import struct
 from dataclasses import dataclass
 
+from minibroker.protocol.framing import encode_uvarint as _uvarint
+
 KEY_VERSION = 0
 VALUE_VERSION = 1  # Kafka's TransactionVersion.TV_1.transactionLogValueVersion()
 
@@ -51,18 +53,6 @@ class TxnLogValue:
     previous_producer_id: int = -1
     next_producer_id: int = -1
     client_transaction_version: int = 0
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _string(text: str) -> bytes:
