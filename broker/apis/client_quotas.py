@@ -15,16 +15,13 @@ import struct
 import time
 
 from minibroker.apis import RequestContext, Role, Senders, api
-from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
-from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
-from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
+from minibroker.apis.forwarding import cluster_store_request
 from minibroker.common.names import CONTROLLER_CLIENT_ID
 from minibroker.common.quota_manager import entity_key, principal_user
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
-_CLUSTER_REFUSED = "Cluster authorization failed."
 _INT32 = struct.Struct(">i")
 
 
@@ -136,18 +133,9 @@ async def handle_alter(ctx: RequestContext, request):
             entry["error_message"] = message
         return answer
 
-    if is_controller_push(ctx):
-        if not inter_node_allowed(ctx):
-            return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
-        return _apply_push(ctx, request)
-    await wait_for_cluster_acls(ctx)
-    if not cluster_allowed(ctx, Operation.ALTER_CONFIGS):
-        return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
-
-    def unreachable(failure: ForwardingFailed) -> dict:
-        return refused(failure.error, str(failure))
-
-    return await decided_by_controller(ctx, request, "alter_client_quotas", unreachable)
+    return await cluster_store_request(
+        ctx, request, "alter_client_quotas", Operation.ALTER_CONFIGS, refused, _apply_push
+    )
 
 
 def _describe_error(request, error: Error) -> dict:
@@ -163,15 +151,9 @@ def _describe_error(request, error: Error) -> dict:
     error_response=_describe_error,
 )
 async def handle_describe(ctx: RequestContext, request):
-    await wait_for_cluster_acls(ctx)
-    if not cluster_allowed(ctx, Operation.DESCRIBE_CONFIGS):
-        return {
-            "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,
-            "error_message": _CLUSTER_REFUSED,
-            "entries": None,
-        }
+    def refused(error: Error, message: str) -> dict:
+        return {"error_code": error, "error_message": message, "entries": None}
 
-    def unreachable(failure: ForwardingFailed) -> dict:
-        return {"error_code": failure.error, "error_message": str(failure), "entries": None}
-
-    return await decided_by_controller(ctx, request, "describe_client_quotas", unreachable)
+    return await cluster_store_request(
+        ctx, request, "describe_client_quotas", Operation.DESCRIBE_CONFIGS, refused
+    )

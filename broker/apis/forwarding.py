@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from minibroker.apis import RequestContext
+from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
+from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
 from minibroker.cluster.controller_client import (
     REQUEST_TIMEOUT_S,
     ControllerUnavailable,
@@ -20,6 +22,7 @@ from minibroker.cluster.controller_client import (
 )
 from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol.errors import Error
+from minibroker.security.authorizer.acls import Operation
 
 if TYPE_CHECKING:
     from minibroker.controller.service import ControllerService
@@ -91,3 +94,31 @@ async def decided_by_controller(
         return await forward_to_controller(ctx, request)
     except ForwardingFailed as failure:
         return refused(failure)
+
+
+CLUSTER_REFUSED = "Cluster authorization failed."
+
+
+async def cluster_store_request(
+    ctx: RequestContext,
+    request,
+    decide: Decide,
+    operation: Operation,
+    refused: Callable[[Error, str], Any],
+    apply_push: Callable[[RequestContext, Any], Any] | None = None,
+):
+    """The shape shared by the controller's cluster-wide stores (SCRAM credentials, client
+    quotas): the controller's push of the store to this broker is applied (``apply_push``,
+    for the altering API; only from a node on the inter-node listener), a client's request
+    needs ``operation`` on the cluster and is decided by the controller (forwarded from a
+    broker); ``refused(error, message)`` builds the answer to any refusal."""
+    if apply_push is not None and is_controller_push(ctx):
+        if not inter_node_allowed(ctx):
+            return refused(Error.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_REFUSED)
+        return apply_push(ctx, request)
+    await wait_for_cluster_acls(ctx)
+    if not cluster_allowed(ctx, operation):
+        return refused(Error.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_REFUSED)
+    return await decided_by_controller(
+        ctx, request, decide, lambda failure: refused(failure.error, str(failure))
+    )

@@ -4,16 +4,12 @@ and pushed by the controller to every broker, which authenticates with them
 (broker.controller.scram_credentials describes the push)."""
 
 from minibroker.apis import RequestContext, Role, Senders, api
-from minibroker.apis.authorization import cluster_allowed, wait_for_cluster_acls
-from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
-from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
+from minibroker.apis.forwarding import cluster_store_request
 from minibroker.controller.scram_credentials import MECHANISM_BY_TYPE, SNAPSHOT_MARKER
 from minibroker.protocol import sasl
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
-
-_CLUSTER_REFUSED = "Cluster authorization failed."
 
 
 def _apply_push(ctx: RequestContext, request) -> dict:
@@ -68,18 +64,9 @@ async def handle_alter(ctx: RequestContext, request):
             ]
         }
 
-    if is_controller_push(ctx):
-        if not inter_node_allowed(ctx):
-            return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
-        return _apply_push(ctx, request)
-    await wait_for_cluster_acls(ctx)
-    if not cluster_allowed(ctx, Operation.ALTER):
-        return refused(Error.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_REFUSED)
-
-    def unreachable(failure: ForwardingFailed) -> dict:
-        return refused(failure.error, str(failure))
-
-    return await decided_by_controller(ctx, request, "alter_user_scram_credentials", unreachable)
+    return await cluster_store_request(
+        ctx, request, "alter_user_scram_credentials", Operation.ALTER, refused, _apply_push
+    )
 
 
 def _describe_error(request, error: Error) -> dict:
@@ -95,15 +82,9 @@ def _describe_error(request, error: Error) -> dict:
     error_response=_describe_error,
 )
 async def handle_describe(ctx: RequestContext, request):
-    await wait_for_cluster_acls(ctx)
-    if not cluster_allowed(ctx, Operation.DESCRIBE):
-        return {
-            "error_code": Error.CLUSTER_AUTHORIZATION_FAILED,
-            "error_message": _CLUSTER_REFUSED,
-            "results": (),
-        }
+    def refused(error: Error, message: str) -> dict:
+        return {"error_code": error, "error_message": message, "results": ()}
 
-    def unreachable(failure: ForwardingFailed) -> dict:
-        return {"error_code": failure.error, "error_message": str(failure), "results": ()}
-
-    return await decided_by_controller(ctx, request, "describe_user_scram_credentials", unreachable)
+    return await cluster_store_request(
+        ctx, request, "describe_user_scram_credentials", Operation.DESCRIBE, refused
+    )
