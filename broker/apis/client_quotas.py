@@ -17,7 +17,7 @@ import time
 from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.forwarding import cluster_store_request
 from minibroker.common.names import CONTROLLER_CLIENT_ID
-from minibroker.common.quota_manager import entity_key, principal_user
+from minibroker.common.quota_manager import ClientQuotaManager, entity_key, principal_user
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
@@ -39,22 +39,25 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def throttle_produce(ctx: RequestContext, request, request_size: int, data) -> None:
+def throttle_produce(
+    ctx: RequestContext, manager: ClientQuotaManager, request_size: int, data
+) -> None:
     """Kafka's produce quota: the request's bytes count against the client's
     ``producer_byte_rate``; the records are appended all the same, and the response carries
     the throttle time, after which the connection's channel is unmuted (ctx.connection)."""
-    quotas = ctx.quotas
-    if quotas is None or ctx.header.client_id == CONTROLLER_CLIENT_ID:
+    if ctx.header.client_id == CONTROLLER_CLIENT_ID:
         return
     user = principal_user(ctx.connection.principal)
-    throttle_ms = quotas.produce.record(user, ctx.header.client_id or "", request_size, _now_ms())
+    throttle_ms = manager.record(user, ctx.header.client_id or "", request_size, _now_ms())
     if throttle_ms:
         ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
         if isinstance(data, dict):
             data["throttle_time_ms"] = throttle_ms
 
 
-def throttle_fetch(ctx: RequestContext, request, response: list | None) -> None:
+def throttle_fetch(
+    ctx: RequestContext, manager: ClientQuotaManager, request, response: list | None
+) -> None:
     """Kafka's fetch quota: the response's bytes count against the client's
     ``consumer_byte_rate``; a throttled response carries the throttle time (written into the
     encoded response, where it is the body's first field from v1 on) and mutes the channel.
@@ -63,18 +66,18 @@ def throttle_fetch(ctx: RequestContext, request, response: list | None) -> None:
     takes their bytes off the rate again); here the records read are sent, and the muted
     channel holds the next fetch back for the throttle time, which brings the rate to the
     quota over the window all the same. A follower's fetch is not a client's: not counted."""
-    quotas = ctx.quotas
-    if quotas is None or response is None or _replica_id(request) >= 0:
+    if response is None or _replica_id(request) >= 0:
         return
-    size = _INT32.unpack_from(bytes(response[0][:4]))[0] + 4
+    size = _INT32.unpack_from(response[0])[0] + 4
     user = principal_user(ctx.connection.principal)
-    throttle_ms = quotas.fetch.record(user, ctx.header.client_id or "", size, _now_ms())
+    throttle_ms = manager.record(user, ctx.header.client_id or "", size, _now_ms())
     if not throttle_ms:
         return
     ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
     if ctx.header.api_version >= 1 and len(response) > 1:
-        head = memoryview(response[1]).cast("B")
-        response[1] = _INT32.pack(throttle_ms) + bytes(head[4:])
+        # The body's first field replaced without copying the rest of the chunk (on kio's
+        # path that chunk is the whole response, records included).
+        response[1:2] = [_INT32.pack(throttle_ms), memoryview(response[1]).cast("B")[4:]]
 
 
 def _apply_push(ctx: RequestContext, request) -> dict:

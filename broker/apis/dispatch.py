@@ -149,12 +149,14 @@ async def dispatch(
             data = error_response(key, request, answer)
     # Client quotas (KIP-219): the bytes count, the response carries the throttle time, and
     # ctx.connection tells the read loop to mute the channel (apis/client_quotas.py).
-    quotas = ctx.quotas is not None and ctx.quotas.enabled
-    if quotas and key == ApiKey.PRODUCE:
-        client_quotas.throttle_produce(ctx, request, len(frame), data)
+    # Each only where a quota of its kind applies to someone, so that a broker without
+    # (producer or consumer) quotas does no work per request.
+    quotas = ctx.quotas
+    if quotas is not None and key == ApiKey.PRODUCE and quotas.produce.enabled:
+        client_quotas.throttle_produce(ctx, quotas.produce, len(frame), data)
     response = None if data is None else _encode(header, version, data)
-    if quotas and key == ApiKey.FETCH:
-        client_quotas.throttle_fetch(ctx, request, response)
+    if quotas is not None and key == ApiKey.FETCH and quotas.fetch.enabled:
+        client_quotas.throttle_fetch(ctx, quotas.fetch, request, response)
     ctx.metrics.requests.labels(name).inc()
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
     if isinstance(data, dict):

@@ -255,7 +255,10 @@ class BrokerQuotas:
     produce: ClientQuotaManager
     fetch: ClientQuotaManager
     quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
-    enabled: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.produce.enabled or self.fetch.enabled
 
     @classmethod
     def create(
@@ -281,4 +284,3 @@ class BrokerQuotas:
     def _refresh(self) -> None:
         for manager in (self.produce, self.fetch):
             manager.update(self.quotas)
-        self.enabled = self.produce.enabled or self.fetch.enabled
