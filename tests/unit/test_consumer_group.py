@@ -184,7 +184,7 @@ def test_a_static_member_leaving_with_minus_two_keeps_its_partitions_for_its_suc
     a = first.member_id
     left, _ = group.consumer_heartbeat(HeartbeatRequest(a, -2, instance_id="i1"), lookup, 5)
     assert left.member_epoch == -2 and group.members[a].assigned == {T: set(range(6))}
-    # Another incarnation while the instance id is held: refused.
+    # Another incarnation with the instance id takes the partitions its predecessor kept.
     back, _ = join(group, member_id="new-id", instance_id="i1")
     assert back.member_id == "new-id" and back.assignment == {T: set(range(6))}
     assert a not in group.members
@@ -196,8 +196,12 @@ def test_range_and_uniform_assignors():
     assert ranged == {"a": {T: {0, 1, 2}}, "b": {T: {3, 4}}, "c": {T: {5, 6}}}
     uniform = assignors.uniform(subs, {T: 7}, {"a": {T: {0, 1, 2, 3, 4, 5, 6}}})
     assert sorted(total(v) for v in uniform.values()) == [2, 2, 3]
-    assert uniform["a"][T] <= {0, 1, 2, 3, 4, 5, 6}  # sticky: a keeps some of its own
     assert len(uniform["a"][T]) == 3
+    # Sticky: members keep what they own when the balance allows (a range-like assignor would
+    # hand a 0-2 and b 3-4).
+    sticky = assignors.uniform(subs, {T: 7}, {"a": {T: {1, 3, 5}}, "b": {T: {0, 2}}})
+    assert sticky["a"][T] == {1, 3, 5} and sticky["b"][T] == {0, 2}
+    assert sticky["c"][T] == {4, 6}
     # Heterogeneous: u only to b.
     hetero = assignors.uniform({"a": {T}, "b": {T, U}}, {T: 6, U: 2}, {})
     assert hetero["b"].get(U) == {0, 1} and total(hetero["a"]) + total(hetero["b"]) == 8
