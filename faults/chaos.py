@@ -42,7 +42,6 @@ Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime pack
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import random
@@ -58,7 +57,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -67,7 +66,12 @@ from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.tools.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
 
 from .netns import Network
-from .txn_workload import TransactionalWorkload, java_string_hash, transactions_refused
+from .txn_workload import (
+    TransactionalWorkload,
+    high_watermark,
+    java_string_hash,
+    transactions_refused,
+)
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -641,7 +645,7 @@ class Chaos:
                 "enable.auto.commit": False,
             }
         )
-        ends = {p: _high_watermark(consumer, p) for p in range(PARTITIONS)}
+        ends = {p: high_watermark(consumer, TopicPartition(TOPIC, p)) for p in range(PARTITIONS)}
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         stored: dict[tuple[int, int], bytes] = {}
         wanted = sum(ends.values())
@@ -997,44 +1001,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-# What a client refreshes its metadata after and asks again: the partition unknown to its
-# metadata yet, or a leader that moved (or is being elected) since that metadata was read.
-_WATERMARK_RETRIABLE = (
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-)
-
-
-def _high_watermark(consumer: Consumer, partition: int, timeout_s: float = 30.0) -> int:
-    """The partition's high watermark, asked again (after a metadata refresh) while the
-    client's metadata does not know the partition or names a leader that no longer leads it.
-
-    A producer or consumer retries such errors after refreshing its metadata; librdkafka's
-    get_watermark_offsets fails at once instead (a broker that was just cut off may answer
-    the first metadata request from a stale cache, and one that was deposed answers
-    NOT_LEADER_FOR_PARTITION until the client asks the new leader). Each retry is reported on
-    stderr with how long the error lasted, so a leader that stays stale is seen."""
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
-        try:
-            high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1]
-        except KafkaException as error:
-            code = error.args[0].code()
-            if code not in _WATERMARK_RETRIABLE or time.monotonic() >= deadline:
-                raise
-            print(
-                f"final read: partition {partition}: {error.args[0].name()} after"
-                f" {time.monotonic() - started:.1f} s; asking again",
-                file=sys.stderr,
-            )
-            time.sleep(0.5)
-            with contextlib.suppress(KafkaException):
-                consumer.list_topics(TOPIC, timeout=10)  # a fresh view of the leaders
-        else:
-            return high

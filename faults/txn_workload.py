@@ -32,6 +32,7 @@ without faults and prints the checker's verdict (the check against Apache Kafka)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import threading
@@ -401,10 +402,7 @@ def read_committed_everything(
             "isolation.level": "read_uncommitted",  # librdkafka's default is read_committed
         }
     )
-    ends = {
-        (tp.topic, tp.partition): watermarks.get_watermark_offsets(tp, timeout=30)[1]
-        for tp in partitions
-    }
+    ends = {(tp.topic, tp.partition): high_watermark(watermarks, tp) for tp in partitions}
     watermarks.close()
     consumer.assign(partitions)
     read: list[Record] = []
@@ -467,3 +465,53 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# What a client refreshes its metadata after and asks again: the partition unknown to its
+# metadata yet, a leader that moved (or is being elected) since that metadata was read, or a
+# request that librdkafka failed locally because the connection it was sent on went away:
+# _DESTROY_BROKER when it decommissions a broker handle (librdkafka >= 2.10 drops a broker that
+# one metadata response leaves out, and a broker's cache can briefly lag behind a broker that
+# has just re-registered after a ZooKeeper fault, as a Kafka broker's can), _TRANSPORT when the
+# connection dropped. Neither says anything about the data: the next try asks again.
+_WATERMARK_RETRIABLE = (
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError._DESTROY_BROKER,
+    KafkaError._TRANSPORT,
+)
+
+
+def high_watermark(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> int:
+    """The partition's high watermark, asked again (after a metadata refresh) while the
+    client's metadata does not know the partition or names a leader that no longer leads it.
+
+    A producer or consumer retries such errors after refreshing its metadata; librdkafka's
+    get_watermark_offsets fails at once instead (a broker that was just cut off may answer
+    the first metadata request from a stale cache, and one that was deposed answers
+    NOT_LEADER_FOR_PARTITION until the client asks the new leader). Each retry is reported on
+    stderr with how long the error lasted, so a leader that stays stale is seen."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        try:
+            high = consumer.get_watermark_offsets(
+                partition, timeout=max(1.0, deadline - time.monotonic())
+            )[1]
+        except KafkaException as error:
+            code = error.args[0].code()
+            if code not in _WATERMARK_RETRIABLE or time.monotonic() >= deadline:
+                raise
+            print(
+                f"final read: {partition.topic}-{partition.partition}: {error.args[0].name()} after"
+                f" {time.monotonic() - started:.1f} s; asking again",
+                file=sys.stderr,
+            )
+            time.sleep(0.5)
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(partition.topic, timeout=10)  # a fresh view of the leaders
+        else:
+            return high
