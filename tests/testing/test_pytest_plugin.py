@@ -27,7 +27,7 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_fixtures_start_share_and_stop_and_a_failure_carries_the_logs(pytester):
     """kafka_broker serves a producer and a consumer; a module-scoped kafka_cluster is one
     cluster for the module's tests; every node is gone after the run; a failing test's report
-    has each node's log."""
+    has every node's log."""
     pytester.makepyfile(
         test_single="""
         import os
@@ -76,13 +76,23 @@ def test_fixtures_start_share_and_stop_and_a_failure_carries_the_logs(pytester):
             with open("pids", "a") as out:
                 out.write(" ".join(str(kafka_cluster.node(n).pid) for n in kafka_cluster.node_ids))
                 out.write("\\n")
+
+        def test_third_fails(kafka_cluster):
+            assert kafka_cluster.broker_ids == []
         """,
     )
     result = run(pytester)
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=3, failed=2)
     output = result.stdout.str()
-    assert "minibroker broker-1 log" in output
     assert re.search(r"started node 1 as", output), output[-3000:]
+    # Each failing test's report: every node of its cluster, the controller included.
+    sections = re.findall(r"-+ (minibroker [\w-]+ log) -+", output)
+    assert sorted(sections) == [
+        "minibroker broker-1 log",  # test_single's test_fails
+        "minibroker broker-1 log",  # test_shared's test_third_fails, and the next two
+        "minibroker broker-2 log",
+        "minibroker controller-0 log",
+    ], sections
     pids = [
         int(pid)
         for line in (pytester.path / "pids").read_text().split("\n")
