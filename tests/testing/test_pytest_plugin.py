@@ -111,6 +111,60 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
+def test_scope_from_the_ini_option_or_a_marker_and_data_under_pytests_temp(pytester):
+    """The ini option minibroker_scope = session gives two modules one broker; a marker on a
+    class narrows it to the class's tests, a marker on a test to that test; each cluster's
+    data and logs are under pytest's base temporary directory."""
+    pytester.makeini("[pytest]\nminibroker_scope = session\n")
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def record(tmp_path_factory):
+            def record(tag, cluster):
+                assert cluster.data_dir.is_relative_to(tmp_path_factory.getbasetemp())
+                assert cluster.log_path(1).is_relative_to(cluster.data_dir)
+                with open("seen", "a") as out:
+                    out.write(f"{tag} {cluster.bootstrap_servers}\\n")
+            return record
+        """
+    )
+    pytester.makepyfile(
+        test_a="""
+        import pytest
+
+        def test_session_a(kafka_broker, record):
+            record("session", kafka_broker)
+
+        @pytest.mark.minibroker(scope="class")
+        class TestClass:
+            def test_one(self, kafka_broker, record):
+                record("class", kafka_broker)
+
+            def test_two(self, kafka_broker, record):
+                record("class", kafka_broker)
+
+        @pytest.mark.minibroker(scope="function")
+        def test_own(kafka_broker, record):
+            record("function", kafka_broker)
+        """,
+        test_b="""
+        def test_session_b(kafka_broker, record):
+            record("session", kafka_broker)
+        """,
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=5)
+    seen: dict[str, list[str]] = {}
+    for line in (pytester.path / "seen").read_text().splitlines():
+        tag, servers = line.split()
+        seen.setdefault(tag, []).append(servers)
+    assert len(seen["session"]) == len(seen["class"]) == 2
+    assert len(set(seen["session"])) == len(set(seen["class"])) == 1
+    assert len({*seen["session"], *seen["class"], *seen["function"]}) == 3
+
+
 FAULTS = """
 import time
 
