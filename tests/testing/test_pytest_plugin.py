@@ -166,6 +166,7 @@ def test_scope_from_the_ini_option_or_a_marker_and_data_under_pytests_temp(pytes
 
 
 FAULTS = """
+import logging
 import time
 
 import pytest
@@ -232,6 +233,71 @@ def test_added_latency_shows_in_round_trips(kafka_cluster):
     assert after - before >= 0.25, (before, after)
 
 
+def test_a_leader_cut_off_from_clients_times_a_producer_out_until_healed(kafka_cluster):
+    kafka_cluster.create_topic("unreachable", replication_factor=1)
+    assert produce(kafka_cluster, "unreachable", 10000) == [None]
+    leader = kafka_cluster.leader_of("unreachable", 0)
+    kafka_cluster.cut_off(leader, from_brokers=False)
+    [error] = produce(kafka_cluster, "unreachable", 1500)
+    assert error is not None and error.code() == KafkaError._MSG_TIMED_OUT
+    kafka_cluster.heal(leader)
+    assert produce(kafka_cluster, "unreachable", 15000) == [None]
+
+
+def test_dropped_connections_make_a_client_reconnect(kafka_cluster):
+    kafka_cluster.create_topic("dropped", replication_factor=1)
+    leader = kafka_cluster.leader_of("dropped", 0)
+    address = kafka_cluster.proxy(leader).address
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("dropped")
+    logger.setLevel(logging.INFO)  # librdkafka logs a disconnection at syslog level 6, INFO
+    logger.addHandler(Collect())
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 0,
+                         "logger": logger})
+    producer.produce("dropped", b"before")
+    assert producer.flush(10) == 0
+    assert kafka_cluster.drop_connections(leader) >= 1
+    producer.produce("dropped", b"after")
+    assert producer.flush(15) == 0
+    assert any(address in line and "Disconnected" in line for line in lines), lines
+
+
+def test_a_bandwidth_limit_slows_a_large_produce(kafka_cluster):
+    kafka_cluster.create_topic("narrow", replication_factor=1)
+    leader = kafka_cluster.leader_of("narrow", 0)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 0})
+    producer.produce("narrow", b"x")
+    assert producer.flush(10) == 0  # metadata and connections
+    kafka_cluster.limit_bandwidth(leader, 100_000)
+    started = time.monotonic()
+    producer.produce("narrow", b"x" * 150_000)
+    assert producer.flush(20) == 0
+    # 150 kB at 100 kB/s: at least 1.5 s however idle the machine (a lower bound only).
+    assert time.monotonic() - started >= 1.4
+
+
+def test_a_stopped_leader_hands_over_and_comes_back_on_restart(kafka_cluster):
+    kafka_cluster.create_topic("handover", replication_factor=3)
+    kafka_cluster.wait_until_in_sync("handover", timeout=20)
+    leader = kafka_cluster.leader_of("handover", 0)
+    assert kafka_cluster.stop(leader) == 0
+    log = kafka_cluster.log_path(leader).read_text()
+    assert "controlled shutdown: leadership moved to other brokers" in log
+    deadline = time.monotonic() + 20
+    while kafka_cluster.leader_of("handover", 0) in (leader, -1, None):
+        assert time.monotonic() < deadline, "the leadership stayed with the stopped broker"
+        time.sleep(0.05)
+    assert produce(kafka_cluster, "handover", 10000, acks="all") == [None]
+    kafka_cluster.restart(leader)
+    kafka_cluster.wait_until_in_sync("handover", timeout=20)
+    assert leader in kafka_cluster.isr_of("handover", 0)
+
+
 def test_bad_use_is_named(kafka_cluster):
     with pytest.raises(UnknownNodeError, match="no node 9 in this cluster; its nodes are"):
         kafka_cluster.pause(9)
@@ -247,7 +313,7 @@ def test_bad_use_is_named(kafka_cluster):
 def test_faults_are_seen_by_a_real_client(pytester):
     pytester.makepyfile(test_faults=FAULTS)
     result = run(pytester, "-v")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=8)
 
 
 def test_xdist_workers_run_clusters_side_by_side(pytester):
