@@ -13,6 +13,7 @@ import re
 import pytest
 
 from minibroker.testing import Cluster, ClusterStartError
+from minibroker.tools.launcher import zookeeper_installed
 
 pytest_plugins = ["pytester"]
 
@@ -347,6 +348,21 @@ def test_a_cluster_that_cannot_start_says_why(tmp_path):
     message = str(failure.value)
     assert "did not start" in message
     assert "num.partitions" in message  # from the node's log tail
+
+
+@pytest.mark.skipif(not zookeeper_installed(), reason="needs ZooKeeper (the Debian package)")
+def test_the_zookeeper_mode_serves_a_client(tmp_path):
+    from confluent_kafka import Producer
+
+    with Cluster(brokers=1, data_dir=tmp_path, zookeeper=True) as cluster:
+        assert cluster.node_ids == [1]  # no controller process: a broker is elected
+        assert "zookeeper.connect" in cluster.log_path(1).read_text()
+        cluster.create_topic("kept")
+        producer = Producer(cluster.client_config())
+        errors = []
+        producer.produce("kept", b"x", on_delivery=lambda error, message: errors.append(error))
+        producer.flush(15)
+        assert errors == [None]
 
 
 def test_a_secure_cluster_takes_sasl_ssl_clients(tmp_path):
