@@ -100,6 +100,7 @@ def test_the_wheel_holds_every_package_and_none_of_the_tree_s_tools(wheel):
     for tool in ("bench", "faults", "tests"):
         assert not any(tool in name.split("/")[:-1] for name in wheel), tool
     assert "minibroker/tools/wire.py" in wheel
+    assert "minibroker/py.typed" in wheel  # PEP 561: applications' type checkers read ours
 
 
 def test_every_module_of_the_mapped_folders_is_in_the_wheel(wheel):
