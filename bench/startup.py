@@ -60,7 +60,8 @@ def time_to_usable(system: str, brokers: int, work_dir: Path) -> dict[str, float
             from minibroker.testing import Cluster
             from minibroker.tools.forkserver import fork_server
 
-            fork_server()  # once per test session, not per cluster
+            # Once per test session, not per cluster: its imports done before the clock starts.
+            fork_server().wait_ready()
             started = time.monotonic()
             with Cluster(brokers=brokers, data_dir=base) as cluster:
                 ready = time.monotonic() - started

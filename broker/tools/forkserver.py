@@ -101,6 +101,7 @@ class ForkServer:
         self._early_exits: dict[int, int] = {}
         self._replies: list[int] = []
         self._reply = threading.Condition()
+        self._imported = threading.Event()
         self._reader = threading.Thread(
             target=self._read, name="minibroker-forkserver", daemon=True
         )
@@ -114,6 +115,9 @@ class ForkServer:
         assert self._process.stdout is not None
         for line in self._process.stdout:
             message = json.loads(line)
+            if "ready" in message:
+                self._imported.set()
+                continue
             with self._reply:
                 if "pid" in message:
                     self._replies.append(message["pid"])
@@ -125,8 +129,18 @@ class ForkServer:
                     else:
                         child._set_exit(message["code"])
         # The fork server is gone: its children got SIGTERM (their parent-death signal).
+        self._imported.set()
         with self._reply:
             self._reply.notify_all()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Block until the fork server has imported the broker, so that the next node's start
+        is a fork and nothing else (a benchmark starts its clock after this). Nodes can be
+        spawned before: their requests wait in the pipe."""
+        if not self._imported.wait(timeout):
+            raise OSError(f"the minibroker fork server did not finish its imports in {timeout}s")
+        if not self.alive:
+            raise OSError("the minibroker fork server exited")
 
     def spawn(self, argv: list[str], log_path: Path, env: dict[str, str]) -> ForkedProcess:
         """Fork a node running `minibroker <argv>`, its output appended to `log_path`."""
@@ -211,6 +225,8 @@ def _serve() -> None:
 
     import minibroker.node.server  # noqa: F401
 
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)

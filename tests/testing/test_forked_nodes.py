@@ -16,6 +16,7 @@ ORPHAN_TIMEOUT = 20.0
 
 
 def test_exit_codes_of_forked_nodes(tmp_path):
+    fork_server().wait_ready()  # the broker imported: what bench/startup.py waits for
     with Cluster(brokers=1, data_dir=tmp_path) as cluster:
         node = cluster.node(1)
         assert os.getpgid(node.pid) == node.pid  # a process group of its own, as Popen's

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from minibroker.testing import Cluster, ClusterStartError
+from minibroker.tools.launcher import zookeeper_installed
 
 pytest_plugins = ["pytester"]
 
@@ -27,7 +28,7 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_fixtures_start_share_and_stop_and_a_failure_carries_the_logs(pytester):
     """kafka_broker serves a producer and a consumer; a module-scoped kafka_cluster is one
     cluster for the module's tests; every node is gone after the run; a failing test's report
-    has each node's log."""
+    has every node's log."""
     pytester.makepyfile(
         test_single="""
         import os
@@ -76,13 +77,23 @@ def test_fixtures_start_share_and_stop_and_a_failure_carries_the_logs(pytester):
             with open("pids", "a") as out:
                 out.write(" ".join(str(kafka_cluster.node(n).pid) for n in kafka_cluster.node_ids))
                 out.write("\\n")
+
+        def test_third_fails(kafka_cluster):
+            assert kafka_cluster.broker_ids == []
         """,
     )
     result = run(pytester)
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=3, failed=2)
     output = result.stdout.str()
-    assert "minibroker broker-1 log" in output
     assert re.search(r"started node 1 as", output), output[-3000:]
+    # Each failing test's report: every node of its cluster, the controller included.
+    sections = re.findall(r"-+ (minibroker [\w-]+ log) -+", output)
+    assert sorted(sections) == [
+        "minibroker broker-1 log",  # test_single's test_fails
+        "minibroker broker-1 log",  # test_shared's test_third_fails, and the next two
+        "minibroker broker-2 log",
+        "minibroker controller-0 log",
+    ], sections
     pids = [
         int(pid)
         for line in (pytester.path / "pids").read_text().split("\n")
@@ -101,7 +112,62 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
+def test_scope_from_the_ini_option_or_a_marker_and_data_under_pytests_temp(pytester):
+    """The ini option minibroker_scope = session gives two modules one broker; a marker on a
+    class narrows it to the class's tests, a marker on a test to that test; each cluster's
+    data and logs are under pytest's base temporary directory."""
+    pytester.makeini("[pytest]\nminibroker_scope = session\n")
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def record(tmp_path_factory):
+            def record(tag, cluster):
+                assert cluster.data_dir.is_relative_to(tmp_path_factory.getbasetemp())
+                assert cluster.log_path(1).is_relative_to(cluster.data_dir)
+                with open("seen", "a") as out:
+                    out.write(f"{tag} {cluster.bootstrap_servers}\\n")
+            return record
+        """
+    )
+    pytester.makepyfile(
+        test_a="""
+        import pytest
+
+        def test_session_a(kafka_broker, record):
+            record("session", kafka_broker)
+
+        @pytest.mark.minibroker(scope="class")
+        class TestClass:
+            def test_one(self, kafka_broker, record):
+                record("class", kafka_broker)
+
+            def test_two(self, kafka_broker, record):
+                record("class", kafka_broker)
+
+        @pytest.mark.minibroker(scope="function")
+        def test_own(kafka_broker, record):
+            record("function", kafka_broker)
+        """,
+        test_b="""
+        def test_session_b(kafka_broker, record):
+            record("session", kafka_broker)
+        """,
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=5)
+    seen: dict[str, list[str]] = {}
+    for line in (pytester.path / "seen").read_text().splitlines():
+        tag, servers = line.split()
+        seen.setdefault(tag, []).append(servers)
+    assert len(seen["session"]) == len(seen["class"]) == 2
+    assert len(set(seen["session"])) == len(set(seen["class"])) == 1
+    assert len({*seen["session"], *seen["class"], *seen["function"]}) == 3
+
+
 FAULTS = """
+import logging
 import time
 
 import pytest
@@ -168,6 +234,71 @@ def test_added_latency_shows_in_round_trips(kafka_cluster):
     assert after - before >= 0.25, (before, after)
 
 
+def test_a_leader_cut_off_from_clients_times_a_producer_out_until_healed(kafka_cluster):
+    kafka_cluster.create_topic("unreachable", replication_factor=1)
+    assert produce(kafka_cluster, "unreachable", 10000) == [None]
+    leader = kafka_cluster.leader_of("unreachable", 0)
+    kafka_cluster.cut_off(leader, from_brokers=False)
+    [error] = produce(kafka_cluster, "unreachable", 1500)
+    assert error is not None and error.code() == KafkaError._MSG_TIMED_OUT
+    kafka_cluster.heal(leader)
+    assert produce(kafka_cluster, "unreachable", 15000) == [None]
+
+
+def test_dropped_connections_make_a_client_reconnect(kafka_cluster):
+    kafka_cluster.create_topic("dropped", replication_factor=1)
+    leader = kafka_cluster.leader_of("dropped", 0)
+    address = kafka_cluster.proxy(leader).address
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("dropped")
+    logger.setLevel(logging.INFO)  # librdkafka logs a disconnection at syslog level 6, INFO
+    logger.addHandler(Collect())
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 0,
+                         "logger": logger})
+    producer.produce("dropped", b"before")
+    assert producer.flush(10) == 0
+    assert kafka_cluster.drop_connections(leader) >= 1
+    producer.produce("dropped", b"after")
+    assert producer.flush(15) == 0
+    assert any(address in line and "Disconnected" in line for line in lines), lines
+
+
+def test_a_bandwidth_limit_slows_a_large_produce(kafka_cluster):
+    kafka_cluster.create_topic("narrow", replication_factor=1)
+    leader = kafka_cluster.leader_of("narrow", 0)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 0})
+    producer.produce("narrow", b"x")
+    assert producer.flush(10) == 0  # metadata and connections
+    kafka_cluster.limit_bandwidth(leader, 100_000)
+    started = time.monotonic()
+    producer.produce("narrow", b"x" * 150_000)
+    assert producer.flush(20) == 0
+    # 150 kB at 100 kB/s: at least 1.5 s however idle the machine (a lower bound only).
+    assert time.monotonic() - started >= 1.4
+
+
+def test_a_stopped_leader_hands_over_and_comes_back_on_restart(kafka_cluster):
+    kafka_cluster.create_topic("handover", replication_factor=3)
+    kafka_cluster.wait_until_in_sync("handover", timeout=20)
+    leader = kafka_cluster.leader_of("handover", 0)
+    assert kafka_cluster.stop(leader) == 0
+    log = kafka_cluster.log_path(leader).read_text()
+    assert "controlled shutdown: leadership moved to other brokers" in log
+    deadline = time.monotonic() + 20
+    while kafka_cluster.leader_of("handover", 0) in (leader, -1, None):
+        assert time.monotonic() < deadline, "the leadership stayed with the stopped broker"
+        time.sleep(0.05)
+    assert produce(kafka_cluster, "handover", 10000, acks="all") == [None]
+    kafka_cluster.restart(leader)
+    kafka_cluster.wait_until_in_sync("handover", timeout=20)
+    assert leader in kafka_cluster.isr_of("handover", 0)
+
+
 def test_bad_use_is_named(kafka_cluster):
     with pytest.raises(UnknownNodeError, match="no node 9 in this cluster; its nodes are"):
         kafka_cluster.pause(9)
@@ -183,7 +314,7 @@ def test_bad_use_is_named(kafka_cluster):
 def test_faults_are_seen_by_a_real_client(pytester):
     pytester.makepyfile(test_faults=FAULTS)
     result = run(pytester, "-v")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=8)
 
 
 def test_xdist_workers_run_clusters_side_by_side(pytester):
@@ -217,6 +348,21 @@ def test_a_cluster_that_cannot_start_says_why(tmp_path):
     message = str(failure.value)
     assert "did not start" in message
     assert "num.partitions" in message  # from the node's log tail
+
+
+@pytest.mark.skipif(not zookeeper_installed(), reason="needs ZooKeeper (the Debian package)")
+def test_the_zookeeper_mode_serves_a_client(tmp_path):
+    from confluent_kafka import Producer
+
+    with Cluster(brokers=1, data_dir=tmp_path, zookeeper=True) as cluster:
+        assert cluster.node_ids == [1]  # no controller process: a broker is elected
+        assert "zookeeper.connect" in cluster.log_path(1).read_text()
+        cluster.create_topic("kept")
+        producer = Producer(cluster.client_config())
+        errors = []
+        producer.produce("kept", b"x", on_delivery=lambda error, message: errors.append(error))
+        producer.flush(15)
+        assert errors == [None]
 
 
 def test_a_secure_cluster_takes_sasl_ssl_clients(tmp_path):

@@ -42,8 +42,8 @@ def _package_dirs() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> list[str]:
-    """The names of the files in a wheel built from the working tree."""
+def wheel_file(tmp_path_factory) -> Path:
+    """A wheel built from the working tree."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
     shutil.copytree(ROOT, source, ignore=NOT_COPIED)
@@ -67,8 +67,23 @@ def wheel(tmp_path_factory) -> list[str]:
     )
     assert built.returncode == 0, built.stdout + built.stderr
     (path,) = (work / "out").glob("minibroker-*.whl")
-    with zipfile.ZipFile(path) as archive:
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_file) -> list[str]:
+    """The names of the files in the wheel."""
+    with zipfile.ZipFile(wheel_file) as archive:
         return archive.namelist()
+
+
+def test_the_wheel_registers_the_pytest_plugin(wheel_file):
+    """pytest loads the fixtures wherever the wheel is installed: its pytest11 entry point."""
+    with zipfile.ZipFile(wheel_file) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        text = archive.read(name).decode()
+    section = text.split("[pytest11]", 1)[1].split("\n[", 1)[0]
+    assert section.split() == ["minibroker", "=", "minibroker.testing.plugin"]
 
 
 def test_the_wheel_installs_one_import_name_and_spark_s_discovery_module(wheel):
@@ -85,6 +100,7 @@ def test_the_wheel_holds_every_package_and_none_of_the_tree_s_tools(wheel):
     for tool in ("bench", "faults", "tests"):
         assert not any(tool in name.split("/")[:-1] for name in wheel), tool
     assert "minibroker/tools/wire.py" in wheel
+    assert "minibroker/py.typed" in wheel  # PEP 561: applications' type checkers read ours
 
 
 def test_every_module_of_the_mapped_folders_is_in_the_wheel(wheel):
