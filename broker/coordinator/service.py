@@ -19,12 +19,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
 from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
+from minibroker.common.group_configs import consumer_overrides
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.coordinator import log_format
 from minibroker.coordinator.consumer_group import (
@@ -314,7 +315,9 @@ class GroupCoordinator:
             value = replay.groups.get(group_id)
             consumer_records = replay.consumer_records(group_id)
             if consumer_records:
-                group = ConsumerGroup(group_id, self.settings, self.consumer_settings, now)
+                group = ConsumerGroup(
+                    group_id, self.settings, self.consumer_settings_of(group_id), now
+                )
                 group.restore_records(consumer_records, now)
                 group.prime_metadata(self.topic_lookup, self.topic_names)
             elif value is not None:
@@ -955,7 +958,9 @@ class GroupCoordinator:
                 return HeartbeatResult(
                     Error.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {request.member_id}."
                 )
-            group = ConsumerGroup(group_id, self.settings, self.consumer_settings, self.clock_ms())
+            group = ConsumerGroup(
+                group_id, self.settings, self.consumer_settings_of(group_id), self.clock_ms()
+            )
             self._add_group(group)
         elif not isinstance(group, ConsumerGroup):
             if not group.is_(GroupState.EMPTY) or group.members:
@@ -965,12 +970,17 @@ class GroupCoordinator:
                     Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
                 )
             converted = await self._convert_group(
-                group, ConsumerGroup(group_id, self.settings, self.consumer_settings, 0)
+                group,
+                ConsumerGroup(group_id, self.settings, self.consumer_settings_of(group_id), 0),
             )
             if converted is None:
                 return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
             assert isinstance(converted, ConsumerGroup)
             group = converted
+        # The group's own configs, read at each heartbeat as Kafka's GroupMetadataManager
+        # reads them: a change applies to each member at its next heartbeat (the interval it
+        # is told, the session its deadline is set with).
+        group.consumer = self.consumer_settings_of(group_id)
         result, records = group.consumer_heartbeat(
             request, self.topic_lookup, self.clock_ms(), self.topic_names
         )
@@ -980,6 +990,18 @@ class GroupCoordinator:
             if error != Error.NONE:
                 return HeartbeatResult(error)
         return result
+
+    def consumer_settings_of(self, group_id: str) -> ConsumerSettings:
+        """The broker's group.consumer.* settings with the group's own configs over them
+        (consumer.session.timeout.ms, consumer.heartbeat.interval.ms: GROUP resources)."""
+        session, heartbeat = consumer_overrides(self.replicas.group_configs.get(group_id, {}))
+        if session is None and heartbeat is None:
+            return self.consumer_settings
+        return replace(
+            self.consumer_settings,
+            session_timeout_ms=session or self.consumer_settings.session_timeout_ms,
+            heartbeat_interval_ms=heartbeat or self.consumer_settings.heartbeat_interval_ms,
+        )
 
     def describe_consumer_group(
         self, group_id: str
