@@ -92,6 +92,20 @@ def _parse_timestamp_type(text: str) -> str:
     return value
 
 
+MIGRATION_POLICIES = ("disabled", "downgrade", "upgrade", "bidirectional")
+
+
+def _parse_migration_policy(text: str) -> str:
+    """Kafka's ConsumerGroupMigrationPolicy: one of its four names, in any case."""
+    value = text.strip().lower()
+    if value not in MIGRATION_POLICIES:
+        raise ValueError(
+            "String must be one of (case insensitive): "
+            + ", ".join(policy.upper() for policy in MIGRATION_POLICIES)
+        )
+    return value
+
+
 def _parse_roles(text: str) -> frozenset[str]:
     roles = frozenset(part.strip() for part in text.split(",") if part.strip())
     if not roles or not roles <= {"broker", "controller"}:
@@ -363,6 +377,9 @@ _PROPERTIES: dict[str, _Property] = {
         "group_consumer_session_timeout_ms", _at_least(1)
     ),
     "group.consumer.max.size": _Property("group_consumer_max_size", _at_least(1)),
+    "group.consumer.migration.policy": _Property(
+        "group_consumer_migration_policy", _parse_migration_policy
+    ),
     "group.consumer.min.session.timeout.ms": _Property(
         "group_consumer_min_session_timeout_ms", _at_least(1)
     ),
@@ -519,6 +536,9 @@ class BrokerConfig:
     )
     group_consumer_session_timeout_ms: int = _kafka_default("group.consumer.session.timeout.ms")
     group_consumer_max_size: int = _kafka_default("group.consumer.max.size")
+    # Which live (non-empty) groups may change protocol: Kafka's online upgrade and
+    # downgrade, neither of which minibroker performs (see the coordinator).
+    group_consumer_migration_policy: str = _kafka_default("group.consumer.migration.policy")
     # The bounds of the groups' own consumer.session.timeout.ms and
     # consumer.heartbeat.interval.ms (group configs, KIP-848).
     group_consumer_min_session_timeout_ms: int = _kafka_default(

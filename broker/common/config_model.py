@@ -196,6 +196,7 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "group.consumer.max.heartbeat.interval.ms": (INT, "15000"),
     "group.consumer.max.session.timeout.ms": (INT, "60000"),
     "group.consumer.max.size": (INT, "2147483647"),
+    "group.consumer.migration.policy": (STRING, "bidirectional"),
     "group.consumer.min.heartbeat.interval.ms": (INT, "5000"),
     "group.consumer.min.session.timeout.ms": (INT, "45000"),
     "group.consumer.session.timeout.ms": (INT, "45000"),

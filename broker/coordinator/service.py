@@ -964,11 +964,7 @@ class GroupCoordinator:
             self._add_group(group)
         elif not isinstance(group, ConsumerGroup):
             if not group.is_(GroupState.EMPTY) or group.members:
-                # Migration of a live classic group (group.consumer.migration.policy) is not
-                # supported: Kafka's answer when the policy forbids it.
-                return HeartbeatResult(
-                    Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
-                )
+                return HeartbeatResult(Error.GROUP_ID_NOT_FOUND, self._no_upgrade(group))
             converted = await self._convert_group(
                 group,
                 ConsumerGroup(group_id, self.settings, self.consumer_settings_of(group_id), 0),
@@ -990,6 +986,24 @@ class GroupCoordinator:
             if error != Error.NONE:
                 return HeartbeatResult(error)
         return result
+
+    def _no_upgrade(self, group: Group) -> str:
+        """Why a live classic group is not made a consumer group on a ConsumerGroupHeartbeat:
+        Kafka 4.4's validateOnlineUpgrade messages, in its order. Where Kafka would upgrade
+        the group online (group.consumer.migration.policy upgrade or bidirectional, the
+        consumer embedded protocol, not too many members), minibroker does not: it answers as
+        Kafka answers a heartbeat that may not create the group."""
+        group_id = group.group_id
+        reason = None
+        if self.config.group_consumer_migration_policy not in ("upgrade", "bidirectional"):
+            reason = "online upgrade is disabled"
+        elif group.protocol_type != "consumer":
+            reason = "the group does not use the consumer embedded protocol"
+        elif len(group.members) > self.consumer_settings.max_size:
+            reason = "the group size exceeds the consumer group maximum size"
+        if reason is None:
+            return f"Group {group_id} is not a consumer group."
+        return f"Cannot upgrade classic group {group_id} to consumer group because {reason}."
 
     def consumer_settings_of(self, group_id: str) -> ConsumerSettings:
         """The broker's group.consumer.* settings with the group's own configs over them
