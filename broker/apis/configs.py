@@ -7,18 +7,24 @@ the controller for a topic's overrides; changes are forwarded to the controller,
 them and pushes them to every broker (an AlterConfigs on its own connection, which the
 broker applies to its logs at once).
 
+Group resources (type 32, KIP-848) are stored and pushed as topic configs are; every broker
+keeps the pushed ones (``ReplicaManager.group_configs``), describes from them and its group
+coordinator applies them (see ``common/group_configs.py``).
+
 With an authorizer, Kafka's rules: DESCRIBE_CONFIGS (to describe) or ALTER_CONFIGS (to change)
-on the topic for a topic resource (TOPIC_AUTHORIZATION_FAILED), on the cluster for broker and
-logger resources (CLUSTER_AUTHORIZATION_FAILED).
+on the topic for a topic resource (TOPIC_AUTHORIZATION_FAILED), on the group for a group
+resource (GROUP_AUTHORIZATION_FAILED), on the cluster for broker and logger resources
+(CLUSTER_AUTHORIZATION_FAILED).
 """
 
 import logging
 
 from minibroker.apis import RequestContext, Role, Senders, api, wait_until_ready
-from minibroker.apis.authorization import cluster_allowed, topic_allowed
+from minibroker.apis.authorization import cluster_allowed, group_allowed, topic_allowed
 from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
 from minibroker.cluster.controller_client import build_request, is_broker_channel
+from minibroker.common import group_configs
 from minibroker.common.config_model import (
     BROKER_LOGGER_RESOURCE,
     BROKER_RESOURCE,
@@ -30,6 +36,7 @@ from minibroker.common.config_model import (
     describe_broker,
     describe_topic,
 )
+from minibroker.common.group_configs import GROUP_RESOURCE
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -156,10 +163,21 @@ def _refusal(ctx: RequestContext, resource, operation: Operation) -> Error | Non
     if resource.resource_type == TOPIC_RESOURCE:
         allowed = topic_allowed(ctx, operation, resource.resource_name)
         return None if allowed else Error.TOPIC_AUTHORIZATION_FAILED
+    if resource.resource_type == GROUP_RESOURCE:
+        allowed = group_allowed(ctx, operation, resource.resource_name)
+        return None if allowed else Error.GROUP_AUTHORIZATION_FAILED
     if resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
         allowed = cluster_allowed(ctx, operation)
         return None if allowed else Error.CLUSTER_AUTHORIZATION_FAILED
     return None
+
+
+def _group_overrides(ctx: RequestContext, group: str) -> dict[str, str]:
+    """A group's configs as this node knows them: pushed to a broker, the state itself on a
+    controller-only node."""
+    if ctx.replicas is not None:
+        return ctx.replicas.group_configs.get(group, {})
+    return ctx.controller_service.state.group_configs.get(group, {})
 
 
 def _describe_error(request, error: Error) -> dict:
@@ -221,6 +239,19 @@ async def handle_describe(ctx: RequestContext, request):
                 continue
             entries = describe_broker(
                 layers, include_synonyms=include_synonyms, keys=keys, cluster_default=not name
+            )
+            results.append(_result(resource, configs=entries))
+        elif resource.resource_type == GROUP_RESOURCE:
+            if not name:
+                results.append(
+                    _result(resource, Error.INVALID_REQUEST, "Group name must not be empty")
+                )
+                continue
+            entries = group_configs.describe(
+                _group_overrides(ctx, name),
+                ctx.config.properties,
+                include_synonyms=include_synonyms,
+                keys=keys,
             )
             results.append(_result(resource, configs=entries))
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
@@ -301,7 +332,7 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
                 answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
             answered[index] = _alter_loggers(ctx, resource, incremental, request.validate_only)
-        elif resource.resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        elif resource.resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE):
             message = f"Unknown resource type {resource.resource_type}"
             answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
     rest = [r for index, r in enumerate(request.resources) if index not in answered]
@@ -417,4 +448,10 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
                 "producer.id.expiration.ms", ctx.config.producer_id_expiration_ms
             )
             log.info("dynamic broker configs %r now %s", resource.resource_name, configs)
+        elif resource.resource_type == GROUP_RESOURCE:
+            if configs:
+                ctx.replica_manager.group_configs[resource.resource_name] = configs
+            else:
+                ctx.replica_manager.group_configs.pop(resource.resource_name, None)
+            log.info("group configs of %r now %s", resource.resource_name, configs)
     return {"responses": [_change_result(resource) for resource in request.resources]}

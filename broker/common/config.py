@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.common.config_model import BROKER_CONFIG_DEFS
+from minibroker.common.group_configs import GroupBounds
 
 log = logging.getLogger("config")
 
@@ -88,6 +89,20 @@ def _parse_timestamp_type(text: str) -> str:
     value = text.strip()
     if value not in ("CreateTime", "LogAppendTime"):
         raise ValueError("expected CreateTime or LogAppendTime")
+    return value
+
+
+MIGRATION_POLICIES = ("disabled", "downgrade", "upgrade", "bidirectional")
+
+
+def _parse_migration_policy(text: str) -> str:
+    """Kafka's ConsumerGroupMigrationPolicy: one of its four names, in any case."""
+    value = text.strip().lower()
+    if value not in MIGRATION_POLICIES:
+        raise ValueError(
+            "String must be one of (case insensitive): "
+            + ", ".join(policy.upper() for policy in MIGRATION_POLICIES)
+        )
     return value
 
 
@@ -362,6 +377,21 @@ _PROPERTIES: dict[str, _Property] = {
         "group_consumer_session_timeout_ms", _at_least(1)
     ),
     "group.consumer.max.size": _Property("group_consumer_max_size", _at_least(1)),
+    "group.consumer.migration.policy": _Property(
+        "group_consumer_migration_policy", _parse_migration_policy
+    ),
+    "group.consumer.min.session.timeout.ms": _Property(
+        "group_consumer_min_session_timeout_ms", _at_least(1)
+    ),
+    "group.consumer.max.session.timeout.ms": _Property(
+        "group_consumer_max_session_timeout_ms", _at_least(1)
+    ),
+    "group.consumer.min.heartbeat.interval.ms": _Property(
+        "group_consumer_min_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.consumer.max.heartbeat.interval.ms": _Property(
+        "group_consumer_max_heartbeat_interval_ms", _at_least(1)
+    ),
     "group.consumer.assignors": _Property("group_consumer_assignors", _parse_assignors),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
@@ -506,6 +536,23 @@ class BrokerConfig:
     )
     group_consumer_session_timeout_ms: int = _kafka_default("group.consumer.session.timeout.ms")
     group_consumer_max_size: int = _kafka_default("group.consumer.max.size")
+    # Which live (non-empty) groups may change protocol: Kafka's online upgrade and
+    # downgrade, neither of which minibroker performs (see the coordinator).
+    group_consumer_migration_policy: str = _kafka_default("group.consumer.migration.policy")
+    # The bounds of the groups' own consumer.session.timeout.ms and
+    # consumer.heartbeat.interval.ms (group configs, KIP-848).
+    group_consumer_min_session_timeout_ms: int = _kafka_default(
+        "group.consumer.min.session.timeout.ms"
+    )
+    group_consumer_max_session_timeout_ms: int = _kafka_default(
+        "group.consumer.max.session.timeout.ms"
+    )
+    group_consumer_min_heartbeat_interval_ms: int = _kafka_default(
+        "group.consumer.min.heartbeat.interval.ms"
+    )
+    group_consumer_max_heartbeat_interval_ms: int = _kafka_default(
+        "group.consumer.max.heartbeat.interval.ms"
+    )
     group_consumer_assignors: tuple[str, ...] = _kafka_default("group.consumer.assignors")
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
@@ -560,6 +607,18 @@ class BrokerConfig:
         that is a protocol's (Kafka's default map), else PLAINTEXT."""
         default = listener_name if listener_name in SECURITY_PROTOCOLS else "PLAINTEXT"
         return self.listener_security_protocol_map.get(listener_name, default)
+
+    @property
+    def group_bounds(self) -> GroupBounds:
+        """What the groups' own configs (GROUP resources) are checked against."""
+        return GroupBounds(
+            consumer_session_timeout_ms=self.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
+            consumer_min_session_timeout_ms=self.group_consumer_min_session_timeout_ms,
+            consumer_max_session_timeout_ms=self.group_consumer_max_session_timeout_ms,
+            consumer_min_heartbeat_interval_ms=self.group_consumer_min_heartbeat_interval_ms,
+            consumer_max_heartbeat_interval_ms=self.group_consumer_max_heartbeat_interval_ms,
+        )
 
     @property
     def controller_listener_name(self) -> str:

@@ -193,7 +193,12 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
         "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
     ),
     "group.consumer.heartbeat.interval.ms": (INT, "5000"),
+    "group.consumer.max.heartbeat.interval.ms": (INT, "15000"),
+    "group.consumer.max.session.timeout.ms": (INT, "60000"),
     "group.consumer.max.size": (INT, "2147483647"),
+    "group.consumer.migration.policy": (STRING, "bidirectional"),
+    "group.consumer.min.heartbeat.interval.ms": (INT, "5000"),
+    "group.consumer.min.session.timeout.ms": (INT, "45000"),
     "group.consumer.session.timeout.ms": (INT, "45000"),
     "group.max.session.timeout.ms": (INT, "1800000"),
     "group.max.size": (INT, "2147483647"),
@@ -537,7 +542,10 @@ def _default_text(name: str) -> str | None:
 
 
 def incrementally_altered(
-    current: dict[str, str], operations: list[tuple[str, int, str | None]]
+    current: dict[str, str],
+    operations: list[tuple[str, int, str | None]],
+    *,
+    list_config=is_list_config,
 ) -> dict[str, str]:
     """``current`` after IncrementalAlterConfigs operations (name, operation, value), as
     Kafka's controller applies them: APPEND and SUBTRACT only on LIST configs, starting from
@@ -557,7 +565,7 @@ def incrementally_altered(
         if operation == SET:
             result[name] = value
         elif operation in (APPEND, SUBTRACT):
-            if not is_list_config(name):
+            if not list_config(name):
                 raise ConfigChangeError(
                     Error.INVALID_CONFIG,
                     f"Can't {_OPERATION_NAMES[operation]} to key {name} because its type is "

@@ -2,13 +2,16 @@
 
 Pure, like ``state.py``: a request's resources in, per-resource results and the changed
 resources out. Topic configs live in each TopicState, dynamic broker configs in
-``ControllerState.broker_configs`` ("" is the cluster default, else a broker id). The checks
+``ControllerState.broker_configs`` ("" is the cluster default, else a broker id), group
+configs (KIP-848) in ``ControllerState.group_configs`` by group id, validated against this
+controller's group bounds as Kafka's ControllerConfigurationValidator does. The checks
 that depend on which broker received the request (a broker resource must name that broker)
 were made there; this validates the new configs as Kafka's controller does.
 """
 
-from minibroker.common import config_model
+from minibroker.common import config_model, group_configs
 from minibroker.common.config_model import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigChangeError
+from minibroker.common.group_configs import GROUP_RESOURCE, GroupBounds
 from minibroker.controller.state import ControllerState
 from minibroker.protocol.errors import Error
 
@@ -16,10 +19,16 @@ Resource = tuple[int, str]
 
 
 def alter_configs(
-    state: ControllerState, resources, *, incremental: bool, validate_only: bool
+    state: ControllerState,
+    resources,
+    *,
+    incremental: bool,
+    validate_only: bool,
+    group_bounds: GroupBounds | None = None,
 ) -> tuple[list[dict], list[Resource]]:
     """Apply (or with ``validate_only`` only check) each resource's change; returns the
-    response entries, in the request's order, and the resources whose configs changed."""
+    response entries, in the request's order, and the resources whose configs changed.
+    Group configs are checked against ``group_bounds`` (Kafka's defaults when None)."""
     keys = [(resource.resource_type, resource.resource_name) for resource in resources]
     results = []
     changed: list[Resource] = []
@@ -35,7 +44,7 @@ def alter_configs(
                 raise ConfigChangeError(
                     Error.INVALID_REQUEST, "Each resource must appear at most once."
                 )
-            new_configs = _new_configs(state, resource, incremental)
+            new_configs = _new_configs(state, resource, incremental, group_bounds or GroupBounds())
             if not validate_only and _store(state, key, new_configs):
                 changed.append(key)
         except ConfigChangeError as refused:
@@ -44,14 +53,20 @@ def alter_configs(
     return results, changed
 
 
-def _new_configs(state: ControllerState, resource, incremental: bool) -> dict[str, str]:
+def _new_configs(
+    state: ControllerState, resource, incremental: bool, group_bounds: GroupBounds
+) -> dict[str, str]:
     current = _current(state, resource.resource_type, resource.resource_name)
     if incremental:
         operations = [(c.name, c.config_operation, c.value) for c in resource.configs]
-        new_configs = config_model.incrementally_altered(current, operations)
+        new_configs = config_model.incrementally_altered(
+            current, operations, list_config=_list_config_test(resource.resource_type)
+        )
     else:
         new_configs = config_model.replaced_configs([(c.name, c.value) for c in resource.configs])
-    if resource.resource_type == TOPIC_RESOURCE:
+    if resource.resource_type == GROUP_RESOURCE:
+        group_configs.validate(new_configs, group_bounds)
+    elif resource.resource_type == TOPIC_RESOURCE:
         config_model.validate_topic_overrides(new_configs)
     else:
         config_model.validate_broker_overrides(new_configs)
@@ -72,6 +87,9 @@ def _current(state: ControllerState, resource_type: int, name: str) -> dict[str,
                 Error.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
             )
         return state.broker_configs.get(name, {})
+    if resource_type == GROUP_RESOURCE:
+        group_configs.check_name(name)
+        return state.group_configs.get(name, {})
     raise ConfigChangeError(Error.INVALID_REQUEST, f"Unknown resource type {resource_type}")
 
 
@@ -84,13 +102,22 @@ def _store(state: ControllerState, key: Resource, configs: dict[str, str]) -> bo
             return False
         topic.configs = dict(configs)
         return True
-    if state.broker_configs.get(name, {}) == configs:
+    stored = state.group_configs if resource_type == GROUP_RESOURCE else state.broker_configs
+    if stored.get(name, {}) == configs:
         return False
     if configs:
-        state.broker_configs[name] = dict(configs)
+        stored[name] = dict(configs)
     else:
-        state.broker_configs.pop(name, None)
+        stored.pop(name, None)
     return True
+
+
+def _list_config_test(resource_type: int):
+    """Which configs APPEND and SUBTRACT may change: LIST ones. Kafka 4.4 refuses them on
+    every group config, streams.rack.aware.assignment.tags (a LIST) included."""
+    if resource_type == GROUP_RESOURCE:
+        return lambda _name: False
+    return config_model.is_list_config
 
 
 def pushed_configs(state: ControllerState, resources: list[Resource]) -> list[dict]:
@@ -103,6 +130,8 @@ def pushed_configs(state: ControllerState, resources: list[Resource]) -> list[di
             if name not in state.topics:
                 continue
             configs = state.topics[name].configs
+        elif resource_type == GROUP_RESOURCE:
+            configs = state.group_configs.get(name, {})
         else:
             configs = state.broker_configs.get(name, {})
         pushed.append(
@@ -116,8 +145,8 @@ def pushed_configs(state: ControllerState, resources: list[Resource]) -> list[di
 
 
 def concerning(state: ControllerState, resources: list[Resource], node_id: int) -> list[Resource]:
-    """The resources a broker must hear of: broker configs, and the topics it holds a
-    replica of."""
+    """The resources a broker must hear of: broker and group configs, and the topics it
+    holds a replica of."""
     return [
         (resource_type, name)
         for resource_type, name in resources
@@ -131,10 +160,12 @@ def _hosts(topic, node_id: int) -> bool:
 
 
 def resources_of_broker(state: ControllerState, node_id: int) -> list[Resource]:
-    """Every config resource a (re)starting broker must hear of: the dynamic broker configs
-    and each topic it holds a replica of (its cached configs may be stale)."""
+    """Every config resource a (re)starting broker must hear of: the dynamic broker configs,
+    the group configs and each topic it holds a replica of (its cached configs may be
+    stale)."""
     brokers = [(BROKER_RESOURCE, name) for name in sorted(state.broker_configs)]
+    groups = [(GROUP_RESOURCE, name) for name in sorted(state.group_configs)]
     topics = [
         (TOPIC_RESOURCE, topic.name) for topic in state.topics.values() if _hosts(topic, node_id)
     ]
-    return brokers + topics
+    return brokers + groups + topics

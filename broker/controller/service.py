@@ -259,6 +259,7 @@ class ControllerService:
             request.resources,
             incremental=incremental,
             validate_only=request.validate_only,
+            group_bounds=self.config.group_bounds,
         )
         if changed:
             await self.save()

@@ -143,6 +143,8 @@ class ControllerState:
     next_broker_epoch: int = 1
     # Dynamic broker configs by resource name: "" for the cluster default, else a broker id.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Group configs (KIP-848's GROUP resources) by group id: each group's overrides.
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # The cluster's ACLs, in creation order (see controller/acls.py).
     acls: list[AclBinding] = field(default_factory=list)
     # SCRAM credentials by user, then mechanism name ("SCRAM-SHA-512"): salt, stored key and

@@ -70,6 +70,7 @@ def _state_to_dict(state: ControllerState) -> dict:
             for topic in state.topics.values()
         ],
         "broker_configs": state.broker_configs,
+        "group_configs": state.group_configs,
         "acls": [asdict(binding) for binding in state.acls],
         "scram_credentials": state.scram_credentials,
         "client_quotas": entities_to_json(state.client_quotas),
@@ -110,6 +111,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             topics={topic.name: topic for topic in topics},
             next_broker_epoch=data["next_broker_epoch"],
             broker_configs=data.get("broker_configs", {}),
+            group_configs=data.get("group_configs", {}),
             acls=[AclBinding(**binding) for binding in data.get("acls", [])],
             scram_credentials=data.get("scram_credentials", {}),
             client_quotas=entities_from_json(data.get("client_quotas", [])),

@@ -15,6 +15,9 @@ The layout is Kafka's (``kafka.zk.ZkData``), so a Kafka tool reading ZooKeeper s
   the epoch the brokers were told is written down.
 - ``/config/topics/<t>`` and ``/config/brokers/<id>`` (``<default>`` for the cluster
   default): ``{"version":1,"config":{...}}``
+- ``/config/groups/<group>`` (the group id URL-encoded, as user names are): a group's configs
+  (KIP-848's GROUP resources), ``{"version":1,"config":{...}}``. ZooKeeper-mode Kafka had no
+  group configs (KRaft only); the path follows the other config entities'.
 - ``/kafka-acl/<ResourceType>/<name>`` (LITERAL patterns) and
   ``/kafka-acl-extended/prefixed/<ResourceType>/<name>`` (PREFIXED): ``{"version":1,
   "acls":[{"principal":"User:alice","permissionType":"Allow","operation":"Read",
@@ -73,6 +76,7 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"
+GROUP_CONFIGS = "/config/groups"
 CLUSTER_ID = "/cluster/id"
 USER_CONFIGS = "/config/users"
 CLIENT_CONFIGS = "/config/clients"
@@ -107,6 +111,7 @@ PERSISTENT_PATHS = (
     TOPICS,
     TOPIC_CONFIGS,
     BROKER_CONFIGS,
+    GROUP_CONFIGS,
     USER_CONFIGS,
     CLIENT_CONFIGS,
     IP_CONFIGS,
@@ -405,6 +410,10 @@ def state_znodes(
         znodes[f"{BROKER_CONFIGS}/{_config_entity(name)}"] = _json(
             {"version": 1, "config": configs}
         )
+    for name, configs in state.group_configs.items():
+        znodes[f"{GROUP_CONFIGS}/{user_znode_name(name)}"] = _json(
+            {"version": 1, "config": configs}
+        )
     znodes.update(_acl_znodes(state.acls))
     znodes.update(_config_znodes(state.scram_credentials, state.client_quotas))
     znodes[BROKER_REGISTRY] = _json(
@@ -486,12 +495,20 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
                 entity = path[len(prefix) :]
                 name = "" if entity == DEFAULT_BROKER_ENTITY else entity
                 broker_configs[name] = json.loads(data)["config"]
+        group_configs = {}
+        prefix = f"{GROUP_CONFIGS}/"
+        for path, data in znodes.items():
+            if path.startswith(prefix):
+                group_configs[urllib.parse.unquote(path[len(prefix) :])] = json.loads(data)[
+                    "config"
+                ]
         return ControllerState(
             controller_epoch=controller_epoch,
             brokers=brokers,
             topics=topics,
             next_broker_epoch=registry.get("next_broker_epoch", 1),
             broker_configs=broker_configs,
+            group_configs=group_configs,
             acls=_acls_from_znodes(znodes),
             scram_credentials=_scram_credentials_from_znodes(znodes),
             client_quotas=_client_quotas_from_znodes(znodes),

@@ -80,6 +80,8 @@ class ZooKeeperStore:
             read(f"{layout.TOPIC_CONFIGS}/{topic}")
         for entity in self._zk.get_children(layout.BROKER_CONFIGS):
             read(f"{layout.BROKER_CONFIGS}/{entity}")
+        for group in _children(self._zk, layout.GROUP_CONFIGS):
+            read(f"{layout.GROUP_CONFIGS}/{group}")
         for user in _children(self._zk, layout.USER_CONFIGS):
             read(f"{layout.USER_CONFIGS}/{user}")
             if read(f"{layout.USER_CONFIGS}/{user}/clients"):

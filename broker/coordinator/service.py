@@ -19,12 +19,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
 from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
+from minibroker.common.group_configs import consumer_overrides
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.coordinator import log_format
 from minibroker.coordinator.consumer_group import (
@@ -314,7 +315,9 @@ class GroupCoordinator:
             value = replay.groups.get(group_id)
             consumer_records = replay.consumer_records(group_id)
             if consumer_records:
-                group = ConsumerGroup(group_id, self.settings, self.consumer_settings, now)
+                group = ConsumerGroup(
+                    group_id, self.settings, self.consumer_settings_of(group_id), now
+                )
                 group.restore_records(consumer_records, now)
                 group.prime_metadata(self.topic_lookup, self.topic_names)
             elif value is not None:
@@ -955,22 +958,25 @@ class GroupCoordinator:
                 return HeartbeatResult(
                     Error.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {request.member_id}."
                 )
-            group = ConsumerGroup(group_id, self.settings, self.consumer_settings, self.clock_ms())
+            group = ConsumerGroup(
+                group_id, self.settings, self.consumer_settings_of(group_id), self.clock_ms()
+            )
             self._add_group(group)
         elif not isinstance(group, ConsumerGroup):
             if not group.is_(GroupState.EMPTY) or group.members:
-                # Migration of a live classic group (group.consumer.migration.policy) is not
-                # supported: Kafka's answer when the policy forbids it.
-                return HeartbeatResult(
-                    Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
-                )
+                return HeartbeatResult(Error.GROUP_ID_NOT_FOUND, self._no_upgrade(group))
             converted = await self._convert_group(
-                group, ConsumerGroup(group_id, self.settings, self.consumer_settings, 0)
+                group,
+                ConsumerGroup(group_id, self.settings, self.consumer_settings_of(group_id), 0),
             )
             if converted is None:
                 return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
             assert isinstance(converted, ConsumerGroup)
             group = converted
+        # The group's own configs, read at each heartbeat as Kafka's GroupMetadataManager
+        # reads them: a change applies to each member at its next heartbeat (the interval it
+        # is told, the session its deadline is set with).
+        group.consumer = self.consumer_settings_of(group_id)
         result, records = group.consumer_heartbeat(
             request, self.topic_lookup, self.clock_ms(), self.topic_names
         )
@@ -980,6 +986,36 @@ class GroupCoordinator:
             if error != Error.NONE:
                 return HeartbeatResult(error)
         return result
+
+    def _no_upgrade(self, group: Group) -> str:
+        """Why a live classic group is not made a consumer group on a ConsumerGroupHeartbeat:
+        Kafka 4.4's validateOnlineUpgrade messages, in its order. Where Kafka would upgrade
+        the group online (group.consumer.migration.policy upgrade or bidirectional, the
+        consumer embedded protocol, not too many members), minibroker does not: it answers as
+        Kafka answers a heartbeat that may not create the group."""
+        group_id = group.group_id
+        reason = None
+        if self.config.group_consumer_migration_policy not in ("upgrade", "bidirectional"):
+            reason = "online upgrade is disabled"
+        elif group.protocol_type != "consumer":
+            reason = "the group does not use the consumer embedded protocol"
+        elif len(group.members) > self.consumer_settings.max_size:
+            reason = "the group size exceeds the consumer group maximum size"
+        if reason is None:
+            return f"Group {group_id} is not a consumer group."
+        return f"Cannot upgrade classic group {group_id} to consumer group because {reason}."
+
+    def consumer_settings_of(self, group_id: str) -> ConsumerSettings:
+        """The broker's group.consumer.* settings with the group's own configs over them
+        (consumer.session.timeout.ms, consumer.heartbeat.interval.ms: GROUP resources)."""
+        session, heartbeat = consumer_overrides(self.replicas.group_configs.get(group_id, {}))
+        if session is None and heartbeat is None:
+            return self.consumer_settings
+        return replace(
+            self.consumer_settings,
+            session_timeout_ms=session or self.consumer_settings.session_timeout_ms,
+            heartbeat_interval_ms=heartbeat or self.consumer_settings.heartbeat_interval_ms,
+        )
 
     def describe_consumer_group(
         self, group_id: str

@@ -177,6 +177,10 @@ class ReplicaManager:
         # Configs of topics not hosted here yet, pushed by the controller before the
         # LeaderAndIsr that creates their replicas here.
         self.announced_topic_configs: dict[str, dict[str, str]] = {}
+        # Each group's configs (KIP-848's GROUP resources), as the controller pushes them:
+        # what DescribeConfigs shows here and the group coordinator applies (Kafka's
+        # GroupConfigManager, fed by the broker's metadata).
+        self.group_configs: dict[str, dict[str, str]] = {}
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)

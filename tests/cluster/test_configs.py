@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
 from kio.schema.errors import ErrorCode
 
 from minibroker.common.config_model import BROKER_RESOURCE
+from minibroker.common.group_configs import DYNAMIC_GROUP_CONFIG, GROUP_RESOURCE
 from minibroker.protocol import codec
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools.launcher import Cluster
@@ -40,6 +41,25 @@ def _incremental_alter(bootstrap: str, resource_type: int, name: str, key: str, 
     )
     (answer,) = exchange(bootstrap, request, 1, timeout=TIMEOUT).responses
     return answer
+
+
+def _group_heartbeat_config(bootstrap: str) -> tuple[str, int]:
+    """Group g's consumer.heartbeat.interval.ms as that broker describes it: (value, source)."""
+    request = codec.build(
+        codec.request_class(ApiKey.DESCRIBE_CONFIGS, 4),
+        {
+            "resources": [
+                {
+                    "resource_type": GROUP_RESOURCE,
+                    "resource_name": "g",
+                    "configuration_keys": ["consumer.heartbeat.interval.ms"],
+                }
+            ]
+        },
+    )
+    (result,) = exchange(bootstrap, request, 1, timeout=TIMEOUT).results
+    (entry,) = result.configs
+    return entry.value, entry.config_source
 
 
 def test_broker_resources_are_answered_by_their_broker(cluster: Cluster):
@@ -103,6 +123,13 @@ def test_a_restarted_broker_applies_configs_changed_while_it_was_down(cluster: C
         cluster.brokers[1].bootstrap, BROKER_RESOURCE, "", "log.retention.ms", "3600000"
     )
     assert answer.error_code == ErrorCode.none
+    # A group config (KIP-848's GROUP resource), sent to broker 1 and decided by the
+    # controller, reaches broker 2 at once and broker 3 when it registers again.
+    answer = _incremental_alter(
+        cluster.brokers[1].bootstrap, GROUP_RESOURCE, "g", "consumer.heartbeat.interval.ms", "6000"
+    )
+    assert answer.error_code == ErrorCode.none
+    assert _group_heartbeat_config(cluster.brokers[2].bootstrap) == ("6000", DYNAMIC_GROUP_CONFIG)
 
     three.restart()
     three.wait_ready(TIMEOUT)
@@ -115,6 +142,8 @@ def test_a_restarted_broker_applies_configs_changed_while_it_was_down(cluster: C
         "3600000",
         ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
     )
+
+    assert _group_heartbeat_config(three.bootstrap) == ("6000", DYNAMIC_GROUP_CONFIG)
 
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
     outcome = []

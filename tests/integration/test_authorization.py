@@ -292,7 +292,13 @@ def test_groups_are_listed_described_and_deleted_only_as_the_acls_say(secured):
 
 
 def test_configs_need_describe_configs_and_alter_configs(secured):
-    broker = secured([MAY_CREATE, binding("tuned", Operation.DESCRIBE_CONFIGS)])
+    broker = secured(
+        [
+            MAY_CREATE,
+            binding("tuned", Operation.DESCRIBE_CONFIGS),
+            binding("tuned-g", Operation.DESCRIBE_CONFIGS, resource_type=ResourceType.GROUP),
+        ]
+    )
     create(broker.bootstrap, "tuned")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topic = ConfigResource(ConfigResource.Type.TOPIC, "tuned")
@@ -313,6 +319,25 @@ def test_configs_need_describe_configs_and_alter_configs(secured):
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     entries = admin.describe_configs([topic])[topic].result(15)
     assert entries["retention.ms"].value == "604800000"
+    # Group configs: DESCRIBE_CONFIGS and ALTER_CONFIGS on the group (Kafka's rule).
+    group = ConfigResource(AdminResourceType.GROUP, "tuned-g")
+    assert "consumer.session.timeout.ms" in admin.describe_configs([group])[group].result(15)
+    other = ConfigResource(AdminResourceType.GROUP, "other-g")
+    with pytest.raises(KafkaException) as refused:
+        admin.describe_configs([other])[other].result(15)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    group_change = ConfigResource(
+        AdminResourceType.GROUP,
+        "tuned-g",
+        incremental_configs=[
+            ConfigEntry(
+                "consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([group_change])[group_change].result(15)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 def test_cluster_descriptions_are_open_and_record_deletion_needs_delete(secured):

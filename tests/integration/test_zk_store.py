@@ -199,3 +199,27 @@ async def test_a_new_controller_loads_the_acls_and_scram_credentials_saved_befor
     third = await ZooKeeperStore(zk, 3, *elect(zk)).load()
     assert sorted(map(repr, third.acls)) == sorted(map(repr, [read_t, write_t]))
     assert set(third.scram_credentials) == {"alice"}
+
+
+async def test_a_new_controller_loads_the_group_configs_saved_before(zk: KazooClient):
+    """Group configs (KIP-848's GROUP resources) live in /config/groups/<group>, the group id
+    URL-encoded; a successor loads them, and a group whose configs are all deleted loses its
+    znode."""
+    store = ZooKeeperStore(zk, 1, *elect(zk))
+    state = await store.load()
+    state.group_configs = {
+        "g1": {"consumer.session.timeout.ms": "50000"},
+        "team/a": {"consumer.heartbeat.interval.ms": "6000"},
+    }
+    await store.save(state)
+    saved = json.loads(zk.get(f"{layout.GROUP_CONFIGS}/team%2Fa")[0])
+    assert saved == {"version": 1, "config": {"consumer.heartbeat.interval.ms": "6000"}}
+    successor = ZooKeeperStore(zk, 2, *elect(zk))
+    loaded = await successor.load()
+    assert loaded.group_configs == state.group_configs
+    del loaded.group_configs["g1"]
+    await successor.save(loaded)
+    assert zk.exists(f"{layout.GROUP_CONFIGS}/g1") is None
+    assert (await ZooKeeperStore(zk, 1, *elect(zk)).load()).group_configs == {
+        "team/a": {"consumer.heartbeat.interval.ms": "6000"}
+    }
