@@ -306,6 +306,7 @@ _PROPERTIES: dict[str, _Property] = {
     "queued.max.request.bytes": _Property("queued_max_request_bytes", _parse_int),
     "connections.max.idle.ms": _Property("connections_max_idle_ms", _parse_int),
     "max.connections": _Property("max_connections", _at_least(0)),
+    "max.connection.creation.rate": _Property("max_connection_creation_rate", _at_least(0)),
     "max.connections.per.ip": _Property("max_connections_per_ip", _at_least(0)),
     "max.connections.per.ip.overrides": _Property(
         "max_connections_per_ip_overrides", _parse_ip_overrides
@@ -468,6 +469,7 @@ class BrokerConfig:
     # Negative: never.
     connections_max_idle_ms: int = _kafka_default("connections.max.idle.ms")
     max_connections: int = _kafka_default("max.connections")
+    max_connection_creation_rate: int = _kafka_default("max.connection.creation.rate")
     max_connections_per_ip: int = _kafka_default("max.connections.per.ip")
     max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     min_insync_replicas: int = _kafka_default("min.insync.replicas")

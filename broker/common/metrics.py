@@ -108,7 +108,8 @@ class BrokerMetrics:
         self.connections_closed = Counter(
             "minibroker_connections_closed",
             "Connections closed or refused by the broker's connection limits, by listener and"
-            " reason (idle, authentication_timeout, max_connections_per_ip, max_connections).",
+            " reason (idle, authentication_timeout, max_connections_per_ip, max_connections,"
+            " connection_creation_rate).",
             ["listener", "reason"],
             registry=self.registry,
         )

@@ -8,9 +8,14 @@ per request; the waiting (for a connection slot, for room in the pool) is its ow
 """
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
+
+from minibroker.common.quota_manager import IP, QuotaEntity, Rate
 
 UNBOUNDED = 2**31 - 1  # Kafka's Integer.MAX_VALUE defaults of the max.connections family
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+# Kafka expires an idle IP's connection rate sensor after an hour (ConnectionQuotaEntity).
+IP_RATE_EXPIRY_MS = 3_600_000
 
 
 class ConnectionQuotas:
@@ -77,6 +82,109 @@ class ConnectionQuotas:
         """More connections than max.connections: only the protected listener gets there,
         and a connection of another listener is then closed."""
         return self.total > self.max_connections
+
+
+class CreationRates:
+    """How fast connections are created: broker-wide (``max.connection.creation.rate``) and
+    per address (the ``connection_creation_rate`` client quotas of IP entities), each Kafka's
+    ``Rate`` over ``quota.window.num`` samples of ``quota.window.size.seconds``, and the
+    throttle time a connection that takes a rate above its limit gets (Kafka's QuotaUtils,
+    bounded by one window, as ConnectionQuotas bounds it).
+
+    The two are used differently, as in Kafka: the broker-wide rate delays the acceptor (no
+    connection is accepted meanwhile; the inter-node listeners are exempt), while an address
+    over its own rate has its connection closed after the throttle time, and that connection
+    is not counted in any rate.
+    """
+
+    def __init__(
+        self,
+        max_creation_rate: int = UNBOUNDED,
+        window_num: int = 11,
+        window_size_s: int = 1,
+    ) -> None:
+        self.max_creation_rate = max_creation_rate
+        self.window_num = window_num
+        self.window_ms = window_size_s * 1000
+        self.broker_rate = (
+            Rate(window_num, self.window_ms) if max_creation_rate < UNBOUNDED else None
+        )
+        # The IP quotas: an address, or None for the default of every address.
+        self.ip_quotas: dict[str | None, float] = {}
+        self._ip_rates: dict[str, tuple[Rate, list[int]]] = {}
+        self._next_expiry_ms = 0
+
+    def _throttle_ms(self, rate: Rate, limit: float, now_ms: int) -> int:
+        window_ms, total = rate.window_and_total(now_ms)
+        observed = total / (window_ms / 1000)
+        if observed <= limit:
+            return 0
+        if limit <= 0:
+            return self.window_ms
+        return min(round((observed - limit) / limit * window_ms), self.window_ms)
+
+    def broker_throttle_ms(self, now_ms: int) -> int:
+        """Record a connection accepted on a listener that is not exempt; how long the
+        acceptor is to wait before it goes on (0: at once)."""
+        rate = self.broker_rate
+        if rate is None:
+            return 0
+        rate.record(1.0, now_ms)
+        return self._throttle_ms(rate, self.max_creation_rate, now_ms)
+
+    def unrecord_broker(self, now_ms: int) -> None:
+        """Take back a connection the broker-wide rate counted and that its address's quota
+        refused (Kafka's updateListenerMetrics)."""
+        if self.broker_rate is not None:
+            self.broker_rate.record(-1.0, now_ms)
+
+    def update_ip_quotas(self, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> None:
+        """Take the connection_creation_rate of every IP entity (the controller's whole set
+        of client quotas); a rate whose quota went away is dropped."""
+        found: dict[str | None, float] = {}
+        for entity, values in quotas.items():
+            names = dict(entity)
+            value = values.get(CONNECTION_CREATION_RATE)
+            if value is not None and IP in names and len(names) == 1:
+                found[names[IP]] = float(value)
+        self.ip_quotas = found
+        if None not in found:
+            for address in [a for a in self._ip_rates if a not in found]:
+                del self._ip_rates[address]
+
+    def ip_throttle_ms(self, address: str, now_ms: int) -> int:
+        """Record a connection from ``address``; when it takes the address above its quota,
+        the connection is not counted and is to be closed after the returned time."""
+        quotas = self.ip_quotas
+        if not quotas:
+            return 0
+        if now_ms >= self._next_expiry_ms:
+            self.expire(now_ms)
+            self._next_expiry_ms = now_ms + 60_000
+        limit = quotas.get(address, quotas.get(None))
+        if limit is None:
+            return 0
+        entry = self._ip_rates.get(address)
+        if entry is None:
+            entry = (Rate(self.window_num, self.window_ms), [now_ms])
+            self._ip_rates[address] = entry
+        rate, last = entry
+        last[0] = now_ms
+        rate.record(1.0, now_ms)
+        throttle_ms = self._throttle_ms(rate, limit, now_ms)
+        if throttle_ms:
+            rate.record(-1.0, now_ms)  # Kafka un-records a refused connection
+        return throttle_ms
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the rates of addresses that made no connection for an hour."""
+        stale = [
+            address
+            for address, (_rate, last) in self._ip_rates.items()
+            if now_ms - last[0] > IP_RATE_EXPIRY_MS
+        ]
+        for address in stale:
+            del self._ip_rates[address]
 
 
 class IdleConnections:

@@ -37,7 +37,12 @@ from minibroker.controller.service import ControllerService
 from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.txn_service import TransactionCoordinator
-from minibroker.node.connection_limits import ConnectionQuotas, IdleConnections, MemoryPool
+from minibroker.node.connection_limits import (
+    ConnectionQuotas,
+    CreationRates,
+    IdleConnections,
+    MemoryPool,
+)
 from minibroker.node.metrics import (
     ConnectionCollector,
     QuotaCollector,
@@ -91,13 +96,22 @@ class _Peer:
         self.reserved = 0
 
 
+def normal_address(text: str) -> str:
+    """An address as the connection limits count it: an IPv4 client of a dual-stack listener
+    (``::ffff:10.0.0.1``) is its IPv4 address."""
+    address = ipaddress.ip_address(text)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
 def resolve_ip_overrides(overrides: dict[str, int]) -> dict[str, int]:
     """max.connections.per.ip.overrides by address: a host name counts for each address it
     resolves to at start (Kafka resolves it once, with InetAddress.getByName)."""
     resolved = {}
     for host, count in overrides.items():
         try:
-            resolved[str(ipaddress.ip_address(host))] = count
+            resolved[normal_address(host)] = count
             continue
         except ValueError:
             pass
@@ -109,7 +123,7 @@ def resolve_ip_overrides(overrides: dict[str, int]) -> dict[str, int]:
                 f" {error}"
             ) from None
         for info in infos:
-            resolved[str(ipaddress.ip_address(info[4][0]))] = count
+            resolved[normal_address(str(info[4][0]))] = count
     return resolved
 
 
@@ -191,6 +205,12 @@ class BrokerServer:
             if config.queued_max_request_bytes > 0
             else None
         )
+        self.creation_rates = CreationRates(
+            config.max_connection_creation_rate,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
+        )
+        self._ip_quotas_version = -1
         self._peers: dict[_Peer, None] = {}
         self._slot_freed = trio.lowlevel.ParkingLot()
         self._pool_freed = trio.lowlevel.ParkingLot()
@@ -420,9 +440,11 @@ class BrokerServer:
                 await trio.sleep(ACCEPT_PAUSE_SECONDS)
                 continue
             try:
-                address = str(ipaddress.ip_address(stream.socket.getpeername()[0]))
+                address = normal_address(stream.socket.getpeername()[0])
             except (OSError, ValueError):
                 await trio.aclose_forcefully(stream)
+                continue
+            if await self._creation_throttled(listener_name, address, stream, connections):
                 continue
             limit = quotas.admit(listener_name, address)
             if limit is not None:
@@ -445,6 +467,40 @@ class BrokerServer:
             if quotas.over_limit():
                 self._evict_for(peer)
             connections.start_soon(self._serve_connection, listener_name, stream, peer)
+
+    async def _creation_throttled(self, listener_name: str, address: str, stream, connections):
+        """Kafka's connection creation rates: past max.connection.creation.rate the acceptor
+        waits out the throttle time before it goes on (the inter-node listeners exempt); an
+        address past its connection_creation_rate quota has this connection closed after the
+        throttle time (and it is not counted). True when the connection is refused."""
+        rates = self.creation_rates
+        protected = self.connection_quotas.is_protected(listener_name)
+        if rates.broker_rate is not None and not protected:
+            wait_ms = rates.broker_throttle_ms(monotonic_ms())
+            if wait_ms:
+                log.debug("max.connection.creation.rate: accepting again in %d ms", wait_ms)
+                await trio.sleep(wait_ms / 1000)
+        if self.quotas.version != self._ip_quotas_version:
+            self._ip_quotas_version = self.quotas.version
+            rates.update_ip_quotas(self.quotas.quotas)
+        if not rates.ip_quotas:
+            return False
+        now_ms = monotonic_ms()
+        wait_ms = rates.ip_throttle_ms(address, now_ms)
+        if not wait_ms:
+            return False
+        if not protected:
+            rates.unrecord_broker(now_ms)
+        log.info(
+            "refused a connection from %s on %s: over its connection_creation_rate quota;"
+            " closing it in %d ms",
+            address,
+            listener_name,
+            wait_ms,
+        )
+        self.metrics.connections_closed.labels(listener_name, "connection_creation_rate").inc()
+        connections.start_soon(_close_later, stream, wait_ms / 1000)
+        return True
 
     def _evict_for(self, newcomer: _Peer) -> None:
         """A connection on an inter-node listener took the broker over max.connections:
@@ -706,6 +762,15 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
             if connection.broker_id is not None and self.controller is not None:
                 self.controller.broker_connection_lost(connection.broker_id)
+
+
+async def _close_later(stream, seconds: float) -> None:
+    """Kafka's DelayedCloseSocket: a throttled connection is held, unread, then closed, so
+    that a client reconnecting at once does not spin."""
+    try:
+        await trio.sleep(seconds)
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 # Linux's IOV_MAX: the most buffers one writev takes.

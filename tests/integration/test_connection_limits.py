@@ -346,3 +346,55 @@ def test_a_trickling_peer_holds_no_more_than_the_bound_and_others_are_served(bro
         sock.close()
     oversized.close()
     wait_for(lambda: pool_used() == 0, 10, "the pool to be empty once the tricklers left")
+
+
+def test_max_connection_creation_rate_slows_the_acceptor(broker_factory):
+    broker = broker_factory(
+        {
+            "max.connection.creation.rate": 5,
+            "quota.window.num": 2,
+            "quota.window.size.seconds": 1,
+        }
+    )
+    port = port_of(broker)
+    count = 15
+    started = time.monotonic()
+    opened = []
+    for _ in range(count):
+        sock = connect(port)
+        api_versions(sock)
+        opened.append(sock)
+    elapsed = time.monotonic() - started
+    # 15 connections at 5 a second, the first burst measured over one window: about 2 s
+    # (unthrottled, a tenth of a second).
+    assert elapsed >= 1.0, f"{count} connections accepted in {elapsed:.2f} s"
+    for sock in opened:
+        sock.close()
+
+
+def test_an_address_over_its_connection_creation_rate_quota_is_refused(broker_factory):
+    from tests.integration.test_client_quotas import alter, entity, setting
+
+    metrics_port = free_port()
+    broker = broker_factory({"metrics.port": metrics_port})
+    port = port_of(broker)
+    response = alter(
+        broker.bootstrap,
+        [{"entity": entity(ip="127.0.0.2"), "ops": [setting("connection_creation_rate", 2)]}],
+    )
+    assert all(entry.error_code == 0 for entry in response.entries)
+    # The quota reaches the broker's connection limits with the controller's push.
+    wait_for(
+        lambda: (
+            closed_count(metrics_port, "connection_creation_rate") > 0
+            or not all(answered(connect(port, "127.0.0.2")) for _ in range(10))
+        ),
+        10,
+        "a connection from 127.0.0.2 to be refused",
+    )
+    # Meanwhile 127.0.0.1 is not limited.
+    for _ in range(20):
+        sock = connect(port)
+        api_versions(sock)
+        sock.close()
+    assert closed_count(metrics_port, "connection_creation_rate") > 0
