@@ -424,13 +424,8 @@ class BrokerServer:
                         nursery.start_soon(self._accept_loop, name, socket_listener, connections)
 
     async def _accept_loop(self, listener_name: str, socket_listener, connections) -> None:
-        """Accept connections on one socket, within the connection limits: while the broker
-        has max.connections, wait (the clients wait in the kernel's backlog, as Kafka's
-        acceptor blocks); refuse one from an address that has max.connections.per.ip."""
-        quotas = self.connection_quotas
+        """Accept connections on one socket and serve those the connection limits admit."""
         while True:
-            while not quotas.slot_available(listener_name):
-                await self._slot_freed.park()
             try:
                 stream = await socket_listener.accept()
             except OSError as error:
@@ -440,33 +435,49 @@ class BrokerServer:
                 await trio.sleep(ACCEPT_PAUSE_SECONDS)
                 continue
             try:
-                address = normal_address(stream.socket.getpeername()[0])
-            except (OSError, ValueError):
+                peer = await self._admit(listener_name, stream, connections)
+            except BaseException:
                 await trio.aclose_forcefully(stream)
-                continue
-            if await self._creation_throttled(listener_name, address, stream, connections):
-                continue
-            limit = quotas.admit(listener_name, address)
-            if limit is not None:
-                log.info(
-                    "refused a connection from %s on %s: the address already has the"
-                    " configured maximum of %d connections (max.connections.per.ip)",
-                    address,
-                    listener_name,
-                    limit,
-                )
-                self.metrics.connections_closed.labels(
-                    listener_name, "max_connections_per_ip"
-                ).inc()
-                await trio.aclose_forcefully(stream)
-                continue
-            peer = _Peer(listener_name, address)
-            self._peers[peer] = None
-            if self.idle is not None:
-                self.idle.touch(peer, trio.current_time())
-            if quotas.over_limit():
-                self._evict_for(peer)
-            connections.start_soon(self._serve_connection, listener_name, stream, peer)
+                raise
+            if peer is not None:
+                connections.start_soon(self._serve_connection, listener_name, stream, peer)
+
+    async def _admit(self, listener_name: str, stream, connections) -> "_Peer | None":
+        """Kafka's ConnectionQuotas.inc for a connection just accepted, in its order: while
+        the broker has max.connections, wait with it (so this listener accepts nothing more
+        and new clients wait in the kernel's backlog, as Kafka's acceptor blocks), the
+        inter-node listeners excepted; then the creation rates; then refuse it if its
+        address has max.connections.per.ip. None when it was refused (and is closed, or
+        closing)."""
+        quotas = self.connection_quotas
+        while not quotas.slot_available(listener_name):
+            await self._slot_freed.park()
+        try:
+            address = normal_address(stream.socket.getpeername()[0])
+        except (OSError, ValueError):
+            await trio.aclose_forcefully(stream)
+            return None
+        if await self._creation_throttled(listener_name, address, stream, connections):
+            return None
+        limit = quotas.admit(listener_name, address)
+        if limit is not None:
+            log.info(
+                "refused a connection from %s on %s: the address already has the"
+                " configured maximum of %d connections (max.connections.per.ip)",
+                address,
+                listener_name,
+                limit,
+            )
+            self.metrics.connections_closed.labels(listener_name, "max_connections_per_ip").inc()
+            await trio.aclose_forcefully(stream)
+            return None
+        peer = _Peer(listener_name, address)
+        self._peers[peer] = None
+        if self.idle is not None:
+            self.idle.touch(peer, trio.current_time())
+        if quotas.over_limit():
+            self._evict_for(peer)
+        return peer
 
     async def _creation_throttled(self, listener_name: str, address: str, stream, connections):
         """Kafka's connection creation rates: past max.connection.creation.rate the acceptor
