@@ -758,7 +758,8 @@ class BrokerServer:
                     decoder.limit_name = "socket.request.max.bytes"
                     if peer_state.scope.deadline != math.inf:
                         peer_state.scope.deadline = math.inf
-                self._release_memory(peer_state)
+                if peer_state.reserved:
+                    self._release_memory(peer_state)
                 if idle is not None:
                     idle.touch(peer_state, trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
