@@ -108,6 +108,25 @@ class FrameDecoder:
             self._start = 0
         return frame
 
+    def declared_size(self) -> int | None:
+        """The size of the frame being received, once its size prefix has arrived (None
+        before); FrameError if that size is not allowed."""
+        if self._large is not None:
+            return self._large_size
+        return self._next_size()
+
+    def missing(self) -> int:
+        """How many more bytes complete the size prefix or, once it is in, the frame: what
+        to receive to hold no bytes beyond the current frame."""
+        have = len(self._buffer) - self._start
+        if self._large is not None:
+            return self._large_size - self._large_filled
+        if have < 4:
+            return 4 - have
+        size = self._next_size()
+        assert size is not None
+        return max(size - (have - 4), 1)
+
     def unfilled(self) -> memoryview | None:
         """Room for the still-missing part of a large frame, for the caller to receive into
         (all of it, or the next piece when the buffer has not grown to the declared size)."""

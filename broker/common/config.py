@@ -208,6 +208,22 @@ def _parse_super_users(text: str) -> frozenset[str]:
     return users
 
 
+def _parse_ip_overrides(text: str) -> dict[str, int]:
+    """``host:count,host:count`` (Kafka's max.connections.per.ip.overrides); the host is an
+    address or a name, resolved when the broker starts."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not host:count")
+        value = _parse_int(count)
+        if value < 0:
+            raise ValueError(f"{item!r}: the count must be at least 0")
+        overrides[host] = value
+    return overrides
+
+
 def _at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _parse_int(text)
@@ -302,6 +318,14 @@ _PROPERTIES: dict[str, _Property] = {
     "auto.create.topics.enable": _Property("auto_create_topics_enable", _parse_bool),
     "delete.topic.enable": _Property("delete_topic_enable", _parse_bool),
     "socket.request.max.bytes": _Property("socket_request_max_bytes", _at_least(1)),
+    "queued.max.request.bytes": _Property("queued_max_request_bytes", _parse_int),
+    "connections.max.idle.ms": _Property("connections_max_idle_ms", _parse_int),
+    "max.connections": _Property("max_connections", _at_least(0)),
+    "max.connection.creation.rate": _Property("max_connection_creation_rate", _at_least(0)),
+    "max.connections.per.ip": _Property("max_connections_per_ip", _at_least(0)),
+    "max.connections.per.ip.overrides": _Property(
+        "max_connections_per_ip_overrides", _parse_ip_overrides
+    ),
     "min.insync.replicas": _Property("min_insync_replicas", _at_least(1)),
     "cluster.id": _Property("cluster_id", str.strip),
     "process.roles": _Property("process_roles", _parse_roles),
@@ -468,6 +492,16 @@ class BrokerConfig:
     auto_create_topics_enable: bool = _kafka_default("auto.create.topics.enable")
     delete_topic_enable: bool = _kafka_default("delete.topic.enable")
     socket_request_max_bytes: int = _kafka_default("socket.request.max.bytes")
+    # The bytes of requests held at once, being received or answered; -1 (or 0): unbounded.
+    queued_max_request_bytes: int = _kafka_default("queued.max.request.bytes")
+    # A connection with no request in flight and nothing received this long is closed; so
+    # is one on a SASL listener that has not authenticated this long after it was accepted.
+    # Negative: never.
+    connections_max_idle_ms: int = _kafka_default("connections.max.idle.ms")
+    max_connections: int = _kafka_default("max.connections")
+    max_connection_creation_rate: int = _kafka_default("max.connection.creation.rate")
+    max_connections_per_ip: int = _kafka_default("max.connections.per.ip")
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     min_insync_replicas: int = _kafka_default("min.insync.replicas")
     cluster_id: str | None = None
     process_roles: frozenset[str] = frozenset({"broker", "controller"})
@@ -692,6 +726,7 @@ class BrokerConfig:
         _check_listener_protocols(
             config, explicit_map="listener.security.protocol.map" in properties
         )
+        _check_connection_limits(config)
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -734,6 +769,21 @@ def _check_listener_protocols(config: "BrokerConfig", *, explicit_map: bool) -> 
                     f"{listener.name}:SSL, {listener.name}:SASL_PLAINTEXT, "
                     f"{listener.name}:SASL_SSL) or name the listener after its protocol"
                 )
+
+
+def _check_connection_limits(config: "BrokerConfig") -> None:
+    """Kafka's own checks (KafkaConfig.validateValues) of the connection limits."""
+    queued = config.queued_max_request_bytes
+    if 0 < queued < config.socket_request_max_bytes:
+        raise ConfigError(
+            f"invalid value {queued} for queued.max.request.bytes: it must be at least "
+            f"socket.request.max.bytes ({config.socket_request_max_bytes}), or -1 (unbounded)"
+        )
+    if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
+        raise ConfigError(
+            "max.connections.per.ip can be set to zero only if "
+            "max.connections.per.ip.overrides is set"
+        )
 
 
 def _routable(listener: Listener) -> Listener:

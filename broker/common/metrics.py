@@ -103,6 +103,16 @@ class BrokerMetrics:
             "Bytes of record batches sent to consumers and followers with sendfile.",
             registry=self.registry,
         )
+        # Not Kafka's (its closes are spread over selector metrics and logs): connections the
+        # broker closed or refused to protect itself, by why (node/server.py).
+        self.connections_closed = Counter(
+            "minibroker_connections_closed",
+            "Connections closed or refused by the broker's connection limits, by listener and"
+            " reason (idle, authentication_timeout, max_connections_per_ip, max_connections,"
+            " connection_creation_rate).",
+            ["listener", "reason"],
+            registry=self.registry,
+        )
         self.fetcher_bytes = Counter(
             "kafka_server_fetcherstats_bytes",
             "Bytes of record batches fetched from leaders by this broker's fetchers.",

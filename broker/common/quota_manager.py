@@ -255,6 +255,9 @@ class BrokerQuotas:
     produce: ClientQuotaManager
     fetch: ClientQuotaManager
     quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    # Bumped at each change, so that readers of ``quotas`` elsewhere (the connection rates of
+    # IP entities, node/connection_limits.py) know when to read them again.
+    version: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -282,5 +285,6 @@ class BrokerQuotas:
         self._refresh()
 
     def _refresh(self) -> None:
+        self.version += 1
         for manager in (self.produce, self.fetch):
             manager.update(self.quotas)

@@ -34,6 +34,7 @@ from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.state import GroupState
 from minibroker.coordinator.txn_service import TransactionCoordinator
 from minibroker.coordinator.txn_state import TxnState
+from minibroker.node.connection_limits import ConnectionQuotas, MemoryPool
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms
 
 log = logging.getLogger("metrics")
@@ -384,3 +385,37 @@ class QuotaCollector:
                 if limit is not None:
                     quota.add_metric(tags, limit)
             yield from (rate, throttle, quota)
+
+
+class ConnectionCollector:
+    """Open connections by listener (Kafka's socket-server-metrics ``connection-count``) and,
+    with queued.max.request.bytes, the request memory pool (Kafka's SocketServer
+    ``MemoryPoolUsed`` and ``MemoryPoolAvailable``), read at scrape time."""
+
+    def __init__(self, quotas: ConnectionQuotas, pool: MemoryPool | None) -> None:
+        self.quotas = quotas
+        self.pool = pool
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        count = GaugeMetricFamily(
+            "kafka_server_socket_server_metrics_connection_count",
+            "Open client connections, by listener (connection-count).",
+            labels=["listener"],
+        )
+        for listener, open_connections in sorted(self.quotas.per_listener.items()):
+            count.add_metric([listener], open_connections)
+        yield count
+        if self.pool is not None:
+            yield GaugeMetricFamily(
+                "kafka_network_socketserver_memorypoolused",
+                "Bytes of requests held, received or being received (MemoryPoolUsed).",
+                value=self.pool.used,
+            )
+            yield GaugeMetricFamily(
+                "kafka_network_socketserver_memorypoolavailable",
+                "Bytes left of queued.max.request.bytes (MemoryPoolAvailable).",
+                value=self.pool.available,
+            )

@@ -13,28 +13,42 @@ marker so the next start skips recovery.
 import base64
 import errno
 import functools
+import ipaddress
 import logging
+import math
 import os
 import signal
+import socket
 import uuid
 from pathlib import Path
 
 import trio
 
 from minibroker.apis import CloseConnection, Connection, RequestContext
-from minibroker.apis.authorization import is_inter_node_listener
+from minibroker.apis.authorization import inter_node_listeners, is_inter_node_listener
 from minibroker.apis.dispatch import UnsupportedRequest, dispatch
 from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.apis.sasl import raw_step
 from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
-from minibroker.common.config import BrokerConfig
+from minibroker.common.config import BrokerConfig, ConfigError
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
 from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.service import GroupCoordinator
 from minibroker.coordinator.txn_service import TransactionCoordinator
-from minibroker.node.metrics import QuotaCollector, StateCollector, serve_metrics
+from minibroker.node.connection_limits import (
+    ConnectionQuotas,
+    CreationRates,
+    IdleConnections,
+    MemoryPool,
+)
+from minibroker.node.metrics import (
+    ConnectionCollector,
+    QuotaCollector,
+    StateCollector,
+    serve_metrics,
+)
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.replication.log_cleaner import LogCleanerService
@@ -61,6 +75,56 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
 # Kafka's sasl.server.max.receive.size default: the largest frame before authentication.
 SASL_MAX_RECEIVE_SIZE = 524_288
+# What trio's serve_listeners does when accept fails for want of descriptors or memory: the
+# error is logged and accepting pauses this long, so the broker neither spins nor stops.
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_PAUSE_SECONDS = 0.1
+
+
+class _Peer:
+    """One accepted connection, as the connection limits see it."""
+
+    __slots__ = ("listener", "address", "scope", "reason", "reserved")
+
+    def __init__(self, listener: str, address: str) -> None:
+        self.listener = listener
+        self.address = address
+        # Cancelled to close the connection (idle, unauthenticated too long, evicted).
+        self.scope = trio.CancelScope()
+        self.reason = ""
+        # Bytes of the memory pool taken for the request being received or answered.
+        self.reserved = 0
+
+
+def normal_address(text: str) -> str:
+    """An address as the connection limits count it: an IPv4 client of a dual-stack listener
+    (``::ffff:10.0.0.1``) is its IPv4 address."""
+    address = ipaddress.ip_address(text)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def resolve_ip_overrides(overrides: dict[str, int]) -> dict[str, int]:
+    """max.connections.per.ip.overrides by address: a host name counts for each address it
+    resolves to at start (Kafka resolves it once, with InetAddress.getByName)."""
+    resolved = {}
+    for host, count in overrides.items():
+        try:
+            resolved[normal_address(host)] = count
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError as error:
+            raise ConfigError(
+                f"invalid value for max.connections.per.ip.overrides: cannot resolve {host}:"
+                f" {error}"
+            ) from None
+        for info in infos:
+            resolved[normal_address(str(info[4][0]))] = count
+    return resolved
 
 
 def new_cluster_id() -> str:
@@ -123,6 +187,33 @@ class BrokerServer:
             listener.name: listener_security(config, listener.name) for listener in config.listeners
         }
         self.scram_credentials = bootstrap_scram_credentials(config)
+        # The connection limits (connection_limits.py): counts at accept and close, the
+        # idle connections, and the bytes of requests held.
+        self.connection_quotas = ConnectionQuotas(
+            config.max_connections,
+            config.max_connections_per_ip,
+            resolve_ip_overrides(config.max_connections_per_ip_overrides),
+            inter_node_listeners(config) or frozenset(),
+        )
+        self.idle = (
+            IdleConnections(config.connections_max_idle_ms / 1000)
+            if config.connections_max_idle_ms >= 0
+            else None
+        )
+        self.pool = (
+            MemoryPool(config.queued_max_request_bytes)
+            if config.queued_max_request_bytes > 0
+            else None
+        )
+        self.creation_rates = CreationRates(
+            config.max_connection_creation_rate,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
+        )
+        self._ip_quotas_version = -1
+        self._peers: dict[_Peer, None] = {}
+        self._slot_freed = trio.lowlevel.ParkingLot()
+        self._pool_freed = trio.lowlevel.ParkingLot()
         # The client quota managers (a broker's), kept up to date by the controller's pushes.
         self.quotas = BrokerQuotas.create(config.quota_window_num, config.quota_window_size_seconds)
         if config.is_broker:
@@ -249,6 +340,7 @@ class BrokerServer:
                 await control.start(self.transactions.run)
             if self.config.is_broker:
                 self.metrics.register(QuotaCollector(self.quotas))
+            self.metrics.register(ConnectionCollector(self.connection_quotas, self.pool))
             self.metrics.register(
                 StateCollector(
                     self.replicas, lambda: self.controller, self.coordinator, self.transactions
@@ -262,6 +354,8 @@ class BrokerServer:
                     self.config.metrics_port,
                 )
             control.start_soon(self._periodic_tasks)
+            if self.idle is not None:
+                control.start_soon(self._expire_idle_connections, self.idle)
             if self.zookeeper is not None:
                 await control.start(self.zookeeper.run)
             if controller_client is not None:
@@ -326,14 +420,164 @@ class BrokerServer:
         with accepting:
             async with trio.open_nursery() as nursery:
                 for name, sockets in listeners:
-                    nursery.start_soon(
-                        functools.partial(
-                            trio.serve_listeners,
-                            functools.partial(self._serve_connection, name),
-                            sockets,
-                            handler_nursery=connections,
-                        )
-                    )
+                    for socket_listener in sockets:
+                        nursery.start_soon(self._accept_loop, name, socket_listener, connections)
+
+    async def _accept_loop(self, listener_name: str, socket_listener, connections) -> None:
+        """Accept connections on one socket and serve those the connection limits admit."""
+        while True:
+            try:
+                stream = await socket_listener.accept()
+            except OSError as error:
+                if error.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                log.error("cannot accept a connection on %s: %s", listener_name, error)
+                await trio.sleep(ACCEPT_PAUSE_SECONDS)
+                continue
+            try:
+                peer = await self._admit(listener_name, stream, connections)
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            if peer is not None:
+                connections.start_soon(self._serve_connection, listener_name, stream, peer)
+
+    async def _admit(self, listener_name: str, stream, connections) -> "_Peer | None":
+        """Kafka's ConnectionQuotas.inc for a connection just accepted, in its order: while
+        the broker has max.connections, wait with it (so this listener accepts nothing more
+        and new clients wait in the kernel's backlog, as Kafka's acceptor blocks), the
+        inter-node listeners excepted; then the creation rates; then refuse it if its
+        address has max.connections.per.ip. None when it was refused (and is closed, or
+        closing)."""
+        quotas = self.connection_quotas
+        while not quotas.slot_available(listener_name):
+            await self._slot_freed.park()
+        try:
+            address = normal_address(stream.socket.getpeername()[0])
+        except (OSError, ValueError):
+            await trio.aclose_forcefully(stream)
+            return None
+        if await self._creation_throttled(listener_name, address, stream, connections):
+            return None
+        limit = quotas.admit(listener_name, address)
+        if limit is not None:
+            log.info(
+                "refused a connection from %s on %s: the address already has the"
+                " configured maximum of %d connections (max.connections.per.ip)",
+                address,
+                listener_name,
+                limit,
+            )
+            self.metrics.connections_closed.labels(listener_name, "max_connections_per_ip").inc()
+            await trio.aclose_forcefully(stream)
+            return None
+        peer = _Peer(listener_name, address)
+        self._peers[peer] = None
+        if self.idle is not None:
+            self.idle.touch(peer, trio.current_time())
+        if quotas.over_limit():
+            self._evict_for(peer)
+        return peer
+
+    async def _creation_throttled(self, listener_name: str, address: str, stream, connections):
+        """Kafka's connection creation rates: past max.connection.creation.rate the acceptor
+        waits out the throttle time before it goes on (the inter-node listeners exempt); an
+        address past its connection_creation_rate quota has this connection closed after the
+        throttle time (and it is not counted). True when the connection is refused."""
+        rates = self.creation_rates
+        protected = self.connection_quotas.is_protected(listener_name)
+        if rates.broker_rate is not None and not protected:
+            wait_ms = rates.broker_throttle_ms(monotonic_ms())
+            if wait_ms:
+                log.debug("max.connection.creation.rate: accepting again in %d ms", wait_ms)
+                await trio.sleep(wait_ms / 1000)
+        if self.quotas.version != self._ip_quotas_version:
+            self._ip_quotas_version = self.quotas.version
+            rates.update_ip_quotas(self.quotas.quotas)
+        if not rates.ip_quotas:
+            return False
+        now_ms = monotonic_ms()
+        wait_ms = rates.ip_throttle_ms(address, now_ms)
+        if not wait_ms:
+            return False
+        if not protected:
+            rates.unrecord_broker(now_ms)
+        log.info(
+            "refused a connection from %s on %s: over its connection_creation_rate quota;"
+            " closing it in %d ms",
+            address,
+            listener_name,
+            wait_ms,
+        )
+        self.metrics.connections_closed.labels(listener_name, "connection_creation_rate").inc()
+        connections.start_soon(_close_later, stream, wait_ms / 1000)
+        return True
+
+    def _evict_for(self, newcomer: _Peer) -> None:
+        """A connection on an inter-node listener took the broker over max.connections:
+        close the least recently active connection of another listener (Kafka's
+        closeExcessConnections), an idle one if there is one."""
+        quotas = self.connection_quotas
+        candidates = list(self.idle.least_recent()) if self.idle is not None else []
+        candidates += list(self._peers)
+        for peer in candidates:
+            if (
+                isinstance(peer, _Peer)
+                and peer is not newcomer
+                and not peer.reason
+                and not quotas.is_protected(peer.listener)
+            ):
+                self._close(peer, "max_connections")
+                return
+
+    def _close(self, peer: _Peer, reason: str) -> None:
+        peer.reason = reason
+        peer.scope.cancel()
+        self.metrics.connections_closed.labels(peer.listener, reason).inc()
+
+    def _forget(self, peer: _Peer) -> None:
+        """A connection has closed: its count, its idle entry and its memory go back."""
+        self._peers.pop(peer, None)
+        self.connection_quotas.release(peer.listener, peer.address)
+        self._slot_freed.unpark_all()
+        if self.idle is not None:
+            self.idle.remove(peer)
+        self._release_memory(peer)
+
+    async def _expire_idle_connections(self, idle: IdleConnections) -> None:
+        """Close each connection idle for connections.max.idle.ms (Kafka's Selector does it
+        in every poll), sleeping until the least recently active one is due. A connection
+        that becomes idle later is due later, so the sleep is never too long."""
+        while True:
+            now = trio.current_time()
+            for peer in idle.expired(now):
+                assert isinstance(peer, _Peer)
+                log.info(
+                    "closing the connection from %s on %s: idle for more than %d ms"
+                    " (connections.max.idle.ms)",
+                    peer.address,
+                    peer.listener,
+                    self.config.connections_max_idle_ms,
+                )
+                self._close(peer, "idle")
+            deadline = idle.next_deadline()
+            await trio.sleep_until(now + idle.max_idle if deadline is None else deadline)
+
+    async def _reserve_memory(self, peer: _Peer, size: int) -> None:
+        """Take a request's declared size from the pool before its body is read, waiting
+        while it does not fit (the connection is then not read: its bytes wait in the
+        kernel, as Kafka mutes a channel when its memory pool is exhausted)."""
+        pool = self.pool
+        assert pool is not None
+        while not pool.try_allocate(size):
+            await self._pool_freed.park()
+        peer.reserved = size
+
+    def _release_memory(self, peer: _Peer) -> None:
+        if peer.reserved and self.pool is not None:
+            self.pool.release(peer.reserved)
+            peer.reserved = 0
+            self._pool_freed.unpark_all()
 
     async def _periodic_tasks(self) -> None:
         log_manager = self.log_manager
@@ -376,20 +620,27 @@ class BrokerServer:
             except Exception:
                 log.exception("periodic task %s failed", getattr(task, "__name__", task))
 
-    async def _next_frame(self, stream, decoder: FrameDecoder) -> bytearray | None:
+    async def _next_frame(self, stream, decoder: FrameDecoder, peer: _Peer) -> bytearray | None:
         """The next request frame, or None when the peer closed or the broker is stopping.
 
         Large frames (big produce requests) are received straight into their own buffer, from
-        the socket or decrypted by the TLS stream.
+        the socket or decrypted by the TLS stream. Each chunk received is activity that keeps
+        the connection from expiring (connections.max.idle.ms). With queued.max.request.bytes
+        a frame's declared size is taken from the memory pool before its body is read, and
+        only the bytes of the current frame are received, so what the broker holds is bounded
+        by the pool and not by what peers send or say they will send.
         """
         tls = isinstance(stream, TlsStream)
+        idle, pool = self.idle, self.pool
         while (frame := decoder.next_frame()) is None:
             if self._stopping:
                 return None
             received = 0
-            with trio.CancelScope() as idle:
-                self._idle_reads.add(idle)
+            with trio.CancelScope() as reading:
+                self._idle_reads.add(reading)
                 try:
+                    if pool is not None and not peer.reserved and (size := decoder.declared_size()):
+                        await self._reserve_memory(peer, size)
                     if (target := decoder.unfilled()) is not None:
                         with target:  # released before the decoder grows the buffer
                             if tls:
@@ -398,15 +649,18 @@ class BrokerServer:
                                 received = await stream.socket.recv_into(target)
                         decoder.filled(received)
                     else:
-                        data = await stream.receive_some(RECEIVE_SIZE)
+                        wanted = RECEIVE_SIZE if pool is None else decoder.missing()
+                        data = await stream.receive_some(wanted)
                         received = len(data)
                         decoder.feed(data)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                     return None
                 finally:
-                    self._idle_reads.discard(idle)
-            if idle.cancelled_caught or not received:
+                    self._idle_reads.discard(reading)
+            if reading.cancelled_caught or not received:
                 return None
+            if idle is not None:
+                idle.touch(peer, trio.current_time())
         return frame
 
     async def _muted(self, connection: Connection) -> None:
@@ -420,12 +674,33 @@ class BrokerServer:
             finally:
                 self._idle_reads.discard(muted)
 
-    async def _serve_connection(self, listener_name: str, stream) -> None:
+    async def _serve_connection(self, listener_name: str, stream, peer: _Peer) -> None:
+        try:
+            with peer.scope:
+                await self._serve_requests(listener_name, stream, peer)
+            if peer.scope.cancelled_caught and not peer.reason:
+                # The scope's deadline: still unauthenticated connections.max.idle.ms after
+                # it was accepted.
+                log.info(
+                    "closing the connection from %s on %s: not authenticated within %d ms"
+                    " (connections.max.idle.ms)",
+                    peer.address,
+                    listener_name,
+                    self.config.connections_max_idle_ms,
+                )
+                self.metrics.connections_closed.labels(
+                    listener_name, "authentication_timeout"
+                ).inc()
+        finally:
+            self._forget(peer)
+
+    async def _serve_requests(self, listener_name: str, stream, peer_state: _Peer) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
             host, peer = "?", "?"
+        idle = self.idle
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
         connection = Connection(f"/{host}")
         assert self.cluster_id is not None  # start() settles it before serving
@@ -436,6 +711,11 @@ class BrokerServer:
             # Kafka's bound on what an unauthenticated client may make the broker buffer.
             decoder.max_frame_size = min(decoder.max_frame_size, SASL_MAX_RECEIVE_SIZE)
             decoder.limit_name = "sasl.server.max.receive.size (before authentication)"
+            if idle is not None:
+                # Kafka has no separate bound on authentication: an unauthenticated
+                # connection must authenticate within connections.max.idle.ms of its
+                # accept, whatever it sends meanwhile (see the README's Security).
+                peer_state.scope.deadline = trio.current_time() + idle.max_idle
         try:
             if security.ssl_context is not None:  # security.uses_tls
                 stream = TlsStream(stream, security.ssl_context)
@@ -447,7 +727,9 @@ class BrokerServer:
                     connection.principal = certificate_principal(stream.getpeercert())
             else:
                 connection.zero_copy = self.zero_copy
-            while (frame := await self._next_frame(stream, decoder)) is not None:
+            while (frame := await self._next_frame(stream, decoder, peer_state)) is not None:
+                if idle is not None:
+                    idle.busy(peer_state)
                 session = connection.sasl
                 if session is not None and session.raw_token_pending:
                     # After a v0 SaslHandshake the tokens come bare, without request headers.
@@ -474,6 +756,12 @@ class BrokerServer:
                 if session is not None and session.authenticated:
                     decoder.max_frame_size = self.config.socket_request_max_bytes
                     decoder.limit_name = "socket.request.max.bytes"
+                    if peer_state.scope.deadline != math.inf:
+                        peer_state.scope.deadline = math.inf
+                if peer_state.reserved:
+                    self._release_memory(peer_state)
+                if idle is not None:
+                    idle.touch(peer_state, trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
             # A TLS handshake the peer broke off: a plain-text client, an untrusted or
             # expired certificate. Only this connection is affected.
@@ -486,6 +774,15 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
             if connection.broker_id is not None and self.controller is not None:
                 self.controller.broker_connection_lost(connection.broker_id)
+
+
+async def _close_later(stream, seconds: float) -> None:
+    """Kafka's DelayedCloseSocket: a throttled connection is held, unread, then closed, so
+    that a client reconnecting at once does not spin."""
+    try:
+        await trio.sleep(seconds)
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 # Linux's IOV_MAX: the most buffers one writev takes.
