@@ -432,8 +432,15 @@ def test_group_configs_survive_a_restart(tmp_path):
     second = BrokerProcess.start(node_id=1, log_dir=data, overrides=OVERRIDES)
     try:
         second.wait_ready(20.0)
-        described = describe(second, group)["consumer.heartbeat.interval.ms"]
-        assert (described.value, described.source) == ("700", ConfigSource.GROUP_CONFIG.value)
+
+        # The controller pushes the group configs at the broker's registration, which can come
+        # after the listener answers (as for dynamic broker configs; the README's "Topic
+        # configs on brokers" says so): read until the push has arrived.
+        def restored():
+            described = describe(second, group)["consumer.heartbeat.interval.ms"]
+            return (described.value, described.source) == ("700", ConfigSource.GROUP_CONFIG.value)
+
+        wait_for(restored, 20.0, "the group config after the restart", 0.2)
         create_topic(second.bootstrap, topic, 1)
         coordinator_ready(second.bootstrap, group)
         assert interval_ms(heartbeat(second.bootstrap, group, topic)) == 700
