@@ -31,8 +31,14 @@ from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import BROKER_READY_TIMEOUT, TEST_CLIENT_ID, create_topic, exchange, wait_for
-from tests.integration.test_metrics import scrape
+from tests.conftest import (
+    BROKER_READY_TIMEOUT,
+    TEST_CLIENT_ID,
+    create_topic,
+    exchange,
+    scrape,
+    wait_for,
+)
 from tests.unit.batch_factory import make_batch
 
 QUOTA = 1_000_000  # bytes per second

@@ -36,8 +36,7 @@ from minibroker.protocol.consumer_group_heartbeat_v1 import (
 from minibroker.tools import groups as groups_cli
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import create_topic, encode, exchange, wait_for
-from tests.integration.test_metrics import scrape
+from tests.conftest import create_topic, encode, exchange, scrape, wait_for
 
 PARTITIONS = 6
 RECORDS = 600
