@@ -172,11 +172,15 @@ def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int,
 
 
 def exchange(
-    bootstrap: str, request: object, correlation_id: int = 1, timeout: float = 10.0
+    bootstrap: str,
+    request: object,
+    correlation_id: int = 1,
+    timeout: float = 10.0,
+    client_id: str = TEST_CLIENT_ID,
 ) -> object:
     """One request on a fresh connection; return the decoded response body (the correlation
     id of the answer is checked)."""
-    with wire.connect(bootstrap, timeout, client_id=TEST_CLIENT_ID, exact=True) as client:
+    with wire.connect(bootstrap, timeout, client_id=client_id, exact=True) as client:
         return client.call(request, correlation_id=correlation_id)
 
 
