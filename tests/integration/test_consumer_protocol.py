@@ -465,7 +465,13 @@ def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: Broker
     # two seconds are four of the other member's heartbeats (500 ms), each of which would
     # have brought it the partitions had the coordinator moved them.
     members[0].close()
-    wait_for(lambda: described()["i1"].member_epoch == -2, 10, "the coordinator to see the leave")
+
+    def left() -> bool:
+        group = described()
+        assert "i1" in group, "the static member was removed instead of kept at epoch -2"
+        return group["i1"].member_epoch == -2
+
+    wait_for(left, 10, "the coordinator to see the leave")
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
         pump(members[1:], seen)
