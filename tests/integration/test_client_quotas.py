@@ -173,8 +173,9 @@ def assert_held_to_quota(run: Measured, quota: int, low: float) -> None:
     loaded machine causes (a client or broker not run for seconds: load averages of 19 have
     been seen on the 2-core CI) and which the broker's window makes up for only up to its
     length. A broker that throttles too much does not hide there: it mutes the client by
-    throttle times, and muted time is not a stall. The upper bound keeps the whole time,
-    stalls included: a stall never lets a client send more.
+    throttle times, and muted time is not a stall. What this cannot tell from a stall is a
+    broker that holds a client back without a throttle time to say so. The upper bound keeps
+    the whole time, stalls included.
     """
     elapsed = run.ended - run.measured_from
     rate = run.rate
