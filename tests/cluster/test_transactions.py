@@ -369,17 +369,26 @@ def test_transaction_timeout_above_the_maximum_is_refused(cluster: Cluster):
 def test_an_expired_transaction_is_aborted_and_its_producer_fenced(cluster: Cluster):
     create_replicated_topic(cluster, TOPIC, 1)
     broker, producer_id, epoch = initialized(cluster, "app-8", timeout_ms=1000)
+    # Before the request that starts the transaction, so that the time measured is never
+    # shorter than the coordinator's (an answer delayed by a loaded machine made it so).
+    started = time.monotonic()
     assert add_partitions(broker, "app-8", producer_id, epoch, [(TOPIC, 0)]) == {
         (TOPIC, 0): Error.NONE
     }
-    started = time.monotonic()
+    # The bumped epoch shows while the abort's PrepareAbort is still being written (state
+    # Ongoing: Kafka's endTransaction sets the fenced epoch on the metadata before the
+    # append, and DescribeTransactions reads the metadata), so wait for the state too.
     fenced = wait_for(
-        lambda: (s := describe(broker, "app-8")).producer_epoch > epoch and s,
+        lambda: (
+            (s := describe(broker, "app-8")).producer_epoch > epoch
+            and s.state in ("PrepareAbort", "CompleteAbort")
+            and s
+        ),
         CONVERGENCE_TIMEOUT,
         "the coordinator to abort the expired transaction",
     )
     assert time.monotonic() - started >= 0.5
-    assert fenced.state in ("PrepareAbort", "CompleteAbort")
+    assert fenced.producer_epoch == epoch + 1
     assert end_txn(broker, "app-8", producer_id, epoch, True) == Error.PRODUCER_FENCED
     assert add_partitions(broker, "app-8", producer_id, epoch, [(TOPIC, 0)]) == {
         (TOPIC, 0): Error.PRODUCER_FENCED
