@@ -7,7 +7,9 @@ receipt is one round trip. When the stop file appears it reads the whole partiti
 a fresh consumer and checks that every produced record is there exactly once, in order.
 It prints one JSON object on stdout.
 
-    python -m faults.normal_client BOOTSTRAP TOPIC STOP_FILE
+    python -m faults.normal_client BOOTSTRAP TOPIC STOP_FILE [HANG_SECONDS]
+
+A round trip over HANG_SECONDS (5 s unless given) is counted as a hang.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def _consumer(bootstrap: str, topic: str) -> Consumer:
     return consumer
 
 
-def main(bootstrap: str, topic: str, stop_file: str) -> dict:
+def main(bootstrap: str, topic: str, stop_file: str, hang_seconds: float = HANG_SECONDS) -> dict:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -104,14 +106,16 @@ def main(bootstrap: str, topic: str, stop_file: str) -> dict:
         "round_trip_max_s": ordered[-1] if ordered else None,
         "round_trip_median_s": ordered[len(ordered) // 2] if ordered else None,
         "round_trip_p99_s": ordered[int(len(ordered) * 0.99)] if ordered else None,
-        "round_trips_over_5s": sum(1 for t in round_trips if t > HANG_SECONDS),
+        "hang_seconds": hang_seconds,
+        "round_trips_over_hang_seconds": sum(1 for t in round_trips if t > hang_seconds),
         "errors": errors,
     }
 
 
 if __name__ == "__main__":
     try:
-        result = main(*sys.argv[1:4])
+        hang = float(sys.argv[4]) if len(sys.argv) > 4 else HANG_SECONDS
+        result = main(*sys.argv[1:4], hang_seconds=hang)
     except KafkaException as failure:
         result = {"errors": [f"client failed: {failure}"]}
     print(json.dumps(result), flush=True)

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from minibroker.protocol import codec
 from minibroker.tools import wire
@@ -170,11 +172,15 @@ def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int,
 
 
 def exchange(
-    bootstrap: str, request: object, correlation_id: int = 1, timeout: float = 10.0
+    bootstrap: str,
+    request: object,
+    correlation_id: int = 1,
+    timeout: float = 10.0,
+    client_id: str = TEST_CLIENT_ID,
 ) -> object:
     """One request on a fresh connection; return the decoded response body (the correlation
     id of the answer is checked)."""
-    with wire.connect(bootstrap, timeout, client_id=TEST_CLIENT_ID, exact=True) as client:
+    with wire.connect(bootstrap, timeout, client_id=client_id, exact=True) as client:
         return client.call(request, correlation_id=correlation_id)
 
 
@@ -193,10 +199,11 @@ def confluent_read_all(
     partition_starts: dict[int, int],
     expected: int,
     timeout: float = 30.0,
+    settings: dict | None = None,
 ) -> list:
     """Read `expected` messages with a confluent-kafka Consumer assigned (no group management)
     to the given partitions from explicit offsets; fail if they do not arrive in time or if a
-    message carries an error."""
+    message carries an error. ``settings`` are added to the consumer's (a TLS listener's, say)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -207,6 +214,7 @@ def confluent_read_all(
             "enable.auto.offset.store": False,
             "socket.timeout.ms": 10000,
             "session.timeout.ms": 6000,
+            **(settings or {}),
         }
     )
     messages = []
@@ -230,6 +238,17 @@ def confluent_read_all(
     finally:
         consumer.close()
     return messages
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """A broker's /metrics on ``port``: {(sample name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
 
 
 BATCH_HEADER_SIZE = 61

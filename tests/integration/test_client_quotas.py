@@ -16,6 +16,7 @@ throttle, which a 10-second test could not tell from no quota at all.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Iterator
@@ -25,14 +26,21 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import BROKER_READY_TIMEOUT, TEST_CLIENT_ID, create_topic, exchange, wait_for
-from tests.integration.test_metrics import scrape
+from tests.conftest import (
+    BROKER_READY_TIMEOUT,
+    TEST_CLIENT_ID,
+    create_topic,
+    exchange,
+    scrape,
+    wait_for,
+)
 from tests.unit.batch_factory import make_batch
 
 QUOTA = 1_000_000  # bytes per second
@@ -44,6 +52,11 @@ WARM_UP_SECONDS = 3.0
 PRODUCE_SECONDS = 7.0
 CONSUME_SECONDS = 5.0
 VALUE = b"q" * 1000
+# A gap over this in a client's records, with no throttle time to explain it, is the machine's.
+STALL_SECONDS = 0.5
+SPARED_TOPIC = "quota-spared"
+SPARED_PARTITIONS = 4
+BURST = b"s" * 900_000  # 4 x 900 kB: over three times the quota's bytes in one request
 
 
 METRICS_PORT = free_port()
@@ -97,18 +110,97 @@ def described(response) -> dict:
     }
 
 
+@dataclasses.dataclass
+class Measured:
+    """One client's run: what it was given after the warm-up and what the broker told it."""
+
+    started: float  # monotonic; the warm-up ends at measured_from
+    measured_from: float
+    ended: float
+    received: list[tuple[float, int]]  # (when, value bytes) of each record acked or read
+    throttles: list[tuple[float, float]]  # (when, seconds) of each throttled response
+
+    @property
+    def rate(self) -> float:
+        """Value bytes per second after the warm-up."""
+        counted = sum(size for at, size in self.received if at >= self.measured_from)
+        return counted / (self.ended - self.measured_from)
+
+    @property
+    def throttled(self) -> int:
+        return sum(1 for _, seconds in self.throttles if seconds > 0)
+
+    def muted(self) -> list[tuple[float, float]]:
+        """The intervals after the warm-up that the broker's throttle times cover: a throttled
+        response mutes the client from when it was handed over; overlapping ones (several
+        responses in flight) are merged."""
+        intervals: list[tuple[float, float]] = []
+        for at, seconds in sorted(self.throttles):
+            begin, finish = max(at, self.measured_from), min(at + seconds, self.ended)
+            if finish <= begin:
+                continue
+            if intervals and begin <= intervals[-1][1]:
+                intervals[-1] = (intervals[-1][0], max(intervals[-1][1], finish))
+            else:
+                intervals.append((begin, finish))
+        return intervals
+
+    def stalled_seconds(self) -> float:
+        """The time after the warm-up in which the client got nothing while no throttle time
+        held it back, counted where that lasted over STALL_SECONDS: a backlogged client that
+        the broker does not mute gets records all the time, unless the machine runs neither
+        it nor the broker."""
+        times = [self.measured_from]
+        times += [at for at, _ in self.received if self.measured_from < at < self.ended]
+        times.append(self.ended)
+        muted = self.muted()
+        stalled = 0.0
+        for begin, finish in zip(times, times[1:], strict=False):
+            if finish - begin <= STALL_SECONDS:
+                continue
+            covered = sum(max(0.0, min(finish, b) - max(begin, a)) for a, b in muted)
+            if finish - begin - covered > STALL_SECONDS:
+                stalled += finish - begin - covered
+        return stalled
+
+
+def assert_held_to_quota(run: Measured, quota: int, low: float) -> None:
+    """The quota holds: never more than 10% above it over the measured time. And the broker
+    does not hold the client below it: at least ``low`` of it over the time the client was
+    not stalled.
+
+    The lower bound is judged without the stalls (see Measured.stalled_seconds), which a
+    loaded machine causes (a client or broker not run for seconds: load averages of 19 have
+    been seen on the 2-core CI) and which the broker's window makes up for only up to its
+    length. A broker that throttles too much does not hide there: it mutes the client by
+    throttle times, and muted time is not a stall. What this cannot tell from a stall is a
+    broker that holds a client back without a throttle time to say so. The upper bound keeps
+    the whole time, stalls included.
+    """
+    elapsed = run.ended - run.measured_from
+    rate = run.rate
+    assert rate <= 1.1 * quota, f"{rate:.0f} B/s against a quota of {quota}"
+    stalled = run.stalled_seconds()
+    active_rate = rate * elapsed / max(elapsed - stalled, 0.001)
+    print(f"{rate:.0f} B/s; {active_rate:.0f} B/s without {stalled:.1f} s of stalls")
+    assert active_rate >= low * quota, (
+        f"{active_rate:.0f} B/s against a quota of {quota} "
+        f"({rate:.0f} B/s over {elapsed:.1f} s, {stalled:.1f} s of it stalled)"
+    )
+
+
 def produce_for(
     bootstrap: str, client_id: str, topic: str, seconds: float, warm_up: float = WARM_UP_SECONDS
-) -> tuple[float, int]:
-    """Produce as fast as the client is let; the acknowledged value bytes per second after the
-    warm-up, and the throttle events librdkafka reported."""
-    throttles = []
-    acked = [0]
-    measured_from = time.monotonic() + warm_up
+) -> Measured:
+    """Produce as fast as the client is let for the warm-up and ``seconds`` more."""
+    throttles: list[tuple[float, float]] = []
+    received: list[tuple[float, int]] = []
+    started = time.monotonic()
+    measured_from = started + warm_up
 
     def delivered(error, message) -> None:
-        if error is None and time.monotonic() >= measured_from:
-            acked[0] += len(message.value())
+        if error is None:
+            received.append((time.monotonic(), len(message.value())))
 
     producer = Producer(
         {
@@ -116,7 +208,7 @@ def produce_for(
             "client.id": client_id,
             "batch.size": 16384,
             "linger.ms": 5,
-            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+            "throttle_cb": lambda event: throttles.append((time.monotonic(), event.throttle_time)),
         }
     )
     while time.monotonic() - measured_from < seconds:
@@ -126,10 +218,58 @@ def produce_for(
             producer.poll(0.01)
             continue
         producer.poll(0)
-    rate = acked[0] / (time.monotonic() - measured_from)
+    ended = time.monotonic()
     producer.purge()
     producer.flush(10)
-    return rate, len(throttles)
+    return Measured(started, measured_from, ended, received, throttles)
+
+
+def produce_burst_throttle_ms(bootstrap: str, client_id: str) -> int:
+    """One Produce of SPARED_PARTITIONS batches of 900 kB, as ``client_id``; the throttle time
+    it is answered with. Its bytes are over three times the quota's, and the broker measures
+    a rate over at most three seconds (two windows and the one in progress), so a client the
+    quota applies to is throttled by this request alone, however slow the machine."""
+    request = ProduceRequest(
+        acks=1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            TopicProduceData(
+                name=SPARED_TOPIC,
+                partition_data=tuple(
+                    PartitionProduceData(index=partition, records=make_batch([(None, BURST)]))
+                    for partition in range(SPARED_PARTITIONS)
+                ),
+            ),
+        ),
+    )
+    response = exchange(bootstrap, request, timeout=30.0, client_id=client_id)
+    errors = [part.error_code for reply in response.responses for part in reply.partition_responses]
+    assert errors == [Error.NONE] * SPARED_PARTITIONS, response
+    return int(response.throttle_time.total_seconds() * 1000)
+
+
+def fetch_burst(bootstrap: str, client_id: str, topic: str) -> tuple[int, int]:
+    """One Fetch of up to 4 MB from offset 0, as ``client_id``: the throttle time it is
+    answered with, and the bytes of records (see produce_burst_throttle_ms: 3.5 MB or more is
+    over three times the quota's bytes)."""
+    request = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        max_bytes=4 << 20,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=4 << 20),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    response = exchange(bootstrap, request, timeout=30.0, client_id=client_id)
+    (answered,) = [part for reply in response.responses for part in reply.partitions]
+    assert answered.error_code == Error.NONE, answered
+    return int(response.throttle_time.total_seconds() * 1000), len(answered.records or b"")
 
 
 def test_produce_quota_holds_a_producer_to_its_rate_and_spares_others(quota_broker):
@@ -140,19 +280,24 @@ def test_produce_quota_holds_a_producer_to_its_rate_and_spares_others(quota_brok
         [{"entity": entity(client_id="slow"), "ops": [setting("producer_byte_rate", QUOTA)]}],
     )
     assert [entry.error_code for entry in answer.entries] == [Error.NONE]
-    slow_rate, slow_throttles = produce_for(bootstrap, "slow", "quota-produce", PRODUCE_SECONDS)
+    slow = produce_for(bootstrap, "slow", "quota-produce", PRODUCE_SECONDS)
     # Kafka's metrics per quota entity, while its rate is still in the window.
     samples = scrape(METRICS_PORT)
     labels = (("client_id", "slow"), ("user", ""))
     assert samples[("kafka_server_produce_byte_rate", labels)] > 0
     assert samples[("kafka_server_produce_throttle_time", labels)] > 0
     assert samples[("kafka_server_produce_quota_byte_rate", labels)] == QUOTA
-    fast_rate, fast_throttles = produce_for(bootstrap, "fast", "quota-produce", 1.5, warm_up=0)
-    print(f"throttled: {slow_rate:.0f} B/s, without a quota: {fast_rate:.0f} B/s")
-    assert 0.9 * QUOTA <= slow_rate <= 1.1 * QUOTA, f"{slow_rate:.0f} B/s against {QUOTA}"
-    assert slow_throttles > 0
-    assert fast_throttles == 0
-    assert fast_rate > 2 * QUOTA, f"the client without a quota made {fast_rate:.0f} B/s"
+    fast = produce_for(bootstrap, "fast", "quota-produce", 1.5, warm_up=0)
+    print(f"throttled: {slow.rate:.0f} B/s, without a quota: {fast.rate:.0f} B/s")
+    assert_held_to_quota(slow, QUOTA, low=0.9)
+    assert slow.throttled > 0
+    assert fast.throttled == 0
+    # The client without a quota is spared, which its rate cannot show on a loaded machine
+    # (one slow enough stays under the quota whether or not it applies): the same request,
+    # far over the quota, is throttled for a client the quota applies to and not for it.
+    create_topic(bootstrap, SPARED_TOPIC, SPARED_PARTITIONS)
+    assert produce_burst_throttle_ms(bootstrap, "slow") > 0
+    assert produce_burst_throttle_ms(bootstrap, "fast") == 0
 
 
 def test_fetch_quota_holds_a_consumer_to_its_rate(quota_broker):
@@ -186,8 +331,9 @@ def test_fetch_quota_holds_a_consumer_to_its_rate(quota_broker):
     )
     assert [entry.error_code for entry in answer.entries] == [Error.NONE]
 
-    def consume_for(client_id: str, seconds: float, warm_up: float) -> tuple[float, int]:
-        throttles = []
+    def consume_for(client_id: str, seconds: float, warm_up: float) -> Measured:
+        throttles: list[tuple[float, float]] = []
+        received: list[tuple[float, int]] = []
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -198,33 +344,39 @@ def test_fetch_quota_holds_a_consumer_to_its_rate(quota_broker):
                 "fetch.max.bytes": 16384,
                 "max.partition.fetch.bytes": 16384,
                 "message.max.bytes": 16384,
-                "throttle_cb": lambda event: throttles.append(event.throttle_time),
+                "throttle_cb": lambda event: throttles.append(
+                    (time.monotonic(), event.throttle_time)
+                ),
             }
         )
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        received = 0
-        measured_from = None
+        started = measured_from = None
         try:
             while measured_from is None or time.monotonic() - measured_from < seconds:
                 message = consumer.poll(0.2)
                 if message is None or message.error():
                     continue
+                received.append((time.monotonic(), len(message.value())))
                 if measured_from is None:
-                    measured_from = time.monotonic() + warm_up
-                if time.monotonic() >= measured_from:
-                    received += len(message.value())
-            return received / (time.monotonic() - measured_from), len(throttles)
+                    started = time.monotonic()
+                    measured_from = started + warm_up
+            return Measured(started, measured_from, time.monotonic(), received, throttles)
         finally:
             consumer.close()
 
-    slow_rate, slow_throttles = consume_for("slow-reader", CONSUME_SECONDS, WARM_UP_SECONDS)
-    fast_rate, fast_throttles = consume_for("fast-reader", 1.0, warm_up=0)
-    print(f"throttled: {slow_rate:.0f} B/s, without a quota: {fast_rate:.0f} B/s")
-    # Never more than 10% above. Below, up to one muted second in the five measured has been
-    # seen on this loaded machine (the consumer gets ~1 MB/s again right after), so 20%.
-    assert 0.8 * QUOTA <= slow_rate <= 1.1 * QUOTA, f"{slow_rate:.0f} B/s against {QUOTA}"
-    assert slow_throttles > 0
-    assert fast_throttles == 0 and fast_rate > 2 * QUOTA, f"{fast_rate:.0f} B/s"
+    slow = consume_for("slow-reader", CONSUME_SECONDS, WARM_UP_SECONDS)
+    fast = consume_for("fast-reader", 1.0, warm_up=0)
+    print(f"throttled: {slow.rate:.0f} B/s, without a quota: {fast.rate:.0f} B/s")
+    # Below, up to one muted second in the five measured has been seen on this loaded machine
+    # (the consumer gets ~1 MB/s again right after), so 20% before the mutes are judged.
+    assert_held_to_quota(slow, QUOTA, low=0.8)
+    assert slow.throttled > 0
+    assert fast.throttled == 0
+    # Spared, as the producer without a quota (see that test), with one Fetch far over the
+    # quota: throttled for the reader the quota applies to, not for the other.
+    assert fetch_burst(bootstrap, "slow-reader", topic)[0] > 0
+    throttle_ms, size = fetch_burst(bootstrap, "fast-reader", topic)
+    assert size >= 3.5 * QUOTA and throttle_ms == 0, (size, throttle_ms)
 
 
 def test_alter_and_describe_with_kafkas_rules(quota_broker):

@@ -36,8 +36,7 @@ from minibroker.protocol.consumer_group_heartbeat_v1 import (
 from minibroker.tools import groups as groups_cli
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import create_topic, encode, exchange, wait_for
-from tests.integration.test_metrics import scrape
+from tests.conftest import create_topic, encode, exchange, scrape, wait_for
 
 PARTITIONS = 6
 RECORDS = 600
@@ -452,18 +451,36 @@ def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: Broker
     seen: dict = {}
     spread(members, seen, [2, 2], 30)
     before = {tp.partition for tp in members[0].assignment()}
-    # Closed, a static member leaves with epoch -2: its partitions wait for it.
+    kept = {tp.partition for tp in members[1].assignment()}
+
+    def described() -> dict:
+        answer = exchange(
+            broker.bootstrap,
+            ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
+        )
+        return {member.instance_id: member for member in answer.groups[0].members}
+
+    # Closed, a static member leaves with epoch -2: its partitions wait for it. The window
+    # starts once the coordinator has the leave (before that, nothing could have moved):
+    # two seconds are four of the other member's heartbeats (500 ms), each of which would
+    # have brought it the partitions had the coordinator moved them.
     members[0].close()
+
+    def left() -> bool:
+        group = described()
+        assert "i1" in group, "the static member was removed instead of kept at epoch -2"
+        return group["i1"].member_epoch == -2
+
+    wait_for(left, 10, "the coordinator to see the leave")
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
         pump(members[1:], seen)
         assert len(members[1].assignment()) == 2, "the static member's partitions moved"
-    described = exchange(
-        broker.bootstrap,
-        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
-    )
-    epochs = {m.instance_id: m.member_epoch for m in described.groups[0].members}
-    assert epochs["i1"] == -2 and epochs["i2"] > 0
+    # And the coordinator's own view, which the client's could lag: nothing was moved.
+    after = described()
+    assert after["i1"].member_epoch == -2 and after["i2"].member_epoch > 0
+    targeted = {p for t in after["i2"].target_assignment.topic_partitions for p in t.partitions}
+    assert targeted == kept, "the coordinator moved the static member's partitions"
     members[0] = consumer(broker.bootstrap, group, **{"group.instance.id": "i1"})
     members[0].subscribe([topic])
     try:

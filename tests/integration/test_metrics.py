@@ -8,22 +8,11 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
-from prometheus_client.parser import text_string_to_metric_families
 
 from minibroker.tools.launcher import free_port
-from tests.conftest import create_topic, wait_for
+from tests.conftest import create_topic, scrape, wait_for
 
 TOPIC = "metered"
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
 
 
 @pytest.fixture

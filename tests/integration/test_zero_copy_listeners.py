@@ -8,11 +8,10 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import BROKER_READY_TIMEOUT, create_topic
-from tests.integration.test_metrics import scrape
+from tests.conftest import BROKER_READY_TIMEOUT, confluent_read_all, create_topic, scrape
 from tests.security_setup import Certificates, broker_overrides
 
 TOPIC = "zero-copy"
@@ -49,20 +48,9 @@ def broker(tmp_path_factory) -> Iterator[tuple[BrokerProcess, dict, int]]:
         assert exit_code == 0, f"unclean broker shutdown:\n{process.log_tail()}"
 
 
-def _consume(settings: dict) -> list[bytes]:
-    consumer = Consumer({**settings, "group.id": "unused", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    values: list[bytes] = []
-    try:
-        for _ in range(200):
-            for message in consumer.consume(RECORDS, timeout=0.5):
-                assert message.error() is None, message.error()
-                values.append(message.value())
-            if len(values) >= RECORDS:
-                break
-    finally:
-        consumer.close()
-    return values
+def _consume(bootstrap: str, settings: dict | None = None) -> list[bytes]:
+    messages = confluent_read_all(bootstrap, TOPIC, {0: 0}, RECORDS, settings=settings)
+    return [message.value() for message in messages]
 
 
 def test_plaintext_consumers_get_records_by_sendfile_and_tls_consumers_do_not(broker):
@@ -74,12 +62,12 @@ def test_plaintext_consumers_get_records_by_sendfile_and_tls_consumers_do_not(br
         producer.produce(TOPIC, value, partition=0)
     assert producer.flush(30) == 0
 
-    assert _consume(ssl_settings) == values
+    assert _consume(ssl_settings["bootstrap.servers"], ssl_settings) == values
     after_tls = scrape(metrics_port)
     assert after_tls[BYTES_OUT] >= RECORDS * VALUE_SIZE  # the TLS consumer did fetch
     assert after_tls.get(SENDFILE, 0) == 0
 
-    assert _consume({"bootstrap.servers": process.bootstrap}) == values
+    assert _consume(process.bootstrap) == values
     after_plaintext = scrape(metrics_port)
     sent_by_sendfile = after_plaintext[SENDFILE]
     fetched = after_plaintext[BYTES_OUT] - after_tls[BYTES_OUT]

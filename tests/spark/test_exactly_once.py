@@ -248,7 +248,7 @@ def test_a_task_replayed_after_its_commit_writes_nothing_and_fences_zombies(spar
     nothing, one planned with other rows fails, another query's record under the same id is
     ignored, and an attempt still open when a newer one starts can no longer commit."""
     import pyarrow as pa
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
     from minibroker.spark.transactions import (
         ReplanError,
@@ -280,9 +280,19 @@ def test_a_task_replayed_after_its_commit_writes_nothing_and_fences_zombies(spar
     zombie.flush(30)
     later = TaskWrite(task.transactional_id, "query-1", batch_id=5)
     assert write_transactionally(kafka, rows(b"c"), "eos-task", later).replayed is False
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as raised:
         zombie.produce("eos-task", b"zombie again")
         zombie.commit_transaction(30)
+    # Fenced, not any failure: librdkafka 2.x turns the broker's INVALID_PRODUCER_EPOCH (its
+    # Produce) or PRODUCER_FENCED (EndTxn) into the fatal _FENCED (seen: "transactional
+    # producer fenced by newer producer instance"); the broker's own codes are accepted too.
+    fenced = raised.value.args[0]
+    assert fenced.fatal(), fenced
+    assert fenced.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), fenced
     # Another query under the same transactional id does not count as a replay.
     other = TaskWrite(task.transactional_id, "query-2", batch_id=5)
     assert write_transactionally(kafka, rows(b"d"), "eos-task", other).replayed is False

@@ -165,22 +165,28 @@ def test_an_impossible_frame_size_is_a_wire_error(serve, size):
         client.request(ApiKey.METADATA, 12, METADATA_FIELDS)
 
 
+# A silent peer holds its connection this long (closing the server ends it at once). The
+# 0.3 s timeouts below are told from it by a bound of half of it: a loaded machine makes the
+# timeout late by seconds at worst, not by 30.
+SILENCE = 60.0
+
+
 def test_a_silent_peer_times_out(serve):
-    server = serve(lambda frame: None, linger=5)
+    server = serve(lambda frame: None, linger=SILENCE)
     started = time.monotonic()
     with wire.connect(server.address, 0.3) as client, pytest.raises(TimeoutError):
         client.request(ApiKey.METADATA, 12, METADATA_FIELDS)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < SILENCE / 2
 
 
 def test_the_deadline_bounds_the_whole_conversation(serve):
-    server = serve(lambda frame: None, linger=5)
+    server = serve(lambda frame: None, linger=SILENCE)
     started = time.monotonic()
     deadline = started + 0.3
-    with wire.connect(server.address, 10, deadline=deadline) as client:
+    with wire.connect(server.address, SILENCE, deadline=deadline) as client:
         with pytest.raises(TimeoutError):
             client.request(ApiKey.METADATA, 12, METADATA_FIELDS)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < SILENCE / 2
         with pytest.raises(TimeoutError, match="no answer in time"):
             client.send_raw(b"\x00")
 
