@@ -952,31 +952,29 @@ class GroupCoordinator:
             return HeartbeatResult(invalid.error, invalid.message)
         if (error := self.check(group_id)) != Error.NONE:
             return HeartbeatResult(error)
+        # The group's own configs, read at each heartbeat as Kafka's GroupMetadataManager
+        # reads them: a change applies to each member at its next heartbeat (the interval it
+        # is told, the session its deadline is set with).
+        settings = self.consumer_settings_of(group_id)
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             if request.member_epoch != 0:
                 return HeartbeatResult(
                     Error.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {request.member_id}."
                 )
-            group = ConsumerGroup(
-                group_id, self.settings, self.consumer_settings_of(group_id), self.clock_ms()
-            )
+            group = ConsumerGroup(group_id, self.settings, settings, self.clock_ms())
             self._add_group(group)
         elif not isinstance(group, ConsumerGroup):
             if not group.is_(GroupState.EMPTY) or group.members:
                 return HeartbeatResult(Error.GROUP_ID_NOT_FOUND, self._no_upgrade(group))
             converted = await self._convert_group(
-                group,
-                ConsumerGroup(group_id, self.settings, self.consumer_settings_of(group_id), 0),
+                group, ConsumerGroup(group_id, self.settings, settings, 0)
             )
             if converted is None:
                 return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
             assert isinstance(converted, ConsumerGroup)
             group = converted
-        # The group's own configs, read at each heartbeat as Kafka's GroupMetadataManager
-        # reads them: a change applies to each member at its next heartbeat (the interval it
-        # is told, the session its deadline is set with).
-        group.consumer = self.consumer_settings_of(group_id)
+        group.consumer = settings
         result, records = group.consumer_heartbeat(
             request, self.topic_lookup, self.clock_ms(), self.topic_names
         )

@@ -190,7 +190,7 @@ class CreationRates:
 class IdleConnections:
     """Connections that may expire, least recently active first (Kafka's IdleExpiryManager).
 
-    A connection is in here while it has no request in flight: ``busy`` takes it out when a
+    A connection is in here while it has no request in flight: ``remove`` takes it out when a
     request has arrived, ``touch`` puts it back (or moves it to the end) with the time of its
     latest activity, a received chunk or a response sent. Each operation is O(1); finding the
     expired ones costs only what expired.
@@ -207,10 +207,9 @@ class IdleConnections:
         self._last_active[key] = now
         self._last_active.move_to_end(key)
 
-    def busy(self, key: Hashable) -> None:
-        self._last_active.pop(key, None)
-
     def remove(self, key: Hashable) -> None:
+        """Take a connection out: a request has arrived on it (``touch`` puts it back once
+        answered), or it has closed."""
         self._last_active.pop(key, None)
 
     def next_deadline(self) -> float | None:

@@ -729,7 +729,7 @@ class BrokerServer:
                 connection.zero_copy = self.zero_copy
             while (frame := await self._next_frame(stream, decoder, peer_state)) is not None:
                 if idle is not None:
-                    idle.busy(peer_state)
+                    idle.remove(peer_state)
                 session = connection.sasl
                 if session is not None and session.raw_token_pending:
                     # After a v0 SaslHandshake the tokens come bare, without request headers.

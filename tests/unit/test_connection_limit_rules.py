@@ -79,7 +79,7 @@ def test_a_connection_with_a_request_in_flight_does_not_expire():
     idle = IdleConnections(max_idle=1.0)
     idle.touch("parked", 0.0)
     idle.touch("quiet", 0.5)
-    idle.busy("parked")  # a request arrived; its answer may take minutes (a JoinGroup)
+    idle.remove("parked")  # a request arrived; its answer may take minutes (a JoinGroup)
     assert idle.expired(100.0) == ["quiet"]
     assert len(idle) == 0
     idle.touch("parked", 100.0)  # answered: idle from now
