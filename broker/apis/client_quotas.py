@@ -11,13 +11,21 @@ from each broker's metadata image; here the controller answers it (brokers forwa
 gives the same answer, since an alteration is answered once the live brokers have it.
 """
 
+import dataclasses
+import datetime
 import struct
 import time
 
 from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.forwarding import cluster_store_request
+from minibroker.cluster.controller_client import is_broker_channel
 from minibroker.common.names import CONTROLLER_CLIENT_ID
-from minibroker.common.quota_manager import ClientQuotaManager, entity_key, principal_user
+from minibroker.common.quota_manager import (
+    SECONDS_TO_PERCENTAGE,
+    ClientQuotaManager,
+    entity_key,
+    principal_user,
+)
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
@@ -39,6 +47,67 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def exempt_from_request_quota(ctx: RequestContext, request) -> bool:
+    """Kafka exempts the cluster's own requests from request quotas (those that need
+    CLUSTER_ACTION, ClientRequestQuotaManager.maybeRecordExempt): here (beside the
+    inter-node APIs, which dispatch leaves out) a follower's fetch (and its ListOffsets,
+    OffsetForLeaderEpoch), and whatever a node sends on its channels to the controller or the
+    controller on its own."""
+    client_id = ctx.header.client_id
+    if client_id == CONTROLLER_CLIENT_ID or is_broker_channel(client_id):
+        return True
+    return _replica_id(request) >= 0
+
+
+def throttle_request(ctx: RequestContext, request, seconds: float) -> int:
+    """Kafka's request quota (``ClientRequestQuotaManager``, KIP-124): the time the request
+    took on this broker's thread counts against the client's ``request_percentage`` (a
+    percentage of one thread's time); the throttle time in milliseconds, capped at one quota
+    window as in Kafka, 0 when within the quota. The channel is muted as for a byte-rate
+    throttle."""
+    quotas = ctx.quotas
+    if quotas is None or exempt_from_request_quota(ctx, request):
+        return 0
+    user = principal_user(ctx.connection.principal)
+    throttle_ms = quotas.request.record(
+        user,
+        ctx.header.client_id or "",
+        max(seconds, 0.0) * SECONDS_TO_PERCENTAGE,
+        _now_ms(),
+    )
+    if throttle_ms:
+        ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
+    return throttle_ms
+
+
+def _ms(value) -> float:
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds() * 1000
+    return value or 0
+
+
+def with_throttle_time(data, throttle_ms: int):
+    """The response description with its throttle time at least ``throttle_ms``: a dict
+    takes kio's ``throttle_time`` (dropped for a version without the field) and the
+    hand-written Produce encoder's ``throttle_time_ms``; a kio entity (a forwarded request's
+    answer) is copied with it when it has the field."""
+    if isinstance(data, dict):
+        if _ms(data.get("throttle_time")) < throttle_ms:
+            data["throttle_time"] = throttle_ms
+        if _ms(data.get("throttle_time_ms")) < throttle_ms:
+            data["throttle_time_ms"] = throttle_ms
+        return data
+    if (
+        dataclasses.is_dataclass(data)
+        and not isinstance(data, type)
+        and hasattr(data, "throttle_time")
+        and _ms(data.throttle_time) < throttle_ms
+    ):
+        throttle = datetime.timedelta(milliseconds=throttle_ms)
+        return dataclasses.replace(data, throttle_time=throttle)  # type: ignore[call-arg]
+    return data
+
+
 def throttle_produce(
     ctx: RequestContext, manager: ClientQuotaManager, request_size: int, data
 ) -> None:
@@ -51,13 +120,12 @@ def throttle_produce(
     throttle_ms = manager.record(user, ctx.header.client_id or "", request_size, _now_ms())
     if throttle_ms:
         ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
-        if isinstance(data, dict):
-            data["throttle_time_ms"] = throttle_ms
+        with_throttle_time(data, throttle_ms)
 
 
 def throttle_fetch(
     ctx: RequestContext, manager: ClientQuotaManager, request, response: list | None
-) -> None:
+) -> int:
     """Kafka's fetch quota: the response's bytes count against the client's
     ``consumer_byte_rate``; a throttled response carries the throttle time (written into the
     encoded response, where it is the body's first field from v1 on) and mutes the channel.
@@ -67,14 +135,19 @@ def throttle_fetch(
     channel holds the next fetch back for the throttle time, which brings the rate to the
     quota over the window all the same. A follower's fetch is not a client's: not counted."""
     if response is None or _replica_id(request) >= 0:
-        return
+        return 0
     size = _INT32.unpack_from(response[0])[0] + 4
     user = principal_user(ctx.connection.principal)
     throttle_ms = manager.record(user, ctx.header.client_id or "", size, _now_ms())
-    if not throttle_ms:
-        return
-    ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
-    if ctx.header.api_version >= 1 and len(response) > 1:
+    if throttle_ms:
+        ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
+    return throttle_ms
+
+
+def write_fetch_throttle_time(ctx: RequestContext, response: list | None, throttle_ms: int):
+    """A Fetch response's throttle time, written into the encoded response (the body's first
+    field from v1 on)."""
+    if response is not None and ctx.header.api_version >= 1 and len(response) > 1:
         # The body's first field replaced without copying the rest of the chunk (on kio's
         # path that chunk is the whole response, records included).
         response[1:2] = [_INT32.pack(throttle_ms), memoryview(response[1]).cast("B")[4:]]

@@ -19,6 +19,7 @@ from minibroker.apis import (
 from minibroker.apis.errors import error_response
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.apis.registry import APIS, HELD_UNTIL_READY
+from minibroker.common.quota_manager import PARKED
 from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error, error_name
@@ -57,6 +58,9 @@ HANDLERS: dict[int, Handler] = {
     for key, api in APIS.items()
 }
 
+
+# The inter-node APIs: exempt from request quotas, as Kafka exempts CLUSTER_ACTION requests.
+_NODES_ONLY = frozenset(key for key, api in APIS.items() if api.senders is Senders.NODES)
 
 # Kafka's request names, as its request metrics label them (Produce, ListOffsets, ...).
 _REQUEST_NAMES: dict[int, str] = {
@@ -126,6 +130,13 @@ async def dispatch(
     if key in HELD_UNTIL_READY and ctx.replicas is not None and not ctx.replicas.ready.is_set():
         await ctx.replicas.ready.wait()
     name = _REQUEST_NAMES[key]
+    quotas = ctx.quotas
+    # request_percentage (KIP-124): the time this request's handling takes on this thread,
+    # less the time it spent parked (apis/client_quotas.py); only while such a quota is set.
+    parked = None
+    if quotas is not None and quotas.request.enabled and key not in _NODES_ONLY:
+        parked = [0.0]
+        parked_token = PARKED.set(parked)
     try:
         data = await HANDLERS[key](ctx, request)
     except CloseConnection:
@@ -147,16 +158,29 @@ async def dispatch(
             )
             log.exception("%s v%d failed; answering %s", name, version, answer.name)
             data = error_response(key, request, answer)
-    # Client quotas (KIP-219): the bytes count, the response carries the throttle time, and
-    # ctx.connection tells the read loop to mute the channel (apis/client_quotas.py).
-    # Each only where a quota of its kind applies to someone, so that a broker without
-    # (producer or consumer) quotas does no work per request.
-    quotas = ctx.quotas
+    # Client quotas (KIP-219): the bytes and the handler time count, the response carries
+    # the throttle time, and ctx.connection tells the read loop to mute the channel
+    # (apis/client_quotas.py). Each only where a quota of its kind applies to someone, so
+    # that a broker without quotas does no work per request.
+    request_throttle_ms = 0
+    if parked is not None:
+        PARKED.reset(parked_token)
+        seconds = time.perf_counter() - started - parked[0]
+        request_throttle_ms = client_quotas.throttle_request(ctx, request, seconds)
+        if request_throttle_ms and key != ApiKey.FETCH:
+            data = client_quotas.with_throttle_time(data, request_throttle_ms)
     if quotas is not None and key == ApiKey.PRODUCE and quotas.produce.enabled:
         client_quotas.throttle_produce(ctx, quotas.produce, len(frame), data)
     response = None if data is None else _encode(header, version, data)
-    if quotas is not None and key == ApiKey.FETCH and quotas.fetch.enabled:
-        client_quotas.throttle_fetch(ctx, quotas.fetch, request, response)
+    if quotas is not None and key == ApiKey.FETCH:
+        fetch_throttle_ms = request_throttle_ms
+        if quotas.fetch.enabled:
+            fetch_throttle_ms = max(
+                fetch_throttle_ms,
+                client_quotas.throttle_fetch(ctx, quotas.fetch, request, response),
+            )
+        if fetch_throttle_ms:
+            client_quotas.write_fetch_throttle_time(ctx, response, fetch_throttle_ms)
     ctx.metrics.requests.labels(name).inc()
     ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
     if isinstance(data, dict):

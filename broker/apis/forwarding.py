@@ -9,6 +9,7 @@ controller's response entity unchanged. Every handler that does this goes throug
 """
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from minibroker.cluster.controller_client import (
     ControllerUnavailable,
     is_broker_channel,
 )
+from minibroker.common.quota_manager import PARKED
 from minibroker.controller.zk_store import ControllerMoved
 from minibroker.protocol.errors import Error
 from minibroker.security.authorizer.acls import Operation
@@ -58,6 +60,10 @@ async def forward_to_controller(ctx: RequestContext, request):
     (CreateTopics, DeleteTopics carry one) allows, and a little more."""
     timeout = getattr(request, "timeout", None)
     timeout_s = REQUEST_TIMEOUT_S if timeout is None else timeout.total_seconds()
+    # The wait for the controller is not a request_percentage client's thread time (Kafka
+    # hands a forwarded request to its forwarding manager's thread).
+    parked = PARKED.get()
+    started = time.perf_counter() if parked is not None else 0.0
     try:
         return await ctx.replica_manager.controller.forward(
             request, timeout_s + FORWARDING_MARGIN_S
@@ -65,6 +71,9 @@ async def forward_to_controller(ctx: RequestContext, request):
     except ControllerUnavailable as error:
         log.warning("cannot forward %s: %s", type(request).__name__, error)
         raise ForwardingFailed(str(error)) from None
+    finally:
+        if parked is not None:
+            parked[0] += time.perf_counter() - started
 
 
 async def decided_by_controller(

@@ -11,13 +11,17 @@ only the others.
 """
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import may_create_topic, topic_allowed
+from minibroker.apis.client_quotas import with_throttle_time
 from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
-from minibroker.cluster.controller_client import build_request
+from minibroker.cluster.controller_client import build_request, is_broker_channel
+from minibroker.common.names import CONTROLLER_CLIENT_ID
+from minibroker.common.quota_manager import principal_user
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
@@ -48,6 +52,48 @@ async def _decided_by_controller(
     return await decided_by_controller(ctx, request, method, unreachable)
 
 
+# KIP-599: the versions from which a client understands THROTTLING_QUOTA_EXCEEDED, so that
+# the controller_mutation_rate is applied strictly (older versions: accepted, then throttled).
+STRICT_SINCE = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5, ApiKey.CREATE_PARTITIONS: 3}
+THROTTLED_MESSAGE = "The throttling quota has been exceeded."
+
+
+def _mutation_refusals(
+    ctx: RequestContext, candidates: list, permits: Callable[[Item], int]
+) -> tuple[set[int], int]:
+    """Kafka's controller mutation quota (KIP-599, ControllerMutationQuotaManager) for the
+    topics the request goes on with: the indexes (in ``candidates``) of those over the
+    client's ``controller_mutation_rate`` (only when the request version is strict) and the
+    throttle time; the throttle mutes the channel as a byte-rate throttle does.
+
+    Kafka enforces it where the request is decided: the broker in ZooKeeper mode (only the
+    active controller accepts these requests there), the controller in KRaft mode, with the
+    client's principal and client id from the forwarding Envelope. A minibroker broker forwards
+    the client's request under its own channel's client id, without the client's principal,
+    so the quota is applied here on the node that received it, before forwarding, from the
+    quotas every broker has (the controller pushes them). A client that spreads its requests
+    over several brokers gets the rate once per broker."""
+    quotas = ctx.quotas
+    if (
+        quotas is None
+        or not quotas.mutation.enabled
+        or ctx.header.client_id == CONTROLLER_CLIENT_ID
+        or is_broker_channel(ctx.header.client_id)
+    ):
+        return set(), 0
+    strict = ctx.header.api_version >= STRICT_SINCE[ApiKey(ctx.header.api_key)]
+    accepted, throttle_ms = quotas.mutation.admit(
+        principal_user(ctx.connection.principal),
+        ctx.header.client_id or "",
+        [permits(item) for item in candidates],
+        strict,
+        time.monotonic_ns() // 1_000_000,
+    )
+    if throttle_ms:
+        ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
+    return {index for index, ok in enumerate(accepted) if not ok}, throttle_ms
+
+
 async def _decided_if_allowed(
     ctx: RequestContext,
     request,
@@ -57,28 +103,39 @@ async def _decided_if_allowed(
     items: str,
     results: str,
     refused: Refusal[Item],
+    permits: Callable[[Item], int],
 ):
     """As _decided_by_controller, for the topics that ``allowed(topic)``; the others are
-    answered TOPIC_AUTHORIZATION_FAILED here."""
+    answered TOPIC_AUTHORIZATION_FAILED here. Then the controller mutation quota: the
+    ``permits(topic)`` (partitions created or deleted) of the allowed ones count, those over
+    it are answered THROTTLING_QUOTA_EXCEEDED here (strict versions) and the answer carries the
+    throttle time."""
     how = {"method": method, "items": items, "results": results}
-    every = getattr(request, items)
-    if ctx.authorizer is None or all(allowed(item) for item in every):
-        return await _decided_by_controller(ctx, request, refused=refused, **how)
-    kept = tuple(item for item in every if allowed(item))
+    every = list(getattr(request, items))
+    kept = every if ctx.authorizer is None else [item for item in every if allowed(item)]
+    throttled, throttle_ms = _mutation_refusals(ctx, kept, permits)
+    if throttled:
+        kept = [item for index, item in enumerate(kept) if index not in throttled]
+    if len(kept) == len(every):
+        response = await _decided_by_controller(ctx, request, refused=refused, **how)
+        return with_throttle_time(response, throttle_ms) if throttle_ms else response
     answers: list = []
     if kept:
-        narrowed = dataclasses.replace(request, **{items: kept})
+        narrowed = dataclasses.replace(request, **{items: tuple(kept)})
         response = await _decided_by_controller(ctx, narrowed, refused=refused, **how)
         if isinstance(response, dict):
             answers = list(response[results])
         else:
             answers = [dataclasses.asdict(entry) for entry in getattr(response, results)]
+    kept_ids = {id(item) for item in kept}
     denied = [
         refused(item, Error.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+        if ctx.authorizer is not None and not allowed(item)
+        else refused(item, Error.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
         for item in every
-        if not allowed(item)
+        if id(item) not in kept_ids
     ]
-    return {results: denied + answers}
+    return {results: denied + answers, "throttle_time": throttle_ms}
 
 
 def _created_entry(topic, error: Error, message: str | None) -> dict:
@@ -112,7 +169,28 @@ async def handle_create(ctx: RequestContext, request):
         items="topics",
         results="topics",
         refused=_created_entry,
+        permits=lambda topic: _partitions_created(ctx, topic),
     )
+
+
+def _partitions_created(ctx: RequestContext, topic) -> int:
+    """What a topic of a CreateTopics counts against the controller mutation quota: its
+    partitions (Kafka's rule: the assignments' count, else the number asked for, else the
+    broker default)."""
+    if topic.assignments:
+        return len(topic.assignments)
+    return topic.num_partitions if topic.num_partitions > 0 else ctx.config.num_partitions
+
+
+def _partition_count(ctx: RequestContext, name: str | None) -> int:
+    """The partitions a topic has now (0 when this node does not know it)."""
+    if name is None:
+        return 0
+    if ctx.replicas is not None:
+        known = ctx.replicas.metadata.topic(name)
+        return 0 if known is None else len(known.partitions)
+    topic = ctx.controller_service.state.topics.get(name)
+    return 0 if topic is None else len(topic.partitions)
 
 
 def _delete_error(request, error: Error) -> dict:
@@ -146,6 +224,7 @@ async def handle_delete(ctx: RequestContext, request):
             items="topic_names",
             results="responses",
             refused=refused,
+            permits=lambda name: _partition_count(ctx, name),
         )
 
     def refused_topic(topic, error: Error, message: str | None) -> dict:
@@ -164,6 +243,7 @@ async def handle_delete(ctx: RequestContext, request):
         items="topics",
         results="responses",
         refused=refused_topic,
+        permits=lambda topic: _partition_count(ctx, topic.name or _name_of_id(ctx, topic.topic_id)),
     )
 
 
@@ -205,6 +285,8 @@ async def handle_create_partitions(ctx: RequestContext, request):
         items="topics",
         results="results",
         refused=refused,
+        # The partitions added (Kafka counts the new count less the current one).
+        permits=lambda topic: max(topic.count - _partition_count(ctx, topic.name), 0),
     )
 
 

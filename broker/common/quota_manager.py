@@ -34,7 +34,8 @@ if nothing else came. Kafka leaves it unbounded; here it is bounded by the whole
 (``num * size``), so that one huge request cannot mute a connection for minutes.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 USER = "user"
@@ -151,11 +152,14 @@ class ClientQuotaManager:
         quota_key: str,
         window_num: int = DEFAULT_WINDOW_NUM,
         window_size_s: int = DEFAULT_WINDOW_SIZE_S,
+        max_throttle_windows: int | None = None,
     ) -> None:
         self.quota_key = quota_key
         self.window_num = window_num
         self.window_ms = window_size_s * 1000
-        self.max_throttle_ms = window_num * self.window_ms
+        # The byte-rate managers cap a throttle at the whole window (see the module); the
+        # request manager at one sample window, as Kafka's ClientRequestQuotaManager does.
+        self.max_throttle_ms = (max_throttle_windows or window_num) * self.window_ms
         # (user, client-id) entity -> quota; None names a default, "" an absent type.
         self._quotas: dict[tuple[str | None, str | None], float] = {}
         self._sensors: dict[tuple[str, str], QuotaSensor] = {}
@@ -204,6 +208,13 @@ class ClientQuotaManager:
         self._resolved[key] = found
         return found
 
+    def _sensor(self, tags: tuple[str, str]) -> QuotaSensor:
+        sensor = self._sensors.get(tags)
+        if sensor is None:
+            sensor = QuotaSensor(tags, Rate(self.window_num, self.window_ms))
+            self._sensors[tags] = sensor
+        return sensor
+
     def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record ``value`` (bytes, or handler time) for a connection; the throttle time in
         milliseconds (0 when the rate stays within the quota or no quota applies)."""
@@ -211,10 +222,7 @@ class ClientQuotaManager:
         if resolved is None:
             return 0
         tags, quota = resolved
-        sensor = self._sensors.get(tags)
-        if sensor is None:
-            sensor = QuotaSensor(tags, Rate(self.window_num, self.window_ms))
-            self._sensors[tags] = sensor
+        sensor = self._sensor(tags)
         sensor.rate.record(value, now_ms)
         sensor.last_record_ms = now_ms
         window_ms, total = sensor.rate.window_and_total(now_ms)
@@ -244,16 +252,131 @@ class ClientQuotaManager:
         return result
 
 
+# -- request_percentage (KIP-124) ----------------------------------------------------------
+
+# Kafka's ClientRequestQuotaManager.NanosToPercentagePerSecond, for seconds: a request's
+# handler time in seconds times this is what it adds to its client's rate, whose unit is then
+# the percentage of one thread's time.
+SECONDS_TO_PERCENTAGE = 100.0
+
+# The seconds the request being handled spent parked: dispatch sets a fresh one-element list
+# when a request_percentage quota applies to anyone; the places where a handler waits for
+# something other than this thread (the purgatory of delayed fetches, acks=all produces and
+# group joins; a request forwarded to the controller) add their wait to it, as Kafka parks
+# such requests off its request handler threads; dispatch takes it off the request's time.
+# Unset (None), nobody reads a clock for it.
+PARKED: ContextVar[list[float] | None] = ContextVar("minibroker_parked", default=None)
+
+
+# -- controller_mutation_rate (KIP-599) -------------------------------------------------------
+
+
+class TokenBucket:
+    """Kafka's ``TokenBucket`` measurable: a bucket of ``burst = samples x window x quota``
+    tokens, refilled at ``quota`` tokens a second; recording takes tokens and may leave the
+    bucket below zero (it is full at first)."""
+
+    __slots__ = ("tokens", "last_ms")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None  # None: full
+        self.last_ms = 0
+
+    def measure(self, quota: float, burst: float, now_ms: int) -> float:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * (now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def record(self, value: float, quota: float, burst: float, now_ms: int) -> float:
+        self.tokens = min(burst, self.measure(quota, burst, now_ms) - value)
+        return self.tokens
+
+
+@dataclass
+class MutationSensor(QuotaSensor):
+    bucket: TokenBucket = field(default_factory=TokenBucket)
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """Kafka's ``ControllerMutationQuotaManager`` (KIP-599): the partitions a (user,
+    client-id) creates or deletes (CreateTopics, CreatePartitions, DeleteTopics) count against
+    its ``controller_mutation_rate``, a token bucket of ``quota.window.num x
+    quota.window.size.seconds x rate`` partitions refilled at ``rate`` a second.
+
+    Strict (the versions that know THROTTLING_QUOTA_EXCEEDED: CreateTopics v6+, DeleteTopics
+    v5+, CreatePartitions v3+): each topic in turn is accepted while the bucket is not below
+    zero, and then takes its partitions (so one topic can take it below zero: Kafka checks
+    before it records); the rest are refused. Permissive (older versions): everything is
+    accepted and recorded. Either way the throttle time is the time the bucket needs to be back
+    at zero, ``-tokens / rate`` (ControllerMutationQuotaManager.throttleTimeMs), unbounded as
+    in Kafka. Kafka reads the quota window from ``controller.quota.window.num`` and
+    ``controller.quota.window.size.seconds`` (default 11 and 1, as the client quotas'); here
+    from ``quota.window.num`` and ``quota.window.size.seconds``."""
+
+    def __init__(
+        self, window_num: int = DEFAULT_WINDOW_NUM, window_size_s: int = DEFAULT_WINDOW_SIZE_S
+    ) -> None:
+        super().__init__(CONTROLLER_MUTATION_RATE, window_num, window_size_s)
+
+    def _sensor(self, tags: tuple[str, str]) -> QuotaSensor:
+        sensor = self._sensors.get(tags)
+        if sensor is None:
+            sensor = MutationSensor(tags, Rate(self.window_num, self.window_ms))
+            self._sensors[tags] = sensor
+        return sensor
+
+    def burst(self, quota: float) -> float:
+        return self.window_num * self.window_ms / 1000 * quota
+
+    def admit(
+        self, user: str, client_id: str, permits: Sequence[float], strict: bool, now_ms: int
+    ) -> tuple[list[bool], int]:
+        """Which of the topics (their ``permits``: partitions created or deleted, in request
+        order) may go ahead, and the throttle time in milliseconds."""
+        resolved = self.resolve(user, client_id)
+        if resolved is None:
+            return [True] * len(permits), 0
+        tags, quota = resolved
+        sensor = self._sensor(tags)
+        assert isinstance(sensor, MutationSensor)
+        bucket = sensor.bucket
+        burst = self.burst(quota)
+        accepted = []
+        for value in permits:
+            if strict and bucket.measure(quota, burst, now_ms) < 0:
+                accepted.append(False)
+                continue
+            accepted.append(True)
+            bucket.record(value, quota, burst, now_ms)
+            sensor.rate.record(value, now_ms)
+        sensor.last_record_ms = now_ms
+        tokens = bucket.measure(quota, burst, now_ms)
+        if tokens >= 0:
+            return accepted, 0
+        throttle_ms = round(-tokens / quota * 1000)
+        sensor.throttle_ms_total += throttle_ms
+        sensor.throttle_count += 1
+        return accepted, throttle_ms
+
+    def tokens(self, sensor: QuotaSensor, quota: float, now_ms: int) -> float:
+        assert isinstance(sensor, MutationSensor)
+        return sensor.bucket.measure(quota, self.burst(quota), now_ms)
+
+
 @dataclass
 class BrokerQuotas:
-    """The quota managers of one broker (Kafka's ``QuotaManagers``): produce bytes in and
-    fetch bytes out. ``quotas`` is the controller's whole set, as pushed; ``enabled`` is
-    whether any byte-rate quota applies to anyone, so that a broker without quotas does no
-    work per request. (``request_percentage`` is stored and pushed but not enforced: this
-    broker cannot tell the time a handler spent working from the time it spent waiting.)"""
+    """The quota managers of one broker (Kafka's ``QuotaManagers``): produce bytes in, fetch
+    bytes out, request handler time and controller mutations. ``quotas`` is the controller's
+    whole set, as pushed; each manager's ``enabled`` is whether a quota of its kind applies to
+    anyone, so that a broker without quotas does no work per request."""
 
     produce: ClientQuotaManager
     fetch: ClientQuotaManager
+    request: ClientQuotaManager
+    mutation: ControllerMutationQuotaManager
     quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
     # Bumped at each change, so that readers of ``quotas`` elsewhere (the connection rates of
     # IP entities, node/connection_limits.py) know when to read them again.
@@ -270,6 +393,10 @@ class BrokerQuotas:
         return cls(
             ClientQuotaManager(PRODUCER_BYTE_RATE, window_num, window_size_s),
             ClientQuotaManager(CONSUMER_BYTE_RATE, window_num, window_size_s),
+            ClientQuotaManager(
+                REQUEST_PERCENTAGE, window_num, window_size_s, max_throttle_windows=1
+            ),
+            ControllerMutationQuotaManager(window_num, window_size_s),
         )
 
     def replace(self, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> None:
@@ -286,5 +413,5 @@ class BrokerQuotas:
 
     def _refresh(self) -> None:
         self.version += 1
-        for manager in (self.produce, self.fetch):
+        for manager in (self.produce, self.fetch, self.request, self.mutation):
             manager.update(self.quotas)

@@ -385,6 +385,73 @@ class QuotaCollector:
                 if limit is not None:
                     quota.add_metric(tags, limit)
             yield from (rate, throttle, quota)
+        yield from self._request_families(now_ms)
+        yield from self._mutation_families(now_ms)
+
+    def _families(self, prefix: str, rate_name: str, rate_help: str, quota_name: str, key: str):
+        labels = ["user", "client_id"]
+        return (
+            GaugeMetricFamily(f"{prefix}_{rate_name}", rate_help, labels=labels),
+            GaugeMetricFamily(
+                f"{prefix}_throttle_time",
+                "Average throttle time in ms of the throttled responses (throttle-time).",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                f"{prefix}_quota_{quota_name}",
+                f"The {key} that applies to the quota entity.",
+                labels=labels,
+            ),
+        )
+
+    def _request_families(self, now_ms: int) -> Iterator[GaugeMetricFamily]:
+        """Kafka's ``type=Request`` sensors: ``request-time`` (percentage of one thread's
+        time) and ``throttle-time``."""
+        manager = self.quotas.request
+        rate, throttle, quota = self._families(
+            "kafka_server_request",
+            "request_time",
+            "Percentage of one thread's time the quota entity's requests took (request-time).",
+            "request_percentage",
+            manager.quota_key,
+        )
+        for sensor, measured, limit in manager.sensors(now_ms):
+            tags = list(sensor.tags)
+            rate.add_metric(tags, measured)
+            throttle.add_metric(tags, _average_throttle(sensor))
+            if limit is not None:
+                quota.add_metric(tags, limit)
+        yield from (rate, throttle, quota)
+
+    def _mutation_families(self, now_ms: int) -> Iterator[GaugeMetricFamily]:
+        """Kafka's ``type=ControllerMutation`` sensors: ``mutation-rate`` (partitions created
+        or deleted per second), ``tokens`` (what is left in the token bucket) and
+        ``throttle-time``."""
+        manager = self.quotas.mutation
+        rate, throttle, quota = self._families(
+            "kafka_server_controllermutation",
+            "mutation_rate",
+            "Partitions created or deleted per second by the quota entity (mutation-rate).",
+            "controller_mutation_rate",
+            manager.quota_key,
+        )
+        tokens = GaugeMetricFamily(
+            "kafka_server_controllermutation_tokens",
+            "Partitions left in the quota entity's token bucket (tokens).",
+            labels=["user", "client_id"],
+        )
+        for sensor, measured, limit in manager.sensors(now_ms):
+            tags = list(sensor.tags)
+            rate.add_metric(tags, measured)
+            throttle.add_metric(tags, _average_throttle(sensor))
+            if limit is not None:
+                quota.add_metric(tags, limit)
+                tokens.add_metric(tags, manager.tokens(sensor, limit, now_ms))
+        yield from (rate, throttle, quota, tokens)
+
+
+def _average_throttle(sensor) -> float:
+    return sensor.throttle_ms_total / sensor.throttle_count if sensor.throttle_count else 0.0
 
 
 class ConnectionCollector:

@@ -6,10 +6,13 @@ move) calls ``notify(key)``, which sets the events parked there and forgets them
 polls and a parked request costs no CPU: it is a sleeping task and a set entry.
 """
 
+import time
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 
 import trio
+
+from minibroker.common.quota_manager import PARKED
 
 
 class Watchers:
@@ -37,10 +40,15 @@ class Watchers:
         for key in keys:
             self._parked[key].add(event)
         self._parked_by_kind[kind] += 1
+        # Time parked is not a request_percentage client's thread time (quota_manager.PARKED).
+        parked = PARKED.get()
+        started = time.perf_counter() if parked is not None else 0.0
         try:
             with trio.move_on_at(deadline):
                 await event.wait()
         finally:
+            if parked is not None:
+                parked[0] += time.perf_counter() - started
             self._parked_by_kind[kind] -= 1
             for key in keys:
                 parked = self._parked.get(key)

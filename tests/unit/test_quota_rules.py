@@ -112,6 +112,53 @@ def test_quota_updates_reach_the_managers_and_turn_throttling_on_and_off():
     assert principal_user("User:alice") == "alice"
 
 
+def test_request_percentage_is_thread_time_as_a_percentage_of_one_thread():
+    """KIP-124: the handler time (seconds x 100) over the window; beyond the quota, Kafka's
+    throttle time, capped at one sample window (ClientRequestQuotaManager's bound)."""
+    quotas = BrokerQuotas.create(window_num=11, window_size_s=1)
+    quotas.alter(entity_key([(CLIENT_ID, "busy")]), {"request_percentage": 10.0})
+    assert quotas.request.enabled and not quotas.enabled  # the byte-rate paths stay off
+    request = quotas.request
+    # 10% of one thread over an 11-second window: 1.1 thread-seconds, 110 "percent-seconds".
+    assert request.record("u", "busy", 0.5 * 100, now_ms=0) == 0
+    assert request.record("u", "busy", 0.5 * 100, now_ms=0) == 0
+    throttle = request.record("u", "busy", 0.2 * 100, now_ms=0)
+    assert 0 < throttle <= 1000  # (120/10 - 10)/10 x 10 s = 2 s, bounded at one window
+    assert throttle == 1000
+    assert request.record("u", "other", 5 * 100, now_ms=0) == 0  # no quota applies
+
+
+def test_controller_mutation_rate_is_kafkas_token_bucket():
+    """KIP-599: a bucket of window_num x window x rate partitions, full at first; strict:
+    a topic goes while the bucket is not below zero (it may take it below), later ones are
+    refused; the throttle is the time back to zero; permissive: all go, then the throttle."""
+    quotas = BrokerQuotas.create(window_num=2, window_size_s=1)
+    quotas.alter(entity_key([(USER, "u")]), {"controller_mutation_rate": 2.0})
+    mutation = quotas.mutation
+    assert mutation.enabled and not quotas.request.enabled
+    # Burst 4: 3 go (1 left), 5 go (-4 left: checked before recording), 1 refused.
+    accepted, throttle = mutation.admit("u", "c", [3, 5, 1], strict=True, now_ms=1000)
+    assert accepted == [True, True, False]
+    assert throttle == 2000  # -(-4) / 2 per second
+    # 1.5 s later: -1 left, still refused, throttled 500 ms.
+    accepted, throttle = mutation.admit("u", "c", [1], strict=True, now_ms=2500)
+    assert accepted == [False] and throttle == 500
+    # Another 0.5 s: back at 0, accepted, -1 again.
+    accepted, throttle = mutation.admit("u", "c", [1], strict=True, now_ms=3000)
+    assert accepted == [True] and throttle == 500
+    # Permissive: accepted all the same.
+    accepted, throttle = mutation.admit("u", "c", [4, 4], strict=False, now_ms=3000)
+    assert accepted == [True, True] and throttle == 4500
+    # The bucket refills up to the burst, not beyond.
+    accepted, throttle = mutation.admit("u", "c", [4], strict=True, now_ms=60_000)
+    assert accepted == [True] and throttle == 0
+    sensor, rate, quota = mutation.sensors(60_000)[0]
+    assert sensor.tags == ("u", "") and quota == 2.0
+    assert mutation.tokens(sensor, quota, 60_000) == 0
+    # No quota: everything goes, nothing is kept.
+    assert mutation.admit("v", "c", [100], strict=True, now_ms=0) == ([True], 0)
+
+
 # --- the controller's transitions ---------------------------------------------------------
 
 
