@@ -41,14 +41,14 @@ class Watchers:
             self._parked[key].add(event)
         self._parked_by_kind[kind] += 1
         # Time parked is not a request_percentage client's thread time (quota_manager.PARKED).
-        parked = PARKED.get()
-        started = time.perf_counter() if parked is not None else 0.0
+        request_parked = PARKED.get()
+        started = time.perf_counter() if request_parked is not None else 0.0
         try:
             with trio.move_on_at(deadline):
                 await event.wait()
         finally:
-            if parked is not None:
-                parked[0] += time.perf_counter() - started
+            if request_parked is not None:
+                request_parked[0] += time.perf_counter() - started
             self._parked_by_kind[kind] -= 1
             for key in keys:
                 parked = self._parked.get(key)
