@@ -2,7 +2,8 @@
 clients and ``kafka-configs.sh`` do it, decided and stored by the controller (a broker
 forwards them) and pushed by the controller to every broker, whose quota managers throttle
 with them (controller/client_quotas.py describes the push, common/quota_manager.py the
-throttling).
+throttling). The throttling of Produce and Fetch bytes and of request handler time is here,
+called by dispatch; that of controller mutations is in apis/topics.py.
 
 Kafka asks for ALTER_CONFIGS on the cluster to alter quotas and DESCRIBE_CONFIGS to describe
 them; the controller's push, for the cluster's own rules (an inter-node listener,

@@ -7,7 +7,8 @@ Kafka broker answers when its forwarding times out.
 With an authorizer the receiving node checks each topic first, as Kafka's KafkaApis does:
 CREATE on the cluster or the topic for CreateTopics, DELETE for DeleteTopics, ALTER for
 CreatePartitions. Refused topics answer TOPIC_AUTHORIZATION_FAILED and the controller decides
-only the others.
+only the others. Then the client's ``controller_mutation_rate`` (KIP-599): the topics over it
+answer THROTTLING_QUOTA_EXCEEDED here (see _mutation_refusals for why here).
 """
 
 import dataclasses

@@ -32,6 +32,11 @@ takes the rate above the quota returns Kafka's throttle time, ``(rate - quota) /
 window`` (QuotaUtils.throttleTime), the delay after which the rate would be back at the quota
 if nothing else came. Kafka leaves it unbounded; here it is bounded by the whole window
 (``num * size``), so that one huge request cannot mute a connection for minutes.
+
+The same manager measures ``request_percentage`` (the request handler time of a client as a
+percentage of one thread, KIP-124; its throttle bounded by one sample window as in Kafka's
+``ClientRequestQuotaManager``); ``controller_mutation_rate`` (KIP-599) is Kafka's token
+bucket instead (``ControllerMutationQuotaManager`` below).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
