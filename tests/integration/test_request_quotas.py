@@ -12,6 +12,7 @@ tests/integration/test_client_quotas.py does, so that a throttle comes within se
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient
+from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
@@ -30,6 +32,7 @@ METRICS_PORT = free_port()
 # 2% of one thread: 20 ms of the broker's time a second.
 REQUEST_PERCENTAGE = 2.0
 RUN_SECONDS = 4.0
+POLL_PERCENTAGE = 20.0
 # Two partitions a second: the bucket holds quota.window.num x 1 s x 2 = 4 partitions.
 MUTATION_RATE = 2.0
 
@@ -118,6 +121,43 @@ def test_request_percentage_throttles_a_busy_client_and_spares_others(broker):
     # requests through than the client without a quota in as long.
     assert free >= 3 * busy, (busy, free)
     set_quota(bootstrap, {"client-id": "busy"}, "request_percentage", None)
+
+
+def test_a_long_poll_is_not_thread_time(broker):
+    """A Fetch waiting for records is parked (Kafka's fetch purgatory), not handled: a
+    consumer long-polling an empty topic back to back stays below a request_percentage of
+    20%, which its waits (all of its time: 100% of a thread) would pass five times over if they
+    counted. (Its first fetch alone can take tens of milliseconds of real work on a loaded
+    machine, hence not the 2% of the busy client above.)"""
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "request-quota-idle", 1)
+    set_quota(bootstrap, {"client-id": "poller"}, "request_percentage", POLL_PERCENTAGE)
+    request = FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=250),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=(
+            FetchTopic(
+                topic="request-quota-idle",
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    throttles = []
+    for _ in range(8):
+        started = time.monotonic()
+        response = exchange(bootstrap, request, client_id="poller")
+        waited = time.monotonic() - started
+        assert waited >= 0.2, waited  # it did wait for records
+        throttles.append(response.throttle_time.total_seconds())
+    assert throttles == [0.0] * 8, throttles
+    samples = scrape(METRICS_PORT)
+    labels = (("client_id", "poller"), ("user", ""))
+    # Two seconds of waiting in the window, measured as a fraction of the quota.
+    assert 0 < samples[("kafka_server_request_request_time", labels)] < POLL_PERCENTAGE
 
 
 def create_topics_v(bootstrap: str, version: int, names: list[str], partitions: int):
