@@ -8,7 +8,7 @@ With an authorizer the receiving node checks each topic first, as Kafka's KafkaA
 CREATE on the cluster or the topic for CreateTopics, DELETE for DeleteTopics, ALTER for
 CreatePartitions. Refused topics answer TOPIC_AUTHORIZATION_FAILED and the controller decides
 only the others. Then the client's ``controller_mutation_rate`` (KIP-599): the topics over it
-answer THROTTLING_QUOTA_EXCEEDED here (see _mutation_refusals for why here).
+answer THROTTLING_QUOTA_EXCEEDED here (see _mutation_quota for why here).
 """
 
 import dataclasses
@@ -59,13 +59,24 @@ STRICT_SINCE = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5, ApiKey.CREATE_
 THROTTLED_MESSAGE = "The throttling quota has been exceeded."
 
 
-def _mutation_refusals(
+@dataclasses.dataclass
+class _Mutations:
+    """What the controller mutation quota decided for a request: the indexes (in the topics
+    it was given) of those refused, the throttle time, and the partitions each accepted topic
+    took (to give back for the topics the controller then refuses)."""
+
+    refused: set[int] = dataclasses.field(default_factory=set)
+    throttle_ms: int = 0
+    taken: list[tuple[object, int]] = dataclasses.field(default_factory=list)
+
+
+def _mutation_quota(
     ctx: RequestContext, candidates: list, permits: Callable[[Item], int]
-) -> tuple[set[int], int]:
+) -> _Mutations:
     """Kafka's controller mutation quota (KIP-599, ControllerMutationQuotaManager) for the
-    topics the request goes on with: the indexes (in ``candidates``) of those over the
-    client's ``controller_mutation_rate`` (only when the request version is strict) and the
-    throttle time; the throttle mutes the channel as a byte-rate throttle does.
+    topics the request goes on with: those over the client's ``controller_mutation_rate``
+    are refused (only when the request version is strict) and the throttle time is set; the
+    throttle mutes the channel as a byte-rate throttle does.
 
     Kafka enforces it where the request is decided: the broker in ZooKeeper mode (only the
     active controller accepts these requests there), the controller in KRaft mode, with the
@@ -81,18 +92,55 @@ def _mutation_refusals(
         or ctx.header.client_id == CONTROLLER_CLIENT_ID
         or is_broker_channel(ctx.header.client_id)
     ):
-        return set(), 0
+        return _Mutations()
     strict = ctx.header.api_version >= STRICT_SINCE[ApiKey(ctx.header.api_key)]
+    values = [permits(item) for item in candidates]
     accepted, throttle_ms = quotas.mutation.admit(
         principal_user(ctx.connection.principal),
         ctx.header.client_id or "",
-        [permits(item) for item in candidates],
+        values,
         strict,
         time.monotonic_ns() // 1_000_000,
     )
     if throttle_ms:
         ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)
-    return {index for index, ok in enumerate(accepted) if not ok}, throttle_ms
+    return _Mutations(
+        {index for index, ok in enumerate(accepted) if not ok},
+        throttle_ms,
+        [
+            (item, value)
+            for item, value, ok in zip(candidates, values, accepted, strict=True)
+            if ok and value
+        ],
+    )
+
+
+def _give_back(ctx: RequestContext, mutations: _Mutations, entries) -> None:
+    """The partitions of the topics the controller refused go back to the client's bucket."""
+    if not mutations.taken or ctx.quotas is None:
+        return
+    errors: dict = {}
+    for entry in entries:
+        if isinstance(entry, dict):
+            name, topic_id, code = entry.get("name"), entry.get("topic_id"), entry["error_code"]
+        else:
+            name, topic_id, code = entry.name, getattr(entry, "topic_id", None), entry.error_code
+        errors[name] = code
+        if topic_id is not None:
+            errors[topic_id] = code
+    refund = 0
+    for item, value in mutations.taken:
+        name = item if isinstance(item, str) else getattr(item, "name", None)
+        key = name if name is not None else getattr(item, "topic_id", None)
+        if errors.get(key, Error.NONE) != Error.NONE:
+            refund += value
+    if refund:
+        ctx.quotas.mutation.refund(
+            principal_user(ctx.connection.principal),
+            ctx.header.client_id or "",
+            refund,
+            time.monotonic_ns() // 1_000_000,
+        )
 
 
 async def _decided_if_allowed(
@@ -110,16 +158,20 @@ async def _decided_if_allowed(
     answered TOPIC_AUTHORIZATION_FAILED here. Then the controller mutation quota: the
     ``permits(topic)`` (partitions created or deleted) of the allowed ones count, those over
     it are answered THROTTLING_QUOTA_EXCEEDED here (strict versions) and the answer carries the
-    throttle time."""
+    throttle time; the topics the controller refuses give their partitions back."""
     how = {"method": method, "items": items, "results": results}
     every = list(getattr(request, items))
     kept = every if ctx.authorizer is None else [item for item in every if allowed(item)]
-    throttled, throttle_ms = _mutation_refusals(ctx, kept, permits)
-    if throttled:
-        kept = [item for index, item in enumerate(kept) if index not in throttled]
+    mutations = _mutation_quota(ctx, kept, permits)
+    if mutations.refused:
+        kept = [item for index, item in enumerate(kept) if index not in mutations.refused]
     if len(kept) == len(every):
         response = await _decided_by_controller(ctx, request, refused=refused, **how)
-        return with_throttle_time(response, throttle_ms) if throttle_ms else response
+        entries = response[results] if isinstance(response, dict) else getattr(response, results)
+        _give_back(ctx, mutations, entries)
+        if mutations.throttle_ms:
+            return with_throttle_time(response, mutations.throttle_ms)
+        return response
     answers: list = []
     if kept:
         narrowed = dataclasses.replace(request, **{items: tuple(kept)})
@@ -128,6 +180,7 @@ async def _decided_if_allowed(
             answers = list(response[results])
         else:
             answers = [dataclasses.asdict(entry) for entry in getattr(response, results)]
+        _give_back(ctx, mutations, answers)
     kept_ids = {id(item) for item in kept}
     denied = [
         refused(item, Error.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
@@ -136,7 +189,7 @@ async def _decided_if_allowed(
         for item in every
         if id(item) not in kept_ids
     ]
-    return {results: denied + answers, "throttle_time": throttle_ms}
+    return {results: denied + answers, "throttle_time": mutations.throttle_ms}
 
 
 def _created_entry(topic, error: Error, message: str | None) -> dict:

@@ -366,6 +366,18 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
         sensor.throttle_count += 1
         return accepted, throttle_ms
 
+    def refund(self, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Give back what a topic took that was then not created or deleted (Kafka records a
+        topic's partitions only once the controller goes on with it)."""
+        resolved = self.resolve(user, client_id)
+        if resolved is None or value <= 0:
+            return
+        tags, quota = resolved
+        sensor = self._sensor(tags)
+        assert isinstance(sensor, MutationSensor)
+        sensor.bucket.record(-value, quota, self.burst(quota), now_ms)
+        sensor.rate.record(-value, now_ms)
+
     def tokens(self, sensor: QuotaSensor, quota: float, now_ms: int) -> float:
         assert isinstance(sensor, MutationSensor)
         return sensor.bucket.measure(quota, self.burst(quota), now_ms)

@@ -238,6 +238,29 @@ def test_controller_mutation_rate_refuses_the_topics_over_it(broker, caplog):
     old = create_topics_v(bootstrap, 5, ["mutation-old-0", "mutation-old-1"], 3)
     assert [topic.error_code for topic in old.topics] == [Error.NONE, Error.NONE], old
     assert old.throttle_time.total_seconds() > 0
+    # A topic the controller refuses (it exists) gives its partitions back, as Kafka counts
+    # only the topics it goes on with: a client retrying it is never throttled.
+    set_quota(bootstrap, {"client-id": "retrier"}, "controller_mutation_rate", MUTATION_RATE)
+    for _ in range(4):
+        retried = codec.build(
+            codec.request_class(ApiKey.CREATE_TOPICS, 7),
+            {
+                "topics": [
+                    {
+                        "name": "mutation-old-0",
+                        "num_partitions": 4,
+                        "replication_factor": 1,
+                        "assignments": (),
+                        "configs": (),
+                    }
+                ],
+                "timeout": 10_000,
+                "validate_only": False,
+            },
+        )
+        answer = exchange(bootstrap, retried, client_id="retrier")
+        assert [topic.error_code for topic in answer.topics] == [Error.TOPIC_ALREADY_EXISTS]
+        assert answer.throttle_time.total_seconds() == 0
     # A client without the quota is not held back.
     free = codec.build(
         codec.request_class(ApiKey.CREATE_TOPICS, 7),

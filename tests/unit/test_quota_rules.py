@@ -155,6 +155,11 @@ def test_controller_mutation_rate_is_kafkas_token_bucket():
     sensor, rate, quota = mutation.sensors(60_000)[0]
     assert sensor.tags == ("u", "") and quota == 2.0
     assert mutation.tokens(sensor, quota, 60_000) == 0
+    # What the controller then refused is given back (up to the burst).
+    mutation.admit("u", "c", [4], strict=True, now_ms=60_000)
+    assert mutation.tokens(sensor, quota, 60_000) == -4
+    mutation.refund("u", "c", 4, now_ms=60_000)
+    assert mutation.tokens(sensor, quota, 60_000) == 0
     # No quota: everything goes, nothing is kept.
     assert mutation.admit("v", "c", [100], strict=True, now_ms=0) == ([True], 0)
 
