@@ -60,7 +60,7 @@ def exempt_from_request_quota(ctx: RequestContext, request) -> bool:
     return _replica_id(request) >= 0
 
 
-def throttle_request(ctx: RequestContext, request, seconds: float) -> int:
+def throttle_request(ctx: RequestContext, request, seconds: float, now_ms: int) -> int:
     """Kafka's request quota (``ClientRequestQuotaManager``, KIP-124): the time the request
     took on this broker's thread counts against the client's ``request_percentage`` (a
     percentage of one thread's time); the throttle time in milliseconds, capped at one quota
@@ -74,7 +74,7 @@ def throttle_request(ctx: RequestContext, request, seconds: float) -> int:
         user,
         ctx.header.client_id or "",
         max(seconds, 0.0) * SECONDS_TO_PERCENTAGE,
-        _now_ms(),
+        now_ms,
     )
     if throttle_ms:
         ctx.connection.throttle_ms = max(ctx.connection.throttle_ms, throttle_ms)

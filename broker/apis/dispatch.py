@@ -122,13 +122,13 @@ async def dispatch(
             return _encode(header, 0, api_versions.unsupported_version_response(ctx.advertised))
         name = ApiKey(key).name if key in ApiKey._value2member_map_ else f"api key {key}"
         raise UnsupportedRequest(f"unsupported request {name} v{version}")
-    started = time.perf_counter()
+    # time.monotonic (CLOCK_MONOTONIC, nanosecond resolution on Linux): the request-time
+    # metric's clock and the request quota's, whose rates are kept in monotonic milliseconds.
+    started = time.monotonic()
     if key == ApiKey.PRODUCE:
         request = decode_produce_request(version, frame, body_offset)
     else:
         request = codec.decode_request(key, version, frame, body_offset)
-    if key in HELD_UNTIL_READY and ctx.replicas is not None and not ctx.replicas.ready.is_set():
-        await ctx.replicas.ready.wait()
     name = _REQUEST_NAMES[key]
     quotas = ctx.quotas
     # request_percentage (KIP-124): the time this request's handling takes on this thread,
@@ -137,6 +137,11 @@ async def dispatch(
     if quotas is not None and quotas.request.enabled and key not in _NODES_ONLY:
         parked = [0.0]
         parked_token = PARKED.set(parked)
+    if key in HELD_UNTIL_READY and ctx.replicas is not None and not ctx.replicas.ready.is_set():
+        held = time.monotonic()
+        await ctx.replicas.ready.wait()
+        if parked is not None:
+            parked[0] += time.monotonic() - held
     try:
         data = await HANDLERS[key](ctx, request)
     except CloseConnection:
@@ -165,8 +170,10 @@ async def dispatch(
     request_throttle_ms = 0
     if parked is not None:
         PARKED.reset(parked_token)
-        seconds = time.perf_counter() - started - parked[0]
-        request_throttle_ms = client_quotas.throttle_request(ctx, request, seconds)
+        finished = time.monotonic()
+        request_throttle_ms = client_quotas.throttle_request(
+            ctx, request, finished - started - parked[0], int(finished * 1000)
+        )
         if request_throttle_ms and key != ApiKey.FETCH:
             data = client_quotas.with_throttle_time(data, request_throttle_ms)
     if quotas is not None and key == ApiKey.PRODUCE and quotas.produce.enabled:
@@ -182,7 +189,7 @@ async def dispatch(
         if fetch_throttle_ms:
             client_quotas.write_fetch_throttle_time(ctx, response, fetch_throttle_ms)
     ctx.metrics.requests.labels(name).inc()
-    ctx.metrics.request_time.labels(name).observe(time.perf_counter() - started)
+    ctx.metrics.request_time.labels(name).observe(time.monotonic() - started)
     if isinstance(data, dict):
         for error in _error_codes(data):
             ctx.metrics.errors.labels(name, error_name(error)).inc()

@@ -63,7 +63,7 @@ async def forward_to_controller(ctx: RequestContext, request):
     # The wait for the controller is not a request_percentage client's thread time (Kafka
     # hands a forwarded request to its forwarding manager's thread).
     parked = PARKED.get()
-    started = time.perf_counter() if parked is not None else 0.0
+    started = time.monotonic() if parked is not None else 0.0
     try:
         return await ctx.replica_manager.controller.forward(
             request, timeout_s + FORWARDING_MARGIN_S
@@ -73,7 +73,7 @@ async def forward_to_controller(ctx: RequestContext, request):
         raise ForwardingFailed(str(error)) from None
     finally:
         if parked is not None:
-            parked[0] += time.perf_counter() - started
+            parked[0] += time.monotonic() - started
 
 
 async def decided_by_controller(

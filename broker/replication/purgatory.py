@@ -42,13 +42,13 @@ class Watchers:
         self._parked_by_kind[kind] += 1
         # Time parked is not a request_percentage client's thread time (quota_manager.PARKED).
         request_parked = PARKED.get()
-        started = time.perf_counter() if request_parked is not None else 0.0
+        started = time.monotonic() if request_parked is not None else 0.0
         try:
             with trio.move_on_at(deadline):
                 await event.wait()
         finally:
             if request_parked is not None:
-                request_parked[0] += time.perf_counter() - started
+                request_parked[0] += time.monotonic() - started
             self._parked_by_kind[kind] -= 1
             for key in keys:
                 parked = self._parked.get(key)
