@@ -61,6 +61,7 @@ from minibroker.security.listeners import (
     client_security,
     listener_security,
 )
+from minibroker.security.principal_mapping import NoMatchingRule
 from minibroker.security.tls import TlsStream
 from minibroker.storage.file_records import FileRecords, materialize
 from minibroker.storage.log import LONG_MAX, LogConfig
@@ -724,7 +725,15 @@ class BrokerServer:
                 if handshake.cancelled_caught:
                     raise CloseConnection("TLS handshake timed out")
                 if not security.uses_sasl:
-                    connection.principal = certificate_principal(stream.getpeercert())
+                    try:
+                        connection.principal = certificate_principal(
+                            stream.getpeercert(), security.principal_mapper
+                        )
+                    except NoMatchingRule as error:
+                        # Kafka's principal builder fails the connection's authentication.
+                        raise CloseConnection(
+                            f"ssl.principal.mapping.rules give no principal: {error}"
+                        ) from None
             else:
                 connection.zero_copy = self.zero_copy
             while (frame := await self._next_frame(stream, decoder, peer_state)) is not None:
