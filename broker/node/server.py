@@ -14,6 +14,7 @@ import base64
 import ctypes
 import errno
 import functools
+import gc
 import ipaddress
 import logging
 import math
@@ -86,8 +87,10 @@ ACCEPT_PAUSE_SECONDS = 0.1
 # connection's buffers and TLS state are malloc'ed in pieces below glibc's mmap threshold, so
 # after thousands of connections close (5,000 unauthenticated TLS clients reaching their
 # deadline, say) the freed memory stays in the process's heap, fragmented, and RSS does not
-# come down; malloc_trim(0) returns every free page (Kafka's JVM gives heap back on its own
-# schedule; here it is explicit). A no-op where the C library has no malloc_trim.
+# come down. A full garbage collection first frees what only reference cycles still hold (a
+# cancelled connection task's exception, its traceback and frames), then malloc_trim(0)
+# returns every free page (Kafka's JVM gives heap back on its own schedule; here it is
+# explicit). The trim is skipped where the C library has no malloc_trim.
 TRIM_AFTER_CLOSED_CONNECTIONS = 1000
 TRIM_CHECK_INTERVAL_MS = 5000
 
@@ -600,6 +603,7 @@ class BrokerServer:
         self._closed_before = closed
         if _MALLOC_TRIM is not None and (closed >= TRIM_AFTER_CLOSED_CONNECTIONS or wave_ended):
             self._closed_since_trim = self._closed_before = 0
+            gc.collect()
             _MALLOC_TRIM(0)
 
     async def _reserve_memory(self, peer: _Peer, size: int) -> None:
