@@ -704,3 +704,19 @@ def test_librdkafka_re_authenticates_and_keeps_producing(secure_broker):
     assert sasl_logins(secure_broker, "re-authenticated") > renewals
     # One login per broker connection librdkafka opened, none for a reconnection.
     assert sasl_logins(secure_broker, "authenticated") - logins <= 3
+
+
+def test_re_authentication_follows_kafkas_rules(secure_broker):
+    """KafkaChannel.maybeBeginServerReauthentication: a SaslHandshake after authentication is
+    refused (ILLEGAL_SASL_STATE, the connection kept) on a listener without
+    connections.max.reauth.ms, and within a second of the last re-authentication's start."""
+    with sasl_connection(secure_broker, "SASL_PLAINTEXT") as sock:
+        assert authenticate(sock).error_code.value == 0
+        again = request(sock, SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}, 3)
+        assert again.error_code.value == 34  # ILLEGAL_SASL_STATE
+        assert metadata(sock, 4).brokers  # still served
+    with sasl_connection(secure_broker, "REAUTH") as sock:
+        assert authenticate(sock).error_code.value == 0
+        assert authenticate(sock, 3).error_code.value == 0  # the first: at any time
+        again = request(sock, SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}, 5)
+        assert again.error_code.value == 34  # within a second of the last one's start
