@@ -50,6 +50,9 @@ async def handle_handshake(ctx: RequestContext, request) -> dict:
     mechanisms = list(session.security.mechanisms) if session is not None else []
     if session is None:
         return {"error_code": Error.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+    if session.authenticated and session.mechanism is None and not session.may_reauthenticate():
+        # No re-authentication on this listener, or another within a second (Kafka's rules).
+        return {"error_code": Error.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
     mechanism = request.mechanism
     if mechanism not in mechanisms:
         session.failed = True  # the client cannot go on; Kafka closes the connection

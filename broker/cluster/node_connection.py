@@ -7,8 +7,17 @@ one per controller-to-broker channel), as Kafka's inter-broker clients do.
 A connection to a TLS listener is wrapped in trio's SSLStream; on a SASL listener it logs in
 (SaslHandshake v1, then SaslAuthenticate) before it is handed out, with the node's own
 credentials (broker.security.ClientSecurity).
+
+Re-authentication (KIP-368), as Kafka's SaslClientAuthenticator does it: when the server
+answers the login with a session lifetime (its ``connections.max.reauth.ms``), the connection
+logs in again, on the same socket, once 85-95% of that lifetime has passed (the jitter keeps
+a broker's connections from re-authenticating at once). Kafka's client starts it from its
+network thread when the time comes and nothing is in flight; here it is done before the next
+request is sent, under the same lock, which is the same thing for the server: a session is
+judged when a request arrives, and a SaslHandshake is accepted even after it has expired.
 """
 
+import random
 import ssl
 from typing import TYPE_CHECKING
 
@@ -72,6 +81,10 @@ class NodeConnection:
         self._decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         self._correlation_id = 0
         self._lock = trio.Lock()
+        self._security: ClientSecurity | None = None
+        # trio time at which to re-authenticate (KIP-368); None: the session does not expire.
+        self.reauthenticate_at: float | None = None
+        self.reauthentications = 0
 
     @classmethod
     async def connect(
@@ -90,15 +103,18 @@ class NodeConnection:
                     await tls.do_handshake()
                 connection = cls(stream, client_id)
                 if security is not None and security.mechanism is not None:
-                    await connection._authenticate(security)
+                    connection._security = security
+                    async with connection._lock:
+                        await connection._authenticate(security)
             except BaseException:
                 await trio.aclose_forcefully(stream)
                 raise
         return connection
 
     async def _authenticate(self, security: "ClientSecurity") -> None:
+        """Log in (or in again); the caller holds the lock."""
         assert security.mechanism is not None  # connect() logs in only with a mechanism
-        handshake = await self.request(
+        handshake = await self._request_locked(
             _build(ApiKey.SASL_HANDSHAKE, {"mechanism": security.mechanism})
         )
         if handshake.error_code.value != Error.NONE:
@@ -107,27 +123,49 @@ class NodeConnection:
                 f"the listener enables {', '.join(handshake.mechanisms)}"
             )
         if security.mechanism == sasl.PLAIN:
-            await self._sasl_step(sasl.plain_client_token(security.username, security.password))
-            return
-        scram = sasl.ScramClient(security.mechanism, security.username, security.password)
-        server_first = await self._sasl_step(scram.first())
-        try:
-            client_final = scram.final(server_first)
-        except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:
-            raise AuthenticationFailed(f"SCRAM server's first message refused: {error}") from None
-        server_final = await self._sasl_step(client_final)
-        try:
-            scram.verify(server_final)
-        except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:
-            raise AuthenticationFailed(f"SCRAM server verification failed: {error}") from None
+            token = sasl.plain_client_token(security.username, security.password)
+            _, lifetime = await self._sasl_step(token)
+        else:
+            scram = sasl.ScramClient(security.mechanism, security.username, security.password)
+            server_first, _ = await self._sasl_step(scram.first())
+            try:
+                client_final = scram.final(server_first)
+            except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:
+                raise AuthenticationFailed(
+                    f"SCRAM server's first message refused: {error}"
+                ) from None
+            server_final, lifetime = await self._sasl_step(client_final)
+            try:
+                scram.verify(server_final)
+            except (sasl.SaslAuthenticationError, KeyError, ValueError) as error:
+                raise AuthenticationFailed(f"SCRAM server verification failed: {error}") from None
+        self.reauthenticate_at = None
+        if lifetime > 0:
+            # SaslClientAuthenticator: 85% of the lifetime plus up to 10% of jitter.
+            share = 0.85 + random.random() * 0.10
+            self.reauthenticate_at = trio.current_time() + lifetime * share
 
-    async def _sasl_step(self, token: bytes) -> bytes:
-        response = await self.request(_build(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}))
+    async def _sasl_step(self, token: bytes) -> tuple[bytes, float]:
+        """One SaslAuthenticate; its reply token and the session lifetime in seconds (0:
+        none, or not told yet)."""
+        response = await self._request_locked(
+            _build(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
+        )
         if response.error_code.value != Error.NONE:
             raise AuthenticationFailed(
                 f"{response.error_code.name}: {response.error_message or 'no message'}"
             )
-        return bytes(response.auth_bytes)
+        lifetime = getattr(response, "session_lifetime", None)
+        seconds = lifetime.total_seconds() if lifetime is not None else 0.0
+        return bytes(response.auth_bytes), seconds
+
+    async def _maybe_reauthenticate(self) -> None:
+        """KIP-368: log in again once the session is due (the caller holds the lock)."""
+        if self.reauthenticate_at is None or trio.current_time() < self.reauthenticate_at:
+            return
+        assert self._security is not None  # only a SASL login sets reauthenticate_at
+        await self._authenticate(self._security)
+        self.reauthentications += 1
 
     async def request(self, request):
         """Send a kio request entity and return the decoded response entity.
@@ -139,16 +177,26 @@ class NodeConnection:
         frame, offset = await self.request_body(api_key, version, codec.encode_entity(request))
         return codec.decode_response(api_key, version, frame, offset)
 
+    async def _request_locked(self, request):
+        """`request` for a caller that holds the lock (the SASL login)."""
+        api_key, version = request.__api_key__, request.__version__
+        frame, offset = await self._exchange(api_key, version, codec.encode_entity(request))
+        return codec.decode_response(api_key, version, frame, offset)
+
     async def request_body(self, api_key: int, version: int, body: bytes) -> tuple[bytearray, int]:
         """Send an encoded request body; return the response frame and where its body starts
         (for the hand-written codecs of the data path). Errors as for `request`."""
         async with self._lock:
-            self._correlation_id += 1
-            correlation_id = self._correlation_id
-            await self._stream.send_all(
-                frame_request(api_key, version, correlation_id, self._client_id, body)
-            )
-            frame = await self._receive_frame()
+            await self._maybe_reauthenticate()
+            return await self._exchange(api_key, version, body)
+
+    async def _exchange(self, api_key: int, version: int, body: bytes) -> tuple[bytearray, int]:
+        self._correlation_id += 1
+        correlation_id = self._correlation_id
+        await self._stream.send_all(
+            frame_request(api_key, version, correlation_id, self._client_id, body)
+        )
+        frame = await self._receive_frame()
         flexible = codec.response_uses_flexible_header(api_key, version)
         answered_id, offset = parse_response_header(frame, flexible_header=flexible)
         if answered_id != correlation_id:

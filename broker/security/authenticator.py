@@ -20,6 +20,8 @@ from minibroker.security.scram import ScramCredentials
 
 # What a client may send before it has authenticated (and ApiVersions only then).
 AUTHENTICATION_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+# KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS: re-authentications start at most this often.
+MIN_REAUTH_INTERVAL_MS = 1000
 
 log = logging.getLogger("sasl")
 
@@ -42,6 +44,9 @@ class SaslSession:
     expires_at_ms: int | None = None
     # Set when the last attempt failed: the server closes the connection after answering.
     failed: bool = False
+    # Monotonic ms at which the last re-authentication began (KafkaChannel's
+    # lastReauthenticationStartNanos); None before the first.
+    reauth_started_ms: int | None = None
     _plain_done: bool = False
     _scram: sasl.ScramServer | None = field(default=None, repr=False)
 
@@ -52,6 +57,23 @@ class SaslSession:
         if not self.authenticated:
             return api_key == ApiKey.API_VERSIONS
         return self.expires_at_ms is None or _now_ms() < self.expires_at_ms
+
+    def may_reauthenticate(self) -> bool:
+        """Kafka's KafkaChannel.maybeBeginServerReauthentication, for a SaslHandshake on an
+        authenticated connection: only when the session has an expiry (the listener sets
+        connections.max.reauth.ms), and not within a second of the last re-authentication's
+        start. Otherwise Kafka answers the handshake ILLEGAL_SASL_STATE and keeps the
+        connection, as its KafkaApis does for a handshake after authentication."""
+        if self.expires_at_ms is None:
+            return False
+        now = _now_ms()
+        if (
+            self.reauth_started_ms is not None
+            and now - self.reauth_started_ms < MIN_REAUTH_INTERVAL_MS
+        ):
+            return False
+        self.reauth_started_ms = now
+        return True
 
     def begin(self, mechanism: str) -> None:
         self.mechanism = mechanism

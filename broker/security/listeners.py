@@ -12,6 +12,7 @@ what this node presents when it connects to another node's listener: the same li
 trust store, key store and JAAS login (username/password), as Kafka's inter-broker clients do.
 """
 
+import ctypes
 import os
 import re
 import ssl
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from minibroker.common.config import BrokerConfig, ConfigError
 from minibroker.protocol import sasl
+from minibroker.security.principal_mapping import SslPrincipalMapper
 from minibroker.security.scram import ScramCredentials
 
 CLIENT_AUTH_MODES = {
@@ -137,6 +139,179 @@ def _load_truststore(context: ssl.SSLContext, config: BrokerConfig, listener_nam
     return True
 
 
+# ssl.enabled.protocols values minibroker serves, as ssl.TLSVersion (TLSv1 and TLSv1.1 are
+# disabled in every current JDK's java.security, and refused here).
+TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+# ssl.protocol: the SSLContext algorithm Java is given. Kafka's default is TLSv1.3.
+SSL_PROTOCOLS = ("TLSv1.3", "TLSv1.2", "TLS")
+# TLS 1.3 cipher suites: the same names in Java and OpenSSL.
+TLS13_CIPHER_SUITES = (
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+    "TLS_AES_128_GCM_SHA256",
+)
+# Java's (IANA's) names of the TLS 1.2 suites both Java and OpenSSL have -> OpenSSL's names
+# (`openssl ciphers -stdname`; no anonymous, PSK, ARIA, CAMELLIA, CCM or obsolete suites).
+JAVA_TO_OPENSSL_CIPHERS = {
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_DHE_DSS_WITH_AES_256_GCM_SHA384": "DHE-DSS-AES256-GCM-SHA384",
+    "TLS_DHE_RSA_WITH_AES_256_GCM_SHA384": "DHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "DHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_DHE_DSS_WITH_AES_128_GCM_SHA256": "DHE-DSS-AES128-GCM-SHA256",
+    "TLS_DHE_RSA_WITH_AES_128_GCM_SHA256": "DHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA384": "ECDHE-ECDSA-AES256-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384": "ECDHE-RSA-AES256-SHA384",
+    "TLS_DHE_RSA_WITH_AES_256_CBC_SHA256": "DHE-RSA-AES256-SHA256",
+    "TLS_DHE_DSS_WITH_AES_256_CBC_SHA256": "DHE-DSS-AES256-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+    "TLS_DHE_RSA_WITH_AES_128_CBC_SHA256": "DHE-RSA-AES128-SHA256",
+    "TLS_DHE_DSS_WITH_AES_128_CBC_SHA256": "DHE-DSS-AES128-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_DHE_RSA_WITH_AES_256_CBC_SHA": "DHE-RSA-AES256-SHA",
+    "TLS_DHE_DSS_WITH_AES_256_CBC_SHA": "DHE-DSS-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_DHE_RSA_WITH_AES_128_CBC_SHA": "DHE-RSA-AES128-SHA",
+    "TLS_DHE_DSS_WITH_AES_128_CBC_SHA": "DHE-DSS-AES128-SHA",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_CBC_SHA256": "AES256-SHA256",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+}
+# A pseudo cipher suite Java lists (RFC 5746 renegotiation); OpenSSL always sends it.
+JAVA_SCSV = "TLS_EMPTY_RENEGOTIATION_INFO_SCSV"
+
+
+def _property_list(config: BrokerConfig, listener_name: str, key: str) -> list[str] | None:
+    """A comma-separated list property; None when not given or empty (Kafka then keeps
+    the JVM's defaults, as DefaultSslEngineFactory does)."""
+    text = listener_property(config, listener_name, key)
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    return items or None
+
+
+def _set_tls13_cipher_suites(context: ssl.SSLContext, suites: list[str]) -> bool:
+    """OpenSSL's SSL_CTX_set_ciphersuites, which Python's ssl module does not expose: called
+    through ctypes on the context's SSL_CTX (the first field after the object header of
+    CPython's PySSLContext). Checked by reading the suites back; False if it did not take."""
+    try:
+        library = ctypes.CDLL(ssl._ssl.__file__)  # type: ignore[attr-defined]
+        function = library.SSL_CTX_set_ciphersuites
+    except (OSError, AttributeError):
+        return False
+    function.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    function.restype = ctypes.c_int
+    pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
+    if not pointer or function(pointer, ":".join(suites).encode()) != 1:
+        return False
+    active = [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.3"]
+    return sorted(active) == sorted(suites)
+
+
+def configure_tls(
+    context: ssl.SSLContext, config: BrokerConfig, listener_name: str, server: bool
+) -> None:
+    """``ssl.enabled.protocols``, ``ssl.protocol`` and ``ssl.cipher.suites`` on a context, as
+    Kafka's DefaultSslEngineFactory sets them on its SSLEngine; ConfigError names a bad value.
+
+    A suite list without TLS 1.3 suites leaves TLS 1.3 nothing to negotiate, and one without
+    TLS 1.2 suites the same for TLS 1.2, as in Java; here the context's version range says so
+    (OpenSSL cannot be given an empty TLS 1.2 list), and a list that leaves no enabled
+    protocol a suite stops the start, as Kafka's SslFactory's trial handshake does.
+    ``ssl.protocol=TLSv1.2`` caps this node's own client connections at TLS 1.2 (Kafka's doc:
+    such a client does not use TLS 1.3 even if enabled); on the server side, as in Java, the
+    enabled protocols decide."""
+    key = "ssl.enabled.protocols"
+    name = _prefixed_name(config, listener_name, key)
+    protocols = _property_list(config, listener_name, key) or ["TLSv1.2", "TLSv1.3"]
+    unknown = [protocol for protocol in protocols if protocol not in TLS_VERSIONS]
+    if unknown:
+        raise ConfigError(
+            f"{name}={','.join(protocols)}: minibroker serves TLSv1.2 and TLSv1.3 (not "
+            f"{', '.join(unknown)}; TLSv1 and TLSv1.1 are disabled in current JDKs too)"
+        )
+    versions = sorted(TLS_VERSIONS[protocol] for protocol in protocols)
+    low, high = versions[0], versions[-1]
+    key = "ssl.protocol"
+    protocol = (listener_property(config, listener_name, key) or "TLSv1.3").strip()
+    if protocol not in SSL_PROTOCOLS:
+        raise ConfigError(
+            f"{_prefixed_name(config, listener_name, key)}={protocol}: expected one of "
+            f"{', '.join(SSL_PROTOCOLS)}"
+        )
+    if not server and protocol == "TLSv1.2":
+        high = min(high, ssl.TLSVersion.TLSv1_2)
+        if low > high:
+            raise ConfigError(
+                f"ssl.protocol=TLSv1.2 with {name}={','.join(protocols)}: this node's "
+                "connections to other nodes would have no protocol to use"
+            )
+    key = "ssl.cipher.suites"
+    suites = _property_list(config, listener_name, key)
+    if suites is not None:
+        cipher_name = _prefixed_name(config, listener_name, key)
+        unknown = [
+            suite
+            for suite in suites
+            if suite not in JAVA_TO_OPENSSL_CIPHERS
+            and suite not in TLS13_CIPHER_SUITES
+            and suite != JAVA_SCSV
+        ]
+        if unknown:
+            raise ConfigError(
+                f"{cipher_name}: unsupported cipher suite(s) {', '.join(unknown)}; give Java's "
+                "names of suites OpenSSL has, e.g. TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, "
+                "TLS_AES_128_GCM_SHA256"
+            )
+        tls12 = [JAVA_TO_OPENSSL_CIPHERS[s] for s in suites if s in JAVA_TO_OPENSSL_CIPHERS]
+        tls13 = [suite for suite in suites if suite in TLS13_CIPHER_SUITES]
+        if tls12:
+            try:
+                context.set_ciphers(":".join(tls12))
+            except ssl.SSLError as error:
+                raise ConfigError(f"{cipher_name}: {error}") from None
+        else:
+            low = max(low, ssl.TLSVersion.TLSv1_3)
+        if tls13:
+            if not _set_tls13_cipher_suites(context, tls13):
+                raise ConfigError(
+                    f"{cipher_name}: this Python's ssl module could not restrict the TLS 1.3 "
+                    "cipher suites; leave them out of the list"
+                )
+        else:
+            high = min(high, ssl.TLSVersion.TLSv1_2)
+        if low > high:
+            raise ConfigError(
+                f"{cipher_name}={','.join(suites)} has no suite for {name}="
+                f"{','.join(protocols)}: no TLS handshake could succeed"
+            )
+    context.minimum_version = low
+    context.maximum_version = high
+
+
+def principal_mapper(config: BrokerConfig, listener_name: str) -> SslPrincipalMapper:
+    """``ssl.principal.mapping.rules`` (Kafka's default: DEFAULT); ConfigError when bad."""
+    key = "ssl.principal.mapping.rules"
+    text = listener_property(config, listener_name, key)
+    try:
+        return SslPrincipalMapper(text)
+    except ValueError as error:
+        raise ConfigError(
+            f"invalid value for {_prefixed_name(config, listener_name, key)}: {error}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class ListenerSecurity:
     """How one listener authenticates its clients."""
@@ -148,6 +323,8 @@ class ListenerSecurity:
     plain_users: dict[str, str] = field(default_factory=dict)
     # connections.max.reauth.ms: a SASL session's lifetime; 0 means sessions never expire.
     max_reauth_ms: int = 0
+    # ssl.principal.mapping.rules, on SSL listeners (the principal of a client certificate).
+    principal_mapper: SslPrincipalMapper | None = None
 
     @property
     def uses_tls(self) -> bool:
@@ -164,7 +341,7 @@ def listener_security(config: BrokerConfig, listener_name: str) -> ListenerSecur
     ssl_context = None
     if protocol in TLS_PROTOCOLS:
         ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        configure_tls(ssl_context, config, listener_name, server=True)
         if not _load_keystore(ssl_context, config, listener_name):
             raise ConfigError(
                 f"listener {listener_name} uses {protocol} but has no key store: set "
@@ -186,6 +363,7 @@ def listener_security(config: BrokerConfig, listener_name: str) -> ListenerSecur
                 "certificates against"
             )
         ssl_context.verify_mode = CLIENT_AUTH_MODES[client_auth]
+    mapper = principal_mapper(config, listener_name) if protocol == "SSL" else None
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = {}
     max_reauth_ms = 0
@@ -201,7 +379,7 @@ def listener_security(config: BrokerConfig, listener_name: str) -> ListenerSecur
         except ValueError:
             raise ConfigError(f"invalid value {text!r} for connections.max.reauth.ms") from None
     return ListenerSecurity(
-        listener_name, protocol, ssl_context, mechanisms, plain_users, max_reauth_ms
+        listener_name, protocol, ssl_context, mechanisms, plain_users, max_reauth_ms, mapper
     )
 
 
@@ -228,7 +406,7 @@ def client_security(config: BrokerConfig, listener_name: str) -> ClientSecurity:
     missing_trust_store = ""
     if protocol in TLS_PROTOCOLS:
         ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        configure_tls(ssl_context, config, listener_name, server=False)
         if not _load_truststore(ssl_context, config, listener_name):
             # As Kafka's JVM falls back to its default trust store (cacerts): a certificate
             # from a public CA is trusted, a self-signed or private CA's is not, and the
@@ -289,10 +467,14 @@ def _escape_rdn_value(value: str) -> str:
     return escaped
 
 
-def certificate_principal(peer_certificate: dict | None) -> str:
-    """Kafka's default principal for a TLS client: ``User:`` and the subject's distinguished
-    name as RFC 2253 writes it (most specific first: "CN=alice,OU=eng,O=example"); the
-    anonymous user when the client sent no certificate."""
+def certificate_principal(
+    peer_certificate: dict | None, mapper: SslPrincipalMapper | None = None
+) -> str:
+    """Kafka's DefaultKafkaPrincipalBuilder for a TLS client: ``User:`` and the subject's
+    distinguished name as RFC 2253 writes it (most specific first:
+    "CN=alice,OU=eng,O=example"), through ``ssl.principal.mapping.rules`` when given; the
+    anonymous user when the client sent no certificate. A name no rule maps raises
+    principal_mapping.NoMatchingRule (Kafka fails the connection's authentication)."""
     if not peer_certificate or not peer_certificate.get("subject"):
         return "User:ANONYMOUS"
     rdns = []
@@ -302,7 +484,8 @@ def certificate_principal(peer_certificate: dict | None) -> str:
                 f"{_RDN_KEYWORDS.get(name, name)}={_escape_rdn_value(value)}" for name, value in rdn
             )
         )
-    return "User:" + ",".join(rdns)
+    name = ",".join(rdns)
+    return "User:" + (mapper.name(name) if mapper is not None else name)
 
 
 # Users given in configuration, in the syntax of kafka-storage's --add-scram:

@@ -22,9 +22,11 @@ import trio
 # Ciphertext received per system call; large enough for a big produce request's records to
 # arrive in a few calls.
 CIPHERTEXT_CHUNK = 256 * 1024
-# What a connection starts with (one TLS record and its overhead): it grows to
-# CIPHERTEXT_CHUNK once a receive fills it, so idle or unauthenticated connections, which a
-# client can open by the thousand, hold 17 KiB each rather than 256.
+# What a connection receives into at first (one TLS record and its overhead): it grows to
+# CIPHERTEXT_CHUNK once a receive fills it. It is given back after the handshake and taken
+# again only once the socket is readable, so idle or unauthenticated connections, which a
+# client can open by the thousand, hold no receive buffer while they wait (and no
+# FRAME_START_PLAINTEXT buffer until they send).
 FIRST_CIPHERTEXT_CHUNK = 17 * 1024
 # Acknowledge received data at once (Linux only; the kernel clears it, so it is set after each
 # receive). librdkafka leaves Nagle's algorithm on and writes a request as several TLS
@@ -50,8 +52,8 @@ class TlsStream:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
-        self._chunk = bytearray(FIRST_CIPHERTEXT_CHUNK)
-        self._scratch = bytearray(FRAME_START_PLAINTEXT)
+        self._chunk: bytearray | None = bytearray(FIRST_CIPHERTEXT_CHUNK)
+        self._scratch: bytearray | None = None
 
     @property
     def socket(self):
@@ -77,13 +79,18 @@ class TlsStream:
                 await self._flush_quietly()  # the alert tells the client why
                 raise trio.BrokenResourceError(f"TLS handshake failed: {error}") from error
             await self._flush()
+            self._chunk = None  # taken again when the client sends (see _fill)
             return
 
     async def _fill(self) -> bool:
         """Receive ciphertext into the incoming BIO; False when the peer closed. A reset
         connection raises trio.BrokenResourceError, as trio's own streams do."""
+        sock = self.transport.socket
         try:
-            received = await self.transport.socket.recv_into(self._chunk)
+            if self._chunk is None:
+                await trio.lowlevel.wait_readable(sock)
+                self._chunk = bytearray(FIRST_CIPHERTEXT_CHUNK)
+            received = await sock.recv_into(self._chunk)
         except OSError as error:
             raise trio.BrokenResourceError(f"connection lost: {error}") from error
         if QUICKACK is not None:
@@ -133,6 +140,8 @@ class TlsStream:
     async def receive_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of plaintext, and at most FRAME_START_PLAINTEXT (b"" when the
         peer closed)."""
+        if self._scratch is None:
+            self._scratch = bytearray(FRAME_START_PLAINTEXT)
         view = memoryview(self._scratch)[: min(max_bytes, len(self._scratch))]
         received = await self.receive_into(view)
         return bytes(view[:received])

@@ -631,3 +631,92 @@ def test_a_sasl_ssl_node_without_a_trust_store_says_what_to_set(tmp_path: Path):
         assert "ssl.truststore.location" in waiting, waiting
     finally:
         process.kill()
+
+
+async def test_the_brokers_own_connection_re_authenticates_before_its_session_expires(
+    secure_broker,
+):
+    """NodeConnection (fetchers, controller channels) logs in again on the same socket at
+    85-95% of the session lifetime, as Kafka's SaslClientAuthenticator does; the same client
+    that does not is closed once its session has passed."""
+    import trio
+
+    from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+    from minibroker.protocol.versions import ApiKey
+    from minibroker.security.listeners import ClientSecurity
+
+    security = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", "alice", PLAIN_USERS["alice"])
+    port = secure_broker.ports["REAUTH"]
+    body = {"topics": (), "allow_auto_topic_creation": False}
+
+    def metadata_request():
+        from minibroker.protocol import codec
+
+        return codec.build(codec.request_class(ApiKey.METADATA, 4), body)
+
+    renewals = sasl_logins(secure_broker, "re-authenticated")
+    renewing = await NodeConnection.connect("127.0.0.1", port, "reauth-test", security)
+    lapsing = await NodeConnection.connect("127.0.0.1", port, "reauth-test", security)
+    try:
+        started = trio.current_time()
+        assert renewing.reauthenticate_at is not None
+        assert (
+            0.85 * REAUTH_MS / 1000
+            <= renewing.reauthenticate_at - started
+            <= 0.95 * REAUTH_MS / 1000 + 0.1
+        )
+        lapsing.reauthenticate_at = None  # a client without KIP-368
+        # Requests for three session lifetimes: each past its re-authentication time.
+        while trio.current_time() < started + 3 * REAUTH_MS / 1000:
+            assert (await renewing.request(metadata_request())).brokers
+            await trio.sleep(0.1)
+        assert renewing.reauthentications >= 2
+        assert sasl_logins(secure_broker, "re-authenticated") >= renewals + 2
+        with pytest.raises(CONNECTION_ERRORS):
+            await lapsing.request(metadata_request())
+    finally:
+        await renewing.aclose()
+        await lapsing.aclose()
+
+
+def test_librdkafka_re_authenticates_and_keeps_producing(secure_broker):
+    """librdkafka (KIP-368 since 2.2.0) renews its session before it expires: a producer
+    that goes on for several session lifetimes loses no message and no connection."""
+    settings = client_settings(secure_broker, "REAUTH", sasl.PLAIN)
+    renewals = sasl_logins(secure_broker, "re-authenticated")
+    logins = sasl_logins(secure_broker, "authenticated")
+    producer = Producer(settings)
+    delivered: list[str] = []
+    errors: list[str] = []
+
+    def report(error, message):
+        (errors if error else delivered).append(str(error or message.value()))
+
+    topic = f"reauth-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    sent = 0
+    while time.monotonic() < started + 3 * REAUTH_MS / 1000:
+        producer.produce(topic, b"x", on_delivery=report)
+        sent += 1
+        producer.flush(CLIENT_TIMEOUT)
+        time.sleep(0.1)
+    assert not errors and len(delivered) == sent
+    assert sasl_logins(secure_broker, "re-authenticated") > renewals
+    # One login per broker connection librdkafka opened, none for a reconnection.
+    assert sasl_logins(secure_broker, "authenticated") - logins <= 3
+
+
+def test_re_authentication_follows_kafkas_rules(secure_broker):
+    """KafkaChannel.maybeBeginServerReauthentication: a SaslHandshake after authentication is
+    refused (ILLEGAL_SASL_STATE, the connection kept) on a listener without
+    connections.max.reauth.ms, and within a second of the last re-authentication's start."""
+    with sasl_connection(secure_broker, "SASL_PLAINTEXT") as sock:
+        assert authenticate(sock).error_code.value == 0
+        again = request(sock, SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}, 3)
+        assert again.error_code.value == 34  # ILLEGAL_SASL_STATE
+        assert metadata(sock, 4).brokers  # still served
+    with sasl_connection(secure_broker, "REAUTH") as sock:
+        assert authenticate(sock).error_code.value == 0
+        assert authenticate(sock, 3).error_code.value == 0  # the first: at any time
+        again = request(sock, SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}, 5)
+        assert again.error_code.value == 34  # within a second of the last one's start

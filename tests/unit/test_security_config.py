@@ -85,6 +85,24 @@ def test_pem_in_config_and_per_listener_overrides(pem_files):
         (["ssl.keystore.type=PEM", "ssl.keystore.location=/nonexistent.pem"], "cannot load"),
         (["KEYSTORE", "ssl.client.auth=sometimes"], "ssl.client.auth"),
         (["KEYSTORE", "ssl.client.auth=required"], "needs a trust store"),
+        (["KEYSTORE", "ssl.enabled.protocols=TLSv1.1,TLSv1.2"], "ssl.enabled.protocols=.*TLSv1.1"),
+        (["KEYSTORE", "ssl.enabled.protocols=SSLv3"], "not SSLv3"),
+        (["KEYSTORE", "ssl.protocol=SSLv3"], "ssl.protocol=SSLv3"),
+        (["KEYSTORE", "ssl.cipher.suites=TLS_RSA_WITH_RC4_128_MD5"], "TLS_RSA_WITH_RC4_128_MD5"),
+        (["KEYSTORE", "ssl.cipher.suites=ECDHE-RSA-AES256-GCM-SHA384"], "unsupported cipher"),
+        (
+            [
+                "KEYSTORE",
+                "ssl.enabled.protocols=TLSv1.3",
+                "ssl.cipher.suites=TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            ],
+            "has no suite for ssl.enabled.protocols=TLSv1.3",
+        ),
+        (["KEYSTORE", "ssl.principal.mapping.rules=RULE:^CN=(.*)$/$1/X"], "Invalid rule"),
+        (
+            ["KEYSTORE", "listener.name.ssl.ssl.principal.mapping.rules=default"],
+            "listener.name.ssl.ssl.principal.mapping.rules",
+        ),
     ],
 )
 def test_bad_tls_settings_are_refused_by_name(pem_files, overrides, message):
@@ -216,3 +234,77 @@ async def test_the_principal_of_a_real_tls_client_certificate(pem_files):
         nursery.start_soon(client.do_handshake)
         await server.do_handshake()
     assert certificate_principal(server.getpeercert()) == "User:CN=alice,OU=eng,O=Example"
+
+
+def tls_listener(pem_files, *overrides: str) -> ssl.SSLContext:
+    security = listener_security(
+        config(
+            "listeners=SSL://127.0.0.1:9093",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={pem_files['keystore']}",
+            *overrides,
+        ),
+        "SSL",
+    )
+    assert security.ssl_context is not None
+    return security.ssl_context
+
+
+def tls13_suites(context: ssl.SSLContext) -> list[str]:
+    return [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.3"]
+
+
+def test_enabled_protocols_and_cipher_suites_shape_the_context(pem_files):
+    default = tls_listener(pem_files)
+    assert (default.minimum_version, default.maximum_version) == (
+        ssl.TLSVersion.TLSv1_2,
+        ssl.TLSVersion.TLSv1_3,
+    )
+    only13 = tls_listener(pem_files, "listener.name.ssl.ssl.enabled.protocols=TLSv1.3")
+    assert only13.minimum_version == ssl.TLSVersion.TLSv1_3
+    only12 = tls_listener(pem_files, "ssl.enabled.protocols= TLSv1.2 ")
+    assert only12.maximum_version == ssl.TLSVersion.TLSv1_2
+    # Java names mapped to OpenSSL's; TLS 1.3 suites restricted too.
+    suites = tls_listener(
+        pem_files,
+        "ssl.cipher.suites=TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256",
+    )
+    names = {c["name"] for c in suites.get_ciphers()}
+    assert names == {"ECDHE-RSA-AES256-GCM-SHA384", "TLS_AES_128_GCM_SHA256"}
+    assert tls13_suites(suites) == ["TLS_AES_128_GCM_SHA256"]
+    # Only TLS 1.2 suites: TLS 1.3 has nothing to negotiate; only TLS 1.3 suites: the reverse.
+    no13 = tls_listener(pem_files, "ssl.cipher.suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")
+    assert no13.maximum_version == ssl.TLSVersion.TLSv1_2
+    no12 = tls_listener(pem_files, "ssl.cipher.suites=TLS_AES_256_GCM_SHA384")
+    assert no12.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert tls13_suites(no12) == ["TLS_AES_256_GCM_SHA384"]
+
+
+def test_ssl_protocol_caps_this_nodes_own_connections(pem_files):
+    base = [
+        "listeners=SSL://127.0.0.1:9093",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={pem_files['keystore']}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={pem_files['ca']}",
+    ]
+    capped = client_security(config(*base, "ssl.protocol=TLSv1.2"), "SSL").ssl_context
+    assert capped is not None and capped.maximum_version == ssl.TLSVersion.TLSv1_2
+    # The server side keeps what ssl.enabled.protocols says, as Java's server engine does.
+    server = listener_security(config(*base, "ssl.protocol=TLSv1.2"), "SSL").ssl_context
+    assert server is not None and server.maximum_version == ssl.TLSVersion.TLSv1_3
+    with pytest.raises(ConfigError, match="no protocol to use"):
+        client_security(
+            config(*base, "ssl.protocol=TLSv1.2", "ssl.enabled.protocols=TLSv1.3"), "SSL"
+        )
+
+
+def test_the_principal_through_mapping_rules():
+    from minibroker.security.principal_mapping import NoMatchingRule, SslPrincipalMapper
+
+    subject = ((("organizationalUnitName", "eng"),), (("commonName", "Alice"),))
+    mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/L")
+    assert certificate_principal({"subject": subject}, mapper) == "User:alice"
+    assert certificate_principal(None, mapper) == "User:ANONYMOUS"
+    with pytest.raises(NoMatchingRule):
+        certificate_principal({"subject": ((("commonName", "bob"),),)}, mapper)
