@@ -1107,7 +1107,9 @@ class ConsumerGroup(Group):
         try:
             subscription = decode_subscription(request.protocols[0][1])
         except EmbeddedProtocolError:
-            return JoinResult(Error.INCONSISTENT_GROUP_PROTOCOL, member_id=request.member_id), []
+            # Kafka throws an IllegalStateException ("Malformed embedded consumer protocol in
+            # subscription deserialization."): UNKNOWN_SERVER_ERROR.
+            return JoinResult(Error.UNKNOWN_SERVER_ERROR, member_id=request.member_id), []
         # The member: found, new, or a static member's new incarnation taking over.
         if instance_id is None:
             member = self.members.get(member_id) or ConsumerMember(member_id)
