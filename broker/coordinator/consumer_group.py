@@ -1044,13 +1044,12 @@ class ConsumerGroup(Group):
             if member.instance_id is not None:
                 classic.static_members[member.instance_id] = member.member_id
         classic.protocol_name = classic._select_protocol()
-        for member_id, member in classic.members.items():
-            metadata = member.metadata(classic.protocol_name)
+        for member_id, old in classic.members.items():
             try:
-                version = version_of(metadata)
+                version = version_of(old.metadata(classic.protocol_name))
             except EmbeddedProtocolError:
                 version = 0
-            member.assignment = encode_assignment(
+            old.assignment = encode_assignment(
                 self._by_name(self.target.get(member_id, {})), version
             )
         classic.state = GroupState.STABLE

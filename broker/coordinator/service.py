@@ -473,7 +473,7 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup) and not group.is_empty:
             # A classic member of a consumer group (Kafka's classicGroupJoinToConsumerGroup).
             group.consumer = self.consumer_settings_of(group_id)
-            answer, records = group.classic_join(
+            joined, records = group.classic_join(
                 request, self.topic_lookup, self.clock_ms(), self.topic_names
             )
             self._changes.notify(group_id)
@@ -481,7 +481,7 @@ class GroupCoordinator:
                 error = await self._write_consumer_records(group, records)
                 if error != Error.NONE:
                     return JoinResult(error, member_id=request.member_id)
-            return answer
+            return joined
         if isinstance(group, ConsumerGroup) and group.is_empty and request.member_id == "":
             # Kafka converts an empty consumer group to a classic one on a JoinGroup.
             group = await self._convert_group(group, Group(group_id, self.settings, 0))
@@ -527,11 +527,11 @@ class GroupCoordinator:
         if group is None:
             return SyncResult(Error.UNKNOWN_MEMBER_ID)
         if isinstance(group, ConsumerGroup):
-            answer = group.classic_sync(
+            synced = group.classic_sync(
                 member_id, instance_id, generation, protocol_type, protocol_name, self.clock_ms()
             )
             self._changes.notify(group_id)
-            return answer
+            return synced
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None
             and group.protocol_name is not None
@@ -1050,7 +1050,9 @@ class GroupCoordinator:
             classic._answer_parked(member, Error.REBALANCE_IN_PROGRESS)
         self._swap(classic, group)
         empty = GroupValue("", 0, None, None, self.clock_ms(), ())
-        encoded = [(log_format.group_key(group_id), log_format.group_value(empty))]
+        encoded: list[tuple[bytes, bytes | None]] = [
+            (log_format.group_key(group_id), log_format.group_value(empty))
+        ]
         encoded += _encoded(records)
         error = await self._append(group_id, encoded)
         if error != Error.NONE:
