@@ -267,6 +267,9 @@ class ConsumerMember:
     # A classic member told to rejoin (REBALANCE_IN_PROGRESS): fenced if it has not by then
     # (Kafka's consumer group join timeout).
     join_deadline_ms: int | None = None
+    # A classic member answered on JoinGroup: fenced if its SyncGroup has not come by then
+    # (Kafka's consumer group sync timeout).
+    sync_deadline_ms: int | None = None
 
     def metadata_value(self) -> MemberMetadataValue:
         return MemberMetadataValue(
@@ -384,6 +387,9 @@ class ConsumerGroup(Group):
         ]
         deadlines += [
             m.join_deadline_ms for m in self.members.values() if m.join_deadline_ms is not None
+        ]
+        deadlines += [
+            m.sync_deadline_ms for m in self.members.values() if m.sync_deadline_ms is not None
         ]
         return min(deadlines, default=None)
 
@@ -962,7 +968,10 @@ class ConsumerGroup(Group):
                 and member.rebalance_deadline_ms <= now_ms
                 and member.state == MemberState.UNREVOKED_PARTITIONS
             )
-            join_late = member.join_deadline_ms is not None and member.join_deadline_ms <= now_ms
+            join_late = any(
+                deadline is not None and deadline <= now_ms
+                for deadline in (member.join_deadline_ms, member.sync_deadline_ms)
+            )
             if member.session_deadline_ms <= now_ms or revoke_late or join_late:
                 if self._downgrades_without(member):
                     self.downgrade_leaving = member.member_id
@@ -1169,6 +1178,7 @@ class ConsumerGroup(Group):
             self._compute_target()
         self._reconcile(member, _by_id(subscription.owned, topics), now_ms)
         member.session_deadline_ms = now_ms + request.session_timeout_ms
+        member.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
         self._update_state(now_ms)
         answer = JoinResult(
             Error.NONE,
@@ -1225,6 +1235,7 @@ class ConsumerGroup(Group):
             return SyncResult(Error.REBALANCE_IN_PROGRESS)
         assert member.classic is not None
         member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        member.sync_deadline_ms = None
         try:
             version = version_of(member.classic.protocols[0][1])
         except EmbeddedProtocolError:

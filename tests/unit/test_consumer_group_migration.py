@@ -279,3 +279,18 @@ def test_a_classic_member_that_does_not_rejoin_is_fenced_after_its_rebalance_tim
     assert errors == [Error.NONE, Error.UNKNOWN_MEMBER_ID]
     assert group.group_epoch == epoch + 1 and set(group.members) == {"c"}
     assert records
+
+
+def test_a_classic_member_that_does_not_sync_after_its_join_is_fenced():
+    group, _ = ConsumerGroup.from_classic(classic_group(), ConsumerSettings(), lookup, 0)
+    answer, _ = group.classic_join(join_request("a", owned={}), lookup, 100)
+    assert answer.error == Error.NONE
+    group.classic_join(join_request("b", owned={}), lookup, 100)
+    assert group.classic_sync("b", None, answer.generation, None, None, 200).error == Error.NONE
+    group.expire(100 + SESSION_MS - 1)
+    assert set(group.members) == {"a", "b"}
+    # Both heartbeat (a's session holds): a alone never sent its SyncGroup.
+    for member_id in ("a", "b"):
+        group.classic_heartbeat(member_id, None, answer.generation, 100 + SESSION_MS - 1)
+    group.expire(100 + SESSION_MS)
+    assert set(group.members) == {"b"}
