@@ -945,6 +945,21 @@ class ConsumerGroup(Group):
         self._remove_member(member)
         self.group_epoch += 1
 
+    def downgrade_still_valid(self, now_ms: int) -> tuple[bool, list[Record]]:
+        """Just before the service downgrades the group: whether `downgrade_leaving` still
+        makes it classic (a consumer-protocol member may have joined while a write was
+        awaited). If not, that member is fenced as usual and the records to write returned."""
+        leaving = self.members.get(self.downgrade_leaving or "")
+        if leaving is not None and self._downgrades_without(leaving):
+            return True, []
+        self.downgrade_leaving = None
+        if leaving is None:
+            return False, []
+        before = self._persisted()
+        self._fence(leaving)
+        self._update_state(now_ms)
+        return False, self._diff(before, self._persisted())
+
     def _remove_member(self, member: ConsumerMember) -> None:
         """Kafka's removeMember, without the group epoch bump."""
         del self.members[member.member_id]

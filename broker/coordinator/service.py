@@ -1066,6 +1066,13 @@ class GroupCoordinator:
         consumer records tombstoned, its classic record written with each member's target
         assignment) and a rebalance is prepared so that the members rejoin."""
         now = self.clock_ms()
+        if self.groups.get(group.group_id) is not group:
+            return
+        valid, fenced = group.downgrade_still_valid(now)
+        if not valid:
+            if fenced:
+                await self._write_consumer_records(group, fenced)
+            return
         classic = group.to_classic(now)
         records = _encoded(group.tombstones())
         classic._prepare_rebalance(now)

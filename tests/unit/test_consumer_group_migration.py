@@ -294,3 +294,22 @@ def test_a_classic_member_that_does_not_sync_after_its_join_is_fenced():
         group.classic_heartbeat(member_id, None, answer.generation, 100 + SESSION_MS - 1)
     group.expire(100 + SESSION_MS)
     assert set(group.members) == {"b"}
+
+
+def test_a_downgrade_no_longer_valid_fences_the_member_instead():
+    group, _ = ConsumerGroup.from_classic(classic_group(), ConsumerSettings(), lookup, 0)
+    for member_id in ("c", "d"):
+        group.consumer_heartbeat(
+            HeartbeatRequest(
+                member_id, 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned={}
+            ),
+            lookup,
+            0,
+        )
+    group.downgrade_leaving = "c"  # as if d had joined after c's leave was decided
+    valid, records = group.downgrade_still_valid(10)
+    assert (valid, group.downgrade_leaving) == (False, None)
+    assert "c" not in group.members and records
+    left, _ = group.consumer_heartbeat(HeartbeatRequest("d", -1), lookup, 20)
+    assert left.error == Error.NONE and group.downgrade_leaving == "d"
+    assert group.downgrade_still_valid(30) == (True, [])
