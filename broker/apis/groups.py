@@ -227,7 +227,7 @@ async def handle_leave_group(ctx: RequestContext, request) -> dict:
         return {"error_code": Error.INVALID_GROUP_ID, "members": ()}
     if not group_allowed(ctx, Operation.READ, request.group_id):
         return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "members": ()}
-    results = ctx.group_coordinator.leave(request.group_id, members)
+    results = await ctx.group_coordinator.leave(request.group_id, members)
     if ctx.version < 3:
         return {"error_code": results[0]}
     if len(results) != len(members):  # an error for the whole request

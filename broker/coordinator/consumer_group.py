@@ -48,6 +48,7 @@ from typing import cast
 from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from minibroker.coordinator import assignors
 from minibroker.coordinator.consumer_log_format import (
+    ClassicMemberMetadata,
     CurrentAssignmentValue,
     GroupEpochValue,
     MemberMetadataValue,
@@ -57,6 +58,13 @@ from minibroker.coordinator.consumer_log_format import (
     TargetMemberValue,
     freeze,
     thaw,
+)
+from minibroker.coordinator.embedded_protocol import (
+    EmbeddedProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    version_of,
 )
 from minibroker.coordinator.state import (
     Group,
@@ -110,6 +118,16 @@ class ConsumerSettings:
     session_timeout_ms: int = 45000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = assignors.ASSIGNORS
+    # group.consumer.migration.policy: disabled, upgrade, downgrade or bidirectional.
+    migration_policy: str = "bidirectional"
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("upgrade", "bidirectional")
 
 
 class HeartbeatError(Exception):
@@ -243,6 +261,15 @@ class ConsumerMember:
     session_deadline_ms: int = 0
     # While revoking (UNREVOKED_PARTITIONS): when the member is fenced if it has not.
     rebalance_deadline_ms: int | None = None
+    # A member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside this
+    # consumer group: its session timeout and JoinGroup protocols (None: the consumer protocol).
+    classic: ClassicMemberMetadata | None = None
+    # A classic member told to rejoin (REBALANCE_IN_PROGRESS): fenced if it has not by then
+    # (Kafka's consumer group join timeout).
+    join_deadline_ms: int | None = None
+    # A classic member answered on JoinGroup: fenced if its SyncGroup has not come by then
+    # (Kafka's consumer group sync timeout).
+    sync_deadline_ms: int | None = None
 
     def metadata_value(self) -> MemberMetadataValue:
         return MemberMetadataValue(
@@ -254,7 +281,19 @@ class ConsumerMember:
             self.subscribed_topic_regex,
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic,
         )
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        """A classic member's own session timeout (None: the group's)."""
+        return self.classic.session_timeout_ms if self.classic is not None else None
+
+    @property
+    def protocol_name(self) -> str:
+        """A classic member's protocol: the first it names (Kafka's JoinGroup answer)."""
+        assert self.classic is not None and self.classic.protocols
+        return self.classic.protocols[0][0]
 
     def assignment_value(self) -> CurrentAssignmentValue:
         return CurrentAssignmentValue(
@@ -317,6 +356,9 @@ class ConsumerGroup(Group):
         # Each subscribed regular expression -> the topics it matches (Kafka's
         # resolvedRegularExpressions), resolved again at each heartbeat.
         self.regex_topics: dict[str, frozenset[str]] = {}
+        # The consumer-protocol member whose leaving makes the group classic again (online
+        # downgrade): set instead of fencing it; the service then calls `to_classic`.
+        self.downgrade_leaving: str | None = None
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -342,6 +384,12 @@ class ConsumerGroup(Group):
             m.rebalance_deadline_ms
             for m in self.members.values()
             if m.rebalance_deadline_ms is not None
+        ]
+        deadlines += [
+            m.join_deadline_ms for m in self.members.values() if m.join_deadline_ms is not None
+        ]
+        deadlines += [
+            m.sync_deadline_ms for m in self.members.values() if m.sync_deadline_ms is not None
         ]
         return min(deadlines, default=None)
 
@@ -467,7 +515,10 @@ class ConsumerGroup(Group):
                     subscribed_topic_regex=value.subscribed_topic_regex,
                     rebalance_timeout_ms=value.rebalance_timeout_ms,
                     server_assignor=value.server_assignor,
-                    session_deadline_ms=now_ms + self.consumer.session_timeout_ms,
+                    classic=value.classic,
+                )
+                restored.session_deadline_ms = now_ms + (
+                    restored.session_timeout_ms or self.consumer.session_timeout_ms
                 )
                 self.members[restored.member_id] = restored
                 if restored.instance_id is not None:
@@ -845,7 +896,7 @@ class ConsumerGroup(Group):
                     Error.UNKNOWN_MEMBER_ID,
                     f"Member {request.member_id} is not a member of group {self.group_id}.",
                 )
-            self._fence(member)
+            self._fence_or_downgrade(member)
             return result
         existing_id = self.static_members.get(request.instance_id)
         member = self.members.get(existing_id) if existing_id is not None else None
@@ -866,19 +917,57 @@ class ConsumerGroup(Group):
             member.rebalance_deadline_ms = None
             result.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
             return result
-        self._fence(member)
+        self._fence_or_downgrade(member)
         return result
+
+    def _fence_or_downgrade(self, member: ConsumerMember) -> None:
+        if self._downgrades_without(member):
+            self.downgrade_leaving = member.member_id
+        else:
+            self._fence(member)
+
+    def _downgrades_without(self, member: ConsumerMember) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember: the last consumer-protocol
+        member goes, classic members remain, the policy allows a downgrade and they fit in a
+        classic group."""
+        others = [m for m in self.members.values() if m is not member]
+        return (
+            member.classic is None
+            and bool(others)
+            and all(m.classic is not None for m in others)
+            and self.consumer.downgrade_enabled
+            and len(others) <= self.settings.max_size
+        )
 
     def _fence(self, member: ConsumerMember) -> None:
         """Kafka's consumerGroupFenceMember: the member, its target and its partitions go;
         the group epoch is bumped so the others are given its partitions."""
+        self._remove_member(member)
+        self.group_epoch += 1
+
+    def downgrade_still_valid(self, now_ms: int) -> tuple[bool, list[Record]]:
+        """Just before the service downgrades the group: whether `downgrade_leaving` still
+        makes it classic (a consumer-protocol member may have joined while a write was
+        awaited). If not, that member is fenced as usual and the records to write returned."""
+        leaving = self.members.get(self.downgrade_leaving or "")
+        if leaving is not None and self._downgrades_without(leaving):
+            return True, []
+        self.downgrade_leaving = None
+        if leaving is None:
+            return False, []
+        before = self._persisted()
+        self._fence(leaving)
+        self._update_state(now_ms)
+        return False, self._diff(before, self._persisted())
+
+    def _remove_member(self, member: ConsumerMember) -> None:
+        """Kafka's removeMember, without the group epoch bump."""
         del self.members[member.member_id]
         self.target.pop(member.member_id, None)
         if member.instance_id is not None and (
             self.static_members.get(member.instance_id) == member.member_id
         ):
             del self.static_members[member.instance_id]
-        self.group_epoch += 1
         self._resolve_regexes(None)
         names = {n for m in self.members.values() for n in self.member_topics(m)}
         self.subscription_metadata = {
@@ -894,16 +983,350 @@ class ConsumerGroup(Group):
                 and member.rebalance_deadline_ms <= now_ms
                 and member.state == MemberState.UNREVOKED_PARTITIONS
             )
-            if member.session_deadline_ms <= now_ms or revoke_late:
+            join_late = any(
+                deadline is not None and deadline <= now_ms
+                for deadline in (member.join_deadline_ms, member.sync_deadline_ms)
+            )
+            if member.session_deadline_ms <= now_ms or revoke_late or join_late:
+                if self._downgrades_without(member):
+                    self.downgrade_leaving = member.member_id
+                    break
                 self._fence(member)
         self._update_state(now_ms)
         return self._diff(before, self._persisted())
 
+    # -- migration between the protocols (Kafka 4's online upgrade and downgrade) ----------------
+
+    @classmethod
+    def from_classic(
+        cls,
+        classic: Group,
+        consumer: ConsumerSettings,
+        topics: TopicLookup,
+        now_ms: int,
+    ) -> "tuple[ConsumerGroup, list[Record]]":
+        """Kafka's ConsumerGroup.fromClassicGroup (online upgrade): the group epoch and the
+        target assignment epoch are the classic generation; each classic member stays, as a
+        member using the classic protocol, at that epoch, Stable, its last assignment (read
+        from its ConsumerProtocolAssignment) both its current and its target assignment. The
+        records are Kafka's createConsumerGroupRecords. Raises EmbeddedProtocolError for a
+        malformed subscription or assignment. Departure: a member with no assignment yet (a
+        group converted mid-rebalance) starts with none, where Kafka fails to parse it."""
+        group = cls(classic.group_id, classic.settings, consumer, now_ms)
+        group.group_epoch = group.assignment_epoch = classic.generation
+        for old in classic.members.values():
+            metadata = old.metadata(classic.protocol_name) or (
+                old.protocols[0][1] if old.protocols else b""
+            )
+            subscription = decode_subscription(metadata)
+            assigned = _by_id(decode_assignment(old.assignment) if old.assignment else {}, topics)
+            member = ConsumerMember(
+                old.member_id,
+                instance_id=old.group_instance_id,
+                rack_id=subscription.rack_id,
+                client_id=old.client_id,
+                client_host=old.client_host,
+                subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+                rebalance_timeout_ms=old.rebalance_timeout_ms,
+                member_epoch=classic.generation,
+                previous_member_epoch=classic.generation,
+                assigned=assigned,
+                classic=ClassicMemberMetadata(old.session_timeout_ms, tuple(old.protocols)),
+                session_deadline_ms=now_ms + old.session_timeout_ms,
+            )
+            group.members[member.member_id] = member
+            if member.instance_id is not None:
+                group.static_members[member.instance_id] = member.member_id
+            group.target[member.member_id] = {t: set(p) for t, p in assigned.items()}
+        group.prime_metadata(topics, None)
+        group._update_state(now_ms)
+        return group, group._diff({}, group._persisted())
+
+    def to_classic(self, now_ms: int) -> Group:
+        """Kafka's ClassicGroup.fromConsumerGroup (online downgrade, once the last
+        consumer-protocol member leaves, `downgrade_leaving`): a Stable classic group at the
+        group epoch with the remaining members, each given its target assignment encoded in
+        its subscription's version; then, as Kafka's convertToClassicGroup, a rebalance is
+        prepared so that they rejoin."""
+        classic = Group(self.group_id, self.settings, now_ms)
+        classic.generation = self.group_epoch
+        classic.protocol_type = "consumer"
+        for member in self.members.values():
+            if member.member_id == self.downgrade_leaving or member.classic is None:
+                continue
+            classic.members[member.member_id] = Member(
+                member.member_id,
+                member.instance_id,
+                member.client_id,
+                member.client_host,
+                member.rebalance_timeout_ms,
+                member.classic.session_timeout_ms,
+                "consumer",
+                list(member.classic.protocols),
+                session_deadline_ms=now_ms + member.classic.session_timeout_ms,
+            )
+            if member.instance_id is not None:
+                classic.static_members[member.instance_id] = member.member_id
+        classic.protocol_name = classic._select_protocol()
+        for member_id, old in classic.members.items():
+            try:
+                version = version_of(old.metadata(classic.protocol_name))
+            except EmbeddedProtocolError:
+                version = 0
+            old.assignment = encode_assignment(
+                self._by_name(self.target.get(member_id, {})), version
+            )
+        classic.state = GroupState.STABLE
+        classic.state_timestamp_ms = now_ms
+        return classic
+
+    def _by_name(self, partitions: Partitions) -> dict[str, set[int]]:
+        names = {topic_id: name for name, (topic_id, _) in self.subscription_metadata.items()}
+        return {names[t]: set(p) for t, p in partitions.items() if t in names and p}
+
     # -- the classic APIs on a consumer group ----------------------------------------------------
+    #
+    # Kafka's classicGroupJoinToConsumerGroup, classicGroupSyncToConsumerGroup,
+    # classicGroupHeartbeatToConsumerGroup and classicGroupLeaveToConsumerGroup: a consumer
+    # (protocol type `consumer`) on the classic protocol is a member of a consumer group like
+    # any other; its JoinGroup is its heartbeat with a full subscription, answered at once with
+    # its member epoch as the generation and no leader (it computes no assignment), and its
+    # SyncGroup hands it its current assignment computed by the server-side assignor. It is
+    # told to rejoin (REBALANCE_IN_PROGRESS on Heartbeat) when the group epoch moved past its
+    # own, when it must revoke partitions, or when partitions it waits for were released.
+
+    def _supports_classic(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """Kafka's ConsumerGroup.supportsClassicProtocols: the consumer protocol type and a
+        protocol every classic member supports."""
+        if protocol_type != "consumer":
+            return False
+        names = {name for name, _ in protocols}
+        classic = [m for m in self.members.values() if m.classic is not None]
+        if not self.members:
+            return bool(names)
+        return any(
+            all(name in {n for n, _ in m.classic.protocols} for m in classic if m.classic)
+            for name in names
+        )
+
+    def classic_join(
+        self,
+        request: JoinRequest,
+        topics: TopicLookup,
+        now_ms: int,
+        topic_names: TopicNames | None = None,
+    ) -> tuple[JoinResult, list[Record]]:
+        """A JoinGroup (Kafka's classicGroupJoinToConsumerGroup): the answer and the records
+        to write before it is given. On an error nothing changed."""
+        before = self._persisted()
+        member_id = request.member_id or new_member_id()
+        if self._is_full(member_id):
+            return JoinResult(Error.GROUP_MAX_SIZE_REACHED, member_id=request.member_id), []
+        if not self._supports_classic(request.protocol_type, request.protocols):
+            return JoinResult(Error.INCONSISTENT_GROUP_PROTOCOL, member_id=request.member_id), []
+        instance_id = request.group_instance_id
+        if request.member_id == "" and instance_id is None and request.require_known_member_id:
+            return JoinResult(Error.MEMBER_ID_REQUIRED, member_id=member_id), []
+        try:
+            subscription = decode_subscription(request.protocols[0][1])
+        except EmbeddedProtocolError:
+            # Kafka throws an IllegalStateException ("Malformed embedded consumer protocol in
+            # subscription deserialization."): UNKNOWN_SERVER_ERROR.
+            return JoinResult(Error.UNKNOWN_SERVER_ERROR, member_id=request.member_id), []
+        # The member: found, new, or a static member's new incarnation taking over.
+        if instance_id is None:
+            member = self.members.get(member_id) or ConsumerMember(member_id)
+        else:
+            existing_id = self.static_members.get(instance_id)
+            existing = self.members.get(existing_id) if existing_id is not None else None
+            if existing is None:
+                member = ConsumerMember(member_id)
+            elif existing.member_id == member_id:
+                member = existing
+            elif request.member_id != "":
+                return JoinResult(Error.FENCED_INSTANCE_ID, member_id=request.member_id), []
+            else:
+                member = ConsumerMember(
+                    member_id,
+                    member_epoch=existing.member_epoch,
+                    previous_member_epoch=existing.previous_member_epoch,
+                    state=existing.state,
+                    assigned={t: set(p) for t, p in existing.assigned.items()},
+                    pending_revocation={t: set(p) for t, p in existing.pending_revocation.items()},
+                    subscribed_topic_names=existing.subscribed_topic_names,
+                    server_assignor=existing.server_assignor,
+                )
+                del self.members[existing.member_id]
+                target = self.target.pop(existing.member_id, None)
+                if target is not None:
+                    self.target[member_id] = target
+        new = member.member_id not in self.members
+        before_subscription = (
+            member.subscribed_topic_names,
+            member.subscribed_topic_regex,
+            member.server_assignor,
+        )
+        member.instance_id = instance_id if instance_id is not None else member.instance_id
+        if subscription.rack_id is not None:
+            member.rack_id = subscription.rack_id
+        if request.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.subscribed_topic_names = tuple(sorted(set(subscription.topics)))
+        member.subscribed_topic_regex = None
+        member.client_id = request.client_id
+        member.client_host = request.client_host
+        member.classic = ClassicMemberMetadata(request.session_timeout_ms, tuple(request.protocols))
+        member.join_deadline_ms = None
+        bump = new or before_subscription != (
+            member.subscribed_topic_names,
+            member.subscribed_topic_regex,
+            member.server_assignor,
+        )
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        if self._refresh_subscription_metadata(topics, topic_names):
+            bump = True
+        if bump:
+            self.group_epoch += 1
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target()
+        self._reconcile(member, _by_id(subscription.owned, topics), now_ms)
+        member.session_deadline_ms = now_ms + request.session_timeout_ms
+        member.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+        self._update_state(now_ms)
+        answer = JoinResult(
+            Error.NONE,
+            generation=member.member_epoch,
+            protocol_type="consumer",
+            protocol_name=member.protocol_name,
+            leader="",
+            member_id=member.member_id,
+        )
+        return answer, self._diff(before, self._persisted())
+
+    def _classic_member(
+        self, member_id: str, instance_id: str | None
+    ) -> tuple[ConsumerMember | None, Error]:
+        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is None:
+            member = self.members.get(member_id)
+        else:
+            known = self.static_members.get(instance_id)
+            member = self.members.get(known) if known is not None else None
+            if member is not None and member.member_id != member_id:
+                return None, Error.FENCED_INSTANCE_ID
+        if member is None or member.classic is None:
+            return None, Error.UNKNOWN_MEMBER_ID
+        return member, Error.NONE
+
+    def classic_sync(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        now_ms: int,
+    ) -> SyncResult:
+        """A SyncGroup (Kafka's classicGroupSyncToConsumerGroup): the member's current
+        assignment as a ConsumerProtocolAssignment in its subscription's version."""
+        member, error = self._classic_member(member_id, instance_id)
+        if member is None:
+            return SyncResult(error)
+        if generation != member.member_epoch:
+            return SyncResult(Error.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != "consumer") or (
+            protocol_name is not None and protocol_name != member.protocol_name
+        ):
+            return SyncResult(Error.INCONSISTENT_GROUP_PROTOCOL)
+        if (
+            self.group_epoch > member.member_epoch
+            and member.state != MemberState.UNREVOKED_PARTITIONS
+        ):
+            member.join_deadline_ms = member.join_deadline_ms or (
+                now_ms + max(member.rebalance_timeout_ms, 0)
+            )
+            return SyncResult(Error.REBALANCE_IN_PROGRESS)
+        assert member.classic is not None
+        member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        member.sync_deadline_ms = None
+        try:
+            version = version_of(member.classic.protocols[0][1])
+        except EmbeddedProtocolError:
+            version = 0
+        return SyncResult(
+            Error.NONE,
+            protocol_type,
+            protocol_name,
+            encode_assignment(self._by_name(member.assigned), version),
+        )
+
+    def _waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Kafka's waitingOnUnreleasedPartition: a partition of its target still held by
+        another member."""
+        epochs = self.partition_epochs()
+        for topic, parts in self.target.get(member.member_id, {}).items():
+            for partition in parts - member.assigned.get(topic, set()):
+                if epochs.get((topic, partition), -1) != -1:
+                    return True
+        return False
+
+    def classic_heartbeat(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> Error:
+        """A Heartbeat (Kafka's classicGroupHeartbeatToConsumerGroup)."""
+        member, error = self._classic_member(member_id, instance_id)
+        if member is None:
+            return error
+        if generation != member.member_epoch:
+            return Error.ILLEGAL_GENERATION
+        assert member.classic is not None
+        member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        if (
+            member.member_epoch < self.group_epoch
+            or member.state == MemberState.UNREVOKED_PARTITIONS
+            or (
+                member.state == MemberState.UNRELEASED_PARTITIONS
+                and not self._waiting_on_unreleased(member)
+            )
+        ):
+            if member.join_deadline_ms is None:
+                member.join_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+            return Error.REBALANCE_IN_PROGRESS
+        return Error.NONE
+
+    def classic_leave(
+        self, members: Iterable[tuple[str, str | None]], now_ms: int
+    ) -> tuple[list[Error], list[Record]]:
+        """A LeaveGroup (Kafka's classicGroupLeaveToConsumerGroup): each classic member named
+        goes, and the group epoch is bumped once. Kafka does not downgrade the group here."""
+        before = self._persisted()
+        errors = []
+        removed = False
+        for member_id, instance_id in members:
+            if instance_id is None:
+                member = self.members.get(member_id)
+            else:
+                known = self.static_members.get(instance_id)
+                member = self.members.get(known) if known is not None else None
+                if member is not None and member_id and member.member_id != member_id:
+                    errors.append(Error.FENCED_INSTANCE_ID)
+                    continue
+            if member is None or member.classic is None:
+                errors.append(Error.UNKNOWN_MEMBER_ID)
+                continue
+            self._remove_member(member)
+            removed = True
+            errors.append(Error.NONE)
+        if removed:
+            self.group_epoch += 1
+            self._update_state(now_ms)
+        return errors, self._diff(before, self._persisted())
+
+    # The generic classic entry points (the service calls the classic_* ones above).
 
     def join(self, request: JoinRequest, now_ms: int) -> JoinOutcome:
-        """A classic JoinGroup to a consumer group: refused (Kafka 4 converts the member
-        when group.consumer.migration.policy allows; not supported here)."""
         return None, JoinResult(Error.INCONSISTENT_GROUP_PROTOCOL, member_id=request.member_id)
 
     def sync(
@@ -914,13 +1337,13 @@ class ConsumerGroup(Group):
         assignments: dict[str, bytes],
         now_ms: int,
     ) -> tuple[Member | None, SyncResult | None, bool]:
-        return None, SyncResult(Error.UNKNOWN_MEMBER_ID), False
+        answer = self.classic_sync(member_id, instance_id, generation, None, None, now_ms)
+        return None, answer, False
 
     def heartbeat(
         self, member_id: str, instance_id: str | None, generation: int, now_ms: int
     ) -> Error:
-        """A classic Heartbeat: no member of this group uses the classic protocol."""
-        return Error.UNKNOWN_MEMBER_ID
+        return self.classic_heartbeat(member_id, instance_id, generation, now_ms)
 
     def leave(self, member_id: str, instance_id: str | None, now_ms: int) -> Error:
         return Error.UNKNOWN_MEMBER_ID
@@ -954,7 +1377,8 @@ class ConsumerGroup(Group):
         if member is None:
             return Error.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return Error.STALE_MEMBER_EPOCH
+            # A classic member commits with its generation (Kafka: ILLEGAL_GENERATION).
+            return Error.ILLEGAL_GENERATION if member.classic else Error.STALE_MEMBER_EPOCH
         return Error.NONE
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> Error:
@@ -967,6 +1391,20 @@ class ConsumerGroup(Group):
         if member_epoch != member.member_epoch:
             return Error.STALE_MEMBER_EPOCH
         return Error.NONE
+
+
+def _by_id(partitions: dict[str, set[int]], topics: TopicLookup) -> Partitions:
+    """Partitions by topic name, by topic id (unknown topics and partitions left out)."""
+    out: Partitions = {}
+    for name, parts in partitions.items():
+        found = topics(name)
+        if found is None:
+            continue
+        topic_id, count = found
+        valid = {p for p in parts if 0 <= p < count}
+        if valid:
+            out.setdefault(topic_id, set()).update(valid)
+    return out
 
 
 def is_consumer_group(group: Group | None) -> bool:

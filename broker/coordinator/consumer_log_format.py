@@ -14,13 +14,16 @@ version i16 (0) and a flexible struct (compact strings and arrays, tagged fields
 
 Departure: ConsumerGroupPartitionMetadata (4) is not written (the subscribed topics'
 metadata is recomputed from the cluster's at load and at each heartbeat, as Kafka 4.1 does
-with its metadata hash); one found in the log is skipped. The ClassicMemberMetadata tagged
-field (migration) is neither written nor read.
+with its metadata hash); one found in the log is skipped. The member metadata's
+ClassicMemberMetadata (tag 0: the session timeout and JoinGroup protocols of a member that
+uses the classic protocol inside a consumer group, after an online migration) is written and
+read as Kafka's generated code does (a nullable tagged struct: size + 1, a presence varint 1,
+the struct).
 """
 
 import struct
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from minibroker.coordinator.log_format import RecordFormatError, RecordReader
@@ -61,6 +64,16 @@ class GroupEpochValue:
 
 
 @dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """Kafka's ConsumerGroupMemberMetadataValue.ClassicMemberMetadata: a member that joined
+    with JoinGroup (classic protocol) inside a consumer group."""
+
+    session_timeout_ms: int
+    # (protocol name, metadata: a ConsumerProtocolSubscription), in the member's order.
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -70,6 +83,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,17 @@ def _topic_partitions(partitions: FrozenPartitions) -> bytes:
     return out
 
 
+def _compact_bytes(data: bytes) -> bytes:
+    return _uvarint(len(data) + 1) + data
+
+
+def _classic_metadata(classic: ClassicMemberMetadata) -> bytes:
+    out = _I32.pack(classic.session_timeout_ms) + _uvarint(len(classic.protocols) + 1)
+    for name, metadata in classic.protocols:
+        out += _compact_string(name) + _compact_bytes(metadata) + _uvarint(0)
+    return out + _uvarint(0)
+
+
 def encode_key(key: RecordKey) -> bytes:
     out = _I16.pack(key.kind) + _string(key.group)
     if key.kind in (
@@ -156,6 +181,11 @@ def encode_value(value: object) -> bytes:
             + _I32.pack(value.rebalance_timeout_ms)
             + _compact_string(value.server_assignor)
         )
+        if value.classic is not None:
+            struct_data = _classic_metadata(value.classic)
+            # One tagged field: tag 0, size (+1: nullable), presence, the struct.
+            tagged = _uvarint(0) + _uvarint(len(struct_data) + 1) + b"\x01" + struct_data
+            return out + _uvarint(1) + tagged
     elif isinstance(value, TargetMemberValue):
         out += _topic_partitions(value.partitions)
     elif isinstance(value, CurrentAssignmentValue):
@@ -221,6 +251,31 @@ class _Reader(RecordReader):
             self.uvarint()
             self.raw(self.uvarint())
 
+    def compact_bytes(self) -> bytes:
+        return self.raw(self.uvarint() - 1)
+
+    def member_tagged_fields(self) -> ClassicMemberMetadata | None:
+        """The member metadata's tagged fields: ClassicMemberMetadata (tag 0), others
+        skipped."""
+        classic = None
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            if tag != 0:
+                self.raw(size)
+                continue
+            if self.i8() == -1:
+                continue
+            session_timeout_ms = self.i32()
+            protocols = []
+            for _ in range(max(self.uvarint() - 1, 0)):
+                name = self.compact_string() or ""
+                protocols.append((name, self.compact_bytes()))
+                self.tagged_fields()
+            self.tagged_fields()
+            classic = ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+        return classic
+
     def topic_partitions(self) -> FrozenPartitions:
         count = self.uvarint() - 1
         out = []
@@ -275,6 +330,10 @@ def read_value(kind: RecordKind, data: bytes) -> object:
             reader.i32(),
             reader.compact_string(),
         )
+        classic = reader.member_tagged_fields()
+        if classic is not None:
+            value = replace(value, classic=classic)
+        return value
     elif kind == RecordKind.TARGET_MEMBER:
         value = TargetMemberValue(reader.topic_partitions())
     elif kind == RecordKind.CURRENT_ASSIGNMENT:

@@ -38,6 +38,7 @@ from minibroker.coordinator.consumer_group import (
 )
 from minibroker.coordinator.consumer_group import Record as ConsumerRecord
 from minibroker.coordinator.consumer_log_format import RecordKind, encode_key, encode_value
+from minibroker.coordinator.embedded_protocol import EmbeddedProtocolError
 from minibroker.coordinator.log_format import GroupValue, OffsetValue
 from minibroker.coordinator.state import (
     Group,
@@ -196,6 +197,7 @@ class GroupCoordinator:
             session_timeout_ms=config.group_consumer_session_timeout_ms,
             max_size=config.group_consumer_max_size,
             assignors=config.group_consumer_assignors,
+            migration_policy=config.group_consumer_migration_policy,
         )
         self.groups: dict[str, Group] = {}
         # Offsets partitions served here -> the leader epoch their groups were loaded at.
@@ -379,6 +381,8 @@ class GroupCoordinator:
                 self._changes.notify(group.group_id)
                 if records:
                     await self._write_consumer_records(group, records)
+                if group.downgrade_leaving is not None:
+                    await self._downgrade(group)
                 continue
             generation = group.generation
             group.expire(self.clock_ms())
@@ -466,6 +470,18 @@ class GroupCoordinator:
         group = self._group(group_id, create=request.member_id == "")
         if group is None:
             return JoinResult(Error.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+        if isinstance(group, ConsumerGroup) and not group.is_empty:
+            # A classic member of a consumer group (Kafka's classicGroupJoinToConsumerGroup).
+            group.consumer = self.consumer_settings_of(group_id)
+            joined, records = group.classic_join(
+                request, self.topic_lookup, self.clock_ms(), self.topic_names
+            )
+            self._changes.notify(group_id)
+            if records:
+                error = await self._write_consumer_records(group, records)
+                if error != Error.NONE:
+                    return JoinResult(error, member_id=request.member_id)
+            return joined
         if isinstance(group, ConsumerGroup) and group.is_empty and request.member_id == "":
             # Kafka converts an empty consumer group to a classic one on a JoinGroup.
             group = await self._convert_group(group, Group(group_id, self.settings, 0))
@@ -510,6 +526,12 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(Error.UNKNOWN_MEMBER_ID)
+        if isinstance(group, ConsumerGroup):
+            synced = group.classic_sync(
+                member_id, instance_id, generation, protocol_type, protocol_name, self.clock_ms()
+            )
+            self._changes.notify(group_id)
+            return synced
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None
             and group.protocol_name is not None
@@ -543,7 +565,7 @@ class GroupCoordinator:
         self._changes.notify(group_id)
         return error
 
-    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[Error]:
+    async def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[Error]:
         """LeaveGroup for each (member id, group instance id); an error for the whole
         request (not coordinator, unknown group) is returned alone."""
         if (error := self.check(group_id)) != Error.NONE:
@@ -551,6 +573,14 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return [Error.UNKNOWN_MEMBER_ID]
+        if isinstance(group, ConsumerGroup):
+            errors, records = group.classic_leave(members, self.clock_ms())
+            self._changes.notify(group_id)
+            if records:
+                error = await self._write_consumer_records(group, records)
+                if error != Error.NONE:
+                    return [error]
+            return errors
         generation = group.generation
         results = [
             group.leave(member_id, instance_id, self.clock_ms())
@@ -966,14 +996,22 @@ class GroupCoordinator:
             self._add_group(group)
         elif not isinstance(group, ConsumerGroup):
             if not group.is_(GroupState.EMPTY) or group.members:
-                return HeartbeatResult(Error.GROUP_ID_NOT_FOUND, self._no_upgrade(group))
-            converted = await self._convert_group(
-                group, ConsumerGroup(group_id, self.settings, settings, 0)
-            )
-            if converted is None:
-                return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
-            assert isinstance(converted, ConsumerGroup)
-            group = converted
+                refusal = self._upgrade_refusal(group)
+                if request.member_epoch != 0 or refusal is not None:
+                    message = refusal or f"Group {group_id} is not a consumer group."
+                    return HeartbeatResult(Error.GROUP_ID_NOT_FOUND, message)
+                upgraded = await self._upgrade(group, settings)
+                if isinstance(upgraded, HeartbeatResult):
+                    return upgraded
+                group = upgraded
+            else:
+                converted = await self._convert_group(
+                    group, ConsumerGroup(group_id, self.settings, settings, 0)
+                )
+                if converted is None:
+                    return HeartbeatResult(Error.COORDINATOR_NOT_AVAILABLE)
+                assert isinstance(converted, ConsumerGroup)
+                group = converted
         group.consumer = settings
         result, records = group.consumer_heartbeat(
             request, self.topic_lookup, self.clock_ms(), self.topic_names
@@ -983,15 +1021,89 @@ class GroupCoordinator:
             error = await self._write_consumer_records(group, records)
             if error != Error.NONE:
                 return HeartbeatResult(error)
+        if group.downgrade_leaving is not None:
+            await self._downgrade(group)
         return result
 
-    def _no_upgrade(self, group: Group) -> str:
-        """Why a live classic group is not made a consumer group on a ConsumerGroupHeartbeat:
-        Kafka 4.4's validateOnlineUpgrade messages, in its order. Where Kafka would upgrade
-        the group online (group.consumer.migration.policy upgrade or bidirectional, the
-        consumer embedded protocol, not too many members), minibroker does not: it answers as
-        Kafka answers a heartbeat that may not create the group."""
-        group_id = group.group_id
+    async def _upgrade(
+        self, classic: Group, settings: ConsumerSettings
+    ) -> "ConsumerGroup | HeartbeatResult":
+        """Kafka's convertToConsumerGroup (online upgrade, validateOnlineUpgrade passed):
+        the classic group's parked JoinGroup and SyncGroup requests are answered
+        REBALANCE_IN_PROGRESS, the consumer group takes its place (members, committed
+        offsets) and its records are written. Departure: Kafka tombstones the classic group's
+        record; minibroker writes an empty classic group there instead (its replay of a
+        classic tombstone drops the group's offsets, as Kafka 3's loader did), which a
+        consumer group's records take precedence over at load."""
+        group_id = classic.group_id
+        try:
+            group, records = ConsumerGroup.from_classic(
+                classic, settings, self.topic_lookup, self.clock_ms()
+            )
+        except EmbeddedProtocolError:
+            return HeartbeatResult(
+                Error.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade the classic group {group_id} to consumer group because the "
+                "embedded consumer protocol is malformed.",
+            )
+        for member in classic.members.values():
+            classic._answer_parked(member, Error.REBALANCE_IN_PROGRESS)
+        self._swap(classic, group)
+        empty = GroupValue("", 0, None, None, self.clock_ms(), ())
+        encoded: list[tuple[bytes, bytes | None]] = [
+            (log_format.group_key(group_id), log_format.group_value(empty))
+        ]
+        encoded += _encoded(records)
+        error = await self._append(group_id, encoded)
+        if error != Error.NONE:
+            return HeartbeatResult(_STORE_GROUP_ERRORS.get(error, Error.UNKNOWN_SERVER_ERROR))
+        log.info("upgraded classic group %s to a consumer group", group_id)
+        return group
+
+    async def _downgrade(self, group: ConsumerGroup) -> None:
+        """Kafka's convertToClassicGroup (online downgrade): the last consumer-protocol
+        member left, the classic members remain; the group becomes a classic group (its
+        consumer records tombstoned, its classic record written with each member's target
+        assignment) and a rebalance is prepared so that the members rejoin."""
+        now = self.clock_ms()
+        if self.groups.get(group.group_id) is not group:
+            return
+        valid, fenced = group.downgrade_still_valid(now)
+        if not valid:
+            if fenced:
+                await self._write_consumer_records(group, fenced)
+            return
+        classic = group.to_classic(now)
+        records = _encoded(group.tombstones())
+        classic._prepare_rebalance(now)
+        self._swap(group, classic)
+        value = GroupValue(
+            classic.protocol_type or "",
+            classic.generation,
+            classic.protocol_name,
+            classic.leader_id,
+            classic.state_timestamp_ms,
+            tuple(classic.records()),
+        )
+        records.append((log_format.group_key(group.group_id), log_format.group_value(value)))
+        error = await self._append(group.group_id, records)
+        if error != Error.NONE:
+            log.warning("cannot write group %s's downgrade: %s", group.group_id, error.name)
+        log.info("downgraded consumer group %s to a classic group", group.group_id)
+
+    def _swap(self, old: Group, new: Group) -> None:
+        """``new`` takes ``old``'s place (and its committed and pending offsets) at once."""
+        new.offsets = old.offsets
+        new.offset_record_offsets = old.offset_record_offsets
+        new.pending_txn_offsets = old.pending_txn_offsets
+        old.mark_dead(self.clock_ms())
+        self._add_group(new)
+        self._changes.notify(old.group_id)
+
+    def _upgrade_refusal(self, group: Group) -> str | None:
+        """Why a classic group with members is not upgraded online on a
+        ConsumerGroupHeartbeat (Kafka's validateOnlineUpgrade, its messages in its order), or
+        None when it is."""
         reason = None
         if self.config.group_consumer_migration_policy not in ("upgrade", "bidirectional"):
             reason = "online upgrade is disabled"
@@ -1000,19 +1112,25 @@ class GroupCoordinator:
         elif len(group.members) > self.consumer_settings.max_size:
             reason = "the group size exceeds the consumer group maximum size"
         if reason is None:
-            return f"Group {group_id} is not a consumer group."
-        return f"Cannot upgrade classic group {group_id} to consumer group because {reason}."
+            return None
+        return f"Cannot upgrade classic group {group.group_id} to consumer group because {reason}."
 
     def consumer_settings_of(self, group_id: str) -> ConsumerSettings:
         """The broker's group.consumer.* settings with the group's own configs over them
         (consumer.session.timeout.ms, consumer.heartbeat.interval.ms: GROUP resources)."""
         session, heartbeat = consumer_overrides(self.replicas.group_configs.get(group_id, {}))
-        if session is None and heartbeat is None:
+        policy = self.config.group_consumer_migration_policy
+        if (
+            session is None
+            and heartbeat is None
+            and policy == self.consumer_settings.migration_policy
+        ):
             return self.consumer_settings
         return replace(
             self.consumer_settings,
             session_timeout_ms=session or self.consumer_settings.session_timeout_ms,
             heartbeat_interval_ms=heartbeat or self.consumer_settings.heartbeat_interval_ms,
+            migration_policy=policy,
         )
 
     def describe_consumer_group(

@@ -246,7 +246,7 @@ def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
     assert left.error_code == 0 and left.member_epoch == -1
 
 
-def test_commits_name_the_member_epoch_and_classic_joins_are_refused(broker: BrokerProcess):
+def test_commits_name_the_member_epoch_and_bad_classic_joins_are_refused(broker: BrokerProcess):
     group, topic = "kip848-epochs", "kip848-epochs"
     create_topic(broker.bootstrap, topic, 2)
     coordinator_ready(broker.bootstrap, group)
@@ -301,18 +301,28 @@ def test_commits_name_the_member_epoch_and_classic_joins_are_refused(broker: Bro
     assert fetched.error_code == 0
     assert fetched.topics[0].partitions[0].committed_offset == 5
     assert fetch(0).error_code == KafkaError.STALE_MEMBER_EPOCH
-    join = exchange(
-        broker.bootstrap,
-        JoinGroupRequest(
-            group_id=group,
-            session_timeout=datetime.timedelta(seconds=10),
-            rebalance_timeout=datetime.timedelta(seconds=10),
-            member_id="",
-            protocol_type="consumer",
-            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
-        ),
-    )
-    assert join.error_code == KafkaError.INCONSISTENT_GROUP_PROTOCOL
+
+    def join(member_id: str, protocol_type: str = "consumer"):
+        return exchange(
+            broker.bootstrap,
+            JoinGroupRequest(
+                group_id=group,
+                session_timeout=datetime.timedelta(seconds=10),
+                rebalance_timeout=datetime.timedelta(seconds=10),
+                member_id=member_id,
+                protocol_type=protocol_type,
+                protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+            ),
+        )
+
+    # A classic JoinGroup to a consumer group with members is served as Kafka 4 serves it
+    # (see test_consumer_protocol_migration): a member id first; then a subscription that is
+    # not the consumer protocol's is Kafka's UNKNOWN_SERVER_ERROR (an IllegalStateException
+    # there), another protocol type INCONSISTENT_GROUP_PROTOCOL.
+    required = join("")
+    assert required.error_code == KafkaError.MEMBER_ID_REQUIRED
+    assert join(required.member_id).error_code == KafkaError.UNKNOWN
+    assert join("", "connect").error_code == KafkaError.INCONSISTENT_GROUP_PROTOCOL
     classic = exchange(
         broker.bootstrap,
         DescribeGroupsRequest(groups=(group,), include_authorized_operations=False),

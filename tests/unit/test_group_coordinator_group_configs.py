@@ -70,8 +70,13 @@ async def test_the_groups_configs_apply_at_each_heartbeat(autojump_clock, tmp_pa
             "Cannot upgrade classic group g to consumer group because the group does not use "
             "the consumer embedded protocol.",
         ),
-        # Kafka would upgrade this one online; minibroker does not (see the README).
-        ("upgrade", "consumer", "Group g is not a consumer group."),
+        # A subscription that is not the consumer protocol's: Kafka's message.
+        (
+            "upgrade",
+            "consumer",
+            "Cannot upgrade the classic group g to consumer group because the embedded "
+            "consumer protocol is malformed.",
+        ),
     ],
 )
 async def test_a_live_classic_group_is_not_upgraded(
