@@ -121,23 +121,29 @@ def test_the_group_survives_its_coordinators_death(cluster: Cluster):
     reads: dict[tuple[int, int], int] = {}
     acknowledged: dict[int, int] = {}
 
+    def poll_once() -> None:
+        """Poll each member once, committing the record it read. librdkafka applies an
+        assignment and acknowledges a revocation only from poll: a member not polled never
+        reconciles, so every wait on the group polls."""
+        for consumer in members:
+            message = consumer.poll(0.05)
+            if message is None or message.error() is not None:
+                continue
+            key = (message.partition(), message.offset())
+            reads[key] = reads.get(key, 0) + 1
+            position = TopicPartition(TOPIC, message.partition(), message.offset() + 1)
+            try:
+                (done,) = consumer.commit(offsets=[position], asynchronous=False)
+            except KafkaException:
+                continue  # not acknowledged: the coordinator is moving
+            if done.error is None:
+                acknowledged[done.partition] = done.offset
+
     def read_until(count: int, what: str) -> None:
         """Poll both members, committing each record read, until ``count`` were read."""
 
         def step() -> bool:
-            for consumer in members:
-                message = consumer.poll(0.05)
-                if message is None or message.error() is not None:
-                    continue
-                key = (message.partition(), message.offset())
-                reads[key] = reads.get(key, 0) + 1
-                position = TopicPartition(TOPIC, message.partition(), message.offset() + 1)
-                try:
-                    (done,) = consumer.commit(offsets=[position], asynchronous=False)
-                except KafkaException:
-                    continue  # not acknowledged: the coordinator is moving
-                if done.error is None:
-                    acknowledged[done.partition] = done.offset
+            poll_once()
             return len(reads) >= count
 
         wait_for(step, 4 * CONVERGENCE_TIMEOUT, what, interval=0)
@@ -148,16 +154,15 @@ def test_the_group_survives_its_coordinators_death(cluster: Cluster):
         # a group formed afresh by the two members would have, which tells a group rebuilt
         # from the log from one recreated after the failover.
         bump_epoch_twice(cluster)
-        before = wait_for(
-            lambda: (
-                sorted(len(c.assignment()) for c in members) == [2, 2]
-                and (group := describe(cluster)) is not None
-                and group.group_state == "Stable"
-                and group
-            ),
-            CONVERGENCE_TIMEOUT,
-            "the group stable over two members",
-        )
+
+        def stable_over_two():
+            poll_once()
+            if sorted(len(c.assignment()) for c in members) != [2, 2]:
+                return None
+            group = describe(cluster)
+            return group if group is not None and group.group_state == "Stable" else None
+
+        before = wait_for(stable_over_two, CONVERGENCE_TIMEOUT, "the group stable over two members")
         committed_before_kill = dict(acknowledged)
         victim = coordinator_of(cluster)
         cluster.brokers[victim].kill()
