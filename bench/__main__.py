@@ -7,6 +7,10 @@ BENCHMARKS.png; `--smoke` (tiny sizes, one run, a few seconds per row) and `--on
 stdout only, unless `--write` is given. Apache Kafka is a system of every full run when
 java/fetch.sh has cached its jars (`--no-kafka` leaves it out); the smoke run leaves it out
 unless `--kafka` or MINIBROKER_BENCH_KAFKA=1 asks for it (JVMs take seconds to start each).
+The Spark rows (issue 22: minibroker's Spark source against Spark's connector and one consumer)
+are in every full run and left out of the smoke run unless `--spark`, MINIBROKER_BENCH_SPARK=1
+or `--only spark-...` asks for them; without pyspark (or the connector's jars) the table says
+"skipped" and why.
 Progress and failures go to stderr; the exit status is 1 when any measurement failed.
 """
 
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from bench.chart import write_chart
 from bench.report import BENCHMARKS, machine, section, write_benchmarks
-from bench.rows import REAL_SIZES, SMOKE_SIZES, rows, run_row
+from bench.rows import REAL_SIZES, SMOKE_SIZES, close_spark, rows, run_row
 
 DEFAULT_RUNS = 3
 
@@ -48,6 +52,12 @@ def main() -> int:
         help="measure Apache Kafka too, when its jars are cached (default: yes, but for --smoke"
         " only with MINIBROKER_BENCH_KAFKA=1)",
     )
+    parser.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        help="run the Spark rows (default: yes, but for --smoke only with MINIBROKER_BENCH_SPARK=1"
+        " or --only naming one)",
+    )
     arguments = parser.parse_args()
     runs = arguments.runs or (1 if arguments.smoke else DEFAULT_RUNS)
     write = arguments.write
@@ -56,9 +66,16 @@ def main() -> int:
     kafka = arguments.kafka
     if kafka is None:
         kafka = not arguments.smoke or os.environ.get("MINIBROKER_BENCH_KAFKA") == "1"
+    spark = arguments.spark
+    if spark is None:
+        spark = (
+            not arguments.smoke
+            or os.environ.get("MINIBROKER_BENCH_SPARK") == "1"
+            or any(name.startswith("spark-") for name in arguments.only or ())
+        )
     selected = [
         row
-        for row in rows(SMOKE_SIZES if arguments.smoke else REAL_SIZES, kafka)
+        for row in rows(SMOKE_SIZES if arguments.smoke else REAL_SIZES, kafka, spark)
         if not arguments.only or row.name in arguments.only
     ]
 
@@ -67,14 +84,17 @@ def main() -> int:
     described = machine()
     results = []
     with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as work_dir:
-        for row in selected:
-            results.append(run_row(row, runs, Path(work_dir)))
-            if write and len(results) < len(selected):
-                # The rows so far, so that a run cut short leaves what it measured.
-                partial = (
-                    f"{len(results)} of {len(selected)} rows so far (the run is not over).\n\n"
-                )
-                write_benchmarks(partial + section(command, results, runs, described))
+        try:
+            for row in selected:
+                results.append(run_row(row, runs, Path(work_dir)))
+                if write and len(results) < len(selected):
+                    # The rows so far, so that a run cut short leaves what it measured.
+                    partial = (
+                        f"{len(results)} of {len(selected)} rows so far (the run is not over).\n\n"
+                    )
+                    write_benchmarks(partial + section(command, results, runs, described))
+        finally:
+            close_spark()
 
     content = section(command, results, runs, described)
     print(content)

@@ -14,19 +14,37 @@ import sys
 import textwrap
 from pathlib import Path
 
-from bench.rows import RowResult
+from bench.rows import CONSUMER, SPARK_KAFKA, SPARK_SYSTEMS, RowResult
 from bench.targets import KAFKA, MINIBROKER, MOCK
 
 COLUMNS = 4
 PANEL_INCHES = (4.0, 2.9)
 # A colour per system, the same in every panel.
-COLOURS = {MINIBROKER: "#1f77b4", MOCK: "#9e9e9e", KAFKA: "#d62728"}
-LABELS = {MINIBROKER: "minibroker", MOCK: "mock", KAFKA: "Apache Kafka"}
+COLOURS = {
+    MINIBROKER: "#1f77b4",
+    MOCK: "#9e9e9e",
+    KAFKA: "#d62728",
+    SPARK_KAFKA: "#ff7f0e",
+    CONSUMER: "#2ca02c",
+}
+LABELS = {
+    MINIBROKER: "minibroker",
+    MOCK: "mock",
+    KAFKA: "Apache Kafka",
+    SPARK_KAFKA: "Spark's connector",
+    CONSUMER: "one consumer",
+}
 
 
 Panel = tuple[str, list[tuple[str, float | None, str]]]
 NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 COLUMNS_OF = {"minibroker": MINIBROKER, "mock": MOCK, "Apache Kafka": KAFKA}
+# The Spark rows' table (bench.report.spark_table).
+SPARK_COLUMNS_OF = {
+    "minibroker's source": MINIBROKER,
+    "Spark's connector": SPARK_KAFKA,
+    "one consumer": CONSUMER,
+}
 
 
 def panels_from_markdown(text: str) -> list[Panel]:
@@ -44,7 +62,8 @@ def panels_from_markdown(text: str) -> list[Panel]:
         elif headings is not None and not columns[0].startswith("---"):
             named = dict(zip(headings, columns, strict=False))
             bars = []
-            for heading, system in COLUMNS_OF.items():
+            columns_of = SPARK_COLUMNS_OF if "minibroker's source" in headings else COLUMNS_OF
+            for heading, system in columns_of.items():
                 cell = named.get(heading, "n/a")
                 found = NUMBER.match(cell)
                 value = float(found.group().replace(",", "")) if found else None
@@ -59,7 +78,7 @@ def panels(results: list[RowResult]) -> list[Panel]:
     for result in results:
         for line in result.row.lines:
             bars = []
-            for system in (MINIBROKER, MOCK, KAFKA):
+            for system in SPARK_SYSTEMS if result.row.spark else (MINIBROKER, MOCK, KAFKA):
                 value = result.median(system, line.key)
                 if system in result.failures:
                     why = "failed"

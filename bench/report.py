@@ -17,7 +17,7 @@ from pathlib import Path
 import confluent_kafka
 
 from bench.kafka_ref import JVM_OPTIONS, KAFKA_HEAP
-from bench.rows import Line, RowResult
+from bench.rows import CONSUMER, SPARK_KAFKA, Line, RowResult
 from bench.targets import KAFKA, MINIBROKER, MOCK
 
 BEGIN_MARKER = "<!-- bench:begin (written by python -m bench; edits here are overwritten) -->"
@@ -174,15 +174,78 @@ def kafka_targets(results: list[RowResult]) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
+# Issue 22's targets for the Spark rows: (row, metric key, reference) -> the bound on
+# minibroker's source over the reference in the same run.
+SPARK_TARGETS: dict[tuple[str, str, str], tuple[str, float]] = {
+    ("spark-count", "rows_per_s", SPARK_KAFKA): (">=", 1.0),
+    ("spark-count", "rows_per_s", CONSUMER): (">=", 1.0),
+    ("spark-parquet", "rows_per_s", SPARK_KAFKA): (">=", 1.0),
+    ("spark-latency", "median_ms", SPARK_KAFKA): ("<=", 1.0),
+}
+SPARK_NAMES = {SPARK_KAFKA: "Spark's connector", CONSUMER: "one consumer"}
+
+
+def spark_table(results: list[RowResult]) -> str:
+    """The Spark rows: minibroker's source, Spark's connector and one plain consumer on the same
+    topic, the source's ratios to both, then issue 22's targets ("" when no Spark row ran)."""
+    spark = [result for result in results if result.row.spark]
+    if not spark:
+        return ""
+    lines = [
+        "| row | workload | metric | minibroker's source | Spark's connector | one consumer"
+        " | source / connector | source / consumer |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    targets = [
+        "| row | metric | minibroker's source / | ratio | target | |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for result in spark:
+        for line in result.row.lines:
+            lines.append(
+                f"| {result.row.name} | {result.row.workload} | {line.metric}"
+                f" | {_cell(result, MINIBROKER, line)} | {_cell(result, SPARK_KAFKA, line)}"
+                f" | {_cell(result, CONSUMER, line)} | {_ratio(result, line, SPARK_KAFKA)}"
+                f" | {_ratio(result, line, CONSUMER)} |"
+            )
+            for reference in (SPARK_KAFKA, CONSUMER):
+                bound = SPARK_TARGETS.get((result.row.name, line.key, reference))
+                if bound is None:
+                    continue
+                value = ratio(result, line, reference)
+                if value is None:
+                    verdict = "not measured"
+                elif (value >= bound[1]) if bound[0] == ">=" else (value <= bound[1]):
+                    verdict = "met"
+                else:
+                    verdict = "**missed**"
+                shown = "n/a" if value is None else f"{value:.2f}"
+                targets.append(
+                    f"| {result.row.name} | {line.metric} | {SPARK_NAMES[reference]} | {shown}"
+                    f" | {bound[0]} {bound[1]:g} | {verdict} |"
+                )
+    return (
+        "Spark (issue 22), medians per system; all three read the same topic on one minibroker"
+        " broker in the same run:\n\n"
+        + "\n".join(lines)
+        + "\n\nIssue 22's targets, minibroker's source against each in this run:\n\n"
+        + "\n".join(targets)
+        + "\n"
+    )
+
+
 def table(results: list[RowResult], runs: int) -> str:
     """The markdown table: medians of `runs` runs per system, minibroker / mock and
-    minibroker / Apache Kafka; then issue 26's targets against Kafka."""
+    minibroker / Apache Kafka; then issue 26's targets against Kafka; then the Spark rows'
+    table of their own (spark_table)."""
+    spark = spark_table(results)
+    broker = [result for result in results if not result.row.spark]
     lines = [
         "| row | workload | metric | minibroker | mock | Apache Kafka | minibroker / mock"
         " | minibroker / Kafka |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    for result in results:
+    for result in broker:
         for line in result.row.lines:
             lines.append(
                 f"| {result.row.name} | {result.row.workload} | {line.metric}"
@@ -203,14 +266,16 @@ def table(results: list[RowResult], runs: int) -> str:
     skips = [
         f"- {system}, {', '.join(names)}: {message}" for (system, message), names in reasons.items()
     ]
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n" if broker else ""
+    if spark:
+        text += ("\n" if text else "") + spark
     if skips:
         text += "\nNot measured:\n\n" + "\n".join(skips) + "\n"
     if failures:
         text += "\nFailures (the full client error and log tails went to stderr):\n\n"
         text += "\n".join(failures) + "\n"
-    targets = kafka_targets(results)
-    if targets and any(KAFKA in result.row.systems for result in results):
+    targets = kafka_targets(broker)
+    if targets and any(KAFKA in result.row.systems for result in broker):
         text += "\nIssue 26's targets, minibroker / Apache Kafka in this run:\n\n" + targets
     runs_note = (
         f"Medians of {runs} run{'s' if runs != 1 else ''} per system, runs alternating between"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import spark_read
 from bench.startup import time_to_usable
 from bench.targets import KAFKA, MINIBROKER, SYSTEMS, BenchError, Skipped, start
 from bench.transactions import (
@@ -62,12 +63,21 @@ SMOKE_SIZES = Sizes(
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
     txn_records=20_000,
+    spark_records=20_000,
+    spark_probes=3,
 )
 # Why the Kafka column is empty when Kafka is left out of a run (the smoke run, by default).
 KAFKA_LEFT_OUT = (
     "left out of this run (--smoke runs Apache Kafka only with --kafka or"
     " MINIBROKER_BENCH_KAFKA=1, and java/fetch.sh's jars cached)"
 )
+# The Spark rows' systems, all reading the same topic on one minibroker broker: minibroker's
+# source (`format("minibroker")`, under MINIBROKER so that the ratios are of it), Spark's own
+# connector (`format("kafka")`, spark-sql-kafka-0-10) and one plain confluent-kafka consumer.
+SPARK_KAFKA = "spark-kafka"
+CONSUMER = "consumer"
+SPARK_SYSTEMS = (MINIBROKER, SPARK_KAFKA, CONSUMER)
+SPARK_TRIGGER_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -136,12 +146,19 @@ STARTUP = (
     Line("s until a first acks=all produce to a new topic is acknowledged", "usable_s", "{:.2f}"),
     Line("s until every broker answers and lists every broker", "ready_s", "{:.2f}"),
 )
+SPARK_RATE = (Line("rows/s", "rows_per_s", "{:,.0f}"),)
+SPARK_LATENCY = (
+    Line("median ms of the probes", "median_ms", "{:,.0f}"),
+    Line("max ms of the probes", "max_ms", "{:,.0f}"),
+)
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
     Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
 )
 
 Measure = Callable[[Target, str, Path], dict[str, float]]
+# A measurement of one system that brings its own target: (system, run, work directory).
+MeasureSystem = Callable[[str, int, Path], dict[str, float]]
 
 
 def tls_overrides(work_dir: Path) -> dict[str, str]:
@@ -180,6 +197,13 @@ class Row:
     starts: int | None = None
     # Systems the row does not measure, and why (the table says "skipped" and the reason).
     not_measured: dict[str, str] = field(default_factory=dict)
+    # Set for rows whose systems are not brokers (the Spark rows): called instead of starting
+    # a target; such rows have a table of their own.
+    measure_system: MeasureSystem | None = None
+
+    @property
+    def spark(self) -> bool:
+        return self.measure_system is not None
 
 
 def on_records(workload, count: int, size: int) -> Measure:
@@ -189,10 +213,10 @@ def on_records(workload, count: int, size: int) -> Measure:
     )
 
 
-def rows(sizes: Sizes, kafka: bool = True) -> list[Row]:
+def rows(sizes: Sizes, kafka: bool = True, spark: bool = True) -> list[Row]:
     """Every row, in table order, for these sizes; without `kafka`, Apache Kafka is left out
-    of every row (and the table says why)."""
-    table = _rows(sizes)
+    of every row (and the table says why); without `spark`, the Spark rows are left out."""
+    table = [row for row in _rows(sizes) if spark or not row.spark]
     if kafka:
         return table
     return [
@@ -353,7 +377,109 @@ def _rows(sizes: Sizes) -> list[Row]:
             on_records(restart_time, sizes.restart_records, LARGE),
             systems=(MINIBROKER, KAFKA),
         ),
+        *spark_rows(sizes),
     ]
+
+
+def spark_rows(sizes: Sizes) -> list[Row]:
+    """Issue 22's rows: Spark reading one topic of `sizes.spark_records` x 100 B in
+    SPARK_PARTITIONS partitions on one minibroker broker, through minibroker's source, Spark's
+    connector and one plain consumer (bench.spark_read: one broker, topic and SparkSession for
+    all three rows, made by the first and stopped by close_spark)."""
+    records = f"{sizes.spark_records:,} x 100 B, {SPARK_PARTITIONS} partitions"
+
+    def measure(kind: str) -> MeasureSystem:
+        return lambda system, run, work_dir: spark_figures(sizes, kind, system)
+
+    def row(name: str, workload: str, lines: tuple[Line, ...]) -> Row:
+        return Row(
+            name,
+            workload,
+            lines,
+            lambda target, topic, work_dir: {},
+            systems=SPARK_SYSTEMS,
+            measure_system=measure(name),
+        )
+
+    return [
+        row(
+            "spark-count",
+            f"Spark batch read of {records} into count(), local[2] (consumer: every record"
+            " in one confluent-kafka Consumer)",
+            SPARK_RATE,
+        ),
+        row(
+            "spark-parquet",
+            f"Spark batch read of {records} into Parquet, local[2] (consumer: one"
+            " confluent-kafka Consumer, the columns written with pyarrow)",
+            SPARK_RATE,
+        ),
+        row(
+            "spark-latency",
+            f"streaming end-to-end latency, topic -> Parquet at a {SPARK_TRIGGER_MS / 1000:g} s"
+            f" trigger, {sizes.spark_probes} single records a run: produce until the file sink"
+            " commits (consumer: until one confluent-kafka Consumer holds it)",
+            SPARK_LATENCY,
+        ),
+    ]
+
+
+SPARK_PARTITIONS = 4
+_spark: spark_read.SparkRead | None = None
+_spark_unavailable: str | None = None
+
+
+def _spark_read(sizes: Sizes) -> spark_read.SparkRead:
+    global _spark, _spark_unavailable
+    if _spark_unavailable is not None:
+        raise Skipped(_spark_unavailable)
+    if _spark is None or _spark.records != sizes.spark_records:
+        close_spark()
+        try:
+            _spark = spark_read.SparkRead(
+                sizes.spark_records,
+                SMALL,
+                SPARK_PARTITIONS,
+                log=lambda line: print(f"[spark] {line}", file=sys.stderr),
+            )
+        except ImportError as missing:
+            _spark_unavailable = f"pyspark is not installed ({missing})"
+            raise Skipped(_spark_unavailable) from missing
+        except Exception as error:
+            raise BenchError(f"Spark's topic or session could not be set up: {error}") from error
+    return _spark
+
+
+def close_spark() -> None:
+    """Stop the Spark rows' SparkSession and broker, if a row started them."""
+    global _spark
+    if _spark is not None:
+        _spark.close()
+        _spark = None
+
+
+def spark_figures(sizes: Sizes, kind: str, system: str) -> dict[str, float]:
+    """One run of a Spark row for one system."""
+    bench = _spark_read(sizes)
+    source = "kafka" if system == SPARK_KAFKA else system
+    if system == SPARK_KAFKA and "kafka" not in bench.sources:
+        raise Skipped(bench.left_out or "Spark's connector is not available")
+    try:
+        if kind == "spark-count":
+            rate = bench.consumer() if system == CONSUMER else bench.count(source)
+            return {"rows_per_s": rate}
+        if kind == "spark-parquet":
+            rate = bench.consumer_parquet() if system == CONSUMER else bench.parquet(source)
+            return {"rows_per_s": rate}
+        latencies = sorted(bench.latency(source, SPARK_TRIGGER_MS, sizes.spark_probes))
+        return {
+            "median_ms": statistics.median(latencies) * 1000,
+            "max_ms": latencies[-1] * 1000,
+        }
+    except (Skipped, BenchError):
+        raise
+    except Exception as error:
+        raise BenchError(f"{kind}, {system}: {error}") from error
 
 
 @dataclass
@@ -374,6 +500,8 @@ def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, f
     """One measurement on a fresh target, which is stopped (and its data removed) afterwards."""
     if row.starts is not None:
         return time_to_usable(system, row.starts, work_dir)
+    if row.measure_system is not None:
+        return row.measure_system(system, run, work_dir)
     overrides = row.broker_overrides
     if callable(overrides):
         overrides = overrides(work_dir)

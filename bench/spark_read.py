@@ -189,6 +189,202 @@ def timed(records: int, action) -> float:
     return records / (time.perf_counter() - started)
 
 
+def consumer_parquet(
+    bootstrap: str, topic: str, partitions: int, records: int, path: Path
+) -> float:
+    """Seconds for one consumer to read every record and write them to one Parquet file with
+    pyarrow: the columns of Spark's Kafka schema but headers (key, value, topic, partition,
+    offset, timestamp, timestampType), as a program without Spark would."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-spark-reference",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.queue.backoff.ms": 1,
+            "queued.max.messages.kbytes": 262144,
+        }
+    )
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    columns: dict[str, list] = {
+        name: [] for name in ("key", "value", "partition", "offset", "timestamp", "type")
+    }
+    deadline = time.monotonic() + 300
+    while len(columns["value"]) < records:
+        for message in consumer.consume(num_messages=10000, timeout=0.2):
+            if message.error() is None:
+                columns["key"].append(message.key())
+                columns["value"].append(message.value())
+                columns["partition"].append(message.partition())
+                columns["offset"].append(message.offset())
+                kind, stamp = message.timestamp()
+                columns["timestamp"].append(stamp * 1000)
+                columns["type"].append(kind - 1)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"consumer read {len(columns['value'])} of {records}")
+    consumer.close()
+    table = pa.table(
+        {
+            "key": pa.array(columns["key"], pa.binary()),
+            "value": pa.array(columns["value"], pa.binary()),
+            "topic": pa.array([topic] * records, pa.string()),
+            "partition": pa.array(columns["partition"], pa.int32()),
+            "offset": pa.array(columns["offset"], pa.int64()),
+            "timestamp": pa.array(columns["timestamp"], pa.timestamp("us", tz="UTC")),
+            "timestampType": pa.array(columns["type"], pa.int32()),
+        }
+    )
+    pq.write_table(table, path)
+    return time.perf_counter() - started
+
+
+def consumer_latency(bootstrap: str, topic: str, probes: int) -> list[float]:
+    """Produce one record at a time; seconds until one consumer, assigned the topic's end,
+    holds it (what a program without Spark waits)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-spark-latency",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    consumer.assign([TopicPartition(topic, 0, high)])
+    results = []
+    try:
+        for probe in range(probes):
+            time.sleep(0.1)
+            payload = b"consumer-probe-%d" % probe
+            started = time.perf_counter()
+            producer.produce(topic, payload)
+            producer.flush(10)
+            deadline = time.monotonic() + 60
+            while True:
+                message = consumer.poll(0.05)
+                if message is not None and message.error() is None and message.value() == payload:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"probe {probe} never consumed")
+            results.append(time.perf_counter() - started)
+    finally:
+        consumer.close()
+    return results
+
+
+class SparkRead:
+    """One broker with the topic filled, one SparkSession, and the DataFrames of each source:
+    what every measurement of this module (and the Spark rows of `python -m bench`) reads.
+
+    `sources` loses "kafka" (and `left_out` says why) when java/fetch.sh has not resolved
+    Spark's connector; ImportError when pyspark is not installed."""
+
+    def __init__(
+        self,
+        records: int = 1_000_000,
+        size: int = 100,
+        partitions: int = 4,
+        sources: tuple[str, ...] = SOURCES,
+        log=print,
+    ):
+        import pyspark  # noqa: F401  (ImportError before a broker is started)
+
+        self.records, self.partitions, self.size = records, partitions, size
+        self.work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+        self.left_out: str | None = None
+        jars = None
+        if "kafka" in sources:
+            reason = missing_reason("spark")
+            if reason is None:
+                jars = classpath("spark").replace(":", ",")
+            else:
+                self.left_out = f"Spark's Kafka connector left out: {reason}"
+                log(self.left_out)
+                sources = tuple(s for s in sources if s != "kafka")
+        self.sources = sources
+        self.spark = None
+        self.broker = BrokerProcess.start(node_id=1, log_dir=self.work / "data")
+        try:
+            self.broker.wait_ready(30)
+            self.bootstrap = self.broker.bootstrap
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            for topic, count in ((TOPIC, partitions), (LATENCY_TOPIC, 1)):
+                new = NewTopic(topic, num_partitions=count, replication_factor=1)
+                admin.create_topics([new])[topic].result(30)
+            started = time.perf_counter()
+            produce(self.bootstrap, TOPIC, records, size)
+            log(
+                f"produced {records} x {size} B into {partitions} partitions in"
+                f" {time.perf_counter() - started:.1f} s"
+            )
+            self.spark = spark_session(jars)
+            self.frames = {source: reader(self.spark, source, self.bootstrap) for source in sources}
+            # A query that needs only the value, written as each source's user writes it:
+            # Spark's connector prunes the projection itself; the Python Data Source API
+            # cannot, so minibroker's source is given the columns as a schema (with the source
+            # of the run before that option existed, the select alone).
+            self.value_frames = {source: df.select("value") for source, df in self.frames.items()}
+            if "minibroker" in self.frames and not os.environ.get("BENCH_SPARK_NO_SCHEMA"):
+                self.value_frames["minibroker"] = reader(
+                    self.spark, "minibroker", self.bootstrap, "value binary"
+                )
+            for df in self.frames.values():
+                assert df.count() == records  # warm-up: Python workers, JIT
+        except BaseException:
+            self.close()
+            raise
+
+    def consumer(self) -> float:
+        """rows/s of one plain confluent-kafka consumer reading every record."""
+        return self.records / consumer_read(self.bootstrap, TOPIC, self.partitions, self.records)
+
+    def consumer_parquet(self) -> float:
+        target = self.work / "parquet-consumer.parquet"
+        try:
+            seconds = consumer_parquet(self.bootstrap, TOPIC, self.partitions, self.records, target)
+        finally:
+            target.unlink(missing_ok=True)
+        return self.records / seconds
+
+    def count(self, source: str) -> float:
+        """rows/s of `count()` on the source's DataFrame."""
+        df = self.frames[source]
+
+        def count():
+            counted = df.count()
+            assert counted == self.records, counted
+
+        return timed(self.records, count)
+
+    def parquet(self, source: str, value_only: bool = False) -> float:
+        """rows/s of writing the source's DataFrame (or only its value) to Parquet."""
+        frame = (self.value_frames if value_only else self.frames)[source]
+        target = self.work / f"parquet-{source}"
+        try:
+            return timed(self.records, lambda: frame.write.parquet(str(target)))
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    def latency(self, source: str, trigger_ms: int, probes: int) -> list[float]:
+        """Seconds per probe: a streaming query topic -> Parquet at `trigger_ms`, or, for
+        source "consumer", one plain consumer."""
+        if source == "consumer":
+            return consumer_latency(self.bootstrap, LATENCY_TOPIC, probes)
+        return latency(self.spark, source, self.bootstrap, self.work, trigger_ms, probes)
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+        self.broker.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
 def measure(
     records: int = 1_000_000,
     size: int = 100,
@@ -204,58 +400,18 @@ def measure(
     and "<source> count vs consumer", and the streaming latency in seconds
     ("<source> latency median|max") at `trigger_ms`. Spark's connector is left out (and
     `log` says why) when java/fetch.sh has not resolved its jars."""
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    jars = None
-    if "kafka" in sources:
-        reason = missing_reason("spark")
-        if reason is None:
-            jars = classpath("spark").replace(":", ",")
-        else:
-            log(f"Spark's Kafka connector left out: {reason}")
-            sources = tuple(s for s in sources if s != "kafka")
-    broker = BrokerProcess.start(node_id=1, log_dir=work / "data")
+    bench = SparkRead(records, size, partitions, sources, log)
+    sources = bench.sources
     try:
-        broker.wait_ready(30)
-        bootstrap = broker.bootstrap
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for topic, count in ((TOPIC, partitions), (LATENCY_TOPIC, 1)):
-            new = NewTopic(topic, num_partitions=count, replication_factor=1)
-            admin.create_topics([new])[topic].result(30)
-        started = time.perf_counter()
-        produce(bootstrap, TOPIC, records, size)
-        log(
-            f"produced {records} x {size} B into {partitions} partitions in"
-            f" {time.perf_counter() - started:.1f} s"
-        )
-        spark = spark_session(jars)
-        frames = {source: reader(spark, source, bootstrap) for source in sources}
-        # A query that needs only the value, written as each source's user writes it: Spark's
-        # connector prunes the projection itself; the Python Data Source API cannot, so
-        # minibroker's source is given the columns as a schema (with the source of the run
-        # before that option existed, the select alone).
-        value_frames = {source: df.select("value") for source, df in frames.items()}
-        if "minibroker" in frames and not os.environ.get("BENCH_SPARK_NO_SCHEMA"):
-            value_frames["minibroker"] = reader(spark, "minibroker", bootstrap, "value binary")
-        for df in frames.values():
-            assert df.count() == records  # warm-up: Python workers, JIT
         figures: dict[str, list[float]] = {"consumer": []}
         for run in range(runs):
-            figures["consumer"].append(
-                records / consumer_read(bootstrap, TOPIC, partitions, records)
-            )
-            for source, df in frames.items():
-
-                def count(df=df):
-                    counted = df.count()
-                    assert counted == records, counted
-
-                figures.setdefault(f"{source} count", []).append(timed(records, count))
-                for name, frame in (("parquet", df), ("value parquet", value_frames[source])):
-                    target = work / f"parquet-{run}-{source}"
-                    figures.setdefault(f"{source} {name}", []).append(
-                        timed(records, lambda f=frame, t=target: f.write.parquet(str(t)))
-                    )
-                    shutil.rmtree(target)
+            figures["consumer"].append(bench.consumer())
+            for source in sources:
+                figures.setdefault(f"{source} count", []).append(bench.count(source))
+                figures.setdefault(f"{source} parquet", []).append(bench.parquet(source))
+                figures.setdefault(f"{source} value parquet", []).append(
+                    bench.parquet(source, value_only=True)
+                )
             log(
                 f"run {run + 1}: "
                 + ", ".join(
@@ -270,13 +426,11 @@ def measure(
                 result[f"{row} ratio"] = result[f"minibroker {row}"] / result[f"kafka {row}"]
         if probes:
             for source in sources:
-                latencies = sorted(latency(spark, source, bootstrap, work, trigger_ms, probes))
+                latencies = sorted(bench.latency(source, trigger_ms, probes))
                 result[f"{source} latency median"] = statistics.median(latencies)
                 result[f"{source} latency max"] = latencies[-1]
-        spark.stop()
     finally:
-        broker.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        bench.close()
     return result
 
 

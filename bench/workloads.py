@@ -64,6 +64,9 @@ class Sizes:
     latency_warmup_seconds: float
     # The transactional rows (bench/transactions.py).
     txn_records: int = 1_000_000
+    # The Spark rows (bench/spark_read.py): records read, streaming latency probes per run.
+    spark_records: int = 1_000_000
+    spark_probes: int = 10
 
 
 def record_file(work_dir: Path, count: int, size: int) -> Path:

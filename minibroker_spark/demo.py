@@ -5,6 +5,12 @@ job over the same topic that checks the streamed totals.
     minibroker serve &                                 # or: minibroker dev
     python -m minibroker.spark.demo                    # bootstrap 127.0.0.1:9092
     python -m minibroker.spark.demo --start-broker     # starts its own broker, then the same
+    python -m minibroker.spark.demo --connector kafka --jars <jars, comma-separated>
+
+`--connector kafka` reads the topics through Spark's own Kafka connector (`format("kafka")`,
+spark-sql-kafka-0-10, whose jars `--jars` puts on Spark's class path; java/fetch.sh resolves
+them into build/java/spark.classpath) instead of minibroker's source; the totals are written
+by minibroker's sink with exactlyOnce=true either way.
 
 Every run uses topics and an output directory of its own (`demo-output/<run>`), so runs never
 mix. It prints one line per finished micro-batch of each query (rows in, windows closed), waits
@@ -102,13 +108,13 @@ def generate(bootstrap: str, topic: str, seconds: float, rate: int, stop: thread
     return sent
 
 
-def spark_session():
+def spark_session(jars: str | None = None):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A local run: bind to loopback (and skip Spark's warning about the host name).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("minibroker-demo")
         .config("spark.ui.enabled", "false")
@@ -116,8 +122,10 @@ def spark_session():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.log.level", "ERROR")
-        .getOrCreate()
     )
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not discoverable():
         from minibroker.spark import register
@@ -136,13 +144,13 @@ def discoverable() -> bool:
     return any(module.name == "pyspark_minibroker" for module in pkgutil.iter_modules(paths))
 
 
-def windowed_totals(spark, bootstrap: str, events_topic: str):
+def windowed_totals(spark, bootstrap: str, events_topic: str, connector: str = "minibroker"):
     """The streaming job: parse, watermark on event time, total per user and window."""
     from pyspark.sql import functions as F
 
     schema = "user string, kind string, amount int, event_time long"
     events = (
-        spark.readStream.format("minibroker")
+        spark.readStream.format(connector)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", events_topic)
         .option("startingOffsets", "earliest")
@@ -171,15 +179,27 @@ def windowed_totals(spark, bootstrap: str, events_topic: str):
     )
 
 
-def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=print) -> Summary:
+def run(
+    spark,
+    bootstrap: str,
+    seconds: float,
+    rate: int,
+    out_dir: Path,
+    log=print,
+    connector: str = "minibroker",
+) -> Summary:
+    """`connector`: the format every read goes through, "minibroker" or Spark's "kafka"."""
     from pyspark.sql import functions as F
 
     run_id = uuid.uuid4().hex[:8]
     events_topic, totals_topic = f"demo-events-{run_id}", f"demo-window-totals-{run_id}"
     create_topics(bootstrap, {events_topic: 3, totals_topic: 3})
-    log(f"run {run_id}: events -> {events_topic}; totals -> {totals_topic} and {out_dir}")
+    log(
+        f"run {run_id}: events -> {events_topic}; totals -> {totals_topic} and {out_dir};"
+        f' reading with format("{connector}")'
+    )
 
-    totals = windowed_totals(spark, bootstrap, events_topic)
+    totals = windowed_totals(spark, bootstrap, events_topic, connector)
     to_parquet = (
         totals.writeStream.format("parquet")
         .outputMode("append")
@@ -244,7 +264,7 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
         for row in windows.groupBy("user").agg(F.sum("events").alias("events")).collect()
     }
     written = (
-        spark.read.format("minibroker")
+        spark.read.format(connector)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", totals_topic)
         .option("kafka.isolation.level", "read_committed")
@@ -260,7 +280,7 @@ def run(spark, bootstrap: str, seconds: float, rate: int, out_dir: Path, log=pri
     summary.duplicates_in_result_topic = sum(row["count"] - 1 for row in written)
     # The batch job: the same events, read as a table, totalled per user.
     batch = (
-        spark.read.format("minibroker")
+        spark.read.format(connector)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", events_topic)
         .load()
@@ -407,7 +427,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="how long events flow")
     parser.add_argument("--rate", type=int, default=400, help="events per second")
     parser.add_argument("--out", type=Path, default=Path("demo-output"))
+    parser.add_argument(
+        "--connector",
+        choices=("minibroker", "kafka"),
+        default="minibroker",
+        help='read with format("minibroker") or with Spark\'s own connector, format("kafka")',
+    )
+    parser.add_argument(
+        "--jars",
+        help="comma-separated jars for spark.jars (Spark's connector, for --connector kafka)",
+    )
     args = parser.parse_args()
+    if args.connector == "kafka" and not args.jars:
+        parser.error(
+            "--connector kafka needs Spark's connector on the class path: --jars, comma-separated"
+            ' (java/fetch.sh resolves them: --jars "$(tr : , < build/java/spark.classpath)")'
+        )
 
     broker = work = None
     bootstrap = args.bootstrap
@@ -417,9 +452,9 @@ def main() -> None:
         print(f"started minibroker serve on {bootstrap}")
     agreed = False
     try:
-        spark = spark_session()
+        spark = spark_session(args.jars)
         out = args.out / time.strftime("%Y%m%d-%H%M%S")
-        summary = run(spark, bootstrap, args.seconds, args.rate, out)
+        summary = run(spark, bootstrap, args.seconds, args.rate, out, connector=args.connector)
         spark.stop()
         agreed = report(summary, out / "windows")
     finally:

@@ -438,7 +438,12 @@ def read_range(
         position = start
         deadline = time.monotonic() + timeout
         while position < end:
-            messages = consumer.consume(num_messages=CONSUME_BATCH, timeout=0.2)
+            # consume() returns once it holds num_messages or the timeout passes: asking for no
+            # more than the range still holds returns the last records as soon as they are
+            # fetched (asking for CONSUME_BATCH made every small range, a streaming
+            # micro-batch's, wait the whole timeout).
+            wanted = max(1, min(CONSUME_BATCH, end - position))
+            messages = consumer.consume(num_messages=wanted, timeout=0.2)
             if not messages:
                 if time.monotonic() >= deadline:
                     message = (

@@ -65,3 +65,57 @@ def test_kafka_left_out_says_skipped_once_and_chart_reads_the_table():
         (MOCK, 600.0, "600 (0.1)"),
         (KAFKA, None, "skipped"),
     ]
+
+
+def test_spark_rows_have_a_table_of_their_own_with_both_ratios_and_targets():
+    from bench.rows import CONSUMER, SPARK_KAFKA
+
+    def spark(name: str, figures: dict[str, dict[str, float]]) -> RowResult:
+        row = next(row for row in rows(SMOKE_SIZES) if row.name == name)
+        runs = {system: [] for system in (MINIBROKER, MOCK, KAFKA, SPARK_KAFKA, CONSUMER)}
+        for system, values in figures.items():
+            runs[system] = [values]
+        return RowResult(row, runs, {})
+
+    results = [
+        result("produce-100", produce({MINIBROKER: 300.0, MOCK: 600.0, KAFKA: 200.0})),
+        spark(
+            "spark-count",
+            {
+                MINIBROKER: {"rows_per_s": 300.0},
+                SPARK_KAFKA: {"rows_per_s": 200.0},
+                CONSUMER: {"rows_per_s": 400.0},
+            },
+        ),
+        spark(
+            "spark-latency",
+            {
+                MINIBROKER: {"median_ms": 900.0, "max_ms": 1500.0},
+                SPARK_KAFKA: {"median_ms": 1200.0, "max_ms": 1500.0},
+                CONSUMER: {"median_ms": 3.0, "max_ms": 6.0},
+            },
+        ),
+    ]
+    text = table(results, 1)
+    main, spark_part = text.split("Spark (issue 22)")
+    assert "spark-" not in main, text  # not in the brokers' table
+    assert "| produce-100 |" in main
+    assert (
+        "| spark-count | Spark batch read of 20,000 x 100 B, 4 partitions into count(), local[2]"
+        " (consumer: every record in one confluent-kafka Consumer) | rows/s | 300 | 200 | 400"
+        " | 1.50 | 0.75 |" in spark_part
+    ), text
+    assert "| spark-count | rows/s | Spark's connector | 1.50 | >= 1 | met |" in spark_part
+    assert "| spark-count | rows/s | one consumer | 0.75 | >= 1 | **missed** |" in spark_part
+    assert (
+        "| spark-latency | median ms of the probes | Spark's connector | 0.75 | <= 1 | met |"
+        in spark_part
+    )
+    titles = [title for title, _ in panels_from_markdown(text)]
+    assert "spark-count: rows/s" in titles
+    count = dict(panels_from_markdown(text))["spark-count: rows/s"]
+    assert count == [
+        (MINIBROKER, 300.0, "300"),
+        (SPARK_KAFKA, 200.0, "200"),
+        (CONSUMER, 400.0, "400"),
+    ]

@@ -74,7 +74,7 @@ def test_smoke_run_fills_every_row_with_positive_numbers():
     cells = table_cells(finished.stdout)
     # Kafka is measured in a smoke run only on request, and only with its jars cached.
     kafka = os.environ.get("MINIBROKER_BENCH_KAFKA") == "1" and missing_reason("kafka") is None
-    smoke_rows = rows(SMOKE_SIZES, kafka)
+    smoke_rows = rows(SMOKE_SIZES, kafka, spark=False)
     expected = [(row.name, line.metric) for row in smoke_rows for line in row.lines]
     assert sorted(cells) == sorted(expected), finished.stdout
     measured = {row.name: row.systems for row in smoke_rows}

@@ -13,11 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.readme import blocks, shell_commands
 from tests.spark.conftest import create_topic, produce
 
 SECTION = "Reading and writing from Spark"
 VENV = Path(sys.executable).parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def readme_demo_command() -> str:
@@ -117,3 +120,52 @@ def test_the_readme_fewer_columns_snippet(spark, spark_broker):
     assert sorted(bytes(row["value"]) for row in values.collect()) == sorted(
         b"v%d" % i for i in range(30)
     )
+
+
+def test_the_demo_reads_with_sparks_own_connector(tmp_path):
+    """`--connector kafka`: every read through Spark's format("kafka") (the jars java/fetch.sh
+    resolved), the totals still written exactly once by minibroker's sink, the same checks."""
+    from bench.kafka_ref import classpath, missing_reason
+
+    reason = missing_reason("spark")
+    if reason is not None:
+        pytest.skip(f"Spark's Kafka connector: {reason}")
+    jars = classpath("spark").replace(":", ",")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minibroker.spark.demo",
+            "--start-broker",
+            "--connector",
+            "kafka",
+            "--jars",
+            jars,
+            "--seconds",
+            "8",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-3000:]
+    assert 'reading with format("kafka")' in out, out
+    assert re.search(r"^topic written exactly once: +ok ", out, re.M), out
+    assert re.search(r"^topic and Parquet agree: +ok$", out, re.M), out
+    assert "MISMATCH" not in out
+
+
+def test_the_demo_refuses_the_kafka_connector_without_its_jars():
+    result = subprocess.run(
+        [sys.executable, "-m", "minibroker.spark.demo", "--connector", "kafka"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--connector kafka needs Spark's connector on the class path: --jars" in result.stderr

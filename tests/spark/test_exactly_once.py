@@ -6,6 +6,7 @@ read_committed reader; a batch write too; contradicting options are refused by n
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -72,6 +73,45 @@ def test_exactly_once_options_are_checked(spark, spark_broker):
         writer = writer.option(name, value)
     with pytest.raises(Exception, match="transactionalIdPrefix needs exactlyOnce=true"):
         writer.mode("append").save()
+
+
+def test_exactly_once_warns_that_read_uncommitted_readers_see_failed_attempts(
+    spark_broker, caplog, monkeypatch
+):
+    """The warning is logged where Spark builds the writer (its Python planner worker, whose
+    log goes to the driver's stderr); here the data source is built in this process."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from minibroker.spark import source
+
+    monkeypatch.setattr(source, "_warned", False)
+    schema = StructType([StructField("value", StringType())])
+    base = {"kafka.bootstrap.servers": spark_broker.bootstrap, "topic": "t"}
+    with caplog.at_level(logging.WARNING, logger="minibroker_spark"):
+        source.DefaultSource(base).writer(schema, False)
+        source.DefaultSource(base).streamWriter(schema, False)
+        assert caplog.text == ""  # at least once (the default): nothing to warn about
+        source.DefaultSource({**base, "exactlyOnce": "true"}).streamWriter(schema, False)
+    assert "exactlyOnce=true" in caplog.text, caplog.text
+    assert "read_uncommitted readers" in caplog.text, caplog.text
+    assert "kafka.isolation.level=read_committed" in caplog.text, caplog.text
+
+
+def test_exactly_once_stream_without_a_checkpoint_is_refused_by_name(spark, spark_broker):
+    """The transactional ids and the committed batch ids live with the query's checkpoint: a
+    query without one is refused before it starts, naming checkpointLocation."""
+    query = (
+        spark.readStream.format("rate")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("minibroker")
+        .option("kafka.bootstrap.servers", spark_broker.bootstrap)
+        .option("topic", "eos-no-checkpoint")
+        .option("exactlyOnce", "true")
+    )
+    with pytest.raises(Exception, match="checkpointLocation"):
+        started = query.start()
+        started.stop()
 
 
 def test_batch_write_exactly_once(spark, spark_broker):
