@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.failover import failover_time
 from bench.startup import time_to_usable
-from bench.targets import KAFKA, MINIBROKER, SYSTEMS, BenchError, Skipped, start
+from bench.targets import KAFKA, MINIBROKER, MOCK, SYSTEMS, BenchError, Skipped, start
 from bench.transactions import (
     PARTITIONS_PER_TRANSACTION,
     NotServed,
@@ -135,6 +136,20 @@ ISOLATION = (
 STARTUP = (
     Line("s until a first acks=all produce to a new topic is acknowledged", "usable_s", "{:.2f}"),
     Line("s until every broker answers and lists every broker", "ready_s", "{:.2f}"),
+)
+FAILOVER = (
+    Line(
+        "s from kill -9 of a partition's leader to the first acks=all acknowledgement from"
+        " the new one",
+        "failover_s",
+        "{:.2f}",
+    ),
+)
+# Why the mock has no failover figure.
+MOCK_CANNOT_FAIL_OVER = (
+    "librdkafka's mock can take a broker down (rd_kafka_mock_broker_set_down) but does not"
+    " move its partitions' leadership: a new leader is only ever set by hand"
+    " (rd_kafka_mock_partition_set_leader), so there is no failover of its own to time"
 )
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
@@ -260,6 +275,17 @@ def _rows(sizes: Sizes) -> list[Row]:
             f"produce {produced} x 1 KiB, acks=all, 3 brokers RF=3 min.insync=2",
             THROUGHPUT,
             produce(LARGE, "all"),
+            **cluster,
+        ),
+        Row(
+            "failover",
+            "kill -9 of a partition's leader under a steady acks=all producer (confluent-kafka,"
+            " idempotent, a record every 5 ms), 3 brokers RF=3 min.insync=2 (Kafka: a node that"
+            " is not the active controller)",
+            FAILOVER,
+            lambda target, topic, work_dir: failover_time(target, topic),
+            systems=(MINIBROKER, KAFKA),
+            not_measured={MOCK: MOCK_CANNOT_FAIL_OVER},
             **cluster,
         ),
         Row(
