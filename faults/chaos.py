@@ -628,7 +628,7 @@ class Chaos:
             return None
         acks = [
             acked_at
-            for partition, _offset, sent, acked_at in self.workload.acked.values()
+            for partition, _offset, sent, acked_at in list(self.workload.acked.values())
             if partition in run.led and sent >= run.started
         ]
         return min(acks) - run.started if acks else float("inf")
@@ -945,8 +945,11 @@ def run_chaos(
             first_ack = (
                 "" if failover is None else f", first acknowledgement after {failover:.2f} s"
             )
+            # The fault's wall-clock time, to find it in the nodes' logs.
+            at = time.time() - (time.monotonic() - run.started)
+            clock = time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 1000):03d}"
             print(
-                f"run {index + 1}/{runs}: {kind} on {node_name(run.target)},"
+                f"run {index + 1}/{runs} at {clock}: {kind} on {node_name(run.target)},"
                 f" full ISR again after {recovered}{first_ack}",
                 flush=True,
             )
