@@ -222,15 +222,16 @@ def produce_throughput(
     acks: str,
     replication_factor: int = 1,
     configs: dict[str, str] | None = None,
+    java: bool = False,
 ) -> dict[str, float]:
-    """kcat producing the prepared records, then (when a JVM and Kafka's jars are here) the
-    Java client's ProducerPerformance producing as many of the same size to a second topic
-    made like the first (bench.java_producer). Not on the mock: the Java producer never gets
+    """kcat producing the prepared records, then (with `java`, when a JVM and Kafka's jars are
+    here) the Java client's ProducerPerformance producing as many of the same size to a second
+    topic made like the first (bench.java_producer). Not on the mock: the Java producer never gets
     past its first Metadata there (it waits in ProducerMetadata.awaitUpdate until
     max.block.ms, 60 s, and gives up)."""
     seconds = kcat_produce(target, topic, records, count, acks)
     figures = {"records_per_s": count / seconds, "mb_per_s": count * size / seconds / MB}
-    if java_producer.unavailable() is None and not isinstance(target, Mock):
+    if java and java_producer.unavailable() is None and not isinstance(target, Mock):
         java_topic = f"{topic}-java"
         target.create_topic(java_topic, PARTITIONS, replication_factor, configs or {})
         try:
