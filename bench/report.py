@@ -145,6 +145,7 @@ KAFKA_TARGETS: dict[str, tuple[str, float]] = {
     "p99_ms": ("<=", 1.0),
     "usable_s": ("<=", 0.2),
     "peak_rss_mib": ("<=", 0.25),
+    "failover_s": ("<=", 1.0),
 }
 
 
