@@ -8,7 +8,8 @@ benchmarks) subscribes with the defaults a user has (eager `range,roundrobin` as
 timeout lowered, see below.
 
 Protocol, one line each way:
-    (member)  ready                        the Consumer exists; nothing sent to a broker yet
+    (member)  ready                        the Consumer exists and has found the group's
+                                           coordinator; it is in no group yet
     (harness) go                           subscribe now
     (member)  assigned P,P,...             a rebalance gave it these partitions (maybe none);
                                            with --consume they stay paused until `start`
@@ -24,17 +25,19 @@ Protocol, one line each way:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 BATCH = 10_000
 POLL_SECONDS = 0.05
 REPORT_SECONDS = 0.05
 QUEUED_MIN_MESSAGES = 1_000_000
 SESSION_TIMEOUT_MS = 10_000
+READY_TIMEOUT_S = 30.0
 
 
 def say(line: str) -> None:
@@ -60,8 +63,23 @@ def run(bootstrap: str, topic: str, group: str, consume: bool) -> None:
             # its first window costs that (seen once in 8 runs). 10 s bounds it at 9 s; nothing
             # on minibroker's path to a formed group depends on the session timeout.
             "session.timeout.ms": SESSION_TIMEOUT_MS,
+            # librdkafka's debug contexts (to stderr), for finding out what a member waited on.
+            **(
+                {"debug": os.environ["MINIBROKER_BENCH_MEMBER_DEBUG"]}
+                if os.environ.get("MINIBROKER_BENCH_MEMBER_DEBUG")
+                else {}
+            ),
         }
     )
+    # Connected before the clock: librdkafka starts on the bootstrap address, learns the
+    # broker's id from its first Metadata answer, drops the bootstrap connection and opens one
+    # to the broker by id, then looks for the group's coordinator; a member that subscribes in
+    # the middle of that postpones its JoinGroup ("no usable brokers") by 40-80 ms, so that
+    # members told to subscribe at the same moment joined up to 80 ms apart. committed()
+    # returns once the coordinator has answered an OffsetFetch: from then on, a subscribe
+    # sends its JoinGroup at once (see BENCHMARKS.md, first-rebalance).
+    consumer.list_topics(topic, timeout=READY_TIMEOUT_S)
+    consumer.committed([TopicPartition(topic, 0)], timeout=READY_TIMEOUT_S)
     say("ready")
     if sys.stdin.readline().strip() != "go":
         consumer.close()

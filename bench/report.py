@@ -139,11 +139,13 @@ def _ratio(result: RowResult, line: Line, reference: str) -> str:
 # the ratio must be at least or at most the bound, and the bound.
 KAFKA_TARGETS: dict[str, tuple[str, float]] = {
     "records_per_s": (">=", 1.0),
+    "java_records_per_s": (">=", 1.0),
     "read_committed_rps": (">=", 1.0),
     "cpu_s_per_gb": ("<=", 1.0),
     "p99_ms": ("<=", 1.0),
     "usable_s": ("<=", 0.2),
     "peak_rss_mib": ("<=", 0.25),
+    "failover_s": ("<=", 1.0),
 }
 
 

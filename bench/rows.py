@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import spark_read
+from bench.failover import failover_time
 from bench.startup import time_to_usable
-from bench.targets import KAFKA, MINIBROKER, SYSTEMS, BenchError, Skipped, start
+from bench.targets import KAFKA, MINIBROKER, MOCK, SYSTEMS, BenchError, Skipped, start
 from bench.transactions import (
     PARTITIONS_PER_TRANSACTION,
     NotServed,
@@ -93,6 +94,19 @@ class Line:
 
 
 THROUGHPUT = (Line("records/s (MB/s)", "records_per_s", "{:,.0f}", "mb_per_s", "{:.1f}"),)
+# The produce rows: kcat (librdkafka), then the Java client's ProducerPerformance (not on the
+# mock: see bench.workloads.produce_throughput).
+JAVA_PRODUCER_KEY = "java_records_per_s"
+PRODUCE = (
+    Line("records/s (MB/s), kcat", "records_per_s", "{:,.0f}", "mb_per_s", "{:.1f}"),
+    Line(
+        "records/s (MB/s), Java producer-perf-test",
+        JAVA_PRODUCER_KEY,
+        "{:,.0f}",
+        "java_mb_per_s",
+        "{:.1f}",
+    ),
+)
 LATENCY = (
     Line("p50 ms", "p50_ms", "{:.2f}"),
     Line("p99 ms", "p99_ms", "{:.2f}"),
@@ -150,6 +164,20 @@ SPARK_RATE = (Line("rows/s", "rows_per_s", "{:,.0f}"),)
 SPARK_LATENCY = (
     Line("median ms of the probes", "median_ms", "{:,.0f}"),
     Line("max ms of the probes", "max_ms", "{:,.0f}"),
+)
+FAILOVER = (
+    Line(
+        "s from kill -9 of a partition's leader to the first acks=all acknowledgement from"
+        " the new one",
+        "failover_s",
+        "{:.2f}",
+    ),
+)
+# Why the mock has no failover figure.
+MOCK_CANNOT_FAIL_OVER = (
+    "librdkafka's mock can take a broker down (rd_kafka_mock_broker_set_down) but does not"
+    " move its partitions' leadership: a new leader is only ever set by hand"
+    " (rd_kafka_mock_partition_set_leader), so there is no failover of its own to time"
 )
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
@@ -216,7 +244,7 @@ def on_records(workload, count: int, size: int) -> Measure:
 def rows(sizes: Sizes, kafka: bool = True, spark: bool = True) -> list[Row]:
     """Every row, in table order, for these sizes; without `kafka`, Apache Kafka is left out
     of every row (and the table says why); without `spark`, the Spark rows are left out."""
-    table = [row for row in _rows(sizes) if spark or not row.spark]
+    table = [row for row in _rows(sizes, java=kafka) if spark or not row.spark]
     if kafka:
         return table
     return [
@@ -231,13 +259,25 @@ def rows(sizes: Sizes, kafka: bool = True, spark: bool = True) -> list[Row]:
     ]
 
 
-def _rows(sizes: Sizes) -> list[Row]:
+def _rows(sizes: Sizes, java: bool) -> list[Row]:
+    """The rows; `java` adds the Java producer to the produce rows (with Kafka, as it needs
+    the same cached jars and a JVM start per run, which the smoke run leaves out)."""
 
-    def produce(size: int, acks: str) -> Measure:
+    def produce(size: int, acks: str, replication_factor: int = 1, **configs: str) -> Measure:
         count = sizes.produce_records
         return lambda target, topic, work_dir: produce_throughput(
-            target, topic, record_file(work_dir, count, size), count, size, acks
+            target,
+            topic,
+            record_file(work_dir, count, size),
+            count,
+            size,
+            acks,
+            replication_factor,
+            configs,
+            java,
         )
+
+    produced_lines = PRODUCE if java else THROUGHPUT
 
     cluster = {
         "brokers": 3,
@@ -245,6 +285,7 @@ def _rows(sizes: Sizes) -> list[Row]:
         "topic_configs": {"min.insync.replicas": "2"},
     }
     produced = f"{sizes.produce_records:,}"
+    java_too = " (kcat, then the Java client)" if java else ""
 
     def startup(brokers: int) -> Row:
         shape = "1 broker" if brokers == 1 else f"{brokers} brokers, the topic RF={brokers}"
@@ -262,28 +303,39 @@ def _rows(sizes: Sizes) -> list[Row]:
         startup(3),
         Row(
             "produce-100",
-            f"produce {produced} x 100 B, acks=1, 1 broker",
-            THROUGHPUT,
+            f"produce {produced} x 100 B, acks=1, 1 broker{java_too}",
+            produced_lines,
             produce(SMALL, "1"),
         ),
         Row(
             "produce-1k",
-            f"produce {produced} x 1 KiB, acks=1, 1 broker",
-            THROUGHPUT,
+            f"produce {produced} x 1 KiB, acks=1, 1 broker{java_too}",
+            produced_lines,
             produce(LARGE, "1"),
         ),
         Row(
             "produce-all-100",
-            f"produce {produced} x 100 B, acks=all, 3 brokers RF=3 min.insync=2",
-            THROUGHPUT,
-            produce(SMALL, "all"),
+            f"produce {produced} x 100 B, acks=all, 3 brokers RF=3 min.insync=2{java_too}",
+            produced_lines,
+            produce(SMALL, "all", 3, **{"min.insync.replicas": "2"}),
             **cluster,
         ),
         Row(
             "produce-all-1k",
-            f"produce {produced} x 1 KiB, acks=all, 3 brokers RF=3 min.insync=2",
-            THROUGHPUT,
-            produce(LARGE, "all"),
+            f"produce {produced} x 1 KiB, acks=all, 3 brokers RF=3 min.insync=2{java_too}",
+            produced_lines,
+            produce(LARGE, "all", 3, **{"min.insync.replicas": "2"}),
+            **cluster,
+        ),
+        Row(
+            "failover",
+            "kill -9 of a partition's leader under a steady acks=all producer (confluent-kafka,"
+            " idempotent, a record every 5 ms), 3 brokers RF=3 min.insync=2 (Kafka: a node that"
+            " is not the active controller)",
+            FAILOVER,
+            lambda target, topic, work_dir: failover_time(target, topic),
+            systems=(MINIBROKER, KAFKA),
+            not_measured={MOCK: MOCK_CANNOT_FAIL_OVER},
             **cluster,
         ),
         Row(
@@ -492,7 +544,8 @@ class RowResult:
     skipped: dict[str, str] = field(default_factory=dict)
 
     def median(self, system: str, key: str) -> float | None:
-        values = [figures[key] for figures in self.runs[system]]
+        # A key some runs lack (the Java producer where no JVM is) counts only where present.
+        values = [figures[key] for figures in self.runs[system] if key in figures]
         return statistics.median(values) if values else None
 
 

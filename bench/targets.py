@@ -124,6 +124,7 @@ class Minibroker:
         self.base_dir = Path(tempfile.mkdtemp(prefix="minibroker-", dir=work_dir))
         self.node: BrokerProcess | None = None
         self.cluster: Cluster | None = None
+        self.killed: set[int] = set()
         if brokers == 1:
             self.node = BrokerProcess(
                 1,
@@ -148,6 +149,12 @@ class Minibroker:
     @property
     def nodes(self) -> list[BrokerProcess]:
         return [self.node] if self.node is not None else self.cluster.nodes
+
+    def kill_broker(self, node_id: int) -> None:
+        """kill -9 of broker `node_id` of the cluster (the failover row); `close` then expects
+        no clean exit from it."""
+        self.cluster.brokers[node_id].kill()
+        self.killed.add(node_id)
 
     def listener_bootstrap(self, name: str) -> str:
         """Where the single node's listener `name` (besides PLAINTEXT) is."""
@@ -208,7 +215,11 @@ class Minibroker:
                     raise self.failure(f"broker exited with {exit_code} on SIGTERM")
             else:
                 exit_codes = self.cluster.stop()
-                unclean = {node: code for node, code in exit_codes.items() if code != 0}
+                unclean = {
+                    node: code
+                    for node, code in exit_codes.items()
+                    if code != 0 and node not in self.killed
+                }
                 if unclean:
                     raise self.failure(f"nodes exited uncleanly on SIGTERM: {unclean}")
         except BrokerStartError as hung:
@@ -316,6 +327,7 @@ class Kafka:
             shutil.rmtree(self.base_dir, ignore_errors=True)
             raise BenchError(f"Apache Kafka did not start: {error}") from error
         self.bootstrap = self.cluster.bootstrap
+        self.killed: set[int] = set()
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
@@ -323,6 +335,12 @@ class Kafka:
         create_with_admin(
             self.bootstrap, name, partitions, replication_factor, configs, self.failure
         )
+
+    def kill_broker(self, node_id: int) -> None:
+        """kill -9 of node `node_id` (broker and controller); `close` then expects no clean
+        exit from it."""
+        self.cluster.kill_node(next(n for n in self.cluster.nodes if n.node_id == node_id))
+        self.killed.add(node_id)
 
     def listener_bootstrap(self, name: str) -> str:
         """Where the single node's SSL listener is."""
@@ -372,7 +390,11 @@ class Kafka:
     def close(self) -> None:
         try:
             codes = self.cluster.stop(STOP_TIMEOUT)
-            unclean = {node: code for node, code in codes.items() if code not in CLEAN_JVM_EXITS}
+            unclean = {
+                node: code
+                for node, code in codes.items()
+                if code not in CLEAN_JVM_EXITS and node not in self.killed
+            }
             if unclean:
                 raise self.failure(f"Kafka nodes exited uncleanly on SIGTERM: {unclean}")
         finally:

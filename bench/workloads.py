@@ -24,6 +24,7 @@ from typing import IO
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from bench import java_producer
 from bench.targets import MOCK, BenchError, Kafka, Minibroker, Mock
 
 PARTITIONS = 64
@@ -216,10 +217,39 @@ def end_offsets(target: Target, topic: str) -> list[int]:
 
 
 def produce_throughput(
-    target: Target, topic: str, records: Path, count: int, size: int, acks: str
+    target: Target,
+    topic: str,
+    records: Path,
+    count: int,
+    size: int,
+    acks: str,
+    replication_factor: int = 1,
+    configs: dict[str, str] | None = None,
+    java: bool = False,
 ) -> dict[str, float]:
+    """kcat producing the prepared records, then (with `java`, when a JVM and Kafka's jars are
+    here) the Java client's ProducerPerformance producing as many of the same size to a second
+    topic made like the first (bench.java_producer). Not on the mock: the Java producer never gets
+    past its first Metadata there (it waits in ProducerMetadata.awaitUpdate until
+    max.block.ms, 60 s, and gives up)."""
     seconds = kcat_produce(target, topic, records, count, acks)
-    return {"records_per_s": count / seconds, "mb_per_s": count * size / seconds / MB}
+    figures = {"records_per_s": count / seconds, "mb_per_s": count * size / seconds / MB}
+    if java and java_producer.unavailable() is None and not isinstance(target, Mock):
+        java_topic = f"{topic}-java"
+        target.create_topic(java_topic, PARTITIONS, replication_factor, configs or {})
+        try:
+            rate = java_producer.java_produce(target.bootstrap, java_topic, count, size, acks)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            raise target.failure(f"the Java producer on {java_topic}: {error}") from error
+        stored = sum(end_offsets(target, java_topic))
+        if stored != count:
+            raise target.failure(
+                f"ProducerPerformance sent {count} records to {java_topic} but the end offsets"
+                f" add up to {stored}"
+            )
+        figures["java_records_per_s"] = rate
+        figures["java_mb_per_s"] = rate * size / MB
+    return figures
 
 
 def consume_throughput(

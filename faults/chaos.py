@@ -628,7 +628,7 @@ class Chaos:
             return None
         acks = [
             acked_at
-            for partition, _offset, sent, acked_at in self.workload.acked.values()
+            for partition, _offset, sent, acked_at in list(self.workload.acked.values())
             if partition in run.led and sent >= run.started
         ]
         return min(acks) - run.started if acks else float("inf")
@@ -782,6 +782,17 @@ class Chaos:
                 f" | {spread(failovers)} | {spread(recoveries)}"
                 f" | {sum(1 for r in runs if r.recovered_in is None)} |"
             )
+        for kind in dict.fromkeys(KINDS + ZOOKEEPER_KINDS):
+            failovers = [
+                f
+                for r in self.runs
+                if r.kind == kind and (f := self.failover_seconds(r)) is not None
+            ]
+            if failovers:
+                lines.append(
+                    f"{kind} failovers, sorted (s): "
+                    + ", ".join(f"{f:.2f}" for f in sorted(failovers))
+                )
         lines += [
             "",
             f"lost outside fault runs: {lost_by_run[None]}; records read then vanished:"
@@ -930,9 +941,16 @@ def run_chaos(
             kind = kinds[index % len(kinds)] if index < len(kinds) else chaos.rng.choice(kinds)
             run = chaos.inject(kind)
             recovered = "never" if run.recovered_in is None else f"{run.recovered_in:.2f} s"
+            failover = chaos.failover_seconds(run) if chaos.workload is not None else None
+            first_ack = (
+                "" if failover is None else f", first acknowledgement after {failover:.2f} s"
+            )
+            # The fault's wall-clock time, to find it in the nodes' logs.
+            at = time.time() - (time.monotonic() - run.started)
+            clock = time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 1000):03d}"
             print(
-                f"run {index + 1}/{runs}: {kind} on {node_name(run.target)},"
-                f" full ISR again after {recovered}",
+                f"run {index + 1}/{runs} at {clock}: {kind} on {node_name(run.target)},"
+                f" full ISR again after {recovered}{first_ack}",
                 flush=True,
             )
             if run.died:

@@ -15,7 +15,9 @@ The rules reproduced here are Kafka's GroupCoordinator's (3.x, classic protocol)
   across restarts, and an old incarnation is fenced with FENCED_INSTANCE_ID;
 - the join phase ends when every member has rejoined or at the rebalance timeout (the largest
   of the members'); a new group's first join waits `group.initial.rebalance.delay.ms`,
-  extended for each member that joins meanwhile, up to the rebalance timeout;
+  extended for each member that joins meanwhile, up to the rebalance timeout, and then ends
+  with the members that joined, not waiting for ids handed out with MEMBER_ID_REQUIRED (at a
+  delay of 0 it ends at once, as Kafka's InitialDelayedJoin does on a timer of 0);
 - the protocol is chosen by vote among those every member supports, the leader (kept if it
   rejoined) receives the members' metadata and sends the assignment in its SyncGroup, which
   the coordinator makes durable before anyone receives it.
@@ -397,11 +399,18 @@ class Group:
                 member.assignment = b""
                 self._answer_sync(member, SyncResult(Error.REBALANCE_IN_PROGRESS))
         self.storing_generation = None
-        initial = self.state == GroupState.EMPTY and self.settings.initial_rebalance_delay_ms > 0
+        was_empty = self.state == GroupState.EMPTY
+        initial = was_empty and self.settings.initial_rebalance_delay_ms > 0
         self._initial_join = initial
         self._transition(GroupState.PREPARING_REBALANCE, now_ms)
         if initial:
             self.join_deadline_ms = now_ms + self.settings.initial_rebalance_delay_ms
+        elif was_empty:
+            # Kafka's InitialDelayedJoin at a delay of 0: the first join ends on its timer at
+            # once, with the members that joined, not waiting for ids handed out with
+            # MEMBER_ID_REQUIRED (a client that never comes back with its id would otherwise
+            # hold the group's first generation for that id's session timeout).
+            self.complete_join(now_ms)
         else:
             longest = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
             self.join_deadline_ms = now_ms + longest

@@ -17,15 +17,23 @@ def result(name: str, figures: dict[str, dict[str, float]], kafka: bool = True) 
     return RowResult(row, runs, {}, skipped=dict(row.not_measured))
 
 
-def produce(rate: dict[str, float]) -> dict[str, dict[str, float]]:
-    return {
+def produce(rate: dict[str, float], java: dict[str, float] | None = None):
+    figures = {
         system: {"records_per_s": value, "mb_per_s": value / 1e4} for system, value in rate.items()
     }
+    for system, value in (java or {}).items():
+        figures[system].update(java_records_per_s=value, java_mb_per_s=value / 1e4)
+    return figures
 
 
 def test_table_has_kafka_column_ratios_and_targets():
     results = [
-        result("produce-100", produce({MINIBROKER: 300.0, MOCK: 600.0, KAFKA: 200.0})),
+        result(
+            "produce-100",
+            produce(
+                {MINIBROKER: 300.0, MOCK: 600.0, KAFKA: 200.0}, {MINIBROKER: 90.0, KAFKA: 100.0}
+            ),
+        ),
         result(
             "resources",
             {
@@ -36,12 +44,22 @@ def test_table_has_kafka_column_ratios_and_targets():
         ),
     ]
     text = table(results, 1)
+    workload = "produce 20,000 x 100 B, acks=1, 1 broker (kcat, then the Java client)"
     assert (
-        "| produce-100 | produce 20,000 x 100 B, acks=1, 1 broker | records/s (MB/s) | 300 (0.0)"
+        f"| produce-100 | {workload} | records/s (MB/s), kcat | 300 (0.0)"
         " | 600 (0.1) | 200 (0.0) | 0.50 | 1.50 |" in text
     ), text
+    # The mock has no Java figure (the Java client cannot use it): n/a, and no ratio.
+    assert (
+        f"| produce-100 | {workload} | records/s (MB/s), Java producer-perf-test | 90 (0.0)"
+        " | n/a | 100 (0.0) | n/a | 0.90 |" in text
+    ), text
     targets = kafka_targets(results)
-    assert "| produce-100 | records/s (MB/s) | 1.50 | >= 1 | met |" in targets
+    assert "| produce-100 | records/s (MB/s), kcat | 1.50 | >= 1 | met |" in targets
+    assert (
+        "| produce-100 | records/s (MB/s), Java producer-perf-test | 0.90 | >= 1 | **missed** |"
+        in targets
+    )
     assert "| resources | CPU s per GB moved | 1.50 | <= 1 | **missed** |" in targets
     assert "| resources | peak RSS MiB | 0.10 | <= 0.25 | met |" in targets
 

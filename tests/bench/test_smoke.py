@@ -16,16 +16,18 @@ from pathlib import Path
 import pytest
 
 from bench.kafka_ref import missing_reason
-from bench.rows import SMOKE_SIZES, rows
+from bench.rows import JAVA_PRODUCER_KEY, PRODUCE, SMOKE_SIZES, rows
 from bench.targets import KAFKA, MOCK
 
 pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 # About 45 s on an idle 2-core machine and 2-3 minutes on a loaded one (the group rows start
-# their members as processes and wait for a rebalance; the startup rows start clusters). The
-# bound only keeps a hung run from holding CI.
-SMOKE_TIMEOUT = 420
+# their members as processes and wait for a rebalance; the startup rows and the failover row
+# start clusters; the mock's group rows can wait out a 9 s join window, see BENCHMARKS.md's
+# first-rebalance note). At a load average of 17 (five sessions' suites on 2 cores) a run
+# passed 420 s. The bound only keeps a hung run from holding CI.
+SMOKE_TIMEOUT = 600
 NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 
 
@@ -78,13 +80,17 @@ def test_smoke_run_fills_every_row_with_positive_numbers():
     expected = [(row.name, line.metric) for row in smoke_rows for line in row.lines]
     assert sorted(cells) == sorted(expected), finished.stdout
     measured = {row.name: row.systems for row in smoke_rows}
+    not_measured_on_mock = {row.name for row in smoke_rows if MOCK in row.not_measured}
+    java_lines = {line.metric for line in PRODUCE if line.key == JAVA_PRODUCER_KEY}
     for key, named in cells.items():
         ours, mock, ratio = named["minibroker"], named["mock"], named["minibroker / mock"]
         assert first_number(ours) > 0, f"{key}: {ours}\n{finished.stdout}"
-        if MOCK in measured[key[0]]:
+        if MOCK in measured[key[0]] and key[1] not in java_lines:
             assert first_number(mock) > 0, f"{key}: {mock}\n{finished.stdout}"
             assert first_number(ratio) > 0, f"{key}: {ratio}\n{finished.stdout}"
-        else:  # a row the mock cannot run (a restart): nothing to compare with
+        elif key[0] in not_measured_on_mock:  # a row that says why the mock has no figure
+            assert (mock, ratio) == ("skipped", "n/a"), f"{key}\n{finished.stdout}"
+        else:  # the mock cannot run it (a restart, the Java client): nothing to compare with
             assert (mock, ratio) == ("n/a", "n/a"), f"{key}\n{finished.stdout}"
         kafka_cell = named["Apache Kafka"]
         if KAFKA in measured[key[0]]:

@@ -4,6 +4,8 @@ controller's pure core and request builders make (no controller process, no sock
 Sessions expire on the mock clock; offsets survive a restart because the coordinator reads
 its partition back."""
 
+import dataclasses
+
 import trio
 import trio.testing
 
@@ -120,6 +122,31 @@ async def test_heartbeats_keep_a_member_and_a_missed_session_removes_it(autojump
         assert member_id not in group.members, trio.current_time() - last
         assert group.state == GroupState.EMPTY
         assert coordinator.heartbeat("g", member_id, None, generation) == Error.UNKNOWN_MEMBER_ID
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_a_new_groups_first_join_does_not_wait_for_an_id_never_used(autojump_clock, tmp_path):
+    """At group.initial.rebalance.delay.ms=0 the first join ends at once with the members that
+    joined, as Kafka's InitialDelayedJoin does: a client that took a member id
+    (MEMBER_ID_REQUIRED) and never came back with it does not hold the generation for that
+    id's session timeout (it did before: the join waited on the mock clock for SESSION_MS)."""
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        coordinator = broker.coordinator
+        request = dataclasses.replace(join_request(), require_known_member_id=True)
+        abandoned = await coordinator.join("g", request)
+        assert abandoned.error == Error.MEMBER_ID_REQUIRED
+        given = await coordinator.join("g", request)
+        assert given.error == Error.MEMBER_ID_REQUIRED
+        started = trio.current_time()
+        joined = await coordinator.join(
+            "g", dataclasses.replace(request, member_id=given.member_id)
+        )
+        assert joined.error == Error.NONE
+        assert (joined.generation, joined.leader) == (1, given.member_id)
+        assert trio.current_time() == started, "the join waited for the id never used"
         nursery.cancel_scope.cancel()
     broker.stop()
 

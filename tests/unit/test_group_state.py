@@ -292,3 +292,29 @@ def test_a_static_member_that_did_not_rejoin_stays_and_does_not_lead():
     group.expire(REBALANCE_MS)
     assert static.member_id in group.members
     assert group.leader_id == dynamic_id
+
+
+def test_at_no_initial_delay_the_first_join_does_not_wait_for_a_member_id_handed_out():
+    """Kafka's first join of a new group ends on InitialDelayedJoin's timer, even at a delay
+    of 0, without waiting for members that hold a member id from MEMBER_ID_REQUIRED and have
+    not joined with it yet; a later rebalance does wait for them (hasAllMembersJoined)."""
+    group = Group("g", NO_DELAY, 0)
+    a = known_member(group)
+    b = known_member(group)
+    first, _ = group.join(join_request(a), 5)
+    assert first.join_result is not None, "the first join waited for a member id handed out"
+    assert first.join_result.generation == 1
+    assert first.join_result.members == [(a, None, b"meta")]
+    _, _, store = group.sync(a, None, 1, {a: b"assignment"}, 6)
+    assert store
+    group.complete_sync(1, Error.NONE, 6)
+    second, _ = group.join(join_request(b), 7)
+    assert group.is_(GroupState.PREPARING_REBALANCE)
+    assert second.join_result is None  # waits for a, whose next heartbeat says rebalance
+    c = known_member(group, 8)
+    group.join(join_request(a), 9)
+    assert group.is_(GroupState.PREPARING_REBALANCE), "a later rebalance waits for c's id"
+    group.join(join_request(c), 10)
+    assert second.join_result.generation == 2
+    assert sorted(group.members) == sorted([a, b, c])
+    assert group.is_(GroupState.COMPLETING_REBALANCE)
