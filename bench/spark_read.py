@@ -69,9 +69,9 @@ def produce(bootstrap: str, topic: str, records: int, size: int) -> None:
         raise RuntimeError("records left undelivered")
 
 
-def consumer_read(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    """Seconds for one consumer to read every record; the same tuning the source uses."""
-    consumer = Consumer(
+def reference_consumer(bootstrap: str) -> Consumer:
+    """The plain consumer the Spark rows compare with: no group, the source's fetch tuning."""
+    return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "bench-spark-reference",
@@ -81,6 +81,11 @@ def consumer_read(bootstrap: str, topic: str, partitions: int, records: int) -> 
             "queued.max.messages.kbytes": 262144,
         }
     )
+
+
+def consumer_read(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """Seconds for one consumer to read every record; the same tuning the source uses."""
+    consumer = reference_consumer(bootstrap)
     started = time.perf_counter()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen = 0
@@ -198,16 +203,7 @@ def consumer_parquet(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-spark-reference",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "fetch.queue.backoff.ms": 1,
-            "queued.max.messages.kbytes": 262144,
-        }
-    )
+    consumer = reference_consumer(bootstrap)
     started = time.perf_counter()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     columns: dict[str, list] = {

@@ -664,6 +664,34 @@ class ConsumerGroup(Group):
         member.rebalance_deadline_ms = None
         return member
 
+    def _admit(
+        self,
+        member: ConsumerMember,
+        new: bool,
+        before_subscription: tuple[object, ...],
+        topics: TopicLookup,
+        topic_names: TopicNames | None,
+    ) -> None:
+        """Put a member's updated fields in the group, whichever protocol it heartbeats with:
+        the group epoch moves when the member is new, its subscription or assignor changed,
+        or the subscribed topics' metadata did; then a new target assignment if the epoch
+        moved past the last one (Kafka's consumerGroupHeartbeat and
+        classicGroupJoinToConsumerGroup share these steps)."""
+        bump = new or before_subscription != (
+            member.subscribed_topic_names,
+            member.subscribed_topic_regex,
+            member.server_assignor,
+        )
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        if self._refresh_subscription_metadata(topics, topic_names):
+            bump = True
+        if bump:
+            self.group_epoch += 1
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target()
+
     def _heartbeat(
         self,
         request: HeartbeatRequest,
@@ -702,21 +730,8 @@ class ConsumerGroup(Group):
             member.subscribed_topic_regex = request.subscribed_topic_regex or None
         member.client_id = request.client_id
         member.client_host = request.client_host
-        bump = new or before_subscription != (
-            member.subscribed_topic_names,
-            member.subscribed_topic_regex,
-            member.server_assignor,
-        )
-        self.members[member.member_id] = member
-        if member.instance_id is not None:
-            self.static_members[member.instance_id] = member.member_id
-        if self._refresh_subscription_metadata(topics, topic_names):
-            bump = True
-        if bump:
-            self.group_epoch += 1
         # 2. A new target assignment when the group epoch moved past it.
-        if self.group_epoch > self.assignment_epoch:
-            self._compute_target()
+        self._admit(member, new, before_subscription, topics, topic_names)
         # 3. Reconcile the member towards its target.
         self._reconcile(member, request.owned, now_ms)
         member.session_deadline_ms = now_ms + self.consumer.session_timeout_ms
@@ -1177,20 +1192,7 @@ class ConsumerGroup(Group):
         member.client_host = request.client_host
         member.classic = ClassicMemberMetadata(request.session_timeout_ms, tuple(request.protocols))
         member.join_deadline_ms = None
-        bump = new or before_subscription != (
-            member.subscribed_topic_names,
-            member.subscribed_topic_regex,
-            member.server_assignor,
-        )
-        self.members[member.member_id] = member
-        if member.instance_id is not None:
-            self.static_members[member.instance_id] = member.member_id
-        if self._refresh_subscription_metadata(topics, topic_names):
-            bump = True
-        if bump:
-            self.group_epoch += 1
-        if self.group_epoch > self.assignment_epoch:
-            self._compute_target()
+        self._admit(member, new, before_subscription, topics, topic_names)
         self._reconcile(member, _by_id(subscription.owned, topics), now_ms)
         member.session_deadline_ms = now_ms + request.session_timeout_ms
         member.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
