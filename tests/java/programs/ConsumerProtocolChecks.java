@@ -44,6 +44,9 @@ public class ConsumerProtocolChecks {
             List<KafkaConsumer<String, String>> members = new ArrayList<>();
             Map<String, Integer> reads = new HashMap<>();
             List<Set<Integer>> shared = new ArrayList<>();
+            // Each member's read positions not yet committed.
+            List<Map<TopicPartition, OffsetAndMetadata>> pending = new ArrayList<>();
+            int staleCommits = 0;
             try {
                 for (int i = 0; i < 2; i++) {
                     Properties props = new Properties();
@@ -55,7 +58,23 @@ public class ConsumerProtocolChecks {
                     props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
                     props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
                     KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props);
-                    consumer.subscribe(List.of(topic));
+                    Map<TopicPartition, OffsetAndMetadata> mine = new HashMap<>();
+                    pending.add(mine);
+                    // What was read of a partition is committed before it is given up, as an
+                    // application committing by hand does (KIP-848: the member still holds its
+                    // epoch until it has acknowledged the revocation).
+                    consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                        public void onPartitionsRevoked(Collection<TopicPartition> revoked) {
+                            Map<TopicPartition, OffsetAndMetadata> handed = new HashMap<>();
+                            for (TopicPartition tp : revoked) {
+                                OffsetAndMetadata offset = mine.remove(tp);
+                                if (offset != null) handed.put(tp, offset);
+                            }
+                            if (!handed.isEmpty()) consumer.commitSync(handed);
+                        }
+
+                        public void onPartitionsAssigned(Collection<TopicPartition> assigned) {}
+                    });
                     members.add(consumer);
                 }
                 // Both members poll in turn until every record was read and the partitions are
@@ -64,12 +83,25 @@ public class ConsumerProtocolChecks {
                 long deadline = System.currentTimeMillis() + DEADLINE_MS;
                 boolean split = false;
                 while (System.currentTimeMillis() < deadline && !(reads.size() >= RECORDS && split)) {
-                    for (KafkaConsumer<String, String> consumer : members) {
+                    for (int m = 0; m < members.size(); m++) {
+                        KafkaConsumer<String, String> consumer = members.get(m);
+                        Map<TopicPartition, OffsetAndMetadata> mine = pending.get(m);
                         ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
                         for (ConsumerRecord<String, String> record : records) {
                             reads.merge(record.partition() + ":" + record.offset(), 1, Integer::sum);
+                            mine.put(new TopicPartition(record.topic(), record.partition()),
+                                new OffsetAndMetadata(record.offset() + 1));
                         }
-                        if (!records.isEmpty()) consumer.commitSync();
+                        if (mine.isEmpty()) continue;
+                        try {
+                            consumer.commitSync(mine);
+                            mine.clear();
+                        } catch (CommitFailedException stale) {
+                            // A commit that crossed the heartbeat giving this member a new epoch
+                            // is STALE_MEMBER_EPOCH, which commitSync raises as this, on Kafka
+                            // too: committed again after the next poll, at the new epoch.
+                            staleCommits++;
+                        }
                     }
                     Set<Integer> first = partitions(members.get(0).assignment());
                     Set<Integer> second = partitions(members.get(1).assignment());
@@ -79,6 +111,22 @@ public class ConsumerProtocolChecks {
                         && first.size() + second.size() == PARTITIONS;
                     if (split) shared = List.of(first, second);
                 }
+                // What is left to commit, at the members' current epochs.
+                for (int attempt = 0; attempt < 10 && pending.stream().anyMatch(p -> !p.isEmpty()); attempt++) {
+                    for (int m = 0; m < members.size(); m++) {
+                        if (pending.get(m).isEmpty()) continue;
+                        try {
+                            members.get(m).commitSync(pending.get(m));
+                            pending.get(m).clear();
+                        } catch (CommitFailedException stale) {
+                            staleCommits++;
+                            for (ConsumerRecord<String, String> record : members.get(m).poll(Duration.ofMillis(100))) {
+                                reads.merge(record.partition() + ":" + record.offset(), 1, Integer::sum);
+                            }
+                        }
+                    }
+                }
+                out.put("stale_commits_retried", staleCommits);
                 out.put("read", reads.size());
                 out.put("read_twice", reads.values().stream().filter(n -> n > 1).count());
                 out.put("split", split);
