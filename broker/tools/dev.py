@@ -23,7 +23,9 @@ import select
 import signal
 import socket
 import stat
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,9 +65,43 @@ def _ignore_stop_signals() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
+# Modules whose code must not be interrupted by an exception: subprocess.Popen.poll takes
+# its _waitpid_lock with acquire(False) a few bytecodes before the try that releases it, so
+# a _StopRequested raised there leaks the lock and every later Popen.wait on that node spins
+# for ever (seen: a supervisor hung after Ctrl-C with its node an unreaped zombie).
+_UNINTERRUPTIBLE_FILES = tuple(
+    os.path.realpath(module.__file__) for module in (subprocess, threading)
+)
+# How soon a stop that arrived inside such code is delivered again.
+_STOP_RETRY_SECONDS = 0.02
+_pending_stop: str | None = None
+
+
+def _inside_uninterruptible_code(frame) -> bool:
+    while frame is not None:
+        if os.path.realpath(frame.f_code.co_filename) in _UNINTERRUPTIBLE_FILES:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _request_stop(signum, frame) -> None:
-    _ignore_stop_signals()
-    raise _StopRequested(signal.Signals(signum).name)
+    """The handler of the stop signals: raises _StopRequested in the main thread wherever it
+    is (a wait for a node to start, the watch loop's sleep), except inside subprocess or
+    threading code, where it is delivered again a moment later (SIGALRM)."""
+    global _pending_stop
+    if signum != signal.SIGALRM:
+        _ignore_stop_signals()
+        _pending_stop = signal.Signals(signum).name
+    if _pending_stop is None:
+        return
+    if _inside_uninterruptible_code(frame):
+        signal.signal(signal.SIGALRM, _request_stop)
+        signal.setitimer(signal.ITIMER_REAL, _STOP_RETRY_SECONDS)
+        return
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    name, _pending_stop = _pending_stop, None
+    raise _StopRequested(name)
 
 
 def say(text: str, error: bool = False) -> None:
@@ -209,6 +245,7 @@ def run_dev(
     # Belt and braces for the background check in _watch: a read of the terminal from the
     # background fails (EIO) instead of stopping the supervisor and with it the restarts.
     previous_handlers[signal.SIGTTIN] = signal.signal(signal.SIGTTIN, signal.SIG_IGN)
+    previous_handlers[signal.SIGALRM] = signal.getsignal(signal.SIGALRM)  # stop re-delivery
     local_zookeeper = None
     try:
         if zookeeper and zookeeper_connect is None:
@@ -226,6 +263,7 @@ def run_dev(
         say(f"minibroker dev: {stop} while starting ZooKeeper")
         return 1
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         if local_zookeeper is not None:
             local_zookeeper.stop()
         for signum, handler in previous_handlers.items():
