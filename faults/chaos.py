@@ -258,6 +258,7 @@ class Workload:
         # Positions read twice with different values: a record read, then replaced.
         self.reread_differently: list[tuple[int, int]] = []
         self._stop = threading.Event()
+        self._abandoned = threading.Event()
         self._threads = [
             threading.Thread(target=self._produce, daemon=True),
             threading.Thread(target=self._consume, daemon=True),
@@ -271,6 +272,13 @@ class Workload:
         self._stop.set()
         for thread in self._threads:
             thread.join(180)
+
+    def abandon(self) -> None:
+        """Tell the clients to stop without waiting for them: the cluster is going away (a
+        run that failed before its report), and a producer left running would retry its
+        addresses for the rest of the process's life."""
+        self._abandoned.set()
+        self._stop.set()
 
     def _produce(self) -> None:
         logger = logging.getLogger(f"chaos.producer.{id(self)}")
@@ -317,7 +325,9 @@ class Workload:
                     break
                 number += 1
             producer.poll(0.01)
-        producer.flush(240)
+        if self._abandoned.is_set():
+            producer.purge()  # the cluster is going away: nothing left is waited for
+        producer.flush(0 if self._abandoned.is_set() else 240)
 
     def _consume(self) -> None:
         consumer = Consumer(
@@ -461,6 +471,10 @@ class Chaos:
         }
 
     def close(self) -> None:
+        if self.workload is not None:
+            self.workload.abandon()
+        if self.txn is not None:
+            self.txn.abandon()
         for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
             self.nodes[node_id].stop()
         if self.zookeeper is not None:

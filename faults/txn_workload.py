@@ -222,6 +222,11 @@ class TransactionalWorkload:
         for thread in self._stage:
             thread.join(180)
 
+    def abandon(self) -> None:
+        """Tell every thread to stop without waiting (the cluster is going away)."""
+        self._stop_producers.set()
+        self._stop_stage.set()
+
     def committed(self) -> int:
         return sum(1 for t in self.history.transactions if t.outcome == COMMITTED)
 

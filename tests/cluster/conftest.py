@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v8.response import PartitionProduceResponse
 
@@ -530,3 +531,15 @@ def assert_replication_uses(cluster: Cluster, listener: str) -> None:
             assert established_connections_to(port) > 0, (
                 f"no connection to broker {broker.node_id}'s {listener} listener (:{port})"
             )
+
+
+def coordinator_of(cluster: Cluster, group: str) -> int:
+    """The node id FindCoordinator names for the group, asked of any live broker (-1 while
+    none answers)."""
+    for broker in cluster.brokers.values():
+        if not broker.running:
+            continue
+        answer = exchange(broker.bootstrap, FindCoordinatorRequest(key=group, key_type=0))
+        if answer.error_code.value == 0:
+            return int(answer.node_id)
+    return -1

@@ -12,7 +12,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
-from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
 from kio.static.primitive import i32, i32Timedelta
 
 from minibroker.tools.launcher import Cluster
@@ -21,6 +20,7 @@ from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,
     _check_clean_stop,
+    coordinator_of,
     create_replicated_topic,
     produce_acks_all,
 )
@@ -47,19 +47,10 @@ def cluster(tmp_path: Path):
     _check_clean_stop(started)
 
 
-def coordinator_of(cluster: Cluster) -> int:
-    for broker in cluster.brokers.values():
-        if broker.running:
-            answer = exchange(broker.bootstrap, FindCoordinatorRequest(key=GROUP, key_type=0))
-            if answer.error_code.value == 0:
-                return int(answer.node_id)
-    return -1
-
-
 def describe(cluster: Cluster):
     """The group as ConsumerGroupDescribe gives it, asked of its coordinator (None while
     there is none, or while it loads)."""
-    node = coordinator_of(cluster)
+    node = coordinator_of(cluster, GROUP)
     if node < 0:
         return None
     answer = exchange(
@@ -86,7 +77,7 @@ def member(cluster: Cluster) -> Consumer:
 
 
 def bump_epoch_twice(cluster: Cluster) -> None:
-    coordinator = cluster.brokers[coordinator_of(cluster)].bootstrap
+    coordinator = cluster.brokers[coordinator_of(cluster, GROUP)].bootstrap
     joined = exchange(
         coordinator,
         ConsumerGroupHeartbeatRequest(
@@ -164,10 +155,10 @@ def test_the_group_survives_its_coordinators_death(cluster: Cluster):
 
         before = wait_for(stable_over_two, CONVERGENCE_TIMEOUT, "the group stable over two members")
         committed_before_kill = dict(acknowledged)
-        victim = coordinator_of(cluster)
+        victim = coordinator_of(cluster, GROUP)
         cluster.brokers[victim].kill()
         wait_for(
-            lambda: coordinator_of(cluster) not in (-1, victim),
+            lambda: coordinator_of(cluster, GROUP) not in (-1, victim),
             CONVERGENCE_TIMEOUT,
             "another broker to coordinate the group",
         )

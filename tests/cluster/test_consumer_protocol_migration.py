@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
-from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
 from kio.static.primitive import i32
 
@@ -25,6 +24,7 @@ from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,
     _check_clean_stop,
+    coordinator_of,
     create_replicated_topic,
     produce_acks_all,
 )
@@ -51,19 +51,10 @@ def cluster(tmp_path: Path):
     _check_clean_stop(started)
 
 
-def coordinator_of(cluster: Cluster) -> int:
-    for broker in cluster.brokers.values():
-        if broker.running:
-            answer = exchange(broker.bootstrap, FindCoordinatorRequest(key=GROUP, key_type=0))
-            if answer.error_code.value == 0:
-                return int(answer.node_id)
-    return -1
-
-
 def describe(cluster: Cluster):
     """ConsumerGroupDescribe from the coordinator: the group if it is a consumer group, the
     error code otherwise (GROUP_ID_NOT_FOUND, 69, for a classic group)."""
-    node = coordinator_of(cluster)
+    node = coordinator_of(cluster, GROUP)
     if node < 0:
         return None
     answer = exchange(
@@ -75,7 +66,7 @@ def describe(cluster: Cluster):
 
 
 def committed(cluster: Cluster) -> dict[int, int]:
-    node = coordinator_of(cluster)
+    node = coordinator_of(cluster, GROUP)
     answer = exchange(
         cluster.brokers[node].bootstrap,
         OffsetFetchRequest(
@@ -219,10 +210,10 @@ def test_members_switch_protocol_one_by_one_and_back(cluster: Cluster):
                 # A mixed group: its coordinator dies, another rebuilds it from the log.
                 before = {m.member_id for m in described.members}
                 epoch = described.group_epoch
-                victim = coordinator_of(cluster)
+                victim = coordinator_of(cluster, GROUP)
                 cluster.brokers[victim].kill()
                 wait_for(
-                    lambda victim=victim: coordinator_of(cluster) not in (-1, victim),
+                    lambda victim=victim: coordinator_of(cluster, GROUP) not in (-1, victim),
                     CONVERGENCE_TIMEOUT,
                     "another broker to coordinate the group",
                 )

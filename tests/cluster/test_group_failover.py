@@ -9,12 +9,12 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
 from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
 
 from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
+    coordinator_of,
     create_replicated_topic,
     produce_acks_all,
 )
@@ -23,17 +23,6 @@ from tests.conftest import exchange, wait_for
 TOPIC = "orders"
 GROUP = "billing"
 PARTITIONS = 2
-
-
-def coordinator_of(cluster: Cluster, group: str) -> int:
-    """The node id FindCoordinator names, asked of any live broker."""
-    for broker in cluster.brokers.values():
-        if not broker.running:
-            continue
-        answer = exchange(broker.bootstrap, FindCoordinatorRequest(key=group, key_type=0))
-        if answer.error_code.value == 0:
-            return int(answer.node_id)
-    return -1
 
 
 def group_consumer(cluster: Cluster) -> Consumer:
