@@ -70,7 +70,7 @@ def _ignore_stop_signals() -> None:
 # a _StopRequested raised there leaks the lock and every later Popen.wait on that node spins
 # for ever (seen: a supervisor hung after Ctrl-C with its node an unreaped zombie).
 _UNINTERRUPTIBLE_FILES = tuple(
-    os.path.realpath(module.__file__) for module in (subprocess, threading)
+    os.path.realpath(str(module.__file__)) for module in (subprocess, threading)
 )
 # How soon a stop that arrived inside such code is delivered again.
 _STOP_RETRY_SECONDS = 0.02
