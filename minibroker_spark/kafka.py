@@ -523,9 +523,9 @@ def read_range(
     """Every record of [start, end) of one partition, in Arrow batches of `schema` (from
     `arrow_schema`: the columns the query reads), with one consumer assigned to exactly that
     range (taken from this process's pool, CONSUMERS, when an earlier read of the partition
-    with the same settings left one there, and put back after); returns at the range end. Records missing at the start (retention) or an end that
-    cannot be reached are data loss: raised when failOnDataLoss, otherwise logged and skipped
-    as Spark's Kafka source does."""
+    with the same settings left one there, and put back after); returns at the range end.
+    Records missing at the start (retention) or an end that cannot be reached are data loss:
+    raised when failOnDataLoss, otherwise logged and skipped as Spark's Kafka source does."""
     topic, partition = offset_range.topic, offset_range.partition
     start, end = offset_range.start, offset_range.end
     if start >= end:
