@@ -123,6 +123,11 @@ def _retrying(what: str, call, timeout: float):
                     KafkaError.NOT_LEADER_FOR_PARTITION,
                     KafkaError.REQUEST_TIMED_OUT,
                     KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    # A leader elected after the one this client knew (the Java clients'
+                    # FencedLeaderEpochException and UnknownLeaderEpochException are
+                    # InvalidMetadataExceptions: refresh metadata and retry).
+                    KafkaError.FENCED_LEADER_EPOCH,
+                    KafkaError.UNKNOWN_LEADER_EPOCH,
                 )
             )
             if not retriable or time.monotonic() >= deadline:
