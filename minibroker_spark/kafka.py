@@ -8,6 +8,7 @@ and works against any Kafka cluster.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import operator
@@ -122,6 +123,11 @@ def _retrying(what: str, call, timeout: float):
                     KafkaError.NOT_LEADER_FOR_PARTITION,
                     KafkaError.REQUEST_TIMED_OUT,
                     KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    # A leader elected after the one this client knew (the Java clients'
+                    # FencedLeaderEpochException and UnknownLeaderEpochException are
+                    # InvalidMetadataExceptions: refresh metadata and retry).
+                    KafkaError.FENCED_LEADER_EPOCH,
+                    KafkaError.UNKNOWN_LEADER_EPOCH,
                 )
             )
             if not retriable or time.monotonic() >= deadline:
@@ -415,6 +421,103 @@ def consumer_settings(kafka: dict[str, str]) -> dict:
     return settings
 
 
+def pool_key(kafka: dict[str, str], topic: str, partition: int) -> tuple:
+    """Consumers are shared only between reads with the same settings (bootstrap servers,
+    security, isolation level, every kafka.* option) of the same topic partition."""
+    return (tuple(sorted(kafka.items())), topic, partition)
+
+
+def _close(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception as error:  # noqa: BLE001 - closing must not fail a read that worked
+        log.info("closing a consumer: %s", error)
+
+
+class ConsumerPool:
+    """Idle consumers of this process, by `pool_key`, as Spark's Kafka connector keeps its
+    consumers between tasks (KafkaDataConsumer's cache: `spark.kafka.consumer.cache.capacity`
+    64, `spark.kafka.consumer.cache.timeout` 5 min). A Spark Python worker runs one task at a
+    time and Spark reuses workers (spark.python.worker.reuse), so the next micro-batch's read
+    of a partition usually finds the consumer the last one used: no new client, connection,
+    Metadata and first Fetch session per task.
+
+    A consumer is in the pool only while no read holds it (taken, never shared), without an
+    assignment (it fetches nothing while idle), and at most `idle_seconds`: older ones, and
+    the oldest beyond `capacity`, are closed when the pool is next used. Where we depart:
+    Spark's cache closes idle consumers from a timer thread; here the pool is a pure structure
+    with the time passed in, pruned on use, and emptied at interpreter exit."""
+
+    def __init__(self, capacity: int = 64, idle_seconds: float = 300.0, close=_close):
+        self.capacity = capacity
+        self.idle_seconds = idle_seconds
+        self._close = close
+        # key -> [(consumer, idle since)], the most recently returned last.
+        self._idle: dict[tuple, list[tuple[object, float]]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._idle.values())
+
+    def take(self, key: tuple, now: float):
+        """An idle consumer for `key`, or None; prunes the expired ones first."""
+        self.prune(now)
+        entries = self._idle.get(key)
+        if not entries:
+            return None
+        consumer, _since = entries.pop()
+        if not entries:
+            del self._idle[key]
+        return consumer
+
+    def give_back(self, key: tuple, consumer, now: float) -> None:
+        """A read is done with `consumer`: unassigned and kept, or closed if that fails."""
+        try:
+            consumer.unassign()
+        except Exception as error:  # noqa: BLE001 - a consumer that cannot unassign is not kept
+            log.info("not keeping a consumer: %s", error)
+            self._close(consumer)
+            return
+        self._idle.setdefault(key, []).append((consumer, now))
+        self.prune(now)
+
+    def prune(self, now: float) -> None:
+        for key in list(self._idle):
+            entries = self._idle[key]
+            kept = [(c, since) for c, since in entries if now - since < self.idle_seconds]
+            for consumer, since in entries:
+                if now - since >= self.idle_seconds:
+                    self._close(consumer)
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+        excess = len(self) - self.capacity
+        if excess > 0:
+            oldest = sorted(
+                (
+                    (since, key, consumer)
+                    for key, entries in self._idle.items()
+                    for consumer, since in entries
+                ),
+                key=operator.itemgetter(0),
+            )[:excess]
+            for _since, key, consumer in oldest:
+                self._idle[key] = [(c, s) for c, s in self._idle[key] if c is not consumer]
+                if not self._idle[key]:
+                    del self._idle[key]
+                self._close(consumer)
+
+    def close_all(self) -> None:
+        for entries in self._idle.values():
+            for consumer, _since in entries:
+                self._close(consumer)
+        self._idle.clear()
+
+
+CONSUMERS = ConsumerPool()
+atexit.register(CONSUMERS.close_all)
+
+
 def read_range(
     kafka: dict[str, str],
     offset_range: OffsetRange,
@@ -424,16 +527,23 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Every record of [start, end) of one partition, in Arrow batches of `schema` (from
     `arrow_schema`: the columns the query reads), with one consumer assigned to exactly that
-    range; returns at the range end. Records missing at the start (retention) or an end that
-    cannot be reached are data loss: raised when failOnDataLoss, otherwise logged and skipped
-    as Spark's Kafka source does."""
+    range (taken from this process's pool, CONSUMERS, when an earlier read of the partition
+    with the same settings left one there, and put back after); returns at the range end.
+    Records missing at the start (retention) or an end that cannot be reached are data loss:
+    raised when failOnDataLoss, otherwise logged and skipped as Spark's Kafka source does."""
     topic, partition = offset_range.topic, offset_range.partition
     start, end = offset_range.start, offset_range.end
     if start >= end:
         return
-    consumer = _client(Consumer, consumer_settings(kafka))
+    key = pool_key(kafka, topic, partition)
+    consumer = CONSUMERS.take(key, time.monotonic())
+    if consumer is None:
+        consumer = _client(Consumer, consumer_settings(kafka))
     timeout = poll_timeout_ms / 1000
+    reusable = False
     try:
+        # Every read seeks to its range start, a pooled consumer's too: assign() replaces the
+        # assignment and librdkafka drops whatever it fetched for the one before.
         consumer.assign([KafkaTopicPartition(topic, partition, start)])
         position = start
         deadline = time.monotonic() + timeout
@@ -493,8 +603,16 @@ def read_range(
                 position = max(position, records[-1].offset() + 1)
                 deadline = time.monotonic() + timeout
                 yield _to_batch(records, topic, partition, schema)
+        reusable = True
+    except GeneratorExit:
+        # Spark stopped reading early (a limit): the consumer is sound.
+        reusable = True
+        raise
     finally:
-        consumer.close()
+        if reusable:
+            CONSUMERS.give_back(key, consumer, time.monotonic())
+        else:
+            _close(consumer)
 
 
 def _only_records(messages: list) -> bool:

@@ -2,7 +2,9 @@
 options, batch and streaming, reading and writing.
 
 Plans (which partitions, which offsets) are made on the driver with an AdminClient; each Spark
-task reads one offset range with its own consumer, or writes its rows with its own producer.
+task reads one offset range with a consumer of its own (kept in the Python worker's pool for
+the next task of that partition, as Spark's connector keeps its consumers), or writes its rows
+with its own producer.
 Streaming offsets are Spark's Kafka source's JSON, `{"topic":{"0":42}}`, kept in Spark's
 checkpoint: no consumer group and no committed offsets are involved.
 """

@@ -11,6 +11,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from minibroker.spark import kafka
 from tests.spark.conftest import create_topic, offsets_by_partition, produce, wait_until
 
 PARTITIONS = 3
@@ -323,3 +324,43 @@ def create_topic_once(bootstrap: str, topic: str) -> None:
     if (bootstrap, topic) not in _created:
         create_topic(bootstrap, topic, 1)
         _created.add((bootstrap, topic))
+
+
+def test_a_pooled_consumer_reads_exactly_each_range(spark_broker, monkeypatch):
+    """What one Spark task runs, in this process, without Spark: a later read of the same
+    partition takes the consumer the last one left in the pool (minibroker.spark.kafka.
+    ConsumerPool) and still reads exactly its own range, later, earlier or overlapping; another
+    setting or partition is another consumer; idle ones are closed."""
+    bootstrap = spark_broker.bootstrap
+    create_topic(bootstrap, "pooled", 1)
+    produce(bootstrap, "pooled", [{"value": b"v%d" % i, "partition": 0} for i in range(6)])
+    pool = kafka.ConsumerPool(idle_seconds=60)
+    monkeypatch.setattr(kafka, "CONSUMERS", pool)
+    settings = {"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}
+    schema = kafka.arrow_schema(False, ["offset", "value"])
+
+    def read(start: int, end: int) -> list[tuple[int, bytes]]:
+        batches = kafka.read_range(
+            settings, kafka.OffsetRange("pooled", 0, start, end), schema, True, 30_000
+        )
+        return [(row["offset"], row["value"]) for b in batches for row in b.to_pylist()]
+
+    assert read(0, 4) == [(i, b"v%d" % i) for i in range(4)]
+    assert len(pool) == 1
+    consumer = pool._idle[kafka.pool_key(settings, "pooled", 0)][0][0]
+    # The next micro-batch's range, after more records arrived; then back to an earlier,
+    # overlapping range (a replay) and a later one that skips some.
+    produce(bootstrap, "pooled", [{"value": b"v%d" % i, "partition": 0} for i in range(6, 9)])
+    assert read(4, 9) == [(i, b"v%d" % i) for i in range(4, 9)]
+    assert read(2, 5) == [(i, b"v%d" % i) for i in range(2, 5)]
+    assert read(7, 8) == [(7, b"v7")]
+    assert len(pool) == 1
+    assert pool.take(kafka.pool_key(settings, "pooled", 0), 0.0) is consumer
+    pool.give_back(kafka.pool_key(settings, "pooled", 0), consumer, 0.0)
+    # Another setting or partition is another consumer.
+    assert pool.take(kafka.pool_key({**settings, "client.id": "x"}, "pooled", 0), 0.0) is None
+    assert pool.take(kafka.pool_key(settings, "pooled", 1), 0.0) is None
+    pool.prune(60.0)  # idle for idle_seconds: closed
+    assert len(pool) == 0
+    with pytest.raises(RuntimeError):
+        consumer.assign([])  # closed consumers refuse every call
