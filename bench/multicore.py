@@ -2,8 +2,8 @@
 processes of one cluster on the same machine, against Apache Kafka's single (multi-threaded)
 node, runs alternating in one command.
 
-`python -m bench.multicore [--runs 3] [--records 1000000] [--no-kafka]`. Each run starts a
-fresh target of each design in turn:
+`python -m bench.multicore [--runs 3] [--records 1000000] [--design one|two|kafka ...]`.
+Each run starts a fresh target of each design in turn:
 
 - `one`: one minibroker node that is its own controller, as the main table's 1-broker rows.
 - `two`: a minibroker cluster of two broker processes and its controller process (the
@@ -34,6 +34,7 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,15 +110,36 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / CLOCK_TICKS_PER_SECOND
 
 
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """Each living thread of `pid`: its name (comm, 15 characters at most) and CPU seconds."""
+def java_thread_names(pid: int) -> dict[int, str]:
+    """The Java names of a JVM's threads by their Linux thread id (`jcmd <pid> Thread.print`:
+    each thread's line is `"name" #n ... nid=0x<tid> ...`), where /proc's names are cut to 15
+    characters (Kafka's network and request handler threads both read "data-plane-kafk"
+    there). Empty when jcmd is not there or fails."""
+    jcmd = shutil.which("jcmd")
+    if jcmd is None:
+        return {}
+    try:
+        printed = subprocess.run(
+            [jcmd, str(pid), "Thread.print"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {
+        int(match["nid"], 16): match["name"]
+        for match in re.finditer(r'^"(?P<name>[^"]*)".*? nid=0x(?P<nid>[0-9a-f]+)', printed, re.M)
+    }
+
+
+def thread_cpu(pid: int, names: dict[int, str] | None = None) -> dict[int, tuple[str, float]]:
+    """Each living thread of `pid`: its name (from `names` by thread id, else /proc's comm,
+    15 characters at most) and CPU seconds."""
     threads = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
         except OSError:
             continue  # it exited meanwhile
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        name = (names or {}).get(int(task.name)) or stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         threads[int(task.name)] = (
             name,
@@ -127,7 +149,11 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
 
 
 def thread_group(name: str) -> str:
-    """A thread name without its number: the JVM's "GC Thread#1" and "C2 CompilerThre" kinds."""
+    """A thread name without its numbers: "GC Thread#1" is a "GC Thread", Kafka's
+    "data-plane-kafka-network-thread-1-PLAINTEXT-PLAINTEXT-0" a
+    "data-plane-kafka-network-thread" and "data-plane-kafka-request-handler-1" a
+    "data-plane-kafka-request-handler"."""
+    name = re.sub(r"(network-thread)-.*$", r"\1", name)
     return re.sub(r"[#\-_ ]?\d+$", "", name).strip() or name
 
 
@@ -148,11 +174,14 @@ class Design:
 
     def __init__(self, design: str, work_dir: Path):
         self.design = design
+        self.java_names: dict[int, str] = {}
         self.target: Minibroker | Kafka
         if design == KAFKA:
             self.target = Kafka(1, work_dir)
             self.brokers = {1: self.target.cluster.nodes[0].process.pid}
             self.controller: int | None = None
+            # Read once the node is up: its network and request handler threads exist by then.
+            self.java_names = java_thread_names(self.brokers[1])
         elif design == TWO:
             self.target = Minibroker(TWO_BROKERS, work_dir)
             self.brokers = {
@@ -204,7 +233,7 @@ class Design:
 
     def threads(self) -> dict[int, tuple[str, float]] | None:
         """Kafka's threads (thread_cpu); None for minibroker, whose CPU is its process's."""
-        return thread_cpu(self.brokers[1]) if self.design == KAFKA else None
+        return thread_cpu(self.brokers[1], self.java_names) if self.design == KAFKA else None
 
     def controller_cpu(self) -> float:
         return cpu_seconds(self.controller) if self.controller is not None else 0.0
@@ -405,9 +434,14 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--no-kafka", action="store_true", help="leave Apache Kafka out")
+    parser.add_argument(
+        "--design",
+        action="append",
+        choices=DESIGNS,
+        help=f"measure only this design (repeatable; default: {', '.join(DESIGNS)})",
+    )
     arguments = parser.parse_args()
-    designs = [design for design in DESIGNS if design != KAFKA or not arguments.no_kafka]
+    designs = [design for design in DESIGNS if design in (arguments.design or DESIGNS)]
     command = shlex.join(["python", "-m", "bench.multicore", *sys.argv[1:]])
     described = machine()
     load_before = os.getloadavg()

@@ -43,6 +43,10 @@ def test_thread_group_drops_the_number():
     assert thread_group("C2 CompilerThre") == "C2 CompilerThre"
     assert thread_group("kafka-request-handler-12") == "kafka-request-handler"
     assert thread_group("main") == "main"
+    assert (
+        thread_group("data-plane-kafka-network-thread-1-PLAINTEXT-PLAINTEXT-0")
+        == "data-plane-kafka-network-thread"
+    )
 
 
 def test_thread_groups_sum_by_group_and_count_new_threads_from_zero():
