@@ -473,24 +473,34 @@ def main() -> int:
                         f" load {os.getloadavg()[0]:.1f}",
                         file=sys.stderr,
                     )
-    load_after = os.getloadavg()
+            # The table so far after every run, so that a run cut short leaves its figures.
+            print_results(command, described, load_before, collected, arguments.records)
+    return 0
+
+
+def print_results(
+    command: str,
+    described: list[tuple[str, str]],
+    load_before: tuple[float, float, float],
+    collected: dict[str, list[dict[str, dict[str, float]]]],
+    count: int,
+) -> None:
+    """The command, the machine, the load average and the table of the runs so far."""
+    runs = min((len(runs) for runs in collected.values() if runs), default=0)
     medians = {
         design: {key: median_figures([run[key] for run in runs]) for key in runs[0]}
         for design, runs in collected.items()
         if runs
     }
-    print(f"Command: `{command}`\n")
-    for key, value in described:
-        print(f"- {key}: {value}")
-    print(
+    lines = [f"Command: `{command}`", ""]
+    lines += [f"- {key}: {value}" for key, value in described]
+    lines.append(
         "- load average (1, 5, 15 min) before: "
         + ", ".join(f"{value:.2f}" for value in load_before)
-        + "; after: "
-        + ", ".join(f"{value:.2f}" for value in load_after)
+        + "; now: "
+        + ", ".join(f"{value:.2f}" for value in os.getloadavg())
     )
-    print()
-    print(report(medians, arguments.records, arguments.runs))
-    return 0
+    print("\n".join([*lines, "", report(medians, count, runs), ""]), flush=True)
 
 
 if __name__ == "__main__":
