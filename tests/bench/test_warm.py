@@ -157,3 +157,19 @@ def test_a_warm_table_says_so_and_goes_to_its_own_block(tmp_path: Path):
     write_benchmarks("cold 2\n", path)
     assert f"{BEGIN_MARKER}\ncold 2\n{END_MARKER}" in path.read_text()
     assert f"{WARM_BEGIN_MARKER}\nwarm 2\n{WARM_END_MARKER}" in path.read_text()
+
+
+def test_profile_summary_counts_own_and_inclusive_samples_per_function():
+    from bench.profile_row import summarize
+
+    raw = (
+        "main (broker/cli.py:10);serve (broker/node/server.py:700);append (storage/log.py:5) 6\n"
+        "main (broker/cli.py:10);serve (broker/node/server.py:702);append (storage/log.py:9) 2\n"
+        "main (broker/cli.py:10);serve (broker/node/server.py:710) 2\n"
+        "not a sample line\n"
+    )
+    total, own, inclusive = summarize(raw, top=5)
+    assert total == 10
+    assert own == [("append (log.py)", 8), ("serve (server.py)", 2)]
+    # main and serve are in every sample: left out as saying nothing.
+    assert inclusive == [("append (log.py)", 8)]
