@@ -173,3 +173,12 @@ def test_profile_summary_counts_own_and_inclusive_samples_per_function():
     assert own == [("append (log.py)", 8), ("serve (server.py)", 2)]
     # main and serve are in every sample: left out as saying nothing.
     assert inclusive == [("append (log.py)", 8)]
+
+
+def test_a_kafka_cluster_id_never_starts_with_a_dash():
+    from bench.kafka_ref import random_cluster_id
+
+    # 0xf8 as the first byte is "-" in URL-safe base64: drawn again, as Kafka's Uuid does.
+    draws = iter([b"\xf8" + bytes(15), b"\x00" + bytes(15)])
+    assert random_cluster_id(lambda: next(draws)) == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert not any(random_cluster_id().startswith("-") for _ in range(1000))
