@@ -24,12 +24,20 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from bench import java_producer
 from bench.procfs import cpu_seconds
 from bench.rows import REAL_SIZES, SMOKE_SIZES, rows
 from bench.targets import MINIBROKER, Minibroker, start
 from bench.workloads import PARTITIONS
 from minibroker.tools.launcher import BrokerProcess
 
+# The produce rows' record size and acks, for the Java producer (--java).
+JAVA_ROWS = {
+    "produce-100": (100, "1"),
+    "produce-1k": (1024, "1"),
+    "produce-all-100": (100, "all"),
+    "produce-all-1k": (1024, "all"),
+}
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 PY_SPY_EXIT_TIMEOUT = 30.0
 
@@ -85,14 +93,13 @@ def main() -> int:
     parser.add_argument(
         "--java",
         action="store_true",
-        help="the produce rows' Java producer too (default: kcat's part only)",
+        help="a produce row's Java producer (ProducerPerformance) alone, after the warm-up,"
+        " instead of kcat's part",
     )
     arguments = parser.parse_args()
     row = next(
         row
-        for row in rows(
-            SMOKE_SIZES if arguments.smoke else REAL_SIZES, kafka=arguments.java, spark=False
-        )
+        for row in rows(SMOKE_SIZES if arguments.smoke else REAL_SIZES, kafka=False, spark=False)
         if row.name == arguments.row
     )
     out = arguments.out or Path(tempfile.mkdtemp(prefix="minibroker-profile-"))
@@ -136,7 +143,15 @@ def main() -> int:
                 for node in nodes
             }
             try:
-                figures = row.measure(target, topic, work_dir)
+                if arguments.java:
+                    if row.name not in JAVA_ROWS:
+                        raise SystemExit(f"--java: {row.name} is not a produce row")
+                    size, acks = JAVA_ROWS[row.name]
+                    count = (SMOKE_SIZES if arguments.smoke else REAL_SIZES).produce_records
+                    rate = java_producer.java_produce(target.bootstrap, topic, count, size, acks)
+                    figures = {"java_records_per_s": rate}
+                else:
+                    figures = row.measure(target, topic, work_dir)
             finally:
                 for spy in spies.values():
                     spy.send_signal(signal.SIGINT)
