@@ -22,6 +22,12 @@ from bench.targets import KAFKA, MINIBROKER, MOCK
 
 BEGIN_MARKER = "<!-- bench:begin (written by python -m bench; edits here are overwritten) -->"
 END_MARKER = "<!-- bench:end -->"
+# A warm run's table (`python -m bench --warm`) has a block of its own, so that it never
+# replaces the main table: the two answer different questions.
+WARM_BEGIN_MARKER = (
+    "<!-- bench:warm:begin (written by python -m bench --warm; edits here are overwritten) -->"
+)
+WARM_END_MARKER = "<!-- bench:warm:end -->"
 REPOSITORY = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPOSITORY / "BENCHMARKS.md"
 
@@ -236,10 +242,35 @@ def spark_table(results: list[RowResult]) -> str:
     )
 
 
-def table(results: list[RowResult], runs: int) -> str:
+def warm_note(warmups: int, left_out: dict[str, str]) -> str:
+    """What a warm run did before each measurement, and the rows it left out ("" when the run
+    was not warm)."""
+    if not warmups:
+        return ""
+    times = "once" if warmups == 1 else f"{warmups} times"
+    note = (
+        f"**Warm run** (`--warm`): before each timed measurement the row's workload ran {times},"
+        " untimed, on the same started system (every system: minibroker, the mock and Apache"
+        " Kafka), with the same clients and data, into a topic of its own made like the"
+        " measured one (the produce rows' warm-up is kcat's part: the Java producer's figure"
+        " follows kcat's records on the same broker in every run, warm or not). The figures are"
+        " the timed run's alone: CPU per GB counts only it; peak RSS is the high-water mark of"
+        " the whole life of the process, warm-up included.\n"
+    )
+    if left_out:
+        note += "\nLeft out of a warm run:\n\n" + "".join(
+            f"- {name}: {why}\n" for name, why in left_out.items()
+        )
+    return note + "\n"
+
+
+def table(
+    results: list[RowResult], runs: int, warmups: int = 0, left_out: dict[str, str] | None = None
+) -> str:
     """The markdown table: medians of `runs` runs per system, minibroker / mock and
     minibroker / Apache Kafka; then issue 26's targets against Kafka; then the Spark rows'
-    table of their own (spark_table)."""
+    table of their own (spark_table). A warm run (`warmups` untimed runs before each
+    measurement) says so above the table, with the rows it left out."""
     spark = spark_table(results)
     broker = [result for result in results if not result.row.spark]
     lines = [
@@ -284,7 +315,7 @@ def table(results: list[RowResult], runs: int) -> str:
         " systems. A ratio above 1 means minibroker moves more per second; for latency, times,"
         " CPU and memory, below 1 means it does better."
     )
-    return f"{runs_note}\n\n{text}"
+    return f"{warm_note(warmups, left_out or {})}{runs_note}\n\n{text}"
 
 
 def section(
@@ -292,20 +323,26 @@ def section(
     results: list[RowResult],
     runs: int,
     described_machine: list[tuple[str, str]] | None = None,
+    warmups: int = 0,
+    left_out: dict[str, str] | None = None,
 ) -> str:
     """The command, the machine (as described at the run's start, when given: the date and
     the commit measured) and the table."""
     described = "\n".join(f"- {key}: {value}" for key, value in (described_machine or machine()))
-    return f"Command: `{command}`\n\n{described}\n\n{table(results, runs)}"
+    return f"Command: `{command}`\n\n{described}\n\n{table(results, runs, warmups, left_out)}"
 
 
-def write_benchmarks(content: str, path: Path = BENCHMARKS) -> None:
-    """Put `content` between the markers, leaving the rest of the file as it was."""
-    block = f"{BEGIN_MARKER}\n{content}{END_MARKER}"
+def write_benchmarks(content: str, path: Path = BENCHMARKS, warm: bool = False) -> None:
+    """Put `content` between the markers (a warm run's: between the warm ones), leaving the
+    rest of the file as it was; a file without them gets them appended at the end."""
+    begin_marker, end_marker = (
+        (WARM_BEGIN_MARKER, WARM_END_MARKER) if warm else (BEGIN_MARKER, END_MARKER)
+    )
+    block = f"{begin_marker}\n{content}{end_marker}"
     text = path.read_text() if path.exists() else ""
-    begin, end = text.find(BEGIN_MARKER), text.find(END_MARKER)
+    begin, end = text.find(begin_marker), text.find(end_marker)
     if begin != -1 and end > begin:
-        text = text[:begin] + block + text[end + len(END_MARKER) :]
+        text = text[:begin] + block + text[end + len(end_marker) :]
     else:
         text = (text.rstrip() + "\n\n" if text.strip() else "") + block + "\n"
     path.write_text(text)

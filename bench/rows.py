@@ -184,6 +184,19 @@ RESOURCES = (
     Line("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
 )
 
+# Why a warm run (`--warm`) leaves a row out.
+STARTS_ITS_OWN = "the row times a system's start, so there is nothing started to warm up first"
+RESTART_COLD = "the row times a new process started on the old log, whatever ran before the stop"
+FAILOVER_COLD = (
+    "the row times the cluster's and the client's reaction to a kill: timers and round trips"
+    " (on Kafka mostly broker.session.timeout.ms, 9 s), on a cluster that a kill then leaves"
+    " one broker short"
+)
+SPARK_WARM_ALREADY = (
+    "the Spark rows warm up already (a first read of the topic before the clock, one"
+    " SparkSession and broker for all their runs)"
+)
+
 Measure = Callable[[Target, str, Path], dict[str, float]]
 # A measurement of one system that brings its own target: (system, run, work directory).
 MeasureSystem = Callable[[str, int, Path], dict[str, float]]
@@ -228,6 +241,11 @@ class Row:
     # Set for rows whose systems are not brokers (the Spark rows): called instead of starting
     # a target; such rows have a table of their own.
     measure_system: MeasureSystem | None = None
+    # What a warm run (`--warm`) runs untimed before each measurement, on the same started
+    # system and a topic of its own: `measure` itself unless set here.
+    warm_up: Measure | None = None
+    # Why a warm run leaves the row out (a row whose measurement starts its own system).
+    cold_only: str | None = None
 
     @property
     def spark(self) -> bool:
@@ -263,7 +281,9 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
     """The rows; `java` adds the Java producer to the produce rows (with Kafka, as it needs
     the same cached jars and a JVM start per run, which the smoke run leaves out)."""
 
-    def produce(size: int, acks: str, replication_factor: int = 1, **configs: str) -> Measure:
+    def produce(
+        size: int, acks: str, replication_factor: int = 1, java: bool = java, **configs: str
+    ) -> Measure:
         count = sizes.produce_records
         return lambda target, topic, work_dir: produce_throughput(
             target,
@@ -284,6 +304,28 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
         "replication_factor": 3,
         "topic_configs": {"min.insync.replicas": "2"},
     }
+
+    def produce_row(name: str, workload: str, size: int, acks: str, rf3: bool = False) -> Row:
+        """A produce row; its warm-up (`--warm`) is kcat's part alone: the Java producer's
+        figure is taken after kcat's records on the same broker anyway, warm or not, and a
+        second JVM client run would add minutes per run for no warmer broker."""
+        if not rf3:
+            return Row(
+                name,
+                workload,
+                produced_lines,
+                produce(size, acks),
+                warm_up=produce(size, acks, java=False),
+            )
+        return Row(
+            name,
+            workload,
+            produced_lines,
+            produce(size, acks, 3, **{"min.insync.replicas": "2"}),
+            warm_up=produce(size, acks, 3, False, **{"min.insync.replicas": "2"}),
+            **cluster,
+        )
+
     produced = f"{sizes.produce_records:,}"
     java_too = " (kcat, then the Java client)" if java else ""
 
@@ -296,36 +338,37 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             STARTUP,
             lambda target, topic, work_dir: {},
             starts=brokers,
+            cold_only=STARTS_ITS_OWN,
         )
 
     return [
         startup(1),
         startup(3),
-        Row(
+        produce_row(
             "produce-100",
             f"produce {produced} x 100 B, acks=1, 1 broker{java_too}",
-            produced_lines,
-            produce(SMALL, "1"),
+            SMALL,
+            "1",
         ),
-        Row(
+        produce_row(
             "produce-1k",
             f"produce {produced} x 1 KiB, acks=1, 1 broker{java_too}",
-            produced_lines,
-            produce(LARGE, "1"),
+            LARGE,
+            "1",
         ),
-        Row(
+        produce_row(
             "produce-all-100",
             f"produce {produced} x 100 B, acks=all, 3 brokers RF=3 min.insync=2{java_too}",
-            produced_lines,
-            produce(SMALL, "all", 3, **{"min.insync.replicas": "2"}),
-            **cluster,
+            SMALL,
+            "all",
+            rf3=True,
         ),
-        Row(
+        produce_row(
             "produce-all-1k",
             f"produce {produced} x 1 KiB, acks=all, 3 brokers RF=3 min.insync=2{java_too}",
-            produced_lines,
-            produce(LARGE, "all", 3, **{"min.insync.replicas": "2"}),
-            **cluster,
+            LARGE,
+            "all",
+            rf3=True,
         ),
         Row(
             "failover",
@@ -336,6 +379,7 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             lambda target, topic, work_dir: failover_time(target, topic),
             systems=(MINIBROKER, KAFKA),
             not_measured={MOCK: MOCK_CANNOT_FAIL_OVER},
+            cold_only=FAILOVER_COLD,
             **cluster,
         ),
         Row(
@@ -428,6 +472,7 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             RESTART,
             on_records(restart_time, sizes.restart_records, LARGE),
             systems=(MINIBROKER, KAFKA),
+            cold_only=RESTART_COLD,
         ),
         *spark_rows(sizes),
     ]
@@ -451,6 +496,7 @@ def spark_rows(sizes: Sizes) -> list[Row]:
             lambda target, topic, work_dir: {},
             systems=SPARK_SYSTEMS,
             measure_system=measure(name),
+            cold_only=SPARK_WARM_ALREADY,
         )
 
     return [
@@ -549,8 +595,26 @@ class RowResult:
         return statistics.median(values) if values else None
 
 
-def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, float]:
-    """One measurement on a fresh target, which is stopped (and its data removed) afterwards."""
+def warm_selection(selected: list[Row], warmups: int) -> tuple[list[Row], dict[str, str]]:
+    """The rows a run with `warmups` untimed runs before each measurement measures, and the
+    ones it leaves out with the reason (none when `warmups` is 0)."""
+    if not warmups:
+        return selected, {}
+    kept = [row for row in selected if row.cold_only is None]
+    return kept, {row.name: row.cold_only for row in selected if row.cold_only is not None}
+
+
+def measure_once(
+    row: Row, system: str, run: int, work_dir: Path, warmups: int = 0
+) -> dict[str, float]:
+    """One measurement on a fresh target, which is stopped (and its data removed) afterwards.
+
+    With `warmups`, the row's workload (`warm_up`, or `measure`) first runs that many times
+    untimed on the same target, each into a topic of its own made like the measured one, so
+    that the measurement finds every system warm: a JVM whose JIT has compiled the paths the
+    workload takes, pools and caches filled, connections' first costs paid. Only the timed
+    run's figures are kept (the resources row's CPU is taken around it; its peak RSS is the
+    process's high-water mark, warm-up included)."""
     if row.starts is not None:
         return time_to_usable(system, row.starts, work_dir)
     if row.measure_system is not None:
@@ -561,6 +625,14 @@ def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, f
     target = start(system, row.brokers, work_dir, overrides, row.extra_listeners)
     try:
         topic = f"bench-{row.name}-{run}"
+        for warm_up in range(warmups):
+            warm_topic = f"{topic}-warm-{warm_up}"
+            target.create_topic(warm_topic, PARTITIONS, row.replication_factor, row.topic_configs)
+            untimed = (row.warm_up or row.measure)(target, warm_topic, work_dir)
+            shown = ", ".join(f"{key} {value:,.2f}" for key, value in untimed.items())
+            print(
+                f"[{row.name}] {system} warm-up {warm_up + 1}/{warmups}: {shown}", file=sys.stderr
+            )
         target.create_topic(topic, PARTITIONS, row.replication_factor, row.topic_configs)
         figures = row.measure(target, topic, work_dir)
     except BaseException:
@@ -573,9 +645,10 @@ def measure_once(row: Row, system: str, run: int, work_dir: Path) -> dict[str, f
     return figures
 
 
-def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
-    """`runs` measurements of each system, alternating; a system that fails is reported and
-    not measured again on this row, so one broken workload does not stall the table."""
+def run_row(row: Row, runs: int, work_dir: Path, warmups: int = 0) -> RowResult:
+    """`runs` measurements of each system, alternating (each after `warmups` untimed runs of
+    the workload on the same target: measure_once); a system that fails is reported and not
+    measured again on this row, so one broken workload does not stall the table."""
     result = RowResult(
         row,
         {system: [] for system in {*SYSTEMS, *row.systems}},
@@ -589,7 +662,7 @@ def run_row(row: Row, runs: int, work_dir: Path) -> RowResult:
             if system in result.failures or system in result.not_served or system in result.skipped:
                 continue
             try:
-                figures = measure_once(row, system, run, work_dir)
+                figures = measure_once(row, system, run, work_dir, warmups)
             except NotServed as refused:
                 result.not_served[system] = str(refused)
                 print(f"[{row.name}] {system}: {refused}", file=sys.stderr)
