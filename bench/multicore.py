@@ -55,7 +55,14 @@ from bench.targets import (
     Skipped,
     wait_until_served,
 )
-from bench.workloads import KCAT_TIMEOUT, MB, PARTITIONS, READ_CHUNK, end_offsets, record_file
+from bench.workloads import (
+    KCAT_TIMEOUT,
+    MB,
+    PARTITIONS,
+    count_lines,
+    end_offsets,
+    record_file,
+)
 
 ONE = "one"
 TWO = "two"
@@ -262,14 +269,7 @@ def run_kcat(design: Design, command: list[str], stdin_path: Path | None) -> dic
         threads_before = design.threads()
         started = time.monotonic()
         process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr)
-        lines = 0
-        deadline = started + KCAT_TIMEOUT
-        while chunk := process.stdout.read1(READ_CHUNK):
-            lines += chunk.count(b"\n")
-            if time.monotonic() > deadline:
-                process.kill()
-                break
-        process.wait()
+        lines = count_lines(process, started + KCAT_TIMEOUT)
         elapsed = time.monotonic() - started
         brokers_after = design.broker_cpu()
         threads_after = design.threads()

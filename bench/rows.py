@@ -309,21 +309,16 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
         """A produce row; its warm-up (`--warm`) is kcat's part alone: the Java producer's
         figure is taken after kcat's records on the same broker anyway, warm or not, and a
         second JVM client run would add minutes per run for no warmer broker."""
-        if not rf3:
-            return Row(
-                name,
-                workload,
-                produced_lines,
-                produce(size, acks),
-                warm_up=produce(size, acks, java=False),
-            )
+        replication, configs, placement = (
+            (3, {"min.insync.replicas": "2"}, cluster) if rf3 else (1, {}, {})
+        )
         return Row(
             name,
             workload,
             produced_lines,
-            produce(size, acks, 3, **{"min.insync.replicas": "2"}),
-            warm_up=produce(size, acks, 3, False, **{"min.insync.replicas": "2"}),
-            **cluster,
+            produce(size, acks, replication, **configs),
+            warm_up=produce(size, acks, replication, False, **configs),
+            **placement,
         )
 
     produced = f"{sizes.produce_records:,}"

@@ -142,6 +142,19 @@ def kcat_produce(
     return elapsed
 
 
+def count_lines(process: subprocess.Popen, deadline: float) -> int:
+    """The lines a kcat prints on its stdout pipe until it exits (read in large chunks, never
+    decoded), killed if it is still printing at `deadline` (monotonic); waits for its exit."""
+    lines = 0
+    while chunk := process.stdout.read1(READ_CHUNK):
+        lines += chunk.count(b"\n")
+        if time.monotonic() > deadline:
+            process.kill()
+            break
+    process.wait()
+    return lines
+
+
 def kcat_consume(
     target: Target, topic: str, *settings: str, bootstrap: str | None = None
 ) -> tuple[float, int]:
@@ -166,14 +179,7 @@ def kcat_consume(
     ]
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lines = 0
-    deadline = started + KCAT_TIMEOUT
-    while chunk := process.stdout.read1(READ_CHUNK):
-        lines += chunk.count(b"\n")
-        if time.monotonic() > deadline:
-            process.kill()
-            break
-    process.wait()
+    lines = count_lines(process, started + KCAT_TIMEOUT)
     elapsed = time.monotonic() - started
     stderr = process.stderr.read().decode(errors="replace")
     process.stdout.close()

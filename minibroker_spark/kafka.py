@@ -481,11 +481,12 @@ class ConsumerPool:
         self.prune(now)
 
     def prune(self, now: float) -> None:
-        for key in list(self._idle):
-            entries = self._idle[key]
-            kept = [(c, since) for c, since in entries if now - since < self.idle_seconds]
+        for key, entries in list(self._idle.items()):
+            kept = []
             for consumer, since in entries:
-                if now - since >= self.idle_seconds:
+                if now - since < self.idle_seconds:
+                    kept.append((consumer, since))
+                else:
                     self._close(consumer)
             if kept:
                 self._idle[key] = kept
