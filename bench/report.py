@@ -8,6 +8,7 @@ first time.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import re
@@ -136,9 +137,21 @@ def ratio(result: RowResult, line: Line, reference: str) -> float | None:
     return ours / theirs
 
 
+def format_ratio(value: float | None) -> str:
+    """A ratio as the tables show it: two decimals, or two significant digits below 0.1.
+
+    A ratio far below 1 (the first rebalance: 0.03 s against the mock's 12 s) must not read as
+    "0.00", which looks like a missing figure."""
+    if value is None:
+        return "n/a"
+    decimals = 2
+    if value != 0 and abs(value) < 0.1:
+        decimals = 1 - math.floor(math.log10(abs(value)))
+    return f"{value:.{decimals}f}"
+
+
 def _ratio(result: RowResult, line: Line, reference: str) -> str:
-    value = ratio(result, line, reference)
-    return "n/a" if value is None else f"{value:.2f}"
+    return format_ratio(ratio(result, line, reference))
 
 
 # Issue 26's targets, as minibroker / Apache Kafka in the same run: the metric's key, whether
@@ -174,7 +187,7 @@ def kafka_targets(results: list[RowResult]) -> str:
                 verdict = "met"
             else:
                 verdict = "**missed**"
-            shown = "n/a" if value is None else f"{value:.2f}"
+            shown = format_ratio(value)
             lines.append(
                 f"| {result.row.name} | {line.metric} | {shown} | {bound_kind} {bound:g} |"
                 f" {verdict} |"
@@ -227,7 +240,7 @@ def spark_table(results: list[RowResult]) -> str:
                     verdict = "met"
                 else:
                     verdict = "**missed**"
-                shown = "n/a" if value is None else f"{value:.2f}"
+                shown = format_ratio(value)
                 targets.append(
                     f"| {result.row.name} | {line.metric} | {SPARK_NAMES[reference]} | {shown}"
                     f" | {bound[0]} {bound[1]:g} | {verdict} |"

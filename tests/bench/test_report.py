@@ -4,7 +4,7 @@ table, on made-up figures (no broker: the smoke test runs the real thing)."""
 from __future__ import annotations
 
 from bench.chart import panels_from_markdown
-from bench.report import kafka_targets, table
+from bench.report import format_ratio, kafka_targets, table
 from bench.rows import SMOKE_SIZES, RowResult, rows
 from bench.targets import KAFKA, MINIBROKER, MOCK
 
@@ -137,3 +137,14 @@ def test_spark_rows_have_a_table_of_their_own_with_both_ratios_and_targets():
         (SPARK_KAFKA, 200.0, "200"),
         (CONSUMER, 400.0, "400"),
     ]
+
+
+def test_a_ratio_far_below_one_keeps_two_significant_digits():
+    # CI once failed on "0.00" for the first rebalance (0.03 s against the mock's 12.01 s): a
+    # reader, and the smoke test, took it for a missing figure.
+    assert format_ratio(0.03 / 12.01) == "0.0025"
+    assert format_ratio(0.099) == "0.099"
+    assert format_ratio(0.1) == "0.10"
+    assert format_ratio(1.234) == "1.23"
+    assert format_ratio(None) == "n/a"
+    assert format_ratio(0.0) == "0.00"
