@@ -63,6 +63,8 @@ SMOKE_SIZES = Sizes(
     tls_records=20_000,
     latency_seconds=2.0,
     latency_warmup_seconds=0.5,
+    fork_brokers=True,
+    mock_rebalance=False,
     txn_records=20_000,
     spark_records=20_000,
     spark_probes=3,
@@ -173,6 +175,11 @@ FAILOVER = (
         "{:.2f}",
     ),
 )
+# Why the smoke run leaves the mock out of the first-rebalance row (Sizes.mock_rebalance).
+MOCK_REBALANCE_LEFT_OUT = (
+    "left out of the smoke run: the mock's groups wait its built-in 3 s initial delay (12 s"
+    " when a member misses it)"
+)
 # Why the mock has no failover figure.
 MOCK_CANNOT_FAIL_OVER = (
     "librdkafka's mock can take a broker down (rd_kafka_mock_broker_set_down) but does not"
@@ -246,6 +253,11 @@ class Row:
     warm_up: Measure | None = None
     # Why a warm run leaves the row out (a row whose measurement starts its own system).
     cold_only: str | None = None
+    # The row measures the broker process itself (its restart, its peak RSS): minibroker's
+    # nodes are new interpreters, never forked (Sizes.fork_brokers).
+    fresh_process: bool = False
+    # minibroker's nodes for this row are forked from the fork server (set by `rows`).
+    fork: bool = False
 
     @property
     def spark(self) -> bool:
@@ -262,7 +274,11 @@ def on_records(workload, count: int, size: int) -> Measure:
 def rows(sizes: Sizes, kafka: bool = True, spark: bool = True) -> list[Row]:
     """Every row, in table order, for these sizes; without `kafka`, Apache Kafka is left out
     of every row (and the table says why); without `spark`, the Spark rows are left out."""
-    table = [row for row in _rows(sizes, java=kafka) if spark or not row.spark]
+    table = [
+        dataclasses.replace(row, fork=sizes.fork_brokers and not row.fresh_process)
+        for row in _rows(sizes, java=kafka)
+        if spark or not row.spark
+    ]
     if kafka:
         return table
     return [
@@ -420,6 +436,7 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             f"produce then consume {sizes.resources_records:,} x 1 KiB, 1 broker",
             RESOURCES,
             on_records(resource_usage, sizes.resources_records, LARGE),
+            fresh_process=True,
         ),
         Row(
             "group-consume",
@@ -443,6 +460,14 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             REBALANCE,
             lambda target, topic, work_dir: first_rebalance_time(target, topic, REBALANCE_MEMBERS),
             broker_overrides=NO_INITIAL_DELAY,
+            **(
+                {}
+                if sizes.mock_rebalance
+                else {
+                    "systems": tuple(system for system in SYSTEMS if system != MOCK),
+                    "not_measured": {MOCK: MOCK_REBALANCE_LEFT_OUT},
+                }
+            ),
         ),
         Row(
             "tls",
@@ -468,6 +493,7 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             on_records(restart_time, sizes.restart_records, LARGE),
             systems=(MINIBROKER, KAFKA),
             cold_only=RESTART_COLD,
+            fresh_process=True,
         ),
         *spark_rows(sizes),
     ]
@@ -617,7 +643,7 @@ def measure_once(
     overrides = row.broker_overrides
     if callable(overrides):
         overrides = overrides(work_dir)
-    target = start(system, row.brokers, work_dir, overrides, row.extra_listeners)
+    target = start(system, row.brokers, work_dir, overrides, row.extra_listeners, row.fork)
     try:
         topic = f"bench-{row.name}-{run}"
         for warm_up in range(warmups):

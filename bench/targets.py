@@ -120,6 +120,7 @@ class Minibroker:
         work_dir: Path,
         overrides: dict[str, str] | None = None,
         extra_listeners: tuple[str, ...] = (),
+        fork: bool = False,
     ):
         self.base_dir = Path(tempfile.mkdtemp(prefix="minibroker-", dir=work_dir))
         self.node: BrokerProcess | None = None
@@ -133,6 +134,7 @@ class Minibroker:
                 overrides or {},
                 extra_listeners={name: free_port() for name in extra_listeners},
             )
+            self.node.fork = fork
             self.node._launch()
             try:
                 self.node.wait_ready(READY_TIMEOUT)
@@ -143,7 +145,9 @@ class Minibroker:
         elif overrides:
             raise BenchError("broker overrides are for single-node rows")
         else:
-            self.cluster = Cluster.start(self.base_dir, brokers=brokers, timeout=READY_TIMEOUT)
+            self.cluster = Cluster.start(
+                self.base_dir, brokers=brokers, timeout=READY_TIMEOUT, fork=fork
+            )
             self.bootstrap = self.cluster.bootstrap
 
     @property
@@ -408,13 +412,15 @@ def start(
     work_dir: Path,
     overrides: dict[str, str] | None = None,
     extra_listeners: tuple[str, ...] = (),
+    fork: bool = False,
 ) -> Minibroker | Mock | Kafka:
     """A fresh target; `overrides` are minibroker properties and `extra_listeners` its
     listeners besides PLAINTEXT. The overrides are Kafka's own property names, so Kafka gets
     them too (the group rows' zero initial rebalance delay, the SSL keystore); the mock has
-    its own fixed settings (`bench.mock_host`)."""
+    its own fixed settings (`bench.mock_host`). `fork` forks minibroker's nodes from the fork
+    server (Sizes.fork_brokers)."""
     if system == MINIBROKER:
-        return Minibroker(brokers, work_dir, overrides, extra_listeners)
+        return Minibroker(brokers, work_dir, overrides, extra_listeners, fork)
     if system == KAFKA:
         return Kafka(brokers, work_dir, overrides, extra_listeners)
     return Mock(brokers, work_dir)

@@ -68,6 +68,17 @@ class Sizes:
     # The Spark rows (bench/spark_read.py): records read, streaming latency probes per run.
     spark_records: int = 1_000_000
     spark_probes: int = 10
+    # minibroker's nodes forked from the fork server (minibroker.tools.forkserver, the tests'
+    # way), its imports paid once, instead of a new interpreter per target: 1.3-1.5 s saved
+    # per single node and about 5 s per 3-broker cluster, which was a third of the smoke
+    # run's time. What a row measures does not change: the fork runs the same `minibroker
+    # serve`. Rows that measure the process itself (its start, its memory) never fork:
+    # Row.fresh_process.
+    fork_brokers: bool = False
+    # Whether the first-rebalance row measures the mock: its built-in 3 s initial delay (12 s
+    # when a member misses the window, as in one CI run) is the longest wait of the smoke run,
+    # and says nothing about the harness that minibroker's run does not.
+    mock_rebalance: bool = True
 
 
 def record_file(work_dir: Path, count: int, size: int) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.chart import panels_from_markdown
 from bench.report import format_ratio, kafka_targets, table
-from bench.rows import SMOKE_SIZES, RowResult, rows
+from bench.rows import REAL_SIZES, SMOKE_SIZES, RowResult, rows
 from bench.targets import KAFKA, MINIBROKER, MOCK
 
 
@@ -148,3 +148,14 @@ def test_a_ratio_far_below_one_keeps_two_significant_digits():
     assert format_ratio(1.234) == "1.23"
     assert format_ratio(None) == "n/a"
     assert format_ratio(0.0) == "0.00"
+
+
+def test_only_the_smoke_run_forks_and_never_where_the_process_is_measured():
+    real = {row.name: row for row in rows(REAL_SIZES, kafka=True, spark=False)}
+    smoke = {row.name: row for row in rows(SMOKE_SIZES, kafka=True, spark=False)}
+    assert not any(row.fork for row in real.values())
+    assert smoke["produce-100"].fork and smoke["failover"].fork
+    assert not smoke["restart"].fork and not smoke["resources"].fork
+    assert MOCK in real["first-rebalance"].systems
+    assert MOCK not in smoke["first-rebalance"].systems
+    assert MOCK in smoke["first-rebalance"].not_measured
