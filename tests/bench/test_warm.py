@@ -80,7 +80,7 @@ def test_each_warm_up_runs_on_the_same_target_into_its_own_topic_and_only_the_la
     target = FakeTarget()
     started: list[str] = []
 
-    def start(system, brokers, work_dir, overrides, extra_listeners):
+    def start(system, brokers, work_dir, overrides, extra_listeners, fork=False):
         started.append(system)
         return target
 
