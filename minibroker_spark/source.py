@@ -262,6 +262,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = columns
         self._admin: AdminClient | None = None
         self._target: dict[TopicPartition, int] | None = None
+        self._initial: dict | None = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -287,6 +288,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [(topic, p) for topic, parts in topics.items() for p in parts]
 
     def initialOffset(self) -> dict:
+        """Resolved once per query run. Spark asks again on every trigger until a first batch
+        is committed, and once more when it plans that batch (MicroBatchExecution's
+        getStartOffset and runBatch): with startingOffsets latest, a record produced in
+        between made the second answer later than the first batch's end, and the batch ran
+        backwards ("offset went from 1 back to 0"). Spark's Kafka source resolves its initial
+        offsets once too (KafkaMicroBatchStream.getOrCreateInitialPartitionOffsets) and keeps
+        them in the checkpoint's `sources/` directory for a restart before the first batch
+        commits; a Python source is not given the checkpoint's location, so a restart
+        resolves them again (see partitions())."""
+        if self._initial is None:
+            self._initial = self._resolve_initial()
+        return self._initial
+
+    def _resolve_initial(self) -> dict:
         options = self.options
         tps = self._partitions()
         if options.fail_on_data_loss and options.selection.option == "subscribe":
@@ -373,7 +388,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, stop in until.items():
             first = begin[tp]
             if stop < first:
-                self._report_data_loss(f"{tp[0]}-{tp[1]}'s offset went from {first} back to {stop}")
+                message = f"{tp[0]}-{tp[1]}'s offset went from {first} back to {stop}"
+                if start == self._initial:
+                    # Only a batch planned by an earlier run of the query ends before this
+                    # run's initial offsets: its first batch, replayed after a restart.
+                    message += (
+                        " (the query's first batch, planned before a restart, is replayed from"
+                        f" initial offsets resolved again from {self.options.starting.option},"
+                        " which are not kept across restarts)"
+                    )
+                self._report_data_loss(message)
                 continue
             ranges.append(OffsetRange(tp[0], tp[1], first, stop))
         planned = kafka.split_ranges(ranges, self.options.min_partitions)
