@@ -260,6 +260,11 @@ def main() -> None:
         help="source:key=value, a reader option for one source (repeatable)",
     )
     parser.add_argument("--jfr", help="a JFR recording of the driver JVM to this file")
+    parser.add_argument(
+        "--jfr-settings",
+        default="profile",
+        help="JFR settings: profile, default or a .jfc file (e.g. with lock-wait thresholds of 0)",
+    )
     args = parser.parse_args()
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     options: dict[str, dict[str, str]] = {}
@@ -303,7 +308,8 @@ def main() -> None:
         if args.jfr:
             builder = builder.config(
                 "spark.driver.extraJavaOptions",
-                f"-XX:StartFlightRecording=filename={args.jfr},settings=profile,dumponexit=true",
+                f"-XX:StartFlightRecording=filename={args.jfr},settings={args.jfr_settings},"
+                "dumponexit=true",
             )
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
