@@ -3,9 +3,10 @@ trigger, per source, with Spark's own progress (`durationMs`), the tasks' timing
 event log and, optionally, a JFR recording of the driver JVM.
 
     python -m bench.spark_stream_profile [--sources minibroker,kafka,floor] [--probes 10]
-        [--trigger-ms 1000] [--event-log DIR] [--jfr FILE]
+        [--trigger-ms 1000] [--event-log DIR] [--jfr FILE] [--broker minibroker|kafka]
 
-One `minibroker serve`, one SparkSession on local[2] (Spark's connector on spark.jars when
+One `minibroker serve` (or, with `--broker kafka`, one Apache Kafka node from
+bench.kafka_ref), one SparkSession on local[2] (Spark's connector on spark.jars when
 java/fetch.sh resolved it), then for each source in turn a query source -> Parquet, probed as
 `bench.spark_read.latency` probes it (one record at a time, produced 0.3-1.0 trigger intervals
 after the previous commit), but with each probe's produce time set against the batch that held
@@ -35,7 +36,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.kafka_ref import classpath, missing_reason
+from bench.kafka_ref import KafkaCluster, classpath, missing_reason
 from bench.spark_read import SinkLog
 from minibroker.tools.launcher import BrokerProcess
 
@@ -250,6 +251,7 @@ def event_log_jobs(directory: Path, since: float, until: float) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sources", default="minibroker,kafka,floor")
+    parser.add_argument("--broker", choices=("minibroker", "kafka"), default="minibroker")
     parser.add_argument("--probes", type=int, default=10)
     parser.add_argument("--trigger-ms", type=int, default=1000)
     parser.add_argument("--event-log", help="a directory for Spark's event log (kept)")
@@ -278,10 +280,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-stream-profile-"))
     event_dir = Path(args.event_log) if args.event_log else work / "events"
     event_dir.mkdir(parents=True, exist_ok=True)
-    broker = BrokerProcess.start(node_id=1, log_dir=work / "data")
+    if args.broker == "kafka":
+        broker = KafkaCluster.start(work / "kafka")
+    else:
+        broker = BrokerProcess.start(node_id=1, log_dir=work / "data")
     spark = None
     try:
-        broker.wait_ready(30)
+        if args.broker == "minibroker":
+            broker.wait_ready(30)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=1)])[
             TOPIC
