@@ -263,6 +263,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin: AdminClient | None = None
         self._target: dict[TopicPartition, int] | None = None
         self._initial: dict | None = None
+        # The latest offsets latestOffset just asked the broker for: Spark asks
+        # reportLatestOffset right after it, in the same trigger.
+        self._just_seen: dict[TopicPartition, int] | None = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -329,7 +332,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self):
         """For the query's progress only: a broker that cannot answer right now is no reason
-        to fail the query."""
+        to fail the query. Spark calls it right after latestOffset in every trigger
+        (MicroBatchExecution.constructNextBatch): the offsets latestOffset has just read are
+        the answer, without a second Metadata and ListOffsets round trip."""
+        seen, self._just_seen = self._just_seen, None
+        if seen is not None:
+            return encode_offsets(seen)
         try:
             return encode_offsets(self._latest())
         except Exception as error:  # noqa: BLE001 - progress reporting must not fail a query
@@ -338,7 +346,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         begin = decode_offsets(start) if start is not None else {}
-        latest = self._target if self._target is not None else self._latest()
+        if self._target is not None:
+            latest = self._target
+        else:
+            latest = self._just_seen = self._latest()
         gone = [tp for tp in begin if tp not in latest and self._target is None]
         if gone:
             self._report_data_loss(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} are gone")

@@ -314,6 +314,7 @@ def test_latest_on_a_new_topic_plans_its_first_batch_forwards(spark_broker):
         assert again == start == end
         # The next batch reads the record.
         following = reader.latestOffset(end, ReadAllAvailable())
+        assert reader.reportLatestOffset() == following  # what latestOffset just read
         [planned] = reader.partitions(end, following)
         assert (planned.range.start, planned.range.end) == (0, 1)
     finally:
