@@ -262,6 +262,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = columns
         self._admin: AdminClient | None = None
         self._target: dict[TopicPartition, int] | None = None
+        self._initial: dict | None = None
+        # The latest offsets latestOffset just asked the broker for: Spark asks
+        # reportLatestOffset right after it, in the same trigger.
+        self._just_seen: dict[TopicPartition, int] | None = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -287,6 +291,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [(topic, p) for topic, parts in topics.items() for p in parts]
 
     def initialOffset(self) -> dict:
+        """Resolved once per query run. Spark asks again on every trigger until a first batch
+        is committed, and once more when it plans that batch (MicroBatchExecution's
+        getStartOffset and runBatch): with startingOffsets latest, a record produced in
+        between made the second answer later than the first batch's end, and the batch ran
+        backwards ("offset went from 1 back to 0"). Spark's Kafka source resolves its initial
+        offsets once too (KafkaMicroBatchStream.getOrCreateInitialPartitionOffsets) and keeps
+        them in the checkpoint's `sources/` directory for a restart before the first batch
+        commits; a Python source is not given the checkpoint's location, so a restart
+        resolves them again (see partitions())."""
+        if self._initial is None:
+            self._initial = self._resolve_initial()
+        return self._initial
+
+    def _resolve_initial(self) -> dict:
         options = self.options
         tps = self._partitions()
         if options.fail_on_data_loss and options.selection.option == "subscribe":
@@ -314,7 +332,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self):
         """For the query's progress only: a broker that cannot answer right now is no reason
-        to fail the query."""
+        to fail the query. Spark calls it right after latestOffset in every trigger
+        (MicroBatchExecution.constructNextBatch): the offsets latestOffset has just read are
+        the answer, without a second Metadata and ListOffsets round trip."""
+        seen, self._just_seen = self._just_seen, None
+        if seen is not None:
+            return encode_offsets(seen)
         try:
             return encode_offsets(self._latest())
         except Exception as error:  # noqa: BLE001 - progress reporting must not fail a query
@@ -323,7 +346,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         begin = decode_offsets(start) if start is not None else {}
-        latest = self._target if self._target is not None else self._latest()
+        if self._target is not None:
+            latest = self._target
+        else:
+            latest = self._just_seen = self._latest()
         gone = [tp for tp in begin if tp not in latest and self._target is None]
         if gone:
             self._report_data_loss(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} are gone")
@@ -373,7 +399,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, stop in until.items():
             first = begin[tp]
             if stop < first:
-                self._report_data_loss(f"{tp[0]}-{tp[1]}'s offset went from {first} back to {stop}")
+                message = f"{tp[0]}-{tp[1]}'s offset went from {first} back to {stop}"
+                if start == self._initial:
+                    # Only a batch planned by an earlier run of the query ends before this
+                    # run's initial offsets: its first batch, replayed after a restart.
+                    message += (
+                        " (the query's first batch, planned before a restart, is replayed from"
+                        f" initial offsets resolved again from {self.options.starting.option},"
+                        " which are not kept across restarts)"
+                    )
+                self._report_data_loss(message)
                 continue
             ranges.append(OffsetRange(tp[0], tp[1], first, stop))
         planned = kafka.split_ranges(ranges, self.options.min_partitions)

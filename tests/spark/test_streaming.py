@@ -282,3 +282,40 @@ def test_stream_reports_records_lost_to_retention(spark, spark_broker, tmp_path)
     assert lenient.exception() is None, lenient.exception()
     offsets = sorted(row["offset"] for row in parquet_rows(spark, tmp_path / "lenient" / "out"))
     assert offsets and offsets[0] >= log_start and offsets == list(range(offsets[0], 15))
+
+
+def test_latest_on_a_new_topic_plans_its_first_batch_forwards(spark_broker):
+    """Spark asks the stream reader for its initial offsets on every trigger until a first
+    batch commits, and once more when it plans that batch (MicroBatchExecution's
+    getStartOffset, then runBatch). With startingOffsets latest, a record produced in between
+    made the second answer later than the batch's end: DataLossError, "offset went from 1 back
+    to 0". The calls are made here in Spark's order, on a real broker, without Spark."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from minibroker.spark.source import DefaultSource
+
+    bootstrap = spark_broker.bootstrap
+    create_topic(bootstrap, "latest-fresh", 1)
+    source = DefaultSource(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": "latest-fresh",
+            "startingOffsets": "latest",
+        }
+    )
+    reader = source.streamReader(source.schema())
+    try:
+        start = reader.initialOffset()
+        assert start == {"latest-fresh": {"0": 0}}
+        end = reader.latestOffset(start, ReadAllAvailable())  # batch 0: nothing yet
+        produce(bootstrap, "latest-fresh", [{"value": b"after", "partition": 0}])
+        again = reader.initialOffset()  # runBatch's start of batch 0
+        assert reader.partitions(again, end) == []  # an empty batch, not a backwards one
+        assert again == start == end
+        # The next batch reads the record.
+        following = reader.latestOffset(end, ReadAllAvailable())
+        assert reader.reportLatestOffset() == following  # what latestOffset just read
+        [planned] = reader.partitions(end, following)
+        assert (planned.range.start, planned.range.end) == (0, 1)
+    finally:
+        reader.stop()
