@@ -72,6 +72,9 @@ from minibroker.storage.log_manager import LogManager
 log = logging.getLogger("server")
 
 RECEIVE_SIZE = 1024 * 1024
+# A plaintext connection receives its small frames into one buffer of this size, kept for
+# the connection's life (larger frames go straight into their own, FrameDecoder.unfilled).
+RECEIVE_BUFFER_SIZE = 64 * 1024
 SHUTDOWN_GRACE_SECONDS = 10.0
 # A TLS client that does not finish its handshake in this time is dropped, so a stalled or
 # plain-text peer cannot hold a connection slot (Kafka bounds it by its idle timeout).
@@ -664,11 +667,18 @@ class BrokerServer:
             except Exception:
                 log.exception("periodic task %s failed", getattr(task, "__name__", task))
 
-    async def _next_frame(self, stream, decoder: FrameDecoder, peer: _Peer) -> bytearray | None:
+    async def _next_frame(
+        self, stream, decoder: FrameDecoder, peer: _Peer, receive_buffer: memoryview | None = None
+    ) -> bytearray | None:
         """The next request frame, or None when the peer closed or the broker is stopping.
 
         Large frames (big produce requests) are received straight into their own buffer, from
-        the socket or decrypted by the TLS stream. Each chunk received is activity that keeps
+        the socket or decrypted by the TLS stream. On a plaintext connection, smaller ones are
+        received into ``receive_buffer`` (the connection's, reused) and copied once into the
+        decoder, with a non-blocking read straight on the socket that waits in trio only when
+        nothing has arrived (``_receive_into``): no buffer allocated per read and no pass
+        through the scheduler when the next request is already there (the response's send
+        gave the other connections their turn). Each chunk received is activity that keeps
         the connection from expiring (connections.max.idle.ms). With queued.max.request.bytes
         a frame's declared size is taken from the memory pool before its body is read, and
         only the bytes of the current frame are received, so what the broker holds is bounded
@@ -690,8 +700,16 @@ class BrokerServer:
                             if tls:
                                 received = await stream.receive_into(target)
                             else:
-                                received = await stream.socket.recv_into(target)
+                                received = await _receive_into(stream.socket.fileno(), target)
                         decoder.filled(received)
+                    elif receive_buffer is not None:
+                        wanted = len(receive_buffer)
+                        if pool is not None:
+                            wanted = min(wanted, decoder.missing())
+                        received = await _receive_into(
+                            stream.socket.fileno(), receive_buffer[:wanted]
+                        )
+                        decoder.feed(receive_buffer[:received])
                     else:
                         wanted = RECEIVE_SIZE if pool is None else decoder.missing()
                         data = await stream.receive_some(wanted)
@@ -760,6 +778,7 @@ class BrokerServer:
                 # connection must authenticate within connections.max.idle.ms of its
                 # accept, whatever it sends meanwhile (see the README's Security).
                 peer_state.scope.deadline = trio.current_time() + idle.max_idle
+        receive_buffer = None
         try:
             if security.ssl_context is not None:  # security.uses_tls
                 stream = TlsStream(stream, security.ssl_context)
@@ -779,7 +798,10 @@ class BrokerServer:
                         ) from None
             else:
                 connection.zero_copy = self.zero_copy
-            while (frame := await self._next_frame(stream, decoder, peer_state)) is not None:
+                receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_SIZE))
+            while (
+                frame := await self._next_frame(stream, decoder, peer_state, receive_buffer)
+            ) is not None:
                 if idle is not None:
                     idle.remove(peer_state)
                 session = connection.sasl
@@ -801,6 +823,10 @@ class BrokerServer:
                         await _send_buffers(stream, response, self.metrics.fetch_sendfile_bytes)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the client went away
+                else:
+                    # No response (acks=0) and so no send's checkpoint: the other connections'
+                    # turn before the next request, which may be received without waiting.
+                    await trio.lowlevel.checkpoint()
                 if connection.throttle_ms:
                     await self._muted(connection)
                 if session is not None and session.failed:
@@ -826,6 +852,17 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
             if connection.broker_id is not None and self.controller is not None:
                 self.controller.broker_connection_lost(connection.broker_id)
+
+
+async def _receive_into(fd: int, target: memoryview) -> int:
+    """Receive into ``target`` from a non-blocking socket: read at once what has arrived,
+    waiting in trio only while nothing has (as trio's recv_into, without its checkpoint
+    after a read that did not wait). 0 is the peer's end of stream."""
+    while True:
+        try:
+            return os.readv(fd, [target])
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
 
 
 async def _close_later(stream, seconds: float) -> None:
