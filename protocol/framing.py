@@ -108,6 +108,20 @@ class FrameDecoder:
             self._start = 0
         return frame
 
+    def peek(self, count: int) -> bytes | None:
+        """The first ``count`` bytes (or fewer, if it is shorter) of the next frame when that
+        whole frame is already in the read-ahead buffer, without taking it; None when it is
+        not (nothing buffered, a partial frame, a large frame being received)."""
+        if self._large is not None:
+            return None
+        size = self._next_size()
+        if size is None:
+            return None
+        begin = self._start + 4
+        if len(self._buffer) - begin < size:
+            return None
+        return bytes(self._buffer[begin : begin + min(size, count)])
+
     def declared_size(self) -> int | None:
         """The size of the frame being received, once its size prefix has arrived (None
         before); FrameError if that size is not allowed."""

@@ -135,3 +135,57 @@ def decode_produce_request(version: int, frame: bytearray, offset: int) -> Produ
         topics.append(TopicProduceData(name, partitions))
     reader.skip_tagged_fields()
     return ProduceRequest(transactional_id, acks, timeout, topics)
+
+
+# Produce's API key, and the bytes of a request's start that produce_acks reads at most.
+_PRODUCE = int(ApiKey.PRODUCE)
+ACKS_PEEK_BYTES = 256
+_HEADER_FIXED = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+
+
+def produce_acks(head: bytes) -> int | None:
+    """The acks of a Produce request, from the first bytes of its frame (header included):
+    None when it is not a Produce request or ``head`` ends before its acks field. Nothing
+    is checked beyond reaching the field; the full decode does that when the request is
+    served."""
+    try:
+        api_key, version, _, client_id_length = _HEADER_FIXED.unpack_from(head, 0)
+        if api_key != _PRODUCE:
+            return None
+        pos = _HEADER_FIXED.size + max(client_id_length, 0)
+        flexible = version >= _FLEXIBLE_FROM
+        if flexible:
+            pos = _skip_tagged_fields(head, pos)
+        if version >= 3:
+            if flexible:
+                length, pos = _uvarint(head, pos)
+                length -= 1
+            else:
+                (length,) = _INT16.unpack_from(head, pos)
+                pos += 2
+            pos += max(length, 0)
+        acks: int = _INT16.unpack_from(head, pos)[0]
+        return acks
+    except (struct.error, IndexError):
+        return None
+
+
+def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while shift <= 63:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+    raise IndexError("varint too long")
+
+
+def _skip_tagged_fields(data: bytes, pos: int) -> int:
+    count, pos = _uvarint(data, pos)
+    for _ in range(count):
+        _, pos = _uvarint(data, pos)
+        size, pos = _uvarint(data, pos)
+        pos += size
+    return pos

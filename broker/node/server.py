@@ -11,6 +11,7 @@ marker so the next start skips recovery.
 """
 
 import base64
+import contextlib
 import ctypes
 import errno
 import functools
@@ -53,6 +54,8 @@ from minibroker.node.metrics import (
 )
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
+from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 from minibroker.security.authenticator import SaslSession
@@ -75,6 +78,10 @@ RECEIVE_SIZE = 1024 * 1024
 # A plaintext connection receives its small frames into one buffer of this size, kept for
 # the connection's life (larger frames go straight into their own, FrameDecoder.unfilled).
 RECEIVE_BUFFER_SIZE = 64 * 1024
+# At most this many Produce responses are held back to go out in one write with the next
+# (_answered_at_once), and held ones get this long to go out when the connection closes.
+MAX_HELD_RESPONSES = 8
+HELD_FLUSH_SECONDS = 1.0
 SHUTDOWN_GRACE_SECONDS = 10.0
 # A TLS client that does not finish its handshake in this time is dropped, so a stalled or
 # plain-text peer cannot hold a connection slot (Kafka bounds it by its idle timeout).
@@ -779,6 +786,12 @@ class BrokerServer:
                 # accept, whatever it sends meanwhile (see the README's Security).
                 peer_state.scope.deadline = trio.current_time() + idle.max_idle
         receive_buffer = None
+        # Produce responses held back while the next request, a Produce answered at once, was
+        # already received: they go out with the next response in one write
+        # (_answered_at_once).
+        held: list = []
+        held_count = 0
+        produced = False
         try:
             if security.ssl_context is not None:  # security.uses_tls
                 stream = TlsStream(stream, security.ssl_context)
@@ -809,6 +822,7 @@ class BrokerServer:
                     # After a v0 SaslHandshake the tokens come bare, without request headers.
                     reply = raw_step(session, bytes(frame), connection)
                     response: list | None = [len(reply).to_bytes(4, "big"), reply]
+                    produced = False
                 else:
                     header, body_offset = parse_request_header(frame)
                     if session is not None and not session.allows(header.api_key):
@@ -818,7 +832,21 @@ class BrokerServer:
                             else "SASL session expired; only re-authentication is accepted"
                         )
                     response = await dispatch(header, frame, body_offset, make_context)
-                if response is not None:
+                    produced = header.api_key == ApiKey.PRODUCE
+                hold = (
+                    produced
+                    and receive_buffer is not None
+                    and not connection.throttle_ms
+                    and held_count < MAX_HELD_RESPONSES
+                    and _answered_at_once(decoder)
+                )
+                if response is not None and hold:
+                    held += response
+                    held_count += 1
+                elif response is not None or held:
+                    if held:
+                        response = held + (response or [])
+                        held, held_count = [], 0
                     try:
                         await _send_buffers(stream, response, self.metrics.fetch_sendfile_bytes)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -849,9 +877,34 @@ class BrokerServer:
         except Exception:
             log.exception("unexpected error serving %s; closing its connection", peer)
         finally:
+            if held:
+                # The requests they answer were served: their answers go out before the close
+                # (a bounded wait, even when the broker stops).
+                with (
+                    trio.CancelScope(
+                        deadline=trio.current_time() + HELD_FLUSH_SECONDS, shield=True
+                    ),
+                    contextlib.suppress(
+                        trio.BrokenResourceError, trio.ClosedResourceError, OSError
+                    ),
+                ):
+                    await _send_buffers(stream, held)
             await trio.aclose_forcefully(stream)
             if connection.broker_id is not None and self.controller is not None:
                 self.controller.broker_connection_lost(connection.broker_id)
+
+
+def _answered_at_once(decoder: FrameDecoder) -> bool:
+    """Whether the next request is already received whole and is a Produce with acks 0 or
+    1, which is served without waiting for anything but the log's write: a Produce response
+    may then wait for that request's, and both go out in one write (a pipelining producer's
+    responses in one system call instead of one each). Kafka sends each response as soon as
+    it is ready; here a response waits at most MAX_HELD_RESPONSES - 1 such requests, each
+    served at once (an acks=-1 Produce, waiting for its replicas, or any other request sends
+    what is held first). Departure: a Produce to a topic that is auto-created first also
+    holds the previous response for the creation."""
+    head = decoder.peek(ACKS_PEEK_BYTES)
+    return head is not None and produce_acks(head) in (0, 1)
 
 
 async def _receive_into(fd: int, target: memoryview) -> int:
