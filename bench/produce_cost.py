@@ -11,7 +11,10 @@ send and a receive per request and the broker's CPU is the whole cost of serving
 
 Printed per run: the broker's CPU seconds over the timed requests (/proc/<pid>/stat, read
 just before the first and after the last answer), as CPU microseconds per request and CPU
-seconds per GB of record batches, with requests/s and the load average. `--warmup` requests
+seconds per GB of record batches, the share of it spent in the kernel (system time: the
+socket and file system calls), with requests/s and the load average. On a loaded machine
+py-spy's samples are not CPU time: it counts a thread that is runnable but not running (as
+after a write that woke the client) as busy, in the Python line it stopped at. `--warmup` requests
 go first, untimed (the broker's code paths and the segment's first pages warm). `--profile
 DIR` attaches py-spy (`record --rate 200 --format raw --nonblocking`, idle samples left out)
 to the broker for the timed requests and prints the functions holding the most samples, as
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import crc32c
 
-from bench.procfs import cpu_seconds
+from bench.procfs import CLOCK_TICKS_PER_SECOND
 from bench.profile_row import PY_SPY_EXIT_TIMEOUT, py_spy, summarize
 from bench.targets import Minibroker
 
@@ -178,6 +181,13 @@ class Client:
         self.sock.close()
 
 
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """The process's user and system CPU seconds so far (/proc/<pid>/stat fields 14, 15)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]) / CLOCK_TICKS_PER_SECOND, int(fields[12]) / CLOCK_TICKS_PER_SECOND
+
+
 def measure(arguments: argparse.Namespace, work_dir: Path) -> dict[str, float]:
     batch = record_batch(arguments.records, arguments.size)
     target = Minibroker(1, work_dir)
@@ -197,11 +207,13 @@ def measure(arguments: argparse.Namespace, work_dir: Path) -> dict[str, float]:
                     stderr=subprocess.DEVNULL,
                 )
                 time.sleep(1.0)  # py-spy attaches before the timed requests start
-            cpu_before = cpu_seconds(pid)
+            user_before, system_before = user_system_seconds(pid)
             started = time.monotonic()
             client.run(arguments.requests, arguments.in_flight)
             elapsed = time.monotonic() - started
-            cpu = cpu_seconds(pid) - cpu_before
+            user_after, system_after = user_system_seconds(pid)
+            user, system = user_after - user_before, system_after - system_before
+            cpu = user + system
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(PY_SPY_EXIT_TIMEOUT)
@@ -213,6 +225,7 @@ def measure(arguments: argparse.Namespace, work_dir: Path) -> dict[str, float]:
     return {
         "batch_bytes": len(batch),
         "cpu_s": cpu,
+        "system_share": system / cpu if cpu else 0.0,
         "us_per_request": cpu / arguments.requests * 1e6,
         "cpu_s_per_gb": cpu / gigabytes,
         "requests_per_s": arguments.requests / elapsed,
@@ -252,6 +265,7 @@ def main() -> int:
         print(
             f"run {run + 1}: {figures['us_per_request']:.1f} CPU us/request,"
             f" {figures['cpu_s_per_gb']:.2f} CPU s/GB ({figures['cpu_s']:.2f} CPU s,"
+            f" {figures['system_share']:.0%} in the kernel,"
             f" batch {figures['batch_bytes']} B), {figures['requests_per_s']:,.0f} requests/s,"
             f" load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
