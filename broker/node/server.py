@@ -218,6 +218,7 @@ class BrokerServer:
         self.serving = False
         self._idle_reads: set[trio.CancelScope] = set()
         self.zero_copy = zero_copy_enabled()
+        self.max_held_responses = MAX_HELD_RESPONSES if holding_enabled() else 0
         # Built here so that a missing key store or a bad JAAS line stops the start with the
         # property's name (ConfigError) before anything listens.
         self.listener_security = {
@@ -837,7 +838,7 @@ class BrokerServer:
                     produced
                     and receive_buffer is not None
                     and not connection.throttle_ms
-                    and held_count < MAX_HELD_RESPONSES
+                    and held_count < self.max_held_responses
                     and _answered_at_once(decoder)
                 )
                 if response is not None and hold:
@@ -932,6 +933,13 @@ MAX_BUFFERS_PER_WRITE = 1024
 # errno values of a sendfile that the file system or kernel cannot do (not of a broken
 # socket): such a slice is read and written instead.
 _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def holding_enabled() -> bool:
+    """Whether a Produce response may wait for the next one (_answered_at_once).
+    MINIBROKER_HOLD_RESPONSES=0 turns it off, for the benchmark that measures what it saves
+    (BENCHMARKS.md 17); Kafka has no such setting."""
+    return os.environ.get("MINIBROKER_HOLD_RESPONSES", "1") != "0"
 
 
 def zero_copy_enabled() -> bool:
