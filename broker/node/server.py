@@ -80,7 +80,7 @@ RECEIVE_SIZE = 1024 * 1024
 RECEIVE_BUFFER_SIZE = 64 * 1024
 # At most this many Produce responses are held back to go out in one write with the next
 # (_answered_at_once), and held ones get this long to go out when the connection closes.
-MAX_HELD_RESPONSES = 8
+MAX_HELD_RESPONSES = 2
 HELD_FLUSH_SECONDS = 1.0
 SHUTDOWN_GRACE_SECONDS = 10.0
 # A TLS client that does not finish its handshake in this time is dropped, so a stalled or
