@@ -79,7 +79,9 @@ RECEIVE_SIZE = 1024 * 1024
 # the connection's life (larger frames go straight into their own, FrameDecoder.unfilled).
 RECEIVE_BUFFER_SIZE = 64 * 1024
 # At most this many Produce responses are held back to go out in one write with the next
-# (_answered_at_once), and held ones get this long to go out when the connection closes.
+# (_answered_at_once), so at most three go out together; held ones get this long to go out
+# when the connection closes. More (8) cost a producer with 5 requests in flight its
+# pipeline: its slots come back only once the whole window is served (BENCHMARKS.md 17).
 MAX_HELD_RESPONSES = 2
 HELD_FLUSH_SECONDS = 1.0
 SHUTDOWN_GRACE_SECONDS = 10.0
@@ -900,7 +902,7 @@ def _answered_at_once(decoder: FrameDecoder) -> bool:
     1, which is served without waiting for anything but the log's write: a Produce response
     may then wait for that request's, and both go out in one write (a pipelining producer's
     responses in one system call instead of one each). Kafka sends each response as soon as
-    it is ready; here a response waits at most MAX_HELD_RESPONSES - 1 such requests, each
+    it is ready; here a response waits for at most MAX_HELD_RESPONSES such requests, each
     served at once (an acks=-1 Produce, waiting for its replicas, or any other request sends
     what is held first). Departure: a Produce to a topic that is auto-created first also
     holds the previous response for the creation."""
