@@ -48,7 +48,7 @@ class FrameDecoder:
         self._large_size = 0  # the declared size; the buffer may still be shorter
         self._large_filled = 0
 
-    def feed(self, data: bytes | bytearray) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes received from the peer (``unfilled`` is the faster way for large
         frames, but feeding works the same)."""
         while data and (target := self.unfilled()) is not None:

@@ -847,11 +847,10 @@ class BrokerServer:
                     held += response
                     held_count += 1
                 elif response is not None or held:
-                    if held:
-                        response = held + (response or [])
-                        held, held_count = [], 0
+                    buffers = held + response if response is not None else held
+                    held, held_count = [], 0
                     try:
-                        await _send_buffers(stream, response, self.metrics.fetch_sendfile_bytes)
+                        await _send_buffers(stream, buffers, self.metrics.fetch_sendfile_bytes)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the client went away
                 else:
