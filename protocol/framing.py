@@ -48,7 +48,7 @@ class FrameDecoder:
         self._large_size = 0  # the declared size; the buffer may still be shorter
         self._large_filled = 0
 
-    def feed(self, data: bytes | bytearray) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes received from the peer (``unfilled`` is the faster way for large
         frames, but feeding works the same)."""
         while data and (target := self.unfilled()) is not None:
@@ -107,6 +107,20 @@ class FrameDecoder:
             del self._buffer[: self._start]
             self._start = 0
         return frame
+
+    def peek(self, count: int) -> bytes | None:
+        """The first ``count`` bytes (or fewer, if it is shorter) of the next frame when that
+        whole frame is already in the read-ahead buffer, without taking it; None when it is
+        not (nothing buffered, a partial frame, a large frame being received)."""
+        if self._large is not None:
+            return None
+        size = self._next_size()
+        if size is None:
+            return None
+        begin = self._start + 4
+        if len(self._buffer) - begin < size:
+            return None
+        return bytes(self._buffer[begin : begin + min(size, count)])
 
     def declared_size(self) -> int | None:
         """The size of the frame being received, once its size prefix has arrived (None

@@ -11,6 +11,7 @@ marker so the next start skips recovery.
 """
 
 import base64
+import contextlib
 import ctypes
 import errno
 import functools
@@ -53,6 +54,8 @@ from minibroker.node.metrics import (
 )
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
+from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
+from minibroker.protocol.versions import ApiKey
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 from minibroker.security.authenticator import SaslSession
@@ -72,6 +75,15 @@ from minibroker.storage.log_manager import LogManager
 log = logging.getLogger("server")
 
 RECEIVE_SIZE = 1024 * 1024
+# A plaintext connection receives its small frames into one buffer of this size, kept for
+# the connection's life (larger frames go straight into their own, FrameDecoder.unfilled).
+RECEIVE_BUFFER_SIZE = 64 * 1024
+# At most this many Produce responses are held back to go out in one write with the next
+# (_answered_at_once), so at most three go out together; held ones get this long to go out
+# when the connection closes. More (8) cost a producer with 5 requests in flight its
+# pipeline: its slots come back only once the whole window is served (BENCHMARKS.md 17).
+MAX_HELD_RESPONSES = 2
+HELD_FLUSH_SECONDS = 1.0
 SHUTDOWN_GRACE_SECONDS = 10.0
 # A TLS client that does not finish its handshake in this time is dropped, so a stalled or
 # plain-text peer cannot hold a connection slot (Kafka bounds it by its idle timeout).
@@ -208,6 +220,7 @@ class BrokerServer:
         self.serving = False
         self._idle_reads: set[trio.CancelScope] = set()
         self.zero_copy = zero_copy_enabled()
+        self.max_held_responses = MAX_HELD_RESPONSES if holding_enabled() else 0
         # Built here so that a missing key store or a bad JAAS line stops the start with the
         # property's name (ConfigError) before anything listens.
         self.listener_security = {
@@ -664,11 +677,18 @@ class BrokerServer:
             except Exception:
                 log.exception("periodic task %s failed", getattr(task, "__name__", task))
 
-    async def _next_frame(self, stream, decoder: FrameDecoder, peer: _Peer) -> bytearray | None:
+    async def _next_frame(
+        self, stream, decoder: FrameDecoder, peer: _Peer, receive_buffer: memoryview | None = None
+    ) -> bytearray | None:
         """The next request frame, or None when the peer closed or the broker is stopping.
 
         Large frames (big produce requests) are received straight into their own buffer, from
-        the socket or decrypted by the TLS stream. Each chunk received is activity that keeps
+        the socket or decrypted by the TLS stream. On a plaintext connection, smaller ones are
+        received into ``receive_buffer`` (the connection's, reused) and copied once into the
+        decoder, with a non-blocking read straight on the socket that waits in trio only when
+        nothing has arrived (``_receive_into``): no buffer allocated per read and no pass
+        through the scheduler when the next request is already there (the response's send
+        gave the other connections their turn). Each chunk received is activity that keeps
         the connection from expiring (connections.max.idle.ms). With queued.max.request.bytes
         a frame's declared size is taken from the memory pool before its body is read, and
         only the bytes of the current frame are received, so what the broker holds is bounded
@@ -690,8 +710,16 @@ class BrokerServer:
                             if tls:
                                 received = await stream.receive_into(target)
                             else:
-                                received = await stream.socket.recv_into(target)
+                                received = await _receive_into(stream.socket.fileno(), target)
                         decoder.filled(received)
+                    elif receive_buffer is not None:
+                        wanted = len(receive_buffer)
+                        if pool is not None:
+                            wanted = min(wanted, decoder.missing())
+                        received = await _receive_into(
+                            stream.socket.fileno(), receive_buffer[:wanted]
+                        )
+                        decoder.feed(receive_buffer[:received])
                     else:
                         wanted = RECEIVE_SIZE if pool is None else decoder.missing()
                         data = await stream.receive_some(wanted)
@@ -760,6 +788,13 @@ class BrokerServer:
                 # connection must authenticate within connections.max.idle.ms of its
                 # accept, whatever it sends meanwhile (see the README's Security).
                 peer_state.scope.deadline = trio.current_time() + idle.max_idle
+        receive_buffer = None
+        # Produce responses held back while the next request, a Produce answered at once, was
+        # already received: they go out with the next response in one write
+        # (_answered_at_once).
+        held: list = []
+        held_count = 0
+        produced = False
         try:
             if security.ssl_context is not None:  # security.uses_tls
                 stream = TlsStream(stream, security.ssl_context)
@@ -779,7 +814,10 @@ class BrokerServer:
                         ) from None
             else:
                 connection.zero_copy = self.zero_copy
-            while (frame := await self._next_frame(stream, decoder, peer_state)) is not None:
+                receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_SIZE))
+            while (
+                frame := await self._next_frame(stream, decoder, peer_state, receive_buffer)
+            ) is not None:
                 if idle is not None:
                     idle.remove(peer_state)
                 session = connection.sasl
@@ -787,6 +825,7 @@ class BrokerServer:
                     # After a v0 SaslHandshake the tokens come bare, without request headers.
                     reply = raw_step(session, bytes(frame), connection)
                     response: list | None = [len(reply).to_bytes(4, "big"), reply]
+                    produced = False
                 else:
                     header, body_offset = parse_request_header(frame)
                     if session is not None and not session.allows(header.api_key):
@@ -796,11 +835,28 @@ class BrokerServer:
                             else "SASL session expired; only re-authentication is accepted"
                         )
                     response = await dispatch(header, frame, body_offset, make_context)
-                if response is not None:
+                    produced = header.api_key == ApiKey.PRODUCE
+                hold = (
+                    produced
+                    and receive_buffer is not None
+                    and not connection.throttle_ms
+                    and held_count < self.max_held_responses
+                    and _answered_at_once(decoder)
+                )
+                if response is not None and hold:
+                    held += response
+                    held_count += 1
+                elif response is not None or held:
+                    buffers = held + response if response is not None else held
+                    held, held_count = [], 0
                     try:
-                        await _send_buffers(stream, response, self.metrics.fetch_sendfile_bytes)
+                        await _send_buffers(stream, buffers, self.metrics.fetch_sendfile_bytes)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the client went away
+                else:
+                    # No response (acks=0) and so no send's checkpoint: the other connections'
+                    # turn before the next request, which may be received without waiting.
+                    await trio.lowlevel.checkpoint()
                 if connection.throttle_ms:
                     await self._muted(connection)
                 if session is not None and session.failed:
@@ -823,9 +879,45 @@ class BrokerServer:
         except Exception:
             log.exception("unexpected error serving %s; closing its connection", peer)
         finally:
+            if held:
+                # The requests they answer were served: their answers go out before the close
+                # (a bounded wait, even when the broker stops).
+                with (
+                    trio.CancelScope(
+                        deadline=trio.current_time() + HELD_FLUSH_SECONDS, shield=True
+                    ),
+                    contextlib.suppress(
+                        trio.BrokenResourceError, trio.ClosedResourceError, OSError
+                    ),
+                ):
+                    await _send_buffers(stream, held)
             await trio.aclose_forcefully(stream)
             if connection.broker_id is not None and self.controller is not None:
                 self.controller.broker_connection_lost(connection.broker_id)
+
+
+def _answered_at_once(decoder: FrameDecoder) -> bool:
+    """Whether the next request is already received whole and is a Produce with acks 0 or
+    1, which is served without waiting for anything but the log's write: a Produce response
+    may then wait for that request's, and both go out in one write (a pipelining producer's
+    responses in one system call instead of one each). Kafka sends each response as soon as
+    it is ready; here a response waits for at most MAX_HELD_RESPONSES such requests, each
+    served at once (an acks=-1 Produce, waiting for its replicas, or any other request sends
+    what is held first). Departure: a Produce to a topic that is auto-created first also
+    holds the previous response for the creation."""
+    head = decoder.peek(ACKS_PEEK_BYTES)
+    return head is not None and produce_acks(head) in (0, 1)
+
+
+async def _receive_into(fd: int, target: memoryview) -> int:
+    """Receive into ``target`` from a non-blocking socket: read at once what has arrived,
+    waiting in trio only while nothing has (as trio's recv_into, without its checkpoint
+    after a read that did not wait). 0 is the peer's end of stream."""
+    while True:
+        try:
+            return os.readv(fd, [target])
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
 
 
 async def _close_later(stream, seconds: float) -> None:
@@ -842,6 +934,13 @@ MAX_BUFFERS_PER_WRITE = 1024
 # errno values of a sendfile that the file system or kernel cannot do (not of a broken
 # socket): such a slice is read and written instead.
 _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def holding_enabled() -> bool:
+    """Whether a Produce response may wait for the next one (_answered_at_once).
+    MINIBROKER_HOLD_RESPONSES=0 turns it off, for the benchmark that measures what it saves
+    (BENCHMARKS.md 17); Kafka has no such setting."""
+    return os.environ.get("MINIBROKER_HOLD_RESPONSES", "1") != "0"
 
 
 def zero_copy_enabled() -> bool:

@@ -372,8 +372,9 @@ class ReplicaManager:
         if not appended.duplicate:
             partition.maybe_advance_high_watermark()
             self.watchers.notify(partition.key)
-            self.metrics.messages_in.labels(topic).inc(appended.record_count)
-            self.metrics.bytes_in.labels(topic).inc(len(records))
+            messages_in, bytes_in = self.metrics.topic_in_series(topic)
+            messages_in.inc(appended.record_count)
+            bytes_in.inc(len(records))
         result = {
             "index": index,
             "error_code": Error.NONE,

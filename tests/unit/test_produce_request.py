@@ -8,7 +8,12 @@ from kio.static.primitive import Records
 from minibroker.apis.registry import APIS
 from minibroker.protocol import codec
 from minibroker.protocol.codec import DecodeError
-from minibroker.protocol.produce_request import decode_produce_request
+from minibroker.protocol.framing import frame_request
+from minibroker.protocol.produce_request import (
+    ACKS_PEEK_BYTES,
+    decode_produce_request,
+    produce_acks,
+)
 from minibroker.protocol.versions import ApiKey
 
 st.register_type_strategy(Records, st.binary(max_size=80).map(Records))
@@ -71,3 +76,39 @@ def test_truncated_requests_are_decode_errors(version):
     for cut in range(len(frame) - 1):
         with pytest.raises(DecodeError):
             decode_produce_request(version, frame[:cut], 0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    version=st.integers(LOW, HIGH),
+    client_id=st.none() | st.text(max_size=40),
+    data=st.data(),
+)
+def test_produce_acks_reads_the_acks_the_decoder_reads(version, client_id, data):
+    """The server's look at the next request (whether its response may wait) finds the acks
+    the full decode finds, from the frame's start, header included."""
+    request = data.draw(st.from_type(codec.request_class(ApiKey.PRODUCE, version)))
+    framed = frame_request(ApiKey.PRODUCE, version, 7, client_id, codec.encode_entity(request))
+    frame = framed[4:]
+    acks = produce_acks(frame[:ACKS_PEEK_BYTES])
+    if acks is None:
+        # Only when the transactional id or client id pushes acks past the bytes looked at.
+        assert len(frame) > ACKS_PEEK_BYTES
+    else:
+        assert acks == request.acks
+
+
+def test_produce_acks_is_none_for_other_requests_and_short_heads():
+    body = codec.encode_entity(
+        codec.build(
+            codec.request_class(ApiKey.PRODUCE, 9),
+            {"acks": -1, "timeout": 1000, "topic_data": []},
+        )
+    )
+    frame = frame_request(ApiKey.PRODUCE, 9, 1, "client", body)[4:]
+    assert produce_acks(frame) == -1
+    for cut in range(len(frame)):
+        head = frame[:cut]
+        assert produce_acks(head) in (None, -1)
+    fetch = frame_request(ApiKey.FETCH, 4, 1, "client", b"\x00" * 40)[4:]
+    assert produce_acks(fetch) is None

@@ -211,3 +211,17 @@ def test_a_large_frame_arrives_whole_through_a_growing_buffer():
         while (got := fed.next_frame()) is not None:
             frames.append(got)
     assert frames == [payload, payload]
+
+
+def test_peek_shows_a_whole_buffered_frame_without_taking_it():
+    decoder = FrameDecoder(1 << 20)
+    assert decoder.peek(4) is None
+    decoder.feed(b"\x00\x00\x00\x05abc")
+    assert decoder.peek(4) is None  # not all of it yet
+    decoder.feed(b"de\x00\x00\x00\x02x")
+    assert decoder.peek(3) == b"abc"
+    assert decoder.peek(100) == b"abcde"
+    assert decoder.next_frame() == bytearray(b"abcde")
+    assert decoder.peek(4) is None  # the second frame is partial
+    decoder.feed(b"y")
+    assert decoder.peek(4) == b"xy"
