@@ -40,7 +40,7 @@ from pathlib import Path
 import crc32c
 
 from bench.procfs import CLOCK_TICKS_PER_SECOND
-from bench.profile_row import PY_SPY_EXIT_TIMEOUT, py_spy, summarize
+from bench.profile_row import PY_SPY_EXIT_TIMEOUT, print_shares, py_spy, summarize
 from bench.targets import Minibroker
 
 API_PRODUCE = 0
@@ -272,12 +272,8 @@ def main() -> int:
     if arguments.profile is not None:
         path = arguments.profile / "broker.txt"
         total, own, inclusive = summarize(path.read_text(), arguments.top)
-        print(f"\nbroker: {total} samples ({path})\n  own time:")
-        for name, count in own:
-            print(f"    {count / max(total, 1):6.1%}  {name}")
-        print("  including callees:")
-        for name, count in inclusive:
-            print(f"    {count / max(total, 1):6.1%}  {name}")
+        print(f"\nbroker: {total} samples ({path})")
+        print_shares(total, own, inclusive)
     return 0
 
 

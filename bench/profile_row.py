@@ -71,6 +71,16 @@ def summarize(raw: str, top: int = 15) -> tuple[int, list[tuple[str, int]], list
     return total, own.most_common(top), telling.most_common(top)
 
 
+def print_shares(total: int, own: list[tuple[str, int]], inclusive: list[tuple[str, int]]) -> None:
+    """`summarize`'s two lists as shares of `total` samples, one function a line."""
+    print("  own time:")
+    for name, count in own:
+        print(f"    {count / max(total, 1):6.1%}  {name}")
+    print("  including callees:")
+    for name, count in inclusive:
+        print(f"    {count / max(total, 1):6.1%}  {name}")
+
+
 def py_spy() -> str:
     """py-spy beside this Python (a virtualenv's bin) or else on the PATH."""
     beside = Path(sys.executable).parent / "py-spy"
@@ -171,12 +181,7 @@ def main() -> int:
             f"\n{node}: {after[node] - before[node]:.2f} CPU s in the timed run,"
             f" {total} busy samples at {arguments.rate}/s ({path})"
         )
-        print("  own time:")
-        for name, count in own:
-            print(f"    {count / max(total, 1):6.1%}  {name}")
-        print("  including callees:")
-        for name, count in inclusive:
-            print(f"    {count / max(total, 1):6.1%}  {name}")
+        print_shares(total, own, inclusive)
     return 0
 
 

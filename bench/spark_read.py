@@ -163,6 +163,19 @@ class SinkLog:
                 values.update(pq.read_table(path, columns=["value"]).column("value").to_pylist())
         return values
 
+    def wait_for(self, payload: bytes, query, clock=time.perf_counter) -> float:
+        """`clock`'s time when a committed batch holding `payload` is first seen (polled every
+        5 ms; RuntimeError after 60 s or if the query failed)."""
+        deadline = time.monotonic() + 60
+        while True:
+            entries = self.new_batches()
+            seen = clock()
+            if entries and payload in self.values(entries):
+                return seen
+            if time.monotonic() > deadline or query.exception():
+                raise RuntimeError(f"{payload!r} never committed: {query.exception()}")
+            time.sleep(0.005)
+
 
 def latency(
     spark, source: str, bootstrap: str, work: Path, trigger_ms: int, probes: int
@@ -209,16 +222,7 @@ def latency(
             started = time.perf_counter()
             producer.produce(LATENCY_TOPIC, payload)
             producer.flush(10)
-            deadline = time.monotonic() + 60
-            while True:
-                entries = log.new_batches()
-                seen = time.perf_counter()
-                if entries and payload in log.values(entries):
-                    break
-                if time.monotonic() > deadline or query.exception():
-                    raise RuntimeError(f"probe {probe} never committed: {query.exception()}")
-                time.sleep(0.005)
-            results.append(seen - started)
+            results.append(log.wait_for(payload, query) - started)
     finally:
         query.stop()
     return results

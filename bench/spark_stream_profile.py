@@ -153,16 +153,7 @@ def run_query(
             payload = b"probe-%d-%s" % (probe, token)
             produced = time.time()
             send(payload)
-            deadline = time.monotonic() + 60
-            while True:
-                entries = log.new_batches()
-                seen = time.time()
-                if entries and payload in log.values(entries):
-                    break
-                if time.monotonic() > deadline or query.exception():
-                    raise RuntimeError(f"probe {probe} never committed: {query.exception()}")
-                time.sleep(0.005)
-            results.append((produced, seen - produced))
+            results.append((produced, log.wait_for(payload, query, time.time) - produced))
         time.sleep(0.5)
         progress = [json.loads(p.json) for p in query.recentProgress]
     finally:
