@@ -37,11 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import crc32c
-
 from bench.procfs import CLOCK_TICKS_PER_SECOND
 from bench.profile_row import PY_SPY_EXIT_TIMEOUT, print_shares, py_spy, summarize
 from bench.targets import Minibroker
+from minibroker.protocol.framing import encode_uvarint
+from minibroker.protocol.records import Record, encode_batch
 
 API_PRODUCE = 0
 # Produce v9 is the first flexible version (request header v2, compact strings).
@@ -50,45 +50,11 @@ TIMESTAMP_MS = 1_700_000_000_000
 TOPIC = "produce-cost"
 
 
-def _varint(value: int) -> bytes:
-    """Zigzag varint (the record fields)."""
-    encoded = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while True:
-        byte = encoded & 0x7F
-        encoded >>= 7
-        if not encoded:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if not value:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
 def record_batch(records: int, size: int) -> bytes:
     """One v2 batch of `records` records with a null key and a `size`-byte value, not
     compressed, no producer id (so the same bytes may be sent again and again)."""
     value = bytes(index % 251 for index in range(size))
-    body = b""
-    for delta in range(records):
-        record = b"\x00" + _varint(0) + _varint(delta) + _varint(-1) + _varint(size) + value
-        record += _varint(0)
-        body += _varint(len(record)) + record
-    after_crc = (
-        struct.pack(">hiqqqhii", 0, records - 1, TIMESTAMP_MS, TIMESTAMP_MS, -1, -1, -1, records)
-        + body
-    )
-    header = struct.pack(">qiibI", 0, 4 + 1 + 4 + len(after_crc), -1, 2, crc32c.crc32c(after_crc))
-    return header + after_crc
+    return encode_batch(Record(delta, TIMESTAMP_MS, None, value) for delta in range(records))
 
 
 def produce_request(version: int, correlation_id: int, partition: int, batch: bytes) -> bytes:
@@ -101,9 +67,9 @@ def produce_request(version: int, correlation_id: int, partition: int, batch: by
         header += b"\x00"  # header tagged fields
         body = b"\x00"  # null transactional id (compact: length + 1 = 0)
         body += struct.pack(">hi", 1, 30_000)
-        body += _uvarint(2) + _uvarint(len(topic) + 1) + topic
-        body += _uvarint(2) + struct.pack(">i", partition)
-        body += _uvarint(len(batch) + 1) + batch
+        body += encode_uvarint(2) + encode_uvarint(len(topic) + 1) + topic
+        body += encode_uvarint(2) + struct.pack(">i", partition)
+        body += encode_uvarint(len(batch) + 1) + batch
         body += b"\x00\x00\x00"  # the partition's, the topic's and the request's tagged fields
     else:
         body = b"" if version < 3 else struct.pack(">h", -1)

@@ -188,13 +188,13 @@ async def dispatch(
             )
         if fetch_throttle_ms:
             client_quotas.write_fetch_throttle_time(ctx, response, fetch_throttle_ms)
-    requests, request_time = ctx.metrics.request_series(name)
-    requests.inc()
-    request_time.observe(time.monotonic() - started)
+    metrics = ctx.metrics
+    metrics.child(metrics.requests, name).inc()
+    metrics.child(metrics.request_time, name).observe(time.monotonic() - started)
     if isinstance(data, dict):
         codes = _produce_error_codes(data) if key == ApiKey.PRODUCE else _error_codes(data)
         for error in codes:
-            ctx.metrics.error_series(name, error_name(error)).inc()
+            metrics.child(metrics.errors, name, error_name(error)).inc()
     return response
 
 

@@ -213,7 +213,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             counter = metrics.replication_bytes_out if reader.replica_id >= 0 else metrics.bytes_out
             for topic, size in reader.sent:
                 if size:
-                    counter.labels(topic).inc(size)
+                    metrics.child(counter, topic).inc(size)
             return response
         reader.release()
         await ctx.replica_manager.watchers.wait_any(reader.watched, deadline, "Fetch")

@@ -8,6 +8,7 @@ node/metrics.py, registered here by the node that wires the layers together.
 """
 
 import logging
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -40,11 +41,8 @@ class BrokerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        # The labelled children bumped on the data path, by label values (request_series,
-        # error_series, topic_in_series).
-        self._request_series: dict[str, tuple] = {}
-        self._error_series: dict[tuple[str, str], object] = {}
-        self._topic_in_series: dict[str, tuple] = {}
+        # Labelled children, by metric and label values (`child`).
+        self._children: dict[tuple, Any] = {}
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
@@ -155,37 +153,16 @@ class BrokerMetrics:
             registry=self.registry,
         )
 
-    def request_series(self, request: str) -> tuple:
-        """The requests counter's and the request-time histogram's children of one API,
-        looked up once: ``labels()`` takes a lock and builds a key on every call, and these
-        two are bumped on every request answered. Children are never removed, so a cached
-        one is the very object ``labels()`` would give."""
-        series = self._request_series.get(request)
-        if series is None:
-            series = self._request_series[request] = (
-                self.requests.labels(request),
-                self.request_time.labels(request),
-            )
-        return series
-
-    def error_series(self, request: str, error: str):
-        """The errors counter's child of one API and error name, looked up once."""
-        key = (request, error)
-        series = self._error_series.get(key)
-        if series is None:
-            series = self._error_series[key] = self.errors.labels(request, error)
-        return series
-
-    def topic_in_series(self, topic: str) -> tuple:
-        """MessagesIn's and BytesIn's children of one topic, looked up once (every append as
-        leader bumps both)."""
-        series = self._topic_in_series.get(topic)
-        if series is None:
-            series = self._topic_in_series[topic] = (
-                self.messages_in.labels(topic),
-                self.bytes_in.labels(topic),
-            )
-        return series
+    def child(self, metric, *values: str):
+        """``metric.labels(*values)``, looked up once: ``labels()`` takes a lock and builds a
+        key on every call, and the data path bumps the request, error, MessagesIn/BytesIn and
+        BytesOut series on every request and partition. Children are never removed, so a
+        cached one is the very object ``labels()`` would give."""
+        key = (metric, values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def register(self, collector: Collector) -> None:
         """Add a collector of live state, read at scrape time (node/metrics.py has the

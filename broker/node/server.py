@@ -936,11 +936,16 @@ MAX_BUFFERS_PER_WRITE = 1024
 _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
 
+def _switched_on(variable: str) -> bool:
+    """An on-by-default switch of the environment: off only when set to "0"."""
+    return os.environ.get(variable, "1") != "0"
+
+
 def holding_enabled() -> bool:
     """Whether a Produce response may wait for the next one (_answered_at_once).
     MINIBROKER_HOLD_RESPONSES=0 turns it off, for the benchmark that measures what it saves
     (BENCHMARKS.md 17); Kafka has no such setting."""
-    return os.environ.get("MINIBROKER_HOLD_RESPONSES", "1") != "0"
+    return _switched_on("MINIBROKER_HOLD_RESPONSES")
 
 
 def zero_copy_enabled() -> bool:
@@ -948,7 +953,7 @@ def zero_copy_enabled() -> bool:
     does and has no setting; MINIBROKER_SENDFILE=0 turns it off, for the benchmark that
     measures what it saves (BENCHMARKS.md 14) and as a way out on a file system that
     misbehaves under sendfile."""
-    return os.environ.get("MINIBROKER_SENDFILE", "1") != "0"
+    return _switched_on("MINIBROKER_SENDFILE")
 
 
 async def _send_buffers(stream, buffers: list, sendfile_bytes=None) -> None:

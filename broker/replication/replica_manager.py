@@ -372,9 +372,9 @@ class ReplicaManager:
         if not appended.duplicate:
             partition.maybe_advance_high_watermark()
             self.watchers.notify(partition.key)
-            messages_in, bytes_in = self.metrics.topic_in_series(topic)
-            messages_in.inc(appended.record_count)
-            bytes_in.inc(len(records))
+            metrics = self.metrics
+            metrics.child(metrics.messages_in, topic).inc(appended.record_count)
+            metrics.child(metrics.bytes_in, topic).inc(len(records))
         result = {
             "index": index,
             "error_code": Error.NONE,
