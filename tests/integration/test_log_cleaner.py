@@ -8,8 +8,9 @@ must see exactly the latest value of every key, at the offsets the producer was 
 from __future__ import annotations
 
 import shutil
+import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
@@ -78,6 +79,20 @@ def produce(
     return offsets
 
 
+def high_watermark(consumer: Consumer, timeout: float = 30.0) -> int:
+    """The partition's high watermark. librdkafka answers _DESTROY_BROKER locally, without
+    asking anyone, when the query went to the handle of a broker it is dropping (a bootstrap
+    broker that was just killed, as in the cluster test's failover); asked again, it asks a
+    live one. Any other error, or that one past `timeout`, is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)[1]
+        except KafkaException as failure:
+            if failure.args[0].code() != KafkaError._DESTROY_BROKER or time.monotonic() > deadline:
+                raise
+
+
 def consume_everything(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
     consumer = Consumer(
         {
@@ -88,7 +103,7 @@ def consume_everything(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
         }
     )
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)
+        high = high_watermark(consumer)
         consumer.assign([TopicPartition(TOPIC, 0, 0)])
         messages = []
 
