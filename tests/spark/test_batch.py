@@ -5,6 +5,7 @@ bad options fail naming the option."""
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 
@@ -343,7 +344,12 @@ def test_a_pooled_consumer_reads_exactly_each_range(spark_broker, monkeypatch):
         batches = kafka.read_range(
             settings, kafka.OffsetRange("pooled", 0, start, end), schema, True, 30_000
         )
-        return [(row["offset"], row["value"]) for b in batches for row in b.to_pylist()]
+        rows = []
+        for batch in batches:
+            # The collector is paused while a batch is made, never while the caller holds it.
+            assert gc.isenabled()
+            rows += [(row["offset"], row["value"]) for row in batch.to_pylist()]
+        return rows
 
     assert read(0, 4) == [(i, b"v%d" % i) for i in range(4)]
     assert len(pool) == 1

@@ -3,11 +3,12 @@ over (lowercased), offset JSON in a fixed order, range splitting and the rate li
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
 
-from minibroker.spark.kafka import OffsetRange, split_ranges
+from minibroker.spark.kafka import OffsetRange, cyclic_gc_paused, split_ranges
 from minibroker.spark.options import OptionError, read_options
 from minibroker.spark.source import decode_offsets, encode_offsets, rate_limit
 
@@ -63,6 +64,9 @@ def test_offsets_json_has_a_fixed_order():
 def test_ranges_split_in_proportion_and_cover_exactly():
     ranges = [OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 50, 150), OffsetRange("t", 2, 7, 7)]
     assert split_ranges(ranges, None) == ranges[:2]
+    # Largest first (Spark starts tasks in partition order); ties keep their order.
+    skewed = [OffsetRange("t", p, 0, n) for p, n in enumerate([227, 251, 340, 182, 251])]
+    assert [r.partition for r in split_ranges(skewed, None)] == [2, 1, 4, 0, 3]
     pieces = split_ranges(ranges, 10)
     assert len(pieces) >= 10
     for partition, (start, end) in {0: (0, 900), 1: (50, 150)}.items():
@@ -77,3 +81,20 @@ def test_rate_limit_shares_by_backlog():
     limited = rate_limit(start, latest, 110)
     assert limited == {("t", 0): 100, ("t", 1): 110, ("t", 2): 5}
     assert rate_limit(start, latest, 5000) == latest
+
+
+def test_the_collector_is_paused_only_inside_the_block_and_left_as_found():
+    assert gc.isenabled()
+    with cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), cyclic_gc_paused():
+        raise ValueError("a read that fails")
+    assert gc.isenabled()
+    gc.disable()  # an application that runs without the collector keeps it off
+    try:
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
