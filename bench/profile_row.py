@@ -28,7 +28,6 @@ from bench import java_producer
 from bench.procfs import cpu_seconds
 from bench.rows import REAL_SIZES, SMOKE_SIZES, rows
 from bench.targets import MINIBROKER, Minibroker, start
-from bench.workloads import PARTITIONS
 from minibroker.tools.launcher import BrokerProcess
 
 # The produce rows' record size and acks, for the Java producer (--java).
@@ -126,10 +125,10 @@ def main() -> int:
             for warm_up in range(arguments.warmup):
                 warm_topic = f"{topic}-warm-{warm_up}"
                 target.create_topic(
-                    warm_topic, PARTITIONS, row.replication_factor, row.topic_configs
+                    warm_topic, row.partitions, row.replication_factor, row.topic_configs
                 )
                 (row.warm_up or row.measure)(target, warm_topic, work_dir)
-            target.create_topic(topic, PARTITIONS, row.replication_factor, row.topic_configs)
+            target.create_topic(topic, row.partitions, row.replication_factor, row.topic_configs)
             nodes = [node for node in target.nodes if node.running]
             before = {process_name(node): cpu_seconds(node.pid) for node in nodes}
             spies = {

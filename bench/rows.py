@@ -1,6 +1,6 @@
 """The table's rows: what each one measures, and running it against every system in turn.
 
-Each measurement starts a fresh target and a fresh 64-partition topic. Runs alternate between
+Each measurement starts a fresh target and a fresh topic of 64 partitions (8 in the smoke run: Sizes.partitions). Runs alternate between
 minibroker, the mock and Apache Kafka, so that whatever else the shared machine is doing at the
 time weighs on all of them about equally; the table shows each system's median over the runs.
 """
@@ -65,6 +65,7 @@ SMOKE_SIZES = Sizes(
     latency_warmup_seconds=0.5,
     fork_brokers=True,
     mock_rebalance=False,
+    partitions=8,
     txn_records=20_000,
     spark_records=20_000,
     spark_probes=3,
@@ -258,6 +259,8 @@ class Row:
     fresh_process: bool = False
     # minibroker's nodes for this row are forked from the fork server (set by `rows`).
     fork: bool = False
+    # Partitions of the row's topic (set by `rows`, from Sizes.partitions).
+    partitions: int = PARTITIONS
 
     @property
     def spark(self) -> bool:
@@ -275,7 +278,9 @@ def rows(sizes: Sizes, kafka: bool = True, spark: bool = True) -> list[Row]:
     """Every row, in table order, for these sizes; without `kafka`, Apache Kafka is left out
     of every row (and the table says why); without `spark`, the Spark rows are left out."""
     table = [
-        dataclasses.replace(row, fork=sizes.fork_brokers and not row.fresh_process)
+        dataclasses.replace(
+            row, fork=sizes.fork_brokers and not row.fresh_process, partitions=sizes.partitions
+        )
         for row in _rows(sizes, java=kafka)
         if spark or not row.spark
     ]
@@ -648,13 +653,15 @@ def measure_once(
         topic = f"bench-{row.name}-{run}"
         for warm_up in range(warmups):
             warm_topic = f"{topic}-warm-{warm_up}"
-            target.create_topic(warm_topic, PARTITIONS, row.replication_factor, row.topic_configs)
+            target.create_topic(
+                warm_topic, row.partitions, row.replication_factor, row.topic_configs
+            )
             untimed = (row.warm_up or row.measure)(target, warm_topic, work_dir)
             shown = ", ".join(f"{key} {value:,.2f}" for key, value in untimed.items())
             print(
                 f"[{row.name}] {system} warm-up {warm_up + 1}/{warmups}: {shown}", file=sys.stderr
             )
-        target.create_topic(topic, PARTITIONS, row.replication_factor, row.topic_configs)
+        target.create_topic(topic, row.partitions, row.replication_factor, row.topic_configs)
         figures = row.measure(target, topic, work_dir)
     except BaseException:
         try:

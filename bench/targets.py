@@ -67,13 +67,19 @@ def wait_until_served(
         # (the window between a leader change and its UpdateMetadata) keeps sending it,
         # and keeps getting FENCED_LEADER_EPOCH, instead of asking for Metadata again.
         admin = AdminClient({"bootstrap.servers": bootstrap})
+        futures = admin.list_offsets(wanted)
         try:
-            futures = admin.list_offsets(wanted)
             return [futures[partition].result().offset for partition in wanted]
         except KafkaException as error:
             if time.monotonic() > deadline:
                 raise failure(f"{name} not served within {ADMIN_TIMEOUT}s: {error}") from error
-            time.sleep(SERVED_POLL_SECONDS)
+        finally:
+            # A failed future holds its exception, whose traceback holds this frame, which
+            # holds the futures: a cycle that kept every failed attempt's client alive until
+            # the cyclic GC ran, its threads reconnecting to a target long stopped (Kafka's
+            # first ListOffsets after CreateTopics often fails: two strays per Kafka run).
+            del futures, admin
+        time.sleep(SERVED_POLL_SECONDS)
 
 
 def create_with_admin(
@@ -123,6 +129,7 @@ class Minibroker:
         fork: bool = False,
     ):
         self.base_dir = Path(tempfile.mkdtemp(prefix="minibroker-", dir=work_dir))
+        self.topics: dict[str, int] = {}  # the partitions of each topic made by create_topic
         self.node: BrokerProcess | None = None
         self.cluster: Cluster | None = None
         self.killed: set[int] = set()
@@ -167,6 +174,7 @@ class Minibroker:
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> None:
+        self.topics[name] = partitions
         create_with_admin(
             self.bootstrap, name, partitions, replication_factor, configs, self.failure
         )
@@ -246,6 +254,7 @@ class Mock:
 
     def __init__(self, brokers: int, work_dir: Path):
         self.log_path = Path(tempfile.mkstemp(prefix="mock-", suffix=".log", dir=work_dir)[1])
+        self.topics: dict[str, int] = {}  # the partitions of each topic made by create_topic
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "bench.mock_host", "--brokers", str(brokers)],
@@ -274,6 +283,7 @@ class Mock:
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> None:
+        self.topics[name] = partitions
         answer = self._ask(f"topic {name} {partitions} {replication_factor}")
         if answer != "ok":
             raise BenchError(f"mock topic {name}: {answer}")
@@ -323,6 +333,7 @@ class Kafka:
         if unknown:
             raise BenchError(f"no {sorted(unknown)} listener for Kafka here")
         self.base_dir = Path(tempfile.mkdtemp(prefix="kafka-", dir=work_dir))
+        self.topics: dict[str, int] = {}  # the partitions of each topic made by create_topic
         try:
             self.cluster = KafkaCluster.start(
                 self.base_dir, brokers, overrides, ssl="SSL" in extra_listeners
@@ -336,6 +347,7 @@ class Kafka:
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> None:
+        self.topics[name] = partitions
         create_with_admin(
             self.bootstrap, name, partitions, replication_factor, configs, self.failure
         )

@@ -18,7 +18,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from bench.targets import BenchError
-from bench.workloads import MB, PARTITIONS, Target, end_offsets, kcat_consume
+from bench.workloads import MB, Target, end_offsets, kcat_consume
 
 INIT_TIMEOUT = 30.0
 # Partitions each transaction writes: enough that a commit is a real two-phase one across
@@ -58,6 +58,7 @@ def transactional_produce(
         raise target.failure(f"init_transactions: {error}") from None
     payload = os.urandom(size)
     transactions = 0
+    partitions = target.topics[topic]
     partitions_written: set[int] = set()
     markers = 0
     started = time.monotonic()
@@ -67,7 +68,7 @@ def transactional_produce(
             partitions_written.clear()
             base = transactions * PARTITIONS_PER_TRANSACTION
             for index in range(first, min(count, first + per_transaction)):
-                partition = (base + index % PARTITIONS_PER_TRANSACTION) % PARTITIONS
+                partition = (base + index % PARTITIONS_PER_TRANSACTION) % partitions
                 partitions_written.add(partition)
                 while True:
                     try:

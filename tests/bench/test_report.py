@@ -159,3 +159,6 @@ def test_only_the_smoke_run_forks_and_never_where_the_process_is_measured():
     assert MOCK in real["first-rebalance"].systems
     assert MOCK not in smoke["first-rebalance"].systems
     assert MOCK in smoke["first-rebalance"].not_measured
+    # Every row's topic: Kafka-sized in the real run, 8 partitions in the smoke run.
+    assert {row.partitions for row in real.values()} == {64}
+    assert {row.partitions for row in smoke.values()} == {8}

@@ -64,11 +64,11 @@ class FakeTarget:
     """What measure_once needs of a started system: topics made, and a close."""
 
     def __init__(self) -> None:
-        self.topics: list[str] = []
+        self.topics: dict[str, int] = {}
         self.closed = False
 
     def create_topic(self, name, partitions, replication_factor, configs) -> None:
-        self.topics.append(name)
+        self.topics[name] = partitions
 
     def close(self) -> None:
         self.closed = True
@@ -107,7 +107,7 @@ def test_each_warm_up_runs_on_the_same_target_into_its_own_topic_and_only_the_la
         ("warm-up", "bench-produce-100-4-warm-1"),
         ("timed", "bench-produce-100-4"),
     ]
-    assert target.topics == [topic for _, topic in calls]
+    assert target.topics == {topic: 8 for _, topic in calls}
     assert figures == {"records_per_s": 3.0}
     assert target.closed
 
