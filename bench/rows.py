@@ -1,8 +1,9 @@
 """The table's rows: what each one measures, and running it against every system in turn.
 
-Each measurement starts a fresh target and a fresh topic of 64 partitions (8 in the smoke run: Sizes.partitions). Runs alternate between
-minibroker, the mock and Apache Kafka, so that whatever else the shared machine is doing at the
-time weighs on all of them about equally; the table shows each system's median over the runs.
+Each measurement starts a fresh target and a fresh topic of 64 partitions (8 in the smoke run:
+Sizes.partitions). Runs alternate between minibroker, the mock and Apache Kafka, so that
+whatever else the shared machine is doing at the time weighs on all of them about equally; the
+table shows each system's median over the runs.
 """
 
 from __future__ import annotations
