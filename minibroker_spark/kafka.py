@@ -596,36 +596,16 @@ def read_range(
                         position = end
                     records = messages
                 else:
-                    records = []
-                    for message in messages:
-                        error = message.error()
-                        if error is None:
-                            if message.offset() >= end:
-                                position = end
-                                break
-                            records.append(message)
-                            continue
-                        code = error.code()
-                        if code == KafkaError._PARTITION_EOF:
-                            if message.offset() >= end:
-                                position = end
-                                break
-                        elif code in _OUT_OF_RANGE:
-                            position = _after_out_of_range(
-                                consumer,
-                                topic,
-                                partition,
-                                position,
-                                end,
-                                fail_on_data_loss,
-                                timeout,
-                            )
-                            break
-                        elif error.fatal():
-                            raise KafkaException(error)
-                        else:
-                            # Transport errors and leader changes: librdkafka retries by itself.
-                            log.info("reading %s-%s: %s", topic, partition, error)
+                    records, position = _sort_out(
+                        consumer,
+                        messages,
+                        topic,
+                        partition,
+                        position,
+                        end,
+                        fail_on_data_loss,
+                        timeout,
+                    )
                 if records:
                     position = max(position, records[-1].offset() + 1)
                     deadline = time.monotonic() + timeout
@@ -670,6 +650,35 @@ def cyclic_gc_paused():
         yield
     finally:
         gc.enable()
+
+
+def _sort_out(
+    consumer, messages: list, topic, partition, position, end, fail, timeout
+) -> tuple[list, int]:
+    """The records of a consume() that also returned events, cut at the range end, and the
+    position to go on from: the end of partition is noted, an offset out of range is data
+    loss (`_after_out_of_range`), a fatal error is raised, and transport errors and leader
+    changes are logged (librdkafka retries them by itself)."""
+    records = []
+    for message in messages:
+        error = message.error()
+        if error is None:
+            if message.offset() >= end:
+                return records, end
+            records.append(message)
+            continue
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            if message.offset() >= end:
+                return records, end
+        elif code in _OUT_OF_RANGE:
+            resume = _after_out_of_range(consumer, topic, partition, position, end, fail, timeout)
+            return records, resume
+        elif error.fatal():
+            raise KafkaException(error)
+        else:
+            log.info("reading %s-%s: %s", topic, partition, error)
+    return records, position
 
 
 def _only_records(messages: list) -> bool:
