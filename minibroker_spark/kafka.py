@@ -659,7 +659,7 @@ def _sort_out(
     position to go on from: the end of partition is noted, an offset out of range is data
     loss (`_after_out_of_range`), a fatal error is raised, and transport errors and leader
     changes are logged (librdkafka retries them by itself)."""
-    records = []
+    records: list = []
     for message in messages:
         error = message.error()
         if error is None:
