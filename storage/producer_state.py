@@ -31,6 +31,23 @@ smallest first offset of the open and the unreplicated transactions (Kafka's
 firstUnstableOffset), and the last stable offset is min(high watermark, first unstable
 offset).
 
+Transaction verification (KIP-890; Kafka's VerificationStateEntry, KAFKA-14920 and
+KAFKA-18202): when a transactional batch of a producer with no transaction open here is to be
+verified with the transaction coordinator, the partition remembers, per producer, the lowest
+first sequence and the newest epoch of the batches it started verifying
+(:meth:`ProducerStateManager.start_verification`). Until a transactional batch or marker of
+that producer is written here (which forgets it), a client batch whose first sequence is above
+that lowest one is refused with OUT_OF_ORDER_SEQUENCE_NUMBER: otherwise, when the first batch
+of a transaction fails its verification with a retriable error (the coordinator loading or
+moving) and the next one, in flight behind it, passes, the second is written without the
+first, and the client retries the first against a sequence that has gone past it until its
+transaction times out (seen with the Java client in CI). Under transaction protocol v2 (the
+leader adds the partition, Produce v12) a batch of a producer the partition has no batches of
+must also start at sequence 0. The client retries both refusals: the batch is not the next
+one it waits on. Verification states expire with the producers (``remove_expired``).
+Departure: Kafka checks every batch of the producer in a request against the state; here only
+the first, the later ones follow it in sequence.
+
 Snapshots (Kafka's `<offset>.snapshot`, ProducerSnapshot.json version 1): version i16 (1),
 CRC-32C u32 of everything after it, then an i32-counted array of entries: producer id i64,
 epoch i16, last sequence i32, last offset i64, offset delta i32, timestamp i64, coordinator
@@ -140,6 +157,26 @@ class ProducerEntry:
         return None
 
 
+@dataclass
+class VerificationState:
+    """Kafka's VerificationStateEntry: a producer's transaction being verified here."""
+
+    timestamp: int
+    lowest_sequence: int
+    epoch: int
+    # Transaction protocol v2 (Kafka's supportsEpochBump): only sequence 0 may start.
+    supports_epoch_bump: bool
+
+    def update(self, sequence: int, epoch: int) -> None:
+        """Kafka's maybeUpdateLowestSequenceAndEpoch: a lower sequence of the same epoch, or
+        any sequence of a newer epoch, becomes the lowest."""
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.lowest_sequence = sequence
+
+
 def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
     return next_sequence == last_sequence + 1 or (
         next_sequence == 0 and last_sequence == _MAX_SEQUENCE
@@ -156,6 +193,8 @@ class ProducerStateManager:
         # Transactions closed by a marker the high watermark has not passed yet, in marker
         # order (Kafka's unreplicatedTxns).
         self._unreplicated: deque[CompletedTxn] = deque()
+        # Producer id -> its transaction being verified here (Kafka's verificationStates).
+        self._verifications: dict[int, VerificationState] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -215,6 +254,29 @@ class ProducerStateManager:
             )
             for producer_id, entry in self._producers.items()
         ]
+
+    def start_verification(
+        self,
+        producer_id: int,
+        sequence: int,
+        epoch: int,
+        now_ms: int,
+        *,
+        supports_epoch_bump: bool,
+    ) -> None:
+        """Kafka's maybeCreateVerificationStateEntry: a transactional batch (first sequence
+        ``sequence``) of a producer with no transaction open here goes to the coordinator to
+        be verified; see the module notes."""
+        state = self._verifications.get(producer_id)
+        if state is None:
+            self._verifications[producer_id] = VerificationState(
+                now_ms, sequence, epoch, supports_epoch_bump
+            )
+        else:
+            state.update(sequence, epoch)
+
+    def verification(self, producer_id: int) -> VerificationState | None:
+        return self._verifications.get(producer_id)
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """Kafka's ProducerAppendInfo.appendEndTxnMarker checks, as leader (origin
@@ -277,6 +339,24 @@ class ProducerStateManager:
                     f"Epoch of {where} is {header.producer_epoch}, which is smaller than the "
                     f"last seen epoch {updated_epoch}"
                 )
+            verifying = self._verifications.get(producer_id)
+            if check_sequences and verifying is not None and producer_id not in pending:
+                if (
+                    verifying.supports_epoch_bump
+                    and header.base_sequence != 0
+                    and (current is None or not current.batches)
+                ):
+                    raise OutOfOrderSequenceError(
+                        f"Invalid sequence number for {where}: {header.base_sequence} "
+                        "(incoming seq. number). Expected sequence 0 for transactions v2 "
+                        "idempotent producer with no existing state."
+                    )
+                if header.base_sequence > verifying.lowest_sequence:
+                    raise OutOfOrderSequenceError(
+                        f"Out of order sequence number for {where}: {header.base_sequence} "
+                        f"(incoming seq. number), {verifying.lowest_sequence} (earliest seen "
+                        "sequence)"
+                    )
             if header.producer_epoch != updated_epoch:
                 if (
                     check_sequences
@@ -317,6 +397,10 @@ class ProducerStateManager:
         producer_id = header.producer_id
         if producer_id < 0:
             return None
+        if header.is_transactional:
+            # Kafka's updateProducers: a transactional batch or marker written, the
+            # transaction either has its first offset here or is over.
+            self._verifications.pop(producer_id, None)
         entry = self._producers.get(producer_id)
         if entry is None:
             entry = self._producers[producer_id] = ProducerEntry(header.producer_epoch)
@@ -371,7 +455,9 @@ class ProducerStateManager:
         )
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
-        """Kafka's removeExpiredProducers: forget every expired producer; their ids."""
+        """Kafka's removeExpiredProducers: forget every expired producer; their ids. The
+        verification states started ``expiration_ms`` or more before now go too (those of
+        transactions never written here)."""
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
@@ -379,6 +465,11 @@ class ProducerStateManager:
         ]
         for producer_id in expired:
             del self._producers[producer_id]
+        self._verifications = {
+            producer_id: state
+            for producer_id, state in self._verifications.items()
+            if now_ms - state.timestamp < expiration_ms
+        }
         return expired
 
     def remove_before(self, log_start_offset: int) -> None:

@@ -17,7 +17,10 @@ request whose batches are transactional needs a transactional id and, under an a
 WRITE on it (else the whole request answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED). KIP-890
 part 1: a partition whose producer has no transaction open there at the batch's epoch is
 first verified with the transaction coordinator (``verify_transaction``: was the partition
-added to the transaction?); a partition it refuses gets the error and nothing is appended
+added to the transaction?), and the partition keeps the lowest sequence it started verifying
+until the transaction's first batch is written (Kafka's VerificationStateEntry, see
+storage/producer_state.py: a later batch that passed its verification cannot be written ahead
+of an earlier one that did not); a partition it refuses gets the error and nothing is appended
 for it (INVALID_TXN_STATE for a partition never added; the coordinator's retriable errors
 become NOT_ENOUGH_REPLICAS, as Kafka answers produce versions before TV2 so that old clients
 retry). A transactional batch of an older producer epoch than the partition's is
@@ -55,6 +58,8 @@ MAGIC_OFFSET = 16
 # The low byte of a batch's attributes (i16 at ATTRIBUTES_OFFSET) holds the transactional bit.
 _ATTRIBUTES_LOW = ATTRIBUTES_OFFSET + 1
 _PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch
+_BASE_SEQUENCE = struct.Struct(">i")  # baseSequence, after producerEpoch
+_BASE_SEQUENCE_OFFSET = 53
 _PRODUCER_ID_OFFSET = 43
 _BATCH_LENGTH = struct.Struct(">i")
 _BATCH_LENGTH_OFFSET = 8
@@ -80,7 +85,7 @@ def _transactional_producer(data) -> tuple[int, int] | None:
     """(producer id, epoch) of a partition's first batch if it is transactional (Kafka's
     ProduceRequest looks at each partition's first batch), from its header bytes."""
     records = data.records
-    if records is None or len(records) < _PRODUCER_ID_OFFSET + _PRODUCER.size:
+    if records is None or len(records) < _BASE_SEQUENCE_OFFSET + _BASE_SEQUENCE.size:
         return None
     if not records[_ATTRIBUTES_LOW] & TRANSACTIONAL_FLAG_MASK:
         return None
@@ -122,7 +127,10 @@ async def _verify(
             partition, error = ctx.replica_manager.leader_partition(topic, data.index)
             if partition is None or error != Error.NONE:
                 continue  # append_records answers it
-            if ctx.replica_manager.has_ongoing_transaction(partition, *producer):
+            (sequence,) = _BASE_SEQUENCE.unpack_from(data.records, _BASE_SEQUENCE_OFFSET)
+            if not ctx.replica_manager.maybe_start_transaction_verification(
+                partition, *producer, sequence, supports_epoch_bump=ctx.version >= _ADDS_PARTITIONS
+            ):
                 continue
             to_verify.setdefault(producer, []).append((topic, data.index))
     refused: dict[tuple[str, int], dict] = {}

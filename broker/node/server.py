@@ -405,7 +405,8 @@ class BrokerServer:
                 control.start_soon(controller_client.run)
             async with trio.open_nursery() as connections:
                 accepting = trio.CancelScope()
-                control.start_soon(self._accept, listeners, connections, accepting)
+                accepted_all = trio.Event()
+                control.start_soon(self._accept, listeners, connections, accepting, accepted_all)
                 for listener in self.config.listeners:
                     log.info("listening on %s://%s:%d", listener.name, listener.host, listener.port)
                 log.info(
@@ -428,9 +429,7 @@ class BrokerServer:
                     else:
                         log.warning("controlled shutdown did not complete; stopping anyway")
                 accepting.cancel()
-                for _name, sockets in listeners:
-                    for socket_listener in sockets:
-                        await socket_listener.aclose()
+                await accepted_all.wait()  # the listening sockets are closed
                 self._stopping = True
                 for scope in list(self._idle_reads):
                     scope.cancel()
@@ -458,13 +457,30 @@ class BrokerServer:
         controller has nowhere to move it."""
         return self.config.controlled_shutdown_enable and not self.config.is_controller
 
-    async def _accept(self, listeners, connections, accepting: trio.CancelScope) -> None:
-        """Serve every listener; each connection remembers the listener it came in on."""
-        with accepting:
-            async with trio.open_nursery() as nursery:
-                for name, sockets in listeners:
+    async def _accept(
+        self, listeners, connections, accepting: trio.CancelScope, closed: trio.Event
+    ) -> None:
+        """Serve every listener until ``accepting`` is cancelled, then close the listening
+        sockets and set ``closed``; each connection remembers the listener it came in on.
+
+        The sockets are closed here, after every accept loop has ended, never while one may
+        still use them: a loop that a connection has just woken cannot be cancelled any more
+        (its wait is over), and it would find its socket closed under it (trio's
+        ClosedResourceError, which stopped a broker with exit code 1 on SIGTERM)."""
+        try:
+            with accepting:
+                async with trio.open_nursery() as nursery:
+                    for name, sockets in listeners:
+                        for socket_listener in sockets:
+                            nursery.start_soon(
+                                self._accept_loop, name, socket_listener, connections
+                            )
+        finally:
+            with trio.CancelScope(shield=True):
+                for _name, sockets in listeners:
                     for socket_listener in sockets:
-                        nursery.start_soon(self._accept_loop, name, socket_listener, connections)
+                        await socket_listener.aclose()
+            closed.set()
 
     async def _accept_loop(self, listener_name: str, socket_listener, connections) -> None:
         """Accept connections on one socket and serve those the connection limits admit."""

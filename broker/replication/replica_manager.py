@@ -567,19 +567,36 @@ class ReplicaManager:
                         log.exception("marker listener failed for %s-%d", *key)
         return results
 
-    def has_ongoing_transaction(
-        self, partition: Partition, producer_id: int, producer_epoch: int
+    def maybe_start_transaction_verification(
+        self,
+        partition: Partition,
+        producer_id: int,
+        producer_epoch: int,
+        sequence: int,
+        *,
+        supports_epoch_bump: bool,
     ) -> bool:
-        """Kafka's UnifiedLog.hasOngoingTransaction: the producer has a transaction open on
-        the partition at this epoch (KIP-890: its transactional produce needs no
-        verification with the coordinator)."""
+        """Kafka's UnifiedLog.maybeStartTransactionVerification (KIP-890): False when the
+        producer has a transaction open on the partition at this epoch (its transactional
+        produce needs no verification with the coordinator); else the partition starts (or
+        updates) the producer's verification state, with the batch's first sequence, and
+        True. ``supports_epoch_bump``: transaction protocol v2 (Produce v12)."""
         producers = partition.log.producer_state
         entry = producers.entry(producer_id)
-        return (
+        if (
             entry is not None
             and entry.epoch == producer_epoch
             and producers.ongoing_transaction(producer_id) is not None
+        ):
+            return False
+        producers.start_verification(
+            producer_id,
+            sequence,
+            producer_epoch,
+            self.clock_ms(),
+            supports_epoch_bump=supports_epoch_bump,
         )
+        return True
 
     def active_producers(self, partition: Partition) -> list[ProducerSnapshot]:
         """Kafka's ReplicaManager.activeProducerState (DescribeProducers)."""

@@ -96,3 +96,64 @@ async def test_verification_refusals_and_skips(replicas):
     # ...but a newer epoch is asked about.
     await _verify(ctx, "tx", [(TOPIC, [partition_data(0, epoch=1)])])
     assert coordinator.asked == [("tx", 3, 1, [(TOPIC, 0)])]
+
+
+def batch_of(producer_id: int, sequence: int, records: int, epoch: int = 0):
+    batch = make_batch(
+        records,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        attributes=TRANSACTIONAL,
+    )
+    return PartitionProduceData(0, memoryview(bytearray(batch)))
+
+
+async def _produce(ctx, replicas, data) -> int:
+    """The handler's order: verify, then append what was not refused; the error code."""
+    refused = await _verify(ctx, "tx", [(TOPIC, [data])])
+    if refused:
+        return refused[(TOPIC, 0)]["error_code"]
+    ((appended,),) = await replicas.append_records(
+        [(TOPIC, [data])], acks=1, timeout_s=1.0, origin=AppendOrigin.CLIENT
+    )
+    return appended["error_code"]
+
+
+@pytest.mark.parametrize("version", [9, 12])
+async def test_a_batch_that_passed_verification_does_not_overtake_one_that_did_not(
+    replicas, version
+):
+    """Kafka's VerificationStateEntry (KAFKA-14920). The transaction's first batch (0..4)
+    fails its verification with a retriable error; the next one (5..9), in flight behind it,
+    passes. Written, it would leave the first to retry OUT_OF_ORDER_SEQUENCE_NUMBER against
+    sequence 9 until the transaction timed out (the Java client in CI). It is refused
+    (retriable: not the batch the client waits on) until the first is written."""
+    coordinator = StubCoordinator({(TOPIC, 0): Error.NOT_COORDINATOR})
+    ctx = SimpleNamespace(
+        replica_manager=replicas, transaction_coordinator=coordinator, version=version
+    )
+    first, second = batch_of(7, 0, 5), batch_of(7, 5, 5)
+    assert await _produce(ctx, replicas, first) == Error.NOT_ENOUGH_REPLICAS
+    coordinator.answers = {}
+    assert await _produce(ctx, replicas, second) == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert replicas.log_manager.get_log(TOPIC, 0).log_end_offset == 0
+    assert await _produce(ctx, replicas, first) == Error.NONE
+    assert await _produce(ctx, replicas, second) == Error.NONE
+    log = replicas.log_manager.get_log(TOPIC, 0)
+    assert log.log_end_offset == 10
+    # Written: the transaction is open here, the verification state gone.
+    assert log.producer_state.verification(7) is None
+
+
+async def test_transactions_v2_start_a_producer_with_no_state_at_sequence_zero(replicas):
+    """KAFKA-18202: under transaction protocol v2 (Produce v12), a producer the partition has
+    no batches of must start at sequence 0, verified or not (its first batch may have gone to
+    the previous leader and failed there); before v2 any sequence starts it, as in Kafka."""
+    coordinator = StubCoordinator({})
+    ctx = SimpleNamespace(replica_manager=replicas, transaction_coordinator=coordinator, version=12)
+    assert await _produce(ctx, replicas, batch_of(8, 5, 5)) == Error.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert await _produce(ctx, replicas, batch_of(8, 0, 5)) == Error.NONE
+    assert await _produce(ctx, replicas, batch_of(8, 5, 5)) == Error.NONE
+    ctx.version = 11
+    assert await _produce(ctx, replicas, batch_of(9, 5, 5)) == Error.NONE

@@ -179,3 +179,21 @@ def test_a_batch_behind_a_failed_write_is_a_storage_error_not_a_gap(tmp_path, mo
     assert produce(log, 4).first_offset == 4
     with pytest.raises(OutOfOrderSequenceError):
         produce(log, 10)
+
+
+def test_a_verification_state_expires_with_the_producers(tmp_path):
+    """Kafka's removeExpiredProducers drops verification states as old as
+    producer.id.expiration.ms: a transaction never written here does not hold its producer's
+    sequences back for ever."""
+    log = open_log(tmp_path)
+    state = log.producer_state
+    state.start_verification(PID, 0, 0, 1_000, supports_epoch_bump=False)
+    state.start_verification(PID, 4, 0, 2_000, supports_epoch_bump=False)  # not lower: kept
+    assert state.verification(PID).lowest_sequence == 0
+    with pytest.raises(OutOfOrderSequenceError):
+        produce(log, 4)
+    state.remove_expired(now_ms=1_000 + 9_999, expiration_ms=10_000)
+    assert state.verification(PID) is not None
+    state.remove_expired(now_ms=1_000 + 10_000, expiration_ms=10_000)
+    assert state.verification(PID) is None
+    assert produce(log, 4).first_offset == 0  # an unknown producer, any sequence
