@@ -56,18 +56,18 @@ REAL_SIZES = Sizes(
     latency_warmup_seconds=1.0,
 )
 SMOKE_SIZES = Sizes(
-    produce_records=20_000,
-    consume_records=20_000,
-    resources_records=20_000,
-    restart_records=20_000,
-    group_consume_records=20_000,
-    tls_records=20_000,
-    latency_seconds=2.0,
-    latency_warmup_seconds=0.5,
+    produce_records=10_000,
+    consume_records=10_000,
+    resources_records=10_000,
+    restart_records=10_000,
+    group_consume_records=10_000,
+    tls_records=10_000,
+    latency_seconds=1.0,
+    latency_warmup_seconds=0.25,
     fork_brokers=True,
     mock_rebalance=False,
     partitions=8,
-    txn_records=20_000,
+    txn_records=10_000,
     spark_records=20_000,
     spark_probes=3,
 )
@@ -177,7 +177,7 @@ FAILOVER = (
         "{:.2f}",
     ),
 )
-# Why the smoke run leaves the mock out of the first-rebalance row (Sizes.mock_rebalance).
+# Why the smoke run leaves the mock out of the group rows (Sizes.mock_rebalance).
 MOCK_REBALANCE_LEFT_OUT = (
     "left out of the smoke run: the mock's groups wait its built-in 3 s initial delay (12 s"
     " when a member misses it)"
@@ -346,6 +346,16 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
     produced = f"{sizes.produce_records:,}"
     java_too = " (kcat, then the Java client)" if java else ""
 
+    # The group rows leave the mock out of the smoke run (Sizes.mock_rebalance).
+    group_systems: dict = (
+        {}
+        if sizes.mock_rebalance
+        else {
+            "systems": tuple(system for system in SYSTEMS if system != MOCK),
+            "not_measured": {MOCK: MOCK_REBALANCE_LEFT_OUT},
+        }
+    )
+
     def startup(brokers: int) -> Row:
         shape = "1 broker" if brokers == 1 else f"{brokers} brokers, the topic RF={brokers}"
         return Row(
@@ -458,6 +468,7 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
                 GROUP_MEMBERS,
             ),
             broker_overrides=NO_INITIAL_DELAY,
+            **group_systems,
         ),
         Row(
             "first-rebalance",
@@ -466,14 +477,7 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             REBALANCE,
             lambda target, topic, work_dir: first_rebalance_time(target, topic, REBALANCE_MEMBERS),
             broker_overrides=NO_INITIAL_DELAY,
-            **(
-                {}
-                if sizes.mock_rebalance
-                else {
-                    "systems": tuple(system for system in SYSTEMS if system != MOCK),
-                    "not_measured": {MOCK: MOCK_REBALANCE_LEFT_OUT},
-                }
-            ),
+            **group_systems,
         ),
         Row(
             "tls",

@@ -44,7 +44,7 @@ def test_table_has_kafka_column_ratios_and_targets():
         ),
     ]
     text = table(results, 1)
-    workload = "produce 20,000 x 100 B, acks=1, 1 broker (kcat, then the Java client)"
+    workload = "produce 10,000 x 100 B, acks=1, 1 broker (kcat, then the Java client)"
     assert (
         f"| produce-100 | {workload} | records/s (MB/s), kcat | 300 (0.0)"
         " | 600 (0.1) | 200 (0.0) | 0.50 | 1.50 |" in text
