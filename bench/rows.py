@@ -67,6 +67,7 @@ SMOKE_SIZES = Sizes(
     fork_brokers=True,
     mock_rebalance=False,
     partitions=8,
+    internal_partitions=8,
     txn_records=10_000,
     spark_records=20_000,
     spark_probes=3,
@@ -262,6 +263,10 @@ class Row:
     fork: bool = False
     # Partitions of the row's topic (set by `rows`, from Sizes.partitions).
     partitions: int = PARTITIONS
+    # Partitions of __consumer_offsets and __transaction_state on a single-node row's broker
+    # (set by `rows`, from Sizes.internal_partitions; None: the broker's default, 50). The
+    # 3-broker rows use neither topic.
+    internal_partitions: int | None = None
 
     @property
     def spark(self) -> bool:
@@ -280,7 +285,10 @@ def rows(sizes: Sizes, kafka: bool = True, spark: bool = True) -> list[Row]:
     of every row (and the table says why); without `spark`, the Spark rows are left out."""
     table = [
         dataclasses.replace(
-            row, fork=sizes.fork_brokers and not row.fresh_process, partitions=sizes.partitions
+            row,
+            fork=sizes.fork_brokers and not row.fresh_process,
+            partitions=sizes.partitions,
+            internal_partitions=sizes.internal_partitions,
         )
         for row in _rows(sizes, java=kafka)
         if spark or not row.spark
@@ -653,6 +661,12 @@ def measure_once(
     overrides = row.broker_overrides
     if callable(overrides):
         overrides = overrides(work_dir)
+    if row.internal_partitions is not None and row.brokers == 1:
+        overrides = {
+            **overrides,
+            "offsets.topic.num.partitions": str(row.internal_partitions),
+            "transaction.state.log.num.partitions": str(row.internal_partitions),
+        }
     target = start(system, row.brokers, work_dir, overrides, row.extra_listeners, row.fork)
     try:
         topic = f"bench-{row.name}-{run}"
