@@ -266,7 +266,24 @@ class ProducerStateManager:
     ) -> None:
         """Kafka's maybeCreateVerificationStateEntry: a transactional batch (first sequence
         ``sequence``) of a producer with no transaction open here goes to the coordinator to
-        be verified; see the module notes."""
+        be verified; see the module notes.
+
+        Departure: a batch whose first sequence is at or below the last one the partition has
+        of the producer at that epoch (a retry of a written batch, or a request a healed
+        network delivered late) neither starts nor lowers the state; it is a duplicate or out
+        of order anyway. In a fault run such a request reached a partition after its
+        transaction had ended and left 219 as the lowest sequence, which then refused the
+        producer's next first batch there (333) with OUT_OF_ORDER_SEQUENCE_NUMBER, fatal for
+        librdkafka as the batch it waited on. (Sequences that wrapped past 2**31 - 1 are not
+        told apart here.)"""
+        entry = self._producers.get(producer_id)
+        if (
+            entry is not None
+            and entry.epoch == epoch
+            and entry.batches
+            and sequence <= entry.last_sequence
+        ):
+            return
         state = self._verifications.get(producer_id)
         if state is None:
             self._verifications[producer_id] = VerificationState(

@@ -381,13 +381,7 @@ def test_acls_scram_users_and_quotas_survive_a_kill_9_of_the_controller(
     # librdkafka sends these requests to the controller its first Metadata answer names and
     # waits for that broker: a survivor the new controller's UpdateMetadata has not reached yet
     # names the dead one (seen in CI: DescribeUserScramCredentials unanswered for 15 s).
-    for node, broker in zk_cluster.brokers.items():
-        if node != first[0]:
-            wait_for(
-                lambda broker=broker: named_controller(broker.bootstrap) == successor[0],
-                CONVERGENCE_TIMEOUT,
-                f"broker {node} to name broker {successor[0]}",
-            )
+    wait_for_survivors_to_name(zk_cluster, first[0], successor[0])
     survivors = ",".join(
         broker.bootstrap for node, broker in zk_cluster.brokers.items() if node != first[0]
     )
@@ -457,6 +451,17 @@ def named_controller(bootstrap: str) -> int | None:
     return None if controller is None else controller.id
 
 
+def wait_for_survivors_to_name(cluster: Cluster, dead: int, controller: int) -> None:
+    """Until every broker but `dead` names `controller` in its Metadata answers."""
+    for node_id, node in cluster.brokers.items():
+        if node_id != dead:
+            wait_for(
+                lambda node=node: named_controller(node.bootstrap) == controller,
+                CONVERGENCE_TIMEOUT,
+                f"broker {node_id} to name broker {controller}",
+            )
+
+
 def test_every_broker_names_the_elected_controller(zk_cluster: Cluster, zk: KazooClient):
     """ZooKeeper-mode Kafka's brokers name the broker /controller names (from the controller's
     UpdateMetadata), not themselves; after a kill -9 of it, the one elected next."""
@@ -465,10 +470,4 @@ def test_every_broker_names_the_elected_controller(zk_cluster: Cluster, zk: Kazo
         assert named_controller(node.bootstrap) == elected[0], f"asked broker {node_id}"
     zk_cluster.brokers[elected[0]].kill()
     successor = wait_for_new_controller(zk, elected)
-    for node_id, node in zk_cluster.brokers.items():
-        if node_id != elected[0]:
-            wait_for(
-                lambda node=node: named_controller(node.bootstrap) == successor[0],
-                CONVERGENCE_TIMEOUT,
-                f"broker {node_id} to name broker {successor[0]}",
-            )
+    wait_for_survivors_to_name(zk_cluster, elected[0], successor[0])

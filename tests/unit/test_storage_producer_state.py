@@ -197,3 +197,34 @@ def test_a_verification_state_expires_with_the_producers(tmp_path):
     state.remove_expired(now_ms=1_000 + 10_000, expiration_ms=10_000)
     assert state.verification(PID) is None
     assert produce(log, 4).first_offset == 0  # an unknown producer, any sequence
+
+
+def test_a_late_retry_of_a_written_batch_leaves_no_verification_state(tmp_path):
+    """A request a healed network delivers after its transaction ended starts no verification
+    state: the producer's next transaction then starts here as it should (a fault run, before
+    this rule: "333 (incoming seq. number), 219 (earliest seen sequence)", fatal for
+    librdkafka)."""
+    log = open_log(tmp_path)
+    state = log.producer_state
+    transactional = 0x10
+    for sequence in (0, 2):
+        state.start_verification(PID, sequence, 0, 0, supports_epoch_bump=False)
+        batch = make_batch(
+            2, producer_id=PID, producer_epoch=0, base_sequence=sequence, attributes=transactional
+        )
+        log.append_as_leader(batch, leader_epoch=0, now_ms=0)
+    log.append_control_marker(
+        producer_id=PID,
+        producer_epoch=0,
+        coordinator_epoch=0,
+        commit=True,
+        leader_epoch=0,
+        now_ms=0,
+    )
+    state.start_verification(PID, 0, 0, 0, supports_epoch_bump=False)  # the late one
+    assert state.verification(PID) is None
+    state.start_verification(PID, 4, 0, 0, supports_epoch_bump=False)  # the next transaction
+    batch = make_batch(
+        2, producer_id=PID, producer_epoch=0, base_sequence=4, attributes=transactional
+    )
+    assert log.append_as_leader(batch, leader_epoch=0, now_ms=0).first_offset == 5
