@@ -88,9 +88,9 @@ class Sizes:
     # partition each way on these machines, a third of its time).
     partitions: int = PARTITIONS
     # Partitions of the internal topics (__consumer_offsets, __transaction_state) on the
-    # brokers of every row, None for the broker's default (50, as Kafka's): the smoke run's 8
-    # spare the transactional and group rows the creation of 50 at their first client (about
-    # 12 ms each here, as for any partition).
+    # broker of every single-node row (the 3-broker rows use neither), None for the broker's
+    # default (50, as Kafka's): the smoke run's 8 spare the transactional and group rows the
+    # creation of 50 at their first client (about 12 ms each here, as for any partition).
     internal_partitions: int | None = None
 
 
