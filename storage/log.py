@@ -41,8 +41,9 @@ import shutil
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import wraps
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from minibroker.protocol.buffers import Buffer, WritableBuffer
 from minibroker.protocol.control_batch import encode_control_batch, read_control_marker
@@ -73,7 +74,6 @@ from minibroker.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
@@ -81,6 +81,7 @@ from minibroker.storage.errors import (
 )
 from minibroker.storage.file_records import FileRecords
 from minibroker.storage.index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from minibroker.storage.log_dir_failure import LogDirFailureChannel
 from minibroker.storage.producer_state import SNAPSHOT_SUFFIX, CompletedTxn, ProducerStateManager
 from minibroker.storage.segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
 from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
@@ -406,13 +407,50 @@ def _record_timestamps(batch: bytes, header: BatchHeader) -> Iterator[tuple[int,
         pos = record_end
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _io(what: str) -> Callable[[_Method], _Method]:
+    """Kafka's LocalLog.maybeHandleIOException for a PartitionLog method: refused with
+    KAFKA_STORAGE_ERROR, touching no file, once the log's directory is offline; an OSError
+    raised inside takes the directory offline (LogDirFailureChannel) and becomes a
+    StorageError with KAFKA_STORAGE_ERROR. ``what`` completes Kafka's message "Error while
+    <what> <partition> in dir <dir>"."""
+
+    def decorate(method: _Method) -> _Method:
+        @wraps(method)
+        def guarded(self: "PartitionLog", *args: Any, **kwargs: Any) -> Any:
+            reason = self._failures.offline_reason(self._log_dir)
+            if reason is not None:
+                raise StorageError(f"{self.name}: log dir {self._log_dir} is offline ({reason})")
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as error:
+                self._failures.maybe_add_offline_log_dir(
+                    self._log_dir, f"Error while {what} {self.name} in dir {self._log_dir}", error
+                )
+                raise StorageError(
+                    f"{self.name}: {what} failed ({error}); log dir {self._log_dir} is offline"
+                ) from error
+
+        return cast(_Method, guarded)
+
+    return decorate
+
+
 class PartitionLog:
     """The segments of one partition and everything offset-related about them.
 
     Create it with `PartitionLog.open`. Not thread-safe: the broker calls it from one task.
     """
 
-    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        failures: LogDirFailureChannel | None = None,
+    ) -> None:
         self.directory = directory
         self.topic, self.partition = parse_partition_dir_name(directory.name)
         self.config = config
@@ -423,10 +461,10 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._directory_needs_fsync = False
         self._producers = ProducerStateManager()
-        # Why the last write failed (a full disk), until a write succeeds again: a producer's
-        # batch behind the one that failed is then refused as the storage error it follows
-        # from, not as a sequence gap (see append_as_leader).
-        self._failed_write: str | None = None
+        # Kafka's LogDirFailureChannel, shared by every log of the broker (the log manager
+        # passes its own); a log opened alone gets one of its own.
+        self._failures = failures if failures is not None else LogDirFailureChannel()
+        self._log_dir = directory.parent
         self._epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
         # The log cleaner's position: offsets below it were cleaned (Kafka's
         # cleaner-offset-checkpoint entry); None until the first cleaning. A truncation
@@ -447,6 +485,7 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         needs_recovery: bool,
+        failures: LogDirFailureChannel | None = None,
     ) -> "PartitionLog":
         """Load (and if need be recover) the log in `directory`, creating it if missing.
 
@@ -458,7 +497,7 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(directory)
         _complete_interrupted_swaps(directory)
-        partition_log = cls(directory, config, now_ms)
+        partition_log = cls(directory, config, now_ms, failures)
         partition_log._load(recovery_point, log_start_offset, needs_recovery)
         return partition_log
 
@@ -544,6 +583,7 @@ class PartitionLog:
     def _snapshot_path(self, offset: int) -> Path:
         return self.directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
 
+    @_io("writing the producer snapshot of")
     def take_snapshot(self, offset: int | None = None, *, sync: bool = False) -> None:
         """Write the producer state as `<offset>.snapshot` (default: the log end), as Kafka's
         ProducerStateManager.takeSnapshot."""
@@ -781,6 +821,7 @@ class PartitionLog:
                 raise CorruptRecordError(message) from None
         return b"".join(batches)
 
+    @_io("appending records to")
     def append_as_leader(
         self,
         records: bytes | memoryview,
@@ -806,19 +847,11 @@ class PartitionLog:
         if codec is not None and any(header.compression != codec for header in headers):
             records = self._recompressed(records, headers, codec)
             headers = self._validated(records)
-        try:
-            duplicate = self._producers.check_append(headers, check_sequences=client)
-        except OutOfOrderSequenceError:
-            if self._failed_write is None:
-                raise
-            # The gap is this log's doing: the producer's earlier batch, in flight ahead of
-            # this one, could not be written. Kafka takes a failed log dir offline, so such a
-            # batch gets KAFKA_STORAGE_ERROR there too; a sequence error instead makes
-            # librdkafka bump its epoch and renumber every unacknowledged message, even ones
-            # already written elsewhere, which then arrive twice (FAULTS.md, "Duplicates").
-            raise StorageError(
-                f"{self.name}: an earlier batch could not be written ({self._failed_write})"
-            ) from None
+        # A producer's batch behind one that could not be written never gets here: the
+        # failed write took the log dir offline, and every later append is refused with
+        # KAFKA_STORAGE_ERROR before this check, never as a sequence gap (which would make
+        # librdkafka renumber messages already written elsewhere: FAULTS.md, "Duplicates").
+        duplicate = self._producers.check_append(headers, check_sequences=client)
         if duplicate is not None:
             return AppendResult(
                 duplicate.first_offset,
@@ -855,6 +888,7 @@ class PartitionLog:
             sum(header.records_count for header in stamped),
         )
 
+    @_io("appending records to")
     def append_as_follower(self, records: bytes | memoryview, *, now_ms: int) -> AppendResult:
         """Append batches replicated from the leader, keeping their offsets and timestamps.
 
@@ -884,6 +918,7 @@ class PartitionLog:
             sum(header.records_count for header in headers),
         )
 
+    @_io("appending a transaction marker to")
     def append_control_marker(
         self,
         *,
@@ -951,37 +986,39 @@ class PartitionLog:
         return found
 
     def _append(self, data: Buffer, headers: list[BatchHeader], now_ms: int) -> None:
-        """Write stamped batches to the active segment (rolling first if needed)."""
-        try:
-            segment = self._maybe_roll(
-                len(data), headers[0].base_offset, headers[-1].last_offset, now_ms
-            )
-            # The epoch cache is updated before the data, as in Kafka; its file is written
-            # when the log flushes (see LeaderEpochCache), and recovery after a crash reads
-            # the batches' epochs again.
-            for header in headers:
-                if header.partition_leader_epoch >= 0:
-                    self._epochs.assign(
-                        header.partition_leader_epoch, header.base_offset, durable=False
-                    )
-            segment.append(data, headers, now_ms)
-        except OSError as error:
-            self._failed_write = error.strerror or str(error)
-            raise StorageError(f"{self.name}: append failed: {error}") from error
-        self._failed_write = None
+        """Write stamped batches to the active segment (rolling first if needed).
+
+        An OSError anywhere here (the roll, the segment's write, an aborted transaction's
+        `.txnindex` entry written after the batch, the flush) propagates to the caller's
+        guard (``_io``), which takes the log dir offline: the batch may then be in the file
+        while the log end offset here does not count it, and that is safe only because
+        nothing reads or writes this log again before a restart recovers it from its files.
+        (Before that rule, a follower whose `.txnindex` write failed on a full disk fetched
+        the same marker again and wrote it a second time, and rejoined the ISR with a log
+        one batch longer than its leader's: issue 42.)
+        """
+        segment = self._maybe_roll(
+            len(data), headers[0].base_offset, headers[-1].last_offset, now_ms
+        )
+        # The epoch cache is updated before the data, as in Kafka; its file is written
+        # when the log flushes (see LeaderEpochCache), and recovery after a crash reads
+        # the batches' epochs again.
+        for header in headers:
+            if header.partition_leader_epoch >= 0:
+                self._epochs.assign(
+                    header.partition_leader_epoch, header.base_offset, durable=False
+                )
+        segment.append(data, headers, now_ms)
         position = 0
         for header in headers:
             if header.is_control:
-                try:
-                    self._record_batch(
-                        segment,
-                        header,
-                        lambda start, size: data[start : start + size],
-                        position,
-                        index=True,
-                    )
-                except OSError as error:  # the .txnindex could not be written
-                    raise StorageError(f"{self.name}: append failed: {error}") from error
+                self._record_batch(
+                    segment,
+                    header,
+                    lambda start, size: data[start : start + size],
+                    position,
+                    index=True,
+                )
             else:
                 self._producers.record(header)
             position += header.size
@@ -1014,10 +1051,9 @@ class PartitionLog:
         if active.is_empty and active.base_offset == base_offset:
             return active
         active.seal_indexes()
-        try:
-            self.take_snapshot(base_offset)
-        except OSError as error:  # the log can do without; recovery replays more
-            log.warning("%s: cannot write the producer snapshot: %s", self.name, error)
+        # A snapshot that cannot be written is an I/O error like any other (Kafka's roll
+        # runs under maybeHandleIOException): the log dir goes offline.
+        self.take_snapshot(base_offset)
         segment = self._new_segment(base_offset)
         self._segments.append(segment)
         self._directory_needs_fsync = True
@@ -1036,6 +1072,7 @@ class PartitionLog:
     def _segment_index_for(self, offset: int) -> int:
         return max(bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1, 0)
 
+    @_io("reading")
     def read(
         self,
         start_offset: int,
@@ -1076,6 +1113,7 @@ class PartitionLog:
                 break
         return b"".join(chunks)
 
+    @_io("reading")
     def read_file_records(
         self,
         start_offset: int,
@@ -1130,6 +1168,7 @@ class PartitionLog:
             )
         return records
 
+    @_io("looking up a timestamp in")
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp_ms`.
 
@@ -1177,6 +1216,7 @@ class PartitionLog:
             return first_offset, header.base_timestamp
         return first_offset, header.max_timestamp
 
+    @_io("reading")
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3).
 
@@ -1211,6 +1251,7 @@ class PartitionLog:
 
     # -- truncation and retention ------------------------------------------------------------
 
+    @_io("truncating")
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch holding an offset >= `offset`; True if anything was removed.
 
@@ -1241,6 +1282,7 @@ class PartitionLog:
         self._rebuild_producer_state()
         return True
 
+    @_io("truncating")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and continue at `offset` (a follower far behind the leader)."""
         self._segments_changed(offset)
@@ -1251,6 +1293,7 @@ class PartitionLog:
         self._delete_snapshots(lambda snapshot_offset: False)
         self._epochs.clear()
 
+    @_io("deleting segments of")
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset forward (DeleteRecords); segments wholly below it are
         removed by the next retention pass. OffsetOutOfRangeError past the log end."""
@@ -1269,6 +1312,7 @@ class PartitionLog:
         self._epochs.truncate_from_start(offset)
         self._producers.remove_before(offset)
 
+    @_io("deleting segments of")
     def delete_segments_by_retention(
         self, now_ms: int, *, high_watermark: int | None = None
     ) -> int:
@@ -1339,6 +1383,7 @@ class PartitionLog:
 
     # -- the log cleaner's swap ---------------------------------------------------------------
 
+    @_io("replacing cleaned segments of")
     def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
         """Put `cleaned` (a segment the log cleaner wrote as `<base>.log.cleaned` etc., with
         the base offset of `old[0]`, flushed) in place of the consecutive segments `old`.
@@ -1375,6 +1420,7 @@ class PartitionLog:
 
     # -- durability ------------------------------------------------------------------------
 
+    @_io("flushing")
     def flush(self, up_to: int | None = None) -> None:
         """fsync everything below `up_to` (default: the log end) and move the recovery point."""
         target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
@@ -1389,6 +1435,7 @@ class PartitionLog:
         self._epochs.flush()
         self._recovery_point = max(self._recovery_point, target)
 
+    @_io("flushing")
     def flush_if_due(self, now_ms: int) -> bool:
         """Flush per flush.messages / flush.ms, and fsync segments rolled since the last flush.
 
@@ -1418,7 +1465,7 @@ class PartitionLog:
         if not self.closed:
             try:
                 self.take_snapshot(sync=True)
-            except OSError as error:
+            except StorageError as error:  # the log dir is (now) offline
                 log.warning("%s: cannot write the producer snapshot: %s", self.name, error)
         self.closed = True
         self._segments_changed()

@@ -31,7 +31,8 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -53,8 +54,10 @@ from minibroker.storage.errors import (
     CorruptCheckpointError,
     InconsistentMetaPropertiesError,
     LogDirLockedError,
+    StorageError,
 )
 from minibroker.storage.log import LogConfig, PartitionLog, parse_partition_dir_name
+from minibroker.storage.log_dir_failure import LogDirFailureChannel
 
 log = logging.getLogger("storage.log_manager")
 
@@ -215,10 +218,33 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         # Partitions stopped without deletion: closed, but their directories remain.
         self._stopped: dict[tuple[str, int], _LogPosition] = {}
+        # Kafka's LogDirFailureChannel: every log here reports its I/O errors to it, and the
+        # broker listens (see storage/log_dir_failure.py).
+        self.failures = LogDirFailureChannel()
 
     @property
     def _topics_path(self) -> Path:
         return self.log_dirs[0] / TOPICS_FILE
+
+    @contextmanager
+    def directory_io(self, directory: Path, what: str) -> Iterator[None]:
+        """An OSError inside takes ``directory`` offline (Kafka's maybeHandleIOException
+        around LogManager's own writes) and becomes a StorageError; an offline directory
+        is refused before anything is touched."""
+        reason = self.failures.offline_reason(directory)
+        if reason is not None:
+            raise StorageError(f"{what}: log dir {directory} is offline ({reason})")
+        try:
+            yield
+        except OSError as error:
+            self.failures.maybe_add_offline_log_dir(directory, f"Error while {what}", error)
+            raise StorageError(
+                f"{what} failed ({error}); log dir {directory} is offline"
+            ) from error
+
+    def online_log_dirs(self) -> list[Path]:
+        """The log dirs that have not failed."""
+        return [d for d in self.log_dirs if not self.failures.is_offline(d)]
 
     # -- startup ---------------------------------------------------------------------------
 
@@ -389,6 +415,7 @@ class LogManager:
                 recovery_point=recovery_points[directory].get(key, 0),
                 log_start_offset=start_offsets[directory].get(key, 0),
                 needs_recovery=not clean[directory],
+                failures=self.failures,
             )
             self._logs[key].first_dirty_offset = cleaned_to[directory].get(key)
             self._expire_producers(self._logs[key], now_ms)
@@ -448,11 +475,16 @@ class LogManager:
             )
             self._delete_partitions(topic)
         if info is None or info.topic_id != topic_id or info.configs != configs:
-            self._save_topics({**self._topics, topic: TopicInfo(topic, topic_id, dict(configs))})
+            with self.directory_io(self.log_dirs[0], f"writing {TOPICS_FILE}"):
+                self._save_topics(
+                    {**self._topics, topic: TopicInfo(topic, topic_id, dict(configs))}
+                )
             self._apply_config(topic, config)
         partition_log = self._logs.get((topic, partition))
         if partition_log is None:
-            partition_log = self._open_partition_log(topic, topic_id, partition, config, now_ms)
+            directory = self._home_of(f"{topic}-{partition}")
+            with self.directory_io(directory, f"creating the log of {topic}-{partition}"):
+                partition_log = self._open_partition_log(topic, topic_id, partition, config, now_ms)
             self._logs[topic, partition] = partition_log
         return partition_log
 
@@ -470,6 +502,7 @@ class LogManager:
                 recovery_point=stopped.recovery_point,
                 log_start_offset=stopped.log_start_offset or 0,
                 needs_recovery=False,
+                failures=self.failures,
             )
             reopened.first_dirty_offset = stopped.first_dirty_offset
             self._expire_producers(reopened, now_ms)
@@ -484,17 +517,36 @@ class LogManager:
             path = None
         if path is None:
             path = self._place_partition(name)
-            partition_log = PartitionLog.open(path, config, now_ms=now_ms, needs_recovery=False)
+            partition_log = PartitionLog.open(
+                path, config, now_ms=now_ms, needs_recovery=False, failures=self.failures
+            )
             fsync_directory(path.parent)
         else:
             # Its topic was unknown when the broker started, so the directory was neither
             # recovered then nor checkpointed since: nothing says how much of it is sound.
             log.warning("adopting %s, recovering all of it", path)
-            partition_log = PartitionLog.open(path, config, now_ms=now_ms, needs_recovery=True)
+            partition_log = PartitionLog.open(
+                path, config, now_ms=now_ms, needs_recovery=True, failures=self.failures
+            )
         if read_partition_metadata(path) is None:
             write_partition_metadata(path, topic_id)
         self._expire_producers(partition_log, now_ms)
         return partition_log
+
+    def _home_of(self, name: str) -> Path:
+        """The log dir that holds (or will hold) the partition directory ``name``."""
+        stopped = next(
+            (
+                position.directory
+                for key, position in self._stopped.items()
+                if f"{key[0]}-{key[1]}" == name
+            ),
+            None,
+        )
+        if stopped is not None:
+            return stopped.parent
+        existing = next((d for d in self.log_dirs if (d / name).is_dir()), None)
+        return existing if existing is not None else self._place_partition(name).parent
 
     def _place_partition(self, name: str) -> Path:
         """Where a new partition goes: the log dir with the fewest partitions."""
@@ -599,32 +651,39 @@ class LogManager:
     def _write_checkpoints(self) -> None:
         positions = {key: _position_of(partition_log) for key, partition_log in self._logs.items()}
         positions.update(self._stopped)
-        for directory in self.log_dirs:
+        for directory in self.online_log_dirs():
             here = {
                 key: position
                 for key, position in positions.items()
                 if position.directory.parent == directory
             }
-            write_offset_checkpoint(
-                directory / RECOVERY_POINT_CHECKPOINT,
-                {key: position.recovery_point for key, position in here.items()},
-            )
-            write_offset_checkpoint(
-                directory / CLEANER_OFFSET_CHECKPOINT,
-                {
-                    key: position.first_dirty_offset
-                    for key, position in here.items()
-                    if position.first_dirty_offset is not None
-                },
-            )
-            write_offset_checkpoint(
-                directory / LOG_START_OFFSET_CHECKPOINT,
-                {
-                    key: position.log_start_offset
-                    for key, position in here.items()
-                    if position.log_start_offset is not None
-                },
-            )
+            with self.directory_io(directory, "writing the offset checkpoints"):
+                self._write_dir_checkpoints(directory, here)
+
+    @staticmethod
+    def _write_dir_checkpoints(
+        directory: Path, here: dict[tuple[str, int], "_LogPosition"]
+    ) -> None:
+        write_offset_checkpoint(
+            directory / RECOVERY_POINT_CHECKPOINT,
+            {key: position.recovery_point for key, position in here.items()},
+        )
+        write_offset_checkpoint(
+            directory / CLEANER_OFFSET_CHECKPOINT,
+            {
+                key: position.first_dirty_offset
+                for key, position in here.items()
+                if position.first_dirty_offset is not None
+            },
+        )
+        write_offset_checkpoint(
+            directory / LOG_START_OFFSET_CHECKPOINT,
+            {
+                key: position.log_start_offset
+                for key, position in here.items()
+                if position.log_start_offset is not None
+            },
+        )
 
     def write_cleaner_checkpoints(self) -> None:
         """Write every checkpoint file now (the log cleaner calls this after each cleaning,
@@ -672,14 +731,19 @@ class LogManager:
 
     def close(self) -> None:
         """Flush and close every log, write the checkpoints and the clean-shutdown marker,
-        and release the locks. Safe to call twice."""
+        and release the locks. Safe to call twice.
+
+        A log dir that failed gets none of that: its files are neither flushed nor marked
+        clean, so the next start recovers them (Kafka closes only the live dirs' logs)."""
         if not self._lock_fds:
             return
         for partition_log in self._logs.values():
+            if self.failures.is_offline(partition_log.directory.parent):
+                continue
             partition_log.flush()
             partition_log.close()
         self._write_checkpoints()
-        for directory in self.log_dirs:
+        for directory in self.online_log_dirs():
             write_file_atomically(directory / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
         self._stopped.clear()

@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -192,8 +193,11 @@ class BrokerServer:
     cluster state.
     """
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, halt: Callable[[int], None] | None = None) -> None:
         self.config = config
+        # What a failed log dir does to the process (see _log_dir_failed): halt it, as
+        # Kafka's Exit.halt; a test of the broker in-process passes its own.
+        self._halt = halt if halt is not None else halt_process
         self.cluster_id: str | None = config.cluster_id or existing_cluster_id(config.log_dirs[0])
         # In ZooKeeper mode any broker may be elected controller, so every broker serves the
         # controller's APIs (answering NOT_CONTROLLER while it is not the controller).
@@ -327,6 +331,7 @@ class BrokerServer:
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
         self.log_manager.open(wall_clock_ms())
+        self.log_manager.failures.add_listener(self._log_dir_failed)
         # The receiver stays open through the clean-up, so a second SIGTERM while the
         # checkpoints are written does not kill the process half-way; trio re-delivers
         # unread signals to the previous handler when the receiver closes, so that handler is
@@ -343,6 +348,42 @@ class BrokerServer:
                 finally:
                     self.log_manager.close()
                 log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
+
+    def _log_dir_failed(self, directory: Path, reason: str) -> None:
+        """Kafka's LogManager.handleLogDirFailure, called as a log dir goes offline (its
+        logs already refuse every operation: storage/log_dir_failure.py).
+
+        With no live log dir left, Kafka halts the broker ("Shutdown broker because all log
+        dirs in ... have failed", Exit.halt(1)): a broker that can hold no replica serves
+        nothing, and a halt rather than a clean shutdown writes no checkpoint and no
+        clean-shutdown marker, so the restart recovers every log from what its files hold,
+        then truncates by leader epoch and catches up before it rejoins an ISR. The
+        controller sees the broker's session end and moves leadership and ISR away.
+
+        Where minibroker departs: with other log dirs still live it halts as well. Kafka
+        would keep serving those and tell the controller which replicas went offline
+        (AlterReplicaLogDirs' LogDirEventNotification in ZooKeeper mode, offline dirs in
+        the KRaft broker heartbeat); minibroker's controller has no such message yet (issue
+        39, several disks per broker), and a broker that kept serving while the controller
+        still counted its failed replicas in their ISRs could be elected leader of a
+        partition whose log it no longer has.
+        """
+        live = self.log_manager.online_log_dirs() if self.log_manager is not None else []
+        if live:
+            log.critical(
+                "log dir %s failed (%s); halting, as minibroker cannot take one of several"
+                " log dirs offline yet (live: %s)",
+                directory,
+                reason,
+                ", ".join(map(str, live)),
+            )
+        else:
+            log.critical(
+                "Shutdown broker because all log dirs in %s have failed (%s)",
+                ", ".join(map(str, self.config.log_dirs)),
+                reason,
+            )
+        self._halt(1)
 
     async def _serve(self, listeners, signals, task_status) -> None:
         """Run everything until a signal, then drain client connections while the replica
@@ -950,6 +991,13 @@ MAX_BUFFERS_PER_WRITE = 1024
 # errno values of a sendfile that the file system or kernel cannot do (not of a broken
 # socket): such a slice is read and written instead.
 _SENDFILE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def halt_process(status: int) -> None:
+    """Kafka's Exit.halt: end the process now, without a clean shutdown (no checkpoint, no
+    clean-shutdown marker, no handler run), once the log has been written out."""
+    logging.shutdown()
+    os._exit(status)
 
 
 def _switched_on(variable: str) -> bool:

@@ -12,6 +12,9 @@ Kafka's ReplicaFetcherThread, reduced to its rules:
   then truncate to its end or restart at its start;
 - FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER and the like: back off
   that partition for replica.fetch.backoff.ms and wait for the controller's next word;
+- a local storage error (an append or truncation here failed, its log dir is offline): the
+  partition is no longer fetched (Kafka's markPartitionFailed); its log refuses everything
+  until a restart recovers it, and the broker halts meanwhile (BrokerServer._log_dir_failed);
 - partitions are rotated after every fetch so a busy one cannot starve the others.
 """
 
@@ -187,7 +190,11 @@ class Fetcher:
             if key not in sent or not self._still_fetching(*sent[key]):
                 continue
             partition, _epoch = sent[key]
-            await self._process_partition(connection, partition, data)
+            try:
+                await self._process_partition(connection, partition, data)
+            except StorageError as failure:  # a truncation or a log start offset's move
+                log.error("cannot update %s-%d: %s", *partition.key, failure)
+                self._fail_or_back_off(partition, failure)
             # Rotate: fetched partitions go to the back of the queue.
             if key in self._partitions:
                 self._partitions[key] = self._partitions.pop(key)
@@ -232,7 +239,7 @@ class Fetcher:
                     partition.append_as_follower(data.records, self._replicas.clock_ms())
                 except StorageError as failure:
                     log.error("cannot append to %s-%d: %s", *partition.key, failure)
-                    self._back_off({partition.key: partition})
+                    self._fail_or_back_off(partition, failure)
                     return
             partition.log.maybe_increment_log_start_offset(data.log_start_offset)
             changed |= partition.update_follower_high_watermark(data.high_watermark)
@@ -321,6 +328,15 @@ class Fetcher:
         if answer.error_code.value != Error.NONE:
             return None
         return answer.offset
+
+    def _fail_or_back_off(self, partition: "Partition", failure: StorageError) -> None:
+        """Stop fetching a partition whose log failed on its disk (KAFKA_STORAGE_ERROR), as
+        Kafka's fetcher marks it failed; back off after any other refusal."""
+        if failure.error == Error.KAFKA_STORAGE_ERROR:
+            log.error("stopped fetching %s-%d: its log dir failed", *partition.key)
+            self.remove(partition.key)
+        else:
+            self._back_off({partition.key: partition})
 
     def _back_off(self, partitions: dict) -> None:
         until = trio.current_time() + self._config.replica_fetch_backoff_ms / 1000

@@ -39,6 +39,7 @@ from minibroker.storage.cleaner import (
     filthiest,
     map_capacity,
 )
+from minibroker.storage.errors import StorageError
 
 log = logging.getLogger("log_cleaner")
 
@@ -90,6 +91,13 @@ class LogCleanerService:
             stats = await self.clean(to_clean, now_ms)
         except CleaningAborted as aborted:
             log.info("cleaning of %s stopped: %s", to_clean.log.name, aborted)
+        except OSError as error:
+            # Writing the cleaned segment failed on its disk: as Kafka's LogCleaner reports
+            # an IOException to the LogDirFailureChannel, the log dir goes offline.
+            directory = to_clean.log.directory.parent
+            self.log_manager.failures.maybe_add_offline_log_dir(
+                directory, f"Error while cleaning {to_clean.log.name} in dir {directory}", error
+            )
         except Exception:
             if to_clean.log.closed:
                 return True
@@ -136,7 +144,6 @@ class LogCleanerService:
         cleaning.finish()
         try:
             self.log_manager.write_cleaner_checkpoints()
-        except OSError as error:
-            # The cleaning itself is done; the checkpoint is written again periodically.
+        except StorageError as error:  # its log dir went offline
             log.warning("writing cleaner-offset-checkpoint failed: %s", error)
         return cleaning.stats

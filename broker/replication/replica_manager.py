@@ -237,7 +237,7 @@ class ReplicaManager:
         if self._first_leader_and_isr.is_set():
             try:
                 self.write_high_watermarks()
-            except OSError as error:
+            except StorageError as error:
                 log.error("cannot write %s at shutdown: %s", HIGH_WATERMARK_CHECKPOINT, error)
 
     # -- lookups --------------------------------------------------------------------------------
@@ -1080,26 +1080,24 @@ class ReplicaManager:
         for partition in self.partitions():
             per_dir[partition.log.directory.parent][partition.key] = partition.high_watermark
         for directory, offsets in per_dir.items():
-            write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT, offsets)
+            if self.log_manager.failures.is_offline(directory):
+                continue
+            # A failed write takes the dir offline, as Kafka's ReplicaManager
+            # .checkpointHighWatermarks reports it to the LogDirFailureChannel.
+            with self.log_manager.directory_io(directory, f"writing {HIGH_WATERMARK_CHECKPOINT}"):
+                write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT, offsets)
 
     async def _checkpoint_high_watermarks(self) -> None:
         """Started by the first LeaderAndIsr, as in Kafka, then every interval. A failed
-        write (a full disk) is logged and tried again next time: the previous checkpoint
-        stays valid (writes are atomic), and the broker keeps serving."""
+        write (a full disk) takes its log dir offline (see write_high_watermarks): the
+        previous checkpoint stays valid, as writes are atomic."""
         await self._first_leader_and_isr.wait()
         interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
-        failing = False
         while True:
             try:
                 self.write_high_watermarks()
-            except OSError as error:
-                if not failing:
-                    log.error("cannot write %s: %s", HIGH_WATERMARK_CHECKPOINT, error)
-                failing = True
-            else:
-                if failing:
-                    log.info("%s written again", HIGH_WATERMARK_CHECKPOINT)
-                failing = False
+            except StorageError as error:
+                log.error("cannot write %s: %s", HIGH_WATERMARK_CHECKPOINT, error)
             await trio.sleep(interval)
 
     # -- producer ids ------------------------------------------------------------------------

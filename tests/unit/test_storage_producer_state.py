@@ -152,11 +152,14 @@ def test_retention_forgets_producers_with_nothing_left(tmp_path):
 
 def test_a_batch_behind_a_failed_write_is_a_storage_error_not_a_gap(tmp_path, monkeypatch):
     """A full disk fails a batch while the producer's next one is in flight: that one gets
-    KAFKA_STORAGE_ERROR, so the client retries both in order, instead of a sequence error
-    that makes librdkafka bump its epoch and renumber messages that may already be stored."""
+    KAFKA_STORAGE_ERROR (the failed write took the log dir offline), so the client retries
+    both in order, instead of a sequence error that makes librdkafka bump its epoch and
+    renumber messages that may already be stored. The retries are written once the log is
+    opened again (the broker's restart) from what its files hold."""
     import minibroker.storage.segment
 
-    log = open_log(tmp_path, config=LogConfig(segment_bytes=100_000))
+    config = LogConfig(segment_bytes=100_000)
+    log = open_log(tmp_path, config=config)
     produce(log, 0)
     write = minibroker.storage.segment._write_all
 
@@ -173,12 +176,11 @@ def test_a_batch_behind_a_failed_write_is_a_storage_error_not_a_gap(tmp_path, mo
     assert behind.value.error == Error.KAFKA_STORAGE_ERROR
     assert "No space left on device" in str(behind.value)
     assert log.log_end_offset == 2
-    # The retries, in order, are written once the disk has room again; after that a real
-    # gap is a sequence error again.
-    assert produce(log, 2).first_offset == 2
-    assert produce(log, 4).first_offset == 4
+    reopened = open_log(tmp_path, needs_recovery=True, config=config)
+    assert produce(reopened, 2).first_offset == 2
+    assert produce(reopened, 4).first_offset == 4
     with pytest.raises(OutOfOrderSequenceError):
-        produce(log, 10)
+        produce(reopened, 10)
 
 
 def test_a_verification_state_expires_with_the_producers(tmp_path):
