@@ -10,7 +10,13 @@ Faults are injected one at a time, chosen by a seeded random generator:
 - pause: SIGSTOP of a broker for longer than the session timeout, then SIGCONT;
 - partition: a partition leader cut off from the controller and the other brokers while its
   clients still reach it; isolate: the same leader cut off from everyone;
-- disk: the tmpfs broker's disk filled up, then freed;
+- disk: the tmpfs broker's disk filled up, then freed; disk-read-error: every pread of that
+  broker's process fails with EIO (libfiu's POSIX preload, which it always runs under here;
+  Debian's fiu-utils), then no longer. (A read-only remount is not among them: Linux refuses
+  it, EBUSY, while the broker holds its segments open for writing.) A broker whose log dir
+  fails halts, as Kafka's does (exit 1, "all log dirs ... have failed"); the harness
+  restarts it once the fault is healed, as the compose file's restart policy does, and the
+  restart recovers its logs from their files;
 - clock: the controller's time of day stepped a day forward or back (libfaketime, which the
   controller always runs under here; monotonic time is left alone, as NTP leaves it), held
   past the session timeout, then stepped back to the true time: a second jump the other way.
@@ -82,7 +88,8 @@ CONTROLLER_PORT = 9093
 SESSION_TIMEOUT_MS = 3000
 DISK_BROKER = 3
 DISK_SIZE_MB = 64
-KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", "disk", "clock")
+DISK_KINDS = ("disk", "disk-read-error")
+KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", *DISK_KINDS, "clock")
 # The transactional workload's own fault: kill -9 of the broker that coordinates one of its
 # transactional ids (the leader of its __transaction_state partition).
 TXN_FAULTS = ("kill-coordinator",)
@@ -101,12 +108,19 @@ ZOOKEEPER_KINDS = (
     "pause",
     "partition",
     "isolate",
-    "disk",
+    *DISK_KINDS,
 )
 ZOOKEEPER = -1  # ZooKeeper's place among the node ids, as a fault's target
 ZOOKEEPER_PORT = 2181
 ZOOKEEPER_CHROOT = "/minibroker"
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+# libfiu (Debian's fiu-utils): the disk broker runs under `fiu-run -x` so that `fiu-ctrl`
+# can make its preads fail with EIO while it runs.
+FIU_RUN = shutil.which("fiu-run")
+FIU_CTRL = shutil.which("fiu-ctrl")
+EIO = 5
+# What a broker logs as it halts on a failed log dir (Kafka's LogManager line).
+LOG_DIRS_FAILED = "have failed"
 CLOCK_STEP_SECONDS = 86_400
 HOLD_SECONDS = 4.0
 RECOVERY_TIMEOUT = 90.0
@@ -162,6 +176,8 @@ class Run:
     recovered_in: float | None = None  # fault to every ISR full again (None: never)
     ended: float = 0.0
     died: list[str] = field(default_factory=list)  # nodes whose process ended on its own
+    # The disk broker halted on its failed log dir and was restarted (disk kinds only).
+    halted: bool = False
 
 
 class Node:
@@ -183,6 +199,8 @@ class Node:
         self.overrides = overrides
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
+        # Run under libfiu's preload, so that faults can be injected in its system calls.
+        self.under_fiu = False
 
     @property
     def address(self) -> str:
@@ -205,6 +223,7 @@ class Node:
             properties["listeners"] = f"PLAINTEXT://{self.address}:{BROKER_PORT}"
         command = [
             *self.network.exec_prefix(node_name(self.node_id)),
+            *([FIU_RUN, "-x"] if self.under_fiu and FIU_RUN else []),
             sys.executable,
             "-m",
             "broker",
@@ -225,6 +244,33 @@ class Node:
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signum)
+
+    def fail_preads(self, fail: bool) -> bool:
+        """Make every pread of the process fail with EIO, or stop doing so (libfiu's
+        posix/io/rw/pread point, through fiu-ctrl); False if the process is gone."""
+        if self.process is None or self.process.poll() is not None or not FIU_CTRL:
+            return False
+        command = (
+            f"enable name=posix/io/rw/pread,failinfo={EIO}"
+            if fail
+            else "disable name=posix/io/rw/pread"
+        )
+        done = subprocess.run(
+            [FIU_CTRL, "-c", command, str(self.process.pid)], capture_output=True, timeout=10
+        )
+        return done.returncode == 0
+
+    def log_size(self) -> int:
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def halted_on_failed_log_dir(self, since: int) -> bool:
+        """The process ended with exit code 1 after logging Kafka's "all log dirs ... have
+        failed" line past byte ``since`` of its log."""
+        if self.process is None or self.process.poll() != 1:
+            return False
+        with open(self.log, "rb") as log:
+            log.seek(since)
+            return LOG_DIRS_FAILED.encode() in log.read()
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
@@ -368,6 +414,9 @@ class Chaos:
         self.clock_offset = base / "controller-clock-offset"
         self.nodes: dict[int, Node] = {}
         self.runs: list[Run] = []
+        # One line per divergent partition: where its replicas first differ, and where
+        # their files were copied (keep_evidence).
+        self.evidence: list[str] = []
         self.workload: Workload | None = None
 
     # -- setting up ------------------------------------------------------------------------
@@ -415,6 +464,7 @@ class Chaos:
             log = self.base / f"{node_name(node_id)}.log"
             env = self._faked_clock() if node_id == CONTROLLER else None
             self.nodes[node_id] = Node(node_id, self.network, data, log, overrides, env)
+            self.nodes[node_id].under_fiu = node_id == DISK_BROKER and FIU_RUN is not None
             self.nodes[node_id].start()
         wait(lambda: len(self.live_brokers()) == len(BROKERS), START_TIMEOUT, "the brokers")
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -556,7 +606,7 @@ class Chaos:
             target = CONTROLLER
         elif kind == "kill-zookeeper":
             target = ZOOKEEPER
-        elif kind == "disk":
+        elif kind in DISK_KINDS:
             target = DISK_BROKER
         elif kind == "kill-coordinator":
             target = self.transaction_coordinator()
@@ -568,6 +618,7 @@ class Chaos:
         node = self.nodes.get(target)
         others = [service for service in self.network.addresses if service != node_name(target)]
         name = node_name(target)
+        log_size = node.log_size() if node is not None else 0
         # Each fault is in effect when `started` is taken: failover counts from there.
         if kind in ("kill", "kill-controller", "kill-coordinator"):
             node.kill()
@@ -605,6 +656,11 @@ class Chaos:
             run = Run(kind, target, time.monotonic(), led=led)
             time.sleep(SESSION_TIMEOUT_MS / 1000 + HOLD_SECONDS)
             self.clock_offset.write_text("+0\n")
+        elif kind == "disk-read-error":
+            node.fail_preads(True)
+            run = Run(kind, target, time.monotonic(), led=led)
+            time.sleep(HOLD_SECONDS)
+            node.fail_preads(False)  # False: it halted, and a restart starts without it
         else:  # disk: every free byte of the broker's tmpfs taken by a ballast file
             ballast = fill_disk(self.disk)
             run = Run(kind, target, time.monotonic(), led=led)
@@ -613,6 +669,11 @@ class Chaos:
         run.healed = time.monotonic()
         deadline = time.monotonic() + RECOVERY_TIMEOUT
         while time.monotonic() < deadline:
+            # A broker that halted on its failed log dir is restarted, as the compose
+            # file's restart policy does (once per run: a second halt is a death).
+            if kind in DISK_KINDS and not run.halted and node.halted_on_failed_log_dir(log_size):
+                run.halted = True
+                node.start()
             # A node that exited cannot recover by itself: say so instead of waiting.
             run.died = [
                 f"{node_name(n)} (exit {node.process.returncode})"
@@ -706,7 +767,21 @@ class Chaos:
                 time.sleep(0.2)
             if len(set(logs)) != 1:
                 divergent.append(partition)
+                self.evidence.append(self.keep_evidence(topic, partition))
         return divergent
+
+    def keep_evidence(self, topic: str, partition: int) -> str:
+        """Copy every replica's directory of a divergent partition out of the data dirs
+        (the disk broker's tmpfs is unmounted at the end) to `<base>/evidence/`, and say
+        where the replicas' logs first differ, batch by batch."""
+        target = self.base / "evidence" / f"{topic}-{partition}"
+        logs = {}
+        for node_id in BROKERS:
+            source = self.nodes[node_id].data / f"{topic}-{partition}"
+            if source.is_dir():
+                shutil.copytree(source, target / node_name(node_id), dirs_exist_ok=True)
+            logs[node_name(node_id)] = self.log_bytes(node_id, partition, topic)
+        return f"{topic}-{partition}: {first_differing_batch(logs)}; replicas' files in {target}"
 
     def log_bytes(self, node_id: int, partition: int, topic: str = TOPIC) -> bytes:
         directory = self.nodes[node_id].data / f"{topic}-{partition}"
@@ -727,6 +802,7 @@ class Chaos:
             f"client errors: {len(self.txn.history.errors)}",
             *[f"  {line}" for line in self.txn.history.errors[:10]],
             f"divergent partitions: {divergent}",
+            *[f"  {line}" for line in self.evidence],
         ]
         for node_id, node in sorted(self.nodes.items()):
             text = node.log.read_text(errors="replace") if node.log.exists() else ""
@@ -813,6 +889,7 @@ class Chaos:
             f" {vanished}; duplicates stored: {duplicates} under one producer epoch,"
             f" {renumbered} under two (renumbered by the client after an epoch bump);"
             f" divergent partitions: {divergent}",
+            *[f"  {line}" for line in self.evidence],
         ]
         died = [
             f"run {number} ({run.kind}): {', '.join(run.died)}"
@@ -897,6 +974,53 @@ def traceback_endings(text: str) -> Counter:
     return endings
 
 
+def batch_headers(log: bytes) -> list[tuple[int, int, int, int, int]]:
+    """(position, base offset, last offset, leader epoch, CRC) of each batch of a log."""
+    headers = []
+    position = 0
+    while position + HEADER_SIZE <= len(log):
+        header = read_header(log, position)
+        if header.size <= 0 or position + header.size > len(log):
+            break
+        headers.append(
+            (
+                position,
+                header.base_offset,
+                header.last_offset,
+                header.partition_leader_epoch,
+                header.crc,
+            )
+        )
+        position += header.size
+    return headers
+
+
+def first_differing_batch(logs: dict[str, bytes]) -> str:
+    """Where replicas' logs first differ: the first batch (by its place in the log) whose
+    offsets, epoch or CRC are not the same on every replica, or where one log ends."""
+    walked = {name: batch_headers(log) for name, log in logs.items()}
+    longest = max((len(headers) for headers in walked.values()), default=0)
+    for index in range(longest):
+        seen = {
+            name: headers[index] if index < len(headers) else None
+            for name, headers in walked.items()
+        }
+        if len({entry[1:] if entry else None for entry in seen.values()}) > 1:
+            described = ", ".join(
+                f"{name} "
+                + (
+                    "ends"
+                    if entry is None
+                    else f"offsets {entry[1]}-{entry[2]} epoch {entry[3]} crc {entry[4]:#010x}"
+                    f" at byte {entry[0]}"
+                )
+                for name, entry in seen.items()
+            )
+            return f"first differing batch is #{index}: {described}"
+    sizes = ", ".join(f"{name} {len(log)} bytes" for name, log in logs.items())
+    return f"every batch header agrees; the bytes differ ({sizes})"
+
+
 def fill_disk(directory: Path) -> Path:
     """Take every free byte of the file system holding `directory` with a ballast file
     (written until the disk refuses: the broker may be writing at the same time)."""
@@ -962,8 +1086,9 @@ def run_chaos(
             # The fault's wall-clock time, to find it in the nodes' logs.
             at = time.time() - (time.monotonic() - run.started)
             clock = time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 1000):03d}"
+            halted = ", halted on its failed log dir and restarted" if run.halted else ""
             print(
-                f"run {index + 1}/{runs} at {clock}: {kind} on {node_name(run.target)},"
+                f"run {index + 1}/{runs} at {clock}: {kind} on {node_name(run.target)}{halted},"
                 f" full ISR again after {recovered}{first_ack}",
                 flush=True,
             )
@@ -1017,6 +1142,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(available)
     if unknown:
         parser.error(f"fault kinds this mode does not have: {sorted(unknown)}")
+    if "disk-read-error" in kinds and (FIU_RUN is None or FIU_CTRL is None):
+        print(
+            "the disk-read-error fault needs libfiu's fiu-run and fiu-ctrl"
+            " (apt-get install fiu-utils)",
+            file=sys.stderr,
+        )
+        return 2
     print(f"faults.chaos: seed {seed}", flush=True)
     # A SIGTERM unwinds like Ctrl-C, so the nodes, namespaces and tmpfs are cleaned up.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(128 + signal.SIGTERM))

@@ -10,15 +10,15 @@ import shutil
 
 import pytest
 
-from faults.chaos import KINDS, LIBFAKETIME, ZOOKEEPER_FAULTS, run_chaos
+from faults.chaos import FIU_RUN, KINDS, LIBFAKETIME, ZOOKEEPER_FAULTS, run_chaos
 from minibroker.tools.launcher import zookeeper_installed
 
 NEEDS_NAMESPACES = os.geteuid() != 0 or shutil.which("ip") is None
 
 
 @pytest.mark.skipif(
-    NEEDS_NAMESPACES or not LIBFAKETIME.exists(),
-    reason="needs root, iproute2 (network namespaces, tmpfs) and libfaketime",
+    NEEDS_NAMESPACES or not LIBFAKETIME.exists() or FIU_RUN is None,
+    reason="needs root, iproute2 (network namespaces, tmpfs), libfaketime and libfiu (fiu-utils)",
 )
 def test_every_fault_kind_once_loses_nothing(tmp_path):
     seed = random.randrange(2**31)

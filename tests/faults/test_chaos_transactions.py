@@ -14,14 +14,14 @@ import shutil
 
 import pytest
 
-from faults.chaos import LIBFAKETIME, TXN_KINDS, TransactionsNotServed, run_chaos
+from faults.chaos import FIU_RUN, LIBFAKETIME, TXN_KINDS, TransactionsNotServed, run_chaos
 
 NEEDS_NAMESPACES = os.geteuid() != 0 or shutil.which("ip") is None
 
 
 @pytest.mark.skipif(
-    NEEDS_NAMESPACES or not LIBFAKETIME.exists(),
-    reason="needs root, iproute2 (network namespaces, tmpfs) and libfaketime",
+    NEEDS_NAMESPACES or not LIBFAKETIME.exists() or FIU_RUN is None,
+    reason="needs root, iproute2 (network namespaces, tmpfs), libfaketime and libfiu (fiu-utils)",
 )
 def test_every_fault_kind_once_under_transactions_breaks_no_transaction(tmp_path):
     seed = random.randrange(2**31)
