@@ -242,6 +242,15 @@ class LogManager:
                 f"{what} failed ({error}); log dir {directory} is offline"
             ) from error
 
+    def _live_logs(self) -> list[PartitionLog]:
+        """The logs in the dirs that have not failed (Kafka drops an offline dir's logs from
+        LogManager.currentLogs: the periodic tasks pass them by)."""
+        return [
+            partition_log
+            for partition_log in self._logs.values()
+            if not self.failures.is_offline(partition_log.directory.parent)
+        ]
+
     def online_log_dirs(self) -> list[Path]:
         """The log dirs that have not failed."""
         return [d for d in self.log_dirs if not self.failures.is_offline(d)]
@@ -636,7 +645,7 @@ class LogManager:
 
     def flush_due(self, now_ms: int) -> None:
         """Flush logs per flush.messages/flush.ms and fsync segments rolled since last time."""
-        for partition_log in self._logs.values():
+        for partition_log in self._live_logs():
             partition_log.flush_if_due(now_ms)
 
     def checkpoint(self, now_ms: int) -> None:
@@ -695,7 +704,7 @@ class LogManager:
         .removeExpiredProducers, run every producer.id.expiration.check.interval.ms; the rule
         is ProducerStateManager.remove_expired's); returns how many were forgotten."""
         return sum(
-            self._expire_producers(partition_log, now_ms) for partition_log in self._logs.values()
+            self._expire_producers(partition_log, now_ms) for partition_log in self._live_logs()
         )
 
     def _expire_producers(self, partition_log: PartitionLog, now_ms: int) -> int:
@@ -725,6 +734,7 @@ class LogManager:
                 now_ms, high_watermark=high_watermarks.get(key)
             )
             for key, partition_log in self._logs.items()
+            if not self.failures.is_offline(partition_log.directory.parent)
         )
 
     # -- shutdown --------------------------------------------------------------------------

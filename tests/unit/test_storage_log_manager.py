@@ -399,3 +399,62 @@ def test_topic_configs_and_defaults_change_live_and_the_table_keeps_them(log_dir
     assert reopened.topics()["live"].configs == {"max.message.bytes": "100"}
     assert reopened.get_log("live", 0).config.max_message_bytes == 100
     reopened.close()
+
+
+def test_an_io_error_takes_its_log_dir_offline_and_only_that_one(tmp_path, monkeypatch):
+    """Kafka's LogDirFailureChannel: a checkpoint that cannot be written takes its log dir
+    offline; every log there then refuses appends and reads with KAFKA_STORAGE_ERROR
+    without touching a file, the other dir goes on, the listener hears of the failure once,
+    and close() marks only the live dir clean, so the failed one is recovered at the next
+    open with everything it held."""
+    import minibroker.storage.log_manager as log_manager_module
+    from minibroker.protocol.errors import Error
+    from minibroker.storage.errors import StorageError
+
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    logs = opened(dirs)
+    heard = []
+    logs.failures.add_listener(lambda directory, reason: heard.append((directory, reason)))
+    topic_id = uuid.uuid4()
+    for partition in range(2):
+        logs.ensure_log("t", topic_id, partition, {}, now_ms=0)
+        produce(logs, "t", partition, records=3)
+    failing = next(log.directory.parent for log in logs.logs())
+    healthy = next(d for d in dirs if d != failing)
+    write = log_manager_module.write_offset_checkpoint
+
+    def disk_full_in_failing(path, offsets):
+        if path.parent == failing:
+            raise OSError(28, "No space left on device")
+        write(path, offsets)
+
+    monkeypatch.setattr(log_manager_module, "write_offset_checkpoint", disk_full_in_failing)
+    with pytest.raises(StorageError) as failed:
+        logs.checkpoint(now_ms=0)
+    assert failed.value.error == Error.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(log_manager_module, "write_offset_checkpoint", write)
+    assert [directory for directory, _ in heard] == [failing]
+    assert "No space left on device" in heard[0][1]
+    assert logs.online_log_dirs() == [healthy]
+    on_failed = next(log for log in logs.logs() if log.directory.parent == failing)
+    on_healthy = next(log for log in logs.logs() if log.directory.parent == healthy)
+    size_before = sum(path.stat().st_size for path in on_failed.directory.glob("*.log"))
+    for refused in (
+        lambda: on_failed.append_as_leader(make_batch(1), leader_epoch=0, now_ms=0),
+        lambda: on_failed.read(0, max_bytes=1000),
+        lambda: on_failed.truncate_to(0),
+    ):
+        with pytest.raises(StorageError) as offline:
+            refused()
+        assert offline.value.error == Error.KAFKA_STORAGE_ERROR
+        assert "offline" in str(offline.value)
+    assert sum(path.stat().st_size for path in on_failed.directory.glob("*.log")) == size_before
+    on_healthy.append_as_leader(make_batch(1), leader_epoch=0, now_ms=0)
+    logs.checkpoint(now_ms=0)  # the live dir's checkpoints are still written
+    logs.close()
+    assert (healthy / ".kafka_cleanshutdown").exists()
+    assert not (failing / ".kafka_cleanshutdown").exists()
+    again = opened(dirs)
+    ends = {log.directory.parent: log.log_end_offset for log in again.logs()}
+    assert ends == {failing: 3, healthy: 4}
+    again.close()
