@@ -82,15 +82,22 @@ SKIPPED_SECTIONS = {
     " network namespaces, and produce and consume as these commands do",
     ("docs/faults.md", "Frame fuzzer"): "a full fuzz run takes long:"
     " tests/integration/test_fuzz.py is the CI-sized run",
-    ("docs/java.md", "The Java client and Kafka's tools"): "tests/java/test_tools.py runs"
+    ("docs/java.md", "Kafka's command-line tools"): "tests/java/test_tools.py runs"
     " these tools' main classes (and every other tool) against a cluster",
     ("docs/quotas-and-limits.md", "Quotas"): "kafka-configs.sh comes with Kafka's"
     " distribution: tests/java/test_tools.py runs kafka-configs' client quota commands",
-    ("docs/spark.md", "Reading and writing from Spark"): "needs Java and pyspark, and is slow:"
-    " tests/spark/test_demo.py runs the demo command and the read, write and fewer-columns"
-    " snippets as written; tests/java/test_spark_kafka.py runs Spark's own connector",
-    ("docs/pytest-plugin.md", "Testing your application with minibroker"): "tests/testing/"
-    "test_readme_section.py runs the page's fixture, script and command as written",
+    ("docs/spark.md", "Install and the demo"): "needs Java and pyspark, and is slow:"
+    " tests/spark/test_demo.py runs the demo command and the read-and-write snippet as written",
+    ("docs/spark.md", "Reading fewer columns"): "needs Java and pyspark:"
+    " tests/spark/test_demo.py runs the snippet as written",
+    ("docs/spark.md", "Spark's own Kafka connector"): "needs Java, pyspark and the connector's"
+    " jars: tests/java/test_spark_kafka.py runs Spark's connector (its own session setup)",
+    ("docs/pytest-plugin.md", "The fixtures"): "tests/testing/test_readme_section.py runs"
+    " this fixture test as written, with the example suite",
+    ("docs/pytest-plugin.md", "Faults, and the Cluster without pytest"): "tests/testing/"
+    "test_readme_section.py runs this script as written",
+    ("docs/pytest-plugin.md", "The example suite"): "tests/testing/test_readme_section.py"
+    " checks these two commands and runs the example suite in this test's environment",
     ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)"): "a configuration"
     " fragment (a subscribed consumer, no poll loop): tests/cluster/"
     "test_consumer_protocol_migration.py runs group.protocol=consumer consumers",
