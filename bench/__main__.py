@@ -2,11 +2,12 @@
 print one table.
 
 Run it from the repository root (the `bench` package is not installed with the broker). A full
-run writes the table, the machine and the command to BENCHMARKS.md and a chart of it to
-BENCHMARKS.png; `--smoke` (tiny sizes, one run, a few seconds per row) and `--only` print to
-stdout only, unless `--write` is given. Apache Kafka is a system of every full run when
-java/fetch.sh has cached its jars (`--no-kafka` leaves it out); the smoke run leaves it out
-unless `--kafka` or MINIBROKER_BENCH_KAFKA=1 asks for it (JVMs take seconds to start each).
+run writes the table, the machine and the command to docs/benchmarks/index.md and a chart of
+it to docs/benchmarks/benchmarks.png; `--smoke` (tiny sizes, one run, a few seconds per row)
+and `--only` print to stdout only, unless `--write` is given. Apache Kafka is a system of
+every full run when java/fetch.sh has cached its jars (`--no-kafka` leaves it out); the smoke
+run leaves it out unless `--kafka` or MINIBROKER_BENCH_KAFKA=1 asks for it
+(JVMs take seconds to start each).
 The Spark rows (issue 22: minibroker's Spark source against Spark's connector and one consumer)
 are in every full run and left out of the smoke run unless `--spark`, MINIBROKER_BENCH_SPARK=1
 or `--only spark-...` asks for them; without pyspark (or the connector's jars) the table says
@@ -14,7 +15,7 @@ or `--only spark-...` asks for them; without pyspark (or the connector's jars) t
 `--warm` (or `--warmup N`) runs each row's workload once (N times) untimed on the same started
 system before each timed measurement, on every system, and leaves out the rows that start their
 own system (startup, restart, failover) and the Spark rows; it never writes the main table: a
-writing warm run puts its table between BENCHMARKS.md's warm markers, and draws no chart.
+writing warm run puts its table between docs/benchmarks/index.md's warm markers, and draws no chart.
 Progress and failures go to stderr; the exit status is 1 when any measurement failed.
 """
 
@@ -28,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from bench.chart import write_chart
-from bench.report import BENCHMARKS, machine, section, write_benchmarks
+from bench.report import CHART, machine, section, write_benchmarks
 from bench.rows import REAL_SIZES, SMOKE_SIZES, close_spark, rows, run_row, warm_selection
 
 DEFAULT_RUNS = 3
@@ -47,8 +48,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--write",
         action=argparse.BooleanOptionalAction,
-        help="write BENCHMARKS.md and BENCHMARKS.png (default: only for a full run without"
-        " --smoke or --only)",
+        help="write docs/benchmarks/index.md and benchmarks.png (default: only for a full run"
+        " without --smoke or --only)",
     )
     parser.add_argument(
         "--kafka",
@@ -68,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="before each timed measurement, run the row's workload once, untimed, on the same"
         " started system (rows that start their own system are left out); writes only the"
-        " warm block of BENCHMARKS.md",
+        " warm block of docs/benchmarks/index.md",
     )
     warm.add_argument(
         "--warmup",
@@ -117,7 +118,7 @@ def main() -> int:
         print(f"[{name}] left out of a warm run: {why}", file=sys.stderr)
 
     command = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
-    # Described before the first row: the commit measured, not BENCHMARKS.md's own edits.
+    # Described before the first row: the commit measured, not the page's own edits.
     described = machine()
     results = []
     with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as work_dir:
@@ -141,8 +142,8 @@ def main() -> int:
     if write:
         write_benchmarks(content, warm=bool(warmups))
         if not warmups:
-            # BENCHMARKS.png draws the main (cold) table only.
-            write_chart(results, BENCHMARKS.with_suffix(".png"), command)
+            # The chart draws the main (cold) table only.
+            write_chart(results, CHART, command)
     return 1 if any(result.failures for result in results) else 0
 
 

@@ -3,7 +3,7 @@
 matplotlib is an optional dependency (the `bench` extra: `pip install -e '.[bench]'`); without
 it the harness says so on stderr and writes the table only.
 
-`python -m bench.chart` draws the chart again from the table in BENCHMARKS.md (a run cut
+`python -m bench.chart` draws the chart again from the table in docs/benchmarks/index.md (a run cut
 short leaves its rows there, and no chart).
 """
 
@@ -49,7 +49,7 @@ SPARK_COLUMNS_OF = {
 
 def panels_from_markdown(text: str) -> list[Panel]:
     """The panels of the table (headings "row", "workload", "metric", one per system) in a
-    BENCHMARKS.md text; a cell without a number ("skipped", "n/a") is a missing bar."""
+    benchmarks page's text; a cell without a number ("skipped", "n/a") is a missing bar."""
     out: list[Panel] = []
     headings: list[str] | None = None
     for line in text.splitlines():
@@ -133,7 +133,7 @@ def draw(drawn: list[Panel], path: Path, title: str) -> bool:
         axis.tick_params(labelsize=8)
     for axis in list(axes.flat)[len(drawn) :]:
         axis.set_visible(False)
-    figure.suptitle(f"{title} (medians; see BENCHMARKS.md for what each panel measures)")
+    figure.suptitle(f"{title} (medians; see the benchmarks page for what each panel measures)")
     figure.tight_layout(rect=(0, 0, 1, 0.97))
     figure.savefig(path, dpi=80)
     plt.close(figure)
@@ -142,11 +142,11 @@ def draw(drawn: list[Panel], path: Path, title: str) -> bool:
 
 
 if __name__ == "__main__":
-    from bench.report import BEGIN_MARKER, BENCHMARKS, END_MARKER
+    from bench.report import BEGIN_MARKER, BENCHMARKS, CHART, END_MARKER
 
     written = BENCHMARKS.read_text()
     block = written[written.find(BEGIN_MARKER) : written.find(END_MARKER)]
     command = re.search(r"Command: `([^`]*)`", block)
     date = re.search(r"^- date: (.*)$", block, re.M)
     title = f"{command.group(1) if command else 'python -m bench'}, {date.group(1) if date else ''}"
-    sys.exit(0 if draw(panels_from_markdown(block), BENCHMARKS.with_suffix(".png"), title) else 1)
+    sys.exit(0 if draw(panels_from_markdown(block), CHART, title) else 1)

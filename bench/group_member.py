@@ -77,7 +77,7 @@ def run(bootstrap: str, topic: str, group: str, consume: bool) -> None:
     # the middle of that postpones its JoinGroup ("no usable brokers") by 40-80 ms, so that
     # members told to subscribe at the same moment joined up to 80 ms apart. committed()
     # returns once the coordinator has answered an OffsetFetch: from then on, a subscribe
-    # sends its JoinGroup at once (see BENCHMARKS.md, first-rebalance).
+    # sends its JoinGroup at once (see docs/benchmarks/index.md, first-rebalance).
     consumer.list_topics(topic, timeout=READY_TIMEOUT_S)
     consumer.committed([TopicPartition(topic, 0)], timeout=READY_TIMEOUT_S)
     say("ready")

@@ -1,6 +1,7 @@
-"""The table, the machine it was measured on, and its place in BENCHMARKS.md.
+"""The table, the machine it was measured on, and its place in the benchmarks page of the
+documentation site (docs/benchmarks/index.md, BENCHMARKS below).
 
-BENCHMARKS.md belongs to people too (the methodology, the step-by-step performance history);
+The page belongs to people too (the methodology, the step-by-step performance history);
 the harness rewrites only what lies between its two markers, and appends them at the end the
 first time.
 """
@@ -30,7 +31,9 @@ WARM_BEGIN_MARKER = (
 )
 WARM_END_MARKER = "<!-- bench:warm:end -->"
 REPOSITORY = Path(__file__).resolve().parent.parent
-BENCHMARKS = REPOSITORY / "BENCHMARKS.md"
+BENCHMARKS = REPOSITORY / "docs" / "benchmarks" / "index.md"
+# The chart of the main table, shown on that page.
+CHART = BENCHMARKS.with_name("benchmarks.png")
 
 
 def _cpu_model() -> str:

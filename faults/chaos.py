@@ -148,7 +148,7 @@ class Outcome:
     unread: int = 0  # records the final read never got to
     # A value stored twice under two producer epochs: librdkafka renumbered messages whose
     # first send had possibly been written when it bumped its epoch, which no broker can tell
-    # from new ones (FAULTS.md). Reported, not judged.
+    # from new ones (docs/faults.md). Reported, not judged.
     renumbered: int = 0
     # The transactional workload's checker (faults/txn_checker.py): violations by kind.
     violations: dict[str, int] = field(default_factory=dict)

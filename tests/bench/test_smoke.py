@@ -24,8 +24,9 @@ pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is no
 REPOSITORY = Path(__file__).resolve().parents[2]
 # About 45 s on an idle 2-core machine and 2-3 minutes on a loaded one (the group rows start
 # their members as processes and wait for a rebalance; the startup rows and the failover row
-# start clusters; the mock's group rows can wait out a 9 s join window, see BENCHMARKS.md's
-# first-rebalance note). At a load average of 17 (five sessions' suites on 2 cores) a run
+# start clusters; the mock's group rows can wait out a 9 s join window, see
+# docs/benchmarks/index.md's first-rebalance note). At a load average of 17 (five sessions'
+# suites on 2 cores) a run
 # passed 420 s. The bound only keeps a hung run from holding CI.
 SMOKE_TIMEOUT = 600
 NUMBER = re.compile(r"-?[\d,]*\.?\d+")

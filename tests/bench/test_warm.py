@@ -1,5 +1,5 @@
 """`python -m bench --warm`: its options, the rows it keeps, the untimed runs before each
-measurement, and the block of BENCHMARKS.md it writes; on made-up targets and figures (no
+measurement, and the block of the benchmarks page it writes; on made-up targets and figures (no
 broker: a warm run takes minutes, and the smoke test runs the cold harness for real)."""
 
 from __future__ import annotations

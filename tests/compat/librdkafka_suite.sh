@@ -33,7 +33,7 @@ git_src=${RDK_GIT:-https://github.com/confluentinc/librdkafka.git}
 port=${RDK_PORT:-39092}
 kafka_version=${RDK_KAFKA_VERSION:-3.9.0}
 jobs=${RDK_JOBS:-2}
-# The tests that talk to a real cluster and use transactions or read_committed (see COMPAT.md).
+# The tests that talk to a real cluster and use transactions or read_committed (see docs/compatibility.md).
 tests=${RDK_TESTS:-"0103 0129 0098 0061 0137 0055 0081 0142"}
 
 say() { echo "librdkafka_suite: $*" >&2; }

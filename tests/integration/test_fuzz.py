@@ -1,6 +1,6 @@
 """The frame fuzzer's CI run: tens of thousands of malformed frames against a real broker
 process, with 2,000 idle connections, a 2^31-1 byte frame and half frames, while a
-confluent-kafka client produces and consumes (see faults/fuzz.py; FAULTS.md has the full run).
+confluent-kafka client produces and consumes (see faults/fuzz.py; docs/faults.md has the full run).
 
 Only correctness is asserted: the broker survives and exits cleanly, every connection that
 should still be served is, no normal round trip takes over HANG_SECONDS (the hang bound), and
@@ -9,7 +9,7 @@ every record the normal client produced is read back in order.
 The hang bound is there to tell a broker that stops serving the normal client while it is
 fuzzed (its loop blocked by a frame, its connection starved by the fuzzers') from one that
 keeps serving it. It is not a latency figure: on a quiet machine the full run's round trips
-have a p99 of 10 ms and a maximum of 0.46 s (FAULTS.md), but on the 2-core CI under a load
+have a p99 of 10 ms and a maximum of 0.46 s (docs/faults.md), but on the 2-core CI under a load
 average of ~19 round trips of 7.7 s and 9.6 s were seen (each completed), against the full
 run's 5 s. So 20 s here, twice the worst seen: a broker that stalls
 a connection for that long still fails, and one that stops serving it for good fails on the

@@ -1,17 +1,22 @@
-"""The README's "Two commands", "A short tour" and security sections, run as written.
+"""Every command of the README and of the documentation site (docs/), run as written, or
+listed with the reason it is not.
 
-Every shell command and Python snippet of those sections runs in README order, in a fresh
-directory (the test's temporary cwd, with this test's virtualenv linked as `.venv`), inside a
-network namespace of its own, so the README's fixed addresses (127.0.0.1:9090, 9092-9094,
-ZooKeeper's 2181) are free and nothing else on the machine is touched; kcat is the one on PATH.
-Commands that run until stopped are run the way a user runs them: started, waited for, then
-stopped with Ctrl-C (SIGINT), or with `kill %1` (SIGTERM) for the backgrounded `minibroker dev`,
-and must report a clean stop. Commands that cannot run unattended are in SKIPPED with the
-reason, and test_every_readme_command_is_run_or_skipped_for_a_reason fails on any command that
-is in neither list, so a new README line is never silently skipped.
+Each fenced block of every page (tests/readme.py finds them by page and heading) is one of:
+run here, in RUN_SECTIONS (each shell command by RUN, or in SKIPPED with the reason) or
+RUN_BLOCKS; skipped with its whole section, in SKIPPED_SECTIONS, with the reason and the test
+that runs those commands instead; or a block that is not a command (NOT_COMMANDS: a
+`text` listing or a `mermaid` picture). test_every_docs_command_is_run_or_skipped_for_a_reason
+fails on a block in none of these, on a fence without a language and on a stale entry, so a
+new command on any page is never silently left untested.
 
-The Spark section's demo command and snippet are run by tests/spark/test_demo.py (it needs
-Java and pyspark and is slow); they are listed in SKIPPED with that reason.
+The sections run here (the README's "Two commands" and "A short tour", Getting started's
+cluster by hand, Security's TLS and ACL sections) run in that order, in a fresh directory (the
+test's temporary cwd, with this test's virtualenv linked as `.venv`), inside a network
+namespace of its own, so the pages' fixed addresses (127.0.0.1:9090, 9092-9094, ZooKeeper's
+2181) are free and nothing else on the machine is touched; kcat is the one on PATH. Commands
+that run until stopped are run the way a user runs them: started, waited for, then stopped
+with Ctrl-C (SIGINT), or with `kill %1` (SIGTERM) for the backgrounded `minibroker dev`, and
+must report a clean stop.
 
 Needs root (network namespaces), `ip`, kcat and ZooKeeper (.ci/run installs them).
 """
@@ -33,34 +38,80 @@ from pathlib import Path
 import pytest
 
 from minibroker.tools.launcher import zookeeper_installed
-from tests.readme import Block, blocks, shell_commands
+from tests.readme import Block, blocks, page_blocks, pages, shell_commands
 
 VENV = Path(sys.executable).parent.parent
-SECTIONS = ["Two commands", "A short tour", "Security: TLS", "Security: ACLs"]
-SPARK = "Reading and writing from Spark"
 STARTUP = 60.0
+README = "README.md"
+SECURITY = "docs/security.md"
 
+# Run here, in this order: (page, heading).
+RUN_SECTIONS = [
+    (README, "Two commands"),
+    (README, "A short tour"),
+    ("docs/getting-started.md", "A cluster by hand"),
+    (SECURITY, "TLS and SASL listeners"),
+    (SECURITY, "ACLs"),
+]
+
+# Commands of the run sections that are not run, wherever they appear.
 SKIPPED = {
     "python3 -m venv .venv": "the test runs in a virtualenv already, linked as .venv",
     ".venv/bin/pip install -q -e .": "installed: the test runs from an editable install",
     ".venv/bin/pip install -q -e '.[test,spark]'": "installed: the test runs with these extras",
-    ".venv/bin/pip install -q -e '.[spark]'": "installed: the test runs with these extras",
     "apt-get update": "system installs: .ci/run does them before the tests",
     "apt-get install -y --no-install-recommends kcat docker-compose prometheus iproute2"
     " faketime openjdk-17-jdk-headless maven zookeeper": "system installs: .ci/run does them",
     "java/fetch.sh": "the Java artifacts: .ci/run fetches them before the tests",
-    "apt-get install -y --no-install-recommends openjdk-17-jre-headless": "a system install",
     ".venv/bin/pytest": "the whole test suite (this test is part of it)",
-    ".venv/bin/python -m minibroker.spark.demo --start-broker": "tests/spark/test_demo.py",
 }
-# Blocks that are not commands: the TLS sample names files under /etc/minibroker, which the
-# test does not write (its parsing is covered by tests/unit/test_config.py); the ACL sample is
-# what the ACL snippet's node starts with (see acl_snippet); Spark's snippet needs a session.
+
+# Sections whose blocks are not run here, each with the reason and what runs them instead.
+SKIPPED_SECTIONS = {
+    (README, "Documentation"): "the docs extra and `mkdocs serve` (a server until Ctrl-C):"
+    " tests/unit/test_docs_site.py builds the same site with `mkdocs build --strict`",
+    ("docs/testing.md", "Running the suite"): "the test suite itself, or parts of it (this test"
+    " is one); its install commands are the README's, skipped there",
+    ("docs/benchmarks/index.md", "Running"): "benchmark runs take minutes to hours;"
+    " tests/bench/test_smoke.py runs `python -m bench --smoke`",
+    ("docs/compatibility.md", "How to run"): "librdkafka's own suite, built from its sources"
+    " and run by hand (minutes); the page records its results",
+    ("docs/compose-and-metrics.md", "Running a cluster with docker compose"): "no Docker"
+    " engine on CI machines: tests/deploy/test_deploy.py, test_secure_compose.py and"
+    " test_zookeeper_compose.py run these services with their compose commands and files in"
+    " network namespaces, and produce and consume as these commands do",
+    ("docs/faults.md", "Frame fuzzer"): "a full fuzz run takes long:"
+    " tests/integration/test_fuzz.py is the CI-sized run",
+    ("docs/java.md", "Kafka's command-line tools"): "tests/java/test_tools.py runs"
+    " these tools' main classes (and every other tool) against a cluster",
+    ("docs/quotas-and-limits.md", "Quotas"): "kafka-configs.sh comes with Kafka's"
+    " distribution: tests/java/test_tools.py runs kafka-configs' client quota commands",
+    ("docs/spark.md", "Install and the demo"): "needs Java and pyspark, and is slow:"
+    " tests/spark/test_demo.py runs the demo command and the read-and-write snippet as written",
+    ("docs/spark.md", "Reading fewer columns"): "needs Java and pyspark:"
+    " tests/spark/test_demo.py runs the snippet as written",
+    ("docs/spark.md", "Spark's own Kafka connector"): "needs Java, pyspark and the connector's"
+    " jars: tests/java/test_spark_kafka.py runs Spark's connector (its own session setup)",
+    ("docs/pytest-plugin.md", "The fixtures"): "tests/testing/test_readme_section.py runs"
+    " this fixture test as written, with the example suite",
+    ("docs/pytest-plugin.md", "Faults, and the Cluster without pytest"): "tests/testing/"
+    "test_readme_section.py runs this script as written",
+    ("docs/pytest-plugin.md", "The example suite"): "tests/testing/test_readme_section.py"
+    " checks these two commands and runs the example suite in this test's environment",
+    ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)"): "a configuration"
+    " fragment (a subscribed consumer, no poll loop): tests/cluster/"
+    "test_consumer_protocol_migration.py runs group.protocol=consumer consumers",
+}
+
+# Blocks of the run sections that are not commands, or are used by another block's run.
 SKIPPED_BLOCKS = {
-    ("Security: TLS", "properties"): "a sample naming files under /etc/minibroker",
-    ("Security: ACLs", "properties"): "used as the server.properties of the ACL snippet's node",
-    (SPARK, "python"): "tests/spark/test_demo.py runs it with a Spark session",
+    (SECURITY, "TLS and SASL listeners", "properties"): "a sample naming files under"
+    " /etc/minibroker, which the test does not write (its parsing: tests/unit/test_config.py)",
+    (SECURITY, "ACLs", "properties"): "used as the server.properties of the ACL snippet's node",
 }
+
+# Languages of blocks that are not commands.
+NOT_COMMANDS = {"text", "mermaid"}
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("kcat") is None,
@@ -265,7 +316,7 @@ def acl_snippet(shell: Shell, block: Block) -> None:
     allow.everyone.if.no.acl.found=true), the snippet, then `orders` takes records and
     `payments-eu` refuses them."""
     kill_background_dev(shell)
-    (properties,) = [b.text for b in blocks("Security: ACLs") if b.lang == "properties"]
+    (properties,) = [b.text for b in blocks("ACLs", SECURITY) if b.lang == "properties"]
     (shell.cwd / "acl.properties").write_text(properties)
     node = shell.start(
         ".venv/bin/minibroker serve acl.properties --override allow.everyone.if.no.acl.found=true"
@@ -285,9 +336,9 @@ def acl_snippet(shell: Shell, block: Block) -> None:
     node.stop(signal.SIGINT)
 
 
-RUN_BLOCKS: dict[tuple[str, str], Callable[[Shell, Block], None]] = {
-    ("A short tour", "python"): kafka_python_snippet,
-    ("Security: ACLs", "python"): acl_snippet,
+RUN_BLOCKS: dict[tuple[str, str, str], Callable[[Shell, Block], None]] = {
+    (README, "A short tour", "python"): kafka_python_snippet,
+    (SECURITY, "ACLs", "python"): acl_snippet,
 }
 
 
@@ -297,37 +348,83 @@ def handler(command: str) -> Callable[[Shell, str], None] | None:
     return cluster_by_hand if command.startswith(BY_HAND) else None
 
 
-def test_every_readme_command_is_run_or_skipped_for_a_reason():
-    seen_commands, seen_blocks = set(), set()
-    for section in [*SECTIONS, SPARK]:
-        for block in blocks(section):
-            if block.lang == "sh":
-                for command in shell_commands(block):
-                    seen_commands.add(command)
-                    assert handler(command) or command in SKIPPED, f"not run: {command!r}"
+def inventory() -> dict[str, list[tuple[Block, str]]]:
+    """Every block of every page, with what becomes of it: "run" (all or some of it is run
+    here), "skipped" (with a reason), "not a command"; and "unaccounted" for a block in none
+    of the lists, with the command or key that is missing."""
+    found: dict[str, list[tuple[Block, str]]] = {
+        "run": [],
+        "skipped": [],
+        "not a command": [],
+        "unaccounted": [],
+    }
+    for page in pages():
+        for block in page_blocks(page):
+            where = (page, block.section)
+            if not block.lang:
+                found["unaccounted"].append((block, "a fence without a language"))
+            elif block.lang in NOT_COMMANDS:
+                found["not a command"].append((block, block.lang))
+            elif where in SKIPPED_SECTIONS:
+                found["skipped"].append((block, SKIPPED_SECTIONS[where]))
+            elif where not in RUN_SECTIONS:
+                found["unaccounted"].append((block, f"section {where} is neither run nor skipped"))
+            elif block.lang == "sh":
+                commands = shell_commands(block)
+                missing = [c for c in commands if not handler(c) and c not in SKIPPED]
+                if missing:
+                    found["unaccounted"].append((block, f"not run: {missing}"))
+                elif any(handler(c) for c in commands):
+                    found["run"].append((block, ", ".join(commands)))
+                else:
+                    found["skipped"].append((block, "; ".join(SKIPPED[c] for c in commands)))
+            elif (*where, block.lang) in RUN_BLOCKS:
+                found["run"].append((block, RUN_BLOCKS[(*where, block.lang)].__name__))
+            elif (*where, block.lang) in SKIPPED_BLOCKS:
+                found["skipped"].append((block, SKIPPED_BLOCKS[(*where, block.lang)]))
             else:
-                key = (section, block.lang)
-                seen_blocks.add(key)
-                assert key in RUN_BLOCKS or key in SKIPPED_BLOCKS, f"not run: {key}"
-    assert not (set(RUN) | set(SKIPPED)) - seen_commands, "stale entries: not in the README"
-    assert not (set(RUN_BLOCKS) | set(SKIPPED_BLOCKS)) - seen_blocks, "stale block entries"
-    assert sum(1 for command in seen_commands if command.startswith(BY_HAND)) == 2
+                found["unaccounted"].append((block, f"not run: {(*where, block.lang)}"))
+    return found
+
+
+def test_every_docs_command_is_run_or_skipped_for_a_reason():
+    found = inventory()
+    unaccounted = [f"{b.page} / {b.section}: {why}" for b, why in found["unaccounted"]]
+    assert not unaccounted, "\n".join(unaccounted)
+    commands = {
+        command
+        for page in pages()
+        for block in page_blocks(page)
+        if block.lang == "sh" and (page, block.section) in RUN_SECTIONS
+        for command in shell_commands(block)
+    }
+    keys = {(b.page, b.section, b.lang) for b in (b for b, _ in found["run"] + found["skipped"])}
+    sections = {(b.page, b.section) for b in (b for b, _ in found["run"] + found["skipped"])}
+    assert not (set(RUN) | set(SKIPPED)) - commands, "stale entries: on no page"
+    assert not (set(RUN_BLOCKS) | set(SKIPPED_BLOCKS)) - keys, "stale block entries"
+    assert not set(SKIPPED_SECTIONS) - sections, "stale section entries: no such block"
+    assert not set(RUN_SECTIONS) - sections, "a run section without blocks"
+    assert sum(1 for command in commands if command.startswith(BY_HAND)) == 2
+    # What the docs test covers, for the record (pytest -s shows it).
+    print({kind: len(entries) for kind, entries in found.items()})
 
 
 @pytest.mark.skipif(not zookeeper_installed(), reason="apt-get install zookeeper")
-def test_the_readme_as_written(tmp_path):
+def test_the_docs_as_written(tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     (cwd / ".venv").symlink_to(VENV)
     shell = Shell(cwd)
     try:
-        for section in SECTIONS:
-            for block in blocks(section):
+        for page, heading in RUN_SECTIONS:
+            for block in page_blocks(page):
+                if block.section != heading:
+                    continue
                 if block.lang == "sh":
                     for command in shell_commands(block):
                         if (run := handler(command)) is not None:
                             run(shell, command)
-                elif (key := (section, block.lang)) in RUN_BLOCKS:
+                elif (key := (page, heading, block.lang)) in RUN_BLOCKS:
                     RUN_BLOCKS[key](shell, block)
         kill_background_dev(shell)
     finally:

@@ -1,7 +1,7 @@
-"""The README's Spark section as written: its demo command, run as a user runs it in a
-fresh directory (the one demo run of the Spark tests), and its read-and-write snippet.
+"""The Spark page of the docs (docs/spark.md) as written: its demo command, run as a user
+runs it in a fresh directory (the one demo run of the Spark tests), and its snippets.
 
-tests/integration/test_readme.py runs the other sections and leaves these two blocks here,
+tests/integration/test_readme.py runs the other pages and leaves these two blocks here,
 where a Java runtime and pyspark are known to be present.
 """
 
@@ -19,12 +19,13 @@ from tests.readme import blocks, shell_commands
 from tests.spark.conftest import create_topic, produce
 
 SECTION = "Reading and writing from Spark"
+PAGE = "docs/spark.md"
 VENV = Path(sys.executable).parent.parent
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def readme_demo_command() -> str:
-    (sh,) = [block for block in blocks(SECTION) if block.lang == "sh"]
+    (sh,) = [block for block in blocks(SECTION, PAGE) if block.lang == "sh"]
     demo = [command for command in shell_commands(sh) if "minibroker.spark.demo" in command]
     assert demo == [".venv/bin/python -m minibroker.spark.demo --start-broker"], demo
     return demo[0]
@@ -75,7 +76,7 @@ def test_the_readme_read_and_write_snippet(spark, spark_broker):
     # tests/java/test_spark_kafka.py, which has its jar).
     (snippet,) = [
         block.text
-        for block in blocks(SECTION)
+        for block in blocks(SECTION, PAGE)
         if block.lang == "python" and '.write.format("minibroker")' in block.text
     ]
     assert snippet.count("127.0.0.1:9092") == 2
@@ -102,7 +103,7 @@ def test_the_readme_fewer_columns_snippet(spark, spark_broker):
     """The README's read of fewer columns, as written: `values` holds only the values."""
     (snippet,) = [
         block.text
-        for block in blocks(SECTION)
+        for block in blocks(SECTION, PAGE)
         if block.lang == "python" and '.schema("value binary")' in block.text
     ]
     bootstrap = spark_broker.bootstrap
