@@ -600,7 +600,7 @@ class GroupCoordinator:
 
     def _commit_error(self, group: Group | None, request: CommitRequest) -> Error:
         """Kafka's checks before an offset commit is written, in Kafka's order (a classic
-        group's are Group.validate_offset_commit); an accepted member's commit keeps its
+        group's are Group.validate_classic_offset_commit); an accepted member's commit keeps its
         session, as a heartbeat would."""
         if group is None:
             return Error.NONE if request.generation < 0 else Error.ILLEGAL_GENERATION
@@ -609,7 +609,7 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             # OffsetCommit v9+ names the member epoch (KIP-848).
             return group.validate_offset_commit(request.member_id, request.generation)
-        error = group.validate_offset_commit(
+        error = group.validate_classic_offset_commit(
             request.member_id, request.group_instance_id, request.generation, transactional=False
         )
         member = group.members.get(request.member_id)
@@ -664,7 +664,7 @@ class GroupCoordinator:
             return Error.COORDINATOR_NOT_AVAILABLE
         if isinstance(group, ConsumerGroup):
             return group.validate_offset_commit(request.member_id, request.generation)
-        return group.validate_offset_commit(
+        return group.validate_classic_offset_commit(
             request.member_id, request.group_instance_id, request.generation, transactional=True
         )
 

@@ -198,7 +198,7 @@ class Group:
     def is_empty(self) -> bool:
         return not self.members
 
-    def validate_offset_commit(
+    def validate_classic_offset_commit(
         self, member_id: str, instance_id: str | None, generation: int, transactional: bool
     ) -> Error:
         """Kafka 4's ClassicGroup.validateOffsetCommit (OffsetCommit, and TxnOffsetCommit when

@@ -332,7 +332,9 @@ def test_an_offset_commit_in_completing_rebalance_checks_member_and_generation_f
     assert group.is_(GroupState.COMPLETING_REBALANCE) and group.generation == 2
 
     def commit(member_id, generation, instance_id=None, transactional=False):
-        return group.validate_offset_commit(member_id, instance_id, generation, transactional)
+        return group.validate_classic_offset_commit(
+            member_id, instance_id, generation, transactional
+        )
 
     assert commit(first, 1) == Error.ILLEGAL_GENERATION
     assert commit("gone", 1) == Error.UNKNOWN_MEMBER_ID
@@ -355,7 +357,9 @@ def test_an_offset_commit_in_completing_rebalance_checks_member_and_generation_f
 
 def test_an_offset_commit_to_an_empty_group_without_a_generation_is_free():
     group = Group("g", NO_DELAY, 0)
-    assert group.validate_offset_commit("", None, -1, False) == Error.NONE
-    assert group.validate_offset_commit("m", None, 3, False) == Error.UNKNOWN_MEMBER_ID
+    assert group.validate_classic_offset_commit("", None, -1, False) == Error.NONE
+    assert group.validate_classic_offset_commit("m", None, 3, False) == Error.UNKNOWN_MEMBER_ID
     group.state = GroupState.DEAD
-    assert group.validate_offset_commit("", None, -1, False) == Error.COORDINATOR_NOT_AVAILABLE
+    assert (
+        group.validate_classic_offset_commit("", None, -1, False) == Error.COORDINATOR_NOT_AVAILABLE
+    )
