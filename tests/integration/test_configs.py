@@ -548,3 +548,30 @@ def test_sasl_reconfigurables_and_security_settings_of_a_broker(broker_factory):
         ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
         False,
     )
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key(broker):
+    """librdkafka's test 0011: a keyless record to a topic with cleanup.policy=compact is
+    refused with INVALID_RECORD (Kafka's LogValidator.validateKey); keyed records and
+    tombstones are taken, and a topic that does not compact takes keyless records."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topics = [NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"})]
+    topics.append(NewTopic("not-compacted", 1, 1))
+    for future in admin.create_topics(topics).values():
+        future.result(TIMEOUT)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0})
+    outcomes: dict[str, KafkaError | None] = {}
+
+    def send(name: str, topic_name: str, key: bytes | None, value: bytes | None) -> None:
+        producer.produce(
+            topic_name, value, key, on_delivery=lambda err, msg: outcomes.update({name: err})
+        )
+        producer.flush(TIMEOUT)
+
+    send("keyless", "compacted", None, b"v")
+    send("keyed", "compacted", b"k", b"v")
+    send("tombstone", "compacted", b"k", None)
+    send("plain", "not-compacted", None, b"v")
+    assert outcomes["keyless"] is not None
+    assert outcomes["keyless"].code() == KafkaError.INVALID_RECORD
+    assert (outcomes["keyed"], outcomes["tombstone"], outcomes["plain"]) == (None, None, None)
