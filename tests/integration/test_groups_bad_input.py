@@ -230,8 +230,8 @@ def test_a_commit_while_the_group_completes_its_rebalance(session):
     ClassicGroup.validateOffsetCommit checks the member (UNKNOWN_MEMBER_ID) and the
     generation (ILLEGAL_GENERATION) before the state (REBALANCE_IN_PROGRESS). A member that
     commits with the generation it had (librdkafka 0113's manual commit during a cooperative
-    rebalance accepts only success or ILLEGAL_GENERATION) learns ILLEGAL_GENERATION. The same
-    requests were answered the same by Apache Kafka 4.4."""
+    rebalance accepts only success or ILLEGAL_GENERATION) learns ILLEGAL_GENERATION. Compared
+    with Apache Kafka 4.4's answers in test_answers_as_kafka.py."""
 
     def commit(generation: int, member_id: str) -> int:
         answer = session.send(
