@@ -66,6 +66,7 @@ from minibroker.protocol.records import (
     SNAPPY,
     ZSTD,
     RecordError,
+    iter_record_keys,
     read_varint,
     recompress_batch,
 )
@@ -438,6 +439,34 @@ def _io(what: str) -> Callable[[_Method], _Method]:
     return decorate
 
 
+def check_keys_for_compaction(name: str, records: Buffer, headers: list[BatchHeader]) -> None:
+    """Kafka's LogValidator.validateKey for a compacted topic's producer batches: every
+    record needs a key. Refused with InvalidRecordError (INVALID_RECORD) and Kafka's message,
+    which names up to three keyless records by their index in the batch; a batch whose
+    records cannot be read is CORRUPT_MESSAGE. Departure: Kafka also lists those records in
+    the Produce response's record_errors (v8+), which stays empty here; the message carries
+    them. Self-contained so that the produce path calls it only for compacted topics."""
+    position = 0
+    for header in headers:
+        batch = records[position : position + header.size]
+        position += header.size
+        try:
+            missing = [
+                index for index, (_, key) in enumerate(iter_record_keys(batch)) if key is None
+            ]
+        except (RecordError, IndexError) as error:
+            raise CorruptRecordError(f"{name}: cannot read the records' keys: {error}") from None
+        if missing:
+            message = f"Compacted topic cannot accept message without key in topic partition {name}"
+            shown = ", ".join(
+                f"RecordError(batchIndex={index}, message='{message}')" for index in missing[:3]
+            )
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(missing)} record errors "
+                f"in total, and only showing the first three errors at most: [{shown}]"
+            )
+
+
 class PartitionLog:
     """The segments of one partition and everything offset-related about them.
 
@@ -802,6 +831,16 @@ class PartitionLog:
                 f"producerId {header.producer_id}"
             )
 
+    def _check_keys_for_compaction(self, records: Buffer, headers: list[BatchHeader]) -> None:
+        """Kafka's LogValidator.validateKey: a compacted topic refuses a record without a
+        key (INVALID_RECORD, the request's other partitions unaffected). Compaction is a
+        topic asking for its records to be read, so the keys are decoded here, for such
+        topics only: no other append decodes a record. Kafka names every keyless record of
+        the batch (RecordError(batchIndex=...), the record's index in its batch) and refuses
+        the batch; so does the message here (the Produce response's record_errors list is
+        left empty, see check_keys_for_compaction)."""
+        check_keys_for_compaction(self.name, records, headers)
+
     def _recompressed(self, records: Buffer, headers: list[BatchHeader], codec: int) -> bytes:
         """The producer's batches with every one not already in ``codec`` recompressed: the
         slow path of a topic whose compression.type is not producer, the only one on which
@@ -843,6 +882,8 @@ class PartitionLog:
         headers = self._validated(records)
         for header in headers:
             self._check_client_batch(header)
+        if client and self.config.compacts:
+            self._check_keys_for_compaction(records, headers)
         codec = self.config.recompression_codec
         if codec is not None and any(header.compression != codec for header in headers):
             records = self._recompressed(records, headers, codec)

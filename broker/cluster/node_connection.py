@@ -38,7 +38,15 @@ if TYPE_CHECKING:
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 # What a broken or unresponsive connection raises; whoever catches it drops the connection.
-CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.TooSlowError, FrameError)
+# trio's ClosedResourceError is among them: a task that shares a connection finds it closed
+# when another task dropped it after a failure of its own (a timeout, a broken stream).
+CONNECTION_ERRORS = (
+    OSError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio.TooSlowError,
+    FrameError,
+)
 # Connecting to another node, with its TLS handshake and SASL login.
 CONNECT_TIMEOUT_S = 10.0
 RECEIVE_SIZE = 256 * 1024

@@ -30,7 +30,7 @@ DEFAULT_CONFIG = 5
 DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 # DescribeConfigsResponse.ConfigType
-BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 # ConfigResource.Type
 TOPIC_RESOURCE = 2
@@ -287,6 +287,60 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "unclean.leader.election.enable": (BOOLEAN, "false"),
 }
 
+# The broker's security settings, as Kafka 4.4's DescribeConfigs of a broker lists them (name ->
+# type, Kafka's default), those minibroker has a use or a place for: what its listeners read
+# at start (broker/security/listeners.py), connections.max.reauth.ms included (librdkafka's
+# re-authentication test 0142 reads it from here), and the SASL settings Kafka reconfigures.
+# A PASSWORD is sensitive: described with a null value and is_sensitive, as Kafka does. Left
+# out: the OAUTHBEARER, callback-handler and JVM-only (ssl.provider, key/trust manager
+# algorithms) settings, which nothing here reads. Listener-prefixed settings
+# (listener.name.<l>.<key>) are not listed, as Kafka does not list them.
+SECURITY_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
+    "connections.max.reauth.ms": (LONG, "0"),
+    "principal.builder.class": (
+        CLASS,
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+    ),
+    "sasl.enabled.mechanisms": (LIST, "GSSAPI"),
+    "sasl.jaas.config": (PASSWORD, None),
+    "sasl.kerberos.kinit.cmd": (STRING, "/usr/bin/kinit"),
+    "sasl.kerberos.min.time.before.relogin": (LONG, "60000"),
+    "sasl.kerberos.principal.to.local.rules": (LIST, "DEFAULT"),
+    "sasl.kerberos.service.name": (STRING, None),
+    "sasl.kerberos.ticket.renew.jitter": (DOUBLE, "0.05"),
+    "sasl.kerberos.ticket.renew.window.factor": (DOUBLE, "0.8"),
+    "sasl.login.refresh.buffer.seconds": (SHORT, "300"),
+    "sasl.login.refresh.min.period.seconds": (SHORT, "60"),
+    "sasl.login.refresh.window.factor": (DOUBLE, "0.8"),
+    "sasl.login.refresh.window.jitter": (DOUBLE, "0.05"),
+    "sasl.mechanism.controller.protocol": (STRING, "GSSAPI"),
+    "sasl.mechanism.inter.broker.protocol": (STRING, "GSSAPI"),
+    "sasl.server.max.receive.size": (INT, "524288"),
+    "security.inter.broker.protocol": (STRING, "PLAINTEXT"),
+    "ssl.cipher.suites": (LIST, ""),
+    "ssl.client.auth": (STRING, "none"),
+    "ssl.enabled.protocols": (LIST, "TLSv1.2,TLSv1.3"),
+    "ssl.endpoint.identification.algorithm": (STRING, "https"),
+    "ssl.key.password": (PASSWORD, None),
+    "ssl.keystore.certificate.chain": (PASSWORD, None),
+    "ssl.keystore.key": (PASSWORD, None),
+    "ssl.keystore.location": (STRING, None),
+    "ssl.keystore.password": (PASSWORD, None),
+    "ssl.keystore.type": (STRING, "JKS"),
+    "ssl.principal.mapping.rules": (STRING, "DEFAULT"),
+    "ssl.protocol": (STRING, "TLSv1.3"),
+    "ssl.truststore.certificates": (PASSWORD, None),
+    "ssl.truststore.location": (STRING, None),
+    "ssl.truststore.password": (PASSWORD, None),
+    "ssl.truststore.type": (STRING, "JKS"),
+}
+
+
+def _broker_def(name: str) -> tuple[int, str | None]:
+    """A broker property's (type, Kafka's default); (STRING, None) when not described."""
+    return BROKER_CONFIG_DEFS.get(name) or SECURITY_CONFIG_DEFS.get(name) or (STRING, None)
+
+
 # Kafka's groups of broker properties that set one value (DynamicBrokerConfig
 # .brokerConfigSynonyms), most precise first.
 _BROKER_SYNONYM_GROUPS = (
@@ -329,8 +383,63 @@ UNSUPPORTED_DYNAMIC_CONFIGS = frozenset(
         "num.network.threads",
         "num.recovery.threads.per.data.dir",
         "num.replica.fetchers",
+        # Security settings Kafka reconfigures (DynamicListenerConfig.ReconfigurableConfigs,
+        # and the key and trust stores with a listener prefix) that minibroker's listeners
+        # read at start only: refused rather than stored without taking effect.
+        "principal.builder.class",
+        "sasl.enabled.mechanisms",
+        "sasl.jaas.config",
+        "sasl.mechanism.inter.broker.protocol",
+        "ssl.cipher.suites",
+        "ssl.client.auth",
+        "ssl.enabled.protocols",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.key.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.keystore.type",
+        "ssl.protocol",
+        "ssl.truststore.certificates",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.type",
     }
 )
+
+# Kafka's per-broker SASL reconfigurables (DynamicListenerConfig.ReconfigurableConfigs, in
+# DynamicBrokerConfig.PerBrokerConfigs) that minibroker accepts, stores and describes but does
+# not act on, with their types (Kafka's ConfigDef check of the value): the Kerberos settings
+# (minibroker has no GSSAPI) and the refresh settings of a broker's own OAUTHBEARER or GSSAPI
+# login (minibroker's nodes log in to each other with PLAIN or SCRAM, which do not refresh).
+# As Kafka, they are set per broker only: the cluster default ("") refuses them.
+KEPT_DYNAMIC_BROKER_CONFIGS: dict[str, int] = {
+    name: SECURITY_CONFIG_DEFS[name][0]
+    for name in (
+        "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.min.time.before.relogin",
+        "sasl.kerberos.principal.to.local.rules",
+        "sasl.kerberos.service.name",
+        "sasl.kerberos.ticket.renew.jitter",
+        "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.login.refresh.buffer.seconds",
+        "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.window.factor",
+        "sasl.login.refresh.window.jitter",
+    )
+}
+
+# The cluster-wide default Kafka 4.1+ reports for every broker (KIP-966): a new cluster with
+# eligible leader replicas writes min.insync.replicas at the cluster level when it is
+# formatted, so DescribeConfigs shows it as DYNAMIC_DEFAULT_BROKER_CONFIG, on the cluster
+# default ("") and as the source of every broker's and topic's value. Departure: minibroker
+# writes no such record; when the cluster default does not set min.insync.replicas, each node
+# reports its own static value (or Kafka's default, 1) there, which is the value it enforces.
+# Nodes started with different static values report different cluster values (Kafka has one);
+# and without ELR, Kafka's refusals of a broker-level value and of deleting the cluster one
+# ("... while ELR is enabled") are not made.
+CLUSTER_MIN_ISR = "min.insync.replicas"
 
 # Broker properties that can be changed dynamically here and set no topic config, with the
 # least value Kafka's ConfigDef allows (INT, atLeast): producer.id.expiration.ms is Kafka's
@@ -357,9 +466,20 @@ class BrokerLayers:
     def by_precedence(self) -> tuple[tuple[dict[str, str], int], ...]:
         return (
             (self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
-            (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.reported_default(), DYNAMIC_DEFAULT_BROKER_CONFIG),
             (self.static, STATIC_BROKER_CONFIG),
         )
+
+    def reported_default(self) -> dict[str, str]:
+        """The cluster default as Kafka 4.1+ reports it: with min.insync.replicas
+        (CLUSTER_MIN_ISR), this node's static value when the cluster default does not set
+        it."""
+        if CLUSTER_MIN_ISR in self.dynamic_default:
+            return self.dynamic_default
+        static = self.static.get(CLUSTER_MIN_ISR)
+        value = static.strip() if static is not None else BROKER_CONFIG_DEFS[CLUSTER_MIN_ISR][1]
+        assert value is not None
+        return {**self.dynamic_default, CLUSTER_MIN_ISR: value}
 
 
 def _synonym(name: str, value: str | None, source: int) -> dict:
@@ -376,13 +496,17 @@ def _entry(
     read_only: bool,
     include_synonyms: bool,
 ) -> dict:
+    # A PASSWORD is never shown, nor are its synonyms' values (Kafka's ConfigHelper).
+    sensitive = config_type == PASSWORD
+    if sensitive:
+        synonyms = [{**synonym, "value": None} for synonym in synonyms]
     return {
         "name": name,
-        "value": value,
+        "value": None if sensitive else value,
         "read_only": read_only,
         "config_source": source,
         "is_default": source == DEFAULT_CONFIG,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": synonyms if include_synonyms else [],
         "config_type": config_type,
         "documentation": None,
@@ -467,11 +591,19 @@ def describe_broker(
     keys: Iterable[str] | None = None,
     cluster_default: bool = False,
 ) -> list[dict]:
-    """DescribeConfigs entries of a broker resource: this broker's configs (its id), or with
-    ``cluster_default`` the dynamic cluster defaults only (the resource named "")."""
-    names = set(BROKER_CONFIG_DEFS) | set(layers.dynamic_broker) | set(layers.dynamic_default)
+    """DescribeConfigs entries of a broker resource: this broker's configs (its id), its
+    security settings among them (SECURITY_CONFIG_DEFS), or with ``cluster_default`` the
+    dynamic cluster defaults only (the resource named ""), min.insync.replicas always
+    (CLUSTER_MIN_ISR)."""
+    reported_default = layers.reported_default()
+    names = (
+        set(BROKER_CONFIG_DEFS)
+        | set(SECURITY_CONFIG_DEFS)
+        | set(layers.dynamic_broker)
+        | set(reported_default)
+    )
     if cluster_default:
-        names = set(layers.dynamic_default)
+        names = set(reported_default)
     entries = []
     for name in sorted(names):
         if not _wanted(name, keys):
@@ -484,9 +616,9 @@ def describe_broker(
             if synonym in layer
         ]
         chain += [
-            _synonym(synonym, BROKER_CONFIG_DEFS[synonym][1], DEFAULT_CONFIG)
+            _synonym(synonym, _broker_def(synonym)[1], DEFAULT_CONFIG)
             for synonym in group
-            if BROKER_CONFIG_DEFS.get(synonym, (STRING, None))[1] is not None
+            if _broker_def(synonym)[1] is not None
         ]
         if cluster_default:
             chain = [s for s in chain if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
@@ -499,8 +631,9 @@ def describe_broker(
             name not in DYNAMIC_BROKER_CONFIGS
             and name not in DYNAMIC_BROKER_ONLY_CONFIGS
             and name not in UNSUPPORTED_DYNAMIC_CONFIGS
+            and name not in KEPT_DYNAMIC_BROKER_CONFIGS
         )
-        config_type = BROKER_CONFIG_DEFS.get(name, (STRING, None))[0]
+        config_type = _broker_def(name)[0]
         entries.append(
             _entry(
                 name,
@@ -538,14 +671,14 @@ def is_list_config(name: str) -> bool:
     definition = TOPIC_CONFIG_DEFS.get(name)
     if definition is not None:
         return definition.type == LIST
-    return BROKER_CONFIG_DEFS.get(name, (STRING, None))[0] == LIST
+    return _broker_def(name)[0] == LIST
 
 
 def _default_text(name: str) -> str | None:
     definition = TOPIC_CONFIG_DEFS.get(name)
     if definition is not None:
         return definition.default
-    return BROKER_CONFIG_DEFS.get(name, (STRING, None))[1]
+    return _broker_def(name)[1]
 
 
 def incrementally_altered(
@@ -599,9 +732,12 @@ def validate_topic_overrides(configs: dict[str, str]) -> None:
         raise ConfigChangeError(Error.INVALID_CONFIG, str(error)) from None
 
 
-def validate_broker_overrides(configs: dict[str, str]) -> None:
-    """Kafka's checks of dynamic broker configs; like Kafka (KAFKA-13609), a refusal is
-    INVALID_REQUEST. Properties Kafka cannot change dynamically are named together."""
+def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = False) -> None:
+    """Kafka's checks of dynamic broker configs (DynamicBrokerConfig.validateConfigs, in its
+    order: static properties, then each value's type, then per-broker properties at the
+    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST. Properties
+    Kafka cannot change dynamically are named together. ``cluster_default``: the resource
+    named "", which refuses Kafka's per-broker properties (KEPT_DYNAMIC_BROKER_CONFIGS)."""
     unsupported = sorted(name for name in configs if name in UNSUPPORTED_DYNAMIC_CONFIGS)
     if unsupported:
         raise ConfigChangeError(
@@ -611,7 +747,9 @@ def validate_broker_overrides(configs: dict[str, str]) -> None:
     static_only = sorted(
         name
         for name in configs
-        if name not in DYNAMIC_BROKER_CONFIGS and name not in DYNAMIC_BROKER_ONLY_CONFIGS
+        if name not in DYNAMIC_BROKER_CONFIGS
+        and name not in DYNAMIC_BROKER_ONLY_CONFIGS
+        and name not in KEPT_DYNAMIC_BROKER_CONFIGS
     )
     if static_only:
         raise ConfigChangeError(
@@ -622,10 +760,44 @@ def validate_broker_overrides(configs: dict[str, str]) -> None:
         try:
             if name in DYNAMIC_BROKER_ONLY_CONFIGS:
                 _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
+            elif name in KEPT_DYNAMIC_BROKER_CONFIGS:
+                _validate_type(name, text, KEPT_DYNAMIC_BROKER_CONFIGS[name])
             else:
                 validate_topic_config(DYNAMIC_BROKER_CONFIGS[name], text, shown_as=name)
         except ValueError as error:
             raise ConfigChangeError(Error.INVALID_REQUEST, str(error)) from None
+    per_broker = sorted(name for name in configs if name in KEPT_DYNAMIC_BROKER_CONFIGS)
+    if cluster_default and per_broker:
+        raise ConfigChangeError(
+            Error.INVALID_REQUEST,
+            "Cannot update these configs at default cluster level, broker id must be "
+            f"specified: [{', '.join(per_broker)}]",
+        )
+
+
+_TYPE_NAMES = {SHORT: "SHORT", LONG: "LONG", DOUBLE: "DOUBLE"}
+_INTEGER_BOUNDS = {SHORT: 2**15, LONG: 2**63}
+
+
+def _validate_type(name: str, text: str, config_type: int) -> None:
+    """Kafka's ConfigDef parse of a SHORT, LONG or DOUBLE value, with its message (other
+    types take any text)."""
+    if config_type not in _TYPE_NAMES:
+        return
+    stripped = (text or "").strip()
+    try:
+        if config_type == DOUBLE:
+            float(stripped)
+            return
+        value = int(stripped)
+        if -_INTEGER_BOUNDS[config_type] <= value < _INTEGER_BOUNDS[config_type]:
+            return
+    except ValueError:
+        pass
+    raise ValueError(
+        f"Invalid value {text} for configuration {name}: Not a number of type "
+        f"{_TYPE_NAMES[config_type]}"
+    )
 
 
 def _validate_int(name: str, text: str, lowest: int) -> int:

@@ -69,7 +69,9 @@ def _new_configs(
     elif resource.resource_type == TOPIC_RESOURCE:
         config_model.validate_topic_overrides(new_configs)
     else:
-        config_model.validate_broker_overrides(new_configs)
+        config_model.validate_broker_overrides(
+            new_configs, cluster_default=resource.resource_name == ""
+        )
     return new_configs
 
 

@@ -599,7 +599,9 @@ class GroupCoordinator:
     # -- offsets --------------------------------------------------------------------------------
 
     def _commit_error(self, group: Group | None, request: CommitRequest) -> Error:
-        """Kafka's checks before an offset commit is written, in Kafka's order."""
+        """Kafka's checks before an offset commit is written, in Kafka's order (a classic
+        group's are Group.validate_classic_offset_commit); an accepted member's commit keeps its
+        session, as a heartbeat would."""
         if group is None:
             return Error.NONE if request.generation < 0 else Error.ILLEGAL_GENERATION
         if group.is_(GroupState.DEAD):
@@ -607,23 +609,13 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             # OffsetCommit v9+ names the member epoch (KIP-848).
             return group.validate_offset_commit(request.member_id, request.generation)
-        if (
-            request.group_instance_id is not None
-            and group.static_members.get(request.group_instance_id, request.member_id)
-            != request.member_id
-        ):
-            return Error.FENCED_INSTANCE_ID
-        if request.generation < 0 and group.is_(GroupState.EMPTY):
-            return Error.NONE  # a group that only stores offsets (manual assignment)
-        if group.is_(GroupState.COMPLETING_REBALANCE):
-            return Error.REBALANCE_IN_PROGRESS
+        error = group.validate_classic_offset_commit(
+            request.member_id, request.group_instance_id, request.generation, transactional=False
+        )
         member = group.members.get(request.member_id)
-        if member is None:
-            return Error.UNKNOWN_MEMBER_ID
-        if request.generation != group.generation:
-            return Error.ILLEGAL_GENERATION
-        member.session_deadline_ms = self.clock_ms() + member.session_timeout_ms
-        return Error.NONE
+        if error == Error.NONE and member is not None:
+            member.session_deadline_ms = self.clock_ms() + member.session_timeout_ms
+        return error
 
     async def commit(self, request: CommitRequest) -> dict[tuple[str, int], Error]:
         """OffsetCommit: every partition's outcome. Offsets become visible to OffsetFetch
@@ -672,24 +664,9 @@ class GroupCoordinator:
             return Error.COORDINATOR_NOT_AVAILABLE
         if isinstance(group, ConsumerGroup):
             return group.validate_offset_commit(request.member_id, request.generation)
-        if request.generation < 0 and group.is_(GroupState.EMPTY):
-            return Error.NONE
-        if (
-            request.generation >= 0
-            or request.member_id != ""
-            or request.group_instance_id is not None
-        ):
-            if request.group_instance_id is not None:
-                known = group.static_members.get(request.group_instance_id)
-                if known is None:
-                    return Error.UNKNOWN_MEMBER_ID
-                if known != request.member_id:
-                    return Error.FENCED_INSTANCE_ID
-            if request.member_id not in group.members:
-                return Error.UNKNOWN_MEMBER_ID
-            if request.generation != group.generation:
-                return Error.ILLEGAL_GENERATION
-        return Error.NONE
+        return group.validate_classic_offset_commit(
+            request.member_id, request.group_instance_id, request.generation, transactional=True
+        )
 
     async def commit_transactional_offsets(
         self, request: TxnCommitRequest

@@ -198,6 +198,41 @@ class Group:
     def is_empty(self) -> bool:
         return not self.members
 
+    def validate_classic_offset_commit(
+        self, member_id: str, instance_id: str | None, generation: int, transactional: bool
+    ) -> Error:
+        """Kafka 4's ClassicGroup.validateOffsetCommit (OffsetCommit, and TxnOffsetCommit when
+        ``transactional``), in its order: a Dead group is COORDINATOR_NOT_AVAILABLE; a
+        generation below 0 commits freely to an Empty group (a consumer without group
+        management, or the admin client); a request that names a member, an instance or a
+        generation must name a current member (UNKNOWN_MEMBER_ID; a static member by its
+        instance id, FENCED_INSTANCE_ID when another member id holds it) of the current
+        generation (ILLEGAL_GENERATION); one that names none of them commits only to an Empty
+        group (UNKNOWN_MEMBER_ID), except a transactional one (TxnOffsetCommit v0-v2 name
+        none). Only then, for a non-transactional commit, CompletingRebalance is
+        REBALANCE_IN_PROGRESS: a member of an older generation learns ILLEGAL_GENERATION first
+        (librdkafka's manual commit during a cooperative rebalance accepts only that)."""
+        if self.is_(GroupState.DEAD):
+            return Error.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and self.is_(GroupState.EMPTY):
+            return Error.NONE
+        if generation >= 0 or member_id != "" or instance_id is not None:
+            if instance_id is not None:
+                known = self.static_members.get(instance_id)
+                if known is None:
+                    return Error.UNKNOWN_MEMBER_ID
+                if known != member_id:
+                    return Error.FENCED_INSTANCE_ID
+            elif member_id not in self.members:
+                return Error.UNKNOWN_MEMBER_ID
+            if generation != self.generation:
+                return Error.ILLEGAL_GENERATION
+        elif not transactional and not self.is_(GroupState.EMPTY):
+            return Error.UNKNOWN_MEMBER_ID
+        if not transactional and self.is_(GroupState.COMPLETING_REBALANCE):
+            return Error.REBALANCE_IN_PROGRESS
+        return Error.NONE
+
     def next_deadline_ms(self) -> int | None:
         """The earliest moment `expire` has something to do."""
         deadlines = [

@@ -182,17 +182,20 @@ class MarkerChannel:
                 ]
             },
         )
+        connection = None
         try:
             connection = await self._connection(leader)
             with trio.fail_after(REQUEST_TIMEOUT_S):
                 response = await connection.request(request)
         except CONNECTION_ERRORS as error:
-            log.debug("markers to broker %d failed: %s", leader, error)
-            await self._drop(leader)
+            # Transactions share the connection to a leader: one whose request timed out
+            # closes it under the others, which find it closed (trio.ClosedResourceError).
+            log.debug("markers to broker %d failed: %r", leader, error)
+            await self._discard(leader, connection)
             return set()
         except Exception as error:  # an answer that does not decode: a broker of the past
             log.warning("markers to broker %d failed: %r", leader, error)
-            await self._drop(leader)
+            await self._discard(leader, connection)
             return set()
         done: set[Partition] = set()
         for marker in response.markers:
@@ -214,12 +217,13 @@ class MarkerChannel:
         """One request to another broker's inter-broker listener (the coordinator's other
         inter-broker request: KIP-890's verify-only AddPartitionsToTxn); a connection that
         fails is dropped and the error raised."""
+        connection = None
         try:
             connection = await self._connection(broker_id)
             with trio.fail_after(REQUEST_TIMEOUT_S):
                 return await connection.request(request)
         except Exception:
-            await self._drop(broker_id)
+            await self._discard(broker_id, connection)
             raise
 
     async def _connection(self, broker_id: int) -> NodeConnection:
@@ -238,6 +242,15 @@ class MarkerChannel:
                 )
                 self._connections[broker_id] = connection
             return connection
+
+    async def _discard(self, broker_id: int, connection: NodeConnection | None) -> None:
+        """After a failed request on ``connection`` (None: it was never opened): close it,
+        and forget it unless another task already replaced it with a new one."""
+        if connection is None:
+            return
+        if self._connections.get(broker_id) is connection:
+            del self._connections[broker_id]
+        await connection.aclose()
 
     async def _drop(self, broker_id: int) -> None:
         connection = self._connections.pop(broker_id, None)

@@ -494,7 +494,9 @@ class TransactionCoordinator:
         PrepareCommit/PrepareAbort is in the log; the markers and the completion follow in
         the background. The id and epoch (EndTxn v5) are those the client continues with:
         with TV2 the bumped epoch, or a new id at epoch 0; for a retry answered NONE, the
-        current ones; -1 with an error."""
+        current ones; -1 with an error. A TV2 ABORT of a transaction with no partition in it
+        (Kafka 4) writes PrepareAbort with no partitions: no marker to send, its completion
+        follows at once."""
         failed = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if transactional_id == "":
             return Error.INVALID_REQUEST, *failed
@@ -504,7 +506,7 @@ class TransactionCoordinator:
         if meta is None:
             return Error.INVALID_PRODUCER_ID_MAPPING, *failed
         next_producer_id = None
-        if meta.needs_next_producer_id(client_transaction_version):
+        if meta.needs_next_producer_id(client_transaction_version, commit):
             try:
                 next_producer_id = await self.replicas.next_producer_id()
             except ControllerUnavailable:

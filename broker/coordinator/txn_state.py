@@ -92,12 +92,24 @@ VALID_PREVIOUS = {
         TxnState.COMPLETE_ABORT,
     },
     TxnState.PREPARE_COMMIT: {TxnState.ONGOING},
-    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE},
+    # TV2 (Kafka 4): an abort of a transaction with no partition in it, from Empty or a
+    # completed transaction, writes PrepareAbort with no partitions.
+    TxnState.PREPARE_ABORT: {
+        TxnState.ONGOING,
+        TxnState.PREPARE_EPOCH_FENCE,
+        TxnState.EMPTY,
+        TxnState.COMPLETE_COMMIT,
+        TxnState.COMPLETE_ABORT,
+    },
     TxnState.COMPLETE_COMMIT: {TxnState.PREPARE_COMMIT},
     TxnState.COMPLETE_ABORT: {TxnState.PREPARE_ABORT},
     TxnState.DEAD: {TxnState.EMPTY, TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT},
     TxnState.PREPARE_EPOCH_FENCE: {TxnState.ONGOING},
 }
+
+# The states a TV2 EndTxn ABORT with no partition in the transaction leaves (Kafka 4's
+# TransactionCoordinator.endTransaction: Empty, CompleteCommit, CompleteAbort).
+_EMPTY_ABORT_FROM = {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
 
 # Kafka's isExpirationAllowed: a transactional id idle this long in these states is removed.
 EXPIRABLE = {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
@@ -291,17 +303,24 @@ class TxnMetadata:
             self.start_ms = transit.start_ms
             self.partitions |= transit.partitions
         elif state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            # An empty TV2 abort starts its transaction now (Kafka's allowedEmptyAbort).
+            empty_abort = (
+                state == TxnState.PREPARE_ABORT
+                and supports_epoch_bump(transit.client_transaction_version)
+                and self.state in _EMPTY_ABORT_FROM
+            )
             if (
                 not self._valid_producer_epoch(transit)
                 or self.partitions != transit.partitions
                 or self.timeout_ms != transit.timeout_ms
-                or self.start_ms != transit.start_ms
+                or (self.start_ms != transit.start_ms and not empty_abort)
             ):
                 raise IllegalTransition(f"{self.transactional_id}: bad EndTxn transit")
             if supports_epoch_bump(transit.client_transaction_version):
                 self.producer_epoch = transit.producer_epoch
                 self.last_producer_epoch = transit.last_producer_epoch
                 self.next_producer_id = transit.next_producer_id
+                self.start_ms = transit.start_ms
         elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             if (
                 not self._valid_producer_epoch(transit)
@@ -504,13 +523,15 @@ class TxnMetadata:
 
     # -- EndTxn ----------------------------------------------------------------------------------
 
-    def needs_next_producer_id(self, client_transaction_version: int) -> bool:
+    def needs_next_producer_id(self, client_transaction_version: int, commit: bool = True) -> bool:
         """Whether a TV2 EndTxn would exhaust the epoch, so the service allocates the next
-        producer id first (Kafka's endTransaction calls generateProducerId there)."""
+        producer id first (Kafka's endTransaction calls generateProducerId there): the end of
+        an Ongoing transaction, or a TV2 abort of an empty one (see :meth:`prepare_end`)."""
+        states = {TxnState.ONGOING} if commit else {TxnState.ONGOING, *_EMPTY_ABORT_FROM}
         return (
             supports_epoch_bump(client_transaction_version)
             and self.pending is None
-            and self.state == TxnState.ONGOING
+            and self.state in states
             and self.epoch_exhausted
         )
 
@@ -540,10 +561,19 @@ class TxnMetadata:
 
         ``client_transaction_version`` 2 (EndTxn v5) bumps the epoch in the decision; when
         that is the last usable epoch, ``next_producer_id`` (from the service, see
-        :meth:`needs_next_producer_id`) is written as the id to continue with. Which epochs
-        are valid depends on the version of the state's last change, as in Kafka: after a
-        TV2 change, a retry carries the epoch before the bump."""
-        fencing = self.pending == TxnState.PREPARE_EPOCH_FENCE
+        :meth:`needs_next_producer_id`) is written as the id to continue with. A client's
+        TV2 EndTxn follows the TV2 branch of Kafka 4's endTransaction (chosen by the request's
+        version, as Kafka's handleEndTransaction does): at the current epoch it ends the
+        transaction; with the epoch before the bump it is a retry; and an ABORT of a
+        transaction with no partition in it (from Empty, CompleteCommit or CompleteAbort:
+        KIP-890 part 2 makes such an abort always legal, e.g. when the transaction's only
+        produce never reached a partition) writes PrepareAbort with no partitions and bumps
+        the epoch like any other end; a COMMIT there is INVALID_TXN_STATE. For TV1 requests
+        (and the coordinator's fence) which epochs are valid depends on the version of the
+        state's last change: after a TV2 change, a retry carries the epoch before the bump."""
+        if not self._fencing_pending() and supports_epoch_bump(client_transaction_version):
+            return self._prepare_end_tv2(producer_id, epoch, commit, now_ms, next_producer_id)
+        fencing = self._fencing_pending()
         state = self.state
         current_tv2 = not fencing and supports_epoch_bump(self.client_transaction_version)
         retry_on_overflow = (
@@ -572,11 +602,6 @@ class TxnMetadata:
             return Error.CONCURRENT_TRANSACTIONS
         if state == TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            following = NO_PRODUCER_ID
-            if self.needs_next_producer_id(client_transaction_version) and not fencing:
-                if next_producer_id is None:
-                    raise IllegalTransition("a next producer id is needed (needs_next_producer_id)")
-                following = next_producer_id
             if fencing:
                 if target != TxnState.PREPARE_ABORT:
                     raise IllegalTransition("a fence only aborts")
@@ -584,21 +609,18 @@ class TxnMetadata:
                 self.producer_epoch = epoch
                 self.last_producer_epoch = NO_PRODUCER_EPOCH
             if supports_epoch_bump(client_transaction_version):
-                # Kafka's prepareAbortOrCommit; never past Short.MaxValue (the epoch is at
-                # most SHORT_MAX - 1 here: exhausted epochs rotate at InitProducerId).
-                new_epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
-            else:
-                new_epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
+                # A fence with a TV2 request version (the service sends TV1): no rotation.
+                return self._prepare_decision(target, now_ms, None, self.start_ms, False)
             return self._prepare(
                 target,
                 self.producer_id,
-                new_epoch,
-                last_epoch,
+                self.producer_epoch,
+                self.last_producer_epoch,
                 self.timeout_ms,
                 frozenset(self.partitions),
                 self.start_ms,
                 now_ms,
-                following,
+                NO_PRODUCER_ID,
                 client_transaction_version,
             )
         if state == TxnState.COMPLETE_COMMIT:
@@ -612,6 +634,97 @@ class TxnMetadata:
         if state == TxnState.EMPTY:
             return Error.INVALID_TXN_STATE
         raise IllegalTransition(f"{self.transactional_id} found in {state.kafka_name}")
+
+    def _fencing_pending(self) -> bool:
+        return self.pending == TxnState.PREPARE_EPOCH_FENCE
+
+    def _prepare_end_tv2(
+        self,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        now_ms: int,
+        next_producer_id: int | None,
+    ) -> Error | Transit:
+        """The TV2 branch of Kafka 4's TransactionCoordinator.endTransaction, for a client's
+        EndTxn v5 (no fence pending). A completed transaction takes a new end at the current
+        epoch, which for an ABORT is the abort of an empty transaction; with the epoch before
+        the bump it is a retry (retryOnEpochBump, retryOnOverflow). Departure: a retry is
+        recognised only after a TV2 change of the state, where Kafka 4.4 looks at the epoch
+        alone, because the coordinator's fence here bumps the epoch once (Kafka's TV2 fence
+        bumps twice): the fenced producer's epoch is then one below the stored one and must
+        stay PRODUCER_FENCED, not pass as a retry."""
+        state = self.state
+        tv2_state = supports_epoch_bump(self.client_transaction_version)
+        retry_on_overflow = (
+            tv2_state
+            and self.previous_producer_id == producer_id
+            and epoch == SHORT_MAX - 1
+            and self.producer_epoch == 0
+        )
+        retry_on_bump = self._end_txn_epoch_bumped(epoch)
+        retry = retry_on_bump or retry_on_overflow
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid_epoch = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid_epoch = retry or epoch == self.producer_epoch
+        else:
+            valid_epoch = epoch == self.producer_epoch
+        if self.producer_id != producer_id and not retry_on_overflow:
+            return Error.INVALID_PRODUCER_ID_MAPPING
+        if not valid_epoch:
+            return Error.PRODUCER_FENCED
+        if self.pending is not None:
+            return Error.CONCURRENT_TRANSACTIONS
+        if state == TxnState.ONGOING:
+            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            return self._prepare_decision(target, now_ms, next_producer_id, self.start_ms)
+        if state == TxnState.PREPARE_COMMIT:
+            return Error.CONCURRENT_TRANSACTIONS if commit else Error.INVALID_TXN_STATE
+        if state == TxnState.PREPARE_ABORT:
+            return Error.CONCURRENT_TRANSACTIONS if not commit else Error.INVALID_TXN_STATE
+        if state not in _EMPTY_ABORT_FROM:
+            raise IllegalTransition(f"{self.transactional_id} found in {state.kafka_name}")
+        if retry:
+            # Only a completed transaction's own outcome is a retry's answer.
+            same = commit == (state == TxnState.COMPLETE_COMMIT)
+            if state != TxnState.EMPTY and same:
+                return Error.NONE
+            return Error.INVALID_TXN_STATE
+        if commit:
+            return Error.INVALID_TXN_STATE
+        # Kafka's prepareAbortOrCommit with noPartitionAdded: its start is now.
+        return self._prepare_decision(TxnState.PREPARE_ABORT, now_ms, next_producer_id, now_ms)
+
+    def _prepare_decision(
+        self,
+        target: TxnState,
+        now_ms: int,
+        next_producer_id: int | None,
+        start_ms: int,
+        rotate: bool = True,
+    ) -> Transit:
+        """Kafka's prepareAbortOrCommit with TV2: the decision carries the bumped epoch (never
+        past Short.MaxValue: the epoch is at most SHORT_MAX - 1 here, exhausted epochs rotate
+        at InitProducerId), and the next producer id when that epoch is the last (not for a
+        fence: ``rotate`` False)."""
+        following = NO_PRODUCER_ID
+        if rotate and self.epoch_exhausted:
+            if next_producer_id is None:
+                raise IllegalTransition("a next producer id is needed (needs_next_producer_id)")
+            following = next_producer_id
+        return self._prepare(
+            target,
+            self.producer_id,
+            self.producer_epoch + 1,
+            self.producer_epoch,
+            self.timeout_ms,
+            frozenset(self.partitions),
+            start_ms,
+            now_ms,
+            following,
+            TV_2,
+        )
 
     def prepare_complete(self, now_ms: int) -> Transit:
         """The markers are written: CompleteCommit or CompleteAbort (Kafka's

@@ -305,8 +305,10 @@ def test_dynamic_broker_configs(broker):
         },
     )
     (cluster,) = exchange(broker.bootstrap, describe_default, 2).results
+    # With min.insync.replicas, the cluster-wide default Kafka 4.1+ reports (KIP-966).
     assert [(c.name, c.value, c.config_source) for c in cluster.configs] == [
-        ("log.retention.ms", "7000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        ("log.retention.ms", "7000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+        ("min.insync.replicas", "1", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
     ]
     incremental(admin, broker_resource(own), ("message.max.bytes", AlterConfigOpType.SET, "3000"))
 
@@ -470,3 +472,106 @@ def test_older_versions_loggers_and_create_topics_answer(broker):
         "root": ("INFO", DYNAMIC_BROKER_LOGGER_CONFIG),
         "produce": ("DEBUG", DYNAMIC_BROKER_LOGGER_CONFIG),
     }
+
+
+def test_sasl_reconfigurables_and_security_settings_of_a_broker(broker_factory):
+    """What librdkafka 0081 and 0142 and confluent-kafka's test_incremental_alter_configs ask
+    of a broker, with confluent-kafka's AdminClient: AlterConfigs and IncrementalAlterConfigs
+    of Kafka's per-broker SASL reconfigurables (kept, not acted on: no GSSAPI here) succeed
+    and are described as DYNAMIC_BROKER_CONFIG; the broker's security settings are described
+    (connections.max.reauth.ms, sasl.enabled.mechanisms; a password with no value, sensitive);
+    the cluster default refuses per-broker settings in Kafka 4.4's words; a topic's
+    min.insync.replicas comes from the cluster-wide default (KIP-966), so it is not default."""
+    broker = broker_factory({"connections.max.reauth.ms": "5000", "ssl.key.password": "secret"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    own = broker_resource(str(broker.node_id))
+
+    legacy = broker_resource(str(broker.node_id))
+    legacy.set_config("sasl.kerberos.min.time.before.relogin", "58000")
+    (future,) = admin.alter_configs([legacy]).values()
+    assert future.result(TIMEOUT) is None
+    incremental(admin, own, ("sasl.login.refresh.window.factor", AlterConfigOpType.SET, "0.7"))
+    described = describe(admin, broker_resource(str(broker.node_id)))
+    for name, value in (
+        ("sasl.kerberos.min.time.before.relogin", "58000"),
+        ("sasl.login.refresh.window.factor", "0.7"),
+    ):
+        entry = described[name]
+        assert (entry.value, entry.source, entry.is_read_only) == (
+            value,
+            ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+            False,
+        )
+    reauth = described["connections.max.reauth.ms"]
+    assert (reauth.value, reauth.source) == ("5000", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert described["sasl.enabled.mechanisms"].value == "GSSAPI"  # Kafka's default
+    password = described["ssl.key.password"]
+    assert (password.value, password.is_sensitive) == (None, True)
+
+    per_broker = codec.build(
+        codec.request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1),
+        {
+            "resources": [
+                {
+                    "resource_type": BROKER_RESOURCE,
+                    "resource_name": "",
+                    "configs": [
+                        {
+                            "name": "sasl.kerberos.min.time.before.relogin",
+                            "config_operation": 0,
+                            "value": "58000",
+                        }
+                    ],
+                }
+            ],
+            "validate_only": False,
+        },
+    )
+    (answer,) = exchange(broker.bootstrap, per_broker, 1).responses
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.invalid_request,
+        "Cannot update these configs at default cluster level, broker id must be specified: "
+        "[sasl.kerberos.min.time.before.relogin]",
+    )
+    # A setting the listeners read at start only is refused, not stored without effect.
+    resource = broker_resource(str(broker.node_id))
+    resource.add_incremental_config(
+        ConfigEntry("sasl.enabled.mechanisms", "PLAIN", incremental_operation=AlterConfigOpType.SET)
+    )
+    (future,) = admin.incremental_alter_configs([resource]).values()
+    assert refused(future).code() == KafkaError.INVALID_REQUEST
+
+    admin.create_topics([NewTopic("min-isr", 1, 1)])["min-isr"].result(TIMEOUT)
+    min_isr = describe(admin, topic("min-isr"))["min.insync.replicas"]
+    assert (min_isr.value, min_isr.source, min_isr.is_default) == (
+        "1",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+        False,
+    )
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key(broker):
+    """librdkafka's test 0011: a keyless record to a topic with cleanup.policy=compact is
+    refused with INVALID_RECORD (Kafka's LogValidator.validateKey); keyed records and
+    tombstones are taken, and a topic that does not compact takes keyless records."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topics = [NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"})]
+    topics.append(NewTopic("not-compacted", 1, 1))
+    for future in admin.create_topics(topics).values():
+        future.result(TIMEOUT)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0})
+    outcomes: dict[str, KafkaError | None] = {}
+
+    def send(name: str, topic_name: str, key: bytes | None, value: bytes | None) -> None:
+        producer.produce(
+            topic_name, value, key, on_delivery=lambda err, msg: outcomes.update({name: err})
+        )
+        producer.flush(TIMEOUT)
+
+    send("keyless", "compacted", None, b"v")
+    send("keyed", "compacted", b"k", b"v")
+    send("tombstone", "compacted", b"k", None)
+    send("plain", "not-compacted", None, b"v")
+    assert outcomes["keyless"] is not None
+    assert outcomes["keyless"].code() == KafkaError.INVALID_RECORD
+    assert (outcomes["keyed"], outcomes["tombstone"], outcomes["plain"]) == (None, None, None)

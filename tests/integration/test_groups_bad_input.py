@@ -223,3 +223,41 @@ def test_clients_cannot_produce_to_the_offsets_topic(broker_factory):
     opened.close()
     answer = produce_raw(broker, "__consumer_offsets", 0, [b"\xff"], acks=1)
     assert answer.error_code == ErrorCode.invalid_topic_exception
+
+
+def test_a_commit_while_the_group_completes_its_rebalance(session):
+    """OffsetCommit to a classic group in CompletingRebalance: Kafka 4's
+    ClassicGroup.validateOffsetCommit checks the member (UNKNOWN_MEMBER_ID) and the
+    generation (ILLEGAL_GENERATION) before the state (REBALANCE_IN_PROGRESS). A member that
+    commits with the generation it had (librdkafka 0113's manual commit during a cooperative
+    rebalance accepts only success or ILLEGAL_GENERATION) learns ILLEGAL_GENERATION. Compared
+    with Apache Kafka 4.4's answers in test_answers_as_kafka.py."""
+
+    def commit(generation: int, member_id: str) -> int:
+        answer = session.send(
+            ApiKey.OFFSET_COMMIT,
+            8,
+            {
+                "group_id": "g",
+                "generation_id_or_member_epoch": generation,
+                "member_id": member_id,
+                "topics": [
+                    {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 7}]}
+                ],
+            },
+        )
+        return answer.topics[0].partitions[0].error_code.value
+
+    joined = join(session, "g")
+    member, first = joined.member_id, joined.generation_id
+    assert sync(session, "g", first, member, [(member, b"a")]).error_code.value == Error.NONE
+    assert commit(first, member) == Error.NONE
+    # The leader rejoins: a new generation, whose assignment is not synced yet.
+    rejoined = join(session, "g", member_id=member)
+    assert (rejoined.error_code.value, rejoined.generation_id) == (Error.NONE, first + 1)
+    assert commit(first, member) == Error.ILLEGAL_GENERATION
+    assert commit(first + 1, "stranger") == Error.UNKNOWN_MEMBER_ID
+    assert commit(first, "stranger") == Error.UNKNOWN_MEMBER_ID
+    assert commit(first + 1, member) == Error.REBALANCE_IN_PROGRESS
+    assert sync(session, "g", first + 1, member, [(member, b"a")]).error_code.value == Error.NONE
+    assert commit(first + 1, member) == Error.NONE

@@ -2,8 +2,10 @@
 requests: the ``transaction.version`` feature in ApiVersions, Produce v12 adding its
 partition to the transaction (no AddPartitionsToTxn), EndTxn v5 bumping the epoch at every
 commit and abort and answering a retry as the original, a read_committed consumer seeing
-exactly the committed records, and transactional batches of two producers in one Produce
-refused with INVALID_PRODUCER_ID_MAPPING. The Java client's TV2 run is in
+exactly the committed records, transactional batches of two producers in one Produce
+refused with INVALID_PRODUCER_ID_MAPPING, and an abort of a transaction with no partition in
+it answered as Apache Kafka 4.4 answers it (the same requests to both; Kafka from
+bench/kafka_ref.py, skipped with the reason when there is no JVM). The Java client's TV2 run is in
 tests/java/test_transactions.py; TV1 clients on the same broker are
 tests/integration/test_transactions_clients.py."""
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.kafka_ref import KafkaCluster, missing_reason
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -44,7 +47,26 @@ def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
             assert started.stop() == 0, started.log_tail()
 
 
-def call(broker: BrokerProcess, api_key: ApiKey, version: int, **data):
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory) -> Iterator[KafkaCluster]:
+    """One Apache Kafka 4.4 node (KRaft), the reference, with the same topic."""
+    if (reason := missing_reason("kafka")) is not None:
+        pytest.skip(f"Apache Kafka reference: {reason}")
+    started = KafkaCluster.start(tmp_path_factory.mktemp("tv2-kafka"), nodes=1)
+    try:
+        create_topic(started.bootstrap, TOPIC, 2)
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(params=["minibroker", "kafka"])
+def either(request) -> BrokerProcess | KafkaCluster:
+    """The test against minibroker, then against Apache Kafka 4.4."""
+    return request.getfixturevalue("broker" if request.param == "minibroker" else "kafka")
+
+
+def call(broker: BrokerProcess | KafkaCluster, api_key: ApiKey, version: int, **data):
     return exchange(broker.bootstrap, codec.build(codec.request_class(api_key, version), data))
 
 
@@ -241,3 +263,65 @@ def test_transactional_batches_of_two_producers_are_refused(broker):
     assert produce(broker, "tv2-mixed", {0: txn_batch(b"x", first + 1000, 0, 0)}) == {
         0: Error.INVALID_PRODUCER_ID_MAPPING
     }
+
+
+def test_an_abort_of_an_empty_transaction_bumps_the_epoch_as_kafka_does(either):
+    """EndTxn v5 ABORT with no partition in the transaction (a client whose only produce never
+    reached a partition, which KIP-890 part 2 makes always legal): Kafka 4's TV2
+    endTransaction accepts it from Empty, CompleteAbort and CompleteCommit at the current
+    epoch, writes PrepareAbort with no partitions and answers the bumped epoch; a COMMIT
+    there is INVALID_TXN_STATE, the epoch before the bump is a retry, an epoch that is neither
+    is PRODUCER_FENCED. Answered the same by minibroker and by Apache Kafka 4.4."""
+    transactional_id = "tv2-empty-abort"
+    producer_id, epoch = init(either, transactional_id)
+    assert epoch == 0
+
+    def end(epoch: int, commit: bool) -> tuple[str, int]:
+        """(error, epoch) once no longer CONCURRENT_TRANSACTIONS (the previous end completing)."""
+
+        def answered():
+            error, answered_id, answered_epoch = end_txn(
+                either, transactional_id, producer_id, epoch, commit
+            )
+            if error == Error.CONCURRENT_TRANSACTIONS:
+                return None
+            assert answered_id == (producer_id if error == Error.NONE else -1)
+            return error.name, answered_epoch
+
+        answer = wait_for(answered, 20, "an EndTxn answer", 0.1)
+        if answer[0] == "NONE":
+            # Its markers written and its completion too, before the next request: else the
+            # next one is judged against PrepareCommit/PrepareAbort (a retry or fenced).
+            wait_for(completed, 20, "the transaction's completion", 0.1)
+        return answer
+
+    def completed() -> bool:
+        described = call(
+            either, ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id]
+        )
+        return described.transaction_states[0].transaction_state in (
+            "CompleteCommit",
+            "CompleteAbort",
+        )
+
+    assert end(0, True) == ("INVALID_TXN_STATE", -1)  # commit from Empty
+    assert end(0, False) == ("NONE", 1)  # abort from Empty
+    assert end(0, False) == ("NONE", 1)  # its retry
+    assert end(0, True) == ("INVALID_TXN_STATE", -1)  # its retry with the other outcome
+    assert end(1, False) == ("NONE", 2)  # abort from CompleteAbort
+    assert end(2, True) == ("INVALID_TXN_STATE", -1)  # commit from CompleteAbort
+    # A transaction with a record, committed; then an empty abort from CompleteCommit.
+    assert produce_added(either, transactional_id, {0: txn_batch(b"e", producer_id, 2, 0)}) == {
+        0: Error.NONE
+    }
+    assert end(2, True) == ("NONE", 3)
+    assert end(3, True) == ("INVALID_TXN_STATE", -1)  # commit from CompleteCommit
+    assert end(2, False) == ("INVALID_TXN_STATE", -1)  # the commit's retry, other outcome
+    assert end(3, False) == ("NONE", 4)  # abort from CompleteCommit
+    assert end(2, False) == ("PRODUCER_FENCED", -1)
+    assert end(9, False) == ("PRODUCER_FENCED", -1)
+    # The producer goes on at the new epoch, its sequences from 0.
+    assert produce_added(either, transactional_id, {1: txn_batch(b"f", producer_id, 4, 0)}) == {
+        1: Error.NONE
+    }
+    assert end(4, True) == ("NONE", 5)

@@ -120,8 +120,10 @@ def test_broker_describe_sources_read_only_and_the_cluster_default():
     cluster = config_model.describe_broker(
         broker_layers, include_synonyms=True, cluster_default=True
     )
+    # With min.insync.replicas, the cluster-wide default Kafka 4.1+ reports (KIP-966).
     assert [(e["name"], e["value"], e["config_source"]) for e in cluster] == [
-        ("log.retention.ms", "100", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        ("log.retention.ms", "100", DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("min.insync.replicas", "1", DYNAMIC_DEFAULT_BROKER_CONFIG),
     ]
 
 
@@ -179,6 +181,138 @@ def test_validation_of_topic_and_dynamic_broker_configs():
         config_model.validate_broker_overrides({"message.max.bytes": "big"})
     assert bad_value.value.error == Error.INVALID_REQUEST
     assert "message.max.bytes" in bad_value.value.message
+
+
+def test_the_cluster_wide_min_insync_replicas_is_reported_as_kafka_4_1_does():
+    """KIP-966: Kafka 4.1+ reports min.insync.replicas as a cluster-level dynamic default,
+    on the cluster default resource and as the source of the brokers' and topics' value
+    (Apache Kafka 4.4: ('min.insync.replicas', '1', DYNAMIC_DEFAULT), then its default)."""
+
+    def described(resource_layers, topic=False) -> dict:
+        if topic:
+            (entry,) = config_model.describe_topic(
+                {}, resource_layers, include_synonyms=True, keys=["min.insync.replicas"]
+            )
+            return entry
+        (entry,) = config_model.describe_broker(
+            resource_layers, include_synonyms=True, keys=["min.insync.replicas"]
+        )
+        return entry
+
+    for topic in (False, True):
+        entry = described(layers(), topic)
+        assert (entry["value"], entry["config_source"], entry["is_default"]) == (
+            "1",
+            DYNAMIC_DEFAULT_BROKER_CONFIG,
+            False,
+        )
+        assert chain(entry) == [
+            ("min.insync.replicas", "1", DYNAMIC_DEFAULT_BROKER_CONFIG),
+            ("min.insync.replicas", "1", DEFAULT_CONFIG),
+        ]
+        # This node's static value is what it enforces, and what it reports there.
+        assert chain(described(layers(static={"min.insync.replicas": "2"}), topic)) == [
+            ("min.insync.replicas", "2", DYNAMIC_DEFAULT_BROKER_CONFIG),
+            ("min.insync.replicas", "2", STATIC_BROKER_CONFIG),
+            ("min.insync.replicas", "1", DEFAULT_CONFIG),
+        ]
+        # A cluster default set dynamically, and a broker's own value, win as before.
+        entry = described(layers(default={"min.insync.replicas": "3"}), topic)
+        assert (entry["value"], entry["config_source"]) == ("3", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        entry = described(layers(broker={"min.insync.replicas": "2"}), topic)
+        assert (entry["value"], entry["config_source"]) == ("2", DYNAMIC_BROKER_CONFIG)
+
+
+def test_a_brokers_security_settings_are_described_passwords_hidden():
+    """DescribeConfigs of a broker lists its security settings as Kafka 4.4 does (librdkafka
+    0142 reads connections.max.reauth.ms there): read-only or not as Kafka, a PASSWORD with a
+    null value and is_sensitive, its synonyms' values hidden too."""
+    broker_layers = layers(
+        static={
+            "connections.max.reauth.ms": "5000",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+            "ssl.keystore.password": "secret",
+        },
+        broker={"sasl.kerberos.min.time.before.relogin": "58000"},
+    )
+    described = {
+        entry["name"]: entry
+        for entry in config_model.describe_broker(broker_layers, include_synonyms=True)
+    }
+
+    def shown(name):
+        entry = described[name]
+        return (
+            entry["value"],
+            entry["config_source"],
+            entry["read_only"],
+            entry["is_sensitive"],
+            entry["config_type"],
+        )
+
+    assert shown("connections.max.reauth.ms") == ("5000", STATIC_BROKER_CONFIG, True, False, 5)
+    assert shown("sasl.enabled.mechanisms") == (
+        "PLAIN,SCRAM-SHA-256",
+        STATIC_BROKER_CONFIG,
+        False,
+        False,
+        7,
+    )
+    assert shown("ssl.keystore.password") == (None, STATIC_BROKER_CONFIG, False, True, 9)
+    assert chain(described["ssl.keystore.password"]) == [
+        ("ssl.keystore.password", None, STATIC_BROKER_CONFIG)
+    ]
+    assert shown("sasl.jaas.config") == (None, DEFAULT_CONFIG, False, True, 9)
+    assert shown("sasl.kerberos.min.time.before.relogin") == (
+        "58000",
+        DYNAMIC_BROKER_CONFIG,
+        False,
+        False,
+        5,
+    )
+    assert shown("sasl.login.refresh.window.factor") == ("0.8", DEFAULT_CONFIG, False, False, 6)
+    assert described["security.inter.broker.protocol"]["read_only"]
+
+
+def test_sasl_reconfigurables_are_accepted_per_broker():
+    """Kafka's per-broker SASL reconfigurables (DynamicListenerConfig) that minibroker keeps:
+    accepted for a broker (librdkafka 0081 sets sasl.kerberos.min.time.before.relogin),
+    refused at the cluster default and with a value of the wrong type, in Kafka 4.4's words;
+    the settings minibroker's listeners read at start only are refused as such."""
+    kept = {
+        "sasl.kerberos.min.time.before.relogin": "58000",
+        "sasl.login.refresh.window.factor": "0.7",
+        "sasl.login.refresh.buffer.seconds": "120",
+        "sasl.kerberos.principal.to.local.rules": "DEFAULT",
+    }
+    config_model.validate_broker_overrides(kept)
+    with pytest.raises(ConfigChangeError) as cluster:
+        config_model.validate_broker_overrides(kept, cluster_default=True)
+    assert (cluster.value.error, cluster.value.message) == (
+        Error.INVALID_REQUEST,
+        "Cannot update these configs at default cluster level, broker id must be specified: "
+        "[sasl.kerberos.min.time.before.relogin, sasl.kerberos.principal.to.local.rules, "
+        "sasl.login.refresh.buffer.seconds, sasl.login.refresh.window.factor]",
+    )
+    for name, bad, kind in (
+        ("sasl.kerberos.min.time.before.relogin", "abc", "LONG"),
+        ("sasl.login.refresh.window.factor", "x", "DOUBLE"),
+        ("sasl.login.refresh.buffer.seconds", "40000", "SHORT"),
+    ):
+        with pytest.raises(ConfigChangeError) as wrong:
+            config_model.validate_broker_overrides({name: bad})
+        assert wrong.value.message == (
+            f"Invalid value {bad} for configuration {name}: Not a number of type {kind}"
+        )
+    with pytest.raises(ConfigChangeError) as unsupported:
+        config_model.validate_broker_overrides({"sasl.enabled.mechanisms": "PLAIN"})
+    assert "does not support changing these configs dynamically" in unsupported.value.message
+    with pytest.raises(ConfigChangeError) as static:
+        config_model.validate_broker_overrides({"connections.max.reauth.ms": "5000"})
+    assert "Cannot update these configs dynamically" in static.value.message
+    # Stored with the rest; no topic default comes of them.
+    dynamic = DynamicBrokerConfigs(2, LogConfig())
+    assert dynamic.replace("2", kept) == LogConfig()
 
 
 def test_dynamic_broker_configs_make_the_topic_defaults():

@@ -318,3 +318,48 @@ def test_at_no_initial_delay_the_first_join_does_not_wait_for_a_member_id_handed
     assert second.join_result.generation == 2
     assert sorted(group.members) == sorted([a, b, c])
     assert group.is_(GroupState.COMPLETING_REBALANCE)
+
+
+def test_an_offset_commit_in_completing_rebalance_checks_member_and_generation_first():
+    """Kafka 4's ClassicGroup.validateOffsetCommit: UNKNOWN_MEMBER_ID, then
+    ILLEGAL_GENERATION, then (for OffsetCommit, not TxnOffsetCommit) the state. A member of
+    the previous generation committing while the group completes its rebalance (librdkafka
+    0113's manual commit during a cooperative rebalance) learns ILLEGAL_GENERATION."""
+    group, first = stable_group_of_one()
+    second = known_member(group)
+    group.join(join_request(second), 0)
+    group.join(join_request(first), 0)
+    assert group.is_(GroupState.COMPLETING_REBALANCE) and group.generation == 2
+
+    def commit(member_id, generation, instance_id=None, transactional=False):
+        return group.validate_classic_offset_commit(
+            member_id, instance_id, generation, transactional
+        )
+
+    assert commit(first, 1) == Error.ILLEGAL_GENERATION
+    assert commit("gone", 1) == Error.UNKNOWN_MEMBER_ID
+    assert commit("gone", 2) == Error.UNKNOWN_MEMBER_ID
+    assert commit(first, 2) == Error.REBALANCE_IN_PROGRESS
+    assert commit(first, 2, transactional=True) == Error.NONE
+    assert commit(first, 1, transactional=True) == Error.ILLEGAL_GENERATION
+    # A commit naming no member (generation -1) to a group with members.
+    assert commit("", -1) == Error.UNKNOWN_MEMBER_ID
+    assert commit("", -1, transactional=True) == Error.NONE
+    # An instance id nobody holds is an unknown member, even with a known member id.
+    assert commit(first, 2, instance_id="nobody") == Error.UNKNOWN_MEMBER_ID
+    # Once stable, the current generation commits.
+    group.sync(first, None, 2, {first: b"a", second: b"b"}, 0)
+    group.complete_sync(2, Error.NONE, 0)
+    assert group.is_(GroupState.STABLE)
+    assert commit(first, 2) == Error.NONE
+    assert commit(second, 1) == Error.ILLEGAL_GENERATION
+
+
+def test_an_offset_commit_to_an_empty_group_without_a_generation_is_free():
+    group = Group("g", NO_DELAY, 0)
+    assert group.validate_classic_offset_commit("", None, -1, False) == Error.NONE
+    assert group.validate_classic_offset_commit("m", None, 3, False) == Error.UNKNOWN_MEMBER_ID
+    group.state = GroupState.DEAD
+    assert (
+        group.validate_classic_offset_commit("", None, -1, False) == Error.COORDINATOR_NOT_AVAILABLE
+    )

@@ -441,3 +441,31 @@ def test_recovery_does_not_bring_back_epochs_before_the_log_start(tmp_path):
     log.maybe_increment_log_start_offset(25)
     recovered = open_log(tmp_path, needs_recovery=True, log_start_offset=25)
     assert recovered.leader_epoch_cache.entries() == [(3, 25)]
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
+    """Kafka's LogValidator.validateKey: a compacted topic refuses a producer's batch with a
+    keyless record (INVALID_RECORD, Kafka 4.4's message naming the record's index in its
+    batch), compressed or not; nothing of the append is written. Tombstones (a key, no
+    value) are fine, and a topic that does not compact takes keyless records as before."""
+    compacted = open_log(tmp_path, LogConfig(cleanup_policy="compact"))
+    assert (
+        compacted.append_as_leader(
+            make_batch([(b"k", b"v"), (b"k", None)]), leader_epoch=0, now_ms=0
+        ).last_offset
+        == 1
+    )
+    for attributes in (0, 1):  # uncompressed, gzip
+        keyless = make_batch([(b"k", b"v"), (None, b"v"), (b"k2", b"v")], attributes=attributes)
+        with pytest.raises(InvalidRecordError) as refused:
+            compacted.append_as_leader(keyless, leader_epoch=0, now_ms=0)
+        assert refused.value.error == Error.INVALID_RECORD
+        assert str(refused.value) == (
+            "One or more records have been rejected due to 1 record errors in total, and only "
+            "showing the first three errors at most: [RecordError(batchIndex=1, "
+            "message='Compacted topic cannot accept message without key in topic partition "
+            "orders-0')]"
+        )
+    assert compacted.log_end_offset == 2
+    plain = open_log(tmp_path, name="plain-0")
+    assert append(plain, [(None, b"v")]).last_offset == 0

@@ -74,7 +74,9 @@ def test_nothing_at_or_beyond_the_high_watermark_is_deleted(tmp_path):
 def test_compact_only_topics_keep_old_segments(tmp_path):
     log = open_log(tmp_path, retention_ms=0, cleanup_policy="compact")
     for _ in range(6):
-        append(log, 0)
+        # Keyed: a compacted topic refuses a record without a key (LogValidator.validateKey).
+        log.append_as_leader(make_batch([(b"k", b"v")]), leader_epoch=0, now_ms=0)
+    assert len(log.segments) > 1
     assert log.delete_segments_by_retention(now_ms=DAY) == 0
 
 

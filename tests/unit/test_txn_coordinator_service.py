@@ -5,19 +5,21 @@ channel to a fake leader connection that records them and answers as the test sa
 expire on the mock clock; a restarted coordinator finishes a decided transaction from the log."""
 
 import dataclasses
+import logging
 from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
 
+from minibroker.cluster.node_connection import NodeConnection
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.names import TRANSACTION_STATE_TOPIC
 from minibroker.controller import broker_requests
 from minibroker.controller import state as transitions
 from minibroker.controller.state import ControllerState
-from minibroker.coordinator.txn_markers import MarkerChannel
+from minibroker.coordinator.txn_markers import REQUEST_TIMEOUT_S, MarkerChannel
 from minibroker.coordinator.txn_service import TransactionCoordinator
 from minibroker.coordinator.txn_state import SHORT_MAX, TV_2, TxnState
 from minibroker.protocol import codec
@@ -454,3 +456,53 @@ async def test_tv2_end_txn_bumps_and_a_restart_completes_to_the_next_producer_id
         )
         nursery.cancel_scope.cancel()
     again.stop()
+
+
+class StalledLeader:
+    """A leader that takes WriteTxnMarkers and never answers, over real NodeConnections on
+    in-memory streams; counts the connections opened."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.server_ends: list = []
+
+    async def connect(self, host, port, client_id, security):
+        self.opened += 1
+        client, server = trio.testing.memory_stream_pair()
+        self.server_ends.append(server)
+        return NodeConnection(client, client_id)
+
+
+async def test_a_marker_send_on_a_connection_another_send_closed_is_a_connection_error(
+    tmp_path, autojump_clock, caplog
+):
+    """Two transactions' markers share the connection to a leader that does not answer: the
+    first request times out and closes it, the second then finds it closed (trio's
+    ClosedResourceError). That is a connection error (retried on a new connection, logged at
+    debug), not "an answer that does not decode" logged as a warning."""
+    leader = StalledLeader()
+    broker = Broker(tmp_path, leader)  # type: ignore[arg-type]
+    caplog.set_level(logging.DEBUG, logger="txn-markers")
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+
+        async def write(producer_id: int, index: int) -> None:
+            await broker.markers.write(
+                producer_id=producer_id,
+                producer_epoch=0,
+                coordinator_epoch=0,
+                commit=True,
+                partitions={(TOPIC, index)},
+                still_valid=lambda: True,
+            )
+
+        nursery.start_soon(write, 7, 0)
+        await trio.sleep(10)
+        nursery.start_soon(write, 8, 1)
+        await trio.sleep(REQUEST_TIMEOUT_S + 5)
+        nursery.cancel_scope.cancel()
+    broker.stop()
+    failures = [r for r in caplog.records if r.name == "txn-markers" and "failed" in r.message]
+    assert any("ClosedResourceError" in r.message for r in failures), failures
+    assert [r.message for r in failures if r.levelno >= logging.WARNING] == []
+    assert leader.opened >= 2  # the closed connection was replaced

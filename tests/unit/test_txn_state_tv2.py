@@ -152,3 +152,64 @@ def test_a_fence_of_a_tv2_transaction_bumps_once():
     apply(meta, meta.prepare_complete(T0 + 30))
     assert meta.producer_epoch == 1
     assert meta.prepare_end(10, 0, False, T0, True, TV_2) == Error.PRODUCER_FENCED
+
+
+def test_an_abort_of_an_empty_transaction_bumps_the_epoch():
+    """Kafka 4's TV2 endTransaction: an ABORT from Empty, CompleteAbort or CompleteCommit at
+    the current epoch writes PrepareAbort with no partitions and bumps the epoch (its start
+    is now, prepareAbortOrCommit with noPartitionAdded); a COMMIT there is INVALID_TXN_STATE;
+    the epoch before the bump is a retry, answered as the abort was. Checked against Kafka 4.4
+    by tests/integration/test_transactions_v2.py."""
+    meta = initialized()
+    assert meta.prepare_end(10, 0, True, T0, True, TV_2) == Error.INVALID_TXN_STATE
+    decision = meta.prepare_end(10, 0, False, T0 + 20, True, TV_2)
+    assert isinstance(decision, Transit)
+    assert (decision.state, decision.partitions) == (TxnState.PREPARE_ABORT, frozenset())
+    assert (decision.producer_epoch, decision.last_producer_epoch) == (1, 0)
+    assert decision.start_ms == T0 + 20
+    meta.complete(decision)
+    done = apply(meta, meta.prepare_complete(T0 + 30))
+    assert (meta.state, done.producer_id, done.producer_epoch) == (TxnState.COMPLETE_ABORT, 10, 1)
+    # A retry (the epoch before the bump): NONE for the abort, the other outcome refused.
+    assert meta.prepare_end(10, 0, False, T0, True, TV_2) == Error.NONE
+    assert meta.prepare_end(10, 0, True, T0, True, TV_2) == Error.INVALID_TXN_STATE
+    # From CompleteAbort at the current epoch: a commit is refused, an abort bumps again.
+    assert meta.prepare_end(10, 1, True, T0, True, TV_2) == Error.INVALID_TXN_STATE
+    assert end(meta, False).producer_epoch == 2
+    # From CompleteCommit at the current epoch, likewise.
+    add(meta)
+    assert end(meta, True).producer_epoch == 3
+    assert meta.prepare_end(10, 3, True, T0, True, TV_2) == Error.INVALID_TXN_STATE
+    assert meta.prepare_end(10, 2, False, T0, True, TV_2) == Error.INVALID_TXN_STATE
+    assert end(meta, False).producer_epoch == 4
+    assert meta.state == TxnState.COMPLETE_ABORT and not meta.partitions
+    # A stale or a future epoch is fenced; the next transaction runs at the new epoch.
+    assert meta.prepare_end(10, 2, False, T0, True, TV_2) == Error.PRODUCER_FENCED
+    assert meta.prepare_end(10, 9, False, T0, True, TV_2) == Error.PRODUCER_FENCED
+    add(meta)
+    assert meta.partitions == {("t", 0)}
+    assert end(meta, True).producer_epoch == 5
+
+
+def test_an_empty_abort_with_tv1_stays_refused():
+    """EndTxn v0-v4 (Kafka's endTransactionWithTV1): an abort from Empty is INVALID_TXN_STATE."""
+    meta = initialized()
+    assert meta.prepare_end(10, 0, False, T0, True, TV_1) == Error.INVALID_TXN_STATE
+
+
+def test_an_empty_abort_at_the_last_epoch_moves_to_the_next_producer_id():
+    meta = initialized()
+    meta.producer_epoch = SHORT_MAX - 1
+    assert not meta.needs_next_producer_id(TV_2, commit=True)
+    assert meta.needs_next_producer_id(TV_2, commit=False)
+    decision = meta.prepare_end(10, SHORT_MAX - 1, False, T0 + 20, True, TV_2, 79)
+    assert isinstance(decision, Transit)
+    assert (decision.producer_epoch, decision.next_producer_id) == (SHORT_MAX, 79)
+    # Written and read back (a failover between the decision and its completion).
+    value = txn_log_format.read_value(txn_log_format.value(decision.log_value()))
+    meta.complete(decision)
+    loaded = TxnMetadata.from_log("tx", value)
+    assert (loaded.state, loaded.partitions) == (TxnState.PREPARE_ABORT, set())
+    for state in (meta, loaded):
+        done = apply(state, state.prepare_complete(T0 + 30))
+        assert (done.producer_id, done.producer_epoch) == (79, 0)
