@@ -383,3 +383,62 @@ def test_tool_requests(tools_run, request_log):
     assert set(requests) == set(SCRIPTS.values())
     assert all(requests[script] for script in SCRIPTS.values()), requests
     assert request_log.cancelled() == []
+
+
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
+TXN_TOPIC = "tools-txn"
+
+
+def _producer_rows(text: str) -> list[list[str]]:
+    """describe-producers' table rows (ProducerId first), without the header."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    assert lines and lines[0][0] == "ProducerId", text
+    return lines[1:]
+
+
+def test_kafka_transactions_describe_producers_and_find_hanging_on_a_follower(java, tools_cluster):
+    """`kafka-transactions describe-producers --broker-id <follower>` and `find-hanging
+    --broker-id N` answer from any replica, as on Kafka: with a broker id the admin client
+    sends DescribeProducers to that broker, which answers for its own replica, leader or
+    follower (Kafka's ReplicaManager.activeProducerState). An open transaction of a
+    librdkafka producer is seen alike by the leader and a follower, and find-hanging (which
+    asks broker N about every partition it hosts, the internal topics' included) finds it
+    open at its coordinator, so not hanging, and exits 0 with its header alone."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = tools_cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TXN_TOPIC, 1, 3)])[TXN_TOPIC].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-txn-id"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(TXN_TOPIC, value=b"open %d" % i)
+    assert producer.flush(30) == 0  # acks=all: every replica has the batch
+    try:
+        partition = admin.list_topics(TXN_TOPIC, timeout=10).topics[TXN_TOPIC].partitions[0]
+        follower = next(r for r in partition.replicas if r != partition.leader)
+        base = ["--bootstrap-server", bootstrap]
+        where = ["--topic", TXN_TOPIC, "--partition", "0"]
+        leader = java.run(TRANSACTIONS, *base, "describe-producers", *where)
+        assert leader.returncode == 0, leader.stderr[-3000:]
+        (row,) = _producer_rows(leader.stdout)
+        assert row[-1] == "0", row  # CurrentTransactionStartOffset: the open transaction
+        on_follower = java.run(
+            TRANSACTIONS, *base, "describe-producers", *where, "--broker-id", str(follower)
+        )
+        assert on_follower.returncode == 0, on_follower.stderr[-3000:]
+        assert _producer_rows(on_follower.stdout) == [row]
+        hanging = java.run(
+            TRANSACTIONS, *base, "find-hanging", "--broker-id", str(follower),
+            "--max-transaction-timeout", "0",
+        )  # fmt: skip
+        assert hanging.returncode == 0, hanging.stderr[-3000:]
+        assert "Exception" not in hanging.stdout + hanging.stderr, hanging.stderr[-3000:]
+        assert hanging.stdout.split() == [
+            "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+            "StartOffset", "LastTimestamp", "Duration(min)",
+        ]  # fmt: skip
+    finally:
+        producer.abort_transaction(30)
