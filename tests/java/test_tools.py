@@ -442,3 +442,76 @@ def test_kafka_transactions_describe_producers_and_find_hanging_on_a_follower(ja
         ]  # fmt: skip
     finally:
         producer.abort_transaction(30)
+
+
+def _minibroker_kafka(*args: str, stdin: str | None = None, env: dict | None = None):
+    """`minibroker kafka ARGS...` as a user types it (the venv's console script)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "minibroker"
+    return subprocess.run(
+        [str(script), "kafka", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_minibroker_kafka_runs_kafkas_tools(tools_cluster):
+    """`minibroker kafka kafka-topics ...`, `console-producer` and `kafka-console-consumer.sh`
+    run Kafka 4.4's TopicCommand, ConsoleProducer and ConsoleConsumer with the arguments as
+    typed: the topic is created with 2 partitions and RF 3, the lines read back, and the
+    tool's exit code is the command's (an unknown topic: exit 1, as kafka-topics.sh), its
+    stdout the tool's own (Kafka's tools log to stderr)."""
+    b = ["--bootstrap-server", tools_cluster.bootstrap]
+    topic = "tools-cli"
+    created = _minibroker_kafka(
+        "kafka-topics", *b, "--create", "--topic", topic, "--partitions", "2",
+        "--replication-factor", "3",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr[-3000:]
+    assert created.stdout.strip() == f"Created topic {topic}."
+    described = _minibroker_kafka("topics", *b, "--describe", "--topic", topic)
+    assert described.returncode == 0, described.stderr[-3000:]
+    assert "PartitionCount: 2\tReplicationFactor: 3" in described.stdout, described.stdout
+    lines = ["k1:one", "k2:two", "k3:three"]
+    produced = _minibroker_kafka(
+        "console-producer", *b, "--topic", topic, "--reader-property", "parse.key=true",
+        "--reader-property", "key.separator=:", stdin="".join(f"{line}\n" for line in lines),
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    consumed = _minibroker_kafka(
+        "kafka-console-consumer.sh", *b, "--topic", topic, "--from-beginning",
+        "--max-messages", "3", "--timeout-ms", "30000", "--formatter-property",
+        "print.key=true", "--formatter-property", "key.separator=:",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+    assert sorted(consumed.stdout.split()) == sorted(lines)
+    assert "Processed a total of 3 messages" in consumed.stderr
+    unknown = _minibroker_kafka("kafka-topics", *b, "--describe", "--topic", "no-such-topic")
+    assert unknown.returncode == 1
+    assert "Topic 'no-such-topic' does not exist as expected" in unknown.stdout
+
+
+def test_minibroker_kafka_without_the_artifacts_says_how_to_fetch_them(tmp_path):
+    """No class path (MINIBROKER_JAVA_DIR naming an empty folder): one line saying to run
+    java/fetch.sh, exit 2, no traceback; an unknown tool is named with the known ones."""
+    missing = _minibroker_kafka(
+        "kafka-topics", "--list", env={"MINIBROKER_JAVA_DIR": str(tmp_path)}
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("minibroker kafka: Kafka's tools are not here (")
+    assert "run java/fetch.sh" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.stderr.count("\n") == 1
+    (tmp_path / "clients.missing").write_text("mvn could not resolve java/clients/pom.xml: x\n")
+    unresolved = _minibroker_kafka("topics", "--list", env={"MINIBROKER_JAVA_DIR": str(tmp_path)})
+    assert unresolved.returncode == 2
+    assert "(mvn could not resolve java/clients/pom.xml: x)" in unresolved.stderr
+    unknown = _minibroker_kafka("kafka-nonsense")
+    assert unknown.returncode == 2
+    assert "unknown tool 'kafka-nonsense': one of kafka-acls," in unknown.stderr
