@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import javaproperties
+
 from minibroker.common.config_model import BROKER_CONFIG_DEFS
 from minibroker.common.group_configs import GroupBounds
 
@@ -802,43 +804,45 @@ def _precedence_rank(key: str) -> int:
 
 
 def parse_properties(lines: Iterable[str]) -> dict[str, str]:
-    """Parse Java-properties text as Kafka's files use it (java.util.Properties.load): key=value,
-    # and ! comment lines, and a line ending in an odd number of backslashes continued by the
-    next one, whose leading white space is dropped (Kafka's sample files write `sasl.jaas.config`
-    so). A # after a value is part of the value, as in Java. Departure: other backslash escapes
-    (\\t, \\uXXXX, an escaped = in a key) are kept as written."""
-    properties: dict[str, str] = {}
-    pending = ""
-    for raw in lines:
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        backslashes = len(line) - len(line.rstrip("\\"))
-        if backslashes % 2 == 1:
-            pending += line[:-1]
-            continue
-        line, pending = (pending + line).strip(), ""
-        parts = re.split(r"\s*[=:]\s*", line, maxsplit=1)
-        if len(parts) != 2:
-            raise ConfigError(f"line {raw.rstrip()!r} is not key=value")
-        properties[parts[0]] = parts[1]
-    if pending:
-        parts = re.split(r"\s*[=:]\s*", pending.strip(), maxsplit=1)
-        if len(parts) != 2:
-            raise ConfigError(f"line {pending!r} is not key=value")
-        properties[parts[0]] = parts[1]
-    return properties
+    """Parse Java-properties text exactly as java.util.Properties.load does (with the
+    javaproperties library): `key=value`, `key: value` and `key value` (the separator is `=`,
+    `:` or white space, with white space around it dropped), `#` and `!` comment lines, a line
+    ending in an odd number of backslashes continued by the next one (whose leading white
+    space is dropped; Kafka's sample files write `sasl.jaas.config` so), the escapes `\\t`,
+    `\\n`, `\\uXXXX`, `\\=`, `\\:`, `\\ ` and `\\\\`, and a key alone on its line with an
+    empty value. A # after a value is part of the value, as in Java; the last of repeated
+    keys wins."""
+    return _load_properties("\n".join(lines))
+
+
+def _load_properties(text: str) -> dict[str, str]:
+    try:
+        return dict(javaproperties.loads(text))
+    except ValueError as error:  # a malformed \\uXXXX escape, as Java's IllegalArgumentException
+        raise ConfigError(f"malformed properties: {error}") from None
+
+
+def read_properties_file(path: Path) -> dict[str, str]:
+    """A properties file as Kafka reads it (Utils.loadProps, Properties.load of an
+    InputStream): its bytes are ISO-8859-1, so no byte is an error, and other characters are
+    written as \\uXXXX escapes. A file that cannot be read is a ConfigError naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    # Not split here: Java ends lines at \\n and \\r only (splitlines would also split at
+    # form feeds and at NEL, byte 0x85, which are white space and a character to Java).
+    try:
+        return _load_properties(data.decode("iso-8859-1"))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def load_config(path: Path | None, overrides: Iterable[str]) -> BrokerConfig:
     """Read ``server.properties`` (if given) and apply ``key=value`` overrides on top."""
     properties: dict[str, str] = {}
     if path is not None:
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise ConfigError(f"cannot read {path}: {error.strerror}") from None
-        properties.update(parse_properties(text.splitlines()))
+        properties.update(read_properties_file(path))
     for override in overrides:
         key, sep, value = override.partition("=")
         if not sep or not key.strip():
