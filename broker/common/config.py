@@ -16,7 +16,14 @@ from typing import Any
 
 import javaproperties
 
-from minibroker.common.config_model import BROKER_CONFIG_DEFS
+from minibroker.common.config_model import (
+    BROKER_CONFIG_DEFS,
+    DOUBLE,
+    INT,
+    LONG,
+    SHORT,
+    STRING,
+)
 from minibroker.common.group_configs import GroupBounds
 
 log = logging.getLogger("config")
@@ -46,14 +53,22 @@ class Voter:
     port: int
 
 
+class _NotANumber(ValueError):
+    """A number property whose text is no number (Kafka's ConfigDef.parseType: "Not a number
+    of type INT"); from_properties names the property's type from the config model."""
+
+
 def _parse_int(text: str) -> int:
-    return int(text.strip())
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise _NotANumber() from None
 
 
 def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
-        raise ValueError("expected true or false")
+        raise ValueError("Expected value to be either true or false")
     return value == "true"
 
 
@@ -81,7 +96,10 @@ def _parse_dirs(text: str) -> tuple[Path, ...]:
 
 
 def _parse_ratio(text: str) -> float:
-    value = float(text.strip())
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _NotANumber() from None
     if not 0.0 <= value <= 1.0:
         raise ValueError("must be between 0.0 and 1.0")
     return value
@@ -689,8 +707,9 @@ class BrokerConfig:
                 continue
             try:
                 value = prop.parse(text)
+                _check_range(key, value)
             except ValueError as error:
-                raise ConfigError(f"invalid value {text!r} for {key}: {error}") from None
+                raise ConfigError(_invalid(key, text, error)) from None
             values[prop.attribute] = value * prop.scale if prop.scale != 1 else value
         for key in unknown:
             if key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
@@ -747,6 +766,27 @@ class BrokerConfig:
                 f"controller is node.id {config.node_id}"
             )
         return config
+
+
+# Kafka's names of the config model's number types, and the range of each integer type.
+_NUMBER_TYPES = {INT: "INT", SHORT: "SHORT", LONG: "LONG", DOUBLE: "DOUBLE"}
+_INTEGER_RANGES = {INT: 2**31, SHORT: 2**15, LONG: 2**63}
+
+
+def _check_range(key: str, value: Any) -> None:
+    """Kafka parses an INT property with Integer.parseInt: a number out of its type's range is
+    not a number of that type."""
+    limit = _INTEGER_RANGES.get(BROKER_CONFIG_DEFS.get(key, (STRING, None))[0])
+    if limit is not None and isinstance(value, int) and not -limit <= value < limit:
+        raise _NotANumber()
+
+
+def _invalid(key: str, text: str, error: ValueError) -> str:
+    """Kafka's ConfigException message: "Invalid value x for configuration k: why"."""
+    if isinstance(error, _NotANumber):
+        kind = _NUMBER_TYPES.get(BROKER_CONFIG_DEFS.get(key, (INT, None))[0], "INT")
+        error = ValueError(f"Not a number of type {kind}")
+    return f"Invalid value {text.strip()} for configuration {key}: {error}"
 
 
 def _check_listener_protocols(config: "BrokerConfig", *, explicit_map: bool) -> None:

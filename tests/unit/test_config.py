@@ -56,6 +56,31 @@ def test_invalid_value_names_the_key(override):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("num.partitions=many", "Invalid value many for configuration num.partitions: "
+         "Not a number of type INT"),
+        ("num.partitions=2147483648", "Invalid value 2147483648 for configuration "
+         "num.partitions: Not a number of type INT"),
+        ("log.retention.ms=1e3", "Invalid value 1e3 for configuration log.retention.ms: "
+         "Not a number of type LONG"),
+        ("log.cleaner.min.cleanable.ratio=half", "Invalid value half for configuration "
+         "log.cleaner.min.cleanable.ratio: Not a number of type DOUBLE"),
+        ("auto.create.topics.enable=maybe", "Invalid value maybe for configuration "
+         "auto.create.topics.enable: Expected value to be either true or false"),
+        ("num.partitions=0", "Invalid value 0 for configuration num.partitions: "
+         "must be at least 1"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_reads_as_kafkas_config_exception(override, message):
+    """Kafka's ConfigException: which key, what value, what was expected (never Python's
+    `invalid literal for int() with base 10`)."""
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, [override])
+    assert str(raised.value) == message
+
+
 def test_unknown_keys_are_kept_not_fatal():
     config = BrokerConfig.from_properties({"num.io.threads": "8"})
     assert config.unknown == {"num.io.threads": "8"}
