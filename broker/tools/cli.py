@@ -188,6 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"minibroker: {error}", file=sys.stderr)
         return 2
+    from minibroker.tools.dev import made_by_dev
+
+    for log_dir in config.log_dirs:
+        if made_by_dev(log_dir):
+            # Its own files would land among the dev cluster's node folders, and the next
+            # `minibroker dev` would find a broker's files where its supervisor keeps data.
+            print(
+                f"minibroker: {log_dir} holds the data of a `minibroker dev` cluster (its"
+                " nodes' folders): `minibroker serve` keeps its own data elsewhere; choose"
+                " another folder (--override log.dirs=DIR) or run `minibroker dev` there",
+                file=sys.stderr,
+            )
+            return 2
     import trio  # here, not at the top: `minibroker probe` (a health check) never needs it
 
     from minibroker.node.server import BrokerServer
