@@ -16,7 +16,6 @@ COPY protocol ./protocol
 COPY storage ./storage
 COPY broker ./broker
 COPY minibroker_spark ./minibroker_spark
-COPY pyspark_minibroker.py ./
 RUN python -m venv /opt/minibroker \
     && /opt/minibroker/bin/pip install --no-cache-dir ".[secure-dev]"
 

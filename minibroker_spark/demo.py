@@ -135,9 +135,11 @@ def spark_session(jars: str | None = None):
 
 
 def discoverable() -> bool:
-    """Whether Spark's Python workers will find `pyspark_minibroker` by themselves: they
-    search their path, which starts with the current directory (an editable install run
-    from the repository root, or a regular install)."""
+    """Whether Spark's Python workers will find `pyspark_minibroker` by themselves on the
+    paths this interpreter sees (a regular install's site-packages, the current directory).
+    Under an editable install this says no and the demo registers the source, although
+    importing minibroker.spark already put the module's folder on the workers' PYTHONPATH
+    (see minibroker.spark): registering it again is harmless."""
     import pkgutil
 
     paths = [os.getcwd(), *sys.path]

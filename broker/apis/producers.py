@@ -1,11 +1,14 @@
-"""DescribeProducers: the producers a partition leader knows, from its producer state.
+"""DescribeProducers: the producers a replica of a partition knows, from its producer state.
 
 Kafka's KafkaApis.handleDescribeProducersRequest and ReplicaManager.activeProducerState
-(kafka-transactions.sh describe-producers): per partition, READ on its topic under an
-authorizer (TOPIC_AUTHORIZATION_FAILED), then the leader's producer state: each producer's
-id, epoch, last sequence, last timestamp, the coordinator epoch of its last marker and the
-first offset of its open transaction (-1 if none). A partition not led here answers
-NOT_LEADER_OR_FOLLOWER, an unknown one UNKNOWN_TOPIC_OR_PARTITION.
+(kafka-transactions.sh describe-producers and find-hanging): per partition, READ on its topic
+under an authorizer (TOPIC_AUTHORIZATION_FAILED), then the producer state of this broker's
+replica, leader or follower (a follower builds its producer state from the batches it
+replicates): each producer's id, epoch, last sequence, last timestamp, the coordinator epoch
+of its last marker and the first offset of its open transaction (-1 if none). A partition
+with no replica here answers NOT_LEADER_OR_FOLLOWER, an unknown one
+UNKNOWN_TOPIC_OR_PARTITION. The admin client asks the leader unless the user names a broker
+(`--broker-id`), which then answers for its own replica, as Kafka's does.
 
 As in Kafka, a producer is listed until producer.id.expiration.ms after its last write, unless
 it has a transaction open on the partition. Departure: also only until its batches leave the
@@ -54,7 +57,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             continue
         partitions = []
         for index in topic.partition_indexes:
-            partition, error = replicas.leader_partition(topic.name, index)
+            partition, error = replicas.hosted_partition(topic.name, index)
             if error != Error.NONE or partition is None:
                 partitions.append(_partition(index, error))
                 continue

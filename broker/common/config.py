@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minibroker.common.config_model import BROKER_CONFIG_DEFS
+import javaproperties
+
+from minibroker.common.config_model import (
+    BROKER_CONFIG_DEFS,
+    DOUBLE,
+    INT,
+    LONG,
+    SHORT,
+    STRING,
+)
 from minibroker.common.group_configs import GroupBounds
 
 log = logging.getLogger("config")
@@ -44,14 +53,22 @@ class Voter:
     port: int
 
 
+class _NotANumber(ValueError):
+    """A number property whose text is no number (Kafka's ConfigDef.parseType: "Not a number
+    of type INT"); from_properties names the property's type from the config model."""
+
+
 def _parse_int(text: str) -> int:
-    return int(text.strip())
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise _NotANumber() from None
 
 
 def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
-        raise ValueError("expected true or false")
+        raise ValueError("Expected value to be either true or false")
     return value == "true"
 
 
@@ -79,7 +96,10 @@ def _parse_dirs(text: str) -> tuple[Path, ...]:
 
 
 def _parse_ratio(text: str) -> float:
-    value = float(text.strip())
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _NotANumber() from None
     if not 0.0 <= value <= 1.0:
         raise ValueError("must be between 0.0 and 1.0")
     return value
@@ -687,8 +707,9 @@ class BrokerConfig:
                 continue
             try:
                 value = prop.parse(text)
+                _check_range(key, value)
             except ValueError as error:
-                raise ConfigError(f"invalid value {text!r} for {key}: {error}") from None
+                raise ConfigError(_invalid(key, text, error)) from None
             values[prop.attribute] = value * prop.scale if prop.scale != 1 else value
         for key in unknown:
             if key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
@@ -747,6 +768,27 @@ class BrokerConfig:
         return config
 
 
+# Kafka's names of the config model's number types, and the range of each integer type.
+_NUMBER_TYPES = {INT: "INT", SHORT: "SHORT", LONG: "LONG", DOUBLE: "DOUBLE"}
+_INTEGER_RANGES = {INT: 2**31, SHORT: 2**15, LONG: 2**63}
+
+
+def _check_range(key: str, value: Any) -> None:
+    """Kafka parses an INT property with Integer.parseInt: a number out of its type's range is
+    not a number of that type."""
+    limit = _INTEGER_RANGES.get(BROKER_CONFIG_DEFS.get(key, (STRING, None))[0])
+    if limit is not None and isinstance(value, int) and not -limit <= value < limit:
+        raise _NotANumber()
+
+
+def _invalid(key: str, text: str, error: ValueError) -> str:
+    """Kafka's ConfigException message: "Invalid value x for configuration k: why"."""
+    if isinstance(error, _NotANumber):
+        kind = _NUMBER_TYPES.get(BROKER_CONFIG_DEFS.get(key, (INT, None))[0], "INT")
+        error = ValueError(f"Not a number of type {kind}")
+    return f"Invalid value {text.strip()} for configuration {key}: {error}"
+
+
 def _check_listener_protocols(config: "BrokerConfig", *, explicit_map: bool) -> None:
     """Kafka refuses a listener whose name listener.security.protocol.map does not map ("No
     security protocol defined for listener"), the default map naming only the four protocols.
@@ -802,43 +844,45 @@ def _precedence_rank(key: str) -> int:
 
 
 def parse_properties(lines: Iterable[str]) -> dict[str, str]:
-    """Parse Java-properties text as Kafka's files use it (java.util.Properties.load): key=value,
-    # and ! comment lines, and a line ending in an odd number of backslashes continued by the
-    next one, whose leading white space is dropped (Kafka's sample files write `sasl.jaas.config`
-    so). A # after a value is part of the value, as in Java. Departure: other backslash escapes
-    (\\t, \\uXXXX, an escaped = in a key) are kept as written."""
-    properties: dict[str, str] = {}
-    pending = ""
-    for raw in lines:
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        backslashes = len(line) - len(line.rstrip("\\"))
-        if backslashes % 2 == 1:
-            pending += line[:-1]
-            continue
-        line, pending = (pending + line).strip(), ""
-        parts = re.split(r"\s*[=:]\s*", line, maxsplit=1)
-        if len(parts) != 2:
-            raise ConfigError(f"line {raw.rstrip()!r} is not key=value")
-        properties[parts[0]] = parts[1]
-    if pending:
-        parts = re.split(r"\s*[=:]\s*", pending.strip(), maxsplit=1)
-        if len(parts) != 2:
-            raise ConfigError(f"line {pending!r} is not key=value")
-        properties[parts[0]] = parts[1]
-    return properties
+    """Parse Java-properties text exactly as java.util.Properties.load does (with the
+    javaproperties library): `key=value`, `key: value` and `key value` (the separator is `=`,
+    `:` or white space, with white space around it dropped), `#` and `!` comment lines, a line
+    ending in an odd number of backslashes continued by the next one (whose leading white
+    space is dropped; Kafka's sample files write `sasl.jaas.config` so), the escapes `\\t`,
+    `\\n`, `\\uXXXX`, `\\=`, `\\:`, `\\ ` and `\\\\`, and a key alone on its line with an
+    empty value. A # after a value is part of the value, as in Java; the last of repeated
+    keys wins."""
+    return _load_properties("\n".join(lines))
+
+
+def _load_properties(text: str) -> dict[str, str]:
+    try:
+        return dict(javaproperties.loads(text))
+    except ValueError as error:  # a malformed \\uXXXX escape, as Java's IllegalArgumentException
+        raise ConfigError(f"malformed properties: {error}") from None
+
+
+def read_properties_file(path: Path) -> dict[str, str]:
+    """A properties file as Kafka reads it (Utils.loadProps, Properties.load of an
+    InputStream): its bytes are ISO-8859-1, so no byte is an error, and other characters are
+    written as \\uXXXX escapes. A file that cannot be read is a ConfigError naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    # Not split here: Java ends lines at \\n and \\r only (splitlines would also split at
+    # form feeds and at NEL, byte 0x85, which are white space and a character to Java).
+    try:
+        return _load_properties(data.decode("iso-8859-1"))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def load_config(path: Path | None, overrides: Iterable[str]) -> BrokerConfig:
     """Read ``server.properties`` (if given) and apply ``key=value`` overrides on top."""
     properties: dict[str, str] = {}
     if path is not None:
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise ConfigError(f"cannot read {path}: {error.strerror}") from None
-        properties.update(parse_properties(text.splitlines()))
+        properties.update(read_properties_file(path))
     for override in overrides:
         key, sep, value = override.partition("=")
         if not sep or not key.strip():

@@ -260,6 +260,18 @@ class ReplicaManager:
             return None, Error.UNKNOWN_TOPIC_OR_PARTITION
         return partition, partition.leader_epoch_error(current_leader_epoch)
 
+    def hosted_partition(self, topic: str | None, index: int) -> tuple[Partition | None, Error]:
+        """Kafka's ReplicaManager.getPartitionOrError: the partition if this broker holds a
+        replica of it, leader or follower; else NOT_LEADER_OR_FOLLOWER when the cluster has
+        the partition elsewhere, UNKNOWN_TOPIC_OR_PARTITION when it has no such partition."""
+        partition = self._partitions.get((topic, index)) if topic else None
+        if partition is not None:
+            return partition, Error.NONE
+        known = self.metadata.topic(topic) if topic else None
+        if known is not None and index in known.partitions:
+            return None, Error.NOT_LEADER_OR_FOLLOWER
+        return None, Error.UNKNOWN_TOPIC_OR_PARTITION
+
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 

@@ -1,5 +1,5 @@
 """The ``minibroker`` command line: ``minibroker serve [server.properties] [--override k=v]``,
-``dev``, ``probe``, ``groups`` and ``transactions``."""
+``dev``, ``probe``, ``groups``, ``transactions`` and ``kafka`` (Kafka's own tools)."""
 
 import argparse
 import logging
@@ -122,12 +122,27 @@ def _parser() -> argparse.ArgumentParser:
         help="host:port of any broker (or several, comma-separated: the first that answers)",
     )
     transactions.add_argument("--transactional-id", help="the id to describe")
+    commands.add_parser(
+        "kafka",
+        help="run one of Kafka's command-line tools (kafka-topics, kafka-configs, ...) from "
+        "the pinned Kafka 4.4 artifacts of java/fetch.sh: minibroker kafka TOOL ARGS...",
+        description="Run Apache Kafka's own tool TOOL (a script of Kafka's bin/, with or "
+        "without .sh and the kafka- prefix) with ARGS, as its script runs it. `minibroker "
+        "kafka --help` lists the tools.",
+        add_help=False,
+    )
     transactions.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["kafka"]:
+        # Everything after the tool's name is the tool's (its own --help included).
+        from minibroker.tools.kafka_tools import run as run_kafka_tool
+
+        return run_kafka_tool(arguments[1:])
+    args = _parser().parse_args(arguments)
     if args.command == "probe":
         from minibroker.tools.probe import probe
 
@@ -173,6 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"minibroker: {error}", file=sys.stderr)
         return 2
+    from minibroker.tools.dev import made_by_dev
+
+    for log_dir in config.log_dirs:
+        if made_by_dev(log_dir):
+            # Its own files would land among the dev cluster's node folders, and the next
+            # `minibroker dev` would find a broker's files where its supervisor keeps data.
+            print(
+                f"minibroker: {log_dir} holds the data of a `minibroker dev` cluster (its"
+                " nodes' folders): `minibroker serve` keeps its own data elsewhere; choose"
+                " another folder (--override log.dirs=DIR) or run `minibroker dev` there",
+                file=sys.stderr,
+            )
+            return 2
     import trio  # here, not at the top: `minibroker probe` (a health check) never needs it
 
     from minibroker.node.server import BrokerServer

@@ -37,6 +37,7 @@ from minibroker.tools.launcher import (
     ZooKeeperServer,
     zookeeper_installed,
 )
+from minibroker.tools.wire import answers_api_versions
 
 CONTROLLER_PORT = 9090
 # How often the supervisor looks for nodes that died; a signal interrupts the wait at once.
@@ -118,6 +119,12 @@ def say(text: str, error: bool = False) -> None:
             sys.stdout = devnull
 
 
+def made_by_dev(folder: Path) -> bool:
+    """Whether `folder` is where a `minibroker dev` keeps (or kept) its cluster's data: its
+    lock file, or its nodes' folders (broker-N with a meta.properties)."""
+    return (folder / LOCK_FILE).exists() or any(folder.glob("broker-*/meta.properties"))
+
+
 def _lock_data_dir(base_dir: Path):
     """Hold a lock on the data directory for as long as this supervisor runs; None if
     another `minibroker dev` holds it."""
@@ -130,7 +137,9 @@ def _lock_data_dir(base_dir: Path):
         owner = lock.read().strip() or "?"
         lock.close()
         raise BrokerStartError(
-            f"another minibroker dev (pid {owner}) is running with its data under {base_dir}"
+            f"another minibroker dev (pid {owner}) is running with its data under {base_dir}:"
+            f" stop it first (Ctrl-C in its terminal; started with `&`: `kill %1` in its shell,"
+            f" or `kill {owner}`), or run this one with another --data and other ports"
         ) from None
     lock.truncate(0)
     lock.write(str(os.getpid()))
@@ -152,10 +161,21 @@ def _check_ports_free(ports: dict[str, int]) -> None:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
-                raise BrokerStartError(
-                    f"127.0.0.1:{port}, {purpose}, is in use (another minibroker or "
-                    "Kafka?); choose others with --first-port and --controller-port"
-                ) from None
+                raise BrokerStartError(_port_in_use(port, purpose)) from None
+
+
+def _port_in_use(port: int, purpose: str) -> str:
+    """Why a port is taken, as far as can be told: a Kafka node answering ApiVersions there
+    is most likely a node of an earlier `minibroker dev` still running (the README's two
+    commands, then its tour), and the message says how to stop it."""
+    choose = "or choose other ports with --first-port and --controller-port"
+    if not answers_api_versions(("127.0.0.1", port), 2.0):
+        return f"127.0.0.1:{port}, {purpose}, is in use by another program; {choose}"
+    return (
+        f"127.0.0.1:{port}, {purpose}, is in use by a Kafka node, most likely of another"
+        f" `minibroker dev` still running: stop it first (Ctrl-C in its terminal; started"
+        f" with `&`: `kill %1` in its shell), {choose}"
+    )
 
 
 def _check_data_matches_mode(base_dir: Path, zookeeper: bool, local_zookeeper: bool) -> None:

@@ -18,6 +18,13 @@ Groups of the consumer protocol (KIP-848), which ListGroups v5 lists with the ty
 (their state, server-side assignor, members and assignments), as kafka-consumer-groups.sh
 does.
 
+Both views name a group's facts alike, in kafka-consumer-groups.sh's words (`--list --type`
+and `--describe --state`): its TYPE (classic, or consumer for the consumer protocol), its
+STATE, its PROTOCOL-TYPE (the classic protocol's type: `consumer` for consumers, `connect`
+for Connect workers; `consumer` for a consumer-protocol group) and its ASSIGNMENT-STRATEGY
+(a classic group's chosen protocol, i.e. its client-side assignor, as DescribeGroups gives
+it in every state; a consumer-protocol group's server-side assignor).
+
 Exit status: 0 when everything asked for was answered; 1 when a broker could not be reached,
 answered with an error, or the group does not exist.
 """
@@ -234,13 +241,17 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]] | None:
 # -- list -----------------------------------------------------------------------------------------
 
 
+CLASSIC, CONSUMER = "classic", "consumer"
+
+
 @dataclass(frozen=True)
 class ListedGroup:
     group_id: str
     coordinator: int
+    group_type: str
     state: str
     protocol_type: str
-    protocol: str
+    assignment_strategy: str
     members: int
 
 
@@ -301,6 +312,7 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
                 ListedGroup(
                     group_id,
                     node_id,
+                    CONSUMER,
                     group.group_state,
                     "consumer",
                     group.assignor_name,
@@ -314,6 +326,7 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
             ListedGroup(
                 group_id,
                 node_id,
+                CLASSIC,
                 state or "?",
                 entry.protocol_type or "",
                 (detail.protocol_data if detail else "") or "",
@@ -354,9 +367,10 @@ class PartitionView:
 class GroupView:
     group_id: str
     coordinator: Broker
+    group_type: str
     state: str
     protocol_type: str
-    protocol: str
+    assignment_strategy: str
     members: list[MemberView]
     partitions: list[PartitionView]
 
@@ -441,9 +455,10 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     return GroupView(
         group_id,
         coordinator,
+        CONSUMER if isinstance(group, _ModernGroup) else CLASSIC,
         group.group_state,
         group.protocol_type,
-        group.protocol_data if group.group_state == "Stable" else "",
+        group.protocol_data or "",
         members,
         partitions,
     )
@@ -599,14 +614,25 @@ def print_list(groups: list[ListedGroup], out: TextIO) -> None:
     if not groups:
         print("no consumer groups", file=out)
         return
-    rows = [["GROUP", "COORDINATOR", "STATE", "PROTOCOL-TYPE", "PROTOCOL", "MEMBERS"]]
+    rows = [
+        [
+            "GROUP",
+            "COORDINATOR",
+            "TYPE",
+            "STATE",
+            "PROTOCOL-TYPE",
+            "ASSIGNMENT-STRATEGY",
+            "MEMBERS",
+        ]
+    ]
     rows += [
         [
             g.group_id,
             str(g.coordinator),
+            g.group_type,
             g.state,
             _dash(g.protocol_type),
-            _dash(g.protocol),
+            _dash(g.assignment_strategy),
             str(g.members),
         ]
         for g in groups
@@ -630,11 +656,11 @@ def _assignment_text(assignment: list[tuple[str, int]] | None) -> str:
 
 
 def print_group(view: GroupView, out: TextIO) -> None:
-    protocol = f"{view.protocol_type or '-'}/{view.protocol or '-'}"
     members = f"{len(view.members)} member{'' if len(view.members) == 1 else 's'}"
     print(
-        f"GROUP {view.group_id}: state {view.state}, protocol {protocol}, {members},"
-        f" coordinator {view.coordinator.node_id} ({view.coordinator.address})",
+        f"GROUP {view.group_id}: type {view.group_type}, state {view.state}, protocol type"
+        f" {_dash(view.protocol_type)}, assignment strategy {_dash(view.assignment_strategy)},"
+        f" {members}, coordinator {view.coordinator.node_id} ({view.coordinator.address})",
         file=out,
     )
     print(file=out)

@@ -187,10 +187,13 @@ def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess)
     out = io.StringIO()
     assert groups_cli.run(broker.bootstrap, None, 20, out) == 0
     (row,) = [line.split() for line in out.getvalue().splitlines() if line.startswith(group)]
-    assert row[2:] == ["Stable", "consumer", "uniform", "2"]
+    assert row[2:] == ["consumer", "Stable", "consumer", "uniform", "2"]
     out = io.StringIO()
     assert groups_cli.run(broker.bootstrap, group, 20, out) == 0
-    assert "state Stable, protocol consumer/uniform, 2 members" in out.getvalue()
+    assert (
+        f"GROUP {group}: type consumer, state Stable, protocol type consumer, assignment"
+        " strategy uniform, 2 members, coordinator"
+    ) in out.getvalue()
     assert out.getvalue().count(f"{topic}:") == 2  # each member's assignment
     # The metrics count the group among the consumer-protocol groups, by state.
     samples = scrape(METRICS_PORT)

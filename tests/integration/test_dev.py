@@ -164,7 +164,36 @@ def test_a_second_dev_over_the_same_data_refuses_at_once(dev, tmp_path):
     )
     assert second.returncode == 1
     assert "another minibroker dev" in second.stderr
+    # The README's tour after its first command: say how to stop the first cluster.
+    pid = dev.process.pid
+    assert "stop it first (Ctrl-C in its terminal; started with `&`: `kill %1`" in second.stderr
+    assert f"or `kill {pid}`)" in second.stderr
     assert "ready" not in second.stdout
+
+
+def test_serve_in_the_data_folder_of_dev_is_refused(dev, tmp_path):
+    """`minibroker serve` with its default log.dirs (./data) where `minibroker dev` keeps its
+    cluster: refused before it writes anything there, saying what to do."""
+    data = tmp_path / "data"
+    before = sorted(path.name for path in data.iterdir())
+    serve = subprocess.run(
+        [
+            *(sys.executable, "-m", "minibroker", "serve"),
+            *("--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serve.returncode == 2, serve.stderr
+    assert serve.stderr == (
+        "minibroker: data holds the data of a `minibroker dev` cluster (its nodes' folders):"
+        " `minibroker serve` keeps its own data elsewhere; choose another folder (--override"
+        " log.dirs=DIR) or run `minibroker dev` there\n"
+    )
+    assert sorted(path.name for path in data.iterdir()) == before
+    assert not (data / "meta.properties").exists()
 
 
 def test_a_port_in_use_is_named_before_anything_starts(dev, tmp_path):
@@ -178,7 +207,32 @@ def test_a_port_in_use_is_named_before_anything_starts(dev, tmp_path):
         timeout=30,
     )
     assert second.returncode == 1
-    assert f"127.0.0.1:{dev.first_port}" in second.stderr and "in use" in second.stderr
+    assert (
+        f"127.0.0.1:{dev.first_port}, broker 1's port, is in use by a Kafka node, most likely of"
+        " another `minibroker dev` still running: stop it first (Ctrl-C in its terminal;"
+        " started with `&`: `kill %1` in its shell), or choose other ports with --first-port"
+        " and --controller-port"
+    ) in second.stderr
+
+
+def test_a_port_held_by_another_program_is_named_as_such(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        second = subprocess.run(
+            [
+                *(sys.executable, "-m", "minibroker", "dev", "--data", str(tmp_path / "d")),
+                *("--first-port", str(free_port()), "--controller-port", str(port)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert second.returncode == 1
+    assert (
+        f"127.0.0.1:{port}, the controller's port, is in use by another program; or choose"
+    ) in second.stderr
 
 
 def test_sighup_stops_every_node(dev):

@@ -108,7 +108,10 @@ def test_describe_prints_lag_as_log_end_minus_committed(group_broker):
         finished = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", GROUP)
         assert finished.returncode == 0, finished.stderr
         output = finished.stdout
-        assert output.startswith(f"GROUP {GROUP}: state Stable, protocol consumer/range"), output
+        assert output.startswith(
+            f"GROUP {GROUP}: type classic, state Stable, protocol type consumer, assignment"
+            " strategy range, 1 member, coordinator"
+        ), output
 
         members = table(output, "MEMBER-ID")
         assert [m["MEMBER-ID"] for m in members] == [consumer.memberid()], output
@@ -138,6 +141,13 @@ def test_describe_prints_lag_as_log_end_minus_committed(group_broker):
 
     output = wait_for(empty_group, GROUP_TIMEOUT, "the group to become Empty")
     assert "no active members" in output
+    # The same words as the list's columns, in every state.
+    header = f"GROUP {GROUP}: type classic, state Empty, protocol type consumer, assignment"
+    assert output.startswith(header), output
+    listed = groups_cli("--bootstrap", group_broker.bootstrap)
+    (row,) = [row for row in table(listed.stdout, "GROUP") if row["GROUP"] == GROUP]
+    strategy = output.split("assignment strategy ", 1)[1].split(",", 1)[0]
+    assert (row["TYPE"], row["STATE"], row["ASSIGNMENT-STRATEGY"]) == ("classic", "Empty", strategy)
     offsets = {int(row["PARTITION"]): row for row in table(output, "TOPIC")}
     assert set(offsets) == set(committed)
     for partition, row in offsets.items():
@@ -152,9 +162,10 @@ def test_list_shows_every_group_with_state_and_protocol(group_broker):
         assert finished.returncode == 0, finished.stderr
         rows = {row["GROUP"]: row for row in table(finished.stdout, "GROUP")}
         assert set(rows) == {GROUP}, finished.stdout
+        assert rows[GROUP]["TYPE"] == "classic"
         assert rows[GROUP]["STATE"] == "Stable"
         assert rows[GROUP]["PROTOCOL-TYPE"] == "consumer"
-        assert rows[GROUP]["PROTOCOL"] == "range"
+        assert rows[GROUP]["ASSIGNMENT-STRATEGY"] == "range"
         assert rows[GROUP]["MEMBERS"] == "1"
         assert rows[GROUP]["COORDINATOR"] == str(group_broker.node_id)
     finally:

@@ -276,7 +276,7 @@ def groups(shell: Shell, command: str) -> None:
 def describe_readers(shell: Shell, command: str) -> None:
     out = shell.run(command).stdout
     # kcat committed after reading 1..5: offset 5 of 5, no lag.
-    assert re.search(r"^GROUP readers: state Empty", out, re.M), out
+    assert re.search(r"^GROUP readers: type classic, state Empty,", out, re.M), out
     assert re.search(r"^greetings +0 +5 +5 +0 ", out, re.M), out
 
 

@@ -383,3 +383,135 @@ def test_tool_requests(tools_run, request_log):
     assert set(requests) == set(SCRIPTS.values())
     assert all(requests[script] for script in SCRIPTS.values()), requests
     assert request_log.cancelled() == []
+
+
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
+TXN_TOPIC = "tools-txn"
+
+
+def _producer_rows(text: str) -> list[list[str]]:
+    """describe-producers' table rows (ProducerId first), without the header."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    assert lines and lines[0][0] == "ProducerId", text
+    return lines[1:]
+
+
+def test_kafka_transactions_describe_producers_and_find_hanging_on_a_follower(java, tools_cluster):
+    """`kafka-transactions describe-producers --broker-id <follower>` and `find-hanging
+    --broker-id N` answer from any replica, as on Kafka: with a broker id the admin client
+    sends DescribeProducers to that broker, which answers for its own replica, leader or
+    follower (Kafka's ReplicaManager.activeProducerState). An open transaction of a
+    librdkafka producer is seen alike by the leader and a follower, and find-hanging (which
+    asks broker N about every partition it hosts, the internal topics' included) finds it
+    open at its coordinator, so not hanging, and exits 0 with its header alone."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = tools_cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TXN_TOPIC, 1, 3)])[TXN_TOPIC].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tools-txn-id"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(TXN_TOPIC, value=b"open %d" % i)
+    assert producer.flush(30) == 0  # acks=all: every replica has the batch
+    try:
+        partition = admin.list_topics(TXN_TOPIC, timeout=10).topics[TXN_TOPIC].partitions[0]
+        follower = next(r for r in partition.replicas if r != partition.leader)
+        base = ["--bootstrap-server", bootstrap]
+        where = ["--topic", TXN_TOPIC, "--partition", "0"]
+        leader = java.run(TRANSACTIONS, *base, "describe-producers", *where)
+        assert leader.returncode == 0, leader.stderr[-3000:]
+        (row,) = _producer_rows(leader.stdout)
+        assert row[-1] == "0", row  # CurrentTransactionStartOffset: the open transaction
+        on_follower = java.run(
+            TRANSACTIONS, *base, "describe-producers", *where, "--broker-id", str(follower)
+        )
+        assert on_follower.returncode == 0, on_follower.stderr[-3000:]
+        assert _producer_rows(on_follower.stdout) == [row]
+        hanging = java.run(
+            TRANSACTIONS, *base, "find-hanging", "--broker-id", str(follower),
+            "--max-transaction-timeout", "0",
+        )  # fmt: skip
+        assert hanging.returncode == 0, hanging.stderr[-3000:]
+        assert "Exception" not in hanging.stdout + hanging.stderr, hanging.stderr[-3000:]
+        assert hanging.stdout.split() == [
+            "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+            "StartOffset", "LastTimestamp", "Duration(min)",
+        ]  # fmt: skip
+    finally:
+        producer.abort_transaction(30)
+
+
+def _minibroker_kafka(*args: str, stdin: str | None = None, env: dict | None = None):
+    """`minibroker kafka ARGS...` as a user types it (the venv's console script)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "minibroker"
+    return subprocess.run(
+        [str(script), "kafka", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_minibroker_kafka_runs_kafkas_tools(tools_cluster):
+    """`minibroker kafka kafka-topics ...`, `console-producer` and `kafka-console-consumer.sh`
+    run Kafka 4.4's TopicCommand, ConsoleProducer and ConsoleConsumer with the arguments as
+    typed: the topic is created with 2 partitions and RF 3, the lines read back, and the
+    tool's exit code is the command's (an unknown topic: exit 1, as kafka-topics.sh), its
+    stdout the tool's own (Kafka's tools log to stderr)."""
+    b = ["--bootstrap-server", tools_cluster.bootstrap]
+    topic = "tools-cli"
+    created = _minibroker_kafka(
+        "kafka-topics", *b, "--create", "--topic", topic, "--partitions", "2",
+        "--replication-factor", "3",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr[-3000:]
+    assert created.stdout.strip() == f"Created topic {topic}."
+    described = _minibroker_kafka("topics", *b, "--describe", "--topic", topic)
+    assert described.returncode == 0, described.stderr[-3000:]
+    assert "PartitionCount: 2\tReplicationFactor: 3" in described.stdout, described.stdout
+    lines = ["k1:one", "k2:two", "k3:three"]
+    produced = _minibroker_kafka(
+        "console-producer", *b, "--topic", topic, "--reader-property", "parse.key=true",
+        "--reader-property", "key.separator=:", stdin="".join(f"{line}\n" for line in lines),
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    consumed = _minibroker_kafka(
+        "kafka-console-consumer.sh", *b, "--topic", topic, "--from-beginning",
+        "--max-messages", "3", "--timeout-ms", "30000", "--formatter-property",
+        "print.key=true", "--formatter-property", "key.separator=:",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+    assert sorted(consumed.stdout.split()) == sorted(lines)
+    assert "Processed a total of 3 messages" in consumed.stderr
+    unknown = _minibroker_kafka("kafka-topics", *b, "--describe", "--topic", "no-such-topic")
+    assert unknown.returncode == 1
+    assert "Topic 'no-such-topic' does not exist as expected" in unknown.stdout
+
+
+def test_minibroker_kafka_without_the_artifacts_says_how_to_fetch_them(tmp_path):
+    """No class path (MINIBROKER_JAVA_DIR naming an empty folder): one line saying to run
+    java/fetch.sh, exit 2, no traceback; an unknown tool is named with the known ones."""
+    missing = _minibroker_kafka(
+        "kafka-topics", "--list", env={"MINIBROKER_JAVA_DIR": str(tmp_path)}
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("minibroker kafka: Kafka's tools are not here (")
+    assert "run java/fetch.sh" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.stderr.count("\n") == 1
+    (tmp_path / "clients.missing").write_text("mvn could not resolve java/clients/pom.xml: x\n")
+    unresolved = _minibroker_kafka("topics", "--list", env={"MINIBROKER_JAVA_DIR": str(tmp_path)})
+    assert unresolved.returncode == 2
+    assert "(mvn could not resolve java/clients/pom.xml: x)" in unresolved.stderr
+    unknown = _minibroker_kafka("kafka-nonsense")
+    assert unknown.returncode == 2
+    assert "unknown tool 'kafka-nonsense': one of kafka-acls," in unknown.stderr

@@ -36,6 +36,10 @@ SPARK_TIMEOUT = 120.0
 def spark():
     from pyspark.sql import SparkSession
 
+    # As the README says: imported before the session starts, so that Spark's discovery (in
+    # a worker running this Python) sees `pyspark_minibroker` under the editable install.
+    import minibroker.spark  # noqa: F401
+
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (

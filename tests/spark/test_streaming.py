@@ -167,6 +167,7 @@ def test_streaming_write_lands_every_row(spark, spark_broker, tmp_path):
 DRIVER = """
 import os, sys
 os.environ["PYSPARK_PYTHON"] = sys.executable
+import minibroker.spark  # before the session: its workers find the source (the README's way)
 from pyspark.sql import SparkSession
 bootstrap, topic, out, checkpoint = sys.argv[1:5]
 spark = (

@@ -56,6 +56,31 @@ def test_invalid_value_names_the_key(override):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("num.partitions=many", "Invalid value many for configuration num.partitions: "
+         "Not a number of type INT"),
+        ("num.partitions=2147483648", "Invalid value 2147483648 for configuration "
+         "num.partitions: Not a number of type INT"),
+        ("log.retention.ms=1e3", "Invalid value 1e3 for configuration log.retention.ms: "
+         "Not a number of type LONG"),
+        ("log.cleaner.min.cleanable.ratio=half", "Invalid value half for configuration "
+         "log.cleaner.min.cleanable.ratio: Not a number of type DOUBLE"),
+        ("auto.create.topics.enable=maybe", "Invalid value maybe for configuration "
+         "auto.create.topics.enable: Expected value to be either true or false"),
+        ("num.partitions=0", "Invalid value 0 for configuration num.partitions: "
+         "must be at least 1"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_reads_as_kafkas_config_exception(override, message):
+    """Kafka's ConfigException: which key, what value, what was expected (never Python's
+    `invalid literal for int() with base 10`)."""
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, [override])
+    assert str(raised.value) == message
+
+
 def test_unknown_keys_are_kept_not_fatal():
     config = BrokerConfig.from_properties({"num.io.threads": "8"})
     assert config.unknown == {"num.io.threads": "8"}
@@ -83,11 +108,50 @@ def test_zookeeper_mode_refuses_bad_or_mixed_settings(properties):
         BrokerConfig.from_properties(properties)
 
 
-def test_malformed_line_and_override():
-    with pytest.raises(ConfigError):
-        parse_properties(["just-a-word"])
+def test_a_key_alone_is_an_empty_value_and_an_override_needs_key_equals_value():
+    """java.util.Properties: a line with no separator is a key with an empty value (Kafka
+    then ignores the unknown key); an override on the command line must be key=value."""
+    assert parse_properties(["just-a-word"]) == {"just-a-word": ""}
     with pytest.raises(ConfigError):
         load_config(None, ["novalue"])
+
+
+def test_properties_separators_are_equals_colon_or_white_space():
+    """java.util.Properties.load: the key ends at the first unescaped `=`, `:` or white
+    space; white space around the separator is dropped; escapes are decoded."""
+    text = [
+        "num.partitions 4",
+        "node.id:\t7",
+        "  log.dirs   =   /tmp/a b  ",
+        "listeners  PLAINTEXT://127.0.0.1:9092",
+        "key\\ with\\=odd\\:chars = v\\u00e9\\n",
+        "default.replication.factor=1:2",
+    ]
+    assert parse_properties(text) == {
+        "num.partitions": "4",
+        "node.id": "7",
+        "log.dirs": "/tmp/a b  ",
+        "listeners": "PLAINTEXT://127.0.0.1:9092",
+        "key with=odd:chars": "v\u00e9\n",
+        "default.replication.factor": "1:2",
+    }
+
+
+def test_a_properties_file_is_iso_8859_1_as_kafka_reads_it(tmp_path):
+    """Kafka loads server.properties with Properties.load(InputStream): ISO-8859-1, so a
+    byte that is not UTF-8 is a character, never an error."""
+    path = tmp_path / "server.properties"
+    path.write_bytes(b"# caf\xe9 comment\nnode.id 5\nsasl.password=p\xe4ss\\u00fc\n")
+    config = load_config(path, [])
+    assert config.node_id == 5
+    assert config.properties["sasl.password"] == "p\u00e4ss\u00fc"
+
+
+def test_a_malformed_unicode_escape_is_a_config_error_naming_the_file(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("node.id=\\u12x4\n")
+    with pytest.raises(ConfigError, match="server.properties: malformed properties"):
+        load_config(path, [])
 
 
 # The settings of Kafka's own config/kraft/server.properties (3.x) that minibroker reads.
@@ -170,6 +234,6 @@ def test_properties_lines_continue_after_a_backslash_and_keep_a_trailing_hash():
             'org.PlainLoginModule required username="admin" password="a" user_alice="b";'
         ),
         "ssl.key.password": "secret # not a comment",
-        "path": "C:\\\\",
+        "path": "C:\\",  # an escaped backslash is one backslash
         "next": "1",
     }

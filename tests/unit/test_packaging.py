@@ -32,6 +32,8 @@ def _package_dirs() -> dict[str, Path]:
     package name it is installed as (broker/apis -> minibroker.apis)."""
     found = {}
     for name, folder in SETUPTOOLS["package-dir"].items():
+        if not name:
+            continue  # the top level: one module (Spark's discovery module), no package
         base = ROOT / folder
         for init in base.rglob("__init__.py"):
             relative = init.parent.relative_to(base)
