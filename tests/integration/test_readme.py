@@ -58,10 +58,12 @@ RUN_SECTIONS = [
 SKIPPED = {
     "python3 -m venv .venv": "the test runs in a virtualenv already, linked as .venv",
     ".venv/bin/pip install -q -e .": "installed: the test runs from an editable install",
-    ".venv/bin/pip install -q -e '.[test,spark]'": "installed: the test runs with these extras",
+    ".venv/bin/pip install -q -e '.[test,spark,docs]'": "installed: the test runs with"
+    " these extras",
     "apt-get update": "system installs: .ci/run does them before the tests",
     "apt-get install -y --no-install-recommends kcat docker-compose prometheus iproute2"
-    " faketime openjdk-17-jdk-headless maven zookeeper": "system installs: .ci/run does them",
+    " faketime openjdk-17-jdk-headless maven zookeeper fiu-utils": "system installs: .ci/run"
+    " does them",
     "java/fetch.sh": "the Java artifacts: .ci/run fetches them before the tests",
     ".venv/bin/pytest": "the whole test suite (this test is part of it)",
 }
@@ -82,12 +84,16 @@ SKIPPED_SECTIONS = {
     " network namespaces, and produce and consume as these commands do",
     ("docs/faults.md", "Frame fuzzer"): "a full fuzz run takes long:"
     " tests/integration/test_fuzz.py is the CI-sized run",
-    ("docs/java.md", "Kafka's command-line tools"): "tests/java/test_tools.py runs"
-    " these tools' main classes (and every other tool) against a cluster",
-    ("docs/quotas-and-limits.md", "Quotas"): "kafka-configs.sh comes with Kafka's"
-    " distribution: tests/java/test_tools.py runs kafka-configs' client quota commands",
+    ("docs/java.md", "Kafka's command-line tools"): "needs Java and the pinned artifacts:"
+    " tests/java/test_tools.py runs `minibroker kafka` (topics, console producer and consumer)"
+    " and these tools' main classes (and every other tool) against a cluster",
+    ("docs/quotas-and-limits.md", "Quotas"): "needs Java and the pinned artifacts:"
+    " tests/java/test_tools.py runs kafka-configs' client quota commands",
     ("docs/spark.md", "Install and the demo"): "needs Java and pyspark, and is slow:"
     " tests/spark/test_demo.py runs the demo command and the read-and-write snippet as written",
+    ("docs/spark.md", "How Spark finds the source"): "needs Java and pyspark:"
+    " tests/spark/test_job_script.py runs examples/spark_job.py, which this block shows"
+    " (test_the_docs_show_the_job_as_it_is checks they are the same)",
     ("docs/spark.md", "Reading fewer columns"): "needs Java and pyspark:"
     " tests/spark/test_demo.py runs the snippet as written",
     ("docs/spark.md", "Spark's own Kafka connector"): "needs Java, pyspark and the connector's"

@@ -151,3 +151,12 @@ def test_register_after_the_session_started_runs_the_source_in_this_python(tmp_p
     """The session (and its JVM) started before minibroker.spark was imported, so its
     workers are `python3` from PATH; `register(spark)` makes the source run in this one."""
     check_job(tmp_path, spark_broker, REGISTER_JOB, "register")
+
+
+def test_the_docs_show_the_job_as_it_is():
+    """docs/spark.md shows examples/spark_job.py's code, which the tests above run: the page
+    cannot drift from the file (its docstring aside)."""
+    job = JOB.read_text()
+    code = job[job.index("from pyspark.sql import SparkSession") :].rstrip("\n")
+    page = (REPOSITORY / "docs" / "spark.md").read_text()
+    assert f"```python\n{code}\n```" in page
