@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from faults import netns
 from minibroker.protocol import codec
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess, BrokerStartError
@@ -36,6 +37,61 @@ BROKER_READY_TIMEOUT = 20.0
 TEST_CLIENT_ID = "minibroker-tests"
 
 BrokerFactory = Callable[..., BrokerProcess]
+
+
+# -- the network guard (issue 41) --------------------------------------------------------------
+#
+# A client a test leaves open against a network of namespaces (faults/netns.py) goes on
+# dialling its addresses after the namespaces are gone. The guard fails the module whose
+# networks still had clients connected when their owner checked or closed them, or after
+# which any socket of this process or its children talks to a closed test network, and
+# says at the end of the session how many it found. Each connection is reported once.
+
+_guard_reported: list[netns.ClientConnection] = []
+
+
+def _new_guard_hits(hits: list[netns.ClientConnection]) -> list[netns.ClientConnection]:
+    fresh = [hit for hit in dict.fromkeys(hits) if hit not in _guard_reported]
+    _guard_reported.extend(fresh)
+    return fresh
+
+
+@pytest.fixture(autouse=True, scope="module")
+def network_guard() -> Iterator[None]:
+    """Rule: nothing a test starts outlives it; a client is closed before the network it
+    talks to is deleted (issue 41). Autouse and module-scoped, so it is torn down after the
+    module's own fixtures, network owners included; a module that built no network costs a
+    list lookup."""
+    mark = netns.networks_closed()
+    yield
+    if not netns.closed_networks():
+        return
+    fresh = _new_guard_hits(netns.guard(since=mark))
+    if fresh:
+        pytest.fail(
+            f"network guard: {len(fresh)} connections to test networks left by clients"
+            " (close every client before its network goes):\n"
+            + "\n".join(f"  {hit}" for hit in fresh),
+            pytrace=False,
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The last look: anything that still talks to a closed test network fails the run."""
+    if netns.closed_networks() and _new_guard_hits(netns.guard()):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    built = len(netns.closed_networks())
+    if not built:
+        return
+    terminalreporter.write_line(
+        f"network guard: {len(_guard_reported)} connections to closed test networks"
+        f" ({built} networks built and closed)"
+    )
+    for hit in _guard_reported:
+        terminalreporter.write_line(f"  {hit}")
 
 
 @pytest.fixture
