@@ -87,6 +87,7 @@ def _segment_file(tmp_path, size: int) -> tuple[bytes, int]:
 # each: about 50 kB in all on loopback).
 SEND_BUFFER = 8192
 RECEIVE_BUFFER = 16384
+RECEIVE_TIMEOUT = 30.0
 
 
 def _socket_pair():
@@ -121,15 +122,19 @@ async def _receive(
     client: socket.socket, size: int, chunk: int = 16384, after: threading.Event | None = None
 ) -> bytes:
     """Read like a slow consumer: small reads, off the event loop; not before `after` is
-    set, when given (for at most a minute: then the test's assertions tell what went
-    wrong)."""
+    set, when given. Bounded: it gives up waiting for `after`, or for more bytes, after
+    RECEIVE_TIMEOUT seconds, and returns what came (the test's assertions tell the rest)."""
     received = bytearray()
 
     def read_all() -> None:
         if after is not None:
-            after.wait(60)
+            after.wait(RECEIVE_TIMEOUT)
+        client.settimeout(RECEIVE_TIMEOUT)
         while len(received) < size:
-            data = client.recv(min(chunk, size - len(received)))
+            try:
+                data = client.recv(min(chunk, size - len(received)))
+            except TimeoutError:
+                return
             if not data:
                 return
             received.extend(data)
