@@ -482,8 +482,31 @@ class Chaos:
 
     def close(self) -> None:
         """Every client closed while the cluster still answers (their threads are told to
-        stop and waited for, a bounded time), what is still connected recorded for the
-        network guard, then the nodes stopped and the namespaces deleted."""
+        stop and waited for, a bounded time) and what is still connected recorded for the
+        network guard; then the nodes stopped and the namespaces deleted.
+
+        A thread can be stuck in a librdkafka call that ignores its timeout: the stage's
+        send_offsets_to_transaction once waited 318 s (timeout 30 s) after its coordinator
+        was killed, until the cluster's shutdown answered it. Such a thread is waited for
+        again, a bounded time, once the nodes are stopped; the network's close then records
+        whatever it still holds."""
+        running = self._stop_clients()
+        if running:
+            print(f"client threads still running at close: {running}", file=sys.stderr)
+        else:
+            self.network.check_clients()
+        for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
+            self.nodes[node_id].stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        if running and (running := self._stop_clients()):
+            print(f"client threads still running with the cluster gone: {running}", file=sys.stderr)
+        subprocess.run(["umount", str(self.disk)], capture_output=True)
+        self.network.close()
+
+    def _stop_clients(self) -> list[str]:
+        """Tell the client threads to stop and wait for them, CLIENT_THREADS_STOP_S each
+        workload; the names of those still running."""
         running = []
         if self.workload is not None:
             self.workload.abandon()
@@ -491,15 +514,7 @@ class Chaos:
         if self.txn is not None:
             self.txn.abandon()
             running += self.txn.join(CLIENT_THREADS_STOP_S)
-        if running:
-            print(f"client threads still running at close: {running}", file=sys.stderr)
-        self.network.check_clients()
-        for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
-            self.nodes[node_id].stop()
-        if self.zookeeper is not None:
-            self.zookeeper.stop()
-        subprocess.run(["umount", str(self.disk)], capture_output=True)
-        self.network.close()
+        return running
 
     @property
     def bootstrap(self) -> str:
