@@ -263,6 +263,10 @@ def client_connections(networks: list[Network]) -> list[ClientConnection]:
 _networks: list[Network] = []  # every network this process built, in order
 
 
+def built_networks() -> list[Network]:
+    return list(_networks)
+
+
 def closed_networks() -> list[Network]:
     return [network for network in _networks if network.closed]
 
