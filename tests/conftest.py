@@ -8,7 +8,9 @@ exact bytes of the batches a Fetch returns.
 from __future__ import annotations
 
 import datetime
+import gc
 import itertools
+import os
 import re
 import socket
 import struct
@@ -58,6 +60,7 @@ BrokerFactory = Callable[..., BrokerProcess]
 # says at the end of the session how many it found. Each connection is reported once.
 
 _guard_reported: list[netns.ClientConnection] = []
+_guard_leftovers: list[str] = []  # librdkafka clients alive after their module's networks
 
 
 def _new_guard_hits(hits: list[netns.ClientConnection]) -> list[netns.ClientConnection]:
@@ -71,17 +74,33 @@ def network_guard() -> Iterator[None]:
     """Rule: nothing a test starts outlives it; a client is closed before the network it
     talks to is deleted (issue 41). Autouse and module-scoped, so it is torn down after the
     module's own fixtures, network owners included; a module that built no network costs a
-    list lookup."""
+    list lookup.
+
+    Two looks: the sockets (netns.guard), and, in a module that built a network, the
+    librdkafka clients of this process: once the network is gone its unreachable route
+    refuses a left-open client's connects at once, so no socket of it is left to see, but
+    the client's threads are (one rdk:main each)."""
     mark = netns.networks_closed()
+    built = len(netns.built_networks())
+    clients_before = netns.librdkafka_clients(os.getpid())
     yield
     if not netns.closed_networks():
         return
-    fresh = _new_guard_hits(netns.guard(since=mark))
-    if fresh:
+    problems = [str(hit) for hit in _new_guard_hits(netns.guard(since=mark))]
+    if len(netns.built_networks()) > built:
+        gc.collect()  # a client only a reference cycle still holds goes now
+        alive = netns.librdkafka_clients(os.getpid()) - clients_before
+        if alive > 0:
+            problems.append(
+                f"{alive} librdkafka clients made during this module are still alive in this"
+                f" test process (pid {os.getpid()}), after its networks were closed"
+            )
+            _guard_leftovers.append(problems[-1])
+    if problems:
         pytest.fail(
-            f"network guard: {len(fresh)} connections to test networks left by clients"
+            f"network guard: {len(problems)} clients left talking to test networks"
             " (close every client before its network goes):\n"
-            + "\n".join(f"  {hit}" for hit in fresh),
+            + "\n".join(f"  {problem}" for problem in problems),
             pytrace=False,
         )
 
@@ -100,12 +119,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
         return
     still_open = [network.label for network in built if not network.closed]
     terminalreporter.write_line(
-        f"network guard: {len(_guard_reported)} connections to closed test networks"
+        f"network guard: {len(_guard_reported)} connections to closed test networks,"
+        f" {len(_guard_leftovers)} modules left librdkafka clients alive"
         f" ({len(built)} networks built, {len(still_open)} not closed"
         + (f": {'; '.join(still_open)}" if still_open else "")
         + ")"
     )
-    for hit in _guard_reported:
+    for hit in [*_guard_reported, *_guard_leftovers]:
         terminalreporter.write_line(f"  {hit}")
 
 

@@ -25,6 +25,8 @@ from confluent_kafka import Producer
 from faults import netns
 from faults.netns import GUARD_METRIC_BASE, Network
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 
@@ -214,3 +216,42 @@ def test_the_routes_go_when_their_process_exits_or_at_the_next_build_after_a_kil
         assert _guard_route(mine)
     finally:
         mine.close()
+
+
+LEFT_OPEN_MODULE = """
+from confluent_kafka import Producer
+
+from faults.netns import Network
+
+kept = []
+
+
+def test_leaves_a_producer_open():
+    network = Network(["node"])
+    try:
+        network.build()
+        producer = Producer({"bootstrap.servers": f"{network.addresses['node']}:9092"})
+        producer.produce("left-open", b"never delivered")
+        kept.append(producer)  # on purpose: alive after its network is gone
+    finally:
+        network.close()
+"""
+
+
+def test_a_module_that_leaves_a_librdkafka_producer_open_fails_the_guard(pytester, monkeypatch):
+    """Rule: a client left open against a test network fails its module, even when, the
+    network gone, its connects are refused at once and leave no socket to see: a module
+    (run by pytest in a process of its own, with tests/conftest.py) that keeps a librdkafka
+    producer of its network alive errors at teardown, and the session's summary says so."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    pytester.makeconftest((REPO / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(test_left_open=LEFT_OPEN_MODULE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*network guard: 1 clients left talking to test networks*",
+            "*1 librdkafka clients made during this module are still alive*",
+            "network guard: 0 connections to closed test networks, 1 modules left librdkafka*",
+        ]
+    )
