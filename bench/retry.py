@@ -3,9 +3,10 @@ that stopped answering ends a row with an error instead of a client that waits f
 
 from __future__ import annotations
 
+import contextlib
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 # A producer whose queue stays full this long has a target that no longer takes records.
 QUEUE_FULL_TIMEOUT_S = 120.0
@@ -37,6 +38,7 @@ def close_producer(producer: Producer) -> None:
     still holds is purged first (close flushes until the messages time out otherwise, its
     own timeout not honoured), so its threads and connections end here, not whenever the
     last reference goes (an exception's traceback holds the frame that holds it)."""
-    producer.purge()
-    producer.flush(0)
+    with contextlib.suppress(KafkaException):  # a fatally failed producer raises from flush
+        producer.purge()
+        producer.flush(0)
     producer.close()

@@ -12,9 +12,9 @@ off the machine. So, defence in depth:
 - every subnet built gets an ``unreachable`` route in this (the host's) namespace, with a
   larger metric than the leg's own route: it takes over only when the leg is gone, and a
   connect to the closed subnet fails at once (EHOSTUNREACH) instead of leaving. The routes
-  are marked (``proto 241``, metric ``GUARD_METRIC_BASE`` + the owning pid), removed when the
-  process exits (atexit), and those of processes that died without exiting (kill -9) are
-  swept the next time a network is built;
+  are marked (``proto 241``, metric ``GUARD_METRIC_BASE`` + the owning pid), removed once
+  the process is gone (by a remover its atexit starts), and those of processes that died
+  without exiting (kill -9) are swept the next time a network is built;
 - a guard (`client_connections`, `guard`) lists the sockets of this process and of its
   descendants in this namespace that are connected, or trying to connect, to a test
   subnet: `Network.check_clients` before the servers stop and `close` record what is still
@@ -96,9 +96,36 @@ def sweep_stale_routes() -> list[str]:
     return freed
 
 
+# How long the remover waits for this process to be gone, at most (then the routes are left
+# to the sweep of a later run).
+REMOVER_WAIT_S = 3600
+
+
 def _remove_own_routes() -> None:
-    for subnet in _defended:
-        _delete_route(str(subnet), _guard_metric())
+    """At exit: the routes are removed once this process is gone, not before. A client
+    thread can outlive the interpreter's atexit handlers (a librdkafka handle stuck in a
+    call, destroyed only at the very end), and with the routes gone its packets would
+    follow the default route off the machine, as they did in a run of this change before
+    this remover. So a detached shell removes them once this pid no longer exists (it
+    polls once a second, at most REMOVER_WAIT_S times; a route of a process still there
+    then is left to a later sweep)."""
+    if not _defended:
+        return
+    pid = os.getpid()
+    deletes = " ; ".join(
+        f"ip route del unreachable {subnet} metric {_guard_metric()}" for subnet in _defended
+    )
+    script = (
+        f"i=0; while kill -0 {pid} 2>/dev/null && [ $i -lt {REMOVER_WAIT_S} ];"
+        f" do sleep 1; i=$((i+1)); done; kill -0 {pid} 2>/dev/null || {{ {deletes} ; }}"
+    )
+    subprocess.Popen(
+        ["sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     _defended.clear()
 
 

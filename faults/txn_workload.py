@@ -112,8 +112,10 @@ def drop_transactional_producer(producer: Producer | None) -> None:
     and the cluster gone it aborts first and waits for the cluster, its timeout not honoured
     (more than 90 s measured against a killed broker)."""
     if producer is not None:
-        producer.purge()
-        producer.flush(0)
+        # A fenced or fatally failed producer raises from flush: nothing is left to wait for.
+        with contextlib.suppress(KafkaException):
+            producer.purge()
+            producer.flush(0)
 
 
 def close_producer(producer: Producer | None, flush_timeout: float = 0.0) -> None:
@@ -124,10 +126,11 @@ def close_producer(producer: Producer | None, flush_timeout: float = 0.0) -> Non
     traceback or a reference cycle still holds the object."""
     if producer is None:
         return
-    if flush_timeout > 0:
-        producer.flush(flush_timeout)
-    producer.purge()
-    producer.flush(0)  # the purged messages' delivery reports
+    with contextlib.suppress(KafkaException):  # a fatally failed producer raises from flush
+        if flush_timeout > 0:
+            producer.flush(flush_timeout)
+        producer.purge()
+        producer.flush(0)  # the purged messages' delivery reports
     producer.close()
 
 

@@ -24,11 +24,13 @@ from confluent_kafka import Producer
 
 from faults import netns
 from faults.netns import GUARD_METRIC_BASE, Network
+from tests.conftest import wait_for
 
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
+REMOVAL_TIMEOUT = 30.0
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None,
@@ -179,12 +181,19 @@ BUILD_AND_WAIT = """
 
 def test_the_routes_go_when_their_process_exits_or_at_the_next_build_after_a_kill():
     """Rule: the machine is left as it was found: a process's unreachable routes are
-    removed by its atexit, and those of a process killed before its atexit ran are swept
-    by the next network built (a route of a live process, a run beside this one, stays)."""
+    removed once it is gone (by a remover its atexit starts), and those of a process killed
+    before its atexit ran are swept by the next network built (a route of a live process,
+    a run beside this one, stays)."""
     ended = _run_python(BUILD_AND_WAIT.format(wait=False))
     out, err = ended.communicate(timeout=60)
     assert ended.returncode == 0, err
-    assert not [r for r in netns.guard_routes() if r["dst"] == out.split()[0]]
+    # Removed once the process is gone, by the remover its exit started (it looks once a
+    # second): bounded polling, not a sleep.
+    wait_for(
+        lambda: not [r for r in netns.guard_routes() if r["dst"] == out.split()[0]],
+        REMOVAL_TIMEOUT,
+        "the ended process's route to be removed",
+    )
 
     killed = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(BUILD_AND_WAIT.format(wait=True))],
@@ -248,10 +257,12 @@ def test_a_module_that_leaves_a_librdkafka_producer_open_fails_the_guard(pyteste
     pytester.makepyfile(test_left_open=LEFT_OPEN_MODULE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=1, errors=1)
+    # Its sockets may or may not be caught (a connect attempt in flight when the network
+    # closed); its librdkafka client always is.
     result.stdout.fnmatch_lines(
         [
-            "*network guard: 1 clients left talking to test networks*",
+            "*network guard: * clients left talking to test networks*",
             "*1 librdkafka clients made during this module are still alive*",
-            "network guard: 0 connections to closed test networks, 1 modules left librdkafka*",
+            "network guard: * connections to closed test networks, 1 modules left librdkafka*",
         ]
     )
