@@ -26,6 +26,7 @@ from minibroker.tools.launcher import BrokerProcess
 
 TOPIC = "compacted"
 IDLE_SECONDS = 3.0
+CLEAN_TIMEOUT_S = 600.0
 
 
 def _produce(bootstrap: str, records: int, keys: int, codec: str) -> None:
@@ -102,8 +103,14 @@ def main() -> None:
     node.wait_ready(30)
 
     def until_cleaned() -> None:
-        while _cleaned_to(node) < active_base:
+        deadline = time.monotonic() + CLEAN_TIMEOUT_S
+        for _ in range(int(CLEAN_TIMEOUT_S / 0.01)):
+            if _cleaned_to(node) >= active_base:
+                return
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.01)
+        raise RuntimeError(f"the cleaner did not reach offset {active_base} in {CLEAN_TIMEOUT_S} s")
 
     during = _round_trips_while(node, until_cleaned)
     seconds = time.monotonic() - started

@@ -28,6 +28,7 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from bench.retry import close_producer
 from bench.targets import BenchError, Kafka, Minibroker
 
 SEND_INTERVAL_S = 0.005
@@ -114,7 +115,7 @@ def failover_time(target: Minibroker | Kafka, topic: str) -> dict[str, float]:
     finally:
         stop.set()
         sender.join(FAILOVER_TIMEOUT_S)
-        producer.flush(0)
+        close_producer(producer)
     new_leader = partition_leaders(target.bootstrap, topic).get(partition)
     if new_leader == victim:
         raise BenchError(f"Metadata still names the killed broker {victim} as the leader")

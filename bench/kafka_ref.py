@@ -71,10 +71,11 @@ def random_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().b
     never one that starts with "-" (Kafka's Uuid.randomUuid draws again then: such an id reads
     as an option on a command line; `kafka-storage.sh format -t -Vd...` failed so, once in 64
     starts, in a bench run)."""
-    while True:
+    for _ in range(1000):  # one draw in 64 starts with "-": 1000 in a row never do
         cluster_id = base64.urlsafe_b64encode(random_bytes()).rstrip(b"=").decode()
         if not cluster_id.startswith("-"):
             return cluster_id
+    raise RuntimeError("random_bytes gave 1000 cluster ids starting with '-'")
 
 
 @dataclass

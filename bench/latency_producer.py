@@ -65,8 +65,7 @@ def main() -> None:
             try:
                 producer.produce(arguments.topic, value)
             except BufferError:
-                producer.poll(TICK_SECONDS)
-                continue
+                break  # the queue is full: tried again at the next tick, until `seconds`
             sent += 1
         producer.poll(0)
         time.sleep(TICK_SECONDS)

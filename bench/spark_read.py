@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.kafka_ref import classpath, missing_reason
+from bench.retry import produce_when_queued
 from minibroker.tools.launcher import BrokerProcess
 
 TOPIC = "spark-read"
@@ -59,12 +60,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int) -> None:
     )
     value = os.urandom(size // 2).hex().encode()[:size]
     for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_queued(producer, topic, value)
     if producer.flush(300) != 0:
         raise RuntimeError("records left undelivered")
 

@@ -17,6 +17,7 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from bench.retry import produce_when_queued
 from bench.targets import BenchError
 from bench.workloads import MB, Target, end_offsets, kcat_consume
 
@@ -70,12 +71,7 @@ def transactional_produce(
             for index in range(first, min(count, first + per_transaction)):
                 partition = (base + index % PARTITIONS_PER_TRANSACTION) % partitions
                 partitions_written.add(partition)
-                while True:
-                    try:
-                        producer.produce(topic, value=payload, partition=partition)
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
+                produce_when_queued(producer, topic, payload, partition=partition)
             producer.commit_transaction(COMMIT_TIMEOUT)
             transactions += 1
             markers += len(partitions_written)

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from bench.retry import close_producer
 from minibroker.tools.launcher import Cluster, ZooKeeperServer
 
 TOPIC = "failover"
@@ -129,6 +130,7 @@ def _measure(cluster: Cluster, zk: KazooClient, victim: str) -> tuple[float | No
     finally:
         stop.set()
         sender.join(TIMEOUT_S)
+        close_producer(producer)
 
 
 def main() -> None:

@@ -64,7 +64,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from minibroker.controller import zk_layout
@@ -73,9 +72,13 @@ from minibroker.tools.launcher import ZooKeeperServer, request_metadata, zookeep
 
 from .netns import Network
 from .txn_workload import (
+    CLIENT_THREADS_STOP_S,
     TransactionalWorkload,
+    close_producer,
+    create_topics,
     high_watermark,
     java_string_hash,
+    join_all,
     transactions_refused,
 )
 
@@ -326,6 +329,11 @@ class Workload:
         self._abandoned.set()
         self._stop.set()
 
+    def join(self, timeout: float) -> list[str]:
+        """Wait, `timeout` seconds in all, for the client threads to close their clients;
+        the names of those still running."""
+        return join_all(self._threads, timeout)
+
     def _produce(self) -> None:
         logger = logging.getLogger(f"chaos.producer.{id(self)}")
         logger.propagate = False
@@ -357,23 +365,24 @@ class Workload:
                     time.monotonic(),
                 )
 
-        while not self._stop.is_set():
-            for _ in range(10):
-                sent = time.monotonic()
-                try:
-                    producer.produce(
-                        TOPIC,
-                        value=b"%010d" % number,
-                        partition=number % PARTITIONS,
-                        on_delivery=lambda e, m, sent=sent: delivered(e, m, sent),
-                    )
-                except BufferError:
-                    break
-                number += 1
-            producer.poll(0.01)
-        if self._abandoned.is_set():
-            producer.purge()  # the cluster is going away: nothing left is waited for
-        producer.flush(0 if self._abandoned.is_set() else 240)
+        try:
+            while not self._stop.is_set():
+                for _ in range(10):
+                    sent = time.monotonic()
+                    try:
+                        producer.produce(
+                            TOPIC,
+                            value=b"%010d" % number,
+                            partition=number % PARTITIONS,
+                            on_delivery=lambda e, m, sent=sent: delivered(e, m, sent),
+                        )
+                    except BufferError:
+                        break
+                    number += 1
+                producer.poll(0.01)
+        finally:
+            # Abandoned, the cluster is going away: nothing left is waited for.
+            close_producer(producer, 0 if self._abandoned.is_set() else 240)
 
     def _consume(self) -> None:
         consumer = Consumer(
@@ -385,15 +394,17 @@ class Workload:
                 "topic.metadata.refresh.interval.ms": 1000,
             }
         )
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        while not self._stop.is_set():
-            for message in consumer.consume(500, 0.2):
-                if message.error() is None:
-                    position = (message.partition(), message.offset())
-                    seen = self.read.setdefault(position, message.value())
-                    if seen != message.value():
-                        self.reread_differently.append(position)
-        consumer.close()
+        try:
+            consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+            while not self._stop.is_set():
+                for message in consumer.consume(500, 0.2):
+                    if message.error() is None:
+                        position = (message.partition(), message.offset())
+                        seen = self.read.setdefault(position, message.value())
+                        if seen != message.value():
+                            self.reread_differently.append(position)
+        finally:
+            consumer.close()
 
 
 class Chaos:
@@ -467,8 +478,7 @@ class Chaos:
             self.nodes[node_id].under_fiu = node_id == DISK_BROKER and FIU_RUN is not None
             self.nodes[node_id].start()
         wait(lambda: len(self.live_brokers()) == len(BROKERS), START_TIMEOUT, "the brokers")
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(60)
+        create_topics(self.bootstrap, (TOPIC,), 3)
         wait(self.isr_full, START_TIMEOUT, "the topic's ISRs")
         if self.workload_kind == "transactional":
             self.start_transactional()
@@ -521,16 +531,40 @@ class Chaos:
         }
 
     def close(self) -> None:
-        if self.workload is not None:
-            self.workload.abandon()
-        if self.txn is not None:
-            self.txn.abandon()
+        """Every client closed while the cluster still answers (their threads are told to
+        stop and waited for, a bounded time) and what is still connected recorded for the
+        network guard; then the nodes stopped and the namespaces deleted.
+
+        A thread can be stuck in a librdkafka call that ignores its timeout: the stage's
+        send_offsets_to_transaction once waited 318 s (timeout 30 s) after its coordinator
+        was killed, until the cluster's shutdown answered it. Such a thread is waited for
+        again, a bounded time, once the nodes are stopped; the network's close then records
+        whatever it still holds."""
+        running = self._stop_clients()
+        if running:
+            print(f"client threads still running at close: {running}", file=sys.stderr)
+        else:
+            self.network.check_clients()
         for node_id in sorted(self.nodes, reverse=True):  # brokers first, then the controller
             self.nodes[node_id].stop()
         if self.zookeeper is not None:
             self.zookeeper.stop()
+        if running and (running := self._stop_clients()):
+            print(f"client threads still running with the cluster gone: {running}", file=sys.stderr)
         subprocess.run(["umount", str(self.disk)], capture_output=True)
         self.network.close()
+
+    def _stop_clients(self) -> list[str]:
+        """Tell the client threads to stop and wait for them, CLIENT_THREADS_STOP_S each
+        workload; the names of those still running."""
+        running = []
+        if self.workload is not None:
+            self.workload.abandon()
+            running += self.workload.join(CLIENT_THREADS_STOP_S)
+        if self.txn is not None:
+            self.txn.abandon()
+            running += self.txn.join(CLIENT_THREADS_STOP_S)
+        return running
 
     @property
     def bootstrap(self) -> str:
@@ -720,21 +754,25 @@ class Chaos:
                 "enable.auto.commit": False,
             }
         )
-        ends = {p: high_watermark(consumer, TopicPartition(TOPIC, p)) for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        stored: dict[tuple[int, int], bytes] = {}
-        wanted = sum(ends.values())
-        below_ends = 0
-        last_progress = time.monotonic()
-        while below_ends < wanted and time.monotonic() - last_progress < FINAL_READ_STALL_S:
-            for message in consumer.consume(1000, 0.5):
-                if message.error() is None:
-                    key = (message.partition(), message.offset())
-                    if key not in stored and key[1] < ends[key[0]]:
-                        below_ends += 1
-                        last_progress = time.monotonic()
-                    stored[key] = message.value()
-        consumer.close()
+        try:
+            ends = {
+                p: high_watermark(consumer, TopicPartition(TOPIC, p)) for p in range(PARTITIONS)
+            }
+            consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+            stored: dict[tuple[int, int], bytes] = {}
+            wanted = sum(ends.values())
+            below_ends = 0
+            last_progress = time.monotonic()
+            while below_ends < wanted and time.monotonic() - last_progress < FINAL_READ_STALL_S:
+                for message in consumer.consume(1000, 0.5):
+                    if message.error() is None:
+                        key = (message.partition(), message.offset())
+                        if key not in stored and key[1] < ends[key[0]]:
+                            below_ends += 1
+                            last_progress = time.monotonic()
+                        stored[key] = message.value()
+        finally:
+            consumer.close()
         return stored, wanted - below_ends
 
     def producer_sequences(self) -> dict[tuple[int, int], tuple[int, int]]:

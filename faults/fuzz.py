@@ -384,6 +384,7 @@ def run(args) -> dict:
     results: dict = {"seed": args.seed, "frames_requested": args.frames, "machine": machine()}
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
         broker = BrokerProcess.start(node_id=1, log_dir=Path(tmp) / "data")
+        normal: subprocess.Popen | None = None
         try:
             broker.wait_ready(BROKER_READY_TIMEOUT)
             results["broker_log"] = str(broker.stderr_path)
@@ -434,6 +435,11 @@ def run(args) -> dict:
             }
             results["frames_by_kind"] = dict(counters.by_kind.most_common())
         finally:
+            # The normal client ends before its broker does (it is killed if the run failed
+            # before it was told to stop).
+            if normal is not None and normal.poll() is None:
+                normal.kill()
+                normal.wait()
             exit_code = broker.stop(timeout=60) if broker.running else broker.exit_code
         results["broker_exit_code"] = exit_code
         log_text = broker.stderr_path.read_text(errors="replace")

@@ -9,7 +9,8 @@ It prints one JSON object on stdout.
 
     python -m faults.normal_client BOOTSTRAP TOPIC STOP_FILE [HANG_SECONDS]
 
-A round trip over HANG_SECONDS (5 s unless given) is counted as a hang.
+A round trip over HANG_SECONDS (5 s unless given) is counted as a hang. Without a stop file
+it still stops by itself: when the process that started it is gone, or after MAX_RUN_S.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 ROUND_TRIP_TIMEOUT = 30.0
 HANG_SECONDS = 5.0
+MAX_RUN_S = 6 * 3600.0
 
 
 def _consumer(bootstrap: str, topic: str) -> Consumer:
@@ -55,7 +57,12 @@ def main(bootstrap: str, topic: str, stop_file: str, hang_seconds: float = HANG_
     errors: list[str] = []
     produced: list[bytes] = []
     sequence = 0
+    parent = os.getppid()
+    give_up = time.monotonic() + MAX_RUN_S
     while not os.path.exists(stop_file):
+        if os.getppid() != parent or time.monotonic() > give_up:
+            errors.append("stopped without a stop file: its starter is gone, or MAX_RUN_S")
+            break
         value = f"normal-{sequence}".encode()
         delivered: list = []
         started = time.monotonic()

@@ -64,6 +64,83 @@ CLIENT_TIMEOUT_S = 30.0
 FINAL_READ_STALL_S = 60.0
 STAGE_DRAIN_IDLE_S = 3.0
 STAGE_DRAIN_TIMEOUT_S = 120.0
+# How long the client threads, told to stop, are waited for before the cluster goes: one
+# that is in a commit (CLIENT_TIMEOUT_S), then an abort, ends its clients within it.
+CLIENT_THREADS_STOP_S = 4 * CLIENT_TIMEOUT_S
+# A thread that cannot get a transactional producer (or the stage's consumer) for this long,
+# or this many times in a row, gives up: the cluster is not coming back.
+INIT_RETRY_LIMIT_S = 120.0
+INIT_RETRY_COUNT = 200
+INIT_RETRY_PAUSE_S = 0.5
+
+
+class InitRetries:
+    """The bound of a thread's attempts to get its clients: at most INIT_RETRY_COUNT failures
+    in a row, for at most INIT_RETRY_LIMIT_S since the first of them, a pause between two."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.first_failure = 0.0
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+    def again(self) -> bool:
+        """After a failure: pause and say True to try again, or False to give up."""
+        if self.failures == 0:
+            self.first_failure = time.monotonic()
+        self.failures += 1
+        if (
+            self.failures >= INIT_RETRY_COUNT
+            or time.monotonic() - self.first_failure >= INIT_RETRY_LIMIT_S
+        ):
+            return False
+        time.sleep(INIT_RETRY_PAUSE_S)
+        return True
+
+    def __str__(self) -> str:
+        return (
+            f"gave up after {self.failures} failures in a row in"
+            f" {time.monotonic() - self.first_failure:.0f} s"
+        )
+
+
+def drop_transactional_producer(producer: Producer | None) -> None:
+    """Let go of a transactional producer in bounded time: what it still holds is purged
+    and its handle is left to be destroyed with the caller's last reference (the caller
+    sets it to None), which librdkafka does at once. Not close(): with a transaction open
+    and the cluster gone it aborts first and waits for the cluster, its timeout not honoured
+    (more than 90 s measured against a killed broker)."""
+    if producer is not None:
+        # A fenced or fatally failed producer raises from flush: nothing is left to wait for.
+        with contextlib.suppress(KafkaException):
+            producer.purge()
+            producer.flush(0)
+
+
+def close_producer(producer: Producer | None, flush_timeout: float = 0.0) -> None:
+    """Close a producer (not a transactional one: drop_transactional_producer) in bounded
+    time, whatever state its cluster is in: wait at most `flush_timeout` for what it still
+    sends, purge the rest (close flushes until the messages time out, its timeout not
+    honoured), then close it: its threads end and its connections close, even while a
+    traceback or a reference cycle still holds the object."""
+    if producer is None:
+        return
+    with contextlib.suppress(KafkaException):  # a fatally failed producer raises from flush
+        if flush_timeout > 0:
+            producer.flush(flush_timeout)
+        producer.purge()
+        producer.flush(0)  # the purged messages' delivery reports
+    producer.close()
+
+
+def join_all(threads: list[threading.Thread], timeout: float) -> list[str]:
+    """Join `threads` within `timeout` seconds in all; the names of those still running."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        if thread.ident is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread.name for thread in threads if thread.is_alive()]
 
 
 def java_string_hash(text: str) -> int:
@@ -92,6 +169,9 @@ def transactions_refused(bootstrap: str, timeout: float = 20.0) -> str | None:
         if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             return f"the broker refuses transactional ids: {error.str()}"
         return f"init_transactions failed: {error}"
+    finally:
+        drop_transactional_producer(producer)
+        producer = None
     return None
 
 
@@ -100,11 +180,17 @@ def create_topics(
 ) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     config = {} if min_insync is None else {"min.insync.replicas": str(min_insync)}
-    futures = admin.create_topics(
-        [NewTopic(t, PARTITIONS, replication, config=config) for t in topics]
-    )
-    for future in futures.values():
-        future.result(60)
+    try:
+        futures = admin.create_topics(
+            [NewTopic(t, PARTITIONS, replication, config=config) for t in topics]
+        )
+        for future in futures.values():
+            future.result(60)
+    finally:
+        # An AdminClient has no close: it goes with its last reference. A failed future's
+        # traceback holds this frame, so the reference is dropped here, not left to the
+        # frame (a failed run's traceback would keep the client dialling for ever).
+        del admin
 
 
 @dataclass
@@ -129,7 +215,13 @@ def _transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
             "topic.metadata.refresh.interval.ms": 1000,
         }
     )
-    producer.init_transactions(CLIENT_TIMEOUT_S)
+    try:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+    except KafkaException:
+        # Refused: let go of it here, not whenever the exception's traceback goes.
+        drop_transactional_producer(producer)
+        del producer
+        raise
     return producer
 
 
@@ -227,6 +319,11 @@ class TransactionalWorkload:
         self._stop_producers.set()
         self._stop_stage.set()
 
+    def join(self, timeout: float) -> list[str]:
+        """Wait, `timeout` seconds in all, for every thread to close its clients; the names
+        of those still running."""
+        return join_all(self._producers + self._stage, timeout)
+
     def committed(self) -> int:
         return sum(1 for t in self.history.transactions if t.outcome == COMMITTED)
 
@@ -235,42 +332,52 @@ class TransactionalWorkload:
         transactional_id = f"txn-producer-{self.run_id}-{index}"
         producer = None
         number = 0
-        while not self._stop_producers.is_set():
-            if producer is None:
+        retries = InitRetries()
+        try:
+            while not self._stop_producers.is_set():
+                if producer is None:
+                    try:
+                        producer = _transactional_producer(self.bootstrap, transactional_id)
+                        retries.succeeded()
+                    except KafkaException as failure:
+                        self.history.errors.append(f"{transactional_id} init: {failure.args[0]}")
+                        if not retries.again():
+                            self.history.errors.append(f"{transactional_id}: {retries}")
+                            return
+                        continue
+                attempt = Transaction(f"{transactional_id}/{number}", transactional_id, ABORTED)
+                self.history.transactions.append(attempt)
+                number += 1
                 try:
-                    producer = _transactional_producer(self.bootstrap, transactional_id)
+                    producer.begin_transaction()
+                    for position in range(rng.randint(1, 6)):
+                        write = Write(
+                            self.input_topic,
+                            rng.randrange(PARTITIONS),
+                            f"{attempt.txn}/{position}".encode(),
+                        )
+                        attempt.writes.append(write)
+                        producer.produce(write.topic, value=write.value, partition=write.partition)
+                    abort = rng.random() < self.abort_fraction
+                    if abort:
+                        # Written to the log first, so that the abort has records to hide
+                        # (aborting unsent records only drops them in the client).
+                        producer.flush(CLIENT_TIMEOUT_S)
+                    keep = _finish(producer, attempt, abort, self.history)
                 except KafkaException as failure:
-                    self.history.errors.append(f"{transactional_id} init: {failure.args[0]}")
-                    time.sleep(0.5)
-                    continue
-            attempt = Transaction(f"{transactional_id}/{number}", transactional_id, ABORTED)
-            self.history.transactions.append(attempt)
-            number += 1
-            try:
-                producer.begin_transaction()
-                for position in range(rng.randint(1, 6)):
-                    write = Write(
-                        self.input_topic,
-                        rng.randrange(PARTITIONS),
-                        f"{attempt.txn}/{position}".encode(),
-                    )
-                    attempt.writes.append(write)
-                    producer.produce(write.topic, value=write.value, partition=write.partition)
-                abort = rng.random() < self.abort_fraction
-                if abort:
-                    # Written to the log first, so that the abort has records to hide
-                    # (aborting unsent records only drops them in the client).
-                    producer.flush(CLIENT_TIMEOUT_S)
-                keep = _finish(producer, attempt, abort, self.history)
-            except KafkaException as failure:
-                # begin or produce refused: commit was never asked for.
-                self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
-                keep = False
-            except BufferError as failure:
-                self.history.errors.append(f"{attempt.txn}: {failure}")
-                keep = _finish(producer, attempt, True, self.history)
-            if not keep:
-                producer = None  # a new producer fences this one and aborts what it left
+                    # begin or produce refused: commit was never asked for.
+                    self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
+                    keep = False
+                except BufferError as failure:
+                    self.history.errors.append(f"{attempt.txn}: {failure}")
+                    keep = _finish(producer, attempt, True, self.history)
+                if not keep:
+                    # A new producer fences this one and aborts what it left.
+                    drop_transactional_producer(producer)
+                    producer = None
+        finally:
+            drop_transactional_producer(producer)
+            producer = None
 
     def _stage_consumer(self) -> Consumer:
         consumer = Consumer(
@@ -294,63 +401,72 @@ class TransactionalWorkload:
         transactional_id = f"txn-stage-{self.run_id}-{index}"
         consumer = producer = None
         number = 0
-        while not self._stop_stage.is_set():
-            try:
-                if consumer is None:
-                    consumer = self._stage_consumer()
-                if producer is None:
-                    producer = _transactional_producer(self.bootstrap, transactional_id)
-            except KafkaException as failure:
-                self.history.errors.append(f"{transactional_id} init: {failure.args[0]}")
-                time.sleep(0.5)
-                continue
-            messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
-            if not messages:
-                continue
-            self._stage_activity = time.monotonic()
-            attempt = Transaction(f"{transactional_id}/{number}", transactional_id, ABORTED)
-            number += 1
-            ends: dict[tuple[str, int], int] = {}
-            starts: dict[tuple[str, int], int] = {}
-            for message in messages:
-                key = (message.topic(), message.partition())
-                attempt.consumed.append(Record(*key, message.offset(), message.value()))
-                ends[key] = max(ends.get(key, -1), message.offset() + 1)
-                starts[key] = min(starts.get(key, message.offset()), message.offset())
-            attempt.offsets = dict(ends)
-            abort = rng.random() < self.abort_fraction
-            keep = True
-            self.history.transactions.append(attempt)
-            try:
-                producer.begin_transaction()
+        retries = InitRetries()
+        try:
+            while not self._stop_stage.is_set():
+                try:
+                    if consumer is None:
+                        consumer = self._stage_consumer()
+                    if producer is None:
+                        producer = _transactional_producer(self.bootstrap, transactional_id)
+                    retries.succeeded()
+                except KafkaException as failure:
+                    self.history.errors.append(f"{transactional_id} init: {failure.args[0]}")
+                    if not retries.again():
+                        self.history.errors.append(f"{transactional_id}: {retries}")
+                        return
+                    continue
+                messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
+                if not messages:
+                    continue
+                self._stage_activity = time.monotonic()
+                attempt = Transaction(f"{transactional_id}/{number}", transactional_id, ABORTED)
+                number += 1
+                ends: dict[tuple[str, int], int] = {}
+                starts: dict[tuple[str, int], int] = {}
                 for message in messages:
-                    write = Write(
-                        self.output_topic,
-                        message.partition(),
-                        attempt.txn.encode() + b"|" + message.value(),
+                    key = (message.topic(), message.partition())
+                    attempt.consumed.append(Record(*key, message.offset(), message.value()))
+                    ends[key] = max(ends.get(key, -1), message.offset() + 1)
+                    starts[key] = min(starts.get(key, message.offset()), message.offset())
+                attempt.offsets = dict(ends)
+                abort = rng.random() < self.abort_fraction
+                keep = True
+                self.history.transactions.append(attempt)
+                try:
+                    producer.begin_transaction()
+                    for message in messages:
+                        write = Write(
+                            self.output_topic,
+                            message.partition(),
+                            attempt.txn.encode() + b"|" + message.value(),
+                        )
+                        attempt.writes.append(write)
+                        producer.produce(write.topic, value=write.value, partition=write.partition)
+                    producer.send_offsets_to_transaction(
+                        [TopicPartition(t, p, o) for (t, p), o in ends.items()],
+                        consumer.consumer_group_metadata(),
+                        CLIENT_TIMEOUT_S,
                     )
-                    attempt.writes.append(write)
-                    producer.produce(write.topic, value=write.value, partition=write.partition)
-                producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o) for (t, p), o in ends.items()],
-                    consumer.consumer_group_metadata(),
-                    CLIENT_TIMEOUT_S,
-                )
-                keep = _finish(producer, attempt, abort, self.history)
-            except KafkaException as failure:
-                self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
-                keep = False
-            if keep and attempt.outcome == ABORTED:
-                try:  # read the batch again: its offsets were not committed
-                    for (topic, partition), offset in starts.items():
-                        consumer.seek(TopicPartition(topic, partition, offset))
-                except KafkaException:
-                    keep = False  # revoked meanwhile: start over from the group's offsets
-            if not keep:
+                    keep = _finish(producer, attempt, abort, self.history)
+                except KafkaException as failure:
+                    self.history.errors.append(f"{attempt.txn}: {failure.args[0]}")
+                    keep = False
+                if keep and attempt.outcome == ABORTED:
+                    try:  # read the batch again: its offsets were not committed
+                        for (topic, partition), offset in starts.items():
+                            consumer.seek(TopicPartition(topic, partition, offset))
+                    except KafkaException:
+                        keep = False  # revoked meanwhile: start over from the group's offsets
+                if not keep:
+                    consumer.close()
+                    drop_transactional_producer(producer)
+                    consumer = producer = None
+        finally:
+            if consumer is not None:
                 consumer.close()
-                consumer = producer = None
-        if consumer is not None:
-            consumer.close()
+            drop_transactional_producer(producer)
+            producer = None
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -398,34 +514,40 @@ def read_committed_everything(
         }
     )
     partitions = [TopicPartition(t, p, 0) for t in topics for p in range(PARTITIONS)]
-    # High watermarks from a read_uncommitted consumer: librdkafka asks ListOffsets with the
-    # consumer's isolation level, and a read_committed one is told the LSO.
-    watermarks = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "txn-final-watermarks",
-            "isolation.level": "read_uncommitted",  # librdkafka's default is read_committed
-        }
-    )
-    ends = {(tp.topic, tp.partition): high_watermark(watermarks, tp) for tp in partitions}
-    watermarks.close()
-    consumer.assign(partitions)
-    read: list[Record] = []
-    last_progress = time.monotonic()
-    pending = {key for key, end in ends.items() if end > 0}
-    while pending and time.monotonic() - last_progress < stall_s:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                read.append(
-                    Record(message.topic(), message.partition(), message.offset(), message.value())
-                )
-                last_progress = time.monotonic()
-        positions = consumer.position([TopicPartition(t, p) for t, p in pending])
-        for position in positions:
-            if position.offset >= ends[(position.topic, position.partition)]:
-                pending.discard((position.topic, position.partition))
-                last_progress = time.monotonic()
-    consumer.close()
+    try:
+        # High watermarks from a read_uncommitted consumer: librdkafka asks ListOffsets with
+        # the consumer's isolation level, and a read_committed one is told the LSO.
+        watermarks = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "txn-final-watermarks",
+                "isolation.level": "read_uncommitted",  # librdkafka's default: read_committed
+            }
+        )
+        try:
+            ends = {(tp.topic, tp.partition): high_watermark(watermarks, tp) for tp in partitions}
+        finally:
+            watermarks.close()
+        consumer.assign(partitions)
+        read: list[Record] = []
+        last_progress = time.monotonic()
+        pending = {key for key, end in ends.items() if end > 0}
+        while pending and time.monotonic() - last_progress < stall_s:
+            for message in consumer.consume(1000, 0.5):
+                if message.error() is None:
+                    read.append(
+                        Record(
+                            message.topic(), message.partition(), message.offset(), message.value()
+                        )
+                    )
+                    last_progress = time.monotonic()
+            positions = consumer.position([TopicPartition(t, p) for t, p in pending])
+            for position in positions:
+                if position.offset >= ends[(position.topic, position.partition)]:
+                    pending.discard((position.topic, position.partition))
+                    last_progress = time.monotonic()
+    finally:
+        consumer.close()
     return read, len(pending)
 
 

@@ -5,7 +5,9 @@ socket buffer takes at a time and whatever happens to the file meanwhile."""
 import errno
 import os
 import random
+import select
 import socket
+import threading
 
 import pytest
 import trio
@@ -79,14 +81,25 @@ def _segment_file(tmp_path, size: int) -> tuple[bytes, int]:
     return data, os.open(path, os.O_RDONLY)
 
 
+# The socket buffers, pinned (a size set by hand is never grown by the kernel's autotuning)
+# and set before the connection exists, so that the window it announces is this small from
+# the start: together they hold far less than the sends of these tests (the kernel doubles
+# each: about 50 kB in all on loopback).
+SEND_BUFFER = 8192
+RECEIVE_BUFFER = 16384
+RECEIVE_TIMEOUT = 30.0
+
+
 def _socket_pair():
-    """A connected TCP pair on loopback, small buffers so sends come back short."""
+    """A connected TCP pair on loopback, small pinned buffers so sends come back short."""
     listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)  # accepted inherit it
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    client.connect(listener.getsockname())
     accepted, _ = listener.accept()
     listener.close()
-    accepted.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    accepted.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
     return trio.SocketStream(trio.socket.from_stdlib_socket(accepted)), client
 
 
@@ -105,13 +118,23 @@ def _slices(fd: int, *ranges: tuple[int, int]) -> FileRecords:
     return records
 
 
-async def _receive(client: socket.socket, size: int, chunk: int = 16384) -> bytes:
-    """Read like a slow consumer: small reads, off the event loop."""
+async def _receive(
+    client: socket.socket, size: int, chunk: int = 16384, after: threading.Event | None = None
+) -> bytes:
+    """Read like a slow consumer: small reads, off the event loop; not before `after` is
+    set, when given. Bounded: it gives up waiting for `after`, or for more bytes, after
+    RECEIVE_TIMEOUT seconds, and returns what came (the test's assertions tell the rest)."""
     received = bytearray()
 
     def read_all() -> None:
+        if after is not None:
+            after.wait(RECEIVE_TIMEOUT)
+        client.settimeout(RECEIVE_TIMEOUT)
         while len(received) < size:
-            data = client.recv(min(chunk, size - len(received)))
+            try:
+                data = client.recv(min(chunk, size - len(received)))
+            except TimeoutError:
+                return
             if not data:
                 return
             received.extend(data)
@@ -120,9 +143,21 @@ async def _receive(client: socket.socket, size: int, chunk: int = 16384) -> byte
     return bytes(received)
 
 
+# The most one sendfile call sends in test_slices_go_in_order...: a socket that takes at most
+# this much at a time, whatever the kernel's buffers would take.
+SENDFILE_LIMIT = 16384
+
+
 async def test_slices_go_in_order_between_buffers_through_a_full_socket_buffer(
     tmp_path, monkeypatch
 ):
+    """Rule: a response goes out whole and in order however little the socket takes at a
+    time: each slice is resumed where a short send left it, and the writer waits for room
+    when the socket buffer is full. Both are made to happen, not left to the kernel (which
+    once took a 200,000-byte slice in one call in CI): every sendfile is capped at
+    SENDFILE_LIMIT bytes, and the reader starts only once the socket buffer is full (the
+    kernel refused bytes, or the socket is no longer writable after a send: the pinned
+    buffers hold far less than the response, so one of them must happen)."""
     data, fd = _segment_file(tmp_path, 500_000)
     stream, client = _socket_pair()
     first = _slices(fd, (100, 200_000))
@@ -132,27 +167,40 @@ async def test_slices_go_in_order_between_buffers_through_a_full_socket_buffer(
     expected += data[400_000:499_000] + b"tail"
     counter = _Counter()
     short_sends = []
+    socket_full = threading.Event()
     sendfile = os.sendfile
 
-    def watched_sendfile(out_fd, in_fd, offset, count):
-        sent = sendfile(out_fd, in_fd, offset, count)
+    def limited_sendfile(out_fd, in_fd, offset, count):
+        allowed = min(count, SENDFILE_LIMIT)
+        try:
+            sent = sendfile(out_fd, in_fd, offset, allowed)
+        except BlockingIOError:
+            socket_full.set()
+            raise
+        writable = select.poll()
+        writable.register(out_fd, select.POLLOUT)
+        if sent < allowed or not writable.poll(0):
+            socket_full.set()  # what the writer waits on next is room in the socket buffer
         if sent < count:
             short_sends.append((count, sent))
         return sent
 
-    monkeypatch.setattr(os, "sendfile", watched_sendfile)
+    monkeypatch.setattr(os, "sendfile", limited_sendfile)
     os.close(fd)  # the slices hold their own descriptors
     async with trio.open_nursery() as nursery:
         received = []
 
         async def receive() -> None:
-            received.append(await _receive(client, len(expected)))
+            received.append(await _receive(client, len(expected), after=socket_full))
 
         nursery.start_soon(receive)
         await server._send_buffers(stream, buffers, counter)
+    assert socket_full.is_set()  # the writer met a full socket buffer and waited for room
     assert received[0] == expected
     assert counter.value == 200_000 + 199_000
-    assert len(short_sends) > 3  # the socket buffer took each slice in several goes
+    # Each slice went in several goes: all but its last send at least came back short.
+    slices = (200_000, 100_000, 99_000)
+    assert len(short_sends) >= sum(-(-length // SENDFILE_LIMIT) - 1 for length in slices)
     assert first.parts == [] and second.parts == []  # descriptors closed once sent
     client.close()
     await stream.aclose()
