@@ -48,6 +48,138 @@ settings.load_profile("minibroker")
 BROKER_READY_TIMEOUT = 20.0
 TEST_CLIENT_ID = "minibroker-tests"
 
+# --- the test tiers -------------------------------------------------------------------------
+#
+# Every test is marked by its folder (the markers are registered in pyproject.toml, and
+# docs/testing.md's "Test tiers" explains them): tests/unit is the fast tier, `pytest -m "not
+# slow"` (in process, on trio's MockClock or plain data, no processes started); every other
+# folder's tests are `slow` and marked with what they need. A folder missing here stops the run,
+# so that a new folder is put in a tier on purpose. tests/unit/test_test_tiers.py checks the
+# tiers as collected.
+TESTS = Path(__file__).resolve().parent
+FOLDER_MARKS: dict[str, tuple[str, ...]] = {
+    "unit": (),
+    "integration": ("slow", "cluster"),
+    "cluster": ("slow", "cluster"),
+    "testing": ("slow", "cluster"),
+    "bench": ("slow", "cluster"),
+    "deploy": ("slow", "cluster", "root"),
+    "faults": ("slow", "cluster", "root"),
+    "java": ("slow", "cluster", "java"),
+    "spark": ("slow", "cluster", "spark"),
+}
+# Where a folder's rule is wrong, found by reading what each module starts: a module
+# ("unit/test_x.py") or one test ("unit/test_x.py::test_name") with its marks instead, and why.
+TIER_EXCEPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "unit/test_packaging.py": (
+        ("slow",),
+        "copies the working tree and builds a wheel with pip, in a subprocess",
+    ),
+    "unit/test_packaging.py::test_every_package_folder_is_listed_in_pyproject": (
+        (),
+        "reads pyproject.toml and the tree, builds nothing",
+    ),
+    "unit/test_docs_site.py": (("slow",), "runs `mkdocs build --strict` in a subprocess"),
+    "unit/test_dev_signals.py::test_stops_sent_at_a_loop_of_popen_poll_leave_the_child_waitable": (
+        ("slow",),
+        "starts a child and 40 processes that signal this one",
+    ),
+    "integration/test_tls_stream.py": (
+        (),
+        "in process: TLS over a loopback socket between two tasks, no broker",
+    ),
+    "integration/test_readme.py::test_every_docs_command_is_run_or_skipped_for_a_reason": (
+        (),
+        "reads the pages only (the docs run itself is the module's other test)",
+    ),
+    "bench/test_multicore.py": ((), "the harness's pure helpers, on made-up figures"),
+    "bench/test_report.py": ((), "the report's tables, on made-up figures"),
+    "bench/test_warm.py": ((), "the warm run's options and tables, with a stub for the start"),
+    "testing/test_proxy.py": (
+        ("slow",),
+        "the fault proxy in front of an echo server: real sockets and threads, on real time",
+    ),
+    "spark/test_plan.py": ((), "the data source's pure parts, without Spark or a broker"),
+    "spark/test_columns.py::test_batches_carry_each_message_where_offsets_have_gaps": (
+        (),
+        "Arrow batches from made-up messages",
+    ),
+    "spark/test_columns.py::test_an_error_event_among_records_is_seen": (
+        (),
+        "made-up messages only",
+    ),
+    "deploy/test_deploy.py::test_compose_file_is_valid": (
+        ("slow",),
+        "`docker-compose config` in a subprocess; no cluster, no root",
+    ),
+    "deploy/test_deploy.py::test_dockerfile_passes_hadolint": (
+        ("slow",),
+        "hadolint in a subprocess; no cluster, no root",
+    ),
+    "deploy/test_secure_compose.py::test_secure_compose_file_is_valid": (
+        ("slow",),
+        "`docker-compose config` in a subprocess; no cluster, no root",
+    ),
+    "deploy/test_secure_compose.py::"
+    "test_only_the_health_listener_is_plaintext_and_only_on_loopback": (
+        (),
+        "reads the secured topology's properties files",
+    ),
+    "deploy/test_zookeeper_compose.py::test_zookeeper_compose_file_is_valid": (
+        ("slow",),
+        "`docker-compose config` in a subprocess; no cluster, no root",
+    ),
+    "deploy/test_zookeeper_compose.py::test_every_broker_may_be_controller_through_the_ensemble": (
+        (),
+        "reads the compose file and the brokers' properties",
+    ),
+    "java/test_spark_kafka.py": (
+        ("slow", "cluster", "java", "spark"),
+        "Spark's own Kafka connector: a Spark session and the connector's jars",
+    ),
+}
+# Tests that start Apache Kafka: those using the Java tests' kafka_reference fixture, and
+# these modules when the variable runs them against Kafka instead of minibroker.
+KAFKA_FIXTURE = "kafka_reference"
+KAFKA_WHEN_SET: dict[str, str] = {
+    "integration/test_transactions_clients.py": "MINIBROKER_TEST_AGAINST_KAFKA",
+    "java/test_transactions.py": "MINIBROKER_TEST_AGAINST_KAFKA",
+    "bench/test_smoke.py": "MINIBROKER_BENCH_KAFKA",
+}
+
+
+def tier_marks(item: pytest.Item) -> tuple[str, ...] | None:
+    """The tier markers of a test under tests/ (None for one outside it)."""
+    try:
+        relative = item.path.relative_to(TESTS)
+    except ValueError:
+        return None
+    module = relative.as_posix()
+    name = getattr(item, "originalname", item.name)
+    exception = TIER_EXCEPTIONS.get(f"{module}::{name}") or TIER_EXCEPTIONS.get(module)
+    if exception is not None:
+        marks = exception[0]
+    elif len(relative.parts) > 1 and relative.parts[0] in FOLDER_MARKS:
+        marks = FOLDER_MARKS[relative.parts[0]]
+    else:
+        raise pytest.UsageError(
+            f"{item.nodeid}: tests/{relative.parts[0]} is in no test tier:"
+            " add it to FOLDER_MARKS in tests/conftest.py"
+        )
+    variable = KAFKA_WHEN_SET.get(module)
+    if KAFKA_FIXTURE in getattr(item, "fixturenames", ()) or (
+        variable is not None and os.environ.get(variable) == "1"
+    ):
+        marks = (*marks, *(m for m in ("java", "kafka") if m not in marks))
+    return marks
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in tier_marks(item) or ():
+            item.add_marker(mark)
+
+
 BrokerFactory = Callable[..., BrokerProcess]
 
 

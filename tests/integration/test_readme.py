@@ -74,6 +74,8 @@ SKIPPED_SECTIONS = {
     " tests/unit/test_docs_site.py builds the same site with `mkdocs build --strict`",
     ("docs/testing.md", "Running the suite"): "the test suite itself, or parts of it (this test"
     " is one); its install commands are the README's, skipped there",
+    ("docs/testing.md", "Test tiers"): "the fast tier of the test suite (this test is in"
+    ' the suite); tests/unit/test_test_tiers.py checks what `-m "not slow"` selects',
     ("docs/benchmarks/index.md", "Running"): "benchmark runs take minutes to hours;"
     " tests/bench/test_smoke.py runs `python -m bench --smoke`",
     ("docs/compatibility.md", "How to run"): "librdkafka's own suite, built from its sources"

@@ -44,9 +44,9 @@ class StubController:
 
 def make_broker(tmp_path: Path, node_id: int, brokers: dict | None = None) -> ReplicaManager:
     directory = tmp_path / f"broker-{node_id}"
-    config = BrokerConfig.from_properties(
-        {"node.id": str(node_id), "log.dirs": str(directory), "replica.fetch.wait.max.ms": "0"}
-    )
+    # Kafka's replica.fetch.wait.max.ms (500): an empty fetch parks at the leader, as it does
+    # over the wire, so that MockClock time moves while a follower waits for records.
+    config = BrokerConfig.from_properties({"node.id": str(node_id), "log.dirs": str(directory)})
     log_manager = LogManager(
         [directory], log_config_from(config), node_id=node_id, cluster_id="test-cluster"
     )
@@ -122,10 +122,34 @@ class LeaderConnection:
         self.leader = leader
 
     async def request_body(self, api_key: int, version: int, body: bytes):
+        """A Fetch answered as the Fetch handler answers it: read every partition; while
+        fewer than min_bytes came back, no partition answered an error and max_wait has not
+        passed, park on the partitions read (the leader's watchers wake it on an append or a
+        high-watermark move) and read again. A fetch answered at once would let the fetcher
+        ask again without a pause, and MockClock time would never move."""
         assert api_key == ApiKey.FETCH
         request = codec.decode_request(api_key, version, body, 0)
         await trio.lowlevel.checkpoint()
-        topics = []
+        deadline = trio.current_time() + request.max_wait.total_seconds()
+        record_progress = True
+        while True:
+            topics, size, has_error, watched = self._read(request, record_progress)
+            record_progress = False  # only the first read moves the follower's progress
+            if (
+                size >= request.min_bytes
+                or has_error
+                or not watched
+                or trio.current_time() >= deadline
+            ):
+                break
+            await self.leader.watchers.wait_any(watched, deadline, "Fetch")
+        response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+        return bytearray(codec.encode_response(api_key, version, response)), 0
+
+    def _read(self, request, record_progress: bool) -> tuple[list, int, bool, list]:
+        """(the response's topics, their bytes, whether any partition answered an error or a
+        diverging epoch, the keys of the partitions read)."""
+        topics, size, has_error, watched = [], 0, False, []
         for topic in request.topics:
             partitions = []
             for wanted in topic.partitions:
@@ -133,22 +157,26 @@ class LeaderConnection:
                     topic.topic, wanted.partition, wanted.current_leader_epoch
                 )
                 if error != Error.NONE:
+                    has_error = True
                     partitions.append(fetch_result(wanted.partition, error))
                     continue
-                partitions.append(
-                    self.leader.read_records(
-                        partition,
-                        wanted.fetch_offset,
-                        replica_id=request.replica_id,
-                        last_fetched_epoch=wanted.last_fetched_epoch,
-                        max_bytes=wanted.partition_max_bytes,
-                        min_one_batch=True,
-                        record_progress=True,
-                    )
+                entry = self.leader.read_records(
+                    partition,
+                    wanted.fetch_offset,
+                    replica_id=request.replica_id,
+                    last_fetched_epoch=wanted.last_fetched_epoch,
+                    max_bytes=wanted.partition_max_bytes,
+                    min_one_batch=True,
+                    record_progress=record_progress,
                 )
+                if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
+                    has_error = True
+                else:
+                    watched.append(partition.key)
+                    size += len(entry["records"])
+                partitions.append(entry)
             topics.append({"topic": topic.topic, "partitions": partitions})
-        response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
-        return bytearray(codec.encode_response(api_key, version, response)), 0
+        return topics, size, has_error, watched
 
     async def request(self, request):
         assert request.__api_key__ == ApiKey.LIST_OFFSETS

@@ -43,7 +43,7 @@ async def until(condition, timeout_s: float = 10.0) -> None:
             await trio.sleep(0.01)
 
 
-async def test_follower_replicates_and_completes_an_acks_all_produce(brokers):
+async def test_follower_replicates_and_completes_an_acks_all_produce(brokers, autojump_clock):
     leader, follower = brokers[LEADER], brokers[FOLLOWER]
     await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2]))
     await follower.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2]))
@@ -56,7 +56,7 @@ async def test_follower_replicates_and_completes_an_acks_all_produce(brokers):
     assert epochs(follower) == epochs(leader) == [(1, 0)]
 
 
-async def test_follower_truncates_on_a_diverging_epoch(brokers):
+async def test_follower_truncates_on_a_diverging_epoch(brokers, autojump_clock):
     leader, follower = brokers[LEADER], brokers[FOLLOWER]
     # Both once led epoch 1; the follower (then leader) kept 5 records of it, of which the
     # new leader has only the first 3, followed by 2 of its own epoch 2.
@@ -93,15 +93,15 @@ async def follower_behind_a_deletion(brokers, batches: tuple[int, ...]):
     assert follower_log.log_start_offset <= 8
 
 
-async def test_follower_behind_the_leaders_log_start_restarts_there(brokers):
+async def test_follower_behind_the_leaders_log_start_restarts_there(brokers, autojump_clock):
     await follower_behind_a_deletion(brokers, (8, 2))
 
 
-async def test_follower_restarting_inside_a_batch_catches_up(brokers):
+async def test_follower_restarting_inside_a_batch_catches_up(brokers, autojump_clock):
     await follower_behind_a_deletion(brokers, (10,))
 
 
-async def test_every_partition_of_a_fetcher_makes_progress(brokers):
+async def test_every_partition_of_a_fetcher_makes_progress(brokers, autojump_clock):
     leader, follower = brokers[LEADER], brokers[FOLLOWER]
     partitions = (0, 1, 2)
     await leader.apply_leader_and_isr(

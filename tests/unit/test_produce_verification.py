@@ -48,7 +48,7 @@ def partition_data(sequence: int, epoch: int = 0) -> PartitionProduceData:
     return PartitionProduceData(0, memoryview(bytearray(batch)))
 
 
-async def test_verification_refusals_and_skips(replicas):
+async def test_verification_refusals_and_skips(replicas, autojump_clock):
     coordinator = StubCoordinator({(TOPIC, 0): Error.INVALID_TXN_STATE})
     ctx = SimpleNamespace(replica_manager=replicas, transaction_coordinator=coordinator, version=9)
     refused = await _verify(ctx, "tx", [(TOPIC, [partition_data(0)])])
@@ -122,7 +122,7 @@ async def _produce(ctx, replicas, data) -> int:
 
 @pytest.mark.parametrize("version", [9, 12])
 async def test_a_batch_that_passed_verification_does_not_overtake_one_that_did_not(
-    replicas, version
+    replicas, version, autojump_clock
 ):
     """Kafka's VerificationStateEntry (KAFKA-14920). The transaction's first batch (0..4)
     fails its verification with a retriable error; the next one (5..9), in flight behind it,
@@ -146,7 +146,9 @@ async def test_a_batch_that_passed_verification_does_not_overtake_one_that_did_n
     assert log.producer_state.verification(7) is None
 
 
-async def test_transactions_v2_start_a_producer_with_no_state_at_sequence_zero(replicas):
+async def test_transactions_v2_start_a_producer_with_no_state_at_sequence_zero(
+    replicas, autojump_clock
+):
     """KAFKA-18202: under transaction protocol v2 (Produce v12), a producer the partition has
     no batches of must start at sequence 0, verified or not (its first batch may have gone to
     the previous leader and failed there); before v2 any sequence starts it, as in Kafka."""

@@ -48,7 +48,7 @@ def log_end(replicas) -> int:
     return replicas.fetch_offset_for_timestamp(partition, LATEST, 0, replica_id=FOLLOWER)[1]
 
 
-async def test_acks_all_completes_when_the_isr_reaches_the_offset(leader):
+async def test_acks_all_completes_when_the_isr_reaches_the_offset(leader, autojump_clock):
     start = trio.current_time()
     outcome = {}
 
@@ -69,7 +69,7 @@ async def test_acks_all_completes_when_the_isr_reaches_the_offset(leader):
     assert trio.current_time() - start < 1  # woken by the fetch, not at the 30 s timeout
 
 
-async def test_acks_all_times_out_with_request_timed_out(leader):
+async def test_acks_all_times_out_with_request_timed_out(leader, autojump_clock):
     start = trio.current_time()
     outcome = await append(leader, 0, 5, timeout_s=2.0)
     assert outcome["error_code"] == Error.REQUEST_TIMED_OUT
@@ -78,14 +78,14 @@ async def test_acks_all_times_out_with_request_timed_out(leader):
     assert log_end(leader) == 5  # appended all the same, as in Kafka
 
 
-async def test_acks_one_answers_at_once(leader):
+async def test_acks_one_answers_at_once(leader, autojump_clock):
     outcome = await append(leader, 0, 5, acks=1)
     assert (outcome["error_code"], outcome["base_offset"]) == (Error.NONE, 0)
     assert (await append(leader, 0, 2, acks=1))["base_offset"] == 5
     assert leader.metrics.messages_in.labels(TOPIC)._value.get() == 7
 
 
-async def test_not_enough_replicas_before_appending(leader):
+async def test_not_enough_replicas_before_appending(leader, autojump_clock):
     await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1, 2], partition_epoch=2))
     outcome = await append(leader, 0, 5)
     assert outcome["error_code"] == Error.NOT_ENOUGH_REPLICAS
@@ -94,7 +94,9 @@ async def test_not_enough_replicas_before_appending(leader):
     assert (await append(leader, 0, 5, acks=1))["error_code"] == Error.NONE
 
 
-async def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_append(leader):
+async def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_append(
+    leader, autojump_clock
+):
     outcome = {}
 
     async def produce():
@@ -109,7 +111,7 @@ async def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_app
     assert outcome["error_code"] == Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
-async def test_losing_leadership_while_waiting_answers_not_leader(leader):
+async def test_losing_leadership_while_waiting_answers_not_leader(leader, autojump_clock):
     outcome = {}
 
     async def produce():
@@ -159,7 +161,9 @@ async def test_the_coordinator_appends_to_the_offsets_topic_and_clients_cannot(
     replicas.log_manager.close()
 
 
-async def test_consumers_read_up_to_the_high_watermark_and_followers_past_it(leader):
+async def test_consumers_read_up_to_the_high_watermark_and_followers_past_it(
+    leader, autojump_clock
+):
     await append(leader, 0, 5, acks=1)
     partition, _ = leader.leader_partition(TOPIC, 0)
     consumer = leader.read_records(

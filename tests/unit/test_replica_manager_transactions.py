@@ -85,7 +85,7 @@ def offsets_read(entry: dict) -> list[tuple[int, int]]:
     return [(h.base_offset, h.last_offset) for h in validate_batches(entry["records"])]
 
 
-async def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(solo):
+async def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(solo, autojump_clock):
     heard = []
     solo.marker_listeners.append(lambda *args: heard.append(args))
     assert (await produce_txn(solo, 1, 0))["error_code"] == Error.NONE  # 0-1
@@ -113,7 +113,7 @@ async def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(so
     assert solo.fetch_offset_for_timestamp(partition, LATEST, 1, replica_id=-1) == (-1, 6)
 
 
-async def test_markers_are_fenced_per_partition(solo):
+async def test_markers_are_fenced_per_partition(solo, autojump_clock):
     await produce_txn(solo, 1, 0)
     assert await end_txn(solo, 1, True, producer_epoch=0, coordinator_epoch=3) == Error.NONE
     stale = await end_txn(solo, 1, True, producer_epoch=0, coordinator_epoch=2)
@@ -152,7 +152,7 @@ async def produce_txn_epoch(replicas, producer_id: int, *, epoch: int) -> None:
     assert result["error_code"] == Error.NONE
 
 
-async def test_a_parked_read_committed_fetch_is_woken_by_the_marker(solo):
+async def test_a_parked_read_committed_fetch_is_woken_by_the_marker(solo, autojump_clock):
     await produce_txn(solo, 1, 0)
     partition, _ = solo.leader_partition(TOPIC, 0)
     woken_at = []
