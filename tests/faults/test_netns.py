@@ -254,7 +254,10 @@ def test_a_module_that_leaves_a_librdkafka_producer_open_fails_the_guard(pyteste
     producer of its network alive errors at teardown, and the session's summary says so."""
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     pytester.makeconftest((REPO / "tests" / "conftest.py").read_text())
-    pytester.makepyfile(test_left_open=LEFT_OPEN_MODULE)
+    # In a folder of the faults tier: tests/conftest.py marks tests by folder and refuses
+    # one in no tier.
+    (pytester.path / "faults").mkdir()
+    (pytester.path / "faults" / "test_left_open.py").write_text(LEFT_OPEN_MODULE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=1, errors=1)
     # Its sockets may or may not be caught (a connect attempt in flight when the network
