@@ -227,12 +227,18 @@ def _transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
 
 def _finish(producer: Producer, attempt: Transaction, abort: bool, history: History) -> bool:
     """Commit (or abort on purpose) and record the outcome; False when the producer must be
-    replaced (the outcome is unknown or the producer is unusable)."""
+    replaced (the outcome is unknown or the producer is unusable).
+
+    Every exception caught here has its traceback cleared: the traceback holds this frame,
+    and this frame the producer, so an exception kept by anyone (pytest's log capture kept
+    one until the module's end) kept the dropped producer, and its connections, alive after
+    its network was gone (issue 41's network guard found it)."""
     if abort:
         attempt.outcome = ABORTED  # commit is never asked for: it cannot commit
         try:
             producer.abort_transaction(CLIENT_TIMEOUT_S)
         except KafkaException as failure:
+            failure.__traceback__ = None
             history.errors.append(f"{attempt.txn} abort: {failure.args[0]}")
             return False
         return True
@@ -241,6 +247,7 @@ def _finish(producer: Producer, attempt: Transaction, abort: bool, history: Hist
         attempt.outcome = COMMITTED
         return True
     except KafkaException as failure:
+        failure.__traceback__ = None
         error = failure.args[0]
         history.errors.append(f"{attempt.txn} commit: {error}")
         if error.txn_requires_abort():
@@ -249,6 +256,7 @@ def _finish(producer: Producer, attempt: Transaction, abort: bool, history: Hist
                 attempt.outcome = ABORTED
                 return True
             except KafkaException as again:
+                again.__traceback__ = None
                 history.errors.append(f"{attempt.txn} abort after commit: {again.args[0]}")
         attempt.outcome = UNKNOWN
         return False

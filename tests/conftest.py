@@ -193,10 +193,6 @@ BrokerFactory = Callable[..., BrokerProcess]
 
 _guard_reported: list[netns.ClientConnection] = []
 _guard_leftovers: list[str] = []  # librdkafka clients alive after their module's networks
-# What a module declared as a known leak (NETWORK_GUARD_KNOWN_LEAK = "why"): reported in the
-# summary with its reason, not failed. Only for a leak whose cause is not found yet, written in
-# the module with what is known; the unreachable routes keep its packets on the machine.
-_guard_known: list[str] = []
 
 
 def _new_guard_hits(hits: list[netns.ClientConnection]) -> list[netns.ClientConnection]:
@@ -206,7 +202,7 @@ def _new_guard_hits(hits: list[netns.ClientConnection]) -> list[netns.ClientConn
 
 
 @pytest.fixture(autouse=True, scope="module")
-def network_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+def network_guard() -> Iterator[None]:
     """Rule: nothing a test starts outlives it; a client is closed before the network it
     talks to is deleted (issue 41). Autouse and module-scoped, so it is torn down after the
     module's own fixtures, network owners included; a module that built no network costs a
@@ -231,15 +227,7 @@ def network_guard(request: pytest.FixtureRequest) -> Iterator[None]:
                 f"{alive} librdkafka clients made during this module are still alive in this"
                 f" test process (pid {os.getpid()}), after its networks were closed"
             )
-            if not getattr(request.module, "NETWORK_GUARD_KNOWN_LEAK", None):
-                _guard_leftovers.append(problems[-1])
-    known = getattr(request.module, "NETWORK_GUARD_KNOWN_LEAK", None)
-    if problems and known:
-        _guard_known.extend(
-            f"{request.module.__name__} (known leak, not failed: {known}): {problem}"
-            for problem in problems
-        )
-        return
+            _guard_leftovers.append(problems[-1])
     if problems:
         pytest.fail(
             f"network guard: {len(problems)} clients left talking to test networks"
@@ -264,13 +252,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
     still_open = [network.label for network in built if not network.closed]
     terminalreporter.write_line(
         f"network guard: {len(_guard_reported)} connections to closed test networks,"
-        f" {len(_guard_leftovers)} modules left librdkafka clients alive,"
-        f" {len(_guard_known)} known leaks reported without failing"
+        f" {len(_guard_leftovers)} modules left librdkafka clients alive"
         f" ({len(built)} networks built, {len(still_open)} not closed"
         + (f": {'; '.join(still_open)}" if still_open else "")
         + ")"
     )
-    for hit in [*_guard_reported, *_guard_leftovers, *_guard_known]:
+    for hit in [*_guard_reported, *_guard_leftovers]:
         terminalreporter.write_line(f"  {hit}")
 
 

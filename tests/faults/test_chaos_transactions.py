@@ -18,17 +18,6 @@ from faults.chaos import FIU_RUN, LIBFAKETIME, TXN_KINDS, TransactionsNotServed,
 
 NEEDS_NAMESPACES = os.geteuid() != 0 or shutil.which("ip") is None
 
-# Issue 41, not solved: in some runs under pytest (2 of the first 2 of the fault loop on
-# 5fe00e4, never in 3 direct runs of run_chaos), one librdkafka client of the transactional
-# workload outlives Chaos.close with two ESTABLISHED connections to a broker of the closed
-# network; every client thread had ended, and which client it is and what holds it is not
-# found. The network guard reports it in the session summary instead of failing the module;
-# the subnet's unreachable route keeps its packets on the machine.
-NETWORK_GUARD_KNOWN_LEAK = (
-    "a librdkafka client of the transactional workload sometimes outlives Chaos.close"
-    " (cause not found, issue 41)"
-)
-
 
 @pytest.mark.skipif(
     NEEDS_NAMESPACES or not LIBFAKETIME.exists() or FIU_RUN is None,
