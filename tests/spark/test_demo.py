@@ -72,12 +72,15 @@ def test_the_readme_read_and_write_snippet(spark, spark_broker):
     """The snippet as written, with `spark` a session and the README's bootstrap address
     swapped for this module's broker: it upper-cases `events` into `shouted`."""
     # The section's python blocks: minibroker's own source read and write (run here), a read
-    # of fewer columns (the next test) and Spark's built-in connector (run by
-    # tests/java/test_spark_kafka.py, which has its jar).
+    # of fewer columns (the next test), Spark's built-in connector (run by
+    # tests/java/test_spark_kafka.py, which has its jar) and the whole job that starts its own
+    # session (examples/spark_job.py, run by tests/spark/test_job_script.py).
     (snippet,) = [
         block.text
         for block in blocks(SECTION, PAGE)
-        if block.lang == "python" and '.write.format("minibroker")' in block.text
+        if block.lang == "python"
+        and '.write.format("minibroker")' in block.text
+        and "SparkSession.builder" not in block.text
     ]
     assert snippet.count("127.0.0.1:9092") == 2
     bootstrap = spark_broker.bootstrap
