@@ -14,7 +14,12 @@ the table that :data:`TABLES` builds for NAME:
 - `topic-config`: every topic config of the config model, with its type, default and broker
   synonyms.
 
-An unknown marker fails the build too. Run by `mkdocs build` and `mkdocs serve` (mkdocs.yml's
+An unknown marker fails the build too.
+
+A page also includes a section of the README with a line `--8<-- "README.md:NAME"`: the text
+between the README's `<!-- --8<-- [start:NAME] -->` and `[end:NAME]` comments, one text for
+both. The README's links into the site (`docs/testing.md`) are rewritten to the site's own
+(`testing.md`) so that they work in both places; an unknown section fails the build. Run by `mkdocs build` and `mkdocs serve` (mkdocs.yml's
 `hooks`), in the environment minibroker is installed in.
 """
 
@@ -28,7 +33,9 @@ from pathlib import Path
 import yaml
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
+INCLUDE = re.compile(r'^--8<-- "README\.md:([a-z-]+)"$', re.M)
 DOCS = Path(__file__).resolve().parent
+README = DOCS.parent / "README.md"
 
 
 def _cell(text: object) -> str:
@@ -200,5 +207,22 @@ def render(markdown: str) -> str:
     return MARKER.sub(table, markdown)
 
 
+def readme_section(name: str, readme: str | None = None) -> str:
+    """The README's section NAME, its links into docs/ made relative to the site."""
+    text = README.read_text() if readme is None else readme
+    found = re.search(
+        rf"^<!-- --8<-- \[start:{re.escape(name)}\] -->\n(.*?)^<!-- --8<-- \[end:{re.escape(name)}\] -->$",
+        text,
+        re.M | re.S,
+    )
+    if found is None:
+        raise ValueError(f"README.md has no section {name!r}")
+    return re.sub(r"\]\(docs/", "](", found[1])
+
+
+def include(markdown: str) -> str:
+    return INCLUDE.sub(lambda match: readme_section(match[1]), markdown)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    return render(markdown)
+    return render(include(markdown))

@@ -33,3 +33,22 @@ def test_the_site_builds_strictly(tmp_path):
     # The README's two sections are included in Getting started from the README itself.
     started = (site / "getting-started" / "index.html").read_text()
     assert "stop that one with Ctrl-C first" in started
+    assert 'href="../testing/#test-tiers"' in started  # the README's docs/ link, rewritten
+
+
+def test_a_readme_section_is_included_with_its_links_made_relative_to_the_site():
+    sys.path.insert(0, str(REPOSITORY / "docs"))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(REPOSITORY / "docs"))
+    readme = (
+        "# minibroker\n<!-- --8<-- [start:part] -->\n"
+        "See [Testing](docs/testing.md#tiers) and [the code](broker/server.py).\n"
+        "<!-- --8<-- [end:part] -->\nafter\n"
+    )
+    assert hooks.readme_section("part", readme) == (
+        "See [Testing](testing.md#tiers) and [the code](broker/server.py).\n"
+    )
+    with pytest.raises(ValueError, match="no section 'other'"):
+        hooks.readme_section("other", readme)
