@@ -19,7 +19,9 @@ An unknown marker fails the build too.
 A page also includes a section of the README with a line `--8<-- "README.md:NAME"`: the text
 between the README's `<!-- --8<-- [start:NAME] -->` and `[end:NAME]` comments, one text for
 both. The README's links into the site (`docs/testing.md`) are rewritten to the site's own
-(`testing.md`) so that they work in both places; an unknown section fails the build. Run by `mkdocs build` and `mkdocs serve` (mkdocs.yml's
+(`testing.md`) so that they work in both places; an unknown section fails the build.
+
+Run by `mkdocs build` and `mkdocs serve` (mkdocs.yml's
 `hooks`), in the environment minibroker is installed in.
 """
 
@@ -210,8 +212,9 @@ def render(markdown: str) -> str:
 def readme_section(name: str, readme: str | None = None) -> str:
     """The README's section NAME, its links into docs/ made relative to the site."""
     text = README.read_text() if readme is None else readme
+    mark = re.escape(name)
     found = re.search(
-        rf"^<!-- --8<-- \[start:{re.escape(name)}\] -->\n(.*?)^<!-- --8<-- \[end:{re.escape(name)}\] -->$",
+        rf"^<!-- --8<-- \[start:{mark}\] -->\n(.*?)^<!-- --8<-- \[end:{mark}\] -->$",
         text,
         re.M | re.S,
     )
