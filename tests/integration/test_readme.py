@@ -9,7 +9,8 @@ that runs those commands instead; or a block that is not a command (NOT_COMMANDS
 fails on a block in none of these, on a fence without a language and on a stale entry, so a
 new command on any page is never silently left untested.
 
-The sections run here (the README's "Two commands" and "A short tour", Getting started's
+The sections run here (the README's "Two commands" and "A short tour", Consumer groups' KIP-848
+snippet on the tour's cluster, Getting started's
 cluster by hand, Security's TLS and ACL sections) run in that order, in a fresh directory (the
 test's temporary cwd, with this test's virtualenv linked as `.venv`), inside a network
 namespace of its own, so the pages' fixed addresses (127.0.0.1:9090, 9092-9094, ZooKeeper's
@@ -49,6 +50,7 @@ SECURITY = "docs/security.md"
 RUN_SECTIONS = [
     (README, "Two commands"),
     (README, "A short tour"),
+    ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)"),
     ("docs/getting-started.md", "A cluster by hand"),
     (SECURITY, "TLS and SASL listeners"),
     (SECURITY, "ACLs"),
@@ -106,9 +108,6 @@ SKIPPED_SECTIONS = {
     "test_readme_section.py runs this script as written",
     ("docs/pytest-plugin.md", "The example suite"): "tests/testing/test_readme_section.py"
     " checks these two commands and runs the example suite in this test's environment",
-    ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)"): "a configuration"
-    " fragment (a subscribed consumer, no poll loop): tests/cluster/"
-    "test_consumer_protocol_migration.py runs group.protocol=consumer consumers",
 }
 
 # Blocks of the run sections that are not commands, or are used by another block's run.
@@ -319,6 +318,17 @@ def kafka_python_snippet(shell: Shell, block: Block) -> None:
     assert out == [everything, everything], out
 
 
+def consumer_protocol_snippet(shell: Shell, block: Block) -> None:
+    """On the tour's cluster (still running): the three orders, read by a KIP-848 member; the
+    group is then a `consumer` group with its offset committed, as the page says."""
+    out = shell.run(f"{VENV}/bin/python -", stdin=block.text).stdout.splitlines()
+    assert out == ["[b'order-1', b'order-2', b'order-3']"], out
+    described = shell.run(".venv/bin/minibroker groups --describe billing").stdout
+    assert "GROUP billing: type consumer, state Empty" in described, described
+    assert "assignment strategy uniform" in described, described
+    assert re.search(r"^orders\s+0\s+3\s+3\s+0\s", described, re.M), described
+
+
 def acl_snippet(shell: Shell, block: Block) -> None:
     """As the text says: nodes started with the authorizer (the README's properties, with
     allow.everyone.if.no.acl.found=true), the snippet, then `orders` takes records and
@@ -346,6 +356,9 @@ def acl_snippet(shell: Shell, block: Block) -> None:
 
 RUN_BLOCKS: dict[tuple[str, str, str], Callable[[Shell, Block], None]] = {
     (README, "A short tour", "python"): kafka_python_snippet,
+    ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)", "python"): (
+        consumer_protocol_snippet
+    ),
     (SECURITY, "ACLs", "python"): acl_snippet,
 }
 
