@@ -10,6 +10,8 @@ node), so replica counts are judged against the replication factor each run aske
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.java.conftest import RequestLog
@@ -171,3 +173,42 @@ def test_request_log(minibroker_answers, request_log: RequestLog):
     ):
         assert any(name == api for name, _ in sent), (api, sorted(sent))
     assert request_log.cancelled() == []
+
+
+FETCH_SENT = re.compile(
+    r"Sending FETCH request with header .*? to node (-?\d+): (FetchRequestData\(.*)"
+)
+SESSION = re.compile(
+    r"sessionId=(-?\d+), sessionEpoch=(-?\d+), topics=\[(.*?)\], forgottenTopicsData"
+)
+
+
+def test_consumer_fetches_in_incremental_sessions(java, java_cluster):
+    """KIP-227: the Java consumer opens a session on each broker with a full fetch (epoch 0),
+    then sends incremental fetches (epoch 1, 2, ...) in it; once it has read everything, the
+    incremental fetches name no partition at all. No broker refuses a session (that would
+    start it over with a new full fetch)."""
+    partitions = 12
+    answer = java.json("SessionConsumer", java_cluster.bootstrap, "fetch-sessions", str(partitions))
+    assert answer["read"] == answer["expected"], answer
+    log = java.request_log.files[-1].read_text(errors="replace")
+    fetches = []
+    for line in log.splitlines():
+        if (sent := FETCH_SENT.search(line)) and (session := SESSION.search(sent.group(2))):
+            node = int(sent.group(1))
+            fetches.append((node, int(session.group(1)), int(session.group(2)), session.group(3)))
+    assert fetches, "no Fetch in the request log"
+    by_node: dict[int, list] = {}
+    for node, session_id, epoch, topics in fetches:
+        by_node.setdefault(node, []).append((session_id, epoch, topics))
+    for node, sent in by_node.items():
+        full = [f for f in sent if f[1] == 0]
+        assert len(full) == 1 and full[0][0] == 0, (node, full)
+        incremental = [f for f in sent if f[1] > 0]
+        assert incremental, (node, sent[:3])
+        session_ids = {session_id for session_id, _, _ in incremental}
+        assert len(session_ids) == 1 and 0 not in session_ids, (node, session_ids)
+        epochs = [epoch for _, epoch, _ in incremental]
+        assert epochs == list(range(1, len(epochs) + 1)), (node, epochs)
+        # The last ones, idle: the session holds the partitions, the request names none.
+        assert incremental[-1][2] == "", (node, incremental[-1])
