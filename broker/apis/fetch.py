@@ -35,6 +35,7 @@ from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
 from minibroker.protocol.fetch_response import FIRST_TOPIC_ID_VERSION
+from minibroker.protocol.schemas import HIGH_WATERMARK_NOT_SUPPORTED as _UNSUPPORTED
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetch_session import PartitionKey, PartitionRequest
 from minibroker.replication.replica_manager import fetch_result
@@ -42,6 +43,7 @@ from minibroker.security.authorizer.acls import Operation
 from minibroker.storage.file_records import FileRecords
 
 log = logging.getLogger("fetch")
+_LEADER_MOVED = (Error.NOT_LEADER_OR_FOLLOWER, Error.FENCED_LEADER_EPOCH)
 # What a follower hears about a partition whose LeaderAndIsr this broker is still applying.
 _NOT_YET_APPLIED = frozenset(
     {Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER, Error.UNKNOWN_LEADER_EPOCH}
@@ -72,6 +74,11 @@ class _Reader:
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
         self.total_bytes = 0
         self.has_error = False
+        # A partition whose high watermark the fetching replica does not know yet (Fetch
+        # v18's HighWatermark, KIP-1166) is news: the fetch is answered without waiting.
+        self.stale_high_watermark = False
+        # Only the partitions this request names (not those a session remembers).
+        self.known_high_watermarks: dict[PartitionKey, int] = {}
         self.not_yet_applied = False
         self.watched: list[tuple[str, int]] = []
         self.sent: list[tuple[str, int]] = []
@@ -113,11 +120,11 @@ class _Reader:
                 self.not_yet_applied |= error in _NOT_YET_APPLIED
                 entry = fetch_result(index, error, partition)
             else:
-                entry = self.read_partition(partition, fetch_partition)
+                entry = self.read_partition(key, partition, fetch_partition)
             read.append((key, name, topic_id, entry))
         return read
 
-    def read_partition(self, partition, fetch_partition: PartitionRequest) -> dict:
+    def read_partition(self, key, partition, fetch_partition: PartitionRequest) -> dict:
         entry = self.replicas.read_records(
             partition,
             fetch_partition.fetch_offset,
@@ -132,6 +139,8 @@ class _Reader:
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
+        if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
+            self.stale_high_watermark = True
         self.watched.append(partition.key)
         records = entry["records"]
         if isinstance(records, FileRecords):
@@ -173,6 +182,7 @@ def _fetch_data(request, uses_topic_ids: bool) -> list[tuple[PartitionKey, Parti
                         current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                         last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
                         log_start_offset=getattr(p, "log_start_offset", -1),
+                        high_watermark=getattr(p, "high_watermark", _UNSUPPORTED),
                     ),
                 )
             )
@@ -200,8 +210,11 @@ def _runs(partitions):
         yield run[0][0][0], run
 
 
-def _read_all(ctx: RequestContext, request, partitions, uses_topic_ids: bool, *, record_progress):
+def _read_all(
+    ctx: RequestContext, request, partitions, uses_topic_ids: bool, known_hws, *, record_progress
+):
     reader = _Reader(ctx, request, record_progress=record_progress)
+    reader.known_high_watermarks = known_hws
     read = []
     for topic, run in _runs(partitions):
         read.extend(reader.read_topic(topic, uses_topic_ids, run))
@@ -220,6 +233,35 @@ def _response(error: Error, session_id: int, read: list[tuple], selected) -> dic
             last_key_topic = key[0]
         responses[-1]["partitions"].append(entry)
     return {"error_code": error, "session_id": session_id, "responses": responses}
+
+
+def _add_current_leaders(ctx: RequestContext, response: dict) -> None:
+    """Fetch v16+ (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER or
+    FENCED_LEADER_EPOCH names its current leader and epoch, and the response carries that
+    leader's endpoint on this listener, so that the client goes there without a Metadata
+    round trip (Kafka's KafkaApis.handleFetchRequest)."""
+    metadata = ctx.replica_manager.metadata
+    leaders = set()
+    for topic in response["responses"]:
+        known = metadata.topic(topic["topic"]) if topic["topic"] else None
+        for entry in topic["partitions"]:
+            if entry["error_code"] not in _LEADER_MOVED or known is None:
+                continue
+            state = known.partitions.get(entry["partition_index"])
+            if state is None:
+                continue
+            entry["current_leader"] = {
+                "leader_id": state.leader,
+                "leader_epoch": state.leader_epoch,
+            }
+            if state.leader >= 0:
+                leaders.add(state.leader)
+    if leaders:
+        response["node_endpoints"] = [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in metadata.endpoints_for(ctx.listener_name)
+            if b.node_id in leaders
+        ]
 
 
 def _error_response(request, error: Error) -> dict:
@@ -243,7 +285,7 @@ def _error_response(request, error: Error) -> dict:
 # unless the inter-node rules allow it.
 @api(
     ApiKey.FETCH,
-    versions=(4, 13),
+    versions=(4, 18),
     roles=Role.BROKER,
     senders=Senders.CLIENTS_AND_NODES,
     error_response=_error_response,
@@ -252,12 +294,14 @@ async def handle(ctx: RequestContext, request) -> dict:
     uses_topic_ids = ctx.version >= FIRST_TOPIC_ID_VERSION
     replica_id = _replica_id(request)
     sessions = ctx.replica_manager.fetch_sessions
+    fetch_data = _fetch_data(request, uses_topic_ids)
+    known_hws = {key: p.high_watermark for key, p in fetch_data if p.high_watermark != _UNSUPPORTED}
     context = sessions.new_context(
         version=ctx.version,
         session_id=getattr(request, "session_id", 0),
         epoch=getattr(request, "session_epoch", -1),
         privileged=replica_id >= 0,
-        fetch_data=_fetch_data(request, uses_topic_ids),
+        fetch_data=fetch_data,
         to_forget=_to_forget(request, uses_topic_ids),
         now_ms=_now_ms(),
     )
@@ -269,7 +313,9 @@ async def handle(ctx: RequestContext, request) -> dict:
     first = True
     waited_for_controller = False
     while True:
-        read, reader = _read_all(ctx, request, partitions, uses_topic_ids, record_progress=first)
+        read, reader = _read_all(
+            ctx, request, partitions, uses_topic_ids, known_hws, record_progress=first
+        )
         if (
             reader.replica_id >= 0
             and reader.not_yet_applied
@@ -290,6 +336,7 @@ async def handle(ctx: RequestContext, request) -> dict:
         done = (
             reader.total_bytes >= request.min_bytes
             or reader.has_error
+            or reader.stale_high_watermark
             or not reader.watched
             or trio.current_time() >= deadline
         )
@@ -310,7 +357,10 @@ async def handle(ctx: RequestContext, request) -> dict:
                     len(selected),
                     len(read),
                 )
-            return _response(error, session_id, read, selected)
+            response = _response(error, session_id, read, selected)
+            if ctx.version >= 16:
+                _add_current_leaders(ctx, response)
+            return response
         reader.release()
         await ctx.replica_manager.watchers.wait_any(reader.watched, deadline, "Fetch")
 

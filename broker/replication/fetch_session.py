@@ -67,6 +67,9 @@ class PartitionRequest:
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
     log_start_offset: int = -1
+    # Fetch v18 (KIP-1166): the high watermark the fetching replica knows; the largest int64
+    # when it does not say. Used for the request it came in, not kept for the next ones.
+    high_watermark: int = 2**63 - 1
 
 
 class CachedPartition:

@@ -248,3 +248,58 @@ def test_kafka_python_and_confluent_kafka_still_consume(session_broker):
             seen += 1
     finally:
         confluent.close()
+
+
+def test_fetch_v18_behind_high_watermark_is_answered_without_waiting(session_broker):
+    """KIP-1166 (Fetch v18): a fetch whose HighWatermark is behind the leader's is answered at
+    once, even with nothing to read and min_bytes 1; one that knows the high watermark waits
+    its max_wait as before."""
+    import time
+
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    from minibroker.protocol.schemas import FetchPartitionV18, FetchRequestV18, FetchTopicV18
+
+    broker, _ = session_broker
+    with wire.connect(broker.bootstrap, 40, client_id=TEST_CLIENT_ID, exact=True) as client:
+        produce(client, 2)
+        metadata = client.call(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        topic_id = metadata.topics[0].topic_id
+        end = fetch(client, {2: 0}, epoch=-1).responses[0].partitions[0].high_watermark
+
+        def fetch_v18(known_high_watermark: int, max_wait_ms: int):
+            started = time.monotonic()
+            response = client.call(
+                FetchRequestV18(
+                    max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                    min_bytes=1,
+                    topics=(
+                        FetchTopicV18(
+                            topic_id=topic_id,
+                            partitions=(
+                                FetchPartitionV18(
+                                    partition=2,
+                                    fetch_offset=end,
+                                    partition_max_bytes=1024,
+                                    high_watermark=known_high_watermark,
+                                ),
+                            ),
+                        ),
+                    ),
+                    forgotten_topics_data=(),
+                )
+            )
+            return response, time.monotonic() - started
+
+        behind, elapsed = fetch_v18(end - 1, 30_000)
+        assert elapsed < 15, elapsed
+        answer = behind.responses[0].partitions[0]
+        assert (answer.error_code, answer.high_watermark) == (ErrorCode.none, end)
+        current, elapsed = fetch_v18(end, 300)
+        assert elapsed >= 0.3 and current.responses[0].partitions[0].high_watermark == end
