@@ -75,7 +75,9 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
-def _broker_gauges(replicas: ReplicaManager) -> Iterator[GaugeMetricFamily]:
+def _broker_gauges(
+    replicas: ReplicaManager,
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     partitions = replicas.partitions()
     leaders = [p for p in partitions if p.is_leader]
     yield _gauge(
