@@ -389,3 +389,61 @@ class FetchManager:
         self.cache.touch(session, now_ms)
         session.epoch = next_epoch(session.epoch)
         return FetchContext("incremental", session=session, request_epoch=epoch)
+
+
+class FetchSessionHandler:
+    """The fetching side of a session (Kafka's clients FetchSessionHandler), as the follower
+    fetchers use it: what the next request carries, and what its answer does to the session.
+
+    The first request is full (epoch 0: every partition); once the leader answers with a
+    session id, each request carries only the partitions whose fetch parameters changed since
+    the session last saw them, and forgets those no longer fetched. A session error
+    (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, ...) or a lost answer starts
+    over with a full request. ``V`` is whatever the fetcher sends per partition; equal values
+    are not sent again.
+    """
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        # The partitions as the leader's session holds them.
+        self._session: dict[PartitionKey, Any] = {}
+        self._pending: dict[PartitionKey, Any] | None = None
+
+    def build(
+        self, wanted: Mapping[PartitionKey, Any]
+    ) -> tuple[int, int, list[tuple[PartitionKey, Any]], list[PartitionKey]]:
+        """(session id, epoch, partitions to send, partitions to forget) for the next
+        request fetching ``wanted``."""
+        self._pending = dict(wanted)
+        if self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
+            return self.session_id, INITIAL_EPOCH, list(wanted.items()), []
+        send = [(key, value) for key, value in wanted.items() if self._session.get(key) != value]
+        forget = [key for key in self._session if key not in wanted]
+        return self.session_id, self.epoch, send, forget
+
+    def handle_response(self, error: int, session_id: int) -> None:
+        """The answer to the request :meth:`build` made."""
+        pending, self._pending = self._pending, None
+        if error != 0 or pending is None:
+            self.reset()
+            return
+        if self.epoch == INITIAL_EPOCH or self.session_id == INVALID_SESSION_ID:
+            # A full request: a session begins if the leader made one.
+            self.session_id = session_id
+            self.epoch = next_epoch(INITIAL_EPOCH) if session_id else INITIAL_EPOCH
+        elif session_id != self.session_id:
+            # The leader closed the session (every partition forgotten): start over.
+            self.session_id = INVALID_SESSION_ID
+            self.reset()
+            return
+        else:
+            self.epoch = next_epoch(self.epoch)
+        self._session = pending if self.session_id else {}
+
+    def reset(self) -> None:
+        """Start over with a full request (a session error, a lost answer, a reconnection).
+        The leader's session, if any, is replaced by the next full request's."""
+        self.epoch = INITIAL_EPOCH
+        self._session = {}
+        self._pending = None

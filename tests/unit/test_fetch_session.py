@@ -234,3 +234,61 @@ def test_followers_evict_young_consumer_sessions_and_young_follower_sessions_sta
 def test_a_zero_slot_cache_never_creates_sessions():
     mgr = manager(slots=0)
     assert full(mgr, [("t", 0)])[1][1] == INVALID_SESSION_ID
+
+
+def test_the_fetching_side_sends_only_what_changed_and_starts_over_on_errors():
+    from minibroker.replication.fetch_session import FetchSessionHandler
+
+    handler = FetchSessionHandler()
+    wanted = {("t", 0): 5, ("t", 1): 7}
+    # No session yet: a full request (epoch 0) with everything.
+    assert handler.build(wanted) == (0, 0, list(wanted.items()), [])
+    handler.handle_response(0, 42)
+    assert (handler.session_id, handler.epoch) == (42, 1)
+    # Nothing changed: an empty incremental request.
+    assert handler.build(wanted) == (42, 1, [], [])
+    handler.handle_response(0, 42)
+    # t-0 moved on, t-1 is no longer fetched, t-2 is new.
+    changed = {("t", 0): 9, ("t", 2): 1}
+    assert handler.build(changed) == (42, 2, [(("t", 0), 9), (("t", 2), 1)], [("t", 1)])
+    handler.handle_response(0, 42)
+    assert handler.build(changed) == (42, 3, [], [])
+    # A session error: the next request is full again, naming the old session to replace.
+    handler.handle_response(int(Error.FETCH_SESSION_ID_NOT_FOUND), 0)
+    assert handler.build(changed) == (42, 0, list(changed.items()), [])
+    # The leader had no room for a session: full requests go on.
+    handler.handle_response(0, 0)
+    assert handler.build(changed) == (0, 0, list(changed.items()), [])
+    # A lost answer (reset) also starts over.
+    handler.handle_response(0, 7)
+    handler.build(changed)
+    handler.reset()
+    assert handler.build(changed)[1] == 0
+
+
+def test_the_fetching_side_against_the_cache_keeps_one_session():
+    """The follower's handler and the leader's manager, one request after another."""
+    from minibroker.replication.fetch_session import FetchSessionHandler
+
+    mgr = manager()
+    handler = FetchSessionHandler()
+    offsets = {("t", 0): 0, ("t", 1): 0}
+    for step in range(5):
+        session_id, epoch, send, forget = handler.build(
+            {key: req(offset) for key, offset in offsets.items()}
+        )
+        context = mgr.new_context(
+            version=12,
+            session_id=session_id,
+            epoch=epoch,
+            privileged=True,
+            fetch_data=send,
+            to_forget=forget,
+            now_ms=step,
+        )
+        assert context.kind in ("full", "incremental")
+        read = [(key, entry(key[1], hw=step)) for key, _ in context.partitions()]
+        error, answered_id, _ = context.respond(read, step)
+        handler.handle_response(int(error), answered_id)
+        offsets[("t", 0)] += 1
+    assert len(mgr.cache) == 1 and handler.epoch == 5
