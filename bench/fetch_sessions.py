@@ -1,5 +1,5 @@
 """What do incremental fetch sessions (KIP-227) save? `python -m bench.fetch_sessions
-[--partitions 1000] [--fetches 300] [--seconds 10]`
+[--partitions 1000] [--fetches 300] [--seconds 10] [--kafka]`
 
 One broker, one topic of that many partitions, and a consumer of all of them that has read
 everything (the partitions are idle): the consumer's Fetch v12 carries every partition each
@@ -7,7 +7,8 @@ time without a session (session id 0, epoch -1, as before KIP-227), and names no
 session holds them (epoch 1, 2, ...). The bench prints, for both: the request and response
 bytes per fetch; the broker's CPU per fetch for back-to-back fetches (max_wait 0); and the
 broker's CPU per second of a consumer polling as the Java client does by default
-(fetch.max.wait.ms 500: idle fetches park at the broker until it passes). Not run in CI.
+(fetch.max.wait.ms 500: idle fetches park at the broker until it passes). With --kafka, the
+same against Apache Kafka 4.4 (one KRaft node, bench/kafka_ref.py). Not run in CI.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Consumer:
         self.request_bytes = self.response_bytes = self.fetches = 0
 
 
-def measure(node: BrokerProcess, partitions: int, sessions: bool, fetches: int, seconds: float):
+def measure(node, partitions: int, sessions: bool, fetches: int, seconds: float):
     consumer = Consumer(node.bootstrap, partitions, sessions)
     consumer.fetch(0)  # the full fetch (and the session, if any)
     consumer.fetch(0)
@@ -132,34 +133,57 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--fetches", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--kafka", action="store_true", help="measure Apache Kafka 4.4 too (java/fetch.sh jars)"
+    )
     args = parser.parse_args()
+    print(
+        f"a consumer of {args.partitions} idle partitions, Fetch v{VERSION}"
+        f" ({args.fetches} back-to-back fetches, then {args.seconds:.0f} s at"
+        " fetch.max.wait.ms 500)"
+    )
+    print(
+        f"{'':34} {'request B':>10} {'response B':>11} {'CPU ms/fetch':>13}"
+        f" {'CPU ms/s (idle poll)':>21}"
+    )
     with tempfile.TemporaryDirectory() as work:
         node = BrokerProcess.start(1, Path(work) / "data")
         try:
             node.wait_ready(30)
-            admin = AdminClient({"bootstrap.servers": node.bootstrap})
-            admin.create_topics([NewTopic(TOPIC, args.partitions, 1)])[TOPIC].result(60)
-            wait_until_led(node.bootstrap, args.partitions)
-            print(
-                f"a consumer of {args.partitions} idle partitions, Fetch v{VERSION}"
-                f" ({args.fetches} back-to-back fetches, then {args.seconds:.0f} s at"
-                " fetch.max.wait.ms 500)"
-            )
-            print(
-                f"{'':22} {'request B':>10} {'response B':>11} {'CPU ms/fetch':>13}"
-                f" {'CPU ms/s (idle poll)':>21}"
-            )
-            for sessions in (False, True):
-                request_bytes, response_bytes, busy, idle = measure(
-                    node, args.partitions, sessions, args.fetches, args.seconds
-                )
-                name = "incremental session" if sessions else "no session (full)"
-                print(
-                    f"{name:22} {request_bytes:>10,.0f} {response_bytes:>11,.0f}"
-                    f" {busy * 1000:>13.2f} {idle * 1000:>21.1f}"
-                )
+            _run("minibroker", node, node.pid, args)
         finally:
             node.stop()
+        if args.kafka:
+            from bench.kafka_ref import KafkaCluster
+
+            kafka = KafkaCluster.start(Path(work) / "kafka", nodes=1)
+            try:
+                process = kafka.nodes[0].process
+                assert process is not None
+                _run("Kafka 4.4", kafka, process.pid, args)
+            finally:
+                kafka.stop()
+
+
+class _Pid:
+    def __init__(self, bootstrap: str, pid: int) -> None:
+        self.bootstrap = bootstrap
+        self.pid = pid
+
+
+def _run(system: str, target, pid: int, args) -> None:
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, args.partitions, 1)])[TOPIC].result(120)
+    wait_until_led(target.bootstrap, args.partitions)
+    for sessions in (False, True):
+        request_bytes, response_bytes, busy, idle = measure(
+            _Pid(target.bootstrap, pid), args.partitions, sessions, args.fetches, args.seconds
+        )
+        name = f"{system}, " + ("incremental session" if sessions else "no session (full)")
+        print(
+            f"{name:34} {request_bytes:>10,.0f} {response_bytes:>11,.0f}"
+            f" {busy * 1000:>13.2f} {idle * 1000:>21.1f}"
+        )
 
 
 if __name__ == "__main__":
