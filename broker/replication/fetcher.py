@@ -43,7 +43,7 @@ from minibroker.protocol.replica_fetch import (
     encode_replica_fetch_request,
 )
 from minibroker.protocol.versions import ApiKey
-from minibroker.replication.fetch_session import FetchSessionHandler
+from minibroker.replication.fetch_session import FetchSessionHandler, PartitionKey
 from minibroker.replication.metadata_cache import MetadataCache
 from minibroker.security.listeners import client_security
 from minibroker.storage.errors import StorageError
@@ -161,7 +161,7 @@ class Fetcher:
             self._connection = None
 
     def _fetch_request(self, partitions: list["Partition"]) -> bytes:
-        wanted: dict[tuple[str, int], ReplicaFetchPartition] = {}
+        wanted: dict[PartitionKey, ReplicaFetchPartition] = {}
         for partition in partitions:
             latest_epoch = partition.log.leader_epoch_cache.latest_epoch
             wanted[partition.key] = ReplicaFetchPartition(
