@@ -8,8 +8,8 @@ log, so the socket sends them without another copy (a FileRecords, on a plaintex
 is only measured here: the server sends it with sendfile).
 
 It covers the responses the broker builds in the common case, read_committed's aborted
-transactions included; anything else (a diverging epoch for a follower) returns None and the
-caller falls back to kio.
+transactions included; anything else (a diverging epoch for a follower, the current leader
+and node endpoints of Fetch v16+) returns None and the caller falls back to kio.
 tests/unit/test_fetch_response.py proves the bytes identical to kio's for every supported
 version.
 """
@@ -33,14 +33,17 @@ FIRST_TOPIC_ID_VERSION = 13
 def _has_defaults_only(partition: dict[str, Any]) -> bool:
     """True when nothing outside this encoder's fast path is set on the partition."""
     diverging = partition.get("diverging_epoch")
-    return diverging is None or (
-        diverging.get("epoch", -1) == -1 and diverging.get("end_offset", -1) == -1
+    return partition.get("current_leader") is None and (
+        diverging is None
+        or (diverging.get("epoch", -1) == -1 and diverging.get("end_offset", -1) == -1)
     )
 
 
 def encode_fetch_response(version: int, data: dict[str, Any]) -> list[Buffer] | None:
     """The Fetch response body as chunks (bytes and record objects), or None to use kio."""
     responses = data["responses"]
+    if data.get("node_endpoints"):
+        return None
     if not all(_has_defaults_only(p) for topic in responses for p in topic["partitions"]):
         return None
     flexible = version >= _FLEXIBLE_FROM

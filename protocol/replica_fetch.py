@@ -59,6 +59,7 @@ class FetchedPartition(NamedTuple):
 class ReplicaFetchResponse(NamedTuple):
     error_code: int
     partitions: list[FetchedPartition]
+    session_id: int = 0
 
 
 def _compact_string(text: str) -> bytes:
@@ -73,10 +74,18 @@ def encode_replica_fetch_request(
     min_bytes: int,
     max_bytes: int,
     topics: dict[str, list[ReplicaFetchPartition]],
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: dict[str, list[int]] | None = None,
 ) -> bytes:
-    """The Fetch v12 request body a follower sends: no fetch session (id 0, epoch -1, so the
-    leader answers every partition each time), read_uncommitted, no rack, no cluster id."""
-    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1))
+    """The Fetch v12 request body a follower sends: read_uncommitted, no rack, no cluster id.
+    Without a session (id 0, epoch -1) the leader answers every partition each time; in one
+    (KIP-227), ``topics`` are the partitions added or changed and ``forgotten`` those to drop."""
+    out = bytearray(
+        _REQUEST_HEAD.pack(
+            replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch
+        )
+    )
     out += encode_uvarint(len(topics) + 1)
     for topic, partitions in topics.items():
         out += _compact_string(topic)
@@ -85,7 +94,14 @@ def encode_replica_fetch_request(
             out += _PARTITION_REQUEST.pack(*partition)
             out += _NO_TAGS
         out += _NO_TAGS
-    out += encode_uvarint(1)  # forgotten_topics_data: empty
+    forgotten = forgotten or {}
+    out += encode_uvarint(len(forgotten) + 1)
+    for topic, indexes in forgotten.items():
+        out += _compact_string(topic)
+        out += encode_uvarint(len(indexes) + 1)
+        for index in indexes:
+            out += _INT32.pack(index)
+        out += _NO_TAGS
     out += encode_uvarint(1)  # rack_id: ""
     out += _NO_TAGS
     return bytes(out)
@@ -142,7 +158,7 @@ class _Reader:
 def decode_replica_fetch_response(frame: Buffer, offset: int) -> ReplicaFetchResponse:
     """Read a Fetch v12 response body that starts at `offset` of `frame`."""
     reader = _Reader(memoryview(frame), offset)
-    _throttle, error_code, _session = reader.unpack(_RESPONSE_HEAD)
+    _throttle, error_code, session_id = reader.unpack(_RESPONSE_HEAD)
     partitions: list[FetchedPartition] = []
     for _ in range(reader.uvarint() - 1):
         topic = reader.compact_string()
@@ -175,4 +191,4 @@ def decode_replica_fetch_response(frame: Buffer, offset: int) -> ReplicaFetchRes
             )
         reader.skip_tags()
     reader.skip_tags()
-    return ReplicaFetchResponse(error_code, partitions)
+    return ReplicaFetchResponse(error_code, partitions, session_id)

@@ -15,6 +15,10 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - TxnOffsetCommit v5 (TxnOffsetCommitRequest.json): the same as v4; with TV2 it also adds the
   group's offsets partition to the transaction (no AddOffsetsToTxn before it).
 
+- Fetch v18 (FetchRequest.json, FetchResponse.json; KIP-1166): the request's partitions add
+  the tagged HighWatermark (int64, tag 1, default 2^63-1: "not supported"), the high
+  watermark the fetching replica knows; the response is v17's. kio 0.6.1 has v4-v17.
+
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
@@ -28,6 +32,12 @@ from typing import ClassVar
 
 from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnRequestV4
 from kio.schema.end_txn.v4.response import EndTxnResponse as _EndTxnResponseV4
+from kio.schema.fetch.v17.request import FetchPartition as _FetchPartitionV17
+from kio.schema.fetch.v17.request import FetchRequest as _FetchRequestV17
+from kio.schema.fetch.v17.request import FetchTopic as _FetchTopicV17
+from kio.schema.fetch.v17.request import ForgottenTopic as _ForgottenTopicV17
+from kio.schema.fetch.v17.request import ReplicaState as _ReplicaStateV17
+from kio.schema.fetch.v17.response import FetchResponse as _FetchResponseV17
 from kio.schema.produce.v11.request import ProduceRequest as _ProduceRequestV11
 from kio.schema.produce.v11.response import ProduceResponse as _ProduceResponseV11
 from kio.schema.txn_offset_commit.v4.request import (
@@ -37,7 +47,7 @@ from kio.schema.txn_offset_commit.v4.response import (
     TxnOffsetCommitResponse as _TxnOffsetCommitResponseV4,
 )
 from kio.schema.types import ProducerId
-from kio.static.primitive import i16
+from kio.static.primitive import i16, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 
@@ -84,16 +94,68 @@ class TxnOffsetCommitResponseV5(_TxnOffsetCommitResponseV4):
     __version__: ClassVar[i16] = i16(5)
 
 
+# "Not supported": what a replica that does not track the high watermark sends (KIP-1166).
+HIGH_WATERMARK_NOT_SUPPORTED = i64(2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPartitionV18(_FetchPartitionV17):
+    __version__: ClassVar[i16] = i16(18)
+    high_watermark: i64 = field(
+        metadata={"kafka_type": "int64", "tag": 1}, default=HIGH_WATERMARK_NOT_SUPPORTED
+    )
+    """The high-watermark known by the replica. -1 if the high-watermark is not known and
+    9223372036854775807 if the feature is not supported."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchTopicV18(_FetchTopicV17):
+    __version__: ClassVar[i16] = i16(18)
+    partitions: tuple[FetchPartitionV18, ...]
+    """The partitions to fetch."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgottenTopicV18(_ForgottenTopicV17):
+    __version__: ClassVar[i16] = i16(18)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaStateV18(_ReplicaStateV17):
+    __version__: ClassVar[i16] = i16(18)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRequestV18(_FetchRequestV17):
+    """Fetch v18: v17 plus each partition's tagged HighWatermark (KIP-1166)."""
+
+    __version__: ClassVar[i16] = i16(18)
+    replica_state: ReplicaStateV18 = field(metadata={"tag": 1}, default=ReplicaStateV18())
+    topics: tuple[FetchTopicV18, ...]
+    """The topics to fetch."""
+    forgotten_topics_data: tuple[ForgottenTopicV18, ...]
+    """In an incremental fetch request, the partitions to remove."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResponseV18(_FetchResponseV17):
+    """Fetch v18: the response is v17's (KIP-1166 changes only the request)."""
+
+    __version__: ClassVar[i16] = i16(18)
+
+
 # (api key, version) -> class, for the codec.
 REQUESTS: dict[tuple[int, int], type] = {
     (26, 5): EndTxnRequestV5,
     (0, 12): ProduceRequestV12,
     (28, 5): TxnOffsetCommitRequestV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
+    (1, 18): FetchRequestV18,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (26, 5): EndTxnResponseV5,
     (0, 12): ProduceResponseV12,
     (28, 5): TxnOffsetCommitResponseV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
+    (1, 18): FetchResponseV18,
 }

@@ -26,19 +26,24 @@ aborted transactions of what it read; a parked fetch is woken by transaction mar
 any append, since a marker is appended through the same log and notifies the same watchers.
 """
 
+import logging
+
 import trio
 
 from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
+from minibroker.protocol.fetch_response import FIRST_TOPIC_ID_VERSION
+from minibroker.protocol.schemas import HIGH_WATERMARK_NOT_SUPPORTED as _UNSUPPORTED
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication.fetch_session import PartitionKey, PartitionRequest
 from minibroker.replication.replica_manager import fetch_result
 from minibroker.security.authorizer.acls import Operation
 from minibroker.storage.file_records import FileRecords
 
-# No fetch sessions are created: session id 0 tells clients to send full requests.
-_NO_SESSION = 0
+log = logging.getLogger("fetch")
+_LEADER_MOVED = (Error.NOT_LEADER_OR_FOLLOWER, Error.FENCED_LEADER_EPOCH)
 # What a follower hears about a partition whose LeaderAndIsr this broker is still applying.
 _NOT_YET_APPLIED = frozenset(
     {Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER, Error.UNKNOWN_LEADER_EPOCH}
@@ -46,14 +51,14 @@ _NOT_YET_APPLIED = frozenset(
 
 
 class _Reader:
-    """One pass over the request's partitions, tracking the response byte budget."""
+    """One pass over the fetch's partitions, tracking the response byte budget."""
 
     def __init__(self, ctx: RequestContext, request, *, record_progress: bool) -> None:
         self.ctx = ctx
         # Read once: the role accessor asserts, and the loops below run per partition.
         self.replicas = ctx.replica_manager
         self.request = request
-        self.replica_id = getattr(request, "replica_id", -1)
+        self.replica_id = _replica_id(request)
         # 1: read_committed (Fetch v4+), up to the last stable offset with the aborted
         # transactions of the range (ReplicaManager.read_records).
         self.isolation_level = request.isolation_level
@@ -69,6 +74,11 @@ class _Reader:
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
         self.total_bytes = 0
         self.has_error = False
+        # A partition whose high watermark the fetching replica does not know yet (Fetch
+        # v18's HighWatermark, KIP-1166) is news: the fetch is answered without waiting.
+        self.stale_high_watermark = False
+        # Only the partitions this request names (not those a session remembers).
+        self.known_high_watermarks: dict[PartitionKey, int] = {}
         self.not_yet_applied = False
         self.watched: list[tuple[str, int]] = []
         self.sent: list[tuple[str, int]] = []
@@ -76,49 +86,51 @@ class _Reader:
         self.zero_copy = ctx.connection.zero_copy
         self.files: list[FileRecords] = []
 
-    def read_topic(self, topic) -> dict:
-        topic_id = getattr(topic, "topic_id", None)
-        if hasattr(topic, "topic_id"):  # v13+; the zero id reads as None, and is no topic's
+    def read_topic(self, topic, uses_topic_ids: bool, partitions) -> list[tuple]:
+        """Read one topic's run of (key, PartitionRequest): [(key, name, topic id, entry)]."""
+        if uses_topic_ids:  # v13+; the zero id reads as None, and is no topic's
+            topic_id = topic
             known = self.replicas.metadata.topic_by_id(topic_id) if topic_id else None
             name = known.name if known is not None else None
             missing = Error.UNKNOWN_TOPIC_ID
         else:
-            name = topic.topic
+            topic_id = None
+            name = topic
             missing = Error.UNKNOWN_TOPIC_OR_PARTITION
-        partitions = []
         if (
             self.check_access
             and name is not None
             and (self.refuse_every_topic or not topic_allowed(self.ctx, Operation.READ, name))
         ):
             self.has_error = True
-            refused = [
-                fetch_result(p.partition, Error.TOPIC_AUTHORIZATION_FAILED)
-                for p in topic.partitions
+            return [
+                (key, name, topic_id, fetch_result(key[1], Error.TOPIC_AUTHORIZATION_FAILED))
+                for key, _ in partitions
             ]
-            return {"topic": name, "topic_id": topic_id, "partitions": refused}
-        for fetch_partition in topic.partitions:
-            index = fetch_partition.partition
+        read = []
+        for key, fetch_partition in partitions:
+            index = key[1]
             partition, error = self.replicas.leader_partition(
-                name, index, getattr(fetch_partition, "current_leader_epoch", -1)
+                name, index, fetch_partition.current_leader_epoch
             )
             if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
                 error = missing
             if error != Error.NONE:
                 self.has_error = True
                 self.not_yet_applied |= error in _NOT_YET_APPLIED
-                partitions.append(fetch_result(index, error, partition))
+                entry = fetch_result(index, error, partition)
             else:
-                partitions.append(self.read_partition(partition, fetch_partition))
-        return {"topic": name, "topic_id": topic_id, "partitions": partitions}
+                entry = self.read_partition(key, partition, fetch_partition)
+            read.append((key, name, topic_id, entry))
+        return read
 
-    def read_partition(self, partition, fetch_partition) -> dict:
+    def read_partition(self, key, partition, fetch_partition: PartitionRequest) -> dict:
         entry = self.replicas.read_records(
             partition,
             fetch_partition.fetch_offset,
             replica_id=self.replica_id,
-            last_fetched_epoch=getattr(fetch_partition, "last_fetched_epoch", -1),
-            max_bytes=min(fetch_partition.partition_max_bytes, max(self.remaining, 0)),
+            last_fetched_epoch=fetch_partition.last_fetched_epoch,
+            max_bytes=min(fetch_partition.max_bytes, max(self.remaining, 0)),
             min_one_batch=self.total_bytes == 0,
             record_progress=self.record_progress,
             isolation_level=self.isolation_level,
@@ -127,6 +139,8 @@ class _Reader:
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
+        if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
+            self.stale_high_watermark = True
         self.watched.append(partition.key)
         records = entry["records"]
         if isinstance(records, FileRecords):
@@ -145,10 +159,109 @@ class _Reader:
         self.files.clear()
 
 
-def _read_all(ctx: RequestContext, request, *, record_progress: bool) -> tuple[dict, _Reader]:
+def _replica_id(request) -> int:
+    """The fetching replica: Fetch v15+ carries it in ReplicaState (KIP-903)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
+def _fetch_data(request, uses_topic_ids: bool) -> list[tuple[PartitionKey, PartitionRequest]]:
+    """The request's partitions as (key, PartitionRequest), in request order."""
+    data = []
+    for topic in request.topics:
+        name = topic.topic_id if uses_topic_ids else topic.topic
+        for p in topic.partitions:
+            data.append(
+                (
+                    (name, p.partition),
+                    PartitionRequest(
+                        fetch_offset=p.fetch_offset,
+                        max_bytes=p.partition_max_bytes,
+                        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                        last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                        log_start_offset=getattr(p, "log_start_offset", -1),
+                        high_watermark=getattr(p, "high_watermark", _UNSUPPORTED),
+                    ),
+                )
+            )
+    return data
+
+
+def _to_forget(request, uses_topic_ids: bool) -> list[PartitionKey]:
+    forgotten = getattr(request, "forgotten_topics_data", None) or ()
+    return [
+        (topic.topic_id if uses_topic_ids else topic.topic, index)
+        for topic in forgotten
+        for index in topic.partitions
+    ]
+
+
+def _runs(partitions):
+    """Consecutive partitions of the same topic, as Kafka groups a response's topics."""
+    run: list = []
+    for item in partitions:
+        if run and run[-1][0][0] != item[0][0]:
+            yield run[0][0][0], run
+            run = []
+        run.append(item)
+    if run:
+        yield run[0][0][0], run
+
+
+def _read_all(
+    ctx: RequestContext, request, partitions, uses_topic_ids: bool, known_hws, *, record_progress
+):
     reader = _Reader(ctx, request, record_progress=record_progress)
-    responses = [reader.read_topic(topic) for topic in request.topics]
-    return {"error_code": Error.NONE, "session_id": _NO_SESSION, "responses": responses}, reader
+    reader.known_high_watermarks = known_hws
+    read = []
+    for topic, run in _runs(partitions):
+        read.extend(reader.read_topic(topic, uses_topic_ids, run))
+    return read, reader
+
+
+def _response(error: Error, session_id: int, read: list[tuple], selected) -> dict:
+    """The response body: the selected partitions, grouped into consecutive topics."""
+    names = {key: (name, topic_id) for key, name, topic_id, _ in read}
+    responses: list[dict] = []
+    last_key_topic = object()
+    for key, entry in selected:
+        if key[0] != last_key_topic:
+            name, topic_id = names[key]
+            responses.append({"topic": name, "topic_id": topic_id, "partitions": []})
+            last_key_topic = key[0]
+        responses[-1]["partitions"].append(entry)
+    return {"error_code": error, "session_id": session_id, "responses": responses}
+
+
+def _add_current_leaders(ctx: RequestContext, response: dict) -> None:
+    """Fetch v16+ (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER or
+    FENCED_LEADER_EPOCH names its current leader and epoch, and the response carries that
+    leader's endpoint on this listener, so that the client goes there without a Metadata
+    round trip (Kafka's KafkaApis.handleFetchRequest)."""
+    metadata = ctx.replica_manager.metadata
+    leaders = set()
+    for topic in response["responses"]:
+        known = metadata.topic(topic["topic"]) if topic["topic"] else None
+        for entry in topic["partitions"]:
+            if entry["error_code"] not in _LEADER_MOVED or known is None:
+                continue
+            state = known.partitions.get(entry["partition_index"])
+            if state is None:
+                continue
+            entry["current_leader"] = {
+                "leader_id": state.leader,
+                "leader_epoch": state.leader_epoch,
+            }
+            if state.leader >= 0:
+                leaders.add(state.leader)
+    if leaders:
+        response["node_endpoints"] = [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in metadata.endpoints_for(ctx.listener_name)
+            if b.node_id in leaders
+        ]
 
 
 def _error_response(request, error: Error) -> dict:
@@ -172,19 +285,37 @@ def _error_response(request, error: Error) -> dict:
 # unless the inter-node rules allow it.
 @api(
     ApiKey.FETCH,
-    versions=(4, 13),
+    versions=(4, 18),
     roles=Role.BROKER,
     senders=Senders.CLIENTS_AND_NODES,
     error_response=_error_response,
 )
 async def handle(ctx: RequestContext, request) -> dict:
-    if getattr(request, "session_id", 0) != 0 and getattr(request, "session_epoch", -1) > 0:
-        return {"error_code": Error.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": ()}
+    uses_topic_ids = ctx.version >= FIRST_TOPIC_ID_VERSION
+    replica_id = _replica_id(request)
+    sessions = ctx.replica_manager.fetch_sessions
+    fetch_data = _fetch_data(request, uses_topic_ids)
+    known_hws = {key: p.high_watermark for key, p in fetch_data if p.high_watermark != _UNSUPPORTED}
+    context = sessions.new_context(
+        version=ctx.version,
+        session_id=getattr(request, "session_id", 0),
+        epoch=getattr(request, "session_epoch", -1),
+        privileged=replica_id >= 0,
+        fetch_data=fetch_data,
+        to_forget=_to_forget(request, uses_topic_ids),
+        now_ms=_now_ms(),
+    )
+    if context.kind == "error":
+        log.debug("fetch session error %s for session %s", context.error.name, request.session_id)
+        return {"error_code": context.error, "session_id": 0, "responses": ()}
+    partitions = context.partitions()
     deadline = trio.current_time() + request.max_wait.total_seconds()
     first = True
     waited_for_controller = False
     while True:
-        response, reader = _read_all(ctx, request, record_progress=first)
+        read, reader = _read_all(
+            ctx, request, partitions, uses_topic_ids, known_hws, record_progress=first
+        )
         if (
             reader.replica_id >= 0
             and reader.not_yet_applied
@@ -205,6 +336,7 @@ async def handle(ctx: RequestContext, request) -> dict:
         done = (
             reader.total_bytes >= request.min_bytes
             or reader.has_error
+            or reader.stale_high_watermark
             or not reader.watched
             or trio.current_time() >= deadline
         )
@@ -214,6 +346,24 @@ async def handle(ctx: RequestContext, request) -> dict:
             for topic, size in reader.sent:
                 if size:
                     metrics.child(counter, topic).inc(size)
+            error, session_id, selected = context.respond(
+                [(key, entry) for key, _, _, entry in read], _now_ms()
+            )
+            if context.kind != "sessionless":
+                log.debug(
+                    "%s fetch session %d: %d of %d partitions answered",
+                    context.kind,
+                    session_id,
+                    len(selected),
+                    len(read),
+                )
+            response = _response(error, session_id, read, selected)
+            if ctx.version >= 16:
+                _add_current_leaders(ctx, response)
             return response
         reader.release()
         await ctx.replica_manager.watchers.wait_any(reader.watched, deadline, "Fetch")
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)

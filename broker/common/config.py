@@ -333,6 +333,9 @@ _PROPERTIES: dict[str, _Property] = {
     "log.cleanup.policy": _Property("log_cleanup_policy", _parse_cleanup_policy),
     "compression.type": _Property("compression_type", _parse_compression_type),
     "fetch.max.bytes": _Property("fetch_max_bytes", _at_least(1024)),
+    "max.incremental.fetch.session.cache.slots": _Property(
+        "max_incremental_fetch_session_cache_slots", _at_least(0)
+    ),
     "num.partitions": _Property("num_partitions", _at_least(1)),
     "default.replication.factor": _Property("default_replication_factor", _at_least(1)),
     "auto.create.topics.enable": _Property("auto_create_topics_enable", _parse_bool),
@@ -507,6 +510,10 @@ class BrokerConfig:
     compression_type: str = _kafka_default("compression.type")
     # Kafka's default is 55 MiB; see the README's architecture notes for why it is smaller.
     fetch_max_bytes: int = 4 * 1024 * 1024
+    # The fetch session cache's size (KIP-227; replication/fetch_session.py).
+    max_incremental_fetch_session_cache_slots: int = _kafka_default(
+        "max.incremental.fetch.session.cache.slots"
+    )
     num_partitions: int = _kafka_default("num.partitions")
     default_replication_factor: int = _kafka_default("default.replication.factor")
     auto_create_topics_enable: bool = _kafka_default("auto.create.topics.enable")

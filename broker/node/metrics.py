@@ -75,7 +75,9 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
-def _broker_gauges(replicas: ReplicaManager) -> Iterator[GaugeMetricFamily]:
+def _broker_gauges(
+    replicas: ReplicaManager,
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     partitions = replicas.partitions()
     leaders = [p for p in partitions if p.is_leader]
     yield _gauge(
@@ -114,6 +116,24 @@ def _broker_gauges(replicas: ReplicaManager) -> Iterator[GaugeMetricFamily]:
     for kind, count in sorted(replicas.watchers.parked_by_kind().items()):
         purgatory.add_metric([kind], count)
     yield purgatory
+    # Kafka's FetchSessionCache metrics (KIP-227).
+    sessions = replicas.fetch_sessions.cache
+    yield _gauge(
+        "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+        "Incremental fetch sessions cached (NumIncrementalFetchSessions).",
+        len(sessions),
+    )
+    yield _gauge(
+        "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+        "Partitions of the cached fetch sessions (NumIncrementalFetchPartitionsCached).",
+        sessions.total_partitions,
+    )
+    yield CounterMetricFamily(
+        "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+        "Fetch sessions evicted to make room for new ones"
+        " (IncrementalFetchSessionEvictionsPerSec).",
+        value=sessions.evictions,
+    )
     families = {
         "size": GaugeMetricFamily(
             "kafka_log_log_size", "Bytes of the partition's log.", labels=["topic", "partition"]

@@ -15,7 +15,11 @@ Kafka's ReplicaFetcherThread, reduced to its rules:
 - a local storage error (an append or truncation here failed, its log dir is offline): the
   partition is no longer fetched (Kafka's markPartitionFailed); its log refuses everything
   until a restart recovers it, and the broker halts meanwhile (BrokerServer._log_dir_failed);
-- partitions are rotated after every fetch so a busy one cannot starve the others.
+- partitions are rotated after every fetch so a busy one cannot starve the others;
+- fetches run in an incremental fetch session (KIP-227, replication/fetch_session.py's
+  FetchSessionHandler): after the first full fetch, a request carries only the partitions whose
+  position changed and the leader answers only those with news; a session error, or a lost
+  answer, starts over with a full fetch.
 """
 
 import logging
@@ -39,6 +43,7 @@ from minibroker.protocol.replica_fetch import (
     encode_replica_fetch_request,
 )
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication.fetch_session import FetchSessionHandler, PartitionKey
 from minibroker.replication.metadata_cache import MetadataCache
 from minibroker.security.listeners import client_security
 from minibroker.storage.errors import StorageError
@@ -64,6 +69,11 @@ class ReplicaAccess(Protocol):
 log = logging.getLogger("fetcher")
 
 RESPONSE_MAX_BYTES = 10 * 1024 * 1024
+_SESSION_ERRORS = (
+    Error.FETCH_SESSION_ID_NOT_FOUND,
+    Error.INVALID_FETCH_SESSION_EPOCH,
+    Error.FETCH_SESSION_TOPIC_ID_ERROR,
+)
 REQUEST_TIMEOUT_S = 30.0
 
 
@@ -77,6 +87,7 @@ class Fetcher:
         self._delayed_until: dict[tuple[str, int], float] = {}
         self._work = trio.Event()
         self._connection: NodeConnection | None = None
+        self._session = FetchSessionHandler()
         config = replicas.config
         self._security = client_security(config, config.inter_broker_listener.name)
         # The partitions of the fetch being processed that drew an error, for one log line.
@@ -143,30 +154,41 @@ class Fetcher:
         return self._connection
 
     async def _disconnect(self) -> None:
+        # The answer to the last request may be lost: the leader's session epoch is unknown.
+        self._session.reset()
         if self._connection is not None:
             await self._connection.aclose()
             self._connection = None
 
     def _fetch_request(self, partitions: list["Partition"]) -> bytes:
-        by_topic: dict[str, list[ReplicaFetchPartition]] = {}
+        wanted: dict[PartitionKey, ReplicaFetchPartition] = {}
         for partition in partitions:
             latest_epoch = partition.log.leader_epoch_cache.latest_epoch
-            by_topic.setdefault(partition.topic, []).append(
-                ReplicaFetchPartition(
-                    partition=partition.index,
-                    current_leader_epoch=partition.leader_epoch,
-                    fetch_offset=partition.log.log_end_offset,
-                    last_fetched_epoch=latest_epoch if latest_epoch is not None else -1,
-                    log_start_offset=partition.log.log_start_offset,
-                    partition_max_bytes=self._config.replica_fetch_max_bytes,
-                )
+            wanted[partition.key] = ReplicaFetchPartition(
+                partition=partition.index,
+                current_leader_epoch=partition.leader_epoch,
+                fetch_offset=partition.log.log_end_offset,
+                last_fetched_epoch=latest_epoch if latest_epoch is not None else -1,
+                log_start_offset=partition.log.log_start_offset,
+                partition_max_bytes=self._config.replica_fetch_max_bytes,
             )
+        # In a fetch session (KIP-227, as Kafka's ReplicaFetcherThread): only what changed.
+        session_id, epoch, send, forget = self._session.build(wanted)
+        by_topic: dict[str, list[ReplicaFetchPartition]] = {}
+        for (topic, _), fetch_partition in send:
+            by_topic.setdefault(str(topic), []).append(fetch_partition)
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in forget:
+            forgotten.setdefault(str(topic), []).append(index)
         return encode_replica_fetch_request(
             replica_id=self._config.node_id,
             max_wait_ms=self._config.replica_fetch_wait_max_ms,
             min_bytes=self._config.replica_fetch_min_bytes,
             max_bytes=RESPONSE_MAX_BYTES,
             topics=by_topic,
+            session_id=session_id,
+            session_epoch=epoch,
+            forgotten=forgotten,
         )
 
     async def _fetch_once(self, partitions: list["Partition"]) -> None:
@@ -179,6 +201,15 @@ class Fetcher:
                 ApiKey.FETCH, REPLICA_FETCH_VERSION, self._fetch_request(partitions)
             )
         response = decode_replica_fetch_response(frame, offset)
+        self._session.handle_response(response.error_code, response.session_id)
+        if response.error_code in _SESSION_ERRORS:
+            # The next fetch is a full one that opens a new session; nothing to back off.
+            log.info(
+                "fetch session with %d: %s; starting a new one",
+                self.leader_id,
+                error_name(response.error_code),
+            )
+            return
         if response.error_code != Error.NONE:
             error = error_name(response.error_code)
             log.warning("fetch from %d failed: %s", self.leader_id, error)

@@ -34,6 +34,7 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication.fetch_session import FetchManager, FetchSessionCache
 from minibroker.replication.fetcher import FetcherManager
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
@@ -184,6 +185,10 @@ class ReplicaManager:
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
+        # Incremental fetch sessions (KIP-227), consulted by every Fetch.
+        self.fetch_sessions = FetchManager(
+            FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
+        )
         self.controller_epoch = -1
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._producer_ids: list[int] = []

@@ -10,6 +10,8 @@ node), so replica counts are judged against the replication factor each run aske
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.java.conftest import RequestLog
@@ -171,3 +173,92 @@ def test_request_log(minibroker_answers, request_log: RequestLog):
     ):
         assert any(name == api for name, _ in sent), (api, sorted(sent))
     assert request_log.cancelled() == []
+
+
+FETCH_SENT = re.compile(
+    r"Sending FETCH request with header RequestHeader\(apiKey=FETCH, apiVersion=(\d+).*?"
+    r" to node (-?\d+): (FetchRequestData\(.*)"
+)
+SESSION = re.compile(
+    r"sessionId=(-?\d+), sessionEpoch=(-?\d+), topics=\[(.*?)\], forgottenTopicsData"
+)
+
+
+def test_consumer_fetches_in_incremental_sessions(java, java_cluster):
+    """KIP-227: the Java consumer opens a session on each broker with a full fetch (epoch 0),
+    then sends incremental fetches (epoch 1, 2, ...) in it; once it has read everything, the
+    incremental fetches name no partition at all. No broker refuses a session (that would
+    start it over with a new full fetch). Every Fetch is v18 (KIP-1166's HighWatermark)."""
+    partitions = 12
+    answer = java.json("SessionConsumer", java_cluster.bootstrap, "fetch-sessions", str(partitions))
+    assert answer["read"] == answer["expected"], answer
+    log = java.request_log.files[-1].read_text(errors="replace")
+    fetches = []
+    for line in log.splitlines():
+        if (sent := FETCH_SENT.search(line)) and (session := SESSION.search(sent.group(3))):
+            # Fetch v18, the newest both Kafka 4.4's client and minibroker know.
+            assert sent.group(1) == "18", line[:200]
+            node = int(sent.group(2))
+            fetches.append((node, int(session.group(1)), int(session.group(2)), session.group(3)))
+    assert fetches, "no Fetch in the request log"
+    by_node: dict[int, list] = {}
+    for node, session_id, epoch, topics in fetches:
+        by_node.setdefault(node, []).append((session_id, epoch, topics))
+    for node, sent in by_node.items():
+        full = [f for f in sent if f[1] == 0]
+        assert len(full) == 1 and full[0][0] == 0, (node, full)
+        incremental = [f for f in sent if f[1] > 0]
+        assert incremental, (node, sent[:3])
+        session_ids = {session_id for session_id, _, _ in incremental}
+        assert len(session_ids) == 1 and 0 not in session_ids, (node, session_ids)
+        epochs = [epoch for _, epoch, _ in incremental]
+        assert epochs == list(range(1, len(epochs) + 1)), (node, epochs)
+        # The last ones, idle: the session holds the partitions, the request names none.
+        assert incremental[-1][2] == "", (node, incremental[-1])
+
+
+def test_fetch_v16_from_a_follower_names_the_leader_and_its_endpoint(java_cluster):
+    """KIP-951 on the module's 3-broker cluster (raw requests, no JVM): Fetch v16 sent to a
+    broker that does not lead the partition answers NOT_LEADER_OR_FOLLOWER with the current
+    leader and epoch, and the response's node endpoints hold that leader's address."""
+    import datetime
+
+    from kio.schema.fetch.v16.request import FetchPartition, FetchRequest, FetchTopic
+
+    from tests.conftest import create_topic, exchange, wait_for
+
+    topic = "leader-discovery"
+    create_topic(java_cluster.bootstrap, topic, 1)
+    state = wait_for(
+        lambda: java_cluster.partition_metadata(topic, 0), 15, "the partition's metadata"
+    )
+    leader = int(state.leader_id)
+    topic_id = java_cluster.metadata([topic]).topics[0].topic_id
+    other = next(b for node_id, b in java_cluster.brokers.items() if node_id != leader)
+    response = exchange(
+        other.bootstrap,
+        FetchRequest(
+            max_wait=datetime.timedelta(0),
+            min_bytes=0,
+            topics=(
+                FetchTopic(
+                    topic_id=topic_id,
+                    partitions=(
+                        FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        ),
+    )
+    answer = response.responses[0].partitions[0]
+    assert answer.error_code.value == 6  # NOT_LEADER_OR_FOLLOWER
+    assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (
+        leader,
+        state.leader_epoch,
+    )
+    endpoints = {(e.node_id, e.host, e.port) for e in response.node_endpoints}
+    leader_broker = java_cluster.brokers[leader]
+    assert {(leader, *leader_broker.bootstrap.rsplit(":", 1))} == {
+        (n, h, str(p)) for n, h, p in endpoints
+    }

@@ -20,6 +20,7 @@ from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication.fetch_session import PartitionRequest
 from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager, fetch_result
 from minibroker.storage.log_manager import LogManager
 from tests.unit.batch_factory import make_batch
@@ -120,6 +121,8 @@ class LeaderConnection:
 
     def __init__(self, leader: ReplicaManager) -> None:
         self.leader = leader
+        # The kind of fetch context of each Fetch answered (full, incremental, ...).
+        self.contexts: list[str] = []
 
     async def request_body(self, api_key: int, version: int, body: bytes):
         """A Fetch answered as the Fetch handler answers it: read every partition; while
@@ -130,10 +133,40 @@ class LeaderConnection:
         assert api_key == ApiKey.FETCH
         request = codec.decode_request(api_key, version, body, 0)
         await trio.lowlevel.checkpoint()
+        # The leader's fetch sessions (KIP-227), as the handler consults them.
+        context = self.leader.fetch_sessions.new_context(
+            version=version,
+            session_id=request.session_id,
+            epoch=request.session_epoch,
+            privileged=request.replica_id >= 0,
+            fetch_data=[
+                (
+                    (topic.topic, p.partition),
+                    PartitionRequest(
+                        fetch_offset=p.fetch_offset,
+                        max_bytes=p.partition_max_bytes,
+                        current_leader_epoch=p.current_leader_epoch,
+                        last_fetched_epoch=p.last_fetched_epoch,
+                        log_start_offset=p.log_start_offset,
+                    ),
+                )
+                for topic in request.topics
+                for p in topic.partitions
+            ],
+            to_forget=[
+                (topic.topic, index)
+                for topic in request.forgotten_topics_data
+                for index in topic.partitions
+            ],
+            now_ms=trio_ms(),
+        )
+        self.contexts.append(context.kind)
         deadline = trio.current_time() + request.max_wait.total_seconds()
         record_progress = True
         while True:
-            topics, size, has_error, watched = self._read(request, record_progress)
+            read, size, has_error, watched = self._read(
+                context.partitions(), request.replica_id, record_progress
+            )
             record_progress = False  # only the first read moves the follower's progress
             if (
                 size >= request.min_bytes
@@ -143,40 +176,49 @@ class LeaderConnection:
             ):
                 break
             await self.leader.watchers.wait_any(watched, deadline, "Fetch")
-        response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+        error, session_id, selected = context.respond(read, trio_ms())
+        topics: list[dict] = []
+        for (topic, _), entry in selected:
+            if not topics or topics[-1]["topic"] != topic:
+                topics.append({"topic": topic, "partitions": []})
+            topics[-1]["partitions"].append(entry)
+        response = {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "session_id": session_id,
+            "responses": topics,
+        }
         return bytearray(codec.encode_response(api_key, version, response)), 0
 
-    def _read(self, request, record_progress: bool) -> tuple[list, int, bool, list]:
-        """(the response's topics, their bytes, whether any partition answered an error or a
-        diverging epoch, the keys of the partitions read)."""
-        topics, size, has_error, watched = [], 0, False, []
-        for topic in request.topics:
-            partitions = []
-            for wanted in topic.partitions:
-                partition, error = self.leader.leader_partition(
-                    topic.topic, wanted.partition, wanted.current_leader_epoch
-                )
-                if error != Error.NONE:
-                    has_error = True
-                    partitions.append(fetch_result(wanted.partition, error))
-                    continue
-                entry = self.leader.read_records(
-                    partition,
-                    wanted.fetch_offset,
-                    replica_id=request.replica_id,
-                    last_fetched_epoch=wanted.last_fetched_epoch,
-                    max_bytes=wanted.partition_max_bytes,
-                    min_one_batch=True,
-                    record_progress=record_progress,
-                )
-                if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
-                    has_error = True
-                else:
-                    watched.append(partition.key)
-                    size += len(entry["records"])
-                partitions.append(entry)
-            topics.append({"topic": topic.topic, "partitions": partitions})
-        return topics, size, has_error, watched
+    def _read(self, partitions, replica_id: int, record_progress: bool):
+        """([(key, response entry)], their bytes, whether any partition answered an error or
+        a diverging epoch, the keys of the partitions read)."""
+        read, size, has_error, watched = [], 0, False, []
+        for key, wanted in partitions:
+            topic, index = key
+            partition, error = self.leader.leader_partition(
+                topic, index, wanted.current_leader_epoch
+            )
+            if error != Error.NONE:
+                has_error = True
+                read.append((key, fetch_result(index, error)))
+                continue
+            entry = self.leader.read_records(
+                partition,
+                wanted.fetch_offset,
+                replica_id=replica_id,
+                last_fetched_epoch=wanted.last_fetched_epoch,
+                max_bytes=wanted.max_bytes,
+                min_one_batch=True,
+                record_progress=record_progress,
+            )
+            if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
+                has_error = True
+            else:
+                watched.append(partition.key)
+                size += len(entry["records"])
+            read.append((key, entry))
+        return read, size, has_error, watched
 
     async def request(self, request):
         assert request.__api_key__ == ApiKey.LIST_OFFSETS

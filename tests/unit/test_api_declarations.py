@@ -26,7 +26,7 @@ st.register_type_strategy(Records, st.binary(max_size=50).map(Records))
 # 9357ed9), by node roles; a client listener of a node with an inter-node listener left out
 # INTER_NODE (apis/inter_node.py's INTER_NODE_APIS then).
 BROKER = {
-    0: (0, 12), 1: (4, 13), 2: (1, 7), 3: (1, 12), 4: (7, 7), 5: (4, 4), 6: (8, 8), 8: (2, 9),
+    0: (0, 12), 1: (4, 18), 2: (1, 7), 3: (1, 12), 4: (7, 7), 5: (4, 4), 6: (8, 8), 8: (2, 9),
     9: (1, 9), 10: (0, 5), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5),
     16: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 4),
     23: (2, 4), 28: (0, 5), 29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 35: (0, 4),

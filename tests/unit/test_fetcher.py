@@ -113,3 +113,22 @@ async def test_every_partition_of_a_fetcher_makes_progress(brokers, autojump_clo
     for index in partitions:
         assert (await append(leader, index, 3))["error_code"] == Error.NONE
     await until(lambda: all(partition_of(follower, i).log.log_end_offset == 3 for i in partitions))
+
+
+async def test_follower_fetches_in_an_incremental_session(brokers, autojump_clock):
+    """KIP-227 between brokers: the follower's first fetch opens a session on the leader (a
+    privileged one), then its fetches are incremental: the session's epoch climbs with each
+    fetch and the follower keeps replicating through it."""
+    leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2]))
+    await follower.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2]))
+    for round_number in range(1, 4):
+        outcome = await append(leader, 0, 5)
+        assert outcome["error_code"] == Error.NONE
+        await until(lambda n=round_number: partition_of(follower).high_watermark == 5 * n)
+    cache = leader.fetch_sessions.cache
+    assert len(cache) == 1
+    (session,) = cache.sessions.values()
+    assert session.privileged and list(session.partitions) == [(TOPIC, 0)]
+    assert session.epoch > 3
+    assert cache.total_partitions == 1

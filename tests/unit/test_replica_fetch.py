@@ -33,14 +33,22 @@ request_partitions = st.builds(ReplicaFetchPartition, INT32, INT32, INT64, INT32
     INT32,
     INT32,
     st.dictionaries(TOPIC_NAMES, st.lists(request_partitions, max_size=4), max_size=3),
+    INT32,
+    INT32,
+    st.dictionaries(TOPIC_NAMES, st.lists(INT32, max_size=4), max_size=3),
 )
-def test_request_is_byte_identical_to_kio(replica_id, max_wait, min_bytes, max_bytes, topics):
+def test_request_is_byte_identical_to_kio(
+    replica_id, max_wait, min_bytes, max_bytes, topics, session_id, session_epoch, forgotten
+):
     ours = encode_replica_fetch_request(
         replica_id=replica_id,
         max_wait_ms=max_wait,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         topics=topics,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        forgotten=forgotten,
     )
     described = {
         "cluster_id": None,
@@ -49,13 +57,15 @@ def test_request_is_byte_identical_to_kio(replica_id, max_wait, min_bytes, max_b
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
+        "session_id": session_id,
+        "session_epoch": session_epoch,
         "topics": [
             {"topic": topic, "partitions": [p._asdict() for p in partitions]}
             for topic, partitions in topics.items()
         ],
-        "forgotten_topics_data": (),
+        "forgotten_topics_data": [
+            {"topic": topic, "partitions": indexes} for topic, indexes in forgotten.items()
+        ],
         "rack_id": "",
     }
     request = codec.build(codec.request_class(ApiKey.FETCH, REPLICA_FETCH_VERSION), described)
