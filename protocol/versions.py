@@ -72,6 +72,8 @@ class ApiKey(IntEnum):
     END_TXN = 26
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    # Paged topic descriptions (KIP-966).
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 # The version this node sends each inter-node request at.
@@ -168,4 +170,5 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: 0,
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
 }

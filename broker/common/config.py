@@ -365,6 +365,7 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
+    "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
     # Not a Kafka broker property: Kafka finalizes the transaction.version feature with
     # kafka-features.sh; minibroker pins it per broker (see the README's Transactions).
     "transaction.version": _Property("transaction_version", _between(0, 2)),
@@ -542,6 +543,9 @@ class BrokerConfig:
     num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
     unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
+    # DescribeTopicPartitions: the most partitions one answer holds (the client's own limit
+    # is capped by it).
+    max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")
     # The finalized level of the transaction.version feature (Kafka's TransactionVersion):
     # 2 serves KIP-890 part 2 (an epoch bump per transaction) to the clients that use it.
     transaction_version: int = 2

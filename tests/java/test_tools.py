@@ -78,7 +78,10 @@ def _batch(bootstrap: str, files) -> list[dict]:
         step("topics-list", TOPICS, *b, "--list"),
         step("topics-describe", TOPICS, *b, "--describe", "--topic", TOPIC),
         step("topics-alter", TOPICS, *b, "--alter", "--topic", TOPIC, "--partitions", "3"),
-        step("topics-describe-altered", TOPICS, *b, "--describe", "--topic", TOPIC),
+        # Two partitions an answer: the 4.4 AdminClient pages with DescribeTopicPartitions'
+        # cursor (KIP-966), two requests for the three partitions.
+        step("topics-describe-altered", TOPICS, *b, "--describe", "--topic", TOPIC,
+             "--partition-size-limit-per-response", "2"),
         step("console-producer", "org.apache.kafka.tools.ConsoleProducer", *b, "--topic", TOPIC,
              "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
              stdin="".join(f"{line}\n" for line in LINES)),
@@ -184,12 +187,15 @@ def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
     log_text = java.request_log.files[-1].read_text(errors="replace")
     mains = {step["name"]: step["main"] for step in batch}
     requests: dict[str, Counter] = {}
+    by_step: dict[str, Counter] = {}
     pieces = MARKER.split(log_text)
     for name, text in zip(pieces[1::2], pieces[2::2], strict=True):
         counts = requests.setdefault(SCRIPTS[mains[name]], Counter())
+        step_counts = by_step.setdefault(name, Counter())
         for match in SENDING.finditer(text):
             counts[(match.group(2), int(match.group(3)))] += 1
-    return {"answers": answers, "requests": requests}
+            step_counts[(match.group(2), int(match.group(3)))] += 1
+    return {"answers": answers, "requests": requests, "steps": by_step}
 
 
 @pytest.fixture(scope="module")
@@ -218,10 +224,21 @@ def test_kafka_topics(tools):
     assert len(re.findall(r"Partition: \d\tLeader: [123]\tReplicas: \d,\d,\d\tIsr: \d,\d,\d",
                           described)) == 2  # fmt: skip
     ok(tools, "topics-alter")
-    assert "PartitionCount: 3" in ok(tools, "topics-describe-altered")
-    assert "Partition: 2\tLeader:" in tools["topics-describe-altered"]["stdout"]
+    altered = ok(tools, "topics-describe-altered")
+    assert "PartitionCount: 3" in altered
+    # Every partition once, in order, across the pages the cursor joined.
+    assert re.findall(r"Partition: (\d)\tLeader:", altered) == ["0", "1", "2"], altered
     ok(tools, "topics-delete")
     assert TOPIC not in ok(tools, "topics-list-deleted").split()
+
+
+def test_kafka_topics_describe_pages_with_describe_topic_partitions(tools_run):
+    """The 4.4 AdminClient describes topics with DescribeTopicPartitions when the broker
+    advertises it (no Metadata fallback), one request per page of two partitions."""
+    steps = tools_run["steps"]
+    assert steps["topics-describe"][("DESCRIBE_TOPIC_PARTITIONS", 0)] == 1, steps["topics-describe"]
+    paged = steps["topics-describe-altered"]
+    assert paged[("DESCRIBE_TOPIC_PARTITIONS", 0)] == 2, paged
 
 
 def test_console_producer_and_consumer(tools):
@@ -478,9 +495,13 @@ def test_minibroker_kafka_runs_kafkas_tools(tools_cluster):
     )  # fmt: skip
     assert created.returncode == 0, created.stderr[-3000:]
     assert created.stdout.strip() == f"Created topic {topic}."
-    described = _minibroker_kafka("topics", *b, "--describe", "--topic", topic)
+    # One partition an answer: the tool follows DescribeTopicPartitions' cursor.
+    described = _minibroker_kafka(
+        "topics", *b, "--describe", "--topic", topic, "--partition-size-limit-per-response", "1"
+    )
     assert described.returncode == 0, described.stderr[-3000:]
     assert "PartitionCount: 2\tReplicationFactor: 3" in described.stdout, described.stdout
+    assert re.findall(r"Partition: (\d)\tLeader:", described.stdout) == ["0", "1"]
     lines = ["k1:one", "k2:two", "k3:three"]
     produced = _minibroker_kafka(
         "console-producer", *b, "--topic", topic, "--reader-property", "parse.key=true",

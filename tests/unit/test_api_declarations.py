@@ -42,6 +42,8 @@ BROKER |= TRANSACTIONS
 # Added since by the consumer group protocol (issue 23): ConsumerGroupHeartbeat v0-v1 (v1 from
 # protocol/consumer_group_heartbeat_v1.py) and ConsumerGroupDescribe v0.
 BROKER |= {68: (0, 1), 69: (0, 0)}
+# Added since by issue 34: DescribeTopicPartitions v0 (KIP-966).
+ISSUE_34 = {75: (0, 0)}
 CONTROLLER = {
     3: (1, 12), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
     31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
@@ -53,6 +55,7 @@ CONTROLLER = {
 QUOTAS = {48: (0, 1), 49: (0, 1)}
 BROKER |= QUOTAS
 CONTROLLER |= QUOTAS
+BROKER |= ISSUE_34
 COMBINED = BROKER | CONTROLLER
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67}
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
@@ -61,6 +64,7 @@ HELD |= {45, 46, 47, 60, 61}
 HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
 HELD |= {68, 69}
+HELD |= {75}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
