@@ -158,3 +158,27 @@ def test_refusals_refuse_every_update_of_the_request(update, message):
         False,
     )
     assert state.finalized_features == before and state.features_epoch == 1
+
+
+def test_the_stores_keep_the_finalized_features(tmp_path):
+    """Both controller stores keep the levels and the epoch (the JSON file across a restart is
+    tested in tests/integration/test_features.py)."""
+    from minibroker.controller.store import ControllerStore
+    from minibroker.controller.zk_layout import state_from_znodes, state_znodes
+
+    state = _state()
+    assert _update(state, ("group.version", 0, SAFE))[2]
+    store = ControllerStore(tmp_path / "state.json")
+    store.save(state)
+    loaded = store.load()
+    assert (loaded.finalized_features, loaded.features_epoch) == (
+        {"metadata.version": 33, "transaction.version": 2},
+        2,
+    )
+    from_zk = state_from_znodes(state_znodes(state), controller_epoch=1)
+    assert (from_zk.finalized_features, from_zk.features_epoch) == (
+        {"metadata.version": 33, "transaction.version": 2},
+        2,
+    )
+    # A state saved before features existed is a new cluster's, to be finalized once.
+    assert state_from_znodes(state_znodes(ControllerState()), 1).finalized_features is None
