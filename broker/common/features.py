@@ -14,7 +14,8 @@ implements all of them:
 - ``kraft.version`` 0 only: one static controller, no dynamic quorum (KIP-853's level 1).
 - ``transaction.version`` 0 to 2 (KIP-890 part 2 at 2), finalized at the controller's
   ``transaction.version`` setting (default 2) when the cluster is new.
-- ``group.version`` 0 to 1 (1: the consumer group protocol, KIP-848), finalized at 1.
+- ``group.version`` 0 to 1 (1: the consumer group protocol, KIP-848), finalized at 1; at 0
+  ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION (apis/consumer_groups.py), as Kafka's.
 
 Not listed at all, so no client tries them and no update can finalize them: ``share.version``
 and ``streams.version`` (share and streams groups are not served) and

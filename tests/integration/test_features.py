@@ -11,7 +11,9 @@ from kio.schema.update_features.v0.request import FeatureUpdateKey as UpdateV0
 from kio.schema.update_features.v0.request import UpdateFeaturesRequest as UpdateFeaturesV0
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
 
+from minibroker.protocol import codec
 from minibroker.protocol.schemas import UpdateFeaturesRequestV2
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 from tests.conftest import exchange, wait_for
 from tests.integration.authz import on_cluster
@@ -48,6 +50,25 @@ def update(broker, *updates, validate_only=False):
     expected = listed if answer.error_code == ErrorCode.none else []
     assert [(r.feature, r.error_code) for r in answer.results] == expected
     return answer.error_code, answer.error_message
+
+
+def heartbeat(broker) -> ErrorCode:
+    """A new member's first ConsumerGroupHeartbeat (KIP-848)."""
+    request = codec.build(
+        codec.request_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0),
+        {
+            "group_id": "features-group",
+            "member_id": "",
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": datetime.timedelta(seconds=30),
+            "subscribed_topic_names": ["features-topic"],
+            "server_assignor": None,
+            "topic_partitions": [],
+        },
+    )
+    return exchange(broker.bootstrap, request).error_code
 
 
 def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
@@ -116,6 +137,8 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     _, finalized, downgraded_epoch = api_versions(broker)
     assert finalized == {"metadata.version": 33, "transaction.version": 2}
     assert downgraded_epoch > epoch
+    # group.version 0: the consumer group protocol is off (Kafka: UNSUPPORTED_VERSION).
+    assert heartbeat(broker) == ErrorCode.unsupported_version
     answer = exchange(
         broker.bootstrap,
         UpdateFeaturesV0(
@@ -144,6 +167,13 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         None,
     )
     assert api_versions(broker)[1:] == (NEW_CLUSTER, epoch + 1)
+    # On again: the heartbeat reaches the group coordinator (which, with __consumer_offsets
+    # only now being created, may first answer that it is not ready).
+    assert heartbeat(broker) in (
+        ErrorCode.none,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+    )
 
 
 def test_update_features_needs_alter_on_the_cluster(secured):
