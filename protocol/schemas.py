@@ -19,6 +19,10 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   the tagged HighWatermark (int64, tag 1, default 2^63-1: "not supported"), the high
   watermark the fetching replica knows; the response is v17's. kio 0.6.1 has v4-v17.
 
+- UpdateFeatures v2 (UpdateFeaturesRequest.json, UpdateFeaturesResponse.json): the request is
+  v1's; the response drops the per-feature Results ("Version 2 changes the response to not
+  return feature level results"), so its class is written whole.
+
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
@@ -32,6 +36,7 @@ from typing import ClassVar
 
 from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnRequestV4
 from kio.schema.end_txn.v4.response import EndTxnResponse as _EndTxnResponseV4
+from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v17.request import FetchPartition as _FetchPartitionV17
 from kio.schema.fetch.v17.request import FetchRequest as _FetchRequestV17
 from kio.schema.fetch.v17.request import FetchTopic as _FetchTopicV17
@@ -40,6 +45,7 @@ from kio.schema.fetch.v17.request import ReplicaState as _ReplicaStateV17
 from kio.schema.fetch.v17.response import FetchResponse as _FetchResponseV17
 from kio.schema.produce.v11.request import ProduceRequest as _ProduceRequestV11
 from kio.schema.produce.v11.response import ProduceResponse as _ProduceResponseV11
+from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.txn_offset_commit.v4.request import (
     TxnOffsetCommitRequest as _TxnOffsetCommitRequestV4,
 )
@@ -47,7 +53,11 @@ from kio.schema.txn_offset_commit.v4.response import (
     TxnOffsetCommitResponse as _TxnOffsetCommitResponseV4,
 )
 from kio.schema.types import ProducerId
-from kio.static.primitive import i16, i64
+from kio.schema.update_features.v1.request import (
+    UpdateFeaturesRequest as _UpdateFeaturesRequestV1,
+)
+from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 
@@ -145,7 +155,32 @@ class FetchResponseV18(_FetchResponseV17):
 
 
 # (api key, version) -> class, for the codec.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateFeaturesRequestV2(_UpdateFeaturesRequestV1):
+    """UpdateFeatures v2: as v1."""
+
+    __version__: ClassVar[i16] = i16(2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateFeaturesResponseV2:
+    """UpdateFeatures v2: the top-level outcome only, no per-feature results."""
+
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(2)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(57)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    """The duration in milliseconds for which the request was throttled."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The top-level error code, or `0` if there was no top-level error."""
+    error_message: str | None = field(metadata={"kafka_type": "string"})
+    """The top-level error message, or `null` if there was no top-level error."""
+
+
 REQUESTS: dict[tuple[int, int], type] = {
+    (57, 2): UpdateFeaturesRequestV2,
     (26, 5): EndTxnRequestV5,
     (0, 12): ProduceRequestV12,
     (28, 5): TxnOffsetCommitRequestV5,
@@ -153,6 +188,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (1, 18): FetchRequestV18,
 }
 RESPONSES: dict[tuple[int, int], type] = {
+    (57, 2): UpdateFeaturesResponseV2,
     (26, 5): EndTxnResponseV5,
     (0, 12): ProduceResponseV12,
     (28, 5): TxnOffsetCommitResponseV5,

@@ -2,7 +2,8 @@
 
 ApiVersions advertises exactly what the node's roles serve, and dispatch refuses anything
 outside it, so the two can never disagree. Every range lies inside what kio 0.6.1 has schemas
-for, or protocol/schemas.py adds (Kafka 4's EndTxn v5, Produce v12, TxnOffsetCommit v5). The
+for, or protocol/schemas.py adds (Kafka 4's EndTxn v5, Produce v12, TxnOffsetCommit v5,
+UpdateFeatures v2). The
 inter-node APIs (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition,
 BrokerRegistration, BrokerHeartbeat, AllocateProducerIds) are accepted only at the versions
 minibroker itself sends.
@@ -72,6 +73,9 @@ class ApiKey(IntEnum):
     END_TXN = 26
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    # Features (KIP-584) and paged topic descriptions (KIP-966).
+    UPDATE_FEATURES = 57
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 # The version this node sends each inter-node request at.
@@ -168,4 +172,6 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: 0,
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+    ApiKey.UPDATE_FEATURES: 0,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
 }

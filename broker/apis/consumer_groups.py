@@ -14,6 +14,7 @@ import uuid
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import authorized_operations, group_allowed
+from minibroker.common.features import GROUP_VERSION
 from minibroker.coordinator.consumer_group import HeartbeatRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -48,6 +49,10 @@ def _owned(topic_partitions) -> dict[uuid.UUID, set[int]] | None:
     error_response=_heartbeat_error,
 )
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request) -> dict:
+    if ctx.replica_manager.finalized_features.levels.get(GROUP_VERSION, 0) < 1:
+        # The cluster's group.version is 0 (kafka-features disable): the consumer group
+        # protocol is off, as Kafka's isConsumerGroupProtocolEnabled answers it.
+        return _heartbeat_error(request, Error.UNSUPPORTED_VERSION)
     if not group_allowed(ctx, Operation.READ, request.group_id):
         return {
             "error_code": Error.GROUP_AUTHORIZATION_FAILED,

@@ -368,8 +368,9 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
-    # Not a Kafka broker property: Kafka finalizes the transaction.version feature with
-    # kafka-features.sh; minibroker pins it per broker (see the README's Transactions).
+    "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
+    # Not a Kafka broker property: the transaction.version level a new cluster's controller
+    # finalizes (Kafka's kafka-storage.sh format --feature); kafka-features.sh changes it later.
     "transaction.version": _Property("transaction_version", _between(0, 2)),
     "auto.leader.rebalance.enable": _Property("auto_leader_rebalance_enable", _parse_bool),
     "leader.imbalance.check.interval.seconds": _Property(
@@ -549,8 +550,11 @@ class BrokerConfig:
     num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
     unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
-    # The finalized level of the transaction.version feature (Kafka's TransactionVersion):
-    # 2 serves KIP-890 part 2 (an epoch bump per transaction) to the clients that use it.
+    # DescribeTopicPartitions: the most partitions one answer holds (the client's own limit
+    # is capped by it).
+    max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")
+    # The transaction.version feature level a new cluster finalizes (Kafka's TransactionVersion;
+    # common/features.py): 2 serves KIP-890 part 2 (an epoch bump per transaction).
     transaction_version: int = 2
     auto_leader_rebalance_enable: bool = _kafka_default("auto.leader.rebalance.enable")
     leader_imbalance_check_interval_ms: int = _kafka_default(

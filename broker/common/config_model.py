@@ -253,6 +253,7 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "max.connections.per.ip": (INT, "2147483647"),
     "max.connections.per.ip.overrides": (STRING, ""),
     "max.incremental.fetch.session.cache.slots": (INT, "1000"),
+    "max.request.partition.size.limit": (INT, "2000"),
     "min.insync.replicas": (INT, "1"),
     "node.id": (INT, "-1"),
     "num.partitions": (INT, "1"),

@@ -95,6 +95,8 @@ class BrokerLifecycleManager:
         controller.push_scram_credentials(None, only_to=request.broker_id)
         # And every client quota, as a snapshot.
         controller.push_client_quotas(None, only_to=request.broker_id)
+        # And the finalized features, which its ApiVersions answers list.
+        controller.push_features(only_to=request.broker_id)
         controller.propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 

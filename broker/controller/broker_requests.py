@@ -14,6 +14,7 @@ keep only the newest one queued; LeaderAndIsr is always of type 0 (incremental),
 here treat any LeaderAndIsr as a list of partitions to become leader or follower of.
 """
 
+import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from kio.static.protocol import RequestPayload
 from minibroker.common.quota_manager import QuotaEntity
 from minibroker.controller import acls as acl_transitions
 from minibroker.controller import client_quotas as quota_transitions
+from minibroker.controller import features as feature_transitions
 from minibroker.controller import scram_credentials as scram_transitions
 from minibroker.controller.state import BrokerInfo, ControllerState, PartitionChange, TopicState
 from minibroker.protocol import codec
@@ -250,4 +252,25 @@ def client_quotas_push(state: ControllerState, entities: set[QuotaEntity] | None
     return codec.build(
         codec.request_class(ApiKey.ALTER_CLIENT_QUOTAS, 1),
         quota_transitions.push_request_data(state, entities),
+    )
+
+
+def features_push(state: ControllerState) -> RequestPayload:
+    """The finalized features as an UpdateFeatures v1 from the controller: every finalized
+    feature at its level, as a snapshot that replaces what the broker had, and the epoch in
+    ``timeout`` (milliseconds), the one number a request of this API has room for."""
+    return codec.build(
+        codec.request_class(ApiKey.UPDATE_FEATURES, 1),
+        {
+            "timeout": datetime.timedelta(milliseconds=state.features_epoch),
+            "feature_updates": [
+                {
+                    "feature": name,
+                    "max_version_level": level,
+                    "upgrade_type": feature_transitions.UPGRADE,
+                }
+                for name, level in sorted((state.finalized_features or {}).items())
+            ],
+            "validate_only": False,
+        },
     )

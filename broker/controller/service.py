@@ -36,6 +36,7 @@ from minibroker.controller import acls as acl_transitions
 from minibroker.controller import broker_requests
 from minibroker.controller import client_quotas as quota_transitions
 from minibroker.controller import configs as config_transitions
+from minibroker.controller import features as feature_transitions
 from minibroker.controller import scram_credentials as scram_transitions
 from minibroker.controller import state as transitions
 from minibroker.controller.broker_lifecycle import BrokerLifecycleManager
@@ -101,6 +102,9 @@ class ControllerService:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
         self.state = await self.store.load()
+        # A new cluster (or one saved before features existed) finalizes its features once.
+        if feature_transitions.bootstrap(self.state, self.config.transaction_version):
+            await self.save()
         self._refresh_local_scram_credentials()
         self._apply_dynamic_defaults()
         if self.authorizer is not None:
@@ -128,6 +132,7 @@ class ControllerService:
                 self.push_acls()
                 self.push_scram_credentials(None)
                 self.push_client_quotas(None)
+                self.push_features()
                 nursery.start_soon(self.brokers.watch_sessions)
                 if self.config.auto_leader_rebalance_enable:
                     nursery.start_soon(self.replication.rebalance_leaders)
@@ -360,6 +365,42 @@ class ControllerService:
     def push_client_quotas(self, entities, only_to: int | None = None) -> list[trio.Event]:
         """Tell brokers the quotas of ``entities`` (all of them when None)."""
         request = broker_requests.client_quotas_push(self.state, entities)
+        targets = [only_to] if only_to is not None else self.state.live_brokers()
+        return [self.channels.enqueue(node_id, request) for node_id in targets]
+
+    async def update_features(self, request) -> dict:
+        """UpdateFeatures (Kafka's FeatureControlManager): decided, saved, pushed to every
+        live broker, answered once they have it. Kafka answers v0 and v1 with the outcome at
+        the top and, after a success, a NONE result per feature (createWithErrors)."""
+        version = 1 if hasattr(request, "validate_only") else 0
+        updates = feature_transitions.updates_of(request, version)
+        error, message, changed = feature_transitions.update_features(
+            self.state,
+            updates,
+            validate_only=getattr(request, "validate_only", False),
+            node_id=self.node_id,
+        )
+        if changed:
+            await self.save()
+            log.info(
+                "finalized features now %s (epoch %d)",
+                self.state.finalized_features,
+                self.state.features_epoch,
+            )
+            await self.await_delivery(self.push_features(), CONFIG_DELIVERY_S)
+        return {
+            "error_code": error,
+            "error_message": message,
+            "results": [
+                {"feature": update.feature, "error_code": Error.NONE, "error_message": None}
+                for update in updates
+                if error is Error.NONE
+            ],
+        }
+
+    def push_features(self, only_to: int | None = None) -> list[trio.Event]:
+        """Tell brokers the finalized features (all of them, with the epoch)."""
+        request = broker_requests.features_push(self.state)
         targets = [only_to] if only_to is not None else self.state.live_brokers()
         return [self.channels.enqueue(node_id, request) for node_id in targets]
 

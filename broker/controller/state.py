@@ -152,6 +152,10 @@ class ControllerState:
     scram_credentials: dict[str, dict[str, ScramRecord]] = field(default_factory=dict)
     # Client quotas by entity (controller/client_quotas.py), then quota key: the value.
     client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    # The cluster's finalized feature levels (KIP-584, controller/features.py), None until the
+    # controller first finalizes them; and their epoch, one more on every change.
+    finalized_features: dict[str, int] | None = None
+    features_epoch: int = 0
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

@@ -74,6 +74,8 @@ def _state_to_dict(state: ControllerState) -> dict:
         "acls": [asdict(binding) for binding in state.acls],
         "scram_credentials": state.scram_credentials,
         "client_quotas": entities_to_json(state.client_quotas),
+        "finalized_features": state.finalized_features,
+        "features_epoch": state.features_epoch,
     }
 
 
@@ -115,6 +117,8 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             acls=[AclBinding(**binding) for binding in data.get("acls", [])],
             scram_credentials=data.get("scram_credentials", {}),
             client_quotas=entities_from_json(data.get("client_quotas", [])),
+            finalized_features=data.get("finalized_features"),
+            features_epoch=data.get("features_epoch", 0),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

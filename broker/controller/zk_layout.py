@@ -420,6 +420,10 @@ def state_znodes(
         {
             "version": 1,
             "next_broker_epoch": state.next_broker_epoch,
+            # The finalized features (Kafka keeps them in /feature, with the znode's version
+            # as the epoch; minibroker's own registry znode keeps both).
+            "finalized_features": state.finalized_features,
+            "features_epoch": state.features_epoch,
             # The last heartbeat is the running controller's business, not saved state.
             "brokers": [
                 {**asdict(broker), "last_heartbeat_ms": 0} for broker in state.brokers.values()
@@ -512,6 +516,8 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
             acls=_acls_from_znodes(znodes),
             scram_credentials=_scram_credentials_from_znodes(znodes),
             client_quotas=_client_quotas_from_znodes(znodes),
+            finalized_features=registry.get("finalized_features"),
+            features_epoch=registry.get("features_epoch", 0),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"the controller state in ZooKeeper is not readable: {error!r}") from None

@@ -28,6 +28,7 @@ from minibroker.common.config_model import (
     TOPIC_RESOURCE,
     DynamicBrokerConfigs,
 )
+from minibroker.common.features import FinalizedFeatures, initial_levels
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from minibroker.protocol.errors import Error
@@ -182,6 +183,9 @@ class ReplicaManager:
         # what DescribeConfigs shows here and the group coordinator applies (Kafka's
         # GroupConfigManager, fed by the broker's metadata).
         self.group_configs: dict[str, dict[str, str]] = {}
+        # The cluster's finalized features (KIP-584), as the controller pushes them
+        # (UpdateFeatures, apis/features.py); until then a new cluster's, at epoch 0.
+        self.finalized_features = FinalizedFeatures(initial_levels(config.transaction_version))
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)

@@ -14,6 +14,12 @@ JVM) with the same raw requests, and compared with each other:
   the generation are checked before the state (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, then
   REBALANCE_IN_PROGRESS).
 
+- DescribeTopicPartitions (issue 34): pages by the cursor and the partition limit, an unknown
+  topic, a cursor naming a topic not asked for, the (empty) eligible leader replicas;
+- UpdateFeatures v2 (issue 34): a level out of range, an unknown feature, a downgrade asked as
+  an upgrade (with Kafka's messages), a validate-only disable; and the finalized levels of the
+  features minibroker implements in ApiVersions v4.
+
 The EndTxn v5 abort of an empty transaction is compared the same way in
 test_transactions_v2.py."""
 
@@ -37,6 +43,8 @@ from tests.integration.test_groups_bad_input import Session, join, sync
 from tests.unit.batch_factory import make_batch
 
 COMPACTED = "compacted-answers"
+PAGED = "paged-answers"
+IMPLEMENTED_FEATURES = {"group.version", "kraft.version", "metadata.version", "transaction.version"}
 GROUP = "answers-group"
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 
@@ -176,10 +184,62 @@ def commits_during_a_rebalance(target: Target) -> list[int]:
         session.close()
 
 
+def pages(target: Target, names, limit=2000, cursor=None):
+    """A DescribeTopicPartitions answer as (topics: name, error, partitions with their ELR
+    lists, internal), next cursor."""
+    answer = call(
+        target,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+        0,
+        topics=[{"name": name} for name in names],
+        response_partition_limit=limit,
+        cursor=cursor,
+    )
+    topics = [
+        (
+            t.name,
+            t.error_code.value,
+            t.is_internal,
+            [
+                (p.partition_index, p.eligible_leader_replicas, p.last_known_elr)
+                for p in t.partitions
+            ],
+        )
+        for t in answer.topics
+    ]
+    cursor = answer.next_cursor
+    return topics, None if cursor is None else (cursor.topic_name, cursor.partition_index)
+
+
+def update_features(target: Target, feature: str, level: int, kind: int, validate_only=False):
+    answer = call(
+        target,
+        ApiKey.UPDATE_FEATURES,
+        2,
+        timeout=30_000,
+        feature_updates=[{"feature": feature, "max_version_level": level, "upgrade_type": kind}],
+        validate_only=validate_only,
+    )
+    return answer.error_code.value, answer.error_message
+
+
+def finalized_features(target: Target) -> dict[str, int]:
+    answer = call(
+        target, ApiKey.API_VERSIONS, 4, client_software_name="t", client_software_version="1"
+    )
+    return {
+        f.name: f.max_version_level
+        for f in answer.finalized_features
+        if f.name in IMPLEMENTED_FEATURES
+    }
+
+
 def ask(target: Target) -> dict:
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     made = NewTopic(COMPACTED, 1, 1, config={"cleanup.policy": "compact"})
     admin.create_topics([made])[COMPACTED].result(30)
+    admin.create_topics([NewTopic(PAGED, 3, 1)])[PAGED].result(30)
+    named = [PAGED, "paged-missing"]
     broker = str(target.node_id)
     kerberos = "sasl.kerberos.min.time.before.relogin"
 
@@ -219,7 +279,20 @@ def ask(target: Target) -> dict:
         "topic_min_isr": described(target, TOPIC_RESOURCE, COMPACTED, ["min.insync.replicas"]),
         "keyless": wait_for(produced, 30, "a Produce answer", 0.2),
         "commits_during_a_rebalance": commits_during_a_rebalance(target),
-    }
+        # Kafka's broker knows the new topic once its metadata reaches it.
+        "dtp_first_page": settled(
+            lambda: pages(target, named, limit=2), lambda answer: answer[0][0][1] == 0
+        ),
+        "dtp_next_page": pages(target, named, limit=2, cursor={"topic_name": PAGED,
+                                                               "partition_index": 2}),
+        "dtp_bad_cursor": pages(target, [PAGED], cursor={"topic_name": "other",
+                                                         "partition_index": 0}),
+        "features_out_of_range": update_features(target, "group.version", 5, 1),
+        "features_unknown": update_features(target, "nosuch.version", 1, 1),
+        "features_downgrade_as_upgrade": update_features(target, "transaction.version", 1, 1),
+        "features_validate_only": update_features(target, "group.version", 0, 2, True),
+        "features_finalized": finalized_features(target),
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -234,6 +307,14 @@ def ask(target: Target) -> dict:
         "topic_min_isr",
         "keyless",
         "commits_during_a_rebalance",
+        "dtp_first_page",
+        "dtp_next_page",
+        "dtp_bad_cursor",
+        "features_out_of_range",
+        "features_unknown",
+        "features_downgrade_as_upgrade",
+        "features_validate_only",
+        "features_finalized",
     ],
 )
 def test_answered_as_kafka_4_4_answers(answers, question):
@@ -256,3 +337,14 @@ def test_what_the_answers_are(answers):
     assert mine["keyless"][0] == 87  # INVALID_RECORD
     # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, then NONE.
     assert mine["commits_during_a_rebalance"] == [22, 25, 27, 0]
+    assert mine["dtp_first_page"] == ([(PAGED, 0, False, [(0, (), ()), (1, (), ())])], (PAGED, 2))
+    assert mine["dtp_next_page"] == ([(PAGED, 0, False, [(2, (), ())]),
+                                      ("paged-missing", 3, False, [])], None)  # fmt: skip
+    assert mine["dtp_bad_cursor"] == ([(PAGED, 42, False, [])], None)  # INVALID_REQUEST
+    assert mine["features_out_of_range"][0] == 95  # INVALID_UPDATE_VERSION
+    assert mine["features_validate_only"] == (0, None)
+    assert mine["features_finalized"] == {
+        "group.version": 1,
+        "metadata.version": 33,
+        "transaction.version": 2,
+    }

@@ -42,6 +42,9 @@ BROKER |= TRANSACTIONS
 # Added since by the consumer group protocol (issue 23): ConsumerGroupHeartbeat v0-v1 (v1 from
 # protocol/consumer_group_heartbeat_v1.py) and ConsumerGroupDescribe v0.
 BROKER |= {68: (0, 1), 69: (0, 0)}
+# Added since by issue 34: DescribeTopicPartitions v0 (KIP-966), UpdateFeatures v0-v2 (both
+# roles: the controller decides it).
+ISSUE_34 = {75: (0, 0), 57: (0, 2)}
 CONTROLLER = {
     3: (1, 12), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
     31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
@@ -53,6 +56,8 @@ CONTROLLER = {
 QUOTAS = {48: (0, 1), 49: (0, 1)}
 BROKER |= QUOTAS
 CONTROLLER |= QUOTAS
+BROKER |= ISSUE_34
+CONTROLLER |= {57: (0, 2)}
 COMBINED = BROKER | CONTROLLER
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67}
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
@@ -61,6 +66,7 @@ HELD |= {45, 46, 47, 60, 61}
 HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
 HELD |= {68, 69}
+HELD |= {75}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
@@ -84,7 +90,7 @@ def test_the_tables_built_from_the_declarations_are_the_old_ones():
 
 def test_the_controller_decides_only_apis_both_roles_serve():
     decided = {key for key, api in APIS.items() if api.controller_decides}
-    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51, 48, 49}
+    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51, 48, 49, 57}
     assert all(key in BROKER and key in CONTROLLER for key in decided)
     assert all(APIS[key].senders is Senders.NODES for key in INTER_NODE)
 
