@@ -28,13 +28,11 @@ PRODUCER_FENCED: they get INVALID_PRODUCER_EPOCH, as Kafka answers them.
 from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
-from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from minibroker.common.names import INTERNAL_TOPICS, OFFSETS_TOPIC
 from minibroker.coordinator.txn_state import TV_1, TV_2
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
-
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _old_fenced(ctx: RequestContext, error: Error) -> Error:

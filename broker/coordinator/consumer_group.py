@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import cast
 
-from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from minibroker.common.names import INTERNAL_TOPICS
 from minibroker.coordinator import assignors
 from minibroker.coordinator.consumer_log_format import (
     ClassicMemberMetadata,
@@ -90,7 +90,6 @@ Record = tuple[RecordKey, object | None]
 # Every topic name in the cluster (regular expressions are resolved against them).
 TopicNames = Callable[[], Iterable[str]]
 # Kafka's internal topics, never matched by a regular expression (Topic.isInternal).
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class MemberState(Enum):

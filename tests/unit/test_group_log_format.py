@@ -10,7 +10,7 @@ from minibroker.coordinator.log_format import (
     OffsetKey,
     OffsetValue,
 )
-from minibroker.coordinator.service import java_string_hash, partition_for
+from minibroker.coordinator.runtime_state import java_string_hash, partition_for
 
 
 @pytest.mark.parametrize(
