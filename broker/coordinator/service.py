@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import trio
 
@@ -195,7 +196,7 @@ class GroupCoordinator:
         for group_id in [g for g in self.groups if self.partition_of(g) == index]:
             group = self.groups.pop(group_id)
             group.unload()
-            self._changes.notify(group_id)
+            self._notify(group_id)
             log.info(
                 "unloaded group %s (no longer leader of %s-%d)", group_id, OFFSETS_TOPIC, index
             )
@@ -257,8 +258,7 @@ class GroupCoordinator:
 
     def _add_group(self, group: Group) -> None:
         self.groups[group.group_id] = group
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_timers, group)
+        self._arm(group)
 
     def _group(self, group_id: str, create: bool) -> Group | None:
         group = self.groups.get(group_id)
@@ -269,31 +269,47 @@ class GroupCoordinator:
 
     # -- timers -----------------------------------------------------------------------------------
 
-    async def _run_timers(self, group: Group) -> None:
-        """Sleep until the group's next deadline (or a change moves it), then expire what is
-        due. One task per group, ended when the group is unloaded or deleted."""
-        while self.groups.get(group.group_id) is group:
-            deadline_ms = group.next_deadline_ms()
-            if deadline_ms is None:
-                await self._changes.wait_any([group.group_id], float("inf"), "Group")
-                continue
-            delay_s = max(deadline_ms - self.clock_ms(), 0) / 1000
-            woken = await self._changes.wait_any(
-                [group.group_id], trio.current_time() + delay_s, "Group"
-            )
-            if woken or self.groups.get(group.group_id) is not group:
-                continue
-            if isinstance(group, ConsumerGroup):
-                records = group.expire(self.clock_ms())
-                self._changes.notify(group.group_id)
-                if records:
-                    await self._write_consumer_records(group, records)
-                if group.downgrade_leaving is not None:
-                    await self._downgrade(group)
-                continue
+    def _notify(self, group_id: str) -> None:
+        """The group changed: wake whoever waits on it (parked joins and syncs) and re-arm
+        its timer at its new next deadline."""
+        self._changes.notify(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            self.runtime.cancel(group_id, group_id)
+        else:
+            self._arm(group)
+
+    def _arm(self, group: Group) -> None:
+        """The group's one timer (the runtime's, keyed by the group id, as Kafka's
+        GroupMetadataManager keys its session and join timers by group and member), armed
+        at the group's next deadline (session, join phase, lapsed member id), re-armed at
+        every change and cancelled when the partition is unloaded."""
+        deadline_ms = group.next_deadline_ms()
+        if deadline_ms is None:
+            self.runtime.cancel(group.group_id, group.group_id)
+            return
+        delay_s = max(deadline_ms - self.clock_ms(), 0) / 1000
+        self.runtime.schedule(
+            group.group_id, group.group_id, delay_s, partial(self._on_deadline, group)
+        )
+
+    async def _on_deadline(self, group: Group) -> None:
+        """The group's deadline came: expire what is due."""
+        if self.groups.get(group.group_id) is not group:
+            return
+        if isinstance(group, ConsumerGroup):
+            records = group.expire(self.clock_ms())
+            self._notify(group.group_id)
+            if records:
+                await self._write_consumer_records(group, records)
+            if group.downgrade_leaving is not None:
+                await self._downgrade(group)
+        else:
             generation = group.generation
             group.expire(self.clock_ms())
             self._after_change(group, generation)
+        if self.groups.get(group.group_id) is group:
+            self._arm(group)
 
     def _store_empty_group(self, group: Group) -> None:
         """A group left empty by a rebalance is written as such (Kafka does the same), in the
@@ -366,7 +382,7 @@ class GroupCoordinator:
             joined, records = group.classic_join(
                 request, self.topic_lookup, self.clock_ms(), self.topic_names
             )
-            self._changes.notify(group_id)
+            self._notify(group_id)
             if records:
                 error = await self._write_consumer_records(group, records)
                 if error != Error.NONE:
@@ -420,7 +436,7 @@ class GroupCoordinator:
             synced = group.classic_sync(
                 member_id, instance_id, generation, protocol_type, protocol_name, self.clock_ms()
             )
-            self._changes.notify(group_id)
+            self._notify(group_id)
             return synced
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None
@@ -431,14 +447,14 @@ class GroupCoordinator:
         member, answer, store = group.sync(
             member_id, instance_id, generation, assignments, self.clock_ms()
         )
-        self._changes.notify(group_id)
+        self._notify(group_id)
         if answer is not None:
             return answer
         assert member is not None
         if store:
             error = await self._store_group(group, generation)
             group.complete_sync(generation, error, self.clock_ms())
-            self._changes.notify(group_id)
+            self._notify(group_id)
         while member.sync_result is None:
             await self._changes.wait_any([group_id], float("inf"), "SyncGroup")
         return member.sync_result
@@ -452,7 +468,7 @@ class GroupCoordinator:
         if group is None:
             return Error.UNKNOWN_MEMBER_ID
         error = group.heartbeat(member_id, instance_id, generation, self.clock_ms())
-        self._changes.notify(group_id)
+        self._notify(group_id)
         return error
 
     async def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[Error]:
@@ -465,7 +481,7 @@ class GroupCoordinator:
             return [Error.UNKNOWN_MEMBER_ID]
         if isinstance(group, ConsumerGroup):
             errors, records = group.classic_leave(members, self.clock_ms())
-            self._changes.notify(group_id)
+            self._notify(group_id)
             if records:
                 error = await self._write_consumer_records(group, records)
                 if error != Error.NONE:
@@ -484,7 +500,7 @@ class GroupCoordinator:
             self.rebalances += 1
             if group.is_(GroupState.EMPTY):
                 self._store_empty_group(group)
-        self._changes.notify(group.group_id)
+        self._notify(group.group_id)
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -712,7 +728,7 @@ class GroupCoordinator:
     def _remove_group(self, group: Group) -> None:
         group.mark_dead(self.clock_ms())
         del self.groups[group.group_id]
-        self._changes.notify(group.group_id)
+        self._notify(group.group_id)
 
     @staticmethod
     def _tombstones(group: Group, offsets: list[tuple[str, int]], whole: bool = True) -> list:
@@ -821,7 +837,7 @@ class GroupCoordinator:
             if error != Error.NONE or self.groups.get(old.group_id) is not old:
                 return None
         old.mark_dead(self.clock_ms())
-        self._changes.notify(old.group_id)
+        self._notify(old.group_id)
         self._add_group(new)
         return new
 
@@ -872,7 +888,7 @@ class GroupCoordinator:
         result, records = group.consumer_heartbeat(
             request, self.topic_lookup, self.clock_ms(), self.topic_names
         )
-        self._changes.notify(group_id)
+        self._notify(group_id)
         if records:
             error = await self._write_consumer_records(group, records)
             if error != Error.NONE:
@@ -954,7 +970,7 @@ class GroupCoordinator:
         new.pending_txn_offsets = old.pending_txn_offsets
         old.mark_dead(self.clock_ms())
         self._add_group(new)
-        self._changes.notify(old.group_id)
+        self._notify(old.group_id)
 
     def _upgrade_refusal(self, group: Group) -> str | None:
         """Why a classic group with members is not upgraded online on a
