@@ -25,8 +25,8 @@ from minibroker.apis.authorization import (
 )
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from minibroker.coordinator.consumer_group import ConsumerGroup
-from minibroker.coordinator.state import JoinRequest, JoinResult
+from minibroker.coordinator.group.consumer_group import ConsumerGroup
+from minibroker.coordinator.group.state import JoinRequest, JoinResult
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType

@@ -29,7 +29,7 @@ AddPartitionsToTxnManager with the ``addPartition`` operation) instead of verifi
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
 from minibroker.common.names import OFFSETS_TOPIC
-from minibroker.coordinator.service import TxnCommitRequest
+from minibroker.coordinator.group.service import TxnCommitRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType

@@ -2,8 +2,8 @@
 
 import pytest
 
-from minibroker.coordinator import log_format
-from minibroker.coordinator.log_format import (
+from minibroker.coordinator.group import log_format
+from minibroker.coordinator.group.log_format import (
     GroupKey,
     GroupValue,
     MemberRecord,

@@ -1,7 +1,7 @@
 """The transaction coordinator: transactional ids on `__transaction_state`, on trio.
 
 Kafka's TransactionCoordinator and TransactionStateManager, in the group coordinator's shape
-(coordinator/service.py). The coordinator of a transactional id is the leader of partition
+(coordinator/group/service.py). The coordinator of a transactional id is the leader of partition
 ``abs(hash(id)) % partitions`` of `__transaction_state` (Java's String.hashCode). Each change
 of a transactional id is a TransactionLogValue appended as leader through the replica
 manager's append_records (AppendOrigin.COORDINATOR, acks=-1) and applied once the ISR has
@@ -16,21 +16,21 @@ and CompleteCommit/CompleteAbort written, so no transaction hangs and no LSO sta
 (Kafka's loadTransactionsForTxnTopicPartition with addTxnMarkersToSend). When it stops leading
 the partition, it forgets them and stops their markers.
 
-The rules are the pure `txn_state.TxnMetadata`; this shell adds the log, producer id
+The rules are the pure `state.TxnMetadata`; this shell adds the log, producer id
 allocation (the controller's blocks, as InitProducerId without a transactional id), the
-marker channel (txn_markers.py), a task aborting timed-out transactions every
+marker channel (markers.py), a task aborting timed-out transactions every
 transaction.abort.timed.out.transaction.cleanup.interval.ms (with an epoch bump that fences
 the zombie producer) and one removing transactional ids idle for
 transactional.id.expiration.ms.
 
-Both of Kafka's transaction protocols are served (see txn_state): TV1, and TV2 (KIP-890 part
+Both of Kafka's transaction protocols are served (see state.py): TV1, and TV2 (KIP-890 part
 2), where EndTxn v5 bumps the epoch and answers the producer id and epoch of the client's
 next transaction (allocating a new producer id when the epoch is exhausted), and the leader
 of a partition (Produce v12) or the group coordinator (TxnOffsetCommit v5) adds the partition
 to the transaction (``add_to_transaction``, Kafka's AddPartitionsToTxnManager with
 verifyOnly false). Departure: the answer to EndTxn is sent once PrepareCommit/PrepareAbort is
 written, as Kafka does, but markers are written one transaction at a time per broker instead
-of batched (see txn_markers).
+of batched (see markers.py).
 """
 
 import logging
@@ -42,10 +42,10 @@ import trio
 from minibroker.cluster.controller_client import ControllerUnavailable, build_request
 from minibroker.common.config import BrokerConfig
 from minibroker.common.names import TRANSACTION_STATE_TOPIC
-from minibroker.coordinator import txn_log_format
 from minibroker.coordinator.runtime import CoordinatorRuntime, InternalTopic
-from minibroker.coordinator.txn_markers import MarkerChannel
-from minibroker.coordinator.txn_state import (
+from minibroker.coordinator.transaction import log_format as txn_log_format
+from minibroker.coordinator.transaction.markers import MarkerChannel
+from minibroker.coordinator.transaction.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TV_1,

@@ -27,8 +27,8 @@ import trio
 from minibroker.common.config import BrokerConfig
 from minibroker.common.group_configs import consumer_overrides
 from minibroker.common.names import OFFSETS_TOPIC
-from minibroker.coordinator import log_format
-from minibroker.coordinator.consumer_group import (
+from minibroker.coordinator.group import log_format
+from minibroker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerSettings,
     HeartbeatError,
@@ -36,12 +36,11 @@ from minibroker.coordinator.consumer_group import (
     HeartbeatResult,
     validate,
 )
-from minibroker.coordinator.consumer_group import Record as ConsumerRecord
-from minibroker.coordinator.consumer_log_format import RecordKind, encode_key, encode_value
-from minibroker.coordinator.embedded_protocol import EmbeddedProtocolError
-from minibroker.coordinator.log_format import GroupValue, OffsetValue
-from minibroker.coordinator.runtime import CoordinatorRuntime, InternalTopic
-from minibroker.coordinator.state import (
+from minibroker.coordinator.group.consumer_group import Record as ConsumerRecord
+from minibroker.coordinator.group.consumer_log_format import RecordKind, encode_key, encode_value
+from minibroker.coordinator.group.embedded_protocol import EmbeddedProtocolError
+from minibroker.coordinator.group.log_format import GroupValue, OffsetValue
+from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
     GroupState,
@@ -50,6 +49,7 @@ from minibroker.coordinator.state import (
     PartitionReplay,
     SyncResult,
 )
+from minibroker.coordinator.runtime import CoordinatorRuntime, InternalTopic
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import (
     NO_PRODUCER_EPOCH,
