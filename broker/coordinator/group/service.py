@@ -9,10 +9,15 @@ When this broker becomes leader of such a partition it reads the partition back 
 its groups; when it stops leading it, it forgets them (Kafka's handleGroupImmigration /
 handleGroupEmigration, driven by LeaderAndIsr).
 
+Leadership, loading keyed by leader epoch, the writes, the topic's creation and the timers
+are the coordinator runtime's (coordinator/runtime.py, Kafka's CoordinatorRuntime, which
+Kafka 4's GroupCoordinatorService runs on too); this module gives it a loader (replaying a
+partition into groups) and an unloader (forgetting them).
+
 The membership rules are the pure `state.Group`; this shell adds what needs I/O or time:
 requests parked until a join or sync phase ends (woken through `Watchers` keyed by group),
-one timer task per group sleeping until its next deadline (sessions, join phase), loading
-and writing the log, and the periodic expiry of old offsets.
+one runtime timer per group armed at its next deadline (sessions, join phase), the records
+each change writes, and the periodic expiry of old offsets.
 """
 
 import logging

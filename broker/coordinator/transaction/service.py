@@ -16,6 +16,12 @@ and CompleteCommit/CompleteAbort written, so no transaction hangs and no LSO sta
 (Kafka's loadTransactionsForTxnTopicPartition with addTxnMarkersToSend). When it stops leading
 the partition, it forgets them and stops their markers.
 
+Leadership of the partitions, loading keyed by leader epoch, the writes and the topic's
+creation are the coordinator runtime's (coordinator/runtime.py, Kafka's CoordinatorRuntime).
+Departure: Kafka's transaction coordinator keeps its own TransactionStateManager for this
+instead of the runtime its group and share coordinators use; minibroker runs it on the
+runtime so that every coordinator loads, writes and unloads one way, with the same rules.
+
 The rules are the pure `state.TxnMetadata`; this shell adds the log, producer id
 allocation (the controller's blocks, as InitProducerId without a transactional id), the
 marker channel (markers.py), a task aborting timed-out transactions every
