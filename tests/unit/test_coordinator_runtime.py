@@ -51,6 +51,10 @@ def test_the_internal_topics_are_kafkas_three():
         "__share_group_state",
     } == INTERNAL_TOPICS
     assert {OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC} == INTERNAL_TOPICS
+    # The Spark source's copy (it may not import the broker) is the same set.
+    from minibroker.spark.kafka import INTERNAL_TOPICS as SPARK_INTERNAL_TOPICS
+
+    assert SPARK_INTERNAL_TOPICS == INTERNAL_TOPICS
 
 
 def test_states_move_as_kafkas_coordinator_state_allows():
