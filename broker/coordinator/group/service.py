@@ -780,12 +780,6 @@ class GroupCoordinator:
 
     # -- the offsets topic ------------------------------------------------------------------------
 
-    async def ensure_offsets_topic(self, create_topics) -> Error:
-        """Create `__consumer_offsets` on first use with Kafka's settings (the runtime's
-        ensure_topic). ``create_topics`` sends a CreateTopics request to the controller and
-        returns the topic's error."""
-        return await self.runtime.ensure_topic(create_topics)
-
     def _topic_spec(self) -> InternalTopic:
         """Kafka's offsetsTopicConfigs; the replication factor is
         min(offsets.topic.replication.factor, live brokers), so a single node has groups too

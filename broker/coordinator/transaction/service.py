@@ -655,10 +655,6 @@ class TransactionCoordinator:
 
     # -- the transaction state topic -------------------------------------------------------------
 
-    async def ensure_topic(self, create_topics) -> Error:
-        """Create `__transaction_state` on first use (the runtime's ensure_topic)."""
-        return await self.runtime.ensure_topic(create_topics)
-
     def _topic_spec(self) -> InternalTopic:
         """Kafka's transactionTopicConfigs: compacted, min.insync.replicas
         transaction.state.log.min.isr capped at the replication factor, which is
