@@ -52,8 +52,10 @@ from minibroker.spark.options import (
 
 log = logging.getLogger("minibroker_spark")
 
-# Topics the Java consumer leaves out of pattern subscriptions (exclude.internal.topics).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Topics the Java consumer leaves out of pattern subscriptions (exclude.internal.topics):
+# Kafka's Topic.INTERNAL_TOPICS. A copy of the broker's registry (common/names.py), since the
+# Spark source imports nothing of the broker; a unit test keeps the two equal.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 # Settings that concern the connection, not the client's role: admin clients and producers
 # get only these, so that consumer settings do not draw librdkafka warnings there.
 _CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.")

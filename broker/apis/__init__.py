@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from minibroker.common.metrics import BrokerMetrics
     from minibroker.common.quota_manager import BrokerQuotas
     from minibroker.controller.service import ControllerService
-    from minibroker.coordinator.service import GroupCoordinator
-    from minibroker.coordinator.txn_service import TransactionCoordinator
+    from minibroker.coordinator.group.service import GroupCoordinator
+    from minibroker.coordinator.transaction.service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer

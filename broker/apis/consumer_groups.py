@@ -1,8 +1,8 @@
 """The consumer group protocol (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 The handlers translate the requests into calls on the group coordinator
-(coordinator/service.py, whose consumer groups are coordinator/consumer_group.py) and shape
-the answers. Kafka's authorization rules: READ on the group to heartbeat
+(coordinator/group/service.py, whose consumer groups are coordinator/group/consumer_group.py)
+and shape the answers. Kafka's authorization rules: READ on the group to heartbeat
 (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it.
 
 ConsumerGroupHeartbeat is served at v0-v1 as Kafka 4 serves it: v1 (KIP-1082: the client
@@ -15,7 +15,7 @@ import uuid
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import authorized_operations, group_allowed
 from minibroker.common.features import GROUP_VERSION
-from minibroker.coordinator.consumer_group import HeartbeatRequest
+from minibroker.coordinator.group.consumer_group import HeartbeatRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType

@@ -24,9 +24,8 @@ from minibroker.apis.authorization import (
     group_allowed,
 )
 from minibroker.apis.topics import create_topics_through_controller
-from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from minibroker.coordinator.consumer_group import ConsumerGroup
-from minibroker.coordinator.state import JoinRequest, JoinResult
+from minibroker.coordinator.group.consumer_group import ConsumerGroup
+from minibroker.coordinator.group.state import JoinRequest, JoinResult
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
@@ -55,29 +54,23 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
     if key_type == TRANSACTION_KEY_TYPE:
         if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             return answer(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        transactions = ctx.transaction_coordinator
-        error = await transactions.ensure_topic(partial(create_topics_through_controller, ctx))
-        if error != Error.NONE:
-            return answer(error, f"{TRANSACTION_STATE_TOPIC} is not available yet")
-        topic_name, index = TRANSACTION_STATE_TOPIC, transactions.partition_of(key)
+        runtime = ctx.transaction_coordinator.runtime
     elif key_type == GROUP_KEY_TYPE:
         if not group_allowed(ctx, Operation.DESCRIBE, key):
             return answer(Error.GROUP_AUTHORIZATION_FAILED)
-        coordinator = ctx.group_coordinator
-        error = await coordinator.ensure_offsets_topic(
-            partial(create_topics_through_controller, ctx)
-        )
-        if error != Error.NONE:
-            return answer(error, f"{OFFSETS_TOPIC} is not available yet")
-        topic_name, index = OFFSETS_TOPIC, coordinator.partition_of(key)
+        runtime = ctx.group_coordinator.runtime
     else:
         # Share groups (key type 2, KIP-932) are not served.
         return answer(Error.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
-    topic = ctx.replica_manager.metadata.topic(topic_name)
-    partition = topic.partitions.get(index) if topic else None
-    if partition is None or partition.leader < 0:
+    # The coordinator's runtime creates its internal topic on first use and answers which
+    # broker leads the key's partition (Kafka's partitionFor, then the partition's leader).
+    error = await runtime.ensure_topic(partial(create_topics_through_controller, ctx))
+    if error != Error.NONE:
+        return answer(error, f"{runtime.topic} is not available yet")
+    leader = runtime.leader_for(key)
+    if leader is None:
         return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator's partition has no leader")
-    node = ctx.replica_manager.metadata.listeners.get(partition.leader, {}).get(ctx.listener_name)
+    node = ctx.replica_manager.metadata.listeners.get(leader, {}).get(ctx.listener_name)
     if node is None:
         return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator is not reachable here")
     return answer(Error.NONE, None, node)

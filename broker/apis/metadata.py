@@ -19,9 +19,8 @@ from minibroker.apis.authorization import (
     topic_allowed,
 )
 from minibroker.apis.topics import create_topic_with_defaults
-from minibroker.common.names import TRANSACTION_STATE_TOPIC
+from minibroker.common.names import INTERNAL_TOPICS
 from minibroker.controller.state import ControllerError, validate_topic_name
-from minibroker.coordinator.service import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import ReplicaManager
@@ -32,7 +31,6 @@ _OPERATIONS_OMITTED = -(2**31)
 
 
 # Topics Kafka marks internal, which clients leave out of pattern subscriptions.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _topic_entry(topic) -> dict:

@@ -13,7 +13,7 @@ topic.
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import group_allowed, topic_allowed
-from minibroker.coordinator.service import CommitRequest
+from minibroker.coordinator.group.service import CommitRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation

@@ -2,7 +2,7 @@
 ListTransactions.
 
 Each handler translates its request (every version served) into a call on the transaction
-coordinator (coordinator/txn_service.py) and its answer back, as Kafka's KafkaApis does.
+coordinator (coordinator/transaction/service.py) and its answer back, as Kafka's KafkaApis does.
 Both of Kafka's transaction protocols are served: EndTxn v0-v4 is TV1; EndTxn v5 is TV2
 (KIP-890 part 2, Kafka's ``clientTransactionVersion`` from the request version): the
 coordinator bumps the epoch and the answer carries the producer id and epoch the client
@@ -28,13 +28,11 @@ PRODUCER_FENCED: they get INVALID_PRODUCER_EPOCH, as Kafka answers them.
 from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
-from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from minibroker.coordinator.txn_state import TV_1, TV_2
+from minibroker.common.names import INTERNAL_TOPICS, OFFSETS_TOPIC
+from minibroker.coordinator.transaction.state import TV_1, TV_2
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
-
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _old_fenced(ctx: RequestContext, error: Error) -> Error:

@@ -28,7 +28,8 @@ AddPartitionsToTxnManager with the ``addPartition`` operation) instead of verifi
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
-from minibroker.coordinator.service import OFFSETS_TOPIC, TxnCommitRequest
+from minibroker.common.names import OFFSETS_TOPIC
+from minibroker.coordinator.group.service import TxnCommitRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType

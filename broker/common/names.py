@@ -10,3 +10,11 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 # The transaction coordinator's topic: only the coordinator appends to it.
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+# The share coordinator's topic (KIP-932's ShareSnapshot and ShareUpdate records).
+SHARE_GROUP_STATE_TOPIC = "__share_group_state"
+
+# The registry of internal topics (Kafka's Topic.INTERNAL_TOPICS): only a coordinator writes
+# to them (ReplicaManager.append_records refuses any other origin), Metadata calls them
+# internal, and regex subscriptions never match them. Every other module imports this set.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC})

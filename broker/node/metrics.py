@@ -29,11 +29,11 @@ from minibroker.common.metrics import (
 )
 from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
-from minibroker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState
-from minibroker.coordinator.service import GroupCoordinator
-from minibroker.coordinator.state import GroupState
-from minibroker.coordinator.txn_service import TransactionCoordinator
-from minibroker.coordinator.txn_state import TxnState
+from minibroker.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupState
+from minibroker.coordinator.group.service import GroupCoordinator
+from minibroker.coordinator.group.state import GroupState
+from minibroker.coordinator.transaction.service import TransactionCoordinator
+from minibroker.coordinator.transaction.state import TxnState
 from minibroker.node.connection_limits import ConnectionQuotas, MemoryPool
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms
 

@@ -39,8 +39,8 @@ from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
 from minibroker.controller.zookeeper import ZooKeeperBroker
-from minibroker.coordinator.service import GroupCoordinator
-from minibroker.coordinator.txn_service import TransactionCoordinator
+from minibroker.coordinator.group.service import GroupCoordinator
+from minibroker.coordinator.transaction.service import TransactionCoordinator
 from minibroker.node.connection_limits import (
     ConnectionQuotas,
     CreationRates,

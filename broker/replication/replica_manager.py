@@ -30,7 +30,7 @@ from minibroker.common.config_model import (
 )
 from minibroker.common.features import FinalizedFeatures, initial_levels
 from minibroker.common.metrics import BrokerMetrics
-from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from minibroker.common.names import INTERNAL_TOPICS
 from minibroker.protocol.errors import Error
 from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
@@ -65,7 +65,6 @@ def monotonic_ms() -> int:
 
 
 # The coordinators' topics: only AppendOrigin.COORDINATOR appends to them.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class AppendOrigin(enum.Enum):

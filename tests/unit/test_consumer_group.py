@@ -1,12 +1,12 @@
-"""The consumer group protocol's rules (broker/coordinator/consumer_group.py, assignors.py,
+"""The consumer group protocol's rules (broker/coordinator/group/consumer_group.py, assignors.py,
 consumer_log_format.py), with time passed in."""
 
 import uuid
 
 import pytest
 
-from minibroker.coordinator import assignors, consumer_log_format, state
-from minibroker.coordinator.consumer_group import (
+from minibroker.coordinator.group import assignors, consumer_log_format, state
+from minibroker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupState,
     ConsumerSettings,
@@ -15,7 +15,7 @@ from minibroker.coordinator.consumer_group import (
     MemberState,
     validate,
 )
-from minibroker.coordinator.state import GroupSettings, GroupState
+from minibroker.coordinator.group.state import GroupSettings, GroupState
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import scan_valid_batches
 from minibroker.protocol.records import Record, encode_batch

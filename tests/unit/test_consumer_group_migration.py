@@ -1,4 +1,4 @@
-"""Online migration between the protocols, pure (broker/coordinator/consumer_group.py's
+"""Online migration between the protocols, pure (broker/coordinator/group/consumer_group.py's
 from_classic, classic_* and to_classic; embedded_protocol.py; the ClassicMemberMetadata of
 consumer_log_format.py), with time passed in."""
 
@@ -6,26 +6,26 @@ import uuid
 
 import pytest
 
-from minibroker.coordinator import consumer_log_format
-from minibroker.coordinator.consumer_group import (
+from minibroker.coordinator.group import consumer_log_format
+from minibroker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerSettings,
     HeartbeatRequest,
     MemberState,
 )
-from minibroker.coordinator.consumer_log_format import (
+from minibroker.coordinator.group.consumer_log_format import (
     ClassicMemberMetadata,
     MemberMetadataValue,
     RecordKey,
     RecordKind,
 )
-from minibroker.coordinator.embedded_protocol import (
+from minibroker.coordinator.group.embedded_protocol import (
     EmbeddedProtocolError,
     decode_assignment,
     decode_subscription,
     encode_assignment,
 )
-from minibroker.coordinator.state import Group, GroupSettings, GroupState, JoinRequest, Member
+from minibroker.coordinator.group.state import Group, GroupSettings, GroupState, JoinRequest, Member
 from minibroker.protocol.errors import Error
 
 T = uuid.UUID(int=1)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import trio
 
-from minibroker.coordinator.consumer_group import HeartbeatRequest
+from minibroker.coordinator.group.consumer_group import HeartbeatRequest
 from minibroker.protocol.errors import Error
 from tests.unit.test_group_coordinator_service import Broker, cluster_state, join_request
 

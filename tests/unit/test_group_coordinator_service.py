@@ -14,8 +14,8 @@ from minibroker.common.metrics import BrokerMetrics
 from minibroker.controller import broker_requests
 from minibroker.controller import state as transitions
 from minibroker.controller.state import ControllerState
-from minibroker.coordinator.service import OFFSETS_TOPIC, CommitRequest, GroupCoordinator
-from minibroker.coordinator.state import GroupState, JoinRequest
+from minibroker.coordinator.group.service import OFFSETS_TOPIC, CommitRequest, GroupCoordinator
+from minibroker.coordinator.group.state import GroupState, JoinRequest
 from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.storage.log import LogConfig

@@ -8,7 +8,7 @@ import struct
 
 import trio
 
-from minibroker.coordinator.service import OFFSETS_TOPIC, CommitRequest, TxnCommitRequest
+from minibroker.coordinator.group.service import OFFSETS_TOPIC, CommitRequest, TxnCommitRequest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import (
     CONTROL_FLAG_MASK,

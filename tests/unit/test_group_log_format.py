@@ -2,15 +2,15 @@
 
 import pytest
 
-from minibroker.coordinator import log_format
-from minibroker.coordinator.log_format import (
+from minibroker.coordinator.group import log_format
+from minibroker.coordinator.group.log_format import (
     GroupKey,
     GroupValue,
     MemberRecord,
     OffsetKey,
     OffsetValue,
 )
-from minibroker.coordinator.service import java_string_hash, partition_for
+from minibroker.coordinator.runtime_state import java_string_hash, partition_for
 
 
 @pytest.mark.parametrize(

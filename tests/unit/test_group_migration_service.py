@@ -13,10 +13,10 @@ import trio.testing
 
 from minibroker.controller import state as transitions
 from minibroker.controller.state import ControllerState
-from minibroker.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest
-from minibroker.coordinator.embedded_protocol import decode_assignment, encode_assignment
-from minibroker.coordinator.service import OFFSETS_TOPIC, CommitRequest
-from minibroker.coordinator.state import Group, GroupState, JoinRequest
+from minibroker.coordinator.group.consumer_group import ConsumerGroup, HeartbeatRequest
+from minibroker.coordinator.group.embedded_protocol import decode_assignment, encode_assignment
+from minibroker.coordinator.group.service import OFFSETS_TOPIC, CommitRequest
+from minibroker.coordinator.group.state import Group, GroupState, JoinRequest
 from minibroker.protocol.errors import Error
 from tests.unit.test_group_coordinator_service import NODE_ID, SESSION_MS, Broker
 

@@ -1,7 +1,7 @@
-"""The group membership rules (broker/coordinator/state.py), with time passed in."""
+"""The group membership rules (broker/coordinator/group/state.py), with time passed in."""
 
-from minibroker.coordinator.log_format import OffsetValue
-from minibroker.coordinator.state import (
+from minibroker.coordinator.group.log_format import OffsetValue
+from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
     GroupState,

@@ -4,9 +4,9 @@ GroupMetadataManager.doLoadGroupsAndOffsets), on hand-built batches."""
 
 import struct
 
-from minibroker.coordinator import log_format
-from minibroker.coordinator.log_format import OffsetValue
-from minibroker.coordinator.state import Group, GroupSettings, PartitionReplay
+from minibroker.coordinator.group import log_format
+from minibroker.coordinator.group.log_format import OffsetValue
+from minibroker.coordinator.group.state import Group, GroupSettings, PartitionReplay
 from minibroker.protocol.record_batch import (
     CONTROL_FLAG_MASK,
     TRANSACTIONAL_FLAG_MASK,

@@ -19,9 +19,9 @@ from minibroker.common.names import TRANSACTION_STATE_TOPIC
 from minibroker.controller import broker_requests
 from minibroker.controller import state as transitions
 from minibroker.controller.state import ControllerState
-from minibroker.coordinator.txn_markers import REQUEST_TIMEOUT_S, MarkerChannel
-from minibroker.coordinator.txn_service import TransactionCoordinator
-from minibroker.coordinator.txn_state import SHORT_MAX, TV_2, TxnState
+from minibroker.coordinator.transaction.markers import REQUEST_TIMEOUT_S, MarkerChannel
+from minibroker.coordinator.transaction.service import TransactionCoordinator
+from minibroker.coordinator.transaction.state import SHORT_MAX, TV_2, TxnState
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import ReplicaManager

@@ -3,9 +3,9 @@
 
 import pytest
 
-from minibroker.coordinator import txn_log_format as fmt
-from minibroker.coordinator.txn_log_format import TxnLogValue, TxnRecordFormatError
-from minibroker.coordinator.txn_state import Transit, TxnMetadata, TxnState
+from minibroker.coordinator.transaction import log_format as fmt
+from minibroker.coordinator.transaction.log_format import TxnLogValue, TxnRecordFormatError
+from minibroker.coordinator.transaction.state import Transit, TxnMetadata, TxnState
 
 ONGOING = TxnLogValue(
     producer_id=5,

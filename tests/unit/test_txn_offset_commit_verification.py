@@ -13,7 +13,7 @@ from kio.schema.txn_offset_commit.v3.request import (
 )
 
 from minibroker.apis.txn_offsets import handle_txn_offset_commit
-from minibroker.coordinator.service import OFFSETS_TOPIC
+from minibroker.coordinator.group.service import OFFSETS_TOPIC
 from minibroker.protocol.errors import Error
 
 

@@ -3,7 +3,7 @@ decisions), TV1: every transition, fencing, retries and timeouts, time passed in
 
 import pytest
 
-from minibroker.coordinator.txn_state import (
+from minibroker.coordinator.transaction.state import (
     IllegalTransition,
     Transit,
     TxnMetadata,

@@ -3,8 +3,8 @@ EndTxn v5 bumps the epoch (TransactionMetadata.prepareAbortOrCommit), an exhaust
 moves to the next producer id at completion (prepareComplete), retries are recognised by the
 epoch before the bump (endTxnEpochBumped, retryOnOverflow), and the log carries it all."""
 
-from minibroker.coordinator import txn_log_format
-from minibroker.coordinator.txn_state import (
+from minibroker.coordinator.transaction import log_format as txn_log_format
+from minibroker.coordinator.transaction.state import (
     SHORT_MAX,
     TV_1,
     TV_2,

@@ -1,7 +1,7 @@
 """The transaction coordinator: transactional ids on `__transaction_state`, on trio.
 
 Kafka's TransactionCoordinator and TransactionStateManager, in the group coordinator's shape
-(coordinator/service.py). The coordinator of a transactional id is the leader of partition
+(coordinator/group/service.py). The coordinator of a transactional id is the leader of partition
 ``abs(hash(id)) % partitions`` of `__transaction_state` (Java's String.hashCode). Each change
 of a transactional id is a TransactionLogValue appended as leader through the replica
 manager's append_records (AppendOrigin.COORDINATOR, acks=-1) and applied once the ISR has
@@ -16,21 +16,27 @@ and CompleteCommit/CompleteAbort written, so no transaction hangs and no LSO sta
 (Kafka's loadTransactionsForTxnTopicPartition with addTxnMarkersToSend). When it stops leading
 the partition, it forgets them and stops their markers.
 
-The rules are the pure `txn_state.TxnMetadata`; this shell adds the log, producer id
+Leadership of the partitions, loading keyed by leader epoch, the writes and the topic's
+creation are the coordinator runtime's (coordinator/runtime.py, Kafka's CoordinatorRuntime).
+Departure: Kafka's transaction coordinator keeps its own TransactionStateManager for this
+instead of the runtime its group and share coordinators use; minibroker runs it on the
+runtime so that every coordinator loads, writes and unloads one way, with the same rules.
+
+The rules are the pure `state.TxnMetadata`; this shell adds the log, producer id
 allocation (the controller's blocks, as InitProducerId without a transactional id), the
-marker channel (txn_markers.py), a task aborting timed-out transactions every
+marker channel (markers.py), a task aborting timed-out transactions every
 transaction.abort.timed.out.transaction.cleanup.interval.ms (with an epoch bump that fences
 the zombie producer) and one removing transactional ids idle for
 transactional.id.expiration.ms.
 
-Both of Kafka's transaction protocols are served (see txn_state): TV1, and TV2 (KIP-890 part
+Both of Kafka's transaction protocols are served (see state.py): TV1, and TV2 (KIP-890 part
 2), where EndTxn v5 bumps the epoch and answers the producer id and epoch of the client's
 next transaction (allocating a new producer id when the epoch is exhausted), and the leader
 of a partition (Produce v12) or the group coordinator (TxnOffsetCommit v5) adds the partition
 to the transaction (``add_to_transaction``, Kafka's AddPartitionsToTxnManager with
 verifyOnly false). Departure: the answer to EndTxn is sent once PrepareCommit/PrepareAbort is
 written, as Kafka does, but markers are written one transaction at a time per broker instead
-of batched (see txn_markers).
+of batched (see markers.py).
 """
 
 import logging
@@ -42,10 +48,10 @@ import trio
 from minibroker.cluster.controller_client import ControllerUnavailable, build_request
 from minibroker.common.config import BrokerConfig
 from minibroker.common.names import TRANSACTION_STATE_TOPIC
-from minibroker.coordinator import txn_log_format
-from minibroker.coordinator.service import create_internal_topic, partition_for
-from minibroker.coordinator.txn_markers import MarkerChannel
-from minibroker.coordinator.txn_state import (
+from minibroker.coordinator.runtime import CoordinatorRuntime, InternalTopic
+from minibroker.coordinator.transaction import log_format as txn_log_format
+from minibroker.coordinator.transaction.markers import MarkerChannel
+from minibroker.coordinator.transaction.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TV_1,
@@ -56,13 +62,10 @@ from minibroker.coordinator.txn_state import (
     valid_timeout,
 )
 from minibroker.protocol.errors import Error
-from minibroker.protocol.produce_request import PartitionProduceData
-from minibroker.protocol.record_batch import scan_valid_batches
-from minibroker.protocol.records import Record, RecordError, decode_records, encode_batch
+from minibroker.protocol.records import decode_records
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.partition import Partition
-from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager
-from minibroker.storage.errors import StorageError
+from minibroker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("txn-coordinator")
 
@@ -102,14 +105,21 @@ class TransactionCoordinator:
         self.clock_ms = clock_ms or replicas.clock_ms
         self.markers = markers or MarkerChannel(config, replicas)
         self.transactions: dict[str, TxnMetadata] = {}
-        # Partitions served here -> the coordinator epoch they were loaded at.
-        self._loaded: dict[int, int] = {}
-        self._loading: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
-        self._topic_creation: trio.Event | None = None
         self.transactions_committed = 0
         self.transactions_aborted = 0
-        replicas.role_listeners.append(self._on_role_change)
+        # Leadership of the `__transaction_state` partitions (the coordinator epoch is the
+        # leader epoch a partition was loaded at), loading, writing as the coordinator and the
+        # topic's creation: the runtime shared by every coordinator.
+        self.runtime = CoordinatorRuntime(
+            TRANSACTION_STATE_TOPIC,
+            replicas,
+            loader=self._load,
+            unloader=self._unload,
+            default_partitions=lambda: self.config.transaction_state_log_num_partitions,
+            topic_spec=self._topic_spec,
+            log=log,
+        )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -125,9 +135,8 @@ class TransactionCoordinator:
                     self.config.transaction_remove_expired_transaction_cleanup_interval_ms,
                     self.expire_transactional_ids,
                 )
+                await nursery.start(self.runtime.run)
                 task_status.started()
-                for partition in self.replicas.partitions():
-                    self._on_role_change(partition)
         finally:
             with trio.CancelScope(shield=True):
                 await self.markers.aclose()
@@ -140,54 +149,29 @@ class TransactionCoordinator:
     # -- which transactional ids are served here ------------------------------------------------
 
     def partition_count(self) -> int:
-        topic = self.replicas.metadata.topic(TRANSACTION_STATE_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return self.config.transaction_state_log_num_partitions
+        return self.runtime.partition_count()
 
     def partition_of(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.partition_count())
+        return self.runtime.partition_for(transactional_id)
 
     def check(self, transactional_id: str) -> Error:
         """Whether this broker serves ``transactional_id`` now: NONE, or the error to answer."""
-        index = self.partition_of(transactional_id)
-        if index in self._loading:
-            return Error.COORDINATOR_LOAD_IN_PROGRESS
-        if index not in self._loaded:
-            return Error.NOT_COORDINATOR
-        return Error.NONE
+        return self.runtime.check(transactional_id)
 
     def _owns(self, meta: TxnMetadata, coordinator_epoch: int) -> bool:
         """``meta`` is still the one served here, at ``coordinator_epoch``."""
-        index = self.partition_of(meta.transactional_id)
         return (
-            self._loaded.get(index) == coordinator_epoch
+            self.runtime.active_epoch(meta.transactional_id) == coordinator_epoch
             and self.transactions.get(meta.transactional_id) is meta
         )
 
     def coordinator_epoch(self, transactional_id: str) -> int:
-        return self._loaded.get(self.partition_of(transactional_id), -1)
-
-    def _on_role_change(self, partition: Partition) -> None:
-        if partition.topic != TRANSACTION_STATE_TOPIC or self._nursery is None:
-            return
-        index, epoch = partition.index, partition.leader_epoch
-        if partition.is_leader:
-            if index in self._loaded:
-                # Still leader at a newer epoch (an ISR change bumps it): what is in memory is
-                # this log's; the coordinator epoch stays the one the markers carry.
-                return
-            if self._loading.get(index) == epoch:
-                return
-            self._unload(index)
-            self._loading[index] = epoch
-            self._nursery.start_soon(self._load, partition, epoch)
-        else:
-            self._unload(index)
+        epoch = self.runtime.active_epoch(transactional_id)
+        return -1 if epoch is None else epoch
 
     def _unload(self, index: int) -> None:
-        self._loaded.pop(index, None)
-        self._loading.pop(index, None)
+        """The runtime dropped (or is reloading) a partition: forget its transactional ids
+        (their marker tasks see they are no longer owned and stop)."""
         gone = [t for t in self.transactions if self.partition_of(t) == index]
         for transactional_id in gone:
             del self.transactions[transactional_id]
@@ -199,53 +183,44 @@ class TransactionCoordinator:
                 index,
             )
 
-    async def _load(self, partition: Partition, epoch: int) -> None:
-        """Read the partition from its start (Kafka reads it to the log end as leader) and
-        serve its transactional ids; complete those found between decision and markers."""
+    async def _load(self, partition: Partition, epoch: int) -> Callable[[], None]:
+        """Read the partition (the runtime's read_batches: from its start to its end) and
+        return what serves its transactional ids and completes those found between decision
+        and markers."""
         started = time.monotonic()
         found: dict[str, txn_log_format.TxnLogValue | None] = {}
-        position = partition.log.log_start_offset
-        try:
-            while position < partition.log.log_end_offset:
-                data = partition.log.read(position, max_bytes=LOAD_READ_BYTES)
-                if not data:
-                    break
-                for start, header in scan_valid_batches(data):
-                    position = header.last_offset + 1
-                    if header.is_control:
-                        continue
-                    batch = memoryview(data)[start : start + header.size]
-                    for record in decode_records(batch):
-                        if record.key is None:
-                            continue
-                        try:
-                            transactional_id = txn_log_format.read_key(record.key)
-                            found[transactional_id] = (
-                                None
-                                if record.value is None
-                                else txn_log_format.read_value(record.value)
-                            )
-                        except txn_log_format.TxnRecordFormatError as error:
-                            log.warning(
-                                "skipping offset %d of %s-%d: %s",
-                                record.offset,
-                                TRANSACTION_STATE_TOPIC,
-                                partition.index,
-                                error,
-                            )
-                await trio.lowlevel.checkpoint()
-                if self._loading.get(partition.index) != epoch:
-                    return
-        except (StorageError, RecordError) as error:
-            log.error(
-                "cannot read %s-%d past offset %d: %s; serving what was read",
-                TRANSACTION_STATE_TOPIC,
-                partition.index,
-                position,
-                error,
-            )
-        if self._loading.get(partition.index) != epoch:
-            return
+        async for header, batch in self.runtime.read_batches(partition, epoch):
+            if header.is_control:
+                continue
+            for record in decode_records(batch):
+                if record.key is None:
+                    continue
+                try:
+                    transactional_id = txn_log_format.read_key(record.key)
+                    found[transactional_id] = (
+                        None if record.value is None else txn_log_format.read_value(record.value)
+                    )
+                except txn_log_format.TxnRecordFormatError as error:
+                    log.warning(
+                        "skipping offset %d of %s-%d: %s",
+                        record.offset,
+                        TRANSACTION_STATE_TOPIC,
+                        partition.index,
+                        error,
+                    )
+
+        def install() -> None:
+            self._install(partition, epoch, found, started)
+
+        return install
+
+    def _install(
+        self,
+        partition: Partition,
+        epoch: int,
+        found: dict[str, txn_log_format.TxnLogValue | None],
+        started: float,
+    ) -> None:
         resume = []
         for transactional_id, value in found.items():
             if value is None:
@@ -258,8 +233,6 @@ class TransactionCoordinator:
             self.transactions[transactional_id] = meta
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 resume.append(meta)
-        del self._loading[partition.index]
-        self._loaded[partition.index] = epoch
         assert self._nursery is not None
         for meta in resume:
             # The failover rule: the decision is in the log, so it is carried out.
@@ -283,22 +256,15 @@ class TransactionCoordinator:
     # -- writing the log ----------------------------------------------------------------------
 
     async def _append(self, transactional_id: str, value: bytes | None) -> Error:
-        """One record to the id's partition, acks=-1, as the coordinator (Kafka's
+        """One record to the id's partition as the coordinator (the runtime's write:
+        append_records with AppendOrigin.COORDINATOR, acks=-1; Kafka's
         appendTransactionToLog)."""
-        now = self.clock_ms()
-        batch = encode_batch([Record(0, now, txn_log_format.key(transactional_id), value)])
-        ((result,),) = await self.replicas.append_records(
-            [
-                (
-                    TRANSACTION_STATE_TOPIC,
-                    (PartitionProduceData(self.partition_of(transactional_id), memoryview(batch)),),
-                )
-            ],
-            acks=-1,
+        error, _ = await self.runtime.write(
+            transactional_id,
+            [(txn_log_format.key(transactional_id), value)],
             timeout_s=WRITE_TIMEOUT_S,
-            origin=AppendOrigin.COORDINATOR,
+            now_ms=self.clock_ms(),
         )
-        error = Error(result["error_code"])
         return _APPEND_ERRORS.get(error, error)
 
     async def _write(self, meta: TxnMetadata, transit: Transit, fence: bool = False) -> Error:
@@ -659,7 +625,7 @@ class TransactionCoordinator:
         self, states: list[str], producer_ids: list[int], duration_ms: int = -1
     ) -> tuple[Error, list[str], list[TxnMetadata]]:
         """Kafka's listTransactionStates: (error, unknown state filters, transactions)."""
-        if self._loading:
+        if self.runtime.is_loading():
             return Error.COORDINATOR_LOAD_IN_PROGRESS, [], []
         wanted: set[TxnState] = set()
         unknown = []
@@ -689,38 +655,21 @@ class TransactionCoordinator:
 
     # -- the transaction state topic -------------------------------------------------------------
 
-    async def ensure_topic(self, create_topics) -> Error:
-        """Create `__transaction_state` on first use with Kafka's settings
-        (transactionTopicConfigs): compacted, min.insync.replicas
+    def _topic_spec(self) -> InternalTopic:
+        """Kafka's transactionTopicConfigs: compacted, min.insync.replicas
         transaction.state.log.min.isr capped at the replication factor, which is
         min(transaction.state.log.replication.factor, live brokers) so a single node serves
         transactions too (Kafka would refuse until enough brokers are up)."""
-        if self.replicas.metadata.topic(TRANSACTION_STATE_TOPIC) is not None:
-            return Error.NONE
-        if self._topic_creation is not None:
-            await self._topic_creation.wait()
-            return (
-                Error.NONE
-                if self.replicas.metadata.topic(TRANSACTION_STATE_TOPIC)
-                else Error.COORDINATOR_NOT_AVAILABLE
-            )
-        self._topic_creation = trio.Event()
-        try:
-            live = max(len(self.replicas.metadata.brokers), 1)
-            replication = min(self.config.transaction_state_log_replication_factor, live)
-            min_isr = min(self.config.transaction_state_log_min_isr, replication)
-            return await create_internal_topic(
-                create_topics,
-                TRANSACTION_STATE_TOPIC,
-                self.config.transaction_state_log_num_partitions,
-                replication,
-                {
-                    "min.insync.replicas": str(min_isr),
-                    "unclean.leader.election.enable": "false",
-                    "compression.type": "uncompressed",
-                    "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
-                },
-            )
-        finally:
-            self._topic_creation.set()
-            self._topic_creation = None
+        live = max(len(self.replicas.metadata.brokers), 1)
+        replication = min(self.config.transaction_state_log_replication_factor, live)
+        min_isr = min(self.config.transaction_state_log_min_isr, replication)
+        return InternalTopic(
+            self.config.transaction_state_log_num_partitions,
+            replication,
+            {
+                "min.insync.replicas": str(min_isr),
+                "unclean.leader.election.enable": "false",
+                "compression.type": "uncompressed",
+                "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
+            },
+        )

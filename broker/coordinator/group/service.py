@@ -9,10 +9,15 @@ When this broker becomes leader of such a partition it reads the partition back 
 its groups; when it stops leading it, it forgets them (Kafka's handleGroupImmigration /
 handleGroupEmigration, driven by LeaderAndIsr).
 
+Leadership, loading keyed by leader epoch, the writes, the topic's creation and the timers
+are the coordinator runtime's (coordinator/runtime.py, Kafka's CoordinatorRuntime, which
+Kafka 4's GroupCoordinatorService runs on too); this module gives it a loader (replaying a
+partition into groups) and an unloader (forgetting them).
+
 The membership rules are the pure `state.Group`; this shell adds what needs I/O or time:
 requests parked until a join or sync phase ends (woken through `Watchers` keyed by group),
-one timer task per group sleeping until its next deadline (sessions, join phase), loading
-and writing the log, and the periodic expiry of old offsets.
+one runtime timer per group armed at its next deadline (sessions, join phase), the records
+each change writes, and the periodic expiry of old offsets.
 """
 
 import logging
@@ -20,15 +25,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import trio
 
-from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
 from minibroker.common.group_configs import consumer_overrides
 from minibroker.common.names import OFFSETS_TOPIC
-from minibroker.coordinator import log_format
-from minibroker.coordinator.consumer_group import (
+from minibroker.coordinator.group import log_format
+from minibroker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerSettings,
     HeartbeatError,
@@ -36,11 +41,11 @@ from minibroker.coordinator.consumer_group import (
     HeartbeatResult,
     validate,
 )
-from minibroker.coordinator.consumer_group import Record as ConsumerRecord
-from minibroker.coordinator.consumer_log_format import RecordKind, encode_key, encode_value
-from minibroker.coordinator.embedded_protocol import EmbeddedProtocolError
-from minibroker.coordinator.log_format import GroupValue, OffsetValue
-from minibroker.coordinator.state import (
+from minibroker.coordinator.group.consumer_group import Record as ConsumerRecord
+from minibroker.coordinator.group.consumer_log_format import RecordKind, encode_key, encode_value
+from minibroker.coordinator.group.embedded_protocol import EmbeddedProtocolError
+from minibroker.coordinator.group.log_format import GroupValue, OffsetValue
+from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
     GroupState,
@@ -49,20 +54,15 @@ from minibroker.coordinator.state import (
     PartitionReplay,
     SyncResult,
 )
+from minibroker.coordinator.runtime import CoordinatorRuntime, InternalTopic
 from minibroker.protocol.errors import Error
-from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.record_batch import (
     NO_PRODUCER_EPOCH,
-    NO_SEQUENCE,
-    TRANSACTIONAL_FLAG_MASK,
-    scan_valid_batches,
 )
-from minibroker.protocol.records import NO_PRODUCER_ID, Record, RecordError, encode_batch
-from minibroker.protocol.versions import ApiKey
+from minibroker.protocol.records import NO_PRODUCER_ID
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
-from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager
-from minibroker.storage.errors import StorageError
+from minibroker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("coordinator")
 
@@ -97,21 +97,6 @@ _STORE_GROUP_ERRORS = {
 }
 
 
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
-    value = 0
-    data = text.encode("utf-16-be")
-    for index in range(0, len(data), 2):
-        value = (31 * value + int.from_bytes(data[index : index + 2], "big")) & 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's Utils.abs(groupId.hashCode) % partitions (abs of MIN_VALUE is 0)."""
-    code = java_string_hash(group_id)
-    return (0 if code == -(2**31) else abs(code)) % partitions
-
-
 def _encoded(records: list[ConsumerRecord]) -> list[tuple[bytes, bytes | None]]:
     return [
         (encode_key(key), None if value is None else encode_value(value)) for key, value in records
@@ -142,38 +127,6 @@ class TxnCommitRequest:
     offsets: dict[tuple[str, int], tuple[int, int, str]]
 
 
-async def create_internal_topic(
-    create_topics, name: str, partitions: int, replication: int, configs: dict[str, str]
-) -> Error:
-    """A coordinator's internal topic (`__consumer_offsets`, `__transaction_state`), compacted,
-    created through the controller on first use; COORDINATOR_NOT_AVAILABLE if that fails.
-    ``create_topics`` sends the CreateTopics request and returns the topic's error."""
-    request = build_request(
-        ApiKey.CREATE_TOPICS,
-        {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": partitions,
-                    "replication_factor": replication,
-                    "assignments": (),
-                    "configs": [
-                        {"name": key, "value": value}
-                        for key, value in {"cleanup.policy": "compact", **configs}.items()
-                    ],
-                }
-            ],
-            "timeout": 30_000,
-            "validate_only": False,
-        },
-    )
-    error = await create_topics(request)
-    if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
-        log.warning("cannot create %s: %s", name, error.name)
-        return Error.COORDINATOR_NOT_AVAILABLE
-    return Error.NONE
-
-
 class GroupCoordinator:
     """The groups of the `__consumer_offsets` partitions this broker leads."""
 
@@ -200,117 +153,79 @@ class GroupCoordinator:
             migration_policy=config.group_consumer_migration_policy,
         )
         self.groups: dict[str, Group] = {}
-        # Offsets partitions served here -> the leader epoch their groups were loaded at.
-        self._loaded: dict[int, int] = {}
-        self._loading: dict[int, int] = {}
         self._changes = Watchers()
         # Producer id -> the groups it holds pending offsets of (Kafka's
         # openGroupsForProducer), so that a marker finds them without a scan of every group.
         # An entry may outlive its group (deleted, unloaded): a marker then finds no group.
         self._producer_groups: dict[int, set[str]] = {}
         self._nursery: trio.Nursery | None = None
-        self._topic_creation: trio.Event | None = None
         self.rebalances = 0
         # Group epoch bumps of the consumer protocol's groups.
         self.consumer_rebalances = 0
         self.offset_commits = 0
-        replicas.role_listeners.append(self._on_role_change)
+        # Leadership of the `__consumer_offsets` partitions, their loading, writing as the
+        # coordinator and the topic's creation: the runtime shared by every coordinator.
+        self.runtime = CoordinatorRuntime(
+            OFFSETS_TOPIC,
+            replicas,
+            loader=self._load,
+            unloader=self._unload,
+            default_partitions=lambda: self.config.offsets_topic_num_partitions,
+            topic_spec=self._topic_spec,
+            log=log,
+        )
         replicas.marker_listeners.append(self._on_marker)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._expire_offsets_periodically)
+            await nursery.start(self.runtime.run)
             task_status.started()
-            # Partitions this broker already led before the coordinator started.
-            for partition in self.replicas.partitions():
-                self._on_role_change(partition)
 
     # -- which groups are served here ------------------------------------------------------------
 
     def partition_count(self) -> int:
-        topic = self.replicas.metadata.topic(OFFSETS_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return self.config.offsets_topic_num_partitions
+        return self.runtime.partition_count()
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count())
+        return self.runtime.partition_for(group_id)
 
     def check(self, group_id: str) -> Error:
         """Whether this broker serves ``group_id`` now: NONE, or the error to answer."""
-        index = self.partition_of(group_id)
-        if index in self._loading:
-            return Error.COORDINATOR_LOAD_IN_PROGRESS
-        if index not in self._loaded:
-            return Error.NOT_COORDINATOR
-        return Error.NONE
-
-    def _on_role_change(self, partition: Partition) -> None:
-        if partition.topic != OFFSETS_TOPIC or self._nursery is None:
-            return
-        index, epoch = partition.index, partition.leader_epoch
-        if partition.is_leader:
-            if index in self._loaded:
-                # Still leader, at a newer epoch (an ISR shrink bumps it): the groups in
-                # memory are this log's, as Kafka keeps them; reloading would only disturb
-                # every rebalance under way.
-                self._loaded[index] = epoch
-                return
-            if self._loading.get(index) == epoch:
-                return
-            self._unload(index)
-            self._loading[index] = epoch
-            self._nursery.start_soon(self._load, partition, epoch)
-        else:
-            self._unload(index)
+        return self.runtime.check(group_id)
 
     def _unload(self, index: int) -> None:
-        self._loaded.pop(index, None)
-        self._loading.pop(index, None)
+        """The runtime dropped (or is reloading) an offsets partition: forget its groups
+        (Kafka's handleGroupEmigration)."""
         for group_id in [g for g in self.groups if self.partition_of(g) == index]:
             group = self.groups.pop(group_id)
             group.unload()
-            self._changes.notify(group_id)
+            self._notify(group_id)
             log.info(
                 "unloaded group %s (no longer leader of %s-%d)", group_id, OFFSETS_TOPIC, index
             )
 
-    async def _load(self, partition: Partition, epoch: int) -> None:
-        """Read the partition from its start and rebuild its groups (Kafka reads to the log
-        end too: as leader, this log is the one the followers will match). Transactional
+    async def _load(self, partition: Partition, epoch: int) -> Callable[[], None]:
+        """Read the partition (the runtime's read_batches: from its start to its end) and
+        return what installs its groups (Kafka's handleGroupImmigration). Transactional
         offset commits are replayed with their markers (see state.PartitionReplay)."""
         started = time.monotonic()
         replay = PartitionReplay()
-        position = partition.log.log_start_offset
-        try:
-            while position < partition.log.log_end_offset:
-                data = partition.log.read(position, max_bytes=LOAD_READ_BYTES)
-                if not data:
-                    break
-                for start, header in scan_valid_batches(data):
-                    position = header.last_offset + 1
-                    replay.batch(header, memoryview(data)[start : start + header.size])
-                for offset, reason in replay.skipped:
-                    # A record of a newer layout (Kafka 3.x/4.x flexible values): skipped,
-                    # so the partition's other groups are still served.
-                    log.warning("skipping offset %d of %s: %s", offset, OFFSETS_TOPIC, reason)
-                replay.skipped.clear()
-                await trio.lowlevel.checkpoint()
-                if self._loading.get(partition.index) != epoch:
-                    return
-        except (StorageError, RecordError) as error:
-            # As Kafka does, the partition is served all the same, with what was read: its
-            # groups answering NOT_COORDINATOR for ever would send clients round in a loop.
-            log.error(
-                "cannot read %s-%d past offset %d: %s; serving the groups read so far",
-                OFFSETS_TOPIC,
-                partition.index,
-                position,
-                error,
-            )
-        if self._loading.get(partition.index) != epoch:
-            return
+        async for header, batch in self.runtime.read_batches(partition, epoch):
+            replay.batch(header, batch)
+            for offset, reason in replay.skipped:
+                # A record of a newer layout (Kafka 3.x/4.x flexible values): skipped,
+                # so the partition's other groups are still served.
+                log.warning("skipping offset %d of %s: %s", offset, OFFSETS_TOPIC, reason)
+            replay.skipped.clear()
+
+        def install() -> None:
+            self._install(partition, replay, started)
+
+        return install
+
+    def _install(self, partition: Partition, replay: PartitionReplay, started: float) -> None:
         now = self.clock_ms()
         for group_id in replay.group_ids():
             group = Group(group_id, self.settings, now)
@@ -336,8 +251,6 @@ class GroupCoordinator:
             for producer_id in group.pending_txn_offsets:
                 self._producer_groups.setdefault(producer_id, set()).add(group_id)
             self._add_group(group)
-        del self._loading[partition.index]
-        self._loaded[partition.index] = epoch
         loaded = sum(1 for g in self.groups if self.partition_of(g) == partition.index)
         log.log(
             logging.INFO if loaded else logging.DEBUG,
@@ -350,8 +263,7 @@ class GroupCoordinator:
 
     def _add_group(self, group: Group) -> None:
         self.groups[group.group_id] = group
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_timers, group)
+        self._arm(group)
 
     def _group(self, group_id: str, create: bool) -> Group | None:
         group = self.groups.get(group_id)
@@ -362,31 +274,47 @@ class GroupCoordinator:
 
     # -- timers -----------------------------------------------------------------------------------
 
-    async def _run_timers(self, group: Group) -> None:
-        """Sleep until the group's next deadline (or a change moves it), then expire what is
-        due. One task per group, ended when the group is unloaded or deleted."""
-        while self.groups.get(group.group_id) is group:
-            deadline_ms = group.next_deadline_ms()
-            if deadline_ms is None:
-                await self._changes.wait_any([group.group_id], float("inf"), "Group")
-                continue
-            delay_s = max(deadline_ms - self.clock_ms(), 0) / 1000
-            woken = await self._changes.wait_any(
-                [group.group_id], trio.current_time() + delay_s, "Group"
-            )
-            if woken or self.groups.get(group.group_id) is not group:
-                continue
-            if isinstance(group, ConsumerGroup):
-                records = group.expire(self.clock_ms())
-                self._changes.notify(group.group_id)
-                if records:
-                    await self._write_consumer_records(group, records)
-                if group.downgrade_leaving is not None:
-                    await self._downgrade(group)
-                continue
+    def _notify(self, group_id: str) -> None:
+        """The group changed: wake whoever waits on it (parked joins and syncs) and re-arm
+        its timer at its new next deadline."""
+        self._changes.notify(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            self.runtime.cancel(group_id, group_id)
+        else:
+            self._arm(group)
+
+    def _arm(self, group: Group) -> None:
+        """The group's one timer (the runtime's, keyed by the group id, as Kafka's
+        GroupMetadataManager keys its session and join timers by group and member), armed
+        at the group's next deadline (session, join phase, lapsed member id), re-armed at
+        every change and cancelled when the partition is unloaded."""
+        deadline_ms = group.next_deadline_ms()
+        if deadline_ms is None:
+            self.runtime.cancel(group.group_id, group.group_id)
+            return
+        delay_s = max(deadline_ms - self.clock_ms(), 0) / 1000
+        self.runtime.schedule(
+            group.group_id, group.group_id, delay_s, partial(self._on_deadline, group)
+        )
+
+    async def _on_deadline(self, group: Group) -> None:
+        """The group's deadline came: expire what is due."""
+        if self.groups.get(group.group_id) is not group:
+            return
+        if isinstance(group, ConsumerGroup):
+            records = group.expire(self.clock_ms())
+            self._notify(group.group_id)
+            if records:
+                await self._write_consumer_records(group, records)
+            if group.downgrade_leaving is not None:
+                await self._downgrade(group)
+        else:
             generation = group.generation
             group.expire(self.clock_ms())
             self._after_change(group, generation)
+        if self.groups.get(group.group_id) is group:
+            self._arm(group)
 
     def _store_empty_group(self, group: Group) -> None:
         """A group left empty by a rebalance is written as such (Kafka does the same), in the
@@ -424,37 +352,20 @@ class GroupCoordinator:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> tuple[Error, int]:
-        """Write records to the group's partition through the replica manager's
-        append_records, as Kafka's coordinator does (AppendOrigin.COORDINATOR, acks=-1):
-        answered once the ISR has them, or at offsets.commit.timeout.ms. Also the offset
-        the batch was written at.
-
+        """Write records to the group's partition as the coordinator (the runtime's
+        write: append_records with AppendOrigin.COORDINATOR, acks=-1), answered once the ISR
+        has them, or at offsets.commit.timeout.ms. Also the offset the batch was written at.
         With a producer id the batch is a transactional one of that producer (a
-        TxnOffsetCommit), with base sequence 0 as Kafka's GroupMetadataManager and
-        CoordinatorRuntime build it (the log checks only its epoch: sequences are the
-        client's, not the coordinator's)."""
-        now = self.clock_ms()
-        transactional = producer_id != NO_PRODUCER_ID
-        batch = encode_batch(
-            [Record(offset, now, key, value) for offset, (key, value) in enumerate(records)],
-            attributes=TRANSACTIONAL_FLAG_MASK if transactional else 0,
+        TxnOffsetCommit)."""
+        error, base_offset = await self.runtime.write(
+            group_id,
+            records,
+            timeout_s=self.config.offsets_commit_timeout_ms / 1000,
+            now_ms=self.clock_ms(),
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            base_sequence=0 if transactional else NO_SEQUENCE,
         )
-        ((result,),) = await self.replicas.append_records(
-            [
-                (
-                    OFFSETS_TOPIC,
-                    (PartitionProduceData(self.partition_of(group_id), memoryview(batch)),),
-                )
-            ],
-            acks=-1,
-            timeout_s=self.config.offsets_commit_timeout_ms / 1000,
-            origin=AppendOrigin.COORDINATOR,
-        )
-        error = Error(result["error_code"])
-        return _APPEND_ERRORS.get(error, error), result["base_offset"]
+        return _APPEND_ERRORS.get(error, error), base_offset
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -476,7 +387,7 @@ class GroupCoordinator:
             joined, records = group.classic_join(
                 request, self.topic_lookup, self.clock_ms(), self.topic_names
             )
-            self._changes.notify(group_id)
+            self._notify(group_id)
             if records:
                 error = await self._write_consumer_records(group, records)
                 if error != Error.NONE:
@@ -530,7 +441,7 @@ class GroupCoordinator:
             synced = group.classic_sync(
                 member_id, instance_id, generation, protocol_type, protocol_name, self.clock_ms()
             )
-            self._changes.notify(group_id)
+            self._notify(group_id)
             return synced
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None
@@ -541,14 +452,14 @@ class GroupCoordinator:
         member, answer, store = group.sync(
             member_id, instance_id, generation, assignments, self.clock_ms()
         )
-        self._changes.notify(group_id)
+        self._notify(group_id)
         if answer is not None:
             return answer
         assert member is not None
         if store:
             error = await self._store_group(group, generation)
             group.complete_sync(generation, error, self.clock_ms())
-            self._changes.notify(group_id)
+            self._notify(group_id)
         while member.sync_result is None:
             await self._changes.wait_any([group_id], float("inf"), "SyncGroup")
         return member.sync_result
@@ -562,7 +473,7 @@ class GroupCoordinator:
         if group is None:
             return Error.UNKNOWN_MEMBER_ID
         error = group.heartbeat(member_id, instance_id, generation, self.clock_ms())
-        self._changes.notify(group_id)
+        self._notify(group_id)
         return error
 
     async def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[Error]:
@@ -575,7 +486,7 @@ class GroupCoordinator:
             return [Error.UNKNOWN_MEMBER_ID]
         if isinstance(group, ConsumerGroup):
             errors, records = group.classic_leave(members, self.clock_ms())
-            self._changes.notify(group_id)
+            self._notify(group_id)
             if records:
                 error = await self._write_consumer_records(group, records)
                 if error != Error.NONE:
@@ -594,7 +505,7 @@ class GroupCoordinator:
             self.rebalances += 1
             if group.is_(GroupState.EMPTY):
                 self._store_empty_group(group)
-        self._changes.notify(group.group_id)
+        self._notify(group.group_id)
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -720,7 +631,7 @@ class GroupCoordinator:
         marker listener): on a `__consumer_offsets` partition served here, the producer's
         pending offsets of its groups are committed or dropped (Kafka's
         handleTxnCompletion). A partition still loading reads the marker from its log."""
-        if topic != OFFSETS_TOPIC or index not in self._loaded:
+        if topic != OFFSETS_TOPIC or self.runtime.ownership.check(index) != Error.NONE:
             return
         group_ids = self._producer_groups.get(producer_id, set())
         for group_id in sorted(group_ids):
@@ -794,7 +705,7 @@ class GroupCoordinator:
     def list_groups(self) -> tuple[Error, list[Group]]:
         """Every live group served here; COORDINATOR_LOAD_IN_PROGRESS along with them while a
         partition is still loading (the list is incomplete), as Kafka answers."""
-        error = Error.COORDINATOR_LOAD_IN_PROGRESS if self._loading else Error.NONE
+        error = Error.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading() else Error.NONE
         return error, [g for g in self.groups.values() if not g.is_(GroupState.DEAD)]
 
     def describe(self, group_id: str) -> tuple[Error, Group | None]:
@@ -822,7 +733,7 @@ class GroupCoordinator:
     def _remove_group(self, group: Group) -> None:
         group.mark_dead(self.clock_ms())
         del self.groups[group.group_id]
-        self._changes.notify(group.group_id)
+        self._notify(group.group_id)
 
     @staticmethod
     def _tombstones(group: Group, offsets: list[tuple[str, int]], whole: bool = True) -> list:
@@ -869,33 +780,16 @@ class GroupCoordinator:
 
     # -- the offsets topic ------------------------------------------------------------------------
 
-    async def ensure_offsets_topic(self, create_topics) -> Error:
-        """Create `__consumer_offsets` on first use with Kafka's settings; the replication
-        factor is min(offsets.topic.replication.factor, live brokers), so a single node has
-        groups too (Kafka would refuse until enough brokers are up). ``create_topics`` sends
-        a CreateTopics request to the controller and returns the topic's error."""
-        if self.replicas.metadata.topic(OFFSETS_TOPIC) is not None:
-            return Error.NONE
-        if self._topic_creation is not None:
-            await self._topic_creation.wait()
-            return (
-                Error.NONE
-                if self.replicas.metadata.topic(OFFSETS_TOPIC)
-                else Error.COORDINATOR_NOT_AVAILABLE
-            )
-        self._topic_creation = trio.Event()
-        try:
-            live = max(len(self.replicas.metadata.brokers), 1)
-            return await create_internal_topic(
-                create_topics,
-                OFFSETS_TOPIC,
-                self.config.offsets_topic_num_partitions,
-                min(self.config.offsets_topic_replication_factor, live),
-                {"segment.bytes": str(self.config.offsets_topic_segment_bytes)},
-            )
-        finally:
-            self._topic_creation.set()
-            self._topic_creation = None
+    def _topic_spec(self) -> InternalTopic:
+        """Kafka's offsetsTopicConfigs; the replication factor is
+        min(offsets.topic.replication.factor, live brokers), so a single node has groups too
+        (Kafka would refuse until enough brokers are up)."""
+        live = max(len(self.replicas.metadata.brokers), 1)
+        return InternalTopic(
+            self.config.offsets_topic_num_partitions,
+            min(self.config.offsets_topic_replication_factor, live),
+            {"segment.bytes": str(self.config.offsets_topic_segment_bytes)},
+        )
 
     # -- the consumer group protocol (KIP-848) ---------------------------------------------------
 
@@ -942,7 +836,7 @@ class GroupCoordinator:
             if error != Error.NONE or self.groups.get(old.group_id) is not old:
                 return None
         old.mark_dead(self.clock_ms())
-        self._changes.notify(old.group_id)
+        self._notify(old.group_id)
         self._add_group(new)
         return new
 
@@ -993,7 +887,7 @@ class GroupCoordinator:
         result, records = group.consumer_heartbeat(
             request, self.topic_lookup, self.clock_ms(), self.topic_names
         )
-        self._changes.notify(group_id)
+        self._notify(group_id)
         if records:
             error = await self._write_consumer_records(group, records)
             if error != Error.NONE:
@@ -1075,7 +969,7 @@ class GroupCoordinator:
         new.pending_txn_offsets = old.pending_txn_offsets
         old.mark_dead(self.clock_ms())
         self._add_group(new)
-        self._changes.notify(old.group_id)
+        self._notify(old.group_id)
 
     def _upgrade_refusal(self, group: Group) -> str | None:
         """Why a classic group with members is not upgraded online on a

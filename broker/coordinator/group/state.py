@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from minibroker.coordinator import consumer_log_format, log_format
-from minibroker.coordinator.log_format import (
+from minibroker.coordinator.group import consumer_log_format, log_format
+from minibroker.coordinator.group.log_format import (
     GroupKey,
     GroupValue,
     MemberRecord,

@@ -30,7 +30,7 @@ with the state (ClientTransactionVersion in the log), as Kafka does.
 import enum
 from dataclasses import dataclass, field
 
-from minibroker.coordinator.txn_log_format import TxnLogValue
+from minibroker.coordinator.transaction.log_format import TxnLogValue
 from minibroker.protocol.errors import Error
 
 NO_PRODUCER_ID = -1

@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import cast
 
-from minibroker.common.names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from minibroker.coordinator import assignors
-from minibroker.coordinator.consumer_log_format import (
+from minibroker.common.names import INTERNAL_TOPICS
+from minibroker.coordinator.group import assignors
+from minibroker.coordinator.group.consumer_log_format import (
     ClassicMemberMetadata,
     CurrentAssignmentValue,
     GroupEpochValue,
@@ -59,14 +59,14 @@ from minibroker.coordinator.consumer_log_format import (
     freeze,
     thaw,
 )
-from minibroker.coordinator.embedded_protocol import (
+from minibroker.coordinator.group.embedded_protocol import (
     EmbeddedProtocolError,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     version_of,
 )
-from minibroker.coordinator.state import (
+from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
     GroupState,
@@ -90,7 +90,6 @@ Record = tuple[RecordKey, object | None]
 # Every topic name in the cluster (regular expressions are resolved against them).
 TopicNames = Callable[[], Iterable[str]]
 # Kafka's internal topics, never matched by a regular expression (Topic.isInternal).
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class MemberState(Enum):

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
-from minibroker.coordinator.log_format import RecordFormatError, RecordReader
+from minibroker.coordinator.group.log_format import RecordFormatError, RecordReader
 from minibroker.protocol.framing import encode_uvarint as _uvarint
 
 _I8 = struct.Struct(">b")

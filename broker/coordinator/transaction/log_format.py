@@ -13,7 +13,7 @@ tools read what minibroker writes and minibroker loads what Kafka wrote.
 What is written is value v1 (Kafka 4 with ``transaction.version`` 1 or 2), its tagged fields
 on the wire only when they differ from their defaults: ClientTransactionVersion 2 for a
 change made by a TV2 client, NextProducerId in a TV2 decision that exhausted the epoch, and
-PreviousProducerId once a TV2 completion moved to that next id (see txn_state).
+PreviousProducerId once a TV2 completion moved to that next id (see state.py).
 A null value (a tombstone) is an expired transactional id.
 """
 
@@ -46,7 +46,7 @@ class TxnLogValue:
     producer_id: int
     producer_epoch: int
     timeout_ms: int
-    state: int  # TransactionState id (txn_state.TxnState)
+    state: int  # TransactionState id (state.TxnState)
     partitions: tuple[tuple[str, tuple[int, ...]], ...]
     last_update_ms: int
     start_ms: int
