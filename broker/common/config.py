@@ -88,6 +88,21 @@ def _parse_listeners(text: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def _parse_http_listeners(text: str) -> tuple[tuple[str, int], ...]:
+    """schema.registry.listeners, as Confluent Schema Registry's ``listeners``:
+    ``http://host:port`` entries (https is not served yet); empty turns it off."""
+    listeners = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"(?i:http)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if match is None:
+            raise ValueError(f"{item!r} is not http://host:port (https is not supported yet)")
+        port = int(match.group(2))
+        if port > 65535:
+            raise ValueError(f"{item!r}: port {port} is not between 0 and 65535")
+        listeners.append((match.group(1).strip("[]"), port))
+    return tuple(listeners)
+
+
 def _parse_dirs(text: str) -> tuple[Path, ...]:
     dirs = tuple(Path(part.strip()) for part in text.split(",") if part.strip())
     if not dirs:
@@ -365,6 +380,8 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
+    # Not a Kafka property: the schema registry's HTTP listeners (docs/schema-registry.md).
+    "schema.registry.listeners": _Property("schema_registry_listeners", _parse_http_listeners),
     # Not a Kafka broker property: Kafka finalizes the transaction.version feature with
     # kafka-features.sh; minibroker pins it per broker (see the README's Transactions).
     "transaction.version": _Property("transaction_version", _between(0, 2)),
@@ -542,6 +559,7 @@ class BrokerConfig:
     num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
     unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
+    schema_registry_listeners: tuple[tuple[str, int], ...] = ()
     # The finalized level of the transaction.version feature (Kafka's TransactionVersion):
     # 2 serves KIP-890 part 2 (an epoch bump per transaction) to the clients that use it.
     transaction_version: int = 2

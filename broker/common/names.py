@@ -10,3 +10,11 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 # The transaction coordinator's topic: only the coordinator appends to it.
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+# The schema registry's topic (Confluent's kafkastore.topic default), in Confluent's layout.
+SCHEMAS_TOPIC = "_schemas"
+
+# The name under which a broker registers its schema registry's HTTP address with the
+# controller, beside its Kafka listeners, so that the other brokers can forward writes to the
+# registry's writer. No client connects to it over Kafka's protocol.
+SCHEMA_REGISTRY_ENDPOINT = "SCHEMA_REGISTRY_HTTP"

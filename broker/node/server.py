@@ -54,11 +54,14 @@ from minibroker.node.metrics import (
     serve_metrics,
 )
 from minibroker.protocol.codec import DecodeError
+from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
+from minibroker.schema_registry.rest import serve_registry
+from minibroker.schema_registry.service import SchemaRegistryService
 from minibroker.security.authenticator import SaslSession
 from minibroker.security.authorizer import authorizer_from_config
 from minibroker.security.listeners import (
@@ -215,6 +218,7 @@ class BrokerServer:
         self.controller: ControllerService | None = None
         self.coordinator: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.schema_registry: SchemaRegistryService | None = None
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
         self.authorizer = authorizer_from_config(config)
@@ -422,6 +426,8 @@ class BrokerServer:
                 await control.start(self.coordinator.run)
                 self.transactions = TransactionCoordinator(self.config, self.replicas)
                 await control.start(self.transactions.run)
+                if self.config.schema_registry_listeners:
+                    await self._start_schema_registry(control, controller_client)
             if self.config.is_broker:
                 self.metrics.register(QuotaCollector(self.quotas))
             self.metrics.register(ConnectionCollector(self.connection_quotas, self.pool))
@@ -476,6 +482,24 @@ class BrokerServer:
                     scope.cancel()
                 connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
             control.cancel_scope.cancel()
+
+    async def _start_schema_registry(self, control, controller_client) -> None:
+        """The schema registry on its own listeners (schema.registry.listeners)."""
+        assert self.replicas is not None
+
+        async def create_topics(request) -> Error:
+            if self.controller is not None:
+                response = await self.controller.create_topics(request)
+                return Error(response["topics"][0]["error_code"])
+            answer = await controller_client.forward(request)
+            return Error(answer.topics[0].error_code.value)
+
+        self.schema_registry = SchemaRegistryService(self.config, self.replicas, create_topics)
+        await control.start(self.schema_registry.run)
+        bound = await control.start(
+            serve_registry, self.schema_registry, self.config.schema_registry_listeners
+        )
+        log.info("schema registry listening on %s", ", ".join(bound))
 
     def _elected_controller(self, store, cluster_id: str) -> ControllerService:
         """The controller service this broker runs while ZooKeeper names it controller."""

@@ -105,7 +105,8 @@ def parse(schema_type: str, text: str) -> ParsedSchema:
 
 
 def _avro_messages(reader: ParsedSchema, writer: ParsedSchema, direction: str) -> list[str]:
-    result = avro.compatibility.ReaderWriterCompatibilityChecker().get_compatibility(
+    checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+    result = checker.get_compatibility(
         reader.parsed,  # type: ignore[arg-type]
         writer.parsed,  # type: ignore[arg-type]
     )
