@@ -25,6 +25,7 @@ import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -60,8 +61,6 @@ from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
-from minibroker.schema_registry.rest import serve_registry
-from minibroker.schema_registry.service import SchemaRegistryService
 from minibroker.security.authenticator import SaslSession
 from minibroker.security.authorizer import authorizer_from_config
 from minibroker.security.listeners import (
@@ -75,6 +74,9 @@ from minibroker.security.tls import TlsStream
 from minibroker.storage.file_records import FileRecords, materialize
 from minibroker.storage.log import LONG_MAX, LogConfig
 from minibroker.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from minibroker.schema_registry.service import SchemaRegistryService
 
 log = logging.getLogger("server")
 
@@ -484,7 +486,11 @@ class BrokerServer:
             control.cancel_scope.cancel()
 
     async def _start_schema_registry(self, control, controller_client) -> None:
-        """The schema registry on its own listeners (schema.registry.listeners)."""
+        """The schema registry on its own listeners (schema.registry.listeners); its HTTP
+        stack and schema libraries are imported only by a broker that serves it."""
+        from minibroker.schema_registry.rest import serve_registry
+        from minibroker.schema_registry.service import SchemaRegistryService
+
         assert self.replicas is not None
 
         async def create_topics(request) -> Error:

@@ -122,12 +122,19 @@ def test_every_broker_answers_the_same_and_forwards_writes(cluster: Cluster) -> 
     )
     assert registered.status_code == 200, registered.text
     schema_id = registered.json()["id"]
-    answers = [
-        httpx.get(f"{url}/subjects/{subject}/versions/latest", timeout=30).json()
-        for url in urls.values()
-    ]
-    assert all(answer == answers[0] for answer in answers)
-    assert answers[0]["id"] == schema_id
+    # The broker that forwarded the write answers with it at once (it waited for its copy).
+    path = f"/subjects/{subject}/versions/latest"
+    first = httpx.get(urls[others[0]] + path, timeout=30)
+    assert first.status_code == 200, first.text
+    assert first.json()["id"] == schema_id
+    # The others once their copy has the record: a replica fetch later (their high
+    # watermark comes with their next fetch from the leader).
+    for url in urls.values():
+        wait_for(
+            lambda url=url: httpx.get(url + path, timeout=30).json() == first.json(),
+            CONVERGENCE_TIMEOUT,
+            f"{url} to answer as {urls[others[0]]}",
+        )
     by_id = {httpx.get(f"{url}/schemas/ids/{schema_id}", timeout=30).text for url in urls.values()}
     assert len(by_id) == 1
 
@@ -179,14 +186,19 @@ def test_answers_unchanged_after_kill_9_of_the_writer_and_ids_continue(cluster: 
 
     def snapshot() -> dict:
         subjects = httpx.get(f"{url}/subjects", timeout=30).json()
-        versions = {
-            name: httpx.get(f"{url}/subjects/{name}/versions/latest", timeout=30).json()
+        return {
+            (name, number): httpx.get(f"{url}/subjects/{name}/versions/{number}", timeout=30).json()
             for name in subjects
+            for number in httpx.get(f"{url}/subjects/{name}/versions", timeout=30).json()
         }
-        return {"subjects": subjects, "latest": versions}
 
+    wait_for(
+        lambda: httpx.get(f"{url}/subjects/{subject}/versions", timeout=30).status_code == 200,
+        CONVERGENCE_TIMEOUT,
+        f"broker {survivor} to serve {subject}",
+    )
     before = snapshot()
-    highest = max(answer["id"] for answer in before["latest"].values())
+    highest = max(answer["id"] for answer in before.values())
     cluster.kill(writer)
     wait_for(
         lambda: cluster.leader_of("_schemas") not in (None, writer),
@@ -199,9 +211,17 @@ def test_answers_unchanged_after_kill_9_of_the_writer_and_ids_continue(cluster: 
     new_subject = unique("after-kill")
     new_id = fresh.register_schema(new_subject, avro({**USER_V1, "name": "Other"}))
     assert new_id == highest + 1
+    latest = httpx.get(f"{url}/subjects/{new_subject}/versions/latest", timeout=30)
+    assert latest.json()["id"] == new_id
     for node_id in cluster.broker_ids:
-        if node_id == writer:
+        if node_id in (writer, survivor):
             continue
         node_url = cluster.node(node_id).schema_registry_url
-        latest = httpx.get(f"{node_url}/subjects/{new_subject}/versions/latest", timeout=30)
-        assert latest.json()["id"] == new_id
+        wait_for(
+            lambda node_url=node_url: (
+                httpx.get(f"{node_url}/subjects/{new_subject}/versions/latest", timeout=30).json()
+                == latest.json()
+            ),
+            CONVERGENCE_TIMEOUT,
+            f"broker {node_id} to serve the new schema",
+        )
