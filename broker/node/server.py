@@ -489,7 +489,10 @@ class BrokerServer:
         """The schema registry on its own listeners (schema.registry.listeners); its HTTP
         stack and schema libraries are imported only by a broker that serves it."""
         from minibroker.schema_registry.rest import serve_registry
-        from minibroker.schema_registry.service import SchemaRegistryService
+        from minibroker.schema_registry.service import (
+            SchemaRegistryCollector,
+            SchemaRegistryService,
+        )
 
         assert self.replicas is not None
 
@@ -502,6 +505,7 @@ class BrokerServer:
 
         self.schema_registry = SchemaRegistryService(self.config, self.replicas, create_topics)
         await control.start(self.schema_registry.run)
+        self.metrics.register(SchemaRegistryCollector(self.schema_registry))
         bound = await control.start(
             serve_registry, self.schema_registry, self.config.schema_registry_listeners
         )

@@ -387,7 +387,24 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         message = error.detail if isinstance(error, HTTPException) else "Internal Server Error"
         return _json({"error_code": status, "message": f"HTTP {status} {message}"}, status)
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return Starlette(
+        routes=[_counted(route, service) for route in routes],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+def _counted(route: Route, service: SchemaRegistryService) -> Route:
+    """The route, its answers counted by method, path template and status (metrics)."""
+    handler = route.endpoint
+    (method,) = route.methods - {"HEAD"} if route.methods else {"GET"}
+    label = f"{method} {route.path}"
+
+    async def counted(request: Request) -> Response:
+        response = await handler(request)
+        service.requests[(label, response.status_code)] += 1
+        return response
+
+    return Route(route.path, counted, methods=[method])
 
 
 async def serve_registry(

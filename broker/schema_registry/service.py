@@ -25,10 +25,12 @@ last, so ids continue above it and are never reused.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
@@ -94,6 +96,8 @@ class SchemaRegistryService:
         self._write_lock = trio.Lock()
         self._topic_creation = trio.Lock()
         self.writes = 0
+        # (method and path template, HTTP status) -> answers given (the metrics' source).
+        self.requests: Counter[tuple[str, int]] = Counter()
 
     # -- reading `_schemas` ----------------------------------------------------------------
 
@@ -271,3 +275,48 @@ class SchemaRegistryService:
             self.writes += 1
             await self.caught_up(result["base_offset"] + len(records), WRITE_TIMEOUT_S)
             return answer
+
+
+class SchemaRegistryCollector:
+    """The registry's metrics, read at scrape time: requests by endpoint and status, live
+    subjects and schemas in this broker's copy, writes appended here, whether it writes."""
+
+    def __init__(self, service: SchemaRegistryService) -> None:
+        self.service = service
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self):
+        service = self.service
+        requests = CounterMetricFamily(
+            "minibroker_schema_registry_requests",
+            "Schema registry HTTP requests answered, by endpoint and status.",
+            labels=["endpoint", "status"],
+        )
+        for (endpoint, status), count in sorted(service.requests.items()):
+            requests.add_metric([endpoint, str(status)], count)
+        yield requests
+        registry = service.registry
+        yield GaugeMetricFamily(
+            "minibroker_schema_registry_subjects",
+            "Subjects with a live version, in this broker's copy of _schemas.",
+            value=len(registry.subject_names()),
+        )
+        yield GaugeMetricFamily(
+            "minibroker_schema_registry_schemas",
+            "Distinct schema ids registered, in this broker's copy of _schemas.",
+            value=len(
+                {v.schema_id for versions in registry.subjects.values() for v in versions.values()}
+            ),
+        )
+        yield CounterMetricFamily(
+            "minibroker_schema_registry_writes",
+            "Writes this broker appended to _schemas as the registry's writer.",
+            value=service.writes,
+        )
+        yield GaugeMetricFamily(
+            "minibroker_schema_registry_writer",
+            "1 when this broker is the registry's writer (leader of _schemas partition 0).",
+            value=1 if service.is_writer() else 0,
+        )

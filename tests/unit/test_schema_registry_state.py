@@ -207,3 +207,31 @@ def test_unknown_records_are_skipped_not_fatal():
     assert registry.skipped == 2
     with pytest.raises(lf.RecordFormatError):
         lf.decode_key(b"not json")
+
+
+def test_the_collector_reports_requests_subjects_and_schemas():
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from minibroker.schema_registry.service import SchemaRegistryCollector
+
+    registry = Registry()
+    register(registry, "a", V1)
+    register(registry, "b", V1)
+    register(registry, "b", V2_DEFAULT)
+    service = SimpleNamespace(
+        registry=registry,
+        requests=Counter({("POST /subjects/{subject}/versions", 200): 3}),
+        writes=3,
+        is_writer=lambda: True,
+    )
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in SchemaRegistryCollector(service).collect()  # type: ignore[arg-type]
+        for sample in family.samples
+    }
+    endpoint = (("endpoint", "POST /subjects/{subject}/versions"), ("status", "200"))
+    assert samples[("minibroker_schema_registry_requests_total", endpoint)] == 3
+    assert samples[("minibroker_schema_registry_subjects", ())] == 2
+    assert samples[("minibroker_schema_registry_schemas", ())] == 2
+    assert samples[("minibroker_schema_registry_writer", ())] == 1
