@@ -25,7 +25,7 @@ import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -221,6 +221,9 @@ class BrokerServer:
         self.coordinator: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.schema_registry: SchemaRegistryService | None = None
+        # The schema registry's sockets (hypercorn's Sockets), bound at start (run) as the
+        # Kafka listeners are, served once the broker is up.
+        self._registry_sockets: Any = None
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
         self.authorizer = authorizer_from_config(config)
@@ -311,6 +314,10 @@ class BrokerServer:
                     f" {error.strerror or error}",
                 ) from None
             listeners.append((listener.name, sockets))
+        if self.config.schema_registry_listeners and self.config.is_broker:
+            from minibroker.schema_registry.rest import bind_registry
+
+            self._registry_sockets = bind_registry(self.config.schema_registry_listeners)
         if self.config.zookeeper_mode:
             self.zookeeper = ZooKeeperBroker(
                 self.config, self._elected_controller, self._controller_changed
@@ -507,7 +514,10 @@ class BrokerServer:
         await control.start(self.schema_registry.run)
         self.metrics.register(SchemaRegistryCollector(self.schema_registry))
         bound = await control.start(
-            serve_registry, self.schema_registry, self.config.schema_registry_listeners
+            serve_registry,
+            self.schema_registry,
+            self.config.schema_registry_listeners,
+            self._registry_sockets,
         )
         log.info("schema registry listening on %s", ", ".join(bound))
 

@@ -19,7 +19,9 @@ from typing import Any
 import httpx
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -407,24 +409,49 @@ def _counted(route: Route, service: SchemaRegistryService) -> Route:
     return Route(route.path, counted, methods=[method])
 
 
-async def serve_registry(
-    service: SchemaRegistryService,
-    listeners: tuple[tuple[str, int], ...],
-    *,
-    task_status=trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve the registry's app on ``listeners`` until cancelled."""
+def registry_config(listeners: tuple[tuple[str, int], ...]) -> HypercornConfig:
     config = HypercornConfig()
     config.bind = [
         f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in listeners
     ]
     config.accesslog = None
     config.errorlog = log
-    # Hypercorn stops on cancellation; it never installs signal handlers of its own here.
     config.graceful_timeout = 1.0
-    await serve(
-        build_app(service),  # type: ignore[arg-type]  # Starlette's ASGI types are its own
+    return config
+
+
+def bind_registry(listeners: tuple[tuple[str, int], ...]) -> Sockets:
+    """The registry's listening sockets, bound when the broker starts (as its Kafka
+    listeners are): a port in use stops the start with the address named."""
+    config = registry_config(listeners)
+    try:
+        sockets = config.create_sockets()
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"cannot listen on schema.registry.listeners {','.join(config.bind)}:"
+            f" {error.strerror or error}",
+        ) from None
+    for sock in sockets.insecure_sockets:
+        sock.listen(config.backlog)
+    return sockets
+
+
+async def serve_registry(
+    service: SchemaRegistryService,
+    listeners: tuple[tuple[str, int], ...],
+    sockets: Sockets,
+    *,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the registry's app on ``sockets`` (from bind_registry) until cancelled;
+    Hypercorn stops on cancellation and installs no signal handlers of its own here."""
+    config = registry_config(listeners)
+    app = build_app(service)
+    await worker_serve(
+        wrap_app(app, config.wsgi_max_body_size, "asgi"),  # type: ignore[arg-type]
         config,
+        sockets=sockets,
         shutdown_trigger=trio.sleep_forever,
         task_status=task_status,
     )
