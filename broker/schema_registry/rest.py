@@ -30,7 +30,11 @@ from starlette.routing import Route
 
 from minibroker.common.names import SCHEMAS_TOPIC
 from minibroker.schema_registry.schemas import AVRO, SUPPORTED_TYPES
-from minibroker.schema_registry.service import NotWriter, SchemaRegistryService
+from minibroker.schema_registry.service import (
+    WRITE_TIMEOUT_S,
+    NotWriter,
+    SchemaRegistryService,
+)
 from minibroker.schema_registry.state import (
     Registry,
     RegistryError,
@@ -48,6 +52,10 @@ MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARDED_HEADER = "x-minibroker-forwarded"
 OFFSET_HEADER = "x-minibroker-schemas-offset"
 FORWARD_TIMEOUT_S = 30.0
+
+
+class _Unreachable(Exception):
+    """The writer did not answer a forwarded request (no writer known, connection failed)."""
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -100,10 +108,12 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
 
     async def forward(request: Request, url: str | None) -> Response:
-        if url is None or FORWARDED_HEADER in request.headers:
+        if FORWARDED_HEADER in request.headers:
             raise RegistryError(
-                500, 50003, "Error while forwarding the request to the primary: no primary"
+                500, 50003, "Error while forwarding the request to the primary: not the primary"
             )
+        if url is None:
+            raise _Unreachable("no primary is known")
         target = url + request.url.path
         if request.url.query:
             target += "?" + request.url.query
@@ -118,20 +128,37 @@ def build_app(service: SchemaRegistryService) -> Starlette:
                 },
             )
         except httpx.HTTPError as error:
-            raise RegistryError(
-                500, 50003, f"Error while forwarding the request to the primary: {error}"
-            ) from None
+            raise _Unreachable(str(error) or type(error).__name__) from None
         offset = answer.headers.get(OFFSET_HEADER)
         if offset is not None and offset.isdigit() and service.local_partition() is not None:
             await service.caught_up(int(offset))
         return Response(answer.content, answer.status_code, media_type=MEDIA_TYPE)
 
     async def write(request: Request, command: Callable[[Registry], tuple[Any, list]]) -> Response:
-        try:
-            answer = await service.write(command)
-        except NotWriter as moved:
-            return await forward(request, moved.url)
-        return _json(answer, headers={OFFSET_HEADER: str(service.position)})
+        """Run ``command`` here as the writer, or forward the request to the writer; when the
+        writer cannot be reached (killed, say), wait for the controller to elect another
+        (this broker, maybe) and try again, up to the write timeout."""
+        deadline = trio.current_time() + WRITE_TIMEOUT_S
+        while True:
+            try:
+                answer = await service.write(command)
+            except NotWriter as moved:
+                try:
+                    return await forward(request, moved.url)
+                except _Unreachable as unreachable:
+                    log.info(
+                        "the schema registry's writer %s did not answer (%s): waiting for another",
+                        moved.url,
+                        unreachable,
+                    )
+                    if not await service.writer_moved(moved.url, deadline):
+                        raise RegistryError(
+                            500,
+                            50003,
+                            f"Error while forwarding the request to the primary: {unreachable}",
+                        ) from None
+                    continue
+            return _json(answer, headers={OFFSET_HEADER: str(service.position)})
 
     async def registry(request: Request) -> Registry | Response:
         """This broker's copy, caught up; or the writer's answer when this broker holds no

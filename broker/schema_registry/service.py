@@ -194,6 +194,19 @@ class SchemaRegistryService:
         host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
         return f"http://{host}:{endpoint.port}"
 
+    async def writer_moved(self, previous: str | None, deadline: float) -> bool:
+        """Wait until this broker is the writer or another writer than ``previous`` is
+        known (the controller elected a new leader of `_schemas`); False at ``deadline``."""
+        while trio.current_time() < deadline:
+            if self.is_writer() or self.writer_url() not in (None, previous):
+                return True
+            await self.replicas.watchers.wait_any(
+                [(SCHEMAS_TOPIC, PARTITION)],
+                min(deadline, trio.current_time() + 0.1),
+                "SchemaRegistry",
+            )
+        return False
+
     def is_writer(self) -> bool:
         partition = self.local_partition()
         return partition is not None and partition.is_leader
