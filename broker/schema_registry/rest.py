@@ -198,6 +198,16 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         subject = request.path_params["subject"]
         body = await _body(request)
         schema_type, text, references = _schema_of(body)
+        if len(text.encode()) > service.config.message_max_bytes:
+            # Confluent's answer when its store refuses the record as too large (50001),
+            # given before the schema is parsed, so a huge one costs the event loop nothing.
+            raise RegistryError(
+                500,
+                50001,
+                "Error while registering schema: the schema is larger than the"
+                f" {service.config.message_max_bytes} bytes a record of {SCHEMAS_TOPIC} may"
+                " hold (message.max.bytes)",
+            )
         schema_id = body.get("id")
         version = body.get("version")
 

@@ -191,6 +191,8 @@ def test_bad_input_gets_confluents_errors_and_kafka_clients_are_served(cluster: 
     assert answer("GET", "/schemas/ids/987654") == (404, 40403)
     assert answer("PUT", f"/config/{subject}", {"compatibility": "SIDEWAYS"}) == (422, 42203)
     assert answer("DELETE", f"/subjects/{subject}?permanent=true") == (404, 40405)
+    huge = {**USER_V1, "doc": "x" * 10_000_000}
+    assert answer("POST", versions, {"schema": json.dumps(huge)}) == (500, 50001)
     # The broker keeps serving Kafka clients, and the registry its other requests.
     topic = unique("still-served")
     cluster.create_topic(topic, partitions=1, replication_factor=3)
