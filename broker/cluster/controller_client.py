@@ -20,6 +20,7 @@ from minibroker.cluster.node_connection import (
     describe_connection_error,
 )
 from minibroker.common.config import BrokerConfig, Voter
+from minibroker.common.names import SCHEMA_REGISTRY_ENDPOINT
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
@@ -288,6 +289,18 @@ class ControllerClient:
         authorizer.replace_acls(bindings)
         log.info("ACLs from the controller: %d binding(s)", len(bindings))
 
+    def _schema_registry_endpoint(self, default_host: str) -> list[dict]:
+        """The schema registry's HTTP address, registered beside the Kafka listeners so
+        that other brokers can forward writes to it (minibroker.schema_registry.service)."""
+        if not self.config.schema_registry_listeners:
+            return []
+        host, port = self.config.schema_registry_listeners[0]
+        if host in ("", "0.0.0.0", "::"):
+            host = default_host
+        return [
+            {"name": SCHEMA_REGISTRY_ENDPOINT, "host": host, "port": port, "security_protocol": 0}
+        ]
+
     async def _register(self) -> None:
         if self.authorizer is not None:
             await self._load_acls(self.authorizer)
@@ -310,7 +323,8 @@ class ControllerClient:
                         "security_protocol": 0,
                     }
                     for listener in listeners
-                ],
+                ]
+                + self._schema_registry_endpoint(inter_broker.host),
                 "features": (),
                 "rack": None,
             },

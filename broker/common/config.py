@@ -88,6 +88,21 @@ def _parse_listeners(text: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def _parse_http_listeners(text: str) -> tuple[tuple[str, int], ...]:
+    """schema.registry.listeners, as Confluent Schema Registry's ``listeners``:
+    ``http://host:port`` entries (https is not served yet); empty turns it off."""
+    listeners = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"(?i:http)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if match is None:
+            raise ValueError(f"{item!r} is not http://host:port (https is not supported yet)")
+        port = int(match.group(2))
+        if port > 65535:
+            raise ValueError(f"{item!r}: port {port} is not between 0 and 65535")
+        listeners.append((match.group(1).strip("[]"), port))
+    return tuple(listeners)
+
+
 def _parse_dirs(text: str) -> tuple[Path, ...]:
     dirs = tuple(Path(part.strip()) for part in text.split(",") if part.strip())
     if not dirs:
@@ -369,6 +384,8 @@ _PROPERTIES: dict[str, _Property] = {
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
     "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
+    # Not a Kafka property: the schema registry's HTTP listeners (docs/schema-registry.md).
+    "schema.registry.listeners": _Property("schema_registry_listeners", _parse_http_listeners),
     # Not a Kafka broker property: the transaction.version level a new cluster's controller
     # finalizes (Kafka's kafka-storage.sh format --feature); kafka-features.sh changes it later.
     "transaction.version": _Property("transaction_version", _between(0, 2)),
@@ -553,6 +570,8 @@ class BrokerConfig:
     # DescribeTopicPartitions: the most partitions one answer holds (the client's own limit
     # is capped by it).
     max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")
+    # The schema registry's HTTP listeners (docs/schema-registry.md); none: not served.
+    schema_registry_listeners: tuple[tuple[str, int], ...] = ()
     # The transaction.version feature level a new cluster finalizes (Kafka's TransactionVersion;
     # common/features.py): 2 serves KIP-890 part 2 (an epoch bump per transaction).
     transaction_version: int = 2

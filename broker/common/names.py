@@ -18,3 +18,11 @@ SHARE_GROUP_STATE_TOPIC = "__share_group_state"
 # to them (ReplicaManager.append_records refuses any other origin), Metadata calls them
 # internal, and regex subscriptions never match them. Every other module imports this set.
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC})
+
+# The schema registry's topic (Confluent's kafkastore.topic default), in Confluent's layout.
+SCHEMAS_TOPIC = "_schemas"
+
+# The name under which a broker registers its schema registry's HTTP address with the
+# controller, beside its Kafka listeners, so that the other brokers can forward writes to the
+# registry's writer. No client connects to it over Kafka's protocol.
+SCHEMA_REGISTRY_ENDPOINT = "SCHEMA_REGISTRY_HTTP"

@@ -25,6 +25,7 @@ import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -54,6 +55,7 @@ from minibroker.node.metrics import (
     serve_metrics,
 )
 from minibroker.protocol.codec import DecodeError
+from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
@@ -72,6 +74,9 @@ from minibroker.security.tls import TlsStream
 from minibroker.storage.file_records import FileRecords, materialize
 from minibroker.storage.log import LONG_MAX, LogConfig
 from minibroker.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from minibroker.schema_registry.service import SchemaRegistryService
 
 log = logging.getLogger("server")
 
@@ -215,6 +220,10 @@ class BrokerServer:
         self.controller: ControllerService | None = None
         self.coordinator: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.schema_registry: SchemaRegistryService | None = None
+        # The schema registry's sockets (hypercorn's Sockets), bound at start (run) as the
+        # Kafka listeners are, served once the broker is up.
+        self._registry_sockets: Any = None
         self.metrics = BrokerMetrics()
         # One per node, shared by its controller (which keeps its ACLs) and its handlers.
         self.authorizer = authorizer_from_config(config)
@@ -305,6 +314,10 @@ class BrokerServer:
                     f" {error.strerror or error}",
                 ) from None
             listeners.append((listener.name, sockets))
+        if self.config.schema_registry_listeners and self.config.is_broker:
+            from minibroker.schema_registry.rest import bind_registry
+
+            self._registry_sockets = bind_registry(self.config.schema_registry_listeners)
         if self.config.zookeeper_mode:
             self.zookeeper = ZooKeeperBroker(
                 self.config, self._elected_controller, self._controller_changed
@@ -422,6 +435,8 @@ class BrokerServer:
                 await control.start(self.coordinator.run)
                 self.transactions = TransactionCoordinator(self.config, self.replicas)
                 await control.start(self.transactions.run)
+                if self.config.schema_registry_listeners:
+                    await self._start_schema_registry(control, controller_client)
             if self.config.is_broker:
                 self.metrics.register(QuotaCollector(self.quotas))
             self.metrics.register(ConnectionCollector(self.connection_quotas, self.pool))
@@ -476,6 +491,35 @@ class BrokerServer:
                     scope.cancel()
                 connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
             control.cancel_scope.cancel()
+
+    async def _start_schema_registry(self, control, controller_client) -> None:
+        """The schema registry on its own listeners (schema.registry.listeners); its HTTP
+        stack and schema libraries are imported only by a broker that serves it."""
+        from minibroker.schema_registry.rest import serve_registry
+        from minibroker.schema_registry.service import (
+            SchemaRegistryCollector,
+            SchemaRegistryService,
+        )
+
+        assert self.replicas is not None
+
+        async def create_topics(request) -> Error:
+            if self.controller is not None:
+                response = await self.controller.create_topics(request)
+                return Error(response["topics"][0]["error_code"])
+            answer = await controller_client.forward(request)
+            return Error(answer.topics[0].error_code.value)
+
+        self.schema_registry = SchemaRegistryService(self.config, self.replicas, create_topics)
+        await control.start(self.schema_registry.run)
+        self.metrics.register(SchemaRegistryCollector(self.schema_registry))
+        bound = await control.start(
+            serve_registry,
+            self.schema_registry,
+            self.config.schema_registry_listeners,
+            self._registry_sockets,
+        )
+        log.info("schema registry listening on %s", ", ".join(bound))
 
     def _elected_controller(self, store, cluster_id: str) -> ControllerService:
         """The controller service this broker runs while ZooKeeper names it controller."""

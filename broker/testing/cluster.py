@@ -93,7 +93,8 @@ class Cluster:
     runs the ZooKeeper mode on a local ZooKeeper (the Debian package's). ``fork`` (the
     default) forks the nodes from the launcher's fork server, which imported the broker once,
     instead of starting a Python interpreter per node: a node's start drops from about a CPU
-    second to a tenth of one.
+    second to a tenth of one. ``schema_registry`` serves the schema registry on every broker
+    (``schema_registry_url``; not through a proxy, and not in the ZooKeeper mode yet).
     """
 
     def __init__(
@@ -106,6 +107,7 @@ class Cluster:
         zookeeper: bool = False,
         startup_timeout: float = STARTUP_TIMEOUT,
         fork: bool = True,
+        schema_registry: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
@@ -117,6 +119,7 @@ class Cluster:
         self.zookeeper = zookeeper
         self.startup_timeout = startup_timeout
         self.fork = fork
+        self.schema_registry = schema_registry and not zookeeper
         self._own_data_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._hub: ProxyHub | None = None
@@ -211,6 +214,7 @@ class Cluster:
                 all_at_once=True,
                 single_node=single,
                 fork=self.fork,
+                schema_registry=self.schema_registry,
             )
         except BrokerStartError as error:
             raise ClusterStartError(
@@ -284,6 +288,19 @@ class Cluster:
         if not self.secure:
             raise ClusterError("the cluster was not started with secure=True")
         return self._addresses(SECURE_LISTENER)
+
+    @property
+    def schema_registry_urls(self) -> list[str]:
+        """Every broker's schema registry address (any of them serves the registry)."""
+        if not self.schema_registry:
+            raise ClusterError("the cluster was not started with schema_registry=True")
+        cluster = self._require_cluster()
+        return [url for node in cluster.brokers.values() if (url := node.schema_registry_url)]
+
+    @property
+    def schema_registry_url(self) -> str:
+        """The schema registry's address, as schema.registry.url takes it (every broker's)."""
+        return ",".join(self.schema_registry_urls)
 
     def client_config(self, secure: bool = False) -> dict[str, str]:
         """librdkafka's (confluent-kafka's) configuration for this cluster; with ``secure``,

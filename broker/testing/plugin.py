@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from minibroker.testing.cluster import Cluster
 
 SCOPES = ("function", "class", "module", "session")
-MARKER_OPTIONS = frozenset({"brokers", "scope", "server_properties", "secure", "zookeeper"})
+MARKER_OPTIONS = frozenset(
+    {"brokers", "scope", "server_properties", "secure", "zookeeper", "schema_registry"}
+)
 DEFAULT_LOG_LINES = 100
 
 _POOL = pytest.StashKey[dict[tuple, "Cluster | BaseException"]]()
@@ -59,7 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "minibroker(brokers=3, scope='function', server_properties=None, secure=False,"
-        " zookeeper=False): how the kafka_broker / kafka_cluster fixtures start minibroker",
+        " zookeeper=False, schema_registry=False): how the kafka_broker / kafka_cluster"
+        " fixtures start minibroker",
     )
     config.stash[_POOL] = {}
 

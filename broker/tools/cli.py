@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         "--controller-port", type=int, default=9090, help="the controller's port (default 9090)"
     )
     dev.add_argument(
+        "--schema-registry-port",
+        type=int,
+        default=8081,
+        help="the schema registry's port on the first broker, the next ones on the others"
+        " (default 8081; 0: no schema registry)",
+    )
+    dev.add_argument(
         "--override",
         action="append",
         default=[],
@@ -176,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             brokers=args.brokers,
             first_port=args.first_port,
             controller_port=args.controller_port,
+            schema_registry_port=args.schema_registry_port,
             overrides=overrides,
             restart_dead=args.restart_dead,
             secure=args.secure,

@@ -39,6 +39,7 @@ from minibroker.tools.launcher import (
 )
 from minibroker.tools.wire import answers_api_versions
 
+SCHEMA_REGISTRY_PORT = 8081
 CONTROLLER_PORT = 9090
 # How often the supervisor looks for nodes that died; a signal interrupts the wait at once.
 LIVENESS_CHECK_SECONDS = 0.5
@@ -203,6 +204,7 @@ def run_dev(
     brokers: int = 3,
     first_port: int = 9092,
     controller_port: int = CONTROLLER_PORT,
+    schema_registry_port: int = SCHEMA_REGISTRY_PORT,
     overrides: dict[str, str] | None = None,
     restart_dead: bool = False,
     secure: bool = False,
@@ -215,7 +217,9 @@ def run_dev(
     `overrides` (server properties) go to every node. With `secure`, every broker also gets
     a SASL_SSL listener at its port + 100 (see dev_secure). With `zookeeper`, there is no
     controller process: the brokers elect one through the ZooKeeper that `zookeeper.connect`
-    names, or through a local one started on `zookeeper_port` (data under `base_dir`)."""
+    names, or through a local one started on `zookeeper_port` (data under `base_dir`).
+    Every broker serves the schema registry, broker n on `schema_registry_port` + n - 1
+    (0: none; not in the ZooKeeper mode yet)."""
     base_dir = Path(base_dir)
     properties: dict[str, object] = {
         "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR)
@@ -229,6 +233,11 @@ def run_dev(
             return 1
         ports[ZOOKEEPER_NODE] = zookeeper_port
     ports.update({node_id: first_port + node_id - 1 for node_id in range(1, brokers + 1)})
+    registry_ports = (
+        {node_id: schema_registry_port + node_id - 1 for node_id in range(1, brokers + 1)}
+        if schema_registry_port and not zookeeper
+        else {}
+    )
     try:
         lock = _lock_data_dir(base_dir)
         _check_data_matches_mode(base_dir, zookeeper, zookeeper_connect is None)
@@ -242,6 +251,8 @@ def run_dev(
             ): port
             for node_id, port in ports.items()
         }
+        for node_id, port in registry_ports.items():
+            purposes[f"broker {node_id}'s schema registry port"] = port
         secure_dev = None
         if secure:
             from minibroker.tools.dev_secure import SECURE_PORT_OFFSET, prepare
@@ -274,7 +285,14 @@ def run_dev(
             )
             zookeeper_connect = local_zookeeper.connect_string(ZOOKEEPER_CHROOT)
         return _supervise(
-            base_dir, brokers, ports, properties, restart_dead, zookeeper_connect, secure_dev
+            base_dir,
+            brokers,
+            ports,
+            properties,
+            restart_dead,
+            zookeeper_connect,
+            secure_dev,
+            registry_ports,
         )
     except BrokerStartError as error:
         say(f"minibroker dev: ZooKeeper did not start: {error}", error=True)
@@ -299,6 +317,7 @@ def _supervise(
     restart_dead: bool,
     zookeeper_connect: str | None,
     secure_dev=None,
+    registry_ports: dict[int, int] | None = None,
 ) -> int:
     cluster: Cluster | None = None
     try:
@@ -315,6 +334,7 @@ def _supervise(
             die_with_parent=True,
             broker_listeners=extra,
             zookeeper_connect=zookeeper_connect,
+            schema_registry=registry_ports or False,
         )
         say(_banner(cluster, restart_dead, zookeeper_connect, secure_dev))
         _watch(cluster, restart_dead)
@@ -350,6 +370,14 @@ def _banner(
         f"        kcat -C -b {cluster.bootstrap} -t demo -e",
         "",
     ]
+    registry_urls = [url for node in cluster.brokers.values() if (url := node.schema_registry_url)]
+    if registry_urls:
+        lines += [
+            f"  schema registry: {registry_urls[0]}  (every broker serves it:"
+            f" {','.join(registry_urls)})",
+            f"  try:  curl {registry_urls[0]}/subjects",
+            "",
+        ]
     if secure_dev is not None:
         secure_bootstrap = ",".join(
             f"127.0.0.1:{port}"

@@ -144,6 +144,8 @@ class BrokerProcess:
         # instead of started as a new interpreter; not with extra_env or die_with_parent,
         # which need a process of its own from the start.
         self.fork = False
+        # The schema registry's HTTP port (schema.registry.listeners), when it serves one.
+        self.schema_registry_port: int | None = None
         self._process: subprocess.Popen[bytes] | ForkedProcess | None = None
 
     @classmethod
@@ -168,6 +170,12 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def schema_registry_url(self) -> str | None:
+        if self.schema_registry_port is None:
+            return None
+        return f"http://127.0.0.1:{self.schema_registry_port}"
 
     @property
     def pid(self) -> int:
@@ -207,6 +215,8 @@ class BrokerProcess:
                 f"{name}://127.0.0.1:{self.advertised_ports.get(name, port)}"
                 for name, port in ports.items()
             )
+        if self.schema_registry_port is not None and self.role != CONTROLLER_ROLE:
+            properties["schema.registry.listeners"] = self.schema_registry_url or ""
         properties["log.dirs"] = str(self.log_dir)
         properties.update({key: str(value) for key, value in self.overrides.items()})
         return properties
@@ -482,6 +492,7 @@ def _broker_processes(
     role: str | None = None,
     advertised_ports: Mapping[int, Mapping[str, int]] | None = None,
     listener_ports: Mapping[int, Mapping[str, int]] | None = None,
+    schema_registry: bool | Mapping[int, int] = False,
 ) -> dict[int, BrokerProcess]:
     """Brokers 1..`brokers` (not launched yet), each on its port from `ports` or a free one,
     with its data in `base_dir/broker-<id>`."""
@@ -501,6 +512,9 @@ def _broker_processes(
             },
             advertised_ports=(advertised_ports or {}).get(node_id),
         )
+        if schema_registry is not False:
+            chosen = {} if schema_registry is True else schema_registry
+            processes[node_id].schema_registry_port = chosen.get(node_id) or free_port()
     return processes
 
 
@@ -545,6 +559,7 @@ class Cluster:
         all_at_once: bool = False,
         single_node: bool = False,
         fork: bool = False,
+        schema_registry: bool | Mapping[int, int] = False,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -567,7 +582,9 @@ class Cluster:
         does), which saves the controller's start-up time. `single_node` (with brokers=1)
         starts one node that is its own controller, and no controller process. `fork`
         forks the nodes from the fork server (minibroker.tools.forkserver) instead of
-        starting an interpreter each: the imports are paid once.
+        starting an interpreter each: the imports are paid once. `schema_registry` serves
+        the schema registry on every broker (True: on free ports; or node id -> port, free
+        ports for the others); not in the ZooKeeper mode yet.
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
@@ -587,6 +604,7 @@ class Cluster:
                     None,
                     advertised_ports,
                     listener_ports,
+                    schema_registry,
                 ),
             )
             cluster._launch(timeout, fork=fork)
@@ -631,6 +649,7 @@ class Cluster:
                 BROKER_ROLE,
                 advertised_ports,
                 listener_ports,
+                schema_registry,
             ),
         )
         cluster._launch(timeout, all_at_once, fork)

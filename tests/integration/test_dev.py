@@ -3,6 +3,7 @@ a closed terminal, the supervisor itself killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,10 @@ class Dev:
             free_ports_in_a_row(3, *offsets),
             free_port(),
         )
+        # The schema registry's ports: free ones, not dev's default 8081.
+        self.registry_port = free_ports_in_a_row(3)
+        if "--schema-registry-port" not in extra:
+            extra = (*extra, "--schema-registry-port", str(self.registry_port))
         self.lines: list[str] = []
         self.nodes: dict[str, tuple[int, int]] = {}  # "broker 2" -> (port, pid)
         self.process = subprocess.Popen(
@@ -123,6 +129,14 @@ def dev(tmp_path):
     yield started
     started.stop()
     assert not [pid for pid in started.pids() if alive(pid)], "nodes outlived `minibroker dev`"
+
+
+def test_the_banner_names_the_schema_registry_and_it_answers(dev):
+    url = f"http://127.0.0.1:{dev.registry_port}"
+    assert dev.said(f"schema registry: {re.escape(url)}"), "\n".join(dev.lines)
+    for port in range(dev.registry_port, dev.registry_port + 3):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/subjects", timeout=30) as answer:
+            assert json.load(answer) == []
 
 
 def test_a_killed_broker_is_reported_and_restarted_on_enter(dev):

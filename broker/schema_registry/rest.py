@@ -1,0 +1,494 @@
+"""The schema registry's HTTP API: Confluent Schema Registry's REST API v1, as a Starlette
+app served by Hypercorn on trio (the broker's own event loop) on the registry's listeners.
+
+Each endpoint parses its request, asks the pure core (``state.Registry``) and answers what
+Confluent answers: its JSON shapes, its status codes and its ``{"error_code", "message"}``
+errors. Reads are served from this broker's copy of `_schemas` once it has applied what the
+partition's high watermark shows; writes run on the writer, or are forwarded to it (see
+``service``). A handler that fails unexpectedly answers 500 with error code 50001 and is
+logged: the broker and its other clients carry on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from minibroker.common.names import SCHEMAS_TOPIC
+from minibroker.schema_registry.schemas import AVRO, SUPPORTED_TYPES
+from minibroker.schema_registry.service import (
+    WRITE_TIMEOUT_S,
+    NotWriter,
+    SchemaRegistryService,
+)
+from minibroker.schema_registry.state import (
+    Registry,
+    RegistryError,
+    invalid_schema,
+    parse_version,
+    schema_not_found,
+)
+
+log = logging.getLogger("schema_registry")
+
+MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
+# Set on a request forwarded to the writer (a writer that lost its role answers 50003
+# rather than forwarding again), and on a write's answer: the `_schemas` offset the writer
+# had applied, which the forwarding broker waits for before it answers.
+FORWARDED_HEADER = "x-minibroker-forwarded"
+OFFSET_HEADER = "x-minibroker-schemas-offset"
+FORWARD_TIMEOUT_S = 30.0
+
+
+class _Unreachable(Exception):
+    """The writer did not answer a forwarded request (no writer known, connection failed)."""
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":")), status, headers=headers, media_type=MEDIA_TYPE
+    )
+
+
+def _error(error: RegistryError) -> Response:
+    return _json({"error_code": error.code, "message": error.message}, error.status)
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "false").lower() == "true"
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError as error:
+        raise RegistryError(400, 400, f"Unrecognized JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise RegistryError(400, 400, "The request body is not a JSON object")
+    return body
+
+
+def _schema_of(body: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
+    schema = body.get("schema")
+    if not isinstance(schema, str) or not schema.strip():
+        raise invalid_schema("Empty schema")
+    schema_type = body.get("schemaType") or AVRO
+    if not isinstance(schema_type, str):
+        raise invalid_schema(f"Invalid schema type {schema_type!r}")
+    references = body.get("references") or []
+    if not isinstance(references, list):
+        raise invalid_schema("Invalid schema references")
+    return schema_type.upper(), schema, references
+
+
+def _schema_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise schema_not_found(text) from None
+
+
+def build_app(service: SchemaRegistryService) -> Starlette:
+    """The ASGI app of one broker's registry."""
+    client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
+
+    async def forward(request: Request, url: str | None) -> Response:
+        if FORWARDED_HEADER in request.headers:
+            raise RegistryError(
+                500, 50003, "Error while forwarding the request to the primary: not the primary"
+            )
+        if url is None:
+            raise _Unreachable("no primary is known")
+        target = url + request.url.path
+        if request.url.query:
+            target += "?" + request.url.query
+        try:
+            answer = await client.request(
+                request.method,
+                target,
+                content=await request.body(),
+                headers={
+                    "content-type": request.headers.get("content-type", MEDIA_TYPE),
+                    FORWARDED_HEADER: "1",
+                },
+            )
+        except httpx.HTTPError as error:
+            raise _Unreachable(str(error) or type(error).__name__) from None
+        offset = answer.headers.get(OFFSET_HEADER)
+        if offset is not None and offset.isdigit() and service.local_partition() is not None:
+            await service.caught_up(int(offset))
+        return Response(answer.content, answer.status_code, media_type=MEDIA_TYPE)
+
+    async def write(request: Request, command: Callable[[Registry], tuple[Any, list]]) -> Response:
+        """Run ``command`` here as the writer, or forward the request to the writer; when the
+        writer cannot be reached (killed, say), wait for the controller to elect another
+        (this broker, maybe) and try again, up to the write timeout."""
+        deadline = trio.current_time() + WRITE_TIMEOUT_S
+        while True:
+            try:
+                answer = await service.write(command)
+            except NotWriter as moved:
+                try:
+                    return await forward(request, moved.url)
+                except _Unreachable as unreachable:
+                    log.info(
+                        "the schema registry's writer %s did not answer (%s): waiting for another",
+                        moved.url,
+                        unreachable,
+                    )
+                    if not await service.writer_moved(moved.url, deadline):
+                        raise RegistryError(
+                            500,
+                            50003,
+                            f"Error while forwarding the request to the primary: {unreachable}",
+                        ) from None
+                    continue
+            return _json(answer, headers={OFFSET_HEADER: str(service.position)})
+
+    async def registry(request: Request) -> Registry | Response:
+        """This broker's copy, caught up; or the writer's answer when this broker holds no
+        replica of `_schemas`."""
+        if (
+            service.local_partition() is None
+            and service.replicas.metadata.topic(SCHEMAS_TOPIC) is not None
+        ):
+            return await forward(request, service.writer_url())
+        await service.caught_up()
+        return service.registry
+
+    def endpoint(handler):
+        async def wrapped(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RegistryError as error:
+                return _error(error)
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path)
+                return _error(RegistryError(500, 50001, "Error in the backend data store"))
+
+        return wrapped
+
+    def read(handler: Callable[[Request, Registry], Any]):
+        async def wrapped(request: Request) -> Response:
+            current = await registry(request)
+            if isinstance(current, Response):
+                return current
+            return _json(handler(request, current))
+
+        return endpoint(wrapped)
+
+    # -- subjects and versions -------------------------------------------------------------
+
+    async def register(request: Request) -> Response:
+        subject = request.path_params["subject"]
+        body = await _body(request)
+        schema_type, text, references = _schema_of(body)
+        if len(text.encode()) > service.config.message_max_bytes:
+            # Confluent's answer when its store refuses the record as too large (50001),
+            # given before the schema is parsed, so a huge one costs the event loop nothing.
+            raise RegistryError(
+                500,
+                50001,
+                "Error while registering schema: the schema is larger than the"
+                f" {service.config.message_max_bytes} bytes a record of {SCHEMAS_TOPIC} may"
+                " hold (message.max.bytes)",
+            )
+        schema_id = body.get("id")
+        version = body.get("version")
+
+        def command(current: Registry):
+            registered, records = current.register(
+                subject,
+                schema_type,
+                text,
+                references,
+                schema_id if isinstance(schema_id, int) and schema_id > 0 else None,
+                version if isinstance(version, int) and version > 0 else None,
+            )
+            return {"id": registered}, records
+
+        return await write(request, command)
+
+    async def lookup(request: Request) -> Response:
+        subject = request.path_params["subject"]
+        schema_type, text, _ = _schema_of(await _body(request))
+        current = await registry(request)
+        if isinstance(current, Response):
+            return current
+        found = current.lookup(subject, schema_type, text, _flag(request, "deleted"))
+        return _json(found.answer())
+
+    async def delete_subject(request: Request) -> Response:
+        subject = request.path_params["subject"]
+        permanent = _flag(request, "permanent")
+        return await write(request, lambda current: current.delete_subject(subject, permanent))
+
+    async def delete_version(request: Request) -> Response:
+        subject = request.path_params["subject"]
+        number = parse_version(request.path_params["version"])
+        permanent = _flag(request, "permanent")
+        return await write(
+            request, lambda current: current.delete_version(subject, number, permanent)
+        )
+
+    def subjects(request: Request, current: Registry) -> Any:
+        prefix = request.query_params.get("subjectPrefix", "")
+        names = current.subject_names(_flag(request, "deleted"))
+        return [name for name in names if name.startswith(prefix)]
+
+    def versions(request: Request, current: Registry) -> Any:
+        found = current.versions(request.path_params["subject"], _flag(request, "deleted"))
+        return [version.version for version in found]
+
+    def version(request: Request, current: Registry) -> Any:
+        number = parse_version(request.path_params["version"])
+        return current.version(
+            request.path_params["subject"], number, _flag(request, "deleted")
+        ).answer()
+
+    async def version_schema(request: Request) -> Response:
+        current = await registry(request)
+        if isinstance(current, Response):
+            return current
+        number = parse_version(request.path_params["version"])
+        found = current.version(request.path_params["subject"], number, _flag(request, "deleted"))
+        return Response(found.schema, media_type=MEDIA_TYPE)
+
+    def referenced_by(request: Request, current: Registry) -> Any:
+        current.version(
+            request.path_params["subject"], parse_version(request.path_params["version"])
+        )
+        return []
+
+    # -- schemas by id -----------------------------------------------------------------------
+
+    def schema_by_id(request: Request, current: Registry) -> Any:
+        found = current.by_id(_schema_id(request.path_params["id"]))
+        body: dict[str, Any] = {"schema": found.schema}
+        if found.schema_type != AVRO:
+            body["schemaType"] = found.schema_type
+        return body
+
+    async def raw_schema_by_id(request: Request) -> Response:
+        current = await registry(request)
+        if isinstance(current, Response):
+            return current
+        found = current.by_id(_schema_id(request.path_params["id"]))
+        return Response(found.schema, media_type=MEDIA_TYPE)
+
+    def id_versions(request: Request, current: Registry) -> Any:
+        schema_id = _schema_id(request.path_params["id"])
+        return current.subject_versions_of(schema_id, _flag(request, "deleted"))
+
+    def id_subjects(request: Request, current: Registry) -> Any:
+        schema_id = _schema_id(request.path_params["id"])
+        found = current.subject_versions_of(schema_id, _flag(request, "deleted"))
+        return sorted({entry["subject"] for entry in found})
+
+    def types(request: Request, current: Registry) -> Any:
+        return list(SUPPORTED_TYPES)
+
+    # -- config and mode ---------------------------------------------------------------------
+
+    def subject_of(request: Request) -> str | None:
+        return request.path_params.get("subject")
+
+    def get_config(request: Request, current: Registry) -> Any:
+        subject = subject_of(request)
+        if (
+            subject is not None
+            and subject not in current.levels
+            and not _flag(request, "defaultToGlobal")
+        ):
+            raise RegistryError(
+                404,
+                40408,
+                f"Subject '{subject}' does not have subject-level compatibility configured",
+            )
+        return {"compatibilityLevel": current.level(subject).value}
+
+    async def put_config(request: Request) -> Response:
+        subject = subject_of(request)
+        level = (await _body(request)).get("compatibility")
+
+        def command(current: Registry):
+            chosen, records = current.set_level(subject, level)
+            return {"compatibility": chosen.value}, records
+
+        return await write(request, command)
+
+    async def delete_config(request: Request) -> Response:
+        subject = subject_of(request)
+
+        def command(current: Registry):
+            level, records = current.delete_level(subject)
+            return {"compatibilityLevel": level.value}, records
+
+        return await write(request, command)
+
+    def get_mode(request: Request, current: Registry) -> Any:
+        subject = subject_of(request)
+        if (
+            subject is not None
+            and subject not in current.modes
+            and not _flag(request, "defaultToGlobal")
+        ):
+            raise RegistryError(
+                404, 40409, f"Subject '{subject}' does not have subject-level mode configured"
+            )
+        return {"mode": current.mode(subject)}
+
+    async def put_mode(request: Request) -> Response:
+        subject = subject_of(request)
+        mode = (await _body(request)).get("mode")
+        force = _flag(request, "force")
+
+        def command(current: Registry):
+            chosen, records = current.set_mode(subject, mode, force)
+            return {"mode": chosen}, records
+
+        return await write(request, command)
+
+    async def check(request: Request) -> Response:
+        subject = request.path_params["subject"]
+        text = request.path_params.get("version", "latest")
+        number = parse_version(text)
+        schema_type, schema, _ = _schema_of(await _body(request))
+        current = await registry(request)
+        if isinstance(current, Response):
+            return current
+        return _json(current.check(subject, number, schema_type, schema, _flag(request, "verbose")))
+
+    def root(request: Request, current: Registry) -> Any:
+        return {}
+
+    routes = [
+        Route("/", read(root), methods=["GET"]),
+        Route("/subjects", read(subjects), methods=["GET"]),
+        Route("/subjects/{subject}", endpoint(lookup), methods=["POST"]),
+        Route("/subjects/{subject}", endpoint(delete_subject), methods=["DELETE"]),
+        Route("/subjects/{subject}/versions", read(versions), methods=["GET"]),
+        Route("/subjects/{subject}/versions", endpoint(register), methods=["POST"]),
+        Route("/subjects/{subject}/versions/{version}", read(version), methods=["GET"]),
+        Route(
+            "/subjects/{subject}/versions/{version}", endpoint(delete_version), methods=["DELETE"]
+        ),
+        Route(
+            "/subjects/{subject}/versions/{version}/schema",
+            endpoint(version_schema),
+            methods=["GET"],
+        ),
+        Route(
+            "/subjects/{subject}/versions/{version}/referencedby",
+            read(referenced_by),
+            methods=["GET"],
+        ),
+        Route("/schemas/types", read(types), methods=["GET"]),
+        Route("/schemas/ids/{id}", read(schema_by_id), methods=["GET"]),
+        Route("/schemas/ids/{id}/schema", endpoint(raw_schema_by_id), methods=["GET"]),
+        Route("/schemas/ids/{id}/versions", read(id_versions), methods=["GET"]),
+        Route("/schemas/ids/{id}/subjects", read(id_subjects), methods=["GET"]),
+        Route("/config", read(get_config), methods=["GET"]),
+        Route("/config", endpoint(put_config), methods=["PUT"]),
+        Route("/config", endpoint(delete_config), methods=["DELETE"]),
+        Route("/config/{subject}", read(get_config), methods=["GET"]),
+        Route("/config/{subject}", endpoint(put_config), methods=["PUT"]),
+        Route("/config/{subject}", endpoint(delete_config), methods=["DELETE"]),
+        Route("/mode", read(get_mode), methods=["GET"]),
+        Route("/mode", endpoint(put_mode), methods=["PUT"]),
+        Route("/mode/{subject}", read(get_mode), methods=["GET"]),
+        Route("/mode/{subject}", endpoint(put_mode), methods=["PUT"]),
+        Route("/compatibility/subjects/{subject}/versions", endpoint(check), methods=["POST"]),
+        Route(
+            "/compatibility/subjects/{subject}/versions/{version}",
+            endpoint(check),
+            methods=["POST"],
+        ),
+    ]
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        status = error.status_code if isinstance(error, HTTPException) else 500
+        message = error.detail if isinstance(error, HTTPException) else "Internal Server Error"
+        return _json({"error_code": status, "message": f"HTTP {status} {message}"}, status)
+
+    return Starlette(
+        routes=[_counted(route, service) for route in routes],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+def _counted(route: Route, service: SchemaRegistryService) -> Route:
+    """The route, its answers counted by method, path template and status (metrics)."""
+    handler = route.endpoint
+    (method,) = route.methods - {"HEAD"} if route.methods else {"GET"}
+    label = f"{method} {route.path}"
+
+    async def counted(request: Request) -> Response:
+        response = await handler(request)
+        service.requests[(label, response.status_code)] += 1
+        return response
+
+    return Route(route.path, counted, methods=[method])
+
+
+def registry_config(listeners: tuple[tuple[str, int], ...]) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [
+        f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in listeners
+    ]
+    config.accesslog = None
+    config.errorlog = log
+    config.graceful_timeout = 1.0
+    return config
+
+
+def bind_registry(listeners: tuple[tuple[str, int], ...]) -> Sockets:
+    """The registry's listening sockets, bound when the broker starts (as its Kafka
+    listeners are): a port in use stops the start with the address named."""
+    config = registry_config(listeners)
+    try:
+        sockets = config.create_sockets()
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"cannot listen on schema.registry.listeners {','.join(config.bind)}:"
+            f" {error.strerror or error}",
+        ) from None
+    for sock in sockets.insecure_sockets:
+        sock.listen(config.backlog)
+    return sockets
+
+
+async def serve_registry(
+    service: SchemaRegistryService,
+    listeners: tuple[tuple[str, int], ...],
+    sockets: Sockets,
+    *,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the registry's app on ``sockets`` (from bind_registry) until cancelled;
+    Hypercorn stops on cancellation and installs no signal handlers of its own here."""
+    config = registry_config(listeners)
+    app = build_app(service)
+    await worker_serve(
+        wrap_app(app, config.wsgi_max_body_size, "asgi"),  # type: ignore[arg-type]
+        config,
+        sockets=sockets,
+        shutdown_trigger=trio.sleep_forever,
+        task_status=task_status,
+    )

@@ -1,0 +1,152 @@
+"""Schemas by type: parsing, the stored (canonical) text, and compatibility, with no I/O.
+
+Avro uses Apache Avro's own Python package (``avro``): its ``avro.compatibility`` is a port of
+the Java library's ``SchemaCompatibility`` reader/writer checker, which is what Confluent
+Schema Registry itself calls for AVRO subjects, so the same pairs of schemas are compatible
+here and there (fastavro parses faster but has no compatibility checker, which would have to
+be written by hand). JSON Schema documents are checked with ``jsonschema``'s validator for the
+dialect they name (Draft 7 when they name none, as Confluent does); their compatibility rules
+are not built yet, and PROTOBUF is not parsed yet: both answer Confluent's errors (see
+docs/schema-registry.md), never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+
+import avro.compatibility
+import avro.errors
+import avro.schema
+import jsonschema.exceptions
+import jsonschema.validators
+
+AVRO = "AVRO"
+JSON = "JSON"
+PROTOBUF = "PROTOBUF"
+# What GET /schemas/types lists: the types this registry can register.
+SUPPORTED_TYPES = (JSON, AVRO)
+KNOWN_TYPES = (AVRO, JSON, PROTOBUF)
+
+
+class Level(Enum):
+    """Confluent's compatibility levels."""
+
+    NONE = "NONE"
+    BACKWARD = "BACKWARD"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD = "FORWARD"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL = "FULL"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+
+    @property
+    def transitive(self) -> bool:
+        return self.value.endswith("_TRANSITIVE")
+
+    @property
+    def backward(self) -> bool:
+        return self in (
+            Level.BACKWARD,
+            Level.BACKWARD_TRANSITIVE,
+            Level.FULL,
+            Level.FULL_TRANSITIVE,
+        )
+
+    @property
+    def forward(self) -> bool:
+        return self in (Level.FORWARD, Level.FORWARD_TRANSITIVE, Level.FULL, Level.FULL_TRANSITIVE)
+
+
+class InvalidSchema(ValueError):
+    """A schema that cannot be parsed (Confluent's 42201)."""
+
+
+class UnsupportedSchemaType(ValueError):
+    """A type this registry does not handle yet, or does not know."""
+
+
+@dataclass(frozen=True)
+class ParsedSchema:
+    schema_type: str
+    # The text stored and served: the schema's JSON, compact (so whitespace does not make two
+    # registrations of one schema differ).
+    canonical: str
+    parsed: object
+
+
+def parse(schema_type: str, text: str) -> ParsedSchema:
+    """Parse ``text`` as a schema of ``schema_type``; InvalidSchema or UnsupportedSchemaType."""
+    if schema_type == PROTOBUF:
+        raise UnsupportedSchemaType("PROTOBUF schemas are not supported yet by this registry")
+    if schema_type not in KNOWN_TYPES:
+        raise UnsupportedSchemaType(f"Unknown schema type {schema_type}")
+    try:
+        document = json.loads(text)
+    except (ValueError, TypeError) as error:
+        raise InvalidSchema(f"Invalid schema: {error}") from None
+    canonical = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    if schema_type == AVRO:
+        try:
+            return ParsedSchema(AVRO, canonical, avro.schema.make_avsc_object(document))
+        except (avro.errors.AvroException, TypeError, ValueError, AttributeError) as error:
+            raise InvalidSchema(f"Invalid schema: {error}") from None
+    if not isinstance(document, (dict, bool)):
+        raise InvalidSchema("Invalid schema: a JSON schema is an object or a boolean")
+    try:
+        validator = jsonschema.validators.validator_for(
+            document, default=jsonschema.validators.Draft7Validator
+        )
+        validator.check_schema(document)
+    except jsonschema.exceptions.SchemaError as error:
+        raise InvalidSchema(f"Invalid schema: {error.message}") from None
+    return ParsedSchema(JSON, canonical, document)
+
+
+def _avro_messages(reader: ParsedSchema, writer: ParsedSchema, direction: str) -> list[str]:
+    checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+    result = checker.get_compatibility(
+        reader.parsed,  # type: ignore[arg-type]
+        writer.parsed,  # type: ignore[arg-type]
+    )
+    if result.compatibility is avro.compatibility.SchemaCompatibilityType.compatible:
+        return []
+    kinds = ", ".join(sorted(kind.name.upper() for kind in result.incompatibilities))
+    where = ", ".join(sorted(result.locations))
+    what = ", ".join(sorted(str(message) for message in result.messages))
+    return [f"{{errorType:'{kinds}', description:'{direction}: {what}', location:'{where}'}}"]
+
+
+def incompatibilities(
+    level: Level, candidate: ParsedSchema, earlier: list[ParsedSchema]
+) -> list[str]:
+    """Why ``candidate`` may not follow ``earlier`` (oldest first) under ``level``: empty when
+    it may. Non-transitive levels check the latest version only, as Confluent does."""
+    if level is Level.NONE or not earlier:
+        return []
+    checked = earlier if level.transitive else earlier[-1:]
+    messages: list[str] = []
+    for previous in reversed(checked):
+        if previous.schema_type != candidate.schema_type:
+            messages.append(
+                f"Incompatible schema type {candidate.schema_type}: the subject holds"
+                f" {previous.schema_type}"
+            )
+            continue
+        if candidate.schema_type != AVRO:
+            if candidate.canonical != previous.canonical:
+                messages.append(
+                    "Compatibility checks of JSON schemas are not supported yet by this"
+                    " registry: set the subject's compatibility to NONE"
+                )
+            continue
+        if level.backward:
+            messages += _avro_messages(
+                candidate, previous, "The new schema cannot read data written with an earlier one"
+            )
+        if level.forward:
+            messages += _avro_messages(
+                previous, candidate, "An earlier schema cannot read data written with the new one"
+            )
+    return messages

@@ -1,0 +1,467 @@
+"""The registry as a state machine over the records of `_schemas`, and its commands.
+
+``Registry.apply`` takes one record (key and value as ``log_format`` decodes them) and is the
+only way the state changes: every broker applies the same records in the same order, so every
+broker answers the same. Commands (``register``, ``delete_subject`` ...) read the state and
+return the records to write, or raise ``RegistryError`` with Confluent's HTTP status, error
+code and message; they change nothing themselves. The writer (the leader of `_schemas`
+partition 0) runs them one at a time, against a state that has applied everything in its log,
+so ids and versions are allocated once.
+
+No I/O and no clock here; the trio service and the HTTP app are thin shells around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from minibroker.schema_registry import log_format as lf
+from minibroker.schema_registry.schemas import (
+    AVRO,
+    InvalidSchema,
+    Level,
+    ParsedSchema,
+    UnsupportedSchemaType,
+    incompatibilities,
+    parse,
+)
+
+DEFAULT_LEVEL = Level.BACKWARD
+MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
+DEFAULT_MODE = "READWRITE"
+MAX_VERSION = 2**31 - 1
+LATEST = -1
+
+Record = tuple[lf.Key, lf.Value]
+
+
+class RegistryError(Exception):
+    """An answer other than success, as Confluent gives it."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(404, 40401, f"Subject '{subject}' not found.")
+
+
+def version_not_found(version: int | str) -> RegistryError:
+    return RegistryError(404, 40402, f"Version {version} not found.")
+
+
+def schema_not_found(schema_id: int | str = "") -> RegistryError:
+    if schema_id == "":
+        return RegistryError(404, 40403, "Schema not found")
+    return RegistryError(404, 40403, f"Schema {schema_id} not found")
+
+
+def invalid_schema(detail: str) -> RegistryError:
+    return RegistryError(422, 42201, detail)
+
+
+def invalid_version(text: str) -> RegistryError:
+    return RegistryError(
+        422,
+        42202,
+        f"The specified version '{text}' is not a valid version id. Allowed values are between"
+        ' [1, 2^31-1] and the string "latest"',
+    )
+
+
+def invalid_level() -> RegistryError:
+    return RegistryError(
+        422,
+        42203,
+        "Invalid compatibility level. Valid values are none, backward, forward, full,"
+        " backward_transitive, forward_transitive, and full_transitive",
+    )
+
+
+def parse_version(text: str) -> int:
+    """A path's version: a number in [1, 2^31-1], or "latest" (or -1) as LATEST."""
+    if text == "latest":
+        return LATEST
+    try:
+        number = int(text)
+    except ValueError:
+        raise invalid_version(text) from None
+    if number == LATEST:
+        return LATEST
+    if not 1 <= number <= MAX_VERSION:
+        raise invalid_version(text)
+    return number
+
+
+@dataclass
+class Version:
+    subject: str
+    version: int
+    schema_id: int
+    schema: str
+    schema_type: str = AVRO
+    references: list[dict[str, Any]] = field(default_factory=list)
+    deleted: bool = False
+
+    def answer(self) -> dict[str, Any]:
+        """GET /subjects/{s}/versions/{v} (Confluent leaves schemaType out for AVRO)."""
+        body: dict[str, Any] = {
+            "subject": self.subject,
+            "version": self.version,
+            "id": self.schema_id,
+        }
+        if self.schema_type != AVRO:
+            body["schemaType"] = self.schema_type
+        if self.references:
+            body["references"] = self.references
+        body["schema"] = self.schema
+        return body
+
+    def value(self) -> dict[str, Any]:
+        """Its record's value in `_schemas`."""
+        value: dict[str, Any] = {
+            "subject": self.subject,
+            "version": self.version,
+            "id": self.schema_id,
+            "schema": self.schema,
+            "deleted": self.deleted,
+        }
+        if self.schema_type != AVRO:
+            value["schemaType"] = self.schema_type
+        if self.references:
+            value["references"] = self.references
+        return value
+
+
+@dataclass
+class Registry:
+    subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
+    # (schema type, canonical text) -> id: a schema registered again, in any subject, keeps it.
+    ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The highest id any record ever carried: new ids go above it, so none is reused.
+    max_id: int = 0
+    # None: the global setting.
+    levels: dict[str | None, Level] = field(default_factory=dict)
+    modes: dict[str | None, str] = field(default_factory=dict)
+    # How many records could not be applied (unknown key types, missing fields).
+    skipped: int = 0
+
+    # -- applying records ------------------------------------------------------------------
+
+    def apply(self, key: lf.Key, value: lf.Value) -> None:
+        keytype = key.get("keytype")
+        subject = key.get("subject")
+        if keytype == lf.SCHEMA and isinstance(subject, str):
+            self._apply_schema(subject, key.get("version"), value)
+        elif keytype == lf.CONFIG:
+            level = None if value is None else value.get("compatibilityLevel")
+            if level is None:
+                self.levels.pop(subject, None)
+            elif level in Level.__members__:
+                self.levels[subject] = Level[level]
+            else:
+                self.skipped += 1
+        elif keytype == lf.MODE:
+            mode = None if value is None else value.get("mode")
+            if mode is None:
+                self.modes.pop(subject, None)
+            else:
+                self.modes[subject] = str(mode)
+        elif keytype == lf.DELETE_SUBJECT and isinstance(subject, str) and value is not None:
+            upto = value.get("version")
+            for version in self.subjects.get(subject, {}).values():
+                if not isinstance(upto, int) or version.version <= upto:
+                    version.deleted = True
+        elif keytype == lf.CLEAR_SUBJECT and isinstance(subject, str):
+            for number, version in list(self.subjects.get(subject, {}).items()):
+                if version.deleted:
+                    del self.subjects[subject][number]
+        elif keytype != lf.NOOP:
+            self.skipped += 1
+
+    def _apply_schema(self, subject: str, number: object, value: lf.Value) -> None:
+        if not isinstance(number, int):
+            self.skipped += 1
+            return
+        if value is None:
+            versions = self.subjects.get(subject, {})
+            versions.pop(number, None)
+            if not versions:
+                self.subjects.pop(subject, None)
+            return
+        schema_id, text = value.get("id"), value.get("schema")
+        if not isinstance(schema_id, int) or not isinstance(text, str):
+            self.skipped += 1
+            return
+        schema_type = str(value.get("schemaType") or AVRO)
+        version = Version(
+            subject,
+            number,
+            schema_id,
+            text,
+            schema_type,
+            list(value.get("references") or []),
+            bool(value.get("deleted", False)),
+        )
+        self.subjects.setdefault(subject, {})[number] = version
+        self.ids.setdefault((schema_type, text), schema_id)
+        self.max_id = max(self.max_id, schema_id)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def subject_names(self, deleted: bool = False) -> list[str]:
+        return sorted(
+            name
+            for name, versions in self.subjects.items()
+            if any(deleted or not v.deleted for v in versions.values())
+        )
+
+    def versions(self, subject: str, deleted: bool = False) -> list[Version]:
+        """The subject's versions, oldest first; 40401 when it has none."""
+        found = [
+            v for _, v in sorted(self.subjects.get(subject, {}).items()) if deleted or not v.deleted
+        ]
+        if not found:
+            raise subject_not_found(subject)
+        return found
+
+    def version(self, subject: str, number: int, deleted: bool = False) -> Version:
+        versions = self.versions(subject, deleted)
+        if number == LATEST:
+            return versions[-1]
+        for version in versions:
+            if version.version == number:
+                return version
+        raise version_not_found(number)
+
+    def by_id(self, schema_id: int) -> Version:
+        """A version holding schema ``schema_id`` (soft-deleted ones count, as Confluent
+        still serves a soft-deleted schema by id); 40403 when none does."""
+        for versions in self.subjects.values():
+            for version in versions.values():
+                if version.schema_id == schema_id:
+                    return version
+        raise schema_not_found(schema_id)
+
+    def subject_versions_of(self, schema_id: int, deleted: bool = False) -> list[dict[str, Any]]:
+        found = [
+            {"subject": version.subject, "version": version.version}
+            for name in sorted(self.subjects)
+            for _, version in sorted(self.subjects[name].items())
+            if version.schema_id == schema_id and (deleted or not version.deleted)
+        ]
+        if not found:
+            raise schema_not_found(schema_id)
+        return found
+
+    def level(self, subject: str | None) -> Level:
+        if subject is not None and subject in self.levels:
+            return self.levels[subject]
+        return self.levels.get(None, DEFAULT_LEVEL)
+
+    def mode(self, subject: str | None) -> str:
+        if subject is not None and subject in self.modes:
+            return self.modes[subject]
+        return self.modes.get(None, DEFAULT_MODE)
+
+    def lookup(self, subject: str, schema_type: str, text: str, deleted: bool = False) -> Version:
+        """POST /subjects/{s}: the version of ``subject`` holding this schema."""
+        candidate = _parsed(schema_type, text)
+        versions = self.versions(subject, deleted)
+        for version in reversed(versions):
+            if version.schema_type == candidate.schema_type and _same(version, candidate):
+                return version
+        raise schema_not_found()
+
+    # -- commands: the records to write ----------------------------------------------------
+
+    def register(
+        self,
+        subject: str,
+        schema_type: str,
+        text: str,
+        references: list[dict[str, Any]] | None = None,
+        schema_id: int | None = None,
+        version_number: int | None = None,
+    ) -> tuple[int, list[Record]]:
+        """POST /subjects/{s}/versions: the schema's id, and the records that register it
+        (none when the subject already holds it). ``schema_id`` and ``version_number`` only
+        in IMPORT mode."""
+        mode = self.mode(subject)
+        if mode in ("READONLY", "READONLY_OVERRIDE"):
+            raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
+        if references:
+            raise invalid_schema(
+                "Invalid schema: schema references are not supported yet by this registry"
+            )
+        if (schema_id is not None or version_number is not None) and mode != "IMPORT":
+            raise RegistryError(
+                422,
+                42205,
+                "Subject is not in import mode: an id or a version may not be given",
+            )
+        candidate = _parsed(schema_type, text)
+        live = [v for _, v in sorted(self.subjects.get(subject, {}).items()) if not v.deleted]
+        for version in live:
+            if version.schema_type == candidate.schema_type and _same(version, candidate):
+                return version.schema_id, []
+        if mode != "IMPORT":
+            messages = incompatibilities(
+                self.level(subject), candidate, [_parsed(v.schema_type, v.schema) for v in live]
+            )
+            if messages:
+                raise RegistryError(
+                    409,
+                    409,
+                    "Schema being registered is incompatible with an earlier schema for"
+                    f' subject "{subject}", details: [{", ".join(messages)}]',
+                )
+        if schema_id is None:
+            schema_id = self.ids.get((candidate.schema_type, candidate.canonical))
+            if schema_id is None:
+                schema_id = self.max_id + 1
+        elif self.ids.get((candidate.schema_type, candidate.canonical), schema_id) != schema_id:
+            raise RegistryError(
+                422, 42207, f"Schema is already registered with another id than {schema_id}"
+            )
+        existing = self.subjects.get(subject, {})
+        if version_number is None:
+            version_number = max(existing, default=0) + 1
+        version = Version(
+            subject, version_number, schema_id, candidate.canonical, candidate.schema_type
+        )
+        return schema_id, [(lf.schema_key(subject, version_number), version.value())]
+
+    def delete_subject(self, subject: str, permanent: bool) -> tuple[list[int], list[Record]]:
+        """DELETE /subjects/{s}: the versions deleted and the records that do it."""
+        self._writable(subject)
+        every = self.versions(subject, deleted=True)
+        live = [v for v in every if not v.deleted]
+        if permanent:
+            if live:
+                raise RegistryError(
+                    404,
+                    40405,
+                    f"Subject '{subject}' was not deleted first before being permanently deleted",
+                )
+            return [v.version for v in every], [
+                (lf.schema_key(subject, v.version), None) for v in every
+            ]
+        if not live:
+            raise RegistryError(404, 40404, f"Subject '{subject}' was soft deleted.")
+        return [v.version for v in live], [
+            (
+                lf.delete_subject_key(subject),
+                {"subject": subject, "version": live[-1].version},
+            )
+        ]
+
+    def delete_version(
+        self, subject: str, number: int, permanent: bool
+    ) -> tuple[int, list[Record]]:
+        """DELETE /subjects/{s}/versions/{v}."""
+        self._writable(subject)
+        every = self.versions(subject, deleted=True)
+        if number == LATEST:
+            live = [v for v in every if not v.deleted]
+            if not live:
+                raise subject_not_found(subject)
+            version = live[-1]
+        else:
+            matching = [v for v in every if v.version == number]
+            if not matching:
+                raise version_not_found(number)
+            version = matching[0]
+        if permanent:
+            if not version.deleted:
+                raise RegistryError(
+                    404,
+                    40407,
+                    f"Subject '{subject}' Version {version.version} was not deleted first"
+                    " before being permanently deleted",
+                )
+            return version.version, [(lf.schema_key(subject, version.version), None)]
+        if version.deleted:
+            raise RegistryError(
+                404, 40406, f"Subject '{subject}' Version {version.version} was soft deleted."
+            )
+        deleted = Version(**{**version.__dict__, "deleted": True})
+        return version.version, [(lf.schema_key(subject, version.version), deleted.value())]
+
+    def set_level(self, subject: str | None, level: object) -> tuple[Level, list[Record]]:
+        if not isinstance(level, str) or level.upper() not in Level.__members__:
+            raise invalid_level()
+        chosen = Level[level.upper()]
+        return chosen, [(lf.config_key(subject), {"compatibilityLevel": chosen.value})]
+
+    def delete_level(self, subject: str | None) -> tuple[Level, list[Record]]:
+        if subject is not None and subject not in self.levels:
+            raise RegistryError(
+                404,
+                40408,
+                f"Subject '{subject}' does not have subject-level compatibility configured",
+            )
+        return self.level(subject), [(lf.config_key(subject), None)]
+
+    def set_mode(self, subject: str | None, mode: object, force: bool) -> tuple[str, list[Record]]:
+        if not isinstance(mode, str) or mode.upper() not in MODES:
+            raise RegistryError(
+                422,
+                42204,
+                "Invalid mode. Valid values are READWRITE, READONLY, READONLY_OVERRIDE and IMPORT.",
+            )
+        chosen = mode.upper()
+        if chosen == "IMPORT" and not force:
+            names = self.subject_names()
+            if names if subject is None else subject in names:
+                raise RegistryError(
+                    422,
+                    42205,
+                    "Cannot import since found existing subjects",
+                )
+        return chosen, [(lf.mode_key(subject), {"mode": chosen})]
+
+    def check(
+        self, subject: str, number: int, schema_type: str, text: str, verbose: bool
+    ) -> dict[str, Any]:
+        """POST /compatibility/subjects/{s}/versions/{v}: against that version, or (latest)
+        against the versions the subject's level checks."""
+        candidate = _parsed(schema_type, text)
+        live = self.versions(subject)
+        earlier = live if number == LATEST else [self.version(subject, number)]
+        level = self.level(subject)
+        if number != LATEST and level.transitive:
+            level = Level[level.value.removesuffix("_TRANSITIVE")]
+        messages = incompatibilities(
+            level, candidate, [_parsed(v.schema_type, v.schema) for v in earlier]
+        )
+        answer: dict[str, Any] = {"is_compatible": not messages}
+        if verbose:
+            answer["messages"] = messages
+        return answer
+
+    def _writable(self, subject: str) -> None:
+        if self.mode(subject) in ("READONLY", "READONLY_OVERRIDE"):
+            raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
+
+
+def _parsed(schema_type: str, text: str) -> ParsedSchema:
+    try:
+        return parse(schema_type, text)
+    except UnsupportedSchemaType as error:
+        raise invalid_schema(f"Invalid schema: {error}") from None
+    except InvalidSchema as error:
+        raise invalid_schema(str(error)) from None
+
+
+def _same(version: Version, candidate: ParsedSchema) -> bool:
+    if version.schema == candidate.canonical:
+        return True
+    try:
+        return _parsed(version.schema_type, version.schema).canonical == candidate.canonical
+    except RegistryError:
+        return False
