@@ -4,22 +4,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minibroker.coordinator.group import streams_log_format
 from minibroker.coordinator.group.consumer_group import HeartbeatError
 from minibroker.coordinator.group.streams_assignor import MemberAssignment
 from minibroker.coordinator.group.streams_group import (
-    CopartitionGroup,
     MemberState,
-    RecordKind,
     Status,
     StreamsGroup,
     StreamsGroupState,
     StreamsHeartbeatRequest,
     StreamsSettings,
+    configure,
+    validate_topology,
+)
+from minibroker.coordinator.group.streams_log_format import (
+    CopartitionGroup,
+    RecordKind,
     Subtopology,
     TopicInfo,
     Topology,
-    configure,
-    validate_topology,
 )
 from minibroker.protocol.errors import Error
 
@@ -344,3 +347,61 @@ def test_no_task_is_active_on_two_members(ops, data):
         held = [t for m in group.members.values() for t in m.owned() if t in m.assigned.active]
         held += [t for m in group.members.values() for t in m.pending_revocation.active]
         assert len(held) == len(set(held))
+
+
+def test_records_round_trip_in_kafkas_layouts():
+    """Every record the group writes reads back equal (streams_log_format.py)."""
+    group = new_group(num_standby_replicas=1)
+    copartitioned = Topology(
+        1,
+        WORD_COUNT.subtopologies
+        + (
+            Subtopology(
+                "2",
+                source_topics=("left", "right"),
+                copartition_groups=(CopartitionGroup(source_topics=(0, 1)),),
+                state_changelog_topics=(TopicInfo("cl", 0, 3, (("cleanup.policy", "compact"),)),),
+            ),
+        ),
+    )
+    ready = cluster(input=4, app_rep=4, app_changelog=4, left=2, right=2, cl=2)
+    _, records = join(
+        group,
+        "a",
+        topology=copartitioned,
+        topics=ready,
+        instance_id="i",
+        rack_id="r",
+        user_endpoint=("h", 8080),
+        client_tags={"zone": "z"},
+    )
+    for _, more in (
+        join(group, "b", topology=copartitioned, topics=ready),
+        beat(group, "a", 1, topics=ready),
+        beat(group, "a", -1),
+    ):
+        records += more
+    assert {k.kind for k, _ in records} >= set(RecordKind)
+    for key, value in records:
+        assert streams_log_format.read_key(streams_log_format.encode_key(key)) == key
+        if value is not None:
+            data = streams_log_format.encode_value(value)
+            assert streams_log_format.read_value(key.kind, data) == value
+
+
+def test_record_bytes_match_kafkas_layout():
+    """A fixed record, byte for byte, as Kafka's generated StreamsGroupTargetAssignmentMember
+    writes it: version 0, three compact arrays of (compact string, compact i32 array, tags)."""
+    value = streams_log_format.TargetAssignmentMemberValue((("0", (1, 2)),), (), ())
+    assert streams_log_format.encode_value(value) == (
+        b"\x00\x00"
+        + b"\x02"
+        + b"\x020"
+        + b"\x03\x00\x00\x00\x01\x00\x00\x00\x02"
+        + b"\x00"
+        + b"\x01"
+        + b"\x01"
+        + b"\x00"
+    )
+    key = streams_log_format.RecordKey(streams_log_format.RecordKind.TARGET_MEMBER, "g", "m")
+    assert streams_log_format.encode_key(key) == b"\x00\x15\x00\x01g\x00\x01m"

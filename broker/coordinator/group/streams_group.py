@@ -50,11 +50,12 @@ Departures: a member that joins with epoch 0 under a member id the group still h
 from scratch (as in consumer_group.py); the configured topology is recomputed at every
 heartbeat (Kafka caches it under a metadata hash of the topics); the records are values in
 Kafka's layouts (StreamsGroupMetadata, StreamsGroupTopology, StreamsGroupMemberMetadata,
-StreamsGroupTargetAssignmentMetadata/Member, StreamsGroupCurrentMemberAssignment), returned
-to the caller; their bytes in `__consumer_offsets` and the replay from the log come with the
-service; source topic regular expressions (SourceTopicRegex) are refused as an invalid
-topology for now; task offsets are taken as lags for the assignor (end offset sum minus offset
-sum per task), which is what the assignor's caught-up rule needs.
+StreamsGroupTargetAssignmentMetadata/Member, StreamsGroupCurrentMemberAssignment; their bytes
+in streams_log_format.py), returned to the caller; writing them to `__consumer_offsets` and
+rebuilding a group from them come with the service; source topic regular expressions
+(SourceTopicRegex) are refused as an invalid topology for now; task offsets are taken as lags
+for the assignor (end offset sum minus offset sum per task), which is what the assignor's
+caught-up rule needs.
 """
 
 from collections.abc import Callable, Mapping
@@ -72,6 +73,21 @@ from minibroker.coordinator.group.streams_assignor import (
     MemberAssignment,
     MemberSpec,
     TaskId,
+)
+from minibroker.coordinator.group.streams_log_format import (
+    CurrentAssignmentValue,
+    GroupMetadataValue,
+    MemberMetadataValue,
+    Record,
+    RecordKey,
+    RecordKind,
+    Subtopology,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+    TopicInfo,
+    Topology,
+    TopologyValue,
+    freeze,
 )
 from minibroker.protocol.errors import Error
 
@@ -109,47 +125,6 @@ class StreamsGroupState(Enum):
     RECONCILING = "Reconciling"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-# -- the topology ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """StreamsGroupTopologyValue.TopicInfo (partitions 0: derived by the coordinator)."""
-
-    name: str
-    partitions: int = 0
-    replication_factor: int = 0
-    configs: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class CopartitionGroup:
-    """Indexes into the subtopology's source and repartition source topics."""
-
-    source_topics: tuple[int, ...] = ()
-    source_topic_regex: tuple[int, ...] = ()
-    repartition_source_topics: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Subtopology:
-    subtopology_id: str
-    source_topics: tuple[str, ...] = ()
-    source_topic_regex: tuple[str, ...] = ()
-    state_changelog_topics: tuple[TopicInfo, ...] = ()
-    repartition_sink_topics: tuple[str, ...] = ()
-    repartition_source_topics: tuple[TopicInfo, ...] = ()
-    copartition_groups: tuple[CopartitionGroup, ...] = ()
-
-
-@dataclass(frozen=True)
-class Topology:
-    """StreamsGroupTopologyValue: what a member sends when it joins."""
-
-    epoch: int
-    subtopologies: tuple[Subtopology, ...]
 
 
 def validate_topology(topology: Topology) -> None:
@@ -310,92 +285,6 @@ def configure(topology: Topology, topics: TopicPartitions) -> ConfiguredTopology
         result.partition_counts.clear()
         result.stateful.clear()
     return result
-
-
-# -- records (Kafka's layouts: group-coordinator's StreamsGroup*Value.json) ------------------
-
-
-class RecordKind(IntEnum):
-    """The key version of each streams group record."""
-
-    GROUP_METADATA = 17
-    MEMBER_METADATA = 19
-    TARGET_METADATA = 20
-    TARGET_MEMBER = 21
-    CURRENT_ASSIGNMENT = 22
-    TOPOLOGY = 23
-
-
-@dataclass(frozen=True)
-class RecordKey:
-    kind: RecordKind
-    group: str
-    member_id: str | None = None
-
-
-# ((subtopology id, (partitions...)), ...), sorted: StreamsGroup*Value.TaskIds.
-FrozenTasks = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-def freeze(tasks: set[TaskId]) -> FrozenTasks:
-    by_sub: dict[str, list[int]] = {}
-    for sub, partition in sorted(tasks):
-        by_sub.setdefault(sub, []).append(partition)
-    return tuple((sub, tuple(parts)) for sub, parts in by_sub.items())
-
-
-@dataclass(frozen=True)
-class GroupMetadataValue:
-    epoch: int
-    metadata_hash: int = 0
-    validated_topology_epoch: int = -1
-
-
-@dataclass(frozen=True)
-class TopologyValue:
-    topology: Topology
-
-
-@dataclass(frozen=True)
-class MemberMetadataValue:
-    instance_id: str | None
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    topology_epoch: int
-    process_id: str
-    user_endpoint: tuple[str, int] | None
-    client_tags: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class TargetAssignmentMetadataValue:
-    assignment_epoch: int
-    assignment_timestamp_ms: int = 0
-
-
-@dataclass(frozen=True)
-class TargetAssignmentMemberValue:
-    active: FrozenTasks
-    standby: FrozenTasks
-    warmup: FrozenTasks
-
-
-@dataclass(frozen=True)
-class CurrentAssignmentValue:
-    member_epoch: int
-    previous_member_epoch: int
-    state: int
-    active: FrozenTasks
-    standby: FrozenTasks
-    warmup: FrozenTasks
-    active_pending_revocation: FrozenTasks
-    standby_pending_revocation: FrozenTasks
-    warmup_pending_revocation: FrozenTasks
-
-
-Record = tuple[RecordKey, object | None]
 
 
 # -- requests and members --------------------------------------------------------------------
