@@ -347,6 +347,16 @@ def test_no_task_is_active_on_two_members(ops, data):
         held = [t for m in group.members.values() for t in m.owned() if t in m.assigned.active]
         held += [t for m in group.members.values() for t in m.pending_revocation.active]
         assert len(held) == len(set(held))
+        for m in group.members.values():
+            assert not (m.assigned.active & (m.assigned.standby | m.assigned.warmup))
+    # Once every member has heartbeated a few times, each task runs exactly once, as targeted.
+    now += 1000
+    if group.members:
+        settle(group, now=now)
+        active = sorted(t for m in group.members.values() for t in m.assigned.active)
+        assert active == sorted((s, p) for s in ("0", "1") for p in range(4))
+        for member_id, member in group.members.items():
+            assert member.assigned == group.target[member_id]
 
 
 def test_records_round_trip_in_kafkas_layouts():
