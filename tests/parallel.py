@@ -11,7 +11,7 @@ tests/conftest.py's hooks then decide, with what is here:
 - in which order: the longest units first (FOLDER_ORDER), so that no worker is left with a
   long file at the end while the others are done.
 
-`-n0` (or `-p no:xdist`) runs in one process, as before.
+`-n0` runs in one process, as before (not `-p no:xdist`: addopts' `-n` needs xdist).
 """
 
 from __future__ import annotations
