@@ -7,7 +7,8 @@ tests/conftest.py's hooks then decide, with what is here:
   as without xdist) when the command line names tests of one file only;
 - what goes to one worker: a test file, as `--dist loadfile` does, so that a module-scoped
   cluster is started once; except the files of one SHARED_WORKER group, which go together to
-  one worker (they share a session-scoped fixture, or must not run at the same time);
+  one worker (they share a session-scoped fixture, or must not run at the same time); the
+  first entry that matches a file decides;
 - in which order: the longest units first (FOLDER_ORDER), so that no worker is left with a
   long file at the end while the others are done.
 
@@ -32,6 +33,12 @@ SHARED_WORKER: dict[str, tuple[str, str]] = {
     # two at once on 2 cores slow each other past their deadlines.
     "spark/": ("spark", "one Spark session for the folder; one Spark JVM at a time"),
     "java/test_spark_kafka.py": ("spark", "a Spark session with Spark's own Kafka connector"),
+    # 3-broker clusters on timeouts ten to twenty times shorter than Kafka's (1.5 s sessions,
+    # tests/cluster/conftest.py's CLUSTER_OVERRIDES, which the Java tests' clusters use too):
+    # with two or three of them at once on 2 cores, beside other work, brokers were fenced and
+    # tests failed (docs/testing.md), so these files run one after the other on one worker.
+    "cluster/": ("clusters", "3-broker clusters on short timeouts, one at a time"),
+    "java/": ("clusters", "3-broker clusters on short timeouts and JVM clients, one at a time"),
 }
 
 # Units in this order of their folder (a folder's units by their number of tests, most first):

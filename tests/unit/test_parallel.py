@@ -47,11 +47,13 @@ def test_worker_count_from_the_command_line_dir_and_the_variable(monkeypatch):
 
 
 def test_a_file_is_a_unit_and_the_spark_files_are_one():
-    assert unit_of("tests/cluster/test_isr.py::test_x[a::b]") == "tests/cluster/test_isr.py"
+    assert unit_of("tests/faults/test_chaos.py::test_x[a::b]") == "tests/faults/test_chaos.py"
     assert unit_of("tests/spark/test_demo.py::test_x") == "group:spark"
     assert unit_of("tests/spark/test_batch.py::test_y") == "group:spark"
     assert unit_of("tests/java/test_spark_kafka.py::test_z") == "group:spark"
-    assert unit_of("tests/java/test_clients.py::test_z") == "tests/java/test_clients.py"
+    assert unit_of("tests/java/test_clients.py::test_z") == "group:clusters"
+    assert unit_of("tests/cluster/test_isr.py::test_z") == "group:clusters"
+    assert unit_of("tests/integration/test_wire.py::t") == "tests/integration/test_wire.py"
     assert unit_of("tests/sparkle/test_a.py::t") == "tests/sparkle/test_a.py"
 
 
@@ -66,8 +68,8 @@ def test_long_folders_go_first():
         for unit in (
             "group:spark",
             "tests/faults/test_chaos.py",
-            "tests/java/test_clients.py",
-            "tests/cluster/test_isr.py",
+            "tests/deploy/test_deploy.py",
+            "tests/bench/test_smoke.py",
             "tests/integration/test_wire.py",
             "tests/unit/test_partition.py",
         )
