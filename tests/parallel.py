@@ -21,8 +21,8 @@ import os
 from collections import OrderedDict
 from pathlib import Path
 
-# Measured on 2 cores (docs/testing.md): most of the suite waits on brokers, clients and JVMs
-# in other processes, so more workers than cores pay.
+# Most of the suite waits on brokers, clients and JVMs in other processes, so more workers than
+# the 2 cores may pay (docs/testing.md; three against two and four not yet measured).
 WORKERS = 3
 WORKERS_VARIABLE = "MINIBROKER_TEST_WORKERS"
 
