@@ -35,6 +35,7 @@ from minibroker.protocol import codec
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess, BrokerStartError
 from minibroker.tools.wire import WireClient
+from tests import parallel
 
 # Rule: a test asserts the code's behaviour, not the scheduler's (issue 41). Hypothesis fails
 # a test whose example takes longer than a deadline (200 ms by default), or whose examples
@@ -193,6 +194,10 @@ BrokerFactory = Callable[..., BrokerProcess]
 
 _guard_reported: list[netns.ClientConnection] = []
 _guard_leftovers: list[str] = []  # librdkafka clients alive after their module's networks
+# Under pytest-xdist each worker guards its own modules (a module runs in one worker); the
+# workers' findings come to the controller at their end (workeroutput), for the summary and
+# the exit status.
+_workers_guard: list[dict] = []
 
 
 def _new_guard_hits(hits: list[netns.ClientConnection]) -> list[netns.ClientConnection]:
@@ -237,28 +242,75 @@ def network_guard() -> Iterator[None]:
         )
 
 
+def _guard_findings() -> dict:
+    """This process's guard findings, as plain data (what a worker sends the controller)."""
+    built = netns.built_networks()
+    unclosed = [network.label for network in built if not network.closed]
+    late = netns.closed_networks() and _new_guard_hits(netns.guard())
+    return {
+        "built": len(built),
+        "still_open": unclosed,
+        "reported": [str(hit) for hit in _guard_reported],
+        "leftovers": list(_guard_leftovers),
+        "failed": bool(unclosed or late),
+    }
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """The last look: anything that still talks to a closed test network, or a network
-    never closed, fails the run."""
-    unclosed = [network for network in netns.built_networks() if not network.closed]
-    if unclosed or (netns.closed_networks() and _new_guard_hits(netns.guard())):
+    never closed, fails the run (a worker's, through the controller)."""
+    findings = _guard_findings()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["network_guard"] = findings
+    if findings["failed"] or any(worker["failed"] for worker in _workers_guard):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The controller: a worker's guard findings, kept for the summary and the exit status."""
+    findings = getattr(node, "workeroutput", {}).get("network_guard")
+    if findings is not None:
+        _workers_guard.append(findings)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
-    built = netns.built_networks()
+    every = [_guard_findings(), *_workers_guard]
+    built = sum(findings["built"] for findings in every)
     if not built:
         return
-    still_open = [network.label for network in built if not network.closed]
+    still_open = [label for findings in every for label in findings["still_open"]]
+    reported = [hit for findings in every for hit in findings["reported"]]
+    leftovers = [left for findings in every for left in findings["leftovers"]]
     terminalreporter.write_line(
-        f"network guard: {len(_guard_reported)} connections to closed test networks,"
-        f" {len(_guard_leftovers)} modules left librdkafka clients alive"
-        f" ({len(built)} networks built, {len(still_open)} not closed"
+        f"network guard: {len(reported)} connections to closed test networks,"
+        f" {len(leftovers)} modules left librdkafka clients alive"
+        f" ({built} networks built, {len(still_open)} not closed"
         + (f": {'; '.join(still_open)}" if still_open else "")
         + ")"
     )
-    for hit in [*_guard_reported, *_guard_leftovers]:
+    for hit in [*reported, *leftovers]:
         terminalreporter.write_line(f"  {hit}")
+
+
+# -- parallel runs (tests/parallel.py) ---------------------------------------------------------
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): the measured worker count, or none (see there)."""
+    return parallel.worker_count(
+        list(config.args), config.invocation_params.dir, config.getoption("markexpr") or ""
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile` (pyproject's addopts): files, with tests/parallel.py's groups."""
+    if config.getoption("dist") == "loadfile":
+        return parallel.make_scheduler(config, log)
+    return None
 
 
 @pytest.fixture

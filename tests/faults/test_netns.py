@@ -247,19 +247,27 @@ def test_leaves_a_producer_open():
 """
 
 
-def test_a_module_that_leaves_a_librdkafka_producer_open_fails_the_guard(pytester, monkeypatch):
+@pytest.mark.parametrize(
+    "workers", [[], ["-n", "2", "--dist", "loadfile"]], ids=["serial", "xdist"]
+)
+def test_a_module_that_leaves_a_librdkafka_producer_open_fails_the_guard(
+    pytester, monkeypatch, workers
+):
     """Rule: a client left open against a test network fails its module, even when, the
     network gone, its connects are refused at once and leave no socket to see: a module
     (run by pytest in a process of its own, with tests/conftest.py) that keeps a librdkafka
-    producer of its network alive errors at teardown, and the session's summary says so."""
+    producer of its network alive errors at teardown, and the session's summary says so.
+    Under pytest-xdist the module fails in its worker and the summary, the controller's,
+    counts what the workers found."""
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     pytester.makeconftest((REPO / "tests" / "conftest.py").read_text())
     # In a folder of the faults tier: tests/conftest.py marks tests by folder and refuses
     # one in no tier.
     (pytester.path / "faults").mkdir()
     (pytester.path / "faults" / "test_left_open.py").write_text(LEFT_OPEN_MODULE)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *workers, timeout=120)
     result.assert_outcomes(passed=1, errors=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     # Its sockets may or may not be caught (a connect attempt in flight when the network
     # closed); its librdkafka client always is.
     result.stdout.fnmatch_lines(

@@ -76,6 +76,9 @@ SKIPPED_SECTIONS = {
     " tests/unit/test_docs_site.py builds the same site with `mkdocs build --strict`",
     ("docs/testing.md", "Running the suite"): "the test suite itself, or parts of it (this test"
     " is one); its install commands are the README's, skipped there",
+    ("docs/testing.md", "Running in parallel"): "the test suite itself, in parallel or in one"
+    " process (this test is in the suite); tests/unit/test_parallel.py checks what `-n auto`"
+    " means and which files share a worker",
     ("docs/testing.md", "Test tiers"): "the fast tier of the test suite (this test is in"
     ' the suite); tests/unit/test_test_tiers.py checks what `-m "not slow"` selects',
     ("docs/benchmarks/index.md", "Running"): "benchmark runs take minutes to hours;"

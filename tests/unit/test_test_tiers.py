@@ -49,6 +49,7 @@ def fast_tier() -> Collected:
                 "-qq",
                 "-p",
                 "no:cacheprovider",
+                "-n0",  # in this process: pyproject's addopts would start workers
                 "--rootdir",
                 str(TESTS.parent),
                 "-m",
