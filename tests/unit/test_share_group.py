@@ -7,15 +7,17 @@ from hypothesis import strategies as st
 
 from minibroker.coordinator.group import assignors
 from minibroker.coordinator.group.share_group import (
-    ShareCurrentAssignmentValue,
     ShareGroup,
-    ShareGroupMetadataValue,
     ShareGroupState,
     ShareHeartbeatRequest,
+    ShareSettings,
+)
+from minibroker.coordinator.group.share_log_format import (
+    ShareCurrentAssignmentValue,
+    ShareGroupMetadataValue,
     ShareMemberMetadataValue,
     ShareRecordKey,
     ShareRecordKind,
-    ShareSettings,
 )
 from minibroker.protocol.errors import Error
 

@@ -127,3 +127,25 @@ def test_snapshot_plus_updates_rebuild_the_share_partition() -> None:
     offered = {o for r in got for o in range(r.first_offset, r.last_offset + 1)}
     assert offered == {3, 4, 7, 8, 9, 10, 11, 12}
     assert {r.delivery_count for r in got if r.first_offset < 10} == {2}
+
+
+# Bytes written by Kafka 4.4's generated classes (kafka-share-coordinator-4.4.0,
+# MessageUtil.toVersionPrefixedBytes / toCoordinatorTypePrefixedBytes), with TOPIC as above.
+KAFKA_SNAPSHOT = (
+    "0000000000010000000200000003000000000000000a000000000000000b000000000000000c02"
+    "000000000000000a000000000000000c0200010001000400000005"
+)
+KAFKA_UPDATE = "00000000000100000003ffffffffffffffff02000000000000000a000000000000000c0400050000"
+KAFKA_SNAPSHOT_KEY = "00000001670123456789abcdef0123456789abcdef00000007"
+
+
+def test_bytes_are_kafkas() -> None:
+    snapshot = ShareSnapshotValue(
+        1, 2, 3, 10, 11, 12, (StateBatch(10, 12, RecordState.ACKNOWLEDGED, 1),), 5
+    )
+    update = ShareUpdateValue(1, 3, -1, (StateBatch(10, 12, RecordState.ARCHIVED, 5),))
+    assert encode_value(snapshot).hex() == KAFKA_SNAPSHOT
+    assert encode_value(update).hex() == KAFKA_UPDATE
+    assert encode_key(ShareStateKey(SNAPSHOT, "g", TOPIC, 7)).hex() == KAFKA_SNAPSHOT_KEY
+    assert read_value(SNAPSHOT, bytes.fromhex(KAFKA_SNAPSHOT)) == snapshot
+    assert read_value(UPDATE, bytes.fromhex(KAFKA_UPDATE)) == update

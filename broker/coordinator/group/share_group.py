@@ -31,7 +31,8 @@ The rules, Kafka 4.4's:
 - what changed is returned as records in Kafka's layouts (ShareGroupMetadata 11,
   ShareGroupMemberMetadata 10, ShareGroupTargetAssignmentMetadata 12,
   ShareGroupTargetAssignmentMember 13, ShareGroupCurrentMemberAssignment 14), tombstones for a
-  member removed, and ``replay`` rebuilds the group from them.
+  member removed (their bytes: share_log_format.py), and ``replay`` rebuilds the group from
+  them.
 
 Departures: the metadata hash is a BLAKE2b of the subscribed topics' names, ids and partition
 counts, not Kafka's Murmur3 of the same (it is compared only with itself, never across
@@ -46,7 +47,7 @@ import hashlib
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from enum import Enum
 
 from minibroker.coordinator.group import assignors
 from minibroker.coordinator.group.consumer_group import (
@@ -55,60 +56,17 @@ from minibroker.coordinator.group.consumer_group import (
     Partitions,
     TopicLookup,
 )
-from minibroker.coordinator.group.consumer_log_format import FrozenPartitions, freeze, thaw
+from minibroker.coordinator.group.consumer_log_format import freeze, thaw
+from minibroker.coordinator.group.share_log_format import (
+    ShareCurrentAssignmentValue,
+    ShareGroupMetadataValue,
+    ShareMemberMetadataValue,
+    ShareRecordKey,
+    ShareRecordKind,
+    ShareTargetMemberValue,
+    ShareTargetMetadataValue,
+)
 from minibroker.protocol.errors import Error
-
-
-class ShareRecordKind(IntEnum):
-    """The key version of each share group record in ``__consumer_offsets``."""
-
-    MEMBER_METADATA = 10
-    GROUP_METADATA = 11
-    TARGET_METADATA = 12
-    TARGET_MEMBER = 13
-    CURRENT_ASSIGNMENT = 14
-    STATE_PARTITION_METADATA = 15
-
-
-@dataclass(frozen=True)
-class ShareRecordKey:
-    kind: ShareRecordKind
-    group: str
-    member_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ShareGroupMetadataValue:
-    epoch: int
-    metadata_hash: int
-
-
-@dataclass(frozen=True)
-class ShareMemberMetadataValue:
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ShareTargetMetadataValue:
-    assignment_epoch: int
-    assignment_timestamp_ms: int = 0
-
-
-@dataclass(frozen=True)
-class ShareTargetMemberValue:
-    partitions: FrozenPartitions
-
-
-@dataclass(frozen=True)
-class ShareCurrentAssignmentValue:
-    member_epoch: int
-    previous_member_epoch: int
-    state: int  # MemberState: always STABLE (0) for a share group member
-    assigned: FrozenPartitions
-
 
 ShareRecord = tuple[ShareRecordKey, object | None]
 
