@@ -188,3 +188,11 @@ def test_simple_assignor_covers_every_partition_and_balances(
         assert max(loads) - min(loads) <= 1
         per_partition = [len(h) for h in holders.values()]
         assert max(per_partition) - min(per_partition) <= 1
+
+
+def test_a_lost_join_is_answered_again_without_a_new_epoch() -> None:
+    group = ShareGroup("g")
+    join(group, "m1")
+    again, records = join(group, "m1")
+    assert again.error is Error.NONE and again.member_epoch == 1 == group.group_epoch
+    assert again.assignment == {T1: {0}} and records == []

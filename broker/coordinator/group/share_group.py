@@ -16,7 +16,8 @@ The rules, Kafka 4.4's:
   other epoch is INVALID_REQUEST;
 - a heartbeat of a member the group does not have (epoch > 0, or -1) is UNKNOWN_MEMBER_ID;
   one whose epoch is not the member's is FENCED_MEMBER_EPOCH; a new member past
-  ``group.share.max.size`` is GROUP_MAX_SIZE_REACHED;
+  ``group.share.max.size`` is GROUP_MAX_SIZE_REACHED; epoch 0 from a member the group
+  already has answers its current epoch and assignment (a join whose answer was lost);
 - the group epoch is bumped when a member joins, leaves or is fenced, changes its
   subscribed topic names, or when the subscribed topics' partitions change (a topic created,
   deleted or grown: compared through a hash of their metadata, as ShareGroupMetadata's
