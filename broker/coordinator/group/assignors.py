@@ -114,3 +114,39 @@ def assign(
     if name == RANGE:
         return range_(subscriptions, partition_counts, current)
     return uniform(subscriptions, partition_counts, current)
+
+
+SIMPLE = "simple"
+
+
+def simple(
+    subscriptions: Mapping[str, set[uuid.UUID]],
+    partition_counts: Mapping[uuid.UUID, int],
+) -> Assignment:
+    """The share groups' ``simple`` assignor (KIP-932, Kafka's SimpleAssignor): every
+    partition of a subscribed topic goes to at least one of its subscribers, and a partition
+    may go to several members (share groups share partitions). Per topic, with S subscribers
+    (sorted by member id) and P partitions: if S <= P each partition goes to one subscriber,
+    round robin; if S > P each subscriber gets one partition, round robin, so each partition
+    has S/P members, give or take one. A rotation carried from topic to topic spreads small
+    topics over different members. Departure: Kafka's builders also keep a member's current
+    partitions when the balance allows (sticky); this one recomputes them, which costs a
+    share group nothing but in-flight records released by the member that loses a partition.
+    """
+    result: Assignment = {member: {} for member in subscriptions}
+    rotation = 0
+    for topic in sorted(partition_counts, key=lambda t: t.bytes):
+        count = partition_counts[topic]
+        members = sorted(m for m, topics in subscriptions.items() if topic in topics)
+        if not members or count <= 0:
+            continue
+        if len(members) <= count:
+            for partition in range(count):
+                member = members[(partition + rotation) % len(members)]
+                result[member].setdefault(topic, set()).add(partition)
+        else:
+            for index in range(len(members)):
+                member = members[(index + rotation) % len(members)]
+                result[member].setdefault(topic, set()).add(index % count)
+        rotation += count
+    return result
