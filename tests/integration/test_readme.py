@@ -51,6 +51,7 @@ RUN_SECTIONS = [
     (README, "Two commands"),
     (README, "A short tour"),
     ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)"),
+    ("docs/schema-registry.md", "Turning it on"),
     ("docs/getting-started.md", "A cluster by hand"),
     (SECURITY, "TLS and SASL listeners"),
     (SECURITY, "ACLs"),
@@ -64,7 +65,7 @@ SKIPPED = {
     " these extras",
     "apt-get update": "system installs: .ci/run does them before the tests",
     "apt-get install -y --no-install-recommends kcat docker-compose prometheus iproute2"
-    " faketime openjdk-17-jdk-headless maven zookeeper fiu-utils": "system installs: .ci/run"
+    " faketime openjdk-17-jdk-headless maven zookeeper fiu-utils curl": "system installs: .ci/run"
     " does them",
     "java/fetch.sh": "the Java artifacts: .ci/run fetches them before the tests",
     ".venv/bin/pytest": "the whole test suite (this test is part of it)",
@@ -89,9 +90,6 @@ SKIPPED_SECTIONS = {
     " engine on CI machines: tests/deploy/test_deploy.py, test_secure_compose.py and"
     " test_zookeeper_compose.py run these services with their compose commands and files in"
     " network namespaces, and produce and consume as these commands do",
-    ("docs/schema-registry.md", "Turning it on"): "a client's configuration, not a program:"
-    " tests/cluster/test_schema_registry.py runs confluent-kafka's SchemaRegistryClient and"
-    " AvroSerializer so configured against the registry of a 3-broker cluster",
     ("docs/faults.md", "Frame fuzzer"): "a full fuzz run takes long:"
     " tests/integration/test_fuzz.py is the CI-sized run",
     ("docs/java.md", "Kafka's command-line tools"): "needs Java and the pinned artifacts:"
@@ -335,6 +333,33 @@ def consumer_protocol_snippet(shell: Shell, block: Block) -> None:
     assert re.search(r"^orders\s+0\s+3\s+3\s+0\s", described, re.M), described
 
 
+def schema_registry_snippet(shell: Shell, block: Block) -> None:
+    """On the tour's cluster, whose brokers serve the registry: three payments through
+    confluent-kafka's Avro serializer and deserializer, and the subject registered."""
+    out = shell.run(f"{VENV}/bin/python -", stdin=block.text).stdout.splitlines()
+    assert out == [
+        "[{'id': 'p0', 'amount': 0.0}, {'id': 'p1', 'amount': 10.0}, {'id': 'p2', 'amount': 20.0}]",
+        "['payments-value']",
+    ], out
+
+
+def incompatible_schema(shell: Shell, command: str) -> None:
+    """The page's curl to broker 3 (not the writer unless it leads `_schemas`): 409."""
+    out = shell.run(command).stdout
+    assert out.startswith('{"error_code":409,"message":"Schema being registered is'), out
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE" in out, out
+
+
+INCOMPATIBLE_SCHEMA = (
+    "curl -s -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json'"
+    " http://127.0.0.1:8083/subjects/payments-value/versions -d "
+    r"""'{"schema": "{\"type\": \"record\", \"name\": \"Payment\", \"fields\": ["""
+    r"""{\"name\": \"id\", \"type\": \"string\"}, {\"name\": \"amount\", """
+    r"""\"type\": \"double\"}, {\"name\": \"currency\", \"type\": \"string\"}]}"}'"""
+)
+RUN[INCOMPATIBLE_SCHEMA] = incompatible_schema
+
+
 def acl_snippet(shell: Shell, block: Block) -> None:
     """As the text says: nodes started with the authorizer (the README's properties, with
     allow.everyone.if.no.acl.found=true), the snippet, then `orders` takes records and
@@ -366,6 +391,7 @@ RUN_BLOCKS: dict[tuple[str, str, str], Callable[[Shell, Block], None]] = {
         consumer_protocol_snippet
     ),
     (SECURITY, "ACLs", "python"): acl_snippet,
+    ("docs/schema-registry.md", "Turning it on", "python"): schema_registry_snippet,
 }
 
 
