@@ -8,6 +8,8 @@ allocation of 34359738352 bytes failed").
 
 import random
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -110,3 +112,44 @@ def test_a_tagged_field_running_past_the_end_is_still_refused():
     cut = plain[:-1] + b"\x01\x63\x10\xab"  # claims 16 bytes, has 1
     with pytest.raises(codec.DecodeError):
         codec.decode_request(3, 12, cut, 0)
+
+
+# The frame fuzzer's find of the Kafka 4.4 wave (CI run of b025db4, seed 20261122): a Fetch
+# v17 whose partition's replica_directory_id (tag 0, a 16-byte uuid) says 17 bytes. kio read
+# the uuid and went on one byte early, where the walk had skipped to the size's end: kio then
+# read a count the walk never saw and asked Rust for 165,796,695,632 bytes (the broker aborted).
+FETCH_V17_TAG_SIZE_17 = bytes.fromhex(
+    "000000000000000500009f370000000008000089f803f4b80da4838b09e268b0c375770d321f020000000800"
+    "01150c9ade7162d0b670b10000000500000000000059030000f0000100110000000000000000000000000000"
+    "000000655423dbce3d0696b2193a398aaed2d7020000800300012af90000000000047f5a0000000600004000"
+    "00000005000000070100100b2353f218f67a257e6b85055763d26e0004120b68533e8a5a8f665e1a89ee374a"
+    "460200000002000000000000000000000000000000000002e51df816001e2321eb9292054a5bcbb3a09a4ddf"
+    "8a01000672616e676502000303667a010d0000000700000000000158d100"
+)
+
+
+def test_a_known_tagged_field_whose_size_is_not_its_values_is_refused():
+    """Decoded in a child process: without the check kio aborts the process it runs in."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from minibroker.protocol import codec\n"
+            "try:\n"
+            f"    codec.decode_request(1, 17, bytes.fromhex({FETCH_V17_TAG_SIZE_17.hex()!r}), 0)\n"
+            "except codec.DecodeError as error:\n"
+            "    print(error)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "tagged field 0 says 17 bytes but its value takes 16" in child.stdout, child.stdout
+    # The request as the fuzzer drew it, before its bit flip (size 16), decodes.
+    tag = bytes.fromhex("010011") + bytes(16)
+    assert FETCH_V17_TAG_SIZE_17.count(tag) == 1
+    request = codec.decode_request(
+        1, 17, FETCH_V17_TAG_SIZE_17.replace(tag, bytes.fromhex("010010") + bytes(16)), 0
+    )
+    assert request.topics[0].partitions[0].partition == 8  # and the topics after it
