@@ -14,7 +14,13 @@ from tests.cluster.conftest import (  # noqa: F401 - `cluster` is a fixture
     read_partitions,
     wait_for_new_leader,
 )
-from tests.spark.conftest import SPARK_TIMEOUT, parquet_rows, source_end_offsets, wait_until
+from tests.spark.conftest import (
+    SPARK_TIMEOUT,
+    RestartingQuery,
+    parquet_rows,
+    source_end_offsets,
+    wait_until,
+)
 
 PARTITIONS = 3
 
@@ -26,17 +32,19 @@ def test_leader_killed_during_a_streaming_query(spark, cluster, tmp_path):  # no
     query = None
     with BackgroundProducer(cluster.bootstrap, topic, PARTITIONS) as producer:
         producer.wait_for_acks(500)
-        query = (
-            spark.readStream.format("minibroker")
-            .option("kafka.bootstrap.servers", cluster.bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("parquet")
-            .option("path", str(output))
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(processingTime="500 milliseconds")
-            .start()
+        query = RestartingQuery(
+            lambda: (
+                spark.readStream.format("minibroker")
+                .option("kafka.bootstrap.servers", cluster.bootstrap)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load()
+                .writeStream.format("parquet")
+                .option("path", str(output))
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(processingTime="500 milliseconds")
+                .start()
+            )
         )
         try:
             wait_until(
@@ -96,21 +104,23 @@ def test_leader_killed_during_an_exactly_once_write(spark, cluster, tmp_path):  
     produce(
         cluster.bootstrap, source, [{"value": v, "partition": i % 3} for i, v in enumerate(values)]
     )
-    query = (
-        spark.readStream.format("minibroker")
-        .option("kafka.bootstrap.servers", cluster.bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "300")
-        .load()
-        .select("value")
-        .writeStream.format("minibroker")
-        .option("kafka.bootstrap.servers", cluster.bootstrap)
-        .option("topic", sink)
-        .option("exactlyOnce", "true")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    query = RestartingQuery(
+        lambda: (
+            spark.readStream.format("minibroker")
+            .option("kafka.bootstrap.servers", cluster.bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "300")
+            .load()
+            .select("value")
+            .writeStream.format("minibroker")
+            .option("kafka.bootstrap.servers", cluster.bootstrap)
+            .option("topic", sink)
+            .option("exactlyOnce", "true")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
     try:
         wait_until(
