@@ -208,48 +208,12 @@ class _Reader(RecordReader):
     """log_format's reader of __consumer_offsets records, with the flexible versions' types
     that the consumer group records use (varints, compact strings, tagged fields)."""
 
-    def __init__(self, data: bytes) -> None:
-        super().__init__(bytes(data))
-
-    def i8(self) -> int:
-        return self._take(_I8)
-
-    def raw(self, length: int) -> bytes:
-        if length < 0:
-            raise RecordFormatError("record truncated")
-        return self._raw(length)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.raw(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint too long")
-
     def string(self) -> str:
-        length = self.i16()
-        try:
-            return self.raw(max(length, 0)).decode()
-        except UnicodeDecodeError:
-            raise RecordFormatError("a string that is not UTF-8") from None
-
-    def compact_string(self) -> str | None:
-        length = self.uvarint()
-        if length == 0:
-            return None
-        try:
-            return self.raw(length - 1).decode()
-        except UnicodeDecodeError:
-            raise RecordFormatError("a string that is not UTF-8") from None
+        """A non-nullable STRING (null read as empty)."""
+        return self.nullable_string() or ""
 
     def tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.raw(self.uvarint())
+        self.skip_tagged()
 
     def compact_bytes(self) -> bytes:
         return self.raw(self.uvarint() - 1)

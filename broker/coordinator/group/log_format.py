@@ -20,6 +20,8 @@ commits are written to it: their one record's key is Kafka's EndTransactionMarke
 import struct
 from dataclasses import dataclass
 
+from minibroker.protocol.field_reader import FieldReader
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
@@ -93,51 +95,18 @@ def _bytes(data: bytes) -> bytes:
     return _I32.pack(len(data)) + data
 
 
-class RecordReader:
-    """Reads a record's key or value in the classic (non-flexible) types; bounds-checked."""
+class RecordReader(FieldReader):
+    """Reads a record's key or value of __consumer_offsets; bounds-checked (protocol's
+    FieldReader, raising RecordFormatError)."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, fmt: struct.Struct) -> int:
-        value: int
-        try:
-            (value,) = fmt.unpack_from(self.data, self.pos)
-        except struct.error:
-            raise RecordFormatError("record truncated") from None
-        self.pos += fmt.size
-        return value
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def _raw(self, length: int) -> bytes:
-        end = self.pos + length
-        if end > len(self.data):
-            raise RecordFormatError("record truncated")
-        raw = self.data[self.pos : end]
-        self.pos = end
-        return raw
+    error = RecordFormatError
 
     def string(self) -> str | None:
-        length = self.i16()
-        if length < 0:
-            return None
-        try:
-            return self._raw(length).decode()
-        except UnicodeDecodeError:
-            raise RecordFormatError("a string that is not UTF-8") from None
+        return self.nullable_string()
 
     def bytes(self) -> bytes:
         length = self.i32()
-        return b"" if length < 0 else self._raw(length)
+        return b"" if length < 0 else self.raw(length)
 
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:

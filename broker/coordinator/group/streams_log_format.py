@@ -298,58 +298,14 @@ def encode_value(value: object) -> bytes:
 
 
 class _Reader(RecordReader):
-    def __init__(self, data: bytes) -> None:
-        super().__init__(bytes(data))
-
-    def i8(self) -> int:
-        return self._take(_I8)
-
-    def u16(self) -> int:
-        return self._take(_U16)
-
-    def raw(self, length: int) -> bytes:
-        if length < 0:
-            raise RecordFormatError("record truncated")
-        return self._raw(length)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.raw(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint too long")
-
     def key_string(self) -> str:
-        try:
-            return self.raw(max(self.i16(), 0)).decode()
-        except UnicodeDecodeError:
-            raise RecordFormatError("a string that is not UTF-8") from None
+        return self.nullable_string() or ""
 
     def cs(self) -> str | None:
-        length = self.uvarint()
-        if length == 0:
-            return None
-        try:
-            return self.raw(length - 1).decode()
-        except UnicodeDecodeError:
-            raise RecordFormatError("a string that is not UTF-8") from None
+        return self.compact_string()
 
     def s(self) -> str:
         return self.cs() or ""
-
-    def count(self) -> int:
-        return max(self.uvarint() - 1, 0)
-
-    def tagged(self) -> dict[int, bytes]:
-        fields = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.raw(self.uvarint())
-        return fields
 
     def strings(self) -> tuple[str, ...]:
         return tuple(self.s() for _ in range(self.count()))

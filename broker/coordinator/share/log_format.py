@@ -22,6 +22,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from minibroker.protocol.field_reader import FieldReader
 from minibroker.protocol.framing import encode_uvarint as _uvarint
 from minibroker.replication.share_partition import PersistedState, RecordState, StateBatch
 
@@ -128,49 +129,8 @@ def encode_value(value: ShareSnapshotValue | ShareUpdateValue) -> bytes:
 # -- reading ---------------------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, fmt: struct.Struct) -> int:
-        try:
-            (value,) = fmt.unpack_from(self.data, self.pos)
-        except struct.error:
-            raise ShareRecordFormatError("record truncated") from None
-        self.pos += fmt.size
-        return int(value)
-
-    def i8(self) -> int:
-        return self._take(_I8)
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def raw(self, length: int) -> bytes:
-        if length < 0 or self.pos + length > len(self.data):
-            raise ShareRecordFormatError("record truncated")
-        data = self.data[self.pos : self.pos + length]
-        self.pos += length
-        return data
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.pos >= len(self.data) or shift > 28:
-                raise ShareRecordFormatError("bad varint")
-            byte = self.data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
+class _Reader(FieldReader):
+    error = ShareRecordFormatError
 
     def batches(self) -> tuple[StateBatch, ...]:
         count = self.uvarint() - 1
@@ -186,7 +146,7 @@ class _Reader:
                 raise ShareRecordFormatError(f"unknown delivery state {state}") from None
         return tuple(out)
 
-    def tagged(self) -> int:
+    def delivery_complete_count(self) -> int:
         """The value's tagged fields: DeliveryCompleteCount (tag 0), others skipped."""
         delivery_complete_count = -1
         for _ in range(self.uvarint()):
@@ -195,11 +155,6 @@ class _Reader:
             if tag == 0 and size == 4:
                 (delivery_complete_count,) = _I32.unpack(data)
         return delivery_complete_count
-
-    def skip_tagged(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.raw(self.uvarint())
 
 
 def read_key(data: bytes) -> ShareStateKey:
@@ -229,11 +184,13 @@ def read_value(kind: int, data: bytes) -> ShareSnapshotValue | ShareUpdateValue:
             created,
             written,
             batches,
-            reader.tagged(),
+            reader.delivery_complete_count(),
         )
     snapshot_epoch, leader_epoch, start = reader.i32(), reader.i32(), reader.i64()
     batches = reader.batches()
-    return ShareUpdateValue(snapshot_epoch, leader_epoch, start, batches, reader.tagged())
+    return ShareUpdateValue(
+        snapshot_epoch, leader_epoch, start, batches, reader.delivery_complete_count()
+    )
 
 
 def merge(snapshot: ShareSnapshotValue, update: ShareUpdateValue) -> ShareSnapshotValue:

@@ -20,6 +20,7 @@ A null value (a tombstone) is an expired transactional id.
 import struct
 from dataclasses import dataclass
 
+from minibroker.protocol.field_reader import FieldReader
 from minibroker.protocol.framing import encode_uvarint as _uvarint
 
 KEY_VERSION = 0
@@ -112,69 +113,23 @@ def value(record: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
     return head + bytes(parts) + tail
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-        self.pos = 0
-
-    def _take(self, fmt: struct.Struct) -> int:
-        try:
-            (result,) = fmt.unpack_from(self.data, self.pos)
-        except struct.error:
-            raise TxnRecordFormatError("record truncated") from None
-        self.pos += fmt.size
-        return int(result)
-
-    def i8(self) -> int:
-        return self._take(_I8)
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            if self.pos >= len(self.data) or shift > 28:
-                raise TxnRecordFormatError("bad varint")
-            byte = self.data[self.pos]
-            self.pos += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-
-    def raw(self, length: int) -> bytes:
-        end = self.pos + length
-        if length < 0 or end > len(self.data):
-            raise TxnRecordFormatError("record truncated")
-        data = self.data[self.pos : end]
-        self.pos = end
-        return data
+class _Reader(FieldReader):
+    error = TxnRecordFormatError
 
     def string(self) -> str:
-        length = self.i16()
-        if length < 0:
+        text = self.nullable_string()
+        if text is None:
             raise TxnRecordFormatError("null string")
-        return self.raw(length).decode()
+        return text
 
-    def compact_string(self) -> str:
-        length = self.uvarint() - 1
-        if length < 0:
+    def compact_string(self) -> str:  # type: ignore[override]
+        text = super().compact_string()
+        if text is None:
             raise TxnRecordFormatError("null string")
-        return self.raw(length).decode()
+        return text
 
     def skip_tags(self) -> dict[int, bytes]:
-        tags = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            tags[tag] = self.raw(self.uvarint())
-        return tags
+        return self.tagged()
 
 
 def read_key(data: bytes) -> str:
