@@ -122,7 +122,7 @@ class _Reader(FieldReader):
             raise TxnRecordFormatError("null string")
         return text
 
-    def compact_string(self) -> str:  # type: ignore[override]
+    def compact_string(self) -> str:
         text = super().compact_string()
         if text is None:
             raise TxnRecordFormatError("null string")
