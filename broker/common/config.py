@@ -383,6 +383,7 @@ _PROPERTIES: dict[str, _Property] = {
     "num.replica.fetchers": _Property("num_replica_fetchers", _at_least(1)),
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
+    "event.loop.stall.warn.ms": _Property("event_loop_stall_warn_ms", _at_least(0)),
     "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
     # Not a Kafka property: the schema registry's HTTP listeners (docs/schema-registry.md).
     "schema.registry.listeners": _Property("schema_registry_listeners", _parse_http_listeners),
@@ -567,6 +568,9 @@ class BrokerConfig:
     num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
     unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
+    # Not Kafka's: a stall of the event loop longer than this is logged once with the code it
+    # was running (node/loop_stalls.py); 0: never logged (still measured on /metrics).
+    event_loop_stall_warn_ms: int = 100
     # DescribeTopicPartitions: the most partitions one answer holds (the client's own limit
     # is capped by it).
     max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")

@@ -31,6 +31,8 @@ disable_created_metrics()
 # Per-partition series stop beyond this many hosted partitions, to bound cardinality.
 MAX_PARTITION_SERIES = 2000
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# Stalls and pauses of the event loop's thread, seconds (node/loop_stalls.py).
+STALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MAX_HTTP_REQUEST_BYTES = 8192
 HTTP_READ_TIMEOUT_S = 5.0
 
@@ -150,6 +152,24 @@ class BrokerMetrics:
         self.uncleanable_partitions = Gauge(
             "kafka_log_logcleanermanager_uncleanable_partitions_count",
             "Compacted partitions the cleaner gave up on after an error.",
+            registry=self.registry,
+        )
+
+        # Not Kafka's (its request path has no single thread to stall): how late the event
+        # loop came back to a pulse due every 10 ms, and every garbage collection's pause
+        # (node/loop_stalls.py).
+        self.loop_stalls = Histogram(
+            "minibroker_event_loop_stall_seconds",
+            "How much later than due the event loop ran a pulse due every 10 ms: the time it"
+            " spent without coming back to the scheduler.",
+            buckets=STALL_BUCKETS,
+            registry=self.registry,
+        )
+        self.gc_pauses = Histogram(
+            "minibroker_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector, by generation.",
+            ["generation"],
+            buckets=STALL_BUCKETS,
             registry=self.registry,
         )
 

@@ -48,6 +48,7 @@ from minibroker.node.connection_limits import (
     IdleConnections,
     MemoryPool,
 )
+from minibroker.node.loop_stalls import LoopStalls
 from minibroker.node.metrics import (
     ConnectionCollector,
     QuotaCollector,
@@ -453,6 +454,12 @@ class BrokerServer:
                     self.config.metrics_port,
                 )
             control.start_soon(self._periodic_tasks)
+            self.loop_stalls = LoopStalls(
+                self.metrics.loop_stalls,
+                self.metrics.gc_pauses,
+                self.config.event_loop_stall_warn_ms,
+            )
+            control.start_soon(self.loop_stalls.run)
             if self.idle is not None:
                 control.start_soon(self._expire_idle_connections, self.idle)
             if self.zookeeper is not None:

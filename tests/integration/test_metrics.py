@@ -47,6 +47,9 @@ def test_counters_and_gauges_follow_what_clients_did(metered):
     assert samples[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
     assert samples[("kafka_controller_kafkacontroller_activebrokercount", ())] == 1
     assert ("process_resident_memory_bytes", ()) in samples
+    # The event loop's pulse (node/loop_stalls.py) has run, and garbage collections are timed.
+    assert samples[("minibroker_event_loop_stall_seconds_count", ())] >= 1
+    assert ("minibroker_gc_pause_seconds_count", (("generation", "0"),)) in samples
 
 
 def test_an_open_transaction_shows_as_last_stable_offset_lag(metered):
