@@ -384,6 +384,7 @@ _PROPERTIES: dict[str, _Property] = {
     "unclean.leader.election.enable": _Property("unclean_leader_election_enable", _parse_bool),
     "metrics.port": _Property("metrics_port", _at_least(0)),
     "event.loop.stall.warn.ms": _Property("event_loop_stall_warn_ms", _at_least(0)),
+    "gc.freeze.after.startup": _Property("gc_freeze_after_startup", _parse_bool),
     "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
     # Not a Kafka property: the schema registry's HTTP listeners (docs/schema-registry.md).
     "schema.registry.listeners": _Property("schema_registry_listeners", _parse_http_listeners),
@@ -571,6 +572,9 @@ class BrokerConfig:
     # Not Kafka's: a stall of the event loop longer than this is logged once with the code it
     # was running (node/loop_stalls.py); 0: never logged (still measured on /metrics).
     event_loop_stall_warn_ms: int = 100
+    # Not Kafka's: gc.freeze() once the node serves, so that the cyclic garbage collector's
+    # full collections do not scan what start-up made (bench/loop_stalls.py measures it).
+    gc_freeze_after_startup: bool = False
     # DescribeTopicPartitions: the most partitions one answer holds (the client's own limit
     # is capped by it).
     max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")

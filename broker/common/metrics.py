@@ -161,7 +161,9 @@ class BrokerMetrics:
         self.loop_stalls = Histogram(
             "minibroker_event_loop_stall_seconds",
             "How much later than due the event loop ran a pulse due every 10 ms: the time it"
-            " spent without coming back to the scheduler.",
+            " spent without coming back to the scheduler; kind: busy (the thread ran code for"
+            " at least half of it) or waiting (a blocking system call, or not scheduled).",
+            ["kind"],
             buckets=STALL_BUCKETS,
             registry=self.registry,
         )

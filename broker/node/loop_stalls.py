@@ -10,7 +10,9 @@ Three parts:
 
 - :class:`StallMeter` (pure, time passed in): a pulse that should come back every
   ``interval`` seconds; the time it comes back late is the stall, observed into the histogram
-  ``minibroker_event_loop_stall_seconds``;
+  ``minibroker_event_loop_stall_seconds{kind}``: ``busy`` when the thread used the CPU for at
+  least half of that time (the loop ran code), ``waiting`` otherwise (a blocking system call,
+  or the OS did not schedule the process: a loaded machine);
 - :class:`StallWatchdog`: a daemon thread that wakes every ``warn / 2`` and, when the pulse is
   overdue by more than ``event.loop.stall.warn.ms``, takes the event loop thread's stack
   (``sys._current_frames``) and logs it once for that stall: the code that was running. A
@@ -46,22 +48,32 @@ PULSE_INTERVAL_S = 0.01
 
 @dataclass
 class StallMeter:
-    """The pulse's arithmetic: ``expect(now)`` when the pulse goes to sleep for ``interval``,
-    ``arrived(now)`` when it runs again, which answers the stall (how much later than due it
-    ran, never negative). ``overdue(now)``: how late the pulse is now (0 if not due yet)."""
+    """The pulse's arithmetic: ``expect(now, cpu)`` when the pulse goes to sleep for
+    ``interval``, ``arrived(now, cpu)`` when it runs again, which answers the stall (how much
+    later than due it ran, never negative) and whether the thread was ``busy`` meanwhile: it
+    used the CPU for at least half the time since the pulse slept (the loop was running code),
+    else it was waiting (in a system call such as an fsync, or not scheduled by the OS).
+    ``cpu`` is the thread's CPU time (``time.thread_time``). ``overdue(now)``: how late the
+    pulse is now (0 if not due yet)."""
 
     interval: float
     due: float | None = None
     worst: float = 0.0
+    _slept_at: float = 0.0
+    _cpu_at: float = 0.0
 
-    def expect(self, now: float) -> None:
+    def expect(self, now: float, cpu: float = 0.0) -> None:
         self.due = now + self.interval
+        self._slept_at, self._cpu_at = now, cpu
 
-    def arrived(self, now: float) -> float:
-        stall = 0.0 if self.due is None else max(0.0, now - self.due)
+    def arrived(self, now: float, cpu: float = 0.0) -> tuple[float, bool]:
+        if self.due is None:
+            return 0.0, False
+        stall = max(0.0, now - self.due)
         self.worst = max(self.worst, stall)
         self.due = None
-        return stall
+        busy = (cpu - self._cpu_at) * 2 >= now - self._slept_at
+        return stall, busy
 
     def overdue(self, now: float) -> float:
         due = self.due
@@ -156,12 +168,16 @@ class LoopStalls:
         if self.warn_s > 0:
             self.watchdog = StallWatchdog(self.meter, self.warn_s, threading.get_ident())
             self.watchdog.start()
-        meter, observe = self.meter, self._stalls.observe
+        meter = self.meter
+        busy_stall = self._stalls.labels("busy").observe
+        waiting_stall = self._stalls.labels("waiting").observe
+        clock, cpu = time.perf_counter, time.thread_time
         try:
             while True:
-                meter.expect(time.perf_counter())
+                meter.expect(clock(), cpu())
                 await trio.sleep(meter.interval)
-                observe(meter.arrived(time.perf_counter()))
+                stall, busy = meter.arrived(clock(), cpu())
+                (busy_stall if busy else waiting_stall)(stall)
         finally:
             self.gc.remove()
             if self.watchdog is not None:

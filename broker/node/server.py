@@ -479,6 +479,11 @@ class BrokerServer:
                     self.cluster_id,
                 )
                 self.serving = True
+                if self.config.gc_freeze_after_startup:
+                    # What start-up made (modules, configs, the recovered logs' indexes) is
+                    # never scanned again by the cyclic collector (node/loop_stalls.py).
+                    gc.collect()
+                    gc.freeze()
                 task_status.started()
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)

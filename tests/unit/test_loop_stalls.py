@@ -21,22 +21,26 @@ HOLD_S = 0.3
 
 def _histograms():
     registry = CollectorRegistry()
-    stalls = Histogram("stalls", "", buckets=STALL_BUCKETS, registry=registry)
+    stalls = Histogram("stalls", "", ["kind"], buckets=STALL_BUCKETS, registry=registry)
     pauses = Histogram("pauses", "", ["generation"], buckets=STALL_BUCKETS, registry=registry)
     return registry, stalls, pauses
 
 
 def test_the_meter_counts_only_lateness():
     meter = StallMeter(interval=0.01)
-    assert meter.arrived(5.0) == 0.0  # never expected: no stall
-    meter.expect(10.0)
+    assert meter.arrived(5.0) == (0.0, False)  # never expected: no stall
+    meter.expect(10.0, cpu=1.0)
     assert meter.overdue(10.005) == 0.0
     assert meter.overdue(10.5) == pytest.approx(0.49)
-    assert meter.arrived(10.008) == 0.0  # early is not a stall
-    meter.expect(11.0)
-    assert meter.arrived(11.26) == pytest.approx(0.25)
+    assert meter.arrived(10.008, cpu=1.0)[0] == 0.0  # early is not a stall
+    meter.expect(11.0, cpu=2.0)
+    stall, busy = meter.arrived(11.26, cpu=2.2)  # the thread ran code for 0.2 of 0.26 s
+    assert stall == pytest.approx(0.25) and busy
     assert meter.worst == pytest.approx(0.25)
     assert meter.overdue(12.0) == 0.0  # nothing due after it arrived
+    meter.expect(20.0, cpu=3.0)
+    stall, busy = meter.arrived(20.51, cpu=3.01)  # blocked or not scheduled
+    assert stall == pytest.approx(0.5) and not busy
 
 
 def _hold_the_loop_thread() -> None:
@@ -58,15 +62,10 @@ def test_a_blocked_loop_is_measured_and_named_once(caplog):
     with caplog.at_level(logging.WARNING, logger="loop"):
         trio.run(main)
     assert monitor.meter.worst >= HOLD_S - 0.05
-    late = sum(
-        sample.value
-        for metric in registry.collect()
-        if metric.name == "stalls"
-        for sample in metric.samples
-        if sample.name == "stalls_bucket" and sample.labels["le"] == "0.25"
-    )
-    total = registry.get_sample_value("stalls_count")
-    assert total is not None and total - late >= 1, "the 0.3 s stall is not above 0.25 s"
+    # time.sleep holds the thread without using the CPU: a waiting stall.
+    below = registry.get_sample_value("stalls_bucket", {"kind": "waiting", "le": "0.25"})
+    total = registry.get_sample_value("stalls_count", {"kind": "waiting"})
+    assert total is not None and total - below >= 1, "the 0.3 s stall is not above 0.25 s"
     assert monitor.watchdog is not None
     assert len(monitor.watchdog.reported) == 1, "one stall, logged once"
     assert "_hold_the_loop_thread" in monitor.watchdog.reported[0]
