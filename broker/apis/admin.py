@@ -54,7 +54,7 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
         "cluster_id": ctx.cluster_id,
         "controller_id": controller_id_for_clients(ctx),
         "brokers": [
-            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in brokers_on_listener(ctx, ctx.replica_manager)
         ],
         "cluster_authorized_operations": operations,

@@ -258,7 +258,7 @@ def _add_current_leaders(ctx: RequestContext, response: dict) -> None:
                 leaders.add(state.leader)
     if leaders:
         response["node_endpoints"] = [
-            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
             for b in metadata.endpoints_for(ctx.listener_name)
             if b.node_id in leaders
         ]

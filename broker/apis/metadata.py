@@ -113,13 +113,18 @@ async def _resolve(ctx: RequestContext, requested, allow_auto_create: bool) -> d
 def brokers_on_listener(ctx: RequestContext, replicas: ReplicaManager) -> list[dict]:
     """The live brokers' endpoints on the listener this request came in on."""
     brokers = [
-        {"node_id": b.node_id, "host": b.host, "port": b.port}
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in replicas.metadata.endpoints_for(ctx.listener_name)
     ]
     if not any(b["node_id"] == ctx.config.node_id for b in brokers):
         listener = ctx.config.advertised_for(ctx.listener_name)
         brokers.append(
-            {"node_id": ctx.config.node_id, "host": listener.host, "port": listener.port}
+            {
+                "node_id": ctx.config.node_id,
+                "host": listener.host,
+                "port": listener.port,
+                "rack": ctx.config.broker_rack,
+            }
         )
     return brokers
 

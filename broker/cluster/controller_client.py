@@ -326,7 +326,7 @@ class ControllerClient:
                 ]
                 + self._schema_registry_endpoint(inter_broker.host),
                 "features": (),
-                "rack": None,
+                "rack": self.config.broker_rack,
             },
         )
         while True:

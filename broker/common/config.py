@@ -313,6 +313,7 @@ class _Property:
 _PROPERTIES: dict[str, _Property] = {
     "node.id": _Property("node_id", _at_least(0)),
     "broker.id": _Property("node_id", _at_least(0)),
+    "broker.rack": _Property("broker_rack", str.strip),
     "listeners": _Property("listeners", _parse_listeners),
     "advertised.listeners": _Property("advertised_listeners", _parse_listeners),
     "log.dirs": _Property("log_dirs", _parse_dirs),
@@ -569,6 +570,9 @@ class BrokerConfig:
     num_replica_fetchers: int = _kafka_default("num.replica.fetchers")
     unclean_leader_election_enable: bool = _kafka_default("unclean.leader.election.enable")
     metrics_port: int | None = None
+    # The rack (or availability zone) of this broker (KIP-36): registered with the controller,
+    # shown in Metadata and DescribeCluster, and used to spread a partition's replicas.
+    broker_rack: str | None = None
     # Not Kafka's: a stall of the event loop longer than this is logged once with the code it
     # was running (node/loop_stalls.py); 0: never logged (still measured on /metrics).
     event_loop_stall_warn_ms: int = 100

@@ -75,6 +75,7 @@ class BrokerLifecycleManager:
             controller.clock_ms(),
             unclean_leader_election=controller.config.unclean_leader_election_enable,
             listeners={item.name: (item.host, item.port) for item in request.listeners},
+            rack=request.rack,
         )
         await controller.save()
         log.info(

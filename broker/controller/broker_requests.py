@@ -187,7 +187,11 @@ def update_metadata(state: ControllerState, controller_id: int) -> Callable[[int
         for topic in state.topics.values()
     ]
     live_brokers = [
-        {"id_": node_id, "endpoints": endpoints(state.brokers[node_id]), "rack": None}
+        {
+            "id_": node_id,
+            "endpoints": endpoints(state.brokers[node_id]),
+            "rack": state.brokers[node_id].rack,
+        }
         for node_id in live
     ]
     request_class = codec.request_class(ApiKey.UPDATE_METADATA, 8)

@@ -91,6 +91,7 @@ class BrokerInfo:
     last_heartbeat_ms: int
     # Every advertised listener by name; ``host``/``port`` are the inter-broker one.
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    rack: str | None = None  # broker.rack (KIP-36)
 
 
 @dataclass
@@ -234,6 +235,7 @@ def register_broker(
     *,
     unclean_leader_election: bool = False,
     listeners: dict[str, tuple[str, int]] | None = None,
+    rack: str | None = None,
 ) -> tuple[int, list[PartitionChange]]:
     """Register a new or returning broker; returns its new broker epoch and the changes.
 
@@ -269,6 +271,7 @@ def register_broker(
         fenced=False,
         last_heartbeat_ms=now_ms,
         listeners=dict(listeners or {}),
+        rack=rack,
     )
 
     for topic in state.topics.values():
@@ -380,6 +383,69 @@ def assign_replicas(
         for j in range(replication_factor - 1):
             distance = 1 + (replica_shift + j) % (count - 1)
             replicas.append(broker_ids[(first + distance) % count])
+        assignment.append(replicas)
+    return assignment
+
+
+def rack_alternated(racks: dict[int, str | None]) -> list[int]:
+    """Kafka's getRackAlternatedBrokerList: the brokers taken one per rack in turn (racks in
+    name order, each rack's brokers by id), so that neighbours in the list are on different
+    racks while any rack has brokers left."""
+    by_rack: dict[str, list[int]] = {}
+    for node_id in sorted(racks):
+        by_rack.setdefault(racks[node_id] or "", []).append(node_id)
+    queues = [by_rack[rack] for rack in sorted(by_rack)]
+    arranged: list[int] = []
+    while len(arranged) < len(racks):
+        for queue in queues:
+            if queue:
+                arranged.append(queue.pop(0))
+    return arranged
+
+
+def assign_replicas_rack_aware(
+    racks: dict[int, str | None],
+    num_partitions: int,
+    replication_factor: int,
+    start_index: int,
+    replica_shift: int,
+) -> list[list[int]]:
+    """Kafka's rack-aware replica assignment (AdminUtils.assignReplicasToBrokersRackAware,
+    which KRaft's StripedReplicaPlacer keeps the aims of): over the rack-alternated broker list,
+    the leaders go round as in :func:`assign_replicas`, and each further replica is the next
+    broker at the growing distance whose rack holds no replica of the partition yet (once every
+    rack holds one, any broker without one); so a partition's replicas span
+    min(replication factor, racks) racks and the leaders and followers spread evenly.
+
+    Departure: Kafka refuses to place when some brokers have a rack and others not (unless
+    told to ignore racks); here a broker without ``broker.rack`` counts as one more rack, named
+    "", as KRaft's placer treats brokers without a rack, so a cluster being given racks one
+    broker at a time keeps creating topics.
+    """
+    arranged = rack_alternated(racks)
+    count = len(arranged)
+    rack_count = len({rack or "" for rack in racks.values()})
+    assignment = []
+    for partition in range(num_partitions):
+        if partition > 0 and partition % count == 0:
+            replica_shift += 1
+        first = (partition + start_index) % count
+        leader = arranged[first]
+        replicas = [leader]
+        racks_used = {racks[leader] or ""}
+        k = 0
+        for _ in range(replication_factor - 1):
+            while True:
+                shift = 1 + (replica_shift * rack_count + k) % (count - 1)
+                broker = arranged[(first + shift) % count]
+                rack = racks[broker] or ""
+                k += 1
+                if (rack not in racks_used or len(racks_used) == rack_count) and (
+                    broker not in replicas or len(replicas) == count
+                ):
+                    replicas.append(broker)
+                    racks_used.add(rack)
+                    break
         assignment.append(replicas)
     return assignment
 
@@ -624,6 +690,9 @@ def _automatic_assignment(
         first, shift = rng.randrange(len(live)), rng.randrange(len(live))
     else:
         first = shift = start_index
+    racks = {node_id: state.brokers[node_id].rack for node_id in live}
+    if any(rack is not None for rack in racks.values()):
+        return assign_replicas_rack_aware(racks, num_partitions, replication_factor, first, shift)
     return assign_replicas(live, num_partitions, replication_factor, first, shift)
 
 

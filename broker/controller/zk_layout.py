@@ -551,7 +551,10 @@ def controller_id_from(data: bytes) -> int:
 
 
 def broker_znode(
-    listeners: list[tuple[str, str, int]], protocols: dict[str, str], timestamp_ms: int
+    listeners: list[tuple[str, str, int]],
+    protocols: dict[str, str],
+    timestamp_ms: int,
+    rack: str | None = None,
 ) -> bytes:
     """``/brokers/ids/<id>``'s data, Kafka's version 5: every listener as an endpoint with
     its security protocol, the first (the inter-broker one) also as host and port."""
@@ -566,6 +569,8 @@ def broker_znode(
             "endpoints": [f"{n}://{h}:{p}" for n, h, p in listeners],
             "listener_security_protocol_map": {n: protocols[n] for n, _, _ in listeners},
             "features": {},
+            # Kafka writes the rack only when the broker has one.
+            **({"rack": rack} if rack is not None else {}),
         }
     )
 

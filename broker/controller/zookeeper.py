@@ -178,6 +178,7 @@ class ZooKeeperBroker:
             [(item.name, item.host, item.port) for item in listeners],
             {item.name: self.config.security_protocol(item.name) for item in listeners},
             _wall_clock_ms(),
+            self.config.broker_rack,
         )
         path = f"{layout.BROKER_IDS}/{self.config.node_id}"
         try:

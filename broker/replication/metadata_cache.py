@@ -14,6 +14,7 @@ class BrokerEndpoint:
     node_id: int
     host: str
     port: int
+    rack: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ class MetadataCache:
         listeners = {}
         for broker in request.live_brokers:
             endpoint = broker.endpoints[0]
-            brokers[broker.id_] = BrokerEndpoint(broker.id_, endpoint.host, endpoint.port)
+            rack = broker.rack
+            brokers[broker.id_] = BrokerEndpoint(broker.id_, endpoint.host, endpoint.port, rack)
             listeners[broker.id_] = {
-                item.listener: BrokerEndpoint(broker.id_, item.host, item.port)
+                item.listener: BrokerEndpoint(broker.id_, item.host, item.port, rack)
                 for item in broker.endpoints
             }
         topics = {}

@@ -493,9 +493,11 @@ def _broker_processes(
     advertised_ports: Mapping[int, Mapping[str, int]] | None = None,
     listener_ports: Mapping[int, Mapping[str, int]] | None = None,
     schema_registry: bool | Mapping[int, int] = False,
+    node_overrides: Mapping[int, Mapping[str, object]] | None = None,
 ) -> dict[int, BrokerProcess]:
     """Brokers 1..`brokers` (not launched yet), each on its port from `ports` or a free one,
-    with its data in `base_dir/broker-<id>`."""
+    with its data in `base_dir/broker-<id>`; `node_overrides` adds a broker's own properties
+    to the shared ones (its `broker.rack`, say)."""
     processes = {}
     for node_id in range(1, brokers + 1):
         port = ports.get(node_id) or free_port()
@@ -503,7 +505,7 @@ def _broker_processes(
             node_id,
             base_dir / f"broker-{node_id}",
             port,
-            shared,
+            {**shared, **(node_overrides or {}).get(node_id, {})},
             role=role,
             die_with_parent=die_with_parent,
             extra_listeners={
@@ -560,6 +562,7 @@ class Cluster:
         single_node: bool = False,
         fork: bool = False,
         schema_registry: bool | Mapping[int, int] = False,
+        node_overrides: Mapping[int, Mapping[str, object]] | None = None,
     ) -> Cluster:
         """Start the controller, then the brokers, and return once the cluster is ready.
 
@@ -584,7 +587,8 @@ class Cluster:
         forks the nodes from the fork server (minibroker.tools.forkserver) instead of
         starting an interpreter each: the imports are paid once. `schema_registry` serves
         the schema registry on every broker (True: on free ports; or node id -> port, free
-        ports for the others); not in the ZooKeeper mode yet.
+        ports for the others); not in the ZooKeeper mode yet. `node_overrides` (broker id ->
+        properties) adds a broker's own properties to `overrides` (a `broker.rack` each).
         """
         base_dir = Path(base_dir)
         ports = dict(ports or {})
@@ -605,6 +609,7 @@ class Cluster:
                     advertised_ports,
                     listener_ports,
                     schema_registry,
+                    node_overrides,
                 ),
             )
             cluster._launch(timeout, fork=fork)
@@ -622,6 +627,7 @@ class Cluster:
                 advertised_ports,
                 listener_ports,
                 fork,
+                node_overrides,
             )
         controller_port = ports.get(CONTROLLER_NODE_ID) or free_port()
         voter_port = advertised_ports.get(CONTROLLER_NODE_ID, {}).get("CONTROLLER", controller_port)
@@ -650,6 +656,7 @@ class Cluster:
                 advertised_ports,
                 listener_ports,
                 schema_registry,
+                node_overrides,
             ),
         )
         cluster._launch(timeout, all_at_once, fork)
@@ -669,6 +676,7 @@ class Cluster:
         advertised_ports=None,
         listener_ports=None,
         fork=False,
+        node_overrides=None,
     ) -> Cluster:
         shared = {**(overrides or {}), "zookeeper.connect": zookeeper_connect}
         cluster = cls(
@@ -682,6 +690,7 @@ class Cluster:
                 broker_listeners,
                 advertised_ports=advertised_ports,
                 listener_ports=listener_ports,
+                node_overrides=node_overrides,
             ),
         )
         cluster._launch(timeout, fork=fork)
