@@ -18,7 +18,6 @@ every group to a principal that may DESCRIBE the cluster, else only the groups i
 DESCRIBE.
 """
 
-import uuid
 from functools import partial
 
 from minibroker.apis import RequestContext, Role, api
@@ -31,6 +30,7 @@ from minibroker.apis.authorization import (
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.coordinator.group.consumer_group import ConsumerGroup
 from minibroker.coordinator.group.state import JoinRequest, JoinResult
+from minibroker.coordinator.share.state import parse_kafka_uuid
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
@@ -94,12 +94,13 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
 
 def _share_key_valid(key: str) -> bool:
     """SharePartitionKey.validate of a coordinator key: "group:topicId:partition" with a
-    non-empty group (which may itself hold colons), a topic id and a partition >= 0."""
+    non-empty group (which may itself hold colons), a topic id as Kafka's Uuid.toString writes
+    it and a partition >= 0."""
     parts = key.rsplit(":", 2)
     if len(parts) != 3 or not parts[0]:
         return False
     try:
-        uuid.UUID(parts[1])
+        parse_kafka_uuid(parts[1])
         return int(parts[2]) >= 0
     except ValueError:
         return False

@@ -256,7 +256,12 @@ class CoordinatorPersister:
         the error)."""
         request = build_request(
             ApiKey.FIND_COORDINATOR,
-            {"key_type": SHARE_KEY_TYPE, "coordinator_keys": [key.coordinator_key()]},
+            {
+                "key_type": SHARE_KEY_TYPE,
+                "coordinator_keys": [
+                    SharePartitionKey(key.group, key.topic_id, key.partition).coordinator_key()
+                ],
+            },
         )
         brokers = [self.config.node_id] + [
             b for b in sorted(self.replicas.metadata.brokers) if b != self.config.node_id

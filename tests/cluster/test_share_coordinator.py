@@ -12,6 +12,7 @@ import trio
 
 from minibroker.cluster.node_connection import NodeConnection
 from minibroker.common.config import BrokerConfig
+from minibroker.coordinator.share.state import kafka_uuid
 from minibroker.node.share_persister import CoordinatorPersister
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -98,7 +99,7 @@ def test_share_state_survives_the_coordinators_sigkill(cluster: Cluster):
     metadata = cluster.metadata([TOPIC])
     assert metadata is not None
     topic_id = metadata.topics[0].topic_id
-    key = f"{GROUP}:{topic_id}:0"
+    key = f"{GROUP}:{kafka_uuid(topic_id)}:0"
 
     # Initialize, then a leader at epoch 3 reads and writes 12 times (ShareUpdates over the
     # initial ShareSnapshot).
@@ -197,12 +198,12 @@ def test_share_state_survives_the_coordinators_sigkill(cluster: Cluster):
     )
     assert code(stale_read) == Error.FENCED_LEADER_EPOCH
     unknown_topic = uuid.uuid4()
-    unknown_key = f"{GROUP}:{unknown_topic}:0"
+    unknown_key = f"{GROUP}:{kafka_uuid(unknown_topic)}:0"
     _, result = until_served(
         cluster, unknown_key, ApiKey.READ_SHARE_GROUP_STATE, 0, one(unknown_topic, leader_epoch=0)
     )
     assert code(result) == Error.UNKNOWN_TOPIC_OR_PARTITION
-    never_initialized = f"other-group:{topic_id}:0"
+    never_initialized = f"other-group:{kafka_uuid(topic_id)}:0"
     _, result = until_served(
         cluster,
         never_initialized,
@@ -217,6 +218,8 @@ def test_share_state_survives_the_coordinators_sigkill(cluster: Cluster):
     )
     assert code(not_here) == Error.NOT_COORDINATOR
     assert find_share_coordinator(cluster, "no-topic-id")[1] == Error.INVALID_REQUEST
+    # The topic id as Kafka writes it, not Python's hex form.
+    assert find_share_coordinator(cluster, f"{GROUP}:{topic_id}:0")[1] == Error.INVALID_REQUEST
     assert find_share_coordinator(cluster, key, version=5)[1] == Error.INVALID_REQUEST
 
     # The coordinator's broker is killed; the next one loads `__share_group_state`.

@@ -168,3 +168,22 @@ def test_delete_tombstones_the_key():
     assert [value for _, value in decision.records] == [None, None]
     assert KEY not in shard.states
     assert shard.read(KEY, 0).error == Error.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_the_coordinator_key_is_kafkas_with_the_topic_id_as_kafkas_uuid():
+    from minibroker.coordinator.share.state import kafka_uuid, parse_kafka_uuid
+    from minibroker.replication.share_persister import ShareStateKey
+
+    topic = uuid.UUID("d9d4d0a9-2a0b-4f3c-9f6e-0a1b2c3d4e5f")
+    # Kafka's Uuid.toString of these bytes (URL-safe base64, no padding).
+    assert kafka_uuid(topic) == "2dTQqSoLTzyfbgobLD1OXw"
+    assert parse_kafka_uuid("2dTQqSoLTzyfbgobLD1OXw") == topic
+    key = SharePartitionKey("g:1", topic, 4)
+    assert key.coordinator_key() == "g:1:2dTQqSoLTzyfbgobLD1OXw:4"
+    assert ShareStateKey("g:1", topic, 4).coordinator_key() == key.coordinator_key()
+    for bad in ("short", str(topic), "2dTQqSoLTzyfbgobLD1O!w", "2dTQqSoLTzyfbgobLD1O+w"):
+        try:
+            parse_kafka_uuid(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)

@@ -46,6 +46,7 @@ the replica manager's metadata before calling the shard. Kafka's pruning of the 
 keeps its records (retention.ms -1).
 """
 
+import base64
 import uuid
 from dataclasses import dataclass, field, replace
 
@@ -59,6 +60,28 @@ DEFAULT_UPDATES_PER_SNAPSHOT = 500
 Record = tuple[bytes, bytes | None]
 
 
+_URL_SAFE_BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def kafka_uuid(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: the 16 bytes in URL-safe base64, no padding (22 characters)."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    """Kafka's Uuid.fromString; ValueError unless ``text`` is 22 base64 characters of 16
+    bytes."""
+    if len(text) != 22 or not set(text) <= _URL_SAFE_BASE64:
+        raise ValueError(f"not a Kafka Uuid: {text!r}")
+    try:
+        data = base64.b64decode(text + "==", altchars=b"-_", validate=True)
+    except (ValueError, TypeError):
+        raise ValueError(f"not a Kafka Uuid: {text!r}") from None
+    if len(data) != 16:
+        raise ValueError(f"not a Kafka Uuid: {text!r}")
+    return uuid.UUID(bytes=data)
+
+
 @dataclass(frozen=True)
 class SharePartitionKey:
     """Kafka's SharePartitionKey: a share partition of a group."""
@@ -69,8 +92,9 @@ class SharePartitionKey:
 
     def coordinator_key(self) -> str:
         """FindCoordinator's key of type 2 (asCoordinatorKey), also what picks the partition
-        of `__share_group_state` (partitionFor)."""
-        return f"{self.group}:{self.topic_id}:{self.partition}"
+        of `__share_group_state` (partitionFor): the topic id as Kafka's Uuid.toString
+        writes it (URL-safe base64 without padding), so the key hashes as Kafka's does."""
+        return f"{self.group}:{kafka_uuid(self.topic_id)}:{self.partition}"
 
     def record_key(self, kind: int) -> bytes:
         return log_format.encode_key(
