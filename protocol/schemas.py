@@ -27,6 +27,13 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
 
+- The share coordinator's state APIs of Kafka 4.4 (KIP-932, KIP-1226):
+  WriteShareGroupState v1 (WriteShareGroupStateRequest.json: the partition adds
+  DeliveryCompleteCount, int32 default -1, after StartOffset; the response is v0's) and
+  ReadShareGroupStateSummary v0-v1 (its response's partitions have LeaderEpoch after
+  StateEpoch in v0 already, which kio 0.6.1's v0 lacks, and DeliveryCompleteCount from v1;
+  the request v1 is v0's).
+
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
 """
@@ -45,6 +52,16 @@ from kio.schema.fetch.v17.request import ReplicaState as _ReplicaStateV17
 from kio.schema.fetch.v17.response import FetchResponse as _FetchResponseV17
 from kio.schema.produce.v11.request import ProduceRequest as _ProduceRequestV11
 from kio.schema.produce.v11.response import ProduceResponse as _ProduceResponseV11
+from kio.schema.read_share_group_state_summary.v0.request import (
+    ReadShareGroupStateSummaryRequest as _SummaryRequestV0,
+)
+from kio.schema.read_share_group_state_summary.v0.response import (
+    ReadShareGroupStateSummaryResponse as _SummaryResponseV0,
+)
+from kio.schema.read_share_group_state_summary.v0.response import (
+    ReadStateSummaryResult as _SummaryResultV0,
+)
+from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.txn_offset_commit.v4.request import (
     TxnOffsetCommitRequest as _TxnOffsetCommitRequestV4,
@@ -56,8 +73,16 @@ from kio.schema.types import ProducerId
 from kio.schema.update_features.v1.request import (
     UpdateFeaturesRequest as _UpdateFeaturesRequestV1,
 )
+from kio.schema.write_share_group_state.v0.request import StateBatch as _WriteStateBatchV0
+from kio.schema.write_share_group_state.v0.request import (
+    WriteShareGroupStateRequest as _WriteRequestV0,
+)
+from kio.schema.write_share_group_state.v0.request import WriteStateData as _WriteStateDataV0
+from kio.schema.write_share_group_state.v0.response import (
+    WriteShareGroupStateResponse as _WriteResponseV0,
+)
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32Timedelta, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 
@@ -179,6 +204,106 @@ class UpdateFeaturesResponseV2:
     """The top-level error message, or `null` if there was no top-level error."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WritePartitionV1:
+    """WriteShareGroupState v1's partition, written whole: the added field sits between
+    StartOffset and StateBatches (a subclass would put it last)."""
+
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(85)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    partition: i32 = field(metadata={"kafka_type": "int32"})
+    state_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    start_offset: i64 = field(metadata={"kafka_type": "int64"})
+    delivery_complete_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
+    """KIP-1226: offsets at or above the start offset whose delivery is complete."""
+    state_batches: tuple[_WriteStateBatchV0, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteStateDataV1(_WriteStateDataV0):
+    __version__: ClassVar[i16] = i16(1)
+    partitions: tuple[WritePartitionV1, ...]  # type: ignore[assignment]  # (field order)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteShareGroupStateRequestV1(_WriteRequestV0):
+    __version__: ClassVar[i16] = i16(1)
+    topics: tuple[WriteStateDataV1, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteShareGroupStateResponseV1(_WriteResponseV0):
+    __version__: ClassVar[i16] = i16(1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryPartitionResultV0:
+    """ReadShareGroupStateSummary's partition result as Kafka 4.4 has it, written whole
+    (kio 0.6.1's v0 lacks LeaderEpoch)."""
+
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(87)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    partition: i32 = field(metadata={"kafka_type": "int32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    state_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    start_offset: i64 = field(metadata={"kafka_type": "int64"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryResultV0(_SummaryResultV0):
+    partitions: tuple[SummaryPartitionResultV0, ...]  # type: ignore[assignment]  # field order
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateSummaryResponseV0(_SummaryResponseV0):
+    results: tuple[SummaryResultV0, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryPartitionResultV1:
+    """ReadShareGroupStateSummary's partition result as Kafka 4.4 has it, written whole
+    (kio 0.6.1's v0 lacks LeaderEpoch; v1 adds DeliveryCompleteCount)."""
+
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(87)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    partition: i32 = field(metadata={"kafka_type": "int32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    state_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    start_offset: i64 = field(metadata={"kafka_type": "int64"})
+    delivery_complete_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryResultV1(_SummaryResultV0):
+    __version__: ClassVar[i16] = i16(1)
+    partitions: tuple[SummaryPartitionResultV1, ...]  # type: ignore[assignment]  # field order
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateSummaryResponseV1(_SummaryResponseV0):
+    __version__: ClassVar[i16] = i16(1)
+    results: tuple[SummaryResultV1, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateSummaryRequestV1(_SummaryRequestV0):
+    __version__: ClassVar[i16] = i16(1)
+
+
 REQUESTS: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesRequestV2,
     (26, 5): EndTxnRequestV5,
@@ -186,6 +311,8 @@ REQUESTS: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitRequestV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
     (1, 18): FetchRequestV18,
+    (85, 1): WriteShareGroupStateRequestV1,
+    (87, 1): ReadShareGroupStateSummaryRequestV1,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesResponseV2,
@@ -194,4 +321,7 @@ RESPONSES: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitResponseV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
     (1, 18): FetchResponseV18,
+    (85, 1): WriteShareGroupStateResponseV1,
+    (87, 0): ReadShareGroupStateSummaryResponseV0,
+    (87, 1): ReadShareGroupStateSummaryResponseV1,
 }

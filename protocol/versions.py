@@ -76,6 +76,12 @@ class ApiKey(IntEnum):
     # Features (KIP-584) and paged topic descriptions (KIP-966).
     UPDATE_FEATURES = 57
     DESCRIBE_TOPIC_PARTITIONS = 75
+    # The share coordinator's state APIs (KIP-932), between partition leaders and it.
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
 
 
 # The version this node sends each inter-node request at.
@@ -105,6 +111,13 @@ SENT_VERSIONS: dict[int, int] = {
     # adding the partition for TV2; v5 knows TRANSACTION_ABORTABLE).
     27: 1,  # WriteTxnMarkers (its handler, and ApiKey.WRITE_TXN_MARKERS, are the log side's)
     ApiKey.ADD_PARTITIONS_TO_TXN: 5,
+    # The share persister's (node/share_persister.py), to the share coordinator.
+    ApiKey.FIND_COORDINATOR: 6,
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: 0,
+    ApiKey.READ_SHARE_GROUP_STATE: 0,
+    ApiKey.WRITE_SHARE_GROUP_STATE: 1,
+    ApiKey.DELETE_SHARE_GROUP_STATE: 0,
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: 1,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)
@@ -174,4 +187,9 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
     ApiKey.UPDATE_FEATURES: 0,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: 0,
+    ApiKey.READ_SHARE_GROUP_STATE: 0,
+    ApiKey.WRITE_SHARE_GROUP_STATE: 0,
+    ApiKey.DELETE_SHARE_GROUP_STATE: 0,
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: 0,
 }

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from minibroker.common.quota_manager import BrokerQuotas
     from minibroker.controller.service import ControllerService
     from minibroker.coordinator.group.service import GroupCoordinator
+    from minibroker.coordinator.share.service import ShareCoordinator
     from minibroker.coordinator.transaction.service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
     from minibroker.security.authenticator import SaslSession
@@ -88,6 +89,8 @@ class RequestContext:
     transactions: "TransactionCoordinator | None" = None
     # The broker's client quota managers (None on a controller-only node).
     quotas: "BrokerQuotas | None" = None
+    # The share coordinator (KIP-932's share state; None on a controller-only node).
+    share_coordinator: "ShareCoordinator | None" = None
 
     @property
     def version(self) -> int:
@@ -115,6 +118,12 @@ class RequestContext:
         """``transactions``, in the handler of a Role.BROKER API (a broker starts it)."""
         assert self.transactions is not None, "a broker's API served by a controller-only node"
         return self.transactions
+
+    @property
+    def share_state_coordinator(self) -> "ShareCoordinator":
+        """``share_coordinator``, in the handler of a Role.BROKER API (a broker starts it)."""
+        assert self.share_coordinator is not None, "a broker's API served by a non-broker"
+        return self.share_coordinator
 
     @property
     def controller_service(self) -> "ControllerService":

@@ -5,7 +5,11 @@ Each handler translates its request (every version) into a call on the group coo
 (broker/coordinator) and its answer back into the version-neutral response description.
 FindCoordinator creates `__consumer_offsets` (key type 0, groups) or `__transaction_state`
 (key type 1, transactional ids) on first use and names the leader of the key's partition, on
-the listener the client came in on; share groups (key type 2) are answered INVALID_REQUEST.
+the listener the client came in on; key type 2 (SHARE, KIP-932: a share partition's key
+"group:topicId:partition") names the share coordinator of that key, the leader of its
+partition of `__share_group_state`, created on first use; a key not of that form is
+INVALID_REQUEST, and a FindCoordinator older than v6 cannot ask for it (INVALID_REQUEST, as
+Kafka's FindCoordinatorRequest.Builder refuses).
 
 With an authorizer, Kafka's rules (GROUP_AUTHORIZATION_FAILED): DESCRIBE on the group (on the
 transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED) to find its coordinator and to
@@ -26,12 +30,14 @@ from minibroker.apis.authorization import (
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.coordinator.group.consumer_group import ConsumerGroup
 from minibroker.coordinator.group.state import JoinRequest, JoinResult
+from minibroker.coordinator.share.state import parse_kafka_uuid
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
 # Kafka's "operations not requested" marker for authorized-operations fields.
 _OPERATIONS_OMITTED = -(2**31)
 
@@ -59,8 +65,18 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
         if not group_allowed(ctx, Operation.DESCRIBE, key):
             return answer(Error.GROUP_AUTHORIZATION_FAILED)
         runtime = ctx.group_coordinator.runtime
+    elif key_type == SHARE_KEY_TYPE and ctx.version >= 6:
+        # Kafka's KafkaApis.getCoordinator for CoordinatorType.SHARE: only brokers ask
+        # (CLUSTER_ACTION on the cluster), and the key must parse as SharePartitionKey.
+        if not cluster_allowed(ctx, Operation.CLUSTER_ACTION):
+            return answer(Error.CLUSTER_AUTHORIZATION_FAILED)
+        if not _share_key_valid(key):
+            return answer(
+                Error.INVALID_REQUEST,
+                f"invalid key {key!r} of key type 2: expected group:topicId:partition",
+            )
+        runtime = ctx.share_state_coordinator.runtime
     else:
-        # Share groups (key type 2, KIP-932) are not served.
         return answer(Error.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
     # The coordinator's runtime creates its internal topic on first use and answers which
     # broker leads the key's partition (Kafka's partitionFor, then the partition's leader).
@@ -74,6 +90,20 @@ async def _find_one(ctx: RequestContext, key_type: int, key: str) -> dict:
     if node is None:
         return answer(Error.COORDINATOR_NOT_AVAILABLE, "the coordinator is not reachable here")
     return answer(Error.NONE, None, node)
+
+
+def _share_key_valid(key: str) -> bool:
+    """SharePartitionKey.validate of a coordinator key: "group:topicId:partition" with a
+    non-empty group (which may itself hold colons), a topic id as Kafka's Uuid.toString writes
+    it and a partition >= 0."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        return False
+    try:
+        parse_kafka_uuid(parts[1])
+        return int(parts[2]) >= 0
+    except ValueError:
+        return False
 
 
 def _find_coordinator_error(request, error: Error) -> dict:

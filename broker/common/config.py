@@ -412,6 +412,22 @@ _PROPERTIES: dict[str, _Property] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": _Property(
         "transaction_remove_expired_transaction_cleanup_interval_ms", _at_least(1)
     ),
+    # The share coordinator's (Kafka's ShareCoordinatorConfig).
+    "share.coordinator.snapshot.update.records.per.snapshot": _Property(
+        "share_coordinator_snapshot_update_records_per_snapshot", _at_least(0)
+    ),
+    "share.coordinator.state.topic.min.isr": _Property(
+        "share_coordinator_state_topic_min_isr", _at_least(1)
+    ),
+    "share.coordinator.state.topic.num.partitions": _Property(
+        "share_coordinator_state_topic_num_partitions", _at_least(1)
+    ),
+    "share.coordinator.state.topic.replication.factor": _Property(
+        "share_coordinator_state_topic_replication_factor", _at_least(1)
+    ),
+    "share.coordinator.state.topic.segment.bytes": _Property(
+        "share_coordinator_state_topic_segment_bytes", _at_least(1)
+    ),
     "transaction.state.log.min.isr": _Property("transaction_state_log_min_isr", _at_least(1)),
     "transaction.state.log.num.partitions": _Property(
         "transaction_state_log_num_partitions", _at_least(1)
@@ -604,6 +620,21 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = _kafka_default("transaction.max.timeout.ms")
     transaction_remove_expired_transaction_cleanup_interval_ms: int = _kafka_default(
         "transaction.remove.expired.transaction.cleanup.interval.ms"
+    )
+    share_coordinator_snapshot_update_records_per_snapshot: int = _kafka_default(
+        "share.coordinator.snapshot.update.records.per.snapshot"
+    )
+    share_coordinator_state_topic_min_isr: int = _kafka_default(
+        "share.coordinator.state.topic.min.isr"
+    )
+    share_coordinator_state_topic_num_partitions: int = _kafka_default(
+        "share.coordinator.state.topic.num.partitions"
+    )
+    share_coordinator_state_topic_replication_factor: int = _kafka_default(
+        "share.coordinator.state.topic.replication.factor"
+    )
+    share_coordinator_state_topic_segment_bytes: int = _kafka_default(
+        "share.coordinator.state.topic.segment.bytes"
     )
     transaction_state_log_min_isr: int = _kafka_default("transaction.state.log.min.isr")
     transaction_state_log_num_partitions: int = _kafka_default(

@@ -41,6 +41,7 @@ from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
 from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.group.service import GroupCoordinator
+from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.transaction.service import TransactionCoordinator
 from minibroker.node.connection_limits import (
     ConnectionQuotas,
@@ -55,6 +56,7 @@ from minibroker.node.metrics import (
     StateCollector,
     serve_metrics,
 )
+from minibroker.node.share_persister import CoordinatorPersister
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
@@ -221,6 +223,10 @@ class BrokerServer:
         self.controller: ControllerService | None = None
         self.coordinator: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
+        # KIP-932: the share coordinator, and the persister a SharePartitionManager takes
+        # (node/share_persister.py: the share coordinator's, here or over the wire).
+        self.share_coordinator: ShareCoordinator | None = None
+        self.share_persister: CoordinatorPersister | None = None
         self.schema_registry: SchemaRegistryService | None = None
         # The schema registry's sockets (hypercorn's Sockets), bound at start (run) as the
         # Kafka listeners are, served once the broker is up.
@@ -300,6 +306,7 @@ class BrokerServer:
             self.advertised[listener_name],
             self.transactions,
             self.quotas if self.config.is_broker else None,
+            share_coordinator=self.share_coordinator,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -436,6 +443,12 @@ class BrokerServer:
                 await control.start(self.coordinator.run)
                 self.transactions = TransactionCoordinator(self.config, self.replicas)
                 await control.start(self.transactions.run)
+                self.share_coordinator = ShareCoordinator(self.config, self.replicas)
+                await control.start(self.share_coordinator.run)
+                self.share_persister = CoordinatorPersister(
+                    self.config, self.replicas, self.share_coordinator
+                )
+                await control.start(self.share_persister.run)
                 if self.config.schema_registry_listeners:
                     await self._start_schema_registry(control, controller_client)
             if self.config.is_broker:

@@ -21,6 +21,7 @@ partition was never initialized for the group, or was deleted).
 
 from __future__ import annotations
 
+import base64
 import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -38,8 +39,10 @@ class ShareStateKey:
     partition: int
 
     def coordinator_key(self) -> str:
-        """FindCoordinator's key of type 2 (SHARE): SharePartitionKey.asCoordinatorKey."""
-        return f"{self.group}:{self.topic_id}:{self.partition}"
+        """FindCoordinator's key of type 2 (SHARE): SharePartitionKey.asCoordinatorKey, the
+        topic id as Kafka's Uuid.toString writes it (URL-safe base64, no padding)."""
+        topic = base64.urlsafe_b64encode(self.topic_id.bytes).rstrip(b"=").decode()
+        return f"{self.group}:{topic}:{self.partition}"
 
 
 @dataclass(frozen=True)

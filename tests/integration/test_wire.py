@@ -79,7 +79,8 @@ def test_an_error_code_comes_back_decoded(node):
             ApiKey.FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": ["share"]}
         )
     (coordinator,) = response.coordinators
-    # Share groups (KIP-932) are not served: refused with a message that says why.
+    # A share coordinator key (KIP-932) must be "group:topicId:partition": refused with a
+    # message that says why.
     assert Error(int(coordinator.error_code.value)) == Error.INVALID_REQUEST
     assert "key type 2" in coordinator.error_message
 

@@ -57,9 +57,13 @@ QUOTAS = {48: (0, 1), 49: (0, 1)}
 BROKER |= QUOTAS
 CONTROLLER |= QUOTAS
 BROKER |= ISSUE_34
+# Added since by the share coordinator (issue 35): the share state APIs, inter-node, at Kafka
+# 4.4's versions (Initialize, Read, Write v0-1, Delete, ReadSummary v0-1).
+SHARE_STATE = {83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0), 87: (0, 1)}
+BROKER |= SHARE_STATE
 CONTROLLER |= {57: (0, 2)}
 COMBINED = BROKER | CONTROLLER
-INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67}
+INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
 HELD = {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 32, 35, 37, 42, 43, 44}
 HELD |= {45, 46, 47, 60, 61}
