@@ -27,6 +27,9 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
 
+- ShareFetch and ShareAcknowledge v1-v2 (KIP-932 as Kafka 4.4 serves them; kio has v0):
+  protocol/share_fetch_v1.py, registered here.
+
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
 """
@@ -60,6 +63,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
+from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +190,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitRequestV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
     (1, 18): FetchRequestV18,
+    **_share_fetch_v1.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesResponseV2,
@@ -194,4 +199,5 @@ RESPONSES: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitResponseV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
     (1, 18): FetchResponseV18,
+    **_share_fetch_v1.RESPONSES,
 }

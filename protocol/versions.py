@@ -76,6 +76,9 @@ class ApiKey(IntEnum):
     # Features (KIP-584) and paged topic descriptions (KIP-966).
     UPDATE_FEATURES = 57
     DESCRIBE_TOPIC_PARTITIONS = 75
+    # Share groups (KIP-932): the data path.
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 # The version this node sends each inter-node request at.
@@ -174,4 +177,6 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
     ApiKey.UPDATE_FEATURES: 0,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
+    ApiKey.SHARE_FETCH: 0,
+    ApiKey.SHARE_ACKNOWLEDGE: 0,
 }

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from minibroker.coordinator.group.service import GroupCoordinator
     from minibroker.coordinator.transaction.service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
+    from minibroker.replication.share_partition_manager import SharePartitionManager
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
 
@@ -88,6 +89,8 @@ class RequestContext:
     transactions: "TransactionCoordinator | None" = None
     # The broker's client quota managers (None on a controller-only node).
     quotas: "BrokerQuotas | None" = None
+    # The share partitions of share groups (None on a controller-only node).
+    shares: "SharePartitionManager | None" = None
 
     @property
     def version(self) -> int:
@@ -115,6 +118,12 @@ class RequestContext:
         """``transactions``, in the handler of a Role.BROKER API (a broker starts it)."""
         assert self.transactions is not None, "a broker's API served by a controller-only node"
         return self.transactions
+
+    @property
+    def share_partition_manager(self) -> "SharePartitionManager":
+        """``shares``, in the handler of a Role.BROKER API (a broker starts it)."""
+        assert self.shares is not None, "a broker's API served by a controller-only node"
+        return self.shares
 
     @property
     def controller_service(self) -> "ControllerService":

@@ -43,6 +43,7 @@ from minibroker.apis import (
     reassignments,
     sasl,
     scram_credentials,
+    share_fetch,
     topics,
     transactions,
     txn_markers,
@@ -79,6 +80,7 @@ MODULES = (
     producers,
     transactions,
     txn_offsets,
+    share_fetch,
 )
 
 

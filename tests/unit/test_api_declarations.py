@@ -58,6 +58,9 @@ BROKER |= QUOTAS
 CONTROLLER |= QUOTAS
 BROKER |= ISSUE_34
 CONTROLLER |= {57: (0, 2)}
+# Added since by share groups' data path (issue 35): ShareFetch and ShareAcknowledge v1-v2
+# (protocol/share_fetch_v1.py; kio has v0 only).
+BROKER |= {78: (1, 2), 79: (1, 2)}
 COMBINED = BROKER | CONTROLLER
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67}
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
@@ -67,6 +70,7 @@ HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
 HELD |= {68, 69}
 HELD |= {75}
+HELD |= {78, 79}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
