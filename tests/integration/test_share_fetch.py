@@ -295,3 +295,61 @@ def test_session_errors_are_answered_with_kafkas_codes(broker: BrokerProcess):
         assert member.acknowledge([], epoch=-1).error_code == Error.SHARE_SESSION_NOT_FOUND
     finally:
         member.close()
+
+
+def test_malformed_acknowledgements_are_invalid_request(broker: BrokerProcess):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "share-bad-acks", 1)
+    member = Member(bootstrap, "bad-acks", topic_id(bootstrap, "share-bad-acks"), "b")
+    try:
+        partition_of(member.fetch())
+        produce(bootstrap, "share-bad-acks", 3, per_batch=3)
+        assert ranges(partition_of(member.fetch(max_wait_ms=5000))) == [(0, 2, 1)]
+        for acks in ([(2, 0, ACCEPT)], [(0, 2, 9)]):  # first > last; no such type
+            answer = member.acknowledge(acks)
+            assert answer.responses[0].partitions[0].error_code == Error.INVALID_REQUEST
+        # Nothing changed, and the member still holds and accepts its records.
+        assert member.acknowledge([(0, 2, ACCEPT)]).responses[0].partitions[0].error_code == 0
+    finally:
+        member.close()
+
+
+def test_share_fetch_needs_read_on_the_group_and_the_topic(secured):
+    from minibroker.security.authorizer.acls import Operation, ResourceType
+    from tests.integration.authz import binding, on_cluster
+
+    read = Operation.READ
+    broker = secured(
+        [
+            on_cluster(Operation.CREATE),
+            binding("shared", read),
+            binding("shared", Operation.DESCRIBE),
+            binding("shared", Operation.WRITE),
+            binding("private", Operation.DESCRIBE),
+            binding("workers", read, resource_type=ResourceType.GROUP),
+        ]
+    )
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "shared", 1)
+    create_topic(bootstrap, "private", 1)
+    shared, private = topic_id(bootstrap, "shared"), topic_id(bootstrap, "private")
+    refused_group = Member(bootstrap, "others", shared, "r")
+    allowed = Member(bootstrap, "workers", private, "a")
+    try:
+        assert refused_group.fetch().error_code == Error.GROUP_AUTHORIZATION_FAILED
+        answer = allowed.fetch()
+        assert answer.error_code == 0
+        assert answer.responses[0].partitions[0].error_code == Error.TOPIC_AUTHORIZATION_FAILED
+        # The session now holds both: the shared topic is served, the private one refused.
+        allowed.topic = shared
+        answer = allowed.fetch()
+        assert answer.error_code == 0
+        errors = {t.topic_id: [p.error_code for p in t.partitions] for t in answer.responses}
+        assert errors == {private: [Error.TOPIC_AUTHORIZATION_FAILED]}
+        produce(bootstrap, "shared", 1, per_batch=1)
+        answer = allowed.fetch(max_wait_ms=10_000)
+        served = {t.topic_id: [ranges(p) for p in t.partitions] for t in answer.responses}
+        assert served[shared] == [[(0, 0, 1)]]
+    finally:
+        refused_group.close()
+        allowed.close()
