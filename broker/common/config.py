@@ -808,6 +808,7 @@ class BrokerConfig:
             config, explicit_map="listener.security.protocol.map" in properties
         )
         _check_connection_limits(config)
+        _check_share_lock_duration(config)
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -885,6 +886,20 @@ def _check_connection_limits(config: "BrokerConfig") -> None:
         raise ConfigError(
             "max.connections.per.ip can be set to zero only if "
             "max.connections.per.ip.overrides is set"
+        )
+
+
+def _check_share_lock_duration(config: "BrokerConfig") -> None:
+    """Kafka's ShareGroupConfig check: the share groups' default acquisition lock lies
+    within the bounds the groups' own share.record.lock.duration.ms is held to."""
+    low = config.group_share_min_record_lock_duration_ms
+    high = config.group_share_max_record_lock_duration_ms
+    value = config.group_share_record_lock_duration_ms
+    if not low <= value <= high:
+        raise ConfigError(
+            f"invalid value {value} for group.share.record.lock.duration.ms: it must be "
+            f"between group.share.min.record.lock.duration.ms ({low}) and "
+            f"group.share.max.record.lock.duration.ms ({high})"
         )
 
 

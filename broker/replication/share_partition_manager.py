@@ -31,15 +31,13 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
 Departures, and why: the group's ``share.*`` configs are read when a share partition is
 created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
 reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
-is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py) and the
-whole in-flight window is written each time (the persister merges: the window is bounded by
-``share.partition.max.record.locks``); records rejected or archived at the delivery limit
-are not yet written to a dead-letter queue.
+is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
+write carries the batches that changed, as Kafka's ShareUpdate); records rejected or archived
+at the delivery limit are not yet written to a dead-letter queue.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,8 +52,10 @@ from minibroker.replication.share_partition import (
     AcquiredRange,
     AutoOffsetReset,
     InvalidRecordState,
+    RecordState,
     SharePartition,
     ShareSettings,
+    StateBatch,
 )
 from minibroker.replication.share_persister import SharePersister, ShareStateKey, WriteState
 from minibroker.replication.share_session import ShareSessionCache
@@ -151,6 +151,9 @@ class SharePartitionManager:
         self.sessions = ShareSessionCache(config.group_share_max_share_sessions)
         self._held: dict[tuple[str, str, int], _Held] = {}
         self._timer_changed = trio.Event()
+        # One share partition created at a time: two first fetches of a group must not both
+        # initialize its state (the second would reset what the first persisted).
+        self._creating = trio.Lock()
         replicas.role_listeners.append(self._role_changed)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -185,7 +188,7 @@ class SharePartitionManager:
                     continue
                 released += len(expired)
                 log.debug("share group %s %s-%d: locks expired on %s", group, topic, index, expired)
-                error = await self._persist(held)
+                error = await self._persist(held, held.share.batches_of(expired))
                 if error is not Error.NONE:
                     # What is persisted already says AVAILABLE for acquired records.
                     log.warning("share group %s: lock expiry not persisted: %s", group, error.name)
@@ -245,6 +248,14 @@ class SharePartitionManager:
         held = self._held.get((group_id, topic, index))
         if held is not None and held.leader_epoch == partition.leader_epoch:
             return held, Error.NONE
+        async with self._creating:
+            return await self._create(group_id, partition)
+
+    async def _create(self, group_id: str, partition: Partition) -> tuple[_Held | None, Error]:
+        topic, index = partition.key
+        current = self._held.get((group_id, topic, index))
+        if current is not None and current.leader_epoch == partition.leader_epoch:
+            return current, Error.NONE  # created while this request waited
         settings, _ = self._settings(group_id)
         key = ShareStateKey(group_id, partition.topic_id, index)  # type: ignore[arg-type]
         leader_epoch = partition.leader_epoch
@@ -265,10 +276,6 @@ class SharePartitionManager:
         else:
             return None, persister_error(read.error)
         share.dead_letters.clear()  # the dead-letter queue is not written yet
-        # Another request may have created it while this one awaited the persister.
-        current = self._held.get((group_id, topic, index))
-        if current is not None and current.leader_epoch == leader_epoch:
-            return current, Error.NONE
         held = _Held(share, key, leader_epoch)
         self._held[(group_id, topic, index)] = held
         log.info(
@@ -280,16 +287,13 @@ class SharePartitionManager:
         )
         return held, Error.NONE
 
-    async def _persist(self, held: _Held) -> Error:
+    async def _persist(self, held: _Held, batches: list[StateBatch]) -> Error:
+        """WriteShareGroupState of what changed (the persister merges it into the state, the
+        newer batch winning, and drops what lies below the start offset)."""
         share = held.share
         return await self.persister.write(
             held.key,
-            WriteState(
-                share.state_epoch,
-                held.leader_epoch,
-                share.start_offset,
-                tuple(share.state_batches()),
-            ),
+            WriteState(share.state_epoch, held.leader_epoch, share.start_offset, tuple(batches)),
         )
 
     # -- the data path ------------------------------------------------------------------
@@ -339,11 +343,15 @@ class SharePartitionManager:
             limit = max_records
             if batch_optimized:
                 limit = _whole_batches(fetched, fetch_offset, max_records)
-            before = copy.deepcopy(share)
+            before = share.clone()
             acquired = share.acquire(member_id, limit, fetched, _now_ms())
             if not acquired:
                 return ShareFetchResult()
-            error = await self._persist(held)
+            changed = [
+                StateBatch(r.first_offset, r.last_offset, RecordState.AVAILABLE, r.delivery_count)
+                for r in acquired
+            ]
+            error = await self._persist(held, changed)
             if error is not Error.NONE:
                 held.share = before
                 log.warning(
@@ -379,14 +387,14 @@ class SharePartitionManager:
         if held is None or held.leader_epoch != partition.leader_epoch:
             return Error.INVALID_RECORD_STATE
         async with held.lock:
-            before = copy.deepcopy(held.share)
+            before = held.share.clone()
             try:
-                held.share.acknowledge(member_id, acknowledgements, _now_ms())
+                changed = held.share.acknowledge(member_id, acknowledgements, _now_ms())
             except InvalidRecordState as refused:
                 log.debug("share group %s: %s", group_id, refused)
                 return Error.INVALID_RECORD_STATE
             held.share.dead_letters.clear()  # the dead-letter queue is not written yet
-            error = await self._persist(held)
+            error = await self._persist(held, changed)
             if error is not Error.NONE:
                 held.share = before
                 return persister_error(error)
@@ -407,7 +415,7 @@ class SharePartitionManager:
                     continue
                 held.share.dead_letters.clear()
                 released += len(offsets)
-                error = await self._persist(held)
+                error = await self._persist(held, held.share.batches_of(offsets))
                 if error is not Error.NONE:
                     log.warning("share group %s: release not persisted: %s", group, error.name)
             self.replicas.watchers.notify(share_watch_key(group, topic, index))

@@ -50,7 +50,10 @@ def broker(tmp_path_factory) -> BrokerProcess:
     broker = BrokerProcess.start(
         node_id=1,
         log_dir=tmp_path_factory.mktemp("share") / "data",
-        overrides={"group.share.record.lock.duration.ms": LOCK_MS},
+        overrides={
+            "group.share.min.record.lock.duration.ms": 1000,
+            "group.share.record.lock.duration.ms": LOCK_MS,
+        },
     )
     broker.wait_ready(20.0)
     yield broker

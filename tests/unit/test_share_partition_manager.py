@@ -35,6 +35,17 @@ class RefusingPersister(InMemoryPersister):
     share coordinator unavailable, a fenced epoch)."""
 
     refuse_writes: Error = Error.NONE
+    # Seconds each read takes (a share coordinator's round trip), on the MockClock.
+    read_delay: float = 0.0
+    initializations: int = 0
+
+    async def read(self, key: ShareStateKey, leader_epoch: int):
+        await trio.sleep(self.read_delay)
+        return await InMemoryPersister.read(self, key, leader_epoch)
+
+    async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> Error:
+        self.initializations += 1
+        return await InMemoryPersister.initialize(self, key, state_epoch, start_offset)
 
     async def write(self, key: ShareStateKey, state: WriteState) -> Error:
         if self.refuse_writes is not Error.NONE:
@@ -322,3 +333,23 @@ async def test_waiting_is_on_the_mock_clock(manager, broker, autojump_clock):
         await produce(broker, 2)
     assert got["result"].acquired == [AcquiredRange(0, 1, 1)]
     assert trio.current_time() - start < 1
+
+
+async def test_concurrent_first_fetches_initialize_once(manager, broker, autojump_clock):
+    """Two members' first fetches while the persister's read is slow: one share partition,
+    one InitializeShareGroupState, and each record acquired by one member."""
+    await produce(broker, 4)
+    manager.persister.read_delay = 1.0
+    got = {}
+
+    async def fetch(member):
+        got[member] = await acquire(manager, broker, member, max_records=2, batch_optimized=False)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch, "m1")
+        nursery.start_soon(fetch, "m2")
+    assert manager.persister.initializations == 1
+    assert sorted((r for result in got.values() for r in result.acquired), key=str) == [
+        AcquiredRange(0, 1, 1),
+        AcquiredRange(2, 3, 1),
+    ]
