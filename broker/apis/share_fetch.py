@@ -203,6 +203,11 @@ async def handle_share_fetch(ctx: RequestContext, request) -> dict:
     if outcome.closed:
         await manager.release_member(group_id, member_id)
     else:
+        if request.share_session_epoch == 0:
+            # A full share session's answer names every partition it holds, records or not
+            # (Kafka's ShareSessionContext); later ones only those with something to say.
+            for key in outcome.partitions:
+                entry(key, resolver.topic(key[0])[0])
         await _fetch(ctx, manager, request, resolver, outcome.partitions, entry)
     by_topic: dict[object, list[dict]] = {}
     for (topic_id, _), data in entries.items():
