@@ -33,6 +33,8 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   ReadShareGroupStateSummary v0-v1 (its response's partitions have LeaderEpoch after
   StateEpoch in v0 already, which kio 0.6.1's v0 lacks, and DeliveryCompleteCount from v1;
   the request v1 is v0's).
+- ShareFetch and ShareAcknowledge v1-v2 (KIP-932 as Kafka 4.4 serves them; kio has v0):
+  protocol/share_fetch_v1.py, registered here.
 
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
@@ -85,6 +87,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
+from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,6 +316,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (1, 18): FetchRequestV18,
     (85, 1): WriteShareGroupStateRequestV1,
     (87, 1): ReadShareGroupStateSummaryRequestV1,
+    **_share_fetch_v1.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesResponseV2,
@@ -324,4 +328,5 @@ RESPONSES: dict[tuple[int, int], type] = {
     (85, 1): WriteShareGroupStateResponseV1,
     (87, 0): ReadShareGroupStateSummaryResponseV0,
     (87, 1): ReadShareGroupStateSummaryResponseV1,
+    **_share_fetch_v1.RESPONSES,
 }

@@ -82,6 +82,9 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    # Share groups (KIP-932): the data path.
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 # The version this node sends each inter-node request at.
@@ -192,4 +195,6 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.WRITE_SHARE_GROUP_STATE: 0,
     ApiKey.DELETE_SHARE_GROUP_STATE: 0,
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: 0,
+    ApiKey.SHARE_FETCH: 0,
+    ApiKey.SHARE_ACKNOWLEDGE: 0,
 }

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from minibroker.coordinator.share.service import ShareCoordinator
     from minibroker.coordinator.transaction.service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
+    from minibroker.replication.share_partition_manager import SharePartitionManager
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
 
@@ -91,6 +92,8 @@ class RequestContext:
     quotas: "BrokerQuotas | None" = None
     # The share coordinator (KIP-932's share state; None on a controller-only node).
     share_coordinator: "ShareCoordinator | None" = None
+    # The share partitions of share groups (None on a controller-only node).
+    shares: "SharePartitionManager | None" = None
 
     @property
     def version(self) -> int:
@@ -124,6 +127,12 @@ class RequestContext:
         """``share_coordinator``, in the handler of a Role.BROKER API (a broker starts it)."""
         assert self.share_coordinator is not None, "a broker's API served by a non-broker"
         return self.share_coordinator
+
+    @property
+    def share_partition_manager(self) -> "SharePartitionManager":
+        """``shares``, in the handler of a Role.BROKER API (a broker starts it)."""
+        assert self.shares is not None, "a broker's API served by a controller-only node"
+        return self.shares
 
     @property
     def controller_service(self) -> "ControllerService":

@@ -43,6 +43,7 @@ from minibroker.apis import (
     reassignments,
     sasl,
     scram_credentials,
+    share_fetch,
     share_state,
     topics,
     transactions,
@@ -81,6 +82,7 @@ MODULES = (
     transactions,
     txn_offsets,
     share_state,
+    share_fetch,
 )
 
 

@@ -477,6 +477,21 @@ _PROPERTIES: dict[str, _Property] = {
         "group_consumer_max_heartbeat_interval_ms", _at_least(1)
     ),
     "group.consumer.assignors": _Property("group_consumer_assignors", _parse_assignors),
+    # Share groups (KIP-932): the share partitions' defaults and the share session cache.
+    "group.share.record.lock.duration.ms": _Property(
+        "group_share_record_lock_duration_ms", _at_least(1000)
+    ),
+    "group.share.min.record.lock.duration.ms": _Property(
+        "group_share_min_record_lock_duration_ms", _at_least(1000)
+    ),
+    "group.share.max.record.lock.duration.ms": _Property(
+        "group_share_max_record_lock_duration_ms", _at_least(1000)
+    ),
+    "group.share.delivery.count.limit": _Property("group_share_delivery_count_limit", _at_least(2)),
+    "group.share.partition.max.record.locks": _Property(
+        "group_share_partition_max_record_locks", _at_least(100)
+    ),
+    "group.share.max.share.sessions": _Property("group_share_max_share_sessions", _at_least(1)),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
@@ -681,6 +696,21 @@ class BrokerConfig:
         "group.consumer.max.heartbeat.interval.ms"
     )
     group_consumer_assignors: tuple[str, ...] = _kafka_default("group.consumer.assignors")
+    # Share groups (KIP-932): a share partition's acquisition lock, delivery limit and
+    # in-flight bound unless the group's own share.* configs say otherwise, and how many
+    # share sessions the broker keeps (replication/share_partition_manager.py).
+    group_share_record_lock_duration_ms: int = _kafka_default("group.share.record.lock.duration.ms")
+    group_share_min_record_lock_duration_ms: int = _kafka_default(
+        "group.share.min.record.lock.duration.ms"
+    )
+    group_share_max_record_lock_duration_ms: int = _kafka_default(
+        "group.share.max.record.lock.duration.ms"
+    )
+    group_share_delivery_count_limit: int = _kafka_default("group.share.delivery.count.limit")
+    group_share_partition_max_record_locks: int = _kafka_default(
+        "group.share.partition.max.record.locks"
+    )
+    group_share_max_share_sessions: int = _kafka_default("group.share.max.share.sessions")
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     authorizer_class_name: str = _kafka_default("authorizer.class.name")
@@ -821,6 +851,7 @@ class BrokerConfig:
             config, explicit_map="listener.security.protocol.map" in properties
         )
         _check_connection_limits(config)
+        _check_share_lock_duration(config)
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -898,6 +929,20 @@ def _check_connection_limits(config: "BrokerConfig") -> None:
         raise ConfigError(
             "max.connections.per.ip can be set to zero only if "
             "max.connections.per.ip.overrides is set"
+        )
+
+
+def _check_share_lock_duration(config: "BrokerConfig") -> None:
+    """Kafka's ShareGroupConfig check: the share groups' default acquisition lock lies
+    within the bounds the groups' own share.record.lock.duration.ms is held to."""
+    low = config.group_share_min_record_lock_duration_ms
+    high = config.group_share_max_record_lock_duration_ms
+    value = config.group_share_record_lock_duration_ms
+    if not low <= value <= high:
+        raise ConfigError(
+            f"invalid value {value} for group.share.record.lock.duration.ms: it must be "
+            f"between group.share.min.record.lock.duration.ms ({low}) and "
+            f"group.share.max.record.lock.duration.ms ({high})"
         )
 
 

@@ -64,6 +64,8 @@ from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
+from minibroker.replication.share_partition_manager import SharePartitionManager
+from minibroker.replication.share_persister import InMemoryPersister, SharePersister
 from minibroker.security.authenticator import SaslSession
 from minibroker.security.authorizer import authorizer_from_config
 from minibroker.security.listeners import (
@@ -201,8 +203,19 @@ class BrokerServer:
     cluster state.
     """
 
-    def __init__(self, config: BrokerConfig, *, halt: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        halt: Callable[[int], None] | None = None,
+        share_persister: SharePersister | None = None,
+    ) -> None:
+        """``share_persister``: where share partitions' state is kept (default: the share
+        coordinator's)."""
         self.config = config
+        # KIP-932: where share partitions keep their state: the given one (a test's), else
+        # the share coordinator's (node/share_persister.py, here or over the wire), made at run.
+        self.share_persister: SharePersister | None = share_persister
         # What a failed log dir does to the process (see _log_dir_failed): halt it, as
         # Kafka's Exit.halt; a test of the broker in-process passes its own.
         self._halt = halt if halt is not None else halt_process
@@ -226,7 +239,7 @@ class BrokerServer:
         # KIP-932: the share coordinator, and the persister a SharePartitionManager takes
         # (node/share_persister.py: the share coordinator's, here or over the wire).
         self.share_coordinator: ShareCoordinator | None = None
-        self.share_persister: CoordinatorPersister | None = None
+        self.shares: SharePartitionManager | None = None
         self.schema_registry: SchemaRegistryService | None = None
         # The schema registry's sockets (hypercorn's Sockets), bound at start (run) as the
         # Kafka listeners are, served once the broker is up.
@@ -307,6 +320,7 @@ class BrokerServer:
             self.transactions,
             self.quotas if self.config.is_broker else None,
             share_coordinator=self.share_coordinator,
+            shares=self.shares,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -445,10 +459,17 @@ class BrokerServer:
                 await control.start(self.transactions.run)
                 self.share_coordinator = ShareCoordinator(self.config, self.replicas)
                 await control.start(self.share_coordinator.run)
-                self.share_persister = CoordinatorPersister(
-                    self.config, self.replicas, self.share_coordinator
+                if self.share_persister is None:
+                    persister = CoordinatorPersister(
+                        self.config, self.replicas, self.share_coordinator
+                    )
+                    await control.start(persister.run)
+                    self.share_persister = persister
+                # ShareGroupHeartbeat's membership will feed is_member.
+                self.shares = SharePartitionManager(
+                    self.config, self.replicas, self.share_persister or InMemoryPersister()
                 )
-                await control.start(self.share_persister.run)
+                await control.start(self.shares.run)
                 if self.config.schema_registry_listeners:
                     await self._start_schema_registry(control, controller_client)
             if self.config.is_broker:
@@ -1020,6 +1041,13 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
             if connection.broker_id is not None and self.controller is not None:
                 self.controller.broker_connection_lost(connection.broker_id)
+            if self.shares is not None and self.shares.sessions.sessions:
+                # Kafka's ShareSessionCache drops a closed connection's share sessions, and
+                # their members' records become available to the others.
+                with trio.CancelScope(
+                    deadline=trio.current_time() + HELD_FLUSH_SECONDS, shield=True
+                ):
+                    await self.shares.connection_closed(connection)
 
 
 def _answered_at_once(decoder: FrameDecoder) -> bool:

@@ -265,6 +265,26 @@ class SharePartition:
     def snapshot(self) -> PersistedState:
         return PersistedState(self.start_offset, self.state_epoch, tuple(self.state_batches()))
 
+    def clone(self) -> SharePartition:
+        """An independent copy: what a change the persister refused is undone to (Kafka's
+        SharePartition rolls its in-flight state back on a failed write)."""
+        return SharePartition(
+            self.settings,
+            self.start_offset,
+            self.state_epoch,
+            self.end_offset,
+            {
+                o: _InFlight(r.state, r.delivery_count, r.member_id, r.lock_deadline_ms)
+                for o, r in self._records.items()
+            },
+            list(self.dead_letters),
+        )
+
+    def batches_of(self, offsets: Iterable[int]) -> list[StateBatch]:
+        """The state batches of ``offsets`` (those still in the window), as persisted: what
+        a lock expiry or a release changed (ShareUpdate's StateBatches)."""
+        return _coalesce(self._records, sorted(set(offsets)))
+
     def take_dead_letters(self) -> list[DeadLetter]:
         taken, self.dead_letters = self.dead_letters, []
         return taken

@@ -62,6 +62,9 @@ BROKER |= ISSUE_34
 SHARE_STATE = {83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0), 87: (0, 1)}
 BROKER |= SHARE_STATE
 CONTROLLER |= {57: (0, 2)}
+# Added since by share groups' data path (issue 35): ShareFetch and ShareAcknowledge v1-v2
+# (protocol/share_fetch_v1.py; kio has v0 only).
+BROKER |= {78: (1, 2), 79: (1, 2)}
 COMBINED = BROKER | CONTROLLER
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
@@ -71,6 +74,7 @@ HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
 HELD |= {68, 69}
 HELD |= {75}
+HELD |= {78, 79}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():

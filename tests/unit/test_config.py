@@ -237,3 +237,18 @@ def test_properties_lines_continue_after_a_backslash_and_keep_a_trailing_hash():
         "path": "C:\\",  # an escaped backslash is one backslash
         "next": "1",
     }
+
+
+def test_the_share_lock_duration_lies_within_its_bounds():
+    config = BrokerConfig.from_properties({})
+    assert config.group_share_record_lock_duration_ms == 30_000
+    assert config.group_share_max_share_sessions == 2000
+    with pytest.raises(ConfigError, match=r"group\.share\.record\.lock\.duration\.ms"):
+        BrokerConfig.from_properties({"group.share.record.lock.duration.ms": "5000"})
+    short = BrokerConfig.from_properties(
+        {
+            "group.share.min.record.lock.duration.ms": "1000",
+            "group.share.record.lock.duration.ms": "2000",
+        }
+    )
+    assert short.group_share_record_lock_duration_ms == 2000

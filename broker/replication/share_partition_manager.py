@@ -1,0 +1,445 @@
+"""The share partitions of the partitions this broker leads, per share group (KIP-932).
+
+Kafka's ``kafka.server.share.SharePartitionManager`` (with ``DelayedShareFetch`` and the
+acquisition lock timer of ``SharePartition``): beside the replica manager, whose one read path
+(``ReplicaManager.read_records``, as Fetch reads) gives it the log's batches. The rules of
+a share partition are the pure ``SharePartition`` (share_partition.py) and those of share
+sessions the pure ``ShareSessionCache`` (share_session.py); this module is the thin trio part:
+it creates a share partition on the first fetch of a group, locks it while a change is
+persisted, runs the acquisition lock timer and parks fetches that found nothing.
+
+- A share partition is created on its group's first ShareFetch of a partition led here: from
+  the persister's ReadShareGroupState, or, never initialized (UNKNOWN_TOPIC_OR_PARTITION or a
+  start offset of -1), at ``share.auto.offset.reset`` (the group config; ``latest``, the high
+  watermark, by default; ``earliest`` the log start), which InitializeShareGroupState writes.
+- Every change (acquisition, acknowledgement, lock expiry, release) is written through the
+  SharePersister before the request that made it is answered; a write that fails is undone
+  and answered with Kafka's code (``persister_error``: COORDINATOR_NOT_AVAILABLE for the
+  retriable coordinator errors, FENCED_STATE_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
+  GROUP_ID_NOT_FOUND, else UNKNOWN_SERVER_ERROR), as Kafka's SharePartition rolls back.
+- Acquisition locks expire on a timer (one task, sleeping until the earliest deadline of
+  every share partition); expired records become AVAILABLE (or ARCHIVED at the delivery
+  limit) and parked fetches of the partition wake.
+- A ShareFetch that acquires nothing parks until max_wait (DelayedShareFetch): it wakes when
+  the partition is appended to (the replica manager's watchers) or records are released here
+  (the same watchers, under the share partition's own key).
+- A member that closes its session, or leaves its group (``member_left``, for the group
+  coordinator to call), loses its records: they become available to the others.
+- A partition that stops being led here drops its share partitions; the next leader builds
+  them again from the persister.
+
+Departures, and why: the group's ``share.*`` configs are read when a share partition is
+created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
+reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
+is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
+write carries the batches that changed, as Kafka's ShareUpdate); records rejected or archived
+at the delivery limit are not yet written to a dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from minibroker.protocol.errors import Error
+from minibroker.protocol.record_batch import HEADER_SIZE, read_header
+from minibroker.replication.share_partition import (
+    Acknowledgement,
+    AcquiredRange,
+    AutoOffsetReset,
+    InvalidRecordState,
+    RecordState,
+    SharePartition,
+    ShareSettings,
+    StateBatch,
+)
+from minibroker.replication.share_persister import SharePersister, ShareStateKey, WriteState
+from minibroker.replication.share_session import ShareSessionCache
+
+if TYPE_CHECKING:
+    from minibroker.common.config import BrokerConfig
+    from minibroker.replication.partition import Partition
+    from minibroker.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger("share")
+
+# is_member(group id, member id): True, False, or None when the group coordinator does not
+# know (then the request is served).
+IsMember = Callable[[str, str], "bool | None"]
+
+_COORDINATOR_ERRORS = frozenset(
+    {Error.NOT_COORDINATOR, Error.COORDINATOR_NOT_AVAILABLE, Error.COORDINATOR_LOAD_IN_PROGRESS}
+)
+
+
+def persister_error(error: Error) -> Error:
+    """What a partition's answer says when the persister refused (Kafka's
+    SharePartition.fetchPersisterError)."""
+    if error in _COORDINATOR_ERRORS:
+        return Error.COORDINATOR_NOT_AVAILABLE
+    if error in (Error.FENCED_STATE_EPOCH, Error.FENCED_LEADER_EPOCH):
+        return Error.FENCED_STATE_EPOCH
+    if error in (Error.UNKNOWN_TOPIC_OR_PARTITION, Error.GROUP_ID_NOT_FOUND):
+        return error
+    return Error.UNKNOWN_SERVER_ERROR
+
+
+def share_watch_key(group_id: str, topic: str, index: int) -> tuple[str, str, str, int]:
+    """The purgatory key woken when records of a share partition become available again."""
+    return ("share", group_id, topic, index)
+
+
+@dataclass
+class ShareFetchResult:
+    """One partition's part of a ShareFetch answer: the log's batches as stored (bytes,
+    never decoded) and the ranges acquired in them."""
+
+    error: Error = Error.NONE
+    records: bytes = b""
+    acquired: list[AcquiredRange] = field(default_factory=list)
+
+
+@dataclass
+class _Held:
+    share: SharePartition
+    key: ShareStateKey
+    leader_epoch: int
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+def _allow_all(group_id: str, member_id: str) -> bool | None:
+    return None
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+def _batches(records: bytes) -> list[tuple[int, int, int, int, bool]]:
+    """(first offset, last offset, position, size, is control) of each stored batch."""
+    found = []
+    position = 0
+    view = memoryview(records)
+    while position + HEADER_SIZE <= len(records):
+        header = read_header(view, position)
+        found.append(
+            (header.base_offset, header.last_offset, position, header.size, header.is_control)
+        )
+        position += header.size
+    return found
+
+
+class SharePartitionManager:
+    """The share partitions of this broker's led partitions, by (group, topic, partition)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        persister: SharePersister,
+        *,
+        is_member: IsMember = _allow_all,
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.persister = persister
+        self.is_member = is_member
+        self.sessions = ShareSessionCache(config.group_share_max_share_sessions)
+        self._held: dict[tuple[str, str, int], _Held] = {}
+        self._timer_changed = trio.Event()
+        # One share partition created at a time: two first fetches of a group must not both
+        # initialize its state (the second would reset what the first persisted).
+        self._creating = trio.Lock()
+        replicas.role_listeners.append(self._role_changed)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The acquisition lock timer: sleep until the earliest lock deadline (or a new
+        acquisition), then release what expired."""
+        task_status.started()
+        while True:
+            deadlines = [
+                d for held in self._held.values() if (d := held.share.next_deadline()) is not None
+            ]
+            self._timer_changed = trio.Event()
+            if deadlines:
+                with trio.move_on_at(min(deadlines) / 1000):
+                    await self._timer_changed.wait()
+            else:
+                await self._timer_changed.wait()
+            await self.expire_locks()
+
+    async def expire_locks(self) -> int:
+        """Release the records whose acquisition lock has expired; how many."""
+        now = _now_ms()
+        released = 0
+        for (group, topic, index), held in list(self._held.items()):
+            deadline = held.share.next_deadline()
+            if deadline is None or deadline > now:
+                continue
+            async with held.lock:
+                expired = held.share.expire(_now_ms())
+                if not expired:
+                    continue
+                released += len(expired)
+                log.debug("share group %s %s-%d: locks expired on %s", group, topic, index, expired)
+                error = await self._persist(held, held.share.batches_of(expired))
+                if error is not Error.NONE:
+                    # What is persisted already says AVAILABLE for acquired records.
+                    log.warning("share group %s: lock expiry not persisted: %s", group, error.name)
+            self.replicas.watchers.notify(share_watch_key(group, topic, index))
+        return released
+
+    def _role_changed(self, partition: Partition) -> None:
+        for key in [k for k in self._held if (k[1], k[2]) == partition.key]:
+            held = self._held[key]
+            if not partition.is_leader or held.leader_epoch != partition.leader_epoch:
+                del self._held[key]
+
+    # -- reading the state --------------------------------------------------------------
+
+    def share_partition(self, group_id: str, topic: str, index: int) -> SharePartition | None:
+        held = self._held.get((group_id, topic, index))
+        return held.share if held else None
+
+    def member_allowed(self, group_id: str, member_id: str) -> bool:
+        return self.is_member(group_id, member_id) is not False
+
+    # -- creation -----------------------------------------------------------------------
+
+    def _settings(self, group_id: str) -> tuple[ShareSettings, int]:
+        configs = self.replicas.group_configs.get(group_id, {})
+        config = self.config
+
+        def number(name: str, default: int) -> int:
+            try:
+                return int(configs.get(name, default))
+            except ValueError:
+                return default
+
+        reset = configs.get("share.auto.offset.reset", "latest").strip().lower()
+        settings = ShareSettings(
+            record_lock_duration_ms=number(
+                "share.record.lock.duration.ms", config.group_share_record_lock_duration_ms
+            ),
+            delivery_count_limit=number(
+                "share.delivery.count.limit", config.group_share_delivery_count_limit
+            ),
+            max_record_locks=number(
+                "share.partition.max.record.locks", config.group_share_partition_max_record_locks
+            ),
+            auto_offset_reset=(
+                AutoOffsetReset.EARLIEST if reset == "earliest" else AutoOffsetReset.LATEST
+            ),
+        )
+        isolation = configs.get("share.isolation.level", "read_uncommitted").strip().lower()
+        return settings, 1 if isolation == "read_committed" else 0
+
+    async def _get_or_create(
+        self, group_id: str, partition: Partition
+    ) -> tuple[_Held | None, Error]:
+        """Kafka's getOrCreateSharePartition and maybeInitialize."""
+        topic, index = partition.key
+        held = self._held.get((group_id, topic, index))
+        if held is not None and held.leader_epoch == partition.leader_epoch:
+            return held, Error.NONE
+        async with self._creating:
+            return await self._create(group_id, partition)
+
+    async def _create(self, group_id: str, partition: Partition) -> tuple[_Held | None, Error]:
+        topic, index = partition.key
+        current = self._held.get((group_id, topic, index))
+        if current is not None and current.leader_epoch == partition.leader_epoch:
+            return current, Error.NONE  # created while this request waited
+        settings, _ = self._settings(group_id)
+        key = ShareStateKey(group_id, partition.topic_id, index)  # type: ignore[arg-type]
+        leader_epoch = partition.leader_epoch
+        read = await self.persister.read(key, leader_epoch)
+        log_start = partition.log.log_start_offset
+        if read.error is Error.NONE and read.state is not None and read.state.start_offset >= 0:
+            share = SharePartition.initialize(
+                settings, read.state, log_start, partition.high_watermark
+            )
+        elif read.error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
+            share = SharePartition.initialize(settings, None, log_start, partition.high_watermark)
+            error = await self.persister.initialize(key, 0, share.start_offset)
+            if error is not Error.NONE:
+                return None, persister_error(error)
+            read = await self.persister.read(key, leader_epoch)
+            if read.error is not Error.NONE:
+                return None, persister_error(read.error)
+        else:
+            return None, persister_error(read.error)
+        share.dead_letters.clear()  # the dead-letter queue is not written yet
+        held = _Held(share, key, leader_epoch)
+        self._held[(group_id, topic, index)] = held
+        log.info(
+            "share group %s: share partition %s-%d from offset %d",
+            group_id,
+            topic,
+            index,
+            share.start_offset,
+        )
+        return held, Error.NONE
+
+    async def _persist(self, held: _Held, batches: list[StateBatch]) -> Error:
+        """WriteShareGroupState of what changed (the persister merges it into the state, the
+        newer batch winning, and drops what lies below the start offset)."""
+        share = held.share
+        return await self.persister.write(
+            held.key,
+            WriteState(share.state_epoch, held.leader_epoch, share.start_offset, tuple(batches)),
+        )
+
+    # -- the data path ------------------------------------------------------------------
+
+    async def acquire(
+        self,
+        group_id: str,
+        member_id: str,
+        partition: Partition,
+        *,
+        max_records: int,
+        max_bytes: int,
+        batch_optimized: bool = True,
+    ) -> ShareFetchResult:
+        """Read from the share partition's next fetch offset and acquire up to
+        ``max_records`` for the member (whole batches when ``batch_optimized``)."""
+        held, error = await self._get_or_create(group_id, partition)
+        if held is None:
+            return ShareFetchResult(error)
+        _, isolation_level = self._settings(group_id)
+        async with held.lock:
+            share = held.share
+            share.update_log_start_offset(partition.log.log_start_offset)
+            share.expire(_now_ms())
+            if not share.can_acquire():
+                return ShareFetchResult()
+            fetch_offset = share.next_fetch_offset()
+            entry = self.replicas.read_records(
+                partition,
+                fetch_offset,
+                replica_id=-1,
+                last_fetched_epoch=-1,
+                max_bytes=max_bytes,
+                min_one_batch=True,
+                record_progress=False,
+                isolation_level=isolation_level,
+                zero_copy=False,
+            )
+            if entry["error_code"] != Error.NONE:
+                return ShareFetchResult(Error(entry["error_code"]))
+            records = bytes(entry["records"] or b"")
+            if not records:
+                return ShareFetchResult()
+            batches = _batches(records)
+            # Transaction markers are not records: their offsets are gaps.
+            fetched = [(first, last) for first, last, _, _, control in batches if not control]
+            limit = max_records
+            if batch_optimized:
+                limit = _whole_batches(fetched, fetch_offset, max_records)
+            before = share.clone()
+            acquired = share.acquire(member_id, limit, fetched, _now_ms())
+            if not acquired:
+                return ShareFetchResult()
+            changed = [
+                StateBatch(r.first_offset, r.last_offset, RecordState.AVAILABLE, r.delivery_count)
+                for r in acquired
+            ]
+            error = await self._persist(held, changed)
+            if error is not Error.NONE:
+                held.share = before
+                log.warning(
+                    "share group %s: acquisition on %s-%d not persisted: %s",
+                    group_id,
+                    partition.topic,
+                    partition.index,
+                    error.name,
+                )
+                return ShareFetchResult(persister_error(error))
+        self._timer_changed.set()
+        first, last = acquired[0].first_offset, acquired[-1].last_offset
+        kept = [
+            (position, size)
+            for base, end, position, size, _ in batches
+            if end >= first and base <= last
+        ]
+        start = kept[0][0]
+        stop = kept[-1][0] + kept[-1][1]
+        return ShareFetchResult(Error.NONE, records[start:stop], acquired)
+
+    async def acknowledge(
+        self,
+        group_id: str,
+        member_id: str,
+        partition: Partition,
+        acknowledgements: Sequence[Acknowledgement],
+    ) -> Error:
+        """Apply a member's acknowledgements of one partition, persisted before answering:
+        all or none (INVALID_RECORD_STATE if an offset is not acquired by the member)."""
+        topic, index = partition.key
+        held = self._held.get((group_id, topic, index))
+        if held is None or held.leader_epoch != partition.leader_epoch:
+            return Error.INVALID_RECORD_STATE
+        async with held.lock:
+            before = held.share.clone()
+            try:
+                changed = held.share.acknowledge(member_id, acknowledgements, _now_ms())
+            except InvalidRecordState as refused:
+                log.debug("share group %s: %s", group_id, refused)
+                return Error.INVALID_RECORD_STATE
+            held.share.dead_letters.clear()  # the dead-letter queue is not written yet
+            error = await self._persist(held, changed)
+            if error is not Error.NONE:
+                held.share = before
+                return persister_error(error)
+        self.replicas.watchers.notify(share_watch_key(group_id, topic, index))
+        self._timer_changed.set()
+        return Error.NONE
+
+    async def release_member(self, group_id: str, member_id: str) -> int:
+        """The member closed its share session or left: its records become available
+        (Kafka's releaseSession / releaseAcquiredRecords); how many."""
+        released = 0
+        for (group, topic, index), held in list(self._held.items()):
+            if group != group_id:
+                continue
+            async with held.lock:
+                offsets = held.share.release_member(member_id)
+                if not offsets:
+                    continue
+                held.share.dead_letters.clear()
+                released += len(offsets)
+                error = await self._persist(held, held.share.batches_of(offsets))
+                if error is not Error.NONE:
+                    log.warning("share group %s: release not persisted: %s", group, error.name)
+            self.replicas.watchers.notify(share_watch_key(group, topic, index))
+        return released
+
+    async def member_left(self, group_id: str, member_id: str) -> None:
+        """For the group coordinator: a member left the share group (or was fenced)."""
+        self.sessions.remove(group_id, member_id)
+        await self.release_member(group_id, member_id)
+
+    async def connection_closed(self, connection: object) -> None:
+        """The sessions of a closed connection end, and their members' records are freed."""
+        for session in self.sessions.remove_connection(connection):
+            await self.release_member(session.group_id, session.member_id)
+
+
+def _whole_batches(fetched: list[tuple[int, int]], fetch_offset: int, max_records: int) -> int:
+    """The batch_optimized acquire mode (KIP-1206): ``max_records`` rounded up to the end of
+    the batch it falls in."""
+    count = 0
+    for first, last in fetched:
+        if last < fetch_offset:
+            continue
+        count += last - max(first, fetch_offset) + 1
+        if count >= max_records:
+            break
+    return max(count, max_records)

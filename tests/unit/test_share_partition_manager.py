@@ -1,0 +1,355 @@
+"""The share partition manager (replication/share_partition_manager.py) and share sessions
+(replication/share_session.py), in process under trio's MockClock.
+
+A real ReplicaManager leading TOPIC-0 on real logs (tests/unit/replication_harness.py), the
+in-memory persister, and the manager reading records through the replica manager's read
+path: acquisitions, acknowledgements, lock expiry on the timer, members leaving, a persister
+that refuses writes, and the share session rules. No sockets, no sleep.
+"""
+
+from dataclasses import dataclass
+
+import pytest
+import trio
+import trio.testing
+
+from minibroker.protocol.errors import Error
+from minibroker.replication.share_partition import (
+    Acknowledgement,
+    AcknowledgeType,
+    AcquiredRange,
+    RecordState,
+)
+from minibroker.replication.share_partition_manager import SharePartitionManager
+from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey, WriteState
+from minibroker.replication.share_session import ShareSessionCache, next_epoch
+from tests.unit.replication_harness import TOPIC, TOPIC_ID, append, leader_and_isr, make_broker
+
+GROUP = "g"
+LOCK_MS = 30_000
+
+
+@dataclass
+class RefusingPersister(InMemoryPersister):
+    """The in-memory persister, whose writes can be made to fail with a given code (the
+    share coordinator unavailable, a fenced epoch)."""
+
+    refuse_writes: Error = Error.NONE
+    # Seconds each read takes (a share coordinator's round trip), on the MockClock.
+    read_delay: float = 0.0
+    initializations: int = 0
+
+    async def read(self, key: ShareStateKey, leader_epoch: int):
+        await trio.sleep(self.read_delay)
+        return await InMemoryPersister.read(self, key, leader_epoch)
+
+    async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> Error:
+        self.initializations += 1
+        return await InMemoryPersister.initialize(self, key, state_epoch, start_offset)
+
+    async def write(self, key: ShareStateKey, state: WriteState) -> Error:
+        if self.refuse_writes is not Error.NONE:
+            return self.refuse_writes
+        return await InMemoryPersister.write(self, key, state)
+
+
+@pytest.fixture
+async def broker(tmp_path, nursery, autojump_clock):
+    replicas = make_broker(tmp_path, 1)
+    await nursery.start(replicas.run)
+    await replicas.apply_leader_and_isr(leader_and_isr(1, 1, [1], [1]))
+    replicas.group_configs[GROUP] = {"share.auto.offset.reset": "earliest"}
+    yield replicas
+    replicas.log_manager.close()
+
+
+@pytest.fixture
+async def manager(broker, nursery):
+    shares = SharePartitionManager(broker.config, broker, RefusingPersister())
+    await nursery.start(shares.run)
+    return shares
+
+
+def partition(broker):
+    found, error = broker.leader_partition(TOPIC, 0)
+    assert error is Error.NONE
+    return found
+
+
+async def produce(broker, count: int) -> None:
+    assert (await append(broker, 0, count, acks=1))["error_code"] == Error.NONE
+
+
+async def acquire(manager, broker, member: str, max_records: int = 500, **kw):
+    return await manager.acquire(
+        GROUP, member, partition(broker), max_records=max_records, max_bytes=1 << 20, **kw
+    )
+
+
+def ack(first: int, last: int, kind: AcknowledgeType) -> list[Acknowledgement]:
+    return [Acknowledgement(first, last, kind)]
+
+
+async def test_acquire_returns_the_stored_batches_and_the_acquired_ranges(
+    manager, broker, autojump_clock
+):
+    await produce(broker, 10)
+    result = await acquire(manager, broker, "m1")
+    assert result.error is Error.NONE
+    assert result.acquired == [AcquiredRange(0, 9, 1)]
+    # The batch as the log holds it: the same bytes a Fetch from offset 0 reads.
+    stored = broker.read_records(
+        partition(broker),
+        0,
+        replica_id=-1,
+        last_fetched_epoch=-1,
+        max_bytes=1 << 20,
+        min_one_batch=True,
+        record_progress=False,
+    )["records"]
+    assert result.records == bytes(stored)
+    # The acquisition is persisted before it is answered (ACQUIRED as AVAILABLE, count 1).
+    state = manager.persister.states[ShareStateKey(GROUP, TOPIC_ID, 0)]
+    assert [(b.first_offset, b.last_offset, b.delivery_count) for b in state.batches] == [(0, 9, 1)]
+    # Another member gets nothing of what m1 holds.
+    assert (await acquire(manager, broker, "m2")).acquired == []
+
+
+async def test_record_limit_and_batch_optimized_modes(manager, broker, autojump_clock):
+    await produce(broker, 10)
+    await produce(broker, 10)
+    limited = await acquire(manager, broker, "m1", max_records=3, batch_optimized=False)
+    assert limited.acquired == [AcquiredRange(0, 2, 1)]
+    whole = await acquire(manager, broker, "m2", max_records=3, batch_optimized=True)
+    assert whole.acquired == [AcquiredRange(3, 9, 1)]  # up to the end of the first batch
+
+
+async def test_a_new_share_partition_starts_at_latest_by_default(manager, broker, autojump_clock):
+    await produce(broker, 5)
+    broker.group_configs[GROUP] = {}
+    assert (await acquire(manager, broker, "m1")).acquired == []
+    assert manager.share_partition(GROUP, TOPIC, 0).start_offset == 5
+    await produce(broker, 2)
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(5, 6, 1)]
+
+
+async def test_accept_release_and_reject(manager, broker, autojump_clock):
+    await produce(broker, 10)
+    await acquire(manager, broker, "m1")
+    p = partition(broker)
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 5, AcknowledgeType.ACCEPT)) == (
+        Error.NONE
+    )
+    assert await manager.acknowledge(GROUP, "m1", p, ack(6, 6, AcknowledgeType.RELEASE)) == (
+        Error.NONE
+    )
+    assert await manager.acknowledge(GROUP, "m1", p, ack(7, 9, AcknowledgeType.REJECT)) == (
+        Error.NONE
+    )
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    assert share.start_offset == 6
+    # The released record goes to the next member, delivered a second time.
+    assert (await acquire(manager, broker, "m2")).acquired == [AcquiredRange(6, 6, 2)]
+    # Acknowledging what another member holds, or again what is done, changes nothing.
+    assert await manager.acknowledge(GROUP, "m1", p, ack(6, 6, AcknowledgeType.ACCEPT)) == (
+        Error.INVALID_RECORD_STATE
+    )
+    assert await manager.acknowledge(GROUP, "m2", p, ack(0, 0, AcknowledgeType.ACCEPT)) == (
+        Error.INVALID_RECORD_STATE
+    )
+    assert share.state_of(6) is RecordState.ACQUIRED
+
+
+async def test_an_expired_lock_redelivers_on_the_timer(manager, broker, autojump_clock):
+    await produce(broker, 4)
+    start = trio.current_time()
+    await acquire(manager, broker, "m1")
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    # A fetch parked for the records wakes when the timer releases them.
+    got = {}
+
+    async def second_member():
+        got["result"] = await manager_wait_and_acquire(manager, broker, "m2")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(second_member)
+    assert got["result"].acquired == [AcquiredRange(0, 3, 2)]
+    assert trio.current_time() - start == pytest.approx(LOCK_MS / 1000, abs=0.01)
+    assert share.holder(0) == "m2"
+    # m1's acknowledgement after its lock expired is refused.
+    assert await manager.acknowledge(
+        GROUP, "m1", partition(broker), ack(0, 3, AcknowledgeType.ACCEPT)
+    ) == (Error.INVALID_RECORD_STATE)
+
+
+async def manager_wait_and_acquire(manager, broker, member):
+    """As a ShareFetch parks (DelayedShareFetch): try, then wait on the partition's keys."""
+    from minibroker.replication.share_partition_manager import share_watch_key
+
+    while True:
+        result = await acquire(manager, broker, member)
+        if result.acquired:
+            return result
+        await broker.watchers.wait_any(
+            [(TOPIC, 0), share_watch_key(GROUP, TOPIC, 0)], trio.current_time() + 3600
+        )
+
+
+async def test_the_delivery_count_limit_archives(manager, broker, autojump_clock):
+    broker.group_configs[GROUP] = {
+        "share.auto.offset.reset": "earliest",
+        "share.delivery.count.limit": "2",
+    }
+    await produce(broker, 1)
+    p = partition(broker)
+    for member in ("m1", "m2"):
+        assert (await acquire(manager, broker, member)).acquired
+        assert await manager.acknowledge(GROUP, member, p, ack(0, 0, AcknowledgeType.RELEASE)) == (
+            Error.NONE
+        )
+    assert (await acquire(manager, broker, "m3")).acquired == []
+    assert manager.share_partition(GROUP, TOPIC, 0).start_offset == 1
+
+
+async def test_a_member_leaving_releases_its_records(manager, broker, autojump_clock):
+    await produce(broker, 6)
+    await acquire(manager, broker, "m1", max_records=3, batch_optimized=False)
+    await acquire(manager, broker, "m2", max_records=3, batch_optimized=False)
+    opened = manager.sessions.fetch(GROUP, "m1", 0, [(TOPIC_ID, 0)], [], has_acknowledgements=False)
+    assert opened.error is Error.NONE
+    await manager.member_left(GROUP, "m1")
+    assert manager.sessions.get(GROUP, "m1") is None
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    assert [share.state_of(o) for o in range(6)] == [RecordState.AVAILABLE] * 3 + [
+        RecordState.ACQUIRED
+    ] * 3
+    assert (await acquire(manager, broker, "m3")).acquired == [AcquiredRange(0, 2, 2)]
+
+
+async def test_a_refused_write_is_answered_and_undone(manager, broker, autojump_clock):
+    await produce(broker, 5)
+    manager.persister.refuse_writes = Error.COORDINATOR_LOAD_IN_PROGRESS
+    # The share partition is created (read and initialize succeed), the acquisition is not.
+    result = await acquire(manager, broker, "m1")
+    assert (result.error, result.acquired) == (Error.COORDINATOR_NOT_AVAILABLE, [])
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    assert share.state_of(0) is None and share.end_offset == 0
+    manager.persister.refuse_writes = Error.NONE
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 1)]
+    manager.persister.refuse_writes = Error.FENCED_STATE_EPOCH
+    p = partition(broker)
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
+        Error.FENCED_STATE_EPOCH
+    )
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    assert share.state_of(0) is RecordState.ACQUIRED  # rolled back
+    manager.persister.refuse_writes = Error.NONE
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
+        Error.NONE
+    )
+    assert manager.persister.states[ShareStateKey(GROUP, TOPIC_ID, 0)].start_offset == 5
+
+
+async def test_a_new_leader_rebuilds_from_the_persister(manager, broker, autojump_clock):
+    await produce(broker, 6)
+    p = partition(broker)
+    await acquire(manager, broker, "m1")
+    await manager.acknowledge(GROUP, "m1", p, ack(0, 2, AcknowledgeType.ACCEPT))
+    # A new leader epoch: the share partition is built again from what was persisted.
+    await broker.apply_leader_and_isr(leader_and_isr(1, 2, [1], [1]))
+    assert manager.share_partition(GROUP, TOPIC, 0) is None
+    result = await acquire(manager, broker, "m2")
+    # Accepted records are not delivered again; the others are, a second time.
+    assert result.acquired == [AcquiredRange(3, 5, 2)]
+
+
+# -- share sessions (pure) ----------------------------------------------------------------
+
+
+def test_share_session_epochs() -> None:
+    cache = ShareSessionCache(max_sessions=2)
+    a = ("t", 0)
+    opened = cache.fetch("g", "m", 0, [a], [], has_acknowledgements=False)
+    assert (opened.error, opened.partitions) == (Error.NONE, (a,))
+    assert cache.get("g", "m").epoch == 1
+    # The next request carries 1, then 2; its partitions stay in the session.
+    assert cache.fetch("g", "m", 1, [], [], has_acknowledgements=True).partitions == (a,)
+    assert cache.fetch("g", "m", 1, [], [], has_acknowledgements=False).error == (
+        Error.INVALID_SHARE_SESSION_EPOCH
+    )
+    assert cache.acknowledge("g", "m", 2).error == Error.NONE
+    b = ("t", 1)
+    assert cache.fetch("g", "m", 3, [b], [a], has_acknowledgements=False).partitions == (b,)
+    # Unknown sessions, and ShareAcknowledge never opening one.
+    assert cache.fetch("g", "x", 1, [], [], has_acknowledgements=False).error == (
+        Error.SHARE_SESSION_NOT_FOUND
+    )
+    assert cache.acknowledge("g", "m", 0).error == Error.INVALID_SHARE_SESSION_EPOCH
+    assert cache.acknowledge("g", "x", 5).error == Error.SHARE_SESSION_NOT_FOUND
+    # Acknowledgements cannot ride on the opening fetch; a closing fetch cannot fetch.
+    assert cache.fetch("g", "n", 0, [a], [], has_acknowledgements=True).error == (
+        Error.INVALID_REQUEST
+    )
+    assert cache.fetch("g", "m", -1, [a], [], has_acknowledgements=False).error == (
+        Error.INVALID_REQUEST
+    )
+    # The limit, then closing frees a slot.
+    assert cache.fetch("g", "n", 0, [a], [], has_acknowledgements=False).error == Error.NONE
+    assert cache.fetch("g", "o", 0, [a], [], has_acknowledgements=False).error == (
+        Error.SHARE_SESSION_LIMIT_REACHED
+    )
+    assert cache.fetch("g", "m", -1, [], [], has_acknowledgements=True).closed
+    assert cache.fetch("g", "m", -1, [], [], has_acknowledgements=False).error == (
+        Error.SHARE_SESSION_NOT_FOUND
+    )
+    assert cache.fetch("g", "o", 0, [a], [], has_acknowledgements=False).error == Error.NONE
+    # Reopening replaces a member's session, at epoch 1 again.
+    assert cache.fetch("g", "o", 0, [b], [], has_acknowledgements=False).partitions == (b,)
+    assert next_epoch(2**31 - 1) == 1 and next_epoch(-1) == -1
+
+
+def test_a_closed_connection_ends_its_sessions() -> None:
+    cache = ShareSessionCache()
+    first, second = object(), object()
+    cache.fetch("g", "m1", 0, [], [], has_acknowledgements=False, connection=first)
+    cache.fetch("g", "m2", 0, [], [], has_acknowledgements=False, connection=second)
+    gone = cache.remove_connection(first)
+    assert [s.member_id for s in gone] == ["m1"]
+    assert cache.get("g", "m2") is not None
+
+
+async def test_waiting_is_on_the_mock_clock(manager, broker, autojump_clock):
+    """Nothing to acquire: a parked fetch wakes on an append, not at its deadline."""
+    start = trio.current_time()
+    got = {}
+
+    async def fetch():
+        got["result"] = await manager_wait_and_acquire(manager, broker, "m1")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == {}
+        await produce(broker, 2)
+    assert got["result"].acquired == [AcquiredRange(0, 1, 1)]
+    assert trio.current_time() - start < 1
+
+
+async def test_concurrent_first_fetches_initialize_once(manager, broker, autojump_clock):
+    """Two members' first fetches while the persister's read is slow: one share partition,
+    one InitializeShareGroupState, and each record acquired by one member."""
+    await produce(broker, 4)
+    manager.persister.read_delay = 1.0
+    got = {}
+
+    async def fetch(member):
+        got[member] = await acquire(manager, broker, member, max_records=2, batch_optimized=False)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch, "m1")
+        nursery.start_soon(fetch, "m2")
+    assert manager.persister.initializations == 1
+    assert sorted((r for result in got.values() for r in result.acquired), key=str) == [
+        AcquiredRange(0, 1, 1),
+        AcquiredRange(2, 3, 1),
+    ]
