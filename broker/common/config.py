@@ -458,6 +458,23 @@ _PROPERTIES: dict[str, _Property] = {
         "group_consumer_max_heartbeat_interval_ms", _at_least(1)
     ),
     "group.consumer.assignors": _Property("group_consumer_assignors", _parse_assignors),
+    "group.share.heartbeat.interval.ms": _Property(
+        "group_share_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.share.session.timeout.ms": _Property("group_share_session_timeout_ms", _at_least(1)),
+    "group.share.max.size": _Property("group_share_max_size", _between(1, 1000)),
+    "group.share.min.session.timeout.ms": _Property(
+        "group_share_min_session_timeout_ms", _at_least(1)
+    ),
+    "group.share.max.session.timeout.ms": _Property(
+        "group_share_max_session_timeout_ms", _at_least(1)
+    ),
+    "group.share.min.heartbeat.interval.ms": _Property(
+        "group_share_min_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.share.max.heartbeat.interval.ms": _Property(
+        "group_share_max_heartbeat_interval_ms", _at_least(1)
+    ),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
@@ -638,6 +655,18 @@ class BrokerConfig:
         "group.consumer.max.heartbeat.interval.ms"
     )
     group_consumer_assignors: tuple[str, ...] = _kafka_default("group.consumer.assignors")
+    # Share groups' membership (KIP-932): ShareGroupHeartbeat's interval and sessions.
+    group_share_heartbeat_interval_ms: int = _kafka_default("group.share.heartbeat.interval.ms")
+    group_share_session_timeout_ms: int = _kafka_default("group.share.session.timeout.ms")
+    group_share_max_size: int = _kafka_default("group.share.max.size")
+    group_share_min_session_timeout_ms: int = _kafka_default("group.share.min.session.timeout.ms")
+    group_share_max_session_timeout_ms: int = _kafka_default("group.share.max.session.timeout.ms")
+    group_share_min_heartbeat_interval_ms: int = _kafka_default(
+        "group.share.min.heartbeat.interval.ms"
+    )
+    group_share_max_heartbeat_interval_ms: int = _kafka_default(
+        "group.share.max.heartbeat.interval.ms"
+    )
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     authorizer_class_name: str = _kafka_default("authorizer.class.name")
@@ -778,6 +807,7 @@ class BrokerConfig:
             config, explicit_map="listener.security.protocol.map" in properties
         )
         _check_connection_limits(config)
+        _check_share_group_bounds(config)
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -855,6 +885,34 @@ def _check_connection_limits(config: "BrokerConfig") -> None:
         raise ConfigError(
             "max.connections.per.ip can be set to zero only if "
             "max.connections.per.ip.overrides is set"
+        )
+
+
+def _check_share_group_bounds(config: "BrokerConfig") -> None:
+    """Kafka's GroupCoordinatorConfig checks of the share groups' session and heartbeat: each
+    between its min and max, and the heartbeat interval below the session timeout."""
+    for name, value, low, high in (
+        (
+            "group.share.session.timeout.ms",
+            config.group_share_session_timeout_ms,
+            config.group_share_min_session_timeout_ms,
+            config.group_share_max_session_timeout_ms,
+        ),
+        (
+            "group.share.heartbeat.interval.ms",
+            config.group_share_heartbeat_interval_ms,
+            config.group_share_min_heartbeat_interval_ms,
+            config.group_share_max_heartbeat_interval_ms,
+        ),
+    ):
+        if not low <= value <= high:
+            raise ConfigError(
+                f"invalid value {value} for {name}: it must be between the min ({low}) and "
+                f"the max ({high}) of its group.share bounds"
+            )
+    if config.group_share_heartbeat_interval_ms >= config.group_share_session_timeout_ms:
+        raise ConfigError(
+            "group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms"
         )
 
 
