@@ -164,7 +164,7 @@ def _batch(bootstrap: str, files) -> list[dict]:
         step("features-upgrade-out-of-range", FEATURES, *b, "upgrade", "--feature",
              "group.version=5"),
         step("features-upgrade-unknown", FEATURES, *b, "upgrade", "--feature",
-             "share.version=1"),
+             "streams.version=1"),
         step("features-downgrade-as-upgrade", FEATURES, *b, "upgrade", "--feature",
              "transaction.version=1"),
         step("features-downgrade", FEATURES, *b, "downgrade", "--feature",
@@ -317,7 +317,7 @@ def test_kafka_features(tools):
         ),
         (
             "features-upgrade-unknown",
-            "Invalid update version 1 for feature share.version. Local controller 0 does not "
+            "Invalid update version 1 for feature streams.version. Local controller 0 does not "
             "support this feature.",
         ),
         (
