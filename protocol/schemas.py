@@ -36,6 +36,10 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - ShareFetch and ShareAcknowledge v1-v2 (KIP-932 as Kafka 4.4 serves them; kio has v0):
   protocol/share_fetch_v1.py, registered here.
 
+- ShareGroupHeartbeat v1 and ShareGroupDescribe v1 (KIP-932 as Kafka 4.1+ serves it: the
+  only version, "validVersions": "1"): the same fields as kio's v0 (the version changed the
+  member id to one the client chooses, not the layout), so each class is v0's under version 1.
+
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
 """
@@ -65,6 +69,18 @@ from kio.schema.read_share_group_state_summary.v0.response import (
 )
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
+from kio.schema.share_group_describe.v0.request import (
+    ShareGroupDescribeRequest as _ShareGroupDescribeRequestV0,
+)
+from kio.schema.share_group_describe.v0.response import (
+    ShareGroupDescribeResponse as _ShareGroupDescribeResponseV0,
+)
+from kio.schema.share_group_heartbeat.v0.request import (
+    ShareGroupHeartbeatRequest as _ShareGroupHeartbeatRequestV0,
+)
+from kio.schema.share_group_heartbeat.v0.response import (
+    ShareGroupHeartbeatResponse as _ShareGroupHeartbeatResponseV0,
+)
 from kio.schema.txn_offset_commit.v4.request import (
     TxnOffsetCommitRequest as _TxnOffsetCommitRequestV4,
 )
@@ -307,7 +323,31 @@ class ReadShareGroupStateSummaryRequestV1(_SummaryRequestV0):
     __version__: ClassVar[i16] = i16(1)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareGroupHeartbeatRequestV1(_ShareGroupHeartbeatRequestV0):
+    """ShareGroupHeartbeat v1: v0's fields; the member id is the client's."""
+
+    __version__: ClassVar[i16] = i16(1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareGroupHeartbeatResponseV1(_ShareGroupHeartbeatResponseV0):
+    __version__: ClassVar[i16] = i16(1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareGroupDescribeRequestV1(_ShareGroupDescribeRequestV0):
+    __version__: ClassVar[i16] = i16(1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareGroupDescribeResponseV1(_ShareGroupDescribeResponseV0):
+    __version__: ClassVar[i16] = i16(1)
+
+
 REQUESTS: dict[tuple[int, int], type] = {
+    (76, 1): ShareGroupHeartbeatRequestV1,
+    (77, 1): ShareGroupDescribeRequestV1,
     (57, 2): UpdateFeaturesRequestV2,
     (26, 5): EndTxnRequestV5,
     (0, 12): ProduceRequestV12,
@@ -319,6 +359,8 @@ REQUESTS: dict[tuple[int, int], type] = {
     **_share_fetch_v1.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
+    (76, 1): ShareGroupHeartbeatResponseV1,
+    (77, 1): ShareGroupDescribeResponseV1,
     (57, 2): UpdateFeaturesResponseV2,
     (26, 5): EndTxnResponseV5,
     (0, 12): ProduceResponseV12,

@@ -29,7 +29,8 @@ from minibroker.apis.authorization import (
 )
 from minibroker.apis.topics import create_topics_through_controller
 from minibroker.coordinator.group.consumer_group import ConsumerGroup
-from minibroker.coordinator.group.state import JoinRequest, JoinResult
+from minibroker.coordinator.group.share_group import ShareGroup
+from minibroker.coordinator.group.state import Group, JoinRequest, JoinResult
 from minibroker.coordinator.share.state import parse_kafka_uuid
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -272,7 +273,8 @@ def _list_groups_error(request, error: Error) -> dict:
 async def handle_list_groups(ctx: RequestContext, request) -> dict:
     states = {state.lower() for state in getattr(request, "states_filter", ())}
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
-    error, listed = ctx.group_coordinator.list_groups()
+    error, served = ctx.group_coordinator.list_groups()
+    listed: list[Group | ShareGroup] = [*served, *ctx.group_coordinator.list_share_groups()]
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         listed = [
             group for group in listed if group_allowed(ctx, Operation.DESCRIBE, group.group_id)
@@ -280,7 +282,7 @@ async def handle_list_groups(ctx: RequestContext, request) -> dict:
     groups = [
         {
             "group_id": group.group_id,
-            "protocol_type": group.protocol_type or "",
+            "protocol_type": _protocol_type(group),
             "group_state": group.state.value,
             "group_type": _group_type(group),
         }
@@ -292,8 +294,18 @@ async def handle_list_groups(ctx: RequestContext, request) -> dict:
 
 
 def _group_type(group) -> str:
-    """ListGroups' group type (KIP-848): "consumer" for the consumer protocol's groups."""
+    """ListGroups' group type (KIP-848): "consumer" for the consumer protocol's groups,
+    "share" for share groups (KIP-932)."""
+    if isinstance(group, ShareGroup):
+        return "share"
     return "consumer" if isinstance(group, ConsumerGroup) else "classic"
+
+
+def _protocol_type(group) -> str:
+    """A share group's protocol type is "share" (Kafka's ShareGroup.PROTOCOL_TYPE)."""
+    if isinstance(group, ShareGroup):
+        return "share"
+    return group.protocol_type or ""
 
 
 def _described(group_id: str, error: Error, group) -> dict:

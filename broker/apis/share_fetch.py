@@ -138,7 +138,11 @@ def _group_check(ctx: RequestContext, request) -> Error:
         return Error.INVALID_REQUEST
     if ctx.authorizer is not None and not group_allowed(ctx, Operation.READ, group_id):
         return Error.GROUP_AUTHORIZATION_FAILED
-    if not ctx.share_partition_manager.member_allowed(group_id, member_id):
+    # A session's final request (epoch -1) is taken from a member that has just left: librdkafka
+    # leaves the group (ShareGroupHeartbeat -1) before it closes its share session.
+    if request.share_session_epoch != -1 and not ctx.share_partition_manager.member_allowed(
+        group_id, member_id
+    ):
         return Error.UNKNOWN_MEMBER_ID
     return Error.NONE
 
@@ -185,7 +189,9 @@ async def handle_share_fetch(ctx: RequestContext, request) -> dict:
                 "error_code": Error.NONE,
                 "acknowledge_error_code": Error.NONE,
                 "current_leader": _leader(ctx, name, key[1]),
-                "records": None,
+                # Not null: Records is nullable in ShareFetch v0 only (ShareFetchResponse.json's
+                # nullableVersions "0"); librdkafka 2.16 refuses a v1 answer with a null one.
+                "records": b"",
                 "acquired_records": [],
             }
         return entries[key]

@@ -492,6 +492,23 @@ _PROPERTIES: dict[str, _Property] = {
         "group_share_partition_max_record_locks", _at_least(100)
     ),
     "group.share.max.share.sessions": _Property("group_share_max_share_sessions", _at_least(1)),
+    "group.share.heartbeat.interval.ms": _Property(
+        "group_share_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.share.session.timeout.ms": _Property("group_share_session_timeout_ms", _at_least(1)),
+    "group.share.max.size": _Property("group_share_max_size", _between(1, 1000)),
+    "group.share.min.session.timeout.ms": _Property(
+        "group_share_min_session_timeout_ms", _at_least(1)
+    ),
+    "group.share.max.session.timeout.ms": _Property(
+        "group_share_max_session_timeout_ms", _at_least(1)
+    ),
+    "group.share.min.heartbeat.interval.ms": _Property(
+        "group_share_min_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.share.max.heartbeat.interval.ms": _Property(
+        "group_share_max_heartbeat_interval_ms", _at_least(1)
+    ),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
@@ -711,6 +728,18 @@ class BrokerConfig:
         "group.share.partition.max.record.locks"
     )
     group_share_max_share_sessions: int = _kafka_default("group.share.max.share.sessions")
+    # Share groups' membership (KIP-932): ShareGroupHeartbeat's interval and sessions.
+    group_share_heartbeat_interval_ms: int = _kafka_default("group.share.heartbeat.interval.ms")
+    group_share_session_timeout_ms: int = _kafka_default("group.share.session.timeout.ms")
+    group_share_max_size: int = _kafka_default("group.share.max.size")
+    group_share_min_session_timeout_ms: int = _kafka_default("group.share.min.session.timeout.ms")
+    group_share_max_session_timeout_ms: int = _kafka_default("group.share.max.session.timeout.ms")
+    group_share_min_heartbeat_interval_ms: int = _kafka_default(
+        "group.share.min.heartbeat.interval.ms"
+    )
+    group_share_max_heartbeat_interval_ms: int = _kafka_default(
+        "group.share.max.heartbeat.interval.ms"
+    )
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     authorizer_class_name: str = _kafka_default("authorizer.class.name")
@@ -852,6 +881,7 @@ class BrokerConfig:
         )
         _check_connection_limits(config)
         _check_share_lock_duration(config)
+        _check_share_group_bounds(config)
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -943,6 +973,34 @@ def _check_share_lock_duration(config: "BrokerConfig") -> None:
             f"invalid value {value} for group.share.record.lock.duration.ms: it must be "
             f"between group.share.min.record.lock.duration.ms ({low}) and "
             f"group.share.max.record.lock.duration.ms ({high})"
+        )
+
+
+def _check_share_group_bounds(config: "BrokerConfig") -> None:
+    """Kafka's GroupCoordinatorConfig checks of the share groups' session and heartbeat: each
+    between its min and max, and the heartbeat interval below the session timeout."""
+    for name, value, low, high in (
+        (
+            "group.share.session.timeout.ms",
+            config.group_share_session_timeout_ms,
+            config.group_share_min_session_timeout_ms,
+            config.group_share_max_session_timeout_ms,
+        ),
+        (
+            "group.share.heartbeat.interval.ms",
+            config.group_share_heartbeat_interval_ms,
+            config.group_share_min_heartbeat_interval_ms,
+            config.group_share_max_heartbeat_interval_ms,
+        ),
+    ):
+        if not low <= value <= high:
+            raise ConfigError(
+                f"invalid value {value} for {name}: it must be between the min ({low}) and "
+                f"the max ({high}) of its group.share bounds"
+            )
+    if config.group_share_heartbeat_interval_ms >= config.group_share_session_timeout_ms:
+        raise ConfigError(
+            "group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms"
         )
 
 

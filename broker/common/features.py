@@ -17,8 +17,15 @@ implements all of them:
 - ``group.version`` 0 to 1 (1: the consumer group protocol, KIP-848), finalized at 1; at 0
   ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION (apis/consumer_groups.py), as Kafka's.
 
-Not listed at all, so no client tries them and no update can finalize them: ``share.version``
-and ``streams.version`` (share and streams groups are not served) and
+- ``share.version`` 0 to 1 (1: share groups, KIP-932), finalized at 1. Kafka 4.4 supports 0
+  to 2 and a new 4.4 cluster finalizes 2 (ShareVersion.SV_2, bootstrapped at 4.4-IV0: the
+  dead-letter queues of KIP-1191); minibroker serves share groups without dead-letter queues,
+  so it supports and finalizes 1 (docs/not-yet-supported.md). At 0 ShareGroupHeartbeat and
+  ShareGroupDescribe answer UNSUPPORTED_VERSION (apis/share_groups.py), as Kafka's
+  isShareGroupProtocolEnabled does.
+
+Not listed at all, so no client tries them and no update can finalize them:
+``streams.version`` (streams groups are not served) and
 ``eligible.leader.replicas.version`` (no ELR, see docs/not-yet-supported.md).
 """
 
@@ -28,6 +35,7 @@ METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
+SHARE_VERSION = "share.version"
 
 # Kafka 4.4's MetadataVersion levels at the ends of the supported range.
 MINIMUM_METADATA_VERSION = 7  # 3.3-IV3, the oldest Kafka 4 can run or bootstrap at
@@ -39,6 +47,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     KRAFT_VERSION: (0, 0),
     TRANSACTION_VERSION: (0, 2),
     GROUP_VERSION: (0, 1),
+    SHARE_VERSION: (0, 1),
 }
 
 
@@ -52,9 +61,10 @@ class FinalizedFeatures:
 
 def initial_levels(transaction_version: int) -> dict[str, int]:
     """The levels a new cluster finalizes, as a new Kafka 4.4 cluster does (formatted at its
-    latest metadata.version, which brings group.version 1 and transaction.version 2), with
+    latest metadata.version, which brings group.version 1 and transaction.version 2; share.version
+    1 where Kafka 4.4 has 2, see above), with
     ``transaction.version`` as the controller's setting says."""
-    levels = {METADATA_VERSION: LATEST_METADATA_VERSION, GROUP_VERSION: 1}
+    levels = {METADATA_VERSION: LATEST_METADATA_VERSION, GROUP_VERSION: 1, SHARE_VERSION: 1}
     if transaction_version:
         levels[TRANSACTION_VERSION] = transaction_version
     return levels

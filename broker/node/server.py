@@ -300,6 +300,17 @@ class BrokerServer:
             # login must be sound at start, not when the first broker registers.
             client_security(config, config.inter_broker_listener_name)
 
+    def _is_share_member(self, group_id: str, member_id: str) -> bool | None:
+        """For ShareFetch and ShareAcknowledge: whether ``member_id`` is a member of share group
+        ``group_id``, when this broker coordinates the group (its ShareGroupHeartbeats come
+        here); None, unknown, when another broker does (the fetch is then allowed, as Kafka's
+        SharePartitionManager does not ask the group coordinator)."""
+        coordinator = self.coordinator
+        if coordinator is None or coordinator.check(group_id) is not Error.NONE:
+            return None
+        group = coordinator.share_groups.get(group_id)
+        return group is not None and member_id in group.members
+
     def _context(
         self, listener_name: str, connection: Connection, cluster_id: str, header
     ) -> RequestContext:
@@ -465,9 +476,11 @@ class BrokerServer:
                     )
                     await control.start(persister.run)
                     self.share_persister = persister
-                # ShareGroupHeartbeat's membership will feed is_member.
                 self.shares = SharePartitionManager(
-                    self.config, self.replicas, self.share_persister or InMemoryPersister()
+                    self.config,
+                    self.replicas,
+                    self.share_persister or InMemoryPersister(),
+                    is_member=self._is_share_member,
                 )
                 await control.start(self.shares.run)
                 if self.config.schema_registry_listeners:

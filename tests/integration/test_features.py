@@ -10,16 +10,23 @@ from kio.schema.errors import ErrorCode
 from kio.schema.update_features.v0.request import FeatureUpdateKey as UpdateV0
 from kio.schema.update_features.v0.request import UpdateFeaturesRequest as UpdateFeaturesV0
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+from kio.static.primitive import i32
 
 from minibroker.protocol import codec
-from minibroker.protocol.schemas import UpdateFeaturesRequestV2
+from minibroker.protocol.schemas import ShareGroupHeartbeatRequestV1, UpdateFeaturesRequestV2
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 from tests.conftest import exchange, wait_for
 from tests.integration.authz import on_cluster
 
 UPGRADE, SAFE_DOWNGRADE = 1, 2
-NEW_CLUSTER = {"group.version": 1, "metadata.version": 33, "transaction.version": 2}
+# share.version 1 where a new Kafka 4.4 cluster has 2 (no dead-letter queues, KIP-1191).
+NEW_CLUSTER = {
+    "group.version": 1,
+    "metadata.version": 33,
+    "share.version": 1,
+    "transaction.version": 2,
+}
 
 
 def api_versions(broker, request=None):
@@ -71,6 +78,17 @@ def heartbeat(broker) -> ErrorCode:
     return exchange(broker.bootstrap, request).error_code
 
 
+def share_heartbeat(broker) -> ErrorCode:
+    """A new member's first ShareGroupHeartbeat (KIP-932)."""
+    request = ShareGroupHeartbeatRequestV1(
+        group_id="features-share-group",
+        member_id="m",
+        member_epoch=i32(0),
+        subscribed_topic_names=("features-topic",),
+    )
+    return exchange(broker.bootstrap, request).error_code
+
+
 def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     # A broker answers a new cluster's levels at epoch 0 until the controller's word comes
     # (it is pushed when the broker registers).
@@ -80,9 +98,10 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "group.version": (0, 1),
         "kraft.version": (0, 0),
         "metadata.version": (7, 33),
+        "share.version": (0, 1),
         "transaction.version": (0, 2),
     }
-    # A new Kafka 4.4 cluster's levels; no share.version, streams.version or ELR.
+    # A new Kafka 4.4 cluster's levels (share.version 1, not 2); no streams.version or ELR.
     assert finalized == NEW_CLUSTER and epoch >= 1
     # Before v4 only the features whose minimum is above 0 are supported (KAFKA-17492).
     supported_v3, finalized_v3, _ = api_versions(
@@ -105,11 +124,19 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "Invalid update version 5 for feature group.version. Local controller 1 only supports "
         "versions 0-1"
     )
-    error, message = update(broker, ("share.version", 1, UPGRADE))
+    # share.version 2 (dead-letter queues, KIP-1191) is Kafka 4.4's, not minibroker's.
+    error, message = update(broker, ("share.version", 2, UPGRADE))
     assert (error, message) == (
         ErrorCode.invalid_update_version,
         "The update failed for all features since the following feature had an error: "
-        "Invalid update version 1 for feature share.version. Local controller 1 does not "
+        "Invalid update version 2 for feature share.version. Local controller 1 only supports "
+        "versions 0-1",
+    )
+    error, message = update(broker, ("streams.version", 1, UPGRADE))
+    assert (error, message) == (
+        ErrorCode.invalid_update_version,
+        "The update failed for all features since the following feature had an error: "
+        "Invalid update version 1 for feature streams.version. Local controller 1 does not "
         "support this feature.",
     )
     error, _ = update(broker, ("transaction.version", 1, UPGRADE))
@@ -133,12 +160,15 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     assert api_versions(broker)[1:] == (NEW_CLUSTER, epoch)
 
     # A safe downgrade (disable) and a downgrade by v0's allow_downgrade: the epoch grows.
-    assert update(broker, ("group.version", 0, SAFE_DOWNGRADE)) == (ErrorCode.none, None)
+    disable = (("group.version", 0, SAFE_DOWNGRADE), ("share.version", 0, SAFE_DOWNGRADE))
+    assert update(broker, *disable) == (ErrorCode.none, None)
     _, finalized, downgraded_epoch = api_versions(broker)
     assert finalized == {"metadata.version": 33, "transaction.version": 2}
     assert downgraded_epoch > epoch
     # group.version 0: the consumer group protocol is off (Kafka: UNSUPPORTED_VERSION).
     assert heartbeat(broker) == ErrorCode.unsupported_version
+    # share.version 0: share groups are off (Kafka's isShareGroupProtocolEnabled).
+    assert share_heartbeat(broker) == ErrorCode.unsupported_version
     answer = exchange(
         broker.bootstrap,
         UpdateFeaturesV0(
@@ -162,10 +192,12 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         {"metadata.version": 33, "transaction.version": 1},
         epoch,
     )
-    assert update(broker, ("group.version", 1, UPGRADE), ("transaction.version", 2, UPGRADE)) == (
-        ErrorCode.none,
-        None,
+    upgrade = (
+        ("group.version", 1, UPGRADE),
+        ("share.version", 1, UPGRADE),
+        ("transaction.version", 2, UPGRADE),
     )
+    assert update(broker, *upgrade) == (ErrorCode.none, None)
     assert api_versions(broker)[1:] == (NEW_CLUSTER, epoch + 1)
     # On again: the heartbeat reaches the group coordinator (which, with __consumer_offsets
     # only now being created, may first answer that it is not ready).

@@ -164,7 +164,7 @@ def _batch(bootstrap: str, files) -> list[dict]:
         step("features-upgrade-out-of-range", FEATURES, *b, "upgrade", "--feature",
              "group.version=5"),
         step("features-upgrade-unknown", FEATURES, *b, "upgrade", "--feature",
-             "share.version=1"),
+             "streams.version=1"),
         step("features-downgrade-as-upgrade", FEATURES, *b, "upgrade", "--feature",
              "transaction.version=1"),
         step("features-downgrade", FEATURES, *b, "downgrade", "--feature",
@@ -262,13 +262,15 @@ def test_kafka_topics_describe_pages_with_describe_topic_partitions(tools_run):
 
 # What `kafka-features describe` prints for these features against a new Apache Kafka 4.4
 # cluster (bench/kafka_ref.py, one node), less the epoch; kraft.version there is supported up to
-# 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not. Kafka 4.4 also
-# lists eligible.leader.replicas.version, share.version and streams.version, which minibroker
-# does not implement (docs/not-yet-supported.md).
+# 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not; share.version
+# there is supported up to 2 and finalized at 2 (dead-letter queues, KIP-1191), minibroker's at
+# 1. Kafka 4.4 also lists eligible.leader.replicas.version and streams.version, which
+# minibroker does not implement (docs/not-yet-supported.md).
 KAFKA_44_FEATURES = {
     "group.version": ("0", "1", "1"),
     "kraft.version": ("0", "1", "0"),
     "metadata.version": ("3.3-IV3", "4.4-IV2", "4.4-IV2"),
+    "share.version": ("0", "2", "2"),
     "transaction.version": ("0", "2", "2"),
 }
 FEATURE_LINE = re.compile(
@@ -292,7 +294,11 @@ def test_kafka_features(tools):
     UpdateFeatures to the controller, each change under a newer epoch; out-of-range, unknown
     features and a downgrade asked as an upgrade are refused with Kafka's words."""
     described, epoch = features_described(ok(tools, "features-describe"))
-    assert described == {**KAFKA_44_FEATURES, "kraft.version": ("0", "0", "0")}
+    assert described == {
+        **KAFKA_44_FEATURES,
+        "kraft.version": ("0", "0", "0"),
+        "share.version": ("0", "1", "1"),
+    }
     assert ok(tools, "features-disable").strip() == "group.version was disabled."
     disabled, disabled_epoch = features_described(ok(tools, "features-describe-disabled"))
     assert disabled["group.version"] == ("0", "1", "0") and disabled_epoch > epoch
@@ -311,7 +317,7 @@ def test_kafka_features(tools):
         ),
         (
             "features-upgrade-unknown",
-            "Invalid update version 1 for feature share.version. Local controller 0 does not "
+            "Invalid update version 1 for feature streams.version. Local controller 0 does not "
             "support this feature.",
         ),
         (

@@ -45,6 +45,17 @@ from minibroker.coordinator.group.consumer_group import Record as ConsumerRecord
 from minibroker.coordinator.group.consumer_log_format import RecordKind, encode_key, encode_value
 from minibroker.coordinator.group.embedded_protocol import EmbeddedProtocolError
 from minibroker.coordinator.group.log_format import GroupValue, OffsetValue
+from minibroker.coordinator.group.share_group import (
+    ShareGroup,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+    ShareRecord,
+    ShareSettings,
+)
+from minibroker.coordinator.group.share_group import validate as validate_share
+from minibroker.coordinator.group.share_log_format import ShareRecordKind
+from minibroker.coordinator.group.share_log_format import encode_key as encode_share_key
+from minibroker.coordinator.group.share_log_format import encode_value as encode_share_value
 from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
@@ -175,6 +186,14 @@ class GroupCoordinator:
             log=log,
         )
         replicas.marker_listeners.append(self._on_marker)
+        # Share groups (KIP-932): beside the classic and consumer groups, one id namespace.
+        self.share_groups: dict[str, ShareGroup] = {}
+        self.share_settings = ShareSettings(
+            heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+            session_timeout_ms=config.group_share_session_timeout_ms,
+            max_size=config.group_share_max_size,
+        )
+        self.share_rebalances = 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -198,6 +217,7 @@ class GroupCoordinator:
     def _unload(self, index: int) -> None:
         """The runtime dropped (or is reloading) an offsets partition: forget its groups
         (Kafka's handleGroupEmigration)."""
+        self._unload_share_groups(index)
         for group_id in [g for g in self.groups if self.partition_of(g) == index]:
             group = self.groups.pop(group_id)
             group.unload()
@@ -222,6 +242,7 @@ class GroupCoordinator:
 
         def install() -> None:
             self._install(partition, replay, started)
+            self._install_share_groups(partition, replay)
 
         return install
 
@@ -378,6 +399,8 @@ class GroupCoordinator:
             return JoinResult(Error.INVALID_SESSION_TIMEOUT, member_id=request.member_id)
         if (error := self.check(group_id)) != Error.NONE:
             return JoinResult(error, member_id=request.member_id)
+        if self.share_conflict(group_id):  # Kafka's classicGroupJoin: another type's group
+            return JoinResult(Error.INCONSISTENT_GROUP_PROTOCOL, member_id="")
         group = self._group(group_id, create=request.member_id == "")
         if group is None:
             return JoinResult(Error.UNKNOWN_MEMBER_ID, member_id=request.member_id)
@@ -536,6 +559,8 @@ class GroupCoordinator:
         group = self.groups.get(request.group_id) if error == Error.NONE else None
         if error == Error.NONE:
             error = self._commit_error(group, request)
+        if error == Error.NONE and self.share_conflict(request.group_id):
+            error = Error.GROUP_ID_NOT_FOUND  # Kafka's ShareGroup.validateOffsetCommit
         if error != Error.NONE:
             return dict.fromkeys(request.offsets, error)
         records = []
@@ -589,6 +614,8 @@ class GroupCoordinator:
         The caller has answered the partitions of unknown topics. A group that does not
         exist yet is created, as Kafka does."""
         error = self.check(request.group_id)
+        if error == Error.NONE and self.share_conflict(request.group_id):
+            error = Error.GROUP_ID_NOT_FOUND  # Kafka's ShareGroup.validateOffsetCommit
         if error != Error.NONE:
             return dict.fromkeys(request.offsets, error)
         group = self._group(request.group_id, create=True)
@@ -665,6 +692,8 @@ class GroupCoordinator:
         when there is none), or of every partition with one when ``partitions`` is None."""
         if (error := self.check(group_id)) != Error.NONE:
             return error, {}
+        if self.share_conflict(group_id):
+            return Error.GROUP_ID_NOT_FOUND, {}  # Kafka's ShareGroup.validateOffsetFetch
         group = self.groups.get(group_id)
         committed = group.offsets if group is not None else {}
         if partitions is None:
@@ -718,6 +747,8 @@ class GroupCoordinator:
         are written (as Kafka does), so nothing can join it meanwhile."""
         if (error := self.check(group_id)) != Error.NONE:
             return error
+        if self.share_conflict(group_id):
+            return await self.delete_share_group(group_id)
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return Error.GROUP_ID_NOT_FOUND
@@ -853,6 +884,10 @@ class GroupCoordinator:
             return HeartbeatResult(invalid.error, invalid.message)
         if (error := self.check(group_id)) != Error.NONE:
             return HeartbeatResult(error)
+        if self.share_conflict(group_id):
+            return HeartbeatResult(
+                Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            )
         # The group's own configs, read at each heartbeat as Kafka's GroupMetadataManager
         # reads them: a change applies to each member at its next heartbeat (the interval it
         # is told, the session its deadline is set with).
@@ -1012,6 +1047,8 @@ class GroupCoordinator:
         if (error := self.check(group_id)) != Error.NONE:
             return error, None, None
         group = self.groups.get(group_id)
+        if group is None and self.share_conflict(group_id):
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
         if group is None or group.is_(GroupState.DEAD):
             return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
         if not isinstance(group, ConsumerGroup):
@@ -1026,3 +1063,170 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             return group.validate_offset_fetch(member_id, member_epoch)
         return Error.NONE
+
+    # -- share groups (KIP-932) -------------------------------------------------------------------
+    #
+    # Kafka's GroupMetadataManager.shareGroupHeartbeat / shareGroupDescribe on the pure
+    # ShareGroup (share_group.py): its records are written to the group's `__consumer_offsets`
+    # partition through the runtime (acks=-1) before the heartbeat is answered and replayed
+    # when the partition is loaded; one runtime timer per group fences the members whose
+    # session (group.share.session.timeout.ms) lapsed. A group id is of one type: a
+    # classic or consumer group's id is GROUP_ID_NOT_FOUND to ShareGroupHeartbeat and
+    # ShareGroupDescribe, and a share group's id is refused by the classic and consumer
+    # protocols (share_conflict). Departure: a failed write is answered with its error but the
+    # change stays in memory, as for the consumer groups (see consumer_heartbeat).
+
+    def _share_timer(self, group_id: str) -> str:
+        return f"share:{group_id}"
+
+    def share_conflict(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a share group's (the classic and consumer protocols then
+        refuse it: JoinGroup INCONSISTENT_GROUP_PROTOCOL, ConsumerGroupHeartbeat and the
+        offset APIs GROUP_ID_NOT_FOUND, as Kafka answers)."""
+        return group_id in self.share_groups
+
+    def _not_share(self, group_id: str) -> bool:
+        """Whether a live classic or consumer group holds ``group_id``."""
+        group = self.groups.get(group_id)
+        return group is not None and not group.is_(GroupState.DEAD)
+
+    async def share_heartbeat(
+        self, group_id: str, request: ShareHeartbeatRequest
+    ) -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat (Kafka's GroupCoordinatorService.shareGroupHeartbeat):
+        validated, routed to the group's coordinator, applied to the group and answered once
+        its records are in the log."""
+        try:
+            validate_share(request, group_id)
+        except HeartbeatError as invalid:
+            return ShareHeartbeatResult(invalid.error, invalid.message)
+        if (error := self.check(group_id)) != Error.NONE:
+            return ShareHeartbeatResult(error)
+        if self._not_share(group_id):
+            return ShareHeartbeatResult(
+                Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
+            )
+        group = self.share_groups.get(group_id)
+        if group is None:
+            if request.member_epoch == -1:
+                return ShareHeartbeatResult(
+                    Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+                )
+            if request.member_epoch != 0:
+                return ShareHeartbeatResult(
+                    Error.UNKNOWN_MEMBER_ID,
+                    f"Member {request.member_id} is not a member of group {group_id}.",
+                )
+            group = ShareGroup(group_id, self.share_settings)
+            self.share_groups[group_id] = group
+        result, records = group.heartbeat(request, self.topic_lookup, self.clock_ms())
+        self._arm_share(group)
+        if records:
+            error = await self._write_share_records(group, records)
+            if error != Error.NONE:
+                return ShareHeartbeatResult(error)
+        return result
+
+    async def _write_share_records(self, group: ShareGroup, records: list[ShareRecord]) -> Error:
+        self.share_rebalances += sum(
+            1
+            for key, value in records
+            if value is not None and key.kind == ShareRecordKind.GROUP_METADATA
+        )
+        encoded = [
+            (encode_share_key(key), None if value is None else encode_share_value(value))  # type: ignore[arg-type]
+            for key, value in records
+        ]
+        error = await self._append(group.group_id, encoded)
+        if error != Error.NONE:
+            log.warning("cannot write share group %s's records: %s", group.group_id, error.name)
+            return _STORE_GROUP_ERRORS.get(error, Error.UNKNOWN_SERVER_ERROR)
+        return Error.NONE
+
+    def _arm_share(self, group: ShareGroup) -> None:
+        """The group's one session timer, at its earliest member deadline."""
+        timer = self._share_timer(group.group_id)
+        deadline_ms = group.next_deadline_ms()
+        if deadline_ms is None or self.share_groups.get(group.group_id) is not group:
+            self.runtime.cancel(group.group_id, timer)
+            return
+        delay_s = max(deadline_ms - self.clock_ms(), 0) / 1000
+        self.runtime.schedule(
+            group.group_id, timer, delay_s, partial(self._on_share_deadline, group)
+        )
+
+    async def _on_share_deadline(self, group: ShareGroup) -> None:
+        """Members whose session lapsed are fenced, their partitions go to the others."""
+        if self.share_groups.get(group.group_id) is not group:
+            return
+        fenced, records = group.expire(self.topic_lookup, self.clock_ms())
+        self._arm_share(group)
+        if fenced:
+            log.info("share group %s: session expired for %s", group.group_id, fenced)
+        if records:
+            await self._write_share_records(group, records)
+
+    def describe_share_group(self, group_id: str) -> tuple[Error, str | None, ShareGroup | None]:
+        """ShareGroupDescribe of one group (Kafka's shareGroupDescribe): GROUP_ID_NOT_FOUND
+        for an unknown group or one of another type."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, None
+        group = self.share_groups.get(group_id)
+        if group is None:
+            if self._not_share(group_id):
+                return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        return Error.NONE, None, group
+
+    def list_share_groups(self) -> list[ShareGroup]:
+        """The share groups served here (ListGroups adds them to the others)."""
+        return list(self.share_groups.values())
+
+    async def delete_share_group(self, group_id: str) -> Error:
+        """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members, else it is
+        forgotten and its records tombstoned (Kafka's ShareGroup.validateDeleteGroup and
+        createGroupTombstoneRecords). Departure: Kafka also deletes the group's share state
+        through the share coordinator (DeleteShareGroupState), not served here yet."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error
+        group = self.share_groups.get(group_id)
+        if group is None:
+            return Error.GROUP_ID_NOT_FOUND
+        if group.members:
+            return Error.NON_EMPTY_GROUP
+        del self.share_groups[group_id]
+        self.runtime.cancel(group_id, self._share_timer(group_id))
+        # Kafka's order: each member's records, the target's metadata, the group's last.
+        order = {ShareRecordKind.TARGET_METADATA: 1, ShareRecordKind.GROUP_METADATA: 2}
+        tombstones = sorted(group.tombstones(), key=lambda record: order.get(record[0].kind, 0))
+        return await self._write_share_records(group, tombstones)
+
+    def share_assignment(self, group_id: str, member_id: str) -> set[tuple[uuid.UUID, int]] | None:
+        """The share partitions a member of a share group served here is assigned (for the
+        data path: ShareFetch may fetch only these), or None when this broker knows no such
+        member (not the coordinator, no such group or member)."""
+        group = self.share_groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None:
+            return None
+        return {(topic, index) for topic, parts in member.assigned.items() for index in parts}
+
+    def _install_share_groups(self, partition: Partition, replay: PartitionReplay) -> None:
+        now = self.clock_ms()
+        for group_id, records in replay.share.items():
+            if self.partition_of(group_id) != partition.index or not records:
+                continue
+            group = ShareGroup.replay(group_id, records.items(), now, self.share_settings)
+            self.share_groups[group_id] = group
+            self._arm_share(group)
+            log.info(
+                "loaded share group %s (epoch %d, %d members)",
+                group_id,
+                group.group_epoch,
+                len(group.members),
+            )
+
+    def _unload_share_groups(self, index: int) -> None:
+        for group_id in [g for g in self.share_groups if self.partition_of(g) == index]:
+            del self.share_groups[group_id]
+            self.runtime.cancel(group_id, self._share_timer(group_id))

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from minibroker.coordinator.group import consumer_log_format, log_format
+from minibroker.coordinator.group import consumer_log_format, log_format, share_log_format
 from minibroker.coordinator.group.log_format import (
     GroupKey,
     GroupValue,
@@ -860,6 +860,9 @@ class PartitionReplay:
         # key (a tombstone removes its key), rebuilt by ConsumerGroup.restore_records.
         self.consumer: dict[str, dict[consumer_log_format.RecordKey, object]] = {}
         self.skipped: list[tuple[int, str]] = []
+        # The share groups (KIP-932): group -> their records' latest values by key, rebuilt
+        # by ShareGroup.replay (the coordinator service's).
+        self.share: dict[str, dict[share_log_format.ShareRecordKey, object]] = {}
 
     def batch(self, header: BatchHeader, batch: bytes | memoryview) -> None:
         """One whole batch as read from the log; ``header`` is its parsed header."""
@@ -891,6 +894,9 @@ class PartitionReplay:
     def _record(
         self, key_data: bytes, value: bytes | None, batch_offset: int, producer_id: int | None
     ) -> None:
+        if len(key_data) >= 2 and _I16.unpack_from(key_data)[0] in share_log_format.SHARE_KINDS:
+            self._share_record(key_data, value)
+            return
         if len(key_data) >= 2 and _I16.unpack_from(key_data)[0] in consumer_log_format.KINDS:
             self._consumer_record(key_data, value)
             return
@@ -933,6 +939,19 @@ class PartitionReplay:
                 del self.consumer[key.group]
         else:
             records[key] = consumer_log_format.read_value(key.kind, value)
+
+    def _share_record(self, key_data: bytes, value: bytes | None) -> None:
+        key = share_log_format.read_key(key_data)
+        if key.kind == share_log_format.ShareRecordKind.STATE_PARTITION_METADATA:
+            return  # the share coordinator's initialized partitions: not read here yet
+        records = self.share.setdefault(key.group, {})
+        if value is None:
+            records.pop(key, None)
+            if key.kind == share_log_format.ShareRecordKind.GROUP_METADATA:
+                # The group's metadata tombstoned: the group is gone (DeleteGroups).
+                self.share.pop(key.group, None)
+        else:
+            records[key] = share_log_format.read_value(key.kind, value)
 
     def consumer_records(self, group_id: str) -> dict[consumer_log_format.RecordKey, object]:
         """A consumer protocol group's records as read (empty for any other group)."""

@@ -1,0 +1,117 @@
+"""Queues for Kafka end to end (KIP-932), as the issue's new user tried them: three
+confluent-kafka (librdkafka 2.16) ShareConsumers of one share group on a one-partition topic of
+600 records. They join through ShareGroupHeartbeat (the group coordinator), fetch through
+ShareFetch (the share partition manager on the leader, its state kept by the share coordinator
+on `__share_group_state`) and accept each record implicitly at their next poll, or at
+`commit_sync()` when done (librdkafka 2.16 does not accept the records of the last poll at
+`close()`: it leaves and closes its share session, and they are delivered again). Every
+record is delivered, to one consumer, once (which consumer takes which is the fetches' race:
+the first to fetch may acquire them all, as in Kafka); and the acceptances are kept: a new
+consumer of the group, after them, gets only the record produced after them."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
+from minibroker.tools.launcher import BrokerProcess
+from tests.conftest import create_topic
+
+RECORDS = 600
+DEADLINE_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> BrokerProcess:
+    log_dir = tmp_path_factory.mktemp("queues") / "data"
+    broker = BrokerProcess.start(
+        node_id=1, log_dir=log_dir, overrides={"offsets.topic.num.partitions": 3}
+    )
+    broker.wait_ready(20.0)
+    yield broker
+    assert broker.stop() == 0, broker.log_tail()
+
+
+def _from_the_earliest(bootstrap: str, group_id: str) -> None:
+    """share.auto.offset.reset=earliest for the group, as `kafka-configs --entity-type groups`
+    sets it: the records are produced before the consumers join."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group_id,
+        incremental_configs=[
+            ConfigEntry(
+                "share.auto.offset.reset",
+                "earliest",
+                incremental_operation=AlterConfigOpType.SET,
+            )
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def test_three_share_consumers_take_every_record_once(broker):
+    topic, group_id = "work-queue", "workers"
+    create_topic(broker.bootstrap, topic, 1)
+    _from_the_earliest(broker.bootstrap, group_id)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for number in range(RECORDS):
+        producer.produce(topic, value=b"job-%04d" % number)
+    assert producer.flush(30) == 0
+
+    consumers = [
+        ShareConsumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group_id,
+                "client.id": f"worker-{index}",
+            }
+        )
+        for index in range(3)
+    ]
+    delivered: Counter[int] = Counter()
+    by_consumer: Counter[int] = Counter()
+    errors = []
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(delivered) < RECORDS and time.monotonic() < deadline:
+            for index, consumer in enumerate(consumers):
+                for message in consumer.poll(0.2) or []:
+                    if message.error() is not None:
+                        errors.append(str(message.error()))
+                        continue
+                    assert message.value() == b"job-%04d" % message.offset()
+                    delivered[message.offset()] += 1
+                    by_consumer[index] += 1
+        for consumer in consumers:
+            consumer.commit_sync()
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert not errors, errors[:5]
+    assert set(delivered) == set(range(RECORDS)), f"{RECORDS - len(delivered)} never delivered"
+    twice = [offset for offset, count in delivered.items() if count > 1]
+    assert not twice, f"delivered more than once: {twice[:10]}"
+    print("records taken by each consumer:", dict(by_consumer))
+
+    producer.produce(topic, value=b"job-%04d" % RECORDS)
+    assert producer.flush(30) == 0
+    with ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group_id}) as late:
+        late.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        later: list[int] = []
+        while not later and time.monotonic() < deadline:
+            later = [m.offset() for m in late.poll(0.5) or [] if m.error() is None]
+    assert later == [RECORDS], f"accepted records delivered again, or none: {later[:10]}"

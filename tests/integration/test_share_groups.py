@@ -1,0 +1,171 @@
+"""Share groups' membership (KIP-932) against a real broker process: confluent-kafka's
+(librdkafka 2.16) ShareConsumer joins through ShareGroupHeartbeat, and the group is seen
+through raw ShareGroupDescribe and ListGroups requests (confluent-kafka's AdminClient has no
+share-group describe). Records do not flow yet (ShareFetch is not served here): nothing
+below asserts a delivery.
+
+One broker serves the whole module (the tests use distinct topics and groups).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+
+import pytest
+from confluent_kafka import ShareConsumer
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.static.primitive import i32, i32Timedelta
+
+from minibroker.protocol.errors import Error
+from minibroker.protocol.schemas import ShareGroupDescribeRequestV1, ShareGroupHeartbeatRequestV1
+from minibroker.tools.launcher import BrokerProcess
+from tests.conftest import create_topic, exchange, wait_for
+
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> BrokerProcess:
+    log_dir = tmp_path_factory.mktemp("kip932") / "data"
+    broker = BrokerProcess.start(
+        node_id=1,
+        log_dir=log_dir,
+        overrides={"offsets.topic.num.partitions": 3},
+    )
+    broker.wait_ready(20.0)
+    yield broker
+    assert broker.stop() == 0, broker.log_tail()
+
+
+def describe(bootstrap: str, group_id: str):
+    answer = exchange(
+        bootstrap,
+        ShareGroupDescribeRequestV1(group_ids=(group_id,), include_authorized_operations=True),
+    )
+    [group] = answer.groups
+    return group
+
+
+def heartbeat(bootstrap: str, group_id: str, member_id: str, epoch: int, topics=("t",)):
+    return exchange(
+        bootstrap,
+        ShareGroupHeartbeatRequestV1(
+            group_id=group_id,
+            member_id=member_id,
+            member_epoch=i32(epoch),
+            subscribed_topic_names=topics,
+        ),
+    )
+
+
+def listed(bootstrap: str, *types: str) -> dict[str, tuple[str, str, str]]:
+    answer = exchange(bootstrap, ListGroupsRequest(states_filter=(), types_filter=types))
+    assert answer.error_code == Error.NONE
+    return {g.group_id: (g.protocol_type, g.group_state, g.group_type) for g in answer.groups}
+
+
+def test_three_share_consumers_get_the_partitions(broker):
+    """Three ShareConsumers of one group: the broker's ShareGroupDescribe shows three members
+    whose assignments cover the topic's six partitions, two each (the simple assignor), at
+    one assignment epoch; ListGroups lists the group as a share group; DeleteGroups refuses
+    it while it has members and deletes it once they left."""
+    topic, group_id = "share-three", "share-group-three"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    consumers = [
+        ShareConsumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": group_id, "client.id": f"sc{i}"}
+        )
+        for i in range(3)
+    ]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+
+        def three_members_assigned():
+            for consumer in consumers:
+                consumer.poll(0.2)  # nothing comes (no ShareFetch yet): it only drives the client
+            group = describe(broker.bootstrap, group_id)
+            if group.error_code != Error.NONE or len(group.members) != 3:
+                return None
+            held = [
+                {(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions}
+                for m in group.members
+            ]
+            epochs = {m.member_epoch for m in group.members}
+            if epochs != {group.assignment_epoch} or not all(held):
+                return None
+            return group, held
+
+        group, held = wait_for(three_members_assigned, 60, "three members with partitions")
+        assert group.group_state == "Stable" and group.assignor_name == "simple"
+        assert sorted(m.client_id for m in group.members) == ["sc0", "sc1", "sc2"]
+        assert [len(parts) for parts in held] == [2, 2, 2]
+        assert set().union(*held) == {(topic, p) for p in range(PARTITIONS)}
+        assert all(m.subscribed_topic_names == (topic,) for m in group.members)
+        assert group.authorized_operations != -(2**31)
+        # ListGroups: the share group under the "share" type filter only.
+        assert listed(broker.bootstrap, "share")[group_id] == ("share", "Stable", "share")
+        assert group_id not in listed(broker.bootstrap, "consumer", "classic")
+        refused = exchange(broker.bootstrap, DeleteGroupsRequest(groups_names=(group_id,)))
+        assert refused.results[0].error_code == Error.NON_EMPTY_GROUP
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    # close() leaves the group (member epoch -1): empty, then deletable.
+    wait_for(
+        lambda: describe(broker.bootstrap, group_id).group_state == "Empty", 30, "the group empty"
+    )
+    deleted = exchange(broker.bootstrap, DeleteGroupsRequest(groups_names=(group_id,)))
+    assert deleted.results[0].error_code == Error.NONE
+    assert describe(broker.bootstrap, group_id).error_code == Error.GROUP_ID_NOT_FOUND
+
+
+def test_share_group_bad_input_and_one_group_namespace(broker):
+    """Kafka's answers: an empty or over-long member id is INVALID_REQUEST, a first heartbeat
+    without topics INVALID_REQUEST, a stale epoch FENCED_MEMBER_EPOCH; a share group's id is
+    INCONSISTENT_GROUP_PROTOCOL to JoinGroup, a classic group's GROUP_ID_NOT_FOUND to
+    ShareGroupHeartbeat and ShareGroupDescribe; the broker keeps serving the group."""
+    create_topic(broker.bootstrap, "t", 2)
+    bootstrap = broker.bootstrap
+    for member_id in ("", "x" * 37):
+        answer = heartbeat(bootstrap, "sg-bad", member_id, 0)
+        assert (answer.error_code, answer.error_message) == (
+            Error.INVALID_REQUEST,
+            "Invalid member id in the request.",
+        )
+    no_topics = heartbeat(bootstrap, "sg-bad", "m1", 0, topics=None)
+    assert no_topics.error_code == Error.INVALID_REQUEST
+    member_id = str(uuid.uuid4())
+    joined = heartbeat(bootstrap, "sg-bad", member_id, 0)
+    assert joined.error_code == Error.NONE and joined.member_epoch == 1
+    assert joined.heartbeat_interval == datetime.timedelta(seconds=5)
+    assert sorted(joined.assignment.topic_partitions[0].partitions) == [0, 1]
+    stale = heartbeat(bootstrap, "sg-bad", member_id, 7, topics=None)
+    assert stale.error_code == Error.FENCED_MEMBER_EPOCH
+
+    join = JoinGroupRequest(
+        group_id="sg-bad",
+        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+        reason=None,
+    )
+    assert exchange(bootstrap, join).error_code == Error.INCONSISTENT_GROUP_PROTOCOL
+    classic = exchange(bootstrap, dataclasses.replace(join, group_id="classic-g"))
+    assert classic.error_code in (Error.NONE, Error.MEMBER_ID_REQUIRED)
+    other = heartbeat(bootstrap, "classic-g", str(uuid.uuid4()), 0)
+    assert (other.error_code, other.error_message) == (
+        Error.GROUP_ID_NOT_FOUND,
+        "Group classic-g is not a share group.",
+    )
+    assert describe(bootstrap, "classic-g").error_code == Error.GROUP_ID_NOT_FOUND
+    # Still served: the member heartbeats on at its epoch.
+    again = heartbeat(bootstrap, "sg-bad", member_id, 1, topics=None)
+    assert again.error_code == Error.NONE and again.member_epoch == 1
