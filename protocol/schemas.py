@@ -26,6 +26,8 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
+- StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071): kio 0.6.1 has
+  none of them; protocol/streams_group_schemas.py, generated from Kafka 4.4's JSONs.
 
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
@@ -60,6 +62,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
+from minibroker.protocol import streams_group_schemas as _streams
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +189,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitRequestV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
     (1, 18): FetchRequestV18,
+    **_streams.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesResponseV2,
@@ -194,4 +198,5 @@ RESPONSES: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitResponseV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
     (1, 18): FetchResponseV18,
+    **_streams.RESPONSES,
 }

@@ -67,6 +67,9 @@ class ApiKey(IntEnum):
     # The consumer group protocol (KIP-848).
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    # Kafka Streams' rebalance protocol (KIP-1071).
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
     # Transactions.
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
@@ -172,6 +175,8 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: 0,
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+    ApiKey.STREAMS_GROUP_HEARTBEAT: 0,
+    ApiKey.STREAMS_GROUP_DESCRIBE: 0,
     ApiKey.UPDATE_FEATURES: 0,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
 }

@@ -16,9 +16,12 @@ implements all of them:
   ``transaction.version`` setting (default 2) when the cluster is new.
 - ``group.version`` 0 to 1 (1: the consumer group protocol, KIP-848), finalized at 1; at 0
   ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION (apis/consumer_groups.py), as Kafka's.
+- ``streams.version`` 0 to 1 (1: Kafka Streams' rebalance protocol, KIP-1071), finalized at 1
+  in a new cluster as Kafka 4.4 does; at 0 StreamsGroupHeartbeat answers UNSUPPORTED_VERSION
+  (apis/streams_groups.py), as Kafka's.
 
 Not listed at all, so no client tries them and no update can finalize them: ``share.version``
-and ``streams.version`` (share and streams groups are not served) and
+(share groups are not served) and
 ``eligible.leader.replicas.version`` (no ELR, see docs/not-yet-supported.md).
 """
 
@@ -28,6 +31,7 @@ METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
+STREAMS_VERSION = "streams.version"
 
 # Kafka 4.4's MetadataVersion levels at the ends of the supported range.
 MINIMUM_METADATA_VERSION = 7  # 3.3-IV3, the oldest Kafka 4 can run or bootstrap at
@@ -39,6 +43,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     KRAFT_VERSION: (0, 0),
     TRANSACTION_VERSION: (0, 2),
     GROUP_VERSION: (0, 1),
+    STREAMS_VERSION: (0, 1),
 }
 
 
@@ -54,7 +59,7 @@ def initial_levels(transaction_version: int) -> dict[str, int]:
     """The levels a new cluster finalizes, as a new Kafka 4.4 cluster does (formatted at its
     latest metadata.version, which brings group.version 1 and transaction.version 2), with
     ``transaction.version`` as the controller's setting says."""
-    levels = {METADATA_VERSION: LATEST_METADATA_VERSION, GROUP_VERSION: 1}
+    levels = {METADATA_VERSION: LATEST_METADATA_VERSION, GROUP_VERSION: 1, STREAMS_VERSION: 1}
     if transaction_version:
         levels[TRANSACTION_VERSION] = transaction_version
     return levels

@@ -19,7 +19,12 @@ from tests.conftest import exchange, wait_for
 from tests.integration.authz import on_cluster
 
 UPGRADE, SAFE_DOWNGRADE = 1, 2
-NEW_CLUSTER = {"group.version": 1, "metadata.version": 33, "transaction.version": 2}
+NEW_CLUSTER = {
+    "group.version": 1,
+    "metadata.version": 33,
+    "streams.version": 1,
+    "transaction.version": 2,
+}
 
 
 def api_versions(broker, request=None):
@@ -80,9 +85,10 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "group.version": (0, 1),
         "kraft.version": (0, 0),
         "metadata.version": (7, 33),
+        "streams.version": (0, 1),
         "transaction.version": (0, 2),
     }
-    # A new Kafka 4.4 cluster's levels; no share.version, streams.version or ELR.
+    # A new Kafka 4.4 cluster's levels; no share.version or ELR.
     assert finalized == NEW_CLUSTER and epoch >= 1
     # Before v4 only the features whose minimum is above 0 are supported (KAFKA-17492).
     supported_v3, finalized_v3, _ = api_versions(
@@ -135,7 +141,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     # A safe downgrade (disable) and a downgrade by v0's allow_downgrade: the epoch grows.
     assert update(broker, ("group.version", 0, SAFE_DOWNGRADE)) == (ErrorCode.none, None)
     _, finalized, downgraded_epoch = api_versions(broker)
-    assert finalized == {"metadata.version": 33, "transaction.version": 2}
+    assert finalized == {"metadata.version": 33, "streams.version": 1, "transaction.version": 2}
     assert downgraded_epoch > epoch
     # group.version 0: the consumer group protocol is off (Kafka: UNSUPPORTED_VERSION).
     assert heartbeat(broker) == ErrorCode.unsupported_version
@@ -150,7 +156,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     )
     assert answer.error_code == ErrorCode.none
     _, finalized, epoch = api_versions(broker)
-    assert finalized == {"metadata.version": 33, "transaction.version": 1}
+    assert finalized == {"metadata.version": 33, "streams.version": 1, "transaction.version": 1}
     assert epoch > downgraded_epoch
 
     # The controller kept the levels: after a restart the broker answers them again, at the
@@ -159,7 +165,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     broker.wait_ready(30)
     wait_for(lambda: api_versions(broker)[2] >= epoch, 30, "the controller's features pushed")
     assert api_versions(broker)[1:] == (
-        {"metadata.version": 33, "transaction.version": 1},
+        {"metadata.version": 33, "streams.version": 1, "transaction.version": 1},
         epoch,
     )
     assert update(broker, ("group.version", 1, UPGRADE), ("transaction.version", 2, UPGRADE)) == (

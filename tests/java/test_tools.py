@@ -263,12 +263,13 @@ def test_kafka_topics_describe_pages_with_describe_topic_partitions(tools_run):
 # What `kafka-features describe` prints for these features against a new Apache Kafka 4.4
 # cluster (bench/kafka_ref.py, one node), less the epoch; kraft.version there is supported up to
 # 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not. Kafka 4.4 also
-# lists eligible.leader.replicas.version, share.version and streams.version, which minibroker
-# does not implement (docs/not-yet-supported.md).
+# lists eligible.leader.replicas.version and share.version, which minibroker does not implement
+# (docs/not-yet-supported.md).
 KAFKA_44_FEATURES = {
     "group.version": ("0", "1", "1"),
     "kraft.version": ("0", "1", "0"),
     "metadata.version": ("3.3-IV3", "4.4-IV2", "4.4-IV2"),
+    "streams.version": ("0", "1", "1"),
     "transaction.version": ("0", "2", "2"),
 }
 FEATURE_LINE = re.compile(

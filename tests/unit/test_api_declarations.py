@@ -42,6 +42,9 @@ BROKER |= TRANSACTIONS
 # Added since by the consumer group protocol (issue 23): ConsumerGroupHeartbeat v0-v1 (v1 from
 # protocol/consumer_group_heartbeat_v1.py) and ConsumerGroupDescribe v0.
 BROKER |= {68: (0, 1), 69: (0, 0)}
+# Added since by streams groups (issue 36): StreamsGroupHeartbeat v0-v1 and StreamsGroupDescribe
+# v0-v1 (protocol/streams_group_schemas.py).
+BROKER |= {88: (0, 1), 89: (0, 1)}
 # Added since by issue 34: DescribeTopicPartitions v0 (KIP-966), UpdateFeatures v0-v2 (both
 # roles: the controller decides it).
 ISSUE_34 = {75: (0, 0), 57: (0, 2)}
@@ -67,6 +70,7 @@ HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
 HELD |= {68, 69}
 HELD |= {75}
+HELD |= {88, 89}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
