@@ -54,10 +54,10 @@ Kafka's layouts (StreamsGroupMetadata, StreamsGroupTopology, StreamsGroupMemberM
 StreamsGroupTargetAssignmentMetadata/Member, StreamsGroupCurrentMemberAssignment; their bytes
 in streams_log_format.py), returned to the caller, which writes them to `__consumer_offsets`;
 after a load the first heartbeat recomputes the configured topology and bumps the group epoch
-once (Kafka keeps the metadata hash in the group's record and does not); source topic regular expressions
-(SourceTopicRegex) are refused as an invalid topology for now; task offsets are taken as lags
-for the assignor (end offset sum minus offset sum per task), which is what the assignor's
-caught-up rule needs.
+once (Kafka keeps the metadata hash in the group's record and does not); source topic
+regular expressions (SourceTopicRegex) are refused as an invalid topology for now; task
+offsets are taken as lags for the assignor (end offset sum minus offset sum per task), which is
+what the assignor's caught-up rule needs.
 """
 
 from collections.abc import Callable, Mapping
