@@ -1,7 +1,7 @@
 """StreamsGroupHeartbeat and StreamsGroupDescribe on the wire, against a real broker process:
 the schemas of protocol/streams_group_schemas.py both ways, the internal topics the broker
-creates (MISSING_INTERNAL_TOPICS, then the tasks on the next heartbeat), and bad input answered
-with Kafka's codes while the group goes on serving its member."""
+creates (MISSING_INTERNAL_TOPICS, then the tasks on the next heartbeat), bad input answered
+with Kafka's codes while the group goes on serving its member, and the ACLs Kafka checks."""
 
 import struct
 
@@ -180,3 +180,61 @@ def test_a_member_joins_gets_its_changelog_created_and_its_tasks(broker):
     # Leaving.
     left = heartbeat(broker, member_epoch=-1)
     assert left.error_code == ErrorCode.none and left.member_epoch == -1
+
+
+def test_streams_heartbeats_are_authorized_as_kafka_does(secured):
+    """READ on the group (GROUP_AUTHORIZATION_FAILED), DESCRIBE on every topic of a joining
+    member's topology (TOPIC_AUTHORIZATION_FAILED), and an internal topic the caller may not
+    CREATE named in the MISSING_INTERNAL_TOPICS status instead of created."""
+    from minibroker.security.authorizer.acls import Operation, ResourceType
+    from tests.integration.authz import binding
+
+    def on_group(operation):
+        return binding("wire-app", operation, resource_type=ResourceType.GROUP)
+
+    broker = secured(
+        [
+            on_group(Operation.READ),
+            on_group(Operation.DESCRIBE),
+            binding("wire-in", Operation.CREATE),
+            binding("wire-in", Operation.DESCRIBE),
+            binding("wire-b-store-changelog", Operation.DESCRIBE),
+            binding("wire-b", Operation.READ, resource_type=ResourceType.GROUP),
+            binding("wire-b", Operation.DESCRIBE, resource_type=ResourceType.GROUP),
+        ]
+    )
+    create_topic(broker.bootstrap, "wire-in", 2)
+    assert join(broker, group_id="elsewhere").error_code == ErrorCode.group_authorization_failed
+    denied = join(broker)
+    assert denied.error_code == ErrorCode.topic_authorization_failed
+    assert denied.error_message == "Unauthorized topics wire-app-store-changelog"
+    assert "wire-app-store-changelog" not in broker_topics(broker)
+    # Allowed to describe its changelog but not to create it: named in the status.
+    wait_for(lambda: coordinator_ready(broker, "wire-b"), 30, "the group coordinator")
+    topology = {
+        **TOPOLOGY,
+        "subtopologies": [
+            {
+                **TOPOLOGY["subtopologies"][0],
+                "state_changelog_topics": [
+                    {"name": "wire-b-store-changelog", "partitions": 0, "replication_factor": 0,
+                     "topic_configs": []}
+                ],
+            }
+        ],
+    }  # fmt: skip
+    answer = join(broker, group_id="wire-b", topology=topology)
+    assert answer.error_code == ErrorCode.none, answer
+    details = [(s.status_code, s.status_detail) for s in answer.status]
+    assert (3, "Unauthorized to CREATE on topics wire-b-store-changelog.") in details, details
+    assert answer.active_tasks == ()
+    assert "wire-b-store-changelog" not in broker_topics(broker)
+
+
+def broker_topics(broker) -> set[str]:
+    request = codec.build(
+        codec.request_class(ApiKey.METADATA, 12),
+        {"topics": None, "allow_auto_topic_creation": False,
+         "include_topic_authorized_operations": False},
+    )  # fmt: skip
+    return {topic.name for topic in exchange(broker.bootstrap, request).topics}
