@@ -159,6 +159,10 @@ def _add_error_code(name: str, value: int, retriable: bool) -> None:
 
 # KIP-848's INVALID_REGULAR_EXPRESSION (Kafka 4.0).
 _add_error_code("invalid_regular_expression", 128, False)
+# KIP-1071's streams group errors (Kafka 4.0+).
+_add_error_code("streams_invalid_topology", 130, False)
+_add_error_code("streams_invalid_topology_epoch", 131, False)
+_add_error_code("streams_topology_fenced", 132, False)
 
 
 def _to_error_code(value: Any) -> ErrorCode:

@@ -26,6 +26,8 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
+- StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071): kio 0.6.1 has
+  none of them; protocol/streams_group_schemas.py, generated from Kafka 4.4's JSONs.
 
 - The share coordinator's state APIs of Kafka 4.4 (KIP-932, KIP-1226):
   WriteShareGroupState v1 (WriteShareGroupStateRequest.json: the partition adds
@@ -104,6 +106,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
+from minibroker.protocol import streams_group_schemas as _streams
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -357,6 +360,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (85, 1): WriteShareGroupStateRequestV1,
     (87, 1): ReadShareGroupStateSummaryRequestV1,
     **_share_fetch_v1.REQUESTS,
+    **_streams.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (76, 1): ShareGroupHeartbeatResponseV1,
@@ -371,4 +375,5 @@ RESPONSES: dict[tuple[int, int], type] = {
     (87, 0): ReadShareGroupStateSummaryResponseV0,
     (87, 1): ReadShareGroupStateSummaryResponseV1,
     **_share_fetch_v1.RESPONSES,
+    **_streams.RESPONSES,
 }

@@ -31,6 +31,7 @@ from minibroker.apis.topics import create_topics_through_controller
 from minibroker.coordinator.group.consumer_group import ConsumerGroup
 from minibroker.coordinator.group.share_group import ShareGroup
 from minibroker.coordinator.group.state import Group, JoinRequest, JoinResult
+from minibroker.coordinator.group.streams_entry import StreamsGroupEntry
 from minibroker.coordinator.share.state import parse_kafka_uuid
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
@@ -295,9 +296,11 @@ async def handle_list_groups(ctx: RequestContext, request) -> dict:
 
 def _group_type(group) -> str:
     """ListGroups' group type (KIP-848): "consumer" for the consumer protocol's groups,
-    "share" for share groups (KIP-932)."""
+    "share" for share groups (KIP-932), "streams" for Kafka Streams' (KIP-1071)."""
     if isinstance(group, ShareGroup):
         return "share"
+    if isinstance(group, StreamsGroupEntry):
+        return "streams"
     return "consumer" if isinstance(group, ConsumerGroup) else "classic"
 
 
@@ -320,9 +323,9 @@ def _described(group_id: str, error: Error, group) -> dict:
     }
     if error != Error.NONE:
         return entry
-    if group is None or isinstance(group, ConsumerGroup):
-        # Kafka 4 describes only classic groups here: a consumer group is answered as a
-        # group that does not exist (ConsumerGroupDescribe describes it).
+    if group is None or isinstance(group, ConsumerGroup | StreamsGroupEntry):
+        # Kafka 4 describes only classic groups here: a consumer or streams group is answered
+        # as a group that does not exist (Consumer/StreamsGroupDescribe describe them).
         return {**entry, "group_state": "Dead"}
     stable = group.state.value == "Stable"
     return {

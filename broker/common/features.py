@@ -16,6 +16,9 @@ implements all of them:
   ``transaction.version`` setting (default 2) when the cluster is new.
 - ``group.version`` 0 to 1 (1: the consumer group protocol, KIP-848), finalized at 1; at 0
   ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION (apis/consumer_groups.py), as Kafka's.
+- ``streams.version`` 0 to 1 (1: Kafka Streams' rebalance protocol, KIP-1071), finalized at 1
+  in a new cluster as Kafka 4.4 does; at 0 StreamsGroupHeartbeat answers UNSUPPORTED_VERSION
+  (apis/streams_groups.py), as Kafka's.
 
 - ``share.version`` 0 to 1 (1: share groups, KIP-932), finalized at 1. Kafka 4.4 supports 0
   to 2 and a new 4.4 cluster finalizes 2 (ShareVersion.SV_2, bootstrapped at 4.4-IV0: the
@@ -25,7 +28,6 @@ implements all of them:
   isShareGroupProtocolEnabled does.
 
 Not listed at all, so no client tries them and no update can finalize them:
-``streams.version`` (streams groups are not served) and
 ``eligible.leader.replicas.version`` (no ELR, see docs/not-yet-supported.md).
 """
 
@@ -36,6 +38,7 @@ KRAFT_VERSION = "kraft.version"
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
 SHARE_VERSION = "share.version"
+STREAMS_VERSION = "streams.version"
 
 # Kafka 4.4's MetadataVersion levels at the ends of the supported range.
 MINIMUM_METADATA_VERSION = 7  # 3.3-IV3, the oldest Kafka 4 can run or bootstrap at
@@ -48,6 +51,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     TRANSACTION_VERSION: (0, 2),
     GROUP_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
+    STREAMS_VERSION: (0, 1),
 }
 
 
@@ -64,7 +68,12 @@ def initial_levels(transaction_version: int) -> dict[str, int]:
     latest metadata.version, which brings group.version 1 and transaction.version 2; share.version
     1 where Kafka 4.4 has 2, see above), with
     ``transaction.version`` as the controller's setting says."""
-    levels = {METADATA_VERSION: LATEST_METADATA_VERSION, GROUP_VERSION: 1, SHARE_VERSION: 1}
+    levels = {
+        METADATA_VERSION: LATEST_METADATA_VERSION,
+        GROUP_VERSION: 1,
+        SHARE_VERSION: 1,
+        STREAMS_VERSION: 1,
+    }
     if transaction_version:
         levels[TRANSACTION_VERSION] = transaction_version
     return levels

@@ -25,6 +25,7 @@ NEW_CLUSTER = {
     "group.version": 1,
     "metadata.version": 33,
     "share.version": 1,
+    "streams.version": 1,
     "transaction.version": 2,
 }
 
@@ -99,9 +100,10 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "kraft.version": (0, 0),
         "metadata.version": (7, 33),
         "share.version": (0, 1),
+        "streams.version": (0, 1),
         "transaction.version": (0, 2),
     }
-    # A new Kafka 4.4 cluster's levels (share.version 1, not 2); no streams.version or ELR.
+    # A new Kafka 4.4 cluster's levels (share.version 1, not 2); no ELR.
     assert finalized == NEW_CLUSTER and epoch >= 1
     # Before v4 only the features whose minimum is above 0 are supported (KAFKA-17492).
     supported_v3, finalized_v3, _ = api_versions(
@@ -132,12 +134,12 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "Invalid update version 2 for feature share.version. Local controller 1 only supports "
         "versions 0-1",
     )
-    error, message = update(broker, ("streams.version", 1, UPGRADE))
+    error, message = update(broker, ("streams.version", 2, UPGRADE))
     assert (error, message) == (
         ErrorCode.invalid_update_version,
         "The update failed for all features since the following feature had an error: "
-        "Invalid update version 1 for feature streams.version. Local controller 1 does not "
-        "support this feature.",
+        "Invalid update version 2 for feature streams.version. Local controller 1 only supports "
+        "versions 0-1",
     )
     error, _ = update(broker, ("transaction.version", 1, UPGRADE))
     assert error == ErrorCode.invalid_update_version
@@ -163,7 +165,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     disable = (("group.version", 0, SAFE_DOWNGRADE), ("share.version", 0, SAFE_DOWNGRADE))
     assert update(broker, *disable) == (ErrorCode.none, None)
     _, finalized, downgraded_epoch = api_versions(broker)
-    assert finalized == {"metadata.version": 33, "transaction.version": 2}
+    assert finalized == {"metadata.version": 33, "streams.version": 1, "transaction.version": 2}
     assert downgraded_epoch > epoch
     # group.version 0: the consumer group protocol is off (Kafka: UNSUPPORTED_VERSION).
     assert heartbeat(broker) == ErrorCode.unsupported_version
@@ -180,7 +182,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     )
     assert answer.error_code == ErrorCode.none
     _, finalized, epoch = api_versions(broker)
-    assert finalized == {"metadata.version": 33, "transaction.version": 1}
+    assert finalized == {"metadata.version": 33, "streams.version": 1, "transaction.version": 1}
     assert epoch > downgraded_epoch
 
     # The controller kept the levels: after a restart the broker answers them again, at the
@@ -189,7 +191,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     broker.wait_ready(30)
     wait_for(lambda: api_versions(broker)[2] >= epoch, 30, "the controller's features pushed")
     assert api_versions(broker)[1:] == (
-        {"metadata.version": 33, "transaction.version": 1},
+        {"metadata.version": 33, "streams.version": 1, "transaction.version": 1},
         epoch,
     )
     upgrade = (

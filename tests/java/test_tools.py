@@ -164,7 +164,7 @@ def _batch(bootstrap: str, files) -> list[dict]:
         step("features-upgrade-out-of-range", FEATURES, *b, "upgrade", "--feature",
              "group.version=5"),
         step("features-upgrade-unknown", FEATURES, *b, "upgrade", "--feature",
-             "streams.version=1"),
+             "eligible.leader.replicas.version=1"),
         step("features-downgrade-as-upgrade", FEATURES, *b, "upgrade", "--feature",
              "transaction.version=1"),
         step("features-downgrade", FEATURES, *b, "downgrade", "--feature",
@@ -264,13 +264,14 @@ def test_kafka_topics_describe_pages_with_describe_topic_partitions(tools_run):
 # cluster (bench/kafka_ref.py, one node), less the epoch; kraft.version there is supported up to
 # 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not; share.version
 # there is supported up to 2 and finalized at 2 (dead-letter queues, KIP-1191), minibroker's at
-# 1. Kafka 4.4 also lists eligible.leader.replicas.version and streams.version, which
-# minibroker does not implement (docs/not-yet-supported.md).
+# 1. Kafka 4.4 also lists eligible.leader.replicas.version, which minibroker does not implement
+# (docs/not-yet-supported.md).
 KAFKA_44_FEATURES = {
     "group.version": ("0", "1", "1"),
     "kraft.version": ("0", "1", "0"),
     "metadata.version": ("3.3-IV3", "4.4-IV2", "4.4-IV2"),
     "share.version": ("0", "2", "2"),
+    "streams.version": ("0", "1", "1"),
     "transaction.version": ("0", "2", "2"),
 }
 FEATURE_LINE = re.compile(
@@ -317,8 +318,8 @@ def test_kafka_features(tools):
         ),
         (
             "features-upgrade-unknown",
-            "Invalid update version 1 for feature streams.version. Local controller 0 does not "
-            "support this feature.",
+            "Invalid update version 1 for feature eligible.leader.replicas.version. Local"
+            " controller 0 does not support this feature.",
         ),
         (
             "features-downgrade-as-upgrade",

@@ -45,6 +45,9 @@ BROKER |= {68: (0, 1), 69: (0, 0)}
 # Added since by share groups' membership (issue 35): ShareGroupHeartbeat v1 and
 # ShareGroupDescribe v1 (Kafka 4.4's only versions, protocol/schemas.py).
 BROKER |= {76: (1, 1), 77: (1, 1)}
+# Added since by streams groups (issue 36): StreamsGroupHeartbeat v0-v1 and StreamsGroupDescribe
+# v0-v1 (protocol/streams_group_schemas.py).
+BROKER |= {88: (0, 1), 89: (0, 1)}
 # Added since by issue 34: DescribeTopicPartitions v0 (KIP-966), UpdateFeatures v0-v2 (both
 # roles: the controller decides it).
 ISSUE_34 = {75: (0, 0), 57: (0, 2)}
@@ -79,6 +82,7 @@ HELD |= {68, 69}
 HELD |= {75}
 HELD |= {78, 79}
 HELD |= {76, 77}
+HELD |= {88, 89}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():

@@ -19,6 +19,7 @@ SUPPORTED_V4 = [
     ("kraft.version", 0, 0),
     ("metadata.version", 7, 33),
     ("share.version", 0, 1),
+    ("streams.version", 0, 1),
     ("transaction.version", 0, 2),
 ]
 
@@ -36,7 +37,12 @@ def test_features_of_an_answer(version, level):
         (f["name"], f["min_version_level"], f["max_version_level"])
         for f in answer["finalized_features"]
     ]
-    expected = [("group.version", 1, 1), ("metadata.version", 33, 33), ("share.version", 1, 1)]
+    expected = [
+        ("group.version", 1, 1),
+        ("metadata.version", 33, 33),
+        ("share.version", 1, 1),
+        ("streams.version", 1, 1),
+    ]
     if level:
         expected.append(("transaction.version", level, level))
     assert finalized == expected
@@ -117,9 +123,9 @@ def test_upgrade_downgrade_and_disable_move_the_epoch():
             "supports versions 0-1",
         ),
         (
-            ("streams.version", 1, UP),
-            "Invalid update version 1 for feature streams.version. Local controller 1 does not "
-            "support this feature.",
+            ("streams.version", 2, UP),
+            "Invalid update version 2 for feature streams.version. Local controller 1 only "
+            "supports versions 0-1",
         ),
         (
             ("kraft.version", 1, UP),
@@ -178,12 +184,22 @@ def test_the_stores_keep_the_finalized_features(tmp_path):
     store.save(state)
     loaded = store.load()
     assert (loaded.finalized_features, loaded.features_epoch) == (
-        {"metadata.version": 33, "share.version": 1, "transaction.version": 2},
+        {
+            "metadata.version": 33,
+            "share.version": 1,
+            "streams.version": 1,
+            "transaction.version": 2,
+        },
         2,
     )
     from_zk = state_from_znodes(state_znodes(state), controller_epoch=1)
     assert (from_zk.finalized_features, from_zk.features_epoch) == (
-        {"metadata.version": 33, "share.version": 1, "transaction.version": 2},
+        {
+            "metadata.version": 33,
+            "share.version": 1,
+            "streams.version": 1,
+            "transaction.version": 2,
+        },
         2,
     )
     # A state saved before features existed is a new cluster's, to be finalized once.

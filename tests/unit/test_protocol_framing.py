@@ -143,7 +143,8 @@ def test_flexible_version_table_agrees_with_kio():
     """The table answers for every version kio (or protocol.schemas) has a schema of,
     served or not."""
     for key, first_flexible in FIRST_FLEXIBLE_VERSION.items():
-        versions = set(schema_name_map[api_key_map[key]])
+        # (kio 0.6.1 has no schema at all of the streams groups' APIs, 88 and 89.)
+        versions = set(schema_name_map.get(api_key_map.get(key, ""), {}))
         # protocol.schemas adds versions kio 0.6.1 lacks (EndTxn v5, Produce v12, ...).
         added = {version for (api, version) in schemas.REQUESTS if api == key}
         low, high = ALL_VERSIONS[key]

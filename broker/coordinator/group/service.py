@@ -32,7 +32,7 @@ import trio
 from minibroker.common.config import BrokerConfig
 from minibroker.common.group_configs import consumer_overrides
 from minibroker.common.names import OFFSETS_TOPIC
-from minibroker.coordinator.group import log_format
+from minibroker.coordinator.group import log_format, streams_log_format
 from minibroker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerSettings,
@@ -64,6 +64,14 @@ from minibroker.coordinator.group.state import (
     JoinResult,
     PartitionReplay,
     SyncResult,
+)
+from minibroker.coordinator.group.streams_entry import StreamsGroupEntry
+from minibroker.coordinator.group.streams_group import (
+    StreamsGroup,
+    StreamsHeartbeatRequest,
+    StreamsHeartbeatResult,
+    StreamsSettings,
+    restore_records,
 )
 from minibroker.coordinator.runtime import CoordinatorRuntime, InternalTopic
 from minibroker.protocol.errors import Error
@@ -111,6 +119,16 @@ _STORE_GROUP_ERRORS = {
 def _encoded(records: list[ConsumerRecord]) -> list[tuple[bytes, bytes | None]]:
     return [
         (encode_key(key), None if value is None else encode_value(value)) for key, value in records
+    ]
+
+
+def _encoded_streams(records: list[streams_log_format.Record]) -> list[tuple[bytes, bytes | None]]:
+    return [
+        (
+            streams_log_format.encode_key(key),
+            None if value is None else streams_log_format.encode_value(value),
+        )
+        for key, value in records
     ]
 
 
@@ -173,6 +191,8 @@ class GroupCoordinator:
         self.rebalances = 0
         # Group epoch bumps of the consumer protocol's groups.
         self.consumer_rebalances = 0
+        # Group epoch bumps of the streams groups (KIP-1071).
+        self.streams_rebalances = 0
         self.offset_commits = 0
         # Leadership of the `__consumer_offsets` partitions, their loading, writing as the
         # coordinator and the topic's creation: the runtime shared by every coordinator.
@@ -252,7 +272,10 @@ class GroupCoordinator:
             group = Group(group_id, self.settings, now)
             value = replay.groups.get(group_id)
             consumer_records = replay.consumer_records(group_id)
-            if consumer_records:
+            streams_records = replay.streams_records(group_id)
+            if streams_records:
+                group = self._restore_streams_group(group_id, streams_records, now)
+            elif consumer_records:
                 group = ConsumerGroup(
                     group_id, self.settings, self.consumer_settings_of(group_id), now
                 )
@@ -323,7 +346,9 @@ class GroupCoordinator:
         """The group's deadline came: expire what is due."""
         if self.groups.get(group.group_id) is not group:
             return
-        if isinstance(group, ConsumerGroup):
+        if isinstance(group, StreamsGroupEntry):
+            await self._expire_streams_group(group)
+        elif isinstance(group, ConsumerGroup):
             records = group.expire(self.clock_ms())
             self._notify(group.group_id)
             if records:
@@ -774,6 +799,8 @@ class GroupCoordinator:
         if whole:
             if isinstance(group, ConsumerGroup):
                 records.extend(_encoded(group.tombstones()))
+            if isinstance(group, StreamsGroupEntry):
+                records.extend(_encoded_streams(group.streams.tombstones()))
             records.append((log_format.group_key(group.group_id), None))
         return records
 
@@ -900,6 +927,11 @@ class GroupCoordinator:
                 )
             group = ConsumerGroup(group_id, self.settings, settings, self.clock_ms())
             self._add_group(group)
+        elif isinstance(group, StreamsGroupEntry):
+            # A group id is of one type (Kafka's castToConsumerGroup).
+            return HeartbeatResult(
+                Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            )
         elif not isinstance(group, ConsumerGroup):
             if not group.is_(GroupState.EMPTY) or group.members:
                 refusal = self._upgrade_refusal(group)
@@ -1060,7 +1092,7 @@ class GroupCoordinator:
     ) -> Error:
         """OffsetFetch v9+ from a consumer group member: its epoch must be current."""
         group = self.groups.get(group_id)
-        if isinstance(group, ConsumerGroup):
+        if isinstance(group, ConsumerGroup | StreamsGroupEntry):
             return group.validate_offset_fetch(member_id, member_epoch)
         return Error.NONE
 
@@ -1230,3 +1262,147 @@ class GroupCoordinator:
         for group_id in [g for g in self.share_groups if self.partition_of(g) == index]:
             del self.share_groups[group_id]
             self.runtime.cancel(group_id, self._share_timer(group_id))
+
+    # -- streams groups (KIP-1071) ----------------------------------------------------------------
+
+    def streams_settings_of(self, group_id: str) -> StreamsSettings:
+        """Kafka 4.4's group.streams.* defaults with the group's own streams.* configs over
+        them (GROUP resources, read at each heartbeat as Kafka reads them). The broker's own
+        group.streams.* properties are not read yet: their defaults apply."""
+        overrides = self.replicas.group_configs.get(group_id, {})
+
+        def read(name: str, default: int) -> int:
+            try:
+                return int(overrides[name].strip()) if name in overrides else default
+            except ValueError:
+                return default
+
+        base = StreamsSettings()
+        return StreamsSettings(
+            heartbeat_interval_ms=read("streams.heartbeat.interval.ms", base.heartbeat_interval_ms),
+            session_timeout_ms=read("streams.session.timeout.ms", base.session_timeout_ms),
+            max_size=base.max_size,
+            num_standby_replicas=read("streams.num.standby.replicas", base.num_standby_replicas),
+            # Kafka 4.4's StickyTaskAssignor assigns no warm-up tasks, and streams_assignor's
+            # warm-ups would wait for a probing rebalance this service does not run yet (a
+            # caught-up warm-up is moved only at the next group epoch): off, as in Kafka.
+            max_warmup_replicas=0,
+            acceptable_recovery_lag=read(
+                "streams.acceptable.recovery.lag", base.acceptable_recovery_lag
+            ),
+        )
+
+    def streams_task_offset_interval_ms(self, group_id: str) -> int:
+        """streams.task.offset.interval.ms (Kafka's default 60000), told to each member."""
+        value = self.replicas.group_configs.get(group_id, {}).get("streams.task.offset.interval.ms")
+        try:
+            return int(value) if value is not None else 60000
+        except ValueError:
+            return 60000
+
+    def _restore_streams_group(self, group_id: str, records: dict, now: int) -> StreamsGroupEntry:
+        core = restore_records(group_id, self.streams_settings_of(group_id), records, now)
+        return StreamsGroupEntry(core, self.settings, now)
+
+    def _topic_partitions(self, name: str) -> int | None:
+        topic = self.replicas.metadata.topic(name)
+        if topic is None or not topic.partitions:
+            return None
+        return len(topic.partitions)
+
+    async def _write_streams_records(
+        self, group: StreamsGroupEntry, records: list[streams_log_format.Record]
+    ) -> Error:
+        self.streams_rebalances += sum(
+            1
+            for key, value in records
+            if value is not None and key.kind == streams_log_format.RecordKind.GROUP_METADATA
+        )
+        error = await self._append(group.group_id, _encoded_streams(records))
+        if error != Error.NONE:
+            log.warning("cannot write streams group %s's records: %s", group.group_id, error.name)
+            return _STORE_GROUP_ERRORS.get(error, Error.UNKNOWN_SERVER_ERROR)
+        return Error.NONE
+
+    async def _expire_streams_group(self, group: StreamsGroupEntry) -> None:
+        """A member's session or revocation deadline passed: fence it (the runtime's timer,
+        Kafka's streams session and rebalance timeouts)."""
+        now = self.clock_ms()
+        records = group.streams.expire(now)
+        group.refresh_state(now)
+        self._notify(group.group_id)
+        if records:
+            await self._write_streams_records(group, records)
+
+    async def streams_heartbeat(
+        self, group_id: str, request: StreamsHeartbeatRequest
+    ) -> StreamsHeartbeatResult:
+        """StreamsGroupHeartbeat (Kafka's GroupMetadataManager.streamsGroupHeartbeat): the
+        group's pure core applies it, its records are written (acks=all) before the answer.
+        A group id that belongs to a classic or consumer group is GROUP_ID_NOT_FOUND (Kafka's
+        castToStreamsGroup), except a classic group that holds only offsets (no protocol, no
+        members), which becomes the streams group with its offsets (the migration of an
+        application from the classic protocol). Departure, as for consumer groups: a failed
+        write is answered with its error but the change stays in memory."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return StreamsHeartbeatResult(error)
+        settings = self.streams_settings_of(group_id)
+        now = self.clock_ms()
+        group = self.groups.get(group_id)
+        created = False
+        if group is None or group.is_(GroupState.DEAD):
+            if request.member_epoch != 0:
+                return StreamsHeartbeatResult(
+                    Error.GROUP_ID_NOT_FOUND, f"Streams group {group_id} not found."
+                )
+            group = StreamsGroupEntry(StreamsGroup(group_id, settings), self.settings, now)
+            created = True
+        elif not isinstance(group, StreamsGroupEntry):
+            convertible = (
+                not isinstance(group, ConsumerGroup)
+                and group.is_(GroupState.EMPTY)
+                and not group.members
+                and request.member_epoch == 0
+            )
+            if not convertible:
+                return StreamsHeartbeatResult(
+                    Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group."
+                )
+            entry = StreamsGroupEntry(StreamsGroup(group_id, settings), self.settings, now)
+            try:
+                entry.streams.heartbeat(request, self._topic_partitions, now)
+            except HeartbeatError as refused:
+                return StreamsHeartbeatResult(refused.error, refused.message)
+            entry = StreamsGroupEntry(StreamsGroup(group_id, settings), self.settings, now)
+            self._swap(group, entry)
+            group = entry
+        group.streams.settings = settings
+        try:
+            result, records = group.streams.heartbeat(request, self._topic_partitions, now)
+        except HeartbeatError as refused:
+            # A refused heartbeat changes nothing: a group it would have created is not made.
+            log.info("StreamsGroupHeartbeat to group %s refused: %s", group_id, refused.message)
+            return StreamsHeartbeatResult(refused.error, refused.message)
+        if created:
+            self._add_group(group)
+        group.refresh_state(now)
+        self._notify(group_id)
+        if records:
+            error = await self._write_streams_records(group, records)
+            if error != Error.NONE:
+                return StreamsHeartbeatResult(error)
+        return result
+
+    def describe_streams_group(
+        self, group_id: str
+    ) -> tuple[Error, str | None, StreamsGroupEntry | None]:
+        """StreamsGroupDescribe of one group: GROUP_ID_NOT_FOUND for an unknown group or one
+        of another type, as Kafka answers."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, None
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if not isinstance(group, StreamsGroupEntry):
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.", None
+        return Error.NONE, None, group

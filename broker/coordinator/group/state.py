@@ -29,7 +29,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from minibroker.coordinator.group import consumer_log_format, log_format, share_log_format
+from minibroker.coordinator.group import (
+    consumer_log_format,
+    log_format,
+    share_log_format,
+    streams_log_format,
+)
 from minibroker.coordinator.group.log_format import (
     GroupKey,
     GroupValue,
@@ -859,6 +864,9 @@ class PartitionReplay:
         # The consumer protocol's groups (KIP-848): group -> their records' latest values by
         # key (a tombstone removes its key), rebuilt by ConsumerGroup.restore_records.
         self.consumer: dict[str, dict[consumer_log_format.RecordKey, object]] = {}
+        # The streams groups (KIP-1071): group -> their records' latest values by key,
+        # rebuilt by streams_group.restore_records.
+        self.streams: dict[str, dict[streams_log_format.RecordKey, object]] = {}
         self.skipped: list[tuple[int, str]] = []
         # The share groups (KIP-932): group -> their records' latest values by key, rebuilt
         # by ShareGroup.replay (the coordinator service's).
@@ -899,6 +907,9 @@ class PartitionReplay:
             return
         if len(key_data) >= 2 and _I16.unpack_from(key_data)[0] in consumer_log_format.KINDS:
             self._consumer_record(key_data, value)
+            return
+        if len(key_data) >= 2 and _I16.unpack_from(key_data)[0] in streams_log_format.KINDS:
+            self._streams_record(key_data, value)
             return
         key = log_format.read_key(key_data)
         if isinstance(key, OffsetKey):
@@ -953,6 +964,25 @@ class PartitionReplay:
         else:
             records[key] = share_log_format.read_value(key.kind, value)
 
+    def _streams_record(self, key_data: bytes, value: bytes | None) -> None:
+        key = streams_log_format.read_key(key_data)
+        records = self.streams.setdefault(key.group, {})
+        if value is None:
+            records.pop(key, None)
+            if not records:
+                del self.streams[key.group]
+        else:
+            records[key] = streams_log_format.read_value(key.kind, value)
+
+    def streams_records(self, group_id: str) -> dict[streams_log_format.RecordKey, object]:
+        """A streams group's records as read (empty for any other group, and for one whose
+        metadata record was tombstoned: a deleted group)."""
+        records = self.streams.get(group_id, {})
+        has_metadata = any(
+            key.kind == streams_log_format.RecordKind.GROUP_METADATA for key in records
+        )
+        return records if has_metadata else {}
+
     def consumer_records(self, group_id: str) -> dict[consumer_log_format.RecordKey, object]:
         """A consumer protocol group's records as read (empty for any other group)."""
         records = self.consumer.get(group_id, {})
@@ -980,6 +1010,7 @@ class PartitionReplay:
         ids = {group for group, offsets in self.offsets.items() if offsets}
         ids |= {group for group, value in self.groups.items() if value is not None}
         ids |= {group for group in self.consumer if self.consumer_records(group)}
+        ids |= {group for group in self.streams if self.streams_records(group)}
         for groups in self.pending.values():
             ids |= {group for group, offsets in groups.items() if offsets}
         return ids

@@ -1,9 +1,10 @@
 """One streams group (KIP-1071): StreamsGroupHeartbeat's rules, as Kafka 4.4 runs them.
 
 Pure state with time passed in (milliseconds), like the consumer group (consumer_group.py),
-tested without sockets or sleeping (tests/unit/test_streams_group.py). Nothing serves it yet:
-StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) are not advertised, nor the
-`streams.version` feature, until the service and the records' bytes are wired end to end.
+tested without sockets or sleeping (tests/unit/test_streams_group.py). The group coordinator
+service holds it (streams_entry.py) and serves StreamsGroupHeartbeat (88) and
+StreamsGroupDescribe (89) through apis/streams_groups.py; `restore_records` rebuilds a group
+from its records when the coordinator loads a `__consumer_offsets` partition.
 
 The rules are Kafka's GroupMetadataManager.streamsGroupHeartbeat, StreamsGroup,
 StreamsGroupMember, streams.CurrentAssignmentBuilder and streams.topics.InternalTopicManager:
@@ -51,11 +52,12 @@ from scratch (as in consumer_group.py); the configured topology is recomputed at
 heartbeat (Kafka caches it under a metadata hash of the topics); the records are values in
 Kafka's layouts (StreamsGroupMetadata, StreamsGroupTopology, StreamsGroupMemberMetadata,
 StreamsGroupTargetAssignmentMetadata/Member, StreamsGroupCurrentMemberAssignment; their bytes
-in streams_log_format.py), returned to the caller; writing them to `__consumer_offsets` and
-rebuilding a group from them come with the service; source topic regular expressions
-(SourceTopicRegex) are refused as an invalid topology for now; task offsets are taken as lags
-for the assignor (end offset sum minus offset sum per task), which is what the assignor's
-caught-up rule needs.
+in streams_log_format.py), returned to the caller, which writes them to `__consumer_offsets`;
+after a load the first heartbeat recomputes the configured topology and bumps the group epoch
+once (Kafka keeps the metadata hash in the group's record and does not); source topic
+regular expressions (SourceTopicRegex) are refused as an invalid topology for now; task
+offsets are taken as lags for the assignor (end offset sum minus offset sum per task), which is
+what the assignor's caught-up rule needs.
 """
 
 from collections.abc import Callable, Mapping
@@ -76,6 +78,7 @@ from minibroker.coordinator.group.streams_assignor import (
 )
 from minibroker.coordinator.group.streams_log_format import (
     CurrentAssignmentValue,
+    FrozenTasks,
     GroupMetadataValue,
     MemberMetadataValue,
     Record,
@@ -835,3 +838,63 @@ class StreamsGroup:
             if member.session_deadline_ms <= now_ms or late_revoke:
                 self._remove(member)
         return self._diff(before, self._persisted())
+
+
+def _thaw(tasks: FrozenTasks) -> set[TaskId]:
+    return {(sub, partition) for sub, partitions in tasks for partition in partitions}
+
+
+def restore_records(
+    group_id: str, settings: StreamsSettings, values: Mapping[RecordKey, object], now_ms: int
+) -> StreamsGroup:
+    """A streams group rebuilt from its records' latest values in `__consumer_offsets`
+    (Kafka's GroupMetadataManager.replay of the StreamsGroup* records). Each member's
+    session starts again at ``now_ms`` (Kafka restarts the session timers on load); the
+    configured topology is recomputed at the next heartbeat."""
+    group = StreamsGroup(group_id, settings)
+    for value in values.values():
+        if isinstance(value, GroupMetadataValue):
+            group.group_epoch = value.epoch
+        elif isinstance(value, TargetAssignmentMetadataValue):
+            group.assignment_epoch = value.assignment_epoch
+        elif isinstance(value, TopologyValue):
+            group.topology = value.topology
+    for key, value in values.items():
+        if key.member_id is None:
+            continue
+        member = group.members.get(key.member_id)
+        if isinstance(value, MemberMetadataValue):
+            member = member or StreamsMember(key.member_id, value.process_id)
+            member.process_id = value.process_id
+            member.instance_id = value.instance_id
+            member.rack_id = value.rack_id
+            member.client_id = value.client_id
+            member.client_host = value.client_host
+            member.rebalance_timeout_ms = value.rebalance_timeout_ms
+            member.topology_epoch = value.topology_epoch
+            member.user_endpoint = value.user_endpoint
+            member.client_tags = dict(value.client_tags)
+            group.members[key.member_id] = member
+        elif isinstance(value, CurrentAssignmentValue):
+            member = member or StreamsMember(key.member_id, "")
+            member.member_epoch = value.member_epoch
+            member.previous_member_epoch = value.previous_member_epoch
+            member.state = MemberState(value.state)
+            member.assigned = MemberAssignment(
+                _thaw(value.active), _thaw(value.standby), _thaw(value.warmup)
+            )
+            member.pending_revocation = MemberAssignment(
+                _thaw(value.active_pending_revocation),
+                _thaw(value.standby_pending_revocation),
+                _thaw(value.warmup_pending_revocation),
+            )
+            group.members[key.member_id] = member
+        elif isinstance(value, TargetAssignmentMemberValue):
+            group.target[key.member_id] = MemberAssignment(
+                _thaw(value.active), _thaw(value.standby), _thaw(value.warmup)
+            )
+    for member in group.members.values():
+        member.session_deadline_ms = now_ms + settings.session_timeout_ms
+        if member.state == MemberState.UNREVOKED_TASKS:
+            member.rebalance_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+    return group

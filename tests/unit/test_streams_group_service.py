@@ -1,0 +1,285 @@
+"""Streams groups (KIP-1071) in the group coordinator service, under trio's MockClock: a real
+replica manager leading `__consumer_offsets` in tmp_path (the harness of
+test_group_coordinator_service.py), StreamsGroupHeartbeat's calls on the service, the records
+read back by a restarted coordinator, sessions expiring on the runtime's timers, offsets
+committed with member epochs, and bad input answered with Kafka's codes while the group keeps
+serving its members."""
+
+import dataclasses
+
+import trio
+import trio.testing
+
+from minibroker.coordinator.group.service import CommitRequest
+from minibroker.coordinator.group.streams_entry import StreamsGroupEntry
+from minibroker.coordinator.group.streams_group import Status, StreamsHeartbeatRequest
+from minibroker.coordinator.group.streams_log_format import Subtopology, TopicInfo, Topology
+from minibroker.protocol.errors import Error
+from tests.unit.test_group_coordinator_service import Broker, cluster_state, join_request
+
+SESSION_MS = 45_000  # streams.session.timeout.ms's default
+# One stateless subtopology reading `t` (one partition): one task, ("0", 0).
+TOPOLOGY = Topology(1, (Subtopology("0", source_topics=("t",)),))
+
+
+def joining(member_id: str, process: str, topology: Topology = TOPOLOGY) -> StreamsHeartbeatRequest:
+    return StreamsHeartbeatRequest(
+        member_id=member_id,
+        member_epoch=0,
+        rebalance_timeout_ms=30_000,
+        topology=topology,
+        process_id=process,
+        active=set(),
+        standby=set(),
+        warmup=set(),
+    )
+
+
+def heartbeat(member_id: str, epoch: int, active=frozenset()) -> StreamsHeartbeatRequest:
+    return StreamsHeartbeatRequest(
+        member_id=member_id,
+        member_epoch=epoch,
+        active=set(active),
+        standby=set(),
+        warmup=set(),
+    )
+
+
+async def test_a_member_gets_the_task_and_loses_it_when_its_session_runs_out(
+    autojump_clock, tmp_path
+):
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        coordinator = broker.coordinator
+        result = await coordinator.streams_heartbeat("app", joining("m1", "p1"))
+        assert result.error == Error.NONE, result
+        assert (result.member_id, result.member_epoch) == ("m1", 1)
+        assert result.active == {("0", 0)} and result.statuses == []
+        assert result.heartbeat_interval_ms == 5000
+        group = coordinator.groups["app"]
+        assert isinstance(group, StreamsGroupEntry)
+        assert group.state.value == "Stable"
+        # Heartbeats within the session keep it, for several sessions.
+        for _ in range(4):
+            await trio.sleep(SESSION_MS / 1000 * 0.8)
+            kept = await coordinator.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0)}))
+            assert kept.error == Error.NONE and kept.member_epoch == 1
+        # Silence: fenced by the runtime's timer once the session ran out, not before.
+        await trio.sleep(SESSION_MS / 1000 * 0.9)
+        assert "m1" in group.streams.members
+        await trio.sleep(SESSION_MS / 1000 * 0.2)
+        assert "m1" not in group.streams.members
+        assert group.state.value == "Empty"
+        late = await coordinator.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0)}))
+        assert late.error == Error.UNKNOWN_MEMBER_ID
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_the_task_moves_to_a_second_member_only_once_the_first_revoked_it(
+    autojump_clock, tmp_path
+):
+    """Two members, a two-partition source: the second member's task is handed over only
+    after the first member's heartbeat says it no longer owns it (Kafka's
+    CurrentAssignmentBuilder: UNREVOKED_TASKS, then UNRELEASED_TASKS)."""
+    state = cluster_state()
+    from minibroker.controller import state as transitions
+
+    transitions.create_topic(state, "two", -1, -1, {}, {0: [1], 1: [1]})
+    topology = Topology(1, (Subtopology("0", source_topics=("two",)),))
+    broker = Broker(tmp_path)
+    broker.replicas.announced_topic_configs["two"] = {}
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, state)
+        c = broker.coordinator
+        first = await c.streams_heartbeat("app", joining("m1", "p1", topology))
+        assert first.active == {("0", 0), ("0", 1)}
+        second = await c.streams_heartbeat("app", joining("m2", "p2", topology))
+        assert second.error == Error.NONE and second.member_epoch == 2
+        # m2's task is still owned by m1: it gets nothing yet.
+        assert second.active == set()
+        # m1 is told to give one task up (still at epoch 1: UNREVOKED_TASKS).
+        revoke = await c.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0), ("0", 1)}))
+        assert revoke.member_epoch == 1 and len(revoke.active) == 1
+        kept = revoke.active
+        # It revokes: its next heartbeat owns one task; it moves to epoch 2.
+        done = await c.streams_heartbeat("app", heartbeat("m1", 1, kept))
+        assert done.member_epoch == 2
+        # Now m2 gets the released task.
+        got = await c.streams_heartbeat("app", heartbeat("m2", 2))
+        assert got.active == {("0", 0), ("0", 1)} - kept
+        assert c.groups["app"].state.value == "Stable"
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_the_group_is_read_back_by_a_restarted_coordinator(autojump_clock, tmp_path):
+    state = cluster_state()
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, state)
+        joined = await broker.coordinator.streams_heartbeat("app", joining("m1", "p1"))
+        assert joined.member_epoch == 1
+        errors = await broker.coordinator.commit(
+            CommitRequest("app", 1, "m1", None, {("t", 0): (7, 0, "")})
+        )
+        assert errors == {("t", 0): Error.NONE}
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+    restarted = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await restarted.start(nursery, state)
+        group = restarted.coordinator.groups["app"]
+        assert isinstance(group, StreamsGroupEntry)
+        member = group.streams.members["m1"]
+        assert (member.member_epoch, member.process_id) == (1, "p1")
+        assert member.assigned.active == {("0", 0)}
+        assert group.streams.topology == TOPOLOGY
+        assert group.streams.group_epoch == 1
+        error, offsets = restarted.coordinator.fetch_offsets("app", [("t", 0)])
+        assert error == Error.NONE and offsets[("t", 0)].offset == 7
+        # The member goes on heartbeating at its epoch with the new coordinator.
+        again = await restarted.coordinator.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0)}))
+        assert again.error == Error.NONE
+        nursery.cancel_scope.cancel()
+    restarted.stop()
+
+
+async def test_offsets_are_committed_and_fetched_with_the_member_epoch(autojump_clock, tmp_path):
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        c = broker.coordinator
+        await c.streams_heartbeat("app", joining("m1", "p1"))
+
+        async def commit(member: str, epoch: int) -> Error:
+            errors = await c.commit(
+                CommitRequest("app", epoch, member, None, {("t", 0): (1, 0, "")})
+            )
+            return errors[("t", 0)]
+
+        assert await commit("m1", 1) == Error.NONE
+        assert await commit("m1", 0) == Error.STALE_MEMBER_EPOCH
+        assert await commit("nobody", 1) == Error.UNKNOWN_MEMBER_ID
+        # An admin commit (no member, epoch -1) only to an empty group.
+        assert await commit("", -1) == Error.UNKNOWN_MEMBER_ID
+        assert c.validate_offset_fetch("app", "m1", 1) == Error.NONE
+        assert c.validate_offset_fetch("app", "m1", 5) == Error.STALE_MEMBER_EPOCH
+        assert c.validate_offset_fetch("app", None, -1) == Error.NONE
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_bad_input_gets_kafkas_codes_and_the_member_keeps_its_task(autojump_clock, tmp_path):
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        c = broker.coordinator
+        assert (await c.streams_heartbeat("app", joining("m1", "p1"))).member_epoch == 1
+
+        async def error_of(request, group="app") -> Error:
+            return (await c.streams_heartbeat(group, request)).error
+
+        # A stale member epoch, an unknown member.
+        assert await error_of(heartbeat("m1", 7)) == Error.FENCED_MEMBER_EPOCH
+        assert await error_of(heartbeat("ghost", 1)) == Error.UNKNOWN_MEMBER_ID
+        # A topology that changed without an epoch bump.
+        other = Topology(1, (Subtopology("0", source_topics=("t",)), Subtopology("1", ("t2",))))
+        assert await error_of(joining("m2", "p2", other)) == Error.STREAMS_INVALID_TOPOLOGY_EPOCH
+        # An invalid topology: a repartition topic that is also a source topic.
+        invalid = Topology(
+            1,
+            (
+                Subtopology(
+                    "0",
+                    source_topics=("t",),
+                    repartition_source_topics=(TopicInfo("t"),),
+                ),
+            ),
+        )
+        assert await error_of(joining("m3", "p3", invalid), "app2") == (
+            Error.STREAMS_INVALID_TOPOLOGY
+        )
+        assert "app2" not in c.groups  # a refused first heartbeat creates no group
+        # The first heartbeat without a topology.
+        no_topology = dataclasses.replace(joining("m4", "p4"), topology=None)
+        assert await error_of(no_topology) == Error.INVALID_REQUEST
+        # A group id of a classic group with members is not a streams group.
+        joined = await c.join("classic", join_request())
+        assert joined.error == Error.NONE
+        assert await error_of(joining("m5", "p5"), "classic") == Error.GROUP_ID_NOT_FOUND
+        # ... nor is a streams group a consumer group or a classic one.
+        describe = c.describe_consumer_group("app")
+        assert describe[0] == Error.GROUP_ID_NOT_FOUND
+        assert (await c.join("app", join_request())).error == Error.INCONSISTENT_GROUP_PROTOCOL
+        # Through all of it the member kept its epoch and its task.
+        kept = await c.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0)}))
+        assert kept.error == Error.NONE and kept.member_epoch == 1
+        assert c.groups["app"].streams.members["m1"].assigned.active == {("0", 0)}
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_missing_internal_topics_are_named_with_their_partition_counts(
+    autojump_clock, tmp_path
+):
+    """A stateful subtopology's changelog topic does not exist: the member is answered
+    MISSING_INTERNAL_TOPICS with no tasks, and the result lists the topic to create with the
+    source topic's partition count (the handler creates it through the controller)."""
+    stateful = Topology(
+        1,
+        (
+            Subtopology(
+                "0",
+                source_topics=("t",),
+                state_changelog_topics=(TopicInfo("app-store-changelog", 0, 0, (("a", "b"),)),),
+            ),
+        ),
+    )
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        result = await broker.coordinator.streams_heartbeat("app", joining("m1", "p1", stateful))
+        assert result.error == Error.NONE
+        assert [code for code, _ in result.statuses] == [Status.MISSING_INTERNAL_TOPICS]
+        assert result.active == set()
+        created = result.topics_to_create["app-store-changelog"]
+        assert (created.partitions, created.configs) == (1, (("a", "b"),))
+        assert broker.coordinator.groups["app"].state.value == "NotReady"
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_an_empty_streams_group_is_deleted_with_its_records(autojump_clock, tmp_path):
+    """DeleteGroups: NON_EMPTY_GROUP while a member is in; once it left (epoch -1) the group,
+    its records and its offsets are tombstoned, and a restarted coordinator does not bring it
+    back. ListGroups' entry is the streams group while it lives."""
+    state = cluster_state()
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, state)
+        c = broker.coordinator
+        await c.streams_heartbeat("app", joining("m1", "p1"))
+        await c.commit(CommitRequest("app", 1, "m1", None, {("t", 0): (3, 0, "")}))
+        listed = [g for g in c.list_groups()[1] if g.group_id == "app"]
+        assert [(g.protocol_type, g.state.value) for g in listed] == [("streams", "Stable")]
+        assert await c.delete_group("app") == Error.NON_EMPTY_GROUP
+        left = await c.streams_heartbeat("app", heartbeat("m1", -1))
+        assert left.error == Error.NONE and left.member_epoch == -1
+        assert c.groups["app"].state.value == "Empty"
+        assert await c.delete_group("app") == Error.NONE
+        assert "app" not in c.groups
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+    restarted = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await restarted.start(nursery, state)
+        assert "app" not in restarted.coordinator.groups
+        error, offsets = restarted.coordinator.fetch_offsets("app", [("t", 0)])
+        assert error == Error.NONE and offsets[("t", 0)] is None
+        nursery.cancel_scope.cancel()
+    restarted.stop()
