@@ -4,6 +4,7 @@ pytest plugin starts one), its tests in order, the kill -9 of the writer last.""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -16,11 +17,15 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from minibroker.testing import Cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, CONVERGENCE_TIMEOUT
 from tests.conftest import wait_for
+
+FDP = descriptor_pb2.FieldDescriptorProto
 
 USER_V1 = {
     "type": "record",
@@ -126,12 +131,117 @@ def test_json_schema_serializers_through_the_registry(cluster: Cluster) -> None:
     }
     registered = registry.get_latest_version(f"{context.topic}-value")
     assert registered.schema.schema_type == "JSON"
-    # PROTOBUF is not served yet: Confluent's invalid-schema error, not a crash.
-    with pytest.raises(SchemaRegistryError) as protobuf:
-        registry.register_schema(
-            unique("proto"), Schema('syntax = "proto3"; message M { string a = 1; }', "PROTOBUF")
+
+
+def proto_messages(package: str) -> tuple[type, type]:
+    """Message classes as protoc would generate them, built at run time (no protoc here):
+    shop.Order in order.proto, importing common.Money from money.proto and a well-known type."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    money = descriptor_pb2.FileDescriptorProto(
+        name=f"{package}/money.proto", package=f"{package}.common", syntax="proto3"
+    )
+    money.message_type.add(name="Money").field.add(
+        name="units", number=1, type=FDP.TYPE_INT64, label=FDP.LABEL_OPTIONAL
+    )
+    order = descriptor_pb2.FileDescriptorProto(
+        name=f"{package}/order.proto",
+        package=f"{package}.shop",
+        syntax="proto3",
+        dependency=[f"{package}/money.proto", "google/protobuf/timestamp.proto"],
+    )
+    message = order.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=FDP.TYPE_STRING, label=FDP.LABEL_OPTIONAL)
+    for name, number, type_name in (
+        ("total", 2, f".{package}.common.Money"),
+        ("at", 3, ".google.protobuf.Timestamp"),
+    ):
+        message.field.add(
+            name=name,
+            number=number,
+            type=FDP.TYPE_MESSAGE,
+            type_name=type_name,
+            label=FDP.LABEL_OPTIONAL,
         )
-    assert (protobuf.value.http_status_code, protobuf.value.error_code) == (422, 42201)
+    pool.Add(money)
+    pool.Add(order)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.shop.Order")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.common.Money")),
+    )
+
+
+def test_protobuf_serializers_with_references_through_the_registry(cluster: Cluster) -> None:
+    package = unique("p").replace("-", "")
+    order_type, money_type = proto_messages(package)
+    registry = SchemaRegistryClient({"url": cluster.schema_registry_url})
+    topic = unique("proto-topic")
+    context = SerializationContext(topic, MessageField.VALUE)
+    # confluent-kafka registers money.proto under its own subject (a reference), then the
+    # order's file, as base64 FileDescriptorProtos.
+    serializer = ProtobufSerializer(order_type, registry)
+    order = order_type(id="o1", total=money_type(units=1250))
+    order.at.seconds = 1_700_000_000
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    producer.produce(topic, value=serializer(order, context))
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": unique("proto-group"),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    deserializer = ProtobufDeserializer(order_type, {"use.deprecated.format": False}, registry)
+    try:
+        message = wait_for(
+            lambda: (m := consumer.poll(1.0)) is not None and m.error() is None and m,
+            timeout=CONVERGENCE_TIMEOUT,
+            what="the Protobuf record",
+        )
+    finally:
+        consumer.close()
+    decoded = deserializer(message.value(), context)
+    assert (decoded.id, decoded.total.units, decoded.at.seconds) == ("o1", 1250, 1_700_000_000)
+    latest = registry.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    assert [(r.name, r.version) for r in latest.schema.references] == [
+        (f"{package}/money.proto", 1)
+    ]
+    referenced = httpx.get(
+        f"{cluster.schema_registry_url.split(',')[0]}/subjects/{package}%2Fmoney.proto"
+        "/versions/1/referencedby",
+        timeout=30,
+    )
+    assert referenced.json() == [latest.schema_id]
+    # Changing a field's kind (string id to int64) is refused with Confluent's 409 and body.
+    changed = registry.get_version(f"{topic}-value", 1, fmt="serialized").schema
+    proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(changed.schema_str))
+    proto.message_type[0].field[0].type = FDP.TYPE_INT64
+    candidate = Schema(
+        base64.b64encode(proto.SerializeToString()).decode(),
+        "PROTOBUF",
+        latest.schema.references,
+    )
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.register_schema(f"{topic}-value", candidate)
+    assert (refused.value.http_status_code, refused.value.error_code) == (409, 409)
+    assert "FIELD_SCALAR_KIND_CHANGED" in refused.value.error_message
+    assert not registry.test_compatibility(f"{topic}-value", candidate)
+    # A field added is compatible (text form this time, with the same reference).
+    text = (
+        f'syntax = "proto3";\npackage {package}.shop;\nimport "{package}/money.proto";\n'
+        'import "google/protobuf/timestamp.proto";\n'
+        f"message Order {{ string id = 1; {package}.common.Money total = 2;"
+        " google.protobuf.Timestamp at = 3; string note = 4; }\n"
+    )
+    added = Schema(text, "PROTOBUF", latest.schema.references)
+    assert registry.test_compatibility(f"{topic}-value", added)
+    assert registry.register_schema(f"{topic}-value", added) > latest.schema_id
+    # Under NONE the kind change goes in.
+    registry.set_compatibility(f"{topic}-value", "NONE")
+    assert registry.register_schema(f"{topic}-value", candidate) > 0
 
 
 def test_every_broker_answers_the_same_and_forwards_writes(cluster: Cluster) -> None:
