@@ -6,7 +6,7 @@ Schema Registry itself calls for AVRO subjects, so the same pairs of schemas are
 here and there (fastavro parses faster but has no compatibility checker, which would have to
 be written by hand). JSON Schema documents are checked with ``jsonschema``'s validator for the
 dialect they name (Draft 7 when they name none, as Confluent does); their compatibility rules
-are not built yet. PROTOBUF schemas are parsed and compared by
+are Confluent's JSON Schema diff (``json_compat``). PROTOBUF schemas are parsed and compared by
 ``protobuf_schema`` (Confluent's ``protobuf.diff`` rules), with their references given as
 ``dependencies``.
 """
@@ -23,7 +23,7 @@ import avro.schema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from minibroker.schema_registry import protobuf_schema
+from minibroker.schema_registry import json_compat, protobuf_schema
 
 AVRO = "AVRO"
 JSON = "JSON"
@@ -168,11 +168,14 @@ def incompatibilities(
             if level.forward:
                 messages += _protobuf_messages(candidate, previous)
             continue
-        if candidate.schema_type != AVRO:
-            if candidate.canonical != previous.canonical:
-                messages.append(
-                    "Compatibility checks of JSON schemas are not supported yet by this"
-                    " registry: set the subject's compatibility to NONE"
+        if candidate.schema_type == JSON:
+            if level.backward:
+                messages += _diff_messages(
+                    json_compat.incompatible(previous.parsed, candidate.parsed)
+                )
+            if level.forward:
+                messages += _diff_messages(
+                    json_compat.incompatible(candidate.parsed, previous.parsed)
                 )
             continue
         if level.backward:

@@ -131,6 +131,19 @@ def test_json_schema_serializers_through_the_registry(cluster: Cluster) -> None:
     }
     registered = registry.get_latest_version(f"{context.topic}-value")
     assert registered.schema.schema_type == "JSON"
+    # Confluent's JSON Schema rules under BACKWARD: age narrowed from integer to string is
+    # refused with 409 and Confluent's body; a closed-model reader is not needed for that.
+    narrowed = {**schema, "properties": {**schema["properties"], "age": {"type": "string"}}}
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.register_schema(f"{context.topic}-value", Schema(json.dumps(narrowed), "JSON"))
+    assert (refused.value.http_status_code, refused.value.error_code) == (409, 409)
+    assert "TYPE_CHANGED" in refused.value.error_message
+    assert "#/properties/age" in refused.value.error_message
+    # Widening integer to number is backward compatible: the serializer registers it.
+    widened = {**schema, "properties": {**schema["properties"], "age": {"type": "number"}}}
+    data = JSONSerializer(json.dumps(widened), registry)({"name": "bo", "age": 1.5}, context)
+    assert JSONDeserializer(None, schema_registry_client=registry)(data, context)["age"] == 1.5
+    assert registry.get_versions(f"{context.topic}-value") == [1, 2]
 
 
 def proto_messages(package: str) -> tuple[type, type]:
