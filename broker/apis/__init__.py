@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from minibroker.coordinator.group.service import GroupCoordinator
     from minibroker.coordinator.transaction.service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
+    from minibroker.schema_registry.service import SchemaRegistryService
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
 
@@ -88,6 +89,8 @@ class RequestContext:
     transactions: "TransactionCoordinator | None" = None
     # The broker's client quota managers (None on a controller-only node).
     quotas: "BrokerQuotas | None" = None
+    # The schema registry's service when this broker runs it (schema validation on produce).
+    schema_registry: "SchemaRegistryService | None" = None
 
     @property
     def version(self) -> int:

@@ -299,6 +299,7 @@ class BrokerServer:
             self.advertised[listener_name],
             self.transactions,
             self.quotas if self.config.is_broker else None,
+            self.schema_registry,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -259,6 +259,10 @@ class Registry:
             raise schema_not_found(schema_id)
         return found
 
+    def ids_of(self, subject: str) -> set[int]:
+        """The schema ids of ``subject``'s live versions (schema validation on produce)."""
+        return {v.schema_id for v in self.subjects.get(subject, {}).values() if not v.deleted}
+
     def level(self, subject: str | None) -> Level:
         if subject is not None and subject in self.levels:
             return self.levels[subject]

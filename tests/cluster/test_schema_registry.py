@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -255,6 +255,71 @@ def test_protobuf_serializers_with_references_through_the_registry(cluster: Clus
     # Under NONE the kind change goes in.
     registry.set_compatibility(f"{topic}-value", "NONE")
     assert registry.register_schema(f"{topic}-value", candidate) > 0
+
+
+def test_produce_validation_refuses_records_without_a_registered_schema_id(
+    cluster: Cluster,
+) -> None:
+    validating, plain, other = unique("validated"), unique("plain"), unique("other")
+    cluster.create_topic(
+        validating, partitions=2, configs={"confluent.value.schema.validation": "true"}
+    )
+    cluster.create_topic(plain, partitions=1)
+    registry = SchemaRegistryClient({"url": cluster.schema_registry_url})
+    serializer = AvroSerializer(registry, json.dumps(USER_V1))
+    good = serializer(
+        {"name": "ada", "age": 36}, SerializationContext(validating, MessageField.VALUE)
+    )
+    # An id registered, but for another topic's subject.
+    foreign = AvroSerializer(registry, json.dumps(USER_V2_DEFAULT))(
+        {"name": "bo", "age": 1, "email": ""}, SerializationContext(other, MessageField.VALUE)
+    )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
+    outcomes: dict[str, object] = {}
+
+    def produce(label: str, topic: str, value: bytes | None, key: bytes | None = None) -> None:
+        def report(error, message) -> None:
+            outcomes[label] = error
+
+        producer.produce(topic, value=value, key=key, partition=0, on_delivery=report)
+        assert producer.flush(30) == 0
+
+    produce("plain bytes", validating, b"not framed")
+    produce("foreign id", validating, foreign)
+    produce("unknown id", validating, b"\x00\x7f\xff\xff\xf0payload")
+    produce("registered", validating, good)
+    produce("tombstone", validating, None, key=b"k")
+    produce("plain topic", plain, b"not framed")
+    for label in ("plain bytes", "foreign id", "unknown id"):
+        assert outcomes[label] is not None, label
+        assert outcomes[label].code() == KafkaError.INVALID_RECORD, (label, outcomes[label])
+    assert outcomes["registered"] is None
+    assert outcomes["tombstone"] is None
+    assert outcomes["plain topic"] is None
+    # Nothing of the refused batches was appended: the partition holds the two accepted.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": unique("validation"),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(validating, 0), timeout=30)
+        assert (low, high) == (0, 2)
+        consumer.assign([TopicPartition(validating, 0, 0)])
+        read = []
+        while len(read) < 2:
+            # A list: a Message is falsy when its value is empty (len), as the tombstone's is.
+            (message,) = wait_for(
+                lambda: (m := consumer.poll(1.0)) is not None and m.error() is None and [m],
+                CONVERGENCE_TIMEOUT,
+                "the accepted records",
+            )
+            read.append((message.offset(), message.value()))
+    finally:
+        consumer.close()
+    assert read == [(0, good), (1, None)]
 
 
 def test_every_broker_answers_the_same_and_forwards_writes(cluster: Cluster) -> None:
