@@ -275,6 +275,10 @@ _TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     "local.retention.bytes": (None, _long(-2)),
     "remote.log.copy.disable": (None, _boolean),
     "remote.log.delete.on.disable": (None, _boolean),
+    # Confluent Server's schema validation on produce (docs/schema-registry.md): a record's
+    # value (key) must carry a schema id registered for the topic's subject.
+    "confluent.value.schema.validation": ("value_schema_validation", _boolean),
+    "confluent.key.schema.validation": ("key_schema_validation", _boolean),
 }
 TOPIC_CONFIG_NAMES = frozenset(_TOPIC_CONFIGS)
 
@@ -317,6 +321,9 @@ class LogConfig:
     # controller and the leader read them from the same validated object.
     unclean_leader_election_enable: bool = False
     compression_type: str = "producer"
+    # confluent.value.schema.validation / confluent.key.schema.validation.
+    value_schema_validation: bool = False
+    key_schema_validation: bool = False
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from minibroker.coordinator.transaction.service import TransactionCoordinator
     from minibroker.replication.replica_manager import ReplicaManager
     from minibroker.replication.share_partition_manager import SharePartitionManager
+    from minibroker.schema_registry.service import SchemaRegistryService
     from minibroker.security.authenticator import SaslSession
     from minibroker.security.authorizer.acls import Authorizer
 
@@ -94,6 +95,8 @@ class RequestContext:
     share_coordinator: "ShareCoordinator | None" = None
     # The share partitions of share groups (None on a controller-only node).
     shares: "SharePartitionManager | None" = None
+    # The schema registry's service when this broker runs it (schema validation on produce).
+    schema_registry: "SchemaRegistryService | None" = None
 
     @property
     def version(self) -> int:

@@ -41,6 +41,7 @@ gzip, snappy and lz4: it enables those codecs only when a broker's Produce range
 Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwise).
 """
 
+import contextlib
 import struct
 
 from minibroker.apis import CloseConnection, RequestContext, Role, api
@@ -50,6 +51,7 @@ from minibroker.protocol.errors import Error, error_name
 from minibroker.protocol.record_batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG_MASK
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import AppendOrigin, append_result
+from minibroker.schema_registry import produce_validation
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 VALID_ACKS = (-1, 0, 1)
@@ -177,6 +179,55 @@ def _old_format(data) -> dict | None:
     return None
 
 
+async def _validate_schemas(
+    ctx: RequestContext,
+    name: str,
+    partition_data,
+    refused: list[dict | None],
+    key_check: bool,
+    value_check: bool,
+) -> None:
+    """Confluent Server's schema validation (schema_registry/produce_validation.py): a
+    partition whose records do not all carry a schema id registered for the topic's subject
+    is refused with INVALID_RECORD, naming the first such record, and nothing of it is
+    appended. An id this broker's copy of `_schemas` does not know yet is looked up again
+    after the copy has caught up with its high watermark (a schema registered a moment ago
+    through another broker)."""
+    service = ctx.schema_registry
+    for slot, data in enumerate(partition_data):
+        if refused[slot] is not None or not data.records:
+            continue
+        if service is None:
+            refused[slot] = append_result(
+                data.index,
+                Error.INVALID_RECORD,
+                f"Topic {name} validates schemas, and this broker does not run the schema"
+                " registry (schema.registry.listeners)",
+            )
+            continue
+        records = bytes(data.records)
+
+        def check(records: bytes = records) -> tuple[int, str] | None:
+            return produce_validation.first_invalid(
+                records,
+                name,
+                key_check,
+                value_check,
+                service.registry.ids_of,
+            )
+
+        found = check()
+        if found is not None and "is not registered" in found[1]:
+            # The registry's own modules are loaded already: this broker runs it.
+            from minibroker.schema_registry.state import RegistryError
+
+            with contextlib.suppress(RegistryError):  # 50002: answer from what it has
+                await service.caught_up()
+            found = check()
+        if found is not None:
+            refused[slot] = append_result(data.index, Error.INVALID_RECORD, found[1])
+
+
 async def _ensure_topic(ctx: RequestContext, name: str) -> None:
     """Auto-create a produced-to topic (with an authorizer, only for a principal that may
     create it); if that fails its partitions answer UNKNOWN_TOPIC."""
@@ -254,6 +305,15 @@ async def handle(ctx: RequestContext, request) -> dict | None:
             refused: list[dict | None] = [None] * len(partition_data)
             if ctx.version < 3:
                 refused = [_old_format(data) for data in partition_data]
+            # Confluent Server's schema validation: one lookup for every topic, and records
+            # decoded only for the topics that have it.
+            key_check, value_check = ctx.replica_manager.schema_validation(
+                topic.name, (data.index for data in partition_data)
+            )
+            if key_check or value_check:
+                await _validate_schemas(
+                    ctx, topic.name, partition_data, refused, key_check, value_check
+                )
             appending.append((response, topic.name, refused))
             position_of.append(topic_position)
             entries.append(

@@ -163,6 +163,9 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         TopicConfigDef("local.retention.bytes", LONG, "-2", _log("local.retention.bytes")),
         TopicConfigDef("remote.log.copy.disable", BOOLEAN, "false"),
         TopicConfigDef("remote.log.delete.on.disable", BOOLEAN, "false"),
+        # Confluent Server's (not Kafka's): schema validation on produce.
+        TopicConfigDef("confluent.value.schema.validation", BOOLEAN, "false"),
+        TopicConfigDef("confluent.key.schema.validation", BOOLEAN, "false"),
     )
 }
 

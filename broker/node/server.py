@@ -332,6 +332,7 @@ class BrokerServer:
             self.quotas if self.config.is_broker else None,
             share_coordinator=self.share_coordinator,
             shares=self.shares,
+            schema_registry=self.schema_registry,
         )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -280,6 +280,17 @@ class ReplicaManager:
             return None, Error.NOT_LEADER_OR_FOLLOWER
         return None, Error.UNKNOWN_TOPIC_OR_PARTITION
 
+    def schema_validation(self, topic: str, indexes) -> tuple[bool, bool]:
+        """The topic's (key, value) schema validation flags on produce (Confluent Server's
+        confluent.key/value.schema.validation), from a partition of it hosted here; both
+        False when none is. One dict lookup: the produce path of every topic pays it."""
+        for index in indexes:
+            partition = self._partitions.get((topic, index))
+            if partition is not None:
+                config = partition.log.config
+                return config.key_schema_validation, config.value_schema_validation
+        return False, False
+
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 

@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from minibroker.common.names import SCHEMAS_TOPIC
-from minibroker.schema_registry.schemas import AVRO, SUPPORTED_TYPES
+from minibroker.schema_registry.schemas import AVRO, PROTOBUF, SUPPORTED_TYPES
 from minibroker.schema_registry.service import (
     WRITE_TIMEOUT_S,
     NotWriter,
@@ -38,6 +38,7 @@ from minibroker.schema_registry.service import (
 from minibroker.schema_registry.state import (
     Registry,
     RegistryError,
+    Version,
     invalid_schema,
     parse_version,
     schema_not_found,
@@ -103,6 +104,16 @@ def _schema_id(text: str) -> int:
         raise schema_not_found(text) from None
 
 
+def _formatted(
+    request: Request, current: Registry, found: Version, body: dict[str, Any]
+) -> dict[str, Any]:
+    """``?format=serialized``: a PROTOBUF schema as its base64 FileDescriptorProto, as
+    confluent-kafka's Protobuf serializers ask for it (other formats: the stored text)."""
+    if request.query_params.get("format") == "serialized" and found.schema_type == PROTOBUF:
+        body["schema"] = current.serialized(found)
+    return body
+
+
 def build_app(service: SchemaRegistryService) -> Starlette:
     """The ASGI app of one broker's registry."""
     client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
@@ -114,7 +125,9 @@ def build_app(service: SchemaRegistryService) -> Starlette:
             )
         if url is None:
             raise _Unreachable("no primary is known")
-        target = url + request.url.path
+        # The path as sent (a subject's %2F stays encoded).
+        raw = request.scope.get("raw_path")
+        target = url + (raw.decode("latin-1") if raw else request.url.path)
         if request.url.query:
             target += "?" + request.url.query
         try:
@@ -226,12 +239,12 @@ def build_app(service: SchemaRegistryService) -> Starlette:
 
     async def lookup(request: Request) -> Response:
         subject = request.path_params["subject"]
-        schema_type, text, _ = _schema_of(await _body(request))
+        schema_type, text, references = _schema_of(await _body(request))
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        found = current.lookup(subject, schema_type, text, _flag(request, "deleted"))
-        return _json(found.answer())
+        found = current.lookup(subject, schema_type, text, _flag(request, "deleted"), references)
+        return _json(_formatted(request, current, found, found.answer()))
 
     async def delete_subject(request: Request) -> Response:
         subject = request.path_params["subject"]
@@ -257,9 +270,8 @@ def build_app(service: SchemaRegistryService) -> Starlette:
 
     def version(request: Request, current: Registry) -> Any:
         number = parse_version(request.path_params["version"])
-        return current.version(
-            request.path_params["subject"], number, _flag(request, "deleted")
-        ).answer()
+        found = current.version(request.path_params["subject"], number, _flag(request, "deleted"))
+        return _formatted(request, current, found, found.answer())
 
     async def version_schema(request: Request) -> Response:
         current = await registry(request)
@@ -270,10 +282,9 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         return Response(found.schema, media_type=MEDIA_TYPE)
 
     def referenced_by(request: Request, current: Registry) -> Any:
-        current.version(
+        return current.referenced_by(
             request.path_params["subject"], parse_version(request.path_params["version"])
         )
-        return []
 
     # -- schemas by id -----------------------------------------------------------------------
 
@@ -282,7 +293,9 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         body: dict[str, Any] = {"schema": found.schema}
         if found.schema_type != AVRO:
             body["schemaType"] = found.schema_type
-        return body
+        if found.references:
+            body["references"] = found.references
+        return _formatted(request, current, found, body)
 
     async def raw_schema_by_id(request: Request) -> Response:
         current = await registry(request)
@@ -368,11 +381,12 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         subject = request.path_params["subject"]
         text = request.path_params.get("version", "latest")
         number = parse_version(text)
-        schema_type, schema, _ = _schema_of(await _body(request))
+        schema_type, schema, references = _schema_of(await _body(request))
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        return _json(current.check(subject, number, schema_type, schema, _flag(request, "verbose")))
+        verbose = _flag(request, "verbose")
+        return _json(current.check(subject, number, schema_type, schema, verbose, references))
 
     def root(request: Request, current: Registry) -> Any:
         return {}
@@ -380,24 +394,29 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     routes = [
         Route("/", read(root), methods=["GET"]),
         Route("/subjects", read(subjects), methods=["GET"]),
-        Route("/subjects/{subject}", endpoint(lookup), methods=["POST"]),
-        Route("/subjects/{subject}", endpoint(delete_subject), methods=["DELETE"]),
-        Route("/subjects/{subject}/versions", read(versions), methods=["GET"]),
-        Route("/subjects/{subject}/versions", endpoint(register), methods=["POST"]),
-        Route("/subjects/{subject}/versions/{version}", read(version), methods=["GET"]),
+        # Subjects may hold a "/" (sent as %2F, which the ASGI path has decoded, e.g. the
+        # file names confluent-kafka's Protobuf serializer uses as reference subjects): the
+        # subject matches greedily, so the longer routes come first.
         Route(
-            "/subjects/{subject}/versions/{version}", endpoint(delete_version), methods=["DELETE"]
-        ),
-        Route(
-            "/subjects/{subject}/versions/{version}/schema",
+            "/subjects/{subject:path}/versions/{version}/schema",
             endpoint(version_schema),
             methods=["GET"],
         ),
         Route(
-            "/subjects/{subject}/versions/{version}/referencedby",
+            "/subjects/{subject:path}/versions/{version}/referencedby",
             read(referenced_by),
             methods=["GET"],
         ),
+        Route("/subjects/{subject:path}/versions/{version}", read(version), methods=["GET"]),
+        Route(
+            "/subjects/{subject:path}/versions/{version}",
+            endpoint(delete_version),
+            methods=["DELETE"],
+        ),
+        Route("/subjects/{subject:path}/versions", read(versions), methods=["GET"]),
+        Route("/subjects/{subject:path}/versions", endpoint(register), methods=["POST"]),
+        Route("/subjects/{subject:path}", endpoint(lookup), methods=["POST"]),
+        Route("/subjects/{subject:path}", endpoint(delete_subject), methods=["DELETE"]),
         Route("/schemas/types", read(types), methods=["GET"]),
         Route("/schemas/ids/{id}", read(schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/schema", endpoint(raw_schema_by_id), methods=["GET"]),
@@ -406,19 +425,19 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         Route("/config", read(get_config), methods=["GET"]),
         Route("/config", endpoint(put_config), methods=["PUT"]),
         Route("/config", endpoint(delete_config), methods=["DELETE"]),
-        Route("/config/{subject}", read(get_config), methods=["GET"]),
-        Route("/config/{subject}", endpoint(put_config), methods=["PUT"]),
-        Route("/config/{subject}", endpoint(delete_config), methods=["DELETE"]),
+        Route("/config/{subject:path}", read(get_config), methods=["GET"]),
+        Route("/config/{subject:path}", endpoint(put_config), methods=["PUT"]),
+        Route("/config/{subject:path}", endpoint(delete_config), methods=["DELETE"]),
         Route("/mode", read(get_mode), methods=["GET"]),
         Route("/mode", endpoint(put_mode), methods=["PUT"]),
-        Route("/mode/{subject}", read(get_mode), methods=["GET"]),
-        Route("/mode/{subject}", endpoint(put_mode), methods=["PUT"]),
-        Route("/compatibility/subjects/{subject}/versions", endpoint(check), methods=["POST"]),
+        Route("/mode/{subject:path}", read(get_mode), methods=["GET"]),
+        Route("/mode/{subject:path}", endpoint(put_mode), methods=["PUT"]),
         Route(
-            "/compatibility/subjects/{subject}/versions/{version}",
+            "/compatibility/subjects/{subject:path}/versions/{version}",
             endpoint(check),
             methods=["POST"],
         ),
+        Route("/compatibility/subjects/{subject:path}/versions", endpoint(check), methods=["POST"]),
     ]
 
     async def http_error(request: Request, error: Exception) -> Response:

@@ -6,8 +6,9 @@ Schema Registry itself calls for AVRO subjects, so the same pairs of schemas are
 here and there (fastavro parses faster but has no compatibility checker, which would have to
 be written by hand). JSON Schema documents are checked with ``jsonschema``'s validator for the
 dialect they name (Draft 7 when they name none, as Confluent does); their compatibility rules
-are not built yet, and PROTOBUF is not parsed yet: both answer Confluent's errors (see
-docs/schema-registry.md), never a crash.
+are Confluent's JSON Schema diff (``json_compat``). PROTOBUF schemas are parsed and compared by
+``protobuf_schema`` (Confluent's ``protobuf.diff`` rules), with their references given as
+``dependencies``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import avro.schema
 import jsonschema.exceptions
 import jsonschema.validators
 
+from minibroker.schema_registry import json_compat, protobuf_schema
+
 AVRO = "AVRO"
 JSON = "JSON"
 PROTOBUF = "PROTOBUF"
 # What GET /schemas/types lists: the types this registry can register.
-SUPPORTED_TYPES = (JSON, AVRO)
+SUPPORTED_TYPES = (JSON, PROTOBUF, AVRO)
 KNOWN_TYPES = (AVRO, JSON, PROTOBUF)
 
 
@@ -76,10 +79,16 @@ class ParsedSchema:
     parsed: object
 
 
-def parse(schema_type: str, text: str) -> ParsedSchema:
-    """Parse ``text`` as a schema of ``schema_type``; InvalidSchema or UnsupportedSchemaType."""
+def parse(schema_type: str, text: str, dependencies: dict[str, str] | None = None) -> ParsedSchema:
+    """Parse ``text`` as a schema of ``schema_type``; InvalidSchema or UnsupportedSchemaType.
+    ``dependencies``: the texts of its references by name (PROTOBUF's imports)."""
     if schema_type == PROTOBUF:
-        raise UnsupportedSchemaType("PROTOBUF schemas are not supported yet by this registry")
+        try:
+            proto = protobuf_schema.parse(text, dependencies)
+        except protobuf_schema.ProtobufError as error:
+            raise InvalidSchema(f"Invalid schema: {error}") from None
+        # Stored as given (less surrounding blanks): .proto text or a base64 descriptor.
+        return ParsedSchema(PROTOBUF, text.strip(), proto)
     if schema_type not in KNOWN_TYPES:
         raise UnsupportedSchemaType(f"Unknown schema type {schema_type}")
     try:
@@ -118,6 +127,25 @@ def _avro_messages(reader: ParsedSchema, writer: ParsedSchema, direction: str) -
     return [f"{{errorType:'{kinds}', description:'{direction}: {what}', location:'{where}'}}"]
 
 
+def _protobuf_messages(original: ParsedSchema, update: ParsedSchema) -> list[str]:
+    """Confluent's details for each incompatible difference (ProtobufSchema's
+    isCompatible: ``{errorType:..., description:...}``)."""
+    found = protobuf_schema.incompatible(
+        original.parsed,  # type: ignore[arg-type]
+        update.parsed,  # type: ignore[arg-type]
+    )
+    return _diff_messages(found)
+
+
+def _diff_messages(found: list[tuple[str, str]]) -> list[str]:
+    """Confluent's detail of each incompatible difference (its errorType and location)."""
+    return [
+        f"{{errorType:'{kind}', description:'The change {kind} at path '{path}' of the new"
+        f" schema is incompatible with the old schema', location:'{path}'}}"
+        for kind, path in dict.fromkeys(found)
+    ]
+
+
 def incompatibilities(
     level: Level, candidate: ParsedSchema, earlier: list[ParsedSchema]
 ) -> list[str]:
@@ -134,11 +162,20 @@ def incompatibilities(
                 f" {previous.schema_type}"
             )
             continue
-        if candidate.schema_type != AVRO:
-            if candidate.canonical != previous.canonical:
-                messages.append(
-                    "Compatibility checks of JSON schemas are not supported yet by this"
-                    " registry: set the subject's compatibility to NONE"
+        if candidate.schema_type == PROTOBUF:
+            if level.backward:
+                messages += _protobuf_messages(previous, candidate)
+            if level.forward:
+                messages += _protobuf_messages(candidate, previous)
+            continue
+        if candidate.schema_type == JSON:
+            if level.backward:
+                messages += _diff_messages(
+                    json_compat.incompatible(previous.parsed, candidate.parsed)
+                )
+            if level.forward:
+                messages += _diff_messages(
+                    json_compat.incompatible(candidate.parsed, previous.parsed)
                 )
             continue
         if level.backward:

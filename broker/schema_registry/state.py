@@ -19,6 +19,7 @@ from typing import Any
 from minibroker.schema_registry import log_format as lf
 from minibroker.schema_registry.schemas import (
     AVRO,
+    PROTOBUF,
     InvalidSchema,
     Level,
     ParsedSchema,
@@ -258,6 +259,10 @@ class Registry:
             raise schema_not_found(schema_id)
         return found
 
+    def ids_of(self, subject: str) -> set[int]:
+        """The schema ids of ``subject``'s live versions (schema validation on produce)."""
+        return {v.schema_id for v in self.subjects.get(subject, {}).values() if not v.deleted}
+
     def level(self, subject: str | None) -> Level:
         if subject is not None and subject in self.levels:
             return self.levels[subject]
@@ -268,14 +273,90 @@ class Registry:
             return self.modes[subject]
         return self.modes.get(None, DEFAULT_MODE)
 
-    def lookup(self, subject: str, schema_type: str, text: str, deleted: bool = False) -> Version:
+    def lookup(
+        self,
+        subject: str,
+        schema_type: str,
+        text: str,
+        deleted: bool = False,
+        references: list[dict[str, Any]] | None = None,
+    ) -> Version:
         """POST /subjects/{s}: the version of ``subject`` holding this schema."""
-        candidate = _parsed(schema_type, text)
+        candidate = self.parse(schema_type, text, references)
         versions = self.versions(subject, deleted)
         for version in reversed(versions):
             if version.schema_type == candidate.schema_type and _same(version, candidate):
                 return version
         raise schema_not_found()
+
+    # -- references --------------------------------------------------------------------------
+
+    def dependencies(self, references: list[dict[str, Any]] | None) -> dict[str, str]:
+        """The texts of ``references`` by name, their own references included (Confluent's
+        resolveReferences); 42201 when one names no live version."""
+        found: dict[str, str] = {}
+        pending = list(references or [])
+        seen = 0
+        while pending:
+            seen += 1
+            if seen > 10_000:
+                raise invalid_schema("Invalid schema: too many schema references")
+            reference = pending.pop()
+            if not isinstance(reference, dict):
+                raise invalid_schema("Invalid schema: a reference is an object")
+            name, subject = reference.get("name"), reference.get("subject")
+            number = reference.get("version", LATEST)
+            if not isinstance(name, str) or not isinstance(subject, str):
+                raise invalid_schema("Invalid schema: a reference needs a name and a subject")
+            if name in found:
+                continue
+            try:
+                version = self.version(subject, number if isinstance(number, int) else LATEST)
+            except RegistryError:
+                raise invalid_schema(
+                    f"Invalid schema: reference {name!r} to subject {subject!r} version"
+                    f" {number} not found"
+                ) from None
+            found[name] = version.schema
+            pending += version.references
+        return found
+
+    def parse(
+        self, schema_type: str, text: str, references: list[dict[str, Any]] | None = None
+    ) -> ParsedSchema:
+        """``text`` parsed with its references resolved against this state; 42201 if not."""
+        if references and schema_type != PROTOBUF:
+            raise invalid_schema(
+                "Invalid schema: schema references are supported for PROTOBUF schemas only by"
+                " this registry"
+            )
+        return _parsed(schema_type, text, self.dependencies(references) if references else None)
+
+    def parsed(self, version: Version) -> ParsedSchema:
+        return self.parse(version.schema_type, version.schema, version.references)
+
+    def referenced_by(self, subject: str, number: int) -> list[int]:
+        """GET /subjects/{s}/versions/{v}/referencedby: ids of live schemas referencing it."""
+        target = self.version(subject, number)
+        return sorted(
+            {
+                version.schema_id
+                for versions in self.subjects.values()
+                for version in versions.values()
+                if not version.deleted
+                and any(
+                    ref.get("subject") == subject and ref.get("version") in (target.version, LATEST)
+                    for ref in version.references
+                )
+            }
+        )
+
+    def serialized(self, version: Version) -> str:
+        """``format=serialized``: a PROTOBUF schema as a base64 FileDescriptorProto (what
+        confluent-kafka's ProtobufDeserializer asks for); other types as stored."""
+        if version.schema_type != PROTOBUF:
+            return version.schema
+        return str(self.parsed(version).parsed.to_base64())  # type: ignore[attr-defined]
 
     # -- commands: the records to write ----------------------------------------------------
 
@@ -294,24 +375,20 @@ class Registry:
         mode = self.mode(subject)
         if mode in ("READONLY", "READONLY_OVERRIDE"):
             raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
-        if references:
-            raise invalid_schema(
-                "Invalid schema: schema references are not supported yet by this registry"
-            )
         if (schema_id is not None or version_number is not None) and mode != "IMPORT":
             raise RegistryError(
                 422,
                 42205,
                 "Subject is not in import mode: an id or a version may not be given",
             )
-        candidate = _parsed(schema_type, text)
+        candidate = self.parse(schema_type, text, references)
         live = [v for _, v in sorted(self.subjects.get(subject, {}).items()) if not v.deleted]
         for version in live:
             if version.schema_type == candidate.schema_type and _same(version, candidate):
                 return version.schema_id, []
         if mode != "IMPORT":
             messages = incompatibilities(
-                self.level(subject), candidate, [_parsed(v.schema_type, v.schema) for v in live]
+                self.level(subject), candidate, [self.parsed(v) for v in live]
             )
             if messages:
                 raise RegistryError(
@@ -332,7 +409,12 @@ class Registry:
         if version_number is None:
             version_number = max(existing, default=0) + 1
         version = Version(
-            subject, version_number, schema_id, candidate.canonical, candidate.schema_type
+            subject,
+            version_number,
+            schema_id,
+            candidate.canonical,
+            candidate.schema_type,
+            list(references or []),
         )
         return schema_id, [(lf.schema_key(subject, version_number), version.value())]
 
@@ -385,6 +467,13 @@ class Registry:
                     " before being permanently deleted",
                 )
             return version.version, [(lf.schema_key(subject, version.version), None)]
+        if not version.deleted and self.referenced_by(subject, version.version):
+            raise RegistryError(
+                422,
+                42206,
+                f"One or more references exist to the schema {{subject={subject},"
+                f" version={version.version}}}.",
+            )
         if version.deleted:
             raise RegistryError(
                 404, 40406, f"Subject '{subject}' Version {version.version} was soft deleted."
@@ -426,19 +515,23 @@ class Registry:
         return chosen, [(lf.mode_key(subject), {"mode": chosen})]
 
     def check(
-        self, subject: str, number: int, schema_type: str, text: str, verbose: bool
+        self,
+        subject: str,
+        number: int,
+        schema_type: str,
+        text: str,
+        verbose: bool,
+        references: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """POST /compatibility/subjects/{s}/versions/{v}: against that version, or (latest)
         against the versions the subject's level checks."""
-        candidate = _parsed(schema_type, text)
+        candidate = self.parse(schema_type, text, references)
         live = self.versions(subject)
         earlier = live if number == LATEST else [self.version(subject, number)]
         level = self.level(subject)
         if number != LATEST and level.transitive:
             level = Level[level.value.removesuffix("_TRANSITIVE")]
-        messages = incompatibilities(
-            level, candidate, [_parsed(v.schema_type, v.schema) for v in earlier]
-        )
+        messages = incompatibilities(level, candidate, [self.parsed(v) for v in earlier])
         answer: dict[str, Any] = {"is_compatible": not messages}
         if verbose:
             answer["messages"] = messages
@@ -449,9 +542,11 @@ class Registry:
             raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
 
 
-def _parsed(schema_type: str, text: str) -> ParsedSchema:
+def _parsed(
+    schema_type: str, text: str, dependencies: dict[str, str] | None = None
+) -> ParsedSchema:
     try:
-        return parse(schema_type, text)
+        return parse(schema_type, text, dependencies)
     except UnsupportedSchemaType as error:
         raise invalid_schema(f"Invalid schema: {error}") from None
     except InvalidSchema as error:

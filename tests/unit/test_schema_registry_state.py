@@ -164,8 +164,8 @@ def test_bad_input_gets_confluents_codes():
             registry.register("s", schema_type, text)
         assert (error.value.status, error.value.code) == (422, 42201)
     with pytest.raises(RegistryError) as protobuf:
-        registry.register("s", "PROTOBUF", 'syntax = "proto3"; message M {}')
-    assert protobuf.value.code == 42201 and "PROTOBUF" in protobuf.value.message
+        registry.register("s", "PROTOBUF", 'syntax = "proto3"; message M { Unknown u = 1; }')
+    assert protobuf.value.code == 42201 and "Unknown" in protobuf.value.message
     with pytest.raises(RegistryError) as level:
         registry.set_level(None, "SIDEWAYS")
     assert level.value.code == 42203
