@@ -27,6 +27,10 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
 
+- ListConfigResources v1 (ListConfigResourcesRequest.json, ListConfigResourcesResponse.json;
+  KIP-1142): v0 is kio's ListClientMetricsResources; v1's request adds ResourceTypes
+  ([]int8) and each listed resource its ResourceType (int8, default 16): written whole.
+
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
 """
@@ -45,6 +49,7 @@ from kio.schema.fetch.v17.request import ReplicaState as _ReplicaStateV17
 from kio.schema.fetch.v17.response import FetchResponse as _FetchResponseV17
 from kio.schema.produce.v11.request import ProduceRequest as _ProduceRequestV11
 from kio.schema.produce.v11.response import ProduceResponse as _ProduceResponseV11
+from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.txn_offset_commit.v4.request import (
     TxnOffsetCommitRequest as _TxnOffsetCommitRequestV4,
@@ -57,7 +62,7 @@ from kio.schema.update_features.v1.request import (
     UpdateFeaturesRequest as _UpdateFeaturesRequestV1,
 )
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 
@@ -179,6 +184,48 @@ class UpdateFeaturesResponseV2:
     """The top-level error message, or `null` if there was no top-level error."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListConfigResourcesRequestV1:
+    """ListConfigResources v1 (KIP-1142): the resource types to list (none: every type)."""
+
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(74)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    resource_types: tuple[i8, ...] = field(metadata={"kafka_type": "int8"}, default=())
+    """The list of resource type. If the list is empty, it uses default supported config
+    resource types."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigResourceV1:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(74)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    resource_name: str = field(metadata={"kafka_type": "string"})
+    """The resource name."""
+    resource_type: i8 = field(metadata={"kafka_type": "int8"}, default=i8(16))
+    """The resource type."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListConfigResourcesResponseV1:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(74)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    """The duration in milliseconds for which the request was throttled."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The error code, or 0 if there was no error."""
+    config_resources: tuple[ConfigResourceV1, ...]
+    """Each config resource in the response."""
+
+
 REQUESTS: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesRequestV2,
     (26, 5): EndTxnRequestV5,
@@ -186,6 +233,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitRequestV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
     (1, 18): FetchRequestV18,
+    (74, 1): ListConfigResourcesRequestV1,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (57, 2): UpdateFeaturesResponseV2,
@@ -194,4 +242,5 @@ RESPONSES: dict[tuple[int, int], type] = {
     (28, 5): TxnOffsetCommitResponseV5,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
     (1, 18): FetchResponseV18,
+    (74, 1): ListConfigResourcesResponseV1,
 }

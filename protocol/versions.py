@@ -76,6 +76,10 @@ class ApiKey(IntEnum):
     # Features (KIP-584) and paged topic descriptions (KIP-966).
     UPDATE_FEATURES = 57
     DESCRIBE_TOPIC_PARTITIONS = 75
+    # Client telemetry (KIP-714) and the listing of config resources (KIP-1142).
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    LIST_CONFIG_RESOURCES = 74
 
 
 # The version this node sends each inter-node request at.
@@ -174,4 +178,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
     ApiKey.UPDATE_FEATURES: 0,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: 0,
+    ApiKey.PUSH_TELEMETRY: 0,
+    ApiKey.LIST_CONFIG_RESOURCES: 0,
 }

@@ -45,6 +45,9 @@ BROKER |= {68: (0, 1), 69: (0, 0)}
 # Added since by issue 34: DescribeTopicPartitions v0 (KIP-966), UpdateFeatures v0-v2 (both
 # roles: the controller decides it).
 ISSUE_34 = {75: (0, 0), 57: (0, 2)}
+# Client telemetry (KIP-714, issue 34): GetTelemetrySubscriptions, PushTelemetry and
+# ListConfigResources (v0 was ListClientMetricsResources), brokers only.
+ISSUE_34 |= {71: (0, 0), 72: (0, 0), 74: (0, 1)}
 CONTROLLER = {
     3: (1, 12), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
     31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
@@ -67,6 +70,8 @@ HELD |= {24, 25, 26, 65, 66}
 HELD |= {28}
 HELD |= {68, 69}
 HELD |= {75}
+# Client telemetry: its subscriptions come with the controller's pushes.
+HELD |= {71, 72, 74}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
