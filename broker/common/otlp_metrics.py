@@ -17,6 +17,7 @@ value kept, a cumulative one replaces it, so counters stay cumulative for Promet
 """
 
 import re
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,11 +58,40 @@ def _number(point: Any) -> float:
     return float(point.as_int if point.WhichOneof("value") == "as_int" else point.as_double)
 
 
+# The most a pushed payload may decompress to: a 1 MiB gzip or zstd payload of zeros would
+# otherwise become a gigabyte in the broker's memory (Kafka sets no such bound).
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+
+def _bounded(compression_type: int, payload: bytes, limit: int) -> bytes:
+    """Decompress gzip, lz4 and zstd to at most ``limit`` bytes (ValueError beyond); the
+    others by protocol/records.py (snappy's blocks cannot grow much)."""
+    if compression_type == 1:
+        inflater = zlib.decompressobj(wbits=31)
+        raw = inflater.decompress(payload, limit + 1)
+    elif compression_type == 3:
+        import lz4.frame
+
+        raw = lz4.frame.LZ4FrameDecompressor().decompress(payload, max_length=limit + 1)
+    elif compression_type == 4:
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(payload)
+        raw = reader.read(limit + 1)
+    else:
+        raw = decompress(compression_type, payload)
+    if len(raw) > limit:
+        raise ValueError(f"decompresses to more than {limit} bytes")
+    return bytes(raw)
+
+
 def decode(payload: bytes, compression_type: int, series: dict[SeriesKey, SeriesValue]) -> None:
     """Decompress and parse ``payload``, folding its points into ``series``; ValueError when
     it does not decompress or parse."""
     try:
-        raw = decompress(compression_type, payload)
+        raw = _bounded(compression_type, payload, MAX_DECOMPRESSED_BYTES)
+    except ValueError:
+        raise
     except (RecordError, OSError, EOFError, RuntimeError) as bad:
         raise ValueError(f"does not decompress: {bad}") from None
     except Exception as bad:  # the codecs' own errors (lz4, zstandard, snappy)

@@ -2,7 +2,9 @@
 keeps them, with time passed in; the OTLP decoding of common/otlp_metrics.py."""
 
 import gzip
+import json
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -23,6 +25,9 @@ from minibroker.common.client_metrics import (
     subscription_id,
 )
 from minibroker.common.config_model import ConfigChangeError
+from minibroker.controller import configs as controller_configs
+from minibroker.controller import store, zk_layout
+from minibroker.controller.state import ControllerState
 from minibroker.protocol.errors import Error
 from minibroker.protocol.records import compress
 
@@ -315,3 +320,73 @@ def test_otlp_names_become_prometheus_names():
         "org_apache_kafka_producer_node_request_latency_avg"
     )
     assert otlp_metrics.prometheus_name("1.x-y") == "_1_x_y"
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4])
+def test_a_payload_that_decompresses_past_the_bound_is_invalid(codec, monkeypatch):
+    monkeypatch.setattr(otlp_metrics, "MAX_DECOMPRESSED_BYTES", 1000)
+    manager, instance, subscription = _subscribed()
+    manager.telemetry_max_bytes = 10_000
+    bomb = compress(codec, b"\0" * 5000)
+    assert len(bomb) < 1000
+    assert _push(manager, instance, subscription, 10, bomb, codec) == Error.INVALID_RECORD
+
+
+# -- the controller's side ---------------------------------------------------------------------
+
+
+def _resource(name: str, *configs: tuple[str, str | None, int]):
+    return SimpleNamespace(
+        resource_type=client_metrics.CLIENT_METRICS_RESOURCE,
+        resource_name=name,
+        configs=[SimpleNamespace(name=k, value=v, config_operation=op) for k, v, op in configs],
+    )
+
+
+def test_the_controller_stores_pushes_and_persists_subscriptions(tmp_path):
+    state = ControllerState()
+    results, changed = controller_configs.alter_configs(
+        state,
+        [
+            _resource("subs", ("metrics", "a.", 0), ("interval.ms", "1000", 0)),
+            _resource("bad", ("interval.ms", "1", 0)),
+            _resource("", ("metrics", "a.", 0)),
+        ],
+        incremental=True,
+        validate_only=False,
+    )
+    assert [r["error_code"] for r in results] == [
+        Error.NONE,
+        Error.INVALID_REQUEST,
+        Error.INVALID_REQUEST,
+    ]
+    assert state.client_metrics_configs == {"subs": {"metrics": "a.", "interval.ms": "1000"}}
+    assert changed == [(client_metrics.CLIENT_METRICS_RESOURCE, "subs")]
+    # metrics is a LIST: APPEND works on it, not on interval.ms.
+    results, _ = controller_configs.alter_configs(
+        state,
+        [_resource("subs", ("metrics", "b.", 2))],
+        incremental=True,
+        validate_only=False,
+    )
+    assert state.client_metrics_configs["subs"]["metrics"] == "a.,b."
+    (pushed,) = controller_configs.pushed_configs(state, changed)
+    assert pushed["resource_type"] == client_metrics.CLIENT_METRICS_RESOURCE
+    assert {c["name"]: c["value"] for c in pushed["configs"]}["metrics"] == "a.,b."
+    assert (client_metrics.CLIENT_METRICS_RESOURCE, "subs") in (
+        controller_configs.resources_of_broker(state, 1)
+    )
+    # Saved and read back, in the JSON file and in ZooKeeper's layout.
+    restored = zk_layout.state_from_znodes(zk_layout.state_znodes(state, {}), 0)
+    assert restored.client_metrics_configs == state.client_metrics_configs
+    assert store._state_from_json(
+        json.dumps(store._state_to_dict(state)), tmp_path
+    ).client_metrics_configs == (state.client_metrics_configs)
+    # Deleting every config deletes the subscription.
+    controller_configs.alter_configs(
+        state,
+        [_resource("subs", ("metrics", None, 1), ("interval.ms", None, 1))],
+        incremental=True,
+        validate_only=False,
+    )
+    assert state.client_metrics_configs == {}
