@@ -42,6 +42,10 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   only version, "validVersions": "1"): the same fields as kio's v0 (the version changed the
   member id to one the client chooses, not the layout), so each class is v0's under version 1.
 
+- ListConfigResources v1 (ListConfigResourcesRequest.json, ListConfigResourcesResponse.json;
+  KIP-1142): v0 is kio's ListClientMetricsResources; v1's request adds ResourceTypes
+  ([]int8) and each listed resource its ResourceType (int8, default 16): written whole.
+
 Each class above derives from kio's latest version of the same message, so the nested entities are
 kio's own; only ``__version__`` and the added fields differ.
 """
@@ -102,7 +106,7 @@ from kio.schema.write_share_group_state.v0.response import (
     WriteShareGroupStateResponse as _WriteResponseV0,
 )
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
@@ -348,6 +352,48 @@ class ShareGroupDescribeResponseV1(_ShareGroupDescribeResponseV0):
     __version__: ClassVar[i16] = i16(1)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListConfigResourcesRequestV1:
+    """ListConfigResources v1 (KIP-1142): the resource types to list (none: every type)."""
+
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(74)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    resource_types: tuple[i8, ...] = field(metadata={"kafka_type": "int8"}, default=())
+    """The list of resource type. If the list is empty, it uses default supported config
+    resource types."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigResourceV1:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(74)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    resource_name: str = field(metadata={"kafka_type": "string"})
+    """The resource name."""
+    resource_type: i8 = field(metadata={"kafka_type": "int8"}, default=i8(16))
+    """The resource type."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListConfigResourcesResponseV1:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(74)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    """The duration in milliseconds for which the request was throttled."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The error code, or 0 if there was no error."""
+    config_resources: tuple[ConfigResourceV1, ...]
+    """Each config resource in the response."""
+
+
 REQUESTS: dict[tuple[int, int], type] = {
     (76, 1): ShareGroupHeartbeatRequestV1,
     (77, 1): ShareGroupDescribeRequestV1,
@@ -361,6 +407,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (87, 1): ReadShareGroupStateSummaryRequestV1,
     **_share_fetch_v1.REQUESTS,
     **_streams.REQUESTS,
+    (74, 1): ListConfigResourcesRequestV1,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (76, 1): ShareGroupHeartbeatResponseV1,
@@ -376,4 +423,5 @@ RESPONSES: dict[tuple[int, int], type] = {
     (87, 1): ReadShareGroupStateSummaryResponseV1,
     **_share_fetch_v1.RESPONSES,
     **_streams.RESPONSES,
+    (74, 1): ListConfigResourcesResponseV1,
 }

@@ -91,6 +91,10 @@ class ApiKey(IntEnum):
     # Share groups (KIP-932): the data path.
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    # Client telemetry (KIP-714) and the listing of config resources (KIP-1142).
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    LIST_CONFIG_RESOURCES = 74
 
 
 # The version this node sends each inter-node request at.
@@ -207,4 +211,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: 0,
     ApiKey.SHARE_FETCH: 0,
     ApiKey.SHARE_ACKNOWLEDGE: 0,
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: 0,
+    ApiKey.PUSH_TELEMETRY: 0,
+    ApiKey.LIST_CONFIG_RESOURCES: 0,
 }

@@ -45,6 +45,12 @@ class Connection:
 
     # The peer as Kafka shows it in DescribeGroups: "/127.0.0.1".
     host: str = ""
+    # The peer's port, and the client's software as its ApiVersions v3+ named it (KIP-511):
+    # what client-metrics subscriptions match (KIP-714's client_source_port and
+    # client_software_name/version).
+    port: int | None = None
+    software_name: str | None = None
+    software_version: str | None = None
     # Set when a broker registers or heartbeats on it: its lifecycle connection to the
     # controller, whose closing hints that the broker died (see ControllerService).
     broker_id: int | None = None

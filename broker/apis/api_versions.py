@@ -66,6 +66,9 @@ def _error_response(request, error: Error) -> dict:
     error_response=_error_response,
 )
 async def handle(ctx: RequestContext, request) -> dict:
+    if ctx.version >= 3 and request is not None:
+        ctx.connection.software_name = request.client_software_name
+        ctx.connection.software_version = request.client_software_version
     return {
         "error_code": Error.NONE,
         "api_keys": api_keys(ctx.advertised),

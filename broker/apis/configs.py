@@ -9,12 +9,15 @@ broker applies to its logs at once).
 
 Group resources (type 32, KIP-848) are stored and pushed as topic configs are; every broker
 keeps the pushed ones (``ReplicaManager.group_configs``), describes from them and its group
-coordinator applies them (see ``common/group_configs.py``).
+coordinator applies them (see ``common/group_configs.py``). Client-metrics resources
+(type 16, KIP-714) likewise: every broker's ClientMetricsManager takes the pushed
+subscriptions (``common/client_metrics.py``), and DescribeConfigs lists the configs set, as
+Kafka's ConfigHelper does.
 
 With an authorizer, Kafka's rules: DESCRIBE_CONFIGS (to describe) or ALTER_CONFIGS (to change)
 on the topic for a topic resource (TOPIC_AUTHORIZATION_FAILED), on the group for a group
 resource (GROUP_AUTHORIZATION_FAILED), on the cluster for broker and logger resources
-(CLUSTER_AUTHORIZATION_FAILED).
+(CLUSTER_AUTHORIZATION_FAILED), and on the cluster for client-metrics resources.
 """
 
 import logging
@@ -24,7 +27,8 @@ from minibroker.apis.authorization import cluster_allowed, group_allowed, topic_
 from minibroker.apis.forwarding import ForwardingFailed, decided_by_controller
 from minibroker.apis.inter_node import inter_node_allowed, is_controller_push
 from minibroker.cluster.controller_client import build_request, is_broker_channel
-from minibroker.common import group_configs
+from minibroker.common import client_metrics, group_configs
+from minibroker.common.client_metrics import CLIENT_METRICS_RESOURCE
 from minibroker.common.config_model import (
     BROKER_LOGGER_RESOURCE,
     BROKER_RESOURCE,
@@ -166,7 +170,7 @@ def _refusal(ctx: RequestContext, resource, operation: Operation) -> Error | Non
     if resource.resource_type == GROUP_RESOURCE:
         allowed = group_allowed(ctx, operation, resource.resource_name)
         return None if allowed else Error.GROUP_AUTHORIZATION_FAILED
-    if resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+    if resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE):
         allowed = cluster_allowed(ctx, operation)
         return None if allowed else Error.CLUSTER_AUTHORIZATION_FAILED
     return None
@@ -178,6 +182,13 @@ def _group_overrides(ctx: RequestContext, group: str) -> dict[str, str]:
     if ctx.replicas is not None:
         return ctx.replicas.group_configs.get(group, {})
     return ctx.controller_service.state.group_configs.get(group, {})
+
+
+def _client_metrics_configs(ctx: RequestContext, name: str) -> dict[str, str]:
+    """A client-metrics subscription's configs as this node knows them."""
+    if ctx.replicas is not None:
+        return ctx.replicas.client_metrics_configs.get(name, {})
+    return ctx.controller_service.state.client_metrics_configs.get(name, {})
 
 
 def _describe_error(request, error: Error) -> dict:
@@ -253,6 +264,13 @@ async def handle_describe(ctx: RequestContext, request):
                 include_synonyms=include_synonyms,
                 keys=keys,
             )
+            results.append(_result(resource, configs=entries))
+        elif resource.resource_type == CLIENT_METRICS_RESOURCE:
+            if not name:
+                message = "Client metrics subscription name must not be empty"
+                results.append(_result(resource, Error.INVALID_REQUEST, message))
+                continue
+            entries = client_metrics.describe(_client_metrics_configs(ctx, name), keys)
             results.append(_result(resource, configs=entries))
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
             message = (
@@ -332,7 +350,12 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
                 answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
             answered[index] = _alter_loggers(ctx, resource, incremental, request.validate_only)
-        elif resource.resource_type not in (TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE):
+        elif resource.resource_type not in (
+            TOPIC_RESOURCE,
+            BROKER_RESOURCE,
+            GROUP_RESOURCE,
+            CLIENT_METRICS_RESOURCE,
+        ):
             message = f"Unknown resource type {resource.resource_type}"
             answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
     rest = [r for index, r in enumerate(request.resources) if index not in answered]
@@ -454,4 +477,12 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
             else:
                 ctx.replica_manager.group_configs.pop(resource.resource_name, None)
             log.info("group configs of %r now %s", resource.resource_name, configs)
+        elif resource.resource_type == CLIENT_METRICS_RESOURCE:
+            stored = ctx.replica_manager.client_metrics_configs
+            if configs:
+                stored[resource.resource_name] = configs
+            else:
+                stored.pop(resource.resource_name, None)
+            ctx.replica_manager.client_metrics.update_subscriptions(resource.resource_name, configs)
+            log.info("client metrics subscription %r now %s", resource.resource_name, configs)
     return {"responses": [_change_result(resource) for resource in request.resources]}

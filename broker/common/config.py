@@ -353,6 +353,7 @@ _PROPERTIES: dict[str, _Property] = {
         "max_incremental_fetch_session_cache_slots", _at_least(0)
     ),
     "num.partitions": _Property("num_partitions", _at_least(1)),
+    "telemetry.max.bytes": _Property("telemetry_max_bytes", _at_least(1)),
     "default.replication.factor": _Property("default_replication_factor", _at_least(1)),
     "auto.create.topics.enable": _Property("auto_create_topics_enable", _parse_bool),
     "delete.topic.enable": _Property("delete_topic_enable", _parse_bool),
@@ -584,6 +585,8 @@ class BrokerConfig:
         "max.incremental.fetch.session.cache.slots"
     )
     num_partitions: int = _kafka_default("num.partitions")
+    # The largest PushTelemetry payload taken (KIP-714; common/client_metrics.py).
+    telemetry_max_bytes: int = _kafka_default("telemetry.max.bytes")
     default_replication_factor: int = _kafka_default("default.replication.factor")
     auto_create_topics_enable: bool = _kafka_default("auto.create.topics.enable")
     delete_topic_enable: bool = _kafka_default("delete.topic.enable")

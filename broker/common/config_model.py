@@ -300,6 +300,7 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "share.coordinator.state.topic.replication.factor": (SHORT, "3"),
     "share.coordinator.state.topic.segment.bytes": (INT, "104857600"),
     "socket.request.max.bytes": (INT, "104857600"),
+    "telemetry.max.bytes": (INT, "1048576"),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (INT, "10000"),
     "transaction.max.timeout.ms": (INT, "900000"),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (INT, "3600000"),

@@ -4,12 +4,15 @@ Pure, like ``state.py``: a request's resources in, per-resource results and the 
 resources out. Topic configs live in each TopicState, dynamic broker configs in
 ``ControllerState.broker_configs`` ("" is the cluster default, else a broker id), group
 configs (KIP-848) in ``ControllerState.group_configs`` by group id, validated against this
-controller's group bounds as Kafka's ControllerConfigurationValidator does. The checks
+controller's group bounds as Kafka's ControllerConfigurationValidator does, client-metrics
+subscriptions (KIP-714) in ``ControllerState.client_metrics_configs`` by name, validated as
+Kafka's ClientMetricsConfigs.validate. The checks
 that depend on which broker received the request (a broker resource must name that broker)
 were made there; this validates the new configs as Kafka's controller does.
 """
 
-from minibroker.common import config_model, group_configs
+from minibroker.common import client_metrics, config_model, group_configs
+from minibroker.common.client_metrics import CLIENT_METRICS_RESOURCE
 from minibroker.common.config_model import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigChangeError
 from minibroker.common.group_configs import GROUP_RESOURCE, GroupBounds
 from minibroker.controller.state import ControllerState
@@ -66,6 +69,8 @@ def _new_configs(
         new_configs = config_model.replaced_configs([(c.name, c.value) for c in resource.configs])
     if resource.resource_type == GROUP_RESOURCE:
         group_configs.validate(new_configs, group_bounds)
+    elif resource.resource_type == CLIENT_METRICS_RESOURCE:
+        client_metrics.validate(resource.resource_name, new_configs)
     elif resource.resource_type == TOPIC_RESOURCE:
         config_model.validate_topic_overrides(new_configs)
     else:
@@ -92,6 +97,9 @@ def _current(state: ControllerState, resource_type: int, name: str) -> dict[str,
     if resource_type == GROUP_RESOURCE:
         group_configs.check_name(name)
         return state.group_configs.get(name, {})
+    if resource_type == CLIENT_METRICS_RESOURCE:
+        client_metrics.check_name(name)
+        return state.client_metrics_configs.get(name, {})
     raise ConfigChangeError(Error.INVALID_REQUEST, f"Unknown resource type {resource_type}")
 
 
@@ -104,7 +112,7 @@ def _store(state: ControllerState, key: Resource, configs: dict[str, str]) -> bo
             return False
         topic.configs = dict(configs)
         return True
-    stored = state.group_configs if resource_type == GROUP_RESOURCE else state.broker_configs
+    stored = _stored(state, resource_type)
     if stored.get(name, {}) == configs:
         return False
     if configs:
@@ -114,11 +122,23 @@ def _store(state: ControllerState, key: Resource, configs: dict[str, str]) -> bo
     return True
 
 
+def _stored(state: ControllerState, resource_type: int) -> dict[str, dict[str, str]]:
+    """The dynamic configs of a resource type other than topics, by resource name."""
+    if resource_type == GROUP_RESOURCE:
+        return state.group_configs
+    if resource_type == CLIENT_METRICS_RESOURCE:
+        return state.client_metrics_configs
+    return state.broker_configs
+
+
 def _list_config_test(resource_type: int):
     """Which configs APPEND and SUBTRACT may change: LIST ones. Kafka 4.4 refuses them on
     every group config, streams.rack.aware.assignment.tags (a LIST) included."""
     if resource_type == GROUP_RESOURCE:
         return lambda _name: False
+    if resource_type == CLIENT_METRICS_RESOURCE:
+        # ClientMetricsConfigs: metrics and match are LISTs, interval.ms an INT.
+        return lambda name: name in (client_metrics.METRICS, client_metrics.MATCH)
     return config_model.is_list_config
 
 
@@ -132,10 +152,8 @@ def pushed_configs(state: ControllerState, resources: list[Resource]) -> list[di
             if name not in state.topics:
                 continue
             configs = state.topics[name].configs
-        elif resource_type == GROUP_RESOURCE:
-            configs = state.group_configs.get(name, {})
         else:
-            configs = state.broker_configs.get(name, {})
+            configs = _stored(state, resource_type).get(name, {})
         pushed.append(
             {
                 "resource_type": resource_type,
@@ -167,6 +185,7 @@ def resources_of_broker(state: ControllerState, node_id: int) -> list[Resource]:
     stale)."""
     brokers = [(BROKER_RESOURCE, name) for name in sorted(state.broker_configs)]
     groups = [(GROUP_RESOURCE, name) for name in sorted(state.group_configs)]
+    groups += [(CLIENT_METRICS_RESOURCE, name) for name in sorted(state.client_metrics_configs)]
     topics = [
         (TOPIC_RESOURCE, topic.name) for topic in state.topics.values() if _hosts(topic, node_id)
     ]

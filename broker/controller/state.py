@@ -146,6 +146,8 @@ class ControllerState:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # Group configs (KIP-848's GROUP resources) by group id: each group's overrides.
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Client-metrics subscriptions (KIP-714, CLIENT_METRICS resources) by name.
+    client_metrics_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # The cluster's ACLs, in creation order (see controller/acls.py).
     acls: list[AclBinding] = field(default_factory=list)
     # SCRAM credentials by user, then mechanism name ("SCRAM-SHA-512"): salt, stored key and

@@ -77,6 +77,8 @@ TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"
 GROUP_CONFIGS = "/config/groups"
+# Client-metrics subscriptions (KIP-714; Kafka keeps them in KRaft only).
+CLIENT_METRICS_CONFIGS = "/config/client-metrics"
 CLUSTER_ID = "/cluster/id"
 USER_CONFIGS = "/config/users"
 CLIENT_CONFIGS = "/config/clients"
@@ -112,6 +114,7 @@ PERSISTENT_PATHS = (
     TOPIC_CONFIGS,
     BROKER_CONFIGS,
     GROUP_CONFIGS,
+    CLIENT_METRICS_CONFIGS,
     USER_CONFIGS,
     CLIENT_CONFIGS,
     IP_CONFIGS,
@@ -414,6 +417,10 @@ def state_znodes(
         znodes[f"{GROUP_CONFIGS}/{user_znode_name(name)}"] = _json(
             {"version": 1, "config": configs}
         )
+    for name, configs in state.client_metrics_configs.items():
+        znodes[f"{CLIENT_METRICS_CONFIGS}/{user_znode_name(name)}"] = _json(
+            {"version": 1, "config": configs}
+        )
     znodes.update(_acl_znodes(state.acls))
     znodes.update(_config_znodes(state.scram_credentials, state.client_quotas))
     znodes[BROKER_REGISTRY] = _json(
@@ -506,6 +513,12 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
                 group_configs[urllib.parse.unquote(path[len(prefix) :])] = json.loads(data)[
                     "config"
                 ]
+        client_metrics_configs = {}
+        prefix = f"{CLIENT_METRICS_CONFIGS}/"
+        for path, data in znodes.items():
+            if path.startswith(prefix):
+                name = urllib.parse.unquote(path[len(prefix) :])
+                client_metrics_configs[name] = json.loads(data)["config"]
         return ControllerState(
             controller_epoch=controller_epoch,
             brokers=brokers,
@@ -513,6 +526,7 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
             next_broker_epoch=registry.get("next_broker_epoch", 1),
             broker_configs=broker_configs,
             group_configs=group_configs,
+            client_metrics_configs=client_metrics_configs,
             acls=_acls_from_znodes(znodes),
             scram_credentials=_scram_credentials_from_znodes(znodes),
             client_quotas=_client_quotas_from_znodes(znodes),

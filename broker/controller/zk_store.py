@@ -82,6 +82,8 @@ class ZooKeeperStore:
             read(f"{layout.BROKER_CONFIGS}/{entity}")
         for group in _children(self._zk, layout.GROUP_CONFIGS):
             read(f"{layout.GROUP_CONFIGS}/{group}")
+        for name in _children(self._zk, layout.CLIENT_METRICS_CONFIGS):
+            read(f"{layout.CLIENT_METRICS_CONFIGS}/{name}")
         for user in _children(self._zk, layout.USER_CONFIGS):
             read(f"{layout.USER_CONFIGS}/{user}")
             if read(f"{layout.USER_CONFIGS}/{user}/clients"):

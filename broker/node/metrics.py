@@ -15,12 +15,15 @@ scraper only holds its own connection.
 
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from minibroker.common import otlp_metrics
 from minibroker.common.metrics import (
     HTTP_READ_TIMEOUT_S,
     MAX_HTTP_REQUEST_BYTES,
@@ -506,3 +509,57 @@ class ConnectionCollector:
                 "Bytes left of queued.max.request.bytes (MemoryPoolAvailable).",
                 value=self.pool.available,
             )
+
+
+class ClientTelemetryCollector:
+    """The metrics clients push (KIP-714), as Prometheus series: one family per OTLP metric,
+    its name with dots turned to underscores (common/otlp_metrics.py), each series labelled
+    by the pushing client's ``client_instance_id`` and ``client_id`` besides the points'
+    own attributes. Read at scrape time from the ClientMetricsManager's instances; a client
+    that has not pushed for 3 push intervals (or whose instance expired) is left out. Kafka
+    hands these to a receiver plugin; minibroker serves them here."""
+
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator:
+        families: dict[str, Any] = {}
+        kinds: dict[str, str] = {}
+        manager = self.replicas.client_metrics
+        for instance in manager.pushed(time.monotonic_ns() // 1_000_000):
+            own = (
+                ("client_instance_id", str(instance.instance_id)),
+                ("client_id", instance.metadata.client_id or ""),
+            )
+            for (name, attributes), (kind, value) in instance.series.items():
+                if kinds.setdefault(name, kind) != kind:
+                    continue  # the same name pushed as another type: the first one wins
+                labels = dict(attributes)
+                labels.update(own)
+                names, values = list(labels), list(labels.values())
+                family = families.get(name)
+                if kind == otlp_metrics.HISTOGRAM:
+                    if family is None:
+                        family = families[name] = HistogramMetricFamily(
+                            name, "Pushed by clients (KIP-714).", labels=names
+                        )
+                    assert isinstance(value, tuple)
+                    bounds, counts, total = value
+                    buckets, running = [], 0
+                    for bound, count in zip([*bounds, float("inf")], counts, strict=True):
+                        running += count
+                        buckets.append(("+Inf" if bound == float("inf") else str(bound), running))
+                    family.add_metric(values, buckets, total)
+                    continue
+                if isinstance(value, tuple):
+                    continue
+                if family is None:
+                    cls = CounterMetricFamily if kind == otlp_metrics.COUNTER else GaugeMetricFamily
+                    family = families[name] = cls(
+                        name, "Pushed by clients (KIP-714).", labels=names
+                    )
+                family.add_metric(values, value)
+        yield from families.values()

@@ -51,6 +51,7 @@ from minibroker.node.connection_limits import (
 )
 from minibroker.node.loop_stalls import LoopStalls
 from minibroker.node.metrics import (
+    ClientTelemetryCollector,
     ConnectionCollector,
     QuotaCollector,
     StateCollector,
@@ -488,6 +489,8 @@ class BrokerServer:
                     await self._start_schema_registry(control, controller_client)
             if self.config.is_broker:
                 self.metrics.register(QuotaCollector(self.quotas))
+                assert self.replicas is not None
+                self.metrics.register(ClientTelemetryCollector(self.replicas))
             self.metrics.register(ConnectionCollector(self.connection_quotas, self.pool))
             self.metrics.register(
                 StateCollector(
@@ -932,10 +935,10 @@ class BrokerServer:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
-            host, peer = "?", "?"
+            host, peer, port = "?", "?", None
         idle = self.idle
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
-        connection = Connection(f"/{host}")
+        connection = Connection(f"/{host}", port=port)
         assert self.cluster_id is not None  # start() settles it before serving
         make_context = functools.partial(self._context, listener_name, connection, self.cluster_id)
         security = self.listener_security[listener_name]

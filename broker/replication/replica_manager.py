@@ -22,6 +22,7 @@ from minibroker.cluster.controller_client import (
     build_request,
 )
 from minibroker.cluster.node_connection import NodeConnection
+from minibroker.common.client_metrics import ClientMetricsManager
 from minibroker.common.config import BrokerConfig
 from minibroker.common.config_model import (
     DYNAMIC_TOPIC_CONFIG,
@@ -182,6 +183,10 @@ class ReplicaManager:
         # what DescribeConfigs shows here and the group coordinator applies (Kafka's
         # GroupConfigManager, fed by the broker's metadata).
         self.group_configs: dict[str, dict[str, str]] = {}
+        # Client telemetry (KIP-714): the client-metrics subscriptions the controller pushes,
+        # the client instances and their pushed metrics (apis/telemetry.py, node/metrics.py).
+        self.client_metrics_configs: dict[str, dict[str, str]] = {}
+        self.client_metrics = ClientMetricsManager(telemetry_max_bytes=config.telemetry_max_bytes)
         # The cluster's finalized features (KIP-584), as the controller pushes them
         # (UpdateFeatures, apis/features.py); until then a new cluster's, at epoch 0.
         self.finalized_features = FinalizedFeatures(initial_levels(config.transaction_version))

@@ -51,6 +51,9 @@ BROKER |= {88: (0, 1), 89: (0, 1)}
 # Added since by issue 34: DescribeTopicPartitions v0 (KIP-966), UpdateFeatures v0-v2 (both
 # roles: the controller decides it).
 ISSUE_34 = {75: (0, 0), 57: (0, 2)}
+# Client telemetry (KIP-714, issue 34): GetTelemetrySubscriptions, PushTelemetry and
+# ListConfigResources (v0 was ListClientMetricsResources), brokers only.
+ISSUE_34 |= {71: (0, 0), 72: (0, 0), 74: (0, 1)}
 CONTROLLER = {
     3: (1, 12), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 29: (0, 3), 30: (0, 3),
     31: (0, 3), 32: (0, 4), 33: (0, 2), 36: (0, 2), 37: (0, 3), 43: (0, 2), 44: (0, 1),
@@ -83,6 +86,8 @@ HELD |= {75}
 HELD |= {78, 79}
 HELD |= {76, 77}
 HELD |= {88, 89}
+# Client telemetry: its subscriptions come with the controller's pushes.
+HELD |= {71, 72, 74}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
