@@ -23,11 +23,14 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, settings
+from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.static.primitive import i8
 from prometheus_client.parser import text_string_to_metric_families
 
 from faults import netns
@@ -466,6 +469,39 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         [NewTopic(topic, num_partitions=partitions, replication_factor=1)], request_timeout=10
     )
     futures[topic].result(timeout=15)
+
+
+def produce_numbers(bootstrap: str, topic: str, start: int, count: int) -> None:
+    """Produce the numbers start..start+count-1 (each its own key and value, as text) with
+    confluent-kafka, and wait until every one is delivered."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    for number in range(start, start + count):
+        producer.produce(topic, key=str(number).encode(), value=str(number).encode())
+    assert producer.flush(30) == 0
+
+
+def coordinator_ready(bootstrap: str, group: str) -> None:
+    """Wait until FindCoordinator names the group's coordinator (its offsets partition has a
+    leader), so that a group's first request is not answered COORDINATOR_NOT_AVAILABLE."""
+
+    def found():
+        answer = exchange(
+            bootstrap, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,))
+        )
+        return answer.coordinators[0].error_code == 0
+
+    wait_for(found, 20, "the group coordinator")
+
+
+def describe_consumer_group(bootstrap: str, group: str):
+    """The group's entry of a ConsumerGroupDescribe answer (KIP-848), asked for that group
+    alone; its error code is the caller's to check."""
+    answer = exchange(
+        bootstrap,
+        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
+    )
+    (entry,) = answer.groups
+    return entry
 
 
 def confluent_read_all(

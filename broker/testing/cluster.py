@@ -16,7 +16,6 @@ controller, and in the ZooKeeper mode the controller is one of the brokers).
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import shutil
 import tempfile
@@ -128,6 +127,7 @@ class Cluster:
         self._secure_dev: Any = None
         self._stopped: dict[int, str] = {}  # node id -> how it went down
         self._closed_nodes: list[BrokerProcess] = []  # for logs() after close()
+        self.unclean_shutdowns: list[str] = []
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -251,19 +251,41 @@ class Cluster:
 
     def close(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL for one that hangs), close the proxies, and
-        remove the data directory if the Cluster made it."""
+        remove the data directory if the Cluster made it.
+
+        ``unclean_shutdowns`` then says what went wrong on the way, one line per node with the
+        end of its log: a node that exited on its own before (a crash; not one the test
+        killed or stopped), one whose exit code on SIGTERM was not 0, one that hung and was
+        killed. It is empty after a clean shutdown; the pytest plugin fails the test that
+        tears the cluster down otherwise."""
         try:
             if self._cluster is not None:
-                self._closed_nodes = self._cluster.nodes
+                self._closed_nodes = nodes = self._cluster.nodes
+                self.unclean_shutdowns = [
+                    f"{node.kind} {node.node_id} exited with code {node.exit_code} before the"
+                    f" cluster was closed; log tail:\n{node.log_tail(10)}"
+                    for node in nodes
+                    if node.started and not node.running and node.node_id not in self._stopped
+                ]
+                running = {node.node_id for node in nodes if node.running}
                 # Faults would only slow the controlled shutdowns down.
                 if self._hub is not None:
                     self.heal()
-                for node in self._cluster.nodes:
+                for node in nodes:
                     if node.running and node.paused:
                         node.resume()
-                # A node that hung was killed: nothing is left running either way.
-                with contextlib.suppress(BrokerStartError):
-                    self._cluster.stop()
+                try:
+                    codes = self._cluster.stop()
+                except BrokerStartError as hung:
+                    # A node that hung was killed: nothing is left running either way.
+                    self.unclean_shutdowns.append(str(hung))
+                else:
+                    self.unclean_shutdowns += [
+                        f"{node.kind} {node.node_id} exited with code {codes[node.node_id]} on"
+                        f" SIGTERM; log tail:\n{node.log_tail(10)}"
+                        for node in nodes
+                        if node.node_id in running and codes.get(node.node_id, 0) != 0
+                    ]
         finally:
             self._cluster = None
             if self._hub is not None:

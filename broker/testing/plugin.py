@@ -19,6 +19,9 @@ temporary directories, and the server's logs in the report of a test that fails.
   runs side by side) never collide; every cluster's data is under ``tmp_path_factory``.
 - A test that fails gets a report section per node with the end of its log
   (``minibroker_log_lines`` lines, 100 unless set).
+- A cluster whose nodes do not shut down cleanly (a node that crashed during the tests
+  without being killed by a fault, or exited with a code other than 0 on SIGTERM, or hung)
+  fails the teardown of the test that closes it, with each such node's log tail.
 """
 
 from __future__ import annotations
@@ -134,6 +137,11 @@ def _cluster_for(
         def close() -> None:
             pool.pop(key, None)
             cluster.close()
+            if cluster.unclean_shutdowns:
+                pytest.fail(
+                    "unclean minibroker shutdown:\n" + "\n".join(cluster.unclean_shutdowns),
+                    pytrace=False,
+                )
 
         if owner is request.node:
             request.addfinalizer(close)

@@ -14,12 +14,10 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
-from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.offset_commit.v9.request import (
@@ -28,15 +26,25 @@ from kio.schema.offset_commit.v9.request import (
     OffsetCommitRequestTopic,
 )
 from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
-from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from minibroker.protocol.consumer_group_heartbeat_v1 import (
     ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequestV1,
 )
+from minibroker.testing import Cluster
 from minibroker.tools import groups as groups_cli
 from minibroker.tools import wire
-from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import create_topic, encode, exchange, scrape, wait_for
+from minibroker.tools.launcher import free_port
+from tests.conftest import (
+    coordinator_ready,
+    create_topic,
+    describe_consumer_group,
+    encode,
+    exchange,
+    produce_numbers,
+    scrape,
+    wait_for,
+)
 
 PARTITIONS = 6
 RECORDS = 600
@@ -44,29 +52,23 @@ SESSION_MS = 3000
 METRICS_PORT = free_port()
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    log_dir = tmp_path_factory.mktemp("kip848") / "data"
-    broker = BrokerProcess.start(
-        node_id=1,
-        log_dir=log_dir,
-        overrides={
-            "metrics.port": METRICS_PORT,
-            "offsets.topic.num.partitions": 3,
-            "group.consumer.heartbeat.interval.ms": 500,
-            "group.consumer.session.timeout.ms": SESSION_MS,
-        },
-    )
-    broker.wait_ready(20.0)
-    yield broker
-    assert broker.stop() == 0, broker.log_tail()
+# One broker for the module (the tests use distinct topics and groups); the plugin fails the
+# module's last test if the broker does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(
+    scope="module",
+    server_properties={
+        "metrics.port": METRICS_PORT,
+        "offsets.topic.num.partitions": 3,
+        "group.consumer.heartbeat.interval.ms": 500,
+        "group.consumer.session.timeout.ms": SESSION_MS,
+    },
+)
 
 
-def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
-    for number in range(start, start + count):
-        producer.produce(topic, key=str(number).encode(), value=str(number).encode())
-    assert producer.flush(30) == 0
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The plugin's broker, under the name the tests below take."""
+    return kafka_broker
 
 
 def consumer(bootstrap: str, group: str, **extra) -> Consumer:
@@ -93,17 +95,6 @@ def heartbeat(bootstrap: str, group: str, **fields):
     }
     values.update(fields)
     return exchange(bootstrap, ConsumerGroupHeartbeatRequest(**values))
-
-
-def coordinator_ready(bootstrap: str, group: str) -> None:
-    def found():
-        answer = exchange(
-            bootstrap,
-            FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,)),
-        )
-        return answer.coordinators[0].error_code == 0
-
-    wait_for(found, 20, "the group coordinator")
 
 
 def pump(consumers: list[Consumer], seen: dict) -> None:
@@ -146,27 +137,27 @@ def spread(consumers: list[Consumer], seen: dict, sizes: list[int], timeout: flo
     wait_for(arrived, timeout, f"partitions spread as {sizes}", interval=0)
 
 
-def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess):
+def test_members_share_a_topic_and_read_every_record_once(broker: Cluster):
     topic, group = "kip848-share", "kip848-share-group"
-    create_topic(broker.bootstrap, topic, PARTITIONS)
-    coordinator_ready(broker.bootstrap, group)
-    members = [consumer(broker.bootstrap, group) for _ in range(2)]
+    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    coordinator_ready(broker.bootstrap_servers, group)
+    members = [consumer(broker.bootstrap_servers, group) for _ in range(2)]
     for member in members:
         member.subscribe([topic])
     seen: dict = {}
     spread(members, seen, [3, 3], 30)
-    produce(broker.bootstrap, topic, 0, RECORDS)
+    produce_numbers(broker.bootstrap_servers, topic, 0, RECORDS)
     drain(members, seen, RECORDS, 30)
     assert len(seen) == RECORDS
     assert all(len(readers) == 1 for readers in seen.values()), "a record was read twice"
     commit_all(members)
     # A third member joins: the partitions move one member at a time, and new records are
     # read once more between the three.
-    members.append(consumer(broker.bootstrap, group))
+    members.append(consumer(broker.bootstrap_servers, group))
     members[-1].subscribe([topic])
 
     spread(members, seen, [2, 2, 2], 30)
-    produce(broker.bootstrap, topic, RECORDS, RECORDS)
+    produce_numbers(broker.bootstrap_servers, topic, RECORDS, RECORDS)
     drain(members, seen, 2 * RECORDS, 30)
     assert len(seen) == 2 * RECORDS
     assert all(len(readers) == 1 for readers in seen.values()), "a record was read twice"
@@ -175,21 +166,17 @@ def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess)
     members.pop().close()
 
     spread(members, seen, [3, 3], 20)
-    described = exchange(
-        broker.bootstrap,
-        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
-    )
-    (entry,) = described.groups
+    entry = describe_consumer_group(broker.bootstrap_servers, group)
     assert entry.error_code == 0 and entry.group_state == "Stable"
     assert len(entry.members) == 2 and entry.assignor_name == "uniform"
     assert sum(len(t.partitions) for m in entry.members for t in m.assignment.topic_partitions) == 6
     # `minibroker groups` lists and describes it through ConsumerGroupDescribe.
     out = io.StringIO()
-    assert groups_cli.run(broker.bootstrap, None, 20, out) == 0
+    assert groups_cli.run(broker.bootstrap_servers, None, 20, out) == 0
     (row,) = [line.split() for line in out.getvalue().splitlines() if line.startswith(group)]
     assert row[2:] == ["consumer", "Stable", "consumer", "uniform", "2"]
     out = io.StringIO()
-    assert groups_cli.run(broker.bootstrap, group, 20, out) == 0
+    assert groups_cli.run(broker.bootstrap_servers, group, 20, out) == 0
     assert (
         f"GROUP {group}: type consumer, state Stable, protocol type consumer, assignment"
         " strategy uniform, 2 members, coordinator"
@@ -201,24 +188,24 @@ def test_members_share_a_topic_and_read_every_record_once(broker: BrokerProcess)
     assert samples[stable] >= 1
     rebalances = "kafka_server_group_coordinator_metrics_consumer_group_rebalance_total"
     assert samples[(rebalances, ())] >= 4  # two joins, a third, a leave
-    listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("consumer",)))
+    listed = exchange(broker.bootstrap_servers, ListGroupsRequest(types_filter=("consumer",)))
     assert group in {g.group_id for g in listed.groups}
     assert {g.group_type for g in listed.groups} == {"consumer"}
     for member in members:
         member.close()
 
 
-def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
+def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: Cluster):
     group = "kip848-raw-group"
-    create_topic(broker.bootstrap, "kip848-raw", 2)
-    coordinator_ready(broker.bootstrap, group)
-    bad_assignor = heartbeat(broker.bootstrap, group, server_assignor="nope")
+    create_topic(broker.bootstrap_servers, "kip848-raw", 2)
+    coordinator_ready(broker.bootstrap_servers, group)
+    bad_assignor = heartbeat(broker.bootstrap_servers, group, server_assignor="nope")
     assert bad_assignor.error_code == KafkaError.UNSUPPORTED_ASSIGNOR
-    joined = heartbeat(broker.bootstrap, group)
+    joined = heartbeat(broker.bootstrap_servers, group)
     assert joined.error_code == 0 and joined.member_epoch == 1
     assert sum(len(t.partitions) for t in joined.assignment.topic_partitions) == 2
     fenced = heartbeat(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         member_id=joined.member_id,
         member_epoch=i32(7),
@@ -228,7 +215,7 @@ def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
     )
     assert fenced.error_code == KafkaError.FENCED_MEMBER_EPOCH
     unknown = heartbeat(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         member_id=str(uuid.uuid4()),
         member_epoch=i32(3),
@@ -236,10 +223,10 @@ def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
         topic_partitions=None,
     )
     assert unknown.error_code == KafkaError.UNKNOWN_MEMBER_ID
-    invalid = heartbeat(broker.bootstrap, group, subscribed_topic_names=())
+    invalid = heartbeat(broker.bootstrap_servers, group, subscribed_topic_names=())
     assert invalid.error_code == KafkaError.INVALID_REQUEST
     left = heartbeat(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         member_id=joined.member_id,
         member_epoch=i32(-1),
@@ -249,18 +236,21 @@ def test_bad_heartbeats_are_answered_with_kafkas_codes(broker: BrokerProcess):
     assert left.error_code == 0 and left.member_epoch == -1
 
 
-def test_commits_name_the_member_epoch_and_bad_classic_joins_are_refused(broker: BrokerProcess):
+def test_commits_name_the_member_epoch_and_bad_classic_joins_are_refused(broker: Cluster):
     group, topic = "kip848-epochs", "kip848-epochs"
-    create_topic(broker.bootstrap, topic, 2)
-    coordinator_ready(broker.bootstrap, group)
+    create_topic(broker.bootstrap_servers, topic, 2)
+    coordinator_ready(broker.bootstrap_servers, group)
     joined = heartbeat(
-        broker.bootstrap, group, member_id=str(uuid.uuid4()), subscribed_topic_names=(topic,)
+        broker.bootstrap_servers,
+        group,
+        member_id=str(uuid.uuid4()),
+        subscribed_topic_names=(topic,),
     )
     assert joined.error_code == 0 and joined.member_epoch == 1
 
     def commit(epoch: int):
         answer = exchange(
-            broker.bootstrap,
+            broker.bootstrap_servers,
             OffsetCommitRequest(
                 group_id=group,
                 generation_id_or_member_epoch=i32(epoch),
@@ -286,7 +276,7 @@ def test_commits_name_the_member_epoch_and_bad_classic_joins_are_refused(broker:
 
     def fetch(epoch: int):
         answer = exchange(
-            broker.bootstrap,
+            broker.bootstrap_servers,
             OffsetFetchRequest(
                 groups=(
                     OffsetFetchRequestGroup(
@@ -307,7 +297,7 @@ def test_commits_name_the_member_epoch_and_bad_classic_joins_are_refused(broker:
 
     def join(member_id: str, protocol_type: str = "consumer"):
         return exchange(
-            broker.bootstrap,
+            broker.bootstrap_servers,
             JoinGroupRequest(
                 group_id=group,
                 session_timeout=datetime.timedelta(seconds=10),
@@ -327,26 +317,22 @@ def test_commits_name_the_member_epoch_and_bad_classic_joins_are_refused(broker:
     assert join(required.member_id).error_code == KafkaError.UNKNOWN
     assert join("", "connect").error_code == KafkaError.INCONSISTENT_GROUP_PROTOCOL
     classic = exchange(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         DescribeGroupsRequest(groups=(group,), include_authorized_operations=False),
     )
     assert classic.groups[0].group_state == "Dead"  # a consumer group, as Kafka 4 answers
 
 
-def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(broker: BrokerProcess):
+def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(broker: Cluster):
     group, topic = "kip848-silent", "kip848-silent"
-    create_topic(broker.bootstrap, topic, 2)
-    coordinator_ready(broker.bootstrap, group)
-    joined = heartbeat(broker.bootstrap, group, subscribed_topic_names=(topic,))
+    create_topic(broker.bootstrap_servers, topic, 2)
+    coordinator_ready(broker.bootstrap_servers, group)
+    joined = heartbeat(broker.bootstrap_servers, group, subscribed_topic_names=(topic,))
     assert joined.error_code == 0
     started = time.monotonic()
 
     def described():
-        answer = exchange(
-            broker.bootstrap,
-            ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
-        )
-        return answer.groups[0]
+        return describe_consumer_group(broker.bootstrap_servers, group)
 
     assert [m.member_id for m in described().members] == [joined.member_id]
     empty = wait_for(
@@ -356,7 +342,7 @@ def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(broker: Br
     assert empty.members == () and empty.group_epoch == 2  # joined (1), fenced (2)
     # Its next heartbeat learns it is gone.
     late = heartbeat(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         member_id=joined.member_id,
         member_epoch=joined.member_epoch,
@@ -366,20 +352,20 @@ def test_a_member_that_stops_heartbeating_is_fenced_after_its_session(broker: Br
     assert late.error_code == KafkaError.UNKNOWN_MEMBER_ID
 
 
-def test_a_regex_subscription_picks_up_a_new_topic(broker: BrokerProcess):
+def test_a_regex_subscription_picks_up_a_new_topic(broker: Cluster):
     group = "kip848-regex-group"
-    create_topic(broker.bootstrap, "kip848-rx-a", 2)
-    coordinator_ready(broker.bootstrap, group)
-    member = consumer(broker.bootstrap, group)
+    create_topic(broker.bootstrap_servers, "kip848-rx-a", 2)
+    coordinator_ready(broker.bootstrap_servers, group)
+    member = consumer(broker.bootstrap_servers, group)
     member.subscribe(["^kip848-rx-.*"])
     seen: dict = {}
     try:
         spread([member], seen, [2], 30)
-        create_topic(broker.bootstrap, "kip848-rx-b", 3)
+        create_topic(broker.bootstrap_servers, "kip848-rx-b", 3)
         spread([member], seen, [5], 30)
         assert {tp.topic for tp in member.assignment()} == {"kip848-rx-a", "kip848-rx-b"}
         # New partitions of a subscribed topic reach the assignment too.
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         admin.create_partitions([NewPartitions("kip848-rx-a", 4)])["kip848-rx-a"].result(20)
         spread([member], seen, [7], 30)
     finally:
@@ -394,22 +380,22 @@ def test_a_regex_subscription_picks_up_a_new_topic(broker: BrokerProcess):
     )
     # kio's reader knows no code above 127: the answer's error code is read by hand (after
     # the correlation id, the header's tagged fields and the throttle time).
-    with wire.connect(broker.bootstrap, 10, client_id="kip848-tests") as client:
+    with wire.connect(broker.bootstrap_servers, 10, client_id="kip848-tests") as client:
         client.send_request(68, 1, encode(bad), correlation_id=7)
         frame = client.receive_frame()
     assert struct.unpack_from(">ibih", frame) == (7, 0, 0, KafkaError.INVALID_REGULAR_EXPRESSION)
 
 
-def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: BrokerProcess):
+def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: Cluster):
     """An empty classic group (here: offsets committed without membership) becomes a
     consumer-protocol group when a member heartbeats, and the member reads on from the
     committed offsets; an empty consumer group becomes classic again on a JoinGroup."""
     group, topic = "kip848-upgrade", "kip848-upgrade"
-    create_topic(broker.bootstrap, topic, 1)
-    coordinator_ready(broker.bootstrap, group)
-    produce(broker.bootstrap, topic, 0, 20)
+    create_topic(broker.bootstrap_servers, topic, 1)
+    coordinator_ready(broker.bootstrap_servers, group)
+    produce_numbers(broker.bootstrap_servers, topic, 0, 20)
     committed = exchange(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         OffsetCommitRequest(
             group_id=group,
             generation_id_or_member_epoch=i32(-1),
@@ -427,7 +413,7 @@ def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: Bro
         ),
     )
     assert committed.topics[0].partitions[0].error_code == 0
-    member = consumer(broker.bootstrap, group)
+    member = consumer(broker.bootstrap_servers, group)
     member.subscribe([topic])
     seen: dict = {}
     try:
@@ -435,11 +421,11 @@ def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: Bro
     finally:
         member.close()
     assert sorted(offset for _, offset in seen) == [15, 16, 17, 18, 19]
-    listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("consumer",)))
+    listed = exchange(broker.bootstrap_servers, ListGroupsRequest(types_filter=("consumer",)))
     assert group in {g.group_id for g in listed.groups}
     # Empty again (the member left): a classic JoinGroup turns it back into a classic group.
     join = exchange(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         JoinGroupRequest(
             group_id=group,
             session_timeout=datetime.timedelta(seconds=10),
@@ -450,15 +436,17 @@ def test_a_group_of_committed_offsets_moves_to_the_consumer_protocol(broker: Bro
         ),
     )
     assert join.error_code == KafkaError.MEMBER_ID_REQUIRED
-    listed = exchange(broker.bootstrap, ListGroupsRequest(types_filter=("classic",)))
+    listed = exchange(broker.bootstrap_servers, ListGroupsRequest(types_filter=("classic",)))
     assert group in {g.group_id for g in listed.groups}
 
 
-def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: BrokerProcess):
+def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: Cluster):
     topic, group = "kip848-static", "kip848-static-group"
-    create_topic(broker.bootstrap, topic, 4)
-    coordinator_ready(broker.bootstrap, group)
-    members = [consumer(broker.bootstrap, group, **{"group.instance.id": f"i{n}"}) for n in (1, 2)]
+    create_topic(broker.bootstrap_servers, topic, 4)
+    coordinator_ready(broker.bootstrap_servers, group)
+    members = [
+        consumer(broker.bootstrap_servers, group, **{"group.instance.id": f"i{n}"}) for n in (1, 2)
+    ]
     for member in members:
         member.subscribe([topic])
     seen: dict = {}
@@ -467,11 +455,8 @@ def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: Broker
     kept = {tp.partition for tp in members[1].assignment()}
 
     def described() -> dict:
-        answer = exchange(
-            broker.bootstrap,
-            ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
-        )
-        return {member.instance_id: member for member in answer.groups[0].members}
+        entry = describe_consumer_group(broker.bootstrap_servers, group)
+        return {member.instance_id: member for member in entry.members}
 
     # Closed, a static member leaves with epoch -2: its partitions wait for it. The window
     # starts once the coordinator has the leave (before that, nothing could have moved):
@@ -494,7 +479,7 @@ def test_a_static_member_gets_its_partitions_back_after_a_restart(broker: Broker
     assert after["i1"].member_epoch == -2 and after["i2"].member_epoch > 0
     targeted = {p for t in after["i2"].target_assignment.topic_partitions for p in t.partitions}
     assert targeted == kept, "the coordinator moved the static member's partitions"
-    members[0] = consumer(broker.bootstrap, group, **{"group.instance.id": "i1"})
+    members[0] = consumer(broker.bootstrap_servers, group, **{"group.instance.id": "i1"})
     members[0].subscribe([topic])
     try:
         spread(members, seen, [2, 2], 30)

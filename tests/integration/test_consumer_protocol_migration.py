@@ -11,33 +11,34 @@ import datetime
 
 import pytest
 from confluent_kafka import Consumer
-from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
 from kio.static.primitive import i32, i32Timedelta
 
-from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import create_topic, exchange, wait_for
-from tests.integration.test_consumer_protocol import coordinator_ready, produce
+from minibroker.testing import Cluster
+from tests.conftest import (
+    coordinator_ready,
+    create_topic,
+    describe_consumer_group,
+    exchange,
+    produce_numbers,
+    wait_for,
+)
 
 PARTITIONS = 4
 RECORDS = 200
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    broker = BrokerProcess.start(
-        node_id=1,
-        log_dir=tmp_path_factory.mktemp("migration-disabled") / "data",
-        overrides={
-            "offsets.topic.num.partitions": 1,
-            "group.initial.rebalance.delay.ms": 0,
-            "group.consumer.heartbeat.interval.ms": 500,
-            "group.consumer.migration.policy": "disabled",
-        },
-    )
-    broker.wait_ready(20.0)
-    yield broker
-    assert broker.stop() == 0, broker.log_tail()
+# One broker for the module (the tests use distinct topics and groups); the plugin fails the
+# module's last test if the broker does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(
+    scope="module",
+    server_properties={
+        "offsets.topic.num.partitions": 1,
+        "group.initial.rebalance.delay.ms": 0,
+        "group.consumer.heartbeat.interval.ms": 500,
+        "group.consumer.migration.policy": "disabled",
+    },
+)
 
 
 def member(bootstrap: str, group: str, topic: str, protocol: str) -> Consumer:
@@ -68,25 +69,17 @@ def read(members: list[Consumer], seen: dict, count: int) -> None:
     wait_for(enough, 60, f"{count} records read", interval=0)
 
 
-def describe(bootstrap: str, group: str):
-    answer = exchange(
-        bootstrap,
-        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
-    )
-    return answer.groups[0]
-
-
-def test_a_live_classic_group_is_not_upgraded(broker: BrokerProcess):
+def test_a_live_classic_group_is_not_upgraded(kafka_broker: Cluster):
     group, topic = "migration-off-classic", "migration-off-classic"
-    create_topic(broker.bootstrap, topic, PARTITIONS)
-    coordinator_ready(broker.bootstrap, group)
-    produce(broker.bootstrap, topic, 0, RECORDS)
-    classic = member(broker.bootstrap, group, topic, "classic")
+    create_topic(kafka_broker.bootstrap_servers, topic, PARTITIONS)
+    coordinator_ready(kafka_broker.bootstrap_servers, group)
+    produce_numbers(kafka_broker.bootstrap_servers, topic, 0, RECORDS)
+    classic = member(kafka_broker.bootstrap_servers, group, topic, "classic")
     seen: dict = {}
     try:
         read([classic], seen, RECORDS)
         answer = exchange(
-            broker.bootstrap,
+            kafka_broker.bootstrap_servers,
             ConsumerGroupHeartbeatRequest(
                 group_id=group,
                 member_id="",
@@ -105,18 +98,18 @@ def test_a_live_classic_group_is_not_upgraded(broker: BrokerProcess):
     )
 
 
-def test_a_classic_member_joins_a_consumer_group_but_no_downgrade(broker: BrokerProcess):
+def test_a_classic_member_joins_a_consumer_group_but_no_downgrade(kafka_broker: Cluster):
     group, topic = "migration-off-mixed", "migration-off-mixed"
-    create_topic(broker.bootstrap, topic, PARTITIONS)
-    coordinator_ready(broker.bootstrap, group)
-    produce(broker.bootstrap, topic, 0, RECORDS // 2)
-    modern: Consumer | None = member(broker.bootstrap, group, topic, "consumer")
+    create_topic(kafka_broker.bootstrap_servers, topic, PARTITIONS)
+    coordinator_ready(kafka_broker.bootstrap_servers, group)
+    produce_numbers(kafka_broker.bootstrap_servers, topic, 0, RECORDS // 2)
+    modern: Consumer | None = member(kafka_broker.bootstrap_servers, group, topic, "consumer")
     classic: Consumer | None = None
     seen: dict = {}
     try:
         assert modern is not None
         read([modern], seen, RECORDS // 2)
-        classic = member(broker.bootstrap, group, topic, "classic")
+        classic = member(kafka_broker.bootstrap_servers, group, topic, "classic")
         both = [modern, classic]
 
         def shared() -> bool:
@@ -125,9 +118,9 @@ def test_a_classic_member_joins_a_consumer_group_but_no_downgrade(broker: Broker
             return sorted(owned) == list(range(PARTITIONS)) and all(c.assignment() for c in both)
 
         wait_for(shared, 60, "the partitions shared by both protocols' members", interval=0)
-        produce(broker.bootstrap, topic, RECORDS // 2, RECORDS // 2)
+        produce_numbers(kafka_broker.bootstrap_servers, topic, RECORDS // 2, RECORDS // 2)
         read(both, seen, RECORDS)
-        described = describe(broker.bootstrap, group)
+        described = describe_consumer_group(kafka_broker.bootstrap_servers, group)
         assert described.error_code.value == 0 and len(described.members) == 2
         modern.close()
         modern = None
@@ -136,14 +129,14 @@ def test_a_classic_member_joins_a_consumer_group_but_no_downgrade(broker: Broker
         wait_for(
             lambda: (
                 read([classic], seen, 0) is None
-                and len(describe(broker.bootstrap, group).members) == 1
+                and len(describe_consumer_group(kafka_broker.bootstrap_servers, group).members) == 1
                 and len(classic.assignment()) == PARTITIONS
             ),
             60,
             "the classic member alone in the consumer group",
             interval=0,
         )
-        assert describe(broker.bootstrap, group).error_code.value == 0
+        assert describe_consumer_group(kafka_broker.bootstrap_servers, group).error_code.value == 0
     finally:
         for consumer in (modern, classic):
             if consumer is not None:

@@ -27,15 +27,19 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-from kio.static.primitive import i8, i32, i32Timedelta
+from kio.static.primitive import i32, i32Timedelta
 
 from minibroker.protocol.versions import ApiKey
+from minibroker.testing import Cluster
 from minibroker.tools import wire
-from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import create_topic, exchange, wait_for
+from tests.conftest import (
+    coordinator_ready,
+    create_topic,
+    describe_consumer_group,
+    exchange,
+    wait_for,
+)
 
 GROUP = 32  # ConfigResource type GROUP
 INVALID_CONFIG, INVALID_REQUEST = 40, 42
@@ -53,21 +57,22 @@ OVERRIDES = {
 }
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    started = BrokerProcess.start(
-        node_id=1, log_dir=tmp_path_factory.mktemp("group-configs") / "data", overrides=OVERRIDES
-    )
-    started.wait_ready(20.0)
-    yield started
-    assert started.stop() == 0, started.log_tail()
+# One broker for the module (the restart test has its own); the plugin fails the test that
+# closes a broker that does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(scope="module", server_properties=OVERRIDES)
 
 
-def admin(broker: BrokerProcess) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The plugin's broker, under the name the helpers below take."""
+    return kafka_broker
 
 
-def alter(broker: BrokerProcess, group: str, *entries: tuple[str, str | None, AlterConfigOpType]):
+def admin(broker: Cluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+
+
+def alter(broker: Cluster, group: str, *entries: tuple[str, str | None, AlterConfigOpType]):
     resource = ConfigResource(
         ResourceType.GROUP,
         group,
@@ -81,21 +86,21 @@ def alter(broker: BrokerProcess, group: str, *entries: tuple[str, str | None, Al
     return future.result(timeout=20)
 
 
-def describe(broker: BrokerProcess, group: str) -> dict:
+def describe(broker: Cluster, group: str) -> dict:
     client = admin(broker)
     (future,) = client.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values()
     return future.result(timeout=20)
 
 
-def refusal(broker: BrokerProcess, group: str, name: str, value: str) -> tuple[str, str]:
+def refusal(broker: Cluster, group: str, name: str, value: str) -> tuple[str, str]:
     with pytest.raises(KafkaException) as refused:
         alter(broker, group, (name, value, AlterConfigOpType.SET))
     error = refused.value.args[0]
     return error.name(), error.str()
 
 
-def wire_request(broker: BrokerProcess, api_key: int, version: int, data: dict):
-    with wire.connect(broker.bootstrap, 10, exact=True) as client:
+def wire_request(broker: Cluster, api_key: int, version: int, data: dict):
+    with wire.connect(broker.bootstrap_servers, 10, exact=True) as client:
         return client.request(api_key, version, data)
 
 
@@ -103,7 +108,7 @@ def group_resource(name: str, configs: list[dict]) -> dict:
     return {"resource_type": GROUP, "resource_name": name, "configs": configs}
 
 
-def test_admin_client_sets_describes_and_deletes_group_configs(broker: BrokerProcess):
+def test_admin_client_sets_describes_and_deletes_group_configs(broker: Cluster):
     group = "gc-admin"
     before = describe(broker, group)
     heartbeat = before["consumer.heartbeat.interval.ms"]
@@ -146,7 +151,7 @@ def test_admin_client_sets_describes_and_deletes_group_configs(broker: BrokerPro
         alter(broker, group, ("consumer.session.timeout.ms", "5000", AlterConfigOpType.SET))
 
 
-def test_bad_group_configs_get_kafkas_errors(broker: BrokerProcess):
+def test_bad_group_configs_get_kafkas_errors(broker: Cluster):
     group = "gc-bad"
     assert refusal(broker, group, "consumer.nope", "1") == (
         "INVALID_CONFIG",
@@ -187,7 +192,7 @@ def test_bad_group_configs_get_kafkas_errors(broker: BrokerProcess):
     }
 
 
-def test_wire_answers_for_group_resources(broker: BrokerProcess):
+def test_wire_answers_for_group_resources(broker: Cluster):
     """What the admin client does not let through: the empty group name, APPEND, the
     legacy AlterConfigs (which Kafka allows on groups, replacing the whole set), and
     validate_only."""
@@ -260,16 +265,6 @@ def test_wire_answers_for_group_resources(broker: BrokerProcess):
     )
 
 
-def coordinator_ready(bootstrap: str, group: str) -> None:
-    def found():
-        answer = exchange(
-            bootstrap, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,))
-        )
-        return answer.coordinators[0].error_code == 0
-
-    wait_for(found, 20, "the group coordinator")
-
-
 def heartbeat(bootstrap: str, group: str, topic: str, member_id: str = "", epoch: int = 0):
     answer = exchange(
         bootstrap,
@@ -290,21 +285,23 @@ def interval_ms(answer) -> int:
     return int(answer.heartbeat_interval / datetime.timedelta(milliseconds=1))
 
 
-def test_heartbeat_answers_with_the_groups_interval(broker: BrokerProcess):
+def test_heartbeat_answers_with_the_groups_interval(broker: Cluster):
     """ConsumerGroupHeartbeat tells a member the group's heartbeat interval: the broker's
     until the group has its own, that one from the member's next heartbeat, the broker's
     again once it is deleted."""
     group = topic = "gc-interval"
-    create_topic(broker.bootstrap, topic, 1)
-    coordinator_ready(broker.bootstrap, group)
-    joined = heartbeat(broker.bootstrap, group, topic)
+    create_topic(broker.bootstrap_servers, topic, 1)
+    coordinator_ready(broker.bootstrap_servers, group)
+    joined = heartbeat(broker.bootstrap_servers, group, topic)
     assert interval_ms(joined) == BROKER_HEARTBEAT_MS
     member, epoch = joined.member_id, joined.member_epoch
 
     alter(broker, group, ("consumer.heartbeat.interval.ms", "1200", AlterConfigOpType.SET))
     answer = wait_for(
         lambda: (
-            interval_ms(a := heartbeat(broker.bootstrap, group, topic, member, epoch)) == 1200 and a
+            interval_ms(a := heartbeat(broker.bootstrap_servers, group, topic, member, epoch))
+            == 1200
+            and a
         ),
         10,
         "the group's heartbeat interval in the answer",
@@ -314,7 +311,7 @@ def test_heartbeat_answers_with_the_groups_interval(broker: BrokerProcess):
     alter(broker, group, ("consumer.heartbeat.interval.ms", None, AlterConfigOpType.DELETE))
     wait_for(
         lambda: (
-            interval_ms(heartbeat(broker.bootstrap, group, topic, member, epoch))
+            interval_ms(heartbeat(broker.bootstrap_servers, group, topic, member, epoch))
             == BROKER_HEARTBEAT_MS
         ),
         10,
@@ -324,20 +321,16 @@ def test_heartbeat_answers_with_the_groups_interval(broker: BrokerProcess):
 
 
 def members(bootstrap: str, group: str) -> list[str]:
-    described = exchange(
-        bootstrap,
-        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False),
-    )
-    (entry,) = described.groups
+    entry = describe_consumer_group(bootstrap, group)
     assert entry.error_code == 0, entry
     return [m.member_id for m in entry.members]
 
 
-def test_the_groups_session_timeout_fences_a_silent_member(broker: BrokerProcess):
+def test_the_groups_session_timeout_fences_a_silent_member(broker: Cluster):
     """A member that stops heartbeating is fenced after its group's session timeout (1.5 s),
     while a member of a group without one keeps the broker's (20 s)."""
     short, long, topic = "gc-session-short", "gc-session-long", "gc-session"
-    create_topic(broker.bootstrap, topic, 1)
+    create_topic(broker.bootstrap_servers, topic, 1)
     alter(
         broker,
         short,
@@ -345,14 +338,14 @@ def test_the_groups_session_timeout_fences_a_silent_member(broker: BrokerProcess
         ("consumer.heartbeat.interval.ms", "500", AlterConfigOpType.SET),
     )
     for group in (short, long):
-        coordinator_ready(broker.bootstrap, group)
+        coordinator_ready(broker.bootstrap_servers, group)
     started = time.monotonic()
-    fenced = heartbeat(broker.bootstrap, short, topic).member_id
-    kept = heartbeat(broker.bootstrap, long, topic).member_id
-    assert members(broker.bootstrap, short) == [fenced]
-    wait_for(lambda: not members(broker.bootstrap, short), 15, "the silent member fenced")
+    fenced = heartbeat(broker.bootstrap_servers, short, topic).member_id
+    kept = heartbeat(broker.bootstrap_servers, long, topic).member_id
+    assert members(broker.bootstrap_servers, short) == [fenced]
+    wait_for(lambda: not members(broker.bootstrap_servers, short), 15, "the silent member fenced")
     assert time.monotonic() - started >= 1.0
-    assert members(broker.bootstrap, long) == [kept]
+    assert members(broker.bootstrap_servers, long) == [kept]
 
 
 class _HeartbeatTimes(logging.Handler):
@@ -369,12 +362,12 @@ class _HeartbeatTimes(logging.Handler):
             self.times.append(time.monotonic())
 
 
-def test_confluent_consumer_heartbeats_at_the_groups_interval(broker: BrokerProcess):
+def test_confluent_consumer_heartbeats_at_the_groups_interval(broker: Cluster):
     """A librdkafka consumer (group.protocol=consumer) of a live group heartbeats every 5 s,
     the broker's interval; once the group's interval is set to 400 ms it heartbeats that often
     from its next heartbeat on."""
     group = topic = "gc-librdkafka"
-    create_topic(broker.bootstrap, topic, 1)
+    create_topic(broker.bootstrap_servers, topic, 1)
     times = _HeartbeatTimes()
     logger = logging.getLogger("gc-librdkafka")
     logger.addHandler(times)
@@ -382,7 +375,7 @@ def test_confluent_consumer_heartbeats_at_the_groups_interval(broker: BrokerProc
     logger.propagate = False
     consumer = Consumer(
         {
-            "bootstrap.servers": broker.bootstrap,
+            "bootstrap.servers": broker.bootstrap_servers,
             "group.id": group,
             "group.protocol": "consumer",
             "debug": "protocol",
@@ -418,31 +411,23 @@ def test_confluent_consumer_heartbeats_at_the_groups_interval(broker: BrokerProc
         logger.removeHandler(times)
 
 
-def test_group_configs_survive_a_restart(tmp_path):
+@pytest.mark.minibroker(scope="function", server_properties=OVERRIDES)
+def test_group_configs_survive_a_restart(broker: Cluster):
     """The controller keeps the group configs (in its state file): after a restart the
     broker describes them and answers heartbeats with them."""
     group = topic = "gc-restart"
-    data = tmp_path / "data"
-    first = BrokerProcess.start(node_id=1, log_dir=data, overrides=OVERRIDES)
-    try:
-        first.wait_ready(20.0)
-        alter(first, group, ("consumer.heartbeat.interval.ms", "700", AlterConfigOpType.SET))
-    finally:
-        assert first.stop() == 0, first.log_tail()
-    second = BrokerProcess.start(node_id=1, log_dir=data, overrides=OVERRIDES)
-    try:
-        second.wait_ready(20.0)
+    alter(broker, group, ("consumer.heartbeat.interval.ms", "700", AlterConfigOpType.SET))
+    assert broker.stop(1) == 0, broker.node(1).log_tail()
+    broker.restart(1)
 
-        # The controller pushes the group configs at the broker's registration, which can come
-        # after the listener answers (as for dynamic broker configs; the README's "Topic
-        # configs on brokers" says so): read until the push has arrived.
-        def restored():
-            described = describe(second, group)["consumer.heartbeat.interval.ms"]
-            return (described.value, described.source) == ("700", ConfigSource.GROUP_CONFIG.value)
+    # The controller pushes the group configs at the broker's registration, which can come
+    # after the listener answers (as for dynamic broker configs; the README's "Topic
+    # configs on brokers" says so): read until the push has arrived.
+    def restored():
+        described = describe(broker, group)["consumer.heartbeat.interval.ms"]
+        return (described.value, described.source) == ("700", ConfigSource.GROUP_CONFIG.value)
 
-        wait_for(restored, 20.0, "the group config after the restart", 0.2)
-        create_topic(second.bootstrap, topic, 1)
-        coordinator_ready(second.bootstrap, group)
-        assert interval_ms(heartbeat(second.bootstrap, group, topic)) == 700
-    finally:
-        assert second.stop() == 0, second.log_tail()
+    wait_for(restored, 20.0, "the group config after the restart", 0.2)
+    create_topic(broker.bootstrap_servers, topic, 1)
+    coordinator_ready(broker.bootstrap_servers, group)
+    assert interval_ms(heartbeat(broker.bootstrap_servers, group, topic)) == 700

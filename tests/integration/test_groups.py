@@ -27,21 +27,27 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata
 from kafka import TopicPartition as KafkaTopicPartition
 
-from minibroker.tools.launcher import BrokerProcess
+from minibroker.testing import Cluster
 from tests.conftest import create_topic, wait_for
 
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": 0}
 TIMEOUT = 60.0
 
 
+# A fresh broker for each test (the plugin's default scope); the plugin fails a test whose
+# broker does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(server_properties=GROUP_OVERRIDES)
+
+
 @pytest.fixture
-def broker(broker_factory) -> BrokerProcess:
-    return broker_factory(GROUP_OVERRIDES)
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The plugin's broker, under the name the helpers below take."""
+    return kafka_broker
 
 
-def produce_values(broker: BrokerProcess, topic: str, values: list[str], partitions: int) -> None:
+def produce_values(broker: Cluster, topic: str, values: list[str], partitions: int) -> None:
     """Produce each value to partition index % partitions, acks=all, and wait for delivery."""
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
     failures = []
     for index, value in enumerate(values):
         producer.produce(
@@ -61,13 +67,13 @@ class KcatMember:
     ASSIGNED = re.compile(r"rebalanced \(memberid [^)]*\): assigned: (.*)")
     REVOKED = re.compile(r"rebalanced \(memberid [^)]*\): revoked:")
 
-    def __init__(self, broker: BrokerProcess, group: str, topic: str) -> None:
+    def __init__(self, broker: Cluster, group: str, topic: str) -> None:
         self.records: list[tuple[int, int, str]] = []
         self.assigned: set[int] = set()
         self.stderr: list[str] = []
         self.process = subprocess.Popen(
             [
-                *("kcat", "-b", broker.bootstrap, "-G", group, "-u", "-f", "%p:%o:%s\n"),
+                *("kcat", "-b", broker.bootstrap_servers, "-G", group, "-u", "-f", "%p:%o:%s\n"),
                 *("-X", "auto.offset.reset=earliest", topic),
             ],
             stdout=subprocess.PIPE,
@@ -98,7 +104,7 @@ class KcatMember:
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_kcat_members_split_the_partitions_and_read_every_record_once(broker):
     topic, group, partitions = "kcat-group", "kcat-readers", 4
-    create_topic(broker.bootstrap, topic, partitions)
+    create_topic(broker.bootstrap_servers, topic, partitions)
     members = [KcatMember(broker, group, topic) for _ in range(2)]
     try:
 
@@ -134,7 +140,7 @@ def test_kcat_members_split_the_partitions_and_read_every_record_once(broker):
 
 def test_kafka_python_resumes_at_its_committed_offset(broker):
     topic, group = "kp-group", "kp-readers"
-    create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap_servers, topic, 2)
     values = [f"v{i}" for i in range(100)]
     produce_values(broker, topic, values, 2)
 
@@ -142,7 +148,7 @@ def test_kafka_python_resumes_at_its_committed_offset(broker):
         consumer = KafkaConsumer(
             topic,
             group_id=group,
-            bootstrap_servers=broker.bootstrap,
+            bootstrap_servers=broker.bootstrap_servers,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             consumer_timeout_ms=3000,
@@ -165,7 +171,7 @@ def test_kafka_python_resumes_at_its_committed_offset(broker):
 def confluent_session(broker, topic, group, strategy, limit: int) -> list[str]:
     consumer = Consumer(
         {
-            "bootstrap.servers": broker.bootstrap,
+            "bootstrap.servers": broker.bootstrap_servers,
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -193,7 +199,7 @@ def confluent_session(broker, topic, group, strategy, limit: int) -> list[str]:
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_confluent_resumes_at_its_committed_offset(broker, strategy):
     topic, group = f"ck-{strategy}", f"ck-readers-{strategy}"
-    create_topic(broker.bootstrap, topic, 3)
+    create_topic(broker.bootstrap_servers, topic, 3)
     values = [f"v{i}" for i in range(90)]
     produce_values(broker, topic, values, 3)
     first = confluent_session(broker, topic, group, strategy, 30)
@@ -205,7 +211,7 @@ def test_confluent_resumes_at_its_committed_offset(broker, strategy):
 def test_aiokafka_resumes_at_its_committed_offset(broker):
     aiokafka = pytest.importorskip("aiokafka")
     topic, group = "ak-group", "ak-readers"
-    create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap_servers, topic, 2)
     values = [f"v{i}" for i in range(50)]
     produce_values(broker, topic, values, 2)
 
@@ -213,7 +219,7 @@ def test_aiokafka_resumes_at_its_committed_offset(broker):
         consumer = aiokafka.AIOKafkaConsumer(
             topic,
             group_id=group,
-            bootstrap_servers=broker.bootstrap,
+            bootstrap_servers=broker.bootstrap_servers,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
         )
@@ -239,18 +245,18 @@ def test_aiokafka_resumes_at_its_committed_offset(broker):
 
 def test_admin_clients_list_describe_alter_and_delete_groups(broker):
     topic, group = "admin-groups", "admin-readers"
-    create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap_servers, topic, 2)
     produce_values(broker, topic, [f"v{i}" for i in range(20)], 2)
     consumer = Consumer(
         {
-            "bootstrap.servers": broker.bootstrap,
+            "bootstrap.servers": broker.bootstrap_servers,
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
     consumer.subscribe([topic])
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     try:
         wait_for(lambda: consumer.poll(0.5) and consumer.assignment(), TIMEOUT, "assignment")
         consumer.commit(
@@ -269,7 +275,7 @@ def test_admin_clients_list_describe_alter_and_delete_groups(broker):
     offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
     committed = offsets[group].result(timeout=30).topic_partitions
     assert sorted((tp.partition, tp.offset) for tp in committed) == [(0, 7), (1, 3)]
-    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
     try:
         altered = kafka_admin.alter_group_offsets(
             group, {KafkaTopicPartition(topic, 0): OffsetAndMetadata(2, "", -1)}
@@ -293,14 +299,14 @@ def test_a_static_member_restarts_without_a_rebalance(broker):
     """KIP-345: a consumer with group.instance.id that restarts within its session gets its
     partitions back and the other member is never revoked."""
     topic, group = "static-group", "static-readers"
-    create_topic(broker.bootstrap, topic, 4)
+    create_topic(broker.bootstrap_servers, topic, 4)
     revocations: dict[str, int] = {"a": 0, "b": 0}
     assignments: dict[str, set[int]] = {"a": set(), "b": set()}
 
     def member(name: str) -> Consumer:
         consumer = Consumer(
             {
-                "bootstrap.servers": broker.bootstrap,
+                "bootstrap.servers": broker.bootstrap_servers,
                 "group.id": group,
                 "group.instance.id": name,
                 "session.timeout.ms": 30000,

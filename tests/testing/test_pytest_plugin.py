@@ -166,6 +166,43 @@ def test_scope_from_the_ini_option_or_a_marker_and_data_under_pytests_temp(pytes
     assert len({*seen["session"], *seen["class"], *seen["function"]}) == 3
 
 
+def test_a_node_that_crashed_or_shut_down_unclean_fails_the_teardown(pytester):
+    """A node that died during a test, not by the test's own fault (here a SIGKILL from
+    outside the Cluster, as a crash), fails the teardown that closes its cluster, with the
+    node and its exit code named; a node killed with the Cluster's fault does not, nor does
+    a cluster that stops cleanly."""
+    pytester.makepyfile(
+        test_crash="""
+        import os
+        import signal
+        import time
+
+        def test_crashed(kafka_broker):
+            node = kafka_broker.node(1)
+            os.kill(node.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while node.running and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not node.running
+
+        def test_killed_by_the_fault(kafka_broker):
+            kafka_broker.kill(1)
+
+        def test_clean(kafka_broker):
+            kafka_broker.create_topic("fine")
+        """
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_crashed*",
+            "*unclean minibroker shutdown:*",
+            "*broker 1 exited with code -9 before the cluster was closed*",
+        ]
+    )
+
+
 FAULTS = """
 import logging
 import time
