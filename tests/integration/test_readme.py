@@ -94,6 +94,9 @@ SKIPPED_SECTIONS = {
     " engine on CI machines: tests/deploy/test_deploy.py, test_secure_compose.py and"
     " test_zookeeper_compose.py run these services with their compose commands and files in"
     " network namespaces, and produce and consume as these commands do",
+    ("docs/compose-and-metrics.md", "Client telemetry (KIP-714)"): "needs Java and the pinned"
+    " artifacts: tests/java/test_telemetry.py runs these kafka-client-metrics commands and a"
+    " Java producer's push; tests/integration/test_telemetry.py a librdkafka producer's",
     ("docs/faults.md", "Frame fuzzer"): "a full fuzz run takes long:"
     " tests/integration/test_fuzz.py is the CI-sized run",
     ("docs/java.md", "Kafka's command-line tools"): "needs Java and the pinned artifacts:"
