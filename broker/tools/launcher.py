@@ -270,8 +270,10 @@ class BrokerProcess:
             return "(no log)"
         return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        """Block until the broker answers ApiVersions v0 correctly.
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the broker answers ApiVersions v0 correctly (30 s by default: a restart
+        on 2 cores under the parallel suite's load took more than 15, in the fresh-clone CI run
+        of 48e8f49).
 
         A listening socket alone is not enough: the broker must read a frame and answer it, which
         is the first thing every Kafka client does.
