@@ -19,10 +19,9 @@ Only the membership is served: ShareFetch and ShareAcknowledge (the records) are
 modules' (see docs/share-groups.md).
 """
 
-import uuid
-
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import authorized_operations, group_allowed, topic_allowed
+from minibroker.apis.consumer_groups import _topic_partitions
 from minibroker.common.features import SHARE_VERSION
 from minibroker.coordinator.group.assignors import SIMPLE
 from minibroker.coordinator.group.share_group import ShareHeartbeatRequest
@@ -92,21 +91,6 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request) -> dict:
         "heartbeat_interval": result.heartbeat_interval_ms,
         "assignment": assignment,
     }
-
-
-def _topic_partitions(ctx: RequestContext, partitions: dict[uuid.UUID, set[int]]) -> dict:
-    metadata = ctx.replica_manager.metadata
-    described = []
-    for topic_id, parts in sorted(partitions.items(), key=lambda item: item[0].bytes):
-        topic = metadata.topic_by_id(topic_id)
-        described.append(
-            {
-                "topic_id": topic_id,
-                "topic_name": topic.name if topic is not None else "",
-                "partitions": sorted(parts),
-            }
-        )
-    return {"topic_partitions": described}
 
 
 def _group_error(group_id: str, error: Error, message: str | None = None) -> dict:
