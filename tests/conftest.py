@@ -12,6 +12,7 @@ import gc
 import itertools
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -150,6 +151,19 @@ KAFKA_WHEN_SET: dict[str, str] = {
     "java/test_transactions.py": "MINIBROKER_TEST_AGAINST_KAFKA",
     "bench/test_smoke.py": "MINIBROKER_BENCH_KAFKA",
 }
+
+
+def _interrupt(signum: int, frame) -> None:
+    """SIGTERM as a KeyboardInterrupt (once; a second SIGTERM kills): pytest then tears down
+    its fixtures, so a run stopped from outside (`timeout`, a CI job cancelled) stops the
+    clusters it started instead of leaving them running (issue 41)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def tier_marks(item: pytest.Item) -> tuple[str, ...] | None:

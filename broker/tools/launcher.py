@@ -11,10 +11,18 @@ pytest fixtures and scripts can use it directly.
 style, or N brokers on ZooKeeper (`zookeeper_connect`), and answers questions about leaders
 and ISRs the way a client would: by Metadata. `ZooKeeperServer` runs a local ZooKeeper from
 the Debian package for the ZooKeeper mode.
+
+No node outlives the interpreter that launched it: whatever it left running when it exits (an
+interrupted teardown, a KeyboardInterrupt, a test run stopped by SIGTERM, which the suite turns
+into a KeyboardInterrupt) is stopped then by `stop_leftover_processes`, an atexit hook. Only a
+launcher killed outright (SIGKILL) leaves nodes behind, unless they were started
+`die_with_parent` (as `minibroker dev` starts them) or from the fork server, which go with it.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import fcntl
 import json
 import os
@@ -48,6 +56,38 @@ CONTROLLER_NODE_ID = 0
 CLUSTER_READY_TIMEOUT = 60.0
 METADATA_TIMEOUT = 5.0
 POLL_INTERVAL = 0.05
+
+
+# Every node process this interpreter started as a subprocess (forked nodes go with the fork
+# server), for stop_leftover_processes.
+_LAUNCHED: list[subprocess.Popen[bytes]] = []
+LEFTOVER_STOP_TIMEOUT = 10.0
+
+
+def _launched(process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    _LAUNCHED[:] = [p for p in _LAUNCHED if p.poll() is None]
+    _LAUNCHED.append(process)
+    return process
+
+
+@atexit.register
+def stop_leftover_processes() -> list[int]:
+    """SIGTERM every node process this interpreter started that still runs, SIGKILL those
+    still running after LEFTOVER_STOP_TIMEOUT seconds; their pids. Runs at exit."""
+    running = [p for p in _LAUNCHED if p.poll() is None]
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGCONT)  # a paused node would hold the SIGTERM
+    deadline = time.monotonic() + LEFTOVER_STOP_TIMEOUT
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    _LAUNCHED.clear()
+    return [process.pid for process in running]
 
 
 class BrokerStartError(RuntimeError):
@@ -243,14 +283,18 @@ class BrokerProcess:
             # A process group of its own keeps a terminal's Ctrl-C away from the node: the
             # launcher's owner (pytest, `minibroker dev`) decides when and how it stops, so a
             # Ctrl-C becomes an orderly SIGTERM instead of every node dying at once.
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env},
-                process_group=0,
-                preexec_fn=_terminate_with_parent(os.getpid()) if self.die_with_parent else None,
+            self._process = _launched(
+                subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stderr,
+                    stderr=stderr,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env},
+                    process_group=0,
+                    preexec_fn=_terminate_with_parent(os.getpid())
+                    if self.die_with_parent
+                    else None,
+                )
             )
         self.paused = False
 
@@ -432,20 +476,24 @@ class ZooKeeperServer:
             "maxSessionTimeout=60000\n"
         )
         with open(self.log_path, "ab") as output:
-            self._process = subprocess.Popen(
-                [
-                    *self.command_prefix,
-                    "java",
-                    "-cp",
-                    str(ZOOKEEPER_JAR),
-                    ZOOKEEPER_MAIN,
-                    str(config),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                process_group=0,
-                preexec_fn=_terminate_with_parent(os.getpid()) if self.die_with_parent else None,
+            self._process = _launched(
+                subprocess.Popen(
+                    [
+                        *self.command_prefix,
+                        "java",
+                        "-cp",
+                        str(ZOOKEEPER_JAR),
+                        ZOOKEEPER_MAIN,
+                        str(config),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=output,
+                    process_group=0,
+                    preexec_fn=_terminate_with_parent(os.getpid())
+                    if self.die_with_parent
+                    else None,
+                )
             )
 
     @property

@@ -29,7 +29,7 @@ def _kafka(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def test_kafka_client_metrics_and_a_java_producer_pushing(broker_factory):
+def test_kafka_client_metrics_and_a_java_producer_pushing(broker_factory, tmp_path):
     port = free_port()
     broker = broker_factory({"metrics.port": port})
     b = ["--bootstrap-server", broker.bootstrap]
@@ -47,13 +47,18 @@ def test_kafka_client_metrics_and_a_java_producer_pushing(broker_factory):
     assert "interval.ms=1000" in described.stdout
     assert "metrics=org.apache.kafka.producer." in described.stdout
 
-    produced = _kafka(
-        "kafka-console-producer", *b, "--topic", "java-telemetry",
-        "--command-property", "client.id=java-pusher", stdin="a\nb\nc\n",
+    # The producer runs until its pushes are seen: on its 1 s interval it pushes while it
+    # runs (its last push, as it closes, may be cut short by the close itself).
+    script = Path(sys.executable).parent / "minibroker"
+    log = tmp_path / "producer.log"
+    producer = subprocess.Popen(
+        [str(script), "kafka", "kafka-console-producer", *b, "--topic", "java-telemetry",
+         "--command-property", "client.id=java-pusher"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
     )  # fmt: skip
-    assert produced.returncode == 0, produced.stderr[-3000:]
 
     def pushed():
+        assert producer.poll() is None, log.read_text()[-3000:]
         return {
             key: value
             for key, value in scrape(port).items()
@@ -61,8 +66,17 @@ def test_kafka_client_metrics_and_a_java_producer_pushing(broker_factory):
             and dict(key[1]).get("client_id") == "java-pusher"
         }
 
-    # The producer pushes on its interval and once more as it closes (terminating).
-    series = wait_for(pushed, 30, "the Java producer's pushed metrics on /metrics")
+    try:
+        assert producer.stdin is not None
+        producer.stdin.write("a\nb\nc\n")
+        producer.stdin.flush()
+        series = wait_for(pushed, 120, "the Java producer's pushed metrics on /metrics")
+        producer.stdin.close()  # the producer ends
+        assert producer.wait(300) == 0, log.read_text()[-3000:]
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
     instances = {dict(labels)["client_instance_id"] for _name, labels in series}
     assert len(instances) == 1
     names = {name for name, _labels in series}

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from minibroker.testing import Cluster
 from minibroker.tools.forkserver import fork_server
@@ -52,3 +53,74 @@ os._exit(0)  # no clean-up at all, as a launcher killed with SIGKILL
     while not _gone(pid):
         assert time.monotonic() < deadline, f"node {pid} outlived its launcher"
         time.sleep(0.05)
+
+
+INNER_CONFTEST = """
+from tests.conftest import pytest_configure  # noqa: F401  the suite's SIGTERM handling
+"""
+
+INNER_TEST = """
+import os
+import time
+from pathlib import Path
+from pathlib import Path
+
+import pytest
+
+from minibroker.tools.launcher import BrokerProcess
+
+PIDS = Path({pids!r})
+
+
+@pytest.fixture
+def node(tmp_path):
+    started = BrokerProcess.start(1, tmp_path / "fixture")
+    yield started
+    started.stop()
+
+
+def test_stopped_from_outside(node, tmp_path):
+    unowned = BrokerProcess.start(2, tmp_path / "unowned")  # no fixture stops this one
+    PIDS.write_text(f"{{node.pid}} {{unowned.pid}}")
+    time.sleep(600)
+"""
+
+
+def test_no_node_outlives_a_test_run_stopped_by_sigterm(tmp_path):
+    """A pytest run stopped as `timeout` or a cancelled CI job stops it (SIGTERM to its
+    process group) tears down its fixtures (tests/conftest.py turns the SIGTERM into a
+    KeyboardInterrupt) and the launcher stops at exit what no fixture owns (issue 41): neither
+    node outlives the run."""
+    repo = Path(__file__).resolve().parents[2]
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    pids = tmp_path / "pids"
+    (inner / "conftest.py").write_text(INNER_CONFTEST)
+    (inner / "test_inner.py").write_text(INNER_TEST.format(pids=str(pids)))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider", str(inner)],
+        cwd=inner,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        process_group=0,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not pids.exists() or len(pids.read_text().split()) != 2:
+            assert run.poll() is None, run.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the inner test never started its nodes"
+            time.sleep(0.05)
+        nodes = [int(pid) for pid in pids.read_text().split()]
+        os.killpg(run.pid, signal.SIGTERM)
+        output = run.communicate(timeout=120)[0]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    left = [pid for pid in nodes if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], output[-3000:]
+    assert "KeyboardInterrupt" in output, output[-3000:]
