@@ -35,6 +35,12 @@ SENDING = re.compile(
     r"Sending (\w+) request with header RequestHeader\(apiKey=(\w+), apiVersion=(\d+)"
 )
 CANCELLED = re.compile(r"Cancelled in-flight (\w+) request")
+# Kafka Streams' restore consumer is polled only while a task restores (the StateUpdater
+# thread then waits for new tasks): a request it sent just before is answered, but the
+# answer is read at its next poll, often after its 30 s request timeout, and cut off then
+# (Java's Selector reads one response per connection per poll). Not the broker's doing:
+# the same happens against Apache Kafka.
+IDLE_CLIENT = re.compile(r"-StateUpdater-\d+-restore-consumer, groupId=null\] Cancelled")
 
 
 @dataclass
@@ -61,7 +67,7 @@ class RequestLog:
                 lines += [
                     line
                     for line in path.read_text(errors="replace").splitlines()
-                    if CANCELLED.search(line)
+                    if CANCELLED.search(line) and not IDLE_CLIENT.search(line)
                 ]
         return lines
 
