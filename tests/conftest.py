@@ -292,7 +292,37 @@ def pytest_testnodedown(node, error) -> None:
         _workers_guard.append(findings)
 
 
+# Seconds of setup, call and teardown per worker and per unit of work (tests/parallel.py's
+# files and groups), gathered from the reports, for the summary's balance of the workers.
+_worker_seconds: dict[str, float] = {}
+_unit_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    name = worker.id if worker is not None else "main"
+    _worker_seconds[name] = _worker_seconds.get(name, 0.0) + report.duration
+    unit = parallel.unit_of(report.nodeid)
+    _unit_seconds[unit] = _unit_seconds.get(unit, 0.0) + report.duration
+
+
+def _balance_summary(terminalreporter) -> None:
+    """Where the run's time went: each worker's total and the ten longest units, so that a
+    CI log shows which worker is the critical path (docs/testing.md, "Running in parallel")."""
+    if len(_worker_seconds) < 2:
+        return
+    workers = ", ".join(
+        f"{name} {seconds / 60:.1f} min" for name, seconds in sorted(_worker_seconds.items())
+    )
+    terminalreporter.write_line(f"time per worker (setup, call, teardown): {workers}")
+    longest = sorted(_unit_seconds.items(), key=lambda item: -item[1])[:10]
+    terminalreporter.write_line(
+        "longest units: " + ", ".join(f"{unit} {seconds:.0f} s" for unit, seconds in longest)
+    )
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
+    _balance_summary(terminalreporter)
     every = [_guard_findings(), *_workers_guard]
     built = sum(findings["built"] for findings in every)
     if not built:
