@@ -81,6 +81,8 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     # Features (KIP-584) and paged topic descriptions (KIP-966).
     UPDATE_FEATURES = 57
+    # The metadata quorum's description (KIP-595, KIP-836, KIP-853), for kafka-metadata-quorum.
+    DESCRIBE_QUORUM = 55
     DESCRIBE_TOPIC_PARTITIONS = 75
     # The share coordinator's state APIs (KIP-932), between partition leaders and it.
     INITIALIZE_SHARE_GROUP_STATE = 83
@@ -203,6 +205,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.STREAMS_GROUP_HEARTBEAT: 0,
     ApiKey.STREAMS_GROUP_DESCRIBE: 0,
     ApiKey.UPDATE_FEATURES: 0,
+    ApiKey.DESCRIBE_QUORUM: 0,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
     ApiKey.INITIALIZE_SHARE_GROUP_STATE: 0,
     ApiKey.READ_SHARE_GROUP_STATE: 0,

@@ -202,7 +202,9 @@ class Api:
     (apis.forwarding.decided_by_controller; Kafka's ``forwardable``), so both roles serve it;
     ``held_until_ready``: a broker holds the request until it has joined the cluster (those
     the controller also uses to push state, or that authenticate a connection, are not held;
-    their handlers wait where they must, see apis.authorization.wait_for_cluster_acls).
+    their handlers wait where they must, see apis.authorization.wait_for_cluster_acls);
+    ``kraft_only``: an API of the KRaft metadata quorum, which a ZooKeeper-mode node does not
+    serve (Kafka's message definitions list no ``zkBroker`` listener for it).
     """
 
     key: ApiKey
@@ -213,6 +215,7 @@ class Api:
     senders: Senders = Senders.CLIENTS
     controller_decides: bool = False
     held_until_ready: bool = True
+    kraft_only: bool = False
 
     def __post_init__(self) -> None:
         low, high = self.versions
@@ -235,6 +238,7 @@ def api(
     senders: Senders = Senders.CLIENTS,
     controller_decides: bool = False,
     held_until_ready: bool | None = None,
+    kraft_only: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Declare the decorated handler as the one that serves ``key`` (see :class:`Api`).
 
@@ -244,7 +248,15 @@ def api(
     def declare(handler: Handler) -> Handler:
         held = senders is not Senders.NODES if held_until_ready is None else held_until_ready
         declaration = Api(
-            key, versions, handler, error_response, roles, senders, controller_decides, held
+            key,
+            versions,
+            handler,
+            error_response,
+            roles,
+            senders,
+            controller_decides,
+            held,
+            kraft_only,
         )
         setattr(handler, "__api__", declaration)  # noqa: B010 (mypy: functions have no slots)
         return handler

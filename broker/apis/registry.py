@@ -40,6 +40,7 @@ from minibroker.apis import (
     produce,
     producer_ids,
     producers,
+    quorum,
     reassignments,
     sasl,
     scram_credentials,
@@ -64,6 +65,7 @@ MODULES = (
     inter_broker,
     api_versions,
     features,
+    quorum,
     topics,
     producer_ids,
     offset_for_leader_epoch,
@@ -117,10 +119,17 @@ NODE_APIS = frozenset(key for key, api in APIS.items() if api.senders is Senders
 HELD_UNTIL_READY = frozenset(key for key, api in APIS.items() if api.held_until_ready)
 
 
-def served_versions(*, broker: bool, controller: bool) -> dict[int, tuple[int, int]]:
-    """The table a node with these roles serves (and advertises on inter-node listeners)."""
+def served_versions(
+    *, broker: bool, controller: bool, zookeeper_mode: bool = False
+) -> dict[int, tuple[int, int]]:
+    """The table a node with these roles serves (and advertises on inter-node listeners); in
+    ZooKeeper mode without the APIs of the KRaft metadata quorum (Api.kraft_only)."""
     roles = (Role.BROKER if broker else Role(0)) | (Role.CONTROLLER if controller else Role(0))
-    return {key: api.versions for key, api in APIS.items() if api.roles & roles}
+    return {
+        key: api.versions
+        for key, api in APIS.items()
+        if api.roles & roles and not (zookeeper_mode and api.kraft_only)
+    }
 
 
 def advertised_versions(

@@ -160,6 +160,27 @@ def _parse_voters(text: str) -> tuple["Voter", ...]:
     return tuple(voters)
 
 
+# controller.quorum.bootstrap.servers names where the controller is without its node id; the
+# id is then learned from the controller's own requests (ReplicaManager.check_controller).
+UNKNOWN_CONTROLLER_ID = -1
+
+
+def _parse_bootstrap_servers(text: str) -> tuple["Voter", ...]:
+    """controller.quorum.bootstrap.servers (KIP-853), as Kafka 4's stock config files name
+    their controllers: ``host:port`` entries. minibroker runs one controller, so one entry."""
+    servers = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"(\[[^\]]*\]|[^:@\s]+):(\d+)", item)
+        if match is None:
+            raise ValueError(f"{item!r} is not host:port")
+        servers.append(
+            Voter(UNKNOWN_CONTROLLER_ID, match.group(1).strip("[]"), int(match.group(2)))
+        )
+    if len(servers) != 1:
+        raise ValueError("minibroker runs exactly one controller: give one host:port")
+    return tuple(servers)
+
+
 def _parse_zookeeper_connect(text: str) -> str:
     """host:port[,host:port...][/chroot], as Kafka and ZooKeeper clients take it."""
     value = text.strip()
@@ -370,6 +391,9 @@ _PROPERTIES: dict[str, _Property] = {
     "cluster.id": _Property("cluster_id", str.strip),
     "process.roles": _Property("process_roles", _parse_roles),
     "controller.quorum.voters": _Property("controller_quorum_voters", _parse_voters),
+    "controller.quorum.bootstrap.servers": _Property(
+        "controller_quorum_bootstrap_servers", _parse_bootstrap_servers
+    ),
     "zookeeper.connect": _Property("zookeeper_connect", _parse_zookeeper_connect),
     "zookeeper.session.timeout.ms": _Property("zookeeper_session_timeout_ms", _at_least(1)),
     "broker.heartbeat.interval.ms": _Property("broker_heartbeat_interval_ms", _at_least(1)),
@@ -605,6 +629,7 @@ class BrokerConfig:
     cluster_id: str | None = None
     process_roles: frozenset[str] = frozenset({"broker", "controller"})
     controller_quorum_voters: tuple[Voter, ...] | None = None
+    controller_quorum_bootstrap_servers: tuple[Voter, ...] | None = None
     # ZooKeeper mode (see the README's architecture): every broker competes for /controller.
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18_000
@@ -769,9 +794,16 @@ class BrokerConfig:
 
     @property
     def controller(self) -> Voter:
-        """Where the controller listens; a combined node without voters is its own controller."""
+        """Where the controller listens; a combined node without voters is its own controller.
+        Named by ``controller.quorum.bootstrap.servers``, its node id is this node's on a
+        controller, and unknown (UNKNOWN_CONTROLLER_ID, learned later) on a broker."""
         if self.controller_quorum_voters:
             return self.controller_quorum_voters[0]
+        if self.controller_quorum_bootstrap_servers:
+            server = self.controller_quorum_bootstrap_servers[0]
+            if self.is_controller:
+                return Voter(self.node_id, server.host, server.port)
+            return server
         first = self.advertised[0]
         return Voter(self.node_id, first.host, first.port)
 
@@ -869,6 +901,7 @@ class BrokerConfig:
             if (
                 "process.roles" in properties
                 or config.controller_quorum_voters
+                or config.controller_quorum_bootstrap_servers
                 or config.controller_listener_names
             ):
                 raise ConfigError(
@@ -877,8 +910,18 @@ class BrokerConfig:
                     " controller.quorum.voters and controller.listener.names belong to the"
                     " other mode and cannot be given with it"
                 )
-        elif config.process_roles == {"broker"} and not config.controller_quorum_voters:
-            raise ConfigError("process.roles=broker needs controller.quorum.voters")
+        elif config.controller_quorum_voters and config.controller_quorum_bootstrap_servers:
+            raise ConfigError(
+                "give the controller by controller.quorum.voters or by"
+                " controller.quorum.bootstrap.servers, not both"
+            )
+        elif config.process_roles == {"broker"} and not (
+            config.controller_quorum_voters or config.controller_quorum_bootstrap_servers
+        ):
+            raise ConfigError(
+                "process.roles=broker needs controller.quorum.voters or"
+                " controller.quorum.bootstrap.servers"
+            )
         _check_listener_protocols(
             config, explicit_map="listener.security.protocol.map" in properties
         )

@@ -186,6 +186,7 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "connections.max.idle.ms": (LONG, "600000"),
     "controlled.shutdown.enable": (BOOLEAN, "true"),
     "controller.listener.names": (STRING, None),
+    "controller.quorum.bootstrap.servers": (LIST, ""),
     "controller.quorum.voters": (LIST, ""),
     "default.replication.factor": (INT, "1"),
     "delete.topic.enable": (BOOLEAN, "true"),

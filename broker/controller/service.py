@@ -153,6 +153,7 @@ class ControllerService:
         if self._saves_in_flight == 0:
             self._all_saved = trio.Event()
         self._saves_in_flight += 1
+        self.state.metadata_offset += 1
         await self.store.save(self.state)
         self._saves_in_flight -= 1
         if self._saves_in_flight == 0:

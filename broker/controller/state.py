@@ -159,6 +159,9 @@ class ControllerState:
     # controller first finalizes them; and their epoch, one more on every change.
     finalized_features: dict[str, int] | None = None
     features_epoch: int = 0
+    # One more on every save: where the controller's decisions stand, what DescribeQuorum
+    # reports as the metadata log's high watermark (there is no log: see apis/quorum.py).
+    metadata_offset: int = 0
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""

@@ -77,6 +77,7 @@ def _state_to_dict(state: ControllerState) -> dict:
         "client_quotas": entities_to_json(state.client_quotas),
         "finalized_features": state.finalized_features,
         "features_epoch": state.features_epoch,
+        "metadata_offset": state.metadata_offset,
     }
 
 
@@ -121,6 +122,7 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
             client_quotas=entities_from_json(data.get("client_quotas", [])),
             finalized_features=data.get("finalized_features"),
             features_epoch=data.get("features_epoch", 0),
+            metadata_offset=data.get("metadata_offset", 0),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc

@@ -224,7 +224,9 @@ class BrokerServer:
         # In ZooKeeper mode any broker may be elected controller, so every broker serves the
         # controller's APIs (answering NOT_CONTROLLER while it is not the controller).
         self.supported = served_versions(
-            broker=config.is_broker, controller=config.is_controller or config.zookeeper_mode
+            broker=config.is_broker,
+            controller=config.is_controller or config.zookeeper_mode,
+            zookeeper_mode=config.zookeeper_mode,
         )
         self.advertised = {
             listener.name: advertised_versions(

@@ -23,7 +23,7 @@ from minibroker.cluster.controller_client import (
 )
 from minibroker.cluster.node_connection import NodeConnection
 from minibroker.common.client_metrics import ClientMetricsManager
-from minibroker.common.config import BrokerConfig
+from minibroker.common.config import UNKNOWN_CONTROLLER_ID, BrokerConfig
 from minibroker.common.config_model import (
     DYNAMIC_TOPIC_CONFIG,
     TOPIC_RESOURCE,
@@ -198,6 +198,8 @@ class ReplicaManager:
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         )
         self.controller_epoch = -1
+        # The controller's node id, when controller.quorum.bootstrap.servers left it unsaid.
+        self.learned_controller_id: int | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._producer_ids: list[int] = []
         self._first_leader_and_isr = trio.Event()
@@ -703,7 +705,16 @@ class ReplicaManager:
         """Kafka's checks on controller requests: the sender and its epoch. In ZooKeeper mode
         any broker may be elected, so the epoch alone tells the current controller."""
         zookeeper_mode = self.config.zookeeper_mode
-        if not zookeeper_mode and request.controller_id != self.config.controller.node_id:
+        expected = self.config.controller.node_id
+        if expected == UNKNOWN_CONTROLLER_ID and not zookeeper_mode:
+            # Named by controller.quorum.bootstrap.servers: the first controller request on
+            # the inter-node channel (already checked by the inter-node rules) names it.
+            expected = self.learned_controller_id = (
+                self.learned_controller_id
+                if self.learned_controller_id is not None
+                else request.controller_id
+            )
+        if not zookeeper_mode and request.controller_id != expected:
             return Error.CLUSTER_AUTHORIZATION_FAILED
         if request.controller_epoch < self.controller_epoch:
             return Error.STALE_CONTROLLER_EPOCH

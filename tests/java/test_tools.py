@@ -9,8 +9,8 @@ reading the terminal would, against what Kafka's tools print on Kafka.
 
 The cluster has Kafka's StandardAuthorizer with User:ANONYMOUS (every PLAINTEXT client) as a super
 user, so kafka-acls has ACLs to add, list and remove while every other tool is allowed all.
-kafka-metadata-quorum cannot apply: minibroker's controller is not a Raft quorum and no node
-serves DescribeQuorum, so the tool must fail with the client's clear UnsupportedVersionException.
+kafka-metadata-quorum describes minibroker's quorum as it is (apis/quorum.py): one voter, the
+controller, and the brokers as observers.
 """
 
 from __future__ import annotations
@@ -155,6 +155,8 @@ def _batch(bootstrap: str, files) -> list[dict]:
              PERF_TOPIC, "--num-records", str(PERF_RECORDS), "--timeout", "30000"),
         step("metadata-quorum", "org.apache.kafka.tools.MetadataQuorumCommand", *b,
              "describe", "--status"),
+        step("metadata-quorum-replication", "org.apache.kafka.tools.MetadataQuorumCommand", *b,
+             "describe", "--replication"),
         step("features-describe", FEATURES, *b, "describe"),
         step("features-disable", FEATURES, *b, "disable", "--feature", "group.version"),
         step("features-describe-disabled", FEATURES, *b, "describe"),
@@ -469,7 +471,8 @@ def test_kafka_broker_api_versions(tools):
     # Kafka 4 also advertises Produce from v0 (librdkafka needs it, KAFKA-18659).
     assert re.search(r"Produce\(0\): 0 to \d+ \[usable: \d+\]", text), text
     assert "Fetch(1): 4 to" in text
-    assert "DescribeQuorum(55): UNSUPPORTED" in text
+    assert "DescribeQuorum(55): 0 to 2 [usable: 2]" in text
+    assert "UnregisterController(94): UNSUPPORTED" in text  # one controller, never removed
 
 
 def test_perf_tests(tools):
@@ -480,14 +483,27 @@ def test_perf_tests(tools):
     assert dict(zip(header, row, strict=True))["data.consumed.in.nMsg"] == str(PERF_RECORDS)
 
 
-def test_kafka_metadata_quorum_refused(tools):
-    """No Raft quorum to describe: DescribeQuorum is not advertised, and the tool says so."""
-    answer = tools["metadata-quorum"]
-    assert answer["exit"] == 1
-    assert (
-        "UnsupportedVersionException: The node does not support DESCRIBE_QUORUM"
-        in (answer["stderr"])
+def test_kafka_metadata_quorum(tools, tools_cluster):
+    """`kafka-metadata-quorum describe --status` and `--replication` (DescribeQuorum v2 through
+    a broker, forwarded to the controller): the controller, node 0, is the one voter and the
+    leader, with its CONTROLLER endpoint; the three brokers are caught-up observers."""
+    status = dict(
+        line.split(":", 1) for line in ok(tools, "metadata-quorum").splitlines() if ":" in line
     )
+    status = {key.strip(): value.strip() for key, value in status.items()}
+    assert status["LeaderId"] == "0", status
+    assert int(status["LeaderEpoch"]) >= 1 and int(status["HighWatermark"]) >= 1, status
+    assert status["MaxFollowerLag"] == "0", status
+    port = tools_cluster.controller.port
+    assert json.loads(status["CurrentVoters"]) == [
+        {"id": 0, "endpoints": [f"CONTROLLER://127.0.0.1:{port}"]}
+    ]
+    assert sorted(o["id"] for o in json.loads(status["CurrentObservers"])) == [1, 2, 3]
+    rows = [line.split() for line in ok(tools, "metadata-quorum-replication").splitlines()]
+    assert rows[0][:3] == ["NodeId", "DirectoryId", "LogEndOffset"], rows
+    by_node = {int(row[0]): row for row in rows[1:] if row}
+    assert by_node[0][-1] == "Leader" and sorted(by_node) == [0, 1, 2, 3], rows
+    assert all(by_node[n][-1] == "Observer" and by_node[n][3] == "0" for n in (1, 2, 3)), rows
 
 
 def test_tool_requests(tools_run, request_log):

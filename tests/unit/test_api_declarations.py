@@ -74,7 +74,12 @@ CONTROLLER |= {57: (0, 2)}
 # Added since by share groups' data path (issue 35): ShareFetch and ShareAcknowledge v1-v2
 # (protocol/share_fetch_v1.py; kio has v0 only).
 BROKER |= {78: (1, 2), 79: (1, 2)}
+# Added since by issue 39: DescribeQuorum v0-v2 (KIP-853's v2), the controller decides it; not
+# in ZooKeeper mode (kraft_only).
+BROKER |= {55: (0, 2)}
+CONTROLLER |= {55: (0, 2)}
 COMBINED = BROKER | CONTROLLER
+ZOOKEEPER = {key: versions for key, versions in COMBINED.items() if key != 55}
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
 HELD = {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 32, 35, 37, 42, 43, 44}
@@ -88,6 +93,7 @@ HELD |= {76, 77}
 HELD |= {88, 89}
 # Client telemetry: its subscriptions come with the controller's pushes.
 HELD |= {71, 72, 74}
+HELD |= {55}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():
@@ -101,6 +107,7 @@ def test_the_tables_built_from_the_declarations_are_the_old_ones():
     assert served_versions(broker=True, controller=False) == BROKER
     assert served_versions(broker=False, controller=True) == CONTROLLER
     assert served_versions(broker=True, controller=True) == COMBINED
+    assert served_versions(broker=True, controller=True, zookeeper_mode=True) == ZOOKEEPER
     assert NODE_APIS == INTER_NODE
     assert HELD_UNTIL_READY == HELD
     # Every inter-node API's handler is behind the inter-node rules, and only those.
@@ -111,7 +118,7 @@ def test_the_tables_built_from_the_declarations_are_the_old_ones():
 
 def test_the_controller_decides_only_apis_both_roles_serve():
     decided = {key for key, api in APIS.items() if api.controller_decides}
-    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51, 48, 49, 57}
+    assert decided == {19, 20, 37, 43, 45, 46, 33, 44, 30, 31, 50, 51, 48, 49, 57, 55}
     assert all(key in BROKER and key in CONTROLLER for key in decided)
     assert all(APIS[key].senders is Senders.NODES for key in INTER_NODE)
 
@@ -157,8 +164,9 @@ CONTROLLER_NODE = {
             "CLIENT",
             {key: versions for key, versions in CONTROLLER.items() if key not in INTER_NODE},
         ),
-        # ZooKeeper mode: every broker serves the controller's APIs.
-        ({"zookeeper.connect": "127.0.0.1:2181"}, "PLAINTEXT", COMBINED),
+        # ZooKeeper mode: every broker serves the controller's APIs, but not the KRaft
+        # quorum's (DescribeQuorum), as Kafka 3.x's ZooKeeper brokers.
+        ({"zookeeper.connect": "127.0.0.1:2181"}, "PLAINTEXT", ZOOKEEPER),
     ],
 )
 def test_api_versions_advertises_what_it_did(tmp_path, properties, listener, expected):

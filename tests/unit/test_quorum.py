@@ -1,0 +1,89 @@
+"""The metadata quorum: `controller.quorum.bootstrap.servers` (Kafka 4's way of naming the
+controllers) and DescribeQuorum's answer built from the controller's state (apis/quorum.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from minibroker.apis import quorum
+from minibroker.common.config import UNKNOWN_CONTROLLER_ID, BrokerConfig, ConfigError, Voter
+from minibroker.controller.state import BrokerInfo, ControllerState
+
+BROKER = {
+    "process.roles": "broker",
+    "node.id": "2",
+    "listeners": "PLAINTEXT://localhost:9092",
+}
+
+
+def test_a_broker_named_its_controller_by_bootstrap_servers_learns_its_id():
+    config = BrokerConfig.from_properties(
+        {**BROKER, "controller.quorum.bootstrap.servers": "localhost:9093"}
+    )
+    assert config.controller == Voter(UNKNOWN_CONTROLLER_ID, "localhost", 9093)
+
+
+def test_a_controller_named_by_bootstrap_servers_is_this_node():
+    config = BrokerConfig.from_properties(
+        {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": "localhost:9093",
+            "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            "controller.listener.names": "CONTROLLER",
+        }
+    )
+    assert config.controller == Voter(1, "localhost", 9093)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "needs controller.quorum.voters or controller.quorum.bootstrap.servers"),
+        (
+            {
+                "controller.quorum.bootstrap.servers": "a:9093",
+                "controller.quorum.voters": "1@a:9093",
+            },
+            "not both",
+        ),
+        ({"controller.quorum.bootstrap.servers": "a:9093,b:9093"}, "exactly one controller"),
+        ({"controller.quorum.bootstrap.servers": "1@a:9093"}, "is not host:port"),
+    ],
+)
+def test_bootstrap_servers_refused(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties({**BROKER, **extra})
+
+
+def _broker(node_id: int, fenced: bool, heartbeat_ms: int) -> BrokerInfo:
+    return BrokerInfo(node_id, "h", 9092, 1, "x", fenced, heartbeat_ms)
+
+
+def test_describe_quorum_one_voter_and_the_brokers_as_observers():
+    state = ControllerState(controller_epoch=3, metadata_offset=17)
+    state.brokers = {
+        1: _broker(1, False, 1_000),  # a combined node: the voter, not an observer
+        2: _broker(2, False, 900),
+        3: _broker(3, True, 400),
+    }
+    config = BrokerConfig.from_properties(
+        {"node.id": "1", "listeners": "PLAINTEXT://127.0.0.1:9092"}
+    )
+    controller = SimpleNamespace(state=state, config=config, node_id=1)
+    answer = quorum.describe(controller, now_ms=1_000, wall_now_ms=50_000)
+    (partition,) = answer["topics"][0]["partitions"]
+    assert answer["topics"][0]["topic_name"] == "__cluster_metadata"
+    assert (partition["leader_id"], partition["leader_epoch"]) == (1, 3)
+    assert partition["high_watermark"] == 17
+    assert [v["replica_id"] for v in partition["current_voters"]] == [1]
+    assert partition["current_voters"][0]["log_end_offset"] == 17
+    caught_up, fenced = partition["observers"]
+    assert (caught_up["replica_id"], caught_up["log_end_offset"]) == (2, 17)
+    # Heartbeat times move from the controller's monotonic clock to wall-clock milliseconds.
+    assert caught_up["last_fetch_timestamp"] == caught_up["last_caught_up_timestamp"] == 49_900
+    assert (fenced["replica_id"], fenced["log_end_offset"]) == (3, -1)
+    assert fenced["last_fetch_timestamp"] == 49_400 and fenced["last_caught_up_timestamp"] == -1
+    assert answer["nodes"][0]["listeners"][0]["port"] == 9092
