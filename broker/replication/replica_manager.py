@@ -287,9 +287,11 @@ class ReplicaManager:
         broker holds a replica of it, leader or follower, at the epoch the client knows
         (Kafka's Partition.localLogWithEpochOrThrow with fetchOnlyFromLeader false); else
         the errors of ``leader_partition``. A follower serves up to its own high watermark
-        (``read_records``)."""
+        (``read_records``). A replica loaded from disk whose role the controller has not
+        given yet (no leader epoch) is not served: NOT_LEADER_OR_FOLLOWER, as Kafka's
+        partitions are not online before their first LeaderAndIsr."""
         partition = self._partitions.get((topic, index)) if topic else None
-        if partition is None:
+        if partition is None or partition.leader_epoch < 0:
             return self.leader_partition(topic, index, current_leader_epoch)
         return partition, partition.leader_epoch_error(current_leader_epoch)
 
@@ -545,9 +547,10 @@ class ReplicaManager:
         gets the diverging epoch and no records (Fetch v12); otherwise its fetch offset is its
         log end, which moves the HW and may grow the ISR (``record_progress`` is false when
         a parked fetch reads again), and ``log_start_offset`` its log start, which follower
-        fetching consults (``preferred_read_replica``). Reads return whole stored batches, as bytes, or with
-        ``zero_copy`` (a plaintext connection) a large read as FileRecords, slices of the
-        segment files that the connection sends with sendfile (PartitionLog.read).
+        fetching consults (``preferred_read_replica``). Reads return whole stored batches, as
+        bytes, or with ``zero_copy`` (a plaintext connection) a large read as FileRecords,
+        slices of the segment files that the connection sends with sendfile
+        (PartitionLog.read).
         """
         index = partition.index
         partition_log = partition.log

@@ -117,7 +117,11 @@ def test_the_selector_comes_from_replica_selector_class():
 def test_replica_selector_class_accepts_kafkas_class_and_its_short_name():
     base = {"node.id": "1", "log.dirs": "/tmp/x"}
     assert BrokerConfig.from_properties(base).replica_selector_class is None
-    for name in (RACK_AWARE_REPLICA_SELECTOR, "RackAwareReplicaSelector", f" {RACK_AWARE_REPLICA_SELECTOR} "):
+    for name in (
+        RACK_AWARE_REPLICA_SELECTOR,
+        "RackAwareReplicaSelector",
+        f" {RACK_AWARE_REPLICA_SELECTOR} ",
+    ):
         config = BrokerConfig.from_properties({**base, "replica.selector.class": name})
         assert config.replica_selector_class == RACK_AWARE_REPLICA_SELECTOR
     empty = BrokerConfig.from_properties({**base, "replica.selector.class": ""})
@@ -130,5 +134,7 @@ def test_an_unknown_replica_selector_class_is_refused_at_start():
             {"node.id": "1", "log.dirs": "/tmp/x", "replica.selector.class": "com.example.Mine"}
         )
     message = str(refused.value)
-    assert message.startswith("Invalid value com.example.Mine for configuration replica.selector.class")
+    assert message.startswith(
+        "Invalid value com.example.Mine for configuration replica.selector.class"
+    )
     assert RACK_AWARE_REPLICA_SELECTOR in message
