@@ -24,6 +24,18 @@ that is thrown away (a parked fetch reads again when woken) closes its slices at
 A read_committed consumer (isolation_level 1) reads up to the last stable offset and gets the
 aborted transactions of what it read; a parked fetch is woken by transaction markers as by
 any append, since a marker is appended through the same log and notifies the same watchers.
+
+Follower fetching (KIP-392), on a broker with ``replica.selector.class`` set, for a consumer's
+fetch (replica id -1) of v11+, which carries the consumer's rack (``rack_id``, librdkafka's
+``client.rack``): the leader of a partition asks the selector for a preferred read replica
+(ReplicaManager.preferred_read_replica) and, when it names another broker, answers that
+partition with ``preferred_read_replica`` and no records, at once (Kafka's fetchMessages
+does not park such a fetch); and a follower serves the consumer's fetch of a partition it
+replicates, up to its own high watermark (ReplicaManager.readable_partition, read_records).
+Departure: Kafka's followers serve every v11+ consumer fetch whether or not a selector is
+configured (FetchParams.fetchOnlyLeader); minibroker's do so only with a selector, so that a
+cluster that did not opt in answers NOT_LEADER_OR_FOLLOWER from non-leaders exactly as
+before. An older fetch version (no client metadata) is served by leaders only, as in Kafka.
 """
 
 import logging
@@ -69,6 +81,16 @@ class _Reader:
         self.check_topics = ctx.authorizer is not None and self.replica_id < 0
         # An unsecured consumer's fetch pays this one test per topic.
         self.check_access = self.refuse_every_topic or self.check_topics
+        # Follower fetching (KIP-392): a consumer's fetch of v11+ (Kafka's clientMetadata)
+        # on a broker with a replica selector may be served by a follower, and a leader may
+        # send a consumer with a rack to a replica in its rack.
+        self.follower_reads = (
+            self.replica_id < 0 and ctx.version >= 11 and self.replicas.replica_selector is not None
+        )
+        self.client_rack = (getattr(request, "rack_id", "") or "") if self.follower_reads else ""
+        # A partition answered with a preferred read replica: Kafka answers such a fetch at
+        # once, without waiting for min_bytes.
+        self.redirected = False
         self.record_progress = record_progress
         # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
@@ -110,9 +132,14 @@ class _Reader:
         read = []
         for key, fetch_partition in partitions:
             index = key[1]
-            partition, error = self.replicas.leader_partition(
-                name, index, fetch_partition.current_leader_epoch
-            )
+            if self.follower_reads:
+                partition, error = self.replicas.readable_partition(
+                    name, index, fetch_partition.current_leader_epoch
+                )
+            else:
+                partition, error = self.replicas.leader_partition(
+                    name, index, fetch_partition.current_leader_epoch
+                )
             if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
                 error = missing
             if error != Error.NONE:
@@ -125,6 +152,16 @@ class _Reader:
         return read
 
     def read_partition(self, key, partition, fetch_partition: PartitionRequest) -> dict:
+        if self.client_rack and partition.is_leader:
+            preferred = self.replicas.preferred_read_replica(
+                partition, self.client_rack, fetch_partition.fetch_offset, self.ctx.listener_name
+            )
+            if preferred is not None:
+                # Kafka's readFromLog skips the read and answers the leader's offsets.
+                self.redirected = True
+                entry = fetch_result(key[1], Error.NONE, partition)
+                entry["preferred_read_replica"] = preferred
+                return entry
         entry = self.replicas.read_records(
             partition,
             fetch_partition.fetch_offset,
@@ -135,6 +172,7 @@ class _Reader:
             record_progress=self.record_progress,
             isolation_level=self.isolation_level,
             zero_copy=self.zero_copy,
+            log_start_offset=fetch_partition.log_start_offset,
         )
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
@@ -336,6 +374,7 @@ async def handle(ctx: RequestContext, request) -> dict:
         done = (
             reader.total_bytes >= request.min_bytes
             or reader.has_error
+            or reader.redirected
             or reader.stale_high_watermark
             or not reader.watched
             or trio.current_time() >= deadline

@@ -21,6 +21,7 @@ from minibroker.common.config_model import (
     DOUBLE,
     INT,
     LONG,
+    RACK_AWARE_REPLICA_SELECTOR,
     SHORT,
     STRING,
 )
@@ -255,6 +256,30 @@ def _parse_authorizer_class_name(text: str) -> str:
     return name
 
 
+# replica.selector.class (KIP-392): the selector Kafka ships, by its class name or its short
+# name; the replica manager builds it (replication/replica_selector.py).
+_REPLICA_SELECTORS = {
+    RACK_AWARE_REPLICA_SELECTOR: RACK_AWARE_REPLICA_SELECTOR,
+    "RackAwareReplicaSelector": RACK_AWARE_REPLICA_SELECTOR,
+}
+
+
+def _parse_replica_selector_class(text: str) -> str | None:
+    """Empty: unset (consumers read from leaders only). Kafka loads any ReplicaSelector class
+    and fails at start when it cannot; minibroker has RackAwareReplicaSelector only and
+    refuses any other name at start too."""
+    name = text.strip()
+    if not name:
+        return None
+    found = _REPLICA_SELECTORS.get(name)
+    if found is None:
+        raise ValueError(
+            f"class {name} could not be found: minibroker implements only"
+            f" {RACK_AWARE_REPLICA_SELECTOR} (or its short name RackAwareReplicaSelector)"
+        )
+    return found
+
+
 def _parse_super_users(text: str) -> frozenset[str]:
     users = frozenset(part.strip() for part in text.split(";") if part.strip())
     for user in users:
@@ -335,6 +360,7 @@ _PROPERTIES: dict[str, _Property] = {
     "node.id": _Property("node_id", _at_least(0)),
     "broker.id": _Property("node_id", _at_least(0)),
     "broker.rack": _Property("broker_rack", str.strip),
+    "replica.selector.class": _Property("replica_selector_class", _parse_replica_selector_class),
     "listeners": _Property("listeners", _parse_listeners),
     "advertised.listeners": _Property("advertised_listeners", _parse_listeners),
     "log.dirs": _Property("log_dirs", _parse_dirs),
@@ -649,6 +675,10 @@ class BrokerConfig:
     # The rack (or availability zone) of this broker (KIP-36): registered with the controller,
     # shown in Metadata and DescribeCluster, and used to spread a partition's replicas.
     broker_rack: str | None = None
+    # Follower fetching (KIP-392): the replica selector's class name (normalized to Kafka's
+    # full name), None when unset. Set, a leader may send a consumer in another broker's rack
+    # to that replica, and this broker serves consumers' fetches as a follower.
+    replica_selector_class: str | None = None
     # Not Kafka's: a stall of the event loop longer than this is logged once with the code it
     # was running (node/loop_stalls.py); 0: never logged (still measured on /metrics).
     event_loop_stall_warn_ms: int = 100

@@ -169,6 +169,9 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
     )
 }
 
+# The one replica selector (KIP-392's replica.selector.class) minibroker has: Kafka's.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 # Broker properties as DescribeConfigs shows them: name -> (type, Kafka's default or None).
 # These are the properties minibroker reads, and the broker synonyms of every topic config.
 BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
@@ -295,6 +298,7 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "replica.fetch.wait.max.ms": (INT, "500"),
     "replica.high.watermark.checkpoint.interval.ms": (LONG, "5000"),
     "replica.lag.time.max.ms": (LONG, "30000"),
+    "replica.selector.class": (STRING, None),
     "share.coordinator.snapshot.update.records.per.snapshot": (INT, "500"),
     "share.coordinator.state.topic.min.isr": (SHORT, "2"),
     "share.coordinator.state.topic.num.partitions": (INT, "50"),

@@ -62,7 +62,8 @@ class BrokerMetrics:
         )
         self.bytes_out = Counter(
             "kafka_server_brokertopicmetrics_bytesout",
-            "Bytes of record batches sent to consumers (BytesOutPerSec).",
+            "Bytes of record batches sent to consumers by this broker, as leader or, with"
+            " follower fetching (KIP-392), as follower (BytesOutPerSec).",
             ["topic"],
             registry=self.registry,
         )

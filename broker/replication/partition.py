@@ -30,9 +30,19 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_end_offset: int = UNKNOWN_OFFSET
+    # The follower's log start offset, as its fetches carry it (Fetch v5+): follower
+    # fetching (KIP-392) sends a consumer only to a follower whose log covers its offset.
+    log_start_offset: int = UNKNOWN_OFFSET
 
-    def record_fetch(self, fetch_offset: int, leader_end_offset: int, now_ms: int) -> None:
+    def record_fetch(
+        self,
+        fetch_offset: int,
+        leader_end_offset: int,
+        now_ms: int,
+        log_start_offset: int = UNKNOWN_OFFSET,
+    ) -> None:
         """Kafka's ReplicaState update: the fetch offset is the follower's log end offset."""
+        self.log_start_offset = log_start_offset
         if fetch_offset >= leader_end_offset:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_end_offset:
@@ -166,12 +176,18 @@ class Partition:
             if replica != self.local_id
         }
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+    def record_follower_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        now_ms: int,
+        log_start_offset: int = UNKNOWN_OFFSET,
+    ) -> bool:
         """Note a follower's fetch; True when the high watermark moved as a result."""
         progress = self.followers.get(replica_id)
         if progress is None:
             return False
-        progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms)
+        progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms, log_start_offset)
         return self.maybe_advance_high_watermark()
 
     def maybe_advance_high_watermark(self) -> bool:

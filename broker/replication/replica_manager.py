@@ -41,6 +41,11 @@ from minibroker.replication.fetcher import FetcherManager
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
+from minibroker.replication.replica_selector import (
+    FollowerState,
+    find_preferred_read_replica,
+    replica_selector_for,
+)
 from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
 from minibroker.storage.file_records import FileRecords
@@ -193,6 +198,8 @@ class ReplicaManager:
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
+        # Follower fetching (KIP-392): replica.selector.class, None when unset.
+        self.replica_selector = replica_selector_for(config.replica_selector_class)
         # Incremental fetch sessions (KIP-227), consulted by every Fetch.
         self.fetch_sessions = FetchManager(
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
@@ -274,6 +281,60 @@ class ReplicaManager:
                 return partition, Error.NOT_LEADER_OR_FOLLOWER
             return None, Error.UNKNOWN_TOPIC_OR_PARTITION
         return partition, partition.leader_epoch_error(current_leader_epoch)
+
+    def readable_partition(
+        self, topic: str | None, index: int, current_leader_epoch: int = -1
+    ) -> tuple[Partition | None, Error]:
+        """A consumer's fetch with follower fetching on (KIP-392): the partition if this
+        broker holds a replica of it, leader or follower, at the epoch the client knows
+        (Kafka's Partition.localLogWithEpochOrThrow with fetchOnlyFromLeader false); else
+        the errors of ``leader_partition``. A follower serves up to its own high watermark
+        (``read_records``). A replica loaded from disk whose role the controller has not
+        given yet (no leader epoch) is not served: NOT_LEADER_OR_FOLLOWER, as Kafka's
+        partitions are not online before their first LeaderAndIsr."""
+        partition = self._partitions.get((topic, index)) if topic else None
+        if partition is None or partition.leader_epoch < 0:
+            return self.leader_partition(topic, index, current_leader_epoch)
+        return partition, partition.leader_epoch_error(current_leader_epoch)
+
+    def preferred_read_replica(
+        self, partition: Partition, client_rack: str, fetch_offset: int, listener_name: str
+    ) -> int | None:
+        """Kafka's ReplicaManager.findPreferredReadReplica for a consumer's fetch of a
+        partition led here (replication/replica_selector.py has the rule): the replica the
+        client in ``client_rack`` should read from instead, None when this leader serves it
+        (or no selector is configured). Racks are those of the replicas' brokers on the
+        client's listener, from the metadata of live brokers only, as Kafka's
+        getPartitionReplicaEndpoints: a stopped or fenced follower is never chosen."""
+        selector = self.replica_selector
+        if selector is None or not partition.is_leader:
+            return None
+        racks: dict[int, str | None] = {}
+        listeners = self.metadata.listeners
+        for node_id in partition.replicas:
+            endpoint = listeners.get(node_id, {}).get(listener_name)
+            if endpoint is not None:
+                racks[node_id] = endpoint.rack
+        isr = partition.isr
+        return find_preferred_read_replica(
+            selector,
+            client_rack=client_rack,
+            fetch_offset=fetch_offset,
+            now_ms=self.elapsed_ms(),
+            leader_id=partition.local_id,
+            leader_log_end_offset=partition.log.log_end_offset,
+            followers=[
+                FollowerState(
+                    node_id,
+                    node_id in isr,
+                    progress.log_start_offset,
+                    progress.log_end_offset,
+                    progress.last_caught_up_ms,
+                )
+                for node_id, progress in partition.followers.items()
+            ],
+            racks=racks,
+        )
 
     def hosted_partition(self, topic: str | None, index: int) -> tuple[Partition | None, Error]:
         """Kafka's ReplicaManager.getPartitionOrError: the partition if this broker holds a
@@ -465,9 +526,15 @@ class ReplicaManager:
         record_progress: bool,
         isolation_level: int = 0,
         zero_copy: bool = False,
+        log_start_offset: int = -1,
     ) -> dict:
-        """Kafka's ReplicaManager.readFromLog for one partition led here: its Fetch response
-        entry (``fetch_result``).
+        """Kafka's ReplicaManager.readFromLog for one partition hosted here: its Fetch
+        response entry (``fetch_result``). The partition is led here, or (a consumer's fetch
+        with follower fetching on, KIP-392, see ``readable_partition``) followed here: then
+        the consumer reads up to this follower's own high watermark (read_committed: its last
+        stable offset), as Kafka's follower serves it; an offset past it but within the log
+        gets an empty answer, one past the log end OFFSET_OUT_OF_RANGE with this replica's
+        high watermark, which tells librdkafka to go back to the leader.
 
         A consumer with ``isolation_level`` 1 (read_committed) reads up to the last stable
         offset instead of the HW, and its entry lists the aborted transactions overlapping
@@ -481,9 +548,11 @@ class ReplicaManager:
         claiming one. A follower whose last fetched epoch ends before its fetch offset here
         gets the diverging epoch and no records (Fetch v12); otherwise its fetch offset is its
         log end, which moves the HW and may grow the ISR (``record_progress`` is false when
-        a parked fetch reads again). Reads return whole stored batches, as bytes, or with
-        ``zero_copy`` (a plaintext connection) a large read as FileRecords, slices of the
-        segment files that the connection sends with sendfile (PartitionLog.read).
+        a parked fetch reads again), and ``log_start_offset`` its log start, which follower
+        fetching consults (``preferred_read_replica``). Reads return whole stored batches, as
+        bytes, or with ``zero_copy`` (a plaintext connection) a large read as FileRecords,
+        slices of the segment files that the connection sends with sendfile
+        (PartitionLog.read).
         """
         index = partition.index
         partition_log = partition.log
@@ -495,7 +564,7 @@ class ReplicaManager:
                 entry["diverging_epoch"] = {"epoch": epoch, "end_offset": end_offset}
                 return entry
         if follower and record_progress and fetch_offset <= partition_log.log_end_offset:
-            self.record_follower_fetch(partition, replica_id, fetch_offset)
+            self.record_follower_fetch(partition, replica_id, fetch_offset, log_start_offset)
         read_committed = isolation_level == 1 and not follower
         if follower:
             max_offset = None
@@ -958,10 +1027,12 @@ class ReplicaManager:
     # -- leaders: followers' progress and the ISR ------------------------------------------------
 
     def record_follower_fetch(
-        self, partition: Partition, replica_id: int, fetch_offset: int
+        self, partition: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
     ) -> None:
         """Note a follower's position; move the HW and grow the ISR as Kafka's leader does."""
-        if partition.record_follower_fetch(replica_id, fetch_offset, self.elapsed_ms()):
+        if partition.record_follower_fetch(
+            replica_id, fetch_offset, self.elapsed_ms(), log_start_offset
+        ):
             self.notify(partition)
         joining = (
             replica_id not in partition.isr  # nearly always: skip the epoch and follower walk

@@ -211,6 +211,7 @@ class LeaderConnection:
                 max_bytes=wanted.max_bytes,
                 min_one_batch=True,
                 record_progress=record_progress,
+                log_start_offset=wanted.log_start_offset,
             )
             if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
                 has_error = True
