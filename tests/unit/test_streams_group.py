@@ -428,8 +428,8 @@ def test_a_member_of_an_older_topology_epoch_is_told_at_every_heartbeat():
     member = group.members["a"]
     result, _ = beat(group, "a", member.member_epoch)
     assert result.error == Error.NONE
-    assert (Status.STALE_TOPOLOGY, "The member's topology epoch 1 is behind the group's "
-            "topology epoch 2.") in result.statuses  # fmt: skip
+    stale = "The member's topology epoch 1 is behind the group's topology epoch 2."
+    assert (Status.STALE_TOPOLOGY, stale) in result.statuses
     again, _ = beat(group, "a", result.member_epoch)
     assert Status.STALE_TOPOLOGY in [s for s, _ in again.statuses]
     # The member on the group's epoch is not told.
