@@ -511,9 +511,7 @@ _PROPERTIES: dict[str, _Property] = {
         "group_share_max_heartbeat_interval_ms", _at_least(1)
     ),
     # Streams groups (KIP-1071): StreamsGroupHeartbeat's sessions, interval, size, standbys.
-    "group.streams.session.timeout.ms": _Property(
-        "group_streams_session_timeout_ms", _at_least(1)
-    ),
+    "group.streams.session.timeout.ms": _Property("group_streams_session_timeout_ms", _at_least(1)),
     "group.streams.min.session.timeout.ms": _Property(
         "group_streams_min_session_timeout_ms", _at_least(1)
     ),
@@ -782,9 +780,7 @@ class BrokerConfig:
     group_streams_max_session_timeout_ms: int = _kafka_default(
         "group.streams.max.session.timeout.ms"
     )
-    group_streams_heartbeat_interval_ms: int = _kafka_default(
-        "group.streams.heartbeat.interval.ms"
-    )
+    group_streams_heartbeat_interval_ms: int = _kafka_default("group.streams.heartbeat.interval.ms")
     group_streams_min_heartbeat_interval_ms: int = _kafka_default(
         "group.streams.min.heartbeat.interval.ms"
     )
