@@ -1,9 +1,17 @@
-"""StreamsGroupTopologyDescriptionUpdate (93) v0's hand-written schemas
-(protocol/streams_group_schemas.py) against the bytes Kafka 4.4's own message classes write:
-the hex below was written by kafka-clients 4.4.0's StreamsGroupTopologyDescriptionUpdate
-RequestData and ResponseData (``Message.write`` at version 0) for the same values."""
+"""StreamsGroupTopologyDescriptionUpdate (93) v0: its hand-written schemas
+(protocol/streams_group_schemas.py) against the bytes Kafka 4.4's own message classes write
+(the hex below was written by kafka-clients 4.4.0's StreamsGroupTopologyDescriptionUpdate
+RequestData and ResponseData, ``Message.write`` at version 0, for the same values), and the
+handler's answers as a Kafka 4.4 broker without a topology description plugin gives them."""
 
+from types import SimpleNamespace
+
+import trio
+
+from minibroker.apis.streams_groups import handle_streams_group_topology_description_update
+from minibroker.common.features import STREAMS_VERSION, FinalizedFeatures
 from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 
 KEY = ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
@@ -68,3 +76,38 @@ def test_the_response_is_written_as_kafka_writes_it():
         },
     )
     assert body.hex() == KAFKA_RESPONSE
+
+
+def test_the_answer_is_kafkas_without_a_plugin_and_unsupported_while_streams_is_off():
+    """KafkaApis' checks first, streams.version (UNSUPPORTED_VERSION with Errors' own
+    message) and READ on the group, then GroupCoordinatorService's: no topology description
+    plugin is configured."""
+
+    class Denying:
+        def authorize(self, *args) -> bool:
+            return False
+
+    def ctx(levels: dict[str, int], authorizer=None) -> SimpleNamespace:
+        features = FinalizedFeatures(levels)
+        return SimpleNamespace(
+            replica_manager=SimpleNamespace(finalized_features=features),
+            authorizer=authorizer,
+            controller=None,
+            connection=SimpleNamespace(principal="User:alice", host="/127.0.0.1"),
+        )
+
+    request = codec.build(codec.request_class(KEY, 0), REQUEST)
+
+    def answer(context) -> tuple[Error, str]:
+        result = trio.run(handle_streams_group_topology_description_update, context, request)
+        return result["error_code"], result["error_message"]
+
+    assert answer(ctx({STREAMS_VERSION: 1})) == (
+        Error.UNSUPPORTED_VERSION,
+        "The broker has no streams group topology description plugin configured.",
+    )
+    assert answer(ctx({})) == (Error.UNSUPPORTED_VERSION, "The version of API is not supported.")
+    assert answer(ctx({STREAMS_VERSION: 1}, Denying())) == (
+        Error.GROUP_AUTHORIZATION_FAILED,
+        "Group authorization failed.",
+    )
