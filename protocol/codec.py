@@ -163,6 +163,8 @@ _add_error_code("invalid_regular_expression", 128, False)
 _add_error_code("streams_invalid_topology", 130, False)
 _add_error_code("streams_invalid_topology_epoch", 131, False)
 _add_error_code("streams_topology_fenced", 132, False)
+# KIP-1331's StreamsGroupTopologyDescriptionUpdate (Kafka 4.4).
+_add_error_code("streams_topology_description_update_failed", 135, False)
 
 
 def _to_error_code(value: Any) -> ErrorCode:

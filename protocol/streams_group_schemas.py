@@ -1,7 +1,9 @@
 # ruff: noqa: E501
-"""StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071), which kio 0.6.1
-lacks: requests and responses in kio's generated shape, so that kio's readers and writers
-serve them like any other schema (registered in protocol.schemas).
+"""StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071), and
+StreamsGroupTopologyDescriptionUpdate (93) v0 (KIP-1331), which kio 0.6.1 lacks: requests and
+responses in kio's generated shape, so that kio's readers and writers serve them like any other
+schema (registered in protocol.schemas). The 93 classes were written by hand in the generated
+shape, from StreamsGroupTopologyDescriptionUpdateRequest.json and ...Response.json.
 
 Generated from Kafka 4.4's StreamsGroupHeartbeatRequest.json, StreamsGroupHeartbeatResponse.json,
 StreamsGroupDescribeRequest.json and StreamsGroupDescribeResponse.json (kafka-clients-4.4.0.jar,
@@ -1052,15 +1054,109 @@ class StreamsGroupDescribeResponseV1:
     """Each described group."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyUpdateRequestNodeV0:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(93)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata={"kafka_type": "string"})
+    """The name of this node (e.g., KSTREAM-SOURCE-0000000000)."""
+    node_type: i8 = field(metadata={"kafka_type": "int8"})
+    """The type of this node: 1=SOURCE, 2=PROCESSOR, 3=SINK."""
+    source_topics: tuple[str, ...] = field(metadata={"kafka_type": "string"}, default=())
+    """The source topics this node reads from. Defined only for source nodes, may be empty if source topics are dynamically determined."""
+    sink_topic: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    """The topic this node writes to. Defined only for sink nodes, may be null if sink topic is dynamically determined."""
+    stores: tuple[str, ...] = field(metadata={"kafka_type": "string"}, default=())
+    """The state store names accessed by this node. Defined only for processor nodes."""
+    successors: tuple[str, ...] = field(metadata={"kafka_type": "string"}, default=())
+    """The names of successor nodes in the processing graph. Predecessor relationships are reconstructed from this field."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyUpdateRequestSubtopologyV0:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(93)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    subtopology_id: str = field(metadata={"kafka_type": "string"})
+    """The subtopology identifier, unique within the topology."""
+    nodes: tuple[TopologyUpdateRequestNodeV0, ...]
+    """The processing nodes in this subtopology."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyUpdateRequestGlobalStoreV0:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(93)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    source: TopologyUpdateRequestNodeV0
+    """The source node providing data to the global store."""
+    processor: TopologyUpdateRequestNodeV0
+    """The processor node that populates the global store."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyUpdateRequestTopologyDescriptionV0:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(93)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    subtopologies: tuple[TopologyUpdateRequestSubtopologyV0, ...]
+    """The subtopologies that make up this topology."""
+    global_stores: tuple[TopologyUpdateRequestGlobalStoreV0, ...]
+    """Global state stores used by this topology."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamsGroupTopologyDescriptionUpdateRequestV0:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(93)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    group_id: str = field(metadata={"kafka_type": "string"})
+    """The streams group identifier."""
+    member_id: str = field(metadata={"kafka_type": "string"})
+    """The ID of the streams group member sending the push. The broker validates that this member is still in the group; mismatches (including when the group itself has been deleted) are rejected with UNKNOWN_MEMBER_ID so the client treats itself as fenced and rejoins."""
+    topology_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The epoch of the topology being described."""
+    topology_description: TopologyUpdateRequestTopologyDescriptionV0
+    """The topology description."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamsGroupTopologyDescriptionUpdateResponseV0:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(93)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    """The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The top-level error code, or 0 if there was no error."""
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    """The top-level error message, or null if there was no error."""
+
+
 REQUESTS: dict[tuple[int, int], type] = {
     (88, 0): StreamsGroupHeartbeatRequestV0,
     (88, 1): StreamsGroupHeartbeatRequestV1,
     (89, 0): StreamsGroupDescribeRequestV0,
     (89, 1): StreamsGroupDescribeRequestV1,
+    (93, 0): StreamsGroupTopologyDescriptionUpdateRequestV0,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (88, 0): StreamsGroupHeartbeatResponseV0,
     (88, 1): StreamsGroupHeartbeatResponseV1,
     (89, 0): StreamsGroupDescribeResponseV0,
     (89, 1): StreamsGroupDescribeResponseV1,
+    (93, 0): StreamsGroupTopologyDescriptionUpdateResponseV0,
 }

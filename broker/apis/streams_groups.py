@@ -17,6 +17,16 @@ held in streams_entry.py) and shape the answers, as Kafka 4.4's KafkaApis does:
   NOT_STORED (1) when asked for, as StreamsGroupTopologyDescriptionUpdate (93) is not served,
   and heartbeats never ask for it (TopologyDescriptionRequired false).
 
+- StreamsGroupTopologyDescriptionUpdate (93, v0; KIP-1331): Kafka 4.4 stores a member's
+  topology description only through a broker plugin
+  (``group.streams.topology.description.plugin.class``), and without one, its default, answers
+  every update UNSUPPORTED_VERSION ("The broker has no streams group topology description
+  plugin configured.", GroupCoordinatorService.throwIfStreamsGroupTopologyDescriptionUpdateInvalid)
+  after KafkaApis' checks: UNSUPPORTED_VERSION while ``streams.version`` is 0, READ on the
+  group (GROUP_AUTHORIZATION_FAILED). minibroker takes no plugins, so it answers as that
+  default broker does, and its heartbeats never ask for a description (TopologyDescriptionRequired
+  false), so Kafka Streams never sends one.
+
 Departures: the Interactive Queries endpoint map (PartitionsByUserEndpoint) is sent whenever
 the member's endpoint information epoch differs from the group epoch, which stands in for
 Kafka's separate endpoint epoch; the internal topics are created before the answer (Kafka
@@ -429,3 +439,33 @@ def _describe_error(request, error: Error) -> dict:
 )
 async def handle_streams_group_describe(ctx: RequestContext, request) -> dict:
     return {"groups": [_described_group(ctx, group_id, request) for group_id in request.group_ids]}
+
+
+def _topology_update_error(request, error: Error, message: str | None = None) -> dict:
+    return {"error_code": error, "error_message": message}
+
+
+@api(
+    ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+    versions=(0, 0),
+    roles=Role.BROKER,
+    error_response=_topology_update_error,
+)
+async def handle_streams_group_topology_description_update(ctx: RequestContext, request) -> dict:
+    """Kafka 4.4's KafkaApis.handleStreamsGroupTopologyDescriptionUpdate and
+    GroupCoordinatorService.streamsGroupTopologyDescriptionUpdate on a broker without a
+    topology description plugin (see the module's docstring)."""
+    # The messages are those of Kafka's Errors.exception() (getErrorResponse).
+    if ctx.replica_manager.finalized_features.levels.get(STREAMS_VERSION, 0) < 1:
+        return _topology_update_error(
+            request, Error.UNSUPPORTED_VERSION, "The version of API is not supported."
+        )
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return _topology_update_error(
+            request, Error.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+        )
+    return _topology_update_error(
+        request,
+        Error.UNSUPPORTED_VERSION,
+        "The broker has no streams group topology description plugin configured.",
+    )

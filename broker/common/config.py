@@ -560,6 +560,33 @@ _PROPERTIES: dict[str, _Property] = {
     "group.share.max.heartbeat.interval.ms": _Property(
         "group_share_max_heartbeat_interval_ms", _at_least(1)
     ),
+    # Streams groups (KIP-1071): StreamsGroupHeartbeat's sessions, interval, size, standbys.
+    "group.streams.session.timeout.ms": _Property("group_streams_session_timeout_ms", _at_least(1)),
+    "group.streams.min.session.timeout.ms": _Property(
+        "group_streams_min_session_timeout_ms", _at_least(1)
+    ),
+    "group.streams.max.session.timeout.ms": _Property(
+        "group_streams_max_session_timeout_ms", _at_least(1)
+    ),
+    "group.streams.heartbeat.interval.ms": _Property(
+        "group_streams_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.streams.min.heartbeat.interval.ms": _Property(
+        "group_streams_min_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.streams.max.heartbeat.interval.ms": _Property(
+        "group_streams_max_heartbeat_interval_ms", _at_least(1)
+    ),
+    "group.streams.max.size": _Property("group_streams_max_size", _at_least(1)),
+    "group.streams.num.standby.replicas": _Property(
+        "group_streams_num_standby_replicas", _at_least(0)
+    ),
+    "group.streams.max.standby.replicas": _Property(
+        "group_streams_max_standby_replicas", _at_least(0)
+    ),
+    "group.streams.initial.rebalance.delay.ms": _Property(
+        "group_streams_initial_rebalance_delay_ms", _at_least(0)
+    ),
     "controller.listener.names": _Property("controller_listener_names", _parse_names),
     "listener.security.protocol.map": _Property(
         "listener_security_protocol_map", _parse_protocol_map
@@ -798,6 +825,31 @@ class BrokerConfig:
     group_share_max_heartbeat_interval_ms: int = _kafka_default(
         "group.share.max.heartbeat.interval.ms"
     )
+    # Streams groups (KIP-1071): the defaults of StreamsGroupHeartbeat's session timeout,
+    # heartbeat interval and standby replicas, the bounds the groups' own streams.* configs
+    # are held to, and the most members a streams group admits (GROUP_MAX_SIZE_REACHED).
+    group_streams_session_timeout_ms: int = _kafka_default("group.streams.session.timeout.ms")
+    group_streams_min_session_timeout_ms: int = _kafka_default(
+        "group.streams.min.session.timeout.ms"
+    )
+    group_streams_max_session_timeout_ms: int = _kafka_default(
+        "group.streams.max.session.timeout.ms"
+    )
+    group_streams_heartbeat_interval_ms: int = _kafka_default("group.streams.heartbeat.interval.ms")
+    group_streams_min_heartbeat_interval_ms: int = _kafka_default(
+        "group.streams.min.heartbeat.interval.ms"
+    )
+    group_streams_max_heartbeat_interval_ms: int = _kafka_default(
+        "group.streams.max.heartbeat.interval.ms"
+    )
+    group_streams_max_size: int = _kafka_default("group.streams.max.size")
+    group_streams_num_standby_replicas: int = _kafka_default("group.streams.num.standby.replicas")
+    group_streams_max_standby_replicas: int = _kafka_default("group.streams.max.standby.replicas")
+    # Read and described, not acted on: the coordinator computes a new group's first
+    # assignment at once (Kafka waits this long for more members, ASSIGNMENT_DELAYED).
+    group_streams_initial_rebalance_delay_ms: int = _kafka_default(
+        "group.streams.initial.rebalance.delay.ms"
+    )
     controller_listener_names: tuple[str, ...] = ()
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     authorizer_class_name: str = _kafka_default("authorizer.class.name")
@@ -869,6 +921,13 @@ class BrokerConfig:
             consumer_max_session_timeout_ms=self.group_consumer_max_session_timeout_ms,
             consumer_min_heartbeat_interval_ms=self.group_consumer_min_heartbeat_interval_ms,
             consumer_max_heartbeat_interval_ms=self.group_consumer_max_heartbeat_interval_ms,
+            streams_session_timeout_ms=self.group_streams_session_timeout_ms,
+            streams_heartbeat_interval_ms=self.group_streams_heartbeat_interval_ms,
+            streams_min_session_timeout_ms=self.group_streams_min_session_timeout_ms,
+            streams_max_session_timeout_ms=self.group_streams_max_session_timeout_ms,
+            streams_min_heartbeat_interval_ms=self.group_streams_min_heartbeat_interval_ms,
+            streams_max_heartbeat_interval_ms=self.group_streams_max_heartbeat_interval_ms,
+            streams_max_standby_replicas=self.group_streams_max_standby_replicas,
         )
 
     @property
@@ -958,6 +1017,7 @@ class BrokerConfig:
         _check_connection_limits(config)
         _check_share_lock_duration(config)
         _check_share_group_bounds(config)
+        _check_streams_group_bounds(config)
         names = {listener.name for listener in config.listeners}
         # A controller-only node has no inter-broker listener of its own: it connects to the
         # brokers' one, with the security the shared properties give it.
@@ -1078,6 +1138,57 @@ def _check_share_group_bounds(config: "BrokerConfig") -> None:
         raise ConfigError(
             "group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms"
         )
+
+
+def _check_streams_group_bounds(config: "BrokerConfig") -> None:
+    """Kafka 4.4's GroupCoordinatorConfig.verifyStreamsGroupConfigs, its checks and messages
+    in its order (the assignment, task offset and warm-up bounds are not properties here)."""
+    c = config
+    checks = (
+        (
+            c.group_streams_max_heartbeat_interval_ms >= c.group_streams_min_heartbeat_interval_ms,
+            "group.streams.max.heartbeat.interval.ms must be greater than or equal to "
+            "group.streams.min.heartbeat.interval.ms",
+        ),
+        (
+            c.group_streams_heartbeat_interval_ms >= c.group_streams_min_heartbeat_interval_ms,
+            "group.streams.heartbeat.interval.ms must be greater than or equal to "
+            "group.streams.min.heartbeat.interval.ms",
+        ),
+        (
+            c.group_streams_heartbeat_interval_ms <= c.group_streams_max_heartbeat_interval_ms,
+            "group.streams.heartbeat.interval.ms must be less than or equal to "
+            "group.streams.max.heartbeat.interval.ms",
+        ),
+        (
+            c.group_streams_max_session_timeout_ms >= c.group_streams_min_session_timeout_ms,
+            "group.streams.max.session.timeout.ms must be greater than or equal to "
+            "group.streams.min.session.timeout.ms",
+        ),
+        (
+            c.group_streams_session_timeout_ms >= c.group_streams_min_session_timeout_ms,
+            "group.streams.session.timeout.ms must be greater than or equal to "
+            "group.streams.min.session.timeout.ms",
+        ),
+        (
+            c.group_streams_session_timeout_ms <= c.group_streams_max_session_timeout_ms,
+            "group.streams.session.timeout.ms must be less than or equal to "
+            "group.streams.max.session.timeout.ms",
+        ),
+        (
+            c.group_streams_heartbeat_interval_ms < c.group_streams_session_timeout_ms,
+            "group.streams.heartbeat.interval.ms must be less than "
+            "group.streams.session.timeout.ms",
+        ),
+        (
+            c.group_streams_num_standby_replicas <= c.group_streams_max_standby_replicas,
+            "group.streams.num.standby.replicas must be less than or equal to "
+            "group.streams.max.standby.replicas",
+        ),
+    )
+    for holds, message in checks:
+        if not holds:
+            raise ConfigError(message)
 
 
 def _routable(listener: Listener) -> Listener:

@@ -9,11 +9,14 @@ DYNAMIC_GROUP_CONFIG (8) for an override, else its broker synonym's source
 Kafka's 4.4 answers were read from a Kafka 4.4 broker: its error messages, the bounds its
 defaults give, which configs it lists (the internal ones only when set).
 
-Only ``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` act here (the
-group coordinator reads them at each ConsumerGroupHeartbeat, as Kafka's GroupMetadataManager
-does); the share, streams and other consumer configs are validated, stored and described as
-Kafka does, for groups minibroker does not run (share and streams groups) or knobs it does not
-have (the assignment interval, assignor offload).
+The group coordinator reads ``consumer.session.timeout.ms`` and
+``consumer.heartbeat.interval.ms`` at each ConsumerGroupHeartbeat, and the streams groups'
+``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
+``streams.num.standby.replicas``, ``streams.acceptable.recovery.lag`` and
+``streams.task.offset.interval.ms`` at each StreamsGroupHeartbeat, as Kafka's
+GroupMetadataManager does; the other configs are validated, stored and described as Kafka
+does, for knobs minibroker does not have (the assignment interval, assignor offload, the
+initial rebalance delay of a streams group).
 """
 
 import re
@@ -43,8 +46,8 @@ CONSUMER_HEARTBEAT_INTERVAL_MS = "consumer.heartbeat.interval.ms"
 @dataclass(frozen=True)
 class GroupBounds:
     """The broker properties a group config is checked against (Kafka's
-    GroupCoordinatorConfig): the consumer protocol's from this broker's properties, the
-    rest at Kafka's defaults (minibroker runs no share or streams groups)."""
+    GroupCoordinatorConfig): the consumer and streams protocols' from this broker's
+    properties, the rest at Kafka's defaults."""
 
     consumer_session_timeout_ms: int = 45000
     consumer_heartbeat_interval_ms: int = 5000
@@ -52,6 +55,13 @@ class GroupBounds:
     consumer_max_session_timeout_ms: int = 60000
     consumer_min_heartbeat_interval_ms: int = 5000
     consumer_max_heartbeat_interval_ms: int = 15000
+    streams_session_timeout_ms: int = 45000
+    streams_heartbeat_interval_ms: int = 5000
+    streams_min_session_timeout_ms: int = 45000
+    streams_max_session_timeout_ms: int = 60000
+    streams_min_heartbeat_interval_ms: int = 5000
+    streams_max_heartbeat_interval_ms: int = 15000
+    streams_max_standby_replicas: int = 2
 
 
 @dataclass(frozen=True)
@@ -132,7 +142,9 @@ _KAFKA_BROKER_DEFAULTS = {
 _STREAMS_ASSIGNORS = ("sticky",)
 
 # (config, lowest, highest) checked against the broker's bounds (GroupConfig.validateValues),
-# the consumer protocol's filled in by `_ranges`; None: no bound on that side.
+# the consumer and streams protocols' filled in by `_ranges` (Kafka's order: the streams
+# heartbeat, session and standby checks come before the streams assignment interval's);
+# None: no bound on that side.
 _FIXED_RANGES: tuple[tuple[str, int | None, int | None], ...] = (
     ("consumer.assignment.interval.ms", 0, 15000),
     ("share.heartbeat.interval.ms", 5000, 15000),
@@ -141,9 +153,6 @@ _FIXED_RANGES: tuple[tuple[str, int | None, int | None], ...] = (
     ("share.delivery.count.limit", 2, 10),
     ("share.partition.max.record.locks", 100, 4000),
     ("share.assignment.interval.ms", 0, 15000),
-    ("streams.heartbeat.interval.ms", 5000, 15000),
-    ("streams.session.timeout.ms", 45000, 60000),
-    ("streams.num.standby.replicas", None, 2),
     ("streams.assignment.interval.ms", 0, 15000),
     ("streams.task.offset.interval.ms", 15000, None),
     ("streams.num.warmup.replicas", None, 20),
@@ -231,7 +240,22 @@ def _ranges(bounds: GroupBounds) -> tuple[tuple[str, int | None, int | None], ..
             bounds.consumer_max_session_timeout_ms,
         ),
     )
-    return consumer + _FIXED_RANGES
+    streams = (
+        (
+            "streams.heartbeat.interval.ms",
+            bounds.streams_min_heartbeat_interval_ms,
+            bounds.streams_max_heartbeat_interval_ms,
+        ),
+        (
+            "streams.session.timeout.ms",
+            bounds.streams_min_session_timeout_ms,
+            bounds.streams_max_session_timeout_ms,
+        ),
+        ("streams.num.standby.replicas", None, bounds.streams_max_standby_replicas),
+    )
+    before = tuple(r for r in _FIXED_RANGES if not r[0].startswith("streams."))
+    after = tuple(r for r in _FIXED_RANGES if r[0].startswith("streams."))
+    return consumer + before + streams + after
 
 
 def validate(overrides: Mapping[str, str], bounds: GroupBounds) -> dict[str, object]:
@@ -270,7 +294,7 @@ def validate(overrides: Mapping[str, str], bounds: GroupBounds) -> dict[str, obj
     for protocol, session_default, heartbeat_default in (
         ("consumer", bounds.consumer_session_timeout_ms, bounds.consumer_heartbeat_interval_ms),
         ("share", 45000, 5000),
-        ("streams", 45000, 5000),
+        ("streams", bounds.streams_session_timeout_ms, bounds.streams_heartbeat_interval_ms),
     ):
         session_name = f"{protocol}.session.timeout.ms"
         heartbeat_name = f"{protocol}.heartbeat.interval.ms"

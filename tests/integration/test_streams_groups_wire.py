@@ -1,7 +1,8 @@
-"""StreamsGroupHeartbeat and StreamsGroupDescribe on the wire, against a real broker process:
-the schemas of protocol/streams_group_schemas.py both ways, the internal topics the broker
-creates (MISSING_INTERNAL_TOPICS, then the tasks on the next heartbeat), bad input answered
-with Kafka's codes while the group goes on serving its member, and the ACLs Kafka checks."""
+"""StreamsGroupHeartbeat, StreamsGroupDescribe and StreamsGroupTopologyDescriptionUpdate on the
+wire, against a real broker process: the schemas of protocol/streams_group_schemas.py both
+ways, the internal topics the broker creates (MISSING_INTERNAL_TOPICS, then the tasks on the
+next heartbeat), bad input answered with Kafka's codes while the group goes on serving its
+member, the ACLs Kafka checks, and the groups' streams.* configs."""
 
 import struct
 
@@ -238,3 +239,65 @@ def broker_topics(broker) -> set[str]:
          "include_topic_authorized_operations": False},
     )  # fmt: skip
     return {topic.name for topic in exchange(broker.bootstrap, request).topics}
+
+
+def test_topology_description_updates_and_streams_group_configs(broker):
+    """StreamsGroupTopologyDescriptionUpdate (93) is advertised at v0 and answered as a Kafka
+    4.4 broker without a topology description plugin answers it; a group's streams.* configs
+    are held to the broker's group.streams.* bounds (INVALID_CONFIG) and, once set, reach
+    the member's heartbeat."""
+
+    def call(api_key, version, data):
+        with wire.connect(broker.bootstrap, 10, exact=True) as client:
+            return client.request(api_key, version, data)
+
+    versions = call(
+        ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+    )
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+    assert advertised[93] == (0, 0)
+    node = {"name": "KSTREAM-SOURCE-0000000000", "node_type": 1, "source_topics": ["wire-in"],
+            "sink_topic": None, "stores": [], "successors": []}  # fmt: skip
+    update = call(
+        ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
+        0,
+        {
+            "group_id": "wire-cfg",
+            "member_id": "m1",
+            "topology_epoch": 1,
+            "topology_description": {
+                "subtopologies": [{"subtopology_id": "0", "nodes": [node]}],
+                "global_stores": [],
+            },
+        },
+    )
+    assert (update.error_code, update.error_message) == (
+        ErrorCode.unsupported_version,
+        "The broker has no streams group topology description plugin configured.",
+    )
+
+    def set_config(name: str, value: str):
+        configs = [{"name": name, "value": value, "config_operation": 0}]
+        resource = {"resource_type": 32, "resource_name": "wire-cfg", "configs": configs}
+        answer = call(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [resource], "validate_only": False}
+        )
+        return answer.responses[0].error_code, answer.responses[0].error_message
+
+    assert set_config("streams.session.timeout.ms", "1000") == (
+        ErrorCode.invalid_config,
+        "streams.session.timeout.ms must be in the range 45000 to 60000 inclusive.",
+    )
+    assert set_config("streams.num.standby.replicas", "3") == (
+        ErrorCode.invalid_config,
+        "streams.num.standby.replicas must be less than or equal to 2",
+    )
+    assert set_config("streams.heartbeat.interval.ms", "6000")[0] == ErrorCode.none
+    wait_for(lambda: coordinator_ready(broker, "wire-cfg"), 30, "the group coordinator")
+
+    def interval():
+        answer = join(broker, group_id="wire-cfg")
+        assert answer.error_code == ErrorCode.none, answer
+        return answer.heartbeat_interval_ms == 6000
+
+    wait_for(interval, 30, "the group's heartbeat interval in the heartbeat")

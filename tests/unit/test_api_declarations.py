@@ -48,6 +48,8 @@ BROKER |= {76: (1, 1), 77: (1, 1)}
 # Added since by streams groups (issue 36): StreamsGroupHeartbeat v0-v1 and StreamsGroupDescribe
 # v0-v1 (protocol/streams_group_schemas.py).
 BROKER |= {88: (0, 1), 89: (0, 1)}
+# ... and StreamsGroupTopologyDescriptionUpdate v0 (KIP-1331), Kafka 4.4's only version.
+BROKER |= {93: (0, 0)}
 # Added since by issue 34: DescribeTopicPartitions v0 (KIP-966), UpdateFeatures v0-v2 (both
 # roles: the controller decides it).
 ISSUE_34 = {75: (0, 0), 57: (0, 2)}
@@ -90,7 +92,7 @@ HELD |= {68, 69}
 HELD |= {75}
 HELD |= {78, 79}
 HELD |= {76, 77}
-HELD |= {88, 89}
+HELD |= {88, 89, 93}
 # Client telemetry: its subscriptions come with the controller's pushes.
 HELD |= {71, 72, 74}
 HELD |= {55}

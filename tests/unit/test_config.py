@@ -252,3 +252,70 @@ def test_the_share_lock_duration_lies_within_its_bounds():
         }
     )
     assert short.group_share_record_lock_duration_ms == 2000
+
+
+def test_the_streams_group_properties_have_kafkas_defaults_and_checks():
+    """Kafka 4.4's group.streams.* (GroupCoordinatorConfig): defaults, ConfigDef's atLeast,
+    then verifyStreamsGroupConfigs' checks with its messages."""
+    config = BrokerConfig.from_properties({})
+    assert (
+        config.group_streams_session_timeout_ms,
+        config.group_streams_min_session_timeout_ms,
+        config.group_streams_max_session_timeout_ms,
+        config.group_streams_heartbeat_interval_ms,
+        config.group_streams_min_heartbeat_interval_ms,
+        config.group_streams_max_heartbeat_interval_ms,
+        config.group_streams_max_size,
+        config.group_streams_num_standby_replicas,
+        config.group_streams_max_standby_replicas,
+        config.group_streams_initial_rebalance_delay_ms,
+    ) == (45000, 45000, 60000, 5000, 5000, 15000, 2**31 - 1, 0, 2, 3000)
+    bounds = config.group_bounds
+    assert (bounds.streams_min_session_timeout_ms, bounds.streams_max_standby_replicas) == (
+        45000,
+        2,
+    )
+    with pytest.raises(ConfigError, match=r"group\.streams\.max\.size: must be at least 1"):
+        BrokerConfig.from_properties({"group.streams.max.size": "0"})
+    for properties, message in (
+        (
+            {"group.streams.session.timeout.ms": "30000"},
+            "group.streams.session.timeout.ms must be greater than or equal to "
+            "group.streams.min.session.timeout.ms",
+        ),
+        (
+            {"group.streams.heartbeat.interval.ms": "20000"},
+            "group.streams.heartbeat.interval.ms must be less than or equal to "
+            "group.streams.max.heartbeat.interval.ms",
+        ),
+        (
+            {
+                "group.streams.min.session.timeout.ms": "1000",
+                "group.streams.session.timeout.ms": "5000",
+            },
+            "group.streams.heartbeat.interval.ms must be less than "
+            "group.streams.session.timeout.ms",
+        ),
+        (
+            {"group.streams.num.standby.replicas": "3"},
+            "group.streams.num.standby.replicas must be less than or equal to "
+            "group.streams.max.standby.replicas",
+        ),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            BrokerConfig.from_properties(properties)
+        assert str(refused.value) == message
+    small = BrokerConfig.from_properties(
+        {
+            "group.streams.min.session.timeout.ms": "6000",
+            "group.streams.session.timeout.ms": "6000",
+            "group.streams.min.heartbeat.interval.ms": "1000",
+            "group.streams.heartbeat.interval.ms": "2000",
+            "group.streams.max.size": "3",
+            "group.streams.max.standby.replicas": "4",
+            "group.streams.num.standby.replicas": "3",
+        }
+    )
+    assert small.group_streams_session_timeout_ms == 6000
+    assert small.group_streams_max_size == 3
+    assert small.group_bounds.streams_max_standby_replicas == 4

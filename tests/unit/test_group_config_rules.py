@@ -4,6 +4,7 @@ decision on its state, and both stores (the JSON file and ZooKeeper's znodes).""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -303,3 +304,45 @@ def test_both_stores_keep_group_configs(tmp_path):
     # Deleting a group's configs deletes its znode.
     writes = layout.plan_writes(znodes, layout.state_znodes(ControllerState(), znodes))
     assert any(w.kind == "delete" and w.path == "/config/groups/g1" for w in writes)
+
+
+def test_streams_configs_are_held_to_the_brokers_group_streams_bounds():
+    """streams.session.timeout.ms, streams.heartbeat.interval.ms and
+    streams.num.standby.replicas against the broker's group.streams.min/max.* (Kafka's
+    GroupConfig.validateValues), and the session above the interval, each the group's or
+    else the broker's group.streams.* default."""
+    bounds = GroupBounds(
+        streams_session_timeout_ms=8000,
+        streams_heartbeat_interval_ms=2000,
+        streams_min_session_timeout_ms=6000,
+        streams_max_session_timeout_ms=20000,
+        streams_min_heartbeat_interval_ms=1000,
+        streams_max_heartbeat_interval_ms=4000,
+        streams_max_standby_replicas=1,
+    )
+    assert refused({"streams.session.timeout.ms": "45000"}, bounds) == (
+        Error.INVALID_CONFIG,
+        "streams.session.timeout.ms must be in the range 6000 to 20000 inclusive.",
+    )
+    assert refused({"streams.heartbeat.interval.ms": "5000"}, bounds)[1] == (
+        "streams.heartbeat.interval.ms must be in the range 1000 to 4000 inclusive."
+    )
+    assert refused({"streams.num.standby.replicas": "2"}, bounds)[1] == (
+        "streams.num.standby.replicas must be less than or equal to 1"
+    )
+    # The group's session against the broker's interval default (2000).
+    low = dataclasses.replace(bounds, streams_min_session_timeout_ms=1000)
+    assert refused({"streams.session.timeout.ms": "2000"}, low) == (
+        Error.INVALID_CONFIG,
+        "streams.session.timeout.ms must be greater than streams.heartbeat.interval.ms",
+    )
+    group_configs.validate({"streams.session.timeout.ms": "2001"}, low)
+    group_configs.validate(
+        {"streams.session.timeout.ms": "6000", "streams.heartbeat.interval.ms": "1000"}, bounds
+    )
+    group_configs.validate({"streams.num.standby.replicas": "1"}, bounds)
+    # What Kafka's defaults refuse, these bounds accept.
+    assert refused({"streams.session.timeout.ms": "10000"})[1] == (
+        "streams.session.timeout.ms must be in the range 45000 to 60000 inclusive."
+    )
+    group_configs.validate({"streams.session.timeout.ms": "10000"}, bounds)

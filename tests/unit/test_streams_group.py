@@ -415,3 +415,23 @@ def test_record_bytes_match_kafkas_layout():
     )
     key = streams_log_format.RecordKey(streams_log_format.RecordKind.TARGET_MEMBER, "g", "m")
     assert streams_log_format.encode_key(key) == b"\x00\x15\x00\x01g\x00\x01m"
+
+
+def test_a_member_of_an_older_topology_epoch_is_told_at_every_heartbeat():
+    """Kafka 4.4's maybeSetTopologyStaleStatus: STALE_TOPOLOGY, with Kafka's detail, at each
+    heartbeat of a member whose topology epoch is below the group's, which keeps its member
+    epoch and its tasks (Kafka 4.4 never answers STREAMS_TOPOLOGY_FENCED)."""
+    group = new_group()
+    join(group, "a")
+    newer = Topology(2, WORD_COUNT.subtopologies)
+    join(group, "b", topology=newer)
+    member = group.members["a"]
+    result, _ = beat(group, "a", member.member_epoch)
+    assert result.error == Error.NONE
+    stale = "The member's topology epoch 1 is behind the group's topology epoch 2."
+    assert (Status.STALE_TOPOLOGY, stale) in result.statuses
+    again, _ = beat(group, "a", result.member_epoch)
+    assert Status.STALE_TOPOLOGY in [s for s, _ in again.statuses]
+    # The member on the group's epoch is not told.
+    current, _ = beat(group, "b", group.members["b"].member_epoch)
+    assert Status.STALE_TOPOLOGY not in [s for s, _ in current.statuses]

@@ -283,3 +283,69 @@ async def test_an_empty_streams_group_is_deleted_with_its_records(autojump_clock
         assert error == Error.NONE and offsets[("t", 0)] is None
         nursery.cancel_scope.cancel()
     restarted.stop()
+
+
+async def test_the_brokers_group_streams_properties_and_the_groups_configs_apply(
+    autojump_clock, tmp_path
+):
+    """group.streams.heartbeat.interval.ms, group.streams.session.timeout.ms and
+    group.streams.max.size act on StreamsGroupHeartbeat (Kafka's GroupCoordinatorConfig as
+    GroupMetadataManager reads it); a group's own streams.* configs override them; a full
+    group answers the newcomer GROUP_MAX_SIZE_REACHED and keeps serving its member."""
+    broker = Broker(tmp_path)
+    broker.coordinator.config = dataclasses.replace(
+        broker.config,
+        group_streams_heartbeat_interval_ms=3000,
+        group_streams_session_timeout_ms=60_000,
+        group_streams_max_size=1,
+    )
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        c = broker.coordinator
+        first = await c.streams_heartbeat("app", joining("m1", "p1"))
+        assert first.error == Error.NONE and first.heartbeat_interval_ms == 3000
+        full = await c.streams_heartbeat("app", joining("m2", "p2"))
+        assert full.error == Error.GROUP_MAX_SIZE_REACHED
+        assert full.message == "The streams group has reached its maximum capacity of 1 members."
+        assert set(c.groups["app"].streams.members) == {"m1"}
+        # The session is the broker's 60 s, not Kafka's default 45 s.
+        await trio.sleep(50)
+        assert "m1" in c.groups["app"].streams.members
+        kept = await c.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0)}))
+        assert kept.error == Error.NONE and kept.member_epoch == 1
+        # The group's own config over the broker's, at the next heartbeat.
+        broker.replicas.group_configs["app"] = {"streams.heartbeat.interval.ms": "4000"}
+        again = await c.streams_heartbeat("app", heartbeat("m1", 1, {("0", 0)}))
+        assert again.heartbeat_interval_ms == 4000
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_a_share_groups_id_is_not_a_streams_group(autojump_clock, tmp_path):
+    """Kafka keeps every group type in one map: StreamsGroupHeartbeat and StreamsGroupDescribe
+    to a share group's id are GROUP_ID_NOT_FOUND (castToStreamsGroup), and the share group
+    goes on."""
+    from minibroker.coordinator.group.share_group import ShareHeartbeatRequest
+
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        c = broker.coordinator
+        shared = await c.share_heartbeat(
+            "sg", ShareHeartbeatRequest("s1", 0, subscribed_topic_names=("t",))
+        )
+        assert shared.error == Error.NONE
+        refused = await c.streams_heartbeat("sg", joining("m1", "p1"))
+        assert (refused.error, refused.message) == (
+            Error.GROUP_ID_NOT_FOUND,
+            "Group sg is not a streams group.",
+        )
+        assert "sg" not in c.groups
+        assert c.describe_streams_group("sg")[:2] == (
+            Error.GROUP_ID_NOT_FOUND,
+            "Group sg is not a streams group.",
+        )
+        still = await c.share_heartbeat("sg", ShareHeartbeatRequest("s1", shared.member_epoch))
+        assert still.error == Error.NONE
+        nursery.cancel_scope.cancel()
+    broker.stop()

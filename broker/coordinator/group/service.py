@@ -1266,9 +1266,10 @@ class GroupCoordinator:
     # -- streams groups (KIP-1071) ----------------------------------------------------------------
 
     def streams_settings_of(self, group_id: str) -> StreamsSettings:
-        """Kafka 4.4's group.streams.* defaults with the group's own streams.* configs over
-        them (GROUP resources, read at each heartbeat as Kafka reads them). The broker's own
-        group.streams.* properties are not read yet: their defaults apply."""
+        """The broker's group.streams.* properties with the group's own streams.* configs
+        over them (GROUP resources, read at each heartbeat as Kafka's GroupMetadataManager
+        reads them: streamsGroupSessionTimeoutMs, streamsGroupHeartbeatIntervalMs, ...);
+        group.streams.max.size bounds every streams group (throwIfStreamsGroupIsFull)."""
         overrides = self.replicas.group_configs.get(group_id, {})
 
         def read(name: str, default: int) -> int:
@@ -1278,11 +1279,18 @@ class GroupCoordinator:
                 return default
 
         base = StreamsSettings()
+        config = self.config
         return StreamsSettings(
-            heartbeat_interval_ms=read("streams.heartbeat.interval.ms", base.heartbeat_interval_ms),
-            session_timeout_ms=read("streams.session.timeout.ms", base.session_timeout_ms),
-            max_size=base.max_size,
-            num_standby_replicas=read("streams.num.standby.replicas", base.num_standby_replicas),
+            heartbeat_interval_ms=read(
+                "streams.heartbeat.interval.ms", config.group_streams_heartbeat_interval_ms
+            ),
+            session_timeout_ms=read(
+                "streams.session.timeout.ms", config.group_streams_session_timeout_ms
+            ),
+            max_size=config.group_streams_max_size,
+            num_standby_replicas=read(
+                "streams.num.standby.replicas", config.group_streams_num_standby_replicas
+            ),
             # Kafka 4.4's StickyTaskAssignor assigns no warm-up tasks, and streams_assignor's
             # warm-ups would wait for a probing rebalance this service does not run yet (a
             # caught-up warm-up is moved only at the next group epoch): off, as in Kafka.
@@ -1346,6 +1354,11 @@ class GroupCoordinator:
         write is answered with its error but the change stays in memory."""
         if (error := self.check(group_id)) != Error.NONE:
             return StreamsHeartbeatResult(error)
+        if self.share_conflict(group_id):
+            # Kafka keeps share groups in the same map: castToStreamsGroup refuses them.
+            return StreamsHeartbeatResult(
+                Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group."
+            )
         settings = self.streams_settings_of(group_id)
         now = self.clock_ms()
         group = self.groups.get(group_id)
@@ -1401,6 +1414,8 @@ class GroupCoordinator:
         if (error := self.check(group_id)) != Error.NONE:
             return error, None, None
         group = self.groups.get(group_id)
+        if group is None and self.share_conflict(group_id):
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.", None
         if group is None or group.is_(GroupState.DEAD):
             return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
         if not isinstance(group, StreamsGroupEntry):

@@ -12,7 +12,9 @@ StreamsGroupMember, streams.CurrentAssignmentBuilder and streams.topics.Internal
 - the group keeps one topology (its epoch and subtopologies: source topics, repartition sink
   and source topics, state changelog topics, copartition groups), set by the first member and
   replaced by a member that joins with a greater topology epoch (the group epoch is bumped);
-  a member that joins with a smaller one is admitted and answered STALE_TOPOLOGY; one with
+  a member that joins with a smaller one is admitted, and every heartbeat of a member whose
+  topology epoch is below the group's is answered STALE_TOPOLOGY (Kafka 4.4 never answers
+  STREAMS_TOPOLOGY_FENCED, though the code exists); one with
   the same epoch and a different topology is STREAMS_INVALID_TOPOLOGY_EPOCH; a topology that
   breaks Kafka's rules (a repartition or changelog topic that is also a source topic, a
   copartition group pointing at no topic, two subtopologies with one id) is
@@ -619,19 +621,9 @@ class StreamsGroup:
             if not joining:
                 self._check_epoch(member, request)
         statuses: list[tuple[Status, str]] = []
-        topology_changed = False
         if joining:
             assert request.topology is not None
-            topology_changed, stale = self._accept_topology(request.topology)
-            if stale:
-                statuses.append(
-                    (
-                        Status.STALE_TOPOLOGY,
-                        f"The member's topology epoch {request.topology.epoch} is lower than "
-                        f"the group's topology epoch {self.topology_epoch}.",
-                    )
-                )
-            bump = bump or topology_changed
+            bump = self._accept_topology(request.topology) or bump
         if member is None or joining:
             assert request.process_id is not None
             new = StreamsMember(request.member_id, request.process_id)
@@ -651,6 +643,16 @@ class StreamsGroup:
         if self._update_metadata(member, request):
             bump = True
         self.members[member.member_id] = member
+        if self.topology is not None and member.topology_epoch < self.topology.epoch:
+            # Kafka's maybeSetTopologyStaleStatus, at every heartbeat of such a member (Kafka
+            # 4.4 never answers STREAMS_TOPOLOGY_FENCED: the member is told, not fenced).
+            statuses.append(
+                (
+                    Status.STALE_TOPOLOGY,
+                    f"The member's topology epoch {member.topology_epoch} is behind the "
+                    f"group's topology epoch {self.topology.epoch}.",
+                )
+            )
         if request.shutdown_application:
             self.shutdown_requested = True
         if request.task_offsets is not None and request.task_end_offsets is not None:
@@ -695,23 +697,25 @@ class StreamsGroup:
     def topology_epoch(self) -> int:
         return self.topology.epoch if self.topology is not None else -1
 
-    def _accept_topology(self, topology: Topology) -> tuple[bool, bool]:
-        """(the group's topology changed, the member's is stale)."""
+    def _accept_topology(self, topology: Topology) -> bool:
+        """Kafka's maybeUpdateTopology: whether the group's topology changed. A smaller
+        epoch leaves it (the member is told STALE_TOPOLOGY); the same epoch with another
+        topology is STREAMS_INVALID_TOPOLOGY_EPOCH."""
         if self.topology is None or not self.members:
             changed = self.topology != topology
             self.topology = topology
-            return changed, False
+            return changed
         if topology.epoch < self.topology.epoch:
-            return False, True
+            return False
         if topology.epoch == self.topology.epoch:
             if topology != self.topology:
                 raise HeartbeatError(
                     Error.STREAMS_INVALID_TOPOLOGY_EPOCH,
                     f"Topology epoch {topology.epoch} is already used by another topology.",
                 )
-            return False, False
+            return False
         self.topology = topology
-        return True, False
+        return True
 
     def _update_metadata(self, member: StreamsMember, request: StreamsHeartbeatRequest) -> bool:
         """Apply what the heartbeat carries; True when the assignment may change."""
