@@ -366,8 +366,7 @@ class IcebergCollector:
         )
         lag_seconds = GaugeMetricFamily(
             "minibroker_iceberg_lag_seconds",
-            "How long the oldest committed record not yet in the topic's Iceberg table has"
-            " waited.",
+            "How long the oldest committed record not yet in the topic's Iceberg table has waited.",
             labels=["topic"],
         )
         failing = GaugeMetricFamily(

@@ -91,6 +91,12 @@ _TRANSFORMS: dict[str, Transform[Any, Any]] = {
 # A commit that loses the catalog's race (another broker committed another partition of the
 # topic in between) is checked and tried again this many times before it is reported.
 COMMIT_ATTEMPTS = 5
+# pyiceberg (0.10 on) retries a commit that lost the race by rebasing it onto the new snapshot,
+# keeping its snapshot properties: the offsets would no longer be checked against the table
+# they are written to (an old leader's rows could land twice, another partition's offsets go
+# back). The tables are made with no retries in pyiceberg: a lost race comes back here, where
+# the offsets are checked again first (``TopicTable.commit``).
+TABLE_PROPERTIES = {"commit.retry.num-retries": "0"}
 
 
 def partition_spec(fields: tuple[tuple[str, str], ...]) -> PartitionSpec:
@@ -156,8 +162,15 @@ class TopicTable:
         """The topic's table, created on first use (by whichever broker gets there first)."""
         catalog.create_namespace_if_not_exists(namespace)
         table = catalog.create_table_if_not_exists(
-            (namespace, topic), schema=KEY_VALUE_SCHEMA, partition_spec=partition_spec(spec)
+            (namespace, topic),
+            schema=KEY_VALUE_SCHEMA,
+            partition_spec=partition_spec(spec),
+            properties=TABLE_PROPERTIES,
         )
+        if any(table.properties.get(key) != value for key, value in TABLE_PROPERTIES.items()):
+            # Made by an older minibroker, or changed by someone: set back, or no exactly once.
+            with table.transaction() as transaction:
+                transaction.set_properties(TABLE_PROPERTIES)
         return cls(table, topic_id)
 
     def _summaries(self) -> Iterator[Mapping[str, str]]:
@@ -184,7 +197,9 @@ class TopicTable:
         rows = Rows()
         counts: dict[int, int] = {}
         for part in plan.partitions:
-            translated = translate(part.index, reads.get(part.index, []), part.start, part.next_offset)
+            translated = translate(
+                part.index, reads.get(part.index, []), part.start, part.next_offset
+            )
             counts[part.index] = len(translated)
             rows.extend(translated)
         data = to_arrow(rows) if len(rows) else None

@@ -34,7 +34,12 @@ from dataclasses import dataclass, field
 
 from minibroker.protocol.buffers import Buffer
 from minibroker.protocol.control_batch import read_control_marker
-from minibroker.protocol.record_batch import HEADER_SIZE, BatchHeader, read_header, scan_valid_batches
+from minibroker.protocol.record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    read_header,
+    scan_valid_batches,
+)
 from minibroker.protocol.records import RecordError, decode_records
 
 # The snapshot summary property that carries the translated offsets.

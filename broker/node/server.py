@@ -43,6 +43,7 @@ from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.group.service import GroupCoordinator
 from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.transaction.service import TransactionCoordinator
+from minibroker.iceberg.service import IcebergCollector, IcebergService
 from minibroker.node.connection_limits import (
     ConnectionQuotas,
     CreationRates,
@@ -57,7 +58,6 @@ from minibroker.node.metrics import (
     StateCollector,
     serve_metrics,
 )
-from minibroker.iceberg.service import IcebergCollector, IcebergService
 from minibroker.node.share_persister import CoordinatorPersister
 from minibroker.protocol.codec import DecodeError
 from minibroker.protocol.errors import Error

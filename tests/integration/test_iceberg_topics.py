@@ -8,9 +8,11 @@ The page's pyiceberg snippet is run as written against the same table."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -42,6 +44,7 @@ class Acked:
     def __init__(self) -> None:
         self.rows: dict[tuple[int, int], Row] = {}
         self.errors: list[str] = []
+        self.headers: dict[bytes, tuple[tuple[str, bytes | None], ...]] = {}
         self.lock = threading.Lock()
 
     def __call__(self, error, message) -> None:
@@ -50,7 +53,8 @@ class Acked:
                 self.errors.append(str(error))
                 return
             _, timestamp = message.timestamp()
-            headers = tuple((k, v) for k, v in (message.headers() or ()))
+            # librdkafka's delivery reports carry no headers: those sent, by value.
+            headers = self.headers.get(message.value(), ())
             key = (message.partition(), message.offset())
             assert key not in self.rows, f"offset {key} acknowledged twice"
             self.rows[key] = (*key, timestamp, 0, message.key(), message.value(), headers)
@@ -62,6 +66,8 @@ def produce(producer: Producer, acked: Acked, first: int, count: int) -> None:
     base = int(time.time() * 1000)
     for number in range(first, first + count):
         headers = [("n", str(number).encode()), ("empty", None)] if number % 2 else None
+        with acked.lock:
+            acked.headers[f"value-{number}".encode()] = tuple(headers or ())
         producer.produce(
             TOPIC,
             value=f"value-{number}".encode(),
@@ -96,12 +102,19 @@ def table_rows(catalog: SqlCatalog) -> list[Row]:
     return sorted(rows)
 
 
+def table_catalog(catalog_file: Path) -> SqlCatalog | None:
+    """The broker's catalog once it holds the topic's table."""
+    try:
+        catalog = SqlCatalog("minibroker", uri=f"sqlite:///{catalog_file}")
+        catalog.load_table(("minibroker", TOPIC))
+    except Exception:
+        return None
+    return catalog
+
+
 def holds(catalog: SqlCatalog, acked: Acked) -> list[Row] | None:
     """The table's rows once it holds at least as many as were acknowledged."""
-    try:
-        rows = table_rows(catalog)
-    except Exception:  # the table is created on the first commit's way
-        return None
+    rows = table_rows(catalog)
     return rows if len(rows) >= len(acked.rows) else None
 
 
@@ -140,7 +153,11 @@ def test_records_land_in_the_table_exactly_once_across_a_restart(broker_factory)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     configs = {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "300"}
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=configs)])[TOPIC].result(TIMEOUT)
-    catalog = SqlCatalog("minibroker", uri=f"sqlite:///{broker.log_dir}/iceberg/catalog.db")
+    catalog_file = broker.log_dir / "iceberg" / "catalog.db"
+    # The leader made the catalog and the table when it took the partitions (no sleep: the
+    # writer starts on the LeaderAndIsr that makes this broker their leader).
+    wait_for(catalog_file.exists, 20, "the broker to make its Iceberg catalog")
+    catalog = wait_for(lambda: table_catalog(catalog_file), 20, "the topic's table")
 
     acked = Acked()
     producer = Producer(
@@ -160,8 +177,8 @@ def test_records_land_in_the_table_exactly_once_across_a_restart(broker_factory)
         """The writer's counters once it has taken in its last commit's outcome."""
         samples = scrape(metrics_port)
         labels = [(("partition", str(p)), ("topic", TOPIC)) for p in range(PARTITIONS)]
-        written = sum(samples.get(("minibroker_iceberg_rows_written_total", l), 0) for l in labels)
-        lags = [samples.get(("minibroker_iceberg_lag_records", l)) for l in labels]
+        written = sum(samples.get(("minibroker_iceberg_rows_written_total", k), 0) for k in labels)
+        lags = [samples.get(("minibroker_iceberg_lag_records", k)) for k in labels]
         commits = samples.get(("minibroker_iceberg_commits_total", (("topic", TOPIC),)), 0)
         return written == len(acked.rows) and lags == [0] * PARTITIONS and commits >= 1
 
@@ -201,3 +218,10 @@ def test_records_land_in_the_table_exactly_once_across_a_restart(broker_factory)
     rows = wait_for(lambda: holds(catalog, acked), 20, "the table to hold every record")
     assert rows == sorted(acked.rows.values())
     assert len({(row[0], row[1]) for row in rows}) == len(rows)
+    # The restarted broker took each partition up where the table said, not from the start.
+    restarted = broker.stderr_path.read_text().split("--- launcher:")[-1]
+    resumed = dict(
+        re.findall(rf"writing {TOPIC}-(\d) to its Iceberg table from offset (\d+)", restarted)
+    )
+    assert sorted(resumed) == ["0", "1", "2"], restarted[-3000:]
+    assert all(int(offset) > 0 for offset in resumed.values()), resumed
