@@ -227,7 +227,7 @@ class IcebergService:
                 )
                 _warn_skipped(topic, index, skipped)
             if translation.due(now):
-                reads, ends = self._read(translation, led)
+                reads, ends = await self._read(translation, led)
                 plan = translation.plan(ends)
                 outcome = await self._commit(table, plan, reads)
                 translation.apply(plan, outcome, self.clock_ms())
@@ -246,11 +246,12 @@ class IcebergService:
                 idle, trio.current_time() + max(0.0, wait_s), "Iceberg"
             )
 
-    def _read(
+    async def _read(
         self, translation: TopicTranslation, led: dict[int, Partition]
     ) -> tuple[dict[int, list[ReadChunk]], dict[int, int]]:
         """Each waiting partition's committed batches from its position (at most
-        MAX_COMMIT_BYTES), as a read_committed consumer reads them, without decoding any."""
+        MAX_COMMIT_BYTES), as a read_committed consumer reads them, without decoding any; the
+        event loop serves others between reads of READ_BYTES."""
         reads: dict[int, list[ReadChunk]] = {}
         ends: dict[int, int] = {}
         for progress in translation.to_read():
@@ -282,6 +283,7 @@ class IcebergService:
                 chunks.append(ReadChunk(data, aborted))
                 total += len(data)
                 offset = next_offset
+                await trio.lowlevel.checkpoint()
             reads[progress.index] = chunks
             ends[progress.index] = offset
         return reads, ends

@@ -160,13 +160,25 @@ class TopicTable:
         spec: tuple[tuple[str, str], ...],
     ) -> TopicTable:
         """The topic's table, created on first use (by whichever broker gets there first)."""
-        catalog.create_namespace_if_not_exists(namespace)
-        table = catalog.create_table_if_not_exists(
-            (namespace, topic),
-            schema=KEY_VALUE_SCHEMA,
-            partition_spec=partition_spec(spec),
-            properties=TABLE_PROPERTIES,
-        )
+        try:
+            catalog.create_namespace_if_not_exists(namespace)
+        except Exception:
+            # Another broker made it at the same moment: the SQL catalog lets the database's
+            # IntegrityError through (seen with minibroker dev's three brokers on one SQLite).
+            if not catalog.namespace_exists(namespace):
+                raise
+        identifier = (namespace, topic)
+        try:
+            table = catalog.create_table_if_not_exists(
+                identifier,
+                schema=KEY_VALUE_SCHEMA,
+                partition_spec=partition_spec(spec),
+                properties=TABLE_PROPERTIES,
+            )
+        except Exception:
+            if not catalog.table_exists(identifier):
+                raise
+            table = catalog.load_table(identifier)
         if any(table.properties.get(key) != value for key, value in TABLE_PROPERTIES.items()):
             # Made by an older minibroker, or changed by someone: set back, or no exactly once.
             with table.transaction() as transaction:
