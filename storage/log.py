@@ -202,6 +202,85 @@ def _level(lowest: int, highest: int, default: int | None = None) -> Callable[[s
     return parse
 
 
+# Iceberg topics (docs/iceberg-topics.md), as Redpanda's redpanda.iceberg.mode names its modes.
+ICEBERG_DISABLED = "disabled"
+ICEBERG_KEY_VALUE = "key_value"
+ICEBERG_VALUE_SCHEMA_ID_PREFIX = "value_schema_id_prefix"
+ICEBERG_MODES = (ICEBERG_DISABLED, ICEBERG_KEY_VALUE, ICEBERG_VALUE_SCHEMA_ID_PREFIX)
+# The columns a partition spec may name, and the transforms each may take: the time
+# transforms on the record timestamp, identity on the small integer columns (Iceberg's
+# spec, "Partition Transforms"; offset, key, value and headers are never partition sources).
+ICEBERG_TIME_TRANSFORMS = ("hour", "day", "month", "year")
+_ICEBERG_SPEC_SOURCES = {
+    "timestamp": ("identity", *ICEBERG_TIME_TRANSFORMS),
+    "partition": ("identity",),
+    "timestamp_type": ("identity",),
+}
+_ICEBERG_SPEC_FIELD = re.compile(r"\s*(?:(\w+)\s*\(\s*(\w+)\s*\)|(\w+))\s*")
+DEFAULT_ICEBERG_PARTITION_SPEC = "(hour(timestamp))"
+
+
+def _iceberg_mode(key: str, text: str) -> str:
+    """Redpanda's modes; value_schema_id_prefix (values decoded with the schema registry's
+    schemas) is refused until it is built, rather than taken and ignored."""
+    mode = text.strip()
+    if mode == ICEBERG_VALUE_SCHEMA_ID_PREFIX:
+        raise ValueError(
+            f"Invalid value {text} for configuration {key}: value_schema_id_prefix is not"
+            " supported yet (docs/iceberg-topics.md); use key_value or disabled"
+        )
+    if mode not in (ICEBERG_DISABLED, ICEBERG_KEY_VALUE):
+        raise ValueError(
+            f"Invalid value {text} for configuration {key}: String must be one of: "
+            f"{ICEBERG_DISABLED}, {ICEBERG_KEY_VALUE}"
+        )
+    return mode
+
+
+def parse_iceberg_partition_spec(key: str, text: str) -> tuple[tuple[str, str], ...]:
+    """Redpanda's redpanda.iceberg.partition.spec syntax, ``(hour(timestamp), partition)``:
+    a parenthesized list of ``transform(column)`` or a bare column (identity), ``()`` for
+    an unpartitioned table; (transform, column) pairs. ValueError names ``key``."""
+    body = text.strip()
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ValueError(
+            f"Invalid value {text} for configuration {key}: a partition spec is a"
+            " parenthesized list such as (hour(timestamp))"
+        )
+    fields: list[tuple[str, str]] = []
+    inner = body[1:-1]
+    for item in inner.split(",") if inner.strip() else ():
+        match = _ICEBERG_SPEC_FIELD.fullmatch(item)
+        if match is None:
+            raise ValueError(
+                f"Invalid value {text} for configuration {key}: {item.strip()!r} is not"
+                " transform(column) or column"
+            )
+        transform, column = (match[1], match[2]) if match[2] else ("identity", match[3])
+        allowed = _ICEBERG_SPEC_SOURCES.get(column)
+        if allowed is None:
+            raise ValueError(
+                f"Invalid value {text} for configuration {key}: {column!r} cannot be"
+                " partitioned on; one of " + ", ".join(_ICEBERG_SPEC_SOURCES)
+            )
+        if transform not in allowed:
+            raise ValueError(
+                f"Invalid value {text} for configuration {key}: {transform}({column}) is not"
+                f" supported; {column} takes " + ", ".join(allowed)
+            )
+        if (transform, column) in fields:
+            raise ValueError(
+                f"Invalid value {text} for configuration {key}: {transform}({column}) twice"
+            )
+        fields.append((transform, column))
+    return tuple(fields)
+
+
+def _iceberg_partition_spec(key: str, text: str) -> str:
+    parse_iceberg_partition_spec(key, text)
+    return text.strip()
+
+
 def _throttled_replicas(key: str, text: str) -> str:
     """Kafka's throttled-replica lists: empty, the wildcard, or partitionId:brokerId pairs."""
     items = [item.strip() for item in text.split(",") if item.strip()]
@@ -279,6 +358,11 @@ _TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     # value (key) must carry a schema id registered for the topic's subject.
     "confluent.value.schema.validation": ("value_schema_validation", _boolean),
     "confluent.key.schema.validation": ("key_schema_validation", _boolean),
+    # Redpanda's Iceberg topics (redpanda.iceberg.mode, redpanda.iceberg.target.lag.ms,
+    # redpanda.iceberg.partition.spec) without the vendor prefix (docs/iceberg-topics.md).
+    "iceberg.mode": ("iceberg_mode", _iceberg_mode),
+    "iceberg.target.lag.ms": ("iceberg_target_lag_ms", _long(1)),
+    "iceberg.partition.spec": ("iceberg_partition_spec", _iceberg_partition_spec),
 }
 TOPIC_CONFIG_NAMES = frozenset(_TOPIC_CONFIGS)
 
@@ -324,6 +408,12 @@ class LogConfig:
     # confluent.value.schema.validation / confluent.key.schema.validation.
     value_schema_validation: bool = False
     key_schema_validation: bool = False
+    # iceberg.mode / iceberg.target.lag.ms (Redpanda's iceberg_target_lag_ms default) /
+    # iceberg.partition.spec: read by the Iceberg writer (minibroker.iceberg), never by the
+    # data path.
+    iceberg_mode: str = ICEBERG_DISABLED
+    iceberg_target_lag_ms: int = 60_000
+    iceberg_partition_spec: str = DEFAULT_ICEBERG_PARTITION_SPEC
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:

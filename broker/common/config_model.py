@@ -166,6 +166,10 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         # Confluent Server's (not Kafka's): schema validation on produce.
         TopicConfigDef("confluent.value.schema.validation", BOOLEAN, "false"),
         TopicConfigDef("confluent.key.schema.validation", BOOLEAN, "false"),
+        # Redpanda's Iceberg topics, without its prefix (docs/iceberg-topics.md).
+        TopicConfigDef("iceberg.mode", STRING, "disabled"),
+        TopicConfigDef("iceberg.target.lag.ms", LONG, "60000"),
+        TopicConfigDef("iceberg.partition.spec", STRING, "(hour(timestamp))"),
     )
 }
 

@@ -43,6 +43,7 @@ from minibroker.controller.zookeeper import ZooKeeperBroker
 from minibroker.coordinator.group.service import GroupCoordinator
 from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.transaction.service import TransactionCoordinator
+from minibroker.iceberg.service import IcebergCollector, IcebergService
 from minibroker.node.connection_limits import (
     ConnectionQuotas,
     CreationRates,
@@ -244,6 +245,7 @@ class BrokerServer:
         self.share_coordinator: ShareCoordinator | None = None
         self.shares: SharePartitionManager | None = None
         self.schema_registry: SchemaRegistryService | None = None
+        self.iceberg: IcebergService | None = None
         # The schema registry's sockets (hypercorn's Sockets), bound at start (run) as the
         # Kafka listeners are, served once the broker is up.
         self._registry_sockets: Any = None
@@ -487,6 +489,10 @@ class BrokerServer:
                     is_member=self._is_share_member,
                 )
                 await control.start(self.shares.run)
+                # Iceberg topics (docs/iceberg-topics.md): idle unless a topic asks for a table.
+                self.iceberg = IcebergService(self.config, self.replicas)
+                await control.start(self.iceberg.run)
+                self.metrics.register(IcebergCollector(self.iceberg))
                 if self.config.schema_registry_listeners:
                     await self._start_schema_registry(control, controller_client)
             if self.config.is_broker:

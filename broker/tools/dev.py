@@ -222,7 +222,11 @@ def run_dev(
     (0: none; not in the ZooKeeper mode yet)."""
     base_dir = Path(base_dir)
     properties: dict[str, object] = {
-        "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR)
+        "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR),
+        # One Iceberg catalog and warehouse for the cluster (docs/iceberg-topics.md): each
+        # partition's leader writes its topic's one table, whichever broker it is.
+        "iceberg.catalog.uri": f"sqlite:///{(base_dir / 'iceberg' / 'catalog.db').resolve()}",
+        "iceberg.catalog.warehouse": (base_dir / "iceberg" / "warehouse").resolve().as_uri(),
     }
     zookeeper_connect = (overrides or {}).get("zookeeper.connect")
     zookeeper = zookeeper or zookeeper_connect is not None

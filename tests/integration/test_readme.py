@@ -61,7 +61,7 @@ RUN_SECTIONS = [
 SKIPPED = {
     "python3 -m venv .venv": "the test runs in a virtualenv already, linked as .venv",
     ".venv/bin/pip install -q -e .": "installed: the test runs from an editable install",
-    ".venv/bin/pip install -q -e '.[test,spark,docs]'": "installed: the test runs with"
+    ".venv/bin/pip install -q -e '.[test,spark,docs,iceberg]'": "installed: the test runs with"
     " these extras",
     "apt-get update": "system installs: .ci/run does them before the tests",
     "apt-get install -y --no-install-recommends kcat docker-compose prometheus iproute2"
@@ -116,6 +116,12 @@ SKIPPED_SECTIONS = {
     " tests/spark/test_demo.py runs the snippet as written",
     ("docs/spark.md", "Spark's own Kafka connector"): "needs Java, pyspark and the connector's"
     " jars: tests/java/test_spark_kafka.py runs Spark's connector (its own session setup)",
+    ("docs/iceberg-topics.md", "Turning it on"): "a topic created with these configs on a"
+    " running broker: tests/integration/test_iceberg_topics.py creates one (with a short"
+    " target lag) with confluent-kafka's AdminClient and reads its table",
+    ("docs/iceberg-topics.md", "Reading the table with pyiceberg"): "needs a broker that has"
+    " written the table: tests/integration/test_iceberg_topics.py runs this snippet as written"
+    " (its catalog path pointed at the test's broker) and checks it reads every row",
     ("docs/pytest-plugin.md", "The fixtures"): "tests/testing/test_readme_section.py runs"
     " this fixture test as written, with the example suite",
     ("docs/pytest-plugin.md", "Faults, and the Cluster without pytest"): "tests/testing/"

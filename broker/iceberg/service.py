@@ -1,0 +1,386 @@
+"""Iceberg topics' trio shell: on the leader of each partition of a topic with
+``iceberg.mode=key_value``, its committed records written to the topic's Iceberg table.
+
+Redpanda's Iceberg Topics (docs/iceberg-topics.md says where minibroker differs): the
+partition leader translates; here one writer task per topic serves the partitions of it this
+broker leads, and each commit is one snapshot covering them.
+
+- Which partitions: every partition led here whose topic's config has ``iceberg.mode`` =
+  ``key_value`` (a scan of the replica manager's partitions, woken by role changes and every
+  second for config changes); a topic whose config does not ask is never read here, so the
+  data path never decodes its records.
+- Reading: through the replica manager's read path (``ReplicaManager.read_records``, as
+  Fetch and share fetches read), as a read_committed consumer: up to the last stable offset,
+  with the aborted transactions of each read, so aborted records never land and control
+  batches are skipped (translation.AbortedTransactions, Kafka's consumer logic).
+- Writing: the pure core (translation.TopicTranslation) says when a commit is due (at most
+  ``iceberg.target.lag.ms`` after records became committed in the log) and from which
+  offsets; the records are decoded, turned into Arrow columns and Parquet files, and
+  committed by pyiceberg in a worker thread (``trio.to_thread.run_sync``, one at a time per
+  broker: pyiceberg blocks, the event loop never does). The commit is conditional on the
+  table's offsets (exactly once: translation's docstring).
+- Leadership: a partition no longer led here (or led at a new epoch) is dropped from its
+  writer; a newly led one starts from the offsets the table holds, read again from the
+  table. A commit that was in flight when leadership moved is refused by the table if the new
+  leader committed first, and the new leader's is refused if the old one did, so nothing
+  lands twice.
+- Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
+  with a growing delay; the topic still takes writes, and the lag metrics grow.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from minibroker.common.config import BrokerConfig
+from minibroker.iceberg.translation import (
+    MAX_COMMIT_BYTES,
+    RETRY_FIRST_MS,
+    CommitOutcome,
+    CommitPlan,
+    ReadChunk,
+    TopicTranslation,
+    end_of_chunk,
+)
+from minibroker.protocol.errors import Error
+from minibroker.replication.partition import Partition
+from minibroker.replication.replica_manager import ReplicaManager, wall_clock_ms
+from minibroker.storage.log import ICEBERG_KEY_VALUE, parse_iceberg_partition_spec
+
+if TYPE_CHECKING:
+    from minibroker.iceberg.table import TopicTable
+
+log = logging.getLogger("iceberg")
+
+T = TypeVar("T")
+
+# The scan for topics to write: on every role change, and this often for config changes.
+SCAN_INTERVAL_S = 1.0
+# A writer looks at leadership and its partitions' logs at least this often.
+RECHECK_S = 1.0
+READ_BYTES = 1024 * 1024
+
+
+class IcebergService:
+    """The writers of the Iceberg topics' partitions led by this broker."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.clock_ms = clock_ms
+        self.translations: dict[str, TopicTranslation] = {}
+        self.rows_written: Counter[tuple[str, int]] = Counter()
+        self.commits: Counter[str] = Counter()
+        self._writers: set[str] = set()
+        self._changed = trio.Event()
+        # One blocking call at a time: pyiceberg's catalog is shared, and two cores are few.
+        self._limiter = trio.CapacityLimiter(1)
+        self._catalog: Any = None
+        self._nursery: trio.Nursery | None = None
+        replicas.role_listeners.append(self._on_role_change)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                self._start_writers()
+                with trio.move_on_after(SCAN_INTERVAL_S):
+                    await self._changed.wait()
+                self._changed = trio.Event()
+
+    def _on_role_change(self, partition: Partition) -> None:
+        self._changed.set()
+
+    # -- which partitions --------------------------------------------------------------------
+
+    def _led(self, topic: str | None = None) -> dict[str, dict[int, Partition]]:
+        """The partitions led here whose topic asks for a table, by topic."""
+        found: dict[str, dict[int, Partition]] = {}
+        for partition in self.replicas.partitions():
+            if topic is not None and partition.topic != topic:
+                continue
+            if partition.is_leader and partition.log.config.iceberg_mode == ICEBERG_KEY_VALUE:
+                found.setdefault(partition.topic, {})[partition.index] = partition
+        return found
+
+    def _start_writers(self) -> None:
+        assert self._nursery is not None
+        for topic in self._led():
+            if topic not in self._writers:
+                self._writers.add(topic)
+                self._nursery.start_soon(self._write_topic, topic)
+
+    # -- blocking work, in a thread --------------------------------------------------------------
+
+    async def _blocking(self, function: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(
+            functools.partial(function, *args), limiter=self._limiter
+        )
+
+    def _open_table(self, topic: str, topic_id: str, spec_text: str) -> TopicTable:
+        """(In a thread.) The catalog on first use, then the topic's table."""
+        from minibroker.iceberg.table import TopicTable, open_catalog
+
+        if self._catalog is None:
+            self._catalog = open_catalog(
+                self.config.iceberg_catalog_name,
+                self.config.iceberg_uri,
+                self.config.iceberg_warehouse,
+            )
+        spec = parse_iceberg_partition_spec("iceberg.partition.spec", spec_text)
+        return TopicTable.open(
+            self._catalog, self.config.iceberg_catalog_namespace, topic, topic_id, spec
+        )
+
+    # -- the writer of one topic -------------------------------------------------------------------
+
+    async def _write_topic(self, topic: str) -> None:
+        try:
+            await self._translate(topic)
+        finally:
+            self._writers.discard(topic)
+            self.translations.pop(topic, None)
+
+    async def _translate(self, topic: str) -> None:
+        table: TopicTable | None = None
+        translation: TopicTranslation | None = None
+        while True:
+            # Every path below awaits, but a loop of the event loop's own must never spin.
+            await trio.lowlevel.checkpoint()
+            led = self._led(topic).get(topic)
+            if not led:
+                return
+            first = next(iter(led.values()))
+            topic_id, config = str(first.topic_id), first.log.config
+            if translation is None or translation.topic_id != topic_id:
+                # First sight, or the topic was deleted and made again under its name.
+                translation = TopicTranslation(topic_id, config.iceberg_target_lag_ms)
+                self.translations[topic] = translation
+                table = None
+            if table is None:
+                try:
+                    table = await self._blocking(
+                        self._open_table, topic, topic_id, config.iceberg_partition_spec
+                    )
+                except Exception as error:
+                    translation.failures += 1
+                    translation.last_error = _text(error)
+                    log.warning("cannot open the Iceberg table of %s: %s", topic, _text(error))
+                    await trio.sleep(
+                        min(30.0, RETRY_FIRST_MS / 1000 * 2 ** min(5, translation.failures - 1))
+                    )
+                    continue
+                translation.failures = 0
+                translation.last_error = None
+            translation.target_lag_ms = config.iceberg_target_lag_ms
+            for index, progress in list(translation.partitions.items()):
+                partition = led.get(index)
+                if partition is None or partition.leader_epoch != progress.leader_epoch:
+                    translation.drop(index)
+            new = [index for index in led if index not in translation.partitions]
+            if new:
+                try:
+                    stored = await self._blocking(table.offsets)
+                except Exception as error:
+                    translation.last_error = _text(error)
+                    log.warning("cannot read the offsets of %s's table: %s", topic, _text(error))
+                    await trio.sleep(RETRY_FIRST_MS / 1000)
+                    continue
+                # Leadership may have moved while the table was read: look again first.
+                led = self._led(topic).get(topic, {})
+                for index in new:
+                    partition = led.get(index)
+                    if partition is None:
+                        continue
+                    skipped = translation.add(
+                        index,
+                        partition.leader_epoch,
+                        stored,
+                        partition.log.log_start_offset,
+                        self.clock_ms(),
+                    )
+                    _warn_skipped(topic, index, skipped)
+                    log.info(
+                        "writing %s-%d to its Iceberg table from offset %d",
+                        topic,
+                        index,
+                        translation.partitions[index].position,
+                    )
+                continue
+            now = self.clock_ms()
+            for index, partition in led.items():
+                skipped = translation.observe(
+                    index, partition.last_stable_offset, partition.log.log_start_offset, now
+                )
+                _warn_skipped(topic, index, skipped)
+            if translation.due(now):
+                reads, ends = await self._read(translation, led)
+                plan = translation.plan(ends)
+                outcome = await self._commit(table, plan, reads)
+                translation.apply(plan, outcome, self.clock_ms())
+                self._count(topic, outcome)
+                continue
+            deadline = translation.next_deadline_ms()
+            wait_s = RECHECK_S if deadline is None else min(RECHECK_S, (deadline - now) / 1000)
+            # Partitions with records already waiting need no wake-up on append: their commit
+            # is due at the deadline whatever arrives before it.
+            idle = [
+                led[index].key
+                for index, progress in translation.partitions.items()
+                if progress.waiting_since_ms is None and index in led
+            ]
+            await self.replicas.watchers.wait_any(
+                idle, trio.current_time() + max(0.0, wait_s), "Iceberg"
+            )
+
+    async def _read(
+        self, translation: TopicTranslation, led: dict[int, Partition]
+    ) -> tuple[dict[int, list[ReadChunk]], dict[int, int]]:
+        """Each waiting partition's committed batches from its position (at most
+        MAX_COMMIT_BYTES), as a read_committed consumer reads them, without decoding any; the
+        event loop serves others between reads of READ_BYTES."""
+        reads: dict[int, list[ReadChunk]] = {}
+        ends: dict[int, int] = {}
+        for progress in translation.to_read():
+            partition = led.get(progress.index)
+            if partition is None:
+                continue
+            offset, total, chunks = progress.position, 0, []
+            while offset < progress.end_offset and total < MAX_COMMIT_BYTES:
+                entry = self.replicas.read_records(
+                    partition,
+                    offset,
+                    replica_id=-1,
+                    last_fetched_epoch=-1,
+                    max_bytes=READ_BYTES,
+                    min_one_batch=True,
+                    record_progress=False,
+                    isolation_level=1,
+                )
+                if entry["error_code"] != Error.NONE:
+                    break
+                data = bytes(entry["records"] or b"")
+                next_offset = end_of_chunk(data)
+                if next_offset is None or next_offset <= offset:
+                    break
+                aborted = tuple(
+                    (found["producer_id"], found["first_offset"])
+                    for found in entry["aborted_transactions"] or ()
+                )
+                chunks.append(ReadChunk(data, aborted))
+                total += len(data)
+                offset = next_offset
+                await trio.lowlevel.checkpoint()
+            reads[progress.index] = chunks
+            ends[progress.index] = offset
+        return reads, ends
+
+    async def _commit(
+        self, table: TopicTable, plan: CommitPlan, reads: dict[int, list[ReadChunk]]
+    ) -> CommitOutcome:
+        if not plan.partitions:
+            return CommitOutcome()
+        try:
+            return await self._blocking(table.commit, plan, reads)
+        except Exception as error:
+            log.warning("Iceberg commit failed: %s", _text(error))
+            return CommitOutcome(error=_text(error))
+
+    def _count(self, topic: str, outcome: CommitOutcome) -> None:
+        if outcome.snapshot:
+            self.commits[topic] += 1
+            for index, rows in outcome.rows.items():
+                self.rows_written[(topic, index)] += rows
+        for index, held in outcome.conflicts.items():
+            log.warning(
+                "%s-%d: the table holds offset %s, not the one this writer started from"
+                " (another writer committed): starting again from the table's",
+                topic,
+                index,
+                held,
+            )
+
+
+def _text(error: BaseException) -> str:
+    if isinstance(error, ImportError):
+        return f"pyiceberg is not installed ({error}): pip install 'minibroker[iceberg]'"
+    return f"{type(error).__name__}: {error}"
+
+
+def _warn_skipped(topic: str, index: int, skipped: int) -> None:
+    if skipped:
+        log.warning(
+            "%s-%d: %d offsets were deleted by retention before they were written to the"
+            " Iceberg table",
+            topic,
+            index,
+            skipped,
+        )
+
+
+class IcebergCollector:
+    """Iceberg topics' metrics, read at scrape time: rows written and snapshots committed by
+    this broker, each led partition's lag behind its log, and failing commits."""
+
+    def __init__(self, service: IcebergService) -> None:
+        self.service = service
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self):
+        service = self.service
+        now = service.clock_ms()
+        rows = CounterMetricFamily(
+            "minibroker_iceberg_rows_written",
+            "Rows this broker wrote to Iceberg tables as partition leader.",
+            labels=["topic", "partition"],
+        )
+        for (topic, index), count in sorted(service.rows_written.items()):
+            rows.add_metric([topic, str(index)], count)
+        yield rows
+        commits = CounterMetricFamily(
+            "minibroker_iceberg_commits",
+            "Iceberg snapshots this broker committed, by topic.",
+            labels=["topic"],
+        )
+        for topic, count in sorted(service.commits.items()):
+            commits.add_metric([topic], count)
+        yield commits
+        lag = GaugeMetricFamily(
+            "minibroker_iceberg_lag_records",
+            "Offsets committed in a partition's log (up to its last stable offset) and not"
+            " yet in its topic's Iceberg table, for the partitions this broker leads.",
+            labels=["topic", "partition"],
+        )
+        lag_seconds = GaugeMetricFamily(
+            "minibroker_iceberg_lag_seconds",
+            "How long the oldest committed record not yet in the topic's Iceberg table has waited.",
+            labels=["topic"],
+        )
+        failing = GaugeMetricFamily(
+            "minibroker_iceberg_commit_failures",
+            "Iceberg commits of the topic that failed in a row (0: the last one succeeded).",
+            labels=["topic"],
+        )
+        for topic, translation in sorted(service.translations.items()):
+            for index, progress in sorted(translation.partitions.items()):
+                lag.add_metric([topic, str(index)], progress.lag_records)
+            lag_seconds.add_metric([topic], translation.lag_ms(now) / 1000)
+            failing.add_metric([topic], translation.failures)
+        yield lag
+        yield lag_seconds
+        yield failing
