@@ -65,6 +65,18 @@ class WriteState:
     delivery_complete_count: int = -1
 
 
+@dataclass(frozen=True)
+class SummaryResult:
+    """ReadShareGroupStateSummary's answer (for DescribeShareGroupOffsets): a share partition
+    never initialized is NONE with start offset -1."""
+
+    error: Error
+    state_epoch: int = -1
+    leader_epoch: int = -1
+    start_offset: int = -1
+    delivery_complete_count: int = -1
+
+
 class SharePersister(Protocol):
     """The five operations of KIP-932's persister, one share partition at a time."""
 
@@ -81,6 +93,10 @@ class SharePersister(Protocol):
 
     async def delete(self, key: ShareStateKey) -> Error:
         """DeleteShareGroupState: the state is gone (its records tombstoned)."""
+        ...
+
+    async def read_summary(self, key: ShareStateKey, leader_epoch: int) -> SummaryResult:
+        """ReadShareGroupStateSummary: the start offset and epochs, nothing recorded."""
         ...
 
 
@@ -131,6 +147,14 @@ class InMemoryPersister:
         self.states.pop(key, None)
         self.leader_epochs.pop(key, None)
         return Error.NONE
+
+    async def read_summary(self, key: ShareStateKey, leader_epoch: int) -> SummaryResult:
+        current = self.states.get(key)
+        if current is None:
+            return SummaryResult(Error.NONE, 0, -1, -1, -1)
+        return SummaryResult(
+            Error.NONE, current.state_epoch, self.leader_epochs.get(key, -1), current.start_offset
+        )
 
 
 def merge_batches(

@@ -102,6 +102,9 @@ SKIPPED_SECTIONS = {
     ("docs/java.md", "Kafka's command-line tools"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs `minibroker kafka` (topics, console producer and consumer)"
     " and these tools' main classes (and every other tool) against a cluster",
+    ("docs/share-groups.md", "The kafka-share-groups tool"): "needs Java and the pinned"
+    " artifacts: tests/java/test_share_groups_tool.py runs kafka-share-groups' main class with"
+    " these options around confluent-kafka share consumers",
     ("docs/quotas-and-limits.md", "Quotas"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-configs' client quota commands",
     ("docs/spark.md", "Install and the demo"): "needs Java and pyspark, and is slow:"
