@@ -304,7 +304,13 @@ class SharePartitionManager:
         share = held.share
         error = await self.persister.write(
             held.key,
-            WriteState(share.state_epoch, held.leader_epoch, share.start_offset, tuple(batches)),
+            WriteState(
+                share.state_epoch,
+                held.leader_epoch,
+                share.start_offset,
+                tuple(batches),
+                share.delivery_complete_count,
+            ),
         )
         if error in (Error.FENCED_STATE_EPOCH, Error.UNKNOWN_TOPIC_OR_PARTITION):
             self._drop(held)
@@ -447,18 +453,26 @@ class SharePartitionManager:
                 if error is not Error.NONE:
                     log.warning("share group %s: release not persisted: %s", group, error.name)
             self.replicas.watchers.notify(share_watch_key(group, topic, index))
-        self._maybe_group_empty(group_id)
         return released
+
+    async def session_closed(self, group_id: str, member_id: str) -> None:
+        """A member closed its share session (final epoch): its records are freed, and the
+        group's share partitions dropped if it was the group's last session here."""
+        await self.release_member(group_id, member_id)
+        self._maybe_group_empty(group_id)
 
     async def member_left(self, group_id: str, member_id: str) -> None:
         """For the group coordinator: a member left the share group (or was fenced)."""
-        self.sessions.remove(group_id, member_id)
+        removed = self.sessions.remove(group_id, member_id)
         await self.release_member(group_id, member_id)
+        if removed is not None:
+            self._maybe_group_empty(group_id)
 
     async def connection_closed(self, connection: object) -> None:
         """The sessions of a closed connection end, and their members' records are freed."""
         for session in self.sessions.remove_connection(connection):
             await self.release_member(session.group_id, session.member_id)
+            self._maybe_group_empty(session.group_id)
 
 
 def _whole_batches(fetched: list[tuple[int, int]], fetch_offset: int, max_records: int) -> int:

@@ -18,6 +18,7 @@ import time
 from confluent_kafka import Producer, ShareConsumer
 
 from tests.conftest import create_topic
+from tests.java.conftest import SENDING
 from tests.integration.test_share_consumers import _from_the_earliest
 
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
@@ -70,6 +71,7 @@ def _take(bootstrap: str, client_id: str) -> tuple[ShareConsumer, list[int]]:
 
 
 def test_kafka_share_groups_list_describe_reset_delete(java, broker_factory, tmp_path):
+    first_log = len(java.request_log.files)
     broker = broker_factory({"offsets.topic.num.partitions": 3})
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
@@ -150,3 +152,20 @@ def test_kafka_share_groups_list_describe_reset_delete(java, broker_factory, tmp
         deleted, "delete"
     )
     assert GROUP not in _ok(deleted, "list-after").split()
+
+    # What the tool sent (for docs/java.md's table): the three admin APIs among them.
+    sent = sorted(
+        {
+            (match.group(2), int(match.group(3)))
+            for path in java.request_log.files[first_log:]
+            if path.exists()
+            for match in SENDING.finditer(path.read_text(errors="replace"))
+        }
+    )
+    print("kafka-share-groups sent:", ", ".join(f"{name} v{version}" for name, version in sent))
+    names = {name for name, _ in sent}
+    assert {
+        "DESCRIBE_SHARE_GROUP_OFFSETS",
+        "ALTER_SHARE_GROUP_OFFSETS",
+        "DELETE_SHARE_GROUP_OFFSETS",
+    } <= names, sent

@@ -74,6 +74,9 @@ CONTROLLER |= {57: (0, 2)}
 # Added since by share groups' data path (issue 35): ShareFetch and ShareAcknowledge v1-v2
 # (protocol/share_fetch_v1.py; kio has v0 only).
 BROKER |= {78: (1, 2), 79: (1, 2)}
+# Added since by share groups' admin path (issue 35): DescribeShareGroupOffsets v0-v1,
+# AlterShareGroupOffsets v0, DeleteShareGroupOffsets v0 (protocol/share_group_offsets_schemas.py).
+BROKER |= {90: (0, 1), 91: (0, 0), 92: (0, 0)}
 COMBINED = BROKER | CONTROLLER
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
 # dispatch.CLIENT_APIS then: what a broker held until it had joined the cluster.
@@ -86,6 +89,7 @@ HELD |= {75}
 HELD |= {78, 79}
 HELD |= {76, 77}
 HELD |= {88, 89}
+HELD |= {90, 91, 92}
 # Client telemetry: its subscriptions come with the controller's pushes.
 HELD |= {71, 72, 74}
 

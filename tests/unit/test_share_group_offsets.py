@@ -21,7 +21,7 @@ from minibroker.coordinator.group.share_offsets import (
     plan_alter,
 )
 from minibroker.protocol.errors import Error
-from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey
+from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey, WriteState
 from tests.unit.test_group_coordinator_service import Broker, join_request
 from tests.unit.test_share_group_service import PARTITIONS, beat, cluster_state, join
 
@@ -153,18 +153,33 @@ async def test_join_initializes_then_admins_describe_alter_and_delete(autojump_c
         assert topics == [("t", topic_id, [(p, -1, -1, -1) for p in range(PARTITIONS)])]
         _, _, asked = await coordinator.describe_share_group_offsets("sg", [("t", [1]), ("x", [0])])
         assert asked == [("t", topic_id, [(1, -1, -1, -1)]), ("x", None, [(0, -1, 0, -1)])]
+        # Lag: the end offset minus the start offset minus the records done after it.
+        await persister.write(
+            ShareStateKey("sg", topic_id, 3), WriteState(1, 0, 0, (), delivery_complete_count=0)
+        )
+        _, _, lagged = await coordinator.describe_share_group_offsets("sg", [("t", [3])])
+        assert lagged == [("t", topic_id, [(3, 0, 0, 0)])]
         # Not while it has members.
         refused = await coordinator.alter_share_group_offsets("sg", [("t", [(0, 0)])])
         assert refused[:2] == (Error.NON_EMPTY_GROUP, "The group is not empty.")
         refused = await coordinator.delete_share_group_offsets("sg", ["t"])
         assert refused[0] == Error.NON_EMPTY_GROUP
         assert (await coordinator.share_heartbeat("sg", beat("a", -1))).error == Error.NONE
-        # Unknown group, or a group of another type.
-        assert (await coordinator.alter_share_group_offsets("nosuch", []))[:2] == (
+        assert (await coordinator.join("classic", join_request())).error == Error.NONE
+        # Unknown group: DeleteShareGroupOffsets is GROUP_ID_NOT_FOUND; AlterShareGroupOffsets
+        # creates it, as Kafka 4.4 does (getOrMaybeCreateShareGroup(groupId, true)).
+        assert (await coordinator.delete_share_group_offsets("nosuch", ["t"]))[:2] == (
             Error.GROUP_ID_NOT_FOUND,
             "Group nosuch not found.",
         )
-        assert (await coordinator.join("classic", join_request())).error == Error.NONE
+        created = await coordinator.alter_share_group_offsets("new", [("t", [(0, 4)])])
+        assert created[0] == Error.NONE
+        assert coordinator.share_groups["new"].state.value == "Empty"
+        assert persister.states[ShareStateKey("new", topic_id, 0)].start_offset == 4
+        assert (await coordinator.alter_share_group_offsets("classic", []))[:2] == (
+            Error.GROUP_ID_NOT_FOUND,
+            "Group classic is not a share group.",
+        )
         assert (await coordinator.delete_share_group_offsets("classic", ["t"]))[:2] == (
             Error.GROUP_ID_NOT_FOUND,
             "Group classic is not a share group.",
@@ -180,7 +195,8 @@ async def test_join_initializes_then_admins_describe_alter_and_delete(autojump_c
         )
         assert _persisted(persister)[2] == (7, group.group_epoch)
         _, _, topics = await coordinator.describe_share_group_offsets("sg", [("t", [2])])
-        assert topics == [("t", topic_id, [(2, 7, -1, 0)])]  # the high watermark is 0
+        # No delivery complete count known yet (none written since): no lag, as Kafka.
+        assert topics == [("t", topic_id, [(2, 7, -1, -1)])]
         # Delete the offsets of t: the state is gone and so is the bookkeeping.
         error, _, answers = await coordinator.delete_share_group_offsets("sg", ["t", "x"])
         assert error == Error.NONE

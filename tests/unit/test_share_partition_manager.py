@@ -236,14 +236,22 @@ async def test_a_refused_write_is_answered_and_undone(manager, broker, autojump_
     assert share.state_of(0) is None and share.end_offset == 0
     manager.persister.refuse_writes = Error.NONE
     assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 1)]
-    manager.persister.refuse_writes = Error.FENCED_STATE_EPOCH
     p = partition(broker)
+    manager.persister.refuse_writes = Error.COORDINATOR_NOT_AVAILABLE
     assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
-        Error.FENCED_STATE_EPOCH
+        Error.COORDINATOR_NOT_AVAILABLE
     )
     share = manager.share_partition(GROUP, TOPIC, 0)
     assert share.state_of(0) is RecordState.ACQUIRED  # rolled back
+    # A fenced state epoch (an admin reset the state): the share partition is dropped (Kafka's
+    # fencedSharePartitionHandler) and the next fetch builds it again from the persister.
+    manager.persister.refuse_writes = Error.FENCED_STATE_EPOCH
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
+        Error.FENCED_STATE_EPOCH
+    )
+    assert manager.share_partition(GROUP, TOPIC, 0) is None
     manager.persister.refuse_writes = Error.NONE
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 2)]
     assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
         Error.NONE
     )

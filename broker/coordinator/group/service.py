@@ -1418,10 +1418,11 @@ class GroupCoordinator:
         is not looked up. Without (describeShareGroupAllOffsets): the group's initialized share
         partitions (none for an unknown group). A partition the persister cannot answer has
         start offset -1 and leader epoch -1 ("treated as absence of data, rather than an
-        error"). Lag (v1, KIP-1226): the partition's high watermark minus the start offset
-        minus the delivery complete count, -1 when unknown. Departure: Kafka asks the
-        partition's leader for the high watermark (ListOffsets); here the high watermark
-        of this broker's replica is used, and the lag is -1 where it has none."""
+        error"). Lag (v1, KIP-1226): the partition's end offset minus the start offset minus
+        the delivery complete count, -1 when either is unknown. Departure: Kafka asks the
+        partition's leader for its latest offset (PartitionMetadataClient.listLatestOffsets);
+        here the high watermark of this broker's replica is used, and the lag is -1 where it
+        has none."""
         if (error := self.check(group_id)) != Error.NONE:
             return error, None, []
         asked: list[tuple[str, uuid.UUID | None, list[int]]] = []
@@ -1450,32 +1451,46 @@ class GroupCoordinator:
     async def _share_offset(
         self, group_id: str, name: str, topic_id: uuid.UUID, index: int
     ) -> tuple[int, int, int]:
+        """(start offset, leader epoch, lag) as Kafka 4.4's readShareGroupStateSummary and
+        computeShareGroupLagAndBuildResponse answer them: a persister error is start offset -1
+        and leader epoch 0; the lag is computed only for a start offset and a delivery complete
+        count that are not -1, as the end offset minus both."""
         if self.share_persister is None:
-            return UNINITIALIZED_START_OFFSET, -1, -1
+            return UNINITIALIZED_START_OFFSET, 0, -1
         summary = await self.share_persister.read_summary(
             ShareStateKey(group_id, topic_id, index), 0
         )
         if summary.error != Error.NONE:
-            return UNINITIALIZED_START_OFFSET, -1, -1
+            return UNINITIALIZED_START_OFFSET, 0, -1
         lag = -1
         partition, _ = self.replicas.hosted_partition(name, index)
-        if partition is not None and summary.start_offset >= 0:
-            completed = max(summary.delivery_complete_count, 0)
-            lag = max(partition.high_watermark - summary.start_offset - completed, 0)
+        if (
+            partition is not None
+            and summary.start_offset != UNINITIALIZED_START_OFFSET
+            and summary.delivery_complete_count != -1
+        ):
+            lag = partition.high_watermark - summary.start_offset - summary.delivery_complete_count
         return summary.start_offset, summary.leader_epoch, lag
 
     async def alter_share_group_offsets(
         self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]]
     ) -> tuple[Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, Error, str | None]]]]]:
-        """AlterShareGroupOffsets (Kafka's alterShareGroupOffsets, completeAlterShareGroupOffsets
-        and persisterInitialize): the group must exist, be a share group (GROUP_ID_NOT_FOUND)
-        and be empty (NON_EMPTY_GROUP); each partition of a known topic is initialized at its
-        start offset with the group epoch as state epoch (its topic recorded as initializing,
-        then initialized), any other is UNKNOWN_TOPIC_OR_PARTITION; a partition the persister
+        """AlterShareGroupOffsets (Kafka 4.4's GroupMetadataManager.alterShareGroupOffsets,
+        completeAlterShareGroupOffsets and persisterInitialize): an unknown group is created
+        (getOrMaybeCreateShareGroup with createIfNotExists, so offsets can be set before the
+        first member joins), another type's group is GROUP_ID_NOT_FOUND, a group with
+        members NON_EMPTY_GROUP; each partition of a known topic is initialized at its start
+        offset with the group epoch as state epoch (its topic recorded as initializing, then
+        initialized), any other is UNKNOWN_TOPIC_OR_PARTITION; a partition the persister
         refused carries the persister's error."""
-        error, message, group = self._share_group_for_admin(group_id)
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, []
+        group = self.share_groups.get(group_id)
         if group is None:
-            return error, message, []
+            if self._not_share(group_id):
+                return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", []
+            group = ShareGroup(group_id, self.share_settings)
+            self.share_groups[group_id] = group
         if group.members:
             return Error.NON_EMPTY_GROUP, "The group is not empty.", []
         if self.share_persister is None:
