@@ -215,8 +215,11 @@ async def test_a_member_leaving_releases_its_records(manager, broker, autojump_c
     await produce(broker, 6)
     await acquire(manager, broker, "m1", max_records=3, batch_optimized=False)
     await acquire(manager, broker, "m2", max_records=3, batch_optimized=False)
-    opened = manager.sessions.fetch(GROUP, "m1", 0, [(TOPIC_ID, 0)], [], has_acknowledgements=False)
-    assert opened.error is Error.NONE
+    for member in ("m1", "m2"):
+        opened = manager.sessions.fetch(
+            GROUP, member, 0, [(TOPIC_ID, 0)], [], has_acknowledgements=False
+        )
+        assert opened.error is Error.NONE
     await manager.member_left(GROUP, "m1")
     assert manager.sessions.get(GROUP, "m1") is None
     share = manager.share_partition(GROUP, TOPIC, 0)
@@ -224,6 +227,10 @@ async def test_a_member_leaving_releases_its_records(manager, broker, autojump_c
         RecordState.ACQUIRED
     ] * 3
     assert (await acquire(manager, broker, "m3")).acquired == [AcquiredRange(0, 2, 2)]
+    # The group's last share session here ends: its share partitions are dropped (Kafka's
+    # onGroupEmpty), to be read again from the persister by the next fetch.
+    await manager.member_left(GROUP, "m2")
+    assert manager.share_partition(GROUP, TOPIC, 0) is None
 
 
 async def test_a_refused_write_is_answered_and_undone(manager, broker, autojump_clock):
