@@ -277,6 +277,7 @@ class SharePartitionManager:
         elif read.error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
             share = SharePartition.initialize(settings, None, log_start, partition.high_watermark)
             state_epoch = read.state.state_epoch if read.state is not None else 0
+            share.state_epoch = state_epoch  # its writes carry the epoch it was initialized at
             error = await self.persister.initialize(key, state_epoch, share.start_offset)
             if error is not Error.NONE:
                 return None, persister_error(error)
