@@ -7,19 +7,23 @@ A consumer takes the topic's ten records and accepts them (commit_sync, which li
 before close); while it is a member the tool lists and describes the group and its members
 and refuses to reset it; once it left, the tool shows the share partition's start offset (10),
 resets it to the earliest offset, and a new consumer of the group gets the ten records again;
-then the tool deletes the group's offsets and the group. The tool runs in one JVM per phase
-(programs/ToolBatch.java, as tests/java/test_tools.py runs the others)."""
+then the tool deletes the group's offsets and the group. Every step runs in one JVM
+(programs/ToolBatch.java, as tests/java/test_tools.py runs the others), started in the
+background: the test acts with its consumers when the JVM reaches the steps that wait for them
+(ToolBatch's "until")."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from pathlib import Path
 
 from confluent_kafka import Producer, ShareConsumer
 
 from tests.conftest import create_topic
-from tests.java.conftest import SENDING
 from tests.integration.test_share_consumers import _from_the_earliest
+from tests.java.conftest import JAVA_TIMEOUT, SENDING
 
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 TOPIC = "admin-queue"
@@ -28,17 +32,22 @@ RECORDS = 10
 DEADLINE_S = 30.0
 
 
-def _run_tools(java, work, phase: str, bootstrap: str, steps: list[tuple[str, list[str]]]):
-    """Each (name, arguments) step run by kafka-share-groups in one JVM: answers by name."""
-    batch = [
-        {"name": name, "main": SHARE_GROUPS, "args": ["--bootstrap-server", bootstrap, *args]}
-        for name, args in steps
-    ]
-    batch_path, answers_path = work / f"{phase}.json", work / f"{phase}-answers.json"
-    batch_path.write_text(json.dumps(batch))
-    done = java.run("ToolBatch", str(batch_path), str(answers_path))
-    assert done.returncode == 0, done.stderr[-4000:]
-    return {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
+def _step(name: str, bootstrap: str, *args: str, until: str | None = None) -> dict:
+    step = {"name": name, "main": SHARE_GROUPS, "args": ["--bootstrap-server", bootstrap, *args]}
+    if until is not None:
+        step |= {"until": until, "timeout_s": DEADLINE_S}
+    return step
+
+
+def _wait_for_step(log: Path, name: str, tools: subprocess.Popen) -> None:
+    """Until the tools' JVM starts step ``name`` (ToolBatch logs "minibroker-tool <name>" to
+    the request log before each step): the steps before it are done."""
+    deadline = time.monotonic() + JAVA_TIMEOUT
+    marker = f"minibroker-tool {name}\n"
+    while not log.exists() or marker not in log.read_text(errors="replace"):
+        assert tools.poll() is None, f"the tools' JVM ended before step {name}"
+        assert time.monotonic() < deadline, f"step {name} never started"
+        time.sleep(0.1)
 
 
 def _ok(answers: dict, name: str) -> str:
@@ -71,95 +80,84 @@ def _take(bootstrap: str, client_id: str) -> tuple[ShareConsumer, list[int]]:
 
 
 def test_kafka_share_groups_list_describe_reset_delete(java, broker_factory, tmp_path):
-    first_log = len(java.request_log.files)
     broker = broker_factory({"offsets.topic.num.partitions": 3})
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
     _from_the_earliest(bootstrap, GROUP)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for number in range(RECORDS):
-        producer.produce(TOPIC, value=b"job-%02d" % number)
-    assert producer.flush(30) == 0
+    b = bootstrap
+    reset = ["--reset-offsets", "--group", GROUP, "--topic", TOPIC, "--to-earliest", "--execute"]
+    batch = [
+        # While the first consumer is a member (the JVM starts as it joins).
+        _step("list", b, "--list", until=GROUP),
+        _step("members", b, "--describe", "--group", GROUP, "--members", until="first"),
+        _step("state", b, "--describe", "--group", GROUP, "--state"),
+        _step("reset-refused", b, *reset),
+        # Once it left (the test closes it when this step starts).
+        _step("left", b, "--describe", "--group", GROUP, "--state", until="Empty"),
+        _step("describe", b, "--describe", "--group", GROUP),
+        _step("reset", b, *reset),
+        _step("describe-after", b, "--describe", "--group", GROUP),
+        # A second consumer takes the records again and accepts them: the start offset is back
+        # at 10 (" 10 ": the START-OFFSET column, the LAG column after it), then it leaves.
+        _step("taken-again", b, "--describe", "--group", GROUP, until=f" {RECORDS} "),
+        _step("left-again", b, "--describe", "--group", GROUP, "--state", until="Empty"),
+        _step("delete-offsets", b, "--delete-offsets", "--group", GROUP, "--topic", TOPIC),
+        _step("delete", b, "--delete", "--group", GROUP),
+        _step("list-after", b, "--list"),
+    ]
+    batch_path, answers_path = tmp_path / "batch.json", tmp_path / "answers.json"
+    batch_path.write_text(json.dumps(batch))
+    # One JVM for every step (a JVM start costs seconds), the consumers acting between steps.
+    command = java.command("ToolBatch", str(batch_path), str(answers_path))
+    log = java.request_log.files[-1]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as tools:
+        try:
+            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+            for number in range(RECORDS):
+                producer.produce(TOPIC, value=b"job-%02d" % number)
+            assert producer.flush(30) == 0
+            consumer, offsets = _take(bootstrap, "first")
+            _wait_for_step(log, "left", tools)
+            consumer.close()
+            assert sorted(offsets) == list(range(RECORDS))
+            _wait_for_step(log, "taken-again", tools)
+            again, offsets = _take(bootstrap, "second")
+            again.close()
+            assert sorted(offsets) == list(range(RECORDS)), "the reset did not deliver them again"
+            _, stderr = tools.communicate(timeout=JAVA_TIMEOUT)
+        finally:
+            if tools.poll() is None:
+                tools.kill()
+    assert tools.returncode == 0, stderr[-4000:]
+    answers = {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
 
-    consumer, offsets = _take(bootstrap, "first")
-    try:
-        assert sorted(offsets) == list(range(RECORDS))
-        live = _run_tools(
-            java,
-            tmp_path,
-            "live",
-            bootstrap,
-            [
-                ("list", ["--list"]),
-                ("members", ["--describe", "--group", GROUP, "--members"]),
-                ("state", ["--describe", "--group", GROUP, "--state"]),
-                (
-                    "reset-refused",
-                    ["--reset-offsets", "--group", GROUP, "--topic", TOPIC, "--to-earliest",
-                     "--execute"],
-                ),  # fmt: skip
-            ],
-        )
-    finally:
-        consumer.close()
-    assert GROUP in _ok(live, "list").split()
-    members = _ok(live, "members")
+    assert GROUP in _ok(answers, "list").split()
+    members = _ok(answers, "members")
     assert "first" in members and f"{TOPIC}:0" in members, members
-    assert "Stable" in _ok(live, "state")
-    refused = live["reset-refused"]
+    assert "Stable" in _ok(answers, "state")
+    refused = answers["reset-refused"]
     assert refused["exit"] != 0, refused
     assert f"Share group '{GROUP}' is not empty." in refused["stdout"] + refused["stderr"]
-
-    empty = _run_tools(
-        java,
-        tmp_path,
-        "empty",
-        bootstrap,
-        [
-            ("describe", ["--describe", "--group", GROUP]),
-            (
-                "reset",
-                ["--reset-offsets", "--group", GROUP, "--topic", TOPIC, "--to-earliest",
-                 "--execute"],
-            ),  # fmt: skip
-            ("describe-after", ["--describe", "--group", GROUP]),
-        ],
-    )
+    assert "Empty" in _ok(answers, "left")
     # Every record accepted: the share partition starts after them.
-    assert _start_offset(_ok(empty, "describe")) == str(RECORDS)
-    reset = _ok(empty, "reset")
-    assert GROUP in reset and TOPIC in reset, reset
-    assert _start_offset(_ok(empty, "describe-after")) == "0"
-
-    again, offsets = _take(bootstrap, "second")
-    again.close()
-    assert sorted(offsets) == list(range(RECORDS)), "the reset did not deliver the records again"
-
-    deleted = _run_tools(
-        java,
-        tmp_path,
-        "deleted",
-        bootstrap,
-        [
-            ("delete-offsets", ["--delete-offsets", "--group", GROUP, "--topic", TOPIC]),
-            ("delete", ["--delete", "--group", GROUP]),
-            ("list-after", ["--list"]),
-        ],
-    )
-    delete_offsets = _ok(deleted, "delete-offsets")
+    assert _start_offset(_ok(answers, "describe")) == str(RECORDS)
+    reset_out = _ok(answers, "reset")
+    assert GROUP in reset_out and TOPIC in reset_out, reset_out
+    assert _start_offset(_ok(answers, "describe-after")) == "0"
+    assert _start_offset(_ok(answers, "taken-again")) == str(RECORDS)
+    assert "Empty" in _ok(answers, "left-again")
+    delete_offsets = _ok(answers, "delete-offsets")
     assert TOPIC in delete_offsets and "Successful" in delete_offsets, delete_offsets
     assert f"Deletion of requested share groups ('{GROUP}') was successful." in _ok(
-        deleted, "delete"
+        answers, "delete"
     )
-    assert GROUP not in _ok(deleted, "list-after").split()
+    assert GROUP not in _ok(answers, "list-after").split()
 
     # What the tool sent (for docs/java.md's table): the three admin APIs among them.
     sent = sorted(
         {
             (match.group(2), int(match.group(3)))
-            for path in java.request_log.files[first_log:]
-            if path.exists()
-            for match in SENDING.finditer(path.read_text(errors="replace"))
+            for match in SENDING.finditer(log.read_text(errors="replace"))
         }
     )
     print("kafka-share-groups sent:", ", ".join(f"{name} v{version}" for name, version in sent))
