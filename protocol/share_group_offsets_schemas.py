@@ -25,7 +25,6 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeRequestTopicV0:
     __type__: ClassVar = EntityType.nested

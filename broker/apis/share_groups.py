@@ -307,7 +307,9 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request) -> dict
         elif metadata.topic(name) is None:
             error, message = Error.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC_MESSAGE
         if error is None:
-            asked.append((name, [(int(p.partition_index), int(p.start_offset)) for p in topic.partitions]))
+            asked.append(
+                (name, [(int(p.partition_index), int(p.start_offset)) for p in topic.partitions])
+            )
             continue
         known = metadata.topic(name)
         refused.append(
@@ -315,7 +317,11 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request) -> dict
                 "topic_name": name,
                 "topic_id": known.topic_id if known is not None else _ZERO_UUID,
                 "partitions": [
-                    {"partition_index": p.partition_index, "error_code": error, "error_message": message}
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": error,
+                        "error_message": message,
+                    }
                     for p in topic.partitions
                 ],
             }
@@ -374,7 +380,12 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request) -> dic
     if error != Error.NONE:
         return _delete_offsets_error(request, error, message)
     responses = [
-        {"topic_name": name, "topic_id": topic_id or _ZERO_UUID, "error_code": code, "error_message": text}
+        {
+            "topic_name": name,
+            "topic_id": topic_id or _ZERO_UUID,
+            "error_code": code,
+            "error_message": text,
+        }
         for name, topic_id, code, text in topics
     ]
     return {"error_code": Error.NONE, "error_message": None, "responses": refused + responses}

@@ -71,7 +71,11 @@ def test_offsets_delete_and_group_delete_move_topics_to_deleting():
     assert after.initialized == {} and after.deleting == {T: "t"}
     assert refused == [
         ("u", Error.UNKNOWN_TOPIC_OR_PARTITION, "There is no offset information to delete."),
-        ("nosuch", Error.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."),
+        (
+            "nosuch",
+            Error.UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic-partition.",
+        ),
     ]
     # Still deleting (the persister failed): deleted again, all its partitions.
     again, to_delete, _ = after.for_offsets_delete(["t"], lookup)
@@ -191,7 +195,13 @@ async def test_join_initializes_then_admins_describe_alter_and_delete(autojump_c
         unknown = "This server does not host this topic-partition."
         assert (error, answers) == (
             Error.NONE,
-            [("t", topic_id, [(2, Error.NONE, None), (9, Error.UNKNOWN_TOPIC_OR_PARTITION, unknown)])],
+            [
+                (
+                    "t",
+                    topic_id,
+                    [(2, Error.NONE, None), (9, Error.UNKNOWN_TOPIC_OR_PARTITION, unknown)],
+                )
+            ],
         )
         assert _persisted(persister)[2] == (7, group.group_epoch)
         _, _, topics = await coordinator.describe_share_group_offsets("sg", [("t", [2])])
@@ -209,7 +219,12 @@ async def test_join_initializes_then_admins_describe_alter_and_delete(autojump_c
         assert (await coordinator.describe_share_group_offsets("sg", None))[2] == []
         _, _, answers = await coordinator.delete_share_group_offsets("sg", ["t"])
         assert answers == [
-            ("t", None, Error.UNKNOWN_TOPIC_OR_PARTITION, "There is no offset information to delete.")
+            (
+                "t",
+                None,
+                Error.UNKNOWN_TOPIC_OR_PARTITION,
+                "There is no offset information to delete.",
+            )
         ]
         # Alter on an empty group with no state: initializes it, recorded as initialized.
         await coordinator.alter_share_group_offsets("sg", [("t", [(0, 3)])])

@@ -54,6 +54,8 @@ from minibroker.coordinator.group.share_group import (
 )
 from minibroker.coordinator.group.share_group import validate as validate_share
 from minibroker.coordinator.group.share_log_format import ShareRecordKind
+from minibroker.coordinator.group.share_log_format import encode_key as encode_share_key
+from minibroker.coordinator.group.share_log_format import encode_value as encode_share_value
 from minibroker.coordinator.group.share_offsets import (
     UNINITIALIZED_START_OFFSET,
     InitTopic,
@@ -61,8 +63,6 @@ from minibroker.coordinator.group.share_offsets import (
     TopicPartitions,
     plan_alter,
 )
-from minibroker.coordinator.group.share_log_format import encode_key as encode_share_key
-from minibroker.coordinator.group.share_log_format import encode_value as encode_share_value
 from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
@@ -1216,7 +1216,10 @@ class GroupCoordinator:
                 group.subscribed_topics(), self.topic_lookup, self.clock_ms()
             )
             if changes and self.share_groups.get(group.group_id) is group:
-                offsets = {t: dict.fromkeys(e.partitions, UNINITIALIZED_START_OFFSET) for t, e in changes.items()}
+                offsets = {
+                    t: dict.fromkeys(e.partitions, UNINITIALIZED_START_OFFSET)
+                    for t, e in changes.items()
+                }
                 await self._initialize_share_state(group, changes, offsets)
         except Exception:  # noqa: BLE001 - logged; the next heartbeat tries again
             log.exception("share group %s: initializing share partitions failed", group.group_id)
@@ -1409,7 +1412,9 @@ class GroupCoordinator:
 
     async def describe_share_group_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
-    ) -> tuple[Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int]]]]]:
+    ) -> tuple[
+        Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int]]]]
+    ]:
         """DescribeShareGroupOffsets of one group: (error, message, [(topic, topic id,
         [(partition, start offset, leader epoch, lag)])]).
 
@@ -1440,7 +1445,9 @@ class GroupCoordinator:
         answers: list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int]]]] = []
         for name, topic_id, parts in asked:
             if topic_id is None:
-                answers.append((name, None, [(p, UNINITIALIZED_START_OFFSET, 0, -1) for p in parts]))
+                answers.append(
+                    (name, None, [(p, UNINITIALIZED_START_OFFSET, 0, -1) for p in parts])
+                )
                 continue
             rows = []
             for index in parts:
@@ -1474,7 +1481,9 @@ class GroupCoordinator:
 
     async def alter_share_group_offsets(
         self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]]
-    ) -> tuple[Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, Error, str | None]]]]]:
+    ) -> tuple[
+        Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, Error, str | None]]]]
+    ]:
         """AlterShareGroupOffsets (Kafka 4.4's GroupMetadataManager.alterShareGroupOffsets,
         completeAlterShareGroupOffsets and persisterInitialize): an unknown group is created
         (getOrMaybeCreateShareGroup with createIfNotExists, so offsets can be set before the
@@ -1498,7 +1507,9 @@ class GroupCoordinator:
         plan = plan_alter(topics, self.topic_lookup, self.clock_ms())
         results: dict[tuple[uuid.UUID, int], Error] = {}
         if plan.offsets:
-            error, results = await self._initialize_share_state(group, plan.initializing, plan.offsets)
+            error, results = await self._initialize_share_state(
+                group, plan.initializing, plan.offsets
+            )
             if error != Error.NONE:
                 return error, None, []
         answers = []
@@ -1528,7 +1539,9 @@ class GroupCoordinator:
             return Error.NON_EMPTY_GROUP, "The group is not empty.", []
         if self.share_persister is None:
             return Error.COORDINATOR_NOT_AVAILABLE, None, []
-        after, to_delete, refused = group.state_partitions.for_offsets_delete(names, self.topic_lookup)
+        after, to_delete, refused = group.state_partitions.for_offsets_delete(
+            names, self.topic_lookup
+        )
         error = await self._set_state_partitions(group, after)
         if error != Error.NONE:
             return error, None, []
@@ -1536,14 +1549,21 @@ class GroupCoordinator:
         if to_delete:
             errors = await self._delete_share_state(group_id, to_delete)
             succeeded = [t for t, e in errors.items() if e == Error.NONE]
-            error = await self._set_state_partitions(group, group.state_partitions.deleted(succeeded))
+            error = await self._set_state_partitions(
+                group, group.state_partitions.deleted(succeeded)
+            )
             if error != Error.NONE:
                 return error, None, []
             for topic_id, topic_error in errors.items():
                 topic = self.replicas.metadata.topic_by_id(topic_id)
                 name = topic.name if topic is not None else None
                 answers.append(
-                    (name or "", topic_id, topic_error, None if topic_error == Error.NONE else _message(topic_error))
+                    (
+                        name or "",
+                        topic_id,
+                        topic_error,
+                        None if topic_error == Error.NONE else _message(topic_error),
+                    )
                 )
         answers.extend((name, None, code, text) for name, code, text in refused)
         return Error.NONE, None, answers

@@ -62,17 +62,17 @@ from minibroker.coordinator.group.consumer_group import (
     TopicLookup,
 )
 from minibroker.coordinator.group.consumer_log_format import freeze, thaw
-from minibroker.coordinator.group.share_offsets import ShareStatePartitions
 from minibroker.coordinator.group.share_log_format import (
     ShareCurrentAssignmentValue,
-    ShareStatePartitionMetadataValue,
     ShareGroupMetadataValue,
     ShareMemberMetadataValue,
     ShareRecordKey,
     ShareRecordKind,
+    ShareStatePartitionMetadataValue,
     ShareTargetMemberValue,
     ShareTargetMetadataValue,
 )
+from minibroker.coordinator.group.share_offsets import ShareStatePartitions
 from minibroker.protocol.errors import Error
 
 ShareRecord = tuple[ShareRecordKey, object | None]

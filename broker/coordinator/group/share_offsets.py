@@ -153,7 +153,9 @@ class ShareStatePartitions:
             dict(self.deleting),
         )
 
-    def without_initializing(self, failed: Mapping[uuid.UUID, Iterable[int]]) -> ShareStatePartitions:
+    def without_initializing(
+        self, failed: Mapping[uuid.UUID, Iterable[int]]
+    ) -> ShareStatePartitions:
         if not failed or not self.initializing:
             return self
         return ShareStatePartitions(
@@ -237,11 +239,19 @@ class ShareStatePartitions:
         )
 
     @classmethod
-    def from_value(cls, value: ShareStatePartitionMetadataValue, now_ms: int) -> ShareStatePartitions:
+    def from_value(
+        cls, value: ShareStatePartitionMetadataValue, now_ms: int
+    ) -> ShareStatePartitions:
         """Kafka's replay: every entry's timestamp is the time of the replay."""
         return cls(
-            {t.topic_id: InitTopic(t.name, frozenset(t.partitions), now_ms) for t in value.initializing},
-            {t.topic_id: InitTopic(t.name, frozenset(t.partitions), now_ms) for t in value.initialized},
+            {
+                t.topic_id: InitTopic(t.name, frozenset(t.partitions), now_ms)
+                for t in value.initializing
+            },
+            {
+                t.topic_id: InitTopic(t.name, frozenset(t.partitions), now_ms)
+                for t in value.initialized
+            },
             {t.topic_id: t.name for t in value.deleting},
         )
 
@@ -281,7 +291,11 @@ def plan_alter(
         found = topics(name)
         if found is None:
             plan.responses.append(
-                (name, None, [(p, Error.UNKNOWN_TOPIC_OR_PARTITION, unknown) for p, _ in partitions])
+                (
+                    name,
+                    None,
+                    [(p, Error.UNKNOWN_TOPIC_OR_PARTITION, unknown) for p, _ in partitions],
+                )
             )
             continue
         topic_id, count = found
