@@ -301,7 +301,8 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request) -> dict
     asked: list[tuple[str, list[tuple[int, int]]]] = []
     for topic in request.topics:
         name = topic.topic_name
-        error = None
+        error: Error | None = None
+        message: str | None = None
         if not topic_allowed(ctx, Operation.READ, name):
             error, message = Error.TOPIC_AUTHORIZATION_FAILED, _TOPIC_AUTHORIZATION_MESSAGE
         elif metadata.topic(name) is None:

@@ -1434,14 +1434,15 @@ class GroupCoordinator:
         if topics is None:
             group = self.share_groups.get(group_id)
             if group is not None:
-                for topic_id, parts in group.state_partitions.initialized_partitions().items():
-                    topic = self.replicas.metadata.topic_by_id(topic_id)
-                    if topic is not None:
-                        asked.append((topic.name, topic_id, sorted(parts)))
+                for known_id, indexes in group.state_partitions.initialized_partitions().items():
+                    known = self.replicas.metadata.topic_by_id(known_id)
+                    if known is not None:
+                        asked.append((known.name, known_id, sorted(indexes)))
         else:
-            for name, parts in topics:
-                topic = self.replicas.metadata.topic(name)
-                asked.append((name, topic.topic_id if topic is not None else None, list(parts)))
+            for wanted, wanted_parts in topics:
+                topic = self.replicas.metadata.topic(wanted)
+                found_id = topic.topic_id if topic is not None else None
+                asked.append((wanted, found_id, list(wanted_parts)))
         answers: list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int]]]] = []
         for name, topic_id, parts in asked:
             if topic_id is None:
