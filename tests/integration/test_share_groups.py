@@ -16,9 +16,10 @@ import uuid
 import pytest
 from confluent_kafka import ShareConsumer
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from minibroker.protocol import share_group_offsets_schemas as s
 from minibroker.protocol.errors import Error
@@ -182,8 +183,15 @@ def test_share_group_offsets_admin_bad_input(broker):
     create_topic(broker.bootstrap, "t-admin", 2)
     bootstrap = broker.bootstrap
     member_id = str(uuid.uuid4())
-    joined = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("t-admin",))
-    assert joined.error_code == Error.NONE
+
+    def join_admin_group():
+        # As a client does: FindCoordinator first (it creates the offsets topic when this
+        # test runs alone), then the heartbeat, until the coordinator has loaded.
+        exchange(bootstrap, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("sg-admin",)))
+        answer = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("t-admin",))
+        return answer if answer.error_code == Error.NONE else None
+
+    wait_for(join_admin_group, 30.0, "the share group's coordinator")
 
     def alter(group_id, topics):
         return exchange(
