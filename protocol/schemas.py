@@ -37,6 +37,9 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   the request v1 is v0's).
 - ShareFetch and ShareAcknowledge v1-v2 (KIP-932 as Kafka 4.4 serves them; kio has v0):
   protocol/share_fetch_v1.py, registered here.
+- DescribeShareGroupOffsets v0-v1, AlterShareGroupOffsets v0 and DeleteShareGroupOffsets v0
+  (KIP-932's admin path, KIP-1226's lag): kio 0.6.1 has none of them;
+  protocol/share_group_offsets_schemas.py, registered here.
 
 - ShareGroupHeartbeat v1 and ShareGroupDescribe v1 (KIP-932 as Kafka 4.1+ serves it: the
   only version, "validVersions": "1"): the same fields as kio's v0 (the version changed the
@@ -110,6 +113,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
 from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
+from minibroker.protocol import share_group_offsets_schemas as _share_offsets
 from minibroker.protocol import streams_group_schemas as _streams
 
 
@@ -406,6 +410,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (85, 1): WriteShareGroupStateRequestV1,
     (87, 1): ReadShareGroupStateSummaryRequestV1,
     **_share_fetch_v1.REQUESTS,
+    **_share_offsets.REQUESTS,
     **_streams.REQUESTS,
     (74, 1): ListConfigResourcesRequestV1,
 }
@@ -422,6 +427,7 @@ RESPONSES: dict[tuple[int, int], type] = {
     (87, 0): ReadShareGroupStateSummaryResponseV0,
     (87, 1): ReadShareGroupStateSummaryResponseV1,
     **_share_fetch_v1.RESPONSES,
+    **_share_offsets.RESPONSES,
     **_streams.RESPONSES,
     (74, 1): ListConfigResourcesResponseV1,
 }

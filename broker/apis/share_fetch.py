@@ -207,7 +207,7 @@ async def handle_share_fetch(ctx: RequestContext, request) -> dict:
                 error = await manager.acknowledge(group_id, member_id, partition, parsed)
         entry(key, name)["acknowledge_error_code"] = error
     if outcome.closed:
-        await manager.release_member(group_id, member_id)
+        await manager.session_closed(group_id, member_id)
     else:
         if request.share_session_epoch == 0:
             # A full share session's answer names every partition it holds, records or not
@@ -314,7 +314,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request) -> dict:
             )
         responses.append({"topic_id": topic.topic_id, "partitions": parts})
     if outcome.closed:
-        await manager.release_member(group_id, member_id)
+        await manager.session_closed(group_id, member_id)
     return {
         "error_code": Error.NONE,
         "acquisition_lock_timeout": lock_ms,

@@ -1,4 +1,5 @@
-"""Share groups' membership (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe.
+"""Share groups for members and admins (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe,
+and the offsets APIs DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets.
 
 The handlers translate the requests into calls on the group coordinator
 (coordinator/group/service.py, whose share groups are coordinator/group/share_group.py) and
@@ -15,9 +16,14 @@ handleShareGroupDescribe do, in their order:
   topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without members
   ("The group has described topic(s) that the client is not authorized to describe.").
 
-Only the membership is served: ShareFetch and ShareAcknowledge (the records) are other
-modules' (see docs/share-groups.md).
+- DescribeShareGroupOffsets (v0-v1), AlterShareGroupOffsets (v0), DeleteShareGroupOffsets
+  (v0): see each handler; the coordinator's rules are coordinator/group/service.py's and
+  share_offsets.py's.
+
+ShareFetch and ShareAcknowledge (the records) are other modules' (see docs/share-groups.md).
 """
+
+import uuid
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import authorized_operations, group_allowed, topic_allowed
@@ -172,3 +178,215 @@ async def handle_share_group_describe(ctx: RequestContext, request) -> dict:
             for group_id in request.group_ids
         ]
     }
+
+
+# -- share groups' offsets, for admins: DescribeShareGroupOffsets, AlterShareGroupOffsets,
+# DeleteShareGroupOffsets (Kafka 4.4's KafkaApis.handleDescribeShareGroupOffsetsRequest,
+# handleAlterShareGroupOffsetsRequest, handleDeleteShareGroupOffsetsRequest) -----------------
+
+_ZERO_UUID = uuid.UUID(int=0)
+_TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
+_UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+
+
+def _describe_offsets_group_error(group_id: str, error: Error, message: str | None = None) -> dict:
+    return {"group_id": group_id, "topics": (), "error_code": error, "error_message": message}
+
+
+def _describe_offsets_error(request, error: Error) -> dict:
+    return {"groups": [_describe_offsets_group_error(g.group_id, error) for g in request.groups]}
+
+
+async def _describe_offsets_group(ctx: RequestContext, group) -> dict:
+    group_id = group.group_id
+    if not group_allowed(ctx, Operation.DESCRIBE, group_id):
+        return _describe_offsets_group_error(group_id, Error.GROUP_AUTHORIZATION_FAILED)
+    if group.topics is not None and not group.topics:
+        return _describe_offsets_group_error(group_id, Error.NONE)
+    unauthorized = []
+    asked = None
+    if group.topics is not None:
+        asked = []
+        for topic in group.topics:
+            if topic_allowed(ctx, Operation.DESCRIBE, topic.topic_name):
+                asked.append((topic.topic_name, [int(p) for p in topic.partitions]))
+            else:
+                unauthorized.append(topic)
+    error, message, topics = await ctx.group_coordinator.describe_share_group_offsets(
+        group_id, asked
+    )
+    if error != Error.NONE:
+        return _describe_offsets_group_error(group_id, error, message)
+    if asked is None:
+        # Clients are not allowed to see offsets of topics they may not describe.
+        topics = [t for t in topics if topic_allowed(ctx, Operation.DESCRIBE, t[0])]
+    answer = [
+        {
+            "topic_name": name,
+            "topic_id": topic_id or _ZERO_UUID,
+            "partitions": [
+                {
+                    "partition_index": index,
+                    "start_offset": start,
+                    "leader_epoch": epoch,
+                    "lag": lag,
+                    "error_code": Error.NONE,
+                    "error_message": None,
+                }
+                for index, start, epoch, lag in rows
+            ],
+        }
+        for name, topic_id, rows in topics
+    ]
+    for topic in unauthorized:
+        answer.append(
+            {
+                "topic_name": topic.topic_name,
+                "topic_id": _ZERO_UUID,
+                "partitions": [
+                    {
+                        "partition_index": index,
+                        "start_offset": -1,
+                        "leader_epoch": 0,
+                        "lag": -1,
+                        "error_code": Error.TOPIC_AUTHORIZATION_FAILED,
+                        "error_message": _TOPIC_AUTHORIZATION_MESSAGE,
+                    }
+                    for index in topic.partitions
+                ],
+            }
+        )
+    return {"group_id": group_id, "topics": answer, "error_code": Error.NONE, "error_message": None}
+
+
+@api(
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+    versions=(0, 1),
+    roles=Role.BROKER,
+    error_response=_describe_offsets_error,
+)
+async def handle_describe_share_group_offsets(ctx: RequestContext, request) -> dict:
+    """Each group: UNSUPPORTED_VERSION while share.version is 0; DESCRIBE on the group
+    (GROUP_AUTHORIZATION_FAILED); topics null: the group's initialized share partitions,
+    without the topics the principal may not DESCRIBE; else the topics asked, a topic it may
+    not DESCRIBE answered TOPIC_AUTHORIZATION_FAILED per partition (start offset -1)."""
+    if not _enabled(ctx):
+        return _describe_offsets_error(request, Error.UNSUPPORTED_VERSION)
+    return {"groups": [await _describe_offsets_group(ctx, group) for group in request.groups]}
+
+
+def _alter_offsets_error(request, error: Error, message: str | None = None) -> dict:
+    """Kafka's AlterShareGroupOffsetsRequest.getErrorResponse: the top-level error only."""
+    return {"error_code": error, "error_message": message, "responses": ()}
+
+
+@api(
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+    versions=(0, 0),
+    roles=Role.BROKER,
+    error_response=_alter_offsets_error,
+)
+async def handle_alter_share_group_offsets(ctx: RequestContext, request) -> dict:
+    """UNSUPPORTED_VERSION while share.version is 0; READ on the group
+    (GROUP_AUTHORIZATION_FAILED); per topic READ (TOPIC_AUTHORIZATION_FAILED) and its
+    existence (UNKNOWN_TOPIC_OR_PARTITION) for each of its partitions; then the coordinator,
+    whose group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...) is the answer's."""
+    if not _enabled(ctx):
+        return _alter_offsets_error(request, Error.UNSUPPORTED_VERSION)
+    group_id = request.group_id
+    if not group_allowed(ctx, Operation.READ, group_id):
+        return _alter_offsets_error(request, Error.GROUP_AUTHORIZATION_FAILED)
+    metadata = ctx.replica_manager.metadata
+    refused: list[dict] = []
+    asked: list[tuple[str, list[tuple[int, int]]]] = []
+    for topic in request.topics:
+        name = topic.topic_name
+        error: Error | None = None
+        message: str | None = None
+        if not topic_allowed(ctx, Operation.READ, name):
+            error, message = Error.TOPIC_AUTHORIZATION_FAILED, _TOPIC_AUTHORIZATION_MESSAGE
+        elif metadata.topic(name) is None:
+            error, message = Error.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC_MESSAGE
+        if error is None:
+            asked.append(
+                (name, [(int(p.partition_index), int(p.start_offset)) for p in topic.partitions])
+            )
+            continue
+        known = metadata.topic(name)
+        refused.append(
+            {
+                "topic_name": name,
+                "topic_id": known.topic_id if known is not None else _ZERO_UUID,
+                "partitions": [
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": error,
+                        "error_message": message,
+                    }
+                    for p in topic.partitions
+                ],
+            }
+        )
+    error, message, topics = await ctx.group_coordinator.alter_share_group_offsets(group_id, asked)
+    if error != Error.NONE:
+        return _alter_offsets_error(request, error, message)
+    responses = [
+        {
+            "topic_name": name,
+            "topic_id": topic_id or _ZERO_UUID,
+            "partitions": [
+                {"partition_index": index, "error_code": code, "error_message": text}
+                for index, code, text in rows
+            ],
+        }
+        for name, topic_id, rows in topics
+    ]
+    return {"error_code": Error.NONE, "error_message": None, "responses": refused + responses}
+
+
+def _delete_offsets_error(request, error: Error, message: str | None = None) -> dict:
+    return {"error_code": error, "error_message": message, "responses": ()}
+
+
+@api(
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+    versions=(0, 0),
+    roles=Role.BROKER,
+    error_response=_delete_offsets_error,
+)
+async def handle_delete_share_group_offsets(ctx: RequestContext, request) -> dict:
+    """UNSUPPORTED_VERSION while share.version is 0; DELETE on the group
+    (GROUP_AUTHORIZATION_FAILED); READ on each topic (TOPIC_AUTHORIZATION_FAILED for it);
+    then the coordinator, whose group-level error is the answer's."""
+    if not _enabled(ctx):
+        return _delete_offsets_error(request, Error.UNSUPPORTED_VERSION)
+    group_id = request.group_id
+    if not group_allowed(ctx, Operation.DELETE, group_id):
+        return _delete_offsets_error(request, Error.GROUP_AUTHORIZATION_FAILED)
+    refused: list[dict] = []
+    names: list[str] = []
+    for topic in request.topics:
+        if topic_allowed(ctx, Operation.READ, topic.topic_name):
+            names.append(topic.topic_name)
+        else:
+            refused.append(
+                {
+                    "topic_name": topic.topic_name,
+                    "topic_id": _ZERO_UUID,
+                    "error_code": Error.TOPIC_AUTHORIZATION_FAILED,
+                    "error_message": _TOPIC_AUTHORIZATION_MESSAGE,
+                }
+            )
+    error, message, topics = await ctx.group_coordinator.delete_share_group_offsets(group_id, names)
+    if error != Error.NONE:
+        return _delete_offsets_error(request, error, message)
+    responses = [
+        {
+            "topic_name": name,
+            "topic_id": topic_id or _ZERO_UUID,
+            "error_code": code,
+            "error_message": text,
+        }
+        for name, topic_id, code, text in topics
+    ]
+    return {"error_code": Error.NONE, "error_message": None, "responses": refused + responses}

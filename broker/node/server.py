@@ -482,6 +482,9 @@ class BrokerServer:
                     )
                     await control.start(persister.run)
                     self.share_persister = persister
+                # The group coordinator initializes and deletes share partitions' state, and
+                # reads it for DescribeShareGroupOffsets, through the same persister.
+                self.coordinator.share_persister = self.share_persister
                 self.shares = SharePartitionManager(
                     self.config,
                     self.replicas,

@@ -25,7 +25,6 @@ share partitions to one coordinator into one request; here one request per opera
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import trio
 
@@ -38,7 +37,12 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.replication.share_partition import PersistedState, RecordState, StateBatch
-from minibroker.replication.share_persister import ReadResult, ShareStateKey, WriteState
+from minibroker.replication.share_persister import (
+    ReadResult,
+    ShareStateKey,
+    SummaryResult,
+    WriteState,
+)
 from minibroker.security.listeners import client_security
 
 log = logging.getLogger("share-persister")
@@ -51,17 +55,6 @@ DEADLINE_S = 30.0
 BACKOFF_S = 0.1
 MAX_BACKOFF_S = 1.0
 REQUEST_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class SummaryResult:
-    """ReadShareGroupStateSummary's answer (for DescribeShareGroupOffsets)."""
-
-    error: Error
-    state_epoch: int = -1
-    leader_epoch: int = -1
-    start_offset: int = -1
-    delivery_complete_count: int = -1
 
 
 class CoordinatorPersister:

@@ -230,6 +230,18 @@ class SharePartition:
         return record.member_id if record else None
 
     @property
+    def delivery_complete_count(self) -> int:
+        """KIP-1226's DeliveryCompleteCount: the records at or after the start offset whose
+        delivery is complete (acknowledged or archived), persisted with each write so that
+        DescribeShareGroupOffsets can answer the lag."""
+        done = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+        return sum(
+            1
+            for offset, record in self._records.items()
+            if offset >= self.start_offset and record.state in done
+        )
+
+    @property
     def in_flight(self) -> int:
         """Kafka's numInFlightRecords: the window's size."""
         return self.end_offset - self.start_offset

@@ -27,6 +27,15 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
   coordinator to call), loses its records: they become available to the others.
 - A partition that stops being led here drops its share partitions; the next leader builds
   them again from the persister.
+- A share partition whose state write is refused with FENCED_STATE_EPOCH or
+  UNKNOWN_TOPIC_OR_PARTITION (its state was reset or deleted by an admin: AlterShareGroupOffsets,
+  DeleteShareGroupOffsets, DeleteGroups) is dropped, and so are all the share partitions of a
+  group whose last share session here ended (Kafka's fencedSharePartitionHandler and
+  ShareGroupListener.onGroupEmpty): the next fetch reads the state again, so an admin's
+  change to an empty group is what its next members see.
+- A share partition the group coordinator initialized without a start offset (-1, Kafka's
+  UNINITIALIZED_START_OFFSET) starts at ``share.auto.offset.reset``, written with the state
+  epoch it was initialized with.
 
 Departures, and why: the group's ``share.*`` configs are read when a share partition is
 created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
@@ -267,7 +276,9 @@ class SharePartitionManager:
             )
         elif read.error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
             share = SharePartition.initialize(settings, None, log_start, partition.high_watermark)
-            error = await self.persister.initialize(key, 0, share.start_offset)
+            state_epoch = read.state.state_epoch if read.state is not None else 0
+            share.state_epoch = state_epoch  # its writes carry the epoch it was initialized at
+            error = await self.persister.initialize(key, state_epoch, share.start_offset)
             if error is not Error.NONE:
                 return None, persister_error(error)
             read = await self.persister.read(key, leader_epoch)
@@ -289,12 +300,36 @@ class SharePartitionManager:
 
     async def _persist(self, held: _Held, batches: list[StateBatch]) -> Error:
         """WriteShareGroupState of what changed (the persister merges it into the state, the
-        newer batch winning, and drops what lies below the start offset)."""
+        newer batch winning, and drops what lies below the start offset). A write refused
+        because the state was reset or deleted drops the share partition (see the module)."""
         share = held.share
-        return await self.persister.write(
+        error = await self.persister.write(
             held.key,
-            WriteState(share.state_epoch, held.leader_epoch, share.start_offset, tuple(batches)),
+            WriteState(
+                share.state_epoch,
+                held.leader_epoch,
+                share.start_offset,
+                tuple(batches),
+                share.delivery_complete_count,
+            ),
         )
+        if error in (Error.FENCED_STATE_EPOCH, Error.UNKNOWN_TOPIC_OR_PARTITION):
+            self._drop(held)
+        return error
+
+    def _drop(self, held: _Held) -> None:
+        for key, current in list(self._held.items()):
+            if current is held:
+                log.info("share group %s: share partition %s-%d fenced, dropped", *key)
+                del self._held[key]
+
+    def _maybe_group_empty(self, group_id: str) -> None:
+        """Kafka's onGroupEmpty: no share session of the group is left here, so its share
+        partitions are dropped (read again from the persister by the next fetch)."""
+        if any(group == group_id for group, _ in self.sessions.sessions):
+            return
+        for key in [k for k in self._held if k[0] == group_id]:
+            del self._held[key]
 
     # -- the data path ------------------------------------------------------------------
 
@@ -421,15 +456,24 @@ class SharePartitionManager:
             self.replicas.watchers.notify(share_watch_key(group, topic, index))
         return released
 
+    async def session_closed(self, group_id: str, member_id: str) -> None:
+        """A member closed its share session (final epoch): its records are freed, and the
+        group's share partitions dropped if it was the group's last session here."""
+        await self.release_member(group_id, member_id)
+        self._maybe_group_empty(group_id)
+
     async def member_left(self, group_id: str, member_id: str) -> None:
         """For the group coordinator: a member left the share group (or was fenced)."""
-        self.sessions.remove(group_id, member_id)
+        removed = self.sessions.remove(group_id, member_id)
         await self.release_member(group_id, member_id)
+        if removed is not None:
+            self._maybe_group_empty(group_id)
 
     async def connection_closed(self, connection: object) -> None:
         """The sessions of a closed connection end, and their members' records are freed."""
         for session in self.sessions.remove_connection(connection):
             await self.release_member(session.group_id, session.member_id)
+            self._maybe_group_empty(session.group_id)
 
 
 def _whole_batches(fetched: list[tuple[int, int]], fetch_offset: int, max_records: int) -> int:

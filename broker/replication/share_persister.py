@@ -65,6 +65,18 @@ class WriteState:
     delivery_complete_count: int = -1
 
 
+@dataclass(frozen=True)
+class SummaryResult:
+    """ReadShareGroupStateSummary's answer (for DescribeShareGroupOffsets): a share partition
+    never initialized is NONE with start offset -1."""
+
+    error: Error
+    state_epoch: int = -1
+    leader_epoch: int = -1
+    start_offset: int = -1
+    delivery_complete_count: int = -1
+
+
 class SharePersister(Protocol):
     """The five operations of KIP-932's persister, one share partition at a time."""
 
@@ -83,6 +95,10 @@ class SharePersister(Protocol):
         """DeleteShareGroupState: the state is gone (its records tombstoned)."""
         ...
 
+    async def read_summary(self, key: ShareStateKey, leader_epoch: int) -> SummaryResult:
+        """ReadShareGroupStateSummary: the start offset and epochs, nothing recorded."""
+        ...
+
 
 @dataclass
 class InMemoryPersister:
@@ -93,6 +109,7 @@ class InMemoryPersister:
 
     states: dict[ShareStateKey, PersistedState] = field(default_factory=dict)
     leader_epochs: dict[ShareStateKey, int] = field(default_factory=dict)
+    delivery_complete_counts: dict[ShareStateKey, int] = field(default_factory=dict)
     writes: int = 0
 
     async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> Error:
@@ -100,6 +117,7 @@ class InMemoryPersister:
         if current is not None and state_epoch < current.state_epoch:
             return Error.FENCED_STATE_EPOCH
         self.states[key] = PersistedState(start_offset, state_epoch, ())
+        self.delivery_complete_counts.pop(key, None)
         return Error.NONE
 
     async def read(self, key: ShareStateKey, leader_epoch: int) -> ReadResult:
@@ -120,6 +138,8 @@ class InMemoryPersister:
         if state.leader_epoch < self.leader_epochs.get(key, -1):
             return Error.FENCED_LEADER_EPOCH
         self.leader_epochs[key] = state.leader_epoch
+        if state.delivery_complete_count != -1:
+            self.delivery_complete_counts[key] = state.delivery_complete_count
         start = current.start_offset if state.start_offset < 0 else state.start_offset
         self.states[key] = PersistedState(
             start, current.state_epoch, merge_batches(current.batches, state.batches, start)
@@ -130,7 +150,20 @@ class InMemoryPersister:
     async def delete(self, key: ShareStateKey) -> Error:
         self.states.pop(key, None)
         self.leader_epochs.pop(key, None)
+        self.delivery_complete_counts.pop(key, None)
         return Error.NONE
+
+    async def read_summary(self, key: ShareStateKey, leader_epoch: int) -> SummaryResult:
+        current = self.states.get(key)
+        if current is None:
+            return SummaryResult(Error.NONE, 0, -1, -1, -1)
+        return SummaryResult(
+            Error.NONE,
+            current.state_epoch,
+            self.leader_epochs.get(key, -1),
+            current.start_offset,
+            self.delivery_complete_counts.get(key, -1),
+        )
 
 
 def merge_batches(

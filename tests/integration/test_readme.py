@@ -105,6 +105,9 @@ SKIPPED_SECTIONS = {
     ("docs/operations.md", "The metadata quorum"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-metadata-quorum describe --status and --replication"
     " against a cluster and checks their output",
+    ("docs/share-groups.md", "The kafka-share-groups tool"): "needs Java and the pinned"
+    " artifacts: tests/java/test_share_groups_tool.py runs kafka-share-groups' main class with"
+    " these options around confluent-kafka share consumers",
     ("docs/quotas-and-limits.md", "Quotas"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-configs' client quota commands",
     ("docs/spark.md", "Install and the demo"): "needs Java and pyspark, and is slow:"

@@ -16,10 +16,12 @@ import uuid
 import pytest
 from confluent_kafka import ShareConsumer
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
+from minibroker.protocol import share_group_offsets_schemas as s
 from minibroker.protocol.errors import Error
 from minibroker.protocol.schemas import ShareGroupDescribeRequestV1, ShareGroupHeartbeatRequestV1
 from minibroker.tools.launcher import BrokerProcess
@@ -169,3 +171,137 @@ def test_share_group_bad_input_and_one_group_namespace(broker):
     # Still served: the member heartbeats on at its epoch.
     again = heartbeat(bootstrap, "sg-bad", member_id, 1, topics=None)
     assert again.error_code == Error.NONE and again.member_epoch == 1
+
+
+def test_share_group_offsets_admin_bad_input(broker):
+    """The admin APIs' answers to bad input, as Kafka 4.4 gives them, on the wire:
+    AlterShareGroupOffsets and DeleteShareGroupOffsets of a group with a member are
+    NON_EMPTY_GROUP; an unknown group is GROUP_ID_NOT_FOUND to DeleteShareGroupOffsets, a
+    classic group's id GROUP_ID_NOT_FOUND to both; an unknown topic or partition is
+    UNKNOWN_TOPIC_OR_PARTITION for it alone; DescribeShareGroupOffsets (v0 and v1) answers the
+    group's initialized share partitions. The group and the broker are served on."""
+    create_topic(broker.bootstrap, "t-admin", 2)
+    bootstrap = broker.bootstrap
+    member_id = str(uuid.uuid4())
+
+    def join_admin_group():
+        # As a client does: FindCoordinator first (it creates the offsets topic when this
+        # test runs alone), then the heartbeat, until the coordinator has loaded.
+        exchange(bootstrap, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("sg-admin",)))
+        answer = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("t-admin",))
+        return answer if answer.error_code == Error.NONE else None
+
+    wait_for(join_admin_group, 30.0, "the share group's coordinator")
+
+    def alter(group_id, topics):
+        return exchange(
+            bootstrap,
+            s.AlterShareGroupOffsetsRequestV0(
+                group_id=group_id,
+                topics=tuple(
+                    s.AlterRequestTopicV0(
+                        topic_name=name,
+                        partitions=tuple(
+                            s.AlterRequestPartitionV0(partition_index=i32(p), start_offset=o)
+                            for p, o in parts
+                        ),
+                    )
+                    for name, parts in topics
+                ),
+            ),
+        )
+
+    def delete(group_id, names):
+        return exchange(
+            bootstrap,
+            s.DeleteShareGroupOffsetsRequestV0(
+                group_id=group_id,
+                topics=tuple(s.DeleteRequestTopicV0(topic_name=n) for n in names),
+            ),
+        )
+
+    def offsets(version, group_id, topics=None):
+        request = (
+            s.DescribeShareGroupOffsetsRequestV1
+            if version
+            else s.DescribeShareGroupOffsetsRequestV0
+        )
+        group = s.DescribeRequestGroupV1 if version else s.DescribeRequestGroupV0
+        topic = s.DescribeRequestTopicV1 if version else s.DescribeRequestTopicV0
+        asked = None
+        if topics is not None:
+            asked = tuple(topic(topic_name=n, partitions=tuple(map(i32, p))) for n, p in topics)
+        answer = exchange(bootstrap, request(groups=(group(group_id=group_id, topics=asked),)))
+        [described] = answer.groups
+        return described
+
+    not_empty = "The group is not empty."
+    refused = alter("sg-admin", [("t-admin", [(0, 0)])])
+    assert (refused.error_code, refused.error_message, refused.responses) == (
+        Error.NON_EMPTY_GROUP,
+        not_empty,
+        (),
+    )
+    refused = delete("sg-admin", ["t-admin"])
+    assert (refused.error_code, refused.error_message) == (Error.NON_EMPTY_GROUP, not_empty)
+    unknown = delete("sg-nosuch", ["t-admin"])
+    assert (unknown.error_code, unknown.error_message) == (
+        Error.GROUP_ID_NOT_FOUND,
+        "Group sg-nosuch not found.",
+    )
+    join = JoinGroupRequest(
+        group_id="classic-admin",
+        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+        reason=None,
+    )
+    assert exchange(bootstrap, join).error_code in (Error.NONE, Error.MEMBER_ID_REQUIRED)
+    for answer in (alter("classic-admin", []), delete("classic-admin", ["t-admin"])):
+        assert (answer.error_code, answer.error_message) == (
+            Error.GROUP_ID_NOT_FOUND,
+            "Group classic-admin is not a share group.",
+        )
+    # The member's heartbeat initialized both share partitions: described, no start offset yet.
+    for version in (0, 1):
+        described = offsets(version, "sg-admin")
+        assert described.error_code == Error.NONE
+        [topic] = described.topics
+        assert topic.topic_name == "t-admin"
+        assert [(p.partition_index, p.start_offset) for p in topic.partitions] == [(0, -1), (1, -1)]
+
+    left = heartbeat(bootstrap, "sg-admin", member_id, -1, topics=None)
+    assert left.error_code == Error.NONE
+    # Empty: partition 0 is altered, the unknown topic and partition are refused alone.
+    altered = alter("sg-admin", [("t-admin", [(0, 0), (5, 0)]), ("t-nope", [(0, 0)])])
+    assert altered.error_code == Error.NONE
+    codes = {
+        (t.topic_name, p.partition_index): p.error_code
+        for t in altered.responses
+        for p in t.partitions
+    }
+    assert codes == {
+        ("t-admin", 0): Error.NONE,
+        ("t-admin", 5): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t-nope", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    described = offsets(1, "sg-admin", [("t-admin", [0]), ("t-nope", [0])])
+    starts = {
+        (t.topic_name, p.partition_index): (p.start_offset, p.lag)
+        for t in described.topics
+        for p in t.partitions
+    }
+    assert starts == {("t-admin", 0): (0, -1), ("t-nope", 0): (-1, -1)}
+    deleted = delete("sg-admin", ["t-nope"])
+    assert deleted.error_code == Error.NONE
+    assert [(t.topic_name, t.error_code) for t in deleted.responses] == [
+        ("t-nope", Error.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    # Nothing else disturbed: the group is listed and a member joins it again.
+    assert listed(bootstrap, "share")["sg-admin"][1] == "Empty"
+    again = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("t-admin",))
+    assert again.error_code == Error.NONE and again.member_epoch > 1
+    assert heartbeat(bootstrap, "sg-admin", member_id, -1, topics=None).error_code == Error.NONE

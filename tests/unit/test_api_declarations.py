@@ -80,6 +80,9 @@ BROKER |= {78: (1, 2), 79: (1, 2)}
 # in ZooKeeper mode (kraft_only).
 BROKER |= {55: (0, 2)}
 CONTROLLER |= {55: (0, 2)}
+# Added since by share groups' admin path (issue 35): DescribeShareGroupOffsets v0-v1,
+# AlterShareGroupOffsets v0, DeleteShareGroupOffsets v0 (protocol/share_group_offsets_schemas.py).
+BROKER |= {90: (0, 1), 91: (0, 0), 92: (0, 0)}
 COMBINED = BROKER | CONTROLLER
 ZOOKEEPER = {key: versions for key, versions in COMBINED.items() if key != 55}
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
@@ -93,6 +96,8 @@ HELD |= {75}
 HELD |= {78, 79}
 HELD |= {76, 77}
 HELD |= {88, 89, 93}
+
+HELD |= {90, 91, 92}
 # Client telemetry: its subscriptions come with the controller's pushes.
 HELD |= {71, 72, 74}
 HELD |= {55}

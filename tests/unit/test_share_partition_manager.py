@@ -215,8 +215,11 @@ async def test_a_member_leaving_releases_its_records(manager, broker, autojump_c
     await produce(broker, 6)
     await acquire(manager, broker, "m1", max_records=3, batch_optimized=False)
     await acquire(manager, broker, "m2", max_records=3, batch_optimized=False)
-    opened = manager.sessions.fetch(GROUP, "m1", 0, [(TOPIC_ID, 0)], [], has_acknowledgements=False)
-    assert opened.error is Error.NONE
+    for member in ("m1", "m2"):
+        opened = manager.sessions.fetch(
+            GROUP, member, 0, [(TOPIC_ID, 0)], [], has_acknowledgements=False
+        )
+        assert opened.error is Error.NONE
     await manager.member_left(GROUP, "m1")
     assert manager.sessions.get(GROUP, "m1") is None
     share = manager.share_partition(GROUP, TOPIC, 0)
@@ -224,6 +227,10 @@ async def test_a_member_leaving_releases_its_records(manager, broker, autojump_c
         RecordState.ACQUIRED
     ] * 3
     assert (await acquire(manager, broker, "m3")).acquired == [AcquiredRange(0, 2, 2)]
+    # The group's last share session here ends: its share partitions are dropped (Kafka's
+    # onGroupEmpty), to be read again from the persister by the next fetch.
+    await manager.member_left(GROUP, "m2")
+    assert manager.share_partition(GROUP, TOPIC, 0) is None
 
 
 async def test_a_refused_write_is_answered_and_undone(manager, broker, autojump_clock):
@@ -236,14 +243,22 @@ async def test_a_refused_write_is_answered_and_undone(manager, broker, autojump_
     assert share.state_of(0) is None and share.end_offset == 0
     manager.persister.refuse_writes = Error.NONE
     assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 1)]
-    manager.persister.refuse_writes = Error.FENCED_STATE_EPOCH
     p = partition(broker)
+    manager.persister.refuse_writes = Error.COORDINATOR_NOT_AVAILABLE
     assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
-        Error.FENCED_STATE_EPOCH
+        Error.COORDINATOR_NOT_AVAILABLE
     )
     share = manager.share_partition(GROUP, TOPIC, 0)
     assert share.state_of(0) is RecordState.ACQUIRED  # rolled back
+    # A fenced state epoch (an admin reset the state): the share partition is dropped (Kafka's
+    # fencedSharePartitionHandler) and the next fetch builds it again from the persister.
+    manager.persister.refuse_writes = Error.FENCED_STATE_EPOCH
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
+        Error.FENCED_STATE_EPOCH
+    )
+    assert manager.share_partition(GROUP, TOPIC, 0) is None
     manager.persister.refuse_writes = Error.NONE
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 2)]
     assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4, AcknowledgeType.ACCEPT)) == (
         Error.NONE
     )

@@ -56,6 +56,13 @@ from minibroker.coordinator.group.share_group import validate as validate_share
 from minibroker.coordinator.group.share_log_format import ShareRecordKind
 from minibroker.coordinator.group.share_log_format import encode_key as encode_share_key
 from minibroker.coordinator.group.share_log_format import encode_value as encode_share_value
+from minibroker.coordinator.group.share_offsets import (
+    UNINITIALIZED_START_OFFSET,
+    InitTopic,
+    ShareStatePartitions,
+    TopicPartitions,
+    plan_alter,
+)
 from minibroker.coordinator.group.state import (
     Group,
     GroupSettings,
@@ -82,6 +89,7 @@ from minibroker.protocol.records import NO_PRODUCER_ID
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
 from minibroker.replication.replica_manager import ReplicaManager
+from minibroker.replication.share_persister import SharePersister, ShareStateKey
 
 log = logging.getLogger("coordinator")
 
@@ -214,6 +222,12 @@ class GroupCoordinator:
             max_size=config.group_share_max_size,
         )
         self.share_rebalances = 0
+        # Where share partitions' state is kept (the share coordinator's persister, set by
+        # node/ once it exists): the admin path and the initialization of share partitions
+        # need it; without one, neither is done.
+        self.share_persister: SharePersister | None = None
+        # One initialization of a share group's partitions at a time (group -> its end).
+        self._share_initializing: dict[str, trio.Event] = {}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -1157,7 +1171,114 @@ class GroupCoordinator:
             error = await self._write_share_records(group, records)
             if error != Error.NONE:
                 return ShareHeartbeatResult(error)
+        if result.error == Error.NONE and request.member_epoch != -1:
+            await self._initialize_share_partitions(group)
         return result
+
+    # Kafka's maybeCreateInitializeShareGroupStateRequest, persisterInitialize,
+    # initializeShareGroupState and uninitializeShareGroupState: the subscribed share
+    # partitions without state are recorded as initializing, the persister creates their state
+    # (InitializeShareGroupState, the group epoch as state epoch, start offset -1: the leader
+    # starts them at share.auto.offset.reset), then they are recorded as initialized (or
+    # taken out of initializing when the persister failed, to be tried again).
+    #
+    # Departure: Kafka does this after answering the heartbeat, and its assignor leaves the
+    # partitions still initializing out of the assignment until the next heartbeat. Here the
+    # heartbeat that finds partitions to initialize waits for their initialization (at most
+    # SHARE_INIT_WAIT_S; it goes on in the service's nursery past that) before it answers, and
+    # the assignment is not filtered: a member is not told of a partition whose state the
+    # share coordinator has not created yet, in the common case, and the data path's own
+    # initialization of a partition it finds without state is the fallback.
+
+    SHARE_INIT_WAIT_S = 10.0
+
+    async def _initialize_share_partitions(self, group: ShareGroup) -> None:
+        if self.share_persister is None:
+            return
+        running = self._share_initializing.get(group.group_id)
+        if running is None:
+            if not group.state_partitions.to_initialize(
+                group.subscribed_topics(), self.topic_lookup, self.clock_ms()
+            ):
+                return
+            running = trio.Event()
+            self._share_initializing[group.group_id] = running
+            if self._nursery is not None:
+                self._nursery.start_soon(self._run_share_initialization, group, running)
+            else:
+                await self._run_share_initialization(group, running)
+        with trio.move_on_after(self.SHARE_INIT_WAIT_S):
+            await running.wait()
+
+    async def _run_share_initialization(self, group: ShareGroup, done: trio.Event) -> None:
+        try:
+            changes = group.state_partitions.to_initialize(
+                group.subscribed_topics(), self.topic_lookup, self.clock_ms()
+            )
+            if changes and self.share_groups.get(group.group_id) is group:
+                offsets = {
+                    t: dict.fromkeys(e.partitions, UNINITIALIZED_START_OFFSET)
+                    for t, e in changes.items()
+                }
+                await self._initialize_share_state(group, changes, offsets)
+        except Exception:  # noqa: BLE001 - logged; the next heartbeat tries again
+            log.exception("share group %s: initializing share partitions failed", group.group_id)
+        finally:
+            if self._share_initializing.get(group.group_id) is done:
+                del self._share_initializing[group.group_id]
+            done.set()
+
+    async def _initialize_share_state(
+        self,
+        group: ShareGroup,
+        changes: dict[uuid.UUID, InitTopic],
+        offsets: dict[uuid.UUID, dict[int, int]],
+    ) -> tuple[Error, dict[tuple[uuid.UUID, int], Error]]:
+        """Record ``changes`` as initializing, initialize each partition's state at its offset
+        in ``offsets`` with the group epoch as state epoch, then record the result: (the error
+        of a record write, each partition's persister error)."""
+        assert self.share_persister is not None
+        persister = self.share_persister
+        error = await self._set_state_partitions(
+            group, group.state_partitions.with_initializing(changes)
+        )
+        if error != Error.NONE:
+            return error, {}
+        results: dict[tuple[uuid.UUID, int], Error] = {}
+        epoch = group.group_epoch
+
+        async def one(topic_id: uuid.UUID, index: int, offset: int) -> None:
+            key = ShareStateKey(group.group_id, topic_id, index)
+            results[(topic_id, index)] = await persister.initialize(key, epoch, offset)
+
+        async with trio.open_nursery() as nursery:
+            for topic_id, partitions in offsets.items():
+                for index, offset in partitions.items():
+                    nursery.start_soon(one, topic_id, index, offset)
+        done: TopicPartitions = {}
+        failed: TopicPartitions = {}
+        for (topic_id, index), result in results.items():
+            (done if result == Error.NONE else failed).setdefault(topic_id, set()).add(index)
+        if failed:
+            log.warning(
+                "share group %s: share partitions not initialized: %s",
+                group.group_id,
+                {str(t): sorted(p) for t, p in failed.items()},
+            )
+        names = {t: e.name for t, e in changes.items()}
+        after = group.state_partitions.with_initialized(done, names, self.clock_ms())
+        after = after.without_initializing(failed)
+        error = await self._set_state_partitions(group, after)
+        return error, results
+
+    async def _set_state_partitions(self, group: ShareGroup, value: ShareStatePartitions) -> Error:
+        """Write the group's ShareGroupStatePartitionMetadata record, then keep ``value``."""
+        if value == group.state_partitions:
+            return Error.NONE
+        error = await self._write_share_records(group, [group.state_partitions_record(value)])
+        if error == Error.NONE:
+            group.state_partitions = value
+        return error
 
     async def _write_share_records(self, group: ShareGroup, records: list[ShareRecord]) -> Error:
         self.share_rebalances += sum(
@@ -1215,10 +1336,13 @@ class GroupCoordinator:
         return list(self.share_groups.values())
 
     async def delete_share_group(self, group_id: str) -> Error:
-        """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members, else it is
-        forgotten and its records tombstoned (Kafka's ShareGroup.validateDeleteGroup and
-        createGroupTombstoneRecords). Departure: Kafka also deletes the group's share state
-        through the share coordinator (DeleteShareGroupState), not served here yet."""
+        """DeleteGroups of a share group (Kafka's GroupCoordinatorService.deleteGroups with
+        sharePartitionDeleteRequests and performShareGroupsDeletion): NON_EMPTY_GROUP while it
+        has members; else every share partition with state (initialized, initializing, or
+        left deleting by an earlier attempt) is recorded as deleting and its state deleted
+        through the persister (DeleteShareGroupState); a persister error is the group's
+        answer and the group stays (deleting can be tried again); then the group is forgotten
+        and its records tombstoned (createGroupTombstoneRecords)."""
         if (error := self.check(group_id)) != Error.NONE:
             return error
         group = self.share_groups.get(group_id)
@@ -1226,12 +1350,224 @@ class GroupCoordinator:
             return Error.GROUP_ID_NOT_FOUND
         if group.members:
             return Error.NON_EMPTY_GROUP
+        if self.share_persister is not None and not group.state_partitions.is_empty():
+            after, to_delete = group.state_partitions.for_group_delete(self._topic_by_id)
+            error = await self._set_state_partitions(group, after)
+            if error != Error.NONE:
+                return error
+            errors = await self._delete_share_state(group_id, to_delete)
+            failed = next((e for e in errors.values() if e != Error.NONE), None)
+            if failed is not None:
+                log.warning("share group %s: state not deleted: %s", group_id, failed.name)
+                return failed
+        if self.share_groups.get(group_id) is not group or group.members:
+            return Error.NON_EMPTY_GROUP  # a member joined while the state was deleted
         del self.share_groups[group_id]
         self.runtime.cancel(group_id, self._share_timer(group_id))
-        # Kafka's order: each member's records, the target's metadata, the group's last.
-        order = {ShareRecordKind.TARGET_METADATA: 1, ShareRecordKind.GROUP_METADATA: 2}
-        tombstones = sorted(group.tombstones(), key=lambda record: order.get(record[0].kind, 0))
-        return await self._write_share_records(group, tombstones)
+        return await self._write_share_records(group, group.tombstones())
+
+    def _topic_by_id(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
+        topic = self.replicas.metadata.topic_by_id(topic_id)
+        if topic is None or not topic.partitions:
+            return None
+        return topic.name, len(topic.partitions)
+
+    async def _delete_share_state(
+        self, group_id: str, partitions: TopicPartitions
+    ) -> dict[uuid.UUID, Error]:
+        """DeleteShareGroupState of each partition: per topic, its first error (or NONE)."""
+        assert self.share_persister is not None
+        persister = self.share_persister
+        errors: dict[uuid.UUID, Error] = dict.fromkeys(partitions, Error.NONE)
+
+        async def one(topic_id: uuid.UUID, index: int) -> None:
+            error = await persister.delete(ShareStateKey(group_id, topic_id, index))
+            if error != Error.NONE and errors[topic_id] == Error.NONE:
+                errors[topic_id] = error
+
+        async with trio.open_nursery() as nursery:
+            for topic_id, indexes in partitions.items():
+                for index in sorted(indexes):
+                    nursery.start_soon(one, topic_id, index)
+        return errors
+
+    # -- share groups' offsets, for admins (KIP-932) ----------------------------------------
+    #
+    # Kafka's GroupCoordinatorService.describeShareGroupOffsets / describeShareGroupAllOffsets,
+    # alterShareGroupOffsets and deleteShareGroupOffsets, with GroupMetadataManager's
+    # bookkeeping (share_offsets.py). The answers are plain tuples; apis/share_groups.py
+    # shapes them.
+
+    def _share_group_for_admin(self, group_id: str) -> tuple[Error, str | None, ShareGroup | None]:
+        """Kafka's GroupMetadataManager.shareGroup: GROUP_ID_NOT_FOUND for an unknown group
+        or one of another type."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, None
+        group = self.share_groups.get(group_id)
+        if group is None:
+            if self._not_share(group_id):
+                return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
+            return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        return Error.NONE, None, group
+
+    async def describe_share_group_offsets(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> tuple[
+        Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int]]]]
+    ]:
+        """DescribeShareGroupOffsets of one group: (error, message, [(topic, topic id,
+        [(partition, start offset, leader epoch, lag)])]).
+
+        With topics (describeShareGroupOffsets): each asked partition's summary; an unknown
+        topic is answered with a zero topic id and start offset -1, as Kafka does; the group
+        is not looked up. Without (describeShareGroupAllOffsets): the group's initialized share
+        partitions (none for an unknown group). A partition the persister cannot answer has
+        start offset -1 and leader epoch -1 ("treated as absence of data, rather than an
+        error"). Lag (v1, KIP-1226): the partition's end offset minus the start offset minus
+        the delivery complete count, -1 when either is unknown. Departure: Kafka asks the
+        partition's leader for its latest offset (PartitionMetadataClient.listLatestOffsets);
+        here the high watermark of this broker's replica is used, and the lag is -1 where it
+        has none."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, []
+        asked: list[tuple[str, uuid.UUID | None, list[int]]] = []
+        if topics is None:
+            group = self.share_groups.get(group_id)
+            if group is not None:
+                for known_id, indexes in group.state_partitions.initialized_partitions().items():
+                    known = self.replicas.metadata.topic_by_id(known_id)
+                    if known is not None:
+                        asked.append((known.name, known_id, sorted(indexes)))
+        else:
+            for wanted, wanted_parts in topics:
+                topic = self.replicas.metadata.topic(wanted)
+                found_id = topic.topic_id if topic is not None else None
+                asked.append((wanted, found_id, list(wanted_parts)))
+        answers: list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int]]]] = []
+        for name, topic_id, parts in asked:
+            if topic_id is None:
+                answers.append(
+                    (name, None, [(p, UNINITIALIZED_START_OFFSET, 0, -1) for p in parts])
+                )
+                continue
+            rows = []
+            for index in parts:
+                rows.append((index, *await self._share_offset(group_id, name, topic_id, index)))
+            answers.append((name, topic_id, rows))
+        return Error.NONE, None, answers
+
+    async def _share_offset(
+        self, group_id: str, name: str, topic_id: uuid.UUID, index: int
+    ) -> tuple[int, int, int]:
+        """(start offset, leader epoch, lag) as Kafka 4.4's readShareGroupStateSummary and
+        computeShareGroupLagAndBuildResponse answer them: a persister error is start offset -1
+        and leader epoch 0; the lag is computed only for a start offset and a delivery complete
+        count that are not -1, as the end offset minus both."""
+        if self.share_persister is None:
+            return UNINITIALIZED_START_OFFSET, 0, -1
+        summary = await self.share_persister.read_summary(
+            ShareStateKey(group_id, topic_id, index), 0
+        )
+        if summary.error != Error.NONE:
+            return UNINITIALIZED_START_OFFSET, 0, -1
+        lag = -1
+        partition, _ = self.replicas.hosted_partition(name, index)
+        if (
+            partition is not None
+            and summary.start_offset != UNINITIALIZED_START_OFFSET
+            and summary.delivery_complete_count != -1
+        ):
+            lag = partition.high_watermark - summary.start_offset - summary.delivery_complete_count
+        return summary.start_offset, summary.leader_epoch, lag
+
+    async def alter_share_group_offsets(
+        self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]]
+    ) -> tuple[
+        Error, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, Error, str | None]]]]
+    ]:
+        """AlterShareGroupOffsets (Kafka 4.4's GroupMetadataManager.alterShareGroupOffsets,
+        completeAlterShareGroupOffsets and persisterInitialize): an unknown group is created
+        (getOrMaybeCreateShareGroup with createIfNotExists, so offsets can be set before the
+        first member joins), another type's group is GROUP_ID_NOT_FOUND, a group with
+        members NON_EMPTY_GROUP; each partition of a known topic is initialized at its start
+        offset with the group epoch as state epoch (its topic recorded as initializing, then
+        initialized), any other is UNKNOWN_TOPIC_OR_PARTITION; a partition the persister
+        refused carries the persister's error."""
+        if (error := self.check(group_id)) != Error.NONE:
+            return error, None, []
+        group = self.share_groups.get(group_id)
+        if group is None:
+            if self._not_share(group_id):
+                return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", []
+            group = ShareGroup(group_id, self.share_settings)
+            self.share_groups[group_id] = group
+        if group.members:
+            return Error.NON_EMPTY_GROUP, "The group is not empty.", []
+        if self.share_persister is None:
+            return Error.COORDINATOR_NOT_AVAILABLE, None, []
+        plan = plan_alter(topics, self.topic_lookup, self.clock_ms())
+        results: dict[tuple[uuid.UUID, int], Error] = {}
+        if plan.offsets:
+            error, results = await self._initialize_share_state(
+                group, plan.initializing, plan.offsets
+            )
+            if error != Error.NONE:
+                return error, None, []
+        answers = []
+        for name, topic_id, rows in plan.responses:
+            shaped = []
+            for index, row_error, row_message in rows:
+                if row_error == Error.NONE and topic_id is not None:
+                    row_error = results.get((topic_id, index), Error.NONE)
+                    row_message = None if row_error == Error.NONE else _message(row_error)
+                shaped.append((index, row_error, row_message))
+            answers.append((name, topic_id, shaped))
+        return Error.NONE, None, answers
+
+    async def delete_share_group_offsets(
+        self, group_id: str, names: list[str]
+    ) -> tuple[Error, str | None, list[tuple[str, uuid.UUID | None, Error, str | None]]]:
+        """DeleteShareGroupOffsets (Kafka's initiateDeleteShareGroupOffsets,
+        deleteShareGroupOffsetsState and completeDeleteShareGroupOffsets): the group must
+        exist, be a share group and be empty; an initialized topic's share partitions' state is
+        deleted (the topic recorded as deleting, then forgotten), a topic with no state is
+        UNKNOWN_TOPIC_OR_PARTITION; a topic the persister failed to delete carries its error
+        and stays deleting."""
+        error, message, group = self._share_group_for_admin(group_id)
+        if group is None:
+            return error, message, []
+        if group.members:
+            return Error.NON_EMPTY_GROUP, "The group is not empty.", []
+        if self.share_persister is None:
+            return Error.COORDINATOR_NOT_AVAILABLE, None, []
+        after, to_delete, refused = group.state_partitions.for_offsets_delete(
+            names, self.topic_lookup
+        )
+        error = await self._set_state_partitions(group, after)
+        if error != Error.NONE:
+            return error, None, []
+        answers: list[tuple[str, uuid.UUID | None, Error, str | None]] = []
+        if to_delete:
+            errors = await self._delete_share_state(group_id, to_delete)
+            succeeded = [t for t, e in errors.items() if e == Error.NONE]
+            error = await self._set_state_partitions(
+                group, group.state_partitions.deleted(succeeded)
+            )
+            if error != Error.NONE:
+                return error, None, []
+            for topic_id, topic_error in errors.items():
+                topic = self.replicas.metadata.topic_by_id(topic_id)
+                name = topic.name if topic is not None else None
+                answers.append(
+                    (
+                        name or "",
+                        topic_id,
+                        topic_error,
+                        None if topic_error == Error.NONE else _message(topic_error),
+                    )
+                )
+        answers.extend((name, None, code, text) for name, code, text in refused)
+        return Error.NONE, None, answers
 
     def share_assignment(self, group_id: str, member_id: str) -> set[tuple[uuid.UUID, int]] | None:
         """The share partitions a member of a share group served here is assigned (for the
@@ -1421,3 +1757,9 @@ class GroupCoordinator:
         if not isinstance(group, StreamsGroupEntry):
             return Error.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.", None
         return Error.NONE, None, group
+
+
+def _message(error: Error) -> str | None:
+    """An error's message for the share admin answers (Kafka sends its Errors.message(); the
+    name is what minibroker has)."""
+    return None if error == Error.NONE else error.name

@@ -35,11 +35,15 @@ The rules, Kafka 4.4's:
   member removed (their bytes: share_log_format.py), and ``replay`` rebuilds the group from
   them.
 
+The group also holds ``state_partitions`` (share_offsets.ShareStatePartitions, Kafka's
+ShareGroupStatePartitionMetadataInfo: which share partitions have state), written as its
+ShareGroupStatePartitionMetadata record (15) by the service, which decides when it changes;
+``replay`` reads it back and ``tombstones`` deletes it with the group.
+
 Departures: the metadata hash is a BLAKE2b of the subscribed topics' names, ids and partition
 counts, not Kafka's Murmur3 of the same (it is compared only with itself, never across
-brokers of different kinds); the group is not yet a ``Group`` of state.py (listing, describing
-and deleting share groups are the service's, in the next slice); ShareGroupStatePartitionMetadata
-(15, which share partitions the share coordinator has initialized) is the service's too.
+brokers of different kinds); the group is not a ``Group`` of state.py (listing, describing
+and deleting share groups are the service's).
 """
 
 from __future__ import annotations
@@ -64,9 +68,11 @@ from minibroker.coordinator.group.share_log_format import (
     ShareMemberMetadataValue,
     ShareRecordKey,
     ShareRecordKind,
+    ShareStatePartitionMetadataValue,
     ShareTargetMemberValue,
     ShareTargetMetadataValue,
 )
+from minibroker.coordinator.group.share_offsets import ShareStatePartitions
 from minibroker.protocol.errors import Error
 
 ShareRecord = tuple[ShareRecordKey, object | None]
@@ -166,6 +172,7 @@ class ShareGroup:
         self.assignment_epoch = 0
         self.metadata_hash = 0
         self.target: dict[str, Partitions] = {}
+        self.state_partitions = ShareStatePartitions()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -365,8 +372,27 @@ class ShareGroup:
         )
         return [(k, None) for k in removed] + [(k, after[k]) for k in changed]
 
+    def state_partitions_record(self, value: ShareStatePartitions) -> ShareRecord:
+        """The ShareGroupStatePartitionMetadata record of ``value``."""
+        key = ShareRecordKey(ShareRecordKind.STATE_PARTITION_METADATA, self.group_id)
+        return key, value.value()
+
     def tombstones(self) -> list[ShareRecord]:
-        return [(k, None) for k in self._persisted()]
+        """Kafka's createGroupTombstoneRecords, in its order: each member's current
+        assignment, target assignment, the target's epoch, each member's subscription, the
+        state partition metadata, the group epoch."""
+        order = {
+            ShareRecordKind.CURRENT_ASSIGNMENT: 0,
+            ShareRecordKind.TARGET_MEMBER: 1,
+            ShareRecordKind.TARGET_METADATA: 2,
+            ShareRecordKind.MEMBER_METADATA: 3,
+            ShareRecordKind.STATE_PARTITION_METADATA: 4,
+            ShareRecordKind.GROUP_METADATA: 5,
+        }
+        keys = list(self._persisted())
+        keys.append(ShareRecordKey(ShareRecordKind.STATE_PARTITION_METADATA, self.group_id))
+        keys.sort(key=lambda k: (order[k.kind], k.member_id or ""))
+        return [(k, None) for k in keys]
 
     @classmethod
     def replay(
@@ -398,6 +424,8 @@ class ShareGroup:
                 member.rack_id, member.client_id = value.rack_id, value.client_id
                 member.client_host = value.client_host
                 member.subscribed_topic_names = value.subscribed_topic_names
+            elif isinstance(value, ShareStatePartitionMetadataValue):
+                group.state_partitions = ShareStatePartitions.from_value(value, now_ms)
             elif isinstance(value, ShareCurrentAssignmentValue) and key.member_id is not None:
                 member = group.members.setdefault(key.member_id, ShareMember(key.member_id))
                 member.member_epoch = value.member_epoch

@@ -14,11 +14,13 @@ member id for the member records); each value is a version i16 (0) and a flexibl
 - 14 ShareGroupCurrentMemberAssignment (group, member): member epoch, previous member epoch,
   state, assigned partitions.
 
-ShareGroupStatePartitionMetadata (15) is not written yet (it comes with the share
-coordinator's InitializeShareGroupState); one found in the log is refused by ``read_value``.
+- 15 ShareGroupStatePartitionMetadata (group; a non-member key): the topics whose share
+  partitions' state is initializing and initialized (topic id, name, partitions) and the
+  topics whose state is being deleted (topic id, name), see share_offsets.py.
 """
 
 import struct
+import uuid
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -90,6 +92,22 @@ class ShareTargetMemberValue:
 
 
 @dataclass(frozen=True)
+class StatePartitionTopic:
+    """TopicPartitionsInfo (id, name, partitions), or TopicInfo (no partitions)."""
+
+    topic_id: uuid.UUID
+    name: str
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShareStatePartitionMetadataValue:
+    initializing: tuple[StatePartitionTopic, ...] = ()
+    initialized: tuple[StatePartitionTopic, ...] = ()
+    deleting: tuple[StatePartitionTopic, ...] = ()
+
+
+@dataclass(frozen=True)
 class ShareCurrentAssignmentValue:
     member_epoch: int
     previous_member_epoch: int
@@ -103,6 +121,7 @@ ShareValue = (
     | ShareTargetMetadataValue
     | ShareTargetMemberValue
     | ShareCurrentAssignmentValue
+    | ShareStatePartitionMetadataValue
 )
 
 
@@ -132,6 +151,17 @@ def encode_value(value: ShareValue) -> bytes:
             return out + _uvarint(1) + tagged
     elif isinstance(value, ShareTargetMemberValue):
         out += _topic_partitions(value.partitions)
+    elif isinstance(value, ShareStatePartitionMetadataValue):
+        for topics in (value.initializing, value.initialized):
+            out += _uvarint(len(topics) + 1)
+            for topic in topics:
+                out += topic.topic_id.bytes + _compact_string(topic.name)
+                out += _uvarint(len(topic.partitions) + 1)
+                out += b"".join(_I32.pack(p) for p in topic.partitions)
+                out += _uvarint(0)
+        out += _uvarint(len(value.deleting) + 1)
+        for topic in value.deleting:
+            out += topic.topic_id.bytes + _compact_string(topic.name) + _uvarint(0)
     else:
         out += (
             _I32.pack(value.member_epoch)
@@ -183,6 +213,21 @@ def read_value(kind: ShareRecordKind, data: bytes) -> ShareValue:
         value = ShareCurrentAssignmentValue(
             reader.i32(), reader.i32(), reader.i8(), reader.topic_partitions()
         )
+    elif kind == ShareRecordKind.STATE_PARTITION_METADATA:
+
+        def topics(with_partitions: bool) -> tuple[StatePartitionTopic, ...]:
+            out = []
+            for _ in range(max(reader.uvarint() - 1, 0)):
+                topic_id = uuid.UUID(bytes=reader.raw(16))
+                name = reader.compact_string() or ""
+                parts: tuple[int, ...] = ()
+                if with_partitions:
+                    parts = tuple(reader.i32() for _ in range(max(reader.uvarint() - 1, 0)))
+                reader.tagged_fields()
+                out.append(StatePartitionTopic(topic_id, name, parts))
+            return tuple(out)
+
+        value = ShareStatePartitionMetadataValue(topics(True), topics(True), topics(False))
     else:
         raise RecordFormatError(f"{kind.name} records are not read")
     reader.tagged_fields()

@@ -953,8 +953,6 @@ class PartitionReplay:
 
     def _share_record(self, key_data: bytes, value: bytes | None) -> None:
         key = share_log_format.read_key(key_data)
-        if key.kind == share_log_format.ShareRecordKind.STATE_PARTITION_METADATA:
-            return  # the share coordinator's initialized partitions: not read here yet
         records = self.share.setdefault(key.group, {})
         if value is None:
             records.pop(key, None)

@@ -28,8 +28,11 @@ The rules, Kafka's:
   the stored one FENCED_LEADER_EPOCH; a newer leader epoch is recorded with a ShareUpdate of
   no batches (readStateAndMaybeUpdateLeaderEpoch), so a leader fenced by a read stays fenced
   after a coordinator failover.
-- ReadShareGroupStateSummary: as Read without recording anything; answers the state epoch,
-  leader epoch, start offset and delivery complete count.
+- ReadShareGroupStateSummary (readStateSummary, what DescribeShareGroupOffsets asks): no
+  leader epoch check and nothing recorded; an unknown key is answered NONE with the start
+  offset -1, leader epoch -1 and state epoch 0 (UNINITIALIZED_START_OFFSET,
+  DEFAULT_LEADER_EPOCH, DEFAULT_STATE_EPOCH), else the state epoch, leader epoch, start
+  offset and delivery complete count.
 - DeleteShareGroupState: tombstones of the key's ShareSnapshot and ShareUpdate records; an
   unknown key is NONE with nothing written.
 - replay: a ShareSnapshot replaces the state and restarts the update count; a ShareUpdate is
@@ -207,9 +210,7 @@ class ShareCoordinatorShard:
     def read_summary(self, key: SharePartitionKey, leader_epoch: int) -> Decision:
         current = self.states.get(key)
         if current is None:
-            return Decision(Error.UNKNOWN_TOPIC_OR_PARTITION)
-        if leader_epoch < current.leader_epoch:
-            return Decision(Error.FENCED_LEADER_EPOCH)
+            return Decision(Error.NONE, summary=Summary(0, -1, -1, -1))
         summary = Summary(
             current.state_epoch,
             current.leader_epoch,
