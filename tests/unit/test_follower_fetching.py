@@ -50,7 +50,7 @@ async def follower(tmp_path, nursery, autojump_clock):
     replicas.log_manager.close()
 
 
-async def test_a_follower_serves_consumers_up_to_its_own_high_watermark(follower):
+async def test_a_follower_serves_consumers_up_to_its_own_high_watermark(follower, autojump_clock):
     partition = follower.partitions()[0]
     # Offsets 0-2 and 3-4 replicated; the leader's high watermark it last heard of is 3.
     partition.append_as_follower(make_batch(3, partition_leader_epoch=EPOCH), now_ms=0)
@@ -105,7 +105,9 @@ async def brokers(tmp_path, nursery, autojump_clock):
         replicas.log_manager.close()
 
 
-async def test_the_leader_sends_a_consumer_to_an_in_sync_follower_of_its_rack(brokers):
+async def test_the_leader_sends_a_consumer_to_an_in_sync_follower_of_its_rack(
+    brokers, autojump_clock
+):
     leader = brokers[LEADER]
     partition = leader.partitions()[0]
     live_brokers(leader, RACKS)
