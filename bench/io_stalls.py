@@ -267,8 +267,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, runs in results.items():
                 keys = runs[0][scenario].keys()
                 medians = "  ".join(
-                    f"{key} {statistics.median(r[scenario][key] for r in runs):.1f}"
-                    for key in keys
+                    f"{key} {statistics.median(r[scenario][key] for r in runs):.1f}" for key in keys
                 )
                 print(f"median {name:24s} {scenario:6s} {medians}")
         for name, found in named.items():

@@ -1617,9 +1617,7 @@ class PartitionLog:
         if job.directory is not None:
             self._directory_synced = max(self._directory_synced, job.directory_changes)
         if job.structure_version == self.structure_version:
-            self._recovery_point = max(
-                self._recovery_point, min(job.target, self._log_end_offset)
-            )
+            self._recovery_point = max(self._recovery_point, min(job.target, self._log_end_offset))
 
     def flush_if_due(self, now_ms: int) -> bool:
         """Flush per flush.messages / flush.ms, and fsync segments rolled since the last flush.

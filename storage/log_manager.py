@@ -310,7 +310,9 @@ def unlink_files(paths: list[Path]) -> None:
             log.warning("cannot delete %s: %s", path, error)
 
 
-def run_flush_jobs(jobs: list[tuple[PartitionLog, FlushJob]]) -> list[tuple[PartitionLog, FlushJob]]:
+def run_flush_jobs(
+    jobs: list[tuple[PartitionLog, FlushJob]],
+) -> list[tuple[PartitionLog, FlushJob]]:
     """Run the blocking half of each flush (LogManager.begin_flushes); in any thread."""
     for _, job in jobs:
         job.run()

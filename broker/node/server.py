@@ -51,7 +51,6 @@ from minibroker.node.connection_limits import (
     MemoryPool,
 )
 from minibroker.node.loop_stalls import LoopStalls
-from minibroker.replication import log_io
 from minibroker.node.metrics import (
     ClientTelemetryCollector,
     ConnectionCollector,
@@ -65,6 +64,7 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication import log_io
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 from minibroker.replication.share_partition_manager import SharePartitionManager

@@ -95,24 +95,25 @@ async def delete_logs(
     directories = log_manager.detach_logs(keys)
     gone = log_manager.topics_without_logs(sorted({topic for topic, _ in keys}))
 
-    def delete() -> None:
-        delete_directories(directories)
-        log_manager.forget_topics(gone)  # only once their directories are gone for good
+    def delete() -> tuple[Path, str, OSError] | None:
+        try:
+            delete_directories(directories)
+        except OSError as error:
+            return directories[0].parent, f"deleting {len(directories)} partition(s)", error
+        try:
+            log_manager.forget_topics(gone)  # only once their directories are gone for good
+        except OSError as error:
+            return log_manager.log_dirs[0], "writing the topic table", error
+        return None
 
     if not directories and not gone:
         return
     with trio.CancelScope(shield=True):
-        try:
-            await run_sync(delete)
-        except OSError as error:
-            directory = directories[0].parent if directories else log_manager.log_dirs[0]
-            log_manager.failures.maybe_add_offline_log_dir(
-                directory, f"Error while deleting partitions in dir {directory}", error
-            )
-            raise StorageError(
-                f"deleting {len(directories)} partition(s) failed ({error});"
-                f" log dir {directory} is offline"
-            ) from error
+        failed = await run_sync(delete)
+    if failed is not None:
+        directory, what, error = failed
+        log_manager.failures.maybe_add_offline_log_dir(directory, f"Error while {what}", error)
+        raise StorageError(f"{what} failed ({error}); log dir {directory} is offline") from error
 
 
 async def flush_due(log_manager: LogManager, now_ms: int, run_sync: RunSync = IN_THREAD) -> None:
@@ -153,7 +154,9 @@ async def write_offset_checkpoints(
     """Write the offset checkpoint ``name`` in each online log dir (the high watermarks'
     replication-offset-checkpoint) in a worker thread; a failed write takes its dir
     offline and raises StorageError, after the other dirs were written."""
-    per_dir = {d: offsets for d, offsets in per_dir.items() if not log_manager.failures.is_offline(d)}
+    per_dir = {
+        d: offsets for d, offsets in per_dir.items() if not log_manager.failures.is_offline(d)
+    }
 
     def write_all() -> dict[Path, OSError]:
         failed: dict[Path, OSError] = {}
@@ -170,6 +173,8 @@ async def write_offset_checkpoints(
         log_manager.failures.maybe_add_offline_log_dir(
             directory, f"Error while writing {name}", error
         )
-        first = first or StorageError(f"writing {name} failed ({error}); log dir {directory} is offline")
+        first = first or StorageError(
+            f"writing {name} failed ({error}); log dir {directory} is offline"
+        )
     if first is not None:
         raise first

@@ -38,12 +38,6 @@ from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetch_session import FetchManager, FetchSessionCache
 from minibroker.replication.fetcher import FetcherManager
-from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
-from minibroker.replication.partition import Partition
-from minibroker.replication.purgatory import Watchers
-from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
-from minibroker.storage.file_records import FileRecords
 from minibroker.replication.log_io import (
     IN_THREAD,
     RunSync,
@@ -52,6 +46,12 @@ from minibroker.replication.log_io import (
     unlink_deleted_files,
     write_offset_checkpoints,
 )
+from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
+from minibroker.replication.partition import Partition
+from minibroker.replication.purgatory import Watchers
+from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
+from minibroker.storage.file_records import FileRecords
 from minibroker.storage.log import PartitionLog
 from minibroker.storage.log_manager import LogManager, LogRequest
 from minibroker.storage.producer_state import ProducerSnapshot
@@ -822,19 +822,19 @@ class ReplicaManager:
         created: list[PartitionLog] = []
         if new:
             created, failure = await create_logs(
-                    self.log_manager,
-                    [
-                        LogRequest(
-                            topic_state.topic_name,
-                            topic_state.topic_id,
-                            state.partition_index,
-                            configs[topic_state.topic_name],
-                        )
-                        for topic_state, state in new
-                    ],
-                    self.clock_ms(),
-                    self.run_blocking,
-                )
+                self.log_manager,
+                [
+                    LogRequest(
+                        topic_state.topic_name,
+                        topic_state.topic_id,
+                        state.partition_index,
+                        configs[topic_state.topic_name],
+                    )
+                    for topic_state, state in new
+                ],
+                self.clock_ms(),
+                self.run_blocking,
+            )
         made = {(log_.topic, log_.partition): log_ for log_ in created}
         for count, (topic_state, state) in enumerate(wanted):
             key = (topic_state.topic_name, state.partition_index)

@@ -28,7 +28,7 @@ from minibroker.storage.checkpoint import LeaderEpochCache, read_leader_epoch_ch
 from minibroker.storage.log import LogConfig, PartitionLog
 from minibroker.storage.log_manager import LogManager, LogRequest
 from tests.unit.batch_factory import make_batch
-from tests.unit.replication_harness import TOPIC, TOPIC_ID, append, leader_and_isr, make_broker
+from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
 
 HOLD_TIMEOUT_S = 3.0
 CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"
@@ -95,9 +95,7 @@ def disk(monkeypatch) -> HeldDisk:
     held.release()
 
 
-async def test_leader_and_isr_makes_partitions_off_the_loop_with_one_log_dir_fsync(
-    tmp_path, disk
-):
+async def test_leader_and_isr_makes_partitions_off_the_loop_with_one_log_dir_fsync(tmp_path, disk):
     replicas = make_broker(tmp_path, 1, threads=True)
     log_dir = tmp_path / "broker-1"
     await replicas.apply_leader_and_isr(leader_and_isr(1, 1, [1], [1], partitions=(0,)))
@@ -208,7 +206,7 @@ def small_segments_manager(tmp_path: Path) -> tuple[LogManager, PartitionLog]:
     )
     manager.open(0)
     partition_log = manager.ensure_log("t", uuid.UUID(int=5), 0, {}, now_ms=0)
-    for _ in range(12):
+    for _ in range(20):
         partition_log.append_as_leader(make_batch(2), leader_epoch=3, now_ms=0)
     assert partition_log.segment_count > 3
     return manager, partition_log
@@ -385,9 +383,7 @@ def test_retention_renames_segments_deleted_and_a_restart_removes_them(tmp_path)
     reopened.close()
 
 
-def test_partitions_made_together_are_spread_over_the_log_dirs_with_one_fsync_each(
-    tmp_path, disk
-):
+def test_partitions_made_together_are_spread_over_the_log_dirs_with_one_fsync_each(tmp_path, disk):
     dirs = [tmp_path / "d1", tmp_path / "d2"]
     manager = LogManager(dirs, LogConfig(), node_id=1, cluster_id=CLUSTER)
     manager.open(0)
