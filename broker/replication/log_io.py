@@ -76,12 +76,14 @@ async def create_logs(
     state-change lock. Returns the logs in the requests' order up to the first failure, and
     that failure (what a loop of ensure_log would have raised there), or None."""
     creation = log_manager.begin_logs(requests, now_ms)
+    failure: Exception | None = None
     with trio.CancelScope(shield=True):
         await run_sync(creation.run)
         try:
-            return creation.finish(), None
+            creation.finish()
         except Exception as error:
-            return creation.logs, error
+            failure = error
+    return creation.logs, failure
 
 
 async def delete_logs(
