@@ -3,8 +3,9 @@
 
 Issue 40: a directory fsync, a file's creation or a tree's removal on the event loop stalls
 every client. Two code trees run side by side, run by run alternating, on the same machine:
-the baseline (`--baseline`, a git ref of this repository, `main` by default, staged as the
-package `minibroker` and put first on the node's PYTHONPATH) and this tree. For each, a fresh
+the baseline (`--baseline`, a git ref of this repository, by default where HEAD left
+`main`, staged as the package `minibroker` and put first on the node's PYTHONPATH) and this
+tree. For each, a fresh
 single node with `/metrics` and `event.loop.stall.warn.ms=5` goes through three scenarios:
 
 - **create**: a topic of P partitions (500) by CreateTopics, until every partition's leader
@@ -231,11 +232,22 @@ def run_once(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", default="main", help="git ref of the 'before' tree")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="git ref of the 'before' tree (default: where HEAD left main, git merge-base)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args(argv)
+    if args.baseline is None:
+        args.baseline = subprocess.run(
+            ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="io-stalls-") as work:
         stage = stage_baseline(args.baseline, Path(work) / "baseline")
         commit = subprocess.run(

@@ -720,7 +720,13 @@ class LogManager:
         creation = LogCreation(self, now_ms)
         topics = dict(self._topics)
         changed: dict[str, LogConfig] = {}
-        homes: dict[Path, int] = {}
+        # Linear in the requests (a LeaderAndIsr may name thousands of partitions): each
+        # topic's configs parsed once, the log dirs' partition counts taken once.
+        parsed: dict[str, tuple[dict[str, str], LogConfig]] = {}
+        planned: set[tuple[str, int]] = set()
+        counts = {directory: 0 for directory in self.log_dirs}
+        for held in (*self._logs.values(), *self._stopped.values()):
+            counts[held.directory.parent] += 1
         try:
             for request in requests:
                 topic, partition = request.topic, request.partition
@@ -731,7 +737,12 @@ class LogManager:
                     )
                 if partition < 0:
                     raise ValueError(f"partition index {partition} of {topic} is negative")
-                config = LogConfig.from_topic_configs(self.default_config, request.configs)
+                cached = parsed.get(topic)
+                if cached is not None and cached[0] == request.configs:
+                    config = cached[1]
+                else:
+                    config = LogConfig.from_topic_configs(self.default_config, request.configs)
+                    parsed[topic] = (request.configs, config)
                 info = topics.get(topic)
                 if info is not None and info.topic_id != request.topic_id:
                     log.warning(
@@ -751,19 +762,25 @@ class LogManager:
                     topics[topic] = TopicInfo(topic, request.topic_id, dict(request.configs))
                     changed[topic] = config
                 key = (topic, partition)
-                if key in self._logs or any(item.key == key for item in creation.planned):
+                if key in self._logs or key in planned:
                     creation.planned.append(_PlannedLog(request, config, None, None))
                     continue
-                home = self._home_of(f"{topic}-{partition}", homes)
+                planned.add(key)
+                stopped = self._stopped.get(key)
+                if stopped is not None:
+                    home = stopped.directory.parent
+                else:
+                    name = f"{topic}-{partition}"
+                    home = next((d for d in self.log_dirs if (d / name).is_dir()), None) or min(
+                        self.log_dirs, key=lambda candidate: counts[candidate]
+                    )
+                    counts[home] += 1  # the log dir with the fewest partitions, as placed
                 reason = self.failures.offline_reason(home)
                 if reason is not None:
                     raise StorageError(
                         f"creating the log of {topic}-{partition}: log dir {home} is offline"
                         f" ({reason})"
                     )
-                stopped = self._stopped.get(key)
-                if stopped is None:
-                    homes[home] = homes.get(home, 0) + 1  # for the next ones' placement
                 creation.planned.append(_PlannedLog(request, config, home, stopped))
         except (ValueError, StorageError) as error:
             creation.error = error
@@ -828,31 +845,6 @@ class LogManager:
             partition_log.close()
             raise
         return partition_log, created
-
-    def _home_of(self, name: str, planned: dict[Path, int] | None = None) -> Path:
-        """The log dir that holds (or will hold) the partition directory ``name``;
-        ``planned`` counts the new partitions already placed in each log dir."""
-        stopped = next(
-            (
-                position.directory
-                for key, position in self._stopped.items()
-                if f"{key[0]}-{key[1]}" == name
-            ),
-            None,
-        )
-        if stopped is not None:
-            return stopped.parent
-        existing = next((d for d in self.log_dirs if (d / name).is_dir()), None)
-        return existing if existing is not None else self._place_partition(name, planned).parent
-
-    def _place_partition(self, name: str, planned: dict[Path, int] | None = None) -> Path:
-        """Where a new partition goes: the log dir with the fewest partitions."""
-        counts = {directory: (planned or {}).get(directory, 0) for directory in self.log_dirs}
-        for partition_log in self._logs.values():
-            counts[partition_log.directory.parent] += 1
-        for stopped in self._stopped.values():
-            counts[stopped.directory.parent] += 1
-        return min(self.log_dirs, key=lambda candidate: counts[candidate]) / name
 
     def remove_log(self, topic: str, partition: int, *, delete: bool) -> None:
         """Stop hosting a partition, as Kafka's StopReplica does: close its log and, with
