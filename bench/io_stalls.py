@@ -45,7 +45,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.loop_stalls import causes, scrape
+from bench.loop_stalls import FRAME, scrape
 from bench.rows import LATENCY_RATE_BYTES
 from bench.targets import MINIBROKER, start, wait_until_served
 from bench.workloads import end_to_end_latency
@@ -132,6 +132,25 @@ class Pinger(threading.Thread):
 
     def worst_since(self, first: int) -> float:
         return max(self.round_trips[first:], default=float("nan")) * 1000
+
+
+def causes(log: str) -> Counter[str]:
+    """bench.loop_stalls.causes, with this tree's storage/ and protocol/ counted as
+    minibroker's own code too (the staged baseline has them under /minibroker/, this tree
+    at the repository's root): the innermost frame of ours in each stack the watchdog
+    logged."""
+    found: Counter[str] = Counter()
+    root = str(REPO) + "/"
+    for warning in log.split("the event loop has not come back")[1:]:
+        frames = FRAME.findall(warning.split("\n20", 1)[0])
+        ours = [
+            f
+            for f in frames
+            if "/minibroker/" in f[0] or (f[0].startswith(root) and "/.venv/" not in f[0])
+        ]
+        path, line, function = (ours or frames or [("?", "0", "?")])[-1]
+        found[f"{function} ({Path(path).parent.name}/{Path(path).name}:{line})"] += 1
+    return found
 
 
 def stall_figures(before: dict, after: dict) -> dict[str, float]:

@@ -262,15 +262,18 @@ class LeaderEpochCache:
             del self._start_offsets[keep:]
             self._changed(durable)
 
-    def truncate_from_start(self, start_offset: int) -> None:
-        """Drop epochs wholly before the new log start; the one containing it now starts there."""
+    def truncate_from_start(self, start_offset: int, *, durable: bool = True) -> None:
+        """Drop epochs wholly before the new log start; the one containing it now starts there.
+        With `durable=False` the file is written at the next `flush` (Kafka's
+        truncateFromStartAsyncFlush): until then it names an older start, which loading the
+        log cuts again from the log start offset, so the deferred write changes no answer."""
         containing = bisect_right(self._start_offsets, start_offset) - 1
         if containing < 0 or (containing == 0 and self._start_offsets[0] == start_offset):
             return
         del self._epochs[:containing]
         del self._start_offsets[:containing]
         self._start_offsets[0] = start_offset
-        self._changed(durable=True)
+        self._changed(durable)
 
     def clear(self) -> None:
         self._epochs.clear()

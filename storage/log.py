@@ -1435,7 +1435,9 @@ class PartitionLog:
 
     def _advance_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
-        self._epochs.truncate_from_start(offset)
+        # Written with the next flush, not on the retention pass (or DeleteRecords) that
+        # moved the start: see LeaderEpochCache.truncate_from_start.
+        self._epochs.truncate_from_start(offset, durable=False)
         self._producers.remove_before(offset)
 
     @_io("deleting segments of")
