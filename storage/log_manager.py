@@ -725,8 +725,10 @@ class LogManager:
         parsed: dict[str, tuple[dict[str, str], LogConfig]] = {}
         planned: set[tuple[str, int]] = set()
         counts = {directory: 0 for directory in self.log_dirs}
-        for held in (*self._logs.values(), *self._stopped.values()):
-            counts[held.directory.parent] += 1
+        for held in [log_.directory for log_ in self._logs.values()] + [
+            position.directory for position in self._stopped.values()
+        ]:
+            counts[held.parent] += 1
         try:
             for request in requests:
                 topic, partition = request.topic, request.partition
