@@ -12,10 +12,16 @@ Formats, as Kafka writes them:
 
 Every file is replaced atomically: written to `<name>.tmp`, fsynced, renamed over the old one,
 and the directory fsynced so that the rename itself survives a crash.
+
+None of this imports trio, but the broker calls some of it from worker threads (issue 40: an
+fsync on the event loop stalls every client): the leader epoch cache's file may be written by
+a thread flushing the log while the loop changes the cache, so its writes are serialized by
+a lock and versioned (see LeaderEpochCache).
 """
 
 import base64
 import os
+import threading
 import uuid
 from bisect import bisect_left, bisect_right
 from pathlib import Path
@@ -42,8 +48,12 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves either the old or the new file."""
+def write_file_atomically(path: Path, data: bytes, *, sync_directory: bool = True) -> None:
+    """Replace `path` with `data` so that a crash leaves either the old or the new file.
+
+    The file's fsync comes before the rename that publishes it, and the directory's fsync
+    after it. With ``sync_directory=False`` the caller fsyncs the directory itself (once for
+    many files) and must do so before relying on the new file surviving a crash."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as file:
@@ -54,7 +64,8 @@ def write_file_atomically(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)  # a full disk: give back what the partial copy took
         raise
     os.replace(tmp, path)
-    fsync_directory(path.parent)
+    if sync_directory:
+        fsync_directory(path.parent)
 
 
 def _read_lines(path: Path) -> list[str] | None:
@@ -140,13 +151,24 @@ class LeaderEpochCache:
     reads the epochs of the batches again. Writing it at once cost a file creation and two fsyncs
     per partition on the append path, at every first append of a new epoch (Kafka fsyncs
     there; a follower of a fresh 64-partition topic spent most of its first second on it).
+
+    The deferred write may happen in a worker thread (the log's flush, issue 40) while the
+    event loop goes on changing the entries: `unsaved_snapshot` (on the loop) takes the
+    entries with their version, `write_snapshot` (any thread) writes them unless a newer
+    version is already in the file. Every write holds one lock, so the file has one writer at
+    a time and an older snapshot never replaces a newer one. Kafka's LeaderEpochFileCache
+    guards its checkpoint with a read-write lock for the same reason.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._epochs: list[int] = []
         self._start_offsets: list[int] = []
-        self._unsaved = False
+        # Every change bumps the version; the file holds `_saved_version` (a change that
+        # was written at once, or the last snapshot a flush wrote).
+        self._version = 0
+        self._saved_version = 0
+        self._file_lock = threading.Lock()
         for epoch, start_offset in read_leader_epoch_checkpoint(path):
             self._epochs.append(epoch)
             self._start_offsets.append(start_offset)
@@ -158,14 +180,38 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int | None:
         return self._epochs[-1] if self._epochs else None
 
+    @property
+    def _unsaved(self) -> bool:
+        return self._saved_version < self._version
+
+    def _changed(self, durable: bool) -> None:
+        self._version += 1
+        if durable:
+            self._save()
+
     def _save(self) -> None:
-        write_leader_epoch_checkpoint(self.path, self.entries())
-        self._unsaved = False
+        self.write_snapshot(self.entries(), self._version)
 
     def flush(self) -> None:
         """Write the entries that `assign(..., durable=False)` left unsaved, if any."""
         if self._unsaved:
             self._save()
+
+    def unsaved_snapshot(self) -> tuple[list[tuple[int, int]], int] | None:
+        """The entries and their version if the file lacks them, for `write_snapshot` in
+        another thread; None when the file is up to date. Call it on the cache's owner."""
+        if not self._unsaved:
+            return None
+        return self.entries(), self._version
+
+    def write_snapshot(self, entries: list[tuple[int, int]], version: int) -> None:
+        """Write `entries` (taken at `version`) unless the file already holds that version
+        or a newer one; safe from any thread."""
+        with self._file_lock:
+            if self._saved_version >= version:
+                return
+            write_leader_epoch_checkpoint(self.path, entries)
+            self._saved_version = version
 
     def assign(self, epoch: int, start_offset: int, *, durable: bool = True) -> None:
         """Record that `epoch` starts at `start_offset` (a no-op for the current epoch).
@@ -186,10 +232,7 @@ class LeaderEpochCache:
             self._start_offsets.pop()
         self._epochs.append(epoch)
         self._start_offsets.append(start_offset)
-        if durable:
-            self._save()
-        else:
-            self._unsaved = True
+        self._changed(durable)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers for a requested epoch.
@@ -217,25 +260,25 @@ class LeaderEpochCache:
         if keep < len(self._epochs):
             del self._epochs[keep:]
             del self._start_offsets[keep:]
-            if durable:
-                self._save()
-            else:
-                self._unsaved = True
+            self._changed(durable)
 
-    def truncate_from_start(self, start_offset: int) -> None:
-        """Drop epochs wholly before the new log start; the one containing it now starts there."""
+    def truncate_from_start(self, start_offset: int, *, durable: bool = True) -> None:
+        """Drop epochs wholly before the new log start; the one containing it now starts there.
+        With `durable=False` the file is written at the next `flush` (Kafka's
+        truncateFromStartAsyncFlush): until then it names an older start, which loading the
+        log cuts again from the log start offset, so the deferred write changes no answer."""
         containing = bisect_right(self._start_offsets, start_offset) - 1
         if containing < 0 or (containing == 0 and self._start_offsets[0] == start_offset):
             return
         del self._epochs[:containing]
         del self._start_offsets[:containing]
         self._start_offsets[0] = start_offset
-        self._save()
+        self._changed(durable)
 
     def clear(self) -> None:
         self._epochs.clear()
         self._start_offsets.clear()
-        self._save()
+        self._changed(durable=True)
 
 
 def topic_id_to_str(topic_id: uuid.UUID) -> str:

@@ -23,6 +23,18 @@ Where this departs from Kafka (each is also noted where it happens):
   used).
 - Rolled segments are fsynced by `flush_if_due` (which the log manager runs periodically and
   before each checkpoint) rather than by a background task right after the roll.
+- The blocking half of a flush can run in a worker thread (issue 40: one event loop serves
+  every client, and an fsync there stalls them all): `begin_flush` (on the log's owner)
+  writes the pending index entries and takes descriptors of its own for what must be
+  fsynced, `FlushJob.run` (any thread) fsyncs them, the directory and the leader epoch
+  checkpoint, and `finish_flush` (on the owner again) moves the recovery point. Appends go
+  on meanwhile, as they do while Kafka's scheduler thread runs UnifiedLog.flush outside the
+  log's lock; the recovery point only ever moves past what the job fsynced, and not at all
+  if the log was truncated meanwhile. `flush` runs the three steps in a row.
+- Retention renames a deleted segment's files to `.deleted` and leaves the unlinking to
+  the caller (`take_deleted_files`), which the broker does in a worker thread, as Kafka's
+  asyncDeleteSegment hands it to the scheduler (here without file.delete.delay.ms: the
+  segment's readers hold descriptors of their own).
 
 Transactions as Kafka's UnifiedLog keeps them: producer state knows each producer's open
 transaction, `first_unstable_offset` is the first offset of the oldest one not yet decided
@@ -84,7 +96,13 @@ from minibroker.storage.file_records import FileRecords
 from minibroker.storage.index import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from minibroker.storage.log_dir_failure import LogDirFailureChannel
 from minibroker.storage.producer_state import SNAPSHOT_SUFFIX, CompletedTxn, ProducerStateManager
-from minibroker.storage.segment import LOG_SUFFIX, SEGMENT_LOG_NAME, LogSegment, segment_file_name
+from minibroker.storage.segment import (
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_LOG_NAME,
+    LogSegment,
+    segment_file_name,
+)
 from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger("storage.log")
@@ -564,6 +582,59 @@ def check_keys_for_compaction(name: str, records: Buffer, headers: list[BatchHea
             )
 
 
+class FlushJob:
+    """The blocking half of one log's flush (see the module notes): fsync the descriptors
+    `PartitionLog.begin_flush` took, then the partition directory when files were created or
+    removed in it, then write the leader epoch checkpoint if the cache had unsaved entries.
+    `run` is safe in any thread: it touches no state of the log but the epoch cache's file
+    (whose writes are locked and versioned) and closes its own descriptors. An OSError is
+    kept in `error` for `PartitionLog.finish_flush` to raise on the log's owner, where the
+    log dir is taken offline."""
+
+    def __init__(
+        self,
+        target: int,
+        structure_version: int,
+        fds: list[int],
+        directory: Path | None,
+        epochs: LeaderEpochCache,
+        epoch_snapshot: tuple[list[tuple[int, int]], int] | None,
+        directory_changes: int = 0,
+    ) -> None:
+        self.target = target
+        # The log's count of directory changes when the job began: its directory fsync
+        # covers those (PartitionLog._directory_changes).
+        self.directory_changes = directory_changes
+        self.structure_version = structure_version
+        self.fds = fds
+        self.directory = directory
+        self.epochs = epochs
+        self.epoch_snapshot = epoch_snapshot
+        self.error: OSError | None = None
+        self.done = False
+
+    def run(self) -> None:
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+            if self.directory is not None:
+                fsync_directory(self.directory)
+            # The epochs of the flushed batches become durable no later than the batches.
+            if self.epoch_snapshot is not None:
+                self.epochs.write_snapshot(*self.epoch_snapshot)
+        except OSError as error:
+            self.error = error
+        finally:
+            self.close()
+            self.done = True
+
+    def close(self) -> None:
+        """Close the descriptors (a job that will not run must still give them back)."""
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
+
+
 class PartitionLog:
     """The segments of one partition and everything offset-related about them.
 
@@ -585,7 +656,12 @@ class PartitionLog:
         self._log_end_offset = 0
         self._recovery_point = 0
         self._last_flush_ms = now_ms
-        self._directory_needs_fsync = False
+        # Files made or removed in the directory since the log opened, and how many of those
+        # changes a finished flush made durable with the directory's fsync: two flushes may
+        # be in flight at once (a worker thread's and the owner's), and each fsyncs the
+        # directory until one that began after the last change has finished.
+        self._directory_changes = 0
+        self._directory_synced = 0
         self._producers = ProducerStateManager()
         # Kafka's LogDirFailureChannel, shared by every log of the broker (the log manager
         # passes its own); a log opened alone gets one of its own.
@@ -600,6 +676,8 @@ class PartitionLog:
         # survive (truncation, close, deletion); the cleaner stops when it moves.
         self.structure_version = 0
         self.closed = False
+        # Files of segments retention deleted, renamed `.deleted`, for the caller to unlink.
+        self._deleted_files: list[Path] = []
 
     @classmethod
     def open(
@@ -691,7 +769,7 @@ class PartitionLog:
             segment.delete()
         self._segments = [self._new_segment(base_offset)]
         self._log_end_offset = base_offset
-        self._directory_needs_fsync = True
+        self._directory_changes += 1
 
     def _with_following(self) -> Iterator[tuple[LogSegment, LogSegment | None]]:
         """Each segment with the one after it (None for the active segment)."""
@@ -720,7 +798,7 @@ class PartitionLog:
             if sync:
                 file.flush()
                 os.fsync(file.fileno())
-        self._directory_needs_fsync = True
+        self._directory_changes += 1
 
     def _delete_snapshots(self, keep: Callable[[int], bool]) -> None:
         for offset in self._snapshot_offsets():
@@ -1194,7 +1272,7 @@ class PartitionLog:
         self.take_snapshot(base_offset)
         segment = self._new_segment(base_offset)
         self._segments.append(segment)
-        self._directory_needs_fsync = True
+        self._directory_changes += 1
         return segment
 
     # -- reads -----------------------------------------------------------------------------
@@ -1447,14 +1525,19 @@ class PartitionLog:
 
     def _advance_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
-        self._epochs.truncate_from_start(offset)
+        # Written with the next flush, not on the retention pass (or DeleteRecords) that
+        # moved the start: see LeaderEpochCache.truncate_from_start.
+        self._epochs.truncate_from_start(offset, durable=False)
         self._producers.remove_before(offset)
 
     @_io("deleting segments of")
     def delete_segments_by_retention(
-        self, now_ms: int, *, high_watermark: int | None = None
+        self, now_ms: int, *, high_watermark: int | None = None, defer_unlink: bool = False
     ) -> int:
         """Delete old segments as Kafka's retention does; returns how many were deleted.
+
+        With `defer_unlink` the deleted segments' files are only renamed `.deleted`, for
+        the caller to unlink (`take_deleted_files`), as the broker does in a worker thread.
 
         In order: segments wholly below the log start offset, then (when cleanup.policy has
         `delete`) the oldest segments while the log exceeds retention.bytes, then segments
@@ -1463,6 +1546,13 @@ class PartitionLog:
         when it is due and not empty: a new empty one is rolled first, so the log start
         offset may reach the log end offset, exactly as in Kafka.
         """
+        deleted = self._delete_segments_by_retention(now_ms, high_watermark)
+        if not defer_unlink:
+            for path in self.take_deleted_files():
+                path.unlink(missing_ok=True)
+        return deleted
+
+    def _delete_segments_by_retention(self, now_ms: int, high_watermark: int | None) -> int:
         upper_bound = self._log_end_offset if high_watermark is None else high_watermark
         deleted = self._delete_oldest_segments(
             lambda segment, following: (
@@ -1511,12 +1601,21 @@ class PartitionLog:
             self._roll(self._log_end_offset)
         for segment in deletable:
             self._segments.remove(segment)
-            segment.delete()
-        self._directory_needs_fsync = True
+            self._deleted_files += segment.delete_later()
+        self._directory_changes += 1
         if self._segments[0].base_offset > self._log_start_offset:
             self._advance_log_start_offset(self._segments[0].base_offset)
         first_base = self._segments[0].base_offset
-        self._delete_snapshots(lambda offset: offset >= first_base)
+        # Renamed with the segments, as Kafka's removeAndMarkSnapshotForDeletion does.
+        for offset in self._snapshot_offsets():
+            if offset < first_base:
+                path = self._snapshot_path(offset)
+                doomed = path.with_name(path.name + DELETED_SUFFIX)
+                try:
+                    os.replace(path, doomed)
+                except FileNotFoundError:
+                    continue
+                self._deleted_files.append(doomed)
         return len(deletable)
 
     # -- the log cleaner's swap ---------------------------------------------------------------
@@ -1558,39 +1657,84 @@ class PartitionLog:
 
     # -- durability ------------------------------------------------------------------------
 
-    @_io("flushing")
     def flush(self, up_to: int | None = None) -> None:
         """fsync everything below `up_to` (default: the log end) and move the recovery point."""
-        target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
-        for segment, following in self._with_following():
-            end = following.base_offset if following is not None else LONG_MAX
-            if segment.base_offset < target and end > self._recovery_point:
-                segment.flush()
-        if self._directory_needs_fsync:
-            fsync_directory(self.directory)
-            self._directory_needs_fsync = False
-        # The epochs of the flushed batches become durable no later than the batches do.
-        self._epochs.flush()
-        self._recovery_point = max(self._recovery_point, target)
+        self.finish_flush(self._run_inline(self.begin_flush(up_to)))
+
+    @staticmethod
+    def _run_inline(job: FlushJob) -> FlushJob:
+        job.run()
+        return job
 
     @_io("flushing")
+    def begin_flush(self, up_to: int | None = None) -> FlushJob:
+        """The first step of a flush (see the module notes), on the log's owner: write the
+        pending index entries of every segment holding offsets in [recovery point, `up_to`)
+        (default: the log end) and take descriptors of their files; the returned job fsyncs
+        them (in any thread), and `finish_flush` must follow on the owner."""
+        target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+        fds: list[int] = []
+        try:
+            for segment, following in self._with_following():
+                end = following.base_offset if following is not None else LONG_MAX
+                if segment.base_offset < target and end > self._recovery_point:
+                    fds += segment.descriptors_to_sync()
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        changes = self._directory_changes
+        directory = self.directory if self._directory_synced < changes else None
+        return FlushJob(
+            target,
+            self.structure_version,
+            fds,
+            directory,
+            self._epochs,
+            self._epochs.unsaved_snapshot(),
+            changes,
+        )
+
+    @_io("flushing")
+    def finish_flush(self, job: FlushJob) -> None:
+        """The last step of a flush, on the log's owner once the job ran: the recovery point
+        moves to the job's target, unless the log was truncated, replaced or closed
+        meanwhile (its target may then count offsets the job never fsynced); the next flush
+        moves it. A job that failed raises its OSError here, taking the log dir offline."""
+        if not job.done:
+            job.close()
+            raise RuntimeError(f"{self.name}: finish_flush before the flush job ran")
+        if job.error is not None:
+            raise job.error
+        if job.directory is not None:
+            self._directory_synced = max(self._directory_synced, job.directory_changes)
+        if job.structure_version == self.structure_version:
+            self._recovery_point = max(self._recovery_point, min(job.target, self._log_end_offset))
+
     def flush_if_due(self, now_ms: int) -> bool:
         """Flush per flush.messages / flush.ms, and fsync segments rolled since the last flush.
 
         Returns True if a flush happened.
         """
+        job = self.begin_flush_if_due(now_ms)
+        if job is None:
+            return False
+        self.finish_flush(self._run_inline(job))
+        return True
+
+    @_io("flushing")
+    def begin_flush_if_due(self, now_ms: int) -> FlushJob | None:
+        """`begin_flush` if `flush_if_due` would flush, else None."""
         unflushed = self._log_end_offset - self._recovery_point
         if unflushed > 0 and (
             unflushed >= self.config.flush_messages
             or now_ms - self._last_flush_ms >= self.config.flush_ms
         ):
-            self.flush()
             self._last_flush_ms = now_ms
-            return True
+            return self.begin_flush()
         if self._recovery_point < self._active.base_offset:
-            self.flush(self._active.base_offset)
-            return True
-        return False
+            return self.begin_flush(self._active.base_offset)
+        return None
 
     def _segments_changed(self, truncated_to: int | None = None) -> None:
         self.structure_version += 1
@@ -1612,11 +1756,23 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Remove the partition's directory and everything in it."""
+        self.detach()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def detach(self) -> None:
+        """Close the log for deletion, writing nothing: its directory is the caller's to
+        remove (LogManager removes it in a worker thread; nothing of the log touches it
+        after this). Segments still being read keep descriptors of their own."""
         self.closed = True
         self._segments_changed()
         for segment in self._segments:
-            segment.delete()
-        shutil.rmtree(self.directory, ignore_errors=True)
+            segment.close_descriptor()
+
+    def take_deleted_files(self) -> list[Path]:
+        """The `.deleted` files retention left since the last call, for the caller to unlink
+        (in any thread: no file of the log is ever named so)."""
+        files, self._deleted_files = self._deleted_files, []
+        return files
 
 
 def _complete_interrupted_swaps(directory: Path) -> None:

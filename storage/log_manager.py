@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -56,7 +57,7 @@ from minibroker.storage.errors import (
     LogDirLockedError,
     StorageError,
 )
-from minibroker.storage.log import LogConfig, PartitionLog, parse_partition_dir_name
+from minibroker.storage.log import FlushJob, LogConfig, PartitionLog, parse_partition_dir_name
 from minibroker.storage.log_dir_failure import LogDirFailureChannel
 
 log = logging.getLogger("storage.log_manager")
@@ -102,6 +103,162 @@ class _LogPosition(NamedTuple):
     first_dirty_offset: int | None = None
 
 
+class LogRequest(NamedTuple):
+    """One partition the controller assigned to this broker (see LogManager.begin_logs)."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    configs: dict[str, str]
+
+
+@dataclass
+class _PlannedLog:
+    request: LogRequest
+    config: LogConfig
+    # The log dir for the partition; None when its log is open already (or earlier in the
+    # same batch): nothing to make.
+    home: Path | None
+    stopped: "_LogPosition | None"
+    log: PartitionLog | None = None
+    created: bool = False
+    error: BaseException | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.request.topic, self.request.partition
+
+
+class LogCreation:
+    """Partition logs being opened or made together (LogManager.begin_logs): `run` in any
+    thread, then `finish` on the manager's owner."""
+
+    def __init__(self, manager: "LogManager", now_ms: int) -> None:
+        self._manager = manager
+        self._now_ms = now_ms
+        self.planned: list[_PlannedLog] = []
+        # Why planning stopped early (raised by `finish` after the logs planned before it).
+        self.error: Exception | None = None
+        # What `finish` handed out (also when it then raised).
+        self.logs: list[PartitionLog] = []
+        # New topics and changed configs, for `run` to write to the topic table first and
+        # `finish` to apply to the open logs.
+        self.topics: dict[str, TopicInfo] = {}
+        self.configs: dict[str, LogConfig] = {}
+        self.topics_error: OSError | None = None
+        # Configs the controller pushed for those topics while `run` was writing them
+        # (LogManager.update_topic_configs), applied by `finish`.
+        self.late_configs: dict[str, dict[str, str]] = {}
+        self._ran = False
+
+    def run(self) -> None:
+        """Open or make every planned log, stopping at the first failure, then fsync once
+        each log dir that got a new partition directory: the new directories' names are
+        durable before `finish` hands out their logs (and the broker answers the
+        controller). Touches only the planned partitions' directories."""
+        manager = self._manager
+        created_in: dict[Path, list[_PlannedLog]] = {}
+        try:
+            if self.topics:
+                # The topic table first: a restart must know the configs of every
+                # directory it finds.
+                topics = self.topics
+                try:
+                    manager._update_topics(lambda current: {**current, **topics})
+                except OSError as error:
+                    self.topics_error = error
+                    return
+            for item in self.planned:
+                if item.home is None:
+                    continue
+                try:
+                    item.log, item.created = manager._open_partition_log(item, self._now_ms)
+                except Exception as error:
+                    item.error = error
+                    break
+                if item.created:
+                    created_in.setdefault(item.home, []).append(item)
+        finally:
+            for home, items in created_in.items():
+                try:
+                    fsync_directory(home)
+                except OSError as error:
+                    for item in items:
+                        item.error = error
+            self._ran = True
+
+    def finish(self) -> list[PartitionLog]:
+        """The logs, in the requests' order, now the manager's; raises the first failure
+        (after taking the ones before it): StorageError with the log dir taken offline for
+        an OSError, else the error itself."""
+        if not self._ran:
+            raise RuntimeError("LogCreation.finish before run")
+        manager = self._manager
+        if manager._creating is self:
+            manager._creating = None
+        if self.topics_error is not None:
+            what, directory = f"writing {TOPICS_FILE}", manager.log_dirs[0]
+            manager.failures.maybe_add_offline_log_dir(
+                directory, f"Error while {what}", self.topics_error
+            )
+            raise StorageError(
+                f"{what} failed ({self.topics_error}); log dir {directory} is offline"
+            ) from self.topics_error
+        for topic, config in self.configs.items():
+            manager._apply_config(topic, config)
+        logs = self.logs
+        # Configs as they are now: the defaults may have changed while `run` ran.
+        configs: dict[str, LogConfig] = {}
+        failure: BaseException | None = None
+        for item in self.planned:
+            if failure is None and item.home is None:
+                existing = manager._logs.get(item.key)
+                if existing is not None:
+                    logs.append(existing)
+                    continue
+                failure = RuntimeError(f"{item.key} is neither open nor planned")
+            if failure is None and item.error is None and item.log is not None:
+                home = item.log.directory.parent
+                reason = manager.failures.offline_reason(home)
+                if reason is None:
+                    topic = item.request.topic
+                    if topic not in configs:
+                        configs[topic] = LogConfig.from_topic_configs(
+                            manager.default_config, item.request.configs
+                        )
+                    item.log.config = configs[topic]
+                    manager._stopped.pop(item.key, None)
+                    manager._logs[item.key] = item.log
+                    manager._expire_producers(item.log, self._now_ms)
+                    logs.append(item.log)
+                    continue
+                item.error = StorageError(
+                    f"creating the log of {item.key[0]}-{item.key[1]}: log dir {home} went"
+                    f" offline ({reason})"
+                )
+            if failure is None:
+                failure = item.error or self.error
+            if item.log is not None:
+                # Made after the first failure (or its log dir failed): closed and left to
+                # the next request, which adopts the directory.
+                item.log.close()
+                item.log = None
+        failure = failure or self.error
+        for topic, late in self.late_configs.items():
+            manager.update_topic_configs(topic, late)
+        if isinstance(failure, OSError):
+            item = next(i for i in self.planned if i.error is failure)
+            assert item.home is not None
+            what = f"creating the log of {item.key[0]}-{item.key[1]}"
+            manager.failures.maybe_add_offline_log_dir(item.home, f"Error while {what}", failure)
+            raise StorageError(
+                f"{what} failed ({failure}); log dir {item.home} is offline"
+            ) from failure
+        if failure is not None:
+            raise failure
+        return logs
+
+
 def _position_of(partition_log: PartitionLog) -> _LogPosition:
     # As Kafka does, only logs whose start moved past their first segment are listed.
     moved = partition_log.log_start_offset > partition_log.segments[0].base_offset
@@ -111,6 +268,55 @@ def _position_of(partition_log: PartitionLog) -> _LogPosition:
         partition_log.log_start_offset if moved else None,
         partition_log.first_dirty_offset,
     )
+
+
+def delete_directories(directories: list[Path]) -> None:
+    """Remove partition directories durably: each one's tree, then each log dir that held
+    one fsynced once (a directory back from the dead after a crash would be hosted again,
+    or clash with its replacement in another log dir). Safe in any thread for directories
+    no log uses any more (LogManager.detach_logs). Raises the first OSError after trying
+    every directory (a missing one is not an error)."""
+    first: OSError | None = None
+    parents: dict[Path, None] = {}
+    for directory in directories:
+        for attempt in range(2):
+            try:
+                shutil.rmtree(directory)
+                break
+            except FileNotFoundError:
+                break
+            except OSError as error:
+                # Once more: the log cleaner's thread may have made a file in it meanwhile
+                # (ENOTEMPTY); it never makes one in a directory that is gone.
+                if attempt:
+                    first = first or error
+        parents[directory.parent] = None
+    for parent in parents:
+        try:
+            fsync_directory(parent)
+        except OSError as error:
+            first = first or error
+    if first is not None:
+        raise first
+
+
+def unlink_files(paths: list[Path]) -> None:
+    """Unlink files nothing uses any more (retention's `.deleted` files); in any thread.
+    A failure is logged, not raised: a file left behind is removed at the next start."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("cannot delete %s: %s", path, error)
+
+
+def run_flush_jobs(
+    jobs: list[tuple[PartitionLog, FlushJob]],
+) -> list[tuple[PartitionLog, FlushJob]]:
+    """Run the blocking half of each flush (LogManager.begin_flushes); in any thread."""
+    for _, job in jobs:
+        job.run()
+    return jobs
 
 
 def new_topic_id() -> uuid.UUID:
@@ -218,6 +424,12 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         # Partitions stopped without deletion: closed, but their directories remain.
         self._stopped: dict[tuple[str, int], _LogPosition] = {}
+        # Held while the offset checkpoint files are written, from whichever thread.
+        self._checkpoint_lock = threading.Lock()
+        # Held while the topic table is written (see _update_topics).
+        self._topics_lock = threading.Lock()
+        # The creation between begin_logs and its finish, if any.
+        self._creating: LogCreation | None = None
         # Kafka's LogDirFailureChannel: every log here reports its I/O errors to it, and the
         # broker listens (see storage/log_dir_failure.py).
         self.failures = LogDirFailureChannel()
@@ -352,9 +564,19 @@ class LogManager:
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptCheckpointError(f"{self._topics_path} is malformed: {error!r}") from None
 
-    def _save_topics(self, topics: dict[str, TopicInfo]) -> None:
-        """Make `topics` the topic table, on disk first so that a failed write changes
-        nothing."""
+    def _update_topics(
+        self, change: Callable[[dict[str, TopicInfo]], dict[str, TopicInfo]]
+    ) -> None:
+        """Make ``change(table)`` the topic table, on disk first so that a failed write
+        changes nothing; safe in any thread. One
+        writer at a time (a lock), each applying its change to the table as the previous
+        writer left it, so that a worker thread's change (a LeaderAndIsr's new topics) and
+        the owner's (AlterConfigs) never undo each other. The table is replaced, never
+        changed in place, so the owner may read it meanwhile."""
+        with self._topics_lock:
+            self._write_topics(change(self._topics))
+
+    def _write_topics(self, topics: dict[str, TopicInfo]) -> None:
         document = {
             "version": TOPICS_FILE_VERSION,
             "topics": [
@@ -465,43 +687,122 @@ class LogManager:
         name: every partition of the old one here is deleted first. ValueError (naming the
         key) for a bad config, or for a name or index that cannot make a partition
         directory, before anything changes.
-        """
-        if not _LEGAL_TOPIC_NAME.fullmatch(topic):
-            raise ValueError(
-                f"topic name {topic!r} is illegal: it must be 1 to 249 characters of ASCII "
-                "alphanumerics, '.', '_' and '-'"
-            )
-        if partition < 0:
-            raise ValueError(f"partition index {partition} of {topic} is negative")
-        config = LogConfig.from_topic_configs(self.default_config, configs)
-        info = self._topics.get(topic)
-        if info is not None and info.topic_id != topic_id:
-            log.warning(
-                "topic %s was recreated as id %s: deleting the partitions of id %s",
-                topic,
-                topic_id_to_str(topic_id),
-                topic_id_to_str(info.topic_id),
-            )
-            self._delete_partitions(topic)
-        if info is None or info.topic_id != topic_id or info.configs != configs:
-            with self.directory_io(self.log_dirs[0], f"writing {TOPICS_FILE}"):
-                self._save_topics(
-                    {**self._topics, topic: TopicInfo(topic, topic_id, dict(configs))}
-                )
-            self._apply_config(topic, config)
-        partition_log = self._logs.get((topic, partition))
-        if partition_log is None:
-            directory = self._home_of(f"{topic}-{partition}")
-            with self.directory_io(directory, f"creating the log of {topic}-{partition}"):
-                partition_log = self._open_partition_log(topic, topic_id, partition, config, now_ms)
-            self._logs[topic, partition] = partition_log
-        return partition_log
 
-    def _open_partition_log(
-        self, topic: str, topic_id: uuid.UUID, partition: int, config: LogConfig, now_ms: int
-    ) -> PartitionLog:
-        """Reopen the partition's directory if it holds this topic's data, else make one."""
-        stopped = self._stopped.pop((topic, partition), None)
+        The three steps of `begin_logs` in a row, on the caller's thread.
+        """
+        creation = self.begin_logs([LogRequest(topic, topic_id, partition, configs)], now_ms)
+        creation.run()
+        return creation.finish()[0]
+
+    def begin_logs(self, requests: list["LogRequest"], now_ms: int) -> "LogCreation":
+        """Many `ensure_log`s at once, in three steps, so that the broker can make the files
+        in a worker thread (issue 40; Kafka's LogManager.getOrCreateLog runs on a request
+        handler thread, never on a network thread, and one event loop here is both):
+
+        - this call, on the owner of the log manager (the event loop): checks each request
+          in order, deletes the partitions of a topic recreated under a new id, and picks
+          each new partition's log dir;
+        - `LogCreation.run`, in any thread: records new topics and changed configs durably
+          in the topic table (one write for them all, before any directory is made), opens
+          or makes each partition's directory and files, then fsyncs each log dir that got
+          a new directory, once for them all (Kafka fsyncs the parent once per created
+          log);
+        - `LogCreation.finish`, on the owner again: the logs become the manager's, in the
+          requests' order up to the first failure, which is then raised (ValueError for a
+          bad request, StorageError for an I/O error, whose log dir goes offline), as a
+          loop of `ensure_log` calls would have left them.
+
+        Between `begin_logs` and `finish` the caller must not create or remove logs in
+        another way (the broker holds its state-change lock); the new logs are in no
+        list the manager's periodic work reads until `finish`, so nothing else touches
+        their files meanwhile.
+        """
+        creation = LogCreation(self, now_ms)
+        topics = dict(self._topics)
+        changed: dict[str, LogConfig] = {}
+        # Linear in the requests (a LeaderAndIsr may name thousands of partitions): each
+        # topic's configs parsed once, the log dirs' partition counts taken once.
+        parsed: dict[str, tuple[dict[str, str], LogConfig]] = {}
+        planned: set[tuple[str, int]] = set()
+        counts = {directory: 0 for directory in self.log_dirs}
+        for held in [log_.directory for log_ in self._logs.values()] + [
+            position.directory for position in self._stopped.values()
+        ]:
+            counts[held.parent] += 1
+        try:
+            for request in requests:
+                topic, partition = request.topic, request.partition
+                if not _LEGAL_TOPIC_NAME.fullmatch(topic):
+                    raise ValueError(
+                        f"topic name {topic!r} is illegal: it must be 1 to 249 characters of"
+                        " ASCII alphanumerics, '.', '_' and '-'"
+                    )
+                if partition < 0:
+                    raise ValueError(f"partition index {partition} of {topic} is negative")
+                cached = parsed.get(topic)
+                if cached is not None and cached[0] == request.configs:
+                    config = cached[1]
+                else:
+                    config = LogConfig.from_topic_configs(self.default_config, request.configs)
+                    parsed[topic] = (request.configs, config)
+                info = topics.get(topic)
+                if info is not None and info.topic_id != request.topic_id:
+                    log.warning(
+                        "topic %s was recreated as id %s: deleting the partitions of id %s",
+                        topic,
+                        topic_id_to_str(request.topic_id),
+                        topic_id_to_str(info.topic_id),
+                    )
+                    # Rare (the controller deletes a topic's replicas first), so on the
+                    # owner's thread, durably, before the table names the new id.
+                    self._delete_partitions(topic)
+                if (
+                    info is None
+                    or info.topic_id != request.topic_id
+                    or info.configs != request.configs
+                ):
+                    topics[topic] = TopicInfo(topic, request.topic_id, dict(request.configs))
+                    changed[topic] = config
+                key = (topic, partition)
+                if key in self._logs or key in planned:
+                    creation.planned.append(_PlannedLog(request, config, None, None))
+                    continue
+                planned.add(key)
+                stopped = self._stopped.get(key)
+                if stopped is not None:
+                    home = stopped.directory.parent
+                else:
+                    name = f"{topic}-{partition}"
+                    home = next((d for d in self.log_dirs if (d / name).is_dir()), None) or min(
+                        self.log_dirs, key=lambda candidate: counts[candidate]
+                    )
+                    counts[home] += 1  # the log dir with the fewest partitions, as placed
+                reason = self.failures.offline_reason(home)
+                if reason is not None:
+                    raise StorageError(
+                        f"creating the log of {topic}-{partition}: log dir {home} is offline"
+                        f" ({reason})"
+                    )
+                creation.planned.append(_PlannedLog(request, config, home, stopped))
+        except (ValueError, StorageError) as error:
+            creation.error = error
+        if changed:
+            reason = self.failures.offline_reason(self.log_dirs[0])
+            if reason is not None:
+                raise StorageError(
+                    f"writing {TOPICS_FILE}: log dir {self.log_dirs[0]} is offline ({reason})"
+                )
+            creation.topics = {topic: topics[topic] for topic in changed}
+            creation.configs = changed
+        self._creating = creation
+        return creation
+
+    def _open_partition_log(self, item: "_PlannedLog", now_ms: int) -> tuple[PartitionLog, bool]:
+        """Reopen the partition's directory if it holds this topic's data, else make one
+        (in `item.home`); True with a new directory, whose log dir the caller fsyncs. Runs
+        in `LogCreation.run`'s thread: it reads nothing of the manager that the owner
+        changes meanwhile."""
+        request, config, stopped = item.request, item.config, item.stopped
         if stopped is not None:
             # It was flushed when it stopped, so its files can be trusted.
             reopened = PartitionLog.open(
@@ -514,22 +815,22 @@ class LogManager:
                 failures=self.failures,
             )
             reopened.first_dirty_offset = stopped.first_dirty_offset
-            self._expire_producers(reopened, now_ms)
-            return reopened
-        name = f"{topic}-{partition}"
+            return reopened, False
+        name = f"{request.topic}-{request.partition}"
         path = next(
             (directory / name for directory in self.log_dirs if (directory / name).is_dir()), None
         )
-        if path is not None and read_partition_metadata(path) not in (None, topic_id):
+        if path is not None and read_partition_metadata(path) not in (None, request.topic_id):
             log.warning("deleting %s: it belongs to an older topic of that name", path)
             self._remove_directory(path)
             path = None
+        created = path is None
         if path is None:
-            path = self._place_partition(name)
+            assert item.home is not None
+            path = item.home / name
             partition_log = PartitionLog.open(
                 path, config, now_ms=now_ms, needs_recovery=False, failures=self.failures
             )
-            fsync_directory(path.parent)
         else:
             # Its topic was unknown when the broker started, so the directory was neither
             # recovered then nor checkpointed since: nothing says how much of it is sound.
@@ -537,34 +838,15 @@ class LogManager:
             partition_log = PartitionLog.open(
                 path, config, now_ms=now_ms, needs_recovery=True, failures=self.failures
             )
-        if read_partition_metadata(path) is None:
-            write_partition_metadata(path, topic_id)
-        self._expire_producers(partition_log, now_ms)
-        return partition_log
-
-    def _home_of(self, name: str) -> Path:
-        """The log dir that holds (or will hold) the partition directory ``name``."""
-        stopped = next(
-            (
-                position.directory
-                for key, position in self._stopped.items()
-                if f"{key[0]}-{key[1]}" == name
-            ),
-            None,
-        )
-        if stopped is not None:
-            return stopped.parent
-        existing = next((d for d in self.log_dirs if (d / name).is_dir()), None)
-        return existing if existing is not None else self._place_partition(name).parent
-
-    def _place_partition(self, name: str) -> Path:
-        """Where a new partition goes: the log dir with the fewest partitions."""
-        counts = {directory: 0 for directory in self.log_dirs}
-        for partition_log in self._logs.values():
-            counts[partition_log.directory.parent] += 1
-        for stopped in self._stopped.values():
-            counts[stopped.directory.parent] += 1
-        return min(self.log_dirs, key=lambda candidate: counts[candidate]) / name
+        try:
+            if read_partition_metadata(path) is None:
+                # The file's fsync, its rename and the partition directory's fsync (which
+                # also makes the segment files' names durable).
+                write_partition_metadata(path, request.topic_id)
+        except BaseException:
+            partition_log.close()
+            raise
+        return partition_log, created
 
     def remove_log(self, topic: str, partition: int, *, delete: bool) -> None:
         """Stop hosting a partition, as Kafka's StopReplica does: close its log and, with
@@ -582,25 +864,69 @@ class LogManager:
                 partition_log.close()
                 self._stopped[key] = _position_of(partition_log)
             return
-        self._delete_partition(key)
-        if topic in self._topics and not any(
-            name == topic for name, _ in (*self._logs, *self._stopped)
-        ):
-            self._save_topics({name: info for name, info in self._topics.items() if name != topic})
+        delete_directories(self.detach_logs([key]))
+        self.forget_topics_without_logs([topic])
+
+    def detach_logs(self, keys: list[tuple[str, int]]) -> list[Path]:
+        """The first step of deleting partitions (StopReplica with delete), on the owner:
+        each one hosted here, open or stopped, stops being hosted and its log is closed
+        without writing; returns their directories for `delete_directories` (in any
+        thread: nothing of the manager touches them again), after which
+        `forget_topics_without_logs` drops the topics left with no partition here. Kafka's
+        asyncDelete renames the directory `-delete` and removes it from a scheduler thread;
+        here the caller waits for the removal (it is durable before StopReplica is
+        answered), and the same name can be made again only after that."""
+        directories = []
+        for key in keys:
+            partition_log = self._logs.pop(key, None)
+            stopped = self._stopped.pop(key, None)
+            if partition_log is not None:
+                partition_log.detach()
+                directories.append(partition_log.directory)
+            elif stopped is not None:
+                directories.append(stopped.directory)
+        return directories
+
+    def forget_topics_without_logs(self, topics: list[str]) -> None:
+        """Drop from the topic table the given topics that have no partition here, open or
+        stopped (after `delete_directories` removed their last ones)."""
+        self.forget_topics(self.topics_without_logs(topics))
+
+    def topics_without_logs(self, topics: list[str]) -> set[str]:
+        """Those of `topics` in the table that have no partition here, open or stopped."""
+        hosted = {name for name, _ in (*self._logs, *self._stopped)}
+        return {topic for topic in topics if topic in self._topics and topic not in hosted}
+
+    def forget_topics(self, gone: set[str]) -> None:
+        """Drop topics from the topic table (safe in any thread, see `_update_topics`)."""
+        if gone:
+            self._update_topics(
+                lambda current: {name: info for name, info in current.items() if name not in gone}
+            )
 
     def update_topic_configs(self, topic: str, configs: dict[str, str]) -> bool:
         """A known topic's new overrides, recorded durably and applied to its open logs at
         once (retention, segment size, max.message.bytes, ... take effect on the next
         append or retention pass). False for a topic not hosted here, which the controller
         describes when a replica of it is created. ValueError (naming the key) for a bad
-        config, before anything changes."""
+        config, before anything changes.
+
+        A topic that a LogCreation is writing to the table right now (in a worker thread)
+        gets the configs when the creation finishes: written now, they could be overwritten
+        by the creation's older ones."""
+        creating = self._creating
+        if creating is not None and topic in creating.topics:
+            LogConfig.from_topic_configs(self.default_config, configs)  # ValueError if bad
+            creating.late_configs[topic] = dict(configs)
+            return True
         info = self._topics.get(topic)
         if info is None:
             return False
         if info.configs == configs:
             return True  # a broker hears every topic's configs at each registration
         config = LogConfig.from_topic_configs(self.default_config, configs)
-        self._save_topics({**self._topics, topic: TopicInfo(topic, info.topic_id, dict(configs))})
+        changed = TopicInfo(topic, info.topic_id, dict(configs))
+        self._update_topics(lambda current: {**current, topic: changed})
         self._apply_config(topic, config)
         return True
 
@@ -626,27 +952,43 @@ class LogManager:
 
     def _delete_partition(self, key: tuple[str, int]) -> None:
         """Close a partition's log and delete its directory, if it is here, open or stopped."""
-        partition_log = self._logs.pop(key, None)
-        stopped = self._stopped.pop(key, None)
-        if partition_log is not None:
-            partition_log.delete()
-            fsync_directory(partition_log.directory.parent)
-        elif stopped is not None:
-            self._remove_directory(stopped.directory)
+        delete_directories(self.detach_logs([key]))
 
     @staticmethod
     def _remove_directory(path: Path) -> None:
         """Delete a partition directory durably: one back from the dead after a crash would
         be hosted again, or clash with its replacement in another log dir."""
-        shutil.rmtree(path)
-        fsync_directory(path.parent)
+        delete_directories([path])
 
     # -- periodic work ---------------------------------------------------------------------
 
     def flush_due(self, now_ms: int) -> None:
         """Flush logs per flush.messages/flush.ms and fsync segments rolled since last time."""
+        self.finish_flushes(run_flush_jobs(self.begin_flushes(now_ms)))
+
+    def begin_flushes(self, now_ms: int) -> list[tuple[PartitionLog, FlushJob]]:
+        """`flush_due` in three steps, for the broker to fsync in a worker thread: this one
+        on the owner (PartitionLog.begin_flush_if_due of every live log), then
+        `run_flush_jobs` in any thread, then `finish_flushes` on the owner. A log whose
+        first step fails (its dir goes offline) is left out."""
+        jobs = []
         for partition_log in self._live_logs():
-            partition_log.flush_if_due(now_ms)
+            try:
+                job = partition_log.begin_flush_if_due(now_ms)
+            except StorageError as error:
+                log.error("%s", error)
+                continue
+            if job is not None:
+                jobs.append((partition_log, job))
+        return jobs
+
+    def finish_flushes(self, jobs: list[tuple[PartitionLog, FlushJob]]) -> None:
+        """Move each flushed log's recovery point (a failed job takes its dir offline)."""
+        for partition_log, job in jobs:
+            try:
+                partition_log.finish_flush(job)
+            except StorageError as error:
+                log.error("%s", error)
 
     def checkpoint(self, now_ms: int) -> None:
         """Write the recovery-point and log-start-offset checkpoints of every log dir.
@@ -658,16 +1000,51 @@ class LogManager:
         self._write_checkpoints()
 
     def _write_checkpoints(self) -> None:
+        self.finish_checkpoints(self.write_checkpoint_files(self.checkpoint_positions()))
+
+    def checkpoint_positions(self) -> dict[Path, dict[tuple[str, int], "_LogPosition"]]:
+        """What the offset checkpoints of each online log dir will say, taken now on the
+        owner (each log's recovery point counts only what a finished flush fsynced), for
+        `write_checkpoint_files` in any thread."""
         positions = {key: _position_of(partition_log) for key, partition_log in self._logs.items()}
         positions.update(self._stopped)
-        for directory in self.online_log_dirs():
-            here = {
+        return {
+            directory: {
                 key: position
                 for key, position in positions.items()
                 if position.directory.parent == directory
             }
-            with self.directory_io(directory, "writing the offset checkpoints"):
-                self._write_dir_checkpoints(directory, here)
+            for directory in self.online_log_dirs()
+        }
+
+    def write_checkpoint_files(
+        self, positions: dict[Path, dict[tuple[str, int], "_LogPosition"]]
+    ) -> dict[Path, OSError]:
+        """Write the offset checkpoint files of each log dir; safe in any thread (one
+        writer at a time: a lock). Returns the log dirs whose write failed, for
+        `finish_checkpoints` on the owner. Kafka writes them from its scheduler thread
+        (LogManager.checkpointLogRecoveryOffsets)."""
+        failed: dict[Path, OSError] = {}
+        with self._checkpoint_lock:
+            for directory, here in positions.items():
+                try:
+                    self._write_dir_checkpoints(directory, here)
+                except OSError as error:
+                    failed[directory] = error
+        return failed
+
+    def finish_checkpoints(self, failed: dict[Path, OSError]) -> None:
+        """Take offline the log dirs whose checkpoints could not be written; StorageError
+        for the first, as `directory_io` raises it."""
+        first: StorageError | None = None
+        for directory, error in failed.items():
+            what = "writing the offset checkpoints"
+            self.failures.maybe_add_offline_log_dir(directory, f"Error while {what}", error)
+            first = first or StorageError(
+                f"{what} failed ({error}); log dir {directory} is offline"
+            )
+        if first is not None:
+            raise first
 
     @staticmethod
     def _write_dir_checkpoints(
@@ -721,21 +1098,32 @@ class LogManager:
         return len(expired)
 
     def run_retention(
-        self, now_ms: int, high_watermarks: dict[tuple[str, int], int] | None = None
+        self,
+        now_ms: int,
+        high_watermarks: dict[tuple[str, int], int] | None = None,
+        *,
+        defer_unlink: bool = False,
     ) -> int:
         """Apply retention to every log; returns how many segments were deleted.
 
         With replication only what is below a partition's high watermark may go, as in Kafka:
         the broker passes its high watermarks (a log without one is bounded by its end).
+        With `defer_unlink` the deleted segments' files are renamed `.deleted` and left for
+        `take_deleted_files` (PartitionLog.delete_segments_by_retention).
         """
         high_watermarks = high_watermarks or {}
         return sum(
             partition_log.delete_segments_by_retention(
-                now_ms, high_watermark=high_watermarks.get(key)
+                now_ms, high_watermark=high_watermarks.get(key), defer_unlink=defer_unlink
             )
             for key, partition_log in self._logs.items()
             if not self.failures.is_offline(partition_log.directory.parent)
         )
+
+    def take_deleted_files(self) -> list[Path]:
+        """The `.deleted` files that `run_retention(..., defer_unlink=True)` left, for
+        `unlink_files` (in any thread)."""
+        return [path for log_ in self._logs.values() for path in log_.take_deleted_files()]
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ from minibroker.storage.index import (
 from minibroker.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
+# Kafka's suffix for a segment's files waiting to be unlinked (LogFileUtils.DELETED_FILE_SUFFIX).
+DELETED_SUFFIX = ".deleted"
 SEGMENT_LOG_NAME = re.compile(r"(\d{20})\.log")
 INT32_MAX = 2**31 - 1
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
@@ -429,12 +431,42 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
+    def descriptors_to_sync(self) -> list[int]:
+        """What `flush` fsyncs, as descriptors of their own for a worker thread to fsync and
+        close (PartitionLog.begin_flush): the `.log`'s (a duplicate) and the indexes', after
+        their pending entries are written. They stay valid if the segment is closed,
+        deleted or renamed meanwhile, so the thread never touches a path the owner changes
+        (an index opened by name after a deletion would be created again)."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        fds = [os.dup(self._fd)]
+        try:
+            for path in (self.offset_index.path, self.time_index.path, self.txn_index.path):
+                if path is self.txn_index.path and not self.txn_index.entries:
+                    continue
+                try:
+                    fds.append(os.open(path, os.O_RDONLY))
+                except FileNotFoundError:
+                    if path is not self.txn_index.path:
+                        raise
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
     def close(self) -> None:
         if self._fd < 0:
             return
         self.seal_indexes()
         os.close(self._fd)
         self._fd = -1
+
+    def close_descriptor(self) -> None:
+        """Close the `.log` without writing anything (its files are about to be deleted)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def change_suffix(self, new_suffix: str, *, log_first: bool) -> None:
         """Rename the segment's files from the current suffix to `new_suffix` (the open
@@ -468,3 +500,25 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()
+
+    def delete_later(self) -> list[Path]:
+        """Kafka's asynchronous segment deletion (LogSegment's files renamed with the
+        `.deleted` suffix, removed later by another thread): close the segment and rename
+        its files to `<name>.deleted`; returns the new paths for the caller to unlink, which
+        may happen in a worker thread since no segment ever has those names. Unlinking a
+        large file frees its blocks and can take milliseconds; a rename does not. After a
+        crash, loading removes `.deleted` files (`_remove_leftovers` in log.py)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        doomed = []
+        paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
+        for path in paths:
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:
+                continue
+            doomed.append(target)
+        self.txn_index.forget()
+        return doomed

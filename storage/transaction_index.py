@@ -127,3 +127,7 @@ class TransactionIndex:
     def delete(self) -> None:
         self._entries = []
         self.path.unlink(missing_ok=True)
+
+    def forget(self) -> None:
+        """Drop the entries held in memory, leaving the file (renamed by the caller)."""
+        self._entries = []

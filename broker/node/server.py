@@ -16,6 +16,7 @@ import ctypes
 import errno
 import functools
 import gc
+import inspect
 import ipaddress
 import logging
 import math
@@ -64,6 +65,7 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import FrameDecoder, FrameError, parse_request_header
 from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication import log_io
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 from minibroker.replication.share_partition_manager import SharePartitionManager
@@ -825,10 +827,12 @@ class BrokerServer:
                     self.config, self.replicas, log_manager, self.metrics, wall_clock_ms
                 )
                 nursery.start_soon(cleaner.run)
+            # The flushes' fsyncs and the checkpoint files' writes run in worker threads
+            # (replication/log_io.py), as Kafka runs them on its scheduler threads.
             nursery.start_soon(
                 self._every,
                 self.config.log_flush_offset_checkpoint_interval_ms,
-                log_manager.checkpoint,
+                functools.partial(log_io.checkpoint, log_manager),
             )
             nursery.start_soon(self._every, TRIM_CHECK_INTERVAL_MS, self._trim_memory)
             # Kafka's PeriodicProducerExpirationCheck (UnifiedLog), one task for every log.
@@ -841,16 +845,21 @@ class BrokerServer:
                 nursery.start_soon(
                     self._every,
                     min(self.config.log_flush_interval_ms, 1000),
-                    log_manager.flush_due,
+                    functools.partial(log_io.flush_due, log_manager),
                 )
 
     async def _every(self, interval_ms: int, task) -> None:
+        """Run ``task(now_ms)`` every interval (awaited when it is a coroutine function),
+        the next run an interval after the last one ended."""
         while True:
             await trio.sleep(interval_ms / 1000)
             try:
-                task(wall_clock_ms())
+                outcome = task(wall_clock_ms())
+                if inspect.isawaitable(outcome):
+                    await outcome
             except Exception:
-                log.exception("periodic task %s failed", getattr(task, "__name__", task))
+                name = getattr(task, "__name__", None) or getattr(task, "func", task)
+                log.exception("periodic task %s failed", name)
 
     async def _next_frame(
         self, stream, decoder: FrameDecoder, peer: _Peer, receive_buffer: memoryview | None = None

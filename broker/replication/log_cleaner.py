@@ -30,6 +30,7 @@ import trio
 
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
+from minibroker.replication import log_io
 from minibroker.storage.cleaner import (
     CleanerStats,
     Cleaning,
@@ -143,7 +144,9 @@ class LogCleanerService:
             cleaning.stats.segments_replaced += len(group)
         cleaning.finish()
         try:
-            self.log_manager.write_cleaner_checkpoints()
+            # Written in a worker thread (replication/log_io.py), as Kafka's cleaner thread
+            # updates cleaner-offset-checkpoint.
+            await log_io.write_checkpoints(self.log_manager)
         except StorageError as error:  # its log dir went offline
             log.warning("writing cleaner-offset-checkpoint failed: %s", error)
         return cleaning.stats

@@ -38,6 +38,14 @@ from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetch_session import FetchManager, FetchSessionCache
 from minibroker.replication.fetcher import FetcherManager
+from minibroker.replication.log_io import (
+    IN_THREAD,
+    RunSync,
+    create_logs,
+    delete_logs,
+    unlink_deleted_files,
+    write_offset_checkpoints,
+)
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
 from minibroker.replication.purgatory import Watchers
@@ -49,7 +57,8 @@ from minibroker.replication.replica_selector import (
 from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
 from minibroker.storage.file_records import FileRecords
-from minibroker.storage.log_manager import LogManager
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.log_manager import LogManager, LogRequest
 from minibroker.storage.producer_state import ProducerSnapshot
 
 log = logging.getLogger("replicas")
@@ -167,9 +176,13 @@ class ReplicaManager:
         *,
         elapsed_ms: Callable[[], int] = monotonic_ms,
         connect: Callable[..., Awaitable[NodeConnection]] = NodeConnection.connect,
+        run_blocking: RunSync = IN_THREAD,
     ) -> None:
-        """``elapsed_ms`` and ``connect`` (how fetchers reach a leader) are seams for the
-        in-process tests (tests/unit/test_replica_manager.py, test_fetcher.py)."""
+        """``elapsed_ms``, ``connect`` (how fetchers reach a leader) and ``run_blocking``
+        (how the log manager's blocking file-system steps run: in worker threads,
+        replication/log_io.py) are seams for the in-process tests
+        (tests/unit/test_replica_manager.py, test_fetcher.py, test_log_io.py)."""
+        self.run_blocking = run_blocking
         self.config = config
         self.metrics = metrics
         self.log_manager = log_manager
@@ -866,25 +879,63 @@ class ReplicaManager:
         missing = [name for name in new_topics if name not in announced]
         configs = await self._topic_configs(missing) if missing else {}
         configs.update(announced)
-        for topic_state in topic_states:
-            for state in topic_state.partition_states:
-                key = (topic_state.topic_name, state.partition_index)
-                if self.config.node_id not in state.replicas:
-                    results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                created = self._is_new_replica(topic_state, state.partition_index)
-                if created:
-                    partition = self._create_replica(
-                        topic_state, state.partition_index, configs[topic_state.topic_name]
+        # The new replicas' logs are made first, all of them in a worker thread with one
+        # fsync per log dir (replication/log_io.py): making a partition's directory and
+        # files takes milliseconds of blocking file-system calls, up to a hundred for a
+        # directory fsync, which on the event loop stalled every client. Then the states
+        # are applied in the request's order, as before; a failure part-way (a full disk)
+        # leaves the partitions before it created and applied, and raises.
+        wanted = [
+            (topic_state, state)
+            for topic_state in topic_states
+            for state in topic_state.partition_states
+        ]
+        new = [
+            (topic_state, state)
+            for topic_state, state in wanted
+            if self.config.node_id in state.replicas
+            and self._is_new_replica(topic_state, state.partition_index)
+        ]
+        for topic_state, state in new:
+            self._drop_stale_replicas(topic_state, state.partition_index)
+        failure: Exception | None = None
+        created: list[PartitionLog] = []
+        if new:
+            created, failure = await create_logs(
+                self.log_manager,
+                [
+                    LogRequest(
+                        topic_state.topic_name,
+                        topic_state.topic_id,
+                        state.partition_index,
+                        configs[topic_state.topic_name],
                     )
-                else:
-                    partition = self._partitions[key]  # _is_new_replica: it is hosted here
-                results[key] = self._apply_partition_state(partition, state, to_follow)
-                if created:
-                    # Making a partition's files takes milliseconds of blocking file system
-                    # calls; other clients are served between partitions, so a topic of many
-                    # partitions does not stall the broker for seconds.
-                    await trio.lowlevel.checkpoint()
+                    for topic_state, state in new
+                ],
+                self.clock_ms(),
+                self.run_blocking,
+            )
+        made = {(log_.topic, log_.partition): log_ for log_ in created}
+        for count, (topic_state, state) in enumerate(wanted):
+            key = (topic_state.topic_name, state.partition_index)
+            if self.config.node_id not in state.replicas:
+                results[key] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if self._is_new_replica(topic_state, state.partition_index):
+                partition_log = made.get(key)
+                if partition_log is None:
+                    break  # the failure's partition: it and those after it are not applied
+                partition = Partition(
+                    key[0], topic_state.topic_id, key[1], partition_log, self.config.node_id
+                )
+                self._partitions[key] = partition
+            else:
+                partition = self._partitions[key]  # _is_new_replica: it is hosted here
+            results[key] = self._apply_partition_state(partition, state, to_follow)
+            if count % 100 == 99:
+                await trio.lowlevel.checkpoint()  # other clients' turn in a big request
+        if failure is not None:
+            raise failure
 
     def _is_new_replica(self, topic_state, index: int) -> bool:
         partition = self._partitions.get((topic_state.topic_name, index))
@@ -933,8 +984,9 @@ class ReplicaManager:
         for listener in self.role_listeners:
             listener(partition)
 
-    def _create_replica(self, topic_state, index: int, configs: dict[str, str]) -> Partition:
-        """A new replica; a topic recreated under a new id first loses every old partition."""
+    def _drop_stale_replicas(self, topic_state, index: int) -> None:
+        """Before a new replica's log is made: a topic recreated under a new id first loses
+        every old partition (the log manager deletes their logs)."""
         name = topic_state.topic_name
         stale = [
             key
@@ -946,12 +998,6 @@ class ReplicaManager:
             old.leader = -1  # parked requests on it now answer NOT_LEADER_OR_FOLLOWER
             self.fetchers.remove(key)
             self.notify(old)
-        partition_log = self.log_manager.ensure_log(
-            name, topic_state.topic_id, index, configs, now_ms=self.clock_ms()
-        )
-        partition = Partition(name, topic_state.topic_id, index, partition_log, self.config.node_id)
-        self._partitions[(name, index)] = partition
-        return partition
 
     async def _topic_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
         """New replicas' topic configs, from the controller (one DescribeConfigs for them
@@ -1002,11 +1048,14 @@ class ReplicaManager:
     async def apply_stop_replica(self, request) -> list[tuple[str, int, Error]]:
         """Stop hosting (and with delete_partition, delete) each partition the request names.
 
-        Under the same lock as LeaderAndIsr, and yielding after each partition as it does:
-        deleting a partition's files blocks for milliseconds.
+        Under the same lock as LeaderAndIsr. The deleted partitions' directories are
+        removed together in a worker thread, with one fsync per log dir, before the answer
+        (replication/log_io.py): removing a partition's files blocks for milliseconds.
+        Departure: a partition stopped without deletion is still flushed on the loop.
         """
         results = []
         async with self._state_change_lock:
+            doomed: list[tuple[str, int]] = []
             for topic_state in request.topic_states:
                 for state in topic_state.partition_states:
                     key = (topic_state.topic_name, state.partition_index)
@@ -1017,9 +1066,14 @@ class ReplicaManager:
                         self.notify(partition)
                         self._tell_role_listeners(partition)
                         log.debug("stopped replica %s-%d", *key)
-                    self.log_manager.remove_log(*key, delete=state.delete_partition)
+                    if state.delete_partition:
+                        doomed.append(key)
+                    else:
+                        self.log_manager.remove_log(*key, delete=False)
+                        await trio.lowlevel.checkpoint()
                     results.append((*key, Error.NONE))
-                    await trio.lowlevel.checkpoint()
+            if doomed:
+                await delete_logs(self.log_manager, doomed, self.run_blocking)
         if results:
             log.info("stopped %d replica(s), first %s-%d", len(results), *results[0][:2])
         return results
@@ -1168,11 +1222,17 @@ class ReplicaManager:
         if refused:
             nursery.start_soon(self._retry_isr_changes_later, refused)
 
-    def run_retention(self, now_ms: int) -> int:
-        """Retention over the hosted logs, never past a partition's high watermark."""
-        return self.log_manager.run_retention(
-            now_ms, {partition.key: partition.high_watermark for partition in self.partitions()}
+    async def run_retention(self, now_ms: int) -> int:
+        """Retention over the hosted logs, never past a partition's high watermark; the
+        deleted segments' files are renamed on the loop and unlinked in a worker thread
+        (replication/log_io.py)."""
+        deleted = self.log_manager.run_retention(
+            now_ms,
+            {partition.key: partition.high_watermark for partition in self.partitions()},
+            defer_unlink=True,
         )
+        await unlink_deleted_files(self.log_manager, self.run_blocking)
+        return deleted
 
     async def _retry_isr_changes_later(self, partitions: list[Partition]) -> None:
         """Back off before the next AlterPartition for these partitions, so a refusal (a stale
@@ -1192,18 +1252,21 @@ class ReplicaManager:
 
     def write_high_watermarks(self) -> None:
         """Kafka's replication-offset-checkpoint, one per log dir, written atomically."""
-        per_dir: dict[Path, dict[tuple[str, int], int]] = {
-            Path(directory): {} for directory in self.log_manager.log_dirs
-        }
-        for partition in self.partitions():
-            per_dir[partition.log.directory.parent][partition.key] = partition.high_watermark
-        for directory, offsets in per_dir.items():
+        for directory, offsets in self._high_watermarks_by_dir().items():
             if self.log_manager.failures.is_offline(directory):
                 continue
             # A failed write takes the dir offline, as Kafka's ReplicaManager
             # .checkpointHighWatermarks reports it to the LogDirFailureChannel.
             with self.log_manager.directory_io(directory, f"writing {HIGH_WATERMARK_CHECKPOINT}"):
                 write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT, offsets)
+
+    def _high_watermarks_by_dir(self) -> dict[Path, dict[tuple[str, int], int]]:
+        per_dir: dict[Path, dict[tuple[str, int], int]] = {
+            Path(directory): {} for directory in self.log_manager.log_dirs
+        }
+        for partition in self.partitions():
+            per_dir[partition.log.directory.parent][partition.key] = partition.high_watermark
+        return per_dir
 
     async def _checkpoint_high_watermarks(self) -> None:
         """Started by the first LeaderAndIsr, as in Kafka, then every interval. A failed
@@ -1213,7 +1276,13 @@ class ReplicaManager:
         interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
         while True:
             try:
-                self.write_high_watermarks()
+                # Taken now on the loop, written in a worker thread (replication/log_io.py).
+                await write_offset_checkpoints(
+                    self.log_manager,
+                    HIGH_WATERMARK_CHECKPOINT,
+                    self._high_watermarks_by_dir(),
+                    self.run_blocking,
+                )
             except StorageError as error:
                 log.error("cannot write %s: %s", HIGH_WATERMARK_CHECKPOINT, error)
             await trio.sleep(interval)

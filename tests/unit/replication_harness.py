@@ -20,6 +20,7 @@ from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication import log_io
 from minibroker.replication.fetch_session import PartitionRequest
 from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager, fetch_result
 from minibroker.storage.log_manager import LogManager
@@ -43,7 +44,12 @@ class StubController:
         raise AssertionError(f"unexpected request to the controller: {request!r}")
 
 
-def make_broker(tmp_path: Path, node_id: int, brokers: dict | None = None) -> ReplicaManager:
+def make_broker(
+    tmp_path: Path, node_id: int, brokers: dict | None = None, *, threads: bool = False
+) -> ReplicaManager:
+    """A broker whose log manager's blocking steps run inline (the tests run under
+    MockClock, whose autojump would fire every timer while a worker thread runs), or in
+    worker threads as in the broker with ``threads`` (tests/unit/test_log_io.py)."""
     directory = tmp_path / f"broker-{node_id}"
     # Kafka's replica.fetch.wait.max.ms (500): an empty fetch parks at the leader, as it does
     # over the wire, so that MockClock time moves while a follower waits for records.
@@ -65,6 +71,7 @@ def make_broker(tmp_path: Path, node_id: int, brokers: dict | None = None) -> Re
         clock_ms=trio_ms,
         elapsed_ms=trio_ms,
         connect=connect,
+        run_blocking=log_io.IN_THREAD if threads else log_io.inline,
     )
     # Topic configs as the controller pushes them before the LeaderAndIsr creating replicas.
     replicas.announced_topic_configs[TOPIC] = {"min.insync.replicas": "2"}

@@ -36,6 +36,7 @@ from minibroker.coordinator.runtime_state import (
 )
 from minibroker.protocol.errors import Error
 from minibroker.protocol.records import decode_records
+from minibroker.replication import log_io
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
@@ -230,7 +231,12 @@ class Node:
         self.logs = LogManager([directory], LogConfig(), node_id=NODE_ID, cluster_id="mock")
         self.logs.open(trio_ms())
         self.replicas = ReplicaManager(
-            self.config, self.logs, StubController(), BrokerMetrics(), clock_ms=trio_ms
+            self.config,
+            self.logs,
+            StubController(),
+            BrokerMetrics(),
+            clock_ms=trio_ms,
+            run_blocking=log_io.inline,  # MockClock: no worker threads (replication/log_io.py)
         )
         self.keeper = Keeper(self.replicas)
 

@@ -17,6 +17,7 @@ from minibroker.controller.state import ControllerState
 from minibroker.coordinator.group.service import OFFSETS_TOPIC, CommitRequest, GroupCoordinator
 from minibroker.coordinator.group.state import GroupState, JoinRequest
 from minibroker.protocol.errors import Error
+from minibroker.replication import log_io
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
@@ -50,7 +51,12 @@ class Broker:
         self.logs = LogManager([directory], LogConfig(), node_id=NODE_ID, cluster_id="mock")
         self.logs.open(trio_ms())
         self.replicas = ReplicaManager(
-            self.config, self.logs, StubController(), BrokerMetrics(), clock_ms=trio_ms
+            self.config,
+            self.logs,
+            StubController(),
+            BrokerMetrics(),
+            clock_ms=trio_ms,
+            run_blocking=log_io.inline,  # MockClock: no worker threads (replication/log_io.py)
         )
         self.coordinator = GroupCoordinator(self.config, self.replicas)
 

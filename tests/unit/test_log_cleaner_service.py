@@ -46,8 +46,16 @@ class FakeLogManager:
     def get_log(self, topic, partition):
         return self.logs.get((topic, partition))
 
-    def write_cleaner_checkpoints(self):
+    # The cleaner writes the checkpoints in three steps (replication/log_io.py).
+    def checkpoint_positions(self):
+        return {}
+
+    def write_checkpoint_files(self, positions):
         self.checkpoints_written += 1
+        return {}
+
+    def finish_checkpoints(self, failed):
+        assert not failed
 
 
 def compacted_log(tmp_path, name="compacted-0"):

@@ -18,6 +18,7 @@ from minibroker.controller.state import ControllerState
 from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.share.state import SharePartitionKey
 from minibroker.protocol.errors import Error
+from minibroker.replication import log_io
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.replication.share_partition import RecordState, StateBatch
 from minibroker.storage.log import LogConfig
@@ -46,7 +47,12 @@ class Node:
         self.logs = LogManager([directory], LogConfig(), node_id=NODE_ID, cluster_id="mock")
         self.logs.open(trio_ms())
         self.replicas = ReplicaManager(
-            self.config, self.logs, StubController(), BrokerMetrics(), clock_ms=trio_ms
+            self.config,
+            self.logs,
+            StubController(),
+            BrokerMetrics(),
+            clock_ms=trio_ms,
+            run_blocking=log_io.inline,  # MockClock: no worker threads (replication/log_io.py)
         )
         self.coordinator = ShareCoordinator(self.config, self.replicas)
 

@@ -24,6 +24,7 @@ from minibroker.coordinator.transaction.service import TransactionCoordinator
 from minibroker.coordinator.transaction.state import SHORT_MAX, TV_2, TxnState
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
+from minibroker.replication import log_io
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
@@ -126,7 +127,12 @@ class Broker:
         self.logs = LogManager([directory], LogConfig(), node_id=NODE_ID, cluster_id="mock")
         self.logs.open(trio_ms())
         self.replicas = ReplicaManager(
-            self.config, self.logs, StubController(), BrokerMetrics(), clock_ms=trio_ms
+            self.config,
+            self.logs,
+            StubController(),
+            BrokerMetrics(),
+            clock_ms=trio_ms,
+            run_blocking=log_io.inline,  # MockClock: no worker threads (replication/log_io.py)
         )
         self.next_id = 1000
 

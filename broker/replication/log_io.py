@@ -1,0 +1,182 @@
+"""The log manager's blocking file-system work, in worker threads (issue 40).
+
+One event loop serves every client, so an fsync, a directory fsync, a file's creation or a
+tree's removal on it stalls them all for as long as the disk takes (117 ms seen for the
+directory fsync of one partition made by LeaderAndIsr). Kafka never does such work on a
+network thread: LogManager.getOrCreateLog runs on a request handler thread, UnifiedLog's
+flush and its checkpoint files' writes on scheduler threads, retention's unlinking after
+file.delete.delay.ms on the scheduler, a deleted log's removal on the scheduler too.
+
+Here storage/ knows nothing of trio: each operation comes in steps (a first one on the
+loop that decides and takes what the blocking one needs, the blocking one that is safe in
+any thread, a last one on the loop that publishes the result) and this module runs the
+middle one with ``trio.to_thread.run_sync``. The orderings durability depends on live in
+the steps themselves (storage/log_manager.py, storage/log.py, storage/checkpoint.py):
+
+- a new partition's files and directory are fsynced, and its log dir once for the whole
+  LeaderAndIsr, before its log is handed out and the controller answered;
+- a flush moves the recovery point only after its fsyncs (files, directory, leader epoch
+  checkpoint) finished, and only past what they covered;
+- a checkpoint file is fsynced before the rename that publishes it, the directory after;
+  the values written are taken on the loop after the flushes they report finished;
+- a deleted partition's tree and its log dir's fsync finish before StopReplica is answered
+  and before the topic leaves the topic table.
+
+Writers stay one per file: a log's appends, rolls and truncations stay on the loop; a
+thread only fsyncs descriptors of its own, writes files no loop code writes at the same
+time (the checkpoint files under the log manager's lock, the leader epoch file under the
+cache's), or removes what no log uses any more. Creation and deletion hold the replica
+manager's state-change lock across the thread, and are shielded from cancellation so that a
+thread's work is always followed by its last step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from minibroker.storage.checkpoint import write_offset_checkpoint
+from minibroker.storage.errors import StorageError
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.log_manager import (
+    LogManager,
+    LogRequest,
+    delete_directories,
+    run_flush_jobs,
+    unlink_files,
+)
+
+log = logging.getLogger("storage.io")
+
+# How the blocking steps run: ``trio.to_thread.run_sync``; the in-process tests under trio's
+# MockClock pass one that runs them inline instead (a worker thread's real time lets an
+# autojumping clock fire every timer meanwhile).
+RunSync = Callable[..., Awaitable[Any]]
+IN_THREAD: RunSync = trio.to_thread.run_sync
+
+
+async def inline(function: Callable[..., Any], *args: Any) -> Any:
+    """A RunSync that runs the function on the loop (for MockClock tests)."""
+    await trio.lowlevel.checkpoint()
+    return function(*args)
+
+
+async def create_logs(
+    log_manager: LogManager,
+    requests: list[LogRequest],
+    now_ms: int,
+    run_sync: RunSync = IN_THREAD,
+) -> tuple[list[PartitionLog], Exception | None]:
+    """LogManager.ensure_log for many partitions, their files made in a worker thread with
+    one fsync per log dir for all of them (see LogManager.begin_logs). The caller holds the
+    state-change lock. Returns the logs in the requests' order up to the first failure, and
+    that failure (what a loop of ensure_log would have raised there), or None."""
+    creation = log_manager.begin_logs(requests, now_ms)
+    failure: Exception | None = None
+    with trio.CancelScope(shield=True):
+        await run_sync(creation.run)
+        try:
+            creation.finish()
+        except Exception as error:
+            failure = error
+    return creation.logs, failure
+
+
+async def delete_logs(
+    log_manager: LogManager, keys: list[tuple[str, int]], run_sync: RunSync = IN_THREAD
+) -> None:
+    """Delete partitions hosted here (StopReplica with delete_partition): closed on the
+    loop, their directories removed durably in a worker thread, then the topics left
+    without a partition dropped from the topic table. The caller holds the state-change
+    lock, so no LeaderAndIsr makes one of those directories again meanwhile. An OSError
+    takes the log dir offline and is raised as StorageError."""
+    directories = log_manager.detach_logs(keys)
+    gone = log_manager.topics_without_logs(sorted({topic for topic, _ in keys}))
+
+    def delete() -> tuple[Path, str, OSError] | None:
+        try:
+            delete_directories(directories)
+        except OSError as error:
+            return directories[0].parent, f"deleting {len(directories)} partition(s)", error
+        try:
+            log_manager.forget_topics(gone)  # only once their directories are gone for good
+        except OSError as error:
+            return log_manager.log_dirs[0], "writing the topic table", error
+        return None
+
+    if not directories and not gone:
+        return
+    with trio.CancelScope(shield=True):
+        failed = await run_sync(delete)
+    if failed is not None:
+        directory, what, error = failed
+        log_manager.failures.maybe_add_offline_log_dir(directory, f"Error while {what}", error)
+        raise StorageError(f"{what} failed ({error}); log dir {directory} is offline") from error
+
+
+async def flush_due(log_manager: LogManager, now_ms: int, run_sync: RunSync = IN_THREAD) -> None:
+    """LogManager.flush_due with its fsyncs in a worker thread."""
+    jobs = log_manager.begin_flushes(now_ms)
+    if jobs:
+        log_manager.finish_flushes(await run_sync(run_flush_jobs, jobs))
+
+
+async def write_checkpoints(log_manager: LogManager, run_sync: RunSync = IN_THREAD) -> None:
+    """The recovery-point, log-start-offset and cleaner-offset checkpoints, written in a
+    worker thread from values taken now on the loop."""
+    positions = log_manager.checkpoint_positions()
+    failed = await run_sync(log_manager.write_checkpoint_files, positions)
+    log_manager.finish_checkpoints(failed)
+
+
+async def checkpoint(log_manager: LogManager, now_ms: int, run_sync: RunSync = IN_THREAD) -> None:
+    """LogManager.checkpoint off the loop: due flushes first (their recovery points are
+    then the ones written), then the checkpoint files."""
+    await flush_due(log_manager, now_ms, run_sync)
+    await write_checkpoints(log_manager, run_sync)
+
+
+async def unlink_deleted_files(log_manager: LogManager, run_sync: RunSync = IN_THREAD) -> None:
+    """Unlink the `.deleted` files retention left, in a worker thread."""
+    files = log_manager.take_deleted_files()
+    if files:
+        await run_sync(unlink_files, files)
+
+
+async def write_offset_checkpoints(
+    log_manager: LogManager,
+    name: str,
+    per_dir: dict[Path, dict[tuple[str, int], int]],
+    run_sync: RunSync = IN_THREAD,
+) -> None:
+    """Write the offset checkpoint ``name`` in each online log dir (the high watermarks'
+    replication-offset-checkpoint) in a worker thread; a failed write takes its dir
+    offline and raises StorageError, after the other dirs were written."""
+    per_dir = {
+        d: offsets for d, offsets in per_dir.items() if not log_manager.failures.is_offline(d)
+    }
+
+    def write_all() -> dict[Path, OSError]:
+        failed: dict[Path, OSError] = {}
+        for directory, offsets in per_dir.items():
+            try:
+                write_offset_checkpoint(directory / name, offsets)
+            except OSError as error:
+                failed[directory] = error
+        return failed
+
+    failed = await run_sync(write_all)
+    first: StorageError | None = None
+    for directory, error in failed.items():
+        log_manager.failures.maybe_add_offline_log_dir(
+            directory, f"Error while writing {name}", error
+        )
+        first = first or StorageError(
+            f"writing {name} failed ({error}); log dir {directory} is offline"
+        )
+    if first is not None:
+        raise first
