@@ -102,6 +102,9 @@ SKIPPED_SECTIONS = {
     ("docs/java.md", "Kafka's command-line tools"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs `minibroker kafka` (topics, console producer and consumer)"
     " and these tools' main classes (and every other tool) against a cluster",
+    ("docs/operations.md", "Follower fetching"): "a broker property, not a command:"
+    " tests/cluster/test_follower_fetching.py starts brokers in three racks with it and checks"
+    " that a consumer with client.rack reads from its rack's follower",
     ("docs/operations.md", "The metadata quorum"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-metadata-quorum describe --status and --replication"
     " against a cluster and checks their output",

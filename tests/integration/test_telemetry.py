@@ -86,6 +86,10 @@ def _client_series(port: int) -> dict:
 
 def test_librdkafka_producer_pushes_its_metrics_to_prometheus(metered):
     broker, port = metered
+    # Before the subscription: the AdminClient that creates the topic is a librdkafka
+    # producer handle too (client.id "rdkafka"), which would push its own metrics if it got
+    # the subscription while it lives.
+    create_topic(broker.bootstrap, TOPIC, 1)
     _subscribe(broker.bootstrap, {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"})
 
     request = DescribeConfigsRequest(
@@ -110,7 +114,6 @@ def test_librdkafka_producer_pushes_its_metrics_to_prometheus(metered):
     legacy = exchange(broker.bootstrap, ListClientMetricsResourcesRequest())
     assert [r.name for r in legacy.client_metrics_resources] == [SUBSCRIPTION]
 
-    create_topic(broker.bootstrap, TOPIC, 1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "pusher"})
     try:
 
