@@ -25,7 +25,7 @@ PARTITIONS = 500
 ADMIN_TIMEOUT_S = 120
 
 
-class _Pinger(threading.Thread):
+class Pinger(threading.Thread):
     """ApiVersions v0 round trips, back to back, each timed, until `stop` is set."""
 
     def __init__(self, port: int) -> None:
@@ -65,7 +65,7 @@ def main() -> None:
     work_dir = Path(tempfile.mkdtemp(prefix="creation-stall-"))
     node = BrokerProcess.start(1, work_dir / "node" / "data")
     node.wait_ready(30)
-    pinger = _Pinger(node.port)
+    pinger = Pinger(node.port)
     pinger.start()
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     try:

@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -45,11 +44,11 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import creation_stall
 from bench.loop_stalls import FRAME, scrape
 from bench.rows import LATENCY_RATE_BYTES
 from bench.targets import MINIBROKER, start, wait_until_served
 from bench.workloads import end_to_end_latency
-from minibroker.tools import wire
 from minibroker.tools.launcher import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,21 +113,8 @@ def node_environment(pythonpath: str | None) -> Iterator[None]:
             os.environ["PYTHONPATH"] = saved
 
 
-class Pinger(threading.Thread):
-    """ApiVersions round trips, back to back, each timed, until `stop` is set."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.port = port
-        self.stop = threading.Event()
-        self.round_trips: list[float] = []
-
-    def run(self) -> None:
-        with wire.connect(("127.0.0.1", self.port)) as client:
-            while not self.stop.is_set():
-                started = time.monotonic()
-                client.api_versions()
-                self.round_trips.append(time.monotonic() - started)
+class Pinger(creation_stall.Pinger):
+    """creation_stall's ApiVersions pinger, with the worst round trip since a given one."""
 
     def worst_since(self, first: int) -> float:
         return max(self.round_trips[first:], default=float("nan")) * 1000
