@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -99,23 +100,38 @@ class BrokerStartError(RuntimeError):
 # choice and the node's bind. A port is held this long: a node binds its port within seconds.
 PORT_REGISTRY = Path(tempfile.gettempdir()) / "minibroker-ports.json"
 PORT_RESERVATION_SECONDS = 120.0
-FREE_PORT_ATTEMPTS = 64
+FREE_PORT_ATTEMPTS = 256
+# The lowest port free_port hands out. Ports are chosen from here up to the kernel's ephemeral
+# range (net.ipv4.ip_local_port_range), never inside it: a client's outgoing connection takes
+# its local port from that range, so a port chosen there can be taken by any client between the
+# choice and the node's bind ("Address already in use", seen in CI at 39516 and 60926).
+FIRST_CHOSEN_PORT = 10000
+# Not the module `random`: a test that seeds it (the fault tests do) would make every worker
+# try the same ports in the same order.
+_PORT_RANDOM = random.SystemRandom()
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now, and that no other
-    launcher on this machine handed out in the last PORT_RESERVATION_SECONDS.
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now, that no other
+    launcher on this machine handed out in the last PORT_RESERVATION_SECONDS, and that no
+    outgoing connection can take (it lies below the kernel's ephemeral range)."""
+    return free_ports(1)
 
-    The kernel picks it; the choice is recorded in PORT_REGISTRY under an exclusive lock, and
-    a port another launcher recorded recently is passed over. Without the registry, two
-    processes asking at the same moment could both be told the same port (it is free for
-    both until one of the nodes binds it), which pytest-xdist's workers did. A port can still
-    be taken by something that is not a launcher; that is rare enough on a test machine.
+
+def free_ports(count: int, *offsets: int) -> int:
+    """The first of `count` consecutive free ports (as free_port's), with the same run free at
+    each of `offsets` from it too (`minibroker dev --secure` puts its SASL_SSL listeners at a
+    fixed offset); the whole run is reserved.
+
+    The choice is recorded in PORT_REGISTRY under an exclusive lock, and a port another
+    launcher recorded recently is passed over. Without the registry, two processes asking at
+    the same moment could both be told the same port (it is free for both until one of the
+    nodes binds it), which pytest-xdist's workers did.
     """
     try:
         registry = open(PORT_REGISTRY, "a+")  # noqa: SIM115 - closed below
     except OSError:
-        return _kernel_port()
+        return _choose_ports(count, offsets, {})
     with registry:
         fcntl.flock(registry, fcntl.LOCK_EX)
         registry.seek(0)
@@ -125,16 +141,50 @@ def free_port() -> int:
         except ValueError:
             held = {}
         held = {port: until for port, until in held.items() if until > now}
-        for _ in range(FREE_PORT_ATTEMPTS):
-            port = _kernel_port()
-            if port not in held:
-                break
-        held[port] = now + PORT_RESERVATION_SECONDS
+        first = _choose_ports(count, offsets, held)
+        for port in _run(first, count, offsets):
+            held[port] = now + PORT_RESERVATION_SECONDS
         registry.seek(0)
         registry.truncate()
         registry.write(json.dumps(held))
         registry.flush()
-    return port
+    return first
+
+
+def _run(first: int, count: int, offsets: tuple[int, ...]) -> list[int]:
+    return [p + offset for offset in (0, *offsets) for p in range(first, first + count)]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _choose_ports(count: int, offsets: tuple[int, ...], held: Mapping[int, float]) -> int:
+    low, _high = _ephemeral_range()
+    top = low - count - max(offsets, default=0)
+    if top <= FIRST_CHOSEN_PORT:  # an unusual range: the kernel's choice, as before
+        return _kernel_port()
+    for _ in range(FREE_PORT_ATTEMPTS):
+        first = _PORT_RANDOM.randrange(FIRST_CHOSEN_PORT, top)
+        run = _run(first, count, offsets)
+        if not any(port in held for port in run) and all(map(_bindable, run)):
+            return first
+    raise OSError(
+        f"no {count} free consecutive port(s) below {low} after {FREE_PORT_ATTEMPTS} tries"
+    )
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _kernel_port() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from minibroker.tools.dev_secure import SECURE_PORT_OFFSET
-from minibroker.tools.launcher import free_port, request_metadata, zookeeper_installed
+from minibroker.tools.launcher import free_port, free_ports, request_metadata, zookeeper_installed
 from tests.conftest import run_until_refused, wait_for
 
 START_TIMEOUT = 60.0
@@ -39,25 +39,10 @@ def alive(pid: int) -> bool:
 
 
 def free_ports_in_a_row(count: int, *offsets: int) -> int:
-    """The first of `count` consecutive ports nothing listens on (the brokers' ports), with
-    the same run free at each of `offsets` from it (`--secure`: the SASL_SSL ports, once
-    taken by another process and the secure cluster refused to start)."""
-    while True:
-        first = free_port()
-        sockets = []
-        try:
-            for port in [
-                p + offset for offset in (0, *offsets) for p in range(first, first + count)
-            ]:
-                probe = socket.socket()
-                sockets.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for probe in sockets:
-                probe.close()
+    """The first of `count` consecutive free ports (the brokers' ports), with the same run free
+    at each of `offsets` from it (`--secure`: the SASL_SSL ports, once taken by another process
+    and the secure cluster refused to start); all reserved, as free_port's."""
+    return free_ports(count, *offsets)
 
 
 class Dev:
