@@ -19,7 +19,7 @@ judged when a request arrives, and a SaslHandshake is accepted even after it has
 
 import random
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -34,6 +34,8 @@ from minibroker.protocol.framing import (
 from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from minibroker.security.listeners import ClientSecurity
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
@@ -225,3 +227,78 @@ class NodeConnection:
 
 def _build(api_key: int, data: dict):
     return codec.build(codec.request_class(api_key, SENT_VERSIONS[api_key]), data)
+
+
+class BrokerConnections:
+    """One connection to each other broker, opened on first use and kept, shared by the
+    tasks of one sender: Kafka's channel managers for inter-broker requests
+    (TransactionMarkerChannelManager, the share coordinator's persister) each hold a
+    NetworkClient with a connection per destination node; this is that cache.
+
+    ``endpoint(broker_id)`` gives the broker's endpoint on the listener to use (an object with
+    ``host`` and ``port``, as the metadata cache's BrokerEndpoint), or None when it is not
+    known. Tasks asking for the same broker at once wait for one connect. A
+    request that fails (an error, a timeout, a cancellation) closes its connection, which is
+    forgotten unless another task already replaced it: the next request connects again. The
+    connections are closed by ``aclose``.
+    """
+
+    def __init__(
+        self,
+        endpoint: "Callable[[int], Any]",
+        client_id: str,
+        security: "ClientSecurity | None",
+        *,
+        connect: "Callable[..., Awaitable[NodeConnection]]" = NodeConnection.connect,
+        timeout_s: float,
+    ) -> None:
+        self._endpoint = endpoint
+        self._client_id = client_id
+        self._security = security
+        self._connect = connect
+        self.timeout_s = timeout_s
+        self._open: dict[int, NodeConnection] = {}
+        self._connecting: dict[int, trio.Lock] = {}
+
+    async def request(self, broker_id: int, request):
+        """One request to ``broker_id`` and its answer, within ``timeout_s``
+        (trio.TooSlowError after it); on any failure the connection is closed, then the error
+        raised."""
+        connection = None
+        try:
+            connection = await self.connection(broker_id)
+            with trio.fail_after(self.timeout_s):
+                return await connection.request(request)
+        except BaseException:
+            await self.discard(broker_id, connection)
+            raise
+
+    async def connection(self, broker_id: int) -> NodeConnection:
+        lock = self._connecting.setdefault(broker_id, trio.Lock())
+        async with lock:
+            connection = self._open.get(broker_id)
+            if connection is None:
+                endpoint = self._endpoint(broker_id)
+                if endpoint is None:
+                    raise OSError(f"no address known for broker {broker_id}")
+                connection = await self._connect(
+                    endpoint.host, endpoint.port, self._client_id, self._security
+                )
+                self._open[broker_id] = connection
+            return connection
+
+    async def discard(self, broker_id: int, connection: NodeConnection | None) -> None:
+        """After a failed request on ``connection`` (None: it was never opened): close it,
+        and forget it unless another task already replaced it with a new one."""
+        if connection is None:
+            return
+        if self._open.get(broker_id) is connection:
+            del self._open[broker_id]
+        with trio.CancelScope(shield=True):
+            await connection.aclose()
+
+    async def aclose(self) -> None:
+        while self._open:
+            _broker_id, connection = self._open.popitem()
+            with trio.CancelScope(shield=True):
+                await connection.aclose()

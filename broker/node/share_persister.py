@@ -29,7 +29,11 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from minibroker.cluster.controller_client import build_request
-from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.cluster.node_connection import (
+    CONNECTION_ERRORS,
+    BrokerConnections,
+    NodeConnection,
+)
 from minibroker.common.config import BrokerConfig
 from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.share.state import SharePartitionKey
@@ -73,12 +77,14 @@ class CoordinatorPersister:
         self.replicas = replicas
         self.coordinator = coordinator
         self.deadline_s = deadline_s
-        self._connect = connect or replicas.connect
-        self._security = (
-            client_security(config, config.inter_broker_listener.name) if config.is_broker else None
+        listener = config.inter_broker_listener.name
+        self._connections = BrokerConnections(
+            lambda broker_id: replicas.metadata.brokers.get(broker_id),
+            f"share-persister-{config.node_id}",
+            client_security(config, listener) if config.is_broker else None,
+            connect=connect or replicas.connect,
+            timeout_s=REQUEST_TIMEOUT_S,
         )
-        self._connections: dict[int, NodeConnection] = {}
-        self._connecting: dict[int, trio.Lock] = {}
         self.remote_requests = 0
         self.local_calls = 0
 
@@ -274,44 +280,10 @@ class CoordinatorPersister:
     # -- connections ------------------------------------------------------------------------
 
     async def _send(self, broker_id: int, request):
-        connection = None
-        try:
-            connection = await self._connection(broker_id)
-            with trio.fail_after(REQUEST_TIMEOUT_S):
-                return await connection.request(request)
-        except BaseException:
-            await self._discard(broker_id, connection)
-            raise
-
-    async def _connection(self, broker_id: int) -> NodeConnection:
-        lock = self._connecting.setdefault(broker_id, trio.Lock())
-        async with lock:
-            connection = self._connections.get(broker_id)
-            if connection is None:
-                endpoint = self.replicas.metadata.brokers.get(broker_id)
-                if endpoint is None:
-                    raise OSError(f"no address known for broker {broker_id}")
-                connection = await self._connect(
-                    endpoint.host,
-                    endpoint.port,
-                    f"share-persister-{self.config.node_id}",
-                    self._security,
-                )
-                self._connections[broker_id] = connection
-            return connection
-
-    async def _discard(self, broker_id: int, connection: NodeConnection | None) -> None:
-        if connection is None:
-            return
-        if self._connections.get(broker_id) is connection:
-            del self._connections[broker_id]
-        with trio.CancelScope(shield=True):
-            await connection.aclose()
+        return await self._connections.request(broker_id, request)
 
     async def aclose(self) -> None:
-        for broker_id in list(self._connections):
-            connection = self._connections.pop(broker_id)
-            await connection.aclose()
+        await self._connections.aclose()
 
 
 def _one(key: ShareStateKey, partition: dict) -> dict:

@@ -27,7 +27,11 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from minibroker.cluster.controller_client import build_request
-from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.cluster.node_connection import (
+    CONNECTION_ERRORS,
+    BrokerConnections,
+    NodeConnection,
+)
 from minibroker.common.config import BrokerConfig
 from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import ReplicaManager
@@ -74,12 +78,14 @@ class MarkerChannel:
     ) -> None:
         self.config = config
         self.replicas = replicas
-        self._connect = connect or replicas.connect
-        self._security = (
-            client_security(config, config.inter_broker_listener.name) if config.is_broker else None
+        listener = config.inter_broker_listener.name
+        self._connections = BrokerConnections(
+            lambda broker_id: replicas.metadata.brokers.get(broker_id),
+            f"txn-markers-{config.node_id}",
+            client_security(config, listener) if config.is_broker else None,
+            connect=connect or replicas.connect,
+            timeout_s=REQUEST_TIMEOUT_S,
         )
-        self._connections: dict[int, NodeConnection] = {}
-        self._connecting: dict[int, trio.Lock] = {}
         self.markers_written = 0
 
     async def write(
@@ -182,20 +188,15 @@ class MarkerChannel:
                 ]
             },
         )
-        connection = None
         try:
-            connection = await self._connection(leader)
-            with trio.fail_after(REQUEST_TIMEOUT_S):
-                response = await connection.request(request)
+            response = await self._connections.request(leader, request)
         except CONNECTION_ERRORS as error:
             # Transactions share the connection to a leader: one whose request timed out
             # closes it under the others, which find it closed (trio.ClosedResourceError).
             log.debug("markers to broker %d failed: %r", leader, error)
-            await self._discard(leader, connection)
             return set()
         except Exception as error:  # an answer that does not decode: a broker of the past
             log.warning("markers to broker %d failed: %r", leader, error)
-            await self._discard(leader, connection)
             return set()
         done: set[Partition] = set()
         for marker in response.markers:
@@ -217,46 +218,7 @@ class MarkerChannel:
         """One request to another broker's inter-broker listener (the coordinator's other
         inter-broker request: KIP-890's verify-only AddPartitionsToTxn); a connection that
         fails is dropped and the error raised."""
-        connection = None
-        try:
-            connection = await self._connection(broker_id)
-            with trio.fail_after(REQUEST_TIMEOUT_S):
-                return await connection.request(request)
-        except Exception:
-            await self._discard(broker_id, connection)
-            raise
-
-    async def _connection(self, broker_id: int) -> NodeConnection:
-        lock = self._connecting.setdefault(broker_id, trio.Lock())
-        async with lock:
-            connection = self._connections.get(broker_id)
-            if connection is None:
-                endpoint = self.replicas.metadata.brokers.get(broker_id)
-                if endpoint is None:
-                    raise OSError(f"no address known for broker {broker_id}")
-                connection = await self._connect(
-                    endpoint.host,
-                    endpoint.port,
-                    f"txn-markers-{self.config.node_id}",
-                    self._security,
-                )
-                self._connections[broker_id] = connection
-            return connection
-
-    async def _discard(self, broker_id: int, connection: NodeConnection | None) -> None:
-        """After a failed request on ``connection`` (None: it was never opened): close it,
-        and forget it unless another task already replaced it with a new one."""
-        if connection is None:
-            return
-        if self._connections.get(broker_id) is connection:
-            del self._connections[broker_id]
-        await connection.aclose()
-
-    async def _drop(self, broker_id: int) -> None:
-        connection = self._connections.pop(broker_id, None)
-        if connection is not None:
-            await connection.aclose()
+        return await self._connections.request(broker_id, request)
 
     async def aclose(self) -> None:
-        for broker_id in list(self._connections):
-            await self._drop(broker_id)
+        await self._connections.aclose()
