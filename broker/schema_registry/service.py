@@ -180,6 +180,15 @@ class SchemaRegistryService:
             return
         raise timed_out()
 
+    def schema(self, schema_id: int) -> tuple[str, str] | None:
+        """(schema type, schema text) of ``schema_id`` in this broker's copy, None when it
+        holds none (Iceberg topics' typed values: broker/iceberg/service.py's SchemaSource)."""
+        try:
+            version = self.registry.by_id(schema_id)
+        except RegistryError:
+            return None
+        return version.schema_type, version.schema
+
     # -- who writes ------------------------------------------------------------------------
 
     def writer_url(self) -> str | None:

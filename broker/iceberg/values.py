@@ -1,0 +1,391 @@
+"""Typed values for ``iceberg.mode=value_schema_id_prefix``: a record value in Confluent's
+wire format (magic byte 0, a 4-byte big-endian schema id, the payload) decoded with its
+schema from the schema registry, and the schema mapped to Iceberg types. Pure: no I/O, no
+trio; the schema's text comes in from the caller (the service asks the broker's own registry).
+
+Follows Redpanda's Iceberg Topics (``value_schema_id_prefix``: the table's columns are the
+value schema's fields, one per field, with the record's metadata in a struct of its own beside
+them) and the Avro specification for what each type means. The mapping (``AvroMapping``):
+
+- record -> struct (the top-level record's fields are the table's columns; a top-level schema
+  that is not a record becomes one column named ``value``); boolean, int, long, float, double,
+  string, bytes -> the Iceberg type of the same name (bytes: binary); fixed(n) -> fixed(n);
+  enum -> string (the symbol); array -> list; map -> map<string, T>;
+- a union of null and one type -> that type, optional; any other union is not mapped yet (its
+  records go to the dead-letter table with the reason; Redpanda makes a struct of one optional
+  field per branch);
+- logical types: date -> date; time-millis, time-micros -> time; timestamp-millis,
+  timestamp-micros -> timestamptz (Avro's timestamps are instants in UTC);
+  local-timestamp-millis/-micros -> timestamp; decimal(p, s) on bytes or fixed -> decimal(p, s)
+  (p <= 38); uuid -> string; unknown logical types -> their underlying type;
+- a recursive record (a type that contains itself) is not mapped.
+
+Where minibroker departs: every column made from the schema is optional, even for a field
+that is not a union with null. Iceberg cannot add a required column to a table that already
+has rows, and a later compatible schema version may drop a field, so a column required today
+would make the next version's rows unwritable; the decoded values are never null where the
+schema says they cannot be. JSON Schema and Protobuf values are not decoded yet: their records
+go to the dead-letter table with that reason (Redpanda decodes Protobuf; it does not decode
+JSON Schema either).
+
+Decoding is fastavro's (``schemaless_reader``, its C extension); a payload with bytes left
+over after the value is refused as Confluent's deserializers would not read it either.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+)
+
+from minibroker.iceberg.translation import Rows
+
+MAGIC_BYTE = 0
+_ID = struct.Struct(">i")
+AVRO = "AVRO"
+# The column a top-level schema that is not a record is written to.
+VALUE_COLUMN = "value"
+# The struct column of the record's metadata and raw bytes beside the value's columns (table.py
+# makes it): a top-level field of that name cannot be a column too.
+META_COLUMN = "kafka"
+
+
+class Unmappable(ValueError):
+    """A schema this translation cannot map to Iceberg (the reason is the message)."""
+
+
+def schema_id(payload: bytes) -> int | None:
+    """The schema id of a value in Confluent's wire format; None when it is not framed."""
+    if len(payload) < 5 or payload[0] != MAGIC_BYTE:
+        return None
+    return int(_ID.unpack_from(payload, 1)[0])
+
+
+Convert = Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class _Ids:
+    """Field ids for a schema made here; the table assigns its own when the schema is merged
+    into it (pyiceberg's union_by_name matches fields by name)."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def __call__(self) -> int:
+        self.next += 1
+        return self.next
+
+
+_PRIMITIVES: dict[str, IcebergType] = {
+    "boolean": BooleanType(),
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "string": StringType(),
+    "bytes": BinaryType(),
+}
+_LOGICAL: dict[str, IcebergType] = {
+    "date": DateType(),
+    "time-millis": TimeType(),
+    "time-micros": TimeType(),
+    "timestamp-millis": TimestamptzType(),
+    "timestamp-micros": TimestamptzType(),
+    "local-timestamp-millis": TimestampType(),
+    "local-timestamp-micros": TimestampType(),
+}
+
+
+def _uuid_text(value: Any) -> Any:
+    return None if value is None else str(value)
+
+
+class AvroMapping:
+    """One Avro schema: its Iceberg fields (``fields``, the table's value columns), its
+    fastavro reader and the conversion of a decoded value to the row's columns (``row``).
+    Unmappable when the schema cannot be mapped; ValueError-family errors from fastavro when
+    it does not parse."""
+
+    def __init__(self, text: str) -> None:
+        document = json.loads(text)
+        self.parsed = fastavro.parse_schema(document)
+        self._ids = _Ids()
+        self._stack: list[str] = []
+        # Named types (records, enums, fixed) by full name: fastavro's parsed schema names a
+        # type it has already defined instead of repeating it.
+        self._named: dict[str, Any] = {}
+        kind, convert = self._map(self.parsed)
+        if isinstance(kind, StructType) and self._is_record(self.parsed):
+            self.fields = tuple(kind.fields)
+            self._top_is_record = True
+            if any(f.name == META_COLUMN for f in self.fields):
+                raise Unmappable(
+                    f"a top-level field named {META_COLUMN!r} would hide the record's metadata"
+                    " column"
+                )
+        else:
+            self.fields = (NestedField(self._ids(), VALUE_COLUMN, kind, required=False),)
+            self._top_is_record = False
+        self._convert = convert
+
+    @staticmethod
+    def _is_record(schema: Any) -> bool:
+        return isinstance(schema, dict) and schema.get("type") in ("record", "error")
+
+    def schema(self) -> Schema:
+        return Schema(*self.fields)
+
+    def decode(self, payload: bytes) -> dict[str, Any]:
+        """The value's columns from its payload (after the 5-byte prefix); ValueError (and
+        the errors of fastavro's reader) when it does not decode to the end."""
+        stream = io.BytesIO(payload)
+        value = fastavro.schemaless_reader(stream, self.parsed, None)
+        if stream.tell() != len(payload):
+            raise ValueError(f"{len(payload) - stream.tell()} bytes left over after the Avro value")
+        converted = self._convert(value)
+        if self._top_is_record:
+            return dict(converted)
+        return {VALUE_COLUMN: converted}
+
+    # -- the mapping ---------------------------------------------------------------------------
+
+    def _map(self, schema: Any) -> tuple[IcebergType, Convert]:
+        if isinstance(schema, str):
+            if schema in _PRIMITIVES:
+                return _PRIMITIVES[schema], _same
+            if schema in self._named:
+                if schema in self._stack:
+                    raise Unmappable(
+                        f"record {schema} contains itself: recursive types are not mapped"
+                    )
+                return self._map(self._named[schema])
+            if schema == "null":
+                raise Unmappable("a field of type null alone has no Iceberg type")
+            raise Unmappable(f"unknown Avro type {schema!r}")
+        if isinstance(schema, list):
+            return self._union(schema)
+        if not isinstance(schema, dict):
+            raise Unmappable(f"unexpected Avro schema {schema!r}")
+        logical = schema.get("logicalType")
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed") and "name" in schema:
+            self._named.setdefault(schema["name"], schema)
+        if logical == "decimal" and kind in ("bytes", "fixed"):
+            precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
+            if precision > 38:
+                raise Unmappable(f"decimal({precision}, {scale}): Iceberg decimals hold 38 digits")
+            return DecimalType(precision, scale), _same
+        if logical in _LOGICAL:
+            return _LOGICAL[logical], _same
+        if logical == "uuid" and kind in ("string", "fixed"):
+            return StringType(), _uuid_text
+        if kind in ("record", "error"):
+            return self._record(schema)
+        if kind == "enum":
+            return StringType(), _same
+        if kind == "fixed":
+            return FixedType(int(schema["size"])), _same
+        if kind == "array":
+            element, convert = self._map(schema["items"])
+            list_type = ListType(self._ids(), element, element_required=False)
+            if convert is _same:
+                return list_type, _same
+            return list_type, lambda items: None if items is None else [convert(i) for i in items]
+        if kind == "map":
+            value_type, convert = self._map(schema["values"])
+            map_type = MapType(self._ids(), StringType(), self._ids(), value_type, False)
+            return (
+                map_type,
+                lambda entries: (
+                    None if entries is None else [(k, convert(v)) for k, v in entries.items()]
+                ),
+            )
+        if isinstance(kind, (str, list, dict)):
+            return self._map(kind)
+        raise Unmappable(f"unexpected Avro schema {schema!r}")
+
+    def _union(self, branches: list[Any]) -> tuple[IcebergType, Convert]:
+        others = [branch for branch in branches if branch != "null"]
+        if len(others) == 1 and len(branches) == 2:
+            return self._map(others[0])
+        raise Unmappable(
+            "a union of " + ", ".join(_name(b) for b in branches) + " is not mapped yet"
+            " (only a union of null and one type is)"
+        )
+
+    def _record(self, schema: dict[str, Any]) -> tuple[IcebergType, Convert]:
+        name = schema.get("name", "")
+        if name in self._stack:
+            raise Unmappable(f"record {name} contains itself: recursive types are not mapped")
+        self._stack.append(name)
+        fields = []
+        converts: list[tuple[str, Convert]] = []
+        for field in schema["fields"]:
+            kind, convert = self._map(field["type"])
+            fields.append(NestedField(self._ids(), field["name"], kind, required=False))
+            if convert is not _same:
+                converts.append((field["name"], convert))
+        self._stack.pop()
+        if not converts:
+            return StructType(*fields), _same
+
+        def convert_record(value: Any) -> Any:
+            if value is None:
+                return None
+            converted = dict(value)
+            for key, convert in converts:
+                converted[key] = convert(converted.get(key))
+            return converted
+
+        return StructType(*fields), convert_record
+
+
+def _name(branch: Any) -> str:
+    if isinstance(branch, dict):
+        return str(branch.get("name") or branch.get("type"))
+    return str(branch)
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """What the translation knows of one schema id: a mapping to decode with, or the reason
+    its records go to the dead-letter table."""
+
+    schema_id: int
+    mapping: AvroMapping | None = None
+    reason: str | None = None
+
+
+def decoder(schema_id: int, found: tuple[str, str] | None) -> Decoder:
+    """The decoder of ``schema_id`` from the registry's answer, (schema type, schema text),
+    None when the registry has no such id."""
+    if found is None:
+        return Decoder(schema_id, reason=f"schema id {schema_id} is not in the schema registry")
+    schema_type, text = found
+    if schema_type != AVRO:
+        return Decoder(
+            schema_id,
+            reason=f"schema id {schema_id} is a {schema_type} schema: only AVRO values are"
+            " translated to typed columns yet",
+        )
+    try:
+        return Decoder(schema_id, AvroMapping(text))
+    except Unmappable as error:
+        return Decoder(schema_id, reason=f"schema id {schema_id}: {error}")
+    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as error:
+        return Decoder(schema_id, reason=f"schema id {schema_id} does not parse: {error}")
+
+
+def decode(value: bytes | None, decoders: Callable[[int], Decoder]) -> tuple[int | None, Any]:
+    """A record value as (schema id, its columns), or (schema id or None, the reason) as a
+    ``str`` when it goes to the dead-letter table. A null value (a tombstone) carries no
+    schema: no columns, no schema id."""
+    if value is None:
+        return None, {}
+    found = schema_id(value)
+    if found is None:
+        return None, (
+            f"the value does not start with the magic byte {MAGIC_BYTE} and a 4-byte schema id"
+        )
+    known = decoders(found)
+    if known.mapping is None:
+        return found, str(known.reason)
+    try:
+        return found, known.mapping.decode(value[5:])
+    except Exception as error:  # fastavro raises many kinds on bad bytes
+        return (
+            found,
+            f"the value does not decode with schema id {found}: {type(error).__name__}: {error}",
+        )
+
+
+@dataclass
+class TypedRows:
+    """A commit's records split: ``rows`` (each the value's columns plus the metadata struct,
+    ready for the table's Arrow schema) with their schema ids and their index among the
+    translated records, and the dead letters (the raw key_value columns, ``dead``) with their
+    reasons."""
+
+    rows: list[dict[str, Any]]
+    schema_ids: list[int | None]
+    indexes: list[int]
+    dead: Rows
+    reasons: list[str]
+
+    def drop_schema(self, schema_id: int, reason: str, raw: Rows) -> None:
+        """Send the rows of ``schema_id`` to the dead letters (their schema cannot evolve the
+        table); ``raw``: the translated records the rows were made from."""
+        kept = [i for i, found in enumerate(self.schema_ids) if found != schema_id]
+        for position, found in enumerate(self.schema_ids):
+            if found == schema_id:
+                _copy_row(self.dead, raw, self.indexes[position])
+                self.reasons.append(reason)
+        self.rows = [self.rows[i] for i in kept]
+        self.schema_ids = [self.schema_ids[i] for i in kept]
+        self.indexes = [self.indexes[i] for i in kept]
+
+
+def _copy_row(dead: Rows, raw: Rows, index: int) -> None:
+    dead.partition.append(raw.partition[index])
+    dead.offset.append(raw.offset[index])
+    dead.timestamp_ms.append(raw.timestamp_ms[index])
+    dead.timestamp_type.append(raw.timestamp_type[index])
+    dead.key.append(raw.key[index])
+    dead.value.append(raw.value[index])
+    dead.headers.append(raw.headers[index])
+
+
+def split(raw: Rows, decoders: Callable[[int], Decoder]) -> TypedRows:
+    """Each translated record decoded: a typed row, or a dead letter with its reason."""
+    typed = TypedRows([], [], [], Rows(), [])
+    for index in range(len(raw)):
+        found, columns = decode(raw.value[index], decoders)
+        if isinstance(columns, str):
+            _copy_row(typed.dead, raw, index)
+            typed.reasons.append(columns)
+            continue
+        row = dict(columns)
+        row[META_COLUMN] = {
+            "partition": raw.partition[index],
+            "offset": raw.offset[index],
+            "timestamp": raw.timestamp_ms[index] * 1000,
+            "timestamp_type": raw.timestamp_type[index],
+            "key": raw.key[index],
+            "value": raw.value[index],
+            "headers": [{"key": k, "value": v} for k, v in raw.headers[index]],
+            "schema_id": found,
+        }
+        typed.rows.append(row)
+        typed.schema_ids.append(found)
+        typed.indexes.append(index)
+    return typed
