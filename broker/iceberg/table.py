@@ -135,6 +135,8 @@ DLQ_SCHEMA = Schema(
     *KEY_VALUE_SCHEMA.fields, NestedField(11, "reason", StringType(), required=True)
 )
 DLQ_SUFFIX = "~dlq"
+# What pyarrow raises for a value its column cannot hold.
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 KEY_VALUE = "key_value"
 VALUE_SCHEMA_ID_PREFIX = "value_schema_id_prefix"
 # (schema type, schema text) of a schema id from the registry; None: no such id.
@@ -318,6 +320,7 @@ class TopicTable:
             raise RuntimeError("value_schema_id_prefix needs the schema registry")
         typed = split(rows, lambda schema_id: self._decoder(schema_id, lookup))
         self._evolve(typed, rows)
+        data = self._arrow(typed, rows)
         found = conflicts(self.offsets(), plan)
         if found:
             return CommitOutcome(conflicts=found)
@@ -325,9 +328,6 @@ class TopicTable:
         counts = {index: 0 for index in counts}
         for row in typed.rows:
             counts[row[META_COLUMN]["partition"]] += 1
-        data = None
-        if typed.rows:
-            data = pa.Table.from_pylist(typed.rows, schema=self.table.schema().as_arrow())
         outcome = self._append(plan, data, counts)
         return CommitOutcome(
             rows=outcome.rows,
@@ -394,6 +394,29 @@ class TopicTable:
                 raise CommitFailedException(
                     f"lost the schema update race {COMMIT_ATTEMPTS} times in a row"
                 )
+
+    def _arrow(self, typed: TypedRows, raw: Rows) -> pa.Table | None:
+        """The typed rows as an Arrow table of the table's schema. A value the columns cannot
+        hold (a decimal wider than its precision, a date out of range) must not stop the
+        topic: when the whole does not convert, each row is tried alone, and those that fail
+        become dead letters with pyarrow's reason."""
+        if not typed.rows:
+            return None
+        schema = self.table.schema().as_arrow()
+        try:
+            return pa.Table.from_pylist(typed.rows, schema=schema)
+        except _UNFIT:
+            pass
+        unfit = {}
+        for position, row in enumerate(typed.rows):
+            try:
+                pa.Table.from_pylist([row], schema=schema)
+            except _UNFIT as error:
+                unfit[position] = (
+                    f"the value does not fit the table's columns: {type(error).__name__}: {error}"
+                )
+        typed.drop(unfit, raw)
+        return pa.Table.from_pylist(typed.rows, schema=schema) if typed.rows else None
 
     def _dead_letter_table(self) -> Table:
         if self.dlq is None:

@@ -345,11 +345,14 @@ class TypedRows:
     def drop_schema(self, schema_id: int, reason: str, raw: Rows) -> None:
         """Send the rows of ``schema_id`` to the dead letters (their schema cannot evolve the
         table); ``raw``: the translated records the rows were made from."""
-        kept = [i for i, found in enumerate(self.schema_ids) if found != schema_id]
-        for position, found in enumerate(self.schema_ids):
-            if found == schema_id:
-                _copy_row(self.dead, raw, self.indexes[position])
-                self.reasons.append(reason)
+        self.drop({i: reason for i, found in enumerate(self.schema_ids) if found == schema_id}, raw)
+
+    def drop(self, reasons: dict[int, str], raw: Rows) -> None:
+        """Send the rows at these positions to the dead letters, each with its reason."""
+        for position in sorted(reasons):
+            _copy_row(self.dead, raw, self.indexes[position])
+            self.reasons.append(reasons[position])
+        kept = [i for i in range(len(self.rows)) if i not in reasons]
         self.rows = [self.rows[i] for i in kept]
         self.schema_ids = [self.schema_ids[i] for i in kept]
         self.indexes = [self.indexes[i] for i in kept]

@@ -7,6 +7,7 @@ framed as confluent-kafka's AvroSerializer frames them (fastavro's bytes after 0
 
 from __future__ import annotations
 
+import decimal
 import io
 import json
 import struct
@@ -139,3 +140,34 @@ def _dead_of(table: TopicTable, values: list[bytes]):
 
     raw = translate(0, reads(0, 0, values)[0], 0, len(values))
     return split(raw, lambda schema_id: table._decoder(schema_id, lookup))
+
+
+def test_a_value_its_column_cannot_hold_is_a_dead_letter_not_a_stuck_topic(catalog, autojump_clock):
+    """Avro's decimal is any-length bytes: a value wider than the schema's precision decodes,
+    but no decimal(4, 2) column holds it. Its record becomes a dead letter; the others land."""
+    schema = {
+        "type": "record",
+        "name": "Price",
+        "fields": [
+            {
+                "name": "amount",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2},
+            }
+        ],
+    }
+    SCHEMAS[10] = schema
+    try:
+        table = TopicTable.open(
+            catalog, "minibroker", "prices", TOPIC_ID, (), "value_schema_id_prefix"
+        )
+        unscaled = (1234567).to_bytes(3, "big")  # 12345.67: seven digits
+        wide = b"\x00" + struct.pack(">i", 10) + bytes([len(unscaled) * 2]) + unscaled
+        values = [framed(10, {"amount": decimal.Decimal("12.34")}), wide]
+        outcome = table.commit(plan(0, None, 0, 2), reads(0, 0, values), lookup)
+        assert outcome.rows == {0: 1} and outcome.dead_letters == {0: 1}
+        (row,) = scan(catalog, "prices")
+        assert row["amount"] == decimal.Decimal("12.34")
+        (dead,) = scan(catalog, "prices~dlq")
+        assert dead["offset"] == 1 and "does not fit the table's columns" in dead["reason"]
+    finally:
+        del SCHEMAS[10]
