@@ -1,6 +1,7 @@
 """Typed values for ``iceberg.mode=value_schema_id_prefix``: a record value in Confluent's
 wire format (magic byte 0, a 4-byte big-endian schema id, the payload) decoded with its
-schema from the schema registry, and the schema mapped to Iceberg types. Pure: no I/O, no
+schema from the schema registry (Avro, and JSON Schema), and the schema mapped to Iceberg
+types. Pure: no I/O, no
 trio; the schema's text comes in from the caller (the service asks the broker's own registry).
 
 Follows Redpanda's Iceberg Topics (``value_schema_id_prefix``: the table's columns are the
@@ -24,9 +25,9 @@ Where minibroker departs: every column made from the schema is optional, even fo
 that is not a union with null. Iceberg cannot add a required column to a table that already
 has rows, and a later compatible schema version may drop a field, so a column required today
 would make the next version's rows unwritable; the decoded values are never null where the
-schema says they cannot be. JSON Schema and Protobuf values are not decoded yet: their records
-go to the dead-letter table with that reason (Redpanda decodes Protobuf; it does not decode
-JSON Schema either).
+schema says they cannot be. JSON Schema values are decoded too (``JsonMapping``: a subset of
+JSON Schema, where Redpanda decodes none); Protobuf values are not yet (Redpanda decodes them):
+their records go to the dead-letter table with that reason.
 
 Decoding is fastavro's (``schemaless_reader``, its C extension); a payload with bytes left
 over after the value is refused as Confluent's deserializers would not read it either.
@@ -69,6 +70,7 @@ from minibroker.iceberg.translation import Rows
 MAGIC_BYTE = 0
 _ID = struct.Struct(">i")
 AVRO = "AVRO"
+JSON = "JSON"
 # The column a top-level schema that is not a record is written to.
 VALUE_COLUMN = "value"
 # The struct column of the record's metadata and raw bytes beside the value's columns (table.py
@@ -276,13 +278,176 @@ def _name(branch: Any) -> str:
     return str(branch)
 
 
+class JsonMapping:
+    """One JSON Schema (Confluent's JSON Schema serializer writes the value as UTF-8 JSON
+    text after the prefix): its Iceberg fields and the conversion of a parsed value, which
+    checks each value against its column's type (a value that does not match is refused, as
+    its record must become a dead letter rather than stop the commit).
+
+    Mapped: ``type`` object with ``properties`` -> struct (the top-level object's properties
+    are the columns; properties not declared are not columns: the raw value keeps them);
+    object with only ``additionalProperties`` (a schema) -> map<string, T>; array with
+    ``items`` (one schema) -> list; string -> string (formats are not read); integer -> long;
+    number -> double; boolean -> boolean; a ``type`` list of one type and ``"null"`` -> that
+    type, nullable. Not mapped yet: schemas without ``type``, ``$ref``, ``oneOf``/``anyOf``/
+    ``allOf``, several non-null types, tuple ``items``."""
+
+    def __init__(self, text: str) -> None:
+        document = json.loads(text)
+        self._ids = _Ids()
+        kind, convert = self._map(document, "the schema")
+        if isinstance(kind, StructType):
+            self.fields = tuple(kind.fields)
+            self._top_is_record = True
+            if any(f.name == META_COLUMN for f in self.fields):
+                raise Unmappable(
+                    f"a top-level property named {META_COLUMN!r} would hide the record's"
+                    " metadata column"
+                )
+        else:
+            self.fields = (NestedField(self._ids(), VALUE_COLUMN, kind, required=False),)
+            self._top_is_record = False
+        self._convert = convert
+
+    def schema(self) -> Schema:
+        return Schema(*self.fields)
+
+    def decode(self, payload: bytes) -> dict[str, Any]:
+        value = json.loads(payload)
+        converted = self._convert(value)
+        if self._top_is_record:
+            return dict(converted or {})
+        return {VALUE_COLUMN: converted}
+
+    def _map(self, schema: Any, where: str) -> tuple[IcebergType, Convert]:
+        if not isinstance(schema, dict):
+            raise Unmappable(f"{where} is not an object schema")
+        for keyword in ("$ref", "oneOf", "anyOf", "allOf"):
+            if keyword in schema:
+                raise Unmappable(f"{where} uses {keyword}: not mapped yet")
+        kinds = schema.get("type")
+        if kinds is None:
+            raise Unmappable(f"{where} has no type: not mapped yet")
+        kinds = list(kinds) if isinstance(kinds, list) else [kinds]
+        nullable = "null" in kinds
+        others = [kind for kind in kinds if kind != "null"]
+        if len(others) != 1:
+            raise Unmappable(f"{where} has the types {kinds}: only one type (and null) is mapped")
+        kind = others[0]
+        if kind == "object":
+            kind_type, convert = self._object(schema, where)
+        elif kind == "array":
+            items = schema.get("items")
+            element, convert_item = self._map(items, f"{where}'s items")
+            kind_type = ListType(self._ids(), element, element_required=False)
+
+            def convert(value: Any) -> Any:
+                if not isinstance(value, list):
+                    raise ValueError(f"{where} must be an array")
+                return [convert_item(item) for item in value]
+
+        elif kind in _JSON_PRIMITIVES:
+            kind_type, convert = _JSON_PRIMITIVES[kind](where)
+        else:
+            raise Unmappable(f"{where} has the unknown type {kind!r}")
+
+        def checked(value: Any) -> Any:
+            if value is None:
+                if not nullable:
+                    raise ValueError(f"{where} is null where the schema does not allow it")
+                return None
+            return convert(value)
+
+        return kind_type, checked
+
+    def _object(self, schema: dict[str, Any], where: str) -> tuple[IcebergType, Convert]:
+        properties = schema.get("properties")
+        if not properties:
+            extra = schema.get("additionalProperties")
+            if not isinstance(extra, dict):
+                raise Unmappable(f"{where} is an object without properties: not mapped yet")
+            value_type, convert_value = self._map(extra, f"{where}'s additional properties")
+            map_type = MapType(self._ids(), StringType(), self._ids(), value_type, False)
+
+            def convert_map(value: Any) -> Any:
+                if not isinstance(value, dict):
+                    raise ValueError(f"{where} must be an object")
+                return [(key, convert_value(item)) for key, item in value.items()]
+
+            return map_type, convert_map
+        fields = []
+        converts = []
+        for name, property_schema in properties.items():
+            kind, convert = self._map(property_schema, f"property {name!r}")
+            fields.append(NestedField(self._ids(), name, kind, required=False))
+            converts.append((name, convert))
+
+        def convert_object(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise ValueError(f"{where} must be an object")
+            # A property left out is null (JSON Schema's "required" decides whether it may be).
+            return {
+                name: convert(value[name]) if name in value else None for name, convert in converts
+            }
+
+        return StructType(*fields), convert_object
+
+
+def _json_string(where: str) -> tuple[IcebergType, Convert]:
+    def convert(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string")
+        return value
+
+    return StringType(), convert
+
+
+def _json_integer(where: str) -> tuple[IcebergType, Convert]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer")
+        if not -(1 << 63) <= value < (1 << 63):
+            raise ValueError(f"{where} does not fit a long")
+        return value
+
+    return LongType(), convert
+
+
+def _json_number(where: str) -> tuple[IcebergType, Convert]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number")
+        return float(value)
+
+    return DoubleType(), convert
+
+
+def _json_boolean(where: str) -> tuple[IcebergType, Convert]:
+    def convert(value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be a boolean")
+        return value
+
+    return BooleanType(), convert
+
+
+_JSON_PRIMITIVES = {
+    "string": _json_string,
+    "integer": _json_integer,
+    "number": _json_number,
+    "boolean": _json_boolean,
+}
+
+
 @dataclass(frozen=True)
 class Decoder:
     """What the translation knows of one schema id: a mapping to decode with, or the reason
     its records go to the dead-letter table."""
 
     schema_id: int
-    mapping: AvroMapping | None = None
+    mapping: AvroMapping | JsonMapping | None = None
     reason: str | None = None
 
 
@@ -292,13 +457,15 @@ def decoder(schema_id: int, found: tuple[str, str] | None) -> Decoder:
     if found is None:
         return Decoder(schema_id, reason=f"schema id {schema_id} is not in the schema registry")
     schema_type, text = found
-    if schema_type != AVRO:
+    if schema_type not in (AVRO, JSON):
         return Decoder(
             schema_id,
-            reason=f"schema id {schema_id} is a {schema_type} schema: only AVRO values are"
-            " translated to typed columns yet",
+            reason=f"schema id {schema_id} is a {schema_type} schema: only AVRO and JSON values"
+            " are translated to typed columns yet",
         )
     try:
+        if schema_type == JSON:
+            return Decoder(schema_id, JsonMapping(text))
         return Decoder(schema_id, AvroMapping(text))
     except Unmappable as error:
         return Decoder(schema_id, reason=f"schema id {schema_id}: {error}")

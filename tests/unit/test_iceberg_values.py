@@ -250,9 +250,72 @@ def test_records_that_cannot_be_typed_become_dead_letters_with_the_reason(autoju
     assert "schema id 77 is not in the schema registry" in reasons[1]
     assert "does not decode with schema id 1" in reasons[2]
     assert "bytes left over" in reasons[3]
-    assert "PROTOBUF schema: only AVRO values" in reasons[4]
+    assert "PROTOBUF schema: only AVRO and JSON values" in reasons[4]
 
     typed.drop_schema(1, "cannot merge", raw)
     assert typed.schema_ids == [None]
     assert typed.dead.offset == [1, 2, 3, 4, 5, 0]
     assert typed.reasons[-1] == "cannot merge"
+
+
+ORDER = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "price": {"type": "number"},
+        "item": {"type": "string"},
+        "paid": {"type": "boolean"},
+        "note": {"type": ["string", "null"]},
+        "lines": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"sku": {"type": "string"}}},
+        },
+        "labels": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+    "required": ["id"],
+}
+
+
+def json_framed(value: object, schema_id: int = 3) -> bytes:
+    """As confluent-kafka's JSONSerializer frames a value: 0, the id, the JSON text."""
+    return b"\x00" + struct.pack(">i", schema_id) + json.dumps(value).encode()
+
+
+def test_json_schemas_map_and_values_are_checked_against_their_columns(autojump_clock):
+    found = decoder(3, ("JSON", json.dumps(ORDER)))
+    assert found.mapping is not None
+    types = {field.name: field.field_type for field in found.mapping.fields}
+    assert types["id"] == LongType() and types["price"] == DoubleType()
+    assert types["item"] == StringType() and types["paid"] == BooleanType()
+    assert types["note"] == StringType()
+    assert isinstance(types["lines"], ListType) and isinstance(types["labels"], MapType)
+    good = {"id": 1, "price": 2, "item": "pen", "paid": True, "lines": [{"sku": "a"}]}
+    raw = raw_rows(
+        [
+            json_framed({**good, "labels": {"x": 1}, "extra": "kept in the raw value"}),
+            json_framed({**good, "id": "one"}),  # a string where an integer goes
+            json_framed({**good, "item": None}),  # null where the schema does not allow it
+            b"\x00\x00\x00\x00\x03{not json",
+        ]
+    )
+    typed = split(raw, lambda schema_id: found)
+    assert typed.rows[0]["id"] == 1 and typed.rows[0]["price"] == 2.0
+    assert typed.rows[0]["labels"] == [("x", 1)] and typed.rows[0]["note"] is None
+    assert "extra" not in typed.rows[0]
+    assert typed.dead.offset == [1, 2, 3]
+    assert "property 'id' must be an integer" in typed.reasons[0]
+    assert "property 'item' is null where the schema does not allow it" in typed.reasons[1]
+    assert "does not decode with schema id 3" in typed.reasons[2]
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"type": "object", "properties": {"a": {"$ref": "#/x"}}}, "uses $ref"),
+        ({"type": "object", "properties": {"a": {"type": ["string", "integer"]}}}, "only one type"),
+        ({"properties": {"a": {"type": "string"}}}, "has no type"),
+    ],
+)
+def test_json_schemas_not_mapped_say_why(autojump_clock, schema, reason):
+    found = decoder(4, ("JSON", json.dumps(schema)))
+    assert found.mapping is None and reason in str(found.reason)
