@@ -375,6 +375,7 @@ _TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     "iceberg.mode": ("iceberg_mode", _iceberg_mode),
     "iceberg.target.lag.ms": ("iceberg_target_lag_ms", _long(1)),
     "iceberg.partition.spec": ("iceberg_partition_spec", _iceberg_partition_spec),
+    "iceberg.delete": ("iceberg_delete", _boolean),
 }
 TOPIC_CONFIG_NAMES = frozenset(_TOPIC_CONFIGS)
 
@@ -426,6 +427,9 @@ class LogConfig:
     iceberg_mode: str = ICEBERG_DISABLED
     iceberg_target_lag_ms: int = 60_000
     iceberg_partition_spec: str = DEFAULT_ICEBERG_PARTITION_SPEC
+    # iceberg.delete (Redpanda's redpanda.iceberg.delete): drop the topic's tables when the
+    # topic is deleted.
+    iceberg_delete: bool = True
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:

@@ -32,6 +32,9 @@ broker leads, and each commit is one snapshot covering them.
   not seen (``trio.from_thread.run_sync``, so the registry's state is only read on the loop).
   A broker without the registry (no ``schema.registry.listeners``) cannot translate such a
   topic: its commits fail with that reason, and the lag grows.
+- Deletion: when a StopReplica deletes a hosted partition of a topic with ``iceberg.delete``
+  (the default), the topic's table and dead-letter table are purged (table.drop_topic_tables),
+  by every broker that hosted a replica (the first one does it; the others find them gone).
 - Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
   with a growing delay; the topic still takes writes, and the lag metrics grow.
 """
@@ -121,6 +124,9 @@ class IcebergService:
         self._catalog: Any = None
         self._nursery: trio.Nursery | None = None
         replicas.role_listeners.append(self._on_role_change)
+        replicas.deletion_listeners.append(self._on_deletion)
+        # (topic, topic id) whose tables are being dropped.
+        self._dropping: set[tuple[str, str]] = set()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -134,6 +140,51 @@ class IcebergService:
 
     def _on_role_change(self, partition: Partition) -> None:
         self._changed.set()
+
+    def _on_deletion(self, partition: Partition) -> None:
+        """A partition of a deleted topic, hosted here: drop the topic's tables if its config
+        asks (``iceberg.delete``, on by default as Redpanda's), in a task of its own."""
+        config = partition.log.config
+        if config.iceberg_mode not in WRITTEN_MODES or not config.iceberg_delete:
+            return
+        key = (partition.topic, str(partition.topic_id))
+        if key in self._dropping or self._nursery is None:
+            return
+        self._dropping.add(key)
+        self._nursery.start_soon(self._drop_tables, *key)
+
+    async def _drop_tables(self, topic: str, topic_id: str) -> None:
+        try:
+            dropped = await self._blocking(self._drop, topic, topic_id)
+        except Exception as error:
+            log.warning(
+                "cannot drop the Iceberg tables of deleted topic %s: %s", topic, _text(error)
+            )
+            return
+        finally:
+            self._dropping.discard((topic, topic_id))
+        if dropped:
+            names = ", ".join(dropped)
+            log.info("dropped the Iceberg table(s) of deleted topic %s: %s", topic, names)
+
+    def _drop(self, topic: str, topic_id: str) -> list[str]:
+        """(In a thread.) The catalog on first use, then the deleted topic's tables dropped."""
+        from minibroker.iceberg.table import drop_topic_tables
+
+        return drop_topic_tables(
+            self._catalog_here(), self.config.iceberg_catalog_namespace, topic, topic_id
+        )
+
+    def _catalog_here(self) -> Any:
+        from minibroker.iceberg.table import open_catalog
+
+        if self._catalog is None:
+            self._catalog = open_catalog(
+                self.config.iceberg_catalog_name,
+                self.config.iceberg_uri,
+                self.config.iceberg_warehouse,
+            )
+        return self._catalog
 
     # -- which partitions --------------------------------------------------------------------
 
@@ -163,17 +214,11 @@ class IcebergService:
 
     def _open_table(self, topic: str, topic_id: str, spec_text: str, mode: str) -> TopicTable:
         """(In a thread.) The catalog on first use, then the topic's table."""
-        from minibroker.iceberg.table import TopicTable, open_catalog
+        from minibroker.iceberg.table import TopicTable
 
-        if self._catalog is None:
-            self._catalog = open_catalog(
-                self.config.iceberg_catalog_name,
-                self.config.iceberg_uri,
-                self.config.iceberg_warehouse,
-            )
         spec = parse_iceberg_partition_spec("iceberg.partition.spec", spec_text)
         return TopicTable.open(
-            self._catalog, self.config.iceberg_catalog_namespace, topic, topic_id, spec, mode
+            self._catalog_here(), self.config.iceberg_catalog_namespace, topic, topic_id, spec, mode
         )
 
     # -- the writer of one topic -------------------------------------------------------------------
@@ -269,6 +314,10 @@ class IcebergService:
                 outcome = await self._commit(table, plan, reads)
                 translation.apply(plan, outcome, self.clock_ms())
                 self._count(topic, outcome)
+                if outcome.error is not None:
+                    # Opened again before the next try: the table may have been dropped
+                    # (its topic deleted and made again, or by hand).
+                    table = None
                 continue
             deadline = translation.next_deadline_ms()
             wait_s = RECHECK_S if deadline is None else min(RECHECK_S, (deadline - now) / 1000)

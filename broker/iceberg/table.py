@@ -35,13 +35,14 @@ twice), then appends the typed rows to the main table under its conditional comm
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, ValidationError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -65,6 +66,7 @@ from pyiceberg.types import (
 )
 
 from minibroker.iceberg.translation import (
+    SUMMARY_KEY,
     CommitOutcome,
     CommitPlan,
     ReadChunk,
@@ -233,6 +235,40 @@ def _create(catalog: SqlCatalog, identifier: tuple[str, str], schema: Schema, sp
         with table.transaction() as transaction:
             transaction.set_properties(TABLE_PROPERTIES)
     return table
+
+
+def _holds_topic(table: Table, topic_id: str) -> bool:
+    """Whether the table's newest translated offsets are ``topic_id``'s (or it has none):
+    not a table a topic made again under the same name has written to since."""
+    for summary in _summaries(table):
+        text = summary.get(SUMMARY_KEY)
+        if text is None:
+            continue
+        try:
+            return bool(json.loads(text).get("topic-id") == topic_id)
+        except (ValueError, AttributeError):
+            continue
+    return True
+
+
+def drop_topic_tables(catalog: SqlCatalog, namespace: str, topic: str, topic_id: str) -> list[str]:
+    """A deleted topic's table and dead-letter table purged (pyiceberg's ``purge_table``: the
+    catalog entry, then the data and metadata files), as Redpanda drops them with
+    ``redpanda.iceberg.delete``; a table that another topic of the same name has written to
+    since is left. Several brokers may try at once: a table already gone is passed over.
+    Returns the names dropped."""
+    dropped = []
+    for name in (topic, topic + DLQ_SUFFIX):
+        identifier = (namespace, name)
+        try:
+            table = catalog.load_table(identifier)
+            if not _holds_topic(table, topic_id):
+                continue
+            catalog.purge_table(identifier)
+        except NoSuchTableError:
+            continue
+        dropped.append(name)
+    return dropped
 
 
 class TopicTable:

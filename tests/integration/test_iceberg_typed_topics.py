@@ -7,7 +7,8 @@ from confluent-kafka's JSONSerializer. pyiceberg reads the typed table (its colu
 the schema's fields, the ``kafka`` struct beside them) and the dead-letter table
 ``<topic>~dlq``: every acknowledged record is in exactly one of them, once. Then a second
 schema version with a new optional field evolves the table: the new column, null for the rows
-written before.
+written before. Deleting the topic drops both tables (the JSON topic, with
+``iceberg.delete=false``, keeps its own).
 
 About 30 s on a shared 2-core machine, a third of it the broker's first import of pyiceberg
 and pyarrow (in its worker thread) before the first table is made; one broker serves both
@@ -110,7 +111,10 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     configs = {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"}
     created = admin.create_topics(
-        [NewTopic(TOPIC, PARTITIONS, 1, config=configs), NewTopic(EVENTS, 1, 1, config=configs)]
+        [
+            NewTopic(TOPIC, PARTITIONS, 1, config=configs),
+            NewTopic(EVENTS, 1, 1, config={**configs, "iceberg.delete": "false"}),
+        ]
     )
     for future in created.values():
         future.result(TIMEOUT)
@@ -203,3 +207,16 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
     namespace: dict = {}
     exec(snippet.replace("sqlite:///data/", f"sqlite:///{broker.log_dir}/"), namespace)
     assert namespace["users"].num_rows == 80 and namespace["dead"].num_rows == 3
+
+    # Deleting the topics: users' tables are dropped (iceberg.delete, on by default); events
+    # asked to keep its table.
+    for future in admin.delete_topics([TOPIC, EVENTS]).values():
+        future.result(TIMEOUT)
+
+    def dropped() -> bool:
+        names = {name for _, name in catalog.list_tables("minibroker")}
+        assert EVENTS in names, names
+        return not names & {TOPIC, TOPIC + "~dlq"}
+
+    wait_for(dropped, 20, "the deleted topic's tables to be dropped")
+    assert not any((broker.log_dir / "iceberg" / "warehouse").rglob("users*/data/*.parquet"))

@@ -354,6 +354,9 @@ def test_iceberg_topic_configs():
     assert config.iceberg_target_lag_ms == 500
     typed = LogConfig.from_topic_configs(LogConfig(), {"iceberg.mode": "value_schema_id_prefix"})
     assert typed.iceberg_mode == "value_schema_id_prefix"
+    assert typed.iceberg_delete is True
+    kept = LogConfig.from_topic_configs(LogConfig(), {"iceberg.delete": "false"})
+    assert kept.iceberg_delete is False
     assert LogConfig().iceberg_mode == "disabled"
     assert LogConfig().iceberg_target_lag_ms == 60_000
     assert parse_iceberg_partition_spec("k", LogConfig().iceberg_partition_spec) == (

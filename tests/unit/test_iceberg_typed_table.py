@@ -17,7 +17,7 @@ import fastavro
 import pytest
 from pyiceberg.types import IntegerType, StringType
 
-from minibroker.iceberg.table import TopicTable, open_catalog
+from minibroker.iceberg.table import TopicTable, drop_topic_tables, open_catalog
 from minibroker.iceberg.translation import CommitPlan, PartitionCommit, ReadChunk
 from minibroker.protocol.records import Record, encode_batch
 
@@ -171,3 +171,22 @@ def test_a_value_its_column_cannot_hold_is_a_dead_letter_not_a_stuck_topic(catal
         assert dead["offset"] == 1 and "does not fit the table's columns" in dead["reason"]
     finally:
         del SCHEMAS[10]
+
+
+def test_a_deleted_topics_tables_are_dropped_unless_another_topic_wrote_them(
+    catalog, tmp_path, autojump_clock
+):
+    table = writer(catalog)
+    values = [framed(1, {"name": "a", "age": 1}), b"not framed"]
+    assert table.commit(plan(0, None, 0, 2), reads(0, 0, values), lookup).snapshot
+    names = {name for _, name in catalog.list_tables("minibroker")}
+    assert names == {"users", "users~dlq"}
+    assert any((tmp_path / "warehouse").rglob("*.parquet"))
+    # A topic made again under the name, whose writer has committed since: left alone.
+    other_id = "5c1b2a3e-0000-4000-8000-000000000099"
+    assert drop_topic_tables(catalog, "minibroker", "users", other_id) == []
+    assert drop_topic_tables(catalog, "minibroker", "users", TOPIC_ID) == ["users", "users~dlq"]
+    assert catalog.list_tables("minibroker") == []
+    assert not any((tmp_path / "warehouse").rglob("*.parquet"))
+    # Another broker that tries too finds nothing to drop.
+    assert drop_topic_tables(catalog, "minibroker", "users", TOPIC_ID) == []
