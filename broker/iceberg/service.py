@@ -82,6 +82,7 @@ SCAN_INTERVAL_S = 1.0
 RECHECK_S = 1.0
 READ_BYTES = 1024 * 1024
 WRITTEN_MODES = (ICEBERG_KEY_VALUE, ICEBERG_VALUE_SCHEMA_ID_PREFIX)
+PROTOBUF = "PROTOBUF"
 NO_REGISTRY = (
     "iceberg.mode=value_schema_id_prefix needs the schema registry on the partition leader"
     " (schema.registry.listeners)"
@@ -94,9 +95,12 @@ class SchemaSource(Protocol):
     async def caught_up(self) -> None:
         """Wait until the registry's copy holds every schema registered so far."""
 
-    def schema(self, schema_id: int) -> tuple[str, str] | None:
-        """(schema type, schema text) of an id; None when the registry has none. Called on
-        the event loop."""
+    def schema(self, schema_id: int) -> tuple[str, str, dict[str, str]] | None:
+        """(schema type, schema text, its references' texts by name) of an id; None when the
+        registry has none. Called on the event loop."""
+
+    def protobuf_file(self, text: str, dependencies: dict[str, str]) -> Any:
+        """A PROTOBUF schema built into a FileDescriptor. Pure: called in the worker thread."""
 
 
 class IcebergService:
@@ -379,7 +383,7 @@ class IcebergService:
     ) -> CommitOutcome:
         if not plan.partitions:
             return CommitOutcome()
-        lookup: Callable[[int], tuple[str, str] | None] | None = None
+        lookup: Callable[[int], tuple[str, str, Any] | None] | None = None
         try:
             if table.mode == ICEBERG_VALUE_SCHEMA_ID_PREFIX:
                 schemas = self.schemas
@@ -389,9 +393,20 @@ class IcebergService:
                 await schemas.caught_up()
                 source = schemas
 
-                def lookup(schema_id: int) -> tuple[str, str] | None:
-                    # In the worker thread: the registry's state is read on the event loop.
-                    return trio.from_thread.run_sync(source.schema, schema_id)
+                def lookup(schema_id: int) -> tuple[str, str, Any] | None:
+                    # In the worker thread: the registry's state is read on the event loop,
+                    # a Protobuf schema is built here.
+                    found = trio.from_thread.run_sync(source.schema, schema_id)
+                    if found is None:
+                        return None
+                    schema_type, text, dependencies = found
+                    built: Any = None
+                    if schema_type == PROTOBUF:
+                        try:
+                            built = source.protobuf_file(text, dependencies)
+                        except Exception as error:
+                            built = error
+                    return schema_type, text, built
 
             return await self._blocking(table.commit, plan, reads, lookup)
         except Exception as error:

@@ -141,8 +141,9 @@ DLQ_SUFFIX = "~dlq"
 _UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 KEY_VALUE = "key_value"
 VALUE_SCHEMA_ID_PREFIX = "value_schema_id_prefix"
-# (schema type, schema text) of a schema id from the registry; None: no such id.
-Lookup = Callable[[int], tuple[str, str] | None]
+# (schema type, schema text, for PROTOBUF the FileDescriptor built or the error) of a schema
+# id from the registry; None: no such id.
+Lookup = Callable[[int], tuple[str, str, Any] | None]
 _TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "identity": IdentityTransform(),
     "hour": HourTransform(),

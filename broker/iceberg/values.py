@@ -1,7 +1,7 @@
 """Typed values for ``iceberg.mode=value_schema_id_prefix``: a record value in Confluent's
 wire format (magic byte 0, a 4-byte big-endian schema id, the payload) decoded with its
-schema from the schema registry (Avro, and JSON Schema), and the schema mapped to Iceberg
-types. Pure: no I/O, no
+schema from the schema registry (Avro, JSON Schema, Protobuf), and the schema mapped to
+Iceberg types. Pure: no I/O, no
 trio; the schema's text comes in from the caller (the service asks the broker's own registry).
 
 Follows Redpanda's Iceberg Topics (``value_schema_id_prefix``: the table's columns are the
@@ -26,8 +26,8 @@ that is not a union with null. Iceberg cannot add a required column to a table t
 has rows, and a later compatible schema version may drop a field, so a column required today
 would make the next version's rows unwritable; the decoded values are never null where the
 schema says they cannot be. JSON Schema values are decoded too (``JsonMapping``: a subset of
-JSON Schema, where Redpanda decodes none); Protobuf values are not yet (Redpanda decodes them):
-their records go to the dead-letter table with that reason.
+JSON Schema, where Redpanda decodes none), and Protobuf values (``ProtobufMapping``, on the
+``FileDescriptor`` the registry's code builds, as Redpanda maps them).
 
 Decoding is fastavro's (``schemaless_reader``, its C extension); a payload with bytes left
 over after the value is refused as Confluent's deserializers would not read it either.
@@ -35,6 +35,7 @@ over after the value is refused as Confluent's deserializers would not read it e
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import struct
@@ -71,6 +72,7 @@ MAGIC_BYTE = 0
 _ID = struct.Struct(">i")
 AVRO = "AVRO"
 JSON = "JSON"
+PROTOBUF = "PROTOBUF"
 # The column a top-level schema that is not a record is written to.
 VALUE_COLUMN = "value"
 # The struct column of the record's metadata and raw bytes beside the value's columns (table.py
@@ -441,29 +443,221 @@ _JSON_PRIMITIVES = {
 }
 
 
+class ProtobufMapping:
+    """One Protobuf schema, as the registry built it (a ``FileDescriptor``, its references
+    resolved): the message a value names, its Iceberg fields, and the decoding of a payload
+    (protobuf's own parser, the message class from ``message_factory``).
+
+    Confluent's framing puts the message indexes after the schema id: a zigzag varint count,
+    then that many zigzag varints, the path to the message among the file's top-level messages
+    and their nested ones; a count of 0 is the first message ([0]). The columns are the file's
+    first message's (the one confluent-kafka's ProtobufSerializer names when its message is
+    the file's first); a value naming another message is a dead letter (not mapped yet).
+
+    Mapped (as Redpanda maps Protobuf): message -> struct; int32, sint32, sfixed32 -> int;
+    int64, sint64, sfixed64, uint32 -> long; uint64, fixed64 -> long (a value past 2^63 - 1
+    does not fit: a dead letter); fixed32 -> long; float, double, bool, string, bytes -> float,
+    double, boolean, string, binary; enum -> string (the value's name, its number when it has
+    none); repeated -> list; map -> map; google.protobuf.Timestamp -> timestamptz. A field
+    without presence (proto3's scalars) holds its value, default included; a message field not
+    set is null. Not mapped: a message that contains itself."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self._ids = _Ids()
+        self._stack: list[str] = []
+        self._messages: dict[tuple[int, ...], tuple[Any, Convert]] = {}
+        tops = [file.message_types_by_name[m] for m in file.message_types_by_name]
+        if not tops:
+            raise Unmappable("the schema has no message")
+        self._tops = tops
+        kind, convert = self._message(tops[0])
+        self._messages[(0,)] = (tops[0], convert)
+        self.fields = tuple(kind.fields)
+        if any(f.name == META_COLUMN for f in self.fields):
+            raise Unmappable(
+                f"a top-level field named {META_COLUMN!r} would hide the record's metadata column"
+            )
+
+    def schema(self) -> Schema:
+        return Schema(*self.fields)
+
+    def decode(self, payload: bytes) -> dict[str, Any]:
+        from google.protobuf import message_factory
+
+        indexes, position = _message_indexes(payload)
+        known = self._messages.get(indexes)
+        if known is None:
+            descriptor = self._find(indexes)
+            if descriptor.full_name != self._messages[(0,)][0].full_name:
+                raise ValueError(
+                    f"the value names message {descriptor.full_name}; the table's columns are"
+                    f" {self._messages[(0,)][0].full_name}'s"
+                )
+            known = self._messages[(0,)]
+        descriptor, convert = known
+        message = message_factory.GetMessageClass(descriptor).FromString(payload[position:])
+        return dict(convert(message))
+
+    def _find(self, indexes: tuple[int, ...]) -> Any:
+        try:
+            descriptor = self._tops[indexes[0]]
+            for index in indexes[1:]:
+                descriptor = descriptor.nested_types[index]
+        except IndexError:
+            raise ValueError(f"message indexes {list(indexes)} name no message") from None
+        return descriptor
+
+    def _message(self, descriptor: Any) -> tuple[StructType, Convert]:
+        if descriptor.full_name in self._stack:
+            raise Unmappable(
+                f"message {descriptor.full_name} contains itself: recursive types are not mapped"
+            )
+        self._stack.append(descriptor.full_name)
+        fields = []
+        converts: list[tuple[str, Convert, bool]] = []
+        for field in descriptor.fields:
+            kind, convert = self._field(field)
+            fields.append(NestedField(self._ids(), field.name, kind, required=False))
+            presence = field.message_type is not None and not _is_repeated(field)
+            converts.append((field.name, convert, presence))
+        self._stack.pop()
+
+        def convert_message(message: Any) -> Any:
+            row: dict[str, Any] = {}
+            for name, convert, presence in converts:
+                if presence and not message.HasField(name):
+                    row[name] = None
+                else:
+                    row[name] = convert(getattr(message, name))
+            return row
+
+        return StructType(*fields), convert_message
+
+    def _field(self, field: Any) -> tuple[IcebergType, Convert]:
+        if (
+            _is_repeated(field)
+            and field.message_type is not None
+            and (field.message_type.GetOptions().map_entry)
+        ):
+            entry = field.message_type
+            key_type, convert_key = self._single(entry.fields_by_name["key"])
+            value_type, convert_value = self._single(entry.fields_by_name["value"])
+            map_type = MapType(self._ids(), key_type, self._ids(), value_type, False)
+            return map_type, lambda entries: [
+                (convert_key(k), convert_value(v)) for k, v in entries.items()
+            ]
+        element, convert = self._single(field)
+        if _is_repeated(field):
+            list_type = ListType(self._ids(), element, element_required=False)
+            return list_type, lambda items: [convert(item) for item in items]
+        return element, convert
+
+    def _single(self, field: Any) -> tuple[IcebergType, Convert]:
+        if field.message_type is not None:
+            if field.message_type.full_name == "google.protobuf.Timestamp":
+                return TimestamptzType(), _timestamp
+            return self._message(field.message_type)
+        if field.enum_type is not None:
+            names = {value.number: value.name for value in field.enum_type.values}
+            return StringType(), lambda number: names.get(number, str(number))
+        kind = _PROTO_SCALARS.get(field.type)
+        if kind is None:
+            raise Unmappable(f"field {field.full_name} has a type that is not mapped")
+        return kind, _same
+
+
+def _is_repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)  # protobuf 6's, where label is deprecated
+    if repeated is not None:
+        return bool(repeated)
+    return bool(field.label == field.LABEL_REPEATED)
+
+
+def _timestamp(value: Any) -> Any:
+    return value.ToDatetime(tzinfo=datetime.UTC)
+
+
+def _zigzag(payload: bytes, position: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if position >= len(payload):
+            raise ValueError("the message indexes are cut short")
+        byte = payload[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise ValueError("a message index varint is too long")
+
+
+def _message_indexes(payload: bytes) -> tuple[tuple[int, ...], int]:
+    """Confluent's message indexes at the start of a Protobuf payload, and where the message
+    starts."""
+    count, position = _zigzag(payload, 0)
+    if count == 0:
+        return (0,), position
+    if count < 0 or count > 100:
+        raise ValueError(f"{count} message indexes")
+    indexes = []
+    for _ in range(count):
+        index, position = _zigzag(payload, position)
+        indexes.append(index)
+    return tuple(indexes), position
+
+
+def _proto_scalars() -> dict[int, IcebergType]:
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    return {
+        F.TYPE_INT32: IntegerType(),
+        F.TYPE_SINT32: IntegerType(),
+        F.TYPE_SFIXED32: IntegerType(),
+        F.TYPE_UINT32: LongType(),
+        F.TYPE_FIXED32: LongType(),
+        F.TYPE_INT64: LongType(),
+        F.TYPE_SINT64: LongType(),
+        F.TYPE_SFIXED64: LongType(),
+        F.TYPE_UINT64: LongType(),
+        F.TYPE_FIXED64: LongType(),
+        F.TYPE_FLOAT: FloatType(),
+        F.TYPE_DOUBLE: DoubleType(),
+        F.TYPE_BOOL: BooleanType(),
+        F.TYPE_STRING: StringType(),
+        F.TYPE_BYTES: BinaryType(),
+    }
+
+
+_PROTO_SCALARS = _proto_scalars()
+
+
 @dataclass(frozen=True)
 class Decoder:
     """What the translation knows of one schema id: a mapping to decode with, or the reason
     its records go to the dead-letter table."""
 
     schema_id: int
-    mapping: AvroMapping | JsonMapping | None = None
+    mapping: AvroMapping | JsonMapping | ProtobufMapping | None = None
     reason: str | None = None
 
 
-def decoder(schema_id: int, found: tuple[str, str] | None) -> Decoder:
-    """The decoder of ``schema_id`` from the registry's answer, (schema type, schema text),
+def decoder(schema_id: int, found: tuple[Any, ...] | None) -> Decoder:
+    """The decoder of ``schema_id`` from the registry's answer, (schema type, schema text) and,
+    for PROTOBUF, the ``FileDescriptor`` the registry built (or the error that stopped it);
     None when the registry has no such id."""
     if found is None:
         return Decoder(schema_id, reason=f"schema id {schema_id} is not in the schema registry")
-    schema_type, text = found
-    if schema_type not in (AVRO, JSON):
-        return Decoder(
-            schema_id,
-            reason=f"schema id {schema_id} is a {schema_type} schema: only AVRO and JSON values"
-            " are translated to typed columns yet",
-        )
+    schema_type, text, *rest = found
+    built = rest[0] if rest else None
+    if schema_type not in (AVRO, JSON, PROTOBUF):
+        return Decoder(schema_id, reason=f"schema id {schema_id} is of unknown type {schema_type}")
     try:
+        if schema_type == PROTOBUF:
+            if built is None or isinstance(built, Exception):
+                return Decoder(schema_id, reason=f"schema id {schema_id} does not build: {built}")
+            return Decoder(schema_id, ProtobufMapping(built))
         if schema_type == JSON:
             return Decoder(schema_id, JsonMapping(text))
         return Decoder(schema_id, AvroMapping(text))

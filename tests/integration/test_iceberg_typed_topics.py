@@ -3,15 +3,16 @@ docs/iceberg-topics.md) on one real broker process serving the schema registry: 
 kafka's AvroSerializer registers the subject's schema with the broker's registry and frames
 each value; a plain producer adds records the table cannot type (no schema id, an id the
 registry does not hold, bytes that do not decode); a second topic takes JSON Schema values
-from confluent-kafka's JSONSerializer. pyiceberg reads the typed table (its columns
-the schema's fields, the ``kafka`` struct beside them) and the dead-letter table
-``<topic>~dlq``: every acknowledged record is in exactly one of them, once. Then a second
+from confluent-kafka's JSONSerializer, a third Protobuf values from its ProtobufSerializer (a
+message with a reference to another file and a well-known type). pyiceberg reads the typed
+table (its columns the schema's fields, the ``kafka`` struct beside them) and the dead-letter
+table ``<topic>~dlq``: every acknowledged record is in exactly one of them, once. Then a second
 schema version with a new optional field evolves the table: the new column, null for the rows
 written before. Deleting the topic drops both tables (the JSON topic, with
 ``iceberg.delete=false``, keeps its own).
 
 About 30 s on a shared 2-core machine, a third of it the broker's first import of pyiceberg
-and pyarrow (in its worker thread) before the first table is made; one broker serves both
+and pyarrow (in its worker thread) before the first table is made; one broker serves the three
 topics and every phase."""
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.types import IntegerType, StringType, TimestamptzType
 
@@ -66,6 +69,48 @@ EVENT = {
     "properties": {"kind": {"type": "string"}, "weight": {"type": "number"}},
     "required": ["kind"],
 }
+
+# A third, of Protobuf values (confluent-kafka's ProtobufSerializer): shop.Order in
+# order.proto, its Money from money.proto (registered as a reference) and a well-known type.
+ORDERS = "orders"
+FDP = descriptor_pb2.FieldDescriptorProto
+
+
+def order_classes():
+    """Message classes as protoc would generate them, built at run time (no protoc here)."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    money = descriptor_pb2.FileDescriptorProto(
+        name="iceberg/money.proto", package="iceberg.common", syntax="proto3"
+    )
+    money.message_type.add(name="Money").field.add(
+        name="units", number=1, type=FDP.TYPE_INT64, label=FDP.LABEL_OPTIONAL
+    )
+    order = descriptor_pb2.FileDescriptorProto(
+        name="iceberg/order.proto",
+        package="iceberg.shop",
+        syntax="proto3",
+        dependency=["iceberg/money.proto", "google/protobuf/timestamp.proto"],
+    )
+    message = order.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=FDP.TYPE_STRING, label=FDP.LABEL_OPTIONAL)
+    for name, number, type_name in (
+        ("total", 2, ".iceberg.common.Money"),
+        ("at", 3, ".google.protobuf.Timestamp"),
+    ):
+        message.field.add(
+            name=name,
+            number=number,
+            type=FDP.TYPE_MESSAGE,
+            type_name=type_name,
+            label=FDP.LABEL_OPTIONAL,
+        )
+    pool.Add(money)
+    pool.Add(order)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("iceberg.shop.Order")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("iceberg.common.Money")),
+    )
 
 
 class Acked:
@@ -114,6 +159,7 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
         [
             NewTopic(TOPIC, PARTITIONS, 1, config=configs),
             NewTopic(EVENTS, 1, 1, config={**configs, "iceberg.delete": "false"}),
+            NewTopic(ORDERS, 1, 1, config=configs),
         ]
     )
     for future in created.values():
@@ -144,6 +190,13 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
     for number in range(10):
         event = {"kind": f"kind-{number}", "weight": number / 2}
         producer.produce(EVENTS, value=serialize_event(event, events_context))
+    order_type, money_type = order_classes()
+    serialize_order = ProtobufSerializer(order_type, registry)
+    orders_context = SerializationContext(ORDERS, MessageField.VALUE)
+    for number in range(5):
+        order = order_type(id=f"o{number}", total=money_type(units=100 * number))
+        order.at.seconds = JOINED_MS // 1000 + number
+        producer.produce(ORDERS, value=serialize_order(order, orders_context))
     assert producer.flush(TIMEOUT) == 0
     assert not acked.errors, acked.errors
 
@@ -174,6 +227,10 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
         (f"kind-{number}", number / 2) for number in range(10)
     ]
     assert sorted(row["kafka"]["offset"] for row in events) == list(range(10))
+    orders = wait_for(lambda: at_least(catalog_file, ORDERS, 5), 30, "the Protobuf topic's rows")
+    assert sorted(
+        (row["id"], row["total"]["units"], round(row["at"].timestamp())) for row in orders
+    ) == [(f"o{number}", 100 * number, JOINED_MS // 1000 + number) for number in range(5)]
 
     # A second version with a new optional field: the table gains the column.
     serialize_v2 = AvroSerializer(registry, json.dumps(USER_V2))

@@ -211,7 +211,7 @@ def test_records_that_cannot_be_typed_become_dead_letters_with_the_reason(autoju
     schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "int"}]}
     known = {
         1: decoder(1, ("AVRO", json.dumps(schema))),
-        2: decoder(2, ("PROTOBUF", "syntax = 'proto3';")),
+        2: decoder(2, ("PROTOBUF", "message {", ValueError("Could not parse Protobuf schema"))),
     }
 
     def decoders(found: int) -> Decoder:
@@ -224,7 +224,7 @@ def test_records_that_cannot_be_typed_become_dead_letters_with_the_reason(autoju
             framed(schema, {"n": 6}, schema_id=77),  # 2: an id the registry does not hold
             framed(schema, {"n": 7})[:-1] + b"\x80",  # 3: a varint that never ends
             framed(schema, {"n": 8}) + b"extra",  # 4: bytes after the value
-            b"\x00\x00\x00\x00\x02" + b"\x08",  # 5: a Protobuf schema id
+            b"\x00\x00\x00\x00\x02" + b"\x08",  # 5: a Protobuf schema that did not build
             None,  # 6: a tombstone: no columns, not a dead letter
         ]
     )
@@ -250,7 +250,7 @@ def test_records_that_cannot_be_typed_become_dead_letters_with_the_reason(autoju
     assert "schema id 77 is not in the schema registry" in reasons[1]
     assert "does not decode with schema id 1" in reasons[2]
     assert "bytes left over" in reasons[3]
-    assert "PROTOBUF schema: only AVRO and JSON values" in reasons[4]
+    assert "schema id 2 does not build: Could not parse" in reasons[4]
 
     typed.drop_schema(1, "cannot merge", raw)
     assert typed.schema_ids == [None]
@@ -319,3 +319,78 @@ def test_json_schemas_map_and_values_are_checked_against_their_columns(autojump_
 def test_json_schemas_not_mapped_say_why(autojump_clock, schema, reason):
     found = decoder(4, ("JSON", json.dumps(schema)))
     assert found.mapping is None and reason in str(found.reason)
+
+
+ORDER_PROTO = """
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+
+message Order {
+  int64 id = 1;
+  string item = 2;
+  repeated string tags = 3;
+  map<string, int32> counts = 4;
+  Address ship_to = 5;
+  Status status = 6;
+  google.protobuf.Timestamp at = 7;
+  uint32 small = 8;
+  double price = 9;
+  bytes blob = 10;
+  bool paid = 11;
+  message Address { string city = 1; }
+  enum Status { NEW = 0; PAID = 1; }
+}
+"""
+
+
+def test_protobuf_messages_map_and_decode_after_their_message_indexes(autojump_clock):
+    from google.protobuf import message_factory
+
+    from minibroker.schema_registry.protobuf_schema import parse
+
+    file = parse(ORDER_PROTO).file
+    found = decoder(5, ("PROTOBUF", ORDER_PROTO, file))
+    assert found.mapping is not None
+    types = {field.name: field.field_type for field in found.mapping.fields}
+    assert types["id"] == LongType() and types["item"] == StringType()
+    assert isinstance(types["tags"], ListType) and isinstance(types["counts"], MapType)
+    assert isinstance(types["ship_to"], StructType) and types["status"] == StringType()
+    assert types["at"] == TimestamptzType() and types["small"] == LongType()
+    assert types["price"] == DoubleType() and types["blob"] == BinaryType()
+    order_class = message_factory.GetMessageClass(file.message_types_by_name["Order"])
+    order = order_class(id=7, item="pen", tags=["a", "b"], status=1, small=3, paid=True)
+    order.counts["x"] = 2
+    order.ship_to.city = "Paris"
+    order.at.FromDatetime(datetime.datetime(2026, 12, 2, 5, 0, tzinfo=datetime.UTC))
+    prefix = b"\x00" + struct.pack(">i", 5)
+    unset = order_class(id=8)  # no ship_to, no at: null; the scalars hold their defaults
+    raw = raw_rows(
+        [
+            prefix + b"\x00" + order.SerializeToString(),  # indexes [0] as the single 0 byte
+            prefix + b"\x02\x00" + unset.SerializeToString(),  # [0] written out: count 1, 0
+            prefix + b"\x02\x04" + order.SerializeToString(),  # [2]: no third message
+            prefix + b"\x00\xff\xff",  # not a message
+        ]
+    )
+    typed = split(raw, lambda schema_id: found)
+    first, second = typed.rows
+    assert {k: v for k, v in first.items() if k != "kafka"} == {
+        "id": 7,
+        "item": "pen",
+        "tags": ["a", "b"],
+        "counts": [("x", 2)],
+        "ship_to": {"city": "Paris"},
+        "status": "PAID",
+        "at": datetime.datetime(2026, 12, 2, 5, 0, tzinfo=datetime.UTC),
+        "small": 3,
+        "price": 0.0,
+        "blob": b"",
+        "paid": True,
+    }
+    assert second["id"] == 8 and second["ship_to"] is None and second["at"] is None
+    assert second["status"] == "NEW" and second["tags"] == []
+    assert typed.dead.offset == [2, 3]
+    assert "message indexes [2] name no message" in typed.reasons[0]
+    assert "does not decode with schema id 5" in typed.reasons[1]
+    assert "does not build" in str(decoder(6, ("PROTOBUF", "x", ValueError("bad"))).reason)
