@@ -265,8 +265,14 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
     exec(snippet.replace("sqlite:///data/", f"sqlite:///{broker.log_dir}/"), namespace)
     assert namespace["users"].num_rows == 80 and namespace["dead"].num_rows == 3
 
-    # Deleting the topics: users' tables are dropped (iceberg.delete, on by default); events
-    # asked to keep its table.
+    # Deleting the topics: users' tables are dropped (iceberg.delete, on by default), data
+    # files included; events asked to keep its table.
+    warehouse = broker.log_dir / "iceberg" / "warehouse"
+
+    def data_files(table: str) -> list[Path]:
+        return [path for path in warehouse.rglob("*.parquet") if table in path.parts]
+
+    assert data_files(TOPIC) and data_files(TOPIC + "~dlq") and data_files(EVENTS)
     for future in admin.delete_topics([TOPIC, EVENTS]).values():
         future.result(TIMEOUT)
 
@@ -276,4 +282,4 @@ def test_avro_values_land_typed_with_dead_letters_and_an_evolution(broker_factor
         return not names & {TOPIC, TOPIC + "~dlq"}
 
     wait_for(dropped, 20, "the deleted topic's tables to be dropped")
-    assert not any((broker.log_dir / "iceberg" / "warehouse").rglob("users*/data/*.parquet"))
+    assert not data_files(TOPIC) and not data_files(TOPIC + "~dlq") and data_files(EVENTS)
