@@ -239,18 +239,12 @@ DEFAULT_ICEBERG_PARTITION_SPEC = "(hour(timestamp))"
 
 
 def _iceberg_mode(key: str, text: str) -> str:
-    """Redpanda's modes; value_schema_id_prefix (values decoded with the schema registry's
-    schemas) is refused until it is built, rather than taken and ignored."""
+    """Redpanda's modes (its value_schema_latest is not one of minibroker's)."""
     mode = text.strip()
-    if mode == ICEBERG_VALUE_SCHEMA_ID_PREFIX:
-        raise ValueError(
-            f"Invalid value {text} for configuration {key}: value_schema_id_prefix is not"
-            " supported yet (docs/iceberg-topics.md); use key_value or disabled"
-        )
-    if mode not in (ICEBERG_DISABLED, ICEBERG_KEY_VALUE):
+    if mode not in ICEBERG_MODES:
         raise ValueError(
             f"Invalid value {text} for configuration {key}: String must be one of: "
-            f"{ICEBERG_DISABLED}, {ICEBERG_KEY_VALUE}"
+            + ", ".join(ICEBERG_MODES)
         )
     return mode
 
@@ -381,6 +375,7 @@ _TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     "iceberg.mode": ("iceberg_mode", _iceberg_mode),
     "iceberg.target.lag.ms": ("iceberg_target_lag_ms", _long(1)),
     "iceberg.partition.spec": ("iceberg_partition_spec", _iceberg_partition_spec),
+    "iceberg.delete": ("iceberg_delete", _boolean),
 }
 TOPIC_CONFIG_NAMES = frozenset(_TOPIC_CONFIGS)
 
@@ -432,6 +427,9 @@ class LogConfig:
     iceberg_mode: str = ICEBERG_DISABLED
     iceberg_target_lag_ms: int = 60_000
     iceberg_partition_spec: str = DEFAULT_ICEBERG_PARTITION_SPEC
+    # iceberg.delete (Redpanda's redpanda.iceberg.delete): drop the topic's tables when the
+    # topic is deleted.
+    iceberg_delete: bool = True
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:

@@ -170,6 +170,7 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         TopicConfigDef("iceberg.mode", STRING, "disabled"),
         TopicConfigDef("iceberg.target.lag.ms", LONG, "60000"),
         TopicConfigDef("iceberg.partition.spec", STRING, "(hour(timestamp))"),
+        TopicConfigDef("iceberg.delete", BOOLEAN, "true"),
     )
 }
 

@@ -1,14 +1,15 @@
 """Iceberg topics' trio shell: on the leader of each partition of a topic with
-``iceberg.mode=key_value``, its committed records written to the topic's Iceberg table.
+``iceberg.mode=key_value`` or ``value_schema_id_prefix``, its committed records written to the
+topic's Iceberg table.
 
 Redpanda's Iceberg Topics (docs/iceberg-topics.md says where minibroker differs): the
 partition leader translates; here one writer task per topic serves the partitions of it this
 broker leads, and each commit is one snapshot covering them.
 
 - Which partitions: every partition led here whose topic's config has ``iceberg.mode`` =
-  ``key_value`` (a scan of the replica manager's partitions, woken by role changes and every
-  second for config changes); a topic whose config does not ask is never read here, so the
-  data path never decodes its records.
+  ``key_value`` or ``value_schema_id_prefix`` (a scan of the replica manager's partitions,
+  woken by role changes and every second for config changes); a topic whose config does not
+  ask is never read here, so the data path never decodes its records.
 - Reading: through the replica manager's read path (``ReplicaManager.read_records``, as
   Fetch and share fetches read), as a read_committed consumer: up to the last stable offset,
   with the aborted transactions of each read, so aborted records never land and control
@@ -24,6 +25,16 @@ broker leads, and each commit is one snapshot covering them.
   table. A commit that was in flight when leadership moved is refused by the table if the new
   leader committed first, and the new leader's is refused if the old one did, so nothing
   lands twice.
+- Schemas (value_schema_id_prefix): from the schema registry this broker serves, in process
+  (``SchemaSource``, wired by the node; the registry's package and this one do not import
+  each other): before each commit the registry's copy of ``_schemas`` is brought up to its
+  high watermark on the event loop, then the worker thread asks it for each schema id it has
+  not seen (``trio.from_thread.run_sync``, so the registry's state is only read on the loop).
+  A broker without the registry (no ``schema.registry.listeners``) cannot translate such a
+  topic: its commits fail with that reason, and the lag grows.
+- Deletion: when a StopReplica deletes a hosted partition of a topic with ``iceberg.delete``
+  (the default), the topic's table and dead-letter table are purged (table.drop_topic_tables),
+  by every broker that hosted a replica (the first one does it; the others find them gone).
 - Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
   with a growing delay; the topic still takes writes, and the lag metrics grow.
 """
@@ -34,7 +45,7 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -52,7 +63,11 @@ from minibroker.iceberg.translation import (
 from minibroker.protocol.errors import Error
 from minibroker.replication.partition import Partition
 from minibroker.replication.replica_manager import ReplicaManager, wall_clock_ms
-from minibroker.storage.log import ICEBERG_KEY_VALUE, parse_iceberg_partition_spec
+from minibroker.storage.log import (
+    ICEBERG_KEY_VALUE,
+    ICEBERG_VALUE_SCHEMA_ID_PREFIX,
+    parse_iceberg_partition_spec,
+)
 
 if TYPE_CHECKING:
     from minibroker.iceberg.table import TopicTable
@@ -66,6 +81,26 @@ SCAN_INTERVAL_S = 1.0
 # A writer looks at leadership and its partitions' logs at least this often.
 RECHECK_S = 1.0
 READ_BYTES = 1024 * 1024
+WRITTEN_MODES = (ICEBERG_KEY_VALUE, ICEBERG_VALUE_SCHEMA_ID_PREFIX)
+PROTOBUF = "PROTOBUF"
+NO_REGISTRY = (
+    "iceberg.mode=value_schema_id_prefix needs the schema registry on the partition leader"
+    " (schema.registry.listeners)"
+)
+
+
+class SchemaSource(Protocol):
+    """The schemas of the broker's own registry, as the Iceberg writer asks for them."""
+
+    async def caught_up(self) -> None:
+        """Wait until the registry's copy holds every schema registered so far."""
+
+    def schema(self, schema_id: int) -> tuple[str, str, dict[str, str]] | None:
+        """(schema type, schema text, its references' texts by name) of an id; None when the
+        registry has none. Called on the event loop."""
+
+    def protobuf_file(self, text: str, dependencies: dict[str, str]) -> Any:
+        """A PROTOBUF schema built into a FileDescriptor. Pure: called in the worker thread."""
 
 
 class IcebergService:
@@ -82,7 +117,10 @@ class IcebergService:
         self.clock_ms = clock_ms
         self.translations: dict[str, TopicTranslation] = {}
         self.rows_written: Counter[tuple[str, int]] = Counter()
+        self.dead_letters: Counter[tuple[str, int]] = Counter()
         self.commits: Counter[str] = Counter()
+        # The node sets it when this broker serves the schema registry.
+        self.schemas: SchemaSource | None = None
         self._writers: set[str] = set()
         self._changed = trio.Event()
         # One blocking call at a time: pyiceberg's catalog is shared, and two cores are few.
@@ -90,6 +128,9 @@ class IcebergService:
         self._catalog: Any = None
         self._nursery: trio.Nursery | None = None
         replicas.role_listeners.append(self._on_role_change)
+        replicas.deletion_listeners.append(self._on_deletion)
+        # (topic, topic id) whose tables are being dropped.
+        self._dropping: set[tuple[str, str]] = set()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -104,6 +145,51 @@ class IcebergService:
     def _on_role_change(self, partition: Partition) -> None:
         self._changed.set()
 
+    def _on_deletion(self, partition: Partition) -> None:
+        """A partition of a deleted topic, hosted here: drop the topic's tables if its config
+        asks (``iceberg.delete``, on by default as Redpanda's), in a task of its own."""
+        config = partition.log.config
+        if config.iceberg_mode not in WRITTEN_MODES or not config.iceberg_delete:
+            return
+        key = (partition.topic, str(partition.topic_id))
+        if key in self._dropping or self._nursery is None:
+            return
+        self._dropping.add(key)
+        self._nursery.start_soon(self._drop_tables, *key)
+
+    async def _drop_tables(self, topic: str, topic_id: str) -> None:
+        try:
+            dropped = await self._blocking(self._drop, topic, topic_id)
+        except Exception as error:
+            log.warning(
+                "cannot drop the Iceberg tables of deleted topic %s: %s", topic, _text(error)
+            )
+            return
+        finally:
+            self._dropping.discard((topic, topic_id))
+        if dropped:
+            names = ", ".join(dropped)
+            log.info("dropped the Iceberg table(s) of deleted topic %s: %s", topic, names)
+
+    def _drop(self, topic: str, topic_id: str) -> list[str]:
+        """(In a thread.) The catalog on first use, then the deleted topic's tables dropped."""
+        from minibroker.iceberg.table import drop_topic_tables
+
+        return drop_topic_tables(
+            self._catalog_here(), self.config.iceberg_catalog_namespace, topic, topic_id
+        )
+
+    def _catalog_here(self) -> Any:
+        from minibroker.iceberg.table import open_catalog
+
+        if self._catalog is None:
+            self._catalog = open_catalog(
+                self.config.iceberg_catalog_name,
+                self.config.iceberg_uri,
+                self.config.iceberg_warehouse,
+            )
+        return self._catalog
+
     # -- which partitions --------------------------------------------------------------------
 
     def _led(self, topic: str | None = None) -> dict[str, dict[int, Partition]]:
@@ -112,7 +198,7 @@ class IcebergService:
         for partition in self.replicas.partitions():
             if topic is not None and partition.topic != topic:
                 continue
-            if partition.is_leader and partition.log.config.iceberg_mode == ICEBERG_KEY_VALUE:
+            if partition.is_leader and partition.log.config.iceberg_mode in WRITTEN_MODES:
                 found.setdefault(partition.topic, {})[partition.index] = partition
         return found
 
@@ -130,19 +216,13 @@ class IcebergService:
             functools.partial(function, *args), limiter=self._limiter
         )
 
-    def _open_table(self, topic: str, topic_id: str, spec_text: str) -> TopicTable:
+    def _open_table(self, topic: str, topic_id: str, spec_text: str, mode: str) -> TopicTable:
         """(In a thread.) The catalog on first use, then the topic's table."""
-        from minibroker.iceberg.table import TopicTable, open_catalog
+        from minibroker.iceberg.table import TopicTable
 
-        if self._catalog is None:
-            self._catalog = open_catalog(
-                self.config.iceberg_catalog_name,
-                self.config.iceberg_uri,
-                self.config.iceberg_warehouse,
-            )
         spec = parse_iceberg_partition_spec("iceberg.partition.spec", spec_text)
         return TopicTable.open(
-            self._catalog, self.config.iceberg_catalog_namespace, topic, topic_id, spec
+            self._catalog_here(), self.config.iceberg_catalog_namespace, topic, topic_id, spec, mode
         )
 
     # -- the writer of one topic -------------------------------------------------------------------
@@ -170,10 +250,16 @@ class IcebergService:
                 translation = TopicTranslation(topic_id, config.iceberg_target_lag_ms)
                 self.translations[topic] = translation
                 table = None
+            if table is not None and table.mode != config.iceberg_mode:
+                table = None  # the mode was changed: the table is opened for the new one
             if table is None:
                 try:
                     table = await self._blocking(
-                        self._open_table, topic, topic_id, config.iceberg_partition_spec
+                        self._open_table,
+                        topic,
+                        topic_id,
+                        config.iceberg_partition_spec,
+                        config.iceberg_mode,
                     )
                 except Exception as error:
                     translation.failures += 1
@@ -232,6 +318,10 @@ class IcebergService:
                 outcome = await self._commit(table, plan, reads)
                 translation.apply(plan, outcome, self.clock_ms())
                 self._count(topic, outcome)
+                if outcome.error is not None:
+                    # Opened again before the next try: the table may have been dropped
+                    # (its topic deleted and made again, or by hand).
+                    table = None
                 continue
             deadline = translation.next_deadline_ms()
             wait_s = RECHECK_S if deadline is None else min(RECHECK_S, (deadline - now) / 1000)
@@ -293,8 +383,32 @@ class IcebergService:
     ) -> CommitOutcome:
         if not plan.partitions:
             return CommitOutcome()
+        lookup: Callable[[int], tuple[str, str, Any] | None] | None = None
         try:
-            return await self._blocking(table.commit, plan, reads)
+            if table.mode == ICEBERG_VALUE_SCHEMA_ID_PREFIX:
+                schemas = self.schemas
+                if schemas is None:
+                    log.warning("Iceberg commit failed: %s", NO_REGISTRY)
+                    return CommitOutcome(error=NO_REGISTRY)
+                await schemas.caught_up()
+                source = schemas
+
+                def lookup(schema_id: int) -> tuple[str, str, Any] | None:
+                    # In the worker thread: the registry's state is read on the event loop,
+                    # a Protobuf schema is built here.
+                    found = trio.from_thread.run_sync(source.schema, schema_id)
+                    if found is None:
+                        return None
+                    schema_type, text, dependencies = found
+                    built: Any = None
+                    if schema_type == PROTOBUF:
+                        try:
+                            built = source.protobuf_file(text, dependencies)
+                        except Exception as error:
+                            built = error
+                    return schema_type, text, built
+
+            return await self._blocking(table.commit, plan, reads, lookup)
         except Exception as error:
             log.warning("Iceberg commit failed: %s", _text(error))
             return CommitOutcome(error=_text(error))
@@ -304,6 +418,8 @@ class IcebergService:
             self.commits[topic] += 1
             for index, rows in outcome.rows.items():
                 self.rows_written[(topic, index)] += rows
+        for index, dead in outcome.dead_letters.items():
+            self.dead_letters[(topic, index)] += dead
         for index, held in outcome.conflicts.items():
             log.warning(
                 "%s-%d: the table holds offset %s, not the one this writer started from"
@@ -352,6 +468,15 @@ class IcebergCollector:
         for (topic, index), count in sorted(service.rows_written.items()):
             rows.add_metric([topic, str(index)], count)
         yield rows
+        dead = CounterMetricFamily(
+            "minibroker_iceberg_dead_letters",
+            "Records this broker wrote to topics' dead-letter tables (<topic>~dlq) because they"
+            " could not be written typed (iceberg.mode=value_schema_id_prefix).",
+            labels=["topic", "partition"],
+        )
+        for (topic, index), count in sorted(service.dead_letters.items()):
+            dead.add_metric([topic, str(index)], count)
+        yield dead
         commits = CounterMetricFamily(
             "minibroker_iceberg_commits",
             "Iceberg snapshots this broker committed, by topic.",

@@ -14,17 +14,35 @@ timestamp, headers and key in a ``redpanda`` struct, beside ``value``): partitio
 offset (long), timestamp (timestamptz, microseconds, from Kafka's milliseconds), timestamp_type
 (int: 0 CreateTime, 1 LogAppendTime, as Spark's Kafka source has it), key and value (binary,
 null for a null key or value), headers (list of struct key string, value binary).
+
+``iceberg.mode=value_schema_id_prefix`` (values.py maps the schemas): the table's columns are
+the value schema's fields, with the record's metadata beside them in one struct column,
+``kafka`` (Redpanda's ``redpanda`` struct under a vendor-neutral name): partition, offset,
+timestamp, timestamp_type, key, value (the raw bytes, wire-format prefix included), headers and
+schema_id. A table is created with the ``kafka`` column alone and takes the columns of each
+schema id the first time one of its records is written (pyiceberg's ``update_schema().
+union_by_name``: new optional columns, the type promotions Iceberg allows); rows written before
+read a new column as null. Records that cannot be written typed (no schema id, an id the
+registry does not hold, a schema not mapped, a value that does not decode, a schema whose
+columns cannot be merged into the table's) go to the dead-letter table ``<topic>~dlq``
+(Redpanda's name), made on first use: the key_value columns plus ``reason``.
+
+Exactly once with two tables: the dead-letter table's snapshots record, as the main table's
+do, the next offset per partition they cover; a commit first writes to it only the dead
+letters at or past that offset (so a commit retried, or made again by a new leader, adds none
+twice), then appends the typed rows to the main table under its conditional commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -48,6 +66,7 @@ from pyiceberg.types import (
 )
 
 from minibroker.iceberg.translation import (
+    SUMMARY_KEY,
     CommitOutcome,
     CommitPlan,
     ReadChunk,
@@ -58,6 +77,7 @@ from minibroker.iceberg.translation import (
     table_offsets,
     translate,
 )
+from minibroker.iceberg.values import META_COLUMN, Decoder, TypedRows, decoder, split
 
 KEY_VALUE_SCHEMA = Schema(
     NestedField(1, "partition", IntegerType(), required=True),
@@ -81,6 +101,49 @@ KEY_VALUE_SCHEMA = Schema(
     ),
 )
 _SOURCE_IDS = {"partition": 1, "timestamp": 3, "timestamp_type": 4}
+# value_schema_id_prefix: the metadata struct; value columns are added beside it.
+VALUE_BASE_SCHEMA = Schema(
+    NestedField(
+        1,
+        META_COLUMN,
+        StructType(
+            NestedField(2, "partition", IntegerType(), required=True),
+            NestedField(3, "offset", LongType(), required=True),
+            NestedField(4, "timestamp", TimestamptzType(), required=True),
+            NestedField(5, "timestamp_type", IntegerType(), required=True),
+            NestedField(6, "key", BinaryType(), required=False),
+            NestedField(7, "value", BinaryType(), required=False),
+            NestedField(
+                8,
+                "headers",
+                ListType(
+                    9,
+                    StructType(
+                        NestedField(10, "key", StringType(), required=False),
+                        NestedField(11, "value", BinaryType(), required=False),
+                    ),
+                    element_required=True,
+                ),
+                required=False,
+            ),
+            NestedField(12, "schema_id", IntegerType(), required=False),
+        ),
+        required=True,
+    ),
+)
+_VALUE_SOURCE_IDS = {"partition": 2, "timestamp": 4, "timestamp_type": 5}
+# The dead-letter table: the key_value columns and why the record is there.
+DLQ_SCHEMA = Schema(
+    *KEY_VALUE_SCHEMA.fields, NestedField(11, "reason", StringType(), required=True)
+)
+DLQ_SUFFIX = "~dlq"
+# What pyarrow raises for a value its column cannot hold.
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
+KEY_VALUE = "key_value"
+VALUE_SCHEMA_ID_PREFIX = "value_schema_id_prefix"
+# (schema type, schema text, for PROTOBUF the FileDescriptor built or the error) of a schema
+# id from the registry; None: no such id.
+Lookup = Callable[[int], tuple[str, str, Any] | None]
 _TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "identity": IdentityTransform(),
     "hour": HourTransform(),
@@ -99,16 +162,21 @@ COMMIT_ATTEMPTS = 5
 TABLE_PROPERTIES = {"commit.retry.num-retries": "0"}
 
 
-def partition_spec(fields: tuple[tuple[str, str], ...]) -> PartitionSpec:
+def partition_spec(fields: tuple[tuple[str, str], ...], typed: bool = False) -> PartitionSpec:
     """The Iceberg partition spec of ``iceberg.partition.spec``'s (transform, column) pairs,
-    each field named as Spark names them (``timestamp_hour``; identity keeps the column's)."""
+    each field named as Spark names them (``timestamp_hour``; identity keeps the column's).
+    ``typed``: the value_schema_id_prefix layout, whose columns are in the ``kafka`` struct
+    (fields named ``kafka_timestamp_hour``, ``kafka_partition``: value columns may be called
+    ``partition``)."""
+    sources = _VALUE_SOURCE_IDS if typed else _SOURCE_IDS
+    prefix = f"{META_COLUMN}_" if typed else ""
     return PartitionSpec(
         *(
             PartitionField(
-                source_id=_SOURCE_IDS[column],
+                source_id=sources[column],
                 field_id=1000 + position,
                 transform=_TRANSFORMS[transform],
-                name=column if transform == "identity" else f"{column}_{transform}",
+                name=prefix + (column if transform == "identity" else f"{column}_{transform}"),
             )
             for position, (transform, column) in enumerate(fields)
         )
@@ -143,12 +211,87 @@ def to_arrow(rows: Rows) -> pa.Table:
     )
 
 
+def _summaries(table: Table) -> Iterator[Mapping[str, str]]:
+    """A table's current snapshot's summary, then its ancestors', newest first."""
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary
+        yield {} if summary is None else dict(summary.additional_properties)
+        parent = snapshot.parent_snapshot_id
+        snapshot = None if parent is None else table.snapshot_by_id(parent)
+
+
+def _create(catalog: SqlCatalog, identifier: tuple[str, str], schema: Schema, spec) -> Table:
+    """The table, created on first use (by whichever broker gets there first)."""
+    try:
+        table = catalog.create_table_if_not_exists(
+            identifier, schema=schema, partition_spec=spec, properties=TABLE_PROPERTIES
+        )
+    except Exception:
+        if not catalog.table_exists(identifier):
+            raise
+        table = catalog.load_table(identifier)
+    if any(table.properties.get(key) != value for key, value in TABLE_PROPERTIES.items()):
+        # Made by an older minibroker, or changed by someone: set back, or no exactly once.
+        with table.transaction() as transaction:
+            transaction.set_properties(TABLE_PROPERTIES)
+    return table
+
+
+def _holds_topic(table: Table, topic_id: str) -> bool:
+    """Whether the table's newest translated offsets are ``topic_id``'s (or it has none):
+    not a table a topic made again under the same name has written to since."""
+    for summary in _summaries(table):
+        text = summary.get(SUMMARY_KEY)
+        if text is None:
+            continue
+        try:
+            return bool(json.loads(text).get("topic-id") == topic_id)
+        except (ValueError, AttributeError):
+            continue
+    return True
+
+
+def drop_topic_tables(catalog: SqlCatalog, namespace: str, topic: str, topic_id: str) -> list[str]:
+    """A deleted topic's table and dead-letter table purged (pyiceberg's ``purge_table``: the
+    catalog entry, then the data and metadata files), as Redpanda drops them with
+    ``redpanda.iceberg.delete``; a table that another topic of the same name has written to
+    since is left. Several brokers may try at once: a table already gone is passed over.
+    Returns the names dropped."""
+    dropped = []
+    for name in (topic, topic + DLQ_SUFFIX):
+        identifier = (namespace, name)
+        try:
+            table = catalog.load_table(identifier)
+            if not _holds_topic(table, topic_id):
+                continue
+            catalog.purge_table(identifier)
+        except NoSuchTableError:
+            continue
+        dropped.append(name)
+    return dropped
+
+
 class TopicTable:
     """One topic's table, as this broker writes it."""
 
-    def __init__(self, table: Table, topic_id: str) -> None:
+    def __init__(
+        self,
+        table: Table,
+        topic_id: str,
+        mode: str = KEY_VALUE,
+        catalog: SqlCatalog | None = None,
+        spec: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.table = table
         self.topic_id = topic_id
+        self.mode = mode
+        self.catalog = catalog
+        self.spec = spec
+        self.dlq: Table | None = None
+        self._decoders: dict[int, Decoder] = {}
+        # Schema ids whose columns this writer merged into the table's schema.
+        self._merged: set[int] = set()
 
     @classmethod
     def open(
@@ -158,6 +301,7 @@ class TopicTable:
         topic: str,
         topic_id: str,
         spec: tuple[tuple[str, str], ...],
+        mode: str = KEY_VALUE,
     ) -> TopicTable:
         """The topic's table, created on first use (by whichever broker gets there first)."""
         try:
@@ -167,45 +311,37 @@ class TopicTable:
             # IntegrityError through (seen with minibroker dev's three brokers on one SQLite).
             if not catalog.namespace_exists(namespace):
                 raise
-        identifier = (namespace, topic)
-        try:
-            table = catalog.create_table_if_not_exists(
-                identifier,
-                schema=KEY_VALUE_SCHEMA,
-                partition_spec=partition_spec(spec),
-                properties=TABLE_PROPERTIES,
-            )
-        except Exception:
-            if not catalog.table_exists(identifier):
-                raise
-            table = catalog.load_table(identifier)
-        if any(table.properties.get(key) != value for key, value in TABLE_PROPERTIES.items()):
-            # Made by an older minibroker, or changed by someone: set back, or no exactly once.
-            with table.transaction() as transaction:
-                transaction.set_properties(TABLE_PROPERTIES)
-        return cls(table, topic_id)
+        typed = mode == VALUE_SCHEMA_ID_PREFIX
+        table = _create(
+            catalog,
+            (namespace, topic),
+            VALUE_BASE_SCHEMA if typed else KEY_VALUE_SCHEMA,
+            partition_spec(spec, typed),
+        )
+        return cls(table, topic_id, mode, catalog, spec)
 
     def _summaries(self) -> Iterator[Mapping[str, str]]:
-        """The current snapshot's summary, then its ancestors', newest first."""
-        snapshot = self.table.current_snapshot()
-        while snapshot is not None:
-            summary = snapshot.summary
-            yield {} if summary is None else dict(summary.additional_properties)
-            parent = snapshot.parent_snapshot_id
-            snapshot = None if parent is None else self.table.snapshot_by_id(parent)
+        return _summaries(self.table)
 
     def offsets(self) -> dict[int, int]:
         """Each partition's next offset as the table's current snapshot holds it."""
         self.table.refresh()
         return table_offsets(self._summaries(), self.topic_id)
 
-    def commit(self, plan: CommitPlan, reads: Mapping[int, list[ReadChunk]]) -> CommitOutcome:
+    def commit(
+        self,
+        plan: CommitPlan,
+        reads: Mapping[int, list[ReadChunk]],
+        lookup: Lookup | None = None,
+    ) -> CommitOutcome:
         """Translate the reads and append them in one snapshot, if the table still holds
         each partition's expected offset (else the conflicts, nothing written). The append
         requires the table's current snapshot to be the one checked (pyiceberg's fast append
         asserts the branch's snapshot id; the SQL catalog swaps the metadata location only
         if it is still the one read), so the check and the commit are one atomic step; a
-        commit that loses that race is checked again."""
+        commit that loses that race is checked again. value_schema_id_prefix: the values
+        decoded with ``lookup``'s schemas first, the table's schema evolved, the dead letters
+        written (module docstring)."""
         rows = Rows()
         counts: dict[int, int] = {}
         for part in plan.partitions:
@@ -214,7 +350,33 @@ class TopicTable:
             )
             counts[part.index] = len(translated)
             rows.extend(translated)
-        data = to_arrow(rows) if len(rows) else None
+        if self.mode != VALUE_SCHEMA_ID_PREFIX:
+            data = to_arrow(rows) if len(rows) else None
+            return self._append(plan, data, counts)
+        if lookup is None:
+            raise RuntimeError("value_schema_id_prefix needs the schema registry")
+        typed = split(rows, lambda schema_id: self._decoder(schema_id, lookup))
+        self._evolve(typed, rows)
+        data = self._arrow(typed, rows)
+        found = conflicts(self.offsets(), plan)
+        if found:
+            return CommitOutcome(conflicts=found)
+        dead = self._write_dead_letters(plan, typed)
+        counts = {index: 0 for index in counts}
+        for row in typed.rows:
+            counts[row[META_COLUMN]["partition"]] += 1
+        outcome = self._append(plan, data, counts)
+        return CommitOutcome(
+            rows=outcome.rows,
+            snapshot=outcome.snapshot,
+            conflicts=outcome.conflicts,
+            error=outcome.error,
+            dead_letters=dead,
+        )
+
+    def _append(
+        self, plan: CommitPlan, data: pa.Table | None, counts: dict[int, int]
+    ) -> CommitOutcome:
         for _attempt in range(COMMIT_ATTEMPTS):
             offsets = self.offsets()
             found = conflicts(offsets, plan)
@@ -229,3 +391,119 @@ class TopicTable:
                 continue
             return CommitOutcome(rows=counts, snapshot=True)
         return CommitOutcome(error=f"lost the commit race {COMMIT_ATTEMPTS} times in a row")
+
+    # -- value_schema_id_prefix --------------------------------------------------------------
+
+    def _decoder(self, schema_id: int, lookup: Lookup) -> Decoder:
+        known = self._decoders.get(schema_id)
+        if known is None:
+            found = lookup(schema_id)
+            known = decoder(schema_id, found)
+            if found is not None:  # an id not (yet) registered is asked again next time
+                self._decoders[schema_id] = known
+        return known
+
+    def _evolve(self, typed: TypedRows, raw: Rows) -> None:
+        """Merge the columns of each schema id of the rows into the table's schema; the rows
+        of a schema whose columns cannot be merged (a type Iceberg cannot promote to) become
+        dead letters with the reason."""
+        for schema_id in sorted({s for s in typed.schema_ids if s is not None} - self._merged):
+            mapping = self._decoders[schema_id].mapping
+            assert mapping is not None
+            for _attempt in range(COMMIT_ATTEMPTS):
+                try:
+                    with self.table.update_schema() as update:
+                        update.union_by_name(mapping.schema())
+                except CommitFailedException:
+                    self.table.refresh()  # another broker evolved it first: merge again
+                    continue
+                except (ValidationError, ValueError, TypeError) as error:
+                    typed.drop_schema(
+                        schema_id,
+                        f"schema id {schema_id}'s columns cannot be merged into the table's:"
+                        f" {error}",
+                        raw,
+                    )
+                else:
+                    self._merged.add(schema_id)
+                break
+            else:
+                raise CommitFailedException(
+                    f"lost the schema update race {COMMIT_ATTEMPTS} times in a row"
+                )
+
+    def _arrow(self, typed: TypedRows, raw: Rows) -> pa.Table | None:
+        """The typed rows as an Arrow table of the table's schema. A value the columns cannot
+        hold (a decimal wider than its precision, a date out of range) must not stop the
+        topic: when the whole does not convert, each row is tried alone, and those that fail
+        become dead letters with pyarrow's reason."""
+        if not typed.rows:
+            return None
+        schema = self.table.schema().as_arrow()
+        try:
+            return pa.Table.from_pylist(typed.rows, schema=schema)
+        except _UNFIT:
+            pass
+        unfit = {}
+        for position, row in enumerate(typed.rows):
+            try:
+                pa.Table.from_pylist([row], schema=schema)
+            except _UNFIT as error:
+                unfit[position] = (
+                    f"the value does not fit the table's columns: {type(error).__name__}: {error}"
+                )
+        typed.drop(unfit, raw)
+        return pa.Table.from_pylist(typed.rows, schema=schema) if typed.rows else None
+
+    def _dead_letter_table(self) -> Table:
+        if self.dlq is None:
+            assert self.catalog is not None
+            namespace, name = self.table.name()[-2:]
+            self.dlq = _create(
+                self.catalog, (namespace, name + DLQ_SUFFIX), DLQ_SCHEMA, partition_spec(self.spec)
+            )
+        return self.dlq
+
+    def _write_dead_letters(self, plan: CommitPlan, typed: TypedRows) -> dict[int, int]:
+        """The dead letters at or past the offsets the dead-letter table already covers,
+        appended in one snapshot that records the plan's ends as covered; per partition, how
+        many were written."""
+        if not len(typed.dead):
+            return {}
+        table = self._dead_letter_table()
+        dead = typed.dead
+        for _attempt in range(COMMIT_ATTEMPTS):
+            table.refresh()
+            covered = table_offsets(_summaries(table), self.topic_id)
+            keep = [
+                i for i in range(len(dead)) if dead.offset[i] >= covered.get(dead.partition[i], -1)
+            ]
+            if not keep:
+                return {}
+            written: dict[int, int] = {}
+            for i in keep:
+                written[dead.partition[i]] = written.get(dead.partition[i], 0) + 1
+            data = pa.Table.from_pydict(
+                {
+                    "partition": [dead.partition[i] for i in keep],
+                    "offset": [dead.offset[i] for i in keep],
+                    "timestamp": [dead.timestamp_ms[i] * 1000 for i in keep],
+                    "timestamp_type": [dead.timestamp_type[i] for i in keep],
+                    "key": [dead.key[i] for i in keep],
+                    "value": [dead.value[i] for i in keep],
+                    "headers": [[{"key": k, "value": v} for k, v in dead.headers[i]] for i in keep],
+                    "reason": [typed.reasons[i] for i in keep],
+                },
+                schema=table.schema().as_arrow(),
+            )
+            ends = dict(covered)
+            for part in plan.partitions:
+                ends[part.index] = max(ends.get(part.index, 0), part.next_offset)
+            try:
+                table.append(data, snapshot_properties=encode_summary(self.topic_id, ends))
+            except CommitFailedException:
+                continue
+            return written
+        raise CommitFailedException(
+            f"lost the dead-letter table's commit race {COMMIT_ATTEMPTS} times in a row"
+        )

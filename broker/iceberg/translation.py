@@ -260,12 +260,15 @@ class CommitOutcome:
     """What a commit attempt did: ``rows`` written per partition in one snapshot (none and no
     snapshot when the reads held no record to write), or the partitions that conflicted
     (nothing written), or the error that stopped it (nothing written, as far as the table
-    shows: a commit whose outcome is unknown is found out by the next one's check)."""
+    shows: a commit whose outcome is unknown is found out by the next one's check); and the
+    records it wrote to the dead-letter table (value_schema_id_prefix)."""
 
     rows: Mapping[int, int] = field(default_factory=dict)
     snapshot: bool = False
     conflicts: Mapping[int, int | None] = field(default_factory=dict)
     error: str | None = None
+    # value_schema_id_prefix: records written to the dead-letter table, per partition.
+    dead_letters: Mapping[int, int] = field(default_factory=dict)
 
 
 # -- when to read, when to commit --------------------------------------------------------------

@@ -589,6 +589,10 @@ class BrokerServer:
         self.schema_registry = SchemaRegistryService(self.config, self.replicas, create_topics)
         await control.start(self.schema_registry.run)
         self.metrics.register(SchemaRegistryCollector(self.schema_registry))
+        if self.iceberg is not None:
+            # Iceberg topics with iceberg.mode=value_schema_id_prefix decode values with the
+            # schemas of this registry, in process.
+            self.iceberg.schemas = self.schema_registry
         bound = await control.start(
             serve_registry,
             self.schema_registry,

@@ -234,6 +234,9 @@ class ReplicaManager:
         # Told of every partition whose role changed here (the group coordinator loads and
         # unloads the groups of `__consumer_offsets` partitions this way).
         self.role_listeners: list[Callable[[Partition], None]] = []
+        # Told of each partition hosted here that a StopReplica deleted (a deleted topic),
+        # after its files are gone: the Iceberg writer drops the topic's tables.
+        self.deletion_listeners: list[Callable[[Partition], None]] = []
         # Told of every transaction marker written here as leader, once it is replicated:
         # listener(topic, partition index, producer id, commit?) (the group coordinator
         # completes its pending transactional offset commits on `__consumer_offsets` so, as
@@ -1056,6 +1059,7 @@ class ReplicaManager:
         results = []
         async with self._state_change_lock:
             doomed: list[tuple[str, int]] = []
+            deleted: list[Partition] = []
             for topic_state in request.topic_states:
                 for state in topic_state.partition_states:
                     key = (topic_state.topic_name, state.partition_index)
@@ -1068,12 +1072,17 @@ class ReplicaManager:
                         log.debug("stopped replica %s-%d", *key)
                     if state.delete_partition:
                         doomed.append(key)
+                        if partition is not None:
+                            deleted.append(partition)
                     else:
                         self.log_manager.remove_log(*key, delete=False)
                         await trio.lowlevel.checkpoint()
                     results.append((*key, Error.NONE))
             if doomed:
                 await delete_logs(self.log_manager, doomed, self.run_blocking)
+            for partition in deleted:
+                for listener in self.deletion_listeners:
+                    listener(partition)
         if results:
             log.info("stopped %d replica(s), first %s-%d", len(results), *results[0][:2])
         return results

@@ -180,6 +180,26 @@ class SchemaRegistryService:
             return
         raise timed_out()
 
+    def schema(self, schema_id: int) -> tuple[str, str, dict[str, str]] | None:
+        """(schema type, schema text, the texts of its references by name) of ``schema_id``
+        in this broker's copy, None when it holds none (Iceberg topics' typed values:
+        broker/iceberg/service.py's SchemaSource)."""
+        try:
+            version = self.registry.by_id(schema_id)
+            references = version.references
+            dependencies = self.registry.dependencies(references) if references else {}
+        except RegistryError:
+            return None
+        return version.schema_type, version.schema, dependencies
+
+    @staticmethod
+    def protobuf_file(text: str, dependencies: dict[str, str]) -> Any:
+        """A PROTOBUF schema built into a ``FileDescriptor`` of a pool of its own (pure: the
+        Iceberg writer calls it in its worker thread); ProtobufError when it does not build."""
+        from minibroker.schema_registry.protobuf_schema import parse
+
+        return parse(text, dependencies).file
+
     # -- who writes ------------------------------------------------------------------------
 
     def writer_url(self) -> str | None:

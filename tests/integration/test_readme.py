@@ -128,6 +128,10 @@ SKIPPED_SECTIONS = {
     ("docs/iceberg-topics.md", "Reading the table with pyiceberg"): "needs a broker that has"
     " written the table: tests/integration/test_iceberg_topics.py runs this snippet as written"
     " (its catalog path pointed at the test's broker) and checks it reads every row",
+    ("docs/iceberg-topics.md", "Reading typed columns and dead letters"): "needs a broker with"
+    " the schema registry that has written both tables: tests/integration/"
+    "test_iceberg_typed_topics.py runs this snippet as written (its catalog path pointed at"
+    " the test's broker) and checks the rows it reads",
     ("docs/pytest-plugin.md", "The fixtures"): "tests/testing/test_readme_section.py runs"
     " this fixture test as written, with the example suite",
     ("docs/pytest-plugin.md", "Faults, and the Cluster without pytest"): "tests/testing/"

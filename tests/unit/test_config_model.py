@@ -47,11 +47,12 @@ def chain(entry: dict) -> list[tuple[str, str, int]]:
 def test_every_kafka_topic_config_is_described_with_its_type():
     described = config_model.describe_topic({}, layers(), include_synonyms=False)
     names = [entry["name"] for entry in described]
-    # Kafka's 36, Confluent Server's two schema validation configs and the three of Iceberg
+    # Kafka's 36, Confluent Server's two schema validation configs and the four of Iceberg
     # topics (Redpanda's redpanda.iceberg.* without the prefix).
-    assert len(names) == len(set(names)) == 41
+    assert len(names) == len(set(names)) == 42
     assert {"compression.type", "local.retention.ms", "remote.storage.enable"} <= set(names)
     assert {"iceberg.mode", "iceberg.target.lag.ms", "iceberg.partition.spec"} <= set(names)
+    assert "iceberg.delete" in names
     types = {entry["name"]: entry["config_type"] for entry in described}
     assert types["iceberg.target.lag.ms"] == config_model.LONG
     assert types["cleanup.policy"] == config_model.LIST

@@ -352,6 +352,11 @@ def test_iceberg_topic_configs():
     )
     assert config.iceberg_mode == "key_value"
     assert config.iceberg_target_lag_ms == 500
+    typed = LogConfig.from_topic_configs(LogConfig(), {"iceberg.mode": "value_schema_id_prefix"})
+    assert typed.iceberg_mode == "value_schema_id_prefix"
+    assert typed.iceberg_delete is True
+    kept = LogConfig.from_topic_configs(LogConfig(), {"iceberg.delete": "false"})
+    assert kept.iceberg_delete is False
     assert LogConfig().iceberg_mode == "disabled"
     assert LogConfig().iceberg_target_lag_ms == 60_000
     assert parse_iceberg_partition_spec("k", LogConfig().iceberg_partition_spec) == (
@@ -362,8 +367,7 @@ def test_iceberg_topic_configs():
 @pytest.mark.parametrize(
     ("configs", "message"),
     [
-        ({"iceberg.mode": "value_schema_id_prefix"}, "value_schema_id_prefix is not supported"),
-        ({"iceberg.mode": "avro"}, "String must be one of: disabled, key_value"),
+        ({"iceberg.mode": "avro"}, "one of: disabled, key_value, value_schema_id_prefix"),
         ({"iceberg.target.lag.ms": "0"}, "Value must be at least 1"),
         ({"iceberg.partition.spec": "hour(timestamp)"}, "parenthesized list"),
         ({"iceberg.partition.spec": "(hour(value))"}, "'value' cannot be partitioned on"),
