@@ -95,6 +95,8 @@ class _Reader:
         # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
         self.total_bytes = 0
+        # The bytes of partitions under the leader's replication throttle (KIP-73).
+        self.throttled_bytes = 0
         self.has_error = False
         # A partition whose high watermark the fetching replica does not know yet (Fetch
         # v18's HighWatermark, KIP-1166) is news: the fetch is answered without waiting.
@@ -177,6 +179,8 @@ class _Reader:
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
+        if self.replica_id >= 0 and entry["records"]:
+            self.throttle_as_leader(partition, entry)
         if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
             self.stale_high_watermark = True
         self.watched.append(partition.key)
@@ -188,6 +192,19 @@ class _Reader:
         self.remaining -= size
         self.sent.append((partition.topic, size))
         return entry
+
+    def throttle_as_leader(self, partition, entry: dict) -> None:
+        """Replication throttles (KIP-73) on the leader: a follower not in the ISR, of a
+        partition throttled here, gets no records while the leader quota is exceeded (its
+        fetch offset was still recorded, and nothing counts towards min_bytes); the bytes of
+        every throttled partition sent to a follower count against the quota."""
+        replicas = self.replicas
+        if replicas.should_leader_throttle(partition, self.replica_id):
+            if isinstance(entry["records"], FileRecords):
+                entry["records"].close()
+            entry["records"] = b""
+        elif replicas.leader_throttled(partition):
+            self.throttled_bytes += len(entry["records"])
 
     def release(self) -> None:
         """Close the file slices of a read that will not be sent (a parked fetch reads
@@ -385,6 +402,8 @@ async def handle(ctx: RequestContext, request) -> dict:
             for topic, size in reader.sent:
                 if size:
                     metrics.child(counter, topic).inc(size)
+            if reader.throttled_bytes:
+                ctx.replica_manager.record_leader_throttled_bytes(reader.throttled_bytes)
             error, session_id, selected = context.respond(
                 [(key, entry) for key, _, _, entry in read], _now_ms()
             )

@@ -314,6 +314,8 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "replica.high.watermark.checkpoint.interval.ms": (LONG, "5000"),
     "replica.lag.time.max.ms": (LONG, "30000"),
     "replica.selector.class": (STRING, None),
+    "replication.quota.window.num": (INT, "11"),
+    "replication.quota.window.size.seconds": (INT, "1"),
     "share.coordinator.snapshot.update.records.per.snapshot": (INT, "500"),
     "share.coordinator.state.topic.min.isr": (SHORT, "2"),
     "share.coordinator.state.topic.num.partitions": (INT, "50"),
@@ -383,7 +385,12 @@ SECURITY_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
 
 def _broker_def(name: str) -> tuple[int, str | None]:
     """A broker property's (type, Kafka's default); (STRING, None) when not described."""
-    return BROKER_CONFIG_DEFS.get(name) or SECURITY_CONFIG_DEFS.get(name) or (STRING, None)
+    return (
+        BROKER_CONFIG_DEFS.get(name)
+        or SECURITY_CONFIG_DEFS.get(name)
+        or ((LONG, None) if name in REPLICATION_THROTTLE_RATES else None)
+        or (STRING, None)
+    )
 
 
 # Kafka's groups of broker properties that set one value (DynamicBrokerConfig
@@ -490,6 +497,35 @@ CLUSTER_MIN_ISR = "min.insync.replicas"
 # least value Kafka's ConfigDef allows (INT, atLeast): producer.id.expiration.ms is Kafka's
 # DynamicProducerStateManagerConfig; the log manager reads the value at each check.
 DYNAMIC_BROKER_ONLY_CONFIGS: dict[str, int] = {"producer.id.expiration.ms": 1}
+
+# KIP-73's broker-level replication throttles (Kafka's QuotaConfig, DynamicConfig.Broker): bytes
+# a second, a LONG of at least 0, set per broker or at the cluster default; unset is unbounded
+# (Long.MAX_VALUE). They are dynamic only (no static property, no DescribeConfigs entry until
+# set), as in Kafka. A value that is not such a number is refused with INVALID_CONFIG
+# (replication/replication_quota.py applies them).
+REPLICATION_THROTTLE_RATES = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+)
+
+
+def validate_throttle_rate(name: str, text: str | None) -> int:
+    """Kafka's ConfigDef check of a throttle rate (LONG, atLeast(0)): its value, or
+    ValueError with Kafka's message."""
+    stripped = (text or "").strip()
+    try:
+        value = int(stripped)
+    except ValueError:
+        value = None
+    if value is None or not -(2**63) <= value < 2**63:
+        raise ValueError(
+            f"Invalid value {text} for configuration {name}: Not a number of type LONG"
+        )
+    if value < 0:
+        raise ValueError(
+            f"Invalid value {value} for configuration {name}: Value must be at least 0"
+        )
+    return value
 
 
 class ConfigChangeError(KafkaError):
@@ -675,6 +711,7 @@ def describe_broker(
         read_only = (
             name not in DYNAMIC_BROKER_CONFIGS
             and name not in DYNAMIC_BROKER_ONLY_CONFIGS
+            and name not in REPLICATION_THROTTLE_RATES
             and name not in UNSUPPORTED_DYNAMIC_CONFIGS
             and name not in KEPT_DYNAMIC_BROKER_CONFIGS
         )
@@ -780,7 +817,8 @@ def validate_topic_overrides(configs: dict[str, str]) -> None:
 def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = False) -> None:
     """Kafka's checks of dynamic broker configs (DynamicBrokerConfig.validateConfigs, in its
     order: static properties, then each value's type, then per-broker properties at the
-    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST. Properties
+    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST, except a
+    replication throttle rate's (INVALID_CONFIG, REPLICATION_THROTTLE_RATES). Properties
     Kafka cannot change dynamically are named together. ``cluster_default``: the resource
     named "", which refuses Kafka's per-broker properties (KEPT_DYNAMIC_BROKER_CONFIGS)."""
     unsupported = sorted(name for name in configs if name in UNSUPPORTED_DYNAMIC_CONFIGS)
@@ -795,6 +833,7 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
         if name not in DYNAMIC_BROKER_CONFIGS
         and name not in DYNAMIC_BROKER_ONLY_CONFIGS
         and name not in KEPT_DYNAMIC_BROKER_CONFIGS
+        and name not in REPLICATION_THROTTLE_RATES
     )
     if static_only:
         raise ConfigChangeError(
@@ -802,6 +841,12 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
             f"Cannot update these configs dynamically: Set({', '.join(static_only)})",
         )
     for name, text in configs.items():
+        if name in REPLICATION_THROTTLE_RATES:
+            try:
+                validate_throttle_rate(name, text)
+            except ValueError as error:
+                raise ConfigChangeError(Error.INVALID_CONFIG, str(error)) from None
+            continue
         try:
             if name in DYNAMIC_BROKER_ONLY_CONFIGS:
                 _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
