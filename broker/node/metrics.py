@@ -152,6 +152,11 @@ def _broker_gauges(
             "The replication throttle in force, bytes/s (-1: unbounded).",
             quota.bound if quota.bounded else -1,
         )
+        yield CounterMetricFamily(
+            f"minibroker_{kind}_throttled",
+            "Times a replica was held back by this replication throttle (not a Kafka metric).",
+            value=quota.throttled_count,
+        )
     families = {
         "size": GaugeMetricFamily(
             "kafka_log_log_size", "Bytes of the partition's log.", labels=["topic", "partition"]

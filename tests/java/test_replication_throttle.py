@@ -187,12 +187,14 @@ def test_a_throttled_reassignment_catches_up_near_the_throttle_while_in_sync_rep
     )
     admin.create_topics([topic])[TOPIC].result(timeout=30)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    phase = time.monotonic()
     for _ in range(DATA // RECORD):
         producer.produce(TOPIC, os.urandom(RECORD), partition=0)
         producer.poll(0)
     assert producer.flush(60) == 0
     copied = log_size(ports[1])
     assert copied >= DATA
+    print(f"produced {copied:.0f} bytes in {time.monotonic() - phase:.1f} s")
 
     plan = tmp_path / "plan.json"
     plan.write_text(
@@ -242,6 +244,7 @@ def test_a_throttled_reassignment_catches_up_near_the_throttle_while_in_sync_rep
             tool.wait()
     assert tool.returncode == 0, err[-4000:]
     answers = {a["name"]: a for a in json.loads(answers_path.read_text())}
+    print({name: answer["ms"] for name, answer in answers.items()})
 
     started = next(t for t, size in samples if size > 0)
     finished = samples[-1][0]
@@ -253,6 +256,8 @@ def test_a_throttled_reassignment_catches_up_near_the_throttle_while_in_sync_rep
     )
     # The copy is held near the throttle: not in much less than DATA / RATE seconds.
     assert seconds >= copied / RATE * 0.5, (seconds, rate)
+    # ... and not starved either (a generous bound: two busy cores).
+    assert seconds <= copied / RATE * 3, (seconds, rate)
     # In-sync replication is not throttled: acks=all records (min.insync.replicas=2) were
     # acknowledged all along, before broker 3 caught up.
     assert not failed, failed[:5]
@@ -282,6 +287,14 @@ def test_a_throttled_reassignment_catches_up_near_the_throttle_while_in_sync_rep
     assert 0 < max(follower_rates) <= 3 * RATE, max(follower_rates)
     assert 0 < max(leader_rates) <= 3 * RATE, max(leader_rates)
     assert scrape(ports[3])[("kafka_server_followerreplication_throttled_rate", ())] == -1
+    # The throttle did the holding back (not a slow machine): broker 1 as the leader, broker 3
+    # as the follower, or both.
+    held_back = {
+        (node, side): scrape(ports[node])[(f"minibroker_{side}replication_throttled_total", ())]
+        for node, side in ((1, "leader"), (3, "follower"))
+    }
+    print(f"held back: {held_back}")
+    assert sum(held_back.values()) > 0, held_back
 
 
 def _isr(admin: AdminClient) -> list[int]:
