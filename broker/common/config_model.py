@@ -501,8 +501,9 @@ DYNAMIC_BROKER_ONLY_CONFIGS: dict[str, int] = {"producer.id.expiration.ms": 1}
 # KIP-73's broker-level replication throttles (Kafka's QuotaConfig, DynamicConfig.Broker): bytes
 # a second, a LONG of at least 0, set per broker or at the cluster default; unset is unbounded
 # (Long.MAX_VALUE). They are dynamic only (no static property, no DescribeConfigs entry until
-# set), as in Kafka. A value that is not such a number is refused with INVALID_CONFIG
-# (replication/replication_quota.py applies them).
+# set), as in Kafka. A value that is not such a number is refused with INVALID_REQUEST and
+# Kafka's message, as a running Kafka 4.4 refuses it (replication/replication_quota.py applies
+# them).
 REPLICATION_THROTTLE_RATES = (
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
@@ -817,8 +818,8 @@ def validate_topic_overrides(configs: dict[str, str]) -> None:
 def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = False) -> None:
     """Kafka's checks of dynamic broker configs (DynamicBrokerConfig.validateConfigs, in its
     order: static properties, then each value's type, then per-broker properties at the
-    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST, except a
-    replication throttle rate's (INVALID_CONFIG, REPLICATION_THROTTLE_RATES). Properties
+    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST (a replication
+    throttle rate's too: Kafka 4.4 measured). Properties
     Kafka cannot change dynamically are named together. ``cluster_default``: the resource
     named "", which refuses Kafka's per-broker properties (KEPT_DYNAMIC_BROKER_CONFIGS)."""
     unsupported = sorted(name for name in configs if name in UNSUPPORTED_DYNAMIC_CONFIGS)
@@ -841,14 +842,10 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
             f"Cannot update these configs dynamically: Set({', '.join(static_only)})",
         )
     for name, text in configs.items():
-        if name in REPLICATION_THROTTLE_RATES:
-            try:
-                validate_throttle_rate(name, text)
-            except ValueError as error:
-                raise ConfigChangeError(Error.INVALID_CONFIG, str(error)) from None
-            continue
         try:
-            if name in DYNAMIC_BROKER_ONLY_CONFIGS:
+            if name in REPLICATION_THROTTLE_RATES:
+                validate_throttle_rate(name, text)
+            elif name in DYNAMIC_BROKER_ONLY_CONFIGS:
                 _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
             elif name in KEPT_DYNAMIC_BROKER_CONFIGS:
                 _validate_type(name, text, KEPT_DYNAMIC_BROKER_CONFIGS[name])

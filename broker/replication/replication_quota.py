@@ -12,7 +12,10 @@ Rules, as Kafka's:
 - The rate is a broker dynamic config (kafka-configs --entity-type brokers, or
   kafka-reassign-partitions --throttle): this broker's own value, else the cluster default's
   (the resource ""), else unbounded (Kafka's Long.MAX_VALUE: nothing is throttled). A value
-  must be a LONG of at least 0 (QuotaConfig's ConfigDef); anything else is INVALID_CONFIG.
+  must be a LONG of at least 0 (QuotaConfig's ConfigDef); anything else is refused as Kafka
+  4.4 refuses it (measured): INVALID_REQUEST, "Invalid value fast for configuration
+  leader.replication.throttled.rate: Not a number of type LONG" (KAFKA-13609). A malformed
+  replica list is INVALID_CONFIG (storage/log.py's topic config check).
 - A replica list is empty, the wildcard ``*`` (every partition of the topic, on every broker
   the list concerns), or ``partitionId:brokerId`` pairs; a broker keeps the partitions of the
   pairs that name it (Kafka's ``TopicConfigHandler.parseThrottledPartitions``).
@@ -27,11 +30,9 @@ Rules, as Kafka's:
   follower then leaves the partition out of its next fetch; the leader answers it with no
   records (and does not count it towards the fetch's min_bytes).
 
-Departure: Kafka's follower decides "in sync" from the lag of its last fetch and its leader
-from the ISR, and so does minibroker (``Partition.fetch_lag`` and ``Partition.isr``); what
-differs is only that the bound is kept as a float (no Long overflow at the default).
-``replica.alter.log.dirs.io.max.bytes.per.second`` (the third quota, moving replicas between
-log directories) is not built.
+Departures: ``replica.alter.log.dirs.io.max.bytes.per.second`` (the third quota, moving
+replicas between log directories) is not built. ``throttled_count`` (how often a replica was
+held back) is minibroker's, for its metrics; Kafka has no such count.
 """
 
 from collections.abc import Mapping

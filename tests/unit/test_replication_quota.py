@@ -25,7 +25,9 @@ from minibroker.replication.replication_quota import (
 MB = 1024 * 1024
 
 
-def test_a_throttle_rate_is_a_long_of_at_least_zero_else_invalid_config(autojump_clock):
+def test_a_throttle_rate_is_a_long_of_at_least_zero_else_invalid_request(autojump_clock):
+    """Kafka 4.4's answers, measured (bench.kafka_ref, confluent-kafka's
+    incremental_alter_configs): INVALID_REQUEST and these messages."""
     for good in ("0", "1048576", " 500 ", str(2**63 - 1)):
         config_model.validate_broker_overrides({LEADER_RATE: good, FOLLOWER_RATE: good})
         # At the cluster default too (Kafka's BrokerConfigHandler falls back to it).
@@ -40,7 +42,7 @@ def test_a_throttle_rate_is_a_long_of_at_least_zero_else_invalid_config(autojump
         for name in (LEADER_RATE, FOLLOWER_RATE):
             with pytest.raises(ConfigChangeError) as refused:
                 config_model.validate_broker_overrides({name: bad})
-            assert refused.value.error == Error.INVALID_CONFIG, bad
+            assert refused.value.error == Error.INVALID_REQUEST, bad
             assert f"for configuration {name}: {message}" in str(refused.value), bad
 
 
@@ -57,6 +59,14 @@ def test_a_replica_list_is_the_wildcard_or_partition_broker_pairs_else_invalid_c
             with pytest.raises(ConfigChangeError) as refused:
                 config_model.validate_topic_overrides({name: bad})
             assert refused.value.error == Error.INVALID_CONFIG, bad
+    # Kafka 4.4's message, measured.
+    with pytest.raises(ConfigChangeError) as refused:
+        config_model.validate_topic_overrides({name: "*, 0:1"})
+    assert str(refused.value) == (
+        f"Invalid value [*, 0:1] for configuration {name}: {name} must be the literal '*' or "
+        "a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
 
 
 def test_a_set_rate_is_described_as_a_dynamic_long(autojump_clock):
