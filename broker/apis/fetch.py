@@ -179,8 +179,10 @@ class _Reader:
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
-        if self.replica_id >= 0 and entry["records"]:
-            self.throttle_as_leader(partition, entry)
+        if self.replica_id >= 0 and entry["records"] and self.replicas.leader_throttled(partition):
+            # KIP-73: a throttled partition's bytes sent to any follower count against the
+            # leader quota (read_records held them back if it was exceeded).
+            self.throttled_bytes += len(entry["records"])
         if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
             self.stale_high_watermark = True
         self.watched.append(partition.key)
@@ -192,19 +194,6 @@ class _Reader:
         self.remaining -= size
         self.sent.append((partition.topic, size))
         return entry
-
-    def throttle_as_leader(self, partition, entry: dict) -> None:
-        """Replication throttles (KIP-73) on the leader: a follower not in the ISR, of a
-        partition throttled here, gets no records while the leader quota is exceeded (its
-        fetch offset was still recorded, and nothing counts towards min_bytes); the bytes of
-        every throttled partition sent to a follower count against the quota."""
-        replicas = self.replicas
-        if replicas.should_leader_throttle(partition, self.replica_id):
-            if isinstance(entry["records"], FileRecords):
-                entry["records"].close()
-            entry["records"] = b""
-        elif replicas.leader_throttled(partition):
-            self.throttled_bytes += len(entry["records"])
 
     def release(self) -> None:
         """Close the file slices of a read that will not be sent (a parked fetch reads

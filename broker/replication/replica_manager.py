@@ -642,7 +642,9 @@ class ReplicaManager:
         fetching consults (``preferred_read_replica``). Reads return whole stored batches, as
         bytes, or with ``zero_copy`` (a plaintext connection) a large read as FileRecords,
         slices of the segment files that the connection sends with sendfile
-        (PartitionLog.read).
+        (PartitionLog.read). A follower out of the ISR reading a partition under this
+        leader's replication throttle gets no records while the throttle is exceeded
+        (``should_leader_throttle``, KIP-73; the caller counts the bytes it sends).
         """
         index = partition.index
         partition_log = partition.log
@@ -672,6 +674,12 @@ class ReplicaManager:
             )
         except StorageError as failure:
             return fetch_result(index, failure.error, partition)
+        if follower and records and self.should_leader_throttle(partition, replica_id):
+            # KIP-73 (Kafka's readFromLocalLog): an out-of-sync follower of a throttled
+            # partition gets no records while the leader quota is exceeded.
+            if isinstance(records, FileRecords):
+                records.close()
+            records = b""
         entry = fetch_result(index, Error.NONE, partition, records)
         if read_committed:
             aborted = []

@@ -191,6 +191,7 @@ class LeaderConnection:
             ):
                 break
             await self.leader.watchers.wait_any(watched, deadline, "Fetch")
+        self._record_throttled(read)
         error, session_id, selected = context.respond(read, trio_ms())
         topics: list[dict] = []
         for (topic, _), entry in selected:
@@ -235,6 +236,15 @@ class LeaderConnection:
                 size += len(entry["records"])
             read.append((key, entry))
         return read, size, has_error, watched
+
+    def _record_throttled(self, read) -> None:
+        """The bytes of partitions under the leader's replication throttle (KIP-73), counted
+        when the answer goes out, as the Fetch handler counts them."""
+        for (topic, index), entry in read:
+            records = entry.get("records")
+            partition = self.leader.hosted_partition(topic, index)[0]
+            if records and partition is not None and self.leader.leader_throttled(partition):
+                self.leader.record_leader_throttled_bytes(len(records))
 
     async def request(self, request):
         assert request.__api_key__ == ApiKey.LIST_OFFSETS

@@ -12,7 +12,6 @@ import trio.testing
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.replication.replica_manager import AppendOrigin
-from minibroker.replication.replication_quota import FOLLOWER_RATE
 from tests.unit.batch_factory import make_batch
 from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
 
@@ -137,14 +136,17 @@ async def test_follower_fetches_in_an_incremental_session(brokers, autojump_cloc
     assert cache.total_partitions == 1
 
 
-async def test_a_throttled_follower_catches_up_at_the_throttle_and_in_sync_ones_do_not_wait(
-    tmp_path, nursery, autojump_clock
+@pytest.mark.parametrize("side", ["follower", "leader"])
+async def test_a_throttled_replica_catches_up_at_the_throttle_and_in_sync_ones_do_not_wait(
+    tmp_path, nursery, autojump_clock, side
 ):
-    """KIP-73 on the follower (Kafka's ReplicaFetcherThread.shouldFollowerThrottle): partition
-    0, new on the follower, copies 4 MiB under a 64 KiB/s follower throttle, measured over
-    Kafka's 11 windows of 1 s, in 4 MiB / 64 KiB/s of (MockClock) time within 15%; partition
-    1, in sync, throttled by the same wildcard list, replicates an acks=all append at once
-    meanwhile. Without the throttle the copy takes well under a second."""
+    """KIP-73, on the follower (Kafka's ReplicaFetcherThread.shouldFollowerThrottle: the
+    partition left out of its fetches) or on the leader (ReplicaManager.shouldLeaderThrottle:
+    answered without records): partition 0, new on the follower, copies 4 MiB under a 64 KiB/s
+    throttle, measured over Kafka's 11 windows of 1 s, in 4 MiB / 64 KiB/s of (MockClock)
+    time within 15%; partition 1, in sync, throttled by the same wildcard list, replicates an
+    acks=all append at once meanwhile. Without the throttle the copy takes well under a
+    second."""
     rate, batch_bytes, batches = 64 * 1024, 16 * 1024, 256
     properties = {"replica.fetch.max.bytes": str(batch_bytes)}
     brokers: dict = {}
@@ -152,9 +154,10 @@ async def test_a_throttled_follower_catches_up_at_the_throttle_and_in_sync_ones_
         brokers[node] = make_broker(tmp_path, node, brokers, properties=properties)
         await nursery.start(brokers[node].run)
     leader, follower = brokers[LEADER], brokers[FOLLOWER]
-    configs = {"min.insync.replicas": "2", "follower.replication.throttled.replicas": "*"}
-    follower.dynamic_configs.replace(str(FOLLOWER), {FOLLOWER_RATE: str(rate)})
-    follower.update_replication_throttle_rates()
+    configs = {"min.insync.replicas": "2", f"{side}.replication.throttled.replicas": "*"}
+    throttled, node = (follower, FOLLOWER) if side == "follower" else (leader, LEADER)
+    throttled.dynamic_configs.replace(str(node), {f"{side}.replication.throttled.rate": str(rate)})
+    throttled.update_replication_throttle_rates()
     leader.announced_topic_configs[TOPIC] = dict(configs)
     await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1], partitions=(0,)))
     value = b"x" * 1024
@@ -188,4 +191,5 @@ async def test_a_throttled_follower_catches_up_at_the_throttle_and_in_sync_ones_
     expected = size / rate
     print(f"copied {size} bytes in {seconds:.2f} s of MockClock time, {expected:.2f} s expected")
     assert 0.85 * expected <= seconds <= 1.15 * expected, (seconds, expected)
-    assert follower.follower_quota.throttled_count > 0
+    quota = follower.follower_quota if side == "follower" else leader.leader_quota
+    assert quota.throttled_count > 0
