@@ -26,8 +26,9 @@ MB = 1024 * 1024
 
 
 def test_a_throttle_rate_is_a_long_of_at_least_zero_else_invalid_request(autojump_clock):
-    """Kafka 4.4's answers, measured (bench.kafka_ref, confluent-kafka's
-    incremental_alter_configs): INVALID_REQUEST and these messages."""
+    """Kafka 4.4's answers: INVALID_REQUEST and these messages (compared with Apache Kafka
+    by tests/java/test_clients.py's
+    test_malformed_replication_throttles_are_refused_as_kafka_refuses_them)."""
     for good in ("0", "1048576", " 500 ", str(2**63 - 1)):
         config_model.validate_broker_overrides({LEADER_RATE: good, FOLLOWER_RATE: good})
         # At the cluster default too (Kafka's BrokerConfigHandler falls back to it).
