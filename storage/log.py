@@ -294,13 +294,16 @@ def _iceberg_partition_spec(key: str, text: str) -> str:
 
 
 def _throttled_replicas(key: str, text: str) -> str:
-    """Kafka's throttled-replica lists: empty, the wildcard, or partitionId:brokerId pairs."""
+    """Kafka's throttled-replica lists: empty, the wildcard, or partitionId:brokerId pairs,
+    refused with Kafka 4.4's message (ThrottledReplicaListValidator; the value shown as the
+    Java list it parsed)."""
     items = [item.strip() for item in text.split(",") if item.strip()]
     if items == ["*"] or all(re.fullmatch(r"\d+:\d+", item) for item in items):
         return ",".join(items)
     raise ValueError(
-        f"Invalid value {text} for configuration {key}: Must be the wildcard (*) or a list "
-        "of partitionId:brokerId, e.g. 0:1,1:2"
+        f"Invalid value [{', '.join(items)}] for configuration {key}: {key} must be the "
+        "literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
     )
 
 

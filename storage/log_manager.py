@@ -659,6 +659,12 @@ class LogManager:
     def topics(self) -> dict[str, TopicInfo]:
         return dict(self._topics)
 
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """A hosted topic's own configs (empty for a topic not hosted here), without a copy
+        of the table: the hot paths (replication throttles) ask per partition and fetch."""
+        info = self._topics.get(topic)
+        return info.configs if info is not None else {}
+
     def hosted(self, topic: str) -> list[int]:
         """The partitions of `topic` whose logs are open here, in order."""
         return sorted(partition for name, partition in self._logs if name == topic)

@@ -470,6 +470,7 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
             log_manager.producer_id_expiration_ms = dynamic.broker_value(
                 "producer.id.expiration.ms", ctx.config.producer_id_expiration_ms
             )
+            ctx.replica_manager.update_replication_throttle_rates()
             log.info("dynamic broker configs %r now %s", resource.resource_name, configs)
         elif resource.resource_type == GROUP_RESOURCE:
             if configs:

@@ -95,6 +95,8 @@ class _Reader:
         # The broker's fetch.max.bytes caps what a client asks for (KIP-541).
         self.remaining = min(request.max_bytes, ctx.config.fetch_max_bytes)
         self.total_bytes = 0
+        # The bytes of partitions under the leader's replication throttle (KIP-73).
+        self.throttled_bytes = 0
         self.has_error = False
         # A partition whose high watermark the fetching replica does not know yet (Fetch
         # v18's HighWatermark, KIP-1166) is news: the fetch is answered without waiting.
@@ -177,6 +179,10 @@ class _Reader:
         if entry["error_code"] != Error.NONE or "diverging_epoch" in entry:
             self.has_error = True
             return entry
+        if self.replica_id >= 0 and entry["records"] and self.replicas.leader_throttled(partition):
+            # KIP-73: a throttled partition's bytes sent to any follower count against the
+            # leader quota (read_records held them back if it was exceeded).
+            self.throttled_bytes += len(entry["records"])
         if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
             self.stale_high_watermark = True
         self.watched.append(partition.key)
@@ -385,6 +391,8 @@ async def handle(ctx: RequestContext, request) -> dict:
             for topic, size in reader.sent:
                 if size:
                     metrics.child(counter, topic).inc(size)
+            if reader.throttled_bytes:
+                ctx.replica_manager.record_leader_throttled_bytes(reader.throttled_bytes)
             error, session_id, selected = context.respond(
                 [(key, entry) for key, _, _, entry in read], _now_ms()
             )

@@ -504,6 +504,10 @@ _PROPERTIES: dict[str, _Property] = {
     "producer.id.expiration.ms": _Property("producer_id_expiration_ms", _at_least(1)),
     "quota.window.num": _Property("quota_window_num", _at_least(1)),
     "quota.window.size.seconds": _Property("quota_window_size_seconds", _at_least(1)),
+    "replication.quota.window.num": _Property("replication_quota_window_num", _at_least(1)),
+    "replication.quota.window.size.seconds": _Property(
+        "replication_quota_window_size_seconds", _at_least(1)
+    ),
     "producer.id.expiration.check.interval.ms": _Property(
         "producer_id_expiration_check_interval_ms", _at_least(1)
     ),
@@ -783,6 +787,11 @@ class BrokerConfig:
     producer_id_expiration_ms: int = _kafka_default("producer.id.expiration.ms")
     quota_window_num: int = _kafka_default("quota.window.num")
     quota_window_size_seconds: int = _kafka_default("quota.window.size.seconds")
+    # KIP-73's replication throttles measure their rates over these (replication_quota.py).
+    replication_quota_window_num: int = _kafka_default("replication.quota.window.num")
+    replication_quota_window_size_seconds: int = _kafka_default(
+        "replication.quota.window.size.seconds"
+    )
     producer_id_expiration_check_interval_ms: int = _kafka_default(
         "producer.id.expiration.check.interval.ms"
     )

@@ -315,6 +315,8 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "replica.high.watermark.checkpoint.interval.ms": (LONG, "5000"),
     "replica.lag.time.max.ms": (LONG, "30000"),
     "replica.selector.class": (STRING, None),
+    "replication.quota.window.num": (INT, "11"),
+    "replication.quota.window.size.seconds": (INT, "1"),
     "share.coordinator.snapshot.update.records.per.snapshot": (INT, "500"),
     "share.coordinator.state.topic.min.isr": (SHORT, "2"),
     "share.coordinator.state.topic.num.partitions": (INT, "50"),
@@ -384,7 +386,12 @@ SECURITY_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
 
 def _broker_def(name: str) -> tuple[int, str | None]:
     """A broker property's (type, Kafka's default); (STRING, None) when not described."""
-    return BROKER_CONFIG_DEFS.get(name) or SECURITY_CONFIG_DEFS.get(name) or (STRING, None)
+    return (
+        BROKER_CONFIG_DEFS.get(name)
+        or SECURITY_CONFIG_DEFS.get(name)
+        or ((LONG, None) if name in REPLICATION_THROTTLE_RATES else None)
+        or (STRING, None)
+    )
 
 
 # Kafka's groups of broker properties that set one value (DynamicBrokerConfig
@@ -491,6 +498,36 @@ CLUSTER_MIN_ISR = "min.insync.replicas"
 # least value Kafka's ConfigDef allows (INT, atLeast): producer.id.expiration.ms is Kafka's
 # DynamicProducerStateManagerConfig; the log manager reads the value at each check.
 DYNAMIC_BROKER_ONLY_CONFIGS: dict[str, int] = {"producer.id.expiration.ms": 1}
+
+# KIP-73's broker-level replication throttles (Kafka's QuotaConfig, DynamicConfig.Broker): bytes
+# a second, a LONG of at least 0, set per broker or at the cluster default; unset is unbounded
+# (Long.MAX_VALUE). They are dynamic only (no static property, no DescribeConfigs entry until
+# set), as in Kafka. A value that is not such a number is refused with INVALID_REQUEST and
+# Kafka's message, as a running Kafka 4.4 refuses it (replication/replication_quota.py applies
+# them).
+REPLICATION_THROTTLE_RATES = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+)
+
+
+def validate_throttle_rate(name: str, text: str | None) -> int:
+    """Kafka's ConfigDef check of a throttle rate (LONG, atLeast(0)): its value, or
+    ValueError with Kafka's message."""
+    stripped = (text or "").strip()
+    try:
+        value = int(stripped)
+    except ValueError:
+        value = None
+    if value is None or not -(2**63) <= value < 2**63:
+        raise ValueError(
+            f"Invalid value {text} for configuration {name}: Not a number of type LONG"
+        )
+    if value < 0:
+        raise ValueError(
+            f"Invalid value {value} for configuration {name}: Value must be at least 0"
+        )
+    return value
 
 
 class ConfigChangeError(KafkaError):
@@ -676,6 +713,7 @@ def describe_broker(
         read_only = (
             name not in DYNAMIC_BROKER_CONFIGS
             and name not in DYNAMIC_BROKER_ONLY_CONFIGS
+            and name not in REPLICATION_THROTTLE_RATES
             and name not in UNSUPPORTED_DYNAMIC_CONFIGS
             and name not in KEPT_DYNAMIC_BROKER_CONFIGS
         )
@@ -781,7 +819,8 @@ def validate_topic_overrides(configs: dict[str, str]) -> None:
 def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = False) -> None:
     """Kafka's checks of dynamic broker configs (DynamicBrokerConfig.validateConfigs, in its
     order: static properties, then each value's type, then per-broker properties at the
-    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST. Properties
+    cluster default); like Kafka (KAFKA-13609), a refusal is INVALID_REQUEST (a replication
+    throttle rate's too: Kafka 4.4 measured). Properties
     Kafka cannot change dynamically are named together. ``cluster_default``: the resource
     named "", which refuses Kafka's per-broker properties (KEPT_DYNAMIC_BROKER_CONFIGS)."""
     unsupported = sorted(name for name in configs if name in UNSUPPORTED_DYNAMIC_CONFIGS)
@@ -796,6 +835,7 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
         if name not in DYNAMIC_BROKER_CONFIGS
         and name not in DYNAMIC_BROKER_ONLY_CONFIGS
         and name not in KEPT_DYNAMIC_BROKER_CONFIGS
+        and name not in REPLICATION_THROTTLE_RATES
     )
     if static_only:
         raise ConfigChangeError(
@@ -804,7 +844,9 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
         )
     for name, text in configs.items():
         try:
-            if name in DYNAMIC_BROKER_ONLY_CONFIGS:
+            if name in REPLICATION_THROTTLE_RATES:
+                validate_throttle_rate(name, text)
+            elif name in DYNAMIC_BROKER_ONLY_CONFIGS:
                 _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
             elif name in KEPT_DYNAMIC_BROKER_CONFIGS:
                 _validate_type(name, text, KEPT_DYNAMIC_BROKER_CONFIGS[name])

@@ -137,6 +137,26 @@ def _broker_gauges(
         " (IncrementalFetchSessionEvictionsPerSec).",
         value=sessions.evictions,
     )
+    # Replication throttles (KIP-73): Kafka's LeaderReplication and FollowerReplication
+    # byte-rate (every throttled partition's bytes) and the bound in force.
+    now_ms = replicas.elapsed_ms()
+    for quota in (replicas.leader_quota, replicas.follower_quota):
+        kind = quota.kind.lower()
+        yield _gauge(
+            f"kafka_server_{kind}_byte_rate",
+            f"Bytes/s of throttled partitions' replication traffic ({quota.kind} byte-rate).",
+            quota.measure(now_ms),
+        )
+        yield _gauge(
+            f"kafka_server_{kind}_throttled_rate",
+            "The replication throttle in force, bytes/s (-1: unbounded).",
+            quota.bound if quota.bounded else -1,
+        )
+        yield CounterMetricFamily(
+            f"minibroker_{kind}_throttled",
+            "Times a replica was held back by this replication throttle (not a Kafka metric).",
+            value=quota.throttled_count,
+        )
     families = {
         "size": GaugeMetricFamily(
             "kafka_log_log_size", "Bytes of the partition's log.", labels=["topic", "partition"]

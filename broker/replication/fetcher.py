@@ -16,6 +16,11 @@ Kafka's ReplicaFetcherThread, reduced to its rules:
   partition is no longer fetched (Kafka's markPartitionFailed); its log refuses everything
   until a restart recovers it, and the broker halts meanwhile (BrokerServer._log_dir_failed);
 - partitions are rotated after every fetch so a busy one cannot starve the others;
+- replication throttles (KIP-73, replication_quota.py): a partition that is not in sync,
+  throttled on this follower while its quota is exceeded, is left out of the fetch; when
+  that leaves nothing to fetch, the fetcher waits replica.fetch.backoff.ms (Kafka's
+  fetcher thread does, on an empty fetch); every throttled partition's fetched bytes count
+  against the quota;
 - fetches run in an incremental fetch session (KIP-227, replication/fetch_session.py's
   FetchSessionHandler): after the first full fetch, a request carries only the partitions whose
   position changed and the leader answers only those with news; a session error, or a lost
@@ -65,6 +70,10 @@ class ReplicaAccess(Protocol):
 
     def notify(self, partition: "Partition") -> None: ...
 
+    def should_follower_throttle(self, partition: "Partition") -> bool: ...
+
+    def record_follower_throttled_bytes(self, partition: "Partition", size: int) -> None: ...
+
 
 log = logging.getLogger("fetcher")
 
@@ -113,6 +122,10 @@ class Fetcher:
             if not ready:
                 await self._wait_for_work()
                 continue
+            ready = [p for p in ready if not self._replicas.should_follower_throttle(p)]
+            if not ready:  # every partition held back by the replication throttle
+                await self._wait_for_work(trio.current_time() + backoff)
+                continue
             try:
                 await self._fetch_once(ready)
             except CONNECTION_ERRORS as error:
@@ -125,10 +138,11 @@ class Fetcher:
                 await self._disconnect()
                 await trio.sleep(backoff)
 
-    async def _wait_for_work(self) -> None:
-        """Sleep until a partition is added or the earliest backed-off one is due."""
+    async def _wait_for_work(self, deadline: float = float("inf")) -> None:
+        """Sleep until a partition is added, the earliest backed-off one is due, or
+        ``deadline``."""
         self._work = trio.Event()
-        deadline = min(self._delayed_until.values(), default=float("inf"))
+        deadline = min([deadline, *self._delayed_until.values()])
         with trio.move_on_at(deadline):
             await self._work.wait()
 
@@ -266,6 +280,7 @@ class Fetcher:
             changed = bool(data.records)
             if data.records:
                 self._replicas.metrics.fetcher_bytes.inc(len(data.records))
+                self._replicas.record_follower_throttled_bytes(partition, len(data.records))
                 try:
                     partition.append_as_follower(data.records, self._replicas.clock_ms())
                 except StorageError as failure:

@@ -54,6 +54,15 @@ from minibroker.replication.replica_selector import (
     find_preferred_read_replica,
     replica_selector_for,
 )
+from minibroker.replication.replication_quota import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    UNBOUNDED,
+    ReplicationQuotaManager,
+    rate_of,
+)
 from minibroker.storage.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from minibroker.storage.errors import OffsetOutOfRangeError, StorageError
 from minibroker.storage.file_records import FileRecords
@@ -194,6 +203,20 @@ class ReplicaManager:
         self.metadata = MetadataCache()
         # Dynamic broker configs, as the controller pushes them (AlterConfigs).
         self.dynamic_configs = DynamicBrokerConfigs(config.node_id, log_manager.default_config)
+        # Replication throttles (KIP-73): the leader's and the follower's quota, their rates
+        # from the dynamic broker configs, their partitions from the topics' replica lists.
+        self.leader_quota = ReplicationQuotaManager(
+            "LeaderReplication",
+            config.node_id,
+            config.replication_quota_window_num,
+            config.replication_quota_window_size_seconds,
+        )
+        self.follower_quota = ReplicationQuotaManager(
+            "FollowerReplication",
+            config.node_id,
+            config.replication_quota_window_num,
+            config.replication_quota_window_size_seconds,
+        )
         # Configs of topics not hosted here yet, pushed by the controller before the
         # LeaderAndIsr that creates their replicas here.
         self.announced_topic_configs: dict[str, dict[str, str]] = {}
@@ -528,6 +551,60 @@ class ReplicaManager:
                 [ack.partition.key for ack in pending], deadline, "Produce"
             )
 
+    # -- replication throttles (KIP-73, replication/replication_quota.py) ---------------------
+
+    def update_replication_throttle_rates(self) -> None:
+        """Take the throttle rates of the dynamic broker configs (this broker's, else the
+        cluster default's), as Kafka's BrokerConfigHandler does on each change."""
+        by_resource = self.dynamic_configs.by_resource
+        own = by_resource.get(str(self.config.node_id), {})
+        cluster = by_resource.get("", {})
+        for quota, name in ((self.leader_quota, LEADER_RATE), (self.follower_quota, FOLLOWER_RATE)):
+            bound = rate_of(name, own, cluster)
+            if bound != quota.bound:
+                shown = "unbounded" if bound >= UNBOUNDED else f"{bound} bytes/s"
+                log.info("%s now %s", name, shown)
+            quota.update_quota(bound)
+
+    def leader_throttled(self, partition: Partition) -> bool:
+        """Whether ``partition``'s follower traffic counts against the leader quota here."""
+        replicas = self.log_manager.topic_overrides(partition.topic).get(LEADER_REPLICAS, "")
+        return self.leader_quota.is_throttled(partition.index, replicas)
+
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower not in the ISR, of a partition throttled
+        here, while the leader quota is exceeded, gets no records."""
+        quota = self.leader_quota
+        if not quota.bounded or replica_id in partition.isr:
+            return False
+        replicas = self.log_manager.topic_overrides(partition.topic).get(LEADER_REPLICAS, "")
+        return quota.should_throttle(False, partition.index, replicas, self.elapsed_ms())
+
+    def record_leader_throttled_bytes(self, size: int) -> None:
+        self.leader_quota.record(size, self.elapsed_ms())
+
+    def follower_throttled(self, partition: Partition) -> bool:
+        replicas = self.log_manager.topic_overrides(partition.topic).get(FOLLOWER_REPLICAS, "")
+        return self.follower_quota.is_throttled(partition.index, replicas)
+
+    def should_follower_throttle(self, partition: Partition) -> bool:
+        """Kafka's shouldFollowerThrottle: a partition this follower is not in sync with
+        (its last fetch left it behind the leader's high watermark, or it has not fetched
+        yet), throttled here, while the follower quota is exceeded, is left out of the next
+        fetch."""
+        quota = self.follower_quota
+        if not quota.bounded:
+            return False
+        in_sync = partition.fetch_lag is not None and partition.fetch_lag <= 0
+        replicas = self.log_manager.topic_overrides(partition.topic).get(FOLLOWER_REPLICAS, "")
+        return quota.should_throttle(in_sync, partition.index, replicas, self.elapsed_ms())
+
+    def record_follower_throttled_bytes(self, partition: Partition, size: int) -> None:
+        """Count a fetched partition's bytes against the follower quota if it is throttled
+        (in-sync or not, as Kafka's ReplicaFetcherThread)."""
+        if size and self.follower_throttled(partition):
+            self.follower_quota.record(size, self.elapsed_ms())
+
     # -- the read paths: what handlers read of a partition's log -----------------------------
 
     def read_records(
@@ -568,7 +645,9 @@ class ReplicaManager:
         fetching consults (``preferred_read_replica``). Reads return whole stored batches, as
         bytes, or with ``zero_copy`` (a plaintext connection) a large read as FileRecords,
         slices of the segment files that the connection sends with sendfile
-        (PartitionLog.read).
+        (PartitionLog.read). A follower out of the ISR reading a partition under this
+        leader's replication throttle gets no records while the throttle is exceeded
+        (``should_leader_throttle``, KIP-73; the caller counts the bytes it sends).
         """
         index = partition.index
         partition_log = partition.log
@@ -598,6 +677,12 @@ class ReplicaManager:
             )
         except StorageError as failure:
             return fetch_result(index, failure.error, partition)
+        if follower and records and self.should_leader_throttle(partition, replica_id):
+            # KIP-73 (Kafka's readFromLocalLog): an out-of-sync follower of a throttled
+            # partition gets no records while the leader quota is exceeded.
+            if isinstance(records, FileRecords):
+                records.close()
+            records = b""
         entry = fetch_result(index, Error.NONE, partition, records)
         if read_committed:
             aborted = []

@@ -105,6 +105,9 @@ SKIPPED_SECTIONS = {
     ("docs/operations.md", "Follower fetching"): "a broker property, not a command:"
     " tests/cluster/test_follower_fetching.py starts brokers in three racks with it and checks"
     " that a consumer with client.rack reads from its rack's follower",
+    ("docs/operations.md", "Replication throttles"): "needs Java, the pinned artifacts and"
+    " several MB to copy: tests/java/test_replication_throttle.py runs kafka-reassign-partitions"
+    " --execute --throttle and --verify against a 3-broker cluster and measures the copy",
     ("docs/operations.md", "The metadata quorum"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-metadata-quorum describe --status and --replication"
     " against a cluster and checks their output",

@@ -13,6 +13,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from tests.java.conftest import RequestLog
 
@@ -262,3 +270,43 @@ def test_fetch_v16_from_a_follower_names_the_leader_and_its_endpoint(java_cluste
     assert {(leader, *leader_broker.bootstrap.rsplit(":", 1))} == {
         (n, h, str(p)) for n, h, p in endpoints
     }
+
+
+def _throttle_refusals(bootstrap: str, broker_id: int, topic: str) -> list[tuple[str, str]]:
+    """(error name, message) of IncrementalAlterConfigs with malformed replication throttles
+    (KIP-73), sent by confluent-kafka's AdminClient; ("NONE", "") for an accepted one."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    broker, topic_type = ConfigResource.Type.BROKER, ConfigResource.Type.TOPIC
+    answers = []
+    for kind, name, key, value in (
+        (broker, str(broker_id), "leader.replication.throttled.rate", "fast"),
+        (broker, str(broker_id), "follower.replication.throttled.rate", "-5"),
+        (topic_type, topic, "follower.replication.throttled.replicas", "0:x"),
+        (topic_type, topic, "leader.replication.throttled.replicas", "*,0:1"),
+    ):
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(kind, name, incremental_configs=[entry])
+        try:
+            admin.incremental_alter_configs([resource])[resource].result(timeout=60)
+            answers.append(("NONE", ""))
+        except KafkaException as refused:
+            answers.append((refused.args[0].name(), refused.args[0].str()))
+    return answers
+
+
+def test_malformed_replication_throttles_are_refused_as_kafka_refuses_them(
+    java_cluster, kafka_reference
+):
+    """The same codes and messages as Apache Kafka 4.4: INVALID_REQUEST for a rate that is
+    not a LONG of at least 0, INVALID_CONFIG for a malformed throttled-replicas list."""
+    answers = {}
+    for name, bootstrap, broker_id in (
+        ("minibroker", java_cluster.bootstrap, 1),
+        ("kafka", kafka_reference.bootstrap, kafka_reference.nodes[0].node_id),
+    ):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("throttle-refusals", 1, 1)])["throttle-refusals"].result(60)
+        answers[name] = _throttle_refusals(bootstrap, broker_id, "throttle-refusals")
+    codes = [code for code, _ in answers["kafka"]]
+    assert codes == ["INVALID_REQUEST", "INVALID_REQUEST", "INVALID_CONFIG", "INVALID_CONFIG"]
+    assert answers["minibroker"] == answers["kafka"]

@@ -45,15 +45,23 @@ class StubController:
 
 
 def make_broker(
-    tmp_path: Path, node_id: int, brokers: dict | None = None, *, threads: bool = False
+    tmp_path: Path,
+    node_id: int,
+    brokers: dict | None = None,
+    *,
+    threads: bool = False,
+    properties: dict[str, str] | None = None,
 ) -> ReplicaManager:
     """A broker whose log manager's blocking steps run inline (the tests run under
     MockClock, whose autojump would fire every timer while a worker thread runs), or in
-    worker threads as in the broker with ``threads`` (tests/unit/test_log_io.py)."""
+    worker threads as in the broker with ``threads`` (tests/unit/test_log_io.py);
+    ``properties`` adds broker properties."""
     directory = tmp_path / f"broker-{node_id}"
     # Kafka's replica.fetch.wait.max.ms (500): an empty fetch parks at the leader, as it does
     # over the wire, so that MockClock time moves while a follower waits for records.
-    config = BrokerConfig.from_properties({"node.id": str(node_id), "log.dirs": str(directory)})
+    config = BrokerConfig.from_properties(
+        {"node.id": str(node_id), "log.dirs": str(directory), **(properties or {})}
+    )
     log_manager = LogManager(
         [directory], log_config_from(config), node_id=node_id, cluster_id="test-cluster"
     )
@@ -183,6 +191,7 @@ class LeaderConnection:
             ):
                 break
             await self.leader.watchers.wait_any(watched, deadline, "Fetch")
+        self._record_throttled(read)
         error, session_id, selected = context.respond(read, trio_ms())
         topics: list[dict] = []
         for (topic, _), entry in selected:
@@ -227,6 +236,15 @@ class LeaderConnection:
                 size += len(entry["records"])
             read.append((key, entry))
         return read, size, has_error, watched
+
+    def _record_throttled(self, read) -> None:
+        """The bytes of partitions under the leader's replication throttle (KIP-73), counted
+        when the answer goes out, as the Fetch handler counts them."""
+        for (topic, index), entry in read:
+            records = entry.get("records")
+            partition = self.leader.hosted_partition(topic, index)[0]
+            if records and partition is not None and self.leader.leader_throttled(partition):
+                self.leader.record_leader_throttled_bytes(len(records))
 
     async def request(self, request):
         assert request.__api_key__ == ApiKey.LIST_OFFSETS

@@ -10,6 +10,8 @@ import trio
 import trio.testing
 
 from minibroker.protocol.errors import Error
+from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.replication.replica_manager import AppendOrigin
 from tests.unit.batch_factory import make_batch
 from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
 
@@ -132,3 +134,62 @@ async def test_follower_fetches_in_an_incremental_session(brokers, autojump_cloc
     assert session.privileged and list(session.partitions) == [(TOPIC, 0)]
     assert session.epoch > 3
     assert cache.total_partitions == 1
+
+
+@pytest.mark.parametrize("side", ["follower", "leader"])
+async def test_a_throttled_replica_catches_up_at_the_throttle_and_in_sync_ones_do_not_wait(
+    tmp_path, nursery, autojump_clock, side
+):
+    """KIP-73, on the follower (Kafka's ReplicaFetcherThread.shouldFollowerThrottle: the
+    partition left out of its fetches) or on the leader (ReplicaManager.shouldLeaderThrottle:
+    answered without records): partition 0, new on the follower, copies 4 MiB under a 64 KiB/s
+    throttle, measured over Kafka's 11 windows of 1 s, in 4 MiB / 64 KiB/s of (MockClock)
+    time within 15%; partition 1, in sync, throttled by the same wildcard list, replicates an
+    acks=all append at once meanwhile. Without the throttle the copy takes well under a
+    second."""
+    rate, batch_bytes, batches = 64 * 1024, 16 * 1024, 256
+    properties = {"replica.fetch.max.bytes": str(batch_bytes)}
+    brokers: dict = {}
+    for node in (LEADER, FOLLOWER):
+        brokers[node] = make_broker(tmp_path, node, brokers, properties=properties)
+        await nursery.start(brokers[node].run)
+    leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    configs = {"min.insync.replicas": "2", f"{side}.replication.throttled.replicas": "*"}
+    throttled, node = (follower, FOLLOWER) if side == "follower" else (leader, LEADER)
+    throttled.dynamic_configs.replace(str(node), {f"{side}.replication.throttled.rate": str(rate)})
+    throttled.update_replication_throttle_rates()
+    leader.announced_topic_configs[TOPIC] = dict(configs)
+    await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1], partitions=(0,)))
+    value = b"x" * 1024
+    for _ in range(batches):
+        batch = bytearray(make_batch([(None, value)] * (batch_bytes // len(value))))
+        data = [(TOPIC, [PartitionProduceData(0, memoryview(batch))])]
+        ((result,),) = await leader.append_records(
+            data, acks=1, timeout_s=30.0, origin=AppendOrigin.CLIENT
+        )
+        assert result["error_code"] == Error.NONE
+    size = partition_of(leader).log.size_bytes
+    # Partition 0 gains a replica on the follower (out of the ISR); partition 1 is new on
+    # both, in sync.
+    request = leader_and_isr(LEADER, 2, [1, 2], [1, 2], partitions=(0, 1))
+    request.topic_states[0].partition_states[0].isr = [1]
+    start = trio.current_time()
+    for replicas in (leader, follower):
+        replicas.announced_topic_configs[TOPIC] = dict(configs)
+        await replicas.apply_leader_and_isr(request)
+    end = partition_of(leader).log.log_end_offset
+    await until(lambda: partition_of(follower).log.log_end_offset >= end // 4, 30)
+    # In sync, partition 1 is never held back: an acks=all append completes at once.
+    before = trio.current_time()
+    assert (await append(leader, 1, 3))["error_code"] == Error.NONE
+    assert trio.current_time() - before < 1.5
+    assert partition_of(follower).log.log_end_offset < end  # still catching up meanwhile
+    await until(lambda: partition_of(follower).log.log_end_offset == end, 120)
+    seconds = trio.current_time() - start
+    # Kafka's Rate lets about ten seconds' worth (window.num - 1 windows) go at once and
+    # holds the rest back until, over a copy of several windows, the whole is near the rate.
+    expected = size / rate
+    print(f"copied {size} bytes in {seconds:.2f} s of MockClock time, {expected:.2f} s expected")
+    assert 0.85 * expected <= seconds <= 1.15 * expected, (seconds, expected)
+    quota = follower.follower_quota if side == "follower" else leader.leader_quota
+    assert quota.throttled_count > 0
