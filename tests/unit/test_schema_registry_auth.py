@@ -1,0 +1,69 @@
+"""The registry's basic authentication against SCRAM credentials, and its listener settings."""
+
+import base64
+
+import pytest
+
+from minibroker.common.config import BrokerConfig, ConfigError, HttpListener
+from minibroker.protocol import sasl
+from minibroker.schema_registry.auth import BasicAuthenticator, credentials
+from minibroker.security.scram import ScramCredentials
+
+
+def basic(text: str) -> str:
+    return "Basic " + base64.b64encode(text.encode()).decode()
+
+
+def test_basic_headers_are_parsed_as_rfc_7617_has_them(autojump_clock):
+    assert credentials(basic("alice:s3:cr:et")) == ("alice", "s3:cr:et")
+    assert credentials("basic " + basic("bob:")[6:]) == ("bob", "")
+    for bad in (None, "", "Basic", "Bearer abc", "Basic !!!", basic("no-colon"), basic(":pw")):
+        assert credentials(bad) is None, bad
+    assert credentials("Basic " + base64.b64encode(b"\xff:x").decode()) is None
+
+
+def test_passwords_are_checked_against_scram_credentials(autojump_clock):
+    table = ScramCredentials()
+    table.configure("SCRAM-SHA-256", "alice", sasl.new_credential("SCRAM-SHA-256", "secret", 4096))
+    authenticator = BasicAuthenticator(table.get)
+    assert authenticator.remembered("nobody", "secret") is False
+    assert authenticator.remembered("alice", "secret") is None  # must be checked
+    assert authenticator.check("alice", "wrong") is None
+    credential = authenticator.check("alice", "secret")
+    assert credential is not None
+    authenticator.remember("alice", "secret", credential)
+    assert authenticator.remembered("alice", "secret") is True
+    assert authenticator.remembered("alice", "wrong") is None
+    # A credential stored later (AlterUserScramCredentials) wins over the configured one: the
+    # remembered pass is forgotten, and the old password no longer passes.
+    table.store("SCRAM-SHA-256", "alice", sasl.new_credential("SCRAM-SHA-256", "new", 4096))
+    assert authenticator.remembered("alice", "secret") is None
+    assert authenticator.check("alice", "secret") is None
+    assert authenticator.check("alice", "new") is not None
+    # Each mechanism is tried: a SCRAM-SHA-512 credential of another password passes too.
+    table.store("SCRAM-SHA-512", "alice", sasl.new_credential("SCRAM-SHA-512", "other", 4096))
+    assert authenticator.check("alice", "other") is not None
+    assert authenticator.check("alice", "new") is not None
+    table.forget("SCRAM-SHA-256", "alice")
+    table.forget("SCRAM-SHA-512", "alice")
+    assert authenticator.check("alice", "new") is None
+    assert authenticator.check("alice", "secret") is not None  # the configured one again
+
+
+def test_https_listeners_and_the_authentication_method_are_configured(autojump_clock):
+    config = BrokerConfig.from_properties(
+        {
+            "schema.registry.listeners": "http://0.0.0.0:8081, HTTPS://[::1]:8082",
+            "schema.registry.authentication.method": "basic",
+        }
+    )
+    assert config.schema_registry_listeners == (
+        HttpListener("0.0.0.0", 8081, False),
+        HttpListener("::1", 8082, True),
+    )
+    assert config.schema_registry_authentication_method == "BASIC"
+    assert BrokerConfig.from_properties({}).schema_registry_authentication_method == "NONE"
+    with pytest.raises(ConfigError, match="schema.registry.listeners"):
+        BrokerConfig.from_properties({"schema.registry.listeners": "ftp://h:1"})
+    with pytest.raises(ConfigError, match="schema.registry.authentication.method"):
+        BrokerConfig.from_properties({"schema.registry.authentication.method": "DIGEST"})
