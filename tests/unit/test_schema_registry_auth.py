@@ -1,13 +1,16 @@
 """The registry's basic authentication against SCRAM credentials, and its listener settings."""
 
 import base64
+import ssl
 
 import pytest
 
 from minibroker.common.config import BrokerConfig, ConfigError, HttpListener
 from minibroker.protocol import sasl
 from minibroker.schema_registry.auth import BasicAuthenticator, credentials
+from minibroker.schema_registry.rest import registry_config
 from minibroker.security.scram import ScramCredentials
+from tests.security_setup import Certificates
 
 
 def basic(text: str) -> str:
@@ -67,3 +70,36 @@ def test_https_listeners_and_the_authentication_method_are_configured(autojump_c
         BrokerConfig.from_properties({"schema.registry.listeners": "ftp://h:1"})
     with pytest.raises(ConfigError, match="schema.registry.authentication.method"):
         BrokerConfig.from_properties({"schema.registry.authentication.method": "DIGEST"})
+
+
+def test_https_listeners_take_the_brokers_ssl_properties_and_their_overrides(
+    tmp_path, autojump_clock
+):
+    certificates = Certificates.make(tmp_path)
+    both = {
+        "schema.registry.listeners": "https://127.0.0.1:0,http://127.0.0.1:1",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certificates.broker_path),
+    }
+    served = registry_config(BrokerConfig.from_properties(both))
+    assert (served.bind, served.insecure_bind) == (["127.0.0.1:0"], ["127.0.0.1:1"])
+    context = served.create_ssl_context()
+    assert context is not None and context.verify_mode == ssl.CERT_NONE
+    # listener.name.schema_registry.ssl.* wins over the broker's ssl.*.
+    asking = {
+        **both,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certificates.ca_path),
+        "listener.name.schema_registry.ssl.client.auth": "required",
+    }
+    context = registry_config(BrokerConfig.from_properties(asking)).create_ssl_context()
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
+    # https without a key store names what to set; http alone needs no TLS at all.
+    with pytest.raises(ConfigError, match="SCHEMA_REGISTRY.*ssl.keystore.location"):
+        registry_config(
+            BrokerConfig.from_properties({"schema.registry.listeners": "https://127.0.0.1:0"})
+        )
+    plain = registry_config(
+        BrokerConfig.from_properties({"schema.registry.listeners": "http://127.0.0.1:2"})
+    )
+    assert (plain.ssl_enabled, plain.bind, plain.insecure_bind) == (False, ["127.0.0.1:2"], [])
