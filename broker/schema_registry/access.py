@@ -31,7 +31,15 @@ from dataclasses import dataclass
 
 from minibroker.security.authorizer.acls import CLUSTER_NAME, Operation, ResourceType
 
-__all__ = ["CLUSTER_NAME", "Needs", "Operation", "ResourceType", "denied", "needs"]
+__all__ = [
+    "CLUSTER_NAME",
+    "Needs",
+    "Operation",
+    "ResourceType",
+    "Unclassified",
+    "denied",
+    "needs",
+]
 
 SUBJECT_PREFIX = "subject:"
 
@@ -81,20 +89,46 @@ GLOBAL_ROUTES: dict[tuple[str, str], Operation] = {
 }
 
 
+BY_ID_ROUTES = frozenset(
+    {
+        ("GET", "/schemas/ids/{id}"),
+        ("GET", "/schemas/ids/{id}/schema"),
+        ("GET", "/schemas/ids/{id}/versions"),
+        ("GET", "/schemas/ids/{id}/subjects"),
+    }
+)
+LISTING_ROUTES = frozenset({("GET", "/subjects")})
+OPEN_ROUTES = frozenset({("GET", "/"), ("GET", "/schemas/types")})
+
+
+class Unclassified(KeyError):
+    """A route this module does not know: every route must be classified here, so that a new
+    one cannot be served without a decision on what it needs."""
+
+
 def needs(method: str, template: str, subject: str | None) -> Needs:
-    """What a request to route ``template`` (its path as declared) needs."""
+    """What a request to route ``template`` (its path as declared) needs; Unclassified for
+    a route not listed here."""
     key = (method, template)
     if key in SUBJECT_ROUTES:
         return Needs(SUBJECT_ROUTES[key], ResourceType.TOPIC, subject_resource(subject or ""))
     if key in GLOBAL_ROUTES:
         return Needs(GLOBAL_ROUTES[key], ResourceType.CLUSTER, CLUSTER_NAME)
-    if template.startswith("/schemas/ids/"):
+    if key in BY_ID_ROUTES:
         return Needs(Op.READ, by_id=True)
-    if key == ("GET", "/subjects"):
+    if key in LISTING_ROUTES:
         return Needs(Op.DESCRIBE, listing=True)
-    return Needs()
+    if key in OPEN_ROUTES:
+        return Needs()
+    raise Unclassified(key)
 
 
-def denied(operation: Operation) -> tuple[int, int, str]:
+def denied(operation: Operation, need: Needs) -> tuple[int, int, str]:
     """Confluent's answer to a request the ACLs refuse: status, error code, message."""
-    return 403, 40301, f"User is denied operation {operation.name.title()} on this resource"
+    if need.by_id:
+        what = "the subjects holding this schema"
+    elif need.resource_type == ResourceType.CLUSTER:
+        what = "the schema registry"
+    else:
+        what = f"subject {need.name.removeprefix(SUBJECT_PREFIX)!r}"
+    return 403, 40301, f"User is denied operation {operation.name.title()} on {what}"

@@ -482,6 +482,7 @@ def _counted(route: Route, service: SchemaRegistryService) -> Route:
     handler = route.endpoint
     (method,) = route.methods - {"HEAD"} if route.methods else {"GET"}
     label = f"{method} {route.path}"
+    access.needs(method, route.path, None)  # Unclassified: a route no one decided on
 
     async def counted(request: Request) -> Response:
         refusal = _refusal(service, request, method, route.path)
@@ -536,7 +537,7 @@ def _refusal(
             return None
     elif allowed(service, request, need.operation, need.resource_type, need.name):
         return None
-    return _error(RegistryError(*access.denied(need.operation)))
+    return _error(RegistryError(*access.denied(need.operation, need)))
 
 
 def forwarding_tls(config: BrokerConfig) -> ssl.SSLContext | bool:

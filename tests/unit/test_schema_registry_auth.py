@@ -1,4 +1,5 @@
-"""The registry's basic authentication against SCRAM credentials, and its listener settings."""
+"""The registry's basic authentication against SCRAM credentials, its listener settings, and
+what each request needs of the Kafka ACLs."""
 
 import base64
 import ssl
@@ -7,6 +8,7 @@ import pytest
 
 from minibroker.common.config import BrokerConfig, ConfigError, HttpListener
 from minibroker.protocol import sasl
+from minibroker.schema_registry import access
 from minibroker.schema_registry.auth import BasicAuthenticator, credentials
 from minibroker.schema_registry.rest import registry_config
 from minibroker.security.scram import ScramCredentials
@@ -103,3 +105,28 @@ def test_https_listeners_take_the_brokers_ssl_properties_and_their_overrides(
         BrokerConfig.from_properties({"schema.registry.listeners": "http://127.0.0.1:2"})
     )
     assert (plain.ssl_enabled, plain.bind, plain.insecure_bind) == (False, ["127.0.0.1:2"], [])
+
+
+def test_every_request_maps_to_a_kafka_acl_need(autojump_clock):
+    register = access.needs("POST", "/subjects/{subject:path}/versions", "orders-value")
+    assert (register.operation, register.resource_type, register.name) == (
+        access.Operation.WRITE,
+        access.ResourceType.TOPIC,
+        "subject:orders-value",
+    )
+    delete = access.needs("DELETE", "/subjects/{subject:path}", "a/b")
+    assert (delete.operation, delete.name) == (access.Operation.DELETE, "subject:a/b")
+    global_level = access.needs("PUT", "/config", None)
+    assert (global_level.operation, global_level.resource_type, global_level.name) == (
+        access.Operation.ALTER_CONFIGS,
+        access.ResourceType.CLUSTER,
+        access.CLUSTER_NAME,
+    )
+    assert access.needs("GET", "/schemas/ids/{id}/versions", None).by_id
+    assert access.needs("GET", "/subjects", None).listing
+    assert access.needs("GET", "/schemas/types", None).operation is None
+    # A route nobody classified is refused at build time rather than served open.
+    with pytest.raises(access.Unclassified):
+        access.needs("GET", "/exporters", None)
+    status, code, message = access.denied(access.Operation.WRITE, register)
+    assert (status, code) == (403, 40301) and "'orders-value'" in message
