@@ -352,6 +352,9 @@ class Registry:
         return self._referrers(subject, self.version(subject, number).version)
 
     def _referrers(self, subject: str, number: int) -> list[int]:
+        # A reference to "latest" (-1) holds the subject's latest live version.
+        live = [v.version for v in self.subjects.get(subject, {}).values() if not v.deleted]
+        held = (number, LATEST) if live and number == max(live) else (number,)
         return sorted(
             {
                 version.schema_id
@@ -360,7 +363,7 @@ class Registry:
                 if any(
                     isinstance(ref, dict)
                     and ref.get("subject") == subject
-                    and ref.get("version") == number
+                    and ref.get("version") in held
                     for ref in version.references
                 )
             }

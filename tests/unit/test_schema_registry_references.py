@@ -216,3 +216,11 @@ def test_a_hard_delete_of_a_referenced_soft_deleted_version_is_42206(autojump_cl
     error = refused(42206, registry.delete_version, "address", 1, True)
     assert "subject=address,version=1" in error.message
     refused(42206, registry.delete_subject, "address", True)
+
+
+def test_a_reference_to_latest_holds_the_latest_live_version(autojump_clock):
+    registry = Registry()
+    register(registry, "address", ADDRESS)
+    user_id = register(registry, "users-value", USER, refs=[{**ADDRESS_REF, "version": -1}])
+    assert registry.referenced_by("address", 1) == [user_id]
+    refused(42206, registry.delete_version, "address", -1, False)
