@@ -7,6 +7,12 @@ errors. Reads are served from this broker's copy of `_schemas` once it has appli
 partition's high watermark shows; writes run on the writer, or are forwarded to it (see
 ``service``). A handler that fails unexpectedly answers 500 with error code 50001 and is
 logged: the broker and its other clients carry on.
+
+https listeners take their TLS context from the broker's ``ssl.*`` properties (the Kafka
+listeners' code, ``security.listeners.server_ssl_context``, under the listener name
+SCHEMA_REGISTRY). With ``schema.registry.authentication.method=BASIC`` the app is wrapped in
+``BasicAuthentication`` (``auth``: the broker's SCRAM users), and each route checks what
+``access`` says it needs of the Kafka ACLs when the broker has an authorizer.
 """
 
 from __future__ import annotations

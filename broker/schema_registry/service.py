@@ -14,7 +14,8 @@ against a state that has applied its whole log first (a new leader's log end inc
 appends their records through the replica manager's append path with acks=-1, as a
 coordinator writes its topic; its answer waits until the records are applied. Other brokers
 forward writes to the writer's HTTP address, which each broker registers with the controller
-beside its Kafka listeners (``SCHEMA_REGISTRY_ENDPOINT``), then wait until their own copy
+beside its Kafka listeners (``SCHEMA_REGISTRY_ENDPOINT``, or ``SCHEMA_REGISTRY_TLS_ENDPOINT``
+for an https one, reached with the registry's trust store), then wait until their own copy
 has the written offset before answering, so a client reads its own writes from any broker.
 
 After a kill -9 of the writer, the controller elects another leader among the in-sync

@@ -8,6 +8,13 @@ code and message; they change nothing themselves. The writer (the leader of `_sc
 partition 0) runs them one at a time, against a state that has applied everything in its log,
 so ids and versions are allocated once.
 
+References follow Confluent's ``KafkaSchemaRegistry``: they are resolved depth-first against
+live versions (``resolveReferences``), count in look-ups and ids, and a referenced version
+is not deleted (``ReferenceExistsException``, 42206) while any version, soft-deleted or not,
+references it. Departures: a reference to "latest" (-1) is kept as given and holds whichever
+version is latest; depth and count of references are bounded (MAX_REFERENCE_DEPTH,
+MAX_REFERENCES).
+
 No I/O and no clock here; the trio service and the HTTP app are thin shells around it.
 """
 
