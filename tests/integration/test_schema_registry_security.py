@@ -52,7 +52,7 @@ class RegistryBroker:
     url: str
     certificates: Certificates
 
-    def client(self, **extra: str) -> SchemaRegistryClient:
+    def client(self, **extra: object) -> SchemaRegistryClient:
         return SchemaRegistryClient(
             {"url": self.url, "ssl.ca.location": str(self.certificates.ca_path), **extra}
         )
@@ -236,3 +236,61 @@ def test_acls_on_subjects_refuse_with_403_40301(broker: RegistryBroker) -> None:
     fresh = broker.logged_in()  # no cached answers
     assert fresh.get_schema(shared_id).schema_str == json.dumps(RECORD, separators=(",", ":"))
     assert owner.get_schema(hidden_id).schema_str is not None
+
+
+@pytest.fixture(scope="module")
+def mtls_registry(tmp_path_factory) -> Iterator[RegistryBroker]:
+    """A second broker whose registry asks clients for certificates
+    (``listener.name.schema_registry.ssl.client.auth=required``) while its Kafka listener
+    does not, and has no basic authentication."""
+    directory = tmp_path_factory.mktemp("registry-mtls")
+    certificates = Certificates.make(directory / "certs")
+    kafka_port, registry_port = free_port(), free_port()
+    overrides = broker_overrides(
+        certificates,
+        kafka_port,
+        {},
+        extra={
+            "schema.registry.listeners": f"https://127.0.0.1:{registry_port}",
+            "listener.name.schema_registry.ssl.client.auth": "required",
+        },
+    )
+    process = BrokerProcess.start(
+        node_id=1, log_dir=directory / "data", port=kafka_port, overrides=overrides
+    )
+    try:
+        process.wait_ready(BROKER_READY_TIMEOUT)
+        yield RegistryBroker(
+            process, f"127.0.0.1:{kafka_port}", f"https://127.0.0.1:{registry_port}", certificates
+        )
+    finally:
+        exit_code = process.stop() if process.running else process.exit_code
+        assert exit_code == 0, f"unclean broker shutdown:\n{process.log_tail()}"
+
+
+def test_a_registry_that_requires_client_certificates(mtls_registry: RegistryBroker) -> None:
+    cert, key = mtls_registry.certificates.client("registry-client")
+    with_certificate = mtls_registry.client(
+        **{"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+    )
+    schema = Schema(json.dumps(RECORD), "AVRO")
+    registered = wait_for(
+        lambda: _registered_or_none(with_certificate, schema),
+        30,
+        "the registry to take a client with a certificate",
+    )
+    assert with_certificate.get_latest_version("mtls-value").schema_id == registered
+    without = mtls_registry.client(**{"max.retries": 0})
+    with pytest.raises(Exception) as refused:
+        without.get_subjects()
+    assert not isinstance(refused.value, SchemaRegistryError)  # refused in the handshake
+    # The Kafka listener asks for nothing: a plain client is served meanwhile.
+    metadata = AdminClient({"bootstrap.servers": mtls_registry.bootstrap}).list_topics(timeout=10)
+    assert metadata.brokers
+
+
+def _registered_or_none(client: SchemaRegistryClient, schema: Schema) -> int | None:
+    try:
+        return client.register_schema("mtls-value", schema)
+    except (SchemaRegistryError, httpx.HTTPError):
+        return None
