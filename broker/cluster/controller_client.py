@@ -20,7 +20,7 @@ from minibroker.cluster.node_connection import (
     describe_connection_error,
 )
 from minibroker.common.config import BrokerConfig, Voter
-from minibroker.common.names import SCHEMA_REGISTRY_ENDPOINT
+from minibroker.common.names import SCHEMA_REGISTRY_ENDPOINT, SCHEMA_REGISTRY_TLS_ENDPOINT
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import SENT_VERSIONS, ApiKey
@@ -294,12 +294,12 @@ class ControllerClient:
         that other brokers can forward writes to it (minibroker.schema_registry.service)."""
         if not self.config.schema_registry_listeners:
             return []
-        host, port = self.config.schema_registry_listeners[0]
+        listener = self.config.schema_registry_listeners[0]
+        host = listener.host
         if host in ("", "0.0.0.0", "::"):
             host = default_host
-        return [
-            {"name": SCHEMA_REGISTRY_ENDPOINT, "host": host, "port": port, "security_protocol": 0}
-        ]
+        name = SCHEMA_REGISTRY_TLS_ENDPOINT if listener.tls else SCHEMA_REGISTRY_ENDPOINT
+        return [{"name": name, "host": host, "port": listener.port, "security_protocol": 0}]
 
     async def _register(self) -> None:
         if self.authorizer is not None:

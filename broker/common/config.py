@@ -89,19 +89,42 @@ def _parse_listeners(text: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
-def _parse_http_listeners(text: str) -> tuple[tuple[str, int], ...]:
+@dataclass(frozen=True)
+class HttpListener:
+    """One of schema.registry.listeners: where it listens, and whether with TLS (https)."""
+
+    host: str
+    port: int
+    tls: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+
+def _parse_http_listeners(text: str) -> tuple[HttpListener, ...]:
     """schema.registry.listeners, as Confluent Schema Registry's ``listeners``:
-    ``http://host:port`` entries (https is not served yet); empty turns it off."""
+    ``http://host:port`` and ``https://host:port`` entries; empty turns it off."""
     listeners = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        match = re.fullmatch(r"(?i:http)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        match = re.fullmatch(r"(?i:(https?))://(\[[^\]]*\]|[^:]*):(\d+)", item)
         if match is None:
-            raise ValueError(f"{item!r} is not http://host:port (https is not supported yet)")
-        port = int(match.group(2))
+            raise ValueError(f"{item!r} is not http://host:port or https://host:port")
+        port = int(match.group(3))
         if port > 65535:
             raise ValueError(f"{item!r}: port {port} is not between 0 and 65535")
-        listeners.append((match.group(1).strip("[]"), port))
+        tls = match.group(1).lower() == "https"
+        listeners.append(HttpListener(match.group(2).strip("[]"), port, tls))
     return tuple(listeners)
+
+
+def _parse_registry_authentication(text: str) -> str:
+    """schema.registry.authentication.method, as Confluent's ``authentication.method``:
+    NONE, or BASIC (HTTP basic authentication against the broker's SCRAM users)."""
+    value = text.strip().upper()
+    if value not in ("NONE", "BASIC"):
+        raise ValueError("expected NONE or BASIC")
+    return value
 
 
 def _parse_dirs(text: str) -> tuple[Path, ...]:
@@ -451,6 +474,9 @@ _PROPERTIES: dict[str, _Property] = {
     "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
     # Not a Kafka property: the schema registry's HTTP listeners (docs/schema-registry.md).
     "schema.registry.listeners": _Property("schema_registry_listeners", _parse_http_listeners),
+    "schema.registry.authentication.method": _Property(
+        "schema_registry_authentication_method", _parse_registry_authentication
+    ),
     # Not a Kafka broker property: the transaction.version level a new cluster's controller
     # finalizes (Kafka's kafka-storage.sh format --feature); kafka-features.sh changes it later.
     "transaction.version": _Property("transaction_version", _between(0, 2)),
@@ -738,7 +764,9 @@ class BrokerConfig:
     # is capped by it).
     max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")
     # The schema registry's HTTP listeners (docs/schema-registry.md); none: not served.
-    schema_registry_listeners: tuple[tuple[str, int], ...] = ()
+    schema_registry_listeners: tuple[HttpListener, ...] = ()
+    # NONE, or BASIC: the registry's clients log in with a SCRAM user's name and password.
+    schema_registry_authentication_method: str = "NONE"
     # The transaction.version feature level a new cluster finalizes (Kafka's TransactionVersion;
     # common/features.py): 2 serves KIP-890 part 2 (an epoch bump per transaction).
     transaction_version: int = 2

@@ -26,3 +26,5 @@ SCHEMAS_TOPIC = "_schemas"
 # controller, beside its Kafka listeners, so that the other brokers can forward writes to the
 # registry's writer. No client connects to it over Kafka's protocol.
 SCHEMA_REGISTRY_ENDPOINT = "SCHEMA_REGISTRY_HTTP"
+# The same, when that listener is https (schema.registry.listeners=https://...).
+SCHEMA_REGISTRY_TLS_ENDPOINT = "SCHEMA_REGISTRY_HTTPS"

@@ -358,7 +358,7 @@ class BrokerServer:
         if self.config.schema_registry_listeners and self.config.is_broker:
             from minibroker.schema_registry.rest import bind_registry
 
-            self._registry_sockets = bind_registry(self.config.schema_registry_listeners)
+            self._registry_sockets = bind_registry(self.config)
         if self.config.zookeeper_mode:
             self.zookeeper = ZooKeeperBroker(
                 self.config, self._elected_controller, self._controller_changed
@@ -586,7 +586,9 @@ class BrokerServer:
             answer = await controller_client.forward(request)
             return Error(answer.topics[0].error_code.value)
 
-        self.schema_registry = SchemaRegistryService(self.config, self.replicas, create_topics)
+        self.schema_registry = SchemaRegistryService(
+            self.config, self.replicas, create_topics, self.scram_credentials, self.authorizer
+        )
         await control.start(self.schema_registry.run)
         self.metrics.register(SchemaRegistryCollector(self.schema_registry))
         if self.iceberg is not None:
@@ -596,7 +598,6 @@ class BrokerServer:
         bound = await control.start(
             serve_registry,
             self.schema_registry,
-            self.config.schema_registry_listeners,
             self._registry_sockets,
         )
         log.info("schema registry listening on %s", ", ".join(bound))

@@ -11,11 +11,16 @@ per type, several of ``type``/``enum``/``const``/``not``/``allOf``/``anyOf``/``o
 an allOf of each) and local ``$ref``s (``#/...``) are followed, a pair already being compared
 counting as compatible (Confluent's cycle rule).
 
-Departures: ``$ref`` to other documents (references) is not followed (compared as the text of
-the reference); combined schemas are matched greedily rather than by a maximum matching;
-``dependentSchemas``, ``contains`` and the ``unevaluated*`` keywords are not compared;
-``patternProperties`` make a content model partially open as Confluent says, without checking
-the property against the pattern's schema.
+Schema references are compared through ``bundle``: the referenced documents are placed inside
+the schema and every ``$ref`` to one (by its reference name, with or without a ``#/...``
+fragment) becomes a local one, so the comparison follows them as it follows local ones.
+
+Departures: ``$ref`` to other documents that are not references (URLs) is not followed
+(compared as the text of the reference); a reference is matched by its name as written, not
+resolved against ``$id`` base URIs; combined schemas are matched greedily rather than by a
+maximum matching; ``dependentSchemas``, ``contains`` and the ``unevaluated*`` keywords are not
+compared; ``patternProperties`` make a content model partially open as Confluent says, without
+checking the property against the pattern's schema.
 """
 
 from __future__ import annotations
@@ -113,6 +118,47 @@ class Node:
     doc: dict[str, Any]
     criterion: str = ""  # allOf / anyOf / oneOf for combined
     parts: list[Node] = field(default_factory=list)
+
+
+# Where ``bundle`` places the referenced documents inside a schema.
+REFERENCES_KEY = "x-minibroker-references"
+
+
+def bundle(document: object, referenced: dict[str, object]) -> object:
+    """``document`` with the ``referenced`` documents (by reference name) inside it under
+    REFERENCES_KEY, and each ``$ref`` to one, from the schema or from another referenced
+    document, rewritten as a local ``$ref`` to its copy; a referenced document's own local
+    ``$ref``s point into its copy. Without references (or for a boolean schema, which has
+    nowhere to hold them), the document itself."""
+    if not referenced or not isinstance(document, dict):
+        return document
+    index = {name: position for position, name in enumerate(referenced)}
+
+    def pointer(position: int, fragment: str) -> str:
+        return f"#/{REFERENCES_KEY}/{position}{fragment}"
+
+    def rewrite(node: object, own: int | None) -> object:
+        if isinstance(node, list):
+            return [rewrite(item, own) for item in node]
+        if not isinstance(node, dict):
+            return node
+        copied = {key: rewrite(value, own) for key, value in node.items()}
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name, _, fragment = ref.partition("#")
+            fragment = fragment if fragment.startswith("/") else ""
+            if name in index:
+                copied["$ref"] = pointer(index[name], fragment)
+            elif not name and own is not None:
+                copied["$ref"] = pointer(own, fragment)
+        return copied
+
+    bundled = rewrite(document, None)
+    assert isinstance(bundled, dict)
+    bundled[REFERENCES_KEY] = [
+        rewrite(referenced[name], position) for name, position in index.items()
+    ]
+    return bundled
 
 
 def _resolve(root: object, doc: object, depth: int = 0) -> object:

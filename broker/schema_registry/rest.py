@@ -7,12 +7,19 @@ errors. Reads are served from this broker's copy of `_schemas` once it has appli
 partition's high watermark shows; writes run on the writer, or are forwarded to it (see
 ``service``). A handler that fails unexpectedly answers 500 with error code 50001 and is
 logged: the broker and its other clients carry on.
+
+https listeners take their TLS context from the broker's ``ssl.*`` properties (the Kafka
+listeners' code, ``security.listeners.server_ssl_context``, under the listener name
+SCHEMA_REGISTRY). With ``schema.registry.authentication.method=BASIC`` the app is wrapped in
+``BasicAuthentication`` (``auth``: the broker's SCRAM users), and each route checks what
+``access`` says it needs of the Kafka ACLs when the broker has an authorizer.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +35,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from minibroker.common.config import BrokerConfig, HttpListener
 from minibroker.common.names import SCHEMAS_TOPIC
+from minibroker.schema_registry import access, auth
 from minibroker.schema_registry.schemas import AVRO, PROTOBUF, SUPPORTED_TYPES
 from minibroker.schema_registry.service import (
     WRITE_TIMEOUT_S,
@@ -53,6 +62,11 @@ MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARDED_HEADER = "x-minibroker-forwarded"
 OFFSET_HEADER = "x-minibroker-schemas-offset"
 FORWARD_TIMEOUT_S = 30.0
+# The registry's listener name for per-listener TLS settings: listener.name.schema_registry.ssl.*
+# override the broker's ssl.* for the registry's https listeners.
+REGISTRY_LISTENER = "SCHEMA_REGISTRY"
+# Where the authenticated user's name rides in the ASGI scope.
+USER_SCOPE_KEY = "minibroker.user"
 
 
 class _Unreachable(Exception):
@@ -116,7 +130,7 @@ def _formatted(
 
 def build_app(service: SchemaRegistryService) -> Starlette:
     """The ASGI app of one broker's registry."""
-    client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
+    client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=forwarding_tls(service.config))
 
     async def forward(request: Request, url: str | None) -> Response:
         if FORWARDED_HEADER in request.headers:
@@ -138,6 +152,12 @@ def build_app(service: SchemaRegistryService) -> Starlette:
                 headers={
                     "content-type": request.headers.get("content-type", MEDIA_TYPE),
                     FORWARDED_HEADER: "1",
+                    # The writer authenticates the client again (and authorizes it).
+                    **(
+                        {"authorization": request.headers["authorization"]}
+                        if "authorization" in request.headers
+                        else {}
+                    ),
                 },
             )
         except httpx.HTTPError as error:
@@ -262,7 +282,18 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     def subjects(request: Request, current: Registry) -> Any:
         prefix = request.query_params.get("subjectPrefix", "")
         names = current.subject_names(_flag(request, "deleted"))
-        return [name for name in names if name.startswith(prefix)]
+        return [
+            name
+            for name in names
+            if name.startswith(prefix)
+            and allowed(
+                service,
+                request,
+                access.Operation.DESCRIBE,
+                access.ResourceType.TOPIC,
+                access.subject_resource(name),
+            )
+        ]
 
     def versions(request: Request, current: Registry) -> Any:
         found = current.versions(request.path_params["subject"], _flag(request, "deleted"))
@@ -452,61 +483,202 @@ def build_app(service: SchemaRegistryService) -> Starlette:
 
 
 def _counted(route: Route, service: SchemaRegistryService) -> Route:
-    """The route, its answers counted by method, path template and status (metrics)."""
+    """The route, its requests authorized (``access``) and its answers counted by method,
+    path template and status (metrics)."""
     handler = route.endpoint
     (method,) = route.methods - {"HEAD"} if route.methods else {"GET"}
     label = f"{method} {route.path}"
+    access.needs(method, route.path, None)  # Unclassified: a route no one decided on
 
     async def counted(request: Request) -> Response:
-        response = await handler(request)
+        refusal = _refusal(service, request, method, route.path)
+        response = refusal or await handler(request)
         service.requests[(label, response.status_code)] += 1
         return response
 
     return Route(route.path, counted, methods=[method])
 
 
-def registry_config(listeners: tuple[tuple[str, int], ...]) -> HypercornConfig:
-    config = HypercornConfig()
-    config.bind = [
-        f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in listeners
-    ]
-    config.accesslog = None
-    config.errorlog = log
-    config.graceful_timeout = 1.0
-    return config
+def allowed(
+    service: SchemaRegistryService,
+    request: Request,
+    operation: access.Operation,
+    resource_type: int,
+    name: str,
+) -> bool:
+    """Whether the request's user may do ``operation`` on the resource; True when the
+    registry does not authorize (no basic authentication, or a broker without authorizer)."""
+    user = request.scope.get(USER_SCOPE_KEY)
+    if service.authorizer is None or user is None:
+        return True
+    client = request.scope.get("client")
+    host = client[0] if client else "*"
+    return service.authorizer.authorize(f"User:{user}", host, operation, resource_type, name)
 
 
-def bind_registry(listeners: tuple[tuple[str, int], ...]) -> Sockets:
+def _refusal(
+    service: SchemaRegistryService, request: Request, method: str, template: str
+) -> Response | None:
+    """403 with Confluent's 40301 when the ACLs refuse the request; None to serve it."""
+    need = access.needs(method, template, request.path_params.get("subject"))
+    if need.operation is None or need.listing:
+        return None
+    if need.by_id:
+        try:
+            holders = service.registry.subject_versions_of(
+                _schema_id(request.path_params["id"]), deleted=True
+            )
+        except RegistryError:
+            return None  # unknown: the route answers 40403
+        if any(
+            allowed(
+                service,
+                request,
+                need.operation,
+                access.ResourceType.TOPIC,
+                access.subject_resource(holder["subject"]),
+            )
+            for holder in holders
+        ):
+            return None
+    elif allowed(service, request, need.operation, need.resource_type, need.name):
+        return None
+    return _error(RegistryError(*access.denied(need.operation, need)))
+
+
+def forwarding_tls(config: BrokerConfig) -> ssl.SSLContext | bool:
+    """How this broker checks another's https registry listener when it forwards a write:
+    the registry's trust store (``listener.name.schema_registry.ssl.truststore.*``, else the
+    broker's ``ssl.truststore.*``), else the system's authorities."""
+    if not any(listener.tls for listener in config.schema_registry_listeners):
+        return True
+    from minibroker.security.listeners import client_ssl_context
+
+    return client_ssl_context(config, REGISTRY_LISTENER)
+
+
+class _RegistryHypercornConfig(HypercornConfig):
+    """Hypercorn's configuration, with the TLS context built from the broker's ``ssl.*``
+    properties (the same code as its Kafka listeners') rather than Hypercorn's own."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._ssl_context = ssl_context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return self._ssl_context is not None
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._ssl_context
+
+
+def _bind(listener: HttpListener) -> str:
+    host, port = listener.host, listener.port
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def registry_config(config: BrokerConfig) -> HypercornConfig:
+    """Hypercorn's configuration for the registry's listeners; ConfigError (from the TLS
+    settings) names a bad or missing ``ssl.*`` property when a listener is https."""
+    listeners = config.schema_registry_listeners
+    context = None
+    if any(listener.tls for listener in listeners):
+        from minibroker.security.listeners import server_ssl_context
+
+        context = server_ssl_context(config, REGISTRY_LISTENER, "SSL")
+        context.set_alpn_protocols(["http/1.1"])
+    hypercorn = _RegistryHypercornConfig(context)
+    hypercorn.bind = [_bind(listener) for listener in listeners if listener.tls]
+    hypercorn.insecure_bind = [_bind(listener) for listener in listeners if not listener.tls]
+    if context is None:
+        hypercorn.bind, hypercorn.insecure_bind = hypercorn.insecure_bind, []
+    hypercorn.accesslog = None
+    hypercorn.errorlog = log
+    hypercorn.graceful_timeout = 1.0
+    return hypercorn
+
+
+def bind_registry(config: BrokerConfig) -> Sockets:
     """The registry's listening sockets, bound when the broker starts (as its Kafka
     listeners are): a port in use stops the start with the address named."""
-    config = registry_config(listeners)
+    hypercorn = registry_config(config)
     try:
-        sockets = config.create_sockets()
+        sockets = hypercorn.create_sockets()
     except OSError as error:
+        listeners = ",".join(
+            f"{listener.scheme}://{_bind(listener)}"
+            for listener in config.schema_registry_listeners
+        )
         raise OSError(
             error.errno,
-            f"cannot listen on schema.registry.listeners {','.join(config.bind)}:"
-            f" {error.strerror or error}",
+            f"cannot listen on schema.registry.listeners {listeners}: {error.strerror or error}",
         ) from None
-    for sock in sockets.insecure_sockets:
-        sock.listen(config.backlog)
+    for sock in [*sockets.secure_sockets, *sockets.insecure_sockets]:
+        sock.listen(hypercorn.backlog)
     return sockets
+
+
+class BasicAuthentication:
+    """An ASGI wrapper that lets through the requests whose ``Authorization: Basic`` names a
+    SCRAM user of the broker with its password (``auth``), and answers the others 401 with
+    Confluent's error code 40101, before any route runs. The user's name goes on in the
+    scope (USER_SCOPE_KEY)."""
+
+    def __init__(self, app: Any, authenticator: auth.BasicAuthenticator) -> None:
+        self.app = app
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = next(
+            (
+                value.decode("latin-1")
+                for name, value in scope["headers"]
+                if name == b"authorization"
+            ),
+            None,
+        )
+        given = auth.credentials(header)
+        if given is not None and await self._passes(*given):
+            scope[USER_SCOPE_KEY] = given[0]
+            await self.app(scope, receive, send)
+            return
+        answer = _json(
+            {"error_code": 40101, "message": "Unauthorized"},
+            401,
+            headers={"www-authenticate": 'Basic realm="minibroker-schema-registry"'},
+        )
+        await answer(scope, receive, send)
+
+    async def _passes(self, user: str, password: str) -> bool:
+        known = self.authenticator.remembered(user, password)
+        if known is not None:
+            return known
+        credential = await trio.to_thread.run_sync(self.authenticator.check, user, password)
+        if credential is None:
+            return False
+        self.authenticator.remember(user, password, credential)
+        return True
 
 
 async def serve_registry(
     service: SchemaRegistryService,
-    listeners: tuple[tuple[str, int], ...],
     sockets: Sockets,
     *,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the registry's app on ``sockets`` (from bind_registry) until cancelled;
     Hypercorn stops on cancellation and installs no signal handlers of its own here."""
-    config = registry_config(listeners)
-    app = build_app(service)
+    hypercorn = registry_config(service.config)
+    app: Any = build_app(service)
+    if service.authenticator is not None:
+        app = BasicAuthentication(app, service.authenticator)
     await worker_serve(
-        wrap_app(app, config.wsgi_max_body_size, "asgi"),  # type: ignore[arg-type]
-        config,
+        wrap_app(app, hypercorn.wsgi_max_body_size, "asgi"),
+        hypercorn,
         sockets=sockets,
         shutdown_trigger=trio.sleep_forever,
         task_status=task_status,

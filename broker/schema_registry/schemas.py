@@ -9,6 +9,15 @@ dialect they name (Draft 7 when they name none, as Confluent does); their compat
 are Confluent's JSON Schema diff (``json_compat``). PROTOBUF schemas are parsed and compared by
 ``protobuf_schema`` (Confluent's ``protobuf.diff`` rules), with their references given as
 ``dependencies``.
+
+References (``dependencies``: the referenced schemas' texts by reference name, each after
+those it depends on, as Confluent's ``resolveReferences`` orders them) are resolved as
+Confluent's providers resolve them: an AVRO schema's named types are parsed first into the
+names the schema is parsed with (Confluent's ``AvroSchema`` parses them with one
+``Schema.Parser``), so the schema uses them by name; a JSON schema's ``$ref``s to a
+reference's name (``"$ref": "address.json"``, with or without a ``#/...`` fragment) resolve to
+that document (Confluent loads them into everit's schema loader under their names). The text
+stored and served stays the schema's own; the parsed form carries the referenced types.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from enum import Enum
 
 import avro.compatibility
 import avro.errors
+import avro.name
 import avro.schema
 import jsonschema.exceptions
 import jsonschema.validators
@@ -97,12 +107,14 @@ def parse(schema_type: str, text: str, dependencies: dict[str, str] | None = Non
         raise InvalidSchema(f"Invalid schema: {error}") from None
     canonical = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
     if schema_type == AVRO:
+        names = _avro_names(dependencies or {})
         try:
-            return ParsedSchema(AVRO, canonical, avro.schema.make_avsc_object(document))
+            return ParsedSchema(AVRO, canonical, avro.schema.make_avsc_object(document, names))
         except (avro.errors.AvroException, TypeError, ValueError, AttributeError) as error:
             raise InvalidSchema(f"Invalid schema: {error}") from None
     if not isinstance(document, (dict, bool)):
         raise InvalidSchema("Invalid schema: a JSON schema is an object or a boolean")
+    referenced = _json_documents(dependencies or {})
     try:
         validator = jsonschema.validators.validator_for(
             document, default=jsonschema.validators.Draft7Validator
@@ -110,7 +122,35 @@ def parse(schema_type: str, text: str, dependencies: dict[str, str] | None = Non
         validator.check_schema(document)
     except jsonschema.exceptions.SchemaError as error:
         raise InvalidSchema(f"Invalid schema: {error.message}") from None
-    return ParsedSchema(JSON, canonical, document)
+    return ParsedSchema(JSON, canonical, json_compat.bundle(document, referenced))
+
+
+def _avro_names(dependencies: dict[str, str]) -> avro.name.Names:
+    """The named types of an AVRO schema's references, parsed in order (each after those it
+    uses), for the schema to use by name."""
+    names = avro.name.Names()
+    for name, text in dependencies.items():
+        try:
+            document = json.loads(text)
+            if isinstance(document, dict) and isinstance(document.get("name"), str):
+                full = avro.name.Name(document["name"], document.get("namespace"), None)
+                if full.fullname in names.names:
+                    continue  # reached twice through a diamond of references: parsed once
+            avro.schema.make_avsc_object(document, names)
+        except (avro.errors.AvroException, TypeError, ValueError, AttributeError) as error:
+            raise InvalidSchema(f"Invalid schema: reference {name!r}: {error}") from None
+        names.default_namespace = None
+    return names
+
+
+def _json_documents(dependencies: dict[str, str]) -> dict[str, object]:
+    documents: dict[str, object] = {}
+    for name, text in dependencies.items():
+        try:
+            documents[name] = json.loads(text)
+        except (ValueError, TypeError) as error:
+            raise InvalidSchema(f"Invalid schema: reference {name!r}: {error}") from None
+    return documents
 
 
 def _avro_messages(reader: ParsedSchema, writer: ParsedSchema, direction: str) -> list[str]:

@@ -14,7 +14,8 @@ against a state that has applied its whole log first (a new leader's log end inc
 appends their records through the replica manager's append path with acks=-1, as a
 coordinator writes its topic; its answer waits until the records are applied. Other brokers
 forward writes to the writer's HTTP address, which each broker registers with the controller
-beside its Kafka listeners (``SCHEMA_REGISTRY_ENDPOINT``), then wait until their own copy
+beside its Kafka listeners (``SCHEMA_REGISTRY_ENDPOINT``, or ``SCHEMA_REGISTRY_TLS_ENDPOINT``
+for an https one, reached with the registry's trust store), then wait until their own copy
 has the written offset before answering, so a client reads its own writes from any broker.
 
 After a kill -9 of the writer, the controller elects another leader among the in-sync
@@ -34,7 +35,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
-from minibroker.common.names import SCHEMA_REGISTRY_ENDPOINT, SCHEMAS_TOPIC
+from minibroker.common.names import (
+    SCHEMA_REGISTRY_ENDPOINT,
+    SCHEMA_REGISTRY_TLS_ENDPOINT,
+    SCHEMAS_TOPIC,
+)
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.record_batch import scan_valid_batches
@@ -43,8 +48,11 @@ from minibroker.protocol.versions import ApiKey
 from minibroker.replication.partition import Partition
 from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager
 from minibroker.schema_registry import log_format as lf
+from minibroker.schema_registry.auth import BasicAuthenticator
 from minibroker.schema_registry.state import Record as StateRecord
 from minibroker.schema_registry.state import Registry, RegistryError
+from minibroker.security.authorizer.acls import Authorizer
+from minibroker.security.scram import ScramCredentials
 from minibroker.storage.errors import StorageError
 
 log = logging.getLogger("schema_registry")
@@ -84,9 +92,23 @@ def timed_out() -> RegistryError:
 
 class SchemaRegistryService:
     def __init__(
-        self, config: BrokerConfig, replicas: ReplicaManager, create_topics: CreateTopics
+        self,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        create_topics: CreateTopics,
+        scram_credentials: ScramCredentials | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.config = config
+        # The broker's authorizer: with basic authentication, requests are checked against
+        # the Kafka ACLs (``access``).
+        self.authorizer = authorizer
+        # schema.registry.authentication.method=BASIC: logins checked against the broker's
+        # SCRAM users.
+        self.authenticator: BasicAuthenticator | None = None
+        if config.schema_registry_authentication_method == "BASIC":
+            credentials = scram_credentials or ScramCredentials()
+            self.authenticator = BasicAuthenticator(credentials.get)
         self.replicas = replicas
         self.create_topics = create_topics
         self.registry = Registry()
@@ -208,11 +230,16 @@ class SchemaRegistryService:
         if topic is None or PARTITION not in topic.partitions:
             return None
         leader = topic.partitions[PARTITION].leader
-        endpoint = self.replicas.metadata.listeners.get(leader, {}).get(SCHEMA_REGISTRY_ENDPOINT)
-        if endpoint is None:
-            return None
-        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-        return f"http://{host}:{endpoint.port}"
+        endpoints = self.replicas.metadata.listeners.get(leader, {})
+        for name, scheme in (
+            (SCHEMA_REGISTRY_ENDPOINT, "http"),
+            (SCHEMA_REGISTRY_TLS_ENDPOINT, "https"),
+        ):
+            endpoint = endpoints.get(name)
+            if endpoint is not None:
+                host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+                return f"{scheme}://{host}:{endpoint.port}"
+        return None
 
     async def writer_moved(self, previous: str | None, deadline: float) -> bool:
         """Wait until this broker is the writer or another writer than ``previous`` is

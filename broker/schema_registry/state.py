@@ -8,11 +8,19 @@ code and message; they change nothing themselves. The writer (the leader of `_sc
 partition 0) runs them one at a time, against a state that has applied everything in its log,
 so ids and versions are allocated once.
 
+References follow Confluent's ``KafkaSchemaRegistry``: they are resolved depth-first against
+live versions (``resolveReferences``), count in look-ups and ids, and a referenced version
+is not deleted (``ReferenceExistsException``, 42206) while any version, soft-deleted or not,
+references it. Departures: a reference to "latest" (-1) is kept as given and holds whichever
+version is latest; depth and count of references are bounded (MAX_REFERENCE_DEPTH,
+MAX_REFERENCES).
+
 No I/O and no clock here; the trio service and the HTTP app are thin shells around it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +41,10 @@ MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 DEFAULT_MODE = "READWRITE"
 MAX_VERSION = 2**31 - 1
 LATEST = -1
+# Bounds on a schema's references, followed transitively (a registry's own sanity limits;
+# Confluent has none).
+MAX_REFERENCE_DEPTH = 64
+MAX_REFERENCES = 10_000
 
 Record = tuple[lf.Key, lf.Value]
 
@@ -141,8 +153,9 @@ class Version:
 @dataclass
 class Registry:
     subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
-    # (schema type, canonical text) -> id: a schema registered again, in any subject, keeps it.
-    ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (schema type, canonical text, references) -> id: a schema registered again, in any
+    # subject, with the same references, keeps it (Confluent's ids hash the references too).
+    ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
     # The highest id any record ever carried: new ids go above it, so none is reused.
     max_id: int = 0
     # None: the global setting.
@@ -209,7 +222,7 @@ class Registry:
             bool(value.get("deleted", False)),
         )
         self.subjects.setdefault(subject, {})[number] = version
-        self.ids.setdefault((schema_type, text), schema_id)
+        self.ids.setdefault((schema_type, text, _references_key(version.references)), schema_id)
         self.max_id = max(self.max_id, schema_id)
 
     # -- reading ---------------------------------------------------------------------------
@@ -285,71 +298,94 @@ class Registry:
         candidate = self.parse(schema_type, text, references)
         versions = self.versions(subject, deleted)
         for version in reversed(versions):
-            if version.schema_type == candidate.schema_type and _same(version, candidate):
+            if _same(version, candidate, references):
                 return version
         raise schema_not_found()
 
     # -- references --------------------------------------------------------------------------
 
     def dependencies(self, references: list[dict[str, Any]] | None) -> dict[str, str]:
-        """The texts of ``references`` by name, their own references included (Confluent's
-        resolveReferences); 42201 when one names no live version."""
+        """The texts of ``references`` by name, their own references included, each after
+        those it depends on (Confluent's resolveReferences, a depth-first walk); 42201 when
+        one names no live version, or is not {name, subject, version}."""
         found: dict[str, str] = {}
-        pending = list(references or [])
-        seen = 0
-        while pending:
-            seen += 1
-            if seen > 10_000:
-                raise invalid_schema("Invalid schema: too many schema references")
-            reference = pending.pop()
-            if not isinstance(reference, dict):
-                raise invalid_schema("Invalid schema: a reference is an object")
-            name, subject = reference.get("name"), reference.get("subject")
-            number = reference.get("version", LATEST)
-            if not isinstance(name, str) or not isinstance(subject, str):
-                raise invalid_schema("Invalid schema: a reference needs a name and a subject")
-            if name in found:
-                continue
-            try:
-                version = self.version(subject, number if isinstance(number, int) else LATEST)
-            except RegistryError:
-                raise invalid_schema(
-                    f"Invalid schema: reference {name!r} to subject {subject!r} version"
-                    f" {number} not found"
-                ) from None
-            found[name] = version.schema
-            pending += version.references
+        walking: set[str] = set()
+        steps = 0
+
+        def visit(pending: list[Any], depth: int) -> None:
+            nonlocal steps
+            if depth > MAX_REFERENCE_DEPTH:
+                raise invalid_schema("Invalid schema: schema references nested too deeply")
+            for reference in pending:
+                steps += 1
+                if steps > MAX_REFERENCES:
+                    raise invalid_schema("Invalid schema: too many schema references")
+                if not isinstance(reference, dict):
+                    raise invalid_schema("Invalid schema: a reference is an object")
+                name, subject = reference.get("name"), reference.get("subject")
+                number = reference.get("version", LATEST)
+                if not isinstance(name, str) or not isinstance(subject, str):
+                    raise invalid_schema("Invalid schema: a reference needs a name and a subject")
+                if name in found or name in walking:
+                    continue  # reached again (a diamond), or a cycle: resolved once
+                try:
+                    version = self.version(subject, number if isinstance(number, int) else LATEST)
+                except RegistryError:
+                    raise invalid_schema(
+                        f"Invalid schema: reference {name!r} to subject {subject!r} version"
+                        f" {number} not found"
+                    ) from None
+                walking.add(name)
+                visit(version.references, depth + 1)
+                walking.discard(name)
+                found[name] = version.schema
+
+        visit(list(references or []), 0)
         return found
 
     def parse(
         self, schema_type: str, text: str, references: list[dict[str, Any]] | None = None
     ) -> ParsedSchema:
         """``text`` parsed with its references resolved against this state; 42201 if not."""
-        if references and schema_type != PROTOBUF:
-            raise invalid_schema(
-                "Invalid schema: schema references are supported for PROTOBUF schemas only by"
-                " this registry"
-            )
         return _parsed(schema_type, text, self.dependencies(references) if references else None)
 
     def parsed(self, version: Version) -> ParsedSchema:
         return self.parse(version.schema_type, version.schema, version.references)
 
     def referenced_by(self, subject: str, number: int) -> list[int]:
-        """GET /subjects/{s}/versions/{v}/referencedby: ids of live schemas referencing it."""
-        target = self.version(subject, number)
+        """GET /subjects/{s}/versions/{v}/referencedby: the ids of the schemas that reference
+        that version (soft-deleted ones too: as Confluent's, a reference holds until the
+        referencing version is permanently deleted)."""
+        return self._referrers(subject, self.version(subject, number).version)
+
+    def _referrers(self, subject: str, number: int) -> list[int]:
+        # A reference to "latest" (-1) holds the subject's latest live version.
+        live = [v.version for v in self.subjects.get(subject, {}).values() if not v.deleted]
+        held = (number, LATEST) if live and number == max(live) else (number,)
         return sorted(
             {
                 version.schema_id
                 for versions in self.subjects.values()
                 for version in versions.values()
-                if not version.deleted
-                and any(
-                    ref.get("subject") == subject and ref.get("version") in (target.version, LATEST)
+                if any(
+                    isinstance(ref, dict)
+                    and ref.get("subject") == subject
+                    and ref.get("version") in held
                     for ref in version.references
                 )
             }
         )
+
+    def _refuse_if_referenced(self, subject: str, number: int) -> None:
+        """42206 when another schema references that version (Confluent's
+        ReferenceExistsException, for soft and permanent deletes alike)."""
+        if self._referrers(subject, number):
+            raise RegistryError(
+                422,
+                42206,
+                f"One or more references exist to the schema {{magic=1,keytype=SCHEMA,"
+                f"subject={subject},version={number}}}.",
+            )
 
     def serialized(self, version: Version) -> str:
         """``format=serialized``: a PROTOBUF schema as a base64 FileDescriptorProto (what
@@ -384,7 +420,7 @@ class Registry:
         candidate = self.parse(schema_type, text, references)
         live = [v for _, v in sorted(self.subjects.get(subject, {}).items()) if not v.deleted]
         for version in live:
-            if version.schema_type == candidate.schema_type and _same(version, candidate):
+            if _same(version, candidate, references):
                 return version.schema_id, []
         if mode != "IMPORT":
             messages = incompatibilities(
@@ -397,11 +433,12 @@ class Registry:
                     "Schema being registered is incompatible with an earlier schema for"
                     f' subject "{subject}", details: [{", ".join(messages)}]',
                 )
+        identity = (candidate.schema_type, candidate.canonical, _references_key(references))
         if schema_id is None:
-            schema_id = self.ids.get((candidate.schema_type, candidate.canonical))
+            schema_id = self.ids.get(identity)
             if schema_id is None:
                 schema_id = self.max_id + 1
-        elif self.ids.get((candidate.schema_type, candidate.canonical), schema_id) != schema_id:
+        elif self.ids.get(identity, schema_id) != schema_id:
             raise RegistryError(
                 422, 42207, f"Schema is already registered with another id than {schema_id}"
             )
@@ -423,13 +460,15 @@ class Registry:
         self._writable(subject)
         every = self.versions(subject, deleted=True)
         live = [v for v in every if not v.deleted]
+        if permanent and live:
+            raise RegistryError(
+                404,
+                40405,
+                f"Subject '{subject}' was not deleted first before being permanently deleted",
+            )
+        for version in every if permanent else live:
+            self._refuse_if_referenced(subject, version.version)
         if permanent:
-            if live:
-                raise RegistryError(
-                    404,
-                    40405,
-                    f"Subject '{subject}' was not deleted first before being permanently deleted",
-                )
             return [v.version for v in every], [
                 (lf.schema_key(subject, v.version), None) for v in every
             ]
@@ -458,26 +497,20 @@ class Registry:
             if not matching:
                 raise version_not_found(number)
             version = matching[0]
-        if permanent:
-            if not version.deleted:
-                raise RegistryError(
-                    404,
-                    40407,
-                    f"Subject '{subject}' Version {version.version} was not deleted first"
-                    " before being permanently deleted",
-                )
-            return version.version, [(lf.schema_key(subject, version.version), None)]
-        if not version.deleted and self.referenced_by(subject, version.version):
+        if permanent and not version.deleted:
             raise RegistryError(
-                422,
-                42206,
-                f"One or more references exist to the schema {{subject={subject},"
-                f" version={version.version}}}.",
+                404,
+                40407,
+                f"Subject '{subject}' Version {version.version} was not deleted first"
+                " before being permanently deleted",
             )
-        if version.deleted:
+        if not permanent and version.deleted:
             raise RegistryError(
                 404, 40406, f"Subject '{subject}' Version {version.version} was soft deleted."
             )
+        self._refuse_if_referenced(subject, version.version)
+        if permanent:
+            return version.version, [(lf.schema_key(subject, version.version), None)]
         deleted = Version(**{**version.__dict__, "deleted": True})
         return version.version, [(lf.schema_key(subject, version.version), deleted.value())]
 
@@ -553,7 +586,25 @@ def _parsed(
         raise invalid_schema(str(error)) from None
 
 
-def _same(version: Version, candidate: ParsedSchema) -> bool:
+def _references_key(references: list[dict[str, Any]] | None) -> str:
+    """References compared as Confluent compares them: name, subject and version, in order."""
+    return json.dumps(
+        [
+            [ref.get("name"), ref.get("subject"), ref.get("version")]
+            for ref in references or []
+            if isinstance(ref, dict)
+        ]
+    )
+
+
+def _same(
+    version: Version, candidate: ParsedSchema, references: list[dict[str, Any]] | None
+) -> bool:
+    """Whether ``version`` holds ``candidate`` with the same references."""
+    if version.schema_type != candidate.schema_type:
+        return False
+    if _references_key(version.references) != _references_key(references):
+        return False
     if version.schema == candidate.canonical:
         return True
     try:

@@ -335,34 +335,51 @@ class ListenerSecurity:
         return self.protocol in SASL_PROTOCOLS
 
 
+def server_ssl_context(config: BrokerConfig, listener_name: str, protocol: str) -> ssl.SSLContext:
+    """A TLS listener's server context from the ``ssl.*`` properties (each overridable as
+    ``listener.name.<listener>.ssl.*``); ConfigError names what is wrong."""
+    ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    configure_tls(ssl_context, config, listener_name, server=True)
+    if not _load_keystore(ssl_context, config, listener_name):
+        raise ConfigError(
+            f"listener {listener_name} uses {protocol} but has no key store: set "
+            "ssl.keystore.location (PEM) or ssl.keystore.certificate.chain and "
+            "ssl.keystore.key"
+        )
+    key = "ssl.client.auth"
+    client_auth = (listener_property(config, listener_name, key) or "none").strip().lower()
+    if client_auth not in CLIENT_AUTH_MODES:
+        raise ConfigError(
+            f"invalid value {client_auth!r} for {_prefixed_name(config, listener_name, key)}"
+            ": expected none, requested or required"
+        )
+    has_truststore = _load_truststore(ssl_context, config, listener_name)
+    if client_auth != "none" and not has_truststore:
+        raise ConfigError(
+            f"{key}={client_auth} on listener {listener_name} needs a trust store "
+            "(ssl.truststore.location or ssl.truststore.certificates) to check client "
+            "certificates against"
+        )
+    ssl_context.verify_mode = CLIENT_AUTH_MODES[client_auth]
+    return ssl_context
+
+
+def client_ssl_context(config: BrokerConfig, listener_name: str) -> ssl.SSLContext:
+    """A context to connect to a TLS listener of another node: its trust store, else the
+    system's certificate authorities; its key store, when it has one, as the client's
+    certificate (for listeners that ask for one)."""
+    context = ssl.create_default_context()
+    _load_truststore(context, config, listener_name)
+    _load_keystore(context, config, listener_name)
+    return context
+
+
 def listener_security(config: BrokerConfig, listener_name: str) -> ListenerSecurity:
     """Build a listener's security from the configuration; ConfigError names what is wrong."""
     protocol = config.security_protocol(listener_name)
     ssl_context = None
     if protocol in TLS_PROTOCOLS:
-        ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        configure_tls(ssl_context, config, listener_name, server=True)
-        if not _load_keystore(ssl_context, config, listener_name):
-            raise ConfigError(
-                f"listener {listener_name} uses {protocol} but has no key store: set "
-                "ssl.keystore.location (PEM) or ssl.keystore.certificate.chain and "
-                "ssl.keystore.key"
-            )
-        key = "ssl.client.auth"
-        client_auth = (listener_property(config, listener_name, key) or "none").strip().lower()
-        if client_auth not in CLIENT_AUTH_MODES:
-            raise ConfigError(
-                f"invalid value {client_auth!r} for {_prefixed_name(config, listener_name, key)}"
-                ": expected none, requested or required"
-            )
-        has_truststore = _load_truststore(ssl_context, config, listener_name)
-        if client_auth != "none" and not has_truststore:
-            raise ConfigError(
-                f"{key}={client_auth} on listener {listener_name} needs a trust store "
-                "(ssl.truststore.location or ssl.truststore.certificates) to check client "
-                "certificates against"
-            )
-        ssl_context.verify_mode = CLIENT_AUTH_MODES[client_auth]
+        ssl_context = server_ssl_context(config, listener_name, protocol)
     mapper = principal_mapper(config, listener_name) if protocol == "SSL" else None
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = {}

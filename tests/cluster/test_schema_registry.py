@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
@@ -255,6 +255,99 @@ def test_protobuf_serializers_with_references_through_the_registry(cluster: Clus
     # Under NONE the kind change goes in.
     registry.set_compatibility(f"{topic}-value", "NONE")
     assert registry.register_schema(f"{topic}-value", candidate) > 0
+
+
+def through_the_broker(cluster: Cluster, topic: str, values: list[bytes]) -> list[bytes]:
+    """Produce ``values`` to a new one-partition topic and read them back (by assignment)."""
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": topic})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read: list[bytes] = []
+    deadline = time.monotonic() + CONVERGENCE_TIMEOUT
+    try:
+        while len(read) < len(values) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read.append(message.value())
+    finally:
+        consumer.close()
+    return read
+
+
+def test_avro_and_json_serializers_with_references_through_the_registry(cluster: Cluster) -> None:
+    registry = SchemaRegistryClient({"url": cluster.schema_registry_url})
+    namespace = unique("ns").replace("-", "_")
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": namespace,
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    address_subject = unique("address")
+    registry.register_schema(address_subject, avro(address))
+    reference = SchemaReference(f"{namespace}.Address", address_subject, 1)
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": namespace,
+        "fields": [{"name": "name", "type": "string"}, {"name": "home", "type": "Address"}],
+    }
+    topic = unique("customers")
+    context = SerializationContext(topic, MessageField.VALUE)
+    serializer = AvroSerializer(registry, Schema(json.dumps(customer), "AVRO", [reference]))
+    customers = [{"name": f"c{n}", "home": {"city": f"city-{n}"}} for n in range(3)]
+    read = through_the_broker(cluster, topic, [serializer(c, context) for c in customers])
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": cluster.schema_registry_url}))
+    assert [deserializer(value, context) for value in read] == customers
+    registered = registry.get_latest_version(f"{topic}-value")
+    assert [(r.name, r.subject, r.version) for r in registered.schema.references] == [
+        (f"{namespace}.Address", address_subject, 1)
+    ]
+    # Every broker lists the referrer, and refuses to delete what it references (42206).
+    for url in cluster.schema_registry_urls:
+        referrers = httpx.get(f"{url}/subjects/{address_subject}/versions/1/referencedby")
+        assert referrers.json() == [registered.schema_id]
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.delete_version(address_subject, 1)
+    assert (refused.value.http_status_code, refused.value.error_code) == (422, 42206)
+    # A reference to a subject that does not exist: 42201.
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.register_schema(
+            unique("dangling"),
+            Schema(json.dumps(customer), "AVRO", [SchemaReference("Address", unique("none"), 1)]),
+        )
+    assert (refused.value.http_status_code, refused.value.error_code) == (422, 42201)
+
+    # JSON Schema: a $ref to the referenced document by its reference name.
+    point = {
+        "type": "object",
+        "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+        "required": ["x", "y"],
+    }
+    point_subject = unique("point")
+    registry.register_schema(point_subject, Schema(json.dumps(point), "JSON"))
+    shape = {
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "at": {"$ref": "point.json"}},
+        "required": ["label", "at"],
+    }
+    json_topic = unique("shapes")
+    json_context = SerializationContext(json_topic, MessageField.VALUE)
+    json_reference = SchemaReference("point.json", point_subject, 1)
+    json_serializer = JSONSerializer(Schema(json.dumps(shape), "JSON", [json_reference]), registry)
+    shapes = [{"label": "origin", "at": {"x": 0, "y": 0}}, {"label": "p", "at": {"x": 1.5, "y": 2}}]
+    read = through_the_broker(
+        cluster, json_topic, [json_serializer(s, json_context) for s in shapes]
+    )
+    json_deserializer = JSONDeserializer(None, schema_registry_client=registry)
+    assert [json_deserializer(value, json_context) for value in read] == shapes
+    # The referenced document is validated against by the client: a bad point is refused.
+    with pytest.raises(Exception, match="required|'y'"):
+        json_serializer({"label": "bad", "at": {"x": 1}}, json_context)
 
 
 def test_produce_validation_refuses_records_without_a_registered_schema_id(

@@ -73,6 +73,10 @@ SKIPPED = {
 
 # Sections whose blocks are not run here, each with the reason and what runs them instead.
 SKIPPED_SECTIONS = {
+    ("docs/schema-registry.md", "TLS and authentication"): "a broker with certificates and"
+    " SCRAM users: tests/integration/test_schema_registry_security.py starts one with these"
+    " properties (its https listener, BASIC, minibroker.scram.users) and runs confluent-kafka's"
+    " SchemaRegistryClient with ssl.ca.location and basic.auth.user.info against it",
     ("docs/schema-registry.md", "Schema validation on produce"): "a topic created with the"
     " config on a running cluster: tests/cluster/test_schema_registry.py's"
     " test_produce_validation_refuses_records_without_a_registered_schema_id creates one and"
