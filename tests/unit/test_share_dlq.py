@@ -128,9 +128,7 @@ def test_the_share_partition_names_what_it_archived_for_the_dlq(autojump_clock):
     """What the DLQ writer is handed: rejected records and those released at the limit, with
     their delivery counts; accepted and released-below-the-limit ones are not."""
     sp = SharePartition(ShareSettings(delivery_count_limit=2), start_offset=0)
-    assert [(r.first_offset, r.last_offset) for r in sp.acquire("m", 10, [(0, 3)], 0)] == [
-        (0, 3)
-    ]
+    assert [(r.first_offset, r.last_offset) for r in sp.acquire("m", 10, [(0, 3)], 0)] == [(0, 3)]
     sp.acknowledge(
         "m",
         [
