@@ -35,8 +35,13 @@ from minibroker.apis.authorization import inter_node_listeners, is_inter_node_li
 from minibroker.apis.dispatch import UnsupportedRequest, dispatch
 from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.apis.sasl import raw_step
-from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
+from minibroker.cluster.controller_client import (
+    ControllerClient,
+    build_request,
+    discover_cluster_id,
+)
 from minibroker.common.config import BrokerConfig, ConfigError
+from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, TOPIC_RESOURCE
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
@@ -494,6 +499,7 @@ class BrokerServer:
                     self.config,
                     self.replicas,
                     create_topics=self._create_topics_through_controller(controller_client),
+                    topic_configs=self._topic_configs_from_controller(controller_client),
                 )
                 await control.start(self.share_dlq.run)
                 self.shares = SharePartitionManager(
@@ -590,6 +596,39 @@ class BrokerServer:
             return Error(answer.topics[0].error_code.value)
 
         return create_topics
+
+    def _topic_configs_from_controller(self, controller_client):
+        """topic_configs(name) -> the topic's overrides as the controller has them (None for
+        no such topic): this node's controller's state, or a DescribeConfigs forwarded to
+        the cluster's controller, as DescribeConfigs on a broker asks it (apis/configs.py)."""
+
+        async def topic_configs(name: str) -> dict[str, str] | None:
+            if self.controller is not None:
+                topic = self.controller.state.topics.get(name)
+                return dict(topic.configs) if topic is not None else None
+            request = build_request(
+                ApiKey.DESCRIBE_CONFIGS,
+                {
+                    "resources": [
+                        {
+                            "resource_type": TOPIC_RESOURCE,
+                            "resource_name": name,
+                            "configuration_keys": None,
+                        }
+                    ],
+                    "include_synonyms": False,
+                    "include_documentation": False,
+                },
+            )
+            answer = await controller_client.forward(request)
+            (result,) = answer.results
+            if result.error_code.value != Error.NONE:
+                return None
+            return {
+                c.name: c.value for c in result.configs if c.config_source == DYNAMIC_TOPIC_CONFIG
+            }
+
+        return topic_configs
 
     async def _start_schema_registry(self, control, controller_client) -> None:
         """The schema registry on its own listeners (schema.registry.listeners); its HTTP

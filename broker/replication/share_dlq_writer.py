@@ -29,8 +29,9 @@ records are persisted ARCHIVED at once and written to the DLQ after, so a leader
 between the two loses those DLQ records (at most once into the DLQ, where Kafka is at least
 once); the share partition's start offset is never held back by a DLQ write. One batch per
 job (Kafka splits a round at the DLQ topic's max.message.bytes): a job larger than that fails
-as a whole. The DLQ topic's configs are those this broker knows (of its replicas, or as the
-controller announced them).
+as a whole. The DLQ topic's configs are this broker's when it hosts a replica (or the controller
+announced them), else asked of the controller at each write (a DescribeConfigs; Kafka's
+brokers have every topic's configs in their metadata image).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from minibroker.cluster.controller_client import build_request
+from minibroker.cluster.controller_client import ControllerUnavailable, build_request
 from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
 from minibroker.common.features import SHARE_VERSION
 from minibroker.protocol.errors import Error
@@ -73,6 +74,8 @@ log = logging.getLogger("share-dlq")
 
 # create_topics(request) -> the topic's error (the node wires it to the controller).
 CreateTopics = Callable[[object], Awaitable[Error]]
+# topic_configs(name) -> the topic's overrides as the controller has them, None for no topic.
+TopicConfigs = Callable[[str], Awaitable["dict[str, str] | None"]]
 
 REQUEST_TIMEOUT_S = 30.0
 READ_BYTES = 1024 * 1024  # Kafka's DLQ_MAX_FETCH_BYTES
@@ -105,10 +108,12 @@ class ShareDlqWriter:
         replicas: ReplicaManager,
         *,
         create_topics: CreateTopics | None = None,
+        topic_configs: TopicConfigs | None = None,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self.create_topics = create_topics
+        self.topic_configs = topic_configs
         self._send, self._receive = trio.open_memory_channel[DlqJob](math.inf)
         self._connections: dict[int, NodeConnection] = {}
         self._connecting: dict[int, trio.Lock] = {}
@@ -167,7 +172,7 @@ class ShareDlqWriter:
                 metrics.child(metrics.dlq_produce_requests, job.group).inc()
                 try:
                     failure = await self._attempt(job)
-                except (*CONNECTION_ERRORS, trio.TooSlowError) as problem:
+                except (*CONNECTION_ERRORS, trio.TooSlowError, ControllerUnavailable) as problem:
                     failure = _Failed(f"{type(problem).__name__}: {problem}", True)
                 if failure is None:
                     self.records_written += len(job.letters)
@@ -210,22 +215,28 @@ class ShareDlqWriter:
         level = self.replicas.finalized_features.levels.get(SHARE_VERSION, 0)
         return group_dlq(self.replicas.group_configs.get(group, {}), level)
 
-    def _topic_configs(self, topic: str) -> dict[str, str] | None:
+    async def _topic_configs(self, topic: str) -> dict[str, str] | None:
+        """The DLQ topic's overrides: this broker's own (it hosts a replica, or the
+        controller announced them), else the controller's (as DescribeConfigs asks it)."""
         info = self.replicas.log_manager.topics().get(topic)
         if info is not None:
             return dict(info.configs)
-        return self.replicas.announced_topic_configs.get(topic)
+        announced = self.replicas.announced_topic_configs.get(topic)
+        if announced is not None or self.topic_configs is None:
+            return announced
+        return await self.topic_configs(topic)
 
     async def _attempt(self, job: DlqJob) -> _Failed | None:
         dlq = self._group_dlq(job.group)
         if dlq is None:
             return _Failed(f"DLQ topic is not configured for share group {job.group}.", False)
         metadata = self.replicas.metadata.topic(dlq.topic)
+        configs = await self._topic_configs(dlq.topic) if metadata is not None else None
         problem = validate_dlq_topic(
             job.group,
             dlq.topic,
             exists=metadata is not None,
-            enabled_on_topic=topic_enabled(self._topic_configs(dlq.topic)),
+            enabled_on_topic=topic_enabled(configs),
             auto_create=self.config.errors_deadletterqueue_auto_create_topics_enable,
             prefix=self.config.errors_deadletterqueue_topic_name_prefix,
         )
