@@ -2,13 +2,20 @@
 the source partition's leader sends the DLQ record there as a Produce over the inter-broker
 listener (Kafka's ShareGroupDLQStateManager sends its ProduceRequests to the DLQ partition's
 leader node), and a plain Consumer reads it back with Kafka 4.4's headers. A controller and
-three brokers (real processes), a confluent-kafka ShareConsumer in explicit mode."""
+two brokers (real processes: the fewest that put the two partitions on different leaders; the
+cluster's start is most of the test's time), a confluent-kafka ShareConsumer in explicit
+mode."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from confluent_kafka import AcknowledgeType
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from minibroker.tools.launcher import Cluster
+from tests.cluster.conftest import CLUSTER_OVERRIDES, _check_clean_stop
 from tests.conftest import wait_for
 from tests.integration.test_share_dlq import (
     REJECTED,
@@ -19,6 +26,13 @@ from tests.integration.test_share_dlq import (
     set_group_configs,
     share_consumer,
 )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    started = Cluster.start(tmp_path, brokers=2, overrides=CLUSTER_OVERRIDES)
+    yield started
+    _check_clean_stop(started)
 
 
 def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(cluster):
