@@ -296,8 +296,15 @@ class SharePartitionManager:
         else:
             return None, persister_error(read.error)
         held = _Held(share, key, leader_epoch)
+        if share.dead_letters:
+            # Records whose last delivery reached the limit under the old leader: archived
+            # now, persisted so (before anyone else sees the share partition), and handed to
+            # the DLQ once.
+            archived = share.batches_of(letter.offset for letter in share.dead_letters)
+            error = await self._persist(held, archived)
+            if error is not Error.NONE:
+                log.warning("share group %s: archive at load not persisted: %s", group_id, error)
         self._held[(group_id, topic, index)] = held
-        # Records whose last delivery reached the limit under the old leader: archived now.
         self._hand_over_dead_letters(held, group_id, topic, index)
         log.info(
             "share group %s: share partition %s-%d from offset %d",

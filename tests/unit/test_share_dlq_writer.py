@@ -12,10 +12,18 @@ import pytest
 import trio
 
 from minibroker.common.features import SHARE_VERSION, FinalizedFeatures
+from minibroker.protocol.errors import Error
 from minibroker.protocol.records import decode_records
 from minibroker.replication.metadata_cache import PartitionMetadata, TopicMetadata
 from minibroker.replication.share_dlq_writer import ShareDlqWriter
-from minibroker.replication.share_partition import DeadLetter, DeadLetterReason
+from minibroker.replication.share_partition import (
+    DeadLetter,
+    DeadLetterReason,
+    RecordState,
+    StateBatch,
+)
+from minibroker.replication.share_partition_manager import SharePartitionManager
+from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey, WriteState
 from tests.unit.replication_harness import (
     TOPIC,
     TOPIC_ID,
@@ -125,3 +133,31 @@ async def test_nothing_is_queued_without_a_dlq_or_below_share_version_2(
     broker.finalized_features = FinalizedFeatures({SHARE_VERSION: 2}, 3)
     assert writer.enqueue(GROUP, TOPIC, TOPIC_ID, 0, letter)
     assert writer.pending == 1
+
+
+async def test_a_record_at_the_limit_under_the_old_leader_is_archived_and_dead_lettered_at_load(
+    broker, nursery, autojump_clock
+):
+    """The old leader persisted offset 0 delivered 5 times (the limit) and died holding its
+    lock: the new leader's share partition archives it at load, persists that, and hands it
+    to the DLQ; offset 1 is acquired."""
+    assert (await append(broker, 0, 2, acks=1))["error_code"] == 0
+    broker.group_configs[GROUP] = {"errors.deadletterqueue.topic.name": DLQ}
+    persister = InMemoryPersister()
+    key = ShareStateKey(GROUP, TOPIC_ID, 0)
+    assert await persister.initialize(key, 0, 0) == Error.NONE
+    at_limit = (StateBatch(0, 0, RecordState.AVAILABLE, 5),)
+    assert await persister.write(key, WriteState(0, 1, 0, at_limit)) == Error.NONE
+    writer = ShareDlqWriter(broker.config, broker)
+    await nursery.start(writer.run)
+    manager = SharePartitionManager(broker.config, broker, persister, dlq=writer)
+    partition, _ = broker.leader_partition(TOPIC, 0)
+    assert partition is not None
+    result = await manager.acquire(GROUP, "m", partition, max_records=10, max_bytes=1 << 20)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in result.acquired] == [
+        (1, 1, 1)
+    ]
+    read = await persister.read(key, 1)
+    assert read.state is not None and read.state.start_offset == 1  # 0 archived, persisted
+    await drained(writer)
+    assert writer.records_written == 1
