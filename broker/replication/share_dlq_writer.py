@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from minibroker.cluster.controller_client import ControllerUnavailable, build_request
-from minibroker.cluster.node_connection import CONNECTION_ERRORS, NodeConnection
+from minibroker.cluster.node_connection import CONNECTION_ERRORS, BrokerConnections
 from minibroker.common.features import SHARE_VERSION
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
@@ -115,10 +115,15 @@ class ShareDlqWriter:
         self.create_topics = create_topics
         self.topic_configs = topic_configs
         self._send, self._receive = trio.open_memory_channel[DlqJob](math.inf)
-        self._connections: dict[int, NodeConnection] = {}
-        self._connecting: dict[int, trio.Lock] = {}
-        self._security = (
-            client_security(config, config.inter_broker_listener.name) if config.is_broker else None
+        # Produce requests to DLQ partitions led by other brokers, on the inter-broker
+        # listener (Kafka's DLQ sender thread's NetworkClient).
+        listener = config.inter_broker_listener.name if config.is_broker else None
+        self._connections = BrokerConnections(
+            lambda broker_id: replicas.metadata.brokers.get(broker_id),
+            f"share-dlq-{config.node_id}",
+            client_security(config, listener) if listener is not None else None,
+            connect=replicas.connect,
+            timeout_s=REQUEST_TIMEOUT_S + 5,
         )
         # Counters, also on /metrics (by group) through the broker's metrics.
         self.records_written = 0
@@ -158,9 +163,7 @@ class ShareDlqWriter:
                     jobs.start_soon(self._deliver, job)
         finally:
             with trio.CancelScope(shield=True):
-                for connection in list(self._connections.values()):
-                    await connection.aclose()
-                self._connections.clear()
+                await self._connections.aclose()
 
     async def _deliver(self, job: DlqJob) -> None:
         """Attempts with Kafka's backoff; the outcome is logged and counted, never raised."""
@@ -373,41 +376,9 @@ class ShareDlqWriter:
                 ],
             },
         )
-        connection = None
-        try:
-            connection = await self._connection(leader)
-            with trio.fail_after(REQUEST_TIMEOUT_S + 5):
-                answer = await connection.request(request)
-        except BaseException:
-            await self._discard(leader, connection)
-            raise
+        answer = await self._connections.request(leader, request)
         partition = answer.responses[0].partition_responses[0]
         return Error(partition.error_code.value)
-
-    async def _connection(self, broker_id: int) -> NodeConnection:
-        lock = self._connecting.setdefault(broker_id, trio.Lock())
-        async with lock:
-            connection = self._connections.get(broker_id)
-            if connection is None:
-                endpoint = self.replicas.metadata.brokers.get(broker_id)
-                if endpoint is None:
-                    raise OSError(f"no address known for broker {broker_id}")
-                connection = await self.replicas.connect(
-                    endpoint.host,
-                    endpoint.port,
-                    f"share-dlq-{self.config.node_id}",
-                    self._security,
-                )
-                self._connections[broker_id] = connection
-            return connection
-
-    async def _discard(self, broker_id: int, connection: NodeConnection | None) -> None:
-        if connection is None:
-            return
-        if self._connections.get(broker_id) is connection:
-            del self._connections[broker_id]
-        with trio.CancelScope(shield=True):
-            await connection.aclose()
 
 
 # Kafka's retriable produce and create-topic errors (RetriableException subclasses).
