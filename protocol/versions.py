@@ -138,6 +138,9 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.WRITE_SHARE_GROUP_STATE: 1,
     ApiKey.DELETE_SHARE_GROUP_STATE: 0,
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: 1,
+    # The share groups' dead-letter queue writer (replication/share_dlq_writer.py), to the
+    # leader of a DLQ partition led elsewhere.
+    ApiKey.PRODUCE: 9,
 }
 
 # The first version of each API whose request and response use the flexible (tagged-field)

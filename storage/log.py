@@ -369,6 +369,9 @@ _TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     "local.retention.bytes": (None, _long(-2)),
     "remote.log.copy.disable": (None, _boolean),
     "remote.log.delete.on.disable": (None, _boolean),
+    # KIP-1191: the topic may be a share group's dead-letter queue (replication/share_dlq.py
+    # reads it from the topic's configs).
+    "errors.deadletterqueue.group.enable": (None, _boolean),
     # Confluent Server's schema validation on produce (docs/schema-registry.md): a record's
     # value (key) must carry a schema id registered for the topic's subject.
     "confluent.value.schema.validation": ("value_schema_validation", _boolean),

@@ -584,6 +584,14 @@ _PROPERTIES: dict[str, _Property] = {
         "group_share_partition_max_record_locks", _at_least(100)
     ),
     "group.share.max.share.sessions": _Property("group_share_max_share_sessions", _at_least(1)),
+    # Share groups' dead-letter queues (KIP-1191): may a DLQ topic be created on first use,
+    # and the prefix its name must have ("" for none).
+    "errors.deadletterqueue.auto.create.topics.enable": _Property(
+        "errors_deadletterqueue_auto_create_topics_enable", _parse_bool
+    ),
+    "errors.deadletterqueue.topic.name.prefix": _Property(
+        "errors_deadletterqueue_topic_name_prefix", str
+    ),
     "group.share.heartbeat.interval.ms": _Property(
         "group_share_heartbeat_interval_ms", _at_least(1)
     ),
@@ -868,6 +876,13 @@ class BrokerConfig:
         "group.share.partition.max.record.locks"
     )
     group_share_max_share_sessions: int = _kafka_default("group.share.max.share.sessions")
+    # Share groups' dead-letter queues (KIP-1191, replication/share_dlq.py).
+    errors_deadletterqueue_auto_create_topics_enable: bool = _kafka_default(
+        "errors.deadletterqueue.auto.create.topics.enable"
+    )
+    errors_deadletterqueue_topic_name_prefix: str = _kafka_default(
+        "errors.deadletterqueue.topic.name.prefix"
+    )
     # Share groups' membership (KIP-932): ShareGroupHeartbeat's interval and sessions.
     group_share_heartbeat_interval_ms: int = _kafka_default("group.share.heartbeat.interval.ms")
     group_share_session_timeout_ms: int = _kafka_default("group.share.session.timeout.ms")

@@ -163,6 +163,7 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         TopicConfigDef("local.retention.bytes", LONG, "-2", _log("local.retention.bytes")),
         TopicConfigDef("remote.log.copy.disable", BOOLEAN, "false"),
         TopicConfigDef("remote.log.delete.on.disable", BOOLEAN, "false"),
+        TopicConfigDef("errors.deadletterqueue.group.enable", BOOLEAN, "false"),
         # Confluent Server's (not Kafka's): schema validation on produce.
         TopicConfigDef("confluent.value.schema.validation", BOOLEAN, "false"),
         TopicConfigDef("confluent.key.schema.validation", BOOLEAN, "false"),
@@ -215,6 +216,9 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "group.consumer.session.timeout.ms": (INT, "45000"),
     "group.max.session.timeout.ms": (INT, "1800000"),
     "group.share.delivery.count.limit": (INT, "5"),
+    # Share groups' dead-letter queues (KIP-1191), Kafka 4.4's GroupCoordinatorConfig.
+    "errors.deadletterqueue.auto.create.topics.enable": (BOOLEAN, "false"),
+    "errors.deadletterqueue.topic.name.prefix": (STRING, "dlq."),
     "group.share.max.record.lock.duration.ms": (INT, "60000"),
     "group.share.max.share.sessions": (INT, "2000"),
     "group.share.min.record.lock.duration.ms": (INT, "15000"),

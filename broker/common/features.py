@@ -20,12 +20,12 @@ implements all of them:
   in a new cluster as Kafka 4.4 does; at 0 StreamsGroupHeartbeat answers UNSUPPORTED_VERSION
   (apis/streams_groups.py), as Kafka's.
 
-- ``share.version`` 0 to 1 (1: share groups, KIP-932), finalized at 1. Kafka 4.4 supports 0
-  to 2 and a new 4.4 cluster finalizes 2 (ShareVersion.SV_2, bootstrapped at 4.4-IV0: the
-  dead-letter queues of KIP-1191); minibroker serves share groups without dead-letter queues,
-  so it supports and finalizes 1 (docs/not-yet-supported.md). At 0 ShareGroupHeartbeat and
-  ShareGroupDescribe answer UNSUPPORTED_VERSION (apis/share_groups.py), as Kafka's
-  isShareGroupProtocolEnabled does.
+- ``share.version`` 0 to 2 (1: share groups, KIP-932; 2: their dead-letter queues,
+  KIP-1191), finalized at 2 in a new cluster as a new Kafka 4.4 cluster is (ShareVersion.SV_2,
+  bootstrapped at 4.4-IV0). At 0 ShareGroupHeartbeat and ShareGroupDescribe answer
+  UNSUPPORTED_VERSION (apis/share_groups.py), as Kafka's isShareGroupProtocolEnabled does; at
+  1 share groups run without dead-letter queues (replication/share_dlq.py writes none, as
+  Kafka's SharePartition asks its shareGroupDlqEnableSupplier).
 
 Not listed at all, so no client tries them and no update can finalize them:
 ``eligible.leader.replicas.version`` (no ELR, see docs/not-yet-supported.md).
@@ -50,7 +50,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     KRAFT_VERSION: (0, 0),
     TRANSACTION_VERSION: (0, 2),
     GROUP_VERSION: (0, 1),
-    SHARE_VERSION: (0, 1),
+    SHARE_VERSION: (0, 2),
     STREAMS_VERSION: (0, 1),
 }
 
@@ -65,13 +65,13 @@ class FinalizedFeatures:
 
 def initial_levels(transaction_version: int) -> dict[str, int]:
     """The levels a new cluster finalizes, as a new Kafka 4.4 cluster does (formatted at its
-    latest metadata.version, which brings group.version 1 and transaction.version 2; share.version
-    1 where Kafka 4.4 has 2, see above), with
+    latest metadata.version, which brings group.version 1, share.version 2 and
+    transaction.version 2), with
     ``transaction.version`` as the controller's setting says."""
     levels = {
         METADATA_VERSION: LATEST_METADATA_VERSION,
         GROUP_VERSION: 1,
-        SHARE_VERSION: 1,
+        SHARE_VERSION: 2,
         STREAMS_VERSION: 1,
     }
     if transaction_version:

@@ -156,6 +156,28 @@ class BrokerMetrics:
             registry=self.registry,
         )
 
+        # Share groups' dead-letter queues (KIP-1191): Kafka's ShareGroupMetrics
+        # DeadLetterQueueTotalProduceRequestsPerSec, DeadLetterQueueFailedProduceRequestsPerSec
+        # and DeadLetterQueueRecordCount, by group (replication/share_dlq_writer.py).
+        self.dlq_produce_requests = Counter(
+            "kafka_server_sharegroupmetrics_deadletterqueuetotalproducerequests",
+            "Attempts to write a share group's dead letters to its DLQ topic.",
+            ["group"],
+            registry=self.registry,
+        )
+        self.dlq_failed_produce_requests = Counter(
+            "kafka_server_sharegroupmetrics_deadletterqueuefailedproducerequests",
+            "Attempts to write a share group's dead letters to its DLQ topic that failed.",
+            ["group"],
+            registry=self.registry,
+        )
+        self.dlq_records = Counter(
+            "kafka_server_sharegroupmetrics_deadletterqueuerecordcount",
+            "Records written to a share group's DLQ topic.",
+            ["group"],
+            registry=self.registry,
+        )
+
         # Not Kafka's (its request path has no single thread to stall): how late the event
         # loop came back to a pulse due every 10 ms, and every garbage collection's pause
         # (node/loop_stalls.py).

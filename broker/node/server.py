@@ -35,8 +35,13 @@ from minibroker.apis.authorization import inter_node_listeners, is_inter_node_li
 from minibroker.apis.dispatch import UnsupportedRequest, dispatch
 from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.apis.sasl import raw_step
-from minibroker.cluster.controller_client import ControllerClient, discover_cluster_id
+from minibroker.cluster.controller_client import (
+    ControllerClient,
+    build_request,
+    discover_cluster_id,
+)
 from minibroker.common.config import BrokerConfig, ConfigError
+from minibroker.common.config_model import DYNAMIC_TOPIC_CONFIG, TOPIC_RESOURCE
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.quota_manager import BrokerQuotas
 from minibroker.controller.service import ControllerService
@@ -68,6 +73,7 @@ from minibroker.protocol.versions import ApiKey
 from minibroker.replication import log_io
 from minibroker.replication.log_cleaner import LogCleanerService
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
+from minibroker.replication.share_dlq_writer import ShareDlqWriter
 from minibroker.replication.share_partition_manager import SharePartitionManager
 from minibroker.replication.share_persister import InMemoryPersister, SharePersister
 from minibroker.security.authenticator import SaslSession
@@ -246,6 +252,7 @@ class BrokerServer:
         # (node/share_persister.py: the share coordinator's, here or over the wire).
         self.share_coordinator: ShareCoordinator | None = None
         self.shares: SharePartitionManager | None = None
+        self.share_dlq: ShareDlqWriter | None = None
         self.schema_registry: SchemaRegistryService | None = None
         self.iceberg: IcebergService | None = None
         # The schema registry's sockets (hypercorn's Sockets), bound at start (run) as the
@@ -487,11 +494,20 @@ class BrokerServer:
                 # The group coordinator initializes and deletes share partitions' state, and
                 # reads it for DescribeShareGroupOffsets, through the same persister.
                 self.coordinator.share_persister = self.share_persister
+                # Share groups' dead-letter queues (KIP-1191): written off the request path.
+                self.share_dlq = ShareDlqWriter(
+                    self.config,
+                    self.replicas,
+                    create_topics=self._create_topics_through_controller(controller_client),
+                    topic_configs=self._topic_configs_from_controller(controller_client),
+                )
+                await control.start(self.share_dlq.run)
                 self.shares = SharePartitionManager(
                     self.config,
                     self.replicas,
                     self.share_persister or InMemoryPersister(),
                     is_member=self._is_share_member,
+                    dlq=self.share_dlq,
                 )
                 await control.start(self.shares.run)
                 # Iceberg topics (docs/iceberg-topics.md): idle unless a topic asks for a table.
@@ -568,6 +584,52 @@ class BrokerServer:
                 connections.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_SECONDS
             control.cancel_scope.cancel()
 
+    def _create_topics_through_controller(self, controller_client):
+        """create_topics(request) -> the first topic's error: a CreateTopics decided by this
+        node's controller, or forwarded to the cluster's."""
+
+        async def create_topics(request) -> Error:
+            if self.controller is not None:
+                response = await self.controller.create_topics(request)
+                return Error(response["topics"][0]["error_code"])
+            answer = await controller_client.forward(request)
+            return Error(answer.topics[0].error_code.value)
+
+        return create_topics
+
+    def _topic_configs_from_controller(self, controller_client):
+        """topic_configs(name) -> the topic's overrides as the controller has them (None for
+        no such topic): this node's controller's state, or a DescribeConfigs forwarded to
+        the cluster's controller, as DescribeConfigs on a broker asks it (apis/configs.py)."""
+
+        async def topic_configs(name: str) -> dict[str, str] | None:
+            if self.controller is not None:
+                topic = self.controller.state.topics.get(name)
+                return dict(topic.configs) if topic is not None else None
+            request = build_request(
+                ApiKey.DESCRIBE_CONFIGS,
+                {
+                    "resources": [
+                        {
+                            "resource_type": TOPIC_RESOURCE,
+                            "resource_name": name,
+                            "configuration_keys": None,
+                        }
+                    ],
+                    "include_synonyms": False,
+                    "include_documentation": False,
+                },
+            )
+            answer = await controller_client.forward(request)
+            (result,) = answer.results
+            if result.error_code.value != Error.NONE:
+                return None
+            return {
+                c.name: c.value for c in result.configs if c.config_source == DYNAMIC_TOPIC_CONFIG
+            }
+
+        return topic_configs
+
     async def _start_schema_registry(self, control, controller_client) -> None:
         """The schema registry on its own listeners (schema.registry.listeners); its HTTP
         stack and schema libraries are imported only by a broker that serves it."""
@@ -579,13 +641,7 @@ class BrokerServer:
 
         assert self.replicas is not None
 
-        async def create_topics(request) -> Error:
-            if self.controller is not None:
-                response = await self.controller.create_topics(request)
-                return Error(response["topics"][0]["error_code"])
-            answer = await controller_client.forward(request)
-            return Error(answer.topics[0].error_code.value)
-
+        create_topics = self._create_topics_through_controller(controller_client)
         self.schema_registry = SchemaRegistryService(
             self.config, self.replicas, create_topics, self.scram_credentials, self.authorizer
         )

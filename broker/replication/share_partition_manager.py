@@ -41,8 +41,12 @@ Departures, and why: the group's ``share.*`` configs are read when a share parti
 created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
 reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
 is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
-write carries the batches that changed, as Kafka's ShareUpdate); records rejected or archived
-at the delivery limit are not yet written to a dead-letter queue.
+write carries the batches that changed, as Kafka's ShareUpdate).
+
+Dead-letter queues (KIP-1191): the records a change archived (REJECTed, or at the delivery
+limit) are handed to the DLQ writer (share_dlq_writer.py) once the change is persisted, and
+only when the group has a DLQ; the writer works off the request's path and its failures
+never undo the archive.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ import trio
 
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
+from minibroker.replication.share_dlq_writer import ShareDlqWriter
 from minibroker.replication.share_partition import (
     Acknowledgement,
     AcquiredRange,
@@ -152,11 +157,14 @@ class SharePartitionManager:
         persister: SharePersister,
         *,
         is_member: IsMember = _allow_all,
+        dlq: ShareDlqWriter | None = None,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self.persister = persister
         self.is_member = is_member
+        # Where archived records go when their group has a dead-letter queue.
+        self.dlq = dlq
         self.sessions = ShareSessionCache(config.group_share_max_share_sessions)
         self._held: dict[tuple[str, str, int], _Held] = {}
         self._timer_changed = trio.Event()
@@ -201,6 +209,7 @@ class SharePartitionManager:
                 if error is not Error.NONE:
                     # What is persisted already says AVAILABLE for acquired records.
                     log.warning("share group %s: lock expiry not persisted: %s", group, error.name)
+                self._hand_over_dead_letters(held, group, topic, index)
             self.replicas.watchers.notify(share_watch_key(group, topic, index))
         return released
 
@@ -286,9 +295,17 @@ class SharePartitionManager:
                 return None, persister_error(read.error)
         else:
             return None, persister_error(read.error)
-        share.dead_letters.clear()  # the dead-letter queue is not written yet
         held = _Held(share, key, leader_epoch)
+        if share.dead_letters:
+            # Records whose last delivery reached the limit under the old leader: archived
+            # now, persisted so (before anyone else sees the share partition), and handed to
+            # the DLQ once.
+            archived = share.batches_of(letter.offset for letter in share.dead_letters)
+            error = await self._persist(held, archived)
+            if error is not Error.NONE:
+                log.warning("share group %s: archive at load not persisted: %s", group_id, error)
         self._held[(group_id, topic, index)] = held
+        self._hand_over_dead_letters(held, group_id, topic, index)
         log.info(
             "share group %s: share partition %s-%d from offset %d",
             group_id,
@@ -323,6 +340,14 @@ class SharePartitionManager:
                 log.info("share group %s: share partition %s-%d fenced, dropped", *key)
                 del self._held[key]
 
+    def _hand_over_dead_letters(self, held: _Held, group: str, topic: str, index: int) -> None:
+        """The records the last persisted change archived go to the group's DLQ writer
+        (when it has a DLQ: else they stay archived and nothing else happens, as at
+        share.version 1). Never waits."""
+        letters = held.share.take_dead_letters()
+        if letters and self.dlq is not None:
+            self.dlq.enqueue(group, topic, held.key.topic_id, index, letters)
+
     def _maybe_group_empty(self, group_id: str) -> None:
         """Kafka's onGroupEmpty: no share session of the group is left here, so its share
         partitions are dropped (read again from the persister by the next fetch)."""
@@ -352,7 +377,15 @@ class SharePartitionManager:
         async with held.lock:
             share = held.share
             share.update_log_start_offset(partition.log.log_start_offset)
-            share.expire(_now_ms())
+            expired = share.expire(_now_ms())
+            if expired:
+                # Persisted now, so that what expiry archived goes to the DLQ once.
+                error = await self._persist(held, share.batches_of(expired))
+                if error is not Error.NONE:
+                    log.warning(
+                        "share group %s: lock expiry not persisted: %s", group_id, error.name
+                    )
+                self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
             if not share.can_acquire():
                 return ShareFetchResult()
             fetch_offset = share.next_fetch_offset()
@@ -397,6 +430,7 @@ class SharePartitionManager:
                     error.name,
                 )
                 return ShareFetchResult(persister_error(error))
+            self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
         self._timer_changed.set()
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         kept = [
@@ -428,11 +462,11 @@ class SharePartitionManager:
             except InvalidRecordState as refused:
                 log.debug("share group %s: %s", group_id, refused)
                 return Error.INVALID_RECORD_STATE
-            held.share.dead_letters.clear()  # the dead-letter queue is not written yet
             error = await self._persist(held, changed)
             if error is not Error.NONE:
                 held.share = before
                 return persister_error(error)
+            self._hand_over_dead_letters(held, group_id, topic, index)
         self.replicas.watchers.notify(share_watch_key(group_id, topic, index))
         self._timer_changed.set()
         return Error.NONE
@@ -448,11 +482,11 @@ class SharePartitionManager:
                 offsets = held.share.release_member(member_id)
                 if not offsets:
                     continue
-                held.share.dead_letters.clear()
                 released += len(offsets)
                 error = await self._persist(held, held.share.batches_of(offsets))
                 if error is not Error.NONE:
                     log.warning("share group %s: release not persisted: %s", group, error.name)
+                self._hand_over_dead_letters(held, group, topic, index)
             self.replicas.watchers.notify(share_watch_key(group, topic, index))
         return released
 

@@ -20,11 +20,11 @@ from tests.conftest import exchange, wait_for
 from tests.integration.authz import on_cluster
 
 UPGRADE, SAFE_DOWNGRADE = 1, 2
-# share.version 1 where a new Kafka 4.4 cluster has 2 (no dead-letter queues, KIP-1191).
+# A new Kafka 4.4 cluster's levels (share.version 2: dead-letter queues, KIP-1191).
 NEW_CLUSTER = {
     "group.version": 1,
     "metadata.version": 33,
-    "share.version": 1,
+    "share.version": 2,
     "streams.version": 1,
     "transaction.version": 2,
 }
@@ -99,11 +99,11 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "group.version": (0, 1),
         "kraft.version": (0, 0),
         "metadata.version": (7, 33),
-        "share.version": (0, 1),
+        "share.version": (0, 2),
         "streams.version": (0, 1),
         "transaction.version": (0, 2),
     }
-    # A new Kafka 4.4 cluster's levels (share.version 1, not 2); no ELR.
+    # A new Kafka 4.4 cluster's levels; no ELR.
     assert finalized == NEW_CLUSTER and epoch >= 1
     # Before v4 only the features whose minimum is above 0 are supported (KAFKA-17492).
     supported_v3, finalized_v3, _ = api_versions(
@@ -126,13 +126,12 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "Invalid update version 5 for feature group.version. Local controller 1 only supports "
         "versions 0-1"
     )
-    # share.version 2 (dead-letter queues, KIP-1191) is Kafka 4.4's, not minibroker's.
-    error, message = update(broker, ("share.version", 2, UPGRADE))
+    error, message = update(broker, ("share.version", 3, UPGRADE))
     assert (error, message) == (
         ErrorCode.invalid_update_version,
         "The update failed for all features since the following feature had an error: "
-        "Invalid update version 2 for feature share.version. Local controller 1 only supports "
-        "versions 0-1",
+        "Invalid update version 3 for feature share.version. Local controller 1 only supports "
+        "versions 0-2",
     )
     error, message = update(broker, ("streams.version", 2, UPGRADE))
     assert (error, message) == (
@@ -196,7 +195,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     )
     upgrade = (
         ("group.version", 1, UPGRADE),
-        ("share.version", 1, UPGRADE),
+        ("share.version", 2, UPGRADE),
         ("transaction.version", 2, UPGRADE),
     )
     assert update(broker, *upgrade) == (ErrorCode.none, None)

@@ -264,9 +264,8 @@ def test_kafka_topics_describe_pages_with_describe_topic_partitions(tools_run):
 
 # What `kafka-features describe` prints for these features against a new Apache Kafka 4.4
 # cluster (bench/kafka_ref.py, one node), less the epoch; kraft.version there is supported up to
-# 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not; share.version
-# there is supported up to 2 and finalized at 2 (dead-letter queues, KIP-1191), minibroker's at
-# 1. Kafka 4.4 also lists eligible.leader.replicas.version, which minibroker does not implement
+# 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not. Kafka 4.4
+# also lists eligible.leader.replicas.version, which minibroker does not implement
 # (docs/not-yet-supported.md).
 KAFKA_44_FEATURES = {
     "group.version": ("0", "1", "1"),
@@ -300,7 +299,6 @@ def test_kafka_features(tools):
     assert described == {
         **KAFKA_44_FEATURES,
         "kraft.version": ("0", "0", "0"),
-        "share.version": ("0", "1", "1"),
     }
     assert ok(tools, "features-disable").strip() == "group.version was disabled."
     disabled, disabled_epoch = features_described(ok(tools, "features-describe-disabled"))

@@ -94,8 +94,10 @@ def leader_and_isr(
     *,
     partition_epoch: int | None = None,
     partitions: tuple[int, ...] = (0,),
+    topic: str = TOPIC,
+    topic_id: uuid.UUID = TOPIC_ID,
 ):
-    """A LeaderAndIsr request as the controller sends it, for `partitions` of TOPIC."""
+    """A LeaderAndIsr request as the controller sends it, for `partitions` of `topic`."""
     states = [
         SimpleNamespace(
             partition_index=index,
@@ -110,7 +112,7 @@ def leader_and_isr(
     return SimpleNamespace(
         live_leaders=[SimpleNamespace(broker_id=leader, host_name=str(leader), port=9092)],
         topic_states=[
-            SimpleNamespace(topic_name=TOPIC, topic_id=TOPIC_ID, partition_states=states)
+            SimpleNamespace(topic_name=topic, topic_id=topic_id, partition_states=states)
         ],
     )
 

@@ -18,7 +18,7 @@ SUPPORTED_V4 = [
     ("group.version", 0, 1),
     ("kraft.version", 0, 0),
     ("metadata.version", 7, 33),
-    ("share.version", 0, 1),
+    ("share.version", 0, 2),
     ("streams.version", 0, 1),
     ("transaction.version", 0, 2),
 ]
@@ -40,7 +40,7 @@ def test_features_of_an_answer(version, level):
     expected = [
         ("group.version", 1, 1),
         ("metadata.version", 33, 33),
-        ("share.version", 1, 1),
+        ("share.version", 2, 2),
         ("streams.version", 1, 1),
     ]
     if level:
@@ -118,9 +118,9 @@ def test_upgrade_downgrade_and_disable_move_the_epoch():
             "support this feature.",
         ),
         (
-            ("share.version", 2, UP),
-            "Invalid update version 2 for feature share.version. Local controller 1 only "
-            "supports versions 0-1",
+            ("share.version", 3, UP),
+            "Invalid update version 3 for feature share.version. Local controller 1 only "
+            "supports versions 0-2",
         ),
         (
             ("streams.version", 2, UP),
@@ -186,7 +186,7 @@ def test_the_stores_keep_the_finalized_features(tmp_path):
     assert (loaded.finalized_features, loaded.features_epoch) == (
         {
             "metadata.version": 33,
-            "share.version": 1,
+            "share.version": 2,
             "streams.version": 1,
             "transaction.version": 2,
         },
@@ -196,7 +196,7 @@ def test_the_stores_keep_the_finalized_features(tmp_path):
     assert (from_zk.finalized_features, from_zk.features_epoch) == (
         {
             "metadata.version": 33,
-            "share.version": 1,
+            "share.version": 2,
             "streams.version": 1,
             "transaction.version": 2,
         },

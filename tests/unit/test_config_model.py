@@ -44,12 +44,18 @@ def chain(entry: dict) -> list[tuple[str, str, int]]:
     return [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]]
 
 
+def types_of(described: list[dict]) -> dict[str, int]:
+    return {entry["name"]: entry["config_type"] for entry in described}
+
+
 def test_every_kafka_topic_config_is_described_with_its_type():
     described = config_model.describe_topic({}, layers(), include_synonyms=False)
     names = [entry["name"] for entry in described]
-    # Kafka's 36, Confluent Server's two schema validation configs and the four of Iceberg
-    # topics (Redpanda's redpanda.iceberg.* without the prefix).
-    assert len(names) == len(set(names)) == 42
+    # Kafka's 36, Kafka 4.4's errors.deadletterqueue.group.enable (KIP-1191), Confluent
+    # Server's two schema validation configs and the four of Iceberg topics (Redpanda's
+    # redpanda.iceberg.* without the prefix).
+    assert len(names) == len(set(names)) == 43
+    assert types_of(described)["errors.deadletterqueue.group.enable"] == config_model.BOOLEAN
     assert {"compression.type", "local.retention.ms", "remote.storage.enable"} <= set(names)
     assert {"iceberg.mode", "iceberg.target.lag.ms", "iceberg.partition.spec"} <= set(names)
     assert "iceberg.delete" in names

@@ -1,0 +1,81 @@
+"""A share group's dead-letter queue (KIP-1191) whose DLQ partition is led by another broker:
+the source partition's leader sends the DLQ record there as a Produce over the inter-broker
+listener (Kafka's ShareGroupDLQStateManager sends its ProduceRequests to the DLQ partition's
+leader node), and a plain Consumer reads it back with Kafka 4.4's headers. A controller and
+two brokers (real processes: the fewest that put the two partitions on different leaders; the
+cluster's start is most of the test's time), a confluent-kafka ShareConsumer in explicit
+mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import AcknowledgeType
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from minibroker.tools.launcher import Cluster
+from tests.cluster.conftest import CLUSTER_OVERRIDES, _check_clean_stop
+from tests.conftest import wait_for
+from tests.integration.test_share_dlq import (
+    REJECTED,
+    headers_of,
+    poll_until,
+    produce,
+    read_dlq,
+    set_group_configs,
+    share_consumer,
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    started = Cluster.start(tmp_path, brokers=2, overrides=CLUSTER_OVERRIDES)
+    yield started
+    _check_clean_stop(started)
+
+
+def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(cluster):
+    source_node, dlq_node = sorted(cluster.brokers)[:2]
+    topic, dlq, group = "jobs", "dlq.jobs", "job-workers"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(topic, num_partitions=1, replica_assignment=[[source_node]]),
+            NewTopic(
+                dlq,
+                num_partitions=1,
+                replica_assignment=[[dlq_node]],
+                config={"errors.deadletterqueue.group.enable": "true"},
+            ),
+        ],
+        request_timeout=15,
+    )
+    for future in futures.values():
+        future.result(timeout=20)
+    wait_for(lambda: cluster.leader_of(topic, 0) == source_node, 30, f"{topic} led")
+    wait_for(lambda: cluster.leader_of(dlq, 0) == dlq_node, 30, f"{dlq} led")
+    produce(cluster.bootstrap, topic, [(b"job", b"job-0")])
+    set_group_configs(
+        cluster.bootstrap,
+        group,
+        {"share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq},
+    )
+    consumer = share_consumer(cluster.bootstrap, group, topic)
+    try:
+        (message,) = poll_until(consumer, 1)
+        consumer.acknowledge(message, AcknowledgeType.REJECT)
+        consumer.commit_sync()
+    finally:
+        consumer.close()
+
+    (written,) = read_dlq(cluster.bootstrap, dlq, 1)
+    assert headers_of(written) == {
+        "__dlq.errors.topic": topic,
+        "__dlq.errors.partition": "0",
+        "__dlq.errors.offset": "0",
+        "__dlq.errors.group": group,
+        "__dlq.errors.delivery.count": "1",
+        "__dlq.errors.message": REJECTED,
+    }
+    assert (written.key(), written.value()) == (None, None)
