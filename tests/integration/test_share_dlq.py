@@ -295,7 +295,7 @@ def test_a_dlq_topic_failing_kafkas_checks_gets_nothing_and_counts_a_failure(bro
     finally:
         consumer.close()
     assert (low, high) == (0, 0)
-    assert "does not comply with the DLQ topic prefix" in broker.log_tail()
+    assert "does not comply with the DLQ topic prefix" in broker.log_tail(100_000)
 
 
 @pytest.mark.parametrize(
