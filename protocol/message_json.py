@@ -307,15 +307,16 @@ def build_classes(
     versions: Iterable[int] | None = None,
 ) -> dict[int, tuple[type, dict[str, type]]]:
     """For each valid version of the message in ``filename`` (or those of ``versions``): its
-    class and its nested structs' classes by JSON struct name. ``class_name(struct, version)``
-    names a nested struct's class; the message's own class is its JSON name plus ``V<n>``."""
+    class and its nested structs' classes by JSON struct name. ``class_name(message, struct,
+    version)`` names a nested struct's class; the message's own class is its JSON name plus
+    ``V<version>``."""
     spec = load(filename)
     built: dict[int, tuple[type, dict[str, type]]] = {}
     for version in versions if versions is not None else version_range(spec["validVersions"]):
         builder = MessageBuilder(
             spec,
             version,
-            lambda struct, v=version: class_name(struct, v),
+            lambda struct, v=version: class_name(spec["name"], struct, v),
             timedelta_names,
             module,
         )

@@ -26,8 +26,10 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
   which librdkafka 2.12+ sends alone: a whole schema of its own, in
   protocol/consumer_group_heartbeat_v1.py, registered here.
-- StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071): kio 0.6.1 has
-  none of them; protocol/streams_group_schemas.py, generated from Kafka 4.4's JSONs.
+- StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071) and
+  StreamsGroupTopologyDescriptionUpdate (93) v0 (KIP-1331): kio 0.6.1 has none of them;
+  protocol/streams_group_schemas.py, built at import time from Kafka 4.4's JSONs
+  (protocol/message_json.py).
 
 - The share coordinator's state APIs of Kafka 4.4 (KIP-932, KIP-1226):
   WriteShareGroupState v1 (WriteShareGroupStateRequest.json: the partition adds
@@ -39,7 +41,7 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   protocol/share_fetch_v1.py, registered here.
 - DescribeShareGroupOffsets v0-v1, AlterShareGroupOffsets v0 and DeleteShareGroupOffsets v0
   (KIP-932's admin path, KIP-1226's lag): kio 0.6.1 has none of them;
-  protocol/share_group_offsets_schemas.py, registered here.
+  protocol/share_group_offsets_schemas.py, built likewise, registered here.
 
 - ShareGroupHeartbeat v1 and ShareGroupDescribe v1 (KIP-932 as Kafka 4.1+ serves it: the
   only version, "validVersions": "1"): the same fields as kio's v0 (the version changed the

@@ -16,7 +16,7 @@ REQUESTS, RESPONSES, _classes = build_module(
         for api in ("Describe", "Alter", "Delete")
         for kind in ("Request", "Response")
     ],
-    lambda struct, version: f"{struct.replace('ShareGroupOffsets', '')}V{version}",
+    lambda _message, struct, version: f"{struct.replace('ShareGroupOffsets', '')}V{version}",
     __name__,
 )
 globals().update(_classes)
