@@ -331,17 +331,26 @@ def build_module(
     module: str,
     *,
     timedelta_names: frozenset[str] = THROTTLE_ONLY,
+    versions: Iterable[int] | None = None,
 ) -> tuple[dict[tuple[int, int], type], dict[tuple[int, int], type], dict[str, type]]:
     """The classes of the messages in ``filenames`` for a schema module: its REQUESTS and
     RESPONSES tables ((api key, version) -> class, as protocol.schemas registers them) and
-    every class by name, for the module's globals."""
+    every class by name, for the module's globals. ``versions``: only these (those valid in
+    each file), for the messages whose earlier versions kio has."""
     requests: dict[tuple[int, int], type] = {}
     responses: dict[tuple[int, int], type] = {}
     names: dict[str, type] = {}
     for filename in filenames:
         spec = load(filename)
         table = requests if spec["type"] == "request" else responses
-        built = build_classes(filename, class_name, timedelta_names=timedelta_names, module=module)
+        valid = version_range(spec["validVersions"])
+        built = build_classes(
+            filename,
+            class_name,
+            timedelta_names=timedelta_names,
+            module=module,
+            versions=valid if versions is None else [v for v in versions if v in valid],
+        )
         for version, (top, nested) in built.items():
             table[(int(spec["apiKey"]), version)] = top
             for cls in (top, *nested.values()):
