@@ -17,7 +17,8 @@ schema:
   the version, the entity types of ``kio.schema.types`` (GroupId, TopicName, BrokerId, ...) for
   an ``entityType`` kio knows, a timedelta (``i32Timedelta``, name without ``Ms``) for the
   ``...Ms`` fields the caller names, plain integers for the others;
-- defaults from the JSON (``"null"`` is None), ``()`` for primitive arrays, none for the rest.
+- defaults from the JSON (``"null"`` is None), ``()`` for primitive arrays, none for the rest
+  (except the fields a module names in ``zero_defaults``).
 
 Building at import time rather than committing generated code keeps the JSON the one source:
 a new version is a new JSON file, not a thousand lines to regenerate and review, and
@@ -197,11 +198,13 @@ class MessageBuilder:
         class_name: Any,
         timedelta_names: frozenset[str],
         module: str,
+        zero_defaults: frozenset[str] = frozenset(),
     ) -> None:
         self.spec = spec
         self.version = version
         self.class_name = class_name
         self.timedelta_names = timedelta_names
+        self.zero_defaults = zero_defaults
         self.module = module
         self.flexible = in_versions(spec.get("flexibleVersions"), version)
         if spec["type"] == "request":
@@ -283,6 +286,8 @@ class MessageBuilder:
                     annotation = python_type | None
                 if "default" in field:
                     default = _default(kind, field["default"], python_type)
+                elif json_name in self.zero_defaults:
+                    default = _default(kind, 0, python_type)
                 elif tag is not None:
                     default = None if optional else _IMPLICIT_TAGGED.get(kind, python_type())
         else:
@@ -305,6 +310,7 @@ def build_classes(
     timedelta_names: frozenset[str] = THROTTLE_ONLY,
     module: str = __name__,
     versions: Iterable[int] | None = None,
+    zero_defaults: frozenset[str] = frozenset(),
 ) -> dict[int, tuple[type, dict[str, type]]]:
     """For each valid version of the message in ``filename`` (or those of ``versions``): its
     class and its nested structs' classes by JSON struct name. ``class_name(message, struct,
@@ -319,6 +325,7 @@ def build_classes(
             lambda struct, v=version: class_name(spec["name"], struct, v),
             timedelta_names,
             module,
+            zero_defaults,
         )
         top = builder.build()
         built[version] = (top, builder.classes)
@@ -332,11 +339,14 @@ def build_module(
     *,
     timedelta_names: frozenset[str] = THROTTLE_ONLY,
     versions: Iterable[int] | None = None,
+    zero_defaults: frozenset[str] = frozenset(),
 ) -> tuple[dict[tuple[int, int], type], dict[tuple[int, int], type], dict[str, type]]:
     """The classes of the messages in ``filenames`` for a schema module: its REQUESTS and
     RESPONSES tables ((api key, version) -> class, as protocol.schemas registers them) and
     every class by name, for the module's globals. ``versions``: only these (those valid in
-    each file), for the messages whose earlier versions kio has."""
+    each file), for the messages whose earlier versions kio has. ``zero_defaults``: JSON names
+    of numeric fields without a JSON default that default to zero here (Kafka's own implicit
+    default), for responses that handlers build without them."""
     requests: dict[tuple[int, int], type] = {}
     responses: dict[tuple[int, int], type] = {}
     names: dict[str, type] = {}
@@ -350,6 +360,7 @@ def build_module(
             timedelta_names=timedelta_names,
             module=module,
             versions=valid if versions is None else [v for v in versions if v in valid],
+            zero_defaults=zero_defaults,
         )
         for version, (top, nested) in built.items():
             table[(int(spec["apiKey"]), version)] = top

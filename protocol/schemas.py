@@ -24,8 +24,8 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   return feature level results"), so its class is written whole.
 
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
-  which librdkafka 2.12+ sends alone: a whole schema of its own, in
-  protocol/consumer_group_heartbeat_v1.py, registered here.
+  which librdkafka 2.12+ sends alone: a whole schema of its own, built from Kafka 4.4's JSONs
+  in protocol/consumer_group_heartbeat_v1.py, registered here.
 - StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071) and
   StreamsGroupTopologyDescriptionUpdate (93) v0 (KIP-1331): kio 0.6.1 has none of them;
   protocol/streams_group_schemas.py, built at import time from Kafka 4.4's JSONs
@@ -38,7 +38,7 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   StateEpoch in v0 already, which kio 0.6.1's v0 lacks, and DeliveryCompleteCount from v1;
   the request v1 is v0's).
 - ShareFetch and ShareAcknowledge v1-v2 (KIP-932 as Kafka 4.4 serves them; kio has v0):
-  protocol/share_fetch_v1.py, registered here.
+  protocol/share_fetch_v1.py, built from Kafka 4.4's JSONs, registered here.
 - DescribeShareGroupOffsets v0-v1, AlterShareGroupOffsets v0 and DeleteShareGroupOffsets v0
   (KIP-932's admin path, KIP-1226's lag): kio 0.6.1 has none of them;
   protocol/share_group_offsets_schemas.py, built likewise, registered here.

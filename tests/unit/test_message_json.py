@@ -21,6 +21,7 @@ from minibroker.protocol import codec, message_json, schemas
 
 GENERATED_MODULES = {
     "minibroker.protocol.consumer_group_heartbeat_v1",
+    "minibroker.protocol.share_fetch_v1",
     "minibroker.protocol.share_group_offsets_schemas",
     "minibroker.protocol.streams_group_schemas",
 }
@@ -59,6 +60,8 @@ _SAMPLES: dict[str, Any] = {
     "uuid": uuid.UUID(int=0x1234_5678_9ABC_DEF0_1122_3344_5566_7788),
     "error_code": ErrorCode.group_id_not_found,
     "timedelta_i32": datetime.timedelta(milliseconds=1234),
+    "bytes": b"\x00bytes",
+    "records": b"\x00records",
 }
 
 
@@ -169,3 +172,15 @@ def test_the_classes_have_the_jsons_layout(name):
     assert versions, name
     for version in versions:
         check_layout(table[(spec["apiKey"], version)], spec["fields"], spec, version)
+
+
+@pytest.mark.parametrize(("key", "version"), [(78, 1), (78, 2), (79, 2)])
+def test_a_share_error_response_without_the_lock_timeout_is_written_with_zero(key, version):
+    """apis/share_fetch.py's error responses leave AcquisitionLockTimeoutMs out: it is 0, as in
+    Kafka, not a missing field."""
+    body = codec.encode_response(
+        key, version, {"error_code": ErrorCode.unknown_server_error, "responses": []}
+    )
+    read = codec.decode_response(key, version, body, 0)
+    assert read.error_code is ErrorCode.unknown_server_error
+    assert read.acquisition_lock_timeout == datetime.timedelta(0)
