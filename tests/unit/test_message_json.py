@@ -20,6 +20,7 @@ from kio.static.constants import EntityType
 from minibroker.protocol import codec, message_json, schemas
 
 GENERATED_MODULES = {
+    "minibroker.protocol.kafka44_schemas",
     "minibroker.protocol.consumer_group_heartbeat_v1",
     "minibroker.protocol.share_fetch_v1",
     "minibroker.protocol.share_group_offsets_schemas",
