@@ -189,7 +189,8 @@ _IMPLICIT_TAGGED = {"bool": False, "error_code": ErrorCode.none}
 
 class MessageBuilder:
     """The classes of one message JSON at one version: nested structs first, then the message
-    itself. ``class_name(struct_name)`` names each nested struct's class."""
+    itself. ``class_name(struct_name)`` names each nested struct's class; ``zero_defaults``
+    (JSON names) are numeric fields that default to 0 when the JSON gives no default."""
 
     def __init__(
         self,
