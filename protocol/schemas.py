@@ -19,38 +19,31 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   the tagged HighWatermark (int64, tag 1, default 2^63-1: "not supported"), the high
   watermark the fetching replica knows; the response is v17's. kio 0.6.1 has v4-v17.
 
-- UpdateFeatures v2 (UpdateFeaturesRequest.json, UpdateFeaturesResponse.json): the request is
-  v1's; the response drops the per-feature Results ("Version 2 changes the response to not
-  return feature level results"), so its class is written whole.
+- UpdateFeatures v2, ListConfigResources v1, WriteShareGroupState v1 and
+  ReadShareGroupStateSummary v0-v1 (its response; kio 0.6.1's v0 lacks LeaderEpoch):
+  protocol/kafka44_schemas.py, built from Kafka 4.4's JSONs, registered here.
 
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),
-  which librdkafka 2.12+ sends alone: a whole schema of its own, in
-  protocol/consumer_group_heartbeat_v1.py, registered here.
-- StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071): kio 0.6.1 has
-  none of them; protocol/streams_group_schemas.py, generated from Kafka 4.4's JSONs.
+  which librdkafka 2.12+ sends alone: a whole schema of its own, built from Kafka 4.4's JSONs
+  in protocol/consumer_group_heartbeat_v1.py, registered here.
+- StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89) v0-v1 (KIP-1071) and
+  StreamsGroupTopologyDescriptionUpdate (93) v0 (KIP-1331): kio 0.6.1 has none of them;
+  protocol/streams_group_schemas.py, built at import time from Kafka 4.4's JSONs
+  (protocol/message_json.py).
 
-- The share coordinator's state APIs of Kafka 4.4 (KIP-932, KIP-1226):
-  WriteShareGroupState v1 (WriteShareGroupStateRequest.json: the partition adds
-  DeliveryCompleteCount, int32 default -1, after StartOffset; the response is v0's) and
-  ReadShareGroupStateSummary v0-v1 (its response's partitions have LeaderEpoch after
-  StateEpoch in v0 already, which kio 0.6.1's v0 lacks, and DeliveryCompleteCount from v1;
-  the request v1 is v0's).
 - ShareFetch and ShareAcknowledge v1-v2 (KIP-932 as Kafka 4.4 serves them; kio has v0):
-  protocol/share_fetch_v1.py, registered here.
+  protocol/share_fetch_v1.py, built from Kafka 4.4's JSONs, registered here.
 - DescribeShareGroupOffsets v0-v1, AlterShareGroupOffsets v0 and DeleteShareGroupOffsets v0
   (KIP-932's admin path, KIP-1226's lag): kio 0.6.1 has none of them;
-  protocol/share_group_offsets_schemas.py, registered here.
+  protocol/share_group_offsets_schemas.py, built likewise, registered here.
 
 - ShareGroupHeartbeat v1 and ShareGroupDescribe v1 (KIP-932 as Kafka 4.1+ serves it: the
   only version, "validVersions": "1"): the same fields as kio's v0 (the version changed the
   member id to one the client chooses, not the layout), so each class is v0's under version 1.
 
-- ListConfigResources v1 (ListConfigResourcesRequest.json, ListConfigResourcesResponse.json;
-  KIP-1142): v0 is kio's ListClientMetricsResources; v1's request adds ResourceTypes
-  ([]int8) and each listed resource its ResourceType (int8, default 16): written whole.
-
-Each class above derives from kio's latest version of the same message, so the nested entities are
-kio's own; only ``__version__`` and the added fields differ.
+The classes written here derive from kio's latest version of the same message, so the nested
+entities are kio's own; only ``__version__`` and the added fields differ. The modules named
+above build theirs from Kafka 4.4's message JSONs (protocol/messages/, protocol/message_json.py).
 """
 
 from dataclasses import dataclass, field
@@ -58,7 +51,6 @@ from typing import ClassVar
 
 from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnRequestV4
 from kio.schema.end_txn.v4.response import EndTxnResponse as _EndTxnResponseV4
-from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v17.request import FetchPartition as _FetchPartitionV17
 from kio.schema.fetch.v17.request import FetchRequest as _FetchRequestV17
 from kio.schema.fetch.v17.request import FetchTopic as _FetchTopicV17
@@ -67,17 +59,6 @@ from kio.schema.fetch.v17.request import ReplicaState as _ReplicaStateV17
 from kio.schema.fetch.v17.response import FetchResponse as _FetchResponseV17
 from kio.schema.produce.v11.request import ProduceRequest as _ProduceRequestV11
 from kio.schema.produce.v11.response import ProduceResponse as _ProduceResponseV11
-from kio.schema.read_share_group_state_summary.v0.request import (
-    ReadShareGroupStateSummaryRequest as _SummaryRequestV0,
-)
-from kio.schema.read_share_group_state_summary.v0.response import (
-    ReadShareGroupStateSummaryResponse as _SummaryResponseV0,
-)
-from kio.schema.read_share_group_state_summary.v0.response import (
-    ReadStateSummaryResult as _SummaryResultV0,
-)
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.share_group_describe.v0.request import (
     ShareGroupDescribeRequest as _ShareGroupDescribeRequestV0,
 )
@@ -97,21 +78,10 @@ from kio.schema.txn_offset_commit.v4.response import (
     TxnOffsetCommitResponse as _TxnOffsetCommitResponseV4,
 )
 from kio.schema.types import ProducerId
-from kio.schema.update_features.v1.request import (
-    UpdateFeaturesRequest as _UpdateFeaturesRequestV1,
-)
-from kio.schema.write_share_group_state.v0.request import StateBatch as _WriteStateBatchV0
-from kio.schema.write_share_group_state.v0.request import (
-    WriteShareGroupStateRequest as _WriteRequestV0,
-)
-from kio.schema.write_share_group_state.v0.request import WriteStateData as _WriteStateDataV0
-from kio.schema.write_share_group_state.v0.response import (
-    WriteShareGroupStateResponse as _WriteResponseV0,
-)
-from kio.static.constants import EntityType
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import i16, i64
 
 from minibroker.protocol import consumer_group_heartbeat_v1 as _heartbeat_v1
+from minibroker.protocol import kafka44_schemas as _kafka44
 from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
 from minibroker.protocol import share_group_offsets_schemas as _share_offsets
 from minibroker.protocol import streams_group_schemas as _streams
@@ -209,131 +179,6 @@ class FetchResponseV18(_FetchResponseV17):
     __version__: ClassVar[i16] = i16(18)
 
 
-# (api key, version) -> class, for the codec.
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateFeaturesRequestV2(_UpdateFeaturesRequestV1):
-    """UpdateFeatures v2: as v1."""
-
-    __version__: ClassVar[i16] = i16(2)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateFeaturesResponseV2:
-    """UpdateFeatures v2: the top-level outcome only, no per-feature results."""
-
-    __type__: ClassVar = EntityType.response
-    __version__: ClassVar[i16] = i16(2)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(57)
-    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
-    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
-    """The duration in milliseconds for which the request was throttled."""
-    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
-    """The top-level error code, or `0` if there was no top-level error."""
-    error_message: str | None = field(metadata={"kafka_type": "string"})
-    """The top-level error message, or `null` if there was no top-level error."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WritePartitionV1:
-    """WriteShareGroupState v1's partition, written whole: the added field sits between
-    StartOffset and StateBatches (a subclass would put it last)."""
-
-    __type__: ClassVar = EntityType.nested
-    __version__: ClassVar[i16] = i16(1)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(85)
-    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
-    partition: i32 = field(metadata={"kafka_type": "int32"})
-    state_epoch: i32 = field(metadata={"kafka_type": "int32"})
-    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
-    start_offset: i64 = field(metadata={"kafka_type": "int64"})
-    delivery_complete_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
-    """KIP-1226: offsets at or above the start offset whose delivery is complete."""
-    state_batches: tuple[_WriteStateBatchV0, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteStateDataV1(_WriteStateDataV0):
-    __version__: ClassVar[i16] = i16(1)
-    partitions: tuple[WritePartitionV1, ...]  # type: ignore[assignment]  # (field order)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteShareGroupStateRequestV1(_WriteRequestV0):
-    __version__: ClassVar[i16] = i16(1)
-    topics: tuple[WriteStateDataV1, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteShareGroupStateResponseV1(_WriteResponseV0):
-    __version__: ClassVar[i16] = i16(1)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SummaryPartitionResultV0:
-    """ReadShareGroupStateSummary's partition result as Kafka 4.4 has it, written whole
-    (kio 0.6.1's v0 lacks LeaderEpoch)."""
-
-    __type__: ClassVar = EntityType.nested
-    __version__: ClassVar[i16] = i16(0)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(87)
-    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
-    partition: i32 = field(metadata={"kafka_type": "int32"})
-    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
-    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
-    state_epoch: i32 = field(metadata={"kafka_type": "int32"})
-    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
-    start_offset: i64 = field(metadata={"kafka_type": "int64"})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SummaryResultV0(_SummaryResultV0):
-    partitions: tuple[SummaryPartitionResultV0, ...]  # type: ignore[assignment]  # field order
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadShareGroupStateSummaryResponseV0(_SummaryResponseV0):
-    results: tuple[SummaryResultV0, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SummaryPartitionResultV1:
-    """ReadShareGroupStateSummary's partition result as Kafka 4.4 has it, written whole
-    (kio 0.6.1's v0 lacks LeaderEpoch; v1 adds DeliveryCompleteCount)."""
-
-    __type__: ClassVar = EntityType.nested
-    __version__: ClassVar[i16] = i16(1)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(87)
-    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
-    partition: i32 = field(metadata={"kafka_type": "int32"})
-    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
-    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
-    state_epoch: i32 = field(metadata={"kafka_type": "int32"})
-    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
-    start_offset: i64 = field(metadata={"kafka_type": "int64"})
-    delivery_complete_count: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SummaryResultV1(_SummaryResultV0):
-    __version__: ClassVar[i16] = i16(1)
-    partitions: tuple[SummaryPartitionResultV1, ...]  # type: ignore[assignment]  # field order
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadShareGroupStateSummaryResponseV1(_SummaryResponseV0):
-    __version__: ClassVar[i16] = i16(1)
-    results: tuple[SummaryResultV1, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReadShareGroupStateSummaryRequestV1(_SummaryRequestV0):
-    __version__: ClassVar[i16] = i16(1)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShareGroupHeartbeatRequestV1(_ShareGroupHeartbeatRequestV0):
     """ShareGroupHeartbeat v1: v0's fields; the member id is the client's."""
@@ -356,78 +201,29 @@ class ShareGroupDescribeResponseV1(_ShareGroupDescribeResponseV0):
     __version__: ClassVar[i16] = i16(1)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ListConfigResourcesRequestV1:
-    """ListConfigResources v1 (KIP-1142): the resource types to list (none: every type)."""
-
-    __type__: ClassVar = EntityType.request
-    __version__: ClassVar[i16] = i16(1)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(74)
-    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
-    resource_types: tuple[i8, ...] = field(metadata={"kafka_type": "int8"}, default=())
-    """The list of resource type. If the list is empty, it uses default supported config
-    resource types."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConfigResourceV1:
-    __type__: ClassVar = EntityType.nested
-    __version__: ClassVar[i16] = i16(1)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(74)
-    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
-    resource_name: str = field(metadata={"kafka_type": "string"})
-    """The resource name."""
-    resource_type: i8 = field(metadata={"kafka_type": "int8"}, default=i8(16))
-    """The resource type."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ListConfigResourcesResponseV1:
-    __type__: ClassVar = EntityType.response
-    __version__: ClassVar[i16] = i16(1)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(74)
-    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
-    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
-    """The duration in milliseconds for which the request was throttled."""
-    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
-    """The error code, or 0 if there was no error."""
-    config_resources: tuple[ConfigResourceV1, ...]
-    """Each config resource in the response."""
-
-
 REQUESTS: dict[tuple[int, int], type] = {
     (76, 1): ShareGroupHeartbeatRequestV1,
     (77, 1): ShareGroupDescribeRequestV1,
-    (57, 2): UpdateFeaturesRequestV2,
     (26, 5): EndTxnRequestV5,
     (0, 12): ProduceRequestV12,
     (28, 5): TxnOffsetCommitRequestV5,
-    (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
+    **_heartbeat_v1.REQUESTS,
     (1, 18): FetchRequestV18,
-    (85, 1): WriteShareGroupStateRequestV1,
-    (87, 1): ReadShareGroupStateSummaryRequestV1,
     **_share_fetch_v1.REQUESTS,
     **_share_offsets.REQUESTS,
     **_streams.REQUESTS,
-    (74, 1): ListConfigResourcesRequestV1,
+    **_kafka44.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (76, 1): ShareGroupHeartbeatResponseV1,
     (77, 1): ShareGroupDescribeResponseV1,
-    (57, 2): UpdateFeaturesResponseV2,
     (26, 5): EndTxnResponseV5,
     (0, 12): ProduceResponseV12,
     (28, 5): TxnOffsetCommitResponseV5,
-    (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
+    **_heartbeat_v1.RESPONSES,
     (1, 18): FetchResponseV18,
-    (85, 1): WriteShareGroupStateResponseV1,
-    (87, 0): ReadShareGroupStateSummaryResponseV0,
-    (87, 1): ReadShareGroupStateSummaryResponseV1,
     **_share_fetch_v1.RESPONSES,
     **_share_offsets.RESPONSES,
     **_streams.RESPONSES,
-    (74, 1): ListConfigResourcesResponseV1,
+    **_kafka44.RESPONSES,
 }

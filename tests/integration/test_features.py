@@ -13,7 +13,8 @@ from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeatur
 from kio.static.primitive import i32
 
 from minibroker.protocol import codec
-from minibroker.protocol.schemas import ShareGroupHeartbeatRequestV1, UpdateFeaturesRequestV2
+from minibroker.protocol.kafka44_schemas import UpdateFeaturesRequestV2
+from minibroker.protocol.schemas import ShareGroupHeartbeatRequestV1
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 from tests.conftest import exchange, wait_for

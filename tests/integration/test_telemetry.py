@@ -30,7 +30,7 @@ from kio.schema.push_telemetry.v0.request import PushTelemetryRequest
 from kio.static.primitive import i8, i32
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
-from minibroker.protocol.schemas import ListConfigResourcesRequestV1
+from minibroker.protocol.kafka44_schemas import ListConfigResourcesRequestV1
 from minibroker.tools.launcher import free_port
 from tests.conftest import create_topic, exchange, scrape, wait_for
 

@@ -1,5 +1,5 @@
-"""StreamsGroupTopologyDescriptionUpdate (93) v0: its hand-written schemas
-(protocol/streams_group_schemas.py) against the bytes Kafka 4.4's own message classes write
+"""StreamsGroupTopologyDescriptionUpdate (93) v0: its schemas (protocol/streams_group_schemas.py,
+built from Kafka 4.4's message JSONs) against the bytes Kafka 4.4's own message classes write
 (the hex below was written by kafka-clients 4.4.0's StreamsGroupTopologyDescriptionUpdate
 RequestData and ResponseData, ``Message.write`` at version 0, for the same values), and the
 handler's answers as a Kafka 4.4 broker without a topology description plugin gives them."""
