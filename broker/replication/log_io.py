@@ -22,17 +22,26 @@ the steps themselves (storage/log_manager.py, storage/log.py, storage/checkpoint
 - a deleted partition's tree and its log dir's fsync finish before StopReplica is answered
   and before the topic leaves the topic table.
 
-Writers stay one per file: a log's appends, rolls and truncations stay on the loop; a
-thread only fsyncs descriptors of its own, writes files no loop code writes at the same
-time (the checkpoint files under the log manager's lock, the leader epoch file under the
-cache's), or removes what no log uses any more. Creation and deletion hold the replica
-manager's state-change lock across the thread, and are shielded from cancellation so that a
+- a follower's truncation writes its leader epoch checkpoint (and unlinks the segments it
+  removed) in a worker thread before the fetcher fetches again (``finish_truncation``);
+- a segment roll's new files (and its producer snapshot) are made before the new segment
+  takes any append: every append path waits here (``ready_to_append``) while a roll of
+  its log is in flight, and a log truncated, closed or appended to meanwhile drops the new
+  segment (PartitionLog.finish_roll); a partition's deletion waits for its roll first.
+
+Writers stay one per file: a log's appends and truncations stay on the loop; a thread
+only fsyncs descriptors of its own, writes files no loop code writes at the same time (the
+checkpoint files under the log manager's lock, the leader epoch file under the cache's, a
+new segment's files before the log has it), or removes what no log uses any more.
+Creation and deletion hold the replica manager's state-change lock across the thread, and
+are shielded from cancellation (as rolls and truncations' last steps are) so that a
 thread's work is always followed by its last step.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -65,6 +74,84 @@ async def inline(function: Callable[..., Any], *args: Any) -> Any:
     return function(*args)
 
 
+# The rolls in flight, by log: what an append to that log (or its deletion) waits for.
+_rolls: weakref.WeakKeyDictionary[PartitionLog, trio.Event] = weakref.WeakKeyDictionary()
+
+
+def must_wait(partition_log: PartitionLog, size: int, now_ms: int) -> bool:
+    """Whether an append of `size` bytes to the log must go through ``ready_to_append``
+    first: a roll of it is in flight, or the append would roll it. Cheap: the append
+    paths ask it for every partition before they append."""
+    return partition_log.roll_in_flight is not None or partition_log.roll_due(size, now_ms)
+
+
+async def settled(partition_log: PartitionLog) -> bool:
+    """Return once no roll of the log is in flight (before truncating or deleting it):
+    True if it waited for one (without yielding otherwise)."""
+    waited = False
+    while (done := _rolls.get(partition_log)) is not None:
+        await done.wait()
+        waited = True
+    return waited
+
+
+async def ready_to_append(
+    partition_log: PartitionLog, size: int, now_ms: int, run_sync: RunSync = IN_THREAD
+) -> None:
+    """Make the log ready for an append of `size` bytes: wait for a roll in flight, and
+    roll it first, its files made in a worker thread, if the append would roll it (Kafka
+    makes them on the request thread, under the log's lock, which parks every other
+    append to the log as ``must_wait`` does here). The caller then appends without
+    yielding. A failed roll takes the log dir offline and raises StorageError."""
+    while True:
+        await settled(partition_log)
+        if partition_log.closed or not partition_log.roll_due(size, now_ms):
+            return
+        job = partition_log.begin_roll()
+        if job is None:
+            return
+        done = _rolls[partition_log] = trio.Event()
+        try:
+            with trio.CancelScope(shield=True):
+                await run_sync(job.run)
+        finally:
+            del _rolls[partition_log]
+            done.set()
+            if not job.done:  # never started (a failed thread start): give the log back
+                partition_log.roll_in_flight = None
+        try:
+            partition_log.finish_roll(job)
+        finally:
+            if partition_log.roll_in_flight is job:  # refused: its log dir is offline
+                partition_log.roll_in_flight = None
+
+
+async def finish_truncation(partition_log: PartitionLog, run_sync: RunSync = IN_THREAD) -> None:
+    """What a follower's truncation (PartitionLog.truncate_to, on the loop) leaves to do,
+    in a worker thread, before the caller fetches again: the leader epoch checkpoint
+    written (it was durable before the truncation returned when that wrote it on the loop;
+    it is durable before the next fetch now) and the removed segments' `.deleted` files
+    unlinked. A failed write takes the log dir offline and raises StorageError."""
+    snapshot = partition_log.leader_epoch_cache.unsaved_snapshot()
+    files = partition_log.take_deleted_files()
+    if snapshot is None and not files:
+        return
+
+    def run() -> OSError | None:
+        unlink_files(files)
+        if snapshot is not None:
+            try:
+                partition_log.leader_epoch_cache.write_snapshot(*snapshot)
+            except OSError as error:
+                return error
+        return None
+
+    with trio.CancelScope(shield=True):
+        failed = await run_sync(run)
+    if failed is not None:
+        partition_log.io_failed("writing the leader epoch checkpoint of", failed)
+
+
 async def create_logs(
     log_manager: LogManager,
     requests: list[LogRequest],
@@ -94,6 +181,14 @@ async def delete_logs(
     without a partition dropped from the topic table. The caller holds the state-change
     lock, so no LeaderAndIsr makes one of those directories again meanwhile. An OSError
     takes the log dir offline and is raised as StorageError."""
+    # No new segment's files are being made in a tree about to be removed (checked again
+    # after each wait, as an append may begin another roll meanwhile).
+    while rolling := [
+        partition_log
+        for key in keys
+        if (partition_log := log_manager.get_log(*key)) is not None and partition_log in _rolls
+    ]:
+        await settled(rolling[0])
     directories = log_manager.detach_logs(keys)
     gone = log_manager.topics_without_logs(sorted({topic for topic, _ in keys}))
 
