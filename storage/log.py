@@ -692,6 +692,37 @@ class RollJob:
             self.done = True
 
 
+class SwapJob:
+    """The blocking steps of a log cleaner's swap (PartitionLog.begin_swap): `run` renames
+    the cleaned segment's files `.swap` (the .log first: the commit point) and fsyncs the
+    directory; `run_last`, after `finish_swap`, fsyncs the directory again. Both are safe
+    in any thread: `run` touches only the cleaned segment, which no code of the log has
+    yet, and `run_last` only the directory."""
+
+    def __init__(self, directory: Path, cleaned: LogSegment, old: list[LogSegment]) -> None:
+        self.directory: Path | None = directory
+        self.cleaned = cleaned
+        self.old = old
+        self.error: OSError | None = None
+        self.done = False
+
+    def run(self) -> None:
+        try:
+            self.cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
+            assert self.directory is not None
+            fsync_directory(self.directory)
+        except OSError as error:
+            self.error = error
+        finally:
+            self.done = True
+
+    def run_last(self) -> None:
+        """The directory's fsync after the renames `finish_swap` made (an OSError is
+        raised: the caller takes the log dir offline)."""
+        if self.directory is not None:
+            fsync_directory(self.directory)
+
+
 class PartitionLog:
     """The segments of one partition and everything offset-related about them.
 
@@ -1759,8 +1790,21 @@ class PartitionLog:
         anywhere in between. Returns False, deleting `cleaned`, when the log changed since
         the cleaning started (closed, truncated, or one of `old` deleted by retention).
 
-        Runs on the thread that owns the log, in one go: readers never see a half-made swap.
-        """
+        This runs the three steps of a swap in a row (the broker runs the blocking one in
+        a worker thread: `begin_swap`, `SwapJob.run`, `finish_swap`); readers never see a
+        half-made swap either way."""
+        job = self.begin_swap(cleaned, old)
+        if job is None:
+            return False
+        job.run()
+        swapped = self.finish_swap(job)
+        job.run_last()
+        for path in self.take_deleted_files():
+            path.unlink(missing_ok=True)
+        return swapped
+
+    def _swappable(self, old: list[LogSegment]) -> int | None:
+        """Where `old` starts in the segment list, if it can still be replaced."""
         first = next(
             (position for position, segment in enumerate(self._segments) if segment is old[0]),
             None,
@@ -1771,15 +1815,44 @@ class PartitionLog:
             or self._segments[first : first + len(old)] != old
             or first + len(old) >= len(self._segments)  # the active segment is never replaced
         ):
+            return None
+        return first
+
+    @_io("replacing cleaned segments of")
+    def begin_swap(self, cleaned: LogSegment, old: list[LogSegment]) -> "SwapJob | None":
+        """The first step of a swap, on the owner: None (and `cleaned` deleted) when the log
+        changed since the cleaning started; else the job whose `run` renames the cleaned
+        files `.swap` and fsyncs the directory (in any thread: no code of the log has
+        `cleaned` yet), then `finish_swap` on the owner."""
+        if self._swappable(old) is None:
             cleaned.delete()
+            return None
+        return SwapJob(self.directory, cleaned, old)
+
+    @_io("replacing cleaned segments of")
+    def finish_swap(self, job: "SwapJob") -> bool:
+        """The middle step, on the owner once `job.run()` committed the swap: the old
+        segments renamed `.deleted` (for `take_deleted_files`), the `.swap` suffixes
+        dropped (the .log last) and `cleaned` put in their place, at once for readers;
+        then `job.run_last()` (any thread) fsyncs the directory and the owner unlinks the
+        deleted files. If the log changed meanwhile, the cleaned files are renamed
+        `.deleted` instead (the .log first, so that no restart completes the swap) and
+        False is returned. A failed `run` raises its OSError here (the log dir goes
+        offline)."""
+        if not job.done:
+            raise RuntimeError(f"{self.name}: finish_swap before the swap job ran")
+        if job.error is not None:
+            raise job.error
+        first = self._swappable(job.old)
+        if first is None:
+            self._deleted_files += job.cleaned.delete_later()
+            job.directory = None
             return False
-        cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
-        fsync_directory(self.directory)
-        for segment in old:
-            segment.delete()
-        cleaned.change_suffix("", log_first=False)
-        fsync_directory(self.directory)
-        self._segments[first : first + len(old)] = [cleaned]
+        for segment in job.old:
+            self._deleted_files += segment.delete_later()
+        job.cleaned.change_suffix("", log_first=False)
+        self._segments[first : first + len(job.old)] = [job.cleaned]
+        self._directory_changes += 1
         return True
 
     # -- durability ------------------------------------------------------------------------

@@ -24,6 +24,10 @@ the steps themselves (storage/log_manager.py, storage/log.py, storage/checkpoint
 
 - a follower's truncation writes its leader epoch checkpoint (and unlinks the segments it
   removed) in a worker thread before the fetcher fetches again (``finish_truncation``);
+- the log cleaner's swap commits (the cleaned files renamed `.swap`, the directory
+  fsynced) in a worker thread before the loop deletes the old segments and drops the
+  suffixes in one step, and the directory is fsynced again before the cleaner goes on
+  (``replace_segments``);
 - a segment roll's new files (and its producer snapshot) are made before the new segment
   takes any append: every append path waits here (``ready_to_append``) while a roll of
   its log is in flight, and a log truncated, closed or appended to meanwhile drops the new
@@ -58,6 +62,7 @@ from minibroker.storage.log_manager import (
     run_flush_jobs,
     unlink_files,
 )
+from minibroker.storage.segment import LogSegment
 
 log = logging.getLogger("storage.io")
 
@@ -76,6 +81,8 @@ async def inline(function: Callable[..., Any], *args: Any) -> Any:
 
 # The rolls in flight, by log: what an append to that log (or its deletion) waits for.
 _rolls: weakref.WeakKeyDictionary[PartitionLog, trio.Event] = weakref.WeakKeyDictionary()
+# The log cleaner's swaps in flight, by log: what a truncation or deletion waits for.
+_swaps: weakref.WeakKeyDictionary[PartitionLog, trio.Event] = weakref.WeakKeyDictionary()
 
 
 def must_wait(partition_log: PartitionLog, size: int, now_ms: int) -> bool:
@@ -86,13 +93,17 @@ def must_wait(partition_log: PartitionLog, size: int, now_ms: int) -> bool:
 
 
 async def settled(partition_log: PartitionLog) -> bool:
-    """Return once no roll of the log is in flight (before truncating or deleting it):
-    True if it waited for one (without yielding otherwise)."""
+    """Return once no roll or cleaner's swap of the log is in flight (before truncating
+    or deleting it): True if it waited for one (without yielding otherwise)."""
     waited = False
-    while (done := _rolls.get(partition_log)) is not None:
+    while True:
+        done = _rolls.get(partition_log)
+        if done is None:
+            done = _swaps.get(partition_log)
+        if done is None:
+            return waited
         await done.wait()
         waited = True
-    return waited
 
 
 async def ready_to_append(
@@ -124,6 +135,46 @@ async def ready_to_append(
         finally:
             if partition_log.roll_in_flight is job:  # refused: its log dir is offline
                 partition_log.roll_in_flight = None
+
+
+async def replace_segments(
+    partition_log: PartitionLog,
+    cleaned: LogSegment,
+    old: list[LogSegment],
+    run_sync: RunSync = IN_THREAD,
+) -> bool:
+    """PartitionLog.replace_segments (the log cleaner's swap) with its two directory
+    fsyncs, the `.swap` renames of the cleaned files and the old segments' unlinks in
+    worker threads; the renames that change what the log holds, and the list splice, stay
+    on the loop in one step (``finish_swap``), so a reader sees the old segments or the
+    new one. Truncations and deletions of the log wait for it (``settled``). Kafka's
+    cleaner thread does all of it off the request threads, under the log's lock."""
+    job = partition_log.begin_swap(cleaned, old)
+    if job is None:
+        return False
+    done = _swaps[partition_log] = trio.Event()
+    try:
+        with trio.CancelScope(shield=True):
+            await run_sync(job.run)
+            swapped = partition_log.finish_swap(job)
+            files = partition_log.take_deleted_files()
+
+            def last() -> OSError | None:
+                try:
+                    job.run_last()
+                except OSError as error:
+                    return error
+                finally:
+                    unlink_files(files)
+                return None
+
+            failed = await run_sync(last)
+    finally:
+        del _swaps[partition_log]
+        done.set()
+    if failed is not None:
+        partition_log.io_failed("replacing cleaned segments of", failed)
+    return swapped
 
 
 async def finish_truncation(partition_log: PartitionLog, run_sync: RunSync = IN_THREAD) -> None:
@@ -186,7 +237,8 @@ async def delete_logs(
     while rolling := [
         partition_log
         for key in keys
-        if (partition_log := log_manager.get_log(*key)) is not None and partition_log in _rolls
+        if (partition_log := log_manager.get_log(*key)) is not None
+        and (partition_log in _rolls or partition_log in _swaps)
     ]:
         await settled(rolling[0])
     directories = log_manager.detach_logs(keys)

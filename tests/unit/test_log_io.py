@@ -17,6 +17,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,6 +31,7 @@ from minibroker.replication import log_io
 from minibroker.storage.checkpoint import LeaderEpochCache, read_leader_epoch_checkpoint
 from minibroker.storage.log import LogConfig, PartitionLog
 from minibroker.storage.log_manager import LogManager, LogRequest
+from tests.unit import test_log_cleaner_service as cleaner_tests
 from tests.unit.batch_factory import make_batch
 from tests.unit.replication_harness import (
     TOPIC,
@@ -57,6 +59,8 @@ class HeldDisk:
         self.timed_out = False
         self._armed = False
         self._lock = threading.Lock()
+        # Hold only a call on a path this accepts (None: the first call after arm()).
+        self.hold_only: Callable[[str], bool] | None = None
 
     def arm(self) -> None:
         """Forget the calls so far; hold the next one."""
@@ -68,17 +72,19 @@ class HeldDisk:
         with self._lock:
             self.calls.append((what, path, threading.get_ident() == self.loop_thread))
 
-    def _maybe_hold(self) -> None:
+    def _maybe_hold(self, path: str = "") -> None:
         with self._lock:
-            first = self._armed and not self.held.is_set()
+            accepted = self.hold_only is None or self.hold_only(path)
+            first = accepted and self._armed and not self.held.is_set()
             if first:
                 self.held.set()
         if first and not self.released.wait(HOLD_TIMEOUT_S):
             self.timed_out = True
 
     def fsync(self, fd: int) -> None:
-        self.note("fsync", os.readlink(f"/proc/self/fd/{fd}"))
-        self._maybe_hold()
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        self.note("fsync", path)
+        self._maybe_hold(path)
         REAL_FSYNC(fd)
 
     async def wait_held(self) -> None:
@@ -616,3 +622,45 @@ async def test_a_truncation_writes_its_epochs_and_unlinks_segments_off_the_loop(
     assert disk.fsynced() == [str(epoch_file) + ".tmp", str(partition_log.directory)]
     assert partition_log.log_end_offset == cut
     manager.close()
+
+
+async def test_the_cleaners_swap_commits_off_the_loop_and_replaces_segments_in_one_step(
+    tmp_path, disk
+):
+    partition_log = cleaner_tests.compacted_log(tmp_path)
+    for number in range(2000):
+        cleaner_tests.append(
+            partition_log, b"key-%d" % (number % 10), b"key-%d-%04d" % (number % 10, number)
+        )
+    service, _, _, _ = cleaner_tests.service_for([partition_log])
+    directory = partition_log.directory
+    before = list(partition_log.segments)
+    cleaned_below = before[-1].base_offset
+    # The swap's commit: the directory's fsync after the cleaned files became `.swap`.
+    disk.hold_only = lambda path: path == str(directory) and any(directory.glob("*.log.swap"))
+    disk.arm()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.clean_filthiest)
+        await disk.wait_held()
+        # The cleaned files are renamed .swap and the directory's fsync is held: the log
+        # still holds the old segments and takes appends.
+        assert list(directory.glob("*.log.swap"))
+        assert partition_log.segments == before
+        cleaner_tests.append(partition_log, b"new", b"v")
+        assert not disk.timed_out, "the cleaner's swap held the event loop"
+        disk.release()
+    assert disk.on_loop() == []
+    fsynced = disk.fsynced()
+    assert fsynced.count(str(directory)) >= 2  # after the .swap renames, after the last
+    assert not list(directory.glob("*.swap")) and not list(directory.glob("*.deleted"))
+    # Every segment below the cleaned offset is a cleaned one now.
+    assert not [
+        segment
+        for segment in partition_log.segments
+        if segment.base_offset < cleaned_below and any(segment is old for old in before)
+    ]
+    records = cleaner_tests.all_records(partition_log)
+    below = [record for record in records if record[0] < cleaned_below]
+    assert len(below) == len({key for _, key, _ in below}) == 10
+    assert records[-1][1] == b"new"
+    partition_log.close()
