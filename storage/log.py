@@ -18,9 +18,9 @@ Where this departs from Kafka (each is also noted where it happens):
   below the log end (and below any segment recovery rescans, whose `.txnindex` the replay
   rebuilds) and replays only the batch headers after it (after a crash, the headers from the
   start of the latest leader epoch the checkpoint knows are read too, for newer epochs).
-  Kafka writes the roll's snapshot asynchronously; here it is written at once, and fsynced
-  only when the log closes (a torn one fails its CRC and an older one, or a full replay, is
-  used).
+  Kafka writes the roll's snapshot asynchronously; here it is written with the roll's new
+  files (in the roll's worker thread in the broker), and fsynced only when the log closes
+  (a torn one fails its CRC and an older one, or a full replay, is used).
 - Rolled segments are fsynced by `flush_if_due` (which the log manager runs periodically and
   before each checkpoint) rather than by a background task right after the roll.
 - The blocking half of a flush can run in a worker thread (issue 40: one event loop serves
