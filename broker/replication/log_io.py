@@ -85,11 +85,22 @@ _rolls: weakref.WeakKeyDictionary[PartitionLog, trio.Event] = weakref.WeakKeyDic
 _swaps: weakref.WeakKeyDictionary[PartitionLog, trio.Event] = weakref.WeakKeyDictionary()
 
 
+# Whether the append paths roll a due segment in a worker thread (True) or leave the roll
+# to the append itself, on the loop (False). Measured with python -m bench.io_stalls (the
+# benchmarks page): the appends of the rolling partition wait for the thread either way,
+# and the thread's Python needs the GIL back after each of its system calls, up to the
+# 5 ms switch interval each while the loop is busy, so the partition's end-to-end latency
+# rose; the roll's file creations cost the loop less than that.
+ROLLS_IN_THREAD = False
+
+
 def must_wait(partition_log: PartitionLog, size: int, now_ms: int) -> bool:
     """Whether an append of `size` bytes to the log must go through ``ready_to_append``
-    first: a roll of it is in flight, or the append would roll it. Cheap: the append
-    paths ask it for every partition before they append."""
-    return partition_log.roll_in_flight is not None or partition_log.roll_due(size, now_ms)
+    first: a roll of it is in flight, or (with ROLLS_IN_THREAD) the append would roll
+    it. Cheap: the append paths ask it for every partition before they append."""
+    return partition_log.roll_in_flight is not None or (
+        ROLLS_IN_THREAD and partition_log.roll_due(size, now_ms)
+    )
 
 
 async def settled(partition_log: PartitionLog) -> bool:

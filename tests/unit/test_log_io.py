@@ -492,6 +492,7 @@ async def test_producer_id_blocks_are_reserved_off_the_loop_before_they_are_hand
 async def test_a_segment_roll_makes_its_files_off_the_loop_before_the_next_append(
     tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(log_io, "ROLLS_IN_THREAD", True)  # off by default: log_io's note
     replicas = make_broker(tmp_path, 1, threads=True)
     replicas.announced_topic_configs[TOPIC] = {"segment.bytes": "400"}
     await replicas.apply_leader_and_isr(leader_and_isr(1, 1, [1], [1], partitions=(0, 1)))
