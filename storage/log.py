@@ -31,7 +31,8 @@ Where this departs from Kafka (each is also noted where it happens):
   on meanwhile, as they do while Kafka's scheduler thread runs UnifiedLog.flush outside the
   log's lock; the recovery point only ever moves past what the job fsynced, and not at all
   if the log was truncated meanwhile. `flush` runs the three steps in a row.
-- A segment roll's file creations can run in a worker thread too (issue 40): `begin_roll`
+- A segment roll's file creations can run in a worker thread too (issue 40; the broker
+  leaves that off, replication/log_io.py's ROLLS_IN_THREAD, as measured slower): `begin_roll`
   (on the owner) seals the active segment's indexes and takes the producer state's
   snapshot bytes, `RollJob.run` (any thread) creates the new segment's `.log`, `.index` and
   `.timeindex` and writes the `<offset>.snapshot`, and `finish_roll` (on the owner) makes

@@ -28,10 +28,11 @@ the steps themselves (storage/log_manager.py, storage/log.py, storage/checkpoint
   fsynced) in a worker thread before the loop deletes the old segments and drops the
   suffixes in one step, and the directory is fsynced again before the cleaner goes on
   (``replace_segments``);
-- a segment roll's new files (and its producer snapshot) are made before the new segment
-  takes any append: every append path waits here (``ready_to_append``) while a roll of
-  its log is in flight, and a log truncated, closed or appended to meanwhile drops the new
-  segment (PartitionLog.finish_roll); a partition's deletion waits for its roll first.
+- with ROLLS_IN_THREAD (off: see its note), a segment roll's new files (and its producer
+  snapshot) are made in a worker thread before the new segment takes any append: every
+  append path waits here (``ready_to_append``) while a roll of its log is in flight, and a
+  log truncated, closed or appended to meanwhile drops the new segment
+  (PartitionLog.finish_roll); a partition's deletion waits for its roll first.
 
 Writers stay one per file: a log's appends and truncations stay on the loop; a thread
 only fsyncs descriptors of its own, writes files no loop code writes at the same time (the
