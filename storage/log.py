@@ -18,9 +18,9 @@ Where this departs from Kafka (each is also noted where it happens):
   below the log end (and below any segment recovery rescans, whose `.txnindex` the replay
   rebuilds) and replays only the batch headers after it (after a crash, the headers from the
   start of the latest leader epoch the checkpoint knows are read too, for newer epochs).
-  Kafka writes the roll's snapshot asynchronously; here it is written at once, and fsynced
-  only when the log closes (a torn one fails its CRC and an older one, or a full replay, is
-  used).
+  Kafka writes the roll's snapshot asynchronously; here it is written with the roll's new
+  files (in the roll's worker thread in the broker), and fsynced only when the log closes
+  (a torn one fails its CRC and an older one, or a full replay, is used).
 - Rolled segments are fsynced by `flush_if_due` (which the log manager runs periodically and
   before each checkpoint) rather than by a background task right after the roll.
 - The blocking half of a flush can run in a worker thread (issue 40: one event loop serves
@@ -31,6 +31,16 @@ Where this departs from Kafka (each is also noted where it happens):
   on meanwhile, as they do while Kafka's scheduler thread runs UnifiedLog.flush outside the
   log's lock; the recovery point only ever moves past what the job fsynced, and not at all
   if the log was truncated meanwhile. `flush` runs the three steps in a row.
+- A segment roll's file creations can run in a worker thread too (issue 40; the broker
+  leaves that off, replication/log_io.py's ROLLS_IN_THREAD, as measured slower): `begin_roll`
+  (on the owner) seals the active segment's indexes and takes the producer state's
+  snapshot bytes, `RollJob.run` (any thread) creates the new segment's `.log`, `.index` and
+  `.timeindex` and writes the `<offset>.snapshot`, and `finish_roll` (on the owner) makes
+  the new segment the active one. The owner appends nothing to the log in between (the
+  broker's append paths wait for `roll_in_flight` to clear: replication/log_io.py); a log
+  truncated, closed or appended to meanwhile drops the new segment instead, so it never
+  holds an offset below its base. `_maybe_roll` still rolls inline (the offsets not fitting
+  the indexes' relative offsets, which the broker does not check before an append).
 - Retention renames a deleted segment's files to `.deleted` and leaves the unlinking to
   the caller (`take_deleted_files`), which the broker does in a worker thread, as Kafka's
   asyncDeleteSegment hands it to the scheduler (here without file.delete.delay.ms: the
@@ -639,6 +649,85 @@ class FlushJob:
             os.close(fd)
 
 
+class RollJob:
+    """The blocking half of a segment roll (see the module notes): create the new segment's
+    files and write the producer snapshot taken on the owner. `run` is safe in any thread:
+    it touches only the new segment (no other code has it yet) and the snapshot file of its
+    base offset. An OSError is kept in `error` for `PartitionLog.finish_roll` to raise on
+    the owner, where the log dir is taken offline."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_size: int,
+        snapshot_path: Path,
+        snapshot: bytes,
+        log_end_offset: int,
+        structure_version: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.snapshot_path = snapshot_path
+        self.snapshot = snapshot
+        # The log as `begin_roll` left it: `finish_roll` publishes the segment only if it
+        # is still so.
+        self.log_end_offset = log_end_offset
+        self.structure_version = structure_version
+        self.segment: LogSegment | None = None
+        self.error: OSError | None = None
+        self.done = False
+
+    def run(self) -> None:
+        try:
+            with open(self.snapshot_path, "wb") as file:
+                file.write(self.snapshot)
+            self.segment = LogSegment(
+                self.directory,
+                self.base_offset,
+                index_interval_bytes=self.index_interval_bytes,
+                max_index_size=self.max_index_size,
+            )
+        except OSError as error:
+            self.error = error
+        finally:
+            self.done = True
+
+
+class SwapJob:
+    """The blocking steps of a log cleaner's swap (PartitionLog.begin_swap): `run` renames
+    the cleaned segment's files `.swap` (the .log first: the commit point) and fsyncs the
+    directory; `run_last`, after `finish_swap`, fsyncs the directory again. Both are safe
+    in any thread: `run` touches only the cleaned segment, which no code of the log has
+    yet, and `run_last` only the directory."""
+
+    def __init__(self, directory: Path, cleaned: LogSegment, old: list[LogSegment]) -> None:
+        self.directory: Path | None = directory
+        self.cleaned = cleaned
+        self.old = old
+        self.error: OSError | None = None
+        self.done = False
+
+    def run(self) -> None:
+        try:
+            self.cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
+            assert self.directory is not None
+            fsync_directory(self.directory)
+        except OSError as error:
+            self.error = error
+        finally:
+            self.done = True
+
+    def run_last(self) -> None:
+        """The directory's fsync after the renames `finish_swap` made (an OSError is
+        raised: the caller takes the log dir offline)."""
+        if self.directory is not None:
+            fsync_directory(self.directory)
+
+
 class PartitionLog:
     """The segments of one partition and everything offset-related about them.
 
@@ -682,6 +771,8 @@ class PartitionLog:
         self.closed = False
         # Files of segments retention deleted, renamed `.deleted`, for the caller to unlink.
         self._deleted_files: list[Path] = []
+        # The roll whose files a worker thread is making (begin_roll to finish_roll).
+        self.roll_in_flight: RollJob | None = None
 
     @classmethod
     def open(
@@ -1247,23 +1338,83 @@ class PartitionLog:
             self.flush()
             self._last_flush_ms = now_ms
 
-    def _maybe_roll(
-        self, size: int, first_offset: int, last_offset: int, now_ms: int
-    ) -> LogSegment:
-        """The segment to append to: a new one if the active one is full, old, or out of range."""
+    def roll_due(self, size: int, now_ms: int) -> bool:
+        """Whether appending `size` bytes now would roll the active segment because it is
+        full, old or its indexes are (what `_maybe_roll` checks, but the offsets' fit)."""
         active = self._active
         too_big = active.size + size > self.config.segment_bytes
         too_old = (
             active.rolling_base_ms is not None
             and now_ms - active.rolling_base_ms > self.config.segment_ms
         )
-        if (
-            (not active.is_empty and (too_big or too_old))
-            or active.indexes_full
-            or not active.can_hold_offset(last_offset)
-        ):
+        return (not active.is_empty and (too_big or too_old)) or active.indexes_full
+
+    def _maybe_roll(
+        self, size: int, first_offset: int, last_offset: int, now_ms: int
+    ) -> LogSegment:
+        """The segment to append to: a new one if the active one is full, old, or out of range."""
+        active = self._active
+        if self.roll_due(size, now_ms) or not active.can_hold_offset(last_offset):
             return self._roll(first_offset)
         return active
+
+    @_io("rolling a segment of")
+    def begin_roll(self) -> RollJob | None:
+        """The first step of a roll at the log end (see the module notes), on the owner:
+        seal the active segment's indexes, take the producer snapshot's bytes. None when
+        there is nothing to roll (the active segment is empty at the log end). The owner
+        appends nothing until `finish_roll(job)` after `job.run()`."""
+        if self.roll_in_flight is not None:
+            raise RuntimeError(f"{self.name}: a roll is already in flight")
+        base_offset = self._log_end_offset
+        active = self._active
+        if active.is_empty and active.base_offset == base_offset:
+            return None
+        active.seal_indexes()
+        job = RollJob(
+            self.directory,
+            base_offset,
+            self.config.index_interval_bytes,
+            self.config.segment_index_bytes,
+            self._snapshot_path(base_offset),
+            self._producers.snapshot_bytes(),
+            self._log_end_offset,
+            self.structure_version,
+        )
+        self.roll_in_flight = job
+        return job
+
+    @_io("rolling a segment of")
+    def finish_roll(self, job: RollJob) -> bool:
+        """The last step of a roll, on the owner once the job ran: the new segment becomes
+        the active one, unless the log was truncated, closed or appended to meanwhile (the
+        segment is then closed and its files left for `take_deleted_files`, unless a
+        segment of the log has its base offset). True if it was published. A job that
+        failed raises its OSError here, taking the log dir offline."""
+        if self.roll_in_flight is job:
+            self.roll_in_flight = None
+        if not job.done:
+            raise RuntimeError(f"{self.name}: finish_roll before the roll job ran")
+        if job.error is not None:
+            raise job.error
+        segment = job.segment
+        assert segment is not None
+        if (
+            not self.closed
+            and job.structure_version == self.structure_version
+            and job.log_end_offset == self._log_end_offset
+            and self._active.base_offset < job.base_offset
+        ):
+            self._segments.append(segment)
+            self._directory_changes += 1
+            return True
+        if any(kept.base_offset == segment.base_offset for kept in self._segments):
+            segment.close_descriptor()  # the files are a live segment's
+        else:
+            self._deleted_files += segment.delete_later()
+            if job.base_offset > self._log_end_offset:
+                job.snapshot_path.unlink(missing_ok=True)
+        return False
 
     def _roll(self, base_offset: int) -> LogSegment:
         base_offset = max(base_offset, self._log_end_offset)
@@ -1492,13 +1643,21 @@ class PartitionLog:
             self.truncate_fully_and_start_at(offset)
             return True
         self._segments_changed(offset)
+        # Segments wholly past the offset are renamed `.deleted` here and unlinked by the
+        # caller (take_deleted_files), in a worker thread in the broker, as retention's
+        # are: unlinking a large file frees its blocks, a rename does not (issue 40).
         while len(self._segments) > 1 and self._active.base_offset > offset:
-            self._segments.pop().delete()
+            self._deleted_files += self._segments.pop().delete_later()
+            self._directory_changes += 1
         self._active.truncate_to(offset)
         self._log_end_offset = self._active.next_offset
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
-        self._epochs.truncate_from_end(self._log_end_offset)
+        # Written with the next flush (Kafka's truncateFromEndAsyncFlush in
+        # UnifiedLog.truncateTo), not here on the loop: until then the file may name epochs
+        # past the log end, which loading the log cuts again (`_load`), and the batches the
+        # truncation removed come back after a crash only with the epochs that name them.
+        self._epochs.truncate_from_end(self._log_end_offset, durable=False)
         self._rebuild_producer_state()
         return True
 
@@ -1636,8 +1795,21 @@ class PartitionLog:
         anywhere in between. Returns False, deleting `cleaned`, when the log changed since
         the cleaning started (closed, truncated, or one of `old` deleted by retention).
 
-        Runs on the thread that owns the log, in one go: readers never see a half-made swap.
-        """
+        This runs the three steps of a swap in a row (the broker runs the blocking one in
+        a worker thread: `begin_swap`, `SwapJob.run`, `finish_swap`); readers never see a
+        half-made swap either way."""
+        job = self.begin_swap(cleaned, old)
+        if job is None:
+            return False
+        job.run()
+        swapped = self.finish_swap(job)
+        job.run_last()
+        for path in self.take_deleted_files():
+            path.unlink(missing_ok=True)
+        return swapped
+
+    def _swappable(self, old: list[LogSegment]) -> int | None:
+        """Where `old` starts in the segment list, if it can still be replaced."""
         first = next(
             (position for position, segment in enumerate(self._segments) if segment is old[0]),
             None,
@@ -1648,15 +1820,44 @@ class PartitionLog:
             or self._segments[first : first + len(old)] != old
             or first + len(old) >= len(self._segments)  # the active segment is never replaced
         ):
+            return None
+        return first
+
+    @_io("replacing cleaned segments of")
+    def begin_swap(self, cleaned: LogSegment, old: list[LogSegment]) -> "SwapJob | None":
+        """The first step of a swap, on the owner: None (and `cleaned` deleted) when the log
+        changed since the cleaning started; else the job whose `run` renames the cleaned
+        files `.swap` and fsyncs the directory (in any thread: no code of the log has
+        `cleaned` yet), then `finish_swap` on the owner."""
+        if self._swappable(old) is None:
             cleaned.delete()
+            return None
+        return SwapJob(self.directory, cleaned, old)
+
+    @_io("replacing cleaned segments of")
+    def finish_swap(self, job: "SwapJob") -> bool:
+        """The middle step, on the owner once `job.run()` committed the swap: the old
+        segments renamed `.deleted` (for `take_deleted_files`), the `.swap` suffixes
+        dropped (the .log last) and `cleaned` put in their place, at once for readers;
+        then `job.run_last()` (any thread) fsyncs the directory and the owner unlinks the
+        deleted files. If the log changed meanwhile, the cleaned files are renamed
+        `.deleted` instead (the .log first, so that no restart completes the swap) and
+        False is returned. A failed `run` raises its OSError here (the log dir goes
+        offline)."""
+        if not job.done:
+            raise RuntimeError(f"{self.name}: finish_swap before the swap job ran")
+        if job.error is not None:
+            raise job.error
+        first = self._swappable(job.old)
+        if first is None:
+            self._deleted_files += job.cleaned.delete_later()
+            job.directory = None
             return False
-        cleaned.change_suffix(SWAP_SUFFIX, log_first=True)
-        fsync_directory(self.directory)
-        for segment in old:
-            segment.delete()
-        cleaned.change_suffix("", log_first=False)
-        fsync_directory(self.directory)
-        self._segments[first : first + len(old)] = [cleaned]
+        for segment in job.old:
+            self._deleted_files += segment.delete_later()
+        job.cleaned.change_suffix("", log_first=False)
+        self._segments[first : first + len(job.old)] = [job.cleaned]
+        self._directory_changes += 1
         return True
 
     # -- durability ------------------------------------------------------------------------
@@ -1771,6 +1972,16 @@ class PartitionLog:
         self._segments_changed()
         for segment in self._segments:
             segment.close_descriptor()
+
+    def io_failed(self, what: str, error: OSError) -> None:
+        """An OSError of this log's files met in another thread: the log dir goes offline
+        and StorageError is raised, as `_io` does for the log's own methods."""
+        self._failures.maybe_add_offline_log_dir(
+            self._log_dir, f"Error while {what} {self.name} in dir {self._log_dir}", error
+        )
+        raise StorageError(
+            f"{self.name}: {what} failed ({error}); log dir {self._log_dir} is offline"
+        ) from error
 
     def take_deleted_files(self) -> list[Path]:
         """The `.deleted` files retention left since the last call, for the caller to unlink

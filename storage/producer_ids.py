@@ -36,7 +36,23 @@ class ProducerIdAllocator:
 
     def allocate_block(self) -> tuple[int, int]:
         """Reserve a whole block for a broker (Kafka's AllocateProducerIds): (first id, count)."""
-        start = self._next
-        self._reserve(start + BLOCK_SIZE)
-        self._next = start + BLOCK_SIZE
-        return start, BLOCK_SIZE
+        start, end = self.next_block()
+        self.reserve(end)
+        return self.take_block(start, end)
+
+    # allocate_block in three steps, for an owner that writes the file in a worker thread:
+    # the block (on the owner), its reservation on disk (any thread, one at a time), then
+    # the block handed out (on the owner, only once reserved).
+
+    def next_block(self) -> tuple[int, int]:
+        """The next block's [start, end), not yet reserved."""
+        return self._next, self._next + BLOCK_SIZE
+
+    def reserve(self, end: int) -> None:
+        """Make ``end`` the reserved end on disk, durably."""
+        self._reserve(end)
+
+    def take_block(self, start: int, end: int) -> tuple[int, int]:
+        """Hand out the block [start, end) once ``reserve(end)`` returned: (first id, count)."""
+        self._next = end
+        return start, end - start

@@ -146,7 +146,7 @@ class ControllerService:
 
     async def save(self) -> None:
         """Make the current state durable. While a save is in flight (the ZooKeeper store
-        awaits its transaction; the JSON file is written without yielding), the channels
+        awaits its transaction; the JSON file is written in a worker thread), the channels
         hold their requests: an UpdateMetadata built from the state then would show brokers
         a decision that a crash could still take back. A failed save (a deposed controller)
         holds them for good."""

@@ -9,8 +9,12 @@ it and the next save overwrites it.
 
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
+
+import trio
 
 from minibroker.controller.client_quotas import entities_from_json, entities_to_json
 from minibroker.controller.state import BrokerInfo, ControllerState, PartitionState, TopicState
@@ -49,7 +53,17 @@ class ControllerStore:
 
     def save(self, state: ControllerState) -> None:
         """Replace the saved state with ``state``, durably and atomically."""
-        data = json.dumps(_state_to_dict(state), indent=1).encode("utf-8")
+        self.write(self.encode(state))
+
+    @staticmethod
+    def encode(state: ControllerState) -> bytes:
+        """The file's bytes for ``state`` (taken on the state's owner: the state is not
+        thread-safe)."""
+        return json.dumps(_state_to_dict(state), indent=1).encode("utf-8")
+
+    def write(self, data: bytes) -> None:
+        """Replace the file with ``data``, durably and atomically (safe in any thread, one
+        call at a time)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomically(self.path, data)
 
@@ -128,20 +142,45 @@ def _state_from_json(text: str, path: Path) -> ControllerState:
         raise ValueError(f"{path} is not a readable controller state: {exc}") from exc
 
 
+# How the blocking writes run: in a worker thread; the in-process tests under trio's
+# MockClock pass a function that runs them inline (as replication/log_io.py's ``inline``).
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
 class LocalStore:
     """The single controller's store: the JSON state file and the producer-id block file in
-    its log dir, behind the awaitable interface the ZooKeeper store has. Local writes are
-    short and stay on the loop, as they always did."""
+    its log dir, behind the awaitable interface the ZooKeeper store has.
 
-    def __init__(self, directory: Path) -> None:
+    Each write (the file, its fsync, the rename, the directory's fsync: 10-100 ms on a
+    busy disk) runs in a worker thread (``run_blocking``), so that the event loop serving
+    every client never waits for it (issue 40), while ``save`` still returns only once the
+    state is durable: the service announces nothing before (ControllerService.save). The
+    bytes are taken on the loop, where the state changes, when the save's turn comes; saves
+    run one at a time in the order they were asked for, so a later state is never
+    overwritten by an earlier one. Cancellation cannot cut a write in two (the thread runs
+    to its end)."""
+
+    def __init__(
+        self, directory: Path, run_blocking: RunBlocking = trio.to_thread.run_sync
+    ) -> None:
         self._state = ControllerStore(directory / STATE_FILE)
         self._producer_ids = ProducerIdAllocator(directory)
+        self._run_blocking = run_blocking
+        self._state_lock = trio.Lock()
+        self._producer_ids_lock = trio.Lock()
 
     async def load(self) -> ControllerState:
         return self._state.load()
 
     async def save(self, state: ControllerState) -> None:
-        self._state.save(state)
+        async with self._state_lock:
+            data = self._state.encode(state)
+            with trio.CancelScope(shield=True):
+                await self._run_blocking(self._state.write, data)
 
     async def allocate_producer_id_block(self) -> tuple[int, int]:
-        return self._producer_ids.allocate_block()
+        async with self._producer_ids_lock:
+            start, end = self._producer_ids.next_block()
+            with trio.CancelScope(shield=True):
+                await self._run_blocking(self._producer_ids.reserve, end)
+            return self._producer_ids.take_block(start, end)

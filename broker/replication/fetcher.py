@@ -48,6 +48,7 @@ from minibroker.protocol.replica_fetch import (
     encode_replica_fetch_request,
 )
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication import log_io
 from minibroker.replication.fetch_session import FetchSessionHandler, PartitionKey
 from minibroker.replication.metadata_cache import MetadataCache
 from minibroker.security.listeners import client_security
@@ -67,6 +68,7 @@ class ReplicaAccess(Protocol):
     metrics: BrokerMetrics
     clock_ms: Callable[[], int]
     connect: Callable[..., Awaitable[NodeConnection]]
+    run_blocking: log_io.RunSync
 
     def notify(self, partition: "Partition") -> None: ...
 
@@ -273,16 +275,32 @@ class Fetcher:
         self, connection, partition: "Partition", data: FetchedPartition
     ) -> None:
         error = data.error_code
+        epoch = partition.leader_epoch
         if error == Error.NONE:
             if data.diverging_epoch >= 0 or data.diverging_end_offset >= 0:
+                # A truncation waits for a roll of the log in flight.
+                if await log_io.settled(partition.log) and not self._still_fetching(
+                    partition, epoch
+                ):
+                    return
                 self._truncate_diverging(partition, data.diverging_epoch, data.diverging_end_offset)
+                await self._finish_truncation(partition)
                 return
             changed = bool(data.records)
             if data.records:
                 self._replicas.metrics.fetcher_bytes.inc(len(data.records))
                 self._replicas.record_follower_throttled_bytes(partition, len(data.records))
                 try:
-                    partition.append_as_follower(data.records, self._replicas.clock_ms())
+                    now_ms = self._replicas.clock_ms()
+                    size = len(data.records)
+                    if log_io.must_wait(partition.log, size, now_ms):
+                        # The roll's files made in a worker thread, before the append.
+                        await log_io.ready_to_append(
+                            partition.log, size, now_ms, self._replicas.run_blocking
+                        )
+                        if not self._still_fetching(partition, epoch):
+                            return
+                    partition.append_as_follower(data.records, now_ms)
                 except StorageError as failure:
                     log.error("cannot append to %s-%d: %s", *partition.key, failure)
                     self._fail_or_back_off(partition, failure)
@@ -330,6 +348,7 @@ class Fetcher:
         epoch = partition.leader_epoch
         leader_end = await self._leader_offset(connection, partition, LATEST)
         leader_start = await self._leader_offset(connection, partition, EARLIEST)
+        await log_io.settled(partition.log)  # a truncation waits for a roll
         if not self._still_fetching(partition, epoch):
             return
         if leader_end is None or leader_start is None:
@@ -346,6 +365,17 @@ class Fetcher:
             )
             partition.log.truncate_fully_and_start_at(leader_start)
         partition.clamp_high_watermark()
+        await self._finish_truncation(partition)
+
+    async def _finish_truncation(self, partition: "Partition") -> None:
+        """A truncation's epoch checkpoint and unlinks, in a worker thread, before the next
+        fetch (log_io.finish_truncation); a failure backs the partition off as a failed
+        append does."""
+        try:
+            await log_io.finish_truncation(partition.log, self._replicas.run_blocking)
+        except StorageError as failure:
+            log.error("cannot truncate %s-%d: %s", *partition.key, failure)
+            self._fail_or_back_off(partition, failure)
 
     async def _leader_offset(self, connection, partition: "Partition", timestamp: int):
         request = build_request(

@@ -11,10 +11,11 @@ segment read and decompress whole segments, which takes seconds on a big log, so
 run in a worker thread (`trio.to_thread.run_sync`). They only read the files of segments
 that are not active (with their own descriptors) and write `.cleaned` files, while the loop
 keeps appending to the active segment and serving reads from the segment list it owns. The
-swap of each group (`PartitionLog.replace_segments`: renames, unlinks, two directory fsyncs
-and a list splice) runs on the loop thread, in one go, so a read sees either the old
-segments or the new one and never a half-made swap; a reader never holds a segment across an
-await, since reads copy their bytes out synchronously. If the log is truncated, closed or
+swap of each group (`log_io.replace_segments`) fsyncs the directory and unlinks the old
+segments in worker threads, and makes its renames and list splice on the loop thread in one
+step, so a read sees either the old segments or the new one and never a half-made swap; a
+reader never holds a segment across an await, since reads copy their bytes out
+synchronously. If the log is truncated, closed or
 deleted meanwhile, the worker stops with CleaningAborted at its next batch and removes its
 files, and a swap whose old segments are gone (retention) is refused.
 
@@ -57,6 +58,8 @@ class LogCleanerService:
         self.uncleanable: set[tuple[str, int]] = set()
         self.max_map_entries = map_capacity(config.log_cleaner_dedupe_buffer_size)
         self.longest_swap_ms = 0.0
+        # How the swap's blocking steps run (log_io): tests under MockClock run them inline.
+        self.run_blocking: log_io.RunSync = log_io.IN_THREAD
 
     async def run(self) -> None:
         backoff = self.config.log_cleaner_backoff_ms / 1000
@@ -113,7 +116,7 @@ class LogCleanerService:
                 )
             log.info(
                 "cleaned %s from offset %d: %d of %d bytes and %d of %d records kept, "
-                "%d segment(s) replaced (longest swap on the loop: %.1f ms)",
+                "%d segment(s) replaced (longest swap, its fsyncs in worker threads: %.1f ms)",
                 to_clean.log.name,
                 to_clean.first_dirty_offset,
                 stats.bytes_written,
@@ -129,6 +132,11 @@ class LogCleanerService:
 
     async def clean(self, to_clean: LogToClean, now_ms: int) -> CleanerStats:
         self.longest_swap_ms = 0.0
+        # The leader epoch entries the cleaning needs on disk first (Cleaning writes what is
+        # left unsaved; nothing, once this ran), written in a worker thread.
+        epochs = to_clean.log.leader_epoch_cache
+        if (snapshot := epochs.unsaved_snapshot()) is not None:
+            await self.run_blocking(epochs.write_snapshot, *snapshot)
         cleaning = Cleaning(to_clean, now_ms, max_map_entries=self.max_map_entries)
         await trio.to_thread.run_sync(cleaning.build_offset_map, abandon_on_cancel=True)
         for group in cleaning.groups():
@@ -136,7 +144,7 @@ class LogCleanerService:
                 cleaning.clean_group, group, abandon_on_cancel=True
             )
             swap_started = time.perf_counter()
-            if not to_clean.log.replace_segments(cleaned, group):
+            if not await log_io.replace_segments(to_clean.log, cleaned, group, self.run_blocking):
                 raise CleaningAborted(f"{to_clean.log.name} changed during cleaning")
             self.longest_swap_ms = max(
                 self.longest_swap_ms, (time.perf_counter() - swap_started) * 1000

@@ -43,6 +43,8 @@ from minibroker.replication.log_io import (
     RunSync,
     create_logs,
     delete_logs,
+    must_wait,
+    ready_to_append,
     unlink_deleted_files,
     write_offset_checkpoints,
 )
@@ -73,6 +75,9 @@ from minibroker.storage.producer_state import ProducerSnapshot
 log = logging.getLogger("replicas")
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+# At least a transaction marker's batch (61 bytes of header and one control record): the
+# size its append is checked with before it may roll the segment.
+MARKER_SIZE = 128
 
 
 def wall_clock_ms() -> int:
@@ -447,13 +452,41 @@ class ReplicaManager:
         """
         pending: list[PendingAck] | None = [] if acks == -1 else None
         now_ms = self.clock_ms()
+        listed = [(topic, list(partitions)) for topic, partitions in entries]
+        await self._ready_to_append(listed, now_ms)
+        # No await from here to the last append: no roll can begin in between.
         results = [
             [self._append_to_leader(topic, data, now_ms, origin, pending) for data in partitions]
-            for topic, partitions in entries
+            for topic, partitions in listed
         ]
         if pending:
             await self.wait_for_replication(pending, timeout_s)
         return results
+
+    async def _ready_to_append(
+        self, entries: list[tuple[str, list[RecordsToAppend]]], now_ms: int
+    ) -> None:
+        """Wait until no log the request appends to has a roll in flight or due, rolling
+        those due with their files made in a worker thread (log_io.ready_to_append); a pass
+        that waited for nothing ends it. A failed roll is left for the append to report
+        (its log dir is offline by then)."""
+        failed: set[int] = set()
+        while True:
+            waited = False
+            for topic, partitions in entries:
+                for data in partitions:
+                    partition = self._partitions.get((topic, data.index))
+                    if partition is None or not data.records or id(partition.log) in failed:
+                        continue
+                    size = len(data.records)
+                    if must_wait(partition.log, size, now_ms):
+                        waited = True
+                        try:
+                            await ready_to_append(partition.log, size, now_ms, self.run_blocking)
+                        except StorageError:
+                            failed.add(id(partition.log))
+            if not waited:
+                return
 
     def _append_to_leader(
         self,
@@ -740,6 +773,12 @@ class ReplicaManager:
                 results[key] = error
                 continue
             try:
+                if must_wait(partition.log, MARKER_SIZE, now_ms):
+                    await ready_to_append(partition.log, MARKER_SIZE, now_ms, self.run_blocking)
+                    partition, error = self.leader_partition(*key)  # it may have moved
+                    if error != Error.NONE or partition is None:
+                        results[key] = error
+                        continue
                 appended = partition.append_control_marker(
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,

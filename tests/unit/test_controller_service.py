@@ -11,9 +11,10 @@ from minibroker.cluster.controller_client import build_request
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.controller.service import ControllerService
-from minibroker.controller.store import STATE_FILE, ControllerStore
+from minibroker.controller.store import STATE_FILE, ControllerStore, LocalStore
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
+from minibroker.replication import log_io
 from tests.unit.replication_harness import trio_ms
 
 CLUSTER_ID = "mock-cluster"
@@ -69,6 +70,9 @@ class Cluster:
             clock_ms=trio_ms,
             metrics=BrokerMetrics(),
             connect=self._connect,
+            # The state file written on the loop: a worker thread's real time would let the
+            # autojumping clock expire the brokers' sessions meanwhile.
+            store=LocalStore(tmp_path, run_blocking=log_io.inline),
         )
         self.epochs: dict[int, int] = {}
 

@@ -374,10 +374,12 @@ def test_a_crash_in_the_middle_of_a_swap_recovers(tmp_path, monkeypatch, stage):
         monkeypatch.setattr("minibroker.storage.segment.os.replace", replace_log_only)
         expected = expected_after
     elif stage == "after the .swap rename":
-        _crash_on(monkeypatch, "delete", 1)
+        # The old segments are deleted by renaming them `.deleted` (unlinked later, in a
+        # worker thread in the broker: replication/log_io.py).
+        _crash_on(monkeypatch, "delete_later", 1)
         expected = expected_after
     elif stage == "after deleting one old segment":
-        _crash_on(monkeypatch, "delete", 2)
+        _crash_on(monkeypatch, "delete_later", 2)
         expected = expected_after
     elif stage == "after deleting every old segment":
         _crash_on(monkeypatch, "change_suffix", 2)
