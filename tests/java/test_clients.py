@@ -172,7 +172,29 @@ def test_request_log(minibroker_answers, request_log: RequestLog):
         "INIT_PRODUCER_ID",
     ):
         assert any(name == api for name, _ in sent), (api, sorted(sent))
+    # Issue 34: the versions minibroker raised to Kafka 4.4's are the ones Kafka 4.4's client
+    # sends: every request of these APIs went at the newest version both sides know.
+    lower = {
+        (api, version)
+        for api, version in sent
+        if api in NEWEST_BOTH_KNOW and version != NEWEST_BOTH_KNOW[api]
+    }
+    assert lower == set(), sorted(lower)
     assert request_log.cancelled() == []
+
+
+# The newest version of each API that Kafka 4.4's Java client and minibroker both know.
+NEWEST_BOTH_KNOW = {
+    "API_VERSIONS": 5,
+    "PRODUCE": 13,
+    "FETCH": 18,
+    "LIST_OFFSETS": 11,
+    "METADATA": 13,
+    "OFFSET_COMMIT": 10,
+    "OFFSET_FETCH": 10,
+    "DESCRIBE_GROUPS": 6,
+    "DELETE_GROUPS": 3,
+}
 
 
 FETCH_SENT = re.compile(
