@@ -54,6 +54,16 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   v0's; each member adds MemberType (int8, default -1: 0 a classic-protocol member, 1 a
   consumer-protocol one), its last field.
 
+- AlterPartitionReassignments v1 (AlterPartitionReassignmentsRequest.json and its response):
+  AllowReplicationFactorChange (bool, default true) after TimeoutMs in the request and after
+  ThrottleTimeMs in the response; both written whole (the field sits mid-way).
+
+- DescribeLogDirs v5 (DescribeLogDirsResponse.json): the request is v4's; each result adds
+  IsCordoned (bool, default false), its last field.
+- DescribeCluster v2 (DescribeClusterRequest.json, DescribeClusterResponse.json; KIP-1073):
+  the request adds IncludeFencedBrokers (bool) after EndpointType; each broker adds IsFenced
+  (bool), its last field.
+
 - UpdateFeatures v2 (UpdateFeaturesRequest.json, UpdateFeaturesResponse.json): the request is
   v1's; the response drops the per-feature Results ("Version 2 changes the response to not
   return feature level results"), so its class is written whole.
@@ -93,6 +103,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import ClassVar
 
+from kio.schema.alter_partition_reassignments.v0.request import (
+    ReassignableTopic as _ReassignableTopicV0,
+)
+from kio.schema.alter_partition_reassignments.v0.response import (
+    ReassignableTopicResponse as _ReassignableTopicResponseV0,
+)
 from kio.schema.api_versions.v4.request import ApiVersionsRequest as _ApiVersionsRequestV4
 from kio.schema.api_versions.v4.response import ApiVersionsResponse as _ApiVersionsResponseV4
 from kio.schema.consumer_group_describe.v0.request import (
@@ -108,6 +124,12 @@ from kio.schema.consumer_group_describe.v0.response import Member as _ConsumerMe
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest as _DeleteGroupsRequestV2
 from kio.schema.delete_groups.v2.response import DeletableGroupResult as _DeletableGroupResultV2
 from kio.schema.delete_groups.v2.response import DeleteGroupsResponse as _DeleteGroupsResponseV2
+from kio.schema.describe_cluster.v1.response import (
+    DescribeClusterBroker as _DescribeClusterBrokerV1,
+)
+from kio.schema.describe_cluster.v1.response import (
+    DescribeClusterResponse as _DescribeClusterResponseV1,
+)
 from kio.schema.describe_groups.v5.request import (
     DescribeGroupsRequest as _DescribeGroupsRequestV5,
 )
@@ -116,6 +138,15 @@ from kio.schema.describe_groups.v5.response import (
 )
 from kio.schema.describe_groups.v5.response import (
     DescribeGroupsResponse as _DescribeGroupsResponseV5,
+)
+from kio.schema.describe_log_dirs.v4.request import (
+    DescribeLogDirsRequest as _DescribeLogDirsRequestV4,
+)
+from kio.schema.describe_log_dirs.v4.response import (
+    DescribeLogDirsResponse as _DescribeLogDirsResponseV4,
+)
+from kio.schema.describe_log_dirs.v4.response import (
+    DescribeLogDirsResult as _DescribeLogDirsResultV4,
 )
 from kio.schema.end_txn.v4.request import EndTxnRequest as _EndTxnRequestV4
 from kio.schema.end_txn.v4.response import EndTxnResponse as _EndTxnResponseV4
@@ -606,6 +637,98 @@ class ConsumerGroupDescribeResponseV1(_ConsumerGroupDescribeResponseV0):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartitionReassignmentsRequestV1:
+    """AlterPartitionReassignments v1: whether the replication factor may change."""
+
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(45)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    timeout: i32Timedelta = field(
+        metadata={"kafka_type": "timedelta_i32"},
+        default=i32Timedelta.parse(timedelta(milliseconds=60000)),
+    )
+    """The time in ms to wait for the request to complete."""
+    allow_replication_factor_change: bool = field(metadata={"kafka_type": "bool"}, default=True)
+    """The option indicating whether changing the replication factor of any given partition
+    as part of this request is a valid move."""
+    topics: tuple[_ReassignableTopicV0, ...]
+    """The topics to reassign."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartitionReassignmentsResponseV1:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(45)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    """The duration in milliseconds for which the request was throttled."""
+    allow_replication_factor_change: bool = field(metadata={"kafka_type": "bool"}, default=True)
+    """The option indicating whether changing the replication factor was allowed."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The top-level error code, or 0 if there was no error."""
+    error_message: str | None = field(metadata={"kafka_type": "string"})
+    """The top-level error message, or null if there was no error."""
+    responses: tuple[_ReassignableTopicResponseV0, ...]
+    """The responses to topics to reassign."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeLogDirsRequestV5(_DescribeLogDirsRequestV4):
+    """DescribeLogDirs v5: as v4."""
+
+    __version__: ClassVar[i16] = i16(5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeLogDirsResultV5(_DescribeLogDirsResultV4):
+    __version__: ClassVar[i16] = i16(5)
+    is_cordoned: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """True if this log directory is cordoned."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeLogDirsResponseV5(_DescribeLogDirsResponseV4):
+    """DescribeLogDirs v5: v4 plus whether each directory is cordoned."""
+
+    __version__: ClassVar[i16] = i16(5)
+    results: tuple[DescribeLogDirsResultV5, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeClusterRequestV2:
+    """DescribeCluster v2: v1 plus IncludeFencedBrokers (KIP-1073)."""
+
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(2)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(60)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    include_cluster_authorized_operations: bool = field(metadata={"kafka_type": "bool"})
+    """Whether to include cluster authorized operations."""
+    endpoint_type: i8 = field(metadata={"kafka_type": "int8"}, default=i8(1))
+    """The endpoint type to describe. 1=brokers, 2=controllers."""
+    include_fenced_brokers: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """Whether to include fenced brokers when listing brokers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeClusterBrokerV2(_DescribeClusterBrokerV1):
+    __version__: ClassVar[i16] = i16(2)
+    is_fenced: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """Whether the broker is fenced"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeClusterResponseV2(_DescribeClusterResponseV1):
+    __version__: ClassVar[i16] = i16(2)
+    brokers: tuple[DescribeClusterBrokerV2, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateFeaturesRequestV2(_UpdateFeaturesRequestV1):
     """UpdateFeatures v2: as v1."""
 
@@ -798,6 +921,9 @@ REQUESTS: dict[tuple[int, int], type] = {
     (2, 10): ListOffsetsRequestV10,
     (2, 11): ListOffsetsRequestV11,
     (3, 13): MetadataRequestV13,
+    (35, 5): DescribeLogDirsRequestV5,
+    (60, 2): DescribeClusterRequestV2,
+    (45, 1): AlterPartitionReassignmentsRequestV1,
     (69, 1): ConsumerGroupDescribeRequestV1,
     (66, 2): ListTransactionsRequestV2,
     (18, 5): ApiVersionsRequestV5,
@@ -825,6 +951,9 @@ RESPONSES: dict[tuple[int, int], type] = {
     (2, 10): ListOffsetsResponseV10,
     (2, 11): ListOffsetsResponseV11,
     (3, 13): MetadataResponseV13,
+    (35, 5): DescribeLogDirsResponseV5,
+    (60, 2): DescribeClusterResponseV2,
+    (45, 1): AlterPartitionReassignmentsResponseV1,
     (69, 1): ConsumerGroupDescribeResponseV1,
     (66, 2): ListTransactionsResponseV2,
     (18, 5): ApiVersionsResponseV5,

@@ -362,3 +362,47 @@ def test_consumer_group_describe_v1_gives_each_member_its_type(node):
         (member.member_id, member.member_type) for member in described.groups[0].members
     ]
     assert (member_id, member_type) == (joined.member_id, 1)
+
+
+def test_alter_partition_reassignments_v1_echoes_whether_the_replication_factor_may_change(node):
+    """AlterPartitionReassignments v1: the answer echoes AllowReplicationFactorChange; a target
+    of the same size is accepted with it false (one broker: the replicas stay [1]); a target
+    naming an unknown broker is still INVALID_REPLICA_ASSIGNMENT. (A change of size refused
+    with INVALID_REPLICATION_FACTOR needs more brokers: tests/unit/test_controller_operations.)"""
+
+    def reassign(replicas: list[int]):
+        fields = {
+            "timeout": 10000,
+            "allow_replication_factor_change": False,
+            "topics": [
+                {"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": replicas}]}
+            ],
+        }
+        with wire.connect(node.bootstrap, 10, exact=True) as client:
+            return client.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, fields)
+
+    same = reassign([1])
+    assert same.allow_replication_factor_change is False
+    assert code(same.error_code) == Error.NONE
+    assert [code(p.error_code) for t in same.responses for p in t.partitions] == [Error.NONE]
+    unknown = reassign([1, 9])
+    assert [code(p.error_code) for t in unknown.responses for p in t.partitions] == [
+        Error.INVALID_REPLICA_ASSIGNMENT
+    ]
+
+
+def test_describe_log_dirs_v5_and_describe_cluster_v2(node):
+    """DescribeLogDirs v5: each directory says it is not cordoned (minibroker cordons none);
+    DescribeCluster v2: each broker says whether it is fenced (the live broker is not)."""
+    with wire.connect(node.bootstrap, 10, exact=True) as client:
+        dirs = client.request(ApiKey.DESCRIBE_LOG_DIRS, 5, {"topics": None})
+        cluster = client.request(
+            ApiKey.DESCRIBE_CLUSTER,
+            2,
+            {"include_cluster_authorized_operations": False, "include_fenced_brokers": True},
+        )
+    assert code(dirs.error_code) == Error.NONE
+    assert [(code(r.error_code), r.is_cordoned) for r in dirs.results] == [(Error.NONE, False)]
+    assert TOPIC in {t.name for r in dirs.results for t in r.topics}
+    assert code(cluster.error_code) == Error.NONE
+    assert [(b.broker_id, b.is_fenced) for b in cluster.brokers] == [(1, False)]

@@ -90,8 +90,11 @@ KAFKA_44 = {0: (0, 13), 2: (1, 11), 3: (1, 13), 8: (2, 10), 9: (1, 10), 15: (0, 
 KAFKA_44 |= {18: (0, 5), 42: (0, 3)}
 # ... ListTransactions v2 (KIP-1152) and ConsumerGroupDescribe v1 (KIP-1099).
 KAFKA_44 |= {66: (0, 2), 69: (0, 1)}
+# ... DescribeLogDirs v5, DescribeCluster v2 (KIP-1073) and AlterPartitionReassignments v1
+# (both roles: the controller decides it).
+KAFKA_44 |= {35: (0, 5), 60: (0, 2), 45: (0, 1)}
 BROKER |= KAFKA_44
-CONTROLLER |= {3: (1, 13), 18: (0, 5)}
+CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
 COMBINED = BROKER | CONTROLLER
 ZOOKEEPER = {key: versions for key, versions in COMBINED.items() if key != 55}
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
