@@ -406,3 +406,23 @@ def test_describe_log_dirs_v5_and_describe_cluster_v2(node):
     assert TOPIC in {t.name for r in dirs.results for t in r.topics}
     assert code(cluster.error_code) == Error.NONE
     assert [(b.broker_id, b.is_fenced) for b in cluster.brokers] == [(1, False)]
+
+
+def test_init_producer_id_v5(node):
+    """InitProducerId v5 (the newest Kafka 4.4 advertises): an idempotent producer's id and
+    epoch 0; sending them back bumps the epoch (KIP-360), as at v4."""
+    fields = {"transactional_id": None, "transaction_timeout": 60000}
+    with wire.connect(node.bootstrap, 10, exact=True) as client:
+        first = client.request(ApiKey.INIT_PRODUCER_ID, 5, fields)
+        assert (code(first.error_code), first.producer_epoch) == (Error.NONE, 0)
+        assert first.producer_id >= 0
+        again = client.request(
+            ApiKey.INIT_PRODUCER_ID,
+            5,
+            {**fields, "producer_id": first.producer_id, "producer_epoch": 0},
+        )
+    assert (code(again.error_code), again.producer_id, again.producer_epoch) == (
+        Error.NONE,
+        first.producer_id,
+        1,
+    )
