@@ -64,6 +64,9 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   the request adds IncludeFencedBrokers (bool) after EndpointType; each broker adds IsFenced
   (bool), its last field.
 
+- TxnOffsetCommit v6 (TxnOffsetCommitRequest.json and its response; KIP-1319): each topic
+  named by TopicId (uuid) in place of Name, in the request and the response; the rest is v5's.
+
 - UpdateFeatures v2 (UpdateFeaturesRequest.json, UpdateFeaturesResponse.json): the request is
   v1's; the response drops the per-feature Results ("Version 2 changes the response to not
   return feature level results"), so its class is written whole.
@@ -222,8 +225,14 @@ from kio.schema.share_group_heartbeat.v0.response import (
 from kio.schema.txn_offset_commit.v4.request import (
     TxnOffsetCommitRequest as _TxnOffsetCommitRequestV4,
 )
+from kio.schema.txn_offset_commit.v4.request import (
+    TxnOffsetCommitRequestPartition as _TxnOffsetCommitRequestPartitionV4,
+)
 from kio.schema.txn_offset_commit.v4.response import (
     TxnOffsetCommitResponse as _TxnOffsetCommitResponseV4,
+)
+from kio.schema.txn_offset_commit.v4.response import (
+    TxnOffsetCommitResponsePartition as _TxnOffsetCommitResponsePartitionV4,
 )
 from kio.schema.types import ProducerId
 from kio.schema.update_features.v1.request import (
@@ -729,6 +738,48 @@ class DescribeClusterResponseV2(_DescribeClusterResponseV1):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitRequestTopicV6:
+    """TxnOffsetCommit v6's topic: by id (KIP-1319)."""
+
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(6)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(28)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    topic_id: uuid.UUID | None = field(metadata={"kafka_type": "uuid"})
+    """The topic ID."""
+    partitions: tuple[_TxnOffsetCommitRequestPartitionV4, ...]
+    """The partitions inside the topic that we want to commit offsets for."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitRequestV6(_TxnOffsetCommitRequestV4):
+    """TxnOffsetCommit v6: v5 with each topic named by its id."""
+
+    __version__: ClassVar[i16] = i16(6)
+    topics: tuple[TxnOffsetCommitRequestTopicV6, ...]  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitResponseTopicV6:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(6)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(28)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    topic_id: uuid.UUID | None = field(metadata={"kafka_type": "uuid"})
+    """The topic ID."""
+    partitions: tuple[_TxnOffsetCommitResponsePartitionV4, ...]
+    """The responses for each partition in the topic."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitResponseV6(_TxnOffsetCommitResponseV4):
+    __version__: ClassVar[i16] = i16(6)
+    topics: tuple[TxnOffsetCommitResponseTopicV6, ...]  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateFeaturesRequestV2(_UpdateFeaturesRequestV1):
     """UpdateFeatures v2: as v1."""
 
@@ -938,6 +989,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     (0, 12): ProduceRequestV12,
     (0, 13): ProduceRequestV13,
     (28, 5): TxnOffsetCommitRequestV5,
+    (28, 6): TxnOffsetCommitRequestV6,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatRequest,
     (1, 18): FetchRequestV18,
     (85, 1): WriteShareGroupStateRequestV1,
@@ -968,6 +1020,7 @@ RESPONSES: dict[tuple[int, int], type] = {
     (0, 12): ProduceResponseV12,
     (0, 13): ProduceResponseV13,
     (28, 5): TxnOffsetCommitResponseV5,
+    (28, 6): TxnOffsetCommitResponseV6,
     (68, 1): _heartbeat_v1.ConsumerGroupHeartbeatResponse,
     (1, 18): FetchResponseV18,
     (85, 1): WriteShareGroupStateResponseV1,

@@ -22,6 +22,7 @@ from tests.conftest import (
     coordinator_ready,
     create_topic,
     produce_numbers,
+    wait_for,
 )
 from tests.unit.batch_factory import make_batch
 
@@ -426,3 +427,75 @@ def test_init_producer_id_v5(node):
         first.producer_id,
         1,
     )
+
+
+def test_txn_offset_commit_v6_names_topics_by_id(node):
+    """TxnOffsetCommit v6 (KIP-1319): a transactional producer's offsets by topic id; an unknown
+    id is UNKNOWN_TOPIC_ID; the committed transaction's offset is the one OffsetFetch reads."""
+    group, transactional_id = "k44-txn-group", "k44-txn-offsets"
+    coordinator_ready(node.bootstrap, group)
+    (topic_id,) = [topic.topic_id for topic in metadata(node).topics]
+    with wire.connect(node.bootstrap, 20, exact=True) as client:
+
+        def coordinator_found() -> bool:
+            found = client.request(
+                ApiKey.FIND_COORDINATOR, 2, {"key": transactional_id, "key_type": 1}
+            )
+            return code(found.error_code) == Error.NONE
+
+        wait_for(coordinator_found, 20, "the transaction coordinator")
+        init = client.request(
+            ApiKey.INIT_PRODUCER_ID,
+            5,
+            {"transactional_id": transactional_id, "transaction_timeout": 60000},
+        )
+        assert code(init.error_code) == Error.NONE
+        producer = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+        added = client.request(
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            3,
+            {"transactional_id": transactional_id, "group_id": group, **producer},
+        )
+        assert code(added.error_code) == Error.NONE
+
+        def partitions(offset: int) -> list[dict]:
+            return [
+                {
+                    "partition_index": 0,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": "txn",
+                }
+            ]
+
+        unknown = uuid.uuid4()
+        committed = client.request(
+            ApiKey.TXN_OFFSET_COMMIT,
+            6,
+            {
+                "transactional_id": transactional_id,
+                "group_id": group,
+                **producer,
+                "generation_id": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [
+                    {"topic_id": topic_id, "partitions": partitions(5)},
+                    {"topic_id": unknown, "partitions": partitions(6)},
+                ],
+            },
+        )
+        answers = {t.topic_id: [code(p.error_code) for p in t.partitions] for t in committed.topics}
+        assert answers == {topic_id: [Error.NONE], unknown: [Error.UNKNOWN_TOPIC_ID]}
+        ended = client.request(
+            ApiKey.END_TXN,
+            4,
+            {"transactional_id": transactional_id, **producer, "committed": True},
+        )
+        assert code(ended.error_code) == Error.NONE
+
+    def offset_visible() -> bool:
+        answer = fetch_offsets(node, group, 10, [{"topic_id": topic_id, "partition_indexes": [0]}])
+        return [p.committed_offset for t in answer.topics for p in t.partitions] == [5]
+
+    wait_for(offset_visible, 20, "the transaction's committed offset")

@@ -95,6 +95,8 @@ KAFKA_44 |= {66: (0, 2), 69: (0, 1)}
 KAFKA_44 |= {35: (0, 5), 60: (0, 2), 45: (0, 1)}
 # ... InitProducerId v5 (Kafka 4.4 advertises 0-5: v6 is unstable).
 KAFKA_44 |= {22: (0, 5)}
+# ... TxnOffsetCommit v6 (KIP-1319, topics by id).
+KAFKA_44 |= {28: (0, 6)}
 BROKER |= KAFKA_44
 CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
 COMBINED = BROKER | CONTROLLER
