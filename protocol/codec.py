@@ -159,6 +159,8 @@ def _add_error_code(name: str, value: int, retriable: bool) -> None:
 
 # KIP-848's INVALID_REGULAR_EXPRESSION (Kafka 4.0).
 _add_error_code("invalid_regular_expression", 128, False)
+# KIP-1102's REBOOTSTRAP_REQUIRED (Kafka 4.0; ApiVersions v5 answers it, KIP-1242).
+_add_error_code("rebootstrap_required", 129, False)
 # KIP-1071's streams group errors (Kafka 4.0+).
 _add_error_code("streams_invalid_topology", 130, False)
 _add_error_code("streams_invalid_topology_epoch", 131, False)

@@ -17,12 +17,15 @@ _INT32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihq")  # index, error_code, base_offset
 _INT64 = struct.Struct(">q")
 _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.PRODUCE]
+_ZERO_ID = bytes(16)
 
 
 def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
-    """The Produce v0-v12 response body for the handler's description of it. v10-v12 add
+    """The Produce v0-v13 response body for the handler's description of it. v10-v12 add
     only tagged fields (KIP-951's CurrentLeader and NodeEndpoints), which are not sent: a
-    client refreshes its metadata after NOT_LEADER_OR_FOLLOWER, as before KIP-951."""
+    client refreshes its metadata after NOT_LEADER_OR_FOLLOWER, as before KIP-951. v13
+    names each topic by its id (16 bytes, zero for none) where older versions have the
+    name."""
     flexible = version >= _FLEXIBLE_FROM
     out = bytearray()
 
@@ -40,7 +43,11 @@ def encode_produce_response(version: int, data: dict[str, Any]) -> bytes:
     responses = data["responses"]
     length(len(responses))
     for topic in responses:
-        string(topic["name"])
+        if version >= 13:
+            topic_id = topic.get("topic_id")
+            out += topic_id.bytes if topic_id is not None else _ZERO_ID
+        else:
+            string(topic["name"])
         partitions = topic["partition_responses"]
         length(len(partitions))
         for partition in partitions:

@@ -31,14 +31,18 @@ def _describe_cluster_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.DESCRIBE_CLUSTER,
-    versions=(0, 1),
+    versions=(0, 2),
     roles=Role.BROKER,
     error_response=_describe_cluster_error,
 )
 async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
     """Anyone may describe the cluster, as in Kafka; DESCRIBE on the cluster only decides
     whether asked-for authorized operations are shown: none (0) without it, else the
-    principal's operations on the cluster (KIP-430, Kafka's AuthHelper.authorizedOperations)."""
+    principal's operations on the cluster (KIP-430, Kafka's AuthHelper.authorizedOperations).
+
+    v2 (KIP-1073): each broker's IsFenced, false for every broker listed: a broker's metadata
+    holds the live brokers only, so IncludeFencedBrokers adds none (a fenced broker is known
+    to the controller alone)."""
     asked = getattr(request, "include_cluster_authorized_operations", False)
     operations = _OPERATIONS_OMITTED
     if asked:
@@ -54,7 +58,13 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> dict:
         "cluster_id": ctx.cluster_id,
         "controller_id": controller_id_for_clients(ctx),
         "brokers": [
-            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+            {
+                "broker_id": b["node_id"],
+                "host": b["host"],
+                "port": b["port"],
+                "rack": b["rack"],
+                "is_fenced": False,
+            }
             for b in brokers_on_listener(ctx, ctx.replica_manager)
         ],
         "cluster_authorized_operations": operations,

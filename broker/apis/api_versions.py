@@ -10,6 +10,11 @@ cluster's finalized levels with their epoch, as the controller finalized them (a
 out of answers before v4 (older clients cannot read it), and a finalized level 0 is never
 listed. Kafka 4's Java client runs the transaction protocol v2 (KIP-890 part 2) when the
 finalized ``transaction.version`` is 2 or more, and takes a newer epoch's levels only.
+
+v5 (KIP-1242): the client may name the cluster and the node it means to reach; a cluster id
+that is not this cluster's, or a node id that is not this node's, is REBOOTSTRAP_REQUIRED (the
+address now belongs to another cluster or node: the client bootstraps again). Null and -1
+check nothing.
 """
 
 from minibroker.apis import RequestContext, Role, api
@@ -60,7 +65,7 @@ def _error_response(request, error: Error) -> dict:
 
 @api(
     ApiKey.API_VERSIONS,
-    versions=(0, 4),
+    versions=(0, 5),
     roles=Role.BOTH,
     held_until_ready=False,
     error_response=_error_response,
@@ -69,6 +74,12 @@ async def handle(ctx: RequestContext, request) -> dict:
     if ctx.version >= 3 and request is not None:
         ctx.connection.software_name = request.client_software_name
         ctx.connection.software_version = request.client_software_version
+    if ctx.version >= 5 and request is not None:
+        cluster_id, node_id = request.cluster_id, request.node_id
+        if (cluster_id is not None and cluster_id != ctx.cluster_id) or (
+            node_id >= 0 and node_id != ctx.config.node_id
+        ):
+            return {"error_code": Error.REBOOTSTRAP_REQUIRED, "api_keys": ()}
     return {
         "error_code": Error.NONE,
         "api_keys": api_keys(ctx.advertised),

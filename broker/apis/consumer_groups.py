@@ -143,6 +143,8 @@ def _described_group(ctx: RequestContext, group_id: str, include_operations: boo
             "subscribed_topic_regex": member.subscribed_topic_regex,
             "assignment": _topic_partitions(ctx, member.assigned),
             "target_assignment": _topic_partitions(ctx, group.target.get(member.member_id, {})),
+            # v1 (KIP-1099): 0 a member on the classic protocol inside the group, 1 a consumer.
+            "member_type": 0 if member.classic is not None else 1,
         }
         for member in group.members.values()
     ]
@@ -177,7 +179,7 @@ def _describe_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.CONSUMER_GROUP_DESCRIBE,
-    versions=(0, 0),
+    versions=(0, 1),
     roles=Role.BROKER,
     error_response=_describe_error,
 )

@@ -311,7 +311,7 @@ def _protocol_type(group) -> str:
     return group.protocol_type or ""
 
 
-def _described(group_id: str, error: Error, group) -> dict:
+def _described(group_id: str, error: Error, group, version: int) -> dict:
     entry = {
         "error_code": error,
         "group_id": group_id,
@@ -325,8 +325,17 @@ def _described(group_id: str, error: Error, group) -> dict:
         return entry
     if group is None or isinstance(group, ConsumerGroup | StreamsGroupEntry):
         # Kafka 4 describes only classic groups here: a consumer or streams group is answered
-        # as a group that does not exist (Consumer/StreamsGroupDescribe describe them).
-        return {**entry, "group_state": "Dead"}
+        # as a group that does not exist (Consumer/StreamsGroupDescribe describe them). Before
+        # v6 that is a Dead group; from v6 on GROUP_ID_NOT_FOUND (KIP-1043), with the message
+        # of Kafka's GroupIdNotFoundException.
+        if version < 6:
+            return {**entry, "group_state": "Dead"}
+        message = (
+            f"Group {group_id} not found."
+            if group is None
+            else f"Group {group_id} is not a classic group."
+        )
+        return {**entry, "error_code": Error.GROUP_ID_NOT_FOUND, "error_message": message}
     stable = group.state.value == "Stable"
     return {
         **entry,
@@ -364,7 +373,7 @@ def _describe_groups_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.DESCRIBE_GROUPS,
-    versions=(0, 5),
+    versions=(0, 6),
     roles=Role.BROKER,
     error_response=_describe_groups_error,
 )
@@ -372,11 +381,14 @@ async def handle_describe_groups(ctx: RequestContext, request) -> dict:
     groups = []
     for group_id in request.groups:
         if not group_allowed(ctx, Operation.DESCRIBE, group_id):
-            groups.append(_described(group_id, Error.GROUP_AUTHORIZATION_FAILED, None))
+            groups.append(_described(group_id, Error.GROUP_AUTHORIZATION_FAILED, None, ctx.version))
             continue
         error, group = ctx.group_coordinator.describe(group_id)
-        described = _described(group_id, error, group)
-        if getattr(request, "include_authorized_operations", False):  # KIP-430, v3+
+        described = _described(group_id, error, group, ctx.version)
+        if (
+            getattr(request, "include_authorized_operations", False)  # KIP-430, v3+
+            and described["error_code"] == Error.NONE
+        ):
             described["authorized_operations"] = authorized_operations(
                 ctx, ResourceType.GROUP, group_id
             )
@@ -392,7 +404,22 @@ def _delete_groups_error(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.DELETE_GROUPS, versions=(0, 2), roles=Role.BROKER, error_response=_delete_groups_error)
+# DeleteGroups v3's per-group ErrorMessage (ignorable: older versions leave it out), the
+# cause of a refusal as the messages of Kafka's exceptions for the same codes say it.
+_DELETE_MESSAGES = {
+    Error.NON_EMPTY_GROUP: "The group is not empty.",
+    Error.GROUP_ID_NOT_FOUND: "The group id does not exist.",
+    Error.GROUP_AUTHORIZATION_FAILED: "Not authorized to access group.",
+    Error.NOT_COORDINATOR: "This is not the correct coordinator.",
+    Error.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    Error.COORDINATOR_LOAD_IN_PROGRESS: (
+        "The coordinator is loading and hence can't process requests."
+    ),
+    Error.INVALID_GROUP_ID: "The configured groupId is invalid.",
+}
+
+
+@api(ApiKey.DELETE_GROUPS, versions=(0, 3), roles=Role.BROKER, error_response=_delete_groups_error)
 async def handle_delete_groups(ctx: RequestContext, request) -> dict:
     results = []
     for group_id in request.groups_names:
@@ -400,5 +427,11 @@ async def handle_delete_groups(ctx: RequestContext, request) -> dict:
             error = Error.GROUP_AUTHORIZATION_FAILED
         else:
             error = await ctx.group_coordinator.delete_group(group_id)
-        results.append({"group_id": group_id, "error_code": error})
+        results.append(
+            {
+                "group_id": group_id,
+                "error_code": error,
+                "error_message": _DELETE_MESSAGES.get(error),
+            }
+        )
     return {"results": results}

@@ -1,4 +1,12 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) and by timestamp.
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4, v8+),
+latest tiered (-5, v9+), earliest pending upload (-6, v11+) and by timestamp.
+
+Versions 8 to 11 add only those special timestamps (v10's TimeoutMs is for tiered storage's
+asynchronous reads, which minibroker does not have): without tiered storage the earliest local
+offset is the log start offset and the two tiered ones are not known (-1, leader epoch -1), as
+Kafka answers for a topic without remote.storage.enable. A negative timestamp that is none of
+these, or one newer than the request's version, is UNSUPPORTED_VERSION for its partition
+(Kafka's ReplicaManager.isListOffsetsTimestampUnsupported).
 
 With an authorizer, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED;
 a follower's request (replica id >= 0) follows the inter-node rules instead. The offsets are
@@ -10,6 +18,11 @@ from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
 from minibroker.protocol.errors import Error
+from minibroker.protocol.offsets import (
+    EARLIEST_PENDING_UPLOAD,
+    LATEST_TIERED,
+    timestamp_unsupported,
+)
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Operation
 
@@ -22,6 +35,9 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
         "offset": -1,
         "leader_epoch": -1,
     }
+    if timestamp_unsupported(requested.timestamp, ctx.version):
+        entry["error_code"] = Error.UNSUPPORTED_VERSION
+        return entry
     partition, error = ctx.replica_manager.leader_partition(
         topic_name, requested.partition_index, getattr(requested, "current_leader_epoch", -1)
     )
@@ -35,7 +51,10 @@ def _answer(ctx: RequestContext, topic_name: str, requested, request) -> dict:
         getattr(request, "isolation_level", 0),
         getattr(request, "replica_id", -1),
     )
-    entry.update(timestamp=timestamp, offset=offset, leader_epoch=partition.leader_epoch)
+    # No tiered offset is known: Kafka answers it with leader epoch -1.
+    unknown_tiered = requested.timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
+    leader_epoch = -1 if unknown_tiered else partition.leader_epoch
+    entry.update(timestamp=timestamp, offset=offset, leader_epoch=leader_epoch)
     return entry
 
 
@@ -62,7 +81,7 @@ def _error_response(request, error: Error) -> dict:
 # A replica id >= 0 is the node form, refused every topic unless the inter-node rules allow it.
 @api(
     ApiKey.LIST_OFFSETS,
-    versions=(1, 7),
+    versions=(1, 11),
     roles=Role.BROKER,
     senders=Senders.CLIENTS_AND_NODES,
     error_response=_error_response,

@@ -5,7 +5,8 @@ Per directory: the partitions whose logs live there with their size on disk and 
 current replica), and from v4 the file system's total and usable bytes. There are no
 future replicas here (no AlterReplicaLogDirs), so is_future_key is always false. With an
 authorizer it needs DESCRIBE on the cluster: otherwise CLUSTER_AUTHORIZATION_FAILED and no
-directories, as Kafka answers.
+directories, as Kafka answers. v5 tells whether a directory is cordoned: never, as minibroker
+has no cordoning of log directories (a Kafka broker with none cordoned answers the same).
 """
 
 import os
@@ -37,7 +38,7 @@ def _error_response(request, error: Error) -> dict:
     return {"error_code": error, "results": ()}
 
 
-@api(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 4), roles=Role.BROKER, error_response=_error_response)
+@api(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 5), roles=Role.BROKER, error_response=_error_response)
 async def handle_describe(ctx: RequestContext, request) -> dict:
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         return {"error_code": Error.CLUSTER_AUTHORIZATION_FAILED, "results": ()}
@@ -75,6 +76,7 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
                 ],
                 "total_bytes": total_bytes,
                 "usable_bytes": usable_bytes,
+                "is_cordoned": False,
             }
         )
     return {"error_code": Error.NONE, "results": results}

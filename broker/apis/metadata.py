@@ -150,11 +150,13 @@ def _with_authorized_operations(ctx: RequestContext, request, topics: list[dict]
 
 
 def _error_response(request, error: Error) -> dict:
-    """Metadata has no error code of its own: no brokers, no topics."""
-    return {"brokers": (), "controller_id": -1, "topics": ()}
+    """No brokers, no topics; from v13 on the top-level error code says why (before it,
+    Metadata had no error code of its own)."""
+    return {"brokers": (), "controller_id": -1, "topics": (), "error_code": error}
 
 
-@api(ApiKey.METADATA, versions=(1, 12), roles=Role.BOTH, error_response=_error_response)
+# v13 adds only the top-level ErrorCode, NONE in every answer but an error response.
+@api(ApiKey.METADATA, versions=(1, 13), roles=Role.BOTH, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.replicas is None:
         return ctx.controller_service.metadata(request)

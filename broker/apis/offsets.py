@@ -26,7 +26,8 @@ def _offset_commit_error(request, error: Error) -> dict:
     return {
         "topics": [
             {
-                "name": topic.name,
+                "name": getattr(topic, "name", None),
+                "topic_id": getattr(topic, "topic_id", None),
                 "partitions": [
                     {"partition_index": p.partition_index, "error_code": error}
                     for p in topic.partitions
@@ -37,7 +38,7 @@ def _offset_commit_error(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.OFFSET_COMMIT, versions=(2, 9), roles=Role.BROKER, error_response=_offset_commit_error)
+@api(ApiKey.OFFSET_COMMIT, versions=(2, 10), roles=Role.BROKER, error_response=_offset_commit_error)
 async def handle_offset_commit(ctx: RequestContext, request) -> dict:
     # v9 renamed the field (KIP-848); older versions call it generation_id.
     generation: int = (
@@ -45,13 +46,17 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
         if hasattr(request, "generation_id_or_member_epoch")
         else getattr(request, "generation_id", -1)
     )
+    # v10 (KIP-848) names each topic by id: an id this broker does not know is
+    # UNKNOWN_TOPIC_ID for the topic's partitions, as Kafka's handleOffsetCommitRequest does.
+    names = [_topic_name(ctx, topic) for topic in request.topics]
     offsets = {
-        (topic.name, partition.partition_index): (
+        (name, partition.partition_index): (
             partition.committed_offset,
             getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH),
             partition.committed_metadata,
         )
-        for topic in request.topics
+        for topic, name in zip(request.topics, names, strict=True)
+        if name is not None
         for partition in topic.partitions
     }
     results: dict = {}
@@ -59,10 +64,10 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
         if not group_allowed(ctx, Operation.READ, request.group_id):
             results = dict.fromkeys(offsets, Error.GROUP_AUTHORIZATION_FAILED)
         else:
-            refused = {topic.name for topic in request.topics} - {
-                topic.name
-                for topic in request.topics
-                if topic_allowed(ctx, Operation.READ, topic.name)
+            refused = {name for name in names if name is not None} - {
+                name
+                for name in names
+                if name is not None and topic_allowed(ctx, Operation.READ, name)
             }
             results = {
                 key: Error.TOPIC_AUTHORIZATION_FAILED for key in offsets if key[0] in refused
@@ -81,18 +86,36 @@ async def handle_offset_commit(ctx: RequestContext, request) -> dict:
     return {
         "topics": [
             {
-                "name": topic.name,
+                "name": name,
+                "topic_id": getattr(topic, "topic_id", None),
                 "partitions": [
                     {
                         "partition_index": partition.partition_index,
-                        "error_code": results[(topic.name, partition.partition_index)],
+                        "error_code": Error.UNKNOWN_TOPIC_ID
+                        if name is None
+                        else results[(name, partition.partition_index)],
                     }
                     for partition in topic.partitions
                 ],
             }
-            for topic in request.topics
+            for topic, name in zip(request.topics, names, strict=True)
         ]
     }
+
+
+def _topic_name(ctx: RequestContext, topic) -> str | None:
+    """The topic's name: its own before v10, the name of its id from v10 on (None when this
+    broker knows no topic of that id)."""
+    if not hasattr(topic, "topic_id"):
+        return topic.name
+    known = ctx.replica_manager.metadata.topic_by_id(topic.topic_id) if topic.topic_id else None
+    return known.name if known is not None else None
+
+
+def _topic_id(ctx: RequestContext, name: str):
+    """The id of a topic this broker knows, else None (the zero id on the wire)."""
+    known = ctx.replica_manager.metadata.topics.get(name)
+    return known.topic_id if known is not None else None
 
 
 def _fetched_group(
@@ -106,12 +129,15 @@ def _fetched_group(
     ``require_stable`` (v7+, KIP-447) a partition whose offset a transaction holds pending
     answers UNSTABLE_OFFSET_COMMIT, as Kafka does; without it, the last committed offset."""
     wanted = None
+    unknown_ids: list = []  # v10: topics named by an id this broker does not know
     if topics is not None:
-        wanted = [
-            (topic.name, index)
-            for topic in topics
-            for index in getattr(topic, "partition_indexes", ())
-        ]
+        wanted = []
+        for topic in topics:
+            name = _topic_name(ctx, topic)
+            if name is None:
+                unknown_ids.append(topic)
+                continue
+            wanted += [(name, index) for index in getattr(topic, "partition_indexes", ())]
     if not group_allowed(ctx, Operation.DESCRIBE, group_id):
         error, committed = Error.GROUP_AUTHORIZATION_FAILED, dict.fromkeys(wanted or ())
     else:
@@ -151,13 +177,32 @@ def _fetched_group(
                 "error_code": partition_error,
             }
         )
-    return {
-        "group_id": group_id,
-        "error_code": error,
-        "topics": [
-            {"name": topic, "partitions": partitions} for topic, partitions in by_topic.items()
-        ],
-    }
+    answered = [
+        {"name": topic, "topic_id": _topic_id(ctx, topic), "partitions": partitions}
+        for topic, partitions in by_topic.items()
+    ]
+    if ctx.version >= 10:
+        # By id (KIP-848): a committed topic that no longer exists has no id to name it by;
+        # an unknown id asked for is UNKNOWN_TOPIC_ID for each of its partitions.
+        answered = [topic for topic in answered if topic["topic_id"] is not None]
+        if error == Error.NONE:
+            answered += [
+                {
+                    "topic_id": topic.topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "committed_offset": NO_OFFSET,
+                            "committed_leader_epoch": NO_LEADER_EPOCH,
+                            "metadata": "",
+                            "error_code": Error.UNKNOWN_TOPIC_ID,
+                        }
+                        for index in topic.partition_indexes
+                    ],
+                }
+                for topic in unknown_ids
+            ]
+    return {"group_id": group_id, "error_code": error, "topics": answered}
 
 
 def _offset_fetch_error(request, error: Error) -> dict:
@@ -188,7 +233,7 @@ def _offset_fetch_error(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.OFFSET_FETCH, versions=(1, 9), roles=Role.BROKER, error_response=_offset_fetch_error)
+@api(ApiKey.OFFSET_FETCH, versions=(1, 10), roles=Role.BROKER, error_response=_offset_fetch_error)
 async def handle_offset_fetch(ctx: RequestContext, request) -> dict:
     require_stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= 8:

@@ -243,7 +243,8 @@ def _error_response(request, error: Error) -> dict:
     return {
         "responses": [
             {
-                "name": topic.name,
+                "name": getattr(topic, "name", None),
+                "topic_id": getattr(topic, "topic_id", None),
                 "partition_responses": [
                     {"index": data.index, "error_code": error, "base_offset": -1}
                     for data in topic.partition_data
@@ -254,12 +255,20 @@ def _error_response(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.PRODUCE, versions=(0, 12), roles=Role.BROKER, error_response=_error_response)
+@api(ApiKey.PRODUCE, versions=(0, 13), roles=Role.BROKER, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict | None:
     """Decide what may be appended (acks, the transactional id, WRITE on each topic, the
     coordinator's verification of transactional partitions, v2 batches on Produce v0-v2);
     the replica manager's append_records appends it and waits for acks=-1.
     """
+    if ctx.version >= 13:
+        # KIP-516: topics by id. The id's name, as Kafka's handleProduceRequest takes it from
+        # the metadata cache; an unknown id stays nameless and is UNKNOWN_TOPIC_ID below.
+        for topic in request.topic_data:
+            known = (
+                ctx.replica_manager.metadata.topic_by_id(topic.topic_id) if topic.topic_id else None
+            )
+            topic.name = known.name if known is not None else None
     transactional_id = request.transactional_id
     transactional = any(
         _transactional_producer(data) is not None
@@ -290,12 +299,17 @@ async def handle(ctx: RequestContext, request) -> dict | None:
     # The request position of each topic in `appending`.
     position_of: list[int] = []
     for topic_position, topic in enumerate(request.topic_data):
+        response = {"name": topic.name, "topic_id": topic.topic_id, "partition_responses": ()}
+        responses.append(response)
+        if topic.name is None:  # v13: an id this broker does not know
+            response["partition_responses"] = [
+                append_result(data.index, Error.UNKNOWN_TOPIC_ID) for data in topic.partition_data
+            ]
+            continue
         # Kafka's order: WRITE on the topic first; nothing of a refused topic is appended.
         authorized = ctx.authorizer is None or topic_allowed(ctx, Operation.WRITE, topic.name)
         if acks_valid and authorized:
             await _ensure_topic(ctx, topic.name)
-        response = {"name": topic.name, "partition_responses": ()}
-        responses.append(response)
         if not acks_valid:
             refusal = Error.INVALID_REQUIRED_ACKS
         elif not authorized:

@@ -38,7 +38,9 @@ def _error_response(request, error: Error) -> dict:
     return {"error_code": error, "producer_id": -1, "producer_epoch": -1}
 
 
-@api(ApiKey.INIT_PRODUCER_ID, versions=(0, 4), roles=Role.BROKER, error_response=_error_response)
+# v5 (KIP-890) only lets the answer be TRANSACTION_ABORTABLE, which this handler never gives;
+# v6 (KIP-939's two-phase commit) is unstable in Kafka 4.4, which does not advertise it.
+@api(ApiKey.INIT_PRODUCER_ID, versions=(0, 5), roles=Role.BROKER, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.authorizer is not None and (refusal := _refusal(ctx, request)) is not None:
         return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}

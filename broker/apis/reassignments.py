@@ -1,5 +1,6 @@
 """AlterPartitionReassignments and ListPartitionReassignments (KIP-455): moving partitions
-to other brokers, decided and tracked by the controller; brokers forward both. With an
+to other brokers, decided and tracked by the controller; brokers forward both. v1 may forbid a
+change of replication factor (INVALID_REPLICATION_FACTOR for such a partition). With an
 authorizer, Kafka's rules: ALTER on the cluster to reassign, DESCRIBE to list
 (CLUSTER_AUTHORIZATION_FAILED)."""
 
@@ -13,6 +14,9 @@ from minibroker.security.authorizer.acls import Operation
 
 def _alter_error(request, error: Error, message: str | None = None) -> dict:
     return {
+        "allow_replication_factor_change": getattr(
+            request, "allow_replication_factor_change", True
+        ),
         "error_code": error,
         "error_message": message,
         "responses": [
@@ -34,7 +38,7 @@ def _alter_error(request, error: Error, message: str | None = None) -> dict:
 
 @api(
     ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-    versions=(0, 0),
+    versions=(0, 1),
     roles=Role.BOTH,
     controller_decides=True,
     error_response=_alter_error,

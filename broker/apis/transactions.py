@@ -25,6 +25,8 @@ Clients older than v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn do not k
 PRODUCER_FENCED: they get INVALID_PRODUCER_EPOCH, as Kafka answers them.
 """
 
+import re
+
 from minibroker.apis import RequestContext, Role, Senders, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
 from minibroker.apis.inter_node import inter_node_allowed
@@ -245,14 +247,23 @@ async def handle_describe_transactions(ctx: RequestContext, request) -> dict:
     return {"transaction_states": states}
 
 
-@api(ApiKey.LIST_TRANSACTIONS, versions=(0, 1), roles=Role.BROKER, error_response=_error_only)
+@api(ApiKey.LIST_TRANSACTIONS, versions=(0, 2), roles=Role.BROKER, error_response=_error_only)
 async def handle_list_transactions(ctx: RequestContext, request) -> dict:
-    """The transactions this broker coordinates (an admin client asks every broker)."""
+    """The transactions this broker coordinates (an admin client asks every broker). v2
+    (KIP-1152): with a transactional id pattern, only the ids the whole pattern matches (Java's
+    Matcher.matches, here re.fullmatch); a pattern that does not compile is
+    INVALID_REGULAR_EXPRESSION; an empty or null one filters nothing."""
     error, unknown, listed = ctx.transaction_coordinator.list_transactions(
         list(request.state_filters),
         [int(p) for p in request.producer_id_filters],
         int(getattr(request, "duration_filter", -1)),
     )
+    if pattern_text := getattr(request, "transactional_id_pattern", None):
+        try:
+            pattern = re.compile(pattern_text)
+        except re.error:
+            return {"error_code": Error.INVALID_REGULAR_EXPRESSION, "transaction_states": ()}
+        listed = [meta for meta in listed if pattern.fullmatch(meta.transactional_id)]
     return {
         "error_code": error,
         "unknown_state_filters": unknown,

@@ -1,4 +1,4 @@
-"""TxnOffsetCommit (key 28, v0-v5): a transactional producer's consumed offsets, committed
+"""TxnOffsetCommit (key 28, v0-v6): a transactional producer's consumed offsets, committed
 with its transaction (KIP-98, the consume-transform-produce loop).
 
 Kafka's KafkaApis.handleTxnOffsetCommitRequest: WRITE on the transactional id is needed
@@ -24,7 +24,12 @@ KIP-890 part 2 (TV2): a client running Kafka's transaction protocol v2 sends Txn
 v5 without AddOffsetsToTxn; the group's offsets partition is then added to the transaction
 (the coordinator's ``verify_transaction`` with ``add``, as Kafka's group coordinator asks
 AddPartitionsToTxnManager with the ``addPartition`` operation) instead of verified.
+
+v6 (KIP-1319) names each topic by its id, in the request and the answer: an id this broker
+does not know is UNKNOWN_TOPIC_ID for the topic's partitions.
 """
+
+from dataclasses import dataclass
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
@@ -64,17 +69,59 @@ async def _verify(ctx: RequestContext, request) -> Error:
     return _VERIFY_ERRORS.get(error, error)
 
 
-def _answer(request, results: dict[tuple[str, int], Error]) -> dict:
+@dataclass(frozen=True, slots=True)
+class _Topic:
+    """A request topic by name: v6's named by its id (None when the id is unknown)."""
+
+    name: str | None
+    topic_id: object
+    partitions: tuple
+
+
+def _topics(ctx: RequestContext | None, request) -> list[_Topic]:
+    topics = []
+    for topic in request.topics:
+        if not hasattr(topic, "topic_id"):
+            topics.append(_Topic(topic.name, None, topic.partitions))
+            continue
+        known = None
+        if ctx is not None and topic.topic_id:
+            known = ctx.replica_manager.metadata.topic_by_id(topic.topic_id)
+        name = known.name if known is not None else None
+        topics.append(_Topic(name, topic.topic_id, topic.partitions))
+    return topics
+
+
+def _answer(topics: list[_Topic], results: dict[tuple[str, int], Error]) -> dict:
     return {
         "topics": [
             {
                 "name": topic.name,
+                "topic_id": topic.topic_id,
                 "partitions": [
                     {
                         "partition_index": partition.partition_index,
-                        "error_code": results[(topic.name, partition.partition_index)],
+                        "error_code": Error.UNKNOWN_TOPIC_ID
+                        if topic.name is None
+                        else results[(topic.name, partition.partition_index)],
                     }
                     for partition in topic.partitions
+                ],
+            }
+            for topic in topics
+        ]
+    }
+
+
+def _txn_offset_commit_error(request, error: Error) -> dict:
+    return {
+        "topics": [
+            {
+                "name": getattr(topic, "name", None),
+                "topic_id": getattr(topic, "topic_id", None),
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": error}
+                    for p in topic.partitions
                 ],
             }
             for topic in request.topics
@@ -82,34 +129,33 @@ def _answer(request, results: dict[tuple[str, int], Error]) -> dict:
     }
 
 
-def _txn_offset_commit_error(request, error: Error) -> dict:
-    keys = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    return _answer(request, dict.fromkeys(keys, error))
-
-
 @api(
     ApiKey.TXN_OFFSET_COMMIT,
-    versions=(0, 5),
+    versions=(0, 6),
     roles=Role.BROKER,
     error_response=_txn_offset_commit_error,
 )
 async def handle_txn_offset_commit(ctx: RequestContext, request) -> dict:
+    topics = _topics(ctx, request)
     offsets = {
         (topic.name, partition.partition_index): (
             partition.committed_offset,
             getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH),
             partition.committed_metadata or "",
         )
-        for topic in request.topics
+        for topic in topics
+        if topic.name is not None
         for partition in topic.partitions
     }
     if not allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
-        return _answer(request, dict.fromkeys(offsets, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return _answer(topics, dict.fromkeys(offsets, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
     if not group_allowed(ctx, Operation.READ, request.group_id):
-        return _answer(request, dict.fromkeys(offsets, Error.GROUP_AUTHORIZATION_FAILED))
+        return _answer(topics, dict.fromkeys(offsets, Error.GROUP_AUTHORIZATION_FAILED))
     results: dict[tuple[str, int], Error] = {}
     metadata = ctx.replica_manager.metadata
-    for topic in request.topics:
+    for topic in topics:
+        if topic.name is None:
+            continue  # UNKNOWN_TOPIC_ID (see _answer)
         known = metadata.topic(topic.name)
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
@@ -140,4 +186,4 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> dict:
             else error
             for key, error in results.items()
         }
-    return _answer(request, results)
+    return _answer(topics, results)

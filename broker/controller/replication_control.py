@@ -182,6 +182,8 @@ class ReplicationControlManager:
         the reassignment itself completes later, when the new replicas are in the ISR."""
         responses = []
         changes: list[PartitionChange] = []
+        # v1: false refuses a target of another size (INVALID_REPLICATION_FACTOR).
+        allow_rf_change = getattr(request, "allow_replication_factor_change", True)
         for topic in request.topics:
             partitions = []
             for entry in topic.partitions:
@@ -193,7 +195,7 @@ class ReplicationControlManager:
                 }
                 try:
                     change = transitions.alter_reassignment(
-                        self.state, topic.name, entry.partition_index, target
+                        self.state, topic.name, entry.partition_index, target, allow_rf_change
                     )
                 except ControllerError as error:
                     result.update(error_code=int(error.error), error_message=error.message)
@@ -213,7 +215,12 @@ class ReplicationControlManager:
         if changes:
             await self._controller.save()
             self._controller.propagate(changes)
-        return {"error_code": Error.NONE, "error_message": None, "responses": responses}
+        return {
+            "error_code": Error.NONE,
+            "error_message": None,
+            "allow_replication_factor_change": allow_rf_change,
+            "responses": responses,
+        }
 
     async def list_partition_reassignments(self, request) -> dict:
         targets = (

@@ -949,7 +949,11 @@ def _preferred_leader(state: ControllerState, partition: PartitionState) -> Part
 
 
 def alter_reassignment(
-    state: ControllerState, name: str, index: int, target: list[int] | None
+    state: ControllerState,
+    name: str,
+    index: int,
+    target: list[int] | None,
+    allow_replication_factor_change: bool = True,
 ) -> PartitionChange:
     """AlterPartitionReassignments for one partition: start (or replace) a reassignment to
     ``target``, or cancel the one in progress when ``target`` is None.
@@ -964,7 +968,9 @@ def alter_reassignment(
 
     Errors: an unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION; a target that is
     empty, repeats a broker or names an unregistered one -> INVALID_REPLICA_ASSIGNMENT;
-    cancelling with nothing in progress -> NO_REASSIGNMENT_IN_PROGRESS.
+    cancelling with nothing in progress -> NO_REASSIGNMENT_IN_PROGRESS; a target of another
+    size than the original replica list when ``allow_replication_factor_change`` is false
+    (AlterPartitionReassignments v1) -> INVALID_REPLICATION_FACTOR.
     """
     topic = state.topics.get(name)
     if topic is None or not 0 <= index < len(topic.partitions):
@@ -985,6 +991,11 @@ def alter_reassignment(
     _validate_replica_list(state, target)
     _require_a_live_replica(state, target, index)
     base = _reverted(state, current) if current.reassigning else current
+    if not allow_replication_factor_change and len(target) != len(base.replicas):
+        raise ControllerError(
+            Error.INVALID_REPLICATION_FACTOR,
+            f"The replication factor is changed from {len(base.replicas)} to {len(target)}",
+        )
     removing = sorted(set(base.replicas) - set(target))
     adding = sorted(set(target) - set(base.replicas))
     started = replace(

@@ -33,7 +33,14 @@ from minibroker.common.features import FinalizedFeatures, initial_levels
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.common.names import INTERNAL_TOPICS
 from minibroker.protocol.errors import Error
-from minibroker.protocol.offsets import EARLIEST, LATEST, MAX_TIMESTAMP
+from minibroker.protocol.offsets import (
+    EARLIEST,
+    EARLIEST_LOCAL,
+    EARLIEST_PENDING_UPLOAD,
+    LATEST,
+    LATEST_TIERED,
+    MAX_TIMESTAMP,
+)
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetch_session import FetchManager, FetchSessionCache
@@ -855,10 +862,16 @@ class ReplicaManager:
         """Kafka's ReplicaManager.fetchOffsetForTimestamp (ListOffsets): (timestamp, offset),
         (-1, -1) when no record qualifies. Consumers never see past the HW (read_committed:
         the last stable offset), for LATEST as for timestamp lookups; a follower asking
-        LATEST (after OFFSET_OUT_OF_RANGE) gets the log end."""
+        LATEST (after OFFSET_OUT_OF_RANGE) gets the log end.
+
+        Without tiered storage (Kafka's UnifiedLog with remoteLogEnabled() false), the earliest
+        local offset (KIP-405) is the log start offset, and there is no latest tiered offset
+        (KIP-1005) nor earliest pending upload offset (KIP-1023): (-1, -1)."""
         partition_log = partition.log
-        if timestamp == EARLIEST:
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
             return -1, partition_log.log_start_offset
+        if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+            return -1, -1
         if timestamp == LATEST and replica_id >= 0:
             return -1, partition_log.log_end_offset
         # Kafka's lastFetchableOffset: what a consumer of this isolation level may read.

@@ -114,13 +114,14 @@ def test_java_transactional_producer(java, target):
     assert sum(max(offset, 0) for offset in result["group_offsets"].values()) == COUNT
     assert result["fenced"] in ("ProducerFencedException", "InvalidProducerEpochException")
     if target.is_minibroker:
-        # Transaction protocol v2: partitions added by Produce v12 and TxnOffsetCommit v5,
-        # every transaction ended with EndTxn v5.
+        # Transaction protocol v2: partitions added by Produce and TxnOffsetCommit (v12+ and
+        # v5+; Kafka 4.4's client sends v13 and v6, which name topics by id), every
+        # transaction ended with EndTxn v5.
         sent = RequestLog(files=[java.request_log.files[-1]]).sent()
         versions = {(api, version) for api, version in sent}
         assert ("END_TXN", 5) in versions, sorted(versions)
-        assert ("PRODUCE", 12) in versions, sorted(versions)
-        assert ("TXN_OFFSET_COMMIT", 5) in versions, sorted(versions)
+        assert ("PRODUCE", 13) in versions, sorted(versions)
+        assert ("TXN_OFFSET_COMMIT", 6) in versions, sorted(versions)
         assert not {api for api, _ in versions} & {"ADD_PARTITIONS_TO_TXN", "ADD_OFFSETS_TO_TXN"}
 
 

@@ -83,6 +83,22 @@ CONTROLLER |= {55: (0, 2)}
 # Added since by share groups' admin path (issue 35): DescribeShareGroupOffsets v0-v1,
 # AlterShareGroupOffsets v0, DeleteShareGroupOffsets v0 (protocol/share_group_offsets_schemas.py).
 BROKER |= {90: (0, 1), 91: (0, 0), 92: (0, 0)}
+# Raised since by issue 34 to the versions Kafka 4.4 serves: Produce v13, ListOffsets v11,
+# Metadata v13 (both roles), OffsetCommit and OffsetFetch v10, DescribeGroups v6,
+# ApiVersions v5 (both roles), DeleteGroups v3 (protocol/schemas.py).
+KAFKA_44 = {0: (0, 13), 2: (1, 11), 3: (1, 13), 8: (2, 10), 9: (1, 10), 15: (0, 6)}
+KAFKA_44 |= {18: (0, 5), 42: (0, 3)}
+# ... ListTransactions v2 (KIP-1152) and ConsumerGroupDescribe v1 (KIP-1099).
+KAFKA_44 |= {66: (0, 2), 69: (0, 1)}
+# ... DescribeLogDirs v5, DescribeCluster v2 (KIP-1073) and AlterPartitionReassignments v1
+# (both roles: the controller decides it).
+KAFKA_44 |= {35: (0, 5), 60: (0, 2), 45: (0, 1)}
+# ... InitProducerId v5 (Kafka 4.4 advertises 0-5: v6 is unstable).
+KAFKA_44 |= {22: (0, 5)}
+# ... TxnOffsetCommit v6 (KIP-1319, topics by id).
+KAFKA_44 |= {28: (0, 6)}
+BROKER |= KAFKA_44
+CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
 COMBINED = BROKER | CONTROLLER
 ZOOKEEPER = {key: versions for key, versions in COMBINED.items() if key != 55}
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)

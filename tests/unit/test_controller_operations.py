@@ -219,3 +219,20 @@ def test_a_reassignment_in_progress_survives_a_controller_restart(tmp_path):
     assert loaded.topics["t"].partitions[0] == part(state)
     join_isr(loaded, 4)
     assert loaded.topics["t"].partitions[0].replicas == [4, 2, 3]
+
+
+def test_a_reassignment_may_be_kept_from_changing_the_replication_factor(autojump_clock):
+    """AlterPartitionReassignments v1: with AllowReplicationFactorChange false, a target of
+    another size than the original replicas is INVALID_REPLICATION_FACTOR and nothing starts;
+    one of the same size is accepted, and so is any size when it is true (v0's behaviour)."""
+    state = cluster(1, 2, 3, 4)
+    topic_on(state, 1, 2)
+    refused(Error.INVALID_REPLICATION_FACTOR, alter_reassignment, state, "t", 0, [1, 2, 3], False)
+    refused(Error.INVALID_REPLICATION_FACTOR, alter_reassignment, state, "t", 0, [3], False)
+    assert not part(state).reassigning
+    moved = alter_reassignment(state, "t", 0, [3, 4], False)
+    assert moved.state.adding_replicas == [3, 4]
+    # A reassignment in progress is judged against the original replicas, not the moving set.
+    refused(Error.INVALID_REPLICATION_FACTOR, alter_reassignment, state, "t", 0, [4], False)
+    grown = alter_reassignment(state, "t", 0, [1, 2, 3], True)
+    assert grown.state.replicas[:3] == [1, 2, 3]

@@ -1,9 +1,13 @@
 """The hand-written Produce decoder reads what kio reads, as writable views of the frame."""
 
+import datetime
+import uuid
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.static.primitive import Records
+from kio.schema.produce.v11.request import PartitionProduceData
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from minibroker.apis.registry import APIS
 from minibroker.protocol import codec
@@ -14,6 +18,7 @@ from minibroker.protocol.produce_request import (
     decode_produce_request,
     produce_acks,
 )
+from minibroker.protocol.schemas import ProduceRequestV13, TopicProduceDataV13
 from minibroker.protocol.versions import ApiKey
 
 st.register_type_strategy(Records, st.binary(max_size=80).map(Records))
@@ -27,7 +32,8 @@ def as_plain(request) -> tuple:
         request.timeout,
         [
             (
-                topic.name,
+                getattr(topic, "name", None),  # before v13
+                getattr(topic, "topic_id", None),  # v13+ (KIP-516)
                 [
                     (p.index, None if p.records is None else bytes(p.records))
                     for p in topic.partition_data
@@ -112,3 +118,25 @@ def test_produce_acks_is_none_for_other_requests_and_short_heads():
         assert produce_acks(head) in (None, -1)
     fetch = frame_request(ApiKey.FETCH, 4, 1, "client", b"\x00" * 40)[4:]
     assert produce_acks(fetch) is None
+
+
+def test_v13_names_topics_by_id():
+    """Produce v13 (KIP-516): the topic id where the name was; the zero id reads as None."""
+    topic_id = uuid.UUID("11111111-2222-3333-4444-555555555555")
+    request = ProduceRequestV13(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=1)),
+        topic_data=(
+            TopicProduceDataV13(
+                topic_id=topic_id,
+                partition_data=(PartitionProduceData(index=i32(3), records=Records(b"xyz")),),
+            ),
+            TopicProduceDataV13(topic_id=None, partition_data=()),
+        ),
+    )
+    frame = bytearray(codec.encode_entity(request))
+    mine = decode_produce_request(13, frame, 0)
+    assert [(t.name, t.topic_id) for t in mine.topic_data] == [(None, topic_id), (None, None)]
+    assert as_plain(mine) == as_plain(codec.decode_request(ApiKey.PRODUCE, 13, frame, 0))
+    assert bytes(mine.topic_data[0].partition_data[0].records) == b"xyz"

@@ -26,6 +26,7 @@ responses = st.fixed_dictionaries(
             st.fixed_dictionaries(
                 {
                     "name": st.text(st.sampled_from("abc-_.XYZ019"), min_size=1, max_size=20),
+                    "topic_id": st.none() | st.uuids(),  # v13+ (KIP-516)
                     "partition_responses": st.lists(partitions, max_size=5),
                 }
             ),
