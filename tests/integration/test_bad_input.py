@@ -152,7 +152,7 @@ def test_unsupported_api_versions_version_gets_v0_answer(guarded):
         body, _ = entity_reader(ApiVersionsResponse)(frame, 4)
     assert correlation_id == 7
     assert body.error_code == ErrorCode.unsupported_version
-    assert any(k.api_key == 18 and k.max_version == 4 for k in body.api_keys)
+    assert any(k.api_key == 18 and k.max_version == 5 for k in body.api_keys)
 
 
 def corrupt_crc(batch: bytes) -> bytes:

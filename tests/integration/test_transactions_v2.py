@@ -161,8 +161,8 @@ def test_api_versions_finalize_transaction_version_2(broker):
     v4 = call(broker, ApiKey.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
     ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in v4.api_keys}
     assert ranges[ApiKey.END_TXN] == (0, 5)
-    assert ranges[ApiKey.PRODUCE] == (0, 12)
-    assert ranges[ApiKey.TXN_OFFSET_COMMIT] == (0, 5)
+    assert ranges[ApiKey.PRODUCE] == (0, 13)
+    assert ranges[ApiKey.TXN_OFFSET_COMMIT] == (0, 6)
     supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
     assert supported["transaction.version"] == (0, 2)
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in v4.finalized_features}

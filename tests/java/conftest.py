@@ -34,6 +34,7 @@ JAVA_TIMEOUT = 240.0
 SENDING = re.compile(
     r"Sending (\w+) request with header RequestHeader\(apiKey=(\w+), apiVersion=(\d+)"
 )
+CLIENT_VERSION = re.compile(r"clientSoftwareVersion='([^']*)'")
 CANCELLED = re.compile(r"Cancelled in-flight (\w+) request")
 # Kafka Streams' restore consumer is polled only while a task restores (the StateUpdater
 # thread then waits for new tasks): a request it sent just before is answered, but the
@@ -52,10 +53,18 @@ class RequestLog:
     # Runs that saw a broker killed on purpose: requests in flight to it were cut off.
     broker_killed: set[Path] = field(default_factory=set)
 
-    def sent(self) -> Counter[tuple[str, int]]:
+    def sent(self, client_version: str | None = None) -> Counter[tuple[str, int]]:
+        """With `client_version` (e.g. "4.4.0"), only the runs whose clients all name that
+        version in their ApiVersions requests: the session's log also holds programs on older
+        kafka-clients (Kafka Connect 4.3.1), which know older versions."""
         counts: Counter[tuple[str, int]] = Counter()
         for path in self.files:
             if path.exists():
+                if client_version is not None and {
+                    match.group(1)
+                    for match in CLIENT_VERSION.finditer(path.read_text(errors="replace"))
+                } - {client_version}:
+                    continue
                 for match in SENDING.finditer(path.read_text(errors="replace")):
                     counts[(match.group(2), int(match.group(3)))] += 1
         return counts

@@ -181,10 +181,12 @@ def test_request_log(minibroker_answers, request_log: RequestLog):
     ):
         assert any(name == api for name, _ in sent), (api, sorted(sent))
     # Issue 34: the versions minibroker raised to Kafka 4.4's are the ones Kafka 4.4's client
-    # sends: every request of these APIs went at the newest version both sides know.
+    # sends: every request of these APIs went at the newest version both sides know (counted
+    # over the runs of kafka-clients 4.4.0 only: on CI's worker the session's log also holds
+    # Kafka Connect 4.3.1's, which sends ApiVersions v4).
     lower = {
         (api, version)
-        for api, version in sent
+        for api, version in request_log.sent(client_version="4.4.0")
         if api in NEWEST_BOTH_KNOW and version != NEWEST_BOTH_KNOW[api]
     }
     assert lower == set(), sorted(lower)
