@@ -22,7 +22,9 @@ NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 
 
-def _offset_commit_error(request, error: Error) -> dict:
+def offset_commit_error(request, error: Error) -> dict:
+    """OffsetCommit's answer (and TxnOffsetCommit's, the same shape) with `error` for every
+    partition asked, topics by name or, from v10, by id."""
     return {
         "topics": [
             {
@@ -38,7 +40,7 @@ def _offset_commit_error(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.OFFSET_COMMIT, versions=(2, 10), roles=Role.BROKER, error_response=_offset_commit_error)
+@api(ApiKey.OFFSET_COMMIT, versions=(2, 10), roles=Role.BROKER, error_response=offset_commit_error)
 async def handle_offset_commit(ctx: RequestContext, request) -> dict:
     # v9 renamed the field (KIP-848); older versions call it generation_id.
     generation: int = (

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from minibroker.apis import RequestContext, Role, api
 from minibroker.apis.authorization import allowed, group_allowed, topic_allowed
+from minibroker.apis.offsets import offset_commit_error
 from minibroker.common.names import OFFSETS_TOPIC
 from minibroker.coordinator.group.service import TxnCommitRequest
 from minibroker.protocol.errors import Error
@@ -113,27 +114,11 @@ def _answer(topics: list[_Topic], results: dict[tuple[str, int], Error]) -> dict
     }
 
 
-def _txn_offset_commit_error(request, error: Error) -> dict:
-    return {
-        "topics": [
-            {
-                "name": getattr(topic, "name", None),
-                "topic_id": getattr(topic, "topic_id", None),
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": error}
-                    for p in topic.partitions
-                ],
-            }
-            for topic in request.topics
-        ]
-    }
-
-
 @api(
     ApiKey.TXN_OFFSET_COMMIT,
     versions=(0, 6),
     roles=Role.BROKER,
-    error_response=_txn_offset_commit_error,
+    error_response=offset_commit_error,
 )
 async def handle_txn_offset_commit(ctx: RequestContext, request) -> dict:
     topics = _topics(ctx, request)
