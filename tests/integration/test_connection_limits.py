@@ -192,7 +192,11 @@ def test_max_connections_holds_new_connections_but_not_the_inter_broker_listener
     inter = connect(inter_port)
     api_versions(inter)
     wait_for(lambda: is_closed(held[0]), 10, "the least recently active connection to close")
-    assert all(not is_closed(sock) for sock in held[1:])
+    # Least recently active first: the closed ones are the oldest (under load the node's own
+    # inter-broker connections may arrive too, each making room the same way; seen once in CI).
+    closed = [is_closed(sock) for sock in held]
+    assert closed == sorted(closed, reverse=True), closed
+    assert not closed[-1], "the most recently active connection was closed"
     # A client connection that closes lets the waiting one in.
     assert is_closed(waiting) is False
     held[-1].close()
