@@ -3,12 +3,19 @@ controllers) and DescribeQuorum's answer built from the controller's state (apis
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from minibroker.apis import quorum
-from minibroker.common.config import UNKNOWN_CONTROLLER_ID, BrokerConfig, ConfigError, Voter
+from minibroker.common.config import (
+    UNKNOWN_CONTROLLER_ID,
+    BrokerConfig,
+    ConfigError,
+    Voter,
+    load_config,
+)
 from minibroker.controller.state import BrokerInfo, ControllerState
 
 BROKER = {
@@ -87,3 +94,29 @@ def test_describe_quorum_one_voter_and_the_brokers_as_observers():
     assert (fenced["replica_id"], fenced["log_end_offset"]) == (3, -1)
     assert fenced["last_fetch_timestamp"] == 49_400 and fenced["last_caught_up_timestamp"] == -1
     assert answer["nodes"][0]["listeners"][0]["port"] == 9092
+
+
+STOCK_CONFIGS = Path(__file__).parents[1] / "fixtures" / "kafka_config"
+
+
+@pytest.mark.parametrize(
+    ("name", "roles", "node_id", "controller"),
+    [
+        ("server.properties", {"broker", "controller"}, 1, Voter(1, "localhost", 9093)),
+        ("controller.properties", {"controller"}, 1, Voter(1, "localhost", 9093)),
+        (
+            "broker.properties",
+            {"broker"},
+            2,
+            Voter(UNKNOWN_CONTROLLER_ID, "localhost", 9093),
+        ),
+    ],
+)
+def test_kafkas_stock_config_files_load_unchanged(name, roles, node_id, controller):
+    """Kafka 4's config/*.properties as shipped (tests/fixtures/kafka_config), not one line
+    changed: each loads, with its roles, its node id and the controller it names by
+    controller.quorum.bootstrap.servers."""
+    config = load_config(STOCK_CONFIGS / name, [])
+    assert (config.process_roles, config.node_id) == (roles, node_id)
+    assert config.controller == controller
+    assert str(config.log_dirs[0]).startswith("/tmp/kraft-")
