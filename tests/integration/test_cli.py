@@ -1,6 +1,7 @@
 """The command line: a bad configuration stops the start with a message naming the key."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,8 +154,8 @@ def test_kafkas_stock_controller_and_broker_properties_start_a_cluster(tmp_path)
     """Kafka 4's config/controller.properties (node 1, CONTROLLER://:9093) and
     config/broker.properties (node 2, which finds its controller by
     controller.quorum.bootstrap.servers=localhost:9093, its node id unsaid) start a cluster
-    of two processes that clients use: the broker registers, leads the topic it creates, and
-    Metadata names the controller's node id as Kafka's brokers do (the broker itself)."""
+    of two processes that clients use: the broker registers and leads the topic it creates;
+    confluent-kafka produces and consumes, and kcat reads the same records."""
     from minibroker.tools.launcher import free_port, request_metadata
     from tests.conftest import wait_for
 
@@ -172,6 +173,13 @@ def test_kafkas_stock_controller_and_broker_properties_start_a_cluster(tmp_path)
         assert _produce_and_consume(client_port, "stock-split") == expected
         (topic,) = [t for t in request_metadata(client_port).topics if t.name == "stock-split"]
         assert [p.leader_id for p in topic.partitions] == [2]
+        if shutil.which("kcat"):  # CI installs it; librdkafka 2.0's kcat reads them too
+            read = subprocess.run(
+                ["kcat", "-b", f"localhost:{client_port}", "-m", "10", "-C", "-t", "stock-split",
+                 "-o", "beginning", "-e", "-q"],
+                capture_output=True, timeout=60, check=True,
+            )  # fmt: skip
+            assert read.stdout.splitlines() == expected, read.stderr
     finally:
         ignored = _stop(*filter(None, (broker, controller)))
     assert all(set(keys) <= STOCK_IGNORED for keys in ignored), ignored
