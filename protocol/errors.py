@@ -115,6 +115,9 @@ class Error(IntEnum):
     INVALID_SHARE_SESSION_EPOCH = 123
     FENCED_STATE_EPOCH = 124
     SHARE_SESSION_LIMIT_REACHED = 133
+    # Direct-to-controller admin clients (KIP-919): DescribeCluster's endpoint type.
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
     # Client telemetry (KIP-714).
     UNSUPPORTED_COMPRESSION_TYPE = 76
     UNKNOWN_SUBSCRIPTION_ID = 117

@@ -114,7 +114,14 @@ SKIPPED_SECTIONS = {
     " --execute --throttle and --verify against a 3-broker cluster and measures the copy",
     ("docs/operations.md", "The metadata quorum"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-metadata-quorum describe --status and --replication"
-    " against a cluster and checks their output",
+    " through a broker and through the controller against a cluster and checks their output",
+    ("docs/operations.md", "Racks"): "needs Java, the pinned artifacts and brokers in racks:"
+    " tests/java/test_tools.py runs kafka-reassign-partitions --generate on its cluster in two"
+    " racks and checks that the plan spans both",
+    ("docs/configuration.md", "Kafka's own config files"): "Kafka's files listen on fixed"
+    " ports 9092 and 9093: tests/integration/test_cli.py starts them, vendored unchanged in"
+    " tests/fixtures/kafka_config, with only the ports and log.dirs changed, and produces and"
+    " consumes through them",
     ("docs/share-groups.md", "The kafka-share-groups tool"): "needs Java and the pinned"
     " artifacts: tests/java/test_share_groups_tool.py runs kafka-share-groups' main class with"
     " these options around confluent-kafka share consumers",

@@ -10,7 +10,9 @@ reading the terminal would, against what Kafka's tools print on Kafka.
 The cluster has Kafka's StandardAuthorizer with User:ANONYMOUS (every PLAINTEXT client) as a super
 user, so kafka-acls has ACLs to add, list and remove while every other tool is allowed all.
 kafka-metadata-quorum describes minibroker's quorum as it is (apis/quorum.py): one voter, the
-controller, and the brokers as observers.
+controller, and the brokers as observers, through a broker (--bootstrap-server) and from the
+controller itself (--bootstrap-controller). The brokers are in racks (RACKS), so that
+kafka-reassign-partitions --generate plans rack-aware, from the racks DescribeCluster gives it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ GROUP = "tools-g"
 LINES = [f"k{i}:line {i}" for i in range(1, 7)]
 PERF_RECORDS = 2000
 MARKER = re.compile(r"^minibroker-tool (\S+)$", re.MULTILINE)
+
+RACK_TOPIC = "tools-rack"
+# Brokers 1 and 2 share a rack, broker 3 is alone in its own: a rack-aware plan for replication
+# factor 2 puts broker 3 in every partition.
+RACKS = {1: {"broker.rack": "rack-a"}, 2: {"broker.rack": "rack-a"}, 3: {"broker.rack": "rack-b"}}
 
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -65,8 +72,9 @@ SCRIPTS = {
 }
 
 
-def _batch(bootstrap: str, files) -> list[dict]:
+def _batch(bootstrap: str, controller: str, files) -> list[dict]:
     b = ["--bootstrap-server", bootstrap]
+    c = ["--bootstrap-controller", controller]
     acl = ["--allow-principal", "User:alice", "--operation", "Read", "--topic", TOPIC]
 
     def step(name: str, main: str, *args: str, **extra) -> dict:
@@ -137,6 +145,10 @@ def _batch(bootstrap: str, files) -> list[dict]:
         step("get-offsets-earliest", GET_OFFSETS, *b, "--topic", TOPIC, "--time", "-2"),
         step("reassign-generate", REASSIGN, *b, "--generate", "--topics-to-move-json-file",
              str(files["move"]), "--broker-list", "2,3"),
+        step("topics-create-rack", TOPICS, *b, "--create", "--topic", RACK_TOPIC,
+             "--partitions", "6", "--replication-factor", "2"),
+        step("reassign-generate-racks", REASSIGN, *b, "--generate",
+             "--topics-to-move-json-file", str(files["move-rack"]), "--broker-list", "1,2,3"),
         step("reassign-execute", REASSIGN, *b, "--execute", "--reassignment-json-file",
              str(files["reassign"])),
         step("reassign-verify", REASSIGN, *b, "--verify", "--reassignment-json-file",
@@ -157,6 +169,10 @@ def _batch(bootstrap: str, files) -> list[dict]:
              "describe", "--status"),
         step("metadata-quorum-replication", "org.apache.kafka.tools.MetadataQuorumCommand", *b,
              "describe", "--replication"),
+        step("metadata-quorum-controller", "org.apache.kafka.tools.MetadataQuorumCommand", *c,
+             "describe", "--status"),
+        step("metadata-quorum-controller-replication",
+             "org.apache.kafka.tools.MetadataQuorumCommand", *c, "describe", "--replication"),
         step("features-describe", FEATURES, *b, "describe"),
         step("features-disable", FEATURES, *b, "disable", "--feature", "group.version"),
         step("features-describe-disabled", FEATURES, *b, "describe"),
@@ -181,7 +197,9 @@ def _batch(bootstrap: str, files) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tools_cluster(tmp_path_factory):
-    with minibroker_cluster(tmp_path_factory.mktemp("tools-cluster"), AUTHORIZER) as started:
+    with minibroker_cluster(
+        tmp_path_factory.mktemp("tools-cluster"), AUTHORIZER, node_overrides=RACKS
+    ) as started:
         yield started
 
 
@@ -189,17 +207,20 @@ def tools_cluster(tmp_path_factory):
 def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
     """Every tool's answer by step name, and the request log of the run split by step."""
     work = tmp_path_factory.mktemp("tools")
-    files = {name: work / f"{name}.json" for name in ("delete", "move", "reassign", "batch")}
+    names = ("delete", "move", "move-rack", "reassign", "batch")
+    files = {name: work / f"{name}.json" for name in names}
     files["delete"].write_text(
         json.dumps({"partitions": [{"topic": TOPIC, "partition": 0, "offset": 1}], "version": 1})
     )
     files["move"].write_text(json.dumps({"topics": [{"topic": MOVED}], "version": 1}))
+    files["move-rack"].write_text(json.dumps({"topics": [{"topic": RACK_TOPIC}], "version": 1}))
     # tools-r-0 from replicas [1, 2] to [3, 1]: broker 3 must copy the partition.
     files["reassign"].write_text(
         json.dumps({"version": 1, "partitions": [{"topic": MOVED, "partition": 0,
                                                   "replicas": [3, 1]}]})
     )  # fmt: skip
-    batch = _batch(tools_cluster.bootstrap, files)
+    assert tools_cluster.controller is not None
+    batch = _batch(tools_cluster.bootstrap, tools_cluster.controller.bootstrap, files)
     files["batch"].write_text(json.dumps(batch))
     answers_path = work / "answers.json"
     done = java.run("ToolBatch", str(files["batch"]), str(answers_path))
@@ -465,7 +486,8 @@ def test_kafka_log_dirs(tools):
 
 def test_kafka_broker_api_versions(tools):
     text = ok(tools, "broker-api-versions")
-    assert len(re.findall(r"^127\.0\.0\.1:\d+ \(id: [123] rack: null", text, re.MULTILINE)) == 3
+    racks = re.findall(r"^127\.0\.0\.1:\d+ \(id: ([123]) rack: ([^\s)]+)", text, re.MULTILINE)
+    assert sorted(racks) == [("1", "rack-a"), ("2", "rack-a"), ("3", "rack-b")], text
     # Kafka 4 also advertises Produce from v0 (librdkafka needs it, KAFKA-18659).
     assert re.search(r"Produce\(0\): 0 to \d+ \[usable: \d+\]", text), text
     assert "Fetch(1): 4 to" in text
@@ -502,6 +524,52 @@ def test_kafka_metadata_quorum(tools, tools_cluster):
     by_node = {int(row[0]): row for row in rows[1:] if row}
     assert by_node[0][-1] == "Leader" and sorted(by_node) == [0, 1, 2, 3], rows
     assert all(by_node[n][-1] == "Observer" and by_node[n][3] == "0" for n in (1, 2, 3)), rows
+
+
+def test_kafka_metadata_quorum_from_the_controller(tools, tools_run, tools_cluster):
+    """`--bootstrap-controller` (KIP-919): the admin client talks to the controller only,
+    DescribeCluster with the CONTROLLER endpoint type (the controller lists itself), then
+    DescribeQuorum; what it prints is what the brokers' forwarding gave."""
+    status = dict(
+        line.split(":", 1)
+        for line in ok(tools, "metadata-quorum-controller").splitlines()
+        if ":" in line
+    )
+    status = {key.strip(): value.strip() for key, value in status.items()}
+    port = tools_cluster.controller.port
+    assert status["LeaderId"] == "0" and status["MaxFollowerLag"] == "0", status
+    assert json.loads(status["CurrentVoters"]) == [
+        {"id": 0, "endpoints": [f"CONTROLLER://127.0.0.1:{port}"]}
+    ]
+    assert sorted(o["id"] for o in json.loads(status["CurrentObservers"])) == [1, 2, 3]
+    rows = [
+        line.split() for line in ok(tools, "metadata-quorum-controller-replication").splitlines()
+    ]
+    by_node = {int(row[0]): row for row in rows[1:] if row}
+    assert by_node[0][-1] == "Leader" and sorted(by_node) == [0, 1, 2, 3], rows
+    sent = tools_run["steps"]["metadata-quorum-controller"]
+    assert {api for api, _ in sent} >= {"DESCRIBE_CLUSTER", "DESCRIBE_QUORUM"}, sent
+    assert "METADATA" not in {api for api, _ in sent}, sent
+
+
+def test_kafka_reassign_partitions_generate_is_rack_aware(tools):
+    """`--generate` over brokers 1, 2 (rack-a) and 3 (rack-b) for a topic of six partitions
+    at replication factor 2: the tool reads the racks from DescribeCluster and plans as
+    Kafka's rack-aware assignment does, each partition in both racks, so broker 3 in each
+    (a rack-unaware plan puts 1 and 2 together in some partition)."""
+    assert f"Created topic {RACK_TOPIC}." in ok(tools, "topics-create-rack")
+    current, proposed = (
+        json.loads(line)
+        for line in ok(tools, "reassign-generate-racks").splitlines()
+        if line.startswith("{")
+    )
+    for plan in (current, proposed):  # the controller placed them so too
+        assert len(plan["partitions"]) == 6, plan
+        for partition in plan["partitions"]:
+            replicas = partition["replicas"]
+            assert len(set(replicas)) == 2 and 3 in replicas, plan
+    leaders = Counter(partition["replicas"][0] for partition in proposed["partitions"])
+    assert set(leaders) == {1, 2, 3}, proposed
 
 
 def test_tool_requests(tools_run, request_log):

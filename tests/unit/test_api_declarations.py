@@ -99,6 +99,9 @@ KAFKA_44 |= {22: (0, 5)}
 KAFKA_44 |= {28: (0, 6)}
 BROKER |= KAFKA_44
 CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
+# ... and DescribeCluster v0-v2 on the controller too (KIP-919: the tools' --bootstrap-controller
+# asks the controller for the controllers, endpoint type CONTROLLER).
+CONTROLLER |= {60: (0, 2)}
 COMBINED = BROKER | CONTROLLER
 ZOOKEEPER = {key: versions for key, versions in COMBINED.items() if key != 55}
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)
