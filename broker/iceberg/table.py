@@ -4,7 +4,13 @@ worker thread of the service (``trio.to_thread.run_sync``), one call at a time p
 
 The catalog is pyiceberg's ``SqlCatalog`` (Iceberg's JDBC catalog layout, which Spark's
 ``JdbcCatalog`` reads), on SQLite in the broker's first log dir unless
-``iceberg.catalog.uri`` names another database. A topic's table is
+``iceberg.catalog.uri`` names another database; or, with ``iceberg.catalog.type=rest``,
+pyiceberg's ``RestCatalog`` (Iceberg's REST catalog protocol: Polaris, Nessie, Lakekeeper,
+Unity, Iceberg's own REST server), given the ``iceberg.rest.catalog.*`` properties by their
+Iceberg names. Nothing below depends on which: both commit a table's new metadata only if the
+commit's requirements (the branch's snapshot id, ``AssertRefSnapshotId``) still hold, the SQL
+catalog by a conditional UPDATE of the metadata location, a REST server by checking them
+against the table's current metadata in the same step as its swap. A topic's table is
 ``<iceberg.catalog.namespace>.<topic>``, created on first use with the key_value schema
 (``KEY_VALUE_SCHEMA``) and the topic's ``iceberg.partition.spec`` (by default the hour of the
 record timestamp, Redpanda's default).
@@ -41,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -192,6 +199,17 @@ def open_catalog(name: str, uri: str, warehouse: str) -> SqlCatalog:
     return SqlCatalog(name, uri=uri, warehouse=warehouse)
 
 
+def open_rest_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """pyiceberg's REST catalog (``load_catalog`` with ``type=rest``), given the
+    ``iceberg.rest.catalog.*`` properties by their Iceberg names (``uri``, ``warehouse``,
+    ``credential`` or ``token``, ``prefix``, ...). pyiceberg asks the server's ``/v1/config``
+    here, so a server that cannot be reached fails this call (the service retries it). As
+    ``load_catalog`` does, pyiceberg's own configuration for a catalog of this name
+    (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``) is read too; the broker's
+    properties win."""
+    return load_catalog(name, **{**properties, "type": "rest"})
+
+
 def to_arrow(rows: Rows) -> pa.Table:
     """The rows as an Arrow table of the key_value schema (its required columns not null)."""
     schema = KEY_VALUE_SCHEMA.as_arrow()
@@ -221,7 +239,7 @@ def _summaries(table: Table) -> Iterator[Mapping[str, str]]:
         snapshot = None if parent is None else table.snapshot_by_id(parent)
 
 
-def _create(catalog: SqlCatalog, identifier: tuple[str, str], schema: Schema, spec) -> Table:
+def _create(catalog: Catalog, identifier: tuple[str, str], schema: Schema, spec) -> Table:
     """The table, created on first use (by whichever broker gets there first)."""
     try:
         table = catalog.create_table_if_not_exists(
@@ -252,7 +270,7 @@ def _holds_topic(table: Table, topic_id: str) -> bool:
     return True
 
 
-def drop_topic_tables(catalog: SqlCatalog, namespace: str, topic: str, topic_id: str) -> list[str]:
+def drop_topic_tables(catalog: Catalog, namespace: str, topic: str, topic_id: str) -> list[str]:
     """A deleted topic's table and dead-letter table purged (pyiceberg's ``purge_table``: the
     catalog entry, then the data and metadata files), as Redpanda drops them with
     ``redpanda.iceberg.delete``; a table that another topic of the same name has written to
@@ -280,7 +298,7 @@ class TopicTable:
         table: Table,
         topic_id: str,
         mode: str = KEY_VALUE,
-        catalog: SqlCatalog | None = None,
+        catalog: Catalog | None = None,
         spec: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.table = table
@@ -296,7 +314,7 @@ class TopicTable:
     @classmethod
     def open(
         cls,
-        catalog: SqlCatalog,
+        catalog: Catalog,
         namespace: str,
         topic: str,
         topic_id: str,
@@ -308,7 +326,8 @@ class TopicTable:
             catalog.create_namespace_if_not_exists(namespace)
         except Exception:
             # Another broker made it at the same moment: the SQL catalog lets the database's
-            # IntegrityError through (seen with minibroker dev's three brokers on one SQLite).
+            # IntegrityError through (seen with minibroker dev's three brokers on one SQLite);
+            # a REST catalog may answer 409 rather than say it exists.
             if not catalog.namespace_exists(namespace):
                 raise
         typed = mode == VALUE_SCHEMA_ID_PREFIX
@@ -338,10 +357,11 @@ class TopicTable:
         each partition's expected offset (else the conflicts, nothing written). The append
         requires the table's current snapshot to be the one checked (pyiceberg's fast append
         asserts the branch's snapshot id; the SQL catalog swaps the metadata location only
-        if it is still the one read), so the check and the commit are one atomic step; a
-        commit that loses that race is checked again. value_schema_id_prefix: the values
-        decoded with ``lookup``'s schemas first, the table's schema evolved, the dead letters
-        written (module docstring)."""
+        if it is still the one read, a REST catalog checks the assertion against the table's
+        current metadata as it swaps it and answers 409 otherwise), so the check and the
+        commit are one atomic step; a commit that loses that race is checked again.
+        value_schema_id_prefix: the values decoded with ``lookup``'s schemas first, the
+        table's schema evolved, the dead letters written (module docstring)."""
         rows = Rows()
         counts: dict[int, int] = {}
         for part in plan.partitions:

@@ -1,0 +1,203 @@
+"""Iceberg topics through a REST catalog (docs/iceberg-topics.md, "A REST catalog"): Apache
+Iceberg's own REST catalog server (``org.apache.iceberg.rest.RESTCatalogServer``, the server of
+the apache/iceberg-rest-fixture image, from java/iceberg-rest/pom.xml) on a loopback port, its
+catalog on SQLite and its warehouse in a temporary directory; one broker with
+``iceberg.catalog.type=rest`` pointed at it. confluent-kafka produces to a ``key_value`` topic,
+pyiceberg reads the table back through the REST server (a catalog of its own, not the
+broker's), and the rows are the acknowledged records exactly; then the broker is killed
+(SIGKILL) while records keep coming and started again, and the table again holds every record
+once: the writer resumed from the offsets the table's snapshots record.
+
+One server per module (its JVM takes seconds to start)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.kafka_ref import classpath, java_executable, missing_reason
+from minibroker.tools.launcher import free_port
+from tests.conftest import scrape, wait_for
+from tests.integration.test_iceberg_topics import (
+    OVERRIDES,
+    PARTITIONS,
+    TIMEOUT,
+    TOPIC,
+    Acked,
+    holds,
+    produce,
+)
+
+SERVER = "org.apache.iceberg.rest.RESTCatalogServer"
+SERVER_START_TIMEOUT = 90.0
+
+
+@dataclass
+class RestServer:
+    uri: str
+    warehouse: Path
+    process: subprocess.Popen
+    log: Path
+
+
+def _answers(uri: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(uri + "v1/config", timeout=2) as response:
+            return json.load(response)
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def rest_server(tmp_path_factory) -> Iterator[RestServer]:
+    """Iceberg's REST catalog server, as the apache/iceberg-rest-fixture image runs it (its
+    CATALOG_* environment variables: Iceberg's JDBC catalog on a SQLite file, a local
+    warehouse). It listens on every interface of the port given (the fixture has no host
+    setting); only loopback is used."""
+    if (reason := missing_reason("iceberg-rest")) is not None:
+        pytest.skip(f"Iceberg's REST catalog server: {reason}")
+    java = java_executable()
+    assert java is not None  # missing_reason says so otherwise
+    root = tmp_path_factory.mktemp("iceberg-rest")
+    warehouse = root / "warehouse"
+    warehouse.mkdir()
+    port = free_port()
+    env = {
+        **{key: value for key, value in os.environ.items() if not key.startswith("CATALOG_")},
+        "CATALOG_REST_PORT": str(port),
+        "CATALOG_WAREHOUSE": str(warehouse),
+        "CATALOG_URI": f"jdbc:sqlite:file:{root / 'catalog.db'}",
+    }
+    log = root / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [java, "-Xmx256m", "-cp", classpath("iceberg-rest"), SERVER],
+            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root,
+        )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while _answers(uri) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the REST catalog server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield RestServer(uri, warehouse, process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def rest_catalog(uri: str):
+    """A pyiceberg REST catalog of the reader's own, on the same server."""
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("reader", type="rest", uri=uri)
+
+
+def table_catalog(uri: str):
+    """The reader's catalog once the server holds the topic's table."""
+    try:
+        catalog = rest_catalog(uri)
+        catalog.load_table(("minibroker", TOPIC))
+    except Exception:
+        return None
+    return catalog
+
+
+def test_records_land_exactly_once_through_the_rest_catalog_across_a_kill(
+    rest_server, broker_factory
+):
+    metrics_port = free_port()
+    broker = broker_factory(
+        {
+            **OVERRIDES,
+            "metrics.port": metrics_port,
+            "iceberg.catalog.type": "rest",
+            "iceberg.rest.catalog.uri": rest_server.uri,
+        }
+    )
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    configs = {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "300"}
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=configs)])[TOPIC].result(TIMEOUT)
+    catalog = wait_for(lambda: table_catalog(rest_server.uri), 30, "the topic's table")
+    table = catalog.load_table(("minibroker", TOPIC))
+    # The server placed the table in its warehouse, where the broker wrote its files.
+    assert Path(table.location().removeprefix("file:")).is_relative_to(rest_server.warehouse)
+    # Not the SQL catalog: the broker made no catalog of its own.
+    assert not (broker.log_dir / "iceberg").exists()
+
+    acked = Acked()
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    )
+    produce(producer, acked, 0, 60)
+    assert producer.flush(TIMEOUT) == 0
+    assert not acked.errors, acked.errors
+    rows = wait_for(lambda: holds(catalog, acked), 30, "the table to hold every record")
+    assert rows == sorted(acked.rows.values())
+
+    def committed() -> bool:
+        commits = ("minibroker_iceberg_commits_total", (("topic", TOPIC),))
+        failures = ("minibroker_iceberg_commit_failures", (("topic", TOPIC),))
+        samples = scrape(metrics_port)
+        return samples.get(commits, 0) >= 1 and samples.get(failures) == 0
+
+    wait_for(committed, 10, "the metrics to count a commit and no failure")
+    # The offsets the last snapshot records are those of the last acknowledged records.
+    snapshot = catalog.load_table(("minibroker", TOPIC)).current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    summary = json.loads(snapshot.summary.additional_properties["minibroker.translation"])
+    assert {int(p): o for p, o in summary["next-offsets"].items()} == {
+        p: 1 + max(o for q, o in acked.rows if q == p) for p in range(PARTITIONS)
+    }
+
+    # Records keep coming while the broker is killed and started again: each is written once,
+    # whether its commit had happened, was in flight or was still due at the kill.
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        number = 1000
+        while not stop.is_set():
+            produce(producer, acked, number, 10)
+            number += 10
+            time.sleep(0.05)
+
+    background = threading.Thread(target=keep_producing, daemon=True)
+    background.start()
+    try:
+        wait_for(lambda: len(acked.rows) >= 150, 30, "records before the kill")
+        broker.kill()
+        broker.restart()
+        broker.wait_ready()
+        before = len(acked.rows)
+        wait_for(lambda: len(acked.rows) >= before + 60, 30, "records after the restart")
+    finally:
+        stop.set()
+        background.join(10)
+    assert producer.flush(TIMEOUT) == 0
+    # Records in flight at the kill may fail; only acknowledged ones must land.
+    rows = wait_for(lambda: holds(catalog, acked), 30, "the table to hold every record")
+    assert rows == sorted(acked.rows.values())
+    assert len({(row[0], row[1]) for row in rows}) == len(rows)
+    restarted = broker.stderr_path.read_text().split("--- launcher:")[-1]
+    resumed = dict(
+        re.findall(rf"writing {TOPIC}-(\d) to its Iceberg table from offset (\d+)", restarted)
+    )
+    assert sorted(resumed) == ["0", "1", "2"], restarted[-3000:]
+    assert all(int(offset) > 0 for offset in resumed.values()), resumed
