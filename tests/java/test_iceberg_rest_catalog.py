@@ -1,14 +1,16 @@
 """Iceberg topics through a REST catalog (docs/iceberg-topics.md, "A REST catalog"): Apache
 Iceberg's own REST catalog server (``org.apache.iceberg.rest.RESTCatalogServer``, the server of
 the apache/iceberg-rest-fixture image, from java/iceberg-rest/pom.xml) on a loopback port, its
-catalog on SQLite and its warehouse in a temporary directory; one broker with
-``iceberg.catalog.type=rest`` pointed at it. confluent-kafka produces to a ``key_value`` topic,
-pyiceberg reads the table back through the REST server (a catalog of its own, not the
-broker's), and the rows are the acknowledged records exactly; then the broker is killed
-(SIGKILL) while records keep coming and started again, and the table again holds every record
-once: the writer resumed from the offsets the table's snapshots record.
+catalog on SQLite and its warehouse in a temporary directory; one broker with the page's
+properties (``iceberg.catalog.type=rest``) pointed at it. The broker starts before the server:
+confluent-kafka's records are acknowledged while the catalog cannot be reached, the metrics
+count the failed attempts and the log says why; then the server starts, and pyiceberg reads
+the table back through it (a catalog of its own, with the page's snippet): the rows are the
+acknowledged records exactly. Then the broker is killed (SIGKILL) while records keep coming
+and started again, and the table again holds every record once: the writer resumed from the
+offsets the table's snapshots record.
 
-One server per module (its JVM takes seconds to start)."""
+One server per module (its JVM takes seconds to start), started when a test asks."""
 
 from __future__ import annotations
 
@@ -39,17 +41,51 @@ from tests.integration.test_iceberg_topics import (
     holds,
     produce,
 )
+from tests.readme import blocks
 
 SERVER = "org.apache.iceberg.rest.RESTCatalogServer"
 SERVER_START_TIMEOUT = 90.0
 
 
+PAGE = "docs/iceberg-topics.md"
+SECTION = "A REST catalog"
+
+
 @dataclass
 class RestServer:
+    """Iceberg's REST catalog server on a port chosen up front, started by ``start``."""
+
     uri: str
     warehouse: Path
-    process: subprocess.Popen
+    command: list[str]
+    env: dict[str, str]
     log: Path
+    process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                cwd=self.log.parent,
+            )  # fmt: skip
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while _answers(self.uri) is None:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the REST catalog server did not start:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self) -> str:
+        return self.log.read_text()[-3000:]
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
 
 
 def _answers(uri: str) -> dict | None:
@@ -64,8 +100,8 @@ def _answers(uri: str) -> dict | None:
 def rest_server(tmp_path_factory) -> Iterator[RestServer]:
     """Iceberg's REST catalog server, as the apache/iceberg-rest-fixture image runs it (its
     CATALOG_* environment variables: Iceberg's JDBC catalog on a SQLite file, a local
-    warehouse). It listens on every interface of the port given (the fixture has no host
-    setting); only loopback is used."""
+    warehouse), not started yet. It will listen on every interface of its port (the fixture
+    has no host setting); only loopback is used."""
     if (reason := missing_reason("iceberg-rest")) is not None:
         pytest.skip(f"Iceberg's REST catalog server: {reason}")
     java = java_executable()
@@ -80,27 +116,17 @@ def rest_server(tmp_path_factory) -> Iterator[RestServer]:
         "CATALOG_WAREHOUSE": str(warehouse),
         "CATALOG_URI": f"jdbc:sqlite:file:{root / 'catalog.db'}",
     }
-    log = root / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [java, "-Xmx256m", "-cp", classpath("iceberg-rest"), SERVER],
-            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root,
-        )  # fmt: skip
-    uri = f"http://127.0.0.1:{port}/"
+    server = RestServer(
+        uri=f"http://127.0.0.1:{port}/",
+        warehouse=warehouse,
+        command=[java, "-Xmx256m", "-cp", classpath("iceberg-rest"), SERVER],
+        env=env,
+        log=root / "server.log",
+    )
     try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while _answers(uri) is None:
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the REST catalog server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield RestServer(uri, warehouse, process, log)
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        server.stop()
 
 
 def rest_catalog(uri: str):
@@ -120,28 +146,26 @@ def table_catalog(uri: str):
     return catalog
 
 
+def page_properties() -> dict[str, str]:
+    """The page's properties block, as key=value lines."""
+    (block,) = [b.text for b in blocks(SECTION, PAGE) if b.lang == "properties"]
+    lines = [line for line in block.splitlines() if line.strip()]
+    return dict(line.split("=", 1) for line in lines)
+
+
 def test_records_land_exactly_once_through_the_rest_catalog_across_a_kill(
     rest_server, broker_factory
 ):
     metrics_port = free_port()
-    broker = broker_factory(
-        {
-            **OVERRIDES,
-            "metrics.port": metrics_port,
-            "iceberg.catalog.type": "rest",
-            "iceberg.rest.catalog.uri": rest_server.uri,
-        }
-    )
+    properties = page_properties()
+    assert properties["iceberg.catalog.type"] == "rest"
+    properties["iceberg.rest.catalog.uri"] = rest_server.uri
+    broker = broker_factory({**OVERRIDES, **properties, "metrics.port": metrics_port})
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     configs = {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "300"}
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=configs)])[TOPIC].result(TIMEOUT)
-    catalog = wait_for(lambda: table_catalog(rest_server.uri), 30, "the topic's table")
-    table = catalog.load_table(("minibroker", TOPIC))
-    # The server placed the table in its warehouse, where the broker wrote its files.
-    assert Path(table.location().removeprefix("file:")).is_relative_to(rest_server.warehouse)
-    # Not the SQL catalog: the broker made no catalog of its own.
-    assert not (broker.log_dir / "iceberg").exists()
 
+    # The catalog cannot be reached yet: the topic takes writes, and the metrics say so.
     acked = Acked()
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5}
@@ -149,14 +173,31 @@ def test_records_land_exactly_once_through_the_rest_catalog_across_a_kill(
     produce(producer, acked, 0, 60)
     assert producer.flush(TIMEOUT) == 0
     assert not acked.errors, acked.errors
+    labels = (("topic", TOPIC),)
+
+    def failing() -> bool:
+        samples = scrape(metrics_port)
+        return samples.get(("minibroker_iceberg_commit_failures", labels), 0) >= 1
+
+    wait_for(failing, 20, "the metrics to count the failed attempts")
+    assert "cannot open the Iceberg table of clicks" in broker.stderr_path.read_text()
+
+    rest_server.start()
+    catalog = wait_for(lambda: table_catalog(rest_server.uri), 60, "the topic's table")
+    table = catalog.load_table(("minibroker", TOPIC))
+    # The server placed the table in its warehouse, where the broker wrote its files.
+    assert Path(table.location().removeprefix("file:")).is_relative_to(rest_server.warehouse)
+    # Not the SQL catalog: the broker made no catalog of its own.
+    assert not (broker.log_dir / "iceberg").exists()
     rows = wait_for(lambda: holds(catalog, acked), 30, "the table to hold every record")
     assert rows == sorted(acked.rows.values())
 
     def committed() -> bool:
-        commits = ("minibroker_iceberg_commits_total", (("topic", TOPIC),))
-        failures = ("minibroker_iceberg_commit_failures", (("topic", TOPIC),))
         samples = scrape(metrics_port)
-        return samples.get(commits, 0) >= 1 and samples.get(failures) == 0
+        return (
+            samples.get(("minibroker_iceberg_commits_total", labels), 0) >= 1
+            and samples.get(("minibroker_iceberg_commit_failures", labels)) == 0
+        )
 
     wait_for(committed, 10, "the metrics to count a commit and no failure")
     # The offsets the last snapshot records are those of the last acknowledged records.
@@ -166,6 +207,11 @@ def test_records_land_exactly_once_through_the_rest_catalog_across_a_kill(
     assert {int(p): o for p, o in summary["next-offsets"].items()} == {
         p: 1 + max(o for q, o in acked.rows if q == p) for p in range(PARTITIONS)
     }
+    # The page's reading snippet, as written but for the server's address.
+    (snippet,) = [b.text for b in blocks(SECTION, PAGE) if b.lang == "python"]
+    namespace: dict = {}
+    exec(snippet.replace("http://127.0.0.1:8181/", rest_server.uri), namespace)
+    assert namespace["rows"].num_rows == len(acked.rows)
 
     # Records keep coming while the broker is killed and started again: each is written once,
     # whether its commit had happened, was in flight or was still due at the kill.
