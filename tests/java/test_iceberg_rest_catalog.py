@@ -10,6 +10,12 @@ acknowledged records exactly. Then the broker is killed (SIGKILL) while records 
 and started again, and the table again holds every record once: the writer resumed from the
 offsets the table's snapshots record.
 
+The writer's races (tests/unit/test_iceberg_table.py, run there on the SQL catalog) run again
+through the REST server: a commit that lost the race to another partition's is checked and
+made again, and an old leader's late commit makes the new leader's refused, so that the
+server's check of the commit's requirement (the branch still at the snapshot read) is what
+keeps a row from landing twice.
+
 One server per module (its JVM takes seconds to start), started when a test asks."""
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.kafka_ref import classpath, java_executable, missing_reason
+from minibroker.iceberg.table import open_rest_catalog
 from minibroker.tools.launcher import free_port
 from tests.conftest import scrape, wait_for
 from tests.integration.test_iceberg_topics import (
@@ -42,6 +49,7 @@ from tests.integration.test_iceberg_topics import (
     produce,
 )
 from tests.readme import blocks
+from tests.unit import test_iceberg_table as races
 
 SERVER = "org.apache.iceberg.rest.RESTCatalogServer"
 SERVER_START_TIMEOUT = 90.0
@@ -63,6 +71,8 @@ class RestServer:
     process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -86,6 +96,7 @@ class RestServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
+        self.process = None
 
 
 def _answers(uri: str) -> dict | None:
@@ -119,7 +130,16 @@ def rest_server(tmp_path_factory) -> Iterator[RestServer]:
     server = RestServer(
         uri=f"http://127.0.0.1:{port}/",
         warehouse=warehouse,
-        command=[java, "-Xmx256m", "-cp", classpath("iceberg-rest"), SERVER],
+        # A short-lived server: C1 only and the serial collector start it faster.
+        command=[
+            java,
+            "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-cp",
+            classpath("iceberg-rest"),
+            SERVER,
+        ],  # fmt: skip
         env=env,
         log=root / "server.log",
     )
@@ -156,6 +176,7 @@ def page_properties() -> dict[str, str]:
 def test_records_land_exactly_once_through_the_rest_catalog_across_a_kill(
     rest_server, broker_factory
 ):
+    rest_server.stop()  # not started yet, unless another test of the module ran first
     metrics_port = free_port()
     properties = page_properties()
     assert properties["iceberg.catalog.type"] == "rest"
@@ -247,3 +268,26 @@ def test_records_land_exactly_once_through_the_rest_catalog_across_a_kill(
     )
     assert sorted(resumed) == ["0", "1", "2"], restarted[-3000:]
     assert all(int(offset) > 0 for offset in resumed.values()), resumed
+
+
+@pytest.fixture
+def fresh_catalog(rest_server):
+    """The broker's REST catalog on the server, without the race tests' table."""
+    rest_server.start()
+    catalog = open_rest_catalog("minibroker", {"uri": rest_server.uri})
+    catalog.create_namespace_if_not_exists("minibroker")
+    if catalog.table_exists(("minibroker", "clicks")):
+        catalog.purge_table(("minibroker", "clicks"))
+    return catalog
+
+
+def test_a_lost_race_with_another_partition_is_committed_again_through_rest(fresh_catalog):
+    races.test_a_lost_race_with_another_partition_is_checked_and_committed_again(fresh_catalog)
+
+
+def test_an_old_leaders_late_commit_refuses_the_new_ones_through_rest(fresh_catalog):
+    races.test_an_old_leaders_commit_in_the_window_of_the_new_ones_is_refused(fresh_catalog)
+
+
+def test_tables_are_made_without_pyicebergs_own_retries_through_rest(fresh_catalog):
+    races.test_tables_are_made_without_pyicebergs_own_retries(fresh_catalog)
