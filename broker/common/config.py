@@ -360,8 +360,8 @@ ICEBERG_REST_NAMES = frozenset(
 # header.<Name>: an HTTP header sent with every request (X-Iceberg-Access-Delegation, ...);
 # rest.*: pyiceberg's SigV4 and authentication-manager settings (rest.sigv4-enabled, ...).
 _ICEBERG_REST_FAMILIES = ("header.", "rest.")
-# Secrets: never logged, never described.
-ICEBERG_REST_SECRETS = frozenset({"credential", "token"})
+# The HTTP timeouts, by Iceberg's Java client's names (minibroker.iceberg.table's defaults).
+ICEBERG_REST_TIMEOUTS = ("rest.client.connection-timeout-ms", "rest.client.socket-timeout-ms")
 
 
 def _iceberg_rest_properties(properties: dict[str, str]) -> dict[str, str]:
@@ -379,6 +379,11 @@ def _iceberg_rest_properties(properties: dict[str, str]) -> dict[str, str]:
                 f"for <name> one of {known}, header.<HTTP header> or rest.<pyiceberg setting>"
             )
         found[name] = text.strip()
+        if name in ICEBERG_REST_TIMEOUTS:
+            try:
+                _at_least(1)(found[name])
+            except ValueError as error:
+                raise ConfigError(_invalid(key, text, error)) from None
     return found
 
 

@@ -7,10 +7,11 @@ The catalog is pyiceberg's ``SqlCatalog`` (Iceberg's JDBC catalog layout, which 
 ``iceberg.catalog.uri`` names another database; or, with ``iceberg.catalog.type=rest``,
 pyiceberg's ``RestCatalog`` (Iceberg's REST catalog protocol: Polaris, Nessie, Lakekeeper,
 Unity, Iceberg's own REST server), given the ``iceberg.rest.catalog.*`` properties by their
-Iceberg names. Nothing below depends on which: both commit a table's new metadata only if the
-commit's requirements (the branch's snapshot id, ``AssertRefSnapshotId``) still hold, the SQL
-catalog by a conditional UPDATE of the metadata location, a REST server by checking them
-against the table's current metadata in the same step as its swap. A topic's table is
+Iceberg names, with HTTP timeouts pyiceberg does not set (``TimedRestCatalog``). Nothing
+below depends on which: both commit a table's new metadata only if the commit's requirements
+(the branch's snapshot id, ``AssertRefSnapshotId``) still hold, the SQL catalog by a
+conditional UPDATE of the metadata location, a REST server by checking them against the
+table's current metadata in the same step as its swap. A topic's table is
 ``<iceberg.catalog.namespace>.<topic>``, created on first use with the key_value schema
 (``KEY_VALUE_SCHEMA``) and the topic's ``iceberg.partition.spec`` (by default the hour of the
 record timestamp, Redpanda's default).
@@ -48,6 +49,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -71,6 +73,8 @@ from pyiceberg.types import (
     StructType,
     TimestamptzType,
 )
+from requests import Session
+from requests.adapters import HTTPAdapter
 
 from minibroker.iceberg.translation import (
     SUMMARY_KEY,
@@ -199,15 +203,59 @@ def open_catalog(name: str, uri: str, warehouse: str) -> SqlCatalog:
     return SqlCatalog(name, uri=uri, warehouse=warehouse)
 
 
+# The REST catalog's HTTP timeouts, by Iceberg's Java client's property names (pyiceberg sets
+# none, and requests then waits forever on a server that accepts and never answers: the
+# writer's thread with it, every Iceberg topic of the broker behind it, and its shutdown).
+CONNECT_TIMEOUT_PROPERTY = "rest.client.connection-timeout-ms"
+READ_TIMEOUT_PROPERTY = "rest.client.socket-timeout-ms"
+CONNECT_TIMEOUT_MS = 10_000
+READ_TIMEOUT_MS = 60_000
+
+
+class _TimeoutAdapter(HTTPAdapter):
+    """requests' adapter, with a timeout for the requests that give none."""
+
+    def __init__(self, timeout: tuple[float, float]) -> None:
+        super().__init__()
+        self.timeout = timeout
+
+    def send(self, request, **kwargs):  # type: ignore[no-untyped-def, override]
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self.timeout
+        return super().send(request, **kwargs)
+
+
+class TimedRestCatalog(RestCatalog):
+    """pyiceberg's ``RestCatalog``, whose HTTP requests time out: connecting after
+    ``rest.client.connection-timeout-ms`` (10 s), waiting for an answer after
+    ``rest.client.socket-timeout-ms`` (60 s), as Iceberg's Java ``HTTPClient`` names them.
+    Everything else is pyiceberg's: the session it builds (headers, TLS, SigV4, whose own
+    adapter on the catalog's URL is left as it is) gets the timeout adapter for http and https.
+    A commit whose answer timed out may have been made: the writer reads the table's offsets
+    again before anything else (``TopicTable.commit``), so it is not made twice."""
+
+    def _create_session(self) -> Session:
+        session = super()._create_session()
+        timeout = (
+            int(self.properties.get(CONNECT_TIMEOUT_PROPERTY, CONNECT_TIMEOUT_MS)) / 1000,
+            int(self.properties.get(READ_TIMEOUT_PROPERTY, READ_TIMEOUT_MS)) / 1000,
+        )
+        adapter = _TimeoutAdapter(timeout)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        return session
+
+
 def open_rest_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
-    """pyiceberg's REST catalog (``load_catalog`` with ``type=rest``), given the
-    ``iceberg.rest.catalog.*`` properties by their Iceberg names (``uri``, ``warehouse``,
-    ``credential`` or ``token``, ``prefix``, ...). pyiceberg asks the server's ``/v1/config``
-    here, so a server that cannot be reached fails this call (the service retries it). As
-    ``load_catalog`` does, pyiceberg's own configuration for a catalog of this name
-    (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``) is read too; the broker's
-    properties win."""
-    return load_catalog(name, **{**properties, "type": "rest"})
+    """pyiceberg's REST catalog (``TimedRestCatalog``, through ``load_catalog``'s
+    ``py-catalog-impl``), given the ``iceberg.rest.catalog.*`` properties by their Iceberg
+    names (``uri``, ``warehouse``, ``credential`` or ``token``, ``prefix``, ...) and nothing
+    else (pyiceberg's own configuration files and variables are not read on this path).
+    pyiceberg asks the server's ``/v1/config`` here, so a server that cannot be reached fails
+    this call (the service retries it)."""
+    return load_catalog(
+        name, **{**properties, "py-catalog-impl": f"{__name__}.{TimedRestCatalog.__name__}"}
+    )
 
 
 def to_arrow(rows: Rows) -> pa.Table:
