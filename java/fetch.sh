@@ -5,6 +5,8 @@
 #   connect  connect-runtime and connect-file (4.3.1: connect-file 4.4.0 is not served)
 #   kafka    Apache Kafka's broker (kafka_2.13), the reference
 #   spark    Spark's built-in connector (spark-sql-kafka-0-10) without Spark itself
+#   iceberg-rest  Apache Iceberg's REST catalog server (RESTCatalogServer, iceberg-open-api's
+#            test fixtures), the server of the apache/iceberg-rest-fixture image
 # One Maven run for them all; offline first, so a repeated run neither downloads nor asks.
 # A module that cannot be resolved (no mvn, Maven Central unreachable, an artifact not served)
 # leaves build/java/<module>.missing with the reason instead, and the tests under tests/java
@@ -13,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=build/java
-modules=(clients connect kafka spark)
+modules=(clients connect kafka spark iceberg-rest)
 mkdir -p "$out"
 strict=0
 [[ "${1:-}" == "--strict" ]] && strict=1

@@ -9,6 +9,7 @@ are logged and ignored, as Kafka does, so a real Kafka properties file can be re
 import logging
 import re
 import socket
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -329,14 +330,101 @@ def _parse_ip_overrides(text: str) -> dict[str, int]:
 
 
 def _parse_iceberg_catalog_type(text: str) -> str:
-    """iceberg.catalog.type: the SQL catalog (pyiceberg's SqlCatalog) only, for now; the
-    REST catalog of issue 38 is refused by name rather than taken and ignored."""
+    """iceberg.catalog.type: ``sql`` (pyiceberg's SqlCatalog, the default) or ``rest``
+    (pyiceberg's RestCatalog, configured by the ``iceberg.rest.catalog.*`` properties)."""
     value = text.strip().lower()
-    if value == "rest":
-        raise ValueError("the REST catalog is not supported yet (docs/iceberg-topics.md)")
-    if value != "sql":
-        raise ValueError("must be sql")
+    if value not in ("sql", "rest"):
+        raise ValueError("must be sql or rest")
     return value
+
+
+# iceberg.rest.catalog.<name>: <name> is the Iceberg REST catalog property pyiceberg's
+# RestCatalog (and Iceberg's Java RESTCatalog, Spark's catalog options, the Kafka Connect
+# Iceberg sink's iceberg.catalog.*) takes under that name, handed to it unchanged. Names
+# outside this list, and outside the header./rest. families, are refused by name rather than
+# passed on and ignored.
+ICEBERG_REST_PREFIX = "iceberg.rest.catalog."
+ICEBERG_REST_NAMES = frozenset(
+    {
+        "uri",
+        "warehouse",
+        "credential",
+        "token",
+        "prefix",
+        "oauth2-server-uri",
+        "scope",
+        "audience",
+        "resource",
+    }
+)
+# header.<Name>: an HTTP header sent with every request (X-Iceberg-Access-Delegation, ...);
+# rest.*: pyiceberg's SigV4 and authentication-manager settings (rest.sigv4-enabled, ...).
+_ICEBERG_REST_FAMILIES = ("header.", "rest.")
+# The HTTP timeouts, by Iceberg's Java client's names (minibroker.iceberg.table's defaults).
+ICEBERG_REST_TIMEOUTS = ("rest.client.connection-timeout-ms", "rest.client.socket-timeout-ms")
+
+
+def _iceberg_rest_properties(properties: dict[str, str]) -> dict[str, str]:
+    """The ``iceberg.rest.catalog.*`` properties, by their Iceberg names, checked: each name
+    known, ``uri`` an http(s) URL (checked where the catalog type is read)."""
+    found = {}
+    for key, text in properties.items():
+        if not key.startswith(ICEBERG_REST_PREFIX):
+            continue
+        name = key[len(ICEBERG_REST_PREFIX) :]
+        if name not in ICEBERG_REST_NAMES and not name.startswith(_ICEBERG_REST_FAMILIES):
+            known = ", ".join(sorted(ICEBERG_REST_NAMES))
+            raise ConfigError(
+                f"unknown property {key}: the REST catalog takes {ICEBERG_REST_PREFIX}<name> "
+                f"for <name> one of {known}, header.<HTTP header> or rest.<pyiceberg setting>"
+            )
+        found[name] = text.strip()
+        if name in ICEBERG_REST_TIMEOUTS:
+            try:
+                _at_least(1)(found[name])
+            except ValueError as error:
+                raise ConfigError(_invalid(key, text, error)) from None
+    return found
+
+
+def _check_iceberg_catalog(config: "BrokerConfig", properties: dict[str, str]) -> None:
+    """The catalog properties fit iceberg.catalog.type: a REST catalog has an http(s)
+    ``iceberg.rest.catalog.uri`` and not the SQL catalog's uri or warehouse; a SQL catalog no
+    ``iceberg.rest.catalog.*``. A broker with a catalog config that cannot work refuses to
+    start and says why (a REST catalog that is only unreachable is not refused: its topics
+    take writes and their lag grows, docs/iceberg-topics.md)."""
+    rest = config.iceberg_rest_catalog
+    if config.iceberg_catalog_type == "sql":
+        if rest:
+            raise ConfigError(
+                f"{ICEBERG_REST_PREFIX}{sorted(rest)[0]} is set but iceberg.catalog.type is sql:"
+                " set iceberg.catalog.type=rest to use a REST catalog"
+            )
+        return
+    for key in ("iceberg.catalog.uri", "iceberg.catalog.warehouse"):
+        if properties.get(key, "").strip():
+            name = key.rsplit(".", 1)[1]
+            raise ConfigError(
+                f"{key} is the SQL catalog's; with iceberg.catalog.type=rest give"
+                f" {ICEBERG_REST_PREFIX}{name}"
+            )
+    uri = rest.get("uri", "")
+    if not uri:
+        raise ConfigError(
+            f"iceberg.catalog.type=rest needs {ICEBERG_REST_PREFIX}uri, the catalog's base URL"
+            " (http://host:port/ or https://...: the path before /v1/config)"
+        )
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            _invalid(f"{ICEBERG_REST_PREFIX}uri", uri, ValueError("must be an http(s) URL"))
+        )
+    if rest.get("credential") and rest.get("token"):
+        raise ConfigError(
+            f"give one of {ICEBERG_REST_PREFIX}credential (OAuth2 client credentials,"
+            f" client_id:client_secret) and {ICEBERG_REST_PREFIX}token (a bearer token),"
+            " not both"
+        )
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -933,6 +1021,9 @@ class BrokerConfig:
     iceberg_catalog_uri: str = ""
     iceberg_catalog_warehouse: str = ""
     iceberg_catalog_namespace: str = "minibroker"
+    # iceberg.catalog.type=rest: the iceberg.rest.catalog.* properties by their Iceberg names
+    # (uri, warehouse, credential, ...), handed to pyiceberg's RestCatalog as they are.
+    iceberg_rest_catalog: dict[str, str] = field(default_factory=dict, repr=False)
     unknown: dict[str, str] = field(default_factory=dict)
     # The properties as given (file, then overrides): DescribeConfigs reports these as
     # STATIC_BROKER_CONFIG, and dynamic broker configs are layered over them.
@@ -1052,6 +1143,8 @@ class BrokerConfig:
         ordered = sorted(properties.items(), key=lambda item: _precedence_rank(item[0]))
         for key, text in ordered:
             prop = _PROPERTIES.get(key)
+            if key.startswith(ICEBERG_REST_PREFIX):
+                continue
             if prop is None:
                 unknown[key] = text
                 continue
@@ -1079,7 +1172,9 @@ class BrokerConfig:
                     f"one of {', '.join(SECURITY_PROTOCOLS)}"
                 )
             values["inter_broker_listener_name"] = protocol
+        values["iceberg_rest_catalog"] = _iceberg_rest_properties(properties)
         config = cls(**values, unknown=unknown, properties=dict(properties))
+        _check_iceberg_catalog(config, properties)
         if config.zookeeper_mode:
             if (
                 "process.roles" in properties

@@ -180,14 +180,22 @@ class IcebergService:
         )
 
     def _catalog_here(self) -> Any:
-        from minibroker.iceberg.table import open_catalog
+        """(In a thread.) pyiceberg's catalog, opened on first use: the SQL catalog, or the
+        REST catalog of ``iceberg.catalog.type=rest`` (whose server is asked for its config
+        here: an unreachable one fails this, and the next commit tries again)."""
+        from minibroker.iceberg.table import open_catalog, open_rest_catalog
 
         if self._catalog is None:
-            self._catalog = open_catalog(
-                self.config.iceberg_catalog_name,
-                self.config.iceberg_uri,
-                self.config.iceberg_warehouse,
-            )
+            if self.config.iceberg_catalog_type == "rest":
+                self._catalog = open_rest_catalog(
+                    self.config.iceberg_catalog_name, self.config.iceberg_rest_catalog
+                )
+            else:
+                self._catalog = open_catalog(
+                    self.config.iceberg_catalog_name,
+                    self.config.iceberg_uri,
+                    self.config.iceberg_warehouse,
+                )
         return self._catalog
 
     # -- which partitions --------------------------------------------------------------------

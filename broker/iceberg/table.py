@@ -4,7 +4,14 @@ worker thread of the service (``trio.to_thread.run_sync``), one call at a time p
 
 The catalog is pyiceberg's ``SqlCatalog`` (Iceberg's JDBC catalog layout, which Spark's
 ``JdbcCatalog`` reads), on SQLite in the broker's first log dir unless
-``iceberg.catalog.uri`` names another database. A topic's table is
+``iceberg.catalog.uri`` names another database; or, with ``iceberg.catalog.type=rest``,
+pyiceberg's ``RestCatalog`` (Iceberg's REST catalog protocol: Polaris, Nessie, Lakekeeper,
+Unity, Iceberg's own REST server), given the ``iceberg.rest.catalog.*`` properties by their
+Iceberg names, with HTTP timeouts pyiceberg does not set (``TimedRestCatalog``). Nothing
+below depends on which: both commit a table's new metadata only if the commit's requirements
+(the branch's snapshot id, ``AssertRefSnapshotId``) still hold, the SQL catalog by a
+conditional UPDATE of the metadata location, a REST server by checking them against the
+table's current metadata in the same step as its swap. A topic's table is
 ``<iceberg.catalog.namespace>.<topic>``, created on first use with the key_value schema
 (``KEY_VALUE_SCHEMA``) and the topic's ``iceberg.partition.spec`` (by default the hour of the
 record timestamp, Redpanda's default).
@@ -41,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -64,6 +73,8 @@ from pyiceberg.types import (
     StructType,
     TimestamptzType,
 )
+from requests import Session
+from requests.adapters import HTTPAdapter
 
 from minibroker.iceberg.translation import (
     SUMMARY_KEY,
@@ -192,6 +203,61 @@ def open_catalog(name: str, uri: str, warehouse: str) -> SqlCatalog:
     return SqlCatalog(name, uri=uri, warehouse=warehouse)
 
 
+# The REST catalog's HTTP timeouts, by Iceberg's Java client's property names (pyiceberg sets
+# none, and requests then waits forever on a server that accepts and never answers: the
+# writer's thread with it, every Iceberg topic of the broker behind it, and its shutdown).
+CONNECT_TIMEOUT_PROPERTY = "rest.client.connection-timeout-ms"
+READ_TIMEOUT_PROPERTY = "rest.client.socket-timeout-ms"
+CONNECT_TIMEOUT_MS = 10_000
+READ_TIMEOUT_MS = 60_000
+
+
+class _TimeoutAdapter(HTTPAdapter):
+    """requests' adapter, with a timeout for the requests that give none."""
+
+    def __init__(self, timeout: tuple[float, float]) -> None:
+        super().__init__()
+        self.timeout = timeout
+
+    def send(self, request, **kwargs):  # type: ignore[no-untyped-def, override]
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self.timeout
+        return super().send(request, **kwargs)
+
+
+class TimedRestCatalog(RestCatalog):
+    """pyiceberg's ``RestCatalog``, whose HTTP requests time out: connecting after
+    ``rest.client.connection-timeout-ms`` (10 s), waiting for an answer after
+    ``rest.client.socket-timeout-ms`` (60 s), as Iceberg's Java ``HTTPClient`` names them.
+    Everything else is pyiceberg's: the session it builds (headers, TLS, SigV4, whose own
+    adapter on the catalog's URL is left as it is) gets the timeout adapter for http and https.
+    A commit whose answer timed out may have been made: the writer reads the table's offsets
+    again before anything else (``TopicTable.commit``), so it is not made twice."""
+
+    def _create_session(self) -> Session:
+        session = super()._create_session()
+        timeout = (
+            int(self.properties.get(CONNECT_TIMEOUT_PROPERTY, CONNECT_TIMEOUT_MS)) / 1000,
+            int(self.properties.get(READ_TIMEOUT_PROPERTY, READ_TIMEOUT_MS)) / 1000,
+        )
+        adapter = _TimeoutAdapter(timeout)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        return session
+
+
+def open_rest_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """pyiceberg's REST catalog (``TimedRestCatalog``, through ``load_catalog``'s
+    ``py-catalog-impl``), given the ``iceberg.rest.catalog.*`` properties by their Iceberg
+    names (``uri``, ``warehouse``, ``credential`` or ``token``, ``prefix``, ...) and nothing
+    else (pyiceberg's own configuration files and variables are not read on this path).
+    pyiceberg asks the server's ``/v1/config`` here, so a server that cannot be reached fails
+    this call (the service retries it)."""
+    return load_catalog(
+        name, **{**properties, "py-catalog-impl": f"{__name__}.{TimedRestCatalog.__name__}"}
+    )
+
+
 def to_arrow(rows: Rows) -> pa.Table:
     """The rows as an Arrow table of the key_value schema (its required columns not null)."""
     schema = KEY_VALUE_SCHEMA.as_arrow()
@@ -221,7 +287,7 @@ def _summaries(table: Table) -> Iterator[Mapping[str, str]]:
         snapshot = None if parent is None else table.snapshot_by_id(parent)
 
 
-def _create(catalog: SqlCatalog, identifier: tuple[str, str], schema: Schema, spec) -> Table:
+def _create(catalog: Catalog, identifier: tuple[str, str], schema: Schema, spec) -> Table:
     """The table, created on first use (by whichever broker gets there first)."""
     try:
         table = catalog.create_table_if_not_exists(
@@ -252,7 +318,7 @@ def _holds_topic(table: Table, topic_id: str) -> bool:
     return True
 
 
-def drop_topic_tables(catalog: SqlCatalog, namespace: str, topic: str, topic_id: str) -> list[str]:
+def drop_topic_tables(catalog: Catalog, namespace: str, topic: str, topic_id: str) -> list[str]:
     """A deleted topic's table and dead-letter table purged (pyiceberg's ``purge_table``: the
     catalog entry, then the data and metadata files), as Redpanda drops them with
     ``redpanda.iceberg.delete``; a table that another topic of the same name has written to
@@ -280,7 +346,7 @@ class TopicTable:
         table: Table,
         topic_id: str,
         mode: str = KEY_VALUE,
-        catalog: SqlCatalog | None = None,
+        catalog: Catalog | None = None,
         spec: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.table = table
@@ -296,7 +362,7 @@ class TopicTable:
     @classmethod
     def open(
         cls,
-        catalog: SqlCatalog,
+        catalog: Catalog,
         namespace: str,
         topic: str,
         topic_id: str,
@@ -308,7 +374,8 @@ class TopicTable:
             catalog.create_namespace_if_not_exists(namespace)
         except Exception:
             # Another broker made it at the same moment: the SQL catalog lets the database's
-            # IntegrityError through (seen with minibroker dev's three brokers on one SQLite).
+            # IntegrityError through (seen with minibroker dev's three brokers on one SQLite);
+            # a REST catalog may answer 409 rather than say it exists.
             if not catalog.namespace_exists(namespace):
                 raise
         typed = mode == VALUE_SCHEMA_ID_PREFIX
@@ -338,10 +405,11 @@ class TopicTable:
         each partition's expected offset (else the conflicts, nothing written). The append
         requires the table's current snapshot to be the one checked (pyiceberg's fast append
         asserts the branch's snapshot id; the SQL catalog swaps the metadata location only
-        if it is still the one read), so the check and the commit are one atomic step; a
-        commit that loses that race is checked again. value_schema_id_prefix: the values
-        decoded with ``lookup``'s schemas first, the table's schema evolved, the dead letters
-        written (module docstring)."""
+        if it is still the one read, a REST catalog checks the assertion against the table's
+        current metadata as it swaps it and answers 409 otherwise), so the check and the
+        commit are one atomic step; a commit that loses that race is checked again.
+        value_schema_id_prefix: the values decoded with ``lookup``'s schemas first, the
+        table's schema evolved, the dead letters written (module docstring)."""
         rows = Rows()
         counts: dict[int, int] = {}
         for part in plan.partitions:

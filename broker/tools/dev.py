@@ -223,11 +223,17 @@ def run_dev(
     base_dir = Path(base_dir)
     properties: dict[str, object] = {
         "default.replication.factor": min(brokers, MAX_DEFAULT_REPLICATION_FACTOR),
-        # One Iceberg catalog and warehouse for the cluster (docs/iceberg-topics.md): each
-        # partition's leader writes its topic's one table, whichever broker it is.
-        "iceberg.catalog.uri": f"sqlite:///{(base_dir / 'iceberg' / 'catalog.db').resolve()}",
-        "iceberg.catalog.warehouse": (base_dir / "iceberg" / "warehouse").resolve().as_uri(),
     }
+    if str((overrides or {}).get("iceberg.catalog.type", "sql")).strip().lower() != "rest":
+        # One Iceberg catalog and warehouse for the cluster (docs/iceberg-topics.md): each
+        # partition's leader writes its topic's one table, whichever broker it is. (A REST
+        # catalog is one for the cluster already, and takes no SQL catalog settings.)
+        properties["iceberg.catalog.uri"] = (
+            f"sqlite:///{(base_dir / 'iceberg' / 'catalog.db').resolve()}"
+        )
+        properties["iceberg.catalog.warehouse"] = (
+            (base_dir / "iceberg" / "warehouse").resolve().as_uri()
+        )
     zookeeper_connect = (overrides or {}).get("zookeeper.connect")
     zookeeper = zookeeper or zookeeper_connect is not None
     ports = {} if zookeeper else {CONTROLLER_NODE_ID: controller_port}

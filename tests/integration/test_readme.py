@@ -142,6 +142,10 @@ SKIPPED_SECTIONS = {
     ("docs/iceberg-topics.md", "Reading the table with pyiceberg"): "needs a broker that has"
     " written the table: tests/integration/test_iceberg_topics.py runs this snippet as written"
     " (its catalog path pointed at the test's broker) and checks it reads every row",
+    ("docs/iceberg-topics.md", "A REST catalog"): "needs Java and Iceberg's REST catalog"
+    " server (java/fetch.sh): tests/java/test_iceberg_rest_catalog.py starts a broker with"
+    " these properties and runs the reading snippet as written (both pointed at the server it"
+    " starts) and checks it reads every row",
     ("docs/iceberg-topics.md", "Reading typed columns and dead letters"): "needs a broker with"
     " the schema registry that has written both tables: tests/integration/"
     "test_iceberg_typed_topics.py runs this snippet as written (its catalog path pointed at"

@@ -319,3 +319,79 @@ def test_the_streams_group_properties_have_kafkas_defaults_and_checks():
     assert small.group_streams_session_timeout_ms == 6000
     assert small.group_streams_max_size == 3
     assert small.group_bounds.streams_max_standby_replicas == 4
+
+
+def test_the_rest_catalog_takes_icebergs_property_names_as_they_are():
+    """iceberg.catalog.type=rest: iceberg.rest.catalog.<name> by the Iceberg REST catalog
+    property names pyiceberg takes, handed on unchanged (header.* and rest.* included)."""
+    config = BrokerConfig.from_properties(
+        {
+            "iceberg.catalog.type": "REST",
+            "iceberg.rest.catalog.uri": " https://catalog.example:8181/api/catalog ",
+            "iceberg.rest.catalog.warehouse": "lake",
+            "iceberg.rest.catalog.credential": "client:secret",
+            "iceberg.rest.catalog.scope": "PRINCIPAL_ROLE:ALL",
+            "iceberg.rest.catalog.header.X-Iceberg-Access-Delegation": "vended-credentials",
+        }
+    )
+    assert config.iceberg_catalog_type == "rest"
+    assert config.iceberg_rest_catalog == {
+        "uri": "https://catalog.example:8181/api/catalog",
+        "warehouse": "lake",
+        "credential": "client:secret",
+        "scope": "PRINCIPAL_ROLE:ALL",
+        "header.X-Iceberg-Access-Delegation": "vended-credentials",
+    }
+    assert config.unknown == {}
+    # The SQL catalog stays the default, with no REST properties.
+    assert BrokerConfig.from_properties({}).iceberg_catalog_type == "sql"
+    assert BrokerConfig.from_properties({}).iceberg_rest_catalog == {}
+
+
+@pytest.mark.parametrize(
+    ("properties", "message"),
+    [
+        ({"iceberg.catalog.type": "hive"}, "iceberg.catalog.type.*must be sql or rest"),
+        ({"iceberg.catalog.type": "rest"}, "needs iceberg.rest.catalog.uri"),
+        (
+            {"iceberg.catalog.type": "rest", "iceberg.rest.catalog.uri": "catalog:8181"},
+            "iceberg.rest.catalog.uri.*must be an http",
+        ),
+        (
+            {"iceberg.catalog.type": "rest", "iceberg.rest.catalog.uri": "ftp://catalog/"},
+            "must be an http",
+        ),
+        (
+            {"iceberg.rest.catalog.uri": "http://catalog:8181/"},
+            "iceberg.rest.catalog.uri is set but iceberg.catalog.type is sql",
+        ),
+        (
+            {
+                "iceberg.catalog.type": "rest",
+                "iceberg.rest.catalog.uri": "http://catalog:8181/",
+                "iceberg.rest.catalog.endpoint": "http://catalog:8181/",
+            },
+            "unknown property iceberg.rest.catalog.endpoint.*uri",
+        ),
+        (
+            {
+                "iceberg.catalog.type": "rest",
+                "iceberg.rest.catalog.uri": "http://catalog:8181/",
+                "iceberg.catalog.warehouse": "file:///tmp/w",
+            },
+            "iceberg.catalog.warehouse is the SQL catalog's.*iceberg.rest.catalog.warehouse",
+        ),
+        (
+            {
+                "iceberg.catalog.type": "rest",
+                "iceberg.rest.catalog.uri": "http://catalog:8181/",
+                "iceberg.rest.catalog.credential": "a:b",
+                "iceberg.rest.catalog.token": "t",
+            },
+            "one of iceberg.rest.catalog.credential.*and iceberg.rest.catalog.token",
+        ),
+    ],
+)
+def test_a_catalog_config_that_cannot_work_is_refused_saying_why(properties, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_properties(properties)

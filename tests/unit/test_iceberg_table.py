@@ -6,11 +6,20 @@ lost race would let rows land twice if pyiceberg retried the append on its own."
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
-from minibroker.iceberg.table import TABLE_PROPERTIES, TopicTable, open_catalog
+from minibroker.iceberg.table import (
+    TABLE_PROPERTIES,
+    TopicTable,
+    open_catalog,
+    open_rest_catalog,
+)
 from minibroker.iceberg.translation import CommitPlan, PartitionCommit, ReadChunk
 from minibroker.protocol.records import Record, encode_batch
 
@@ -92,3 +101,32 @@ def test_tables_are_made_without_pyicebergs_own_retries(catalog):
         transaction.set_properties({"commit.retry.num-retries": "4"})
     reopened = writer(catalog)
     assert reopened.table.properties["commit.retry.num-retries"] == "0"
+
+
+def test_a_rest_catalog_that_never_answers_times_out():
+    """pyiceberg's REST client sets no timeout: a server that accepts the connection and
+    never answers would hold the writer's thread for ever. open_rest_catalog's requests time
+    out after rest.client.socket-timeout-ms (a real socket on loopback that never answers;
+    the call runs in a thread of its own so that a missing timeout fails the test, not hangs
+    it)."""
+    raised: list[BaseException] = []
+
+    def open_it(port: int) -> None:
+        properties = {
+            "uri": f"http://127.0.0.1:{port}/",
+            "rest.client.socket-timeout-ms": "300",
+        }
+        try:
+            open_rest_catalog("minibroker", properties)
+        except BaseException as error:
+            raised.append(error)
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        started = time.monotonic()
+        thread = threading.Thread(target=open_it, args=(server.getsockname()[1],), daemon=True)
+        thread.start()
+        thread.join(10)
+        elapsed = time.monotonic() - started
+    assert not thread.is_alive(), "the request did not time out"
+    assert len(raised) == 1 and isinstance(raised[0], requests.exceptions.ReadTimeout), raised
+    assert elapsed >= 0.3, elapsed
