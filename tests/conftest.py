@@ -407,6 +407,15 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
     return broker_factory()
 
 
+# The shared broker: one broker with default settings per pytest process (each xdist worker
+# has its own), started by the project's pytest plugin when the first test that wants it runs
+# and stopped at the end of the session, with the plugin's clean-shutdown check. A module
+# takes it with `pytestmark = SHARED_BROKER` and the plugin's `kafka_broker` fixture; its
+# tests must use topics, groups and transactional ids of their own and restore any dynamic
+# config they change, since other modules of the same worker use the same broker.
+SHARED_BROKER = pytest.mark.minibroker(scope="session")
+
+
 def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
     """Poll `condition` until it returns something truthy, and return that; fail the test with
     `what` when the deadline passes, so a broken broker fails fast instead of hanging."""

@@ -1,8 +1,14 @@
 """Configs on a cluster: each broker answers for its own broker resource, and a broker that
-was down while configs changed applies the current ones when it registers again."""
+was down while configs changed applies the current ones when it registers again.
+
+The first two tests share the module's cluster (`shared_cluster`; the second restores the
+configs it changes); the one that stops a broker has a fresh one (`cluster`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -19,10 +25,25 @@ from minibroker.common.group_configs import DYNAMIC_GROUP_CONFIG, GROUP_RESOURCE
 from minibroker.protocol import codec
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools.launcher import Cluster
-from tests.cluster.conftest import CONVERGENCE_TIMEOUT
+from tests.cluster.conftest import (
+    BROKERS,
+    CLUSTER_OVERRIDES,
+    CONVERGENCE_TIMEOUT,
+    _check_clean_stop,
+)
 from tests.conftest import exchange, wait_for
 
 TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The cluster of the module's tests that stop no broker (conftest's `cluster`, once)."""
+    started = Cluster.start(
+        tmp_path_factory.mktemp("configs"), brokers=BROKERS, overrides=CLUSTER_OVERRIDES
+    )
+    yield started
+    _check_clean_stop(started)
 
 
 def _incremental_alter(bootstrap: str, resource_type: int, name: str, key: str, value: str):
@@ -62,7 +83,8 @@ def _group_heartbeat_config(bootstrap: str) -> tuple[str, int]:
     return entry.value, entry.config_source
 
 
-def test_broker_resources_are_answered_by_their_broker(cluster: Cluster):
+def test_broker_resources_are_answered_by_their_broker(shared_cluster: Cluster):
+    cluster = shared_cluster
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "2")]).values()
     configs = future.result(TIMEOUT)
@@ -79,11 +101,26 @@ def test_broker_resources_are_answered_by_their_broker(cluster: Cluster):
 
 
 def test_a_broker_resource_changed_through_its_broker_with_a_separate_controller(
-    cluster: Cluster,
+    shared_cluster: Cluster,
 ):
     """confluent-kafka sends a broker resource to that broker, which checks the name and
     forwards the change; the controller (node 0) must not check it against its own id."""
+    cluster = shared_cluster
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    try:
+        _change_brokers_2_and_3(admin)
+    finally:
+        # Back to no dynamic config on either broker, for the module's other tests.
+        for broker, key in (("2", "log.retention.ms"), ("3", "message.max.bytes")):
+            restored = ConfigResource(ConfigResource.Type.BROKER, broker)
+            restored.add_incremental_config(
+                ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+            )
+            (future,) = admin.incremental_alter_configs([restored]).values()
+            future.result(TIMEOUT)
+
+
+def _change_brokers_2_and_3(admin: AdminClient) -> None:
     resource = ConfigResource(ConfigResource.Type.BROKER, "2")
     resource.add_incremental_config(
         ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)

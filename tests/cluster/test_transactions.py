@@ -5,6 +5,10 @@ with epoch bumps and fencing, AddPartitionsToTxn, EndTxn's answers to bad input,
 DescribeTransactions and ListTransactions; then commit and abort of produced data seen by a
 read_committed consumer, send_offsets_to_transaction, and the coordinator killed after the
 commit decision.
+
+One cluster serves the module (`cluster`): each test uses transactional ids, topics and groups
+of its own, and what it lists is judged among what other tests left. The two tests that kill
+a broker get a fresh cluster each (`fresh_cluster`).
 """
 
 from __future__ import annotations
@@ -44,11 +48,28 @@ TXN_OVERRIDES = CLUSTER_OVERRIDES | {
 }
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The module's cluster, for the tests that kill no broker."""
+    started = Cluster.start(
+        tmp_path_factory.mktemp("transactions"), brokers=3, overrides=TXN_OVERRIDES
+    )
+    yield started
+    _check_clean_stop(started)
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def fresh_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of this test's own, for a test that kills a broker."""
     started = Cluster.start(tmp_path, brokers=3, overrides=TXN_OVERRIDES)
     yield started
     _check_clean_stop(started)
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic name of this test's own (the module's cluster is shared)."""
+    return f"{TOPIC}-{request.node.name.removeprefix('test_')}"[:200]
 
 
 def request(api_key: ApiKey, version: int, **data):
@@ -192,14 +213,14 @@ def test_init_transactions_succeeds(cluster: Cluster):
     assert refused.error_code.value == Error.INVALID_TOPIC_EXCEPTION
 
 
-def test_a_second_producer_fences_the_first(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 1)
+def test_a_second_producer_fences_the_first(cluster: Cluster, topic: str):
+    create_replicated_topic(cluster, topic, 1)
     first = producer(cluster, "app-2")
     first.init_transactions(30)
     second = producer(cluster, "app-2")
     second.init_transactions(30)
     first.begin_transaction()
-    first.produce(TOPIC, b"zombie")
+    first.produce(topic, b"zombie")
     with pytest.raises(KafkaException) as raised:
         first.commit_transaction(15)
     error = raised.value.args[0]
@@ -237,8 +258,8 @@ def answered(ask, what: str):
     return answers[-1]
 
 
-def test_end_txn_bad_input_gets_kafkas_codes(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 2)
+def test_end_txn_bad_input_gets_kafkas_codes(cluster: Cluster, topic: str):
+    create_replicated_topic(cluster, topic, 2)
     broker, producer_id, epoch = initialized(cluster, "app-4")
 
     def end(target, transactional_id, producer_id, epoch, commit, version=3) -> Error:
@@ -272,18 +293,24 @@ def test_end_txn_bad_input_gets_kafkas_codes(cluster: Cluster):
     assert end(other, "app-4", producer_id, epoch + 1, True) == Error.NOT_COORDINATOR
 
 
-def test_a_transaction_begins_and_its_retried_end_is_answered_as_kafka_does(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 2)
+def test_a_transaction_begins_and_its_retried_end_is_answered_as_kafka_does(
+    cluster: Cluster, topic: str
+):
+    create_replicated_topic(cluster, topic, 2)
     broker, producer_id, epoch = initialized(cluster, "app-5")
-    added = add_partitions(broker, "app-5", producer_id, epoch, [(TOPIC, 0), (TOPIC, 1)])
-    assert added == {(TOPIC, 0): Error.NONE, (TOPIC, 1): Error.NONE}
+    added = add_partitions(broker, "app-5", producer_id, epoch, [(topic, 0), (topic, 1)])
+    assert added == {(topic, 0): Error.NONE, (topic, 1): Error.NONE}
     state = describe(broker, "app-5")
     assert state.state == "Ongoing"
     assert set(state.partitions) == {
-        (TOPIC, 0),
-        (TOPIC, 1),
+        (topic, 0),
+        (topic, 1),
     }
-    assert list_all(cluster, state_filters=["Ongoing"]) == {"app-5": (producer_id, "Ongoing")}
+    # Among what other tests of the module left, the filter keeps this one and only
+    # transactions in that state.
+    ongoing = list_all(cluster, state_filters=["Ongoing"])
+    assert ongoing["app-5"] == (producer_id, "Ongoing")
+    assert {state for _, state in ongoing.values()} == {"Ongoing"}
 
     # KIP-890's verify-only form (v4+, from brokers: this cluster's one listener is its
     # inter-broker listener), as a partition leader asks before a transactional append.
@@ -312,10 +339,10 @@ def test_a_transaction_begins_and_its_retried_end_is_answered_as_kafka_does(clus
             for p in t.results_by_partition
         }
 
-    assert verify({TOPIC: [0, 1]}) == {(TOPIC, 0): Error.NONE, (TOPIC, 1): Error.NONE}
-    assert verify({TOPIC: [0]}, epoch + 1) == {(TOPIC, 0): Error.PRODUCER_FENCED}
-    assert verify({TOPIC: [0], "x": [0]}) == {
-        (TOPIC, 0): Error.OPERATION_NOT_ATTEMPTED,
+    assert verify({topic: [0, 1]}) == {(topic, 0): Error.NONE, (topic, 1): Error.NONE}
+    assert verify({topic: [0]}, epoch + 1) == {(topic, 0): Error.PRODUCER_FENCED}
+    assert verify({topic: [0], "x": [0]}) == {
+        (topic, 0): Error.OPERATION_NOT_ATTEMPTED,
         ("x", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
     }
     assert end_txn(broker, "app-5", producer_id, epoch, True) == Error.NONE
@@ -340,19 +367,19 @@ def test_a_transaction_begins_and_its_retried_end_is_answered_as_kafka_does(clus
         )
 
 
-def test_add_partitions_of_an_unknown_topic(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 1)
+def test_add_partitions_of_an_unknown_topic(cluster: Cluster, topic: str):
+    create_replicated_topic(cluster, topic, 1)
     broker, producer_id, epoch = initialized(cluster, "app-6")
-    added = add_partitions(broker, "app-6", producer_id, epoch, [(TOPIC, 0), ("gone", 0)])
+    added = add_partitions(broker, "app-6", producer_id, epoch, [(topic, 0), ("gone", 0)])
     assert added == {
         ("gone", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
-        (TOPIC, 0): Error.OPERATION_NOT_ATTEMPTED,
+        (topic, 0): Error.OPERATION_NOT_ATTEMPTED,
     }
     assert describe(broker, "app-6").state == "Empty"
     # A stale epoch adding partitions is fenced.
     init_producer_id(broker, "app-6")
-    assert add_partitions(broker, "app-6", producer_id, epoch, [(TOPIC, 0)]) == {
-        (TOPIC, 0): Error.PRODUCER_FENCED
+    assert add_partitions(broker, "app-6", producer_id, epoch, [(topic, 0)]) == {
+        (topic, 0): Error.PRODUCER_FENCED
     }
 
 
@@ -366,14 +393,14 @@ def test_transaction_timeout_above_the_maximum_is_refused(cluster: Cluster):
     assert "timeout" in raised.value.args[0].str().lower()
 
 
-def test_an_expired_transaction_is_aborted_and_its_producer_fenced(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 1)
+def test_an_expired_transaction_is_aborted_and_its_producer_fenced(cluster: Cluster, topic: str):
+    create_replicated_topic(cluster, topic, 1)
     broker, producer_id, epoch = initialized(cluster, "app-8", timeout_ms=1000)
     # Before the request that starts the transaction, so that the time measured is never
     # shorter than the coordinator's (an answer delayed by a loaded machine made it so).
     started = time.monotonic()
-    assert add_partitions(broker, "app-8", producer_id, epoch, [(TOPIC, 0)]) == {
-        (TOPIC, 0): Error.NONE
+    assert add_partitions(broker, "app-8", producer_id, epoch, [(topic, 0)]) == {
+        (topic, 0): Error.NONE
     }
     # The bumped epoch shows while the abort's PrepareAbort is still being written (state
     # Ongoing: Kafka's endTransaction sets the fenced epoch on the metadata before the
@@ -390,8 +417,8 @@ def test_an_expired_transaction_is_aborted_and_its_producer_fenced(cluster: Clus
     assert time.monotonic() - started >= 0.5
     assert fenced.producer_epoch == epoch + 1
     assert end_txn(broker, "app-8", producer_id, epoch, True) == Error.PRODUCER_FENCED
-    assert add_partitions(broker, "app-8", producer_id, epoch, [(TOPIC, 0)]) == {
-        (TOPIC, 0): Error.PRODUCER_FENCED
+    assert add_partitions(broker, "app-8", producer_id, epoch, [(topic, 0)]) == {
+        (topic, 0): Error.PRODUCER_FENCED
     }
 
 
@@ -401,7 +428,11 @@ def test_describe_and_list_transactions(cluster: Cluster):
     listed = list_all(cluster)
     assert listed["app-9a"] == (id_a, "Empty") and listed["app-9b"] == (id_b, "Empty")
     assert list_all(cluster, producer_id_filters=[id_b]) == {"app-9b": (id_b, "Empty")}
-    assert list_all(cluster, state_filters=["Ongoing"]) == {}
+    # The module's other tests may have left transactions in any state: the filter keeps
+    # only those Ongoing, and so neither of these.
+    ongoing = list_all(cluster, state_filters=["Ongoing"])
+    assert all(state == "Ongoing" for _, state in ongoing.values()), ongoing
+    assert not {"app-9a", "app-9b"} & set(ongoing)
     answer = exchange(
         cluster.brokers[1].bootstrap,
         request(ApiKey.LIST_TRANSACTIONS, 0, state_filters=["Bogus"]),
@@ -414,8 +445,10 @@ def test_describe_and_list_transactions(cluster: Cluster):
     assert run_transactions_cli(cluster.bootstrap, None, 20.0, out) == 0
     lines = out.getvalue().splitlines()
     assert lines[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
-    assert [line.split()[0] for line in lines[1:]] == ["app-9a", "app-9b"]
-    assert lines[1].split()[2:] == [str(id_a), "Empty"]
+    # Every transactional id the brokers list (this module's other tests' too), in order.
+    assert [line.split()[0] for line in lines[1:]] == sorted(list_all(cluster))
+    (row_a,) = [line.split() for line in lines[1:] if line.split()[0] == "app-9a"]
+    assert row_a[2:] == [str(id_a), "Empty"]
     out = io.StringIO()
     assert run_transactions_cli(cluster.bootstrap, "app-9b", 20.0, out) == 0
     header, row = out.getvalue().splitlines()
@@ -425,14 +458,14 @@ def test_describe_and_list_transactions(cluster: Cluster):
     assert run_transactions_cli(cluster.bootstrap, "app-none", 20.0, io.StringIO()) == 1
 
 
-def test_coordinator_failover_keeps_the_transactional_id(cluster: Cluster):
+def test_coordinator_failover_keeps_the_transactional_id(fresh_cluster: Cluster):
     """The coordinator dies: the next leader of the id's partition loads it from the log, so
     the epoch keeps rising and the old producer stays fenced."""
-    broker, producer_id, epoch = initialized(cluster, "app-10")
+    broker, producer_id, epoch = initialized(fresh_cluster, "app-10")
     assert int(init_producer_id(broker, "app-10").producer_epoch) == epoch + 1
     broker.kill()
     after = wait_for(
-        lambda: (b := coordinator(cluster, "app-10")) is not broker and b,
+        lambda: (b := coordinator(fresh_cluster, "app-10")) is not broker and b,
         CONVERGENCE_TIMEOUT,
         "another coordinator",
         0.2,
@@ -449,17 +482,19 @@ def test_coordinator_failover_keeps_the_transactional_id(cluster: Cluster):
 # -- with the log side: markers, read_committed -----------------------------------------------
 
 
-def read_committed(cluster: Cluster, expected: int, timeout: float = 20.0) -> list[bytes]:
+def read_committed(
+    cluster: Cluster, topic: str, expected: int, timeout: float = 20.0
+) -> list[bytes]:
     consumer = Consumer(
         {
             "bootstrap.servers": cluster.bootstrap,
-            "group.id": "reader",
+            "group.id": f"{topic}-reader",
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([TOPIC])
+    consumer.subscribe([topic])
     values: list[bytes] = []
     deadline = time.monotonic() + timeout
     try:
@@ -478,23 +513,23 @@ def read_committed(cluster: Cluster, expected: int, timeout: float = 20.0) -> li
     return values
 
 
-def test_commit_and_abort_seen_by_a_read_committed_consumer(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 2)
+def test_commit_and_abort_seen_by_a_read_committed_consumer(cluster: Cluster, topic: str):
+    create_replicated_topic(cluster, topic, 2)
     client = producer(cluster, "app-11")
     client.init_transactions(30)
     client.begin_transaction()
     for i in range(10):
-        client.produce(TOPIC, b"committed-%d" % i, partition=i % 2)
+        client.produce(topic, b"committed-%d" % i, partition=i % 2)
     client.commit_transaction(30)
     client.begin_transaction()
     for i in range(10):
-        client.produce(TOPIC, b"aborted-%d" % i, partition=i % 2)
+        client.produce(topic, b"aborted-%d" % i, partition=i % 2)
     client.flush(10)
     client.abort_transaction(30)
     client.begin_transaction()
-    client.produce(TOPIC, b"last", partition=0)
+    client.produce(topic, b"last", partition=0)
     client.commit_transaction(30)
-    values = read_committed(cluster, 11)
+    values = read_committed(cluster, topic, 11)
     assert sorted(values) == sorted([b"committed-%d" % i for i in range(10)] + [b"last"])
     broker = coordinator(cluster, "app-11")
     wait_for(
@@ -512,8 +547,8 @@ def test_commit_and_abort_seen_by_a_read_committed_consumer(cluster: Cluster):
     assert end_txn(broker, "app-11", producer_id, epoch, False) == Error.INVALID_TXN_STATE
 
 
-def test_send_offsets_to_transaction(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 1)
+def test_send_offsets_to_transaction(cluster: Cluster, topic: str):
+    create_replicated_topic(cluster, topic, 1)
     client = producer(cluster, "app-12")
     client.init_transactions(30)
     consumer = Consumer(
@@ -548,13 +583,13 @@ def test_send_offsets_to_transaction(cluster: Cluster):
         from confluent_kafka import TopicPartition
 
         client.begin_transaction()
-        client.produce(TOPIC, b"out", partition=0)
+        client.produce(topic, b"out", partition=0)
         client.send_offsets_to_transaction(
-            [TopicPartition(TOPIC, 0, 1)], consumer.consumer_group_metadata(), 30
+            [TopicPartition(topic, 0, 1)], consumer.consumer_group_metadata(), 30
         )
         client.commit_transaction(30)
         committed = wait_for(
-            lambda: (c := consumer.committed([TopicPartition(TOPIC, 0)], 10)) and c[0].offset == 1,
+            lambda: (c := consumer.committed([TopicPartition(topic, 0)], 10)) and c[0].offset == 1,
             CONVERGENCE_TIMEOUT,
             "the transaction's offset commit",
         )
@@ -563,18 +598,20 @@ def test_send_offsets_to_transaction(cluster: Cluster):
         consumer.close()
 
 
-def test_the_coordinator_killed_after_the_decision_completes_the_commit(cluster: Cluster):
-    create_replicated_topic(cluster, TOPIC, 1)
-    client = producer(cluster, "app-13")
+def test_the_coordinator_killed_after_the_decision_completes_the_commit(
+    fresh_cluster: Cluster, topic: str
+):
+    create_replicated_topic(fresh_cluster, topic, 1)
+    client = producer(fresh_cluster, "app-13")
     client.init_transactions(30)
     client.begin_transaction()
-    client.produce(TOPIC, b"decided", partition=0)
+    client.produce(topic, b"decided", partition=0)
     client.flush(10)
-    broker = coordinator(cluster, "app-13")
+    broker = coordinator(fresh_cluster, "app-13")
     client.commit_transaction(30)
     broker.kill()
     after = wait_for(
-        lambda: (b := coordinator(cluster, "app-13")) is not broker and b,
+        lambda: (b := coordinator(fresh_cluster, "app-13")) is not broker and b,
         CONVERGENCE_TIMEOUT,
         "another coordinator",
         0.2,
@@ -584,4 +621,4 @@ def test_the_coordinator_killed_after_the_decision_completes_the_commit(cluster:
         CONVERGENCE_TIMEOUT,
         "the new coordinator to complete the commit",
     )
-    assert read_committed(cluster, 1) == [b"decided"]
+    assert read_committed(fresh_cluster, topic, 1) == [b"decided"]

@@ -2,11 +2,16 @@
 
 Every case runs beside a second, well-behaved connection that was opened before the bad input
 and keeps producing and fetching afterwards, and checks that what was stored before is intact.
+
+The cases share one broker (`guarded_broker`, started once for the module), each on a topic of
+its own; the one that needs other settings has a broker of its own.
 """
 
 import datetime
+import itertools
 import socket
 import struct
+from collections.abc import Iterator
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -14,10 +19,19 @@ from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.produce.v7.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from minibroker.tools import wire
-from tests.conftest import TEST_CLIENT_ID, encode, raw_request, read_response
+from minibroker.tools.launcher import BrokerProcess
+from tests.conftest import (
+    BROKER_READY_TIMEOUT,
+    TEST_CLIENT_ID,
+    encode,
+    raw_request,
+    read_response,
+)
 from tests.unit.batch_factory import make_batch
 
 TOPIC = "guarded"
+GUARDED_SETTINGS = {"message.max.bytes": 2000, "socket.request.max.bytes": 100_000}
+_topics = itertools.count(1)
 
 
 def connect(broker) -> socket.socket:
@@ -60,30 +74,47 @@ def fetch_request(offset: int, *, topic=TOPIC, partition=0) -> FetchRequest:
 class Client:
     """A raw connection that sends one request at a time and reads its answer."""
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker, topic: str = TOPIC) -> None:
         self.client = wire.connect(broker.bootstrap, 10, client_id=TEST_CLIENT_ID, exact=True)
+        self.topic = topic
 
     def call(self, request):
         return self.client.call(request)
 
     def produce(self, records: bytes, **kwargs):
-        response = self.call(produce_request(records, **kwargs))
+        response = self.call(produce_request(records, **{"topic": self.topic, **kwargs}))
         return response.responses[0].partition_responses[0]
 
     def fetch(self, offset: int, **kwargs):
-        response = self.call(fetch_request(offset, **kwargs))
+        response = self.call(fetch_request(offset, **{"topic": self.topic, **kwargs}))
         return response.responses[0].partitions[0]
 
     def close(self) -> None:
         self.client.close()
 
 
+@pytest.fixture(scope="module")
+def guarded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """The module's broker, with a small max.message.bytes and socket.request.max.bytes; it
+    must still run and stop cleanly after every case."""
+    broker = BrokerProcess.start(
+        node_id=1, log_dir=tmp_path_factory.mktemp("bad-input") / "data", overrides=GUARDED_SETTINGS
+    )
+    try:
+        broker.wait_ready(BROKER_READY_TIMEOUT)
+        yield broker
+    finally:
+        exit_code = broker.stop() if broker.running else broker.exit_code
+        assert exit_code == 0, f"unclean broker shutdown:\n{broker.log_tail()}"
+
+
 @pytest.fixture
-def guarded(broker_factory):
-    """A broker with a small max.message.bytes and socket.request.max.bytes, a topic holding
-    one known batch, and a healthy client connected before anything bad happens."""
-    broker = broker_factory({"message.max.bytes": 2000, "socket.request.max.bytes": 100_000})
-    healthy = Client(broker)
+def guarded(guarded_broker: BrokerProcess):
+    """The module's broker, a topic of this test's own holding one known batch, and a healthy
+    client connected before anything bad happens."""
+    broker = guarded_broker
+    assert broker.running, f"the broker died in an earlier case:\n{broker.log_tail()}"
+    healthy = Client(broker, f"{TOPIC}-{next(_topics)}")
     first = make_batch([(b"k", b"before")])
     answer = healthy.produce(first)
     assert answer.error_code == ErrorCode.none
@@ -307,10 +338,10 @@ def test_unknown_tagged_fields_are_ignored_not_refused(guarded):
     Found by the frame fuzzer: kio refused such a request and the connection closed."""
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-    broker, _, _ = guarded
+    broker, healthy, _ = guarded
     body = encode(
         MetadataRequest(
-            topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
+            topics=(MetadataRequestTopic(topic_id=None, name=healthy.topic),),
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
@@ -321,4 +352,4 @@ def test_unknown_tagged_fields_are_ignored_not_refused(guarded):
         answered, response = read_response(sock, 3, 12)
     assert answered == 1
     (topic,) = response.topics
-    assert (topic.name, topic.error_code) == (TOPIC, ErrorCode.none)
+    assert (topic.name, topic.error_code) == (healthy.topic, ErrorCode.none)

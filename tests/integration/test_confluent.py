@@ -10,9 +10,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
+from minibroker.testing import Cluster
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
     COMPRESSION_CODECS,
+    SHARED_BROKER,
     assert_round_trip,
     batch_compression,
     batch_crc_is_valid,
@@ -24,6 +26,16 @@ from tests.conftest import (
 MESSAGE_COUNT = 10_000
 PARTITIONS = 3
 KEY_COUNT = 100
+
+# The worker's shared broker (tests/conftest.py): each test uses topics and transactional ids
+# of its own (confluent-...), with default settings.
+pytestmark = SHARED_BROKER
+
+
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> BrokerProcess:
+    """The shared broker's process."""
+    return kafka_broker.node(1)
 
 
 def produce_keyed(broker: BrokerProcess, topic: str, count: int, **settings) -> list[tuple]:
@@ -104,19 +116,23 @@ def test_a_transactional_producer_initializes(broker):
     from confluent_kafka import KafkaException
     from kafka import KafkaProducer
 
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "confluent-tx"})
     started = time.monotonic()
     producer.init_transactions(30)
     assert time.monotonic() - started < 20
-    successor = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+    successor = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": "confluent-tx"}
+    )
     successor.init_transactions(30)
     producer.begin_transaction()
-    producer.produce("fenced-topic", b"zombie")
+    producer.produce("confluent-fenced", b"zombie")
     with pytest.raises(KafkaException) as fenced:
         producer.commit_transaction(20)
     assert fenced.value.args[0].fatal()
 
-    python_producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx2")
+    python_producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap, transactional_id="confluent-tx2"
+    )
     try:
         python_producer.init_transactions()
     finally:

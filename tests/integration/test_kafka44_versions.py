@@ -15,10 +15,11 @@ from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.schemas import ApiVersionsRequestV5, ListTransactionsRequestV2
 from minibroker.protocol.versions import ApiKey
+from minibroker.testing import Cluster
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
-    BROKER_READY_TIMEOUT,
+    SHARED_BROKER,
     coordinator_ready,
     create_topic,
     produce_numbers,
@@ -29,20 +30,24 @@ from tests.unit.batch_factory import make_batch
 TOPIC = "k44"
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    broker = BrokerProcess.start(node_id=1, log_dir=tmp_path_factory.mktemp("k44") / "data")
-    try:
-        broker.wait_ready(BROKER_READY_TIMEOUT)
+# The worker's shared broker (tests/conftest.py): nothing here needs settings of its own; the
+# topic, groups and transactional ids are this module's (k44...).
+pytestmark = SHARED_BROKER
+
+
+@pytest.fixture
+def node(kafka_broker: Cluster) -> BrokerProcess:
+    """The shared broker's process, with the module's topic: ten numbers, the first four
+    deleted (made by the first test that asks for it)."""
+    broker = kafka_broker.node(1)
+    if kafka_broker.leader_of(TOPIC, 0) is None:
         create_topic(broker.bootstrap, TOPIC, 1)
         produce_numbers(broker.bootstrap, TOPIC, 0, 10)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         deleted = admin.delete_records([TopicPartition(TOPIC, 0, 4)], request_timeout=10)
         for future in deleted.values():
             future.result(timeout=15)
-        yield broker
-    finally:
-        assert broker.stop() == 0, broker.log_tail()
+    return broker
 
 
 def code(value) -> Error:

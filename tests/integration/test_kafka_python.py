@@ -14,9 +14,11 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import codec as kafka_codec
 from kafka.admin import KafkaAdminClient
 
+from minibroker.testing import Cluster
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
     COMPRESSION_CODECS,
+    SHARED_BROKER,
     assert_round_trip,
     batch_compression,
     batch_crc_is_valid,
@@ -34,6 +36,16 @@ CODEC_AVAILABLE = {
     "zstd": kafka_codec.has_zstd,
 }
 CODEC_PACKAGE = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
+
+# The worker's shared broker (tests/conftest.py): each test writes and reads a topic of its
+# own (kafka-python-...), with default settings.
+pytestmark = SHARED_BROKER
+
+
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> BrokerProcess:
+    """The shared broker's process."""
+    return kafka_broker.node(1)
 
 
 def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:

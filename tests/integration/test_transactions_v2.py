@@ -12,7 +12,6 @@ tests/integration/test_transactions_clients.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,9 +19,10 @@ from bench.kafka_ref import KafkaCluster, missing_reason
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
+from minibroker.testing import Cluster
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
-    BROKER_READY_TIMEOUT,
+    SHARED_BROKER,
     confluent_read_all,
     create_topic,
     exchange,
@@ -33,18 +33,18 @@ from tests.unit.batch_factory import make_batch
 TOPIC = "tv2"
 TRANSACTIONAL = 0x10
 
+# The worker's shared broker (tests/conftest.py): nothing here needs settings of its own; the
+# topic and the transactional ids are this module's.
+pytestmark = SHARED_BROKER
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    log_dir = Path(tmp_path_factory.mktemp("tv2")) / "data"
-    started = BrokerProcess.start(node_id=1, log_dir=log_dir)
-    try:
-        started.wait_ready(BROKER_READY_TIMEOUT)
-        create_topic(started.bootstrap, TOPIC, 2)
-        yield started
-    finally:
-        if started.running:
-            assert started.stop() == 0, started.log_tail()
+
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> BrokerProcess:
+    """The shared broker's process, with the module's topic (created by the first test that
+    asks for it)."""
+    if kafka_broker.leader_of(TOPIC, 1) is None:
+        kafka_broker.create_topic(TOPIC, 2)
+    return kafka_broker.node(1)
 
 
 @pytest.fixture(scope="module")

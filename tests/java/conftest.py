@@ -193,10 +193,12 @@ def minibroker_cluster(
     assert not broker_errors, "\n".join(broker_errors[:20])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def java_cluster(tmp_path_factory) -> Iterator[Cluster]:
-    """A 3-broker cluster shared by a module's tests; each test uses its own topics and
-    groups."""
+    """A 3-broker cluster shared by the modules that take it (test_clients.py and
+    test_consumer_protocol.py, which run on one worker: tests/parallel.py's `clusters` group),
+    started once per pytest process; each test uses its own topics and groups, and a
+    listing is judged by what it contains. Its logs are checked when the session ends."""
     with minibroker_cluster(tmp_path_factory.mktemp("java-cluster")) as started:
         yield started
 
