@@ -66,6 +66,7 @@ class RecordState(IntEnum):
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
+    ARCHIVING = 3
     ARCHIVED = 4
 
 
@@ -97,6 +98,8 @@ class ShareSettings:
     delivery_count_limit: int = 5
     max_record_locks: int = 2_000
     auto_offset_reset: AutoOffsetReset = AutoOffsetReset.LATEST
+    # The group has a dead-letter queue (KIP-1191): records to archive go through ARCHIVING.
+    dead_letter_queue: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,9 +202,18 @@ class SharePartition:
                 count = batch.delivery_count
                 if state is RecordState.ACQUIRED:  # never written, but be safe
                     state = RecordState.AVAILABLE
-                if state is RecordState.AVAILABLE and count >= settings.delivery_count_limit:
+                if state is RecordState.ARCHIVING:
+                    # Its DLQ write was not known done under the old leader: written again
+                    # (Kafka's maybeResumeDlqArchiving), at least once into the DLQ.
+                    reason = (
+                        DeadLetterReason.DELIVERY_COUNT_LIMIT
+                        if count >= settings.delivery_count_limit
+                        else DeadLetterReason.REJECTED
+                    )
+                    partition.dead_letters.append(DeadLetter(offset, reason, count))
+                elif state is RecordState.AVAILABLE and count >= settings.delivery_count_limit:
                     # Its last delivery's lock died with the old leader: released at the limit.
-                    state = RecordState.ARCHIVED
+                    state = partition._archive_state()
                     partition.dead_letters.append(
                         DeadLetter(offset, DeadLetterReason.DELIVERY_COUNT_LIMIT, count)
                     )
@@ -301,6 +313,22 @@ class SharePartition:
         taken, self.dead_letters = self.dead_letters, []
         return taken
 
+    def dead_letters_written(self, offsets: Iterable[int]) -> list[StateBatch]:
+        """The DLQ write of ``offsets`` is done (or given up for good): those still ARCHIVING
+        become ARCHIVED and the start offset may move past them (Kafka's
+        initiateDLQAndArchive completion: ARCHIVED persisted, the delivery complete count
+        grown, maybeUpdateCachedStateAndOffsets). Returns the changed state batches, to
+        persist."""
+        changed = []
+        for offset in sorted(set(offsets)):
+            record = self._records.get(offset)
+            if record is not None and record.state is RecordState.ARCHIVING:
+                record.state = RecordState.ARCHIVED
+                changed.append(offset)
+        batches = _coalesce(self._records, changed)
+        self._advance_start()
+        return batches
+
     # -- transitions --------------------------------------------------------------------
 
     def acquire(
@@ -389,7 +417,7 @@ class SharePartition:
                 elif ack.type is AcknowledgeType.RELEASE:
                     self._release(offset, record)
                 elif ack.type is AcknowledgeType.REJECT:
-                    self._settle(record, RecordState.ARCHIVED)
+                    self._settle(record, self._archive_state())
                     self.dead_letters.append(
                         DeadLetter(offset, DeadLetterReason.REJECTED, record.delivery_count)
                     )
@@ -438,9 +466,15 @@ class SharePartition:
         record.member_id = None
         record.lock_deadline_ms = None
 
+    def _archive_state(self) -> RecordState:
+        """Where a rejected record, or one released at the delivery limit, goes: ARCHIVING
+        while the group has a DLQ (until its DLQ write is done), else ARCHIVED (Kafka's
+        recordStateWithDlq)."""
+        return RecordState.ARCHIVING if self.settings.dead_letter_queue else RecordState.ARCHIVED
+
     def _release(self, offset: int, record: _InFlight) -> None:
         if record.delivery_count >= self.settings.delivery_count_limit:
-            self._settle(record, RecordState.ARCHIVED)
+            self._settle(record, self._archive_state())
             self.dead_letters.append(
                 DeadLetter(offset, DeadLetterReason.DELIVERY_COUNT_LIMIT, record.delivery_count)
             )
