@@ -19,15 +19,13 @@ are the pure replication/share_dlq.py; this module queues, creates, reads and ap
   append) is retried with Kafka's backoff up to 5 attempts; a DLQ that cannot be used (the
   checks of ``validate_dlq_topic``) is not retried. Either way the failure is logged at
   ERROR and counted (``kafka_server_sharegroupmetrics_deadletterqueuefailedproducerequests``),
-  and the records stay archived: a DLQ write never undoes the archive and never holds the
-  share partition's lock.
+  and the records go to ARCHIVED all the same: a DLQ write never undoes the archive and never
+  holds the share partition's lock while it runs.
 
-Departures, and why: Kafka 4.4 first moves the records to ARCHIVING (DeliveryState 3,
-persisted) and only after the DLQ write (or its failure) to ARCHIVED, so a leader that dies
-in between makes the next leader write them again (``maybeResumeDlqArchiving``); here the
-records are persisted ARCHIVED at once and written to the DLQ after, so a leader killed
-between the two loses those DLQ records (at most once into the DLQ, where Kafka is at least
-once); the share partition's start offset is never held back by a DLQ write. One batch per
+Departures, and why: none in what happens to the records: the share partition persists them
+ARCHIVING before the job is queued and the job's ``done`` moves them to ARCHIVED once the write
+succeeded or was given up, so a leader that dies in between leaves ARCHIVING for the next one
+to write again (at least once, as Kafka 4.4). One batch per
 job (Kafka splits a round at the DLQ topic's max.message.bytes): a job larger than that fails
 as a whole. The DLQ topic's configs are this broker's when it hosts a replica (or the controller
 announced them), else asked of the controller at each write (a DescribeConfigs; Kafka's

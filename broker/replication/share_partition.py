@@ -12,7 +12,8 @@ The rules, Kafka's:
 
 - the in-flight window runs from the start offset (every record below it is done for the
   group) to the end offset; a record in it is AVAILABLE, ACQUIRED (by one member, until its
-  acquisition lock of ``share.record.lock.duration.ms`` expires), ACKNOWLEDGED or ARCHIVED
+  acquisition lock of ``share.record.lock.duration.ms`` expires), ACKNOWLEDGED, ARCHIVING
+  (its dead-letter queue write pending) or ARCHIVED
   (``RecordState`` with Kafka's bytes, which are also the persisted DeliveryState);
 - ``acquire`` offers the AVAILABLE records of the window first, then new records past the end,
   and each acquisition increments the record's delivery count; the window holds at most
@@ -48,7 +49,13 @@ Departures, and why:
   acknowledged, released and expired records): after failover it is delivered again, as the
   rule wants, and a poison record that crashes its consumers still reaches the limit.
 - the records archived by the delivery limit or rejected are kept in ``dead_letters`` until
-  taken, for the dead-letter queue of KIP-1191 (share.version=2), which writes them.
+  taken, for the dead-letter queue of KIP-1191 (share.version=2), which writes them. While
+  the group has a DLQ (``ShareSettings.dead_letter_queue``) they are ARCHIVING, as Kafka
+  4.4's recordStateWithDlq makes them: not done (the start offset stops at them, they are not
+  in the delivery complete count), persisted as DeliveryState 3, until
+  ``dead_letters_written``; rebuilt ARCHIVING from the persisted state they are dead letters
+  again (maybeResumeDlqArchiving), their cause taken from the delivery count (the state does
+  not keep it).
 """
 
 from __future__ import annotations

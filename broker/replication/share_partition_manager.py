@@ -44,9 +44,10 @@ is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition
 write carries the batches that changed, as Kafka's ShareUpdate).
 
 Dead-letter queues (KIP-1191): the records a change archived (REJECTed, or at the delivery
-limit) are handed to the DLQ writer (share_dlq_writer.py) once the change is persisted, and
-only when the group has a DLQ; the writer works off the request's path and its failures
-never undo the archive.
+limit) are ARCHIVING when the group has a DLQ, persisted so, then handed to the DLQ writer
+(share_dlq_writer.py), which works off the request's path; once it wrote them or gave up, they
+are ARCHIVED and persisted (``_dead_letters_written``, Kafka's initiateDLQAndArchive). A share
+partition loaded with ARCHIVING records hands them to the writer again (at least once).
 """
 
 from __future__ import annotations

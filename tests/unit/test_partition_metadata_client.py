@@ -32,7 +32,7 @@ async def brokers(tmp_path, nursery, autojump_clock):
     return leader, other
 
 
-async def test_the_latest_offset_is_the_leaders_high_watermark(brokers, nursery):
+async def test_the_latest_offset_is_the_leaders_high_watermark(brokers, nursery, autojump_clock):
     leader, other = brokers
     assert leader.hosted_partition(TOPIC, 0)[0].high_watermark == 7
     here = PartitionMetadataClient(leader.config, leader)
