@@ -14,8 +14,9 @@
 // back). Then the group's start offset (Admin.listShareGroupOffsets) and the dead-letter
 // queue's records (a KafkaConsumer from the earliest offset).
 //
-// Implicit mode: two KafkaShareConsumers of another group on a topic of 30 records; each poll
-// accepts the records of the one before; every record must come exactly once.
+// Implicit mode: two KafkaShareConsumers of another group on a topic of 30 records, in the
+// record_limit acquire mode of KIP-1206 with max.poll.records 7; each poll accepts the records
+// of the one before; every record must come exactly once, never more than 7 in a poll.
 //
 // Usage: java -cp <clients class path> ShareConsumerChecks <bootstrap> <name prefix>
 
@@ -34,6 +35,7 @@ public class ShareConsumerChecks {
     static final int EXPLICIT_RECORDS = 40;
     static final int IMPLICIT_RECORDS = 30;
     static final int DELIVERY_LIMIT = 2;
+    static final int RECORD_LIMIT = 7;
     static final long DEADLINE_MS = 90_000;
 
     public static void main(String[] args) throws Exception {
@@ -107,7 +109,7 @@ public class ShareConsumerChecks {
     }
 
     static List<KafkaShareConsumer<String, String>> consumers(
-            String bootstrap, String group, String topic, int count, String mode) {
+            String bootstrap, String group, String topic, int count, String mode, Map<String, String> more) {
         List<KafkaShareConsumer<String, String>> consumers = new ArrayList<>();
         for (int i = 0; i < count; i++) {
             Properties props = new Properties();
@@ -115,6 +117,7 @@ public class ShareConsumerChecks {
             props.put("group.id", group);
             props.put("client.id", group + "-" + i);
             props.put("share.acknowledgement.mode", mode);
+            props.putAll(more);
             KafkaShareConsumer<String, String> consumer =
                     new KafkaShareConsumer<>(props, new StringDeserializer(), new StringDeserializer());
             consumer.subscribe(List.of(topic));
@@ -131,7 +134,7 @@ public class ShareConsumerChecks {
         List<String> late = new ArrayList<>();
         List<String> errors = new ArrayList<>();
         Map<String, Integer> byConsumer = new TreeMap<>();
-        List<KafkaShareConsumer<String, String>> consumers = consumers(bootstrap, group, topic, 3, "explicit");
+        List<KafkaShareConsumer<String, String>> consumers = consumers(bootstrap, group, topic, 3, "explicit", Map.of());
         try {
             long deadline = System.currentTimeMillis() + DEADLINE_MS;
             long quietUntil = Long.MAX_VALUE;
@@ -190,13 +193,17 @@ public class ShareConsumerChecks {
         Map<Long, Integer> seen = new TreeMap<>();
         Map<String, Integer> byConsumer = new TreeMap<>();
         List<String> errors = new ArrayList<>();
-        List<KafkaShareConsumer<String, String>> consumers = consumers(bootstrap, group, topic, 2, "implicit");
+        List<KafkaShareConsumer<String, String>> consumers = consumers(bootstrap, group, topic, 2, "implicit",
+                Map.of("share.acquire.mode", "record_limit", "max.poll.records", Integer.toString(RECORD_LIMIT)));
+        int largestPoll = 0;
         try {
             long deadline = System.currentTimeMillis() + DEADLINE_MS;
             long quietUntil = Long.MAX_VALUE;
             while (System.currentTimeMillis() < Math.min(deadline, quietUntil)) {
                 for (int c = 0; c < consumers.size(); c++) {
-                    for (ConsumerRecord<String, String> record : consumers.get(c).poll(Duration.ofMillis(100))) {
+                    ConsumerRecords<String, String> records = consumers.get(c).poll(Duration.ofMillis(100));
+                    largestPoll = Math.max(largestPoll, records.count());
+                    for (ConsumerRecord<String, String> record : records) {
                         seen.merge(record.offset(), 1, Integer::sum);
                         byConsumer.merge(group + "-" + c, 1, Integer::sum);
                     }
@@ -219,7 +226,8 @@ public class ShareConsumerChecks {
             if (entry.getValue() != 1) twice.add(entry.getKey() + "x" + entry.getValue());
         }
         return "{\"records\": " + seen.size() + ", \"more_than_once\": " + strings(twice)
-                + ", \"commit_errors\": " + strings(errors) + "}";
+                + ", \"commit_errors\": " + strings(errors) + ", \"within_record_limit\": "
+                + (largestPoll > 0 && largestPoll <= RECORD_LIMIT) + "}";
     }
 
     /** The share partition's start offset and lag (Admin.listShareGroupOffsets), once the lag
