@@ -371,11 +371,12 @@ def test_kafka_share_consumers_acknowledge_as_against_kafka(java, java_cluster, 
     poison ones (RELEASEd at the group's share.delivery.count.limit of 2) archived and in the
     group's dead-letter queue with Kafka's headers and the original key and value (KIP-1191);
     in implicit mode, acquiring in record_limit mode (KIP-1206) with max.poll.records 7, every
-    record once and never more than 7 in a poll; no lag left (DescribeShareGroupOffsets v1).
+    record once and never more than 7 in a poll; no lag left (DescribeShareGroupOffsets v1);
+    a record RENEWed (KIP-1222) given to the application again with its delivery count still 1.
     Then the same against Apache Kafka 4.4, with the same answers. The start offsets differ: Kafka's
     SharePartition persists the start offset it had before the acknowledgements it writes (it
-    moves it in memory after the write), so Kafka's lags behind until the next write (0 or 15
-    of 30 and 40 were seen); minibroker persists the one after them."""
+    moves it in memory after the write), so Kafka's lags behind until the next write (0, 7, 15,
+    28 or 35 of 30 and 40 were seen); minibroker persists the one after them."""
     answers = _share_consumer_answers(
         java, {"minibroker": java_cluster.bootstrap, "kafka": kafka_reference.bootstrap}
     )
@@ -401,9 +402,13 @@ def test_kafka_share_consumers_acknowledge_as_against_kafka(java, java_cluster, 
             "within_record_limit": True,
         }, name
         assert answer["explicit_offsets"]["lag"] == answer["implicit_offsets"]["lag"] == 0, name
+        # RENEW keeps the record acquired (its delivery count unchanged), and the client hands
+        # it to the application again, which accepts it then.
+        renewed = {str(o): [1, 1] for o in range(5)}
+        assert answer["renew"] == {"deliveries": renewed, "commit_errors": []}, name
     mine, kafka = answers["minibroker"], answers["kafka"]
     assert mine["explicit_offsets"]["start_offset"] == 40
     assert mine["implicit_offsets"]["start_offset"] == 30
     assert kafka["explicit_offsets"]["start_offset"] <= 40
-    compared = ("explicit", "dlq", "implicit")
+    compared = ("explicit", "dlq", "implicit", "renew")
     assert {key: mine[key] for key in compared} == {key: kafka[key] for key in compared}

@@ -18,6 +18,10 @@
 // record_limit acquire mode of KIP-1206 with max.poll.records 7; each poll accepts the records
 // of the one before; every record must come exactly once, never more than 7 in a poll.
 //
+// RENEW (KIP-1222): one explicit KafkaShareConsumer of a third group on 5 records renews each
+// record's acquisition lock at its first sight and accepts it at its second: the client hands a
+// renewed record to the application again, with the same delivery count.
+//
 // Usage: java -cp <clients class path> ShareConsumerChecks <bootstrap> <name prefix>
 
 import java.nio.charset.StandardCharsets;
@@ -36,6 +40,7 @@ public class ShareConsumerChecks {
     static final int IMPLICIT_RECORDS = 30;
     static final int DELIVERY_LIMIT = 2;
     static final int RECORD_LIMIT = 7;
+    static final int RENEW_RECORDS = 5;
     static final long DEADLINE_MS = 90_000;
 
     public static void main(String[] args) throws Exception {
@@ -46,11 +51,14 @@ public class ShareConsumerChecks {
         String dlqTopic = "dlq." + prefix;
         String explicitGroup = prefix + "-explicit-workers";
         String implicitGroup = prefix + "-implicit-workers";
+        String renewTopic = prefix + "-renew";
+        String renewGroup = prefix + "-renew-workers";
         long started = System.currentTimeMillis();
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
             admin.createTopics(List.of(
                     new NewTopic(explicitTopic, Optional.of(1), Optional.empty()),
                     new NewTopic(implicitTopic, Optional.of(1), Optional.empty()),
+                    new NewTopic(renewTopic, Optional.of(1), Optional.empty()),
                     new NewTopic(dlqTopic, Optional.of(1), Optional.empty())
                             .configs(Map.of("errors.deadletterqueue.group.enable", "true"))))
                     .all().get();
@@ -63,11 +71,14 @@ public class ShareConsumerChecks {
                     set("errors.deadletterqueue.copy.record.enable", "true")));
             configs.put(new ConfigResource(ConfigResource.Type.GROUP, implicitGroup), List.of(
                     set("share.auto.offset.reset", "earliest")));
+            configs.put(new ConfigResource(ConfigResource.Type.GROUP, renewGroup), List.of(
+                    set("share.auto.offset.reset", "earliest")));
             admin.incrementalAlterConfigs(configs).all().get();
             step("group configs set");
         }
         produce(bootstrap, explicitTopic, EXPLICIT_RECORDS);
         produce(bootstrap, implicitTopic, IMPLICIT_RECORDS);
+        produce(bootstrap, renewTopic, RENEW_RECORDS);
         StringBuilder out = new StringBuilder("{");
         long explicitStart = System.currentTimeMillis();
         out.append("\"explicit\": ").append(explicit(bootstrap, explicitTopic, explicitGroup));
@@ -76,6 +87,7 @@ public class ShareConsumerChecks {
         long implicitStart = System.currentTimeMillis();
         out.append(", \"implicit\": ").append(implicit(bootstrap, implicitTopic, implicitGroup));
         out.append(", \"implicit_offsets\": ").append(offsets(bootstrap, implicitGroup, implicitTopic));
+        out.append(", \"renew\": ").append(renew(bootstrap, renewTopic, renewGroup));
         long now = System.currentTimeMillis();
         out.append(", \"seconds\": {\"setup\": ").append((explicitStart - started) / 1000.0)
                 .append(", \"explicit\": ").append((implicitStart - explicitStart) / 1000.0)
@@ -186,6 +198,49 @@ public class ShareConsumerChecks {
         return "{\"deliveries\": " + deliveriesJson + ", \"final\": " + done.size()
                 + ", \"late\": " + strings(late) + ", \"commit_errors\": " + strings(errors)
                 + ", \"consumers_with_records\": " + byConsumer.size() + "}";
+    }
+
+    /** Each offset's deliveries to the application (delivery counts), renewed at the first. */
+    static String renew(String bootstrap, String topic, String group) {
+        Map<Long, List<Integer>> deliveries = new TreeMap<>();
+        Set<Long> accepted = new TreeSet<>();
+        List<String> errors = new ArrayList<>();
+        List<KafkaShareConsumer<String, String>> consumers = consumers(bootstrap, group, topic, 1, "explicit", Map.of());
+        KafkaShareConsumer<String, String> consumer = consumers.get(0);
+        try {
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            long quietUntil = Long.MAX_VALUE;
+            while (System.currentTimeMillis() < Math.min(deadline, quietUntil)) {
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
+                for (ConsumerRecord<String, String> record : records) {
+                    List<Integer> seen = deliveries.computeIfAbsent(record.offset(), o -> new ArrayList<>());
+                    seen.add(record.deliveryCount().map(Short::intValue).orElse(-1));
+                    if (seen.size() == 1) {
+                        consumer.acknowledge(record, AcknowledgeType.RENEW);
+                    } else {
+                        consumer.acknowledge(record, AcknowledgeType.ACCEPT);
+                        accepted.add(record.offset());
+                    }
+                }
+                if (!records.isEmpty()) {
+                    for (Map.Entry<TopicIdPartition, Optional<KafkaException>> answer : consumer.commitSync().entrySet()) {
+                        answer.getValue().ifPresent(e -> errors.add(answer.getKey() + ": " + e));
+                    }
+                }
+                if (accepted.size() == RENEW_RECORDS && quietUntil == Long.MAX_VALUE) {
+                    step("renew: every record accepted");
+                    quietUntil = System.currentTimeMillis() + 2_000;
+                }
+            }
+        } finally {
+            consumer.close(Duration.ofSeconds(10));
+        }
+        StringBuilder json = new StringBuilder("{");
+        for (Map.Entry<Long, List<Integer>> entry : deliveries.entrySet()) {
+            if (json.length() > 1) json.append(", ");
+            json.append('"').append(entry.getKey()).append("\": ").append(entry.getValue());
+        }
+        return "{\"deliveries\": " + json + "}, \"commit_errors\": " + strings(errors) + "}";
     }
 
     /** Offsets delivered more than once and how many records came. */
