@@ -72,6 +72,7 @@ from minibroker.protocol.produce_request import ACKS_PEEK_BYTES, produce_acks
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication import log_io
 from minibroker.replication.log_cleaner import LogCleanerService
+from minibroker.replication.partition_metadata_client import PartitionMetadataClient
 from minibroker.replication.replica_manager import ReplicaManager, monotonic_ms, wall_clock_ms
 from minibroker.replication.share_dlq_writer import ShareDlqWriter
 from minibroker.replication.share_partition_manager import SharePartitionManager
@@ -494,6 +495,10 @@ class BrokerServer:
                 # The group coordinator initializes and deletes share partitions' state, and
                 # reads it for DescribeShareGroupOffsets, through the same persister.
                 self.coordinator.share_persister = self.share_persister
+                # DescribeShareGroupOffsets' lag: the latest offset, asked of the leader.
+                partition_metadata = PartitionMetadataClient(self.config, self.replicas)
+                await control.start(partition_metadata.run)
+                self.coordinator.latest_offset = partition_metadata.latest_offset
                 # Share groups' dead-letter queues (KIP-1191): written off the request path.
                 self.share_dlq = ShareDlqWriter(
                     self.config,

@@ -19,15 +19,13 @@ are the pure replication/share_dlq.py; this module queues, creates, reads and ap
   append) is retried with Kafka's backoff up to 5 attempts; a DLQ that cannot be used (the
   checks of ``validate_dlq_topic``) is not retried. Either way the failure is logged at
   ERROR and counted (``kafka_server_sharegroupmetrics_deadletterqueuefailedproducerequests``),
-  and the records stay archived: a DLQ write never undoes the archive and never holds the
-  share partition's lock.
+  and the records go to ARCHIVED all the same: a DLQ write never undoes the archive and never
+  holds the share partition's lock while it runs.
 
-Departures, and why: Kafka 4.4 first moves the records to ARCHIVING (DeliveryState 3,
-persisted) and only after the DLQ write (or its failure) to ARCHIVED, so a leader that dies
-in between makes the next leader write them again (``maybeResumeDlqArchiving``); here the
-records are persisted ARCHIVED at once and written to the DLQ after, so a leader killed
-between the two loses those DLQ records (at most once into the DLQ, where Kafka is at least
-once); the share partition's start offset is never held back by a DLQ write. One batch per
+Departures, and why: none in what happens to the records: the share partition persists them
+ARCHIVING before the job is queued and the job's ``done`` moves them to ARCHIVED once the write
+succeeded or was given up, so a leader that dies in between leaves ARCHIVING for the next one
+to write again (at least once, as Kafka 4.4). One batch per
 job (Kafka splits a round at the DLQ topic's max.message.bytes): a job larger than that fails
 as a whole. The DLQ topic's configs are this broker's when it hosts a replica (or the controller
 announced them), else asked of the controller at each write (a DescribeConfigs; Kafka's
@@ -91,6 +89,9 @@ class DlqJob:
     topic_id: uuid.UUID | None
     partition: int
     letters: tuple[DeadLetter, ...]
+    # Called once the write is done or given up for good (not when cancelled): the share
+    # partition moves the records from ARCHIVING to ARCHIVED.
+    done: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,15 @@ class ShareDlqWriter:
         topic_id: uuid.UUID | None,
         partition: int,
         letters: Sequence[DeadLetter],
+        done: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
         """Queue ``letters`` for ``group``'s DLQ, without waiting; False (nothing queued)
-        when the group has no DLQ or there is nothing to write."""
+        when the group has no DLQ or there is nothing to write. ``done`` is awaited once the
+        write succeeded or was given up."""
         if not letters or not self.enabled_for(group):
             return False
         self.pending += 1
-        self._send.send_nowait(DlqJob(group, topic, topic_id, partition, tuple(letters)))
+        self._send.send_nowait(DlqJob(group, topic, topic_id, partition, tuple(letters), done))
         return True
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -166,51 +169,61 @@ class ShareDlqWriter:
                 await self._connections.aclose()
 
     async def _deliver(self, job: DlqJob) -> None:
+        """The job's write, then its ``done`` (Kafka's whenComplete of the DLQ future: the
+        records go to ARCHIVED whether the write succeeded or failed for good)."""
+        try:
+            await self._write(job)
+            if job.done is not None:
+                try:
+                    await job.done()
+                except Exception:
+                    log.exception("share group %s: ARCHIVED after the DLQ write", job.group)
+        finally:
+            self.pending -= 1
+
+    async def _write(self, job: DlqJob) -> None:
         """Attempts with Kafka's backoff; the outcome is logged and counted, never raised."""
         metrics = self.replicas.metrics
         failure: _Failed | None = None
-        try:
-            for attempt in range(1, MAX_ATTEMPTS + 1):
-                self.requests += 1
-                metrics.child(metrics.dlq_produce_requests, job.group).inc()
-                try:
-                    failure = await self._attempt(job)
-                except (*CONNECTION_ERRORS, trio.TooSlowError, ControllerUnavailable) as problem:
-                    failure = _Failed(f"{type(problem).__name__}: {problem}", True)
-                if failure is None:
-                    self.records_written += len(job.letters)
-                    metrics.child(metrics.dlq_records, job.group).inc(len(job.letters))
-                    log.info(
-                        "share group %s: %d records of %s-%d written to its DLQ",
-                        job.group,
-                        len(job.letters),
-                        job.topic,
-                        job.partition,
-                    )
-                    return
-                self.failed_requests += 1
-                metrics.child(metrics.dlq_failed_produce_requests, job.group).inc()
-                if not failure.retriable or attempt == MAX_ATTEMPTS:
-                    break
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            self.requests += 1
+            metrics.child(metrics.dlq_produce_requests, job.group).inc()
+            try:
+                failure = await self._attempt(job)
+            except (*CONNECTION_ERRORS, trio.TooSlowError, ControllerUnavailable) as problem:
+                failure = _Failed(f"{type(problem).__name__}: {problem}", True)
+            if failure is None:
+                self.records_written += len(job.letters)
+                metrics.child(metrics.dlq_records, job.group).inc(len(job.letters))
                 log.info(
-                    "share group %s: DLQ write attempt %d failed (%s), retrying",
+                    "share group %s: %d records of %s-%d written to its DLQ",
                     job.group,
-                    attempt,
-                    failure.message,
+                    len(job.letters),
+                    job.topic,
+                    job.partition,
                 )
-                await trio.sleep(backoff_ms(attempt) / 1000)
-            assert failure is not None
-            log.error(
-                "share group %s: failed to write offsets %s of %s-%d to DLQ, proceeding to "
-                "ARCHIVED regardless: %s",
+                return
+            self.failed_requests += 1
+            metrics.child(metrics.dlq_failed_produce_requests, job.group).inc()
+            if not failure.retriable or attempt == MAX_ATTEMPTS:
+                break
+            log.info(
+                "share group %s: DLQ write attempt %d failed (%s), retrying",
                 job.group,
-                [letter.offset for letter in job.letters],
-                job.topic,
-                job.partition,
+                attempt,
                 failure.message,
             )
-        finally:
-            self.pending -= 1
+            await trio.sleep(backoff_ms(attempt) / 1000)
+        assert failure is not None
+        log.error(
+            "share group %s: failed to write offsets %s of %s-%d to DLQ, proceeding to "
+            "ARCHIVED regardless: %s",
+            job.group,
+            [letter.offset for letter in job.letters],
+            job.topic,
+            job.partition,
+            failure.message,
+        )
 
     # -- one attempt --------------------------------------------------------------------
 

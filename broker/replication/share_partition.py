@@ -12,7 +12,8 @@ The rules, Kafka's:
 
 - the in-flight window runs from the start offset (every record below it is done for the
   group) to the end offset; a record in it is AVAILABLE, ACQUIRED (by one member, until its
-  acquisition lock of ``share.record.lock.duration.ms`` expires), ACKNOWLEDGED or ARCHIVED
+  acquisition lock of ``share.record.lock.duration.ms`` expires), ACKNOWLEDGED, ARCHIVING
+  (its dead-letter queue write pending) or ARCHIVED
   (``RecordState`` with Kafka's bytes, which are also the persisted DeliveryState);
 - ``acquire`` offers the AVAILABLE records of the window first, then new records past the end,
   and each acquisition increments the record's delivery count; the window holds at most
@@ -48,7 +49,13 @@ Departures, and why:
   acknowledged, released and expired records): after failover it is delivered again, as the
   rule wants, and a poison record that crashes its consumers still reaches the limit.
 - the records archived by the delivery limit or rejected are kept in ``dead_letters`` until
-  taken, for the dead-letter queue of KIP-1191 (share.version=2), which writes them.
+  taken, for the dead-letter queue of KIP-1191 (share.version=2), which writes them. While
+  the group has a DLQ (``ShareSettings.dead_letter_queue``) they are ARCHIVING, as Kafka
+  4.4's recordStateWithDlq makes them: not done (the start offset stops at them, they are not
+  in the delivery complete count), persisted as DeliveryState 3, until
+  ``dead_letters_written``; rebuilt ARCHIVING from the persisted state they are dead letters
+  again (maybeResumeDlqArchiving), their cause taken from the delivery count (the state does
+  not keep it).
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ class RecordState(IntEnum):
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
+    ARCHIVING = 3
     ARCHIVED = 4
 
 
@@ -97,6 +105,8 @@ class ShareSettings:
     delivery_count_limit: int = 5
     max_record_locks: int = 2_000
     auto_offset_reset: AutoOffsetReset = AutoOffsetReset.LATEST
+    # The group has a dead-letter queue (KIP-1191): records to archive go through ARCHIVING.
+    dead_letter_queue: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,9 +209,18 @@ class SharePartition:
                 count = batch.delivery_count
                 if state is RecordState.ACQUIRED:  # never written, but be safe
                     state = RecordState.AVAILABLE
-                if state is RecordState.AVAILABLE and count >= settings.delivery_count_limit:
+                if state is RecordState.ARCHIVING:
+                    # Its DLQ write was not known done under the old leader: written again
+                    # (Kafka's maybeResumeDlqArchiving), at least once into the DLQ.
+                    reason = (
+                        DeadLetterReason.DELIVERY_COUNT_LIMIT
+                        if count >= settings.delivery_count_limit
+                        else DeadLetterReason.REJECTED
+                    )
+                    partition.dead_letters.append(DeadLetter(offset, reason, count))
+                elif state is RecordState.AVAILABLE and count >= settings.delivery_count_limit:
                     # Its last delivery's lock died with the old leader: released at the limit.
-                    state = RecordState.ARCHIVED
+                    state = partition._archive_state()
                     partition.dead_letters.append(
                         DeadLetter(offset, DeadLetterReason.DELIVERY_COUNT_LIMIT, count)
                     )
@@ -301,6 +320,22 @@ class SharePartition:
         taken, self.dead_letters = self.dead_letters, []
         return taken
 
+    def dead_letters_written(self, offsets: Iterable[int]) -> list[StateBatch]:
+        """The DLQ write of ``offsets`` is done (or given up for good): those still ARCHIVING
+        become ARCHIVED and the start offset may move past them (Kafka's
+        initiateDLQAndArchive completion: ARCHIVED persisted, the delivery complete count
+        grown, maybeUpdateCachedStateAndOffsets). Returns the changed state batches, to
+        persist."""
+        changed = []
+        for offset in sorted(set(offsets)):
+            record = self._records.get(offset)
+            if record is not None and record.state is RecordState.ARCHIVING:
+                record.state = RecordState.ARCHIVED
+                changed.append(offset)
+        batches = _coalesce(self._records, changed)
+        self._advance_start()
+        return batches
+
     # -- transitions --------------------------------------------------------------------
 
     def acquire(
@@ -389,7 +424,7 @@ class SharePartition:
                 elif ack.type is AcknowledgeType.RELEASE:
                     self._release(offset, record)
                 elif ack.type is AcknowledgeType.REJECT:
-                    self._settle(record, RecordState.ARCHIVED)
+                    self._settle(record, self._archive_state())
                     self.dead_letters.append(
                         DeadLetter(offset, DeadLetterReason.REJECTED, record.delivery_count)
                     )
@@ -438,9 +473,15 @@ class SharePartition:
         record.member_id = None
         record.lock_deadline_ms = None
 
+    def _archive_state(self) -> RecordState:
+        """Where a rejected record, or one released at the delivery limit, goes: ARCHIVING
+        while the group has a DLQ (until its DLQ write is done), else ARCHIVED (Kafka's
+        recordStateWithDlq)."""
+        return RecordState.ARCHIVING if self.settings.dead_letter_queue else RecordState.ARCHIVED
+
     def _release(self, offset: int, record: _InFlight) -> None:
         if record.delivery_count >= self.settings.delivery_count_limit:
-            self._settle(record, RecordState.ARCHIVED)
+            self._settle(record, self._archive_state())
             self.dead_letters.append(
                 DeadLetter(offset, DeadLetterReason.DELIVERY_COUNT_LIMIT, record.delivery_count)
             )

@@ -44,9 +44,10 @@ is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition
 write carries the batches that changed, as Kafka's ShareUpdate).
 
 Dead-letter queues (KIP-1191): the records a change archived (REJECTed, or at the delivery
-limit) are handed to the DLQ writer (share_dlq_writer.py) once the change is persisted, and
-only when the group has a DLQ; the writer works off the request's path and its failures
-never undo the archive.
+limit) are ARCHIVING when the group has a DLQ, persisted so, then handed to the DLQ writer
+(share_dlq_writer.py), which works off the request's path; once it wrote them or gave up, they
+are ARCHIVED and persisted (``_dead_letters_written``, Kafka's initiateDLQAndArchive). A share
+partition loaded with ARCHIVING records hands them to the writer again (at least once).
 """
 
 from __future__ import annotations
@@ -254,6 +255,7 @@ class SharePartitionManager:
             auto_offset_reset=(
                 AutoOffsetReset.EARLIEST if reset == "earliest" else AutoOffsetReset.LATEST
             ),
+            dead_letter_queue=self.dlq is not None and self.dlq.enabled_for(group_id),
         )
         isolation = configs.get("share.isolation.level", "read_uncommitted").strip().lower()
         return settings, 1 if isolation == "read_committed" else 0
@@ -341,12 +343,44 @@ class SharePartitionManager:
                 del self._held[key]
 
     def _hand_over_dead_letters(self, held: _Held, group: str, topic: str, index: int) -> None:
-        """The records the last persisted change archived go to the group's DLQ writer
-        (when it has a DLQ: else they stay archived and nothing else happens, as at
-        share.version 1). Never waits."""
+        """The records the last persisted change archived (ARCHIVING, persisted so) go to the
+        group's DLQ writer, which moves them to ARCHIVED once written or given up
+        (``_dead_letters_written``); a group without a DLQ (now) has them ARCHIVED at once,
+        as at share.version 1. Never waits."""
         letters = held.share.take_dead_letters()
-        if letters and self.dlq is not None:
-            self.dlq.enqueue(group, topic, held.key.topic_id, index, letters)
+        if not letters:
+            return
+        offsets = [letter.offset for letter in letters]
+
+        async def written() -> None:
+            await self._dead_letters_written(held, group, topic, index, offsets)
+
+        queued = self.dlq is not None and self.dlq.enqueue(
+            group, topic, held.key.topic_id, index, letters, written
+        )
+        if not queued and held.share.dead_letters_written(offsets):
+            # ARCHIVING persisted while the group had a DLQ, none now: ARCHIVED, persisted by
+            # the next write (the records are done either way for this leader).
+            log.info(
+                "share group %s: %s-%d %s archived without a DLQ", group, topic, index, offsets
+            )
+
+    async def _dead_letters_written(
+        self, held: _Held, group: str, topic: str, index: int, offsets: list[int]
+    ) -> None:
+        """The DLQ write of ``offsets`` is done: ARCHIVING -> ARCHIVED, persisted (Kafka's
+        initiateDLQAndArchive completion). On the share partition that archived them even if
+        it was dropped since (as Kafka's completion runs on its SharePartition): a write of
+        a leader that lost the partition is refused by its leader epoch, and the new leader,
+        having read ARCHIVING, writes them to the DLQ again (at least once)."""
+        async with held.lock:
+            changed = held.share.dead_letters_written(offsets)
+            if not changed:
+                return
+            error = await self._persist(held, changed)
+        if error is not Error.NONE:
+            log.warning("share group %s: ARCHIVED after the DLQ not persisted: %s", group, error)
+        self.replicas.watchers.notify(share_watch_key(group, topic, index))
 
     def _maybe_group_empty(self, group_id: str) -> None:
         """Kafka's onGroupEmpty: no share session of the group is left here, so its share

@@ -28,9 +28,11 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+from kio.static.primitive import i32
 
+from minibroker.protocol import share_group_offsets_schemas as offsets_schemas
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import create_topic, scrape
+from tests.conftest import create_topic, exchange, scrape
 
 DEADLINE_S = 60.0
 METRICS_PORT = free_port()
@@ -150,6 +152,28 @@ def dlq_sample(name: str, group: str) -> float:
     return scrape(METRICS_PORT).get(key, 0.0)
 
 
+def start_offset_reaches(bootstrap: str, group: str, topic: str, wanted: int) -> int:
+    """The group's start offset of ``topic``-0 (DescribeShareGroupOffsets v1, on the wire),
+    once it is ``wanted`` or after DEADLINE_S: archived records still ARCHIVING (their DLQ
+    write pending) hold it back, as in Kafka 4.4."""
+    s = offsets_schemas
+    request = s.DescribeShareGroupOffsetsRequestV1(
+        groups=(
+            s.DescribeRequestGroupV1(
+                group_id=group,
+                topics=(s.DescribeRequestTopicV1(topic_name=topic, partitions=(i32(0),)),),
+            ),
+        )
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        (described,) = exchange(bootstrap, request).groups
+        start = described.topics[0].partitions[0].start_offset
+        if start == wanted or time.monotonic() > deadline:
+            return start
+        time.sleep(0.1)
+
+
 def test_a_rejected_record_goes_to_the_dlq_with_kafkas_headers(broker):
     """REJECT archives the record and the leader writes it to the group's DLQ topic, created
     on first use (errors.deadletterqueue.auto.create.topics.enable) with
@@ -192,6 +216,8 @@ def test_a_rejected_record_goes_to_the_dlq_with_kafkas_headers(broker):
     assert described["errors.deadletterqueue.group.enable"].value == "true"
     assert dlq_sample("deadletterqueuerecordcount", group) == 1.0
     assert dlq_sample("deadletterqueuefailedproducerequests", group) == 0.0
+    # Offset 1 was ARCHIVING until written, then ARCHIVED: the start offset is past all three.
+    assert start_offset_reaches(broker.bootstrap, group, topic, 3) == 3
 
 
 def test_a_poison_record_released_to_the_delivery_limit_goes_to_the_dlq(broker):
@@ -296,6 +322,9 @@ def test_a_dlq_topic_failing_kafkas_checks_gets_nothing_and_counts_a_failure(bro
         consumer.close()
     assert (low, high) == (0, 0)
     assert "does not comply with the DLQ topic prefix" in broker.log_tail(100_000)
+    # The DLQ write given up, the record went from ARCHIVING to ARCHIVED all the same (Kafka's
+    # "proceeding to ARCHIVED regardless"): it does not hold the start offset back.
+    assert start_offset_reaches(broker.bootstrap, group, topic, 2) == 2
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ node), so replica counts are judged against the replication factor each run aske
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 
 import pytest
 from confluent_kafka import KafkaException
@@ -22,12 +24,13 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from tests.java.conftest import RequestLog
+from tests.java.conftest import JAVA_TIMEOUT, RequestLog
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 RECORDS_PER_CODEC = 300
 GROUP_RECORDS = 100
 REPLICATION = 3
+DLQ_LIMIT_MESSAGE = "Offset delivery count exceeded the threshold."
 
 
 @pytest.fixture(scope="module")
@@ -340,3 +343,72 @@ def test_malformed_replication_throttles_are_refused_as_kafka_refuses_them(
     codes = [code for code, _ in answers["kafka"]]
     assert codes == ["INVALID_REQUEST", "INVALID_REQUEST", "INVALID_CONFIG", "INVALID_CONFIG"]
     assert answers["minibroker"] == answers["kafka"]
+
+
+def _share_consumer_answers(java, bootstraps: dict[str, str]) -> dict[str, dict]:
+    """programs/ShareConsumerChecks.java against each system at once (one JVM each, side by
+    side: a run is mostly waiting), with the same topic and group names."""
+    runs = {}
+    for name, bootstrap in bootstraps.items():
+        command = java.command(
+            "ShareConsumerChecks", bootstrap, "shareq", log_requests=name == "minibroker"
+        )
+        runs[name] = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    answers = {}
+    for name, run in runs.items():
+        stdout, stderr = run.communicate(timeout=JAVA_TIMEOUT)
+        assert run.returncode == 0, f"{name}: exited {run.returncode}:\n{stderr[-4000:]}"
+        answers[name] = json.loads(stdout.strip().splitlines()[-1])
+    return answers
+
+
+def test_kafka_share_consumers_acknowledge_as_against_kafka(java, java_cluster, kafka_reference):
+    """Kafka 4.4's KafkaShareConsumer (KIP-932), three of one group in explicit mode and two of
+    another in implicit mode (programs/ShareConsumerChecks.java): every record delivered;
+    ACCEPTed ones never again; a RELEASEd one again with delivery count 2; REJECTed ones and
+    poison ones (RELEASEd at the group's share.delivery.count.limit of 2) archived and in the
+    group's dead-letter queue with Kafka's headers and the original key and value (KIP-1191);
+    in implicit mode, acquiring in record_limit mode (KIP-1206) with max.poll.records 7, every
+    record once and never more than 7 in a poll; no lag left (DescribeShareGroupOffsets v1);
+    a record RENEWed (KIP-1222) given to the application again with its delivery count still 1.
+    Then the same against Apache Kafka 4.4, with the same answers. The start offsets differ: Kafka's
+    SharePartition persists the start offset it had before the acknowledgements it writes (it
+    moves it in memory after the write), so Kafka's lags behind until the next write (0, 7, 15,
+    28 or 35 of 30 and 40 were seen); minibroker persists the one after them."""
+    answers = _share_consumer_answers(
+        java, {"minibroker": java_cluster.bootstrap, "kafka": kafka_reference.bootstrap}
+    )
+    for name, answer in answers.items():
+        explicit = answer["explicit"]
+        expected = {str(o): [1] if o % 4 in (0, 2) else [1, 2] for o in range(40)}
+        assert explicit["deliveries"] == expected, name
+        assert (explicit["final"], explicit["late"], explicit["commit_errors"]) == (40, [], []), (
+            name
+        )
+        assert [
+            (int(letter["__dlq.errors.offset"]), letter["__dlq.errors.message"], letter["value"])
+            for letter in answer["dlq"]
+        ] == [
+            (o, "Offset rejected by client." if o % 4 == 2 else DLQ_LIMIT_MESSAGE, f"v{o}")
+            for o in range(40)
+            if o % 4 in (2, 3)
+        ], name
+        assert answer["implicit"] == {
+            "records": 30,
+            "more_than_once": [],
+            "commit_errors": [],
+            "within_record_limit": True,
+        }, name
+        assert answer["explicit_offsets"]["lag"] == answer["implicit_offsets"]["lag"] == 0, name
+        # RENEW keeps the record acquired (its delivery count unchanged), and the client hands
+        # it to the application again, which accepts it then.
+        renewed = {str(o): [1, 1] for o in range(5)}
+        assert answer["renew"] == {"deliveries": renewed, "commit_errors": []}, name
+    mine, kafka = answers["minibroker"], answers["kafka"]
+    assert mine["explicit_offsets"]["start_offset"] == 40
+    assert mine["implicit_offsets"]["start_offset"] == 30
+    assert kafka["explicit_offsets"]["start_offset"] <= 40
+    compared = ("explicit", "dlq", "implicit", "renew")
+    assert {key: mine[key] for key in compared} == {key: kafka[key] for key in compared}

@@ -17,6 +17,8 @@ from minibroker.protocol.records import decode_records
 from minibroker.replication.metadata_cache import PartitionMetadata, TopicMetadata
 from minibroker.replication.share_dlq_writer import ShareDlqWriter
 from minibroker.replication.share_partition import (
+    Acknowledgement,
+    AcknowledgeType,
     DeadLetter,
     DeadLetterReason,
     RecordState,
@@ -139,8 +141,9 @@ async def test_a_record_at_the_limit_under_the_old_leader_is_archived_and_dead_l
     broker, nursery, autojump_clock
 ):
     """The old leader persisted offset 0 delivered 5 times (the limit) and died holding its
-    lock: the new leader's share partition archives it at load, persists that, and hands it
-    to the DLQ; offset 1 is acquired."""
+    lock: the new leader's share partition moves it to ARCHIVING at load, persists that, and
+    hands it to the DLQ; once written it is ARCHIVED, persisted, and the start offset moves
+    past it; offset 1 is acquired."""
     assert (await append(broker, 0, 2, acks=1))["error_code"] == 0
     broker.group_configs[GROUP] = {"errors.deadletterqueue.topic.name": DLQ}
     persister = InMemoryPersister()
@@ -158,6 +161,61 @@ async def test_a_record_at_the_limit_under_the_old_leader_is_archived_and_dead_l
         (1, 1, 1)
     ]
     read = await persister.read(key, 1)
-    assert read.state is not None and read.state.start_offset == 1  # 0 archived, persisted
+    assert read.state is not None and read.state.start_offset == 0
+    assert read.state.batches[0] == StateBatch(0, 0, RecordState.ARCHIVING, 5)
     await drained(writer)
     assert writer.records_written == 1
+    read = await persister.read(key, 1)
+    assert read.state is not None and read.state.start_offset == 1  # 0 archived, persisted
+
+
+async def test_a_leader_lost_before_its_dlq_write_leaves_archiving_for_the_next_to_write(
+    broker, nursery, autojump_clock
+):
+    """At least once into the DLQ (Kafka 4.4's ARCHIVING, KIP-1191): a REJECT is persisted as
+    ARCHIVING, so the start offset stays; the leader's DLQ writer stops before the write (its
+    DLQ partition's leader unreachable, then the leader gone: its writer cancelled); a new
+    share partition manager (the next leader) reads ARCHIVING, writes the record to the DLQ,
+    then persists ARCHIVED and moves the start offset past it."""
+    assert (await append(broker, 0, 2, acks=1))["error_code"] == 0
+    far = "dlq.far"
+    broker.announced_topic_configs[far] = {"errors.deadletterqueue.group.enable": "true"}
+    known_topic(broker, far, uuid.UUID(int=9), leader=2)  # broker 2: no address known
+    broker.group_configs[GROUP] = {"errors.deadletterqueue.topic.name": far}
+    persister = InMemoryPersister()
+    key = ShareStateKey(GROUP, TOPIC_ID, 0)
+    assert await persister.initialize(key, 0, 0) == Error.NONE  # from offset 0
+    partition, _ = broker.leader_partition(TOPIC, 0)
+    assert partition is not None
+    with trio.CancelScope() as old_leader:
+        async with trio.open_nursery() as old:
+            writer = ShareDlqWriter(broker.config, broker)
+            await old.start(writer.run)
+            manager = SharePartitionManager(broker.config, broker, persister, dlq=writer)
+            fetched = await manager.acquire(
+                GROUP, "m", partition, max_records=1, max_bytes=1 << 20, batch_optimized=False
+            )
+            assert [(r.first_offset, r.last_offset) for r in fetched.acquired] == [(0, 0)]
+            rejected = [Acknowledgement(0, 0, AcknowledgeType.REJECT)]
+            assert await manager.acknowledge(GROUP, "m", partition, rejected) == Error.NONE
+            read = await persister.read(key, 1)
+            assert read.state is not None and read.state.start_offset == 0
+            assert read.state.batches[0] == StateBatch(0, 0, RecordState.ARCHIVING, 1)
+            await trio.sleep(2.5)  # two failed attempts, backing off for the third
+            assert writer.failed_requests == 2 and writer.pending == 1
+            old_leader.cancel()
+    assert writer.records_written == 0
+    read = await persister.read(key, 1)
+    assert read.state is not None and read.state.batches[0].delivery_state is RecordState.ARCHIVING
+    # The next leader, whose DLQ partition is reachable (led here).
+    broker.group_configs[GROUP] = {"errors.deadletterqueue.topic.name": DLQ}
+    writer = ShareDlqWriter(broker.config, broker)
+    await nursery.start(writer.run)
+    manager = SharePartitionManager(broker.config, broker, persister, dlq=writer)
+    fetched = await manager.acquire(GROUP, "n", partition, max_records=10, max_bytes=1 << 20)
+    assert [(r.first_offset, r.last_offset) for r in fetched.acquired] == [(1, 1)]
+    await drained(writer)
+    assert writer.records_written == 1
+    read = await persister.read(key, 1)
+    assert read.state is not None and read.state.start_offset == 1
+    assert manager.share_partition(GROUP, TOPIC, 0).state_of(0) is None

@@ -67,7 +67,8 @@ def test_bad_input_is_refused() -> None:
         read_value(SNAPSHOT, b"\x00\x00\x00")
     with pytest.raises(ShareRecordFormatError):
         read_value(UPDATE, b"\x00\x01" + b"\x00" * 20)
-    bad_state = struct.pack(">hiiq", 0, 0, 0, 0) + b"\x02" + struct.pack(">qqbh", 0, 0, 3, 0)
+    # Delivery states are 0-4 (4.4's RecordState, ARCHIVING 3 included): 5 is none.
+    bad_state = struct.pack(">hiiq", 0, 0, 0, 0) + b"\x02" + struct.pack(">qqbh", 0, 0, 5, 0)
     with pytest.raises(ShareRecordFormatError):
         read_value(UPDATE, bad_state + b"\x00\x00")
 

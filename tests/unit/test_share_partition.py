@@ -145,6 +145,57 @@ def test_reject_archives_and_is_a_dead_letter() -> None:
     assert [(d.offset, d.reason) for d in sp.dead_letters] == [(1, DeadLetterReason.REJECTED)]
 
 
+def test_with_a_dlq_archived_records_stay_archiving_until_their_dlq_write() -> None:
+    """KIP-1191 as Kafka 4.4's SharePartition runs it (recordStateWithDlq,
+    initiateDLQAndArchive, maybeResumeDlqArchiving): with a DLQ a REJECTed record, and one
+    whose lock expires at the delivery limit, go to ARCHIVING (persisted as DeliveryState 3),
+    which holds the start offset back and is not counted complete; a new leader rebuilding
+    from that state hands them to the DLQ again (at least once); the DLQ write done, they are
+    ARCHIVED and the start offset moves past them."""
+    sp = new(delivery_count_limit=2, dead_letter_queue=True)
+    sp.acquire("m", 10, [(0, 2)], 0)
+    changed = sp.acknowledge(
+        "m", [ack(0, 0, AcknowledgeType.REJECT), ack(1, 1, AcknowledgeType.RELEASE)], 1
+    )
+    assert changed == [
+        StateBatch(0, 0, RecordState.ARCHIVING, 1),
+        StateBatch(1, 1, RecordState.AVAILABLE, 1),
+    ]
+    assert sp.acquire("m", 10, [(1, 2)], 2) == [AcquiredRange(1, 1, 2)]
+    assert sp.expire(2 + LOCK) == [1, 2]  # 1 at the limit: ARCHIVING; 2 AVAILABLE again
+    assert (sp.state_of(1), sp.state_of(2)) == (RecordState.ARCHIVING, RecordState.AVAILABLE)
+    assert (sp.start_offset, sp.delivery_complete_count) == (0, 0)
+    letters = sp.take_dead_letters()
+    assert [(d.offset, d.reason, d.delivery_count) for d in letters] == [
+        (0, DeadLetterReason.REJECTED, 1),
+        (1, DeadLetterReason.DELIVERY_COUNT_LIMIT, 2),
+    ]
+    # The leader dies before the DLQ write: the next one has them ARCHIVING, as dead letters.
+    persisted = sp.snapshot()
+    assert persisted.batches[0] == StateBatch(0, 0, RecordState.ARCHIVING, 1)
+    settings = ShareSettings(delivery_count_limit=2, dead_letter_queue=True)
+    rebuilt = SharePartition.initialize(settings, persisted, 0, 3)
+    assert rebuilt.state_of(0) is RecordState.ARCHIVING and rebuilt.start_offset == 0
+    assert [(d.offset, d.reason) for d in rebuilt.take_dead_letters()] == [
+        (0, DeadLetterReason.REJECTED),
+        (1, DeadLetterReason.DELIVERY_COUNT_LIMIT),
+    ]
+    # ARCHIVING records are not acknowledged again, nor acquired.
+    with pytest.raises(InvalidRecordState):
+        rebuilt.acknowledge("m", [ack(0, 0, AcknowledgeType.ACCEPT)], 3)
+    assert rebuilt.acquire("m", 10, [(0, 2)], 3) == [AcquiredRange(2, 2, 2)]
+    # The DLQ write of 0 done: ARCHIVED, the start offset past it; then 1's.
+    assert rebuilt.dead_letters_written([0]) == [StateBatch(0, 0, RecordState.ARCHIVED, 1)]
+    assert (rebuilt.start_offset, rebuilt.delivery_complete_count) == (1, 0)
+    assert rebuilt.dead_letters_written([1, 0]) == [StateBatch(1, 1, RecordState.ARCHIVED, 2)]
+    assert rebuilt.start_offset == 2
+    # Without a DLQ the same records are ARCHIVED at once (share.version 1's rule).
+    plain = new(delivery_count_limit=2)
+    plain.acquire("m", 10, [(0, 0)], 0)
+    plain.acknowledge("m", [ack(0, 0, AcknowledgeType.REJECT)], 1)
+    assert (plain.state_of(0), plain.start_offset) == (None, 1)
+
+
 def test_max_record_locks_bounds_the_window_but_not_redelivery() -> None:
     sp = new(max_record_locks=4)
     assert sp.acquire("m", 100, [(0, 9)], 0) == [AcquiredRange(0, 3, 1)]

@@ -23,7 +23,7 @@ each change writes, and the periodic expiry of old offsets.
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -226,6 +226,9 @@ class GroupCoordinator:
         # node/ once it exists): the admin path and the initialization of share partitions
         # need it; without one, neither is done.
         self.share_persister: SharePersister | None = None
+        # DescribeShareGroupOffsets' end offsets, asked of each partition's leader (Kafka's
+        # PartitionMetadataClient); None: the high watermark of this broker's replica.
+        self.latest_offset: Callable[[str, int], Awaitable[int | None]] | None = None
         # One initialization of a share group's partitions at a time (group -> its end).
         self._share_initializing: dict[str, trio.Event] = {}
 
@@ -1424,10 +1427,9 @@ class GroupCoordinator:
         partitions (none for an unknown group). A partition the persister cannot answer has
         start offset -1 and leader epoch -1 ("treated as absence of data, rather than an
         error"). Lag (v1, KIP-1226): the partition's end offset minus the start offset minus
-        the delivery complete count, -1 when either is unknown. Departure: Kafka asks the
-        partition's leader for its latest offset (PartitionMetadataClient.listLatestOffsets);
-        here the high watermark of this broker's replica is used, and the lag is -1 where it
-        has none."""
+        the delivery complete count, -1 when either is unknown or the partition's leader cannot
+        be asked its latest offset (``latest_offset``: Kafka's
+        PartitionMetadataClient.listLatestOffsets, a ListOffsets to the leader)."""
         if (error := self.check(group_id)) != Error.NONE:
             return error, None, []
         asked: list[tuple[str, uuid.UUID | None, list[int]]] = []
@@ -1470,14 +1472,19 @@ class GroupCoordinator:
         )
         if summary.error != Error.NONE:
             return UNINITIALIZED_START_OFFSET, 0, -1
-        lag = -1
-        partition, _ = self.replicas.hosted_partition(name, index)
         if (
-            partition is not None
-            and summary.start_offset != UNINITIALIZED_START_OFFSET
-            and summary.delivery_complete_count != -1
+            summary.start_offset == UNINITIALIZED_START_OFFSET
+            or summary.delivery_complete_count == -1
         ):
-            lag = partition.high_watermark - summary.start_offset - summary.delivery_complete_count
+            return summary.start_offset, summary.leader_epoch, -1
+        if self.latest_offset is not None:
+            end = await self.latest_offset(name, index)
+        else:
+            partition, _ = self.replicas.hosted_partition(name, index)
+            end = partition.high_watermark if partition is not None else None
+        if end is None:
+            return summary.start_offset, summary.leader_epoch, -1
+        lag = end - summary.start_offset - summary.delivery_complete_count
         return summary.start_offset, summary.leader_epoch, lag
 
     async def alter_share_group_offsets(
