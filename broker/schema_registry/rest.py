@@ -48,6 +48,7 @@ from minibroker.schema_registry.state import (
     Registry,
     RegistryError,
     Version,
+    context_of,
     invalid_schema,
     parse_version,
     schema_not_found,
@@ -109,6 +110,26 @@ def _schema_of(body: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
     if not isinstance(references, list):
         raise invalid_schema("Invalid schema references")
     return schema_type.upper(), schema, references
+
+
+def _context(request: Request) -> str:
+    """The context a schema id is looked up in: that of ``?subject=`` (Confluent's
+    ``/schemas/ids/{id}?subject=:.name:``), the default context without it."""
+    return context_of(request.query_params.get("subject"))
+
+
+def _page(request: Request, items: list[Any]) -> list[Any]:
+    """``?offset=`` and ``?limit=`` (a negative limit, the default -1, takes every item), as
+    Confluent pages its lists and confluent-kafka's client sends them."""
+
+    def number(name: str, default: int) -> int:
+        try:
+            return int(request.query_params.get(name, default))
+        except ValueError:
+            return default
+
+    offset, limit = max(number("offset", 0), 0), number("limit", -1)
+    return items[offset:] if limit < 0 else items[offset : offset + limit]
 
 
 def _schema_id(text: str) -> int:
@@ -282,22 +303,25 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     def subjects(request: Request, current: Registry) -> Any:
         prefix = request.query_params.get("subjectPrefix", "")
         names = current.subject_names(_flag(request, "deleted"))
-        return [
-            name
-            for name in names
-            if name.startswith(prefix)
-            and allowed(
-                service,
-                request,
-                access.Operation.DESCRIBE,
-                access.ResourceType.TOPIC,
-                access.subject_resource(name),
-            )
-        ]
+        return _page(
+            request,
+            [
+                name
+                for name in names
+                if name.startswith(prefix)
+                and allowed(
+                    service,
+                    request,
+                    access.Operation.DESCRIBE,
+                    access.ResourceType.TOPIC,
+                    access.subject_resource(name),
+                )
+            ],
+        )
 
     def versions(request: Request, current: Registry) -> Any:
         found = current.versions(request.path_params["subject"], _flag(request, "deleted"))
-        return [version.version for version in found]
+        return _page(request, [version.version for version in found])
 
     def version(request: Request, current: Registry) -> Any:
         number = parse_version(request.path_params["version"])
@@ -320,7 +344,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     # -- schemas by id -----------------------------------------------------------------------
 
     def schema_by_id(request: Request, current: Registry) -> Any:
-        found = current.by_id(_schema_id(request.path_params["id"]))
+        found = current.by_id(_schema_id(request.path_params["id"]), _context(request))
         body: dict[str, Any] = {"schema": found.schema}
         if found.schema_type != AVRO:
             body["schemaType"] = found.schema_type
@@ -332,20 +356,24 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        found = current.by_id(_schema_id(request.path_params["id"]))
+        found = current.by_id(_schema_id(request.path_params["id"]), _context(request))
         return Response(found.schema, media_type=MEDIA_TYPE)
 
     def id_versions(request: Request, current: Registry) -> Any:
         schema_id = _schema_id(request.path_params["id"])
-        return current.subject_versions_of(schema_id, _flag(request, "deleted"))
+        deleted = _flag(request, "deleted")
+        return _page(request, current.subject_versions_of(schema_id, deleted, _context(request)))
 
     def id_subjects(request: Request, current: Registry) -> Any:
         schema_id = _schema_id(request.path_params["id"])
-        found = current.subject_versions_of(schema_id, _flag(request, "deleted"))
-        return sorted({entry["subject"] for entry in found})
+        found = current.subject_versions_of(schema_id, _flag(request, "deleted"), _context(request))
+        return _page(request, sorted({entry["subject"] for entry in found}))
 
     def types(request: Request, current: Registry) -> Any:
         return list(SUPPORTED_TYPES)
+
+    def contexts(request: Request, current: Registry) -> Any:
+        return _page(request, current.contexts())
 
     # -- config and mode ---------------------------------------------------------------------
 
@@ -449,6 +477,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         Route("/subjects/{subject:path}", endpoint(lookup), methods=["POST"]),
         Route("/subjects/{subject:path}", endpoint(delete_subject), methods=["DELETE"]),
         Route("/schemas/types", read(types), methods=["GET"]),
+        Route("/contexts", read(contexts), methods=["GET"]),
         Route("/schemas/ids/{id}", read(schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/schema", endpoint(raw_schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/versions", read(id_versions), methods=["GET"]),
@@ -526,7 +555,7 @@ def _refusal(
     if need.by_id:
         try:
             holders = service.registry.subject_versions_of(
-                _schema_id(request.path_params["id"]), deleted=True
+                _schema_id(request.path_params["id"]), True, _context(request)
             )
         except RegistryError:
             return None  # unknown: the route answers 40403

@@ -15,6 +15,14 @@ references it. Departures: a reference to "latest" (-1) is kept as given and hol
 version is latest; depth and count of references are bounded (MAX_REFERENCE_DEPTH,
 MAX_REFERENCES).
 
+Contexts follow Confluent's ``QualifiedSubject``: a subject written ``:.name:subject`` lives
+in the context ``.name``, any other in the default context ``.``. Each context has an id space
+of its own (ids start at 1 in each, and the same schema in two contexts has an id in each),
+schemas by id are looked up in one context, and a subject's compatibility level and mode fall
+back to its context's (set on the subject ``:.name:``) before the global one. Departures:
+references name subjects as written (an unqualified reference from a context's schema is not
+resolved in that context), and ``:.:subject`` is a subject of its own, not ``subject``.
+
 No I/O and no clock here; the trio service and the HTTP app are thin shells around it.
 """
 
@@ -47,6 +55,24 @@ MAX_REFERENCE_DEPTH = 64
 MAX_REFERENCES = 10_000
 
 Record = tuple[lf.Key, lf.Value]
+DEFAULT_CONTEXT = "."
+
+
+def context_of(subject: str | None) -> str:
+    """The context of ``subject`` (Confluent's QualifiedSubject): ``.name`` for
+    ``:.name:subject`` (and for ``:.name:``, the context's own settings), the default context
+    ``.`` for any other subject and for None (the global settings)."""
+    if subject is not None and subject.startswith(":."):
+        end = subject.find(":", 1)
+        if end > 1:
+            return subject[1:end]
+    return DEFAULT_CONTEXT
+
+
+def context_subject(context: str) -> str | None:
+    """The subject under which a context's own compatibility level and mode are kept
+    (``:.name:``); None, the global settings, for the default context."""
+    return None if context == DEFAULT_CONTEXT else f":{context}:"
 
 
 class RegistryError(Exception):
@@ -153,11 +179,13 @@ class Version:
 @dataclass
 class Registry:
     subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
-    # (schema type, canonical text, references) -> id: a schema registered again, in any
-    # subject, with the same references, keeps it (Confluent's ids hash the references too).
-    ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    # The highest id any record ever carried: new ids go above it, so none is reused.
-    max_id: int = 0
+    # (context, schema type, canonical text, references) -> id: a schema registered again, in
+    # any subject of the context, with the same references, keeps it (Confluent's ids hash
+    # the references too).
+    ids: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    # Per context, the highest id any record ever carried: new ids go above it, so none is
+    # reused.
+    max_ids: dict[str, int] = field(default_factory=dict)
     # None: the global setting.
     levels: dict[str | None, Level] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
@@ -222,8 +250,10 @@ class Registry:
             bool(value.get("deleted", False)),
         )
         self.subjects.setdefault(subject, {})[number] = version
-        self.ids.setdefault((schema_type, text, _references_key(version.references)), schema_id)
-        self.max_id = max(self.max_id, schema_id)
+        context = context_of(subject)
+        identity = (context, schema_type, text, _references_key(version.references))
+        self.ids.setdefault(identity, schema_id)
+        self.max_ids[context] = max(self.max_ids.get(context, 0), schema_id)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -252,19 +282,28 @@ class Registry:
                 return version
         raise version_not_found(number)
 
-    def by_id(self, schema_id: int) -> Version:
-        """A version holding schema ``schema_id`` (soft-deleted ones count, as Confluent
-        still serves a soft-deleted schema by id); 40403 when none does."""
-        for versions in self.subjects.values():
+    def contexts(self) -> list[str]:
+        """GET /contexts: the default context and every context a subject is in, sorted."""
+        return sorted({DEFAULT_CONTEXT} | {context_of(name) for name in self.subjects})
+
+    def by_id(self, schema_id: int, context: str = DEFAULT_CONTEXT) -> Version:
+        """A version of ``context`` holding schema ``schema_id`` (soft-deleted ones count, as
+        Confluent still serves a soft-deleted schema by id); 40403 when none does."""
+        for name, versions in self.subjects.items():
+            if context_of(name) != context:
+                continue
             for version in versions.values():
                 if version.schema_id == schema_id:
                     return version
         raise schema_not_found(schema_id)
 
-    def subject_versions_of(self, schema_id: int, deleted: bool = False) -> list[dict[str, Any]]:
+    def subject_versions_of(
+        self, schema_id: int, deleted: bool = False, context: str = DEFAULT_CONTEXT
+    ) -> list[dict[str, Any]]:
         found = [
             {"subject": version.subject, "version": version.version}
             for name in sorted(self.subjects)
+            if context_of(name) == context
             for _, version in sorted(self.subjects[name].items())
             if version.schema_id == schema_id and (deleted or not version.deleted)
         ]
@@ -277,13 +316,21 @@ class Registry:
         return {v.schema_id for v in self.subjects.get(subject, {}).values() if not v.deleted}
 
     def level(self, subject: str | None) -> Level:
+        """The subject's level, else its context's, else the global one."""
         if subject is not None and subject in self.levels:
             return self.levels[subject]
+        context = context_subject(context_of(subject))
+        if context is not None and context in self.levels:
+            return self.levels[context]
         return self.levels.get(None, DEFAULT_LEVEL)
 
     def mode(self, subject: str | None) -> str:
+        """The subject's mode, else its context's, else the global one."""
         if subject is not None and subject in self.modes:
             return self.modes[subject]
+        context = context_subject(context_of(subject))
+        if context is not None and context in self.modes:
+            return self.modes[context]
         return self.modes.get(None, DEFAULT_MODE)
 
     def lookup(
@@ -433,11 +480,17 @@ class Registry:
                     "Schema being registered is incompatible with an earlier schema for"
                     f' subject "{subject}", details: [{", ".join(messages)}]',
                 )
-        identity = (candidate.schema_type, candidate.canonical, _references_key(references))
+        context = context_of(subject)
+        identity = (
+            context,
+            candidate.schema_type,
+            candidate.canonical,
+            _references_key(references),
+        )
         if schema_id is None:
             schema_id = self.ids.get(identity)
             if schema_id is None:
-                schema_id = self.max_id + 1
+                schema_id = self.max_ids.get(context, 0) + 1
         elif self.ids.get(identity, schema_id) != schema_id:
             raise RegistryError(
                 422, 42207, f"Schema is already registered with another id than {schema_id}"

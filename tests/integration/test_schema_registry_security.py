@@ -238,6 +238,44 @@ def test_acls_on_subjects_refuse_with_403_40301(broker: RegistryBroker) -> None:
     assert owner.get_schema(hidden_id).schema_str is not None
 
 
+def test_contexts_keep_ids_of_their_own_and_are_listed(broker: RegistryBroker) -> None:
+    """Confluent's contexts through its SchemaRegistryClient: subjects qualified
+    ``:.name:subject`` get ids from their context's own sequence (1 first), a schema by id is
+    looked up in the context of ``?subject=`` (``get_schema(id, subject_name)``),
+    ``get_contexts()`` lists them, a context's compatibility level (on ``:.name:``) governs
+    its subjects only, and lists page with ``offset``/``limit``."""
+    registry = broker.logged_in()
+    context = f".ctx{uuid.uuid4().hex[:8]}"
+    other = Schema(json.dumps({**RECORD, "name": "InContext"}), "AVRO")
+    plain = Schema(json.dumps(RECORD), "AVRO")
+    default_id = registry.register_schema(f"plain-{context[1:]}-value", plain)
+    assert registry.register_schema(f":{context}:readings-value", other) == 1
+    assert registry.register_schema(f":{context}:more-value", plain) == 2
+    assert registry.register_schema(f":{context}:again-value", plain) == 2
+    assert context in registry.get_contexts() and "." in registry.get_contexts()
+    fresh = broker.logged_in()  # no cached answers
+    assert fresh.get_schema(1, subject_name=f":{context}:").schema_str == json.dumps(
+        {**RECORD, "name": "InContext"}, separators=(",", ":")
+    )
+    assert fresh.get_schema(default_id).schema_str == json.dumps(RECORD, separators=(",", ":"))
+    assert fresh.get_subjects_by_schema_id(2, subject_name=f":{context}:") == [
+        f":{context}:again-value",
+        f":{context}:more-value",
+    ]
+    error = refusal(fresh.get_schema, 3, f":{context}:")
+    assert (error.http_status_code, error.error_code) == (404, 40403)
+    # A context's level: NONE there lets an incompatible change in, not in another context.
+    registry.set_compatibility(f":{context}:", "NONE")
+    changed = Schema(json.dumps({**RECORD, "fields": [{"name": "n", "type": "int"}]}), "AVRO")
+    assert registry.register_schema(f":{context}:more-value", changed) == 3
+    error = refusal(registry.register_schema, f"plain-{context[1:]}-value", changed)
+    assert (error.http_status_code, error.error_code) == (409, 409)
+    # Pages of a list, as the client asks for them.
+    everything = registry.get_subjects()
+    assert registry.get_subjects(offset=1, limit=2) == everything[1:3]
+    assert registry.get_versions(f":{context}:more-value", offset=1) == [2]
+
+
 @pytest.fixture(scope="module")
 def mtls_registry(tmp_path_factory) -> Iterator[RegistryBroker]:
     """A second broker whose registry asks clients for certificates

@@ -235,3 +235,54 @@ def test_the_collector_reports_requests_subjects_and_schemas():
     assert samples[("minibroker_schema_registry_subjects", ())] == 2
     assert samples[("minibroker_schema_registry_schemas", ())] == 2
     assert samples[("minibroker_schema_registry_writer", ())] == 1
+
+
+def test_contexts_have_ids_levels_and_modes_of_their_own():
+    """Confluent's contexts (QualifiedSubject): ``:.name:subject`` is in context ``.name``,
+    whose ids start at 1 apart from the default context's; a schema by id is looked up in
+    one context; a subject's level and mode fall back to its context's (kept on the subject
+    ``:.name:``) before the global one; /contexts lists ``.`` and every context used."""
+    registry = Registry()
+    assert registry.contexts() == ["."]
+    assert register(registry, "users-value", V1) == 1
+    assert register(registry, "orders-value", V2_DEFAULT) == 2
+    # The same schema in another context gets that context's first id, not the default's 1.
+    assert register(registry, ":.staging:users-value", V2_DEFAULT) == 1
+    assert register(registry, ":.staging:orders-value", V1) == 2
+    assert register(registry, ":.staging:more-value", V1) == 2  # same schema, same context
+    assert registry.contexts() == [".", ".staging"]
+    assert registry.by_id(1).subject == "users-value"
+    assert registry.by_id(1, ".staging").subject == ":.staging:users-value"
+    assert registry.by_id(1, ".staging").schema == json.dumps(
+        json.loads(V2_DEFAULT), separators=(",", ":")
+    )
+    assert registry.subject_versions_of(2, context=".staging") == [
+        {"subject": ":.staging:more-value", "version": 1},
+        {"subject": ":.staging:orders-value", "version": 1},
+    ]
+    with pytest.raises(RegistryError) as caught:
+        registry.by_id(3, ".staging")
+    assert (caught.value.status, caught.value.code) == (404, 40403)
+    # The context's level applies to its subjects only; a subject's own still wins.
+    applied(registry, registry.set_level(":.staging:", "NONE")[1])
+    assert registry.level(":.staging:users-value") is Level.NONE
+    assert registry.level("users-value") is Level.BACKWARD
+    register(registry, ":.staging:users-value", V2_NO_DEFAULT)  # NONE takes what BACKWARD refuses
+    with pytest.raises(RegistryError) as caught:
+        register(registry, "users-value", V2_NO_DEFAULT)
+    assert caught.value.code == 409
+    applied(registry, registry.set_level(":.staging:orders-value", "FULL")[1])
+    assert registry.level(":.staging:orders-value") is Level.FULL
+    applied(registry, registry.set_mode(":.staging:", "READONLY", False)[1])
+    assert registry.mode(":.staging:orders-value") == "READONLY"
+    assert registry.mode("orders-value") == "READWRITE"
+    with pytest.raises(RegistryError) as caught:
+        register(registry, ":.staging:new-value", V1)
+    assert caught.value.code == 42205
+    # Records as Confluent writes them for a context are read back into the same state.
+    copy = Registry()
+    for subject in registry.subject_names():
+        for version in registry.versions(subject):
+            copy.apply(lf.schema_key(subject, version.version), version.value())
+    assert copy.max_ids == {".": 2, ".staging": 3}
+    assert copy.by_id(3, ".staging").subject == ":.staging:users-value"
