@@ -22,6 +22,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 import trio
@@ -31,6 +32,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -130,6 +132,60 @@ def _page(request: Request, items: list[Any]) -> list[Any]:
 
     offset, limit = max(number("offset", 0), 0), number("limit", -1)
     return items[offset:] if limit < 0 else items[offset : offset + limit]
+
+
+def qualified_path(path: str, query: str) -> tuple[str, str] | None:
+    """Confluent's context URL form, ``/contexts/{context}/...``, as the qualified-subject form
+    the routes serve (path and query string); None for a path not of that form.
+
+    ``/contexts/.c/subjects/s/...`` is ``/subjects/:.c:s/...`` (and so for
+    ``/compatibility/subjects/``, ``/config/`` and ``/mode/``), ``/contexts/.c/config`` and
+    ``/mode`` the context's own (``/config/:.c:``), ``/contexts/.c/subjects`` the subjects
+    listed with ``subjectPrefix=:.c:``, and ``/contexts/.c/schemas/...`` the schemas by id
+    looked up with ``subject=:.c:``. The default context ``.`` means the unqualified paths."""
+    if not path.startswith("/contexts/"):
+        return None
+    context, slash, rest = path.removeprefix("/contexts/").partition("/")
+    if not context or not slash:
+        return None
+    rest = "/" + rest
+    prefix = "" if context == "." else f":{context}:"
+    params = parse_qsl(query, keep_blank_values=True)
+    names = {name for name, _ in params}
+
+    def with_param(name: str) -> str:
+        if not prefix or name in names:
+            return query
+        return urlencode([*params, (name, prefix)])
+
+    for head in ("/subjects/", "/compatibility/subjects/", "/config/", "/mode/"):
+        if rest.startswith(head):
+            return head + prefix + rest.removeprefix(head), query
+    if rest in ("/config", "/mode"):
+        return (f"{rest}/{prefix}" if prefix else rest), query
+    if rest == "/subjects":
+        return rest, with_param("subjectPrefix")
+    if rest.startswith("/schemas/"):
+        return rest, with_param("subject")
+    return None
+
+
+class ContextPaths:
+    """ASGI middleware: a request in the context URL form is routed as its qualified form
+    (``qualified_path``), so that routes, ACL checks and metrics see the qualified subject.
+    The raw path is kept: a forwarded write is sent as the client sent it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            query = scope.get("query_string", b"").decode("latin-1")
+            found = qualified_path(scope["path"], query)
+            if found is not None:
+                path, query = found
+                scope = {**scope, "path": path, "query_string": query.encode("latin-1")}
+        await self.app(scope, receive, send)
 
 
 def _schema_id(text: str) -> int:
@@ -508,6 +564,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     return Starlette(
         routes=[_counted(route, service) for route in routes],
         exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(ContextPaths)],
     )
 
 

@@ -243,7 +243,8 @@ def test_contexts_keep_ids_of_their_own_and_are_listed(broker: RegistryBroker) -
     ``:.name:subject`` get ids from their context's own sequence (1 first), a schema by id is
     looked up in the context of ``?subject=`` (``get_schema(id, subject_name)``),
     ``get_contexts()`` lists them, a context's compatibility level (on ``:.name:``) governs
-    its subjects only, and lists page with ``offset``/``limit``."""
+    its subjects only, the URL form ``/contexts/{context}/...`` names the same resources, and
+    lists page with ``offset``/``limit``."""
     registry = broker.logged_in()
     context = f".ctx{uuid.uuid4().hex[:8]}"
     other = Schema(json.dumps({**RECORD, "name": "InContext"}), "AVRO")
@@ -270,6 +271,18 @@ def test_contexts_keep_ids_of_their_own_and_are_listed(broker: RegistryBroker) -
     assert registry.register_schema(f":{context}:more-value", changed) == 3
     error = refusal(registry.register_schema, f"plain-{context[1:]}-value", changed)
     assert (error.http_status_code, error.error_code) == (409, 409)
+    # The context URL form names the same subjects and ids.
+    tls = ssl.create_default_context(cafile=str(broker.certificates.ca_path))
+    auth = (USER, PASSWORD)
+    in_context = f"{broker.url}/contexts/{context}"
+    answer = httpx.get(f"{in_context}/subjects/more-value/versions", auth=auth, verify=tls)
+    assert (answer.status_code, answer.json()) == (200, [1, 2])
+    answer = httpx.get(f"{in_context}/schemas/ids/1", auth=auth, verify=tls)
+    assert json.loads(answer.json()["schema"])["name"] == "InContext"
+    answer = httpx.get(f"{in_context}/subjects", auth=auth, verify=tls)
+    assert answer.json() == sorted(
+        f":{context}:{name}" for name in ("again-value", "more-value", "readings-value")
+    )
     # Pages of a list, as the client asks for them.
     everything = registry.get_subjects()
     assert registry.get_subjects(offset=1, limit=2) == everything[1:3]
