@@ -51,6 +51,7 @@ from minibroker.schema_registry.state import (
     RegistryError,
     Version,
     context_of,
+    extras_of,
     invalid_schema,
     parse_version,
     schema_not_found,
@@ -320,6 +321,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
             )
         schema_id = body.get("id")
         version = body.get("version")
+        extras = extras_of(body)
 
         def command(current: Registry):
             registered, records = current.register(
@@ -329,6 +331,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
                 references,
                 schema_id if isinstance(schema_id, int) and schema_id > 0 else None,
                 version if isinstance(version, int) and version > 0 else None,
+                extras,
             )
             return {"id": registered}, records
 
@@ -336,11 +339,14 @@ def build_app(service: SchemaRegistryService) -> Starlette:
 
     async def lookup(request: Request) -> Response:
         subject = request.path_params["subject"]
-        schema_type, text, references = _schema_of(await _body(request))
+        body = await _body(request)
+        schema_type, text, references = _schema_of(body)
+        extras = extras_of(body)
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        found = current.lookup(subject, schema_type, text, _flag(request, "deleted"), references)
+        deleted = _flag(request, "deleted")
+        found = current.lookup(subject, schema_type, text, deleted, references, extras)
         return _json(_formatted(request, current, found, found.answer()))
 
     async def delete_subject(request: Request) -> Response:
@@ -406,6 +412,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
             body["schemaType"] = found.schema_type
         if found.references:
             body["references"] = found.references
+        body.update(found.extras)
         return _formatted(request, current, found, body)
 
     async def raw_schema_by_id(request: Request) -> Response:

@@ -56,6 +56,19 @@ MAX_REFERENCES = 10_000
 
 Record = tuple[lf.Key, lf.Value]
 DEFAULT_CONTEXT = "."
+# The fields of a schema beside its text, type and references that Confluent keeps with it
+# (since 7.4: data contracts) and counts in its identity.
+EXTRA_FIELDS = ("metadata", "ruleSet")
+
+
+def extras_of(body: dict[str, Any]) -> dict[str, Any]:
+    """A schema's EXTRA_FIELDS from a request body or a record's value: those given and not
+    null; 42201 for one that is not a JSON object."""
+    found = {name: body[name] for name in EXTRA_FIELDS if body.get(name) is not None}
+    for name, value in found.items():
+        if not isinstance(value, dict):
+            raise invalid_schema(f"Invalid schema: {name} is not an object")
+    return found
 
 
 def context_of(subject: str | None) -> str:
@@ -145,6 +158,9 @@ class Version:
     schema_type: str = AVRO
     references: list[dict[str, Any]] = field(default_factory=list)
     deleted: bool = False
+    # Confluent's data contracts: the schema's "metadata" and "ruleSet", kept and served as
+    # given (EXTRA_FIELDS); the clients run the rules.
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def answer(self) -> dict[str, Any]:
         """GET /subjects/{s}/versions/{v} (Confluent leaves schemaType out for AVRO)."""
@@ -157,6 +173,7 @@ class Version:
             body["schemaType"] = self.schema_type
         if self.references:
             body["references"] = self.references
+        body.update(self.extras)
         body["schema"] = self.schema
         return body
 
@@ -173,16 +190,17 @@ class Version:
             value["schemaType"] = self.schema_type
         if self.references:
             value["references"] = self.references
+        value.update(self.extras)
         return value
 
 
 @dataclass
 class Registry:
     subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
-    # (context, schema type, canonical text, references) -> id: a schema registered again, in
-    # any subject of the context, with the same references, keeps it (Confluent's ids hash
-    # the references too).
-    ids: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    # (context, schema type, canonical text, references, extras) -> id: a schema registered
+    # again, in any subject of the context, with the same references, metadata and rule set,
+    # keeps it (Confluent's ids hash those too).
+    ids: dict[tuple[str, str, str, str, str], int] = field(default_factory=dict)
     # Per context, the highest id any record ever carried: new ids go above it, so none is
     # reused.
     max_ids: dict[str, int] = field(default_factory=dict)
@@ -240,6 +258,11 @@ class Registry:
             self.skipped += 1
             return
         schema_type = str(value.get("schemaType") or AVRO)
+        try:
+            extras = extras_of(value)
+        except RegistryError:
+            self.skipped += 1
+            return
         version = Version(
             subject,
             number,
@@ -248,10 +271,17 @@ class Registry:
             schema_type,
             list(value.get("references") or []),
             bool(value.get("deleted", False)),
+            extras,
         )
         self.subjects.setdefault(subject, {})[number] = version
         context = context_of(subject)
-        identity = (context, schema_type, text, _references_key(version.references))
+        identity = (
+            context,
+            schema_type,
+            text,
+            _references_key(version.references),
+            _extras_key(extras),
+        )
         self.ids.setdefault(identity, schema_id)
         self.max_ids[context] = max(self.max_ids.get(context, 0), schema_id)
 
@@ -340,12 +370,17 @@ class Registry:
         text: str,
         deleted: bool = False,
         references: list[dict[str, Any]] | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> Version:
-        """POST /subjects/{s}: the version of ``subject`` holding this schema."""
+        """POST /subjects/{s}: the version of ``subject`` holding this schema (with these
+        metadata and rule set, when given)."""
         candidate = self.parse(schema_type, text, references)
         versions = self.versions(subject, deleted)
         for version in reversed(versions):
-            if _same(version, candidate, references):
+            given = extras or {}
+            if _same(version, candidate, references) and all(
+                version.extras.get(name) == value for name, value in given.items()
+            ):
                 return version
         raise schema_not_found()
 
@@ -451,10 +486,13 @@ class Registry:
         references: list[dict[str, Any]] | None = None,
         schema_id: int | None = None,
         version_number: int | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> tuple[int, list[Record]]:
         """POST /subjects/{s}/versions: the schema's id, and the records that register it
         (none when the subject already holds it). ``schema_id`` and ``version_number`` only
-        in IMPORT mode."""
+        in IMPORT mode. A schema given without metadata or rule set takes those of the
+        subject's latest version (Confluent's maybePopulateFromPrevious), so registering it
+        again finds that version."""
         mode = self.mode(subject)
         if mode in ("READONLY", "READONLY_OVERRIDE"):
             raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
@@ -466,8 +504,12 @@ class Registry:
             )
         candidate = self.parse(schema_type, text, references)
         live = [v for _, v in sorted(self.subjects.get(subject, {}).items()) if not v.deleted]
+        given = dict(extras or {})
+        for name in EXTRA_FIELDS:
+            if name not in given and live and name in live[-1].extras:
+                given[name] = live[-1].extras[name]
         for version in live:
-            if _same(version, candidate, references):
+            if _same(version, candidate, references) and version.extras == given:
                 return version.schema_id, []
         if mode != "IMPORT":
             messages = incompatibilities(
@@ -486,6 +528,7 @@ class Registry:
             candidate.schema_type,
             candidate.canonical,
             _references_key(references),
+            _extras_key(given),
         )
         if schema_id is None:
             schema_id = self.ids.get(identity)
@@ -505,6 +548,7 @@ class Registry:
             candidate.canonical,
             candidate.schema_type,
             list(references or []),
+            extras=given,
         )
         return schema_id, [(lf.schema_key(subject, version_number), version.value())]
 
@@ -648,6 +692,10 @@ def _references_key(references: list[dict[str, Any]] | None) -> str:
             if isinstance(ref, dict)
         ]
     )
+
+
+def _extras_key(extras: dict[str, Any]) -> str:
+    return json.dumps(extras, sort_keys=True, separators=(",", ":"))
 
 
 def _same(

@@ -25,7 +25,16 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import (
+    Metadata,
+    MetadataProperties,
+    Rule,
+    RuleKind,
+    RuleMode,
+    RuleSet,
+    Schema,
+    SchemaRegistryClient,
+)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -287,6 +296,33 @@ def test_contexts_keep_ids_of_their_own_and_are_listed(broker: RegistryBroker) -
     everything = registry.get_subjects()
     assert registry.get_subjects(offset=1, limit=2) == everything[1:3]
     assert registry.get_versions(f":{context}:more-value", offset=1) == [2]
+
+
+def test_metadata_and_rule_sets_come_back_to_a_client_that_did_not_register_them(
+    broker: RegistryBroker,
+) -> None:
+    """Confluent's data contracts: the "metadata" and "ruleSet" registered with a schema are
+    served with it, by version and by id, to a client with nothing cached (a deserializer in
+    another process runs the rules it gets from there), and another rule set is another id."""
+    subject = f"contract-{uuid.uuid4().hex[:8]}-value"
+    rule = Rule("no-hi", "", RuleKind.CONDITION, RuleMode.READ, "CEL", None, None,
+                "message.sensor != 'hi'", None, "DLQ", False)  # fmt: skip
+    metadata = Metadata(None, MetadataProperties({"owner": "team-a"}), None)
+    text = json.dumps(RECORD)
+    with_rules = Schema(text, "AVRO", [], metadata, RuleSet(None, [rule]))
+    schema_id = broker.logged_in().register_schema(subject, with_rules)
+    fresh = broker.logged_in()
+    latest = fresh.get_latest_version(subject)
+    # (the rules compared, not the RuleSets: the client reads absent rule lists as [])
+    assert latest.schema.rule_set.domain_rules == [rule]
+    assert latest.schema.rule_set.migration_rules in (None, [])
+    assert latest.schema.metadata.properties == MetadataProperties({"owner": "team-a"})
+    assert fresh.get_schema(schema_id).rule_set.domain_rules == [rule]
+    # The same text again, without them: the latest version's are kept (the same id).
+    assert broker.logged_in().register_schema(subject, Schema(text, "AVRO")) == schema_id
+    other = Schema(text, "AVRO", [], metadata, RuleSet(None, []))
+    assert broker.logged_in().register_schema(subject, other) != schema_id
+    assert broker.logged_in().get_versions(subject) == [1, 2]
 
 
 @pytest.fixture(scope="module")

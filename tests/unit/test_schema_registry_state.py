@@ -6,7 +6,13 @@ import pytest
 
 from minibroker.schema_registry import log_format as lf
 from minibroker.schema_registry.schemas import Level
-from minibroker.schema_registry.state import LATEST, Registry, RegistryError, parse_version
+from minibroker.schema_registry.state import (
+    LATEST,
+    Registry,
+    RegistryError,
+    extras_of,
+    parse_version,
+)
 
 
 def record(*fields: tuple[str, str, object]) -> str:
@@ -286,3 +292,39 @@ def test_contexts_have_ids_levels_and_modes_of_their_own():
             copy.apply(lf.schema_key(subject, version.version), version.value())
     assert copy.max_ids == {".": 2, ".staging": 3}
     assert copy.by_id(3, ".staging").subject == ":.staging:users-value"
+
+
+def test_metadata_and_rule_sets_are_kept_served_and_counted_in_ids():
+    """Confluent's data contracts (7.4+): a schema's "metadata" and "ruleSet" are kept with
+    it, in its record and its answers; the same text with another rule set is another
+    version with another id; a schema given without them takes the latest version's
+    (maybePopulateFromPrevious), so registering it again finds that version."""
+    registry = Registry()
+    rules = {"domainRules": [{"name": "r", "kind": "CONDITION", "mode": "READ", "type": "CEL"}]}
+    metadata = {"properties": {"owner": "team-a"}}
+    first, records = registry.register(
+        "s", "AVRO", V1, extras={"ruleSet": rules, "metadata": metadata}
+    )
+    applied(registry, records)
+    [(_, value)] = records
+    assert value["ruleSet"] == rules and value["metadata"] == metadata
+    version = registry.version("s", 1)
+    assert version.answer()["ruleSet"] == rules
+    assert version.answer()["metadata"] == metadata
+    assert registry.register("s", "AVRO", V1) == (first, [])  # inherits: the same version
+    assert registry.lookup("s", "AVRO", V1).version == 1
+    other_rules = {"domainRules": []}
+    second = register_with(registry, "s", V1, {"ruleSet": other_rules})
+    assert second != first
+    assert registry.version("s", 2).extras == {"ruleSet": other_rules, "metadata": metadata}
+    assert registry.lookup("s", "AVRO", V1, extras={"ruleSet": rules}).version == 1
+    with pytest.raises(RegistryError) as caught:
+        extras_of({"schema": V1, "ruleSet": [], "metadata": None})
+    assert (caught.value.status, caught.value.code) == (422, 42201)
+    assert extras_of({"schema": V1, "ruleSet": rules, "metadata": None}) == {"ruleSet": rules}
+
+
+def register_with(registry: Registry, subject: str, schema: str, extras: dict) -> int:
+    schema_id, records = registry.register(subject, "AVRO", schema, extras=extras)
+    applied(registry, records)
+    return schema_id
