@@ -225,6 +225,7 @@ def test_the_collector_reports_requests_subjects_and_schemas():
     register(registry, "a", V1)
     register(registry, "b", V1)
     register(registry, "b", V2_DEFAULT)
+    register(registry, ":.other:c", V2_DEFAULT)  # id 1 of another context: one more schema
     service = SimpleNamespace(
         registry=registry,
         requests=Counter({("POST /subjects/{subject}/versions", 200): 3}),
@@ -238,8 +239,8 @@ def test_the_collector_reports_requests_subjects_and_schemas():
     }
     endpoint = (("endpoint", "POST /subjects/{subject}/versions"), ("status", "200"))
     assert samples[("minibroker_schema_registry_requests_total", endpoint)] == 3
-    assert samples[("minibroker_schema_registry_subjects", ())] == 2
-    assert samples[("minibroker_schema_registry_schemas", ())] == 2
+    assert samples[("minibroker_schema_registry_subjects", ())] == 3
+    assert samples[("minibroker_schema_registry_schemas", ())] == 3
     assert samples[("minibroker_schema_registry_writer", ())] == 1
 
 
