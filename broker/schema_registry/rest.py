@@ -55,6 +55,7 @@ from minibroker.schema_registry.state import (
     invalid_schema,
     parse_version,
     schema_not_found,
+    subject_matches,
 )
 
 log = logging.getLogger("schema_registry")
@@ -142,7 +143,8 @@ def qualified_path(path: str, query: str) -> tuple[str, str] | None:
     ``/contexts/.c/subjects/s/...`` is ``/subjects/:.c:s/...`` (and so for
     ``/compatibility/subjects/``, ``/config/`` and ``/mode/``), ``/contexts/.c/config`` and
     ``/mode`` the context's own (``/config/:.c:``), ``/contexts/.c/subjects`` the subjects
-    listed with ``subjectPrefix=:.c:``, and ``/contexts/.c/schemas/...`` the schemas by id
+    listed with ``subjectPrefix=:.c:`` (``/contexts/./subjects`` with an empty one: the
+    default context's), and ``/contexts/.c/schemas/...`` the schemas by id
     looked up with ``subject=:.c:``. The default context ``.`` means the unqualified paths."""
     if not path.startswith("/contexts/"):
         return None
@@ -155,7 +157,7 @@ def qualified_path(path: str, query: str) -> tuple[str, str] | None:
     names = {name for name, _ in params}
 
     def with_param(name: str) -> str:
-        if not prefix or name in names:
+        if name in names or (not prefix and name != "subjectPrefix"):
             return query
         return urlencode([*params, (name, prefix)])
 
@@ -363,14 +365,14 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         )
 
     def subjects(request: Request, current: Registry) -> Any:
-        prefix = request.query_params.get("subjectPrefix", "")
+        prefix = request.query_params.get("subjectPrefix")
         names = current.subject_names(_flag(request, "deleted"))
         return _page(
             request,
             [
                 name
                 for name in names
-                if name.startswith(prefix)
+                if subject_matches(name, prefix)
                 and allowed(
                     service,
                     request,

@@ -82,6 +82,25 @@ def context_of(subject: str | None) -> str:
     return DEFAULT_CONTEXT
 
 
+CONTEXT_WILDCARD = ":*:"
+
+
+def subject_matches(name: str, prefix: str | None) -> bool:
+    """``GET /subjects?subjectPrefix=``, as Confluent reads it: no prefix, or the context
+    wildcard ``:*:``, matches every context (``:*:orders`` the subjects starting with
+    ``orders`` in any context); a qualified prefix (``:.staging:or``) the qualified names it
+    begins; an unqualified one (``orders``, or empty) the default context's subjects only."""
+    if prefix is None:
+        return True
+    if prefix.startswith(CONTEXT_WILDCARD):
+        context = context_of(name)
+        unqualified = name if context == DEFAULT_CONTEXT else name[len(context) + 2 :]
+        return unqualified.startswith(prefix.removeprefix(CONTEXT_WILDCARD))
+    if prefix.startswith(":"):
+        return name.startswith(prefix)
+    return context_of(name) == DEFAULT_CONTEXT and name.startswith(prefix)
+
+
 def context_subject(context: str) -> str | None:
     """The subject under which a context's own compatibility level and mode are kept
     (``:.name:``); None, the global settings, for the default context."""

@@ -292,6 +292,14 @@ def test_contexts_keep_ids_of_their_own_and_are_listed(broker: RegistryBroker) -
     assert answer.json() == sorted(
         f":{context}:{name}" for name in ("again-value", "more-value", "readings-value")
     )
+    # An unqualified prefix lists the default context's subjects only.
+    assert registry.get_subjects(subject_prefix="plain-") == [f"plain-{context[1:]}-value"]
+    # The context wildcard (the default prefix of Confluent's CLI) spans every context.
+    spanning = registry.get_subjects(subject_prefix=":*:")
+    assert f":{context}:more-value" in spanning and f"plain-{context[1:]}-value" in spanning
+    assert registry.get_subjects(subject_prefix=":*:more-value") == sorted(
+        name for name in spanning if name.endswith("more-value")
+    )
     # Pages of a list, as the client asks for them.
     everything = registry.get_subjects()
     assert registry.get_subjects(offset=1, limit=2) == everything[1:3]

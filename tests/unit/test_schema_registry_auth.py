@@ -163,6 +163,7 @@ def test_context_urls_are_routed_as_qualified_subjects():
     )
     assert qualified_path("/contexts/./subjects/s/versions", "") == ("/subjects/s/versions", "")
     assert qualified_path("/contexts/./config", "") == ("/config", "")
+    assert qualified_path("/contexts/./subjects", "") == ("/subjects", "subjectPrefix=")
     assert qualified_path("/contexts/./schemas/ids/1", "") == ("/schemas/ids/1", "")
     for other in ("/contexts", "/contexts/.c", "/contexts/.c/exporters", "/subjects/s"):
         assert qualified_path(other, "") is None, other

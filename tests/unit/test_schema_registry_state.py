@@ -12,6 +12,7 @@ from minibroker.schema_registry.state import (
     RegistryError,
     extras_of,
     parse_version,
+    subject_matches,
 )
 
 
@@ -329,3 +330,22 @@ def register_with(registry: Registry, subject: str, schema: str, extras: dict) -
     schema_id, records = registry.register(subject, "AVRO", schema, extras=extras)
     applied(registry, records)
     return schema_id
+
+
+def test_subject_prefixes_are_read_as_confluent_reads_them():
+    """GET /subjects?subjectPrefix=: none or the wildcard ``:*:`` (the default of Confluent's
+    CLI) spans every context, a qualified prefix its context, a plain one the default
+    context."""
+    names = ["orders-value", "users-value", ":.staging:orders-value", ":.staging:x", ":.b:o"]
+
+    def matching(prefix):
+        return [name for name in names if subject_matches(name, prefix)]
+
+    assert matching(None) == names
+    assert matching(":*:") == names
+    assert matching(":*:or") == ["orders-value", ":.staging:orders-value"]
+    assert matching(":.staging:") == [":.staging:orders-value", ":.staging:x"]
+    assert matching(":.staging:o") == [":.staging:orders-value"]
+    assert matching(":.st") == [":.staging:orders-value", ":.staging:x"]
+    assert matching("or") == ["orders-value"]
+    assert matching("") == ["orders-value", "users-value"]
