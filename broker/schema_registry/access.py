@@ -21,8 +21,9 @@ Operations: READ (read a subject's versions, look a schema up, check compatibili
 schema by id, when READ is granted on a subject holding it), WRITE (register), DELETE
 (delete versions or the subject), DESCRIBE (see the subject in ``GET /subjects``; READ,
 WRITE, DELETE and ALTER imply it, as in Kafka), DESCRIBE_CONFIGS and ALTER_CONFIGS
-(``/config`` and ``/mode``, of a subject or, on the cluster, the global ones). ``GET /`` and
-``GET /schemas/types`` need nothing beyond authentication. ``super.users`` may do everything.
+(``/config`` and ``/mode``, of a subject or, on the cluster, the global ones). ``GET /``,
+``GET /schemas/types`` and ``GET /contexts`` need nothing beyond authentication.
+``super.users`` may do everything.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ BY_ID_ROUTES = frozenset(
     }
 )
 LISTING_ROUTES = frozenset({("GET", "/subjects")})
-OPEN_ROUTES = frozenset({("GET", "/"), ("GET", "/schemas/types")})
+# GET /contexts names contexts, not subjects: like the schema types, it needs no ACL.
+OPEN_ROUTES = frozenset({("GET", "/"), ("GET", "/schemas/types"), ("GET", "/contexts")})
 
 
 class Unclassified(KeyError):

@@ -22,6 +22,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 import trio
@@ -31,6 +32,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -48,9 +50,12 @@ from minibroker.schema_registry.state import (
     Registry,
     RegistryError,
     Version,
+    context_of,
+    extras_of,
     invalid_schema,
     parse_version,
     schema_not_found,
+    subject_matches,
 )
 
 log = logging.getLogger("schema_registry")
@@ -109,6 +114,81 @@ def _schema_of(body: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
     if not isinstance(references, list):
         raise invalid_schema("Invalid schema references")
     return schema_type.upper(), schema, references
+
+
+def _context(request: Request) -> str:
+    """The context a schema id is looked up in: that of ``?subject=`` (Confluent's
+    ``/schemas/ids/{id}?subject=:.name:``), the default context without it."""
+    return context_of(request.query_params.get("subject"))
+
+
+def _page(request: Request, items: list[Any]) -> list[Any]:
+    """``?offset=`` and ``?limit=`` (a negative limit, the default -1, takes every item), as
+    Confluent pages its lists and confluent-kafka's client sends them."""
+
+    def number(name: str, default: int) -> int:
+        try:
+            return int(request.query_params.get(name, default))
+        except ValueError:
+            return default
+
+    offset, limit = max(number("offset", 0), 0), number("limit", -1)
+    return items[offset:] if limit < 0 else items[offset : offset + limit]
+
+
+def qualified_path(path: str, query: str) -> tuple[str, str] | None:
+    """Confluent's context URL form, ``/contexts/{context}/...``, as the qualified-subject form
+    the routes serve (path and query string); None for a path not of that form.
+
+    ``/contexts/.c/subjects/s/...`` is ``/subjects/:.c:s/...`` (and so for
+    ``/compatibility/subjects/``, ``/config/`` and ``/mode/``), ``/contexts/.c/config`` and
+    ``/mode`` the context's own (``/config/:.c:``), ``/contexts/.c/subjects`` the subjects
+    listed with ``subjectPrefix=:.c:`` (``/contexts/./subjects`` with an empty one: the
+    default context's), and ``/contexts/.c/schemas/...`` the schemas by id
+    looked up with ``subject=:.c:``. The default context ``.`` means the unqualified paths."""
+    if not path.startswith("/contexts/"):
+        return None
+    context, slash, rest = path.removeprefix("/contexts/").partition("/")
+    if not context or not slash:
+        return None
+    rest = "/" + rest
+    prefix = "" if context == "." else f":{context}:"
+    params = parse_qsl(query, keep_blank_values=True)
+    names = {name for name, _ in params}
+
+    def with_param(name: str) -> str:
+        if name in names or (not prefix and name != "subjectPrefix"):
+            return query
+        return urlencode([*params, (name, prefix)])
+
+    for head in ("/subjects/", "/compatibility/subjects/", "/config/", "/mode/"):
+        if rest.startswith(head):
+            return head + prefix + rest.removeprefix(head), query
+    if rest in ("/config", "/mode"):
+        return (f"{rest}/{prefix}" if prefix else rest), query
+    if rest == "/subjects":
+        return rest, with_param("subjectPrefix")
+    if rest.startswith("/schemas/"):
+        return rest, with_param("subject")
+    return None
+
+
+class ContextPaths:
+    """ASGI middleware: a request in the context URL form is routed as its qualified form
+    (``qualified_path``), so that routes, ACL checks and metrics see the qualified subject.
+    The raw path is kept: a forwarded write is sent as the client sent it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            query = scope.get("query_string", b"").decode("latin-1")
+            found = qualified_path(scope["path"], query)
+            if found is not None:
+                path, query = found
+                scope = {**scope, "path": path, "query_string": query.encode("latin-1")}
+        await self.app(scope, receive, send)
 
 
 def _schema_id(text: str) -> int:
@@ -243,6 +323,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
             )
         schema_id = body.get("id")
         version = body.get("version")
+        extras = extras_of(body)
 
         def command(current: Registry):
             registered, records = current.register(
@@ -252,6 +333,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
                 references,
                 schema_id if isinstance(schema_id, int) and schema_id > 0 else None,
                 version if isinstance(version, int) and version > 0 else None,
+                extras,
             )
             return {"id": registered}, records
 
@@ -259,11 +341,14 @@ def build_app(service: SchemaRegistryService) -> Starlette:
 
     async def lookup(request: Request) -> Response:
         subject = request.path_params["subject"]
-        schema_type, text, references = _schema_of(await _body(request))
+        body = await _body(request)
+        schema_type, text, references = _schema_of(body)
+        extras = extras_of(body)
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        found = current.lookup(subject, schema_type, text, _flag(request, "deleted"), references)
+        deleted = _flag(request, "deleted")
+        found = current.lookup(subject, schema_type, text, deleted, references, extras)
         return _json(_formatted(request, current, found, found.answer()))
 
     async def delete_subject(request: Request) -> Response:
@@ -280,24 +365,27 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         )
 
     def subjects(request: Request, current: Registry) -> Any:
-        prefix = request.query_params.get("subjectPrefix", "")
+        prefix = request.query_params.get("subjectPrefix")
         names = current.subject_names(_flag(request, "deleted"))
-        return [
-            name
-            for name in names
-            if name.startswith(prefix)
-            and allowed(
-                service,
-                request,
-                access.Operation.DESCRIBE,
-                access.ResourceType.TOPIC,
-                access.subject_resource(name),
-            )
-        ]
+        return _page(
+            request,
+            [
+                name
+                for name in names
+                if subject_matches(name, prefix)
+                and allowed(
+                    service,
+                    request,
+                    access.Operation.DESCRIBE,
+                    access.ResourceType.TOPIC,
+                    access.subject_resource(name),
+                )
+            ],
+        )
 
     def versions(request: Request, current: Registry) -> Any:
         found = current.versions(request.path_params["subject"], _flag(request, "deleted"))
-        return [version.version for version in found]
+        return _page(request, [version.version for version in found])
 
     def version(request: Request, current: Registry) -> Any:
         number = parse_version(request.path_params["version"])
@@ -320,32 +408,37 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     # -- schemas by id -----------------------------------------------------------------------
 
     def schema_by_id(request: Request, current: Registry) -> Any:
-        found = current.by_id(_schema_id(request.path_params["id"]))
+        found = current.by_id(_schema_id(request.path_params["id"]), _context(request))
         body: dict[str, Any] = {"schema": found.schema}
         if found.schema_type != AVRO:
             body["schemaType"] = found.schema_type
         if found.references:
             body["references"] = found.references
+        body.update(found.extras)
         return _formatted(request, current, found, body)
 
     async def raw_schema_by_id(request: Request) -> Response:
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        found = current.by_id(_schema_id(request.path_params["id"]))
+        found = current.by_id(_schema_id(request.path_params["id"]), _context(request))
         return Response(found.schema, media_type=MEDIA_TYPE)
 
     def id_versions(request: Request, current: Registry) -> Any:
         schema_id = _schema_id(request.path_params["id"])
-        return current.subject_versions_of(schema_id, _flag(request, "deleted"))
+        deleted = _flag(request, "deleted")
+        return _page(request, current.subject_versions_of(schema_id, deleted, _context(request)))
 
     def id_subjects(request: Request, current: Registry) -> Any:
         schema_id = _schema_id(request.path_params["id"])
-        found = current.subject_versions_of(schema_id, _flag(request, "deleted"))
-        return sorted({entry["subject"] for entry in found})
+        found = current.subject_versions_of(schema_id, _flag(request, "deleted"), _context(request))
+        return _page(request, sorted({entry["subject"] for entry in found}))
 
     def types(request: Request, current: Registry) -> Any:
         return list(SUPPORTED_TYPES)
+
+    def contexts(request: Request, current: Registry) -> Any:
+        return _page(request, current.contexts())
 
     # -- config and mode ---------------------------------------------------------------------
 
@@ -449,6 +542,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         Route("/subjects/{subject:path}", endpoint(lookup), methods=["POST"]),
         Route("/subjects/{subject:path}", endpoint(delete_subject), methods=["DELETE"]),
         Route("/schemas/types", read(types), methods=["GET"]),
+        Route("/contexts", read(contexts), methods=["GET"]),
         Route("/schemas/ids/{id}", read(schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/schema", endpoint(raw_schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/versions", read(id_versions), methods=["GET"]),
@@ -479,6 +573,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
     return Starlette(
         routes=[_counted(route, service) for route in routes],
         exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(ContextPaths)],
     )
 
 
@@ -526,7 +621,7 @@ def _refusal(
     if need.by_id:
         try:
             holders = service.registry.subject_versions_of(
-                _schema_id(request.path_params["id"]), deleted=True
+                _schema_id(request.path_params["id"]), True, _context(request)
             )
         except RegistryError:
             return None  # unknown: the route answers 40403

@@ -50,7 +50,7 @@ from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager
 from minibroker.schema_registry import log_format as lf
 from minibroker.schema_registry.auth import BasicAuthenticator
 from minibroker.schema_registry.state import Record as StateRecord
-from minibroker.schema_registry.state import Registry, RegistryError
+from minibroker.schema_registry.state import Registry, RegistryError, context_of
 from minibroker.security.authorizer.acls import Authorizer
 from minibroker.security.scram import ScramCredentials
 from minibroker.storage.errors import StorageError
@@ -365,9 +365,14 @@ class SchemaRegistryCollector:
         )
         yield GaugeMetricFamily(
             "minibroker_schema_registry_schemas",
-            "Distinct schema ids registered, in this broker's copy of _schemas.",
+            "Distinct schema ids registered (an id counted in each context that has it), in"
+            " this broker's copy of _schemas.",
             value=len(
-                {v.schema_id for versions in registry.subjects.values() for v in versions.values()}
+                {
+                    (context_of(name), v.schema_id)
+                    for name, versions in registry.subjects.items()
+                    for v in versions.values()
+                }
             ),
         )
         yield CounterMetricFamily(

@@ -15,6 +15,14 @@ references it. Departures: a reference to "latest" (-1) is kept as given and hol
 version is latest; depth and count of references are bounded (MAX_REFERENCE_DEPTH,
 MAX_REFERENCES).
 
+Contexts follow Confluent's ``QualifiedSubject``: a subject written ``:.name:subject`` lives
+in the context ``.name``, any other in the default context ``.``. Each context has an id space
+of its own (ids start at 1 in each, and the same schema in two contexts has an id in each),
+schemas by id are looked up in one context, and a subject's compatibility level and mode fall
+back to its context's (set on the subject ``:.name:``) before the global one. Departures:
+references name subjects as written (an unqualified reference from a context's schema is not
+resolved in that context), and ``:.:subject`` is a subject of its own, not ``subject``.
+
 No I/O and no clock here; the trio service and the HTTP app are thin shells around it.
 """
 
@@ -47,6 +55,56 @@ MAX_REFERENCE_DEPTH = 64
 MAX_REFERENCES = 10_000
 
 Record = tuple[lf.Key, lf.Value]
+DEFAULT_CONTEXT = "."
+# The fields of a schema beside its text, type and references that Confluent keeps with it
+# (since 7.4: data contracts) and counts in its identity.
+EXTRA_FIELDS = ("metadata", "ruleSet")
+
+
+def extras_of(body: dict[str, Any]) -> dict[str, Any]:
+    """A schema's EXTRA_FIELDS from a request body or a record's value: those given and not
+    null; 42201 for one that is not a JSON object."""
+    found = {name: body[name] for name in EXTRA_FIELDS if body.get(name) is not None}
+    for name, value in found.items():
+        if not isinstance(value, dict):
+            raise invalid_schema(f"Invalid schema: {name} is not an object")
+    return found
+
+
+def context_of(subject: str | None) -> str:
+    """The context of ``subject`` (Confluent's QualifiedSubject): ``.name`` for
+    ``:.name:subject`` (and for ``:.name:``, the context's own settings), the default context
+    ``.`` for any other subject and for None (the global settings)."""
+    if subject is not None and subject.startswith(":."):
+        end = subject.find(":", 1)
+        if end > 1:
+            return subject[1:end]
+    return DEFAULT_CONTEXT
+
+
+CONTEXT_WILDCARD = ":*:"
+
+
+def subject_matches(name: str, prefix: str | None) -> bool:
+    """``GET /subjects?subjectPrefix=``, as Confluent reads it: no prefix, or the context
+    wildcard ``:*:``, matches every context (``:*:orders`` the subjects starting with
+    ``orders`` in any context); a qualified prefix (``:.staging:or``) the qualified names it
+    begins; an unqualified one (``orders``, or empty) the default context's subjects only."""
+    if prefix is None:
+        return True
+    if prefix.startswith(CONTEXT_WILDCARD):
+        context = context_of(name)
+        unqualified = name if context == DEFAULT_CONTEXT else name[len(context) + 2 :]
+        return unqualified.startswith(prefix.removeprefix(CONTEXT_WILDCARD))
+    if prefix.startswith(":"):
+        return name.startswith(prefix)
+    return context_of(name) == DEFAULT_CONTEXT and name.startswith(prefix)
+
+
+def context_subject(context: str) -> str | None:
+    """The subject under which a context's own compatibility level and mode are kept
+    (``:.name:``); None, the global settings, for the default context."""
+    return None if context == DEFAULT_CONTEXT else f":{context}:"
 
 
 class RegistryError(Exception):
@@ -119,6 +177,9 @@ class Version:
     schema_type: str = AVRO
     references: list[dict[str, Any]] = field(default_factory=list)
     deleted: bool = False
+    # Confluent's data contracts: the schema's "metadata" and "ruleSet", kept and served as
+    # given (EXTRA_FIELDS); the clients run the rules.
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def answer(self) -> dict[str, Any]:
         """GET /subjects/{s}/versions/{v} (Confluent leaves schemaType out for AVRO)."""
@@ -131,6 +192,7 @@ class Version:
             body["schemaType"] = self.schema_type
         if self.references:
             body["references"] = self.references
+        body.update(self.extras)
         body["schema"] = self.schema
         return body
 
@@ -147,17 +209,20 @@ class Version:
             value["schemaType"] = self.schema_type
         if self.references:
             value["references"] = self.references
+        value.update(self.extras)
         return value
 
 
 @dataclass
 class Registry:
     subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
-    # (schema type, canonical text, references) -> id: a schema registered again, in any
-    # subject, with the same references, keeps it (Confluent's ids hash the references too).
-    ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    # The highest id any record ever carried: new ids go above it, so none is reused.
-    max_id: int = 0
+    # (context, schema type, canonical text, references, extras) -> id: a schema registered
+    # again, in any subject of the context, with the same references, metadata and rule set,
+    # keeps it (Confluent's ids hash those too).
+    ids: dict[tuple[str, str, str, str, str], int] = field(default_factory=dict)
+    # Per context, the highest id any record ever carried: new ids go above it, so none is
+    # reused.
+    max_ids: dict[str, int] = field(default_factory=dict)
     # None: the global setting.
     levels: dict[str | None, Level] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
@@ -212,6 +277,11 @@ class Registry:
             self.skipped += 1
             return
         schema_type = str(value.get("schemaType") or AVRO)
+        try:
+            extras = extras_of(value)
+        except RegistryError:
+            self.skipped += 1
+            return
         version = Version(
             subject,
             number,
@@ -220,10 +290,19 @@ class Registry:
             schema_type,
             list(value.get("references") or []),
             bool(value.get("deleted", False)),
+            extras,
         )
         self.subjects.setdefault(subject, {})[number] = version
-        self.ids.setdefault((schema_type, text, _references_key(version.references)), schema_id)
-        self.max_id = max(self.max_id, schema_id)
+        context = context_of(subject)
+        identity = (
+            context,
+            schema_type,
+            text,
+            _references_key(version.references),
+            _extras_key(extras),
+        )
+        self.ids.setdefault(identity, schema_id)
+        self.max_ids[context] = max(self.max_ids.get(context, 0), schema_id)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -252,19 +331,28 @@ class Registry:
                 return version
         raise version_not_found(number)
 
-    def by_id(self, schema_id: int) -> Version:
-        """A version holding schema ``schema_id`` (soft-deleted ones count, as Confluent
-        still serves a soft-deleted schema by id); 40403 when none does."""
-        for versions in self.subjects.values():
+    def contexts(self) -> list[str]:
+        """GET /contexts: the default context and every context a subject is in, sorted."""
+        return sorted({DEFAULT_CONTEXT} | {context_of(name) for name in self.subjects})
+
+    def by_id(self, schema_id: int, context: str = DEFAULT_CONTEXT) -> Version:
+        """A version of ``context`` holding schema ``schema_id`` (soft-deleted ones count, as
+        Confluent still serves a soft-deleted schema by id); 40403 when none does."""
+        for name, versions in self.subjects.items():
+            if context_of(name) != context:
+                continue
             for version in versions.values():
                 if version.schema_id == schema_id:
                     return version
         raise schema_not_found(schema_id)
 
-    def subject_versions_of(self, schema_id: int, deleted: bool = False) -> list[dict[str, Any]]:
+    def subject_versions_of(
+        self, schema_id: int, deleted: bool = False, context: str = DEFAULT_CONTEXT
+    ) -> list[dict[str, Any]]:
         found = [
             {"subject": version.subject, "version": version.version}
             for name in sorted(self.subjects)
+            if context_of(name) == context
             for _, version in sorted(self.subjects[name].items())
             if version.schema_id == schema_id and (deleted or not version.deleted)
         ]
@@ -277,13 +365,21 @@ class Registry:
         return {v.schema_id for v in self.subjects.get(subject, {}).values() if not v.deleted}
 
     def level(self, subject: str | None) -> Level:
+        """The subject's level, else its context's, else the global one."""
         if subject is not None and subject in self.levels:
             return self.levels[subject]
+        context = context_subject(context_of(subject))
+        if context is not None and context in self.levels:
+            return self.levels[context]
         return self.levels.get(None, DEFAULT_LEVEL)
 
     def mode(self, subject: str | None) -> str:
+        """The subject's mode, else its context's, else the global one."""
         if subject is not None and subject in self.modes:
             return self.modes[subject]
+        context = context_subject(context_of(subject))
+        if context is not None and context in self.modes:
+            return self.modes[context]
         return self.modes.get(None, DEFAULT_MODE)
 
     def lookup(
@@ -293,12 +389,17 @@ class Registry:
         text: str,
         deleted: bool = False,
         references: list[dict[str, Any]] | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> Version:
-        """POST /subjects/{s}: the version of ``subject`` holding this schema."""
+        """POST /subjects/{s}: the version of ``subject`` holding this schema (with these
+        metadata and rule set, when given)."""
         candidate = self.parse(schema_type, text, references)
         versions = self.versions(subject, deleted)
         for version in reversed(versions):
-            if _same(version, candidate, references):
+            given = extras or {}
+            if _same(version, candidate, references) and all(
+                version.extras.get(name) == value for name, value in given.items()
+            ):
                 return version
         raise schema_not_found()
 
@@ -404,10 +505,13 @@ class Registry:
         references: list[dict[str, Any]] | None = None,
         schema_id: int | None = None,
         version_number: int | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> tuple[int, list[Record]]:
         """POST /subjects/{s}/versions: the schema's id, and the records that register it
         (none when the subject already holds it). ``schema_id`` and ``version_number`` only
-        in IMPORT mode."""
+        in IMPORT mode. A schema given without metadata or rule set takes those of the
+        subject's latest version (Confluent's maybePopulateFromPrevious), so registering it
+        again finds that version."""
         mode = self.mode(subject)
         if mode in ("READONLY", "READONLY_OVERRIDE"):
             raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
@@ -419,8 +523,12 @@ class Registry:
             )
         candidate = self.parse(schema_type, text, references)
         live = [v for _, v in sorted(self.subjects.get(subject, {}).items()) if not v.deleted]
+        given = dict(extras or {})
+        for name in EXTRA_FIELDS:
+            if name not in given and live and name in live[-1].extras:
+                given[name] = live[-1].extras[name]
         for version in live:
-            if _same(version, candidate, references):
+            if _same(version, candidate, references) and version.extras == given:
                 return version.schema_id, []
         if mode != "IMPORT":
             messages = incompatibilities(
@@ -433,11 +541,18 @@ class Registry:
                     "Schema being registered is incompatible with an earlier schema for"
                     f' subject "{subject}", details: [{", ".join(messages)}]',
                 )
-        identity = (candidate.schema_type, candidate.canonical, _references_key(references))
+        context = context_of(subject)
+        identity = (
+            context,
+            candidate.schema_type,
+            candidate.canonical,
+            _references_key(references),
+            _extras_key(given),
+        )
         if schema_id is None:
             schema_id = self.ids.get(identity)
             if schema_id is None:
-                schema_id = self.max_id + 1
+                schema_id = self.max_ids.get(context, 0) + 1
         elif self.ids.get(identity, schema_id) != schema_id:
             raise RegistryError(
                 422, 42207, f"Schema is already registered with another id than {schema_id}"
@@ -452,6 +567,7 @@ class Registry:
             candidate.canonical,
             candidate.schema_type,
             list(references or []),
+            extras=given,
         )
         return schema_id, [(lf.schema_key(subject, version_number), version.value())]
 
@@ -595,6 +711,10 @@ def _references_key(references: list[dict[str, Any]] | None) -> str:
             if isinstance(ref, dict)
         ]
     )
+
+
+def _extras_key(extras: dict[str, Any]) -> str:
+    return json.dumps(extras, sort_keys=True, separators=(",", ":"))
 
 
 def _same(

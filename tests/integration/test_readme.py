@@ -92,6 +92,9 @@ SKIPPED_SECTIONS = {
     ' the suite); tests/unit/test_test_tiers.py checks what `-m "not slow"` selects',
     ("docs/benchmarks/index.md", "Running"): "benchmark runs take minutes to hours;"
     " tests/bench/test_smoke.py runs `python -m bench --smoke`",
+    ("docs/compatibility.md", "Running the suite"): "confluent-kafka-python's schema-registry"
+    " tests, fetched from its git history and run by hand (minutes); the page records the"
+    " results",
     ("docs/compatibility.md", "How to run"): "librdkafka's own suite, built from its sources"
     " and run by hand (minutes); the page records its results",
     ("docs/compose-and-metrics.md", "Running a cluster with docker compose"): "no Docker"

@@ -25,7 +25,16 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import (
+    Metadata,
+    MetadataProperties,
+    Rule,
+    RuleKind,
+    RuleMode,
+    RuleSet,
+    Schema,
+    SchemaRegistryClient,
+)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -236,6 +245,92 @@ def test_acls_on_subjects_refuse_with_403_40301(broker: RegistryBroker) -> None:
     fresh = broker.logged_in()  # no cached answers
     assert fresh.get_schema(shared_id).schema_str == json.dumps(RECORD, separators=(",", ":"))
     assert owner.get_schema(hidden_id).schema_str is not None
+
+
+def test_contexts_keep_ids_of_their_own_and_are_listed(broker: RegistryBroker) -> None:
+    """Confluent's contexts through its SchemaRegistryClient: subjects qualified
+    ``:.name:subject`` get ids from their context's own sequence (1 first), a schema by id is
+    looked up in the context of ``?subject=`` (``get_schema(id, subject_name)``),
+    ``get_contexts()`` lists them, a context's compatibility level (on ``:.name:``) governs
+    its subjects only, the URL form ``/contexts/{context}/...`` names the same resources, and
+    lists page with ``offset``/``limit``."""
+    registry = broker.logged_in()
+    context = f".ctx{uuid.uuid4().hex[:8]}"
+    other = Schema(json.dumps({**RECORD, "name": "InContext"}), "AVRO")
+    plain = Schema(json.dumps(RECORD), "AVRO")
+    default_id = registry.register_schema(f"plain-{context[1:]}-value", plain)
+    assert registry.register_schema(f":{context}:readings-value", other) == 1
+    assert registry.register_schema(f":{context}:more-value", plain) == 2
+    assert registry.register_schema(f":{context}:again-value", plain) == 2
+    assert context in registry.get_contexts() and "." in registry.get_contexts()
+    fresh = broker.logged_in()  # no cached answers
+    assert fresh.get_schema(1, subject_name=f":{context}:").schema_str == json.dumps(
+        {**RECORD, "name": "InContext"}, separators=(",", ":")
+    )
+    assert fresh.get_schema(default_id).schema_str == json.dumps(RECORD, separators=(",", ":"))
+    assert fresh.get_subjects_by_schema_id(2, subject_name=f":{context}:") == [
+        f":{context}:again-value",
+        f":{context}:more-value",
+    ]
+    error = refusal(fresh.get_schema, 3, f":{context}:")
+    assert (error.http_status_code, error.error_code) == (404, 40403)
+    # A context's level: NONE there lets an incompatible change in, not in another context.
+    registry.set_compatibility(f":{context}:", "NONE")
+    changed = Schema(json.dumps({**RECORD, "fields": [{"name": "n", "type": "int"}]}), "AVRO")
+    assert registry.register_schema(f":{context}:more-value", changed) == 3
+    error = refusal(registry.register_schema, f"plain-{context[1:]}-value", changed)
+    assert (error.http_status_code, error.error_code) == (409, 409)
+    # The context URL form names the same subjects and ids.
+    tls = ssl.create_default_context(cafile=str(broker.certificates.ca_path))
+    auth = (USER, PASSWORD)
+    in_context = f"{broker.url}/contexts/{context}"
+    answer = httpx.get(f"{in_context}/subjects/more-value/versions", auth=auth, verify=tls)
+    assert (answer.status_code, answer.json()) == (200, [1, 2])
+    answer = httpx.get(f"{in_context}/schemas/ids/1", auth=auth, verify=tls)
+    assert json.loads(answer.json()["schema"])["name"] == "InContext"
+    answer = httpx.get(f"{in_context}/subjects", auth=auth, verify=tls)
+    assert answer.json() == sorted(
+        f":{context}:{name}" for name in ("again-value", "more-value", "readings-value")
+    )
+    # An unqualified prefix lists the default context's subjects only.
+    assert registry.get_subjects(subject_prefix="plain-") == [f"plain-{context[1:]}-value"]
+    # The context wildcard (the default prefix of Confluent's CLI) spans every context.
+    spanning = registry.get_subjects(subject_prefix=":*:")
+    assert f":{context}:more-value" in spanning and f"plain-{context[1:]}-value" in spanning
+    assert registry.get_subjects(subject_prefix=":*:more-value") == sorted(
+        name for name in spanning if name.endswith("more-value")
+    )
+    # Pages of a list, as the client asks for them.
+    everything = registry.get_subjects()
+    assert registry.get_subjects(offset=1, limit=2) == everything[1:3]
+    assert registry.get_versions(f":{context}:more-value", offset=1) == [2]
+
+
+def test_metadata_and_rule_sets_come_back_to_a_client_that_did_not_register_them(
+    broker: RegistryBroker,
+) -> None:
+    """Confluent's data contracts: the "metadata" and "ruleSet" registered with a schema are
+    served with it, by version and by id, to a client with nothing cached (a deserializer in
+    another process runs the rules it gets from there), and another rule set is another id."""
+    subject = f"contract-{uuid.uuid4().hex[:8]}-value"
+    rule = Rule("no-hi", "", RuleKind.CONDITION, RuleMode.READ, "CEL", None, None,
+                "message.sensor != 'hi'", None, "DLQ", False)  # fmt: skip
+    metadata = Metadata(None, MetadataProperties({"owner": "team-a"}), None)
+    text = json.dumps(RECORD)
+    with_rules = Schema(text, "AVRO", [], metadata, RuleSet(None, [rule]))
+    schema_id = broker.logged_in().register_schema(subject, with_rules)
+    fresh = broker.logged_in()
+    latest = fresh.get_latest_version(subject)
+    # (the rules compared, not the RuleSets: the client reads absent rule lists as [])
+    assert latest.schema.rule_set.domain_rules == [rule]
+    assert latest.schema.rule_set.migration_rules in (None, [])
+    assert latest.schema.metadata.properties == MetadataProperties({"owner": "team-a"})
+    assert fresh.get_schema(schema_id).rule_set.domain_rules == [rule]
+    # The same text again, without them: the latest version's are kept (the same id).
+    assert broker.logged_in().register_schema(subject, Schema(text, "AVRO")) == schema_id
+    other = Schema(text, "AVRO", [], metadata, RuleSet(None, []))
+    assert broker.logged_in().register_schema(subject, other) != schema_id
+    assert broker.logged_in().get_versions(subject) == [1, 2]
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from minibroker.common.config import BrokerConfig, ConfigError, HttpListener
 from minibroker.protocol import sasl
 from minibroker.schema_registry import access
 from minibroker.schema_registry.auth import BasicAuthenticator, credentials
-from minibroker.schema_registry.rest import registry_config
+from minibroker.schema_registry.rest import qualified_path, registry_config
 from minibroker.security.scram import ScramCredentials
 from tests.security_setup import Certificates
 
@@ -130,3 +130,40 @@ def test_every_request_maps_to_a_kafka_acl_need(autojump_clock):
         access.needs("GET", "/exporters", None)
     status, code, message = access.denied(access.Operation.WRITE, register)
     assert (status, code) == (403, 40301) and "'orders-value'" in message
+
+
+def test_context_urls_are_routed_as_qualified_subjects():
+    """Confluent's context URL form (/contexts/{context}/...) names the same resources as
+    its qualified subjects (:.name:subject); the default context "." the unqualified ones."""
+    assert qualified_path("/contexts/.c/subjects/s/versions/1", "") == (
+        "/subjects/:.c:s/versions/1",
+        "",
+    )
+    assert qualified_path("/contexts/.c/subjects/a/b/versions", "normalize=true") == (
+        "/subjects/:.c:a/b/versions",
+        "normalize=true",
+    )
+    assert qualified_path("/contexts/.c/compatibility/subjects/s/versions/latest", "") == (
+        "/compatibility/subjects/:.c:s/versions/latest",
+        "",
+    )
+    assert qualified_path("/contexts/.c/config", "") == ("/config/:.c:", "")
+    assert qualified_path("/contexts/.c/mode/s", "") == ("/mode/:.c:s", "")
+    assert qualified_path("/contexts/.c/subjects", "deleted=true") == (
+        "/subjects",
+        "deleted=true&subjectPrefix=%3A.c%3A",
+    )
+    assert qualified_path("/contexts/.c/schemas/ids/3", "") == (
+        "/schemas/ids/3",
+        "subject=%3A.c%3A",
+    )
+    assert qualified_path("/contexts/.c/schemas/ids/3", "subject=%3A.c%3Ax") == (
+        "/schemas/ids/3",
+        "subject=%3A.c%3Ax",
+    )
+    assert qualified_path("/contexts/./subjects/s/versions", "") == ("/subjects/s/versions", "")
+    assert qualified_path("/contexts/./config", "") == ("/config", "")
+    assert qualified_path("/contexts/./subjects", "") == ("/subjects", "subjectPrefix=")
+    assert qualified_path("/contexts/./schemas/ids/1", "") == ("/schemas/ids/1", "")
+    for other in ("/contexts", "/contexts/.c", "/contexts/.c/exporters", "/subjects/s"):
+        assert qualified_path(other, "") is None, other

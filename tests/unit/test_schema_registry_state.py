@@ -6,7 +6,14 @@ import pytest
 
 from minibroker.schema_registry import log_format as lf
 from minibroker.schema_registry.schemas import Level
-from minibroker.schema_registry.state import LATEST, Registry, RegistryError, parse_version
+from minibroker.schema_registry.state import (
+    LATEST,
+    Registry,
+    RegistryError,
+    extras_of,
+    parse_version,
+    subject_matches,
+)
 
 
 def record(*fields: tuple[str, str, object]) -> str:
@@ -219,6 +226,7 @@ def test_the_collector_reports_requests_subjects_and_schemas():
     register(registry, "a", V1)
     register(registry, "b", V1)
     register(registry, "b", V2_DEFAULT)
+    register(registry, ":.other:c", V2_DEFAULT)  # id 1 of another context: one more schema
     service = SimpleNamespace(
         registry=registry,
         requests=Counter({("POST /subjects/{subject}/versions", 200): 3}),
@@ -232,6 +240,112 @@ def test_the_collector_reports_requests_subjects_and_schemas():
     }
     endpoint = (("endpoint", "POST /subjects/{subject}/versions"), ("status", "200"))
     assert samples[("minibroker_schema_registry_requests_total", endpoint)] == 3
-    assert samples[("minibroker_schema_registry_subjects", ())] == 2
-    assert samples[("minibroker_schema_registry_schemas", ())] == 2
+    assert samples[("minibroker_schema_registry_subjects", ())] == 3
+    assert samples[("minibroker_schema_registry_schemas", ())] == 3
     assert samples[("minibroker_schema_registry_writer", ())] == 1
+
+
+def test_contexts_have_ids_levels_and_modes_of_their_own():
+    """Confluent's contexts (QualifiedSubject): ``:.name:subject`` is in context ``.name``,
+    whose ids start at 1 apart from the default context's; a schema by id is looked up in
+    one context; a subject's level and mode fall back to its context's (kept on the subject
+    ``:.name:``) before the global one; /contexts lists ``.`` and every context used."""
+    registry = Registry()
+    assert registry.contexts() == ["."]
+    assert register(registry, "users-value", V1) == 1
+    assert register(registry, "orders-value", V2_DEFAULT) == 2
+    # The same schema in another context gets that context's first id, not the default's 1.
+    assert register(registry, ":.staging:users-value", V2_DEFAULT) == 1
+    assert register(registry, ":.staging:orders-value", V1) == 2
+    assert register(registry, ":.staging:more-value", V1) == 2  # same schema, same context
+    assert registry.contexts() == [".", ".staging"]
+    assert registry.by_id(1).subject == "users-value"
+    assert registry.by_id(1, ".staging").subject == ":.staging:users-value"
+    assert registry.by_id(1, ".staging").schema == json.dumps(
+        json.loads(V2_DEFAULT), separators=(",", ":")
+    )
+    assert registry.subject_versions_of(2, context=".staging") == [
+        {"subject": ":.staging:more-value", "version": 1},
+        {"subject": ":.staging:orders-value", "version": 1},
+    ]
+    with pytest.raises(RegistryError) as caught:
+        registry.by_id(3, ".staging")
+    assert (caught.value.status, caught.value.code) == (404, 40403)
+    # The context's level applies to its subjects only; a subject's own still wins.
+    applied(registry, registry.set_level(":.staging:", "NONE")[1])
+    assert registry.level(":.staging:users-value") is Level.NONE
+    assert registry.level("users-value") is Level.BACKWARD
+    register(registry, ":.staging:users-value", V2_NO_DEFAULT)  # NONE takes what BACKWARD refuses
+    with pytest.raises(RegistryError) as caught:
+        register(registry, "users-value", V2_NO_DEFAULT)
+    assert caught.value.code == 409
+    applied(registry, registry.set_level(":.staging:orders-value", "FULL")[1])
+    assert registry.level(":.staging:orders-value") is Level.FULL
+    applied(registry, registry.set_mode(":.staging:", "READONLY", False)[1])
+    assert registry.mode(":.staging:orders-value") == "READONLY"
+    assert registry.mode("orders-value") == "READWRITE"
+    with pytest.raises(RegistryError) as caught:
+        register(registry, ":.staging:new-value", V1)
+    assert caught.value.code == 42205
+    # Records as Confluent writes them for a context are read back into the same state.
+    copy = Registry()
+    for subject in registry.subject_names():
+        for version in registry.versions(subject):
+            copy.apply(lf.schema_key(subject, version.version), version.value())
+    assert copy.max_ids == {".": 2, ".staging": 3}
+    assert copy.by_id(3, ".staging").subject == ":.staging:users-value"
+
+
+def test_metadata_and_rule_sets_are_kept_served_and_counted_in_ids():
+    """Confluent's data contracts (7.4+): a schema's "metadata" and "ruleSet" are kept with
+    it, in its record and its answers; the same text with another rule set is another
+    version with another id; a schema given without them takes the latest version's
+    (maybePopulateFromPrevious), so registering it again finds that version."""
+    registry = Registry()
+    rules = {"domainRules": [{"name": "r", "kind": "CONDITION", "mode": "READ", "type": "CEL"}]}
+    metadata = {"properties": {"owner": "team-a"}}
+    first, records = registry.register(
+        "s", "AVRO", V1, extras={"ruleSet": rules, "metadata": metadata}
+    )
+    applied(registry, records)
+    [(_, value)] = records
+    assert value["ruleSet"] == rules and value["metadata"] == metadata
+    version = registry.version("s", 1)
+    assert version.answer()["ruleSet"] == rules
+    assert version.answer()["metadata"] == metadata
+    assert registry.register("s", "AVRO", V1) == (first, [])  # inherits: the same version
+    assert registry.lookup("s", "AVRO", V1).version == 1
+    other_rules = {"domainRules": []}
+    second = register_with(registry, "s", V1, {"ruleSet": other_rules})
+    assert second != first
+    assert registry.version("s", 2).extras == {"ruleSet": other_rules, "metadata": metadata}
+    assert registry.lookup("s", "AVRO", V1, extras={"ruleSet": rules}).version == 1
+    with pytest.raises(RegistryError) as caught:
+        extras_of({"schema": V1, "ruleSet": [], "metadata": None})
+    assert (caught.value.status, caught.value.code) == (422, 42201)
+    assert extras_of({"schema": V1, "ruleSet": rules, "metadata": None}) == {"ruleSet": rules}
+
+
+def register_with(registry: Registry, subject: str, schema: str, extras: dict) -> int:
+    schema_id, records = registry.register(subject, "AVRO", schema, extras=extras)
+    applied(registry, records)
+    return schema_id
+
+
+def test_subject_prefixes_are_read_as_confluent_reads_them():
+    """GET /subjects?subjectPrefix=: none or the wildcard ``:*:`` (the default of Confluent's
+    CLI) spans every context, a qualified prefix its context, a plain one the default
+    context."""
+    names = ["orders-value", "users-value", ":.staging:orders-value", ":.staging:x", ":.b:o"]
+
+    def matching(prefix):
+        return [name for name in names if subject_matches(name, prefix)]
+
+    assert matching(None) == names
+    assert matching(":*:") == names
+    assert matching(":*:or") == ["orders-value", ":.staging:orders-value"]
+    assert matching(":.staging:") == [":.staging:orders-value", ":.staging:x"]
+    assert matching(":.staging:o") == [":.staging:orders-value"]
+    assert matching(":.st") == [":.staging:orders-value", ":.staging:x"]
+    assert matching("or") == ["orders-value"]
+    assert matching("") == ["orders-value", "users-value"]
