@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from bench.kafka_ref import KafkaCluster, missing_reason
 from minibroker.protocol import codec
@@ -174,7 +175,23 @@ def test_api_versions_finalize_transaction_version_2(broker):
     assert "transaction.version" in {f.name for f in v3.finalized_features}
 
 
+def _log_end_offsets(bootstrap: str, partitions: list[int]) -> dict[int, int]:
+    """Each partition's high watermark now, so a read sees only what a test wrote after it
+    (the module's broker is shared: another test may have written to the topic first)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{TOPIC}-ends"})
+    try:
+        return {
+            partition: consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[
+                1
+            ]
+            for partition in partitions
+        }
+    finally:
+        consumer.close()
+
+
 def test_produce_v12_and_end_txn_v5_bump_the_epoch_per_transaction(broker):
+    starts = _log_end_offsets(broker.bootstrap, [0, 1])
     producer_id, epoch = init(broker, "tv2-a")
     assert epoch == 0
     # No AddPartitionsToTxn: the leader adds both partitions with the Produce.
@@ -215,7 +232,7 @@ def test_produce_v12_and_end_txn_v5_bump_the_epoch_per_transaction(broker):
     assert end_txn(broker, "tv2-a", producer_id, 2, True) == (Error.NONE, producer_id, 3)
 
     # read_committed (librdkafka's default) sees the committed records and nothing else.
-    messages = confluent_read_all(broker.bootstrap, TOPIC, {0: 0, 1: 0}, expected=3)
+    messages = confluent_read_all(broker.bootstrap, TOPIC, starts, expected=3)
     assert sorted(m.value() for m in messages) == [b"c0", b"c1", b"c2"]
 
 
