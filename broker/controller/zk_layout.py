@@ -12,7 +12,9 @@ The layout is Kafka's (``kafka.zk.ZkData``), so a Kafka tool reading ZooKeeper s
 - ``/brokers/topics/<t>/partitions/<p>/state``: ``{"controller_epoch":E,"leader":L,
   "version":1,"leader_epoch":N,"isr":[...]}``, plus ``partition_epoch``: Kafka used the
   znode's version for it, but here one save may carry several transitions of a partition, so
-  the epoch the brokers were told is written down.
+  the epoch the brokers were told is written down, and KIP-966's ``eligible_leader_replicas``
+  and ``last_known_elr`` (ZooKeeper-mode Kafka had no ELR; KRaft keeps them in its partition
+  records).
 - ``/config/topics/<t>`` and ``/config/brokers/<id>`` (``<default>`` for the cluster
   default): ``{"version":1,"config":{...}}``
 - ``/config/groups/<group>`` (the group id URL-encoded, as user names are): a group's configs
@@ -446,6 +448,8 @@ def _partition_fields(partition: PartitionState) -> dict:
         "leader_epoch": partition.leader_epoch,
         "isr": partition.isr,
         "partition_epoch": partition.partition_epoch,
+        "eligible_leader_replicas": partition.eligible_leader_replicas,
+        "last_known_elr": partition.last_known_elr,
     }
 
 
@@ -490,6 +494,8 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
                         partition_epoch=saved["partition_epoch"],
                         adding_replicas=list(adding.get(str(index), [])),
                         removing_replicas=list(removing.get(str(index), [])),
+                        eligible_leader_replicas=list(saved.get("eligible_leader_replicas", [])),
+                        last_known_elr=list(saved.get("last_known_elr", [])),
                     )
                 )
             config_data = znodes.get(f"{TOPIC_CONFIGS}/{name}")
