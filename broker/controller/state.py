@@ -8,8 +8,9 @@ randomness as an ``rng``, so the same inputs always give the same state. The tri
 it persists the new state (``ControllerStore.save``) before it tells any broker about a
 :class:`PartitionChange`, so a broker never acts on a decision the controller could forget.
 
-The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManager`` and
-``PartitionChangeBuilder``) with eligible leader replicas (KIP-966) off:
+The rules follow Apache Kafka's KRaft controller (``ReplicationControlManager`` and
+``PartitionChangeBuilder``). With eligible leader replicas (KIP-966) off
+(``eligible.leader.replicas.version`` 0), Kafka 3.x's:
 
 * Fencing a broker removes it from every ISR, except that an ISR never becomes empty: its last
   member stays, so the partition goes offline (leader -1) and that member, the one replica known
@@ -23,6 +24,12 @@ The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManage
   replica leads if it is alive and in the ISR. Reassignments follow KIP-455 as KRaft does
   (``PartitionReassignmentReplicas``): target replicas first, then those being removed, and
   completion once the whole target is in the ISR.
+
+With eligible leader replicas on (level 1, a new cluster's), Kafka 4.4's instead: the ISR may
+become empty, replicas that leave an ISR below ``min.insync.replicas`` stay eligible to lead
+(the ELR), a leader is elected from the ELR when the ISR is empty, the last-known leader is
+kept, and a broker that restarted loses its eligibility (:func:`_elr_change`,
+:func:`register_broker`).
 
 One deliberate difference: when the controller itself shrinks an ISR (fencing a follower) it
 also bumps the leader epoch, as ZooKeeper-mode Kafka and KRaft before metadata version 3.6 did
