@@ -72,6 +72,20 @@ def settles(broker, expected) -> None:
     )
 
 
+def refused(leader) -> bool:
+    """True once the leader refuses acks=all with NOT_ENOUGH_REPLICAS. Its partition may learn
+    the smaller ISR a moment after its metadata does: until then the append waits for the
+    stalled follower and times out (REQUEST_TIMED_OUT, or NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+    unacknowledged. An acknowledgement fails the test."""
+    answer = produce_raw(leader, TOPIC, 0, [b"never-acknowledged"], acks=-1, timeout_ms=1000)
+    assert answer.error_code in (
+        ErrorCode.not_enough_replicas,
+        ErrorCode.request_timed_out,
+        ErrorCode.not_enough_replicas_after_append,
+    ), answer
+    return answer.error_code == ErrorCode.not_enough_replicas
+
+
 def values(label: str, count: int) -> list[tuple[int, bytes]]:
     return [(0, f"{label}-{i}".encode()) for i in range(count)]
 
@@ -96,8 +110,7 @@ def test_a_leader_is_elected_from_the_elr_and_nothing_acknowledged_is_lost(
     # Below min ISR: broker 3 was in the ISR when it last met min ISR, so it holds every
     # acknowledged record and becomes eligible; broker 2 (out since) does not.
     settles(one, (1, [1], [3], []))
-    refused = produce_raw(one, TOPIC, 0, [b"never-acknowledged"], acks=-1)
-    assert refused.error_code == ErrorCode.not_enough_replicas
+    wait_for(lambda: refused(one), CONVERGENCE_TIMEOUT, "acks=all refused below min ISR")
 
     one.kill()  # the leader, the last ISR member: no leader, the ISR empties
     two.resume()  # comes back; not eligible, so the partition waits
