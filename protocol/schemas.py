@@ -85,6 +85,9 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
   (KIP-932's admin path, KIP-1226's lag): kio 0.6.1 has none of them;
   protocol/share_group_offsets_schemas.py, built likewise, registered here.
 
+- UpdateMetadata v8 with each partition's ELR and last-known ELR as tagged fields (KIP-966):
+  protocol/update_metadata_elr.py, registered here.
+
 - ShareGroupHeartbeat v1 and ShareGroupDescribe v1 (KIP-932 as Kafka 4.1+ serves it: the
   only version, "validVersions": "1"): the same fields as kio's v0 (the version changed the
   member id to one the client chooses, not the layout), so each class is v0's under version 1.
@@ -227,6 +230,7 @@ from minibroker.protocol import kafka44_schemas as _kafka44
 from minibroker.protocol import share_fetch_v1 as _share_fetch_v1
 from minibroker.protocol import share_group_offsets_schemas as _share_offsets
 from minibroker.protocol import streams_group_schemas as _streams
+from minibroker.protocol import update_metadata_elr as _update_metadata_elr
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -803,6 +807,7 @@ REQUESTS: dict[tuple[int, int], type] = {
     **_share_offsets.REQUESTS,
     **_streams.REQUESTS,
     **_kafka44.REQUESTS,
+    **_update_metadata_elr.REQUESTS,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (2, 10): ListOffsetsResponseV10,

@@ -19,10 +19,11 @@ As Kafka 4.4 serves it (DescribeTopicPartitionsRequestHandler with KRaftMetadata
   INVALID_REQUEST for every topic named (Kafka's InvalidRequestException and the request's
   error response).
 
-Eligible leader replicas (KIP-966) are not kept by minibroker's controller: every partition
-answers with an empty ELR and last-known ELR, which is what Kafka answers while the
-``eligible.leader.replicas.version`` feature is 0 (its PartitionRegistration's ELR lists are
-then empty, and the handler answers them as lists, not null).
+Each partition answers its eligible leader replicas and last-known ELR (KIP-966) as the
+controller last sent them (UpdateMetadata's tagged fields, protocol/update_metadata_elr.py):
+empty lists, not null, while the ``eligible.leader.replicas.version`` feature is 0 or the
+partition has none, as Kafka's handler answers its PartitionRegistration's lists. Metadata
+does not carry them (Kafka's Metadata has no such field).
 """
 
 from minibroker.apis import RequestContext, Role, api
@@ -78,9 +79,8 @@ def _partitions(topic, start: int, room: int) -> tuple[list[dict], int]:
                 "leader_epoch": partition.leader_epoch,
                 "replica_nodes": partition.replicas,
                 "isr_nodes": partition.isr,
-                # No ELR here: Kafka's answer with the feature off (empty lists).
-                "eligible_leader_replicas": (),
-                "last_known_elr": (),
+                "eligible_leader_replicas": partition.eligible_leader_replicas,
+                "last_known_elr": partition.last_known_elr,
                 "offline_replicas": partition.offline_replicas,
             }
         )

@@ -27,8 +27,13 @@ implements all of them:
   1 share groups run without dead-letter queues (replication/share_dlq.py writes none, as
   Kafka's SharePartition asks its shareGroupDlqEnableSupplier).
 
-Not listed at all, so no client tries them and no update can finalize them:
-``eligible.leader.replicas.version`` (no ELR, see docs/not-yet-supported.md).
+- ``eligible.leader.replicas.version`` 0 to 1 (1: eligible leader replicas, KIP-966),
+  finalized at 1 in a new cluster as a new Kafka 4.1+ cluster is (EligibleLeaderReplicasVersion
+  .ELRV_1, bootstrapped since 4.1-IV0). At 1 the controller keeps each partition's ELR and
+  last-known ELR and elects from the ELR when the ISR is empty (controller/state.py); at 0 it
+  keeps none and elects from the ISR only, as before KIP-966. A cluster saved before this
+  feature existed keeps it at 0 until ``kafka-features upgrade`` sets it, as an upgraded
+  Kafka cluster does.
 """
 
 from dataclasses import dataclass, field
@@ -39,6 +44,7 @@ TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
 SHARE_VERSION = "share.version"
 STREAMS_VERSION = "streams.version"
+ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 
 # Kafka 4.4's MetadataVersion levels at the ends of the supported range.
 MINIMUM_METADATA_VERSION = 7  # 3.3-IV3, the oldest Kafka 4 can run or bootstrap at
@@ -52,6 +58,7 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     GROUP_VERSION: (0, 1),
     SHARE_VERSION: (0, 2),
     STREAMS_VERSION: (0, 1),
+    ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
 }
 
 
@@ -65,14 +72,15 @@ class FinalizedFeatures:
 
 def initial_levels(transaction_version: int) -> dict[str, int]:
     """The levels a new cluster finalizes, as a new Kafka 4.4 cluster does (formatted at its
-    latest metadata.version, which brings group.version 1, share.version 2 and
-    transaction.version 2), with
+    latest metadata.version, which brings group.version 1, share.version 2,
+    eligible.leader.replicas.version 1 and transaction.version 2), with
     ``transaction.version`` as the controller's setting says."""
     levels = {
         METADATA_VERSION: LATEST_METADATA_VERSION,
         GROUP_VERSION: 1,
         SHARE_VERSION: 2,
         STREAMS_VERSION: 1,
+        ELIGIBLE_LEADER_REPLICAS_VERSION: 1,
     }
     if transaction_version:
         levels[TRANSACTION_VERSION] = transaction_version

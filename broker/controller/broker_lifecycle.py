@@ -76,6 +76,8 @@ class BrokerLifecycleManager:
             unclean_leader_election=controller.config.unclean_leader_election_enable,
             listeners={item.name: (item.host, item.port) for item in request.listeners},
             rack=request.rack,
+            # BrokerRegistration v3+ (KIP-966); v0, which minibroker's brokers send, has none.
+            previous_broker_epoch=getattr(request, "previous_broker_epoch", -1),
         )
         await controller.save()
         log.info(

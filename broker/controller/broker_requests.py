@@ -180,6 +180,9 @@ def update_metadata(state: ControllerState, controller_id: int) -> Callable[[int
                     "zk_version": partition.partition_epoch,
                     "replicas": tuple(partition.replicas),
                     "offline_replicas": tuple(r for r in partition.replicas if r not in live),
+                    # KIP-966, as tagged fields (protocol/update_metadata_elr.py).
+                    "eligible_leader_replicas": tuple(partition.eligible_leader_replicas),
+                    "last_known_elr": tuple(partition.last_known_elr),
                 }
                 for index, partition in enumerate(topic.partitions)
             ],

@@ -102,6 +102,8 @@ class ControllerService:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the persisted state (a new controller epoch) and watch broker liveness."""
         self.state = await self.store.load()
+        # KIP-966's min ISR of a topic that sets none (its dynamic cluster default first).
+        self.state.default_min_isr = self.config.min_insync_replicas
         # A new cluster (or one saved before features existed) finalizes its features once.
         if feature_transitions.bootstrap(self.state, self.config.transaction_version):
             await self.save()
@@ -389,6 +391,12 @@ class ControllerService:
                 self.state.features_epoch,
             )
             await self.await_delivery(self.push_features(), CONFIG_DELIVERY_S)
+            if not transitions.elr_enabled(self.state):
+                # Eligible leader replicas off: no partition keeps an ELR nobody maintains.
+                cleared = transitions.clear_eligible_leader_replicas(self.state)
+                if cleared:
+                    await self.save()
+                    self.propagate(cleared)
         return {
             "error_code": error,
             "error_message": message,

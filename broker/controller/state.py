@@ -8,8 +8,9 @@ randomness as an ``rng``, so the same inputs always give the same state. The tri
 it persists the new state (``ControllerStore.save``) before it tells any broker about a
 :class:`PartitionChange`, so a broker never acts on a decision the controller could forget.
 
-The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManager`` and
-``PartitionChangeBuilder``) with eligible leader replicas (KIP-966) off:
+The rules follow Apache Kafka's KRaft controller (``ReplicationControlManager`` and
+``PartitionChangeBuilder``). With eligible leader replicas (KIP-966) off
+(``eligible.leader.replicas.version`` 0), Kafka 3.x's:
 
 * Fencing a broker removes it from every ISR, except that an ISR never becomes empty: its last
   member stays, so the partition goes offline (leader -1) and that member, the one replica known
@@ -23,6 +24,12 @@ The rules follow Apache Kafka 3.x's KRaft controller (``ReplicationControlManage
   replica leads if it is alive and in the ISR. Reassignments follow KIP-455 as KRaft does
   (``PartitionReassignmentReplicas``): target replicas first, then those being removed, and
   completion once the whole target is in the ISR.
+
+With eligible leader replicas on (level 1, a new cluster's), Kafka 4.4's instead: the ISR may
+become empty, replicas that leave an ISR below ``min.insync.replicas`` stay eligible to lead
+(the ELR), a leader is elected from the ELR when the ISR is empty, the last-known leader is
+kept, and a broker that restarted loses its eligibility (:func:`_elr_change`,
+:func:`register_broker`).
 
 One deliberate difference: when the controller itself shrinks an ISR (fencing a follower) it
 also bumps the leader epoch, as ZooKeeper-mode Kafka and KRaft before metadata version 3.6 did
@@ -42,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import TypedDict
 
+from minibroker.common.features import ELIGIBLE_LEADER_REPLICAS_VERSION
 from minibroker.common.quota_manager import QuotaEntity
 from minibroker.protocol.errors import Error, KafkaError
 from minibroker.security.authorizer.acls import AclBinding
@@ -49,6 +57,7 @@ from minibroker.security.authorizer.acls import AclBinding
 NO_LEADER = -1
 
 UNCLEAN_LEADER_ELECTION_CONFIG = "unclean.leader.election.enable"
+MIN_INSYNC_REPLICAS_CONFIG = "min.insync.replicas"
 
 _TOPIC_NAME_MAX_LENGTH = 249
 # The most partitions one CreateTopics may ask for per topic: Kafka's KRaft controller refuses
@@ -111,6 +120,12 @@ class PartitionState:
     # replicas being removed; ``adding`` are target replicas that were not replicas before.
     adding_replicas: list[int] = field(default_factory=list)
     removing_replicas: list[int] = field(default_factory=list)
+    # Eligible leader replicas (KIP-966, kept while ``eligible.leader.replicas.version`` is
+    # 1): replicas that left the ISR while it was below min.insync.replicas, so they hold
+    # every record committed before, and may lead when the ISR is empty. The last-known ELR
+    # is, as Kafka 4.4 keeps it, the last leader of a partition whose ISR became empty.
+    eligible_leader_replicas: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
     @property
     def reassigning(self) -> bool:
@@ -159,6 +174,10 @@ class ControllerState:
     # controller first finalizes them; and their epoch, one more on every change.
     finalized_features: dict[str, int] | None = None
     features_epoch: int = 0
+    # The controller's own ``min.insync.replicas`` (its static config), which a topic without
+    # the config and a cluster without a dynamic default use for ELR; not saved (the service
+    # sets it at every start).
+    default_min_isr: int = 1
     # One more on every save: where the controller's decisions stand, what DescribeQuorum
     # reports as the metadata log's high watermark (there is no log: see apis/quorum.py).
     metadata_offset: int = 0
@@ -241,6 +260,7 @@ def register_broker(
     unclean_leader_election: bool = False,
     listeners: dict[str, tuple[str, int]] | None = None,
     rack: str | None = None,
+    previous_broker_epoch: int = -1,
 ) -> tuple[int, list[PartitionChange]]:
     """Register a new or returning broker; returns its new broker epoch and the changes.
 
@@ -256,14 +276,31 @@ def register_broker(
     registration until the old session expires. The same incarnation registering again is a
     retry by a live process and keeps its place.
 
+    With eligible leader replicas on, a returning broker that cannot show a clean shutdown
+    first leaves every ISR and ELR it is in (Kafka's ClusterControlManager, which compares
+    the registration's PreviousBrokerEpoch with the epoch it knows, and
+    ReplicationControlManager.handleBrokerShutdown's unclean branch): its log may lack
+    records it had acknowledged, so it may no longer lead without an unclean election. The
+    same incarnation registering again never stopped, so it is clean. Departure: minibroker's
+    brokers register with BrokerRegistration v0, which carries no previous epoch, so every
+    restarted process counts as an unclean shutdown here (the safe side: it only loses its
+    eligibility, and gets it back as any follower does, by catching up into the ISR).
+
     Offline partitions that host the broker then elect a leader: it, if it is in their ISR
-    (typically the last ISR member coming back), or with unclean election the first alive
-    replica.
+    (typically the last ISR member coming back) or, with an empty ISR, in their ELR; or with
+    unclean election the first alive replica.
     """
     changes = _Changes()
     previous = state.brokers.get(node_id)
     if previous is not None and not previous.fenced and previous.incarnation_id != incarnation_id:
         changes.extend(fence_broker(state, node_id, unclean_leader_election))
+    if (
+        previous is not None
+        and previous.incarnation_id != incarnation_id
+        and previous_broker_epoch != previous.broker_epoch
+        and elr_enabled(state)
+    ):
+        changes.extend(_withdraw_unclean_replica(state, node_id, unclean_leader_election))
 
     broker_epoch = state.next_broker_epoch
     state.next_broker_epoch += 1
@@ -285,10 +322,59 @@ def register_broker(
             if node_id not in partition.replicas:
                 continue
             if partition.leader == NO_LEADER:
-                partition = _elect(partition, partition.isr, state.is_live, unclean)
+                rules = _elr_rules(state, topic, partition)
+                partition = _elect(partition, partition.isr, state.is_live, unclean, rules)
                 topic.partitions[index] = partition
             changes.record(topic.name, index, partition)
     return broker_epoch, changes.as_list()
+
+
+def _withdraw_unclean_replica(
+    state: ControllerState, node_id: int, unclean_default: bool
+) -> list[PartitionChange]:
+    """Kafka's handleBrokerUncleanShutdown: ``node_id`` leaves the ISR and the ELR of every
+    partition that has it there, and may not be elected by these changes."""
+    changes = _Changes()
+
+    def acceptable(replica: int) -> bool:
+        return replica != node_id and state.is_live(replica)
+
+    for topic in state.topics.values():
+        unclean = _unclean_allowed(topic, unclean_default)
+        for index, partition in enumerate(topic.partitions):
+            if node_id not in partition.isr and node_id not in partition.eligible_leader_replicas:
+                continue
+            rules = _elr_rules(state, topic, partition, unclean_shutdown=(node_id,))
+            assert rules is not None
+            target_isr = [replica for replica in partition.isr if replica != node_id]
+            changed = _elr_change(partition, target_isr, acceptable, unclean, rules)
+            if changed is not partition:
+                topic.partitions[index] = changed
+                changes.record(topic.name, index, changed)
+    return changes.as_list()
+
+
+def clear_eligible_leader_replicas(state: ControllerState) -> list[PartitionChange]:
+    """The feature turned off (``kafka-features downgrade``): every partition drops its ELR
+    and last-known ELR (a new partition epoch each), which nothing maintains any more. A
+    partition left with an empty ISR keeps no leader until an unclean election, as a
+    partition whose last ISR member is gone."""
+    changes = _Changes()
+    for topic in state.topics.values():
+        for index, partition in enumerate(topic.partitions):
+            if not partition.eligible_leader_replicas and not partition.last_known_elr:
+                continue
+            changed = replace(
+                partition,
+                replicas=list(partition.replicas),
+                isr=list(partition.isr),
+                partition_epoch=partition.partition_epoch + 1,
+                eligible_leader_replicas=[],
+                last_known_elr=[],
+            )
+            topic.partitions[index] = changed
+            changes.record(topic.name, index, changed)
+    return changes.as_list()
 
 
 def heartbeat(state: ControllerState, node_id: int, broker_epoch: int, now_ms: int) -> bool:
@@ -353,7 +439,8 @@ def fence_broker(state: ControllerState, node_id: int, unclean: bool) -> list[Pa
             if node_id not in partition.isr and partition.leader != node_id:
                 continue
             target_isr = [replica for replica in partition.isr if replica != node_id]
-            changed = _elect(partition, target_isr, state.is_live, unclean_for_topic)
+            rules = _elr_rules(state, topic, partition)
+            changed = _elect(partition, target_isr, state.is_live, unclean_for_topic, rules)
             if changed is not partition:
                 topic.partitions[index] = changed
                 changes.record(topic.name, index, changed)
@@ -792,14 +879,21 @@ def alter_partition(
 
     if new_isr == current.isr:
         return current
-    changed = replace(
-        current,
-        replicas=list(current.replicas),
-        isr=list(new_isr),
-        partition_epoch=current.partition_epoch + 1,
-        adding_replicas=list(current.adding_replicas),
-        removing_replicas=list(current.removing_replicas),
-    )
+    rules = _elr_rules(state, topic, current)
+    if rules is not None:
+        # The leader stays (it is alive and in the new ISR); only the ELR follows the ISR.
+        changed = _elr_change(
+            current, list(new_isr), state.is_live, False, rules, leader_epoch_on_shrink=False
+        )
+    else:
+        changed = replace(
+            current,
+            replicas=list(current.replicas),
+            isr=list(new_isr),
+            partition_epoch=current.partition_epoch + 1,
+            adding_replicas=list(current.adding_replicas),
+            removing_replicas=list(current.removing_replicas),
+        )
     # A replica being added that joined the ISR may complete a reassignment.
     changed, _removed = _maybe_complete_reassignment(state, changed)
     topic.partitions[partition] = changed
@@ -924,7 +1018,8 @@ def elect_leader(
                 Error.ELECTION_NOT_NEEDED,
                 f"Leader election not needed for {name}-{index}: broker {partition.leader} leads",
             )
-        changed = _elect(partition, partition.isr, state.is_live, unclean=True)
+        rules = _elr_rules(state, topic, partition)
+        changed = _elect(partition, partition.isr, state.is_live, unclean=True, elr=rules)
         if changed.leader == NO_LEADER:
             raise ControllerError(
                 Error.ELIGIBLE_LEADERS_NOT_AVAILABLE,
@@ -1085,6 +1180,10 @@ def _reassignment_state(
         partition_epoch=partition.partition_epoch + 1,
         adding_replicas=list(adding),
         removing_replicas=list(removing),
+        # Departure: Kafka recomputes the ELR here too; a reassignment keeps the ELR members
+        # that stay replicas (a removed replica can never lead).
+        eligible_leader_replicas=[r for r in partition.eligible_leader_replicas if r in replicas],
+        last_known_elr=[r for r in partition.last_known_elr if r in replicas],
     )
 
 
@@ -1123,19 +1222,66 @@ def _unclean_allowed(topic: TopicState, cluster_default: bool) -> bool:
     return cluster_default if value is None else value.strip().lower() == "true"
 
 
+def effective_min_isr(state: ControllerState, topic: TopicState, partition: PartitionState) -> int:
+    """Kafka's ReplicationControlManager.getTopicEffectiveMinIsr: the topic's
+    ``min.insync.replicas``, else the cluster's dynamic default, else the controller's own,
+    and never more than the partition's replicas (its target replicas while reassigning)."""
+    value = topic.configs.get(MIN_INSYNC_REPLICAS_CONFIG)
+    if value is None:
+        value = state.broker_configs.get("", {}).get(MIN_INSYNC_REPLICAS_CONFIG)
+    try:
+        min_isr = int(value) if value is not None else state.default_min_isr
+    except ValueError:
+        min_isr = state.default_min_isr
+    replicas = [r for r in partition.replicas if r not in partition.removing_replicas]
+    return max(1, min(min_isr, len(replicas)))
+
+
+def elr_enabled(state: ControllerState) -> bool:
+    """Eligible leader replicas are kept while ``eligible.leader.replicas.version`` is 1
+    (Kafka's FeatureControlManager.isElrFeatureEnabled)."""
+    return (state.finalized_features or {}).get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0) >= 1
+
+
+@dataclass(frozen=True)
+class _ElrRules:
+    """What one partition change needs to apply KIP-966: the effective min ISR and the
+    replicas whose last shutdown was unclean (they lose their eligibility)."""
+
+    min_isr: int
+    unclean_shutdown: frozenset[int] = frozenset()
+
+
+def _elr_rules(
+    state: ControllerState,
+    topic: TopicState,
+    partition: PartitionState,
+    unclean_shutdown: Iterable[int] = (),
+) -> "_ElrRules | None":
+    """The KIP-966 rules for a change of ``partition``, or None while the feature is off."""
+    if not elr_enabled(state):
+        return None
+    return _ElrRules(effective_min_isr(state, topic, partition), frozenset(unclean_shutdown))
+
+
 def _elect(
     partition: PartitionState,
     target_isr: list[int],
     is_live: Callable[[int], bool],
     unclean: bool,
+    elr: _ElrRules | None = None,
 ) -> PartitionState:
     """The partition with ``target_isr`` applied and a leader kept or elected.
 
-    An empty target ISR is not applied (the last member stays, see the module docstring). The
-    current leader stays if it is still in the ISR and alive; otherwise the first replica in
-    assignment order that is; otherwise, with ``unclean``, the first alive replica with an ISR
-    of just itself; otherwise no leader. Returns ``partition`` itself when nothing changes.
+    With eligible leader replicas off (``elr`` None), Kafka's PartitionChangeBuilder without
+    ELR: an empty target ISR is not applied (the last member stays, see the module
+    docstring). The current leader stays if it is still in the ISR and alive; otherwise the
+    first replica in assignment order that is; otherwise, with ``unclean``, the first alive
+    replica with an ISR of just itself; otherwise no leader. With ELR on, :func:`_elr_change`.
+    Returns ``partition`` itself when nothing changes.
     """
+    if elr is not None:
+        return _elr_change(partition, target_isr, is_live, unclean, elr)
     isr = target_isr or partition.isr
     leader = partition.leader
     if leader not in isr or not is_live(leader):
@@ -1147,13 +1293,113 @@ def _elect(
     return _with_leader_and_isr(partition, leader, isr)
 
 
+def _next_elr(partition: PartitionState, target_isr: list[int], rules: _ElrRules) -> list[int]:
+    """KIP-966's ELR after the ISR becomes ``target_isr`` (PartitionChangeBuilder
+    .maybePopulateTargetElr): empty once the ISR meets min ISR; otherwise the members of the
+    current ISR and ELR that are not in the new ISR, less the replicas whose shutdown was
+    unclean (their logs may lack what they had acknowledged). In broker id order (Kafka
+    collects them through a HashSet, which for small ids is that order)."""
+    if len(target_isr) >= rules.min_isr:
+        return []
+    candidates = set(partition.eligible_leader_replicas) | set(partition.isr)
+    return sorted(r for r in candidates if r not in target_isr and r not in rules.unclean_shutdown)
+
+
+def _elr_change(
+    partition: PartitionState,
+    target_isr: list[int],
+    is_live: Callable[[int], bool],
+    unclean: bool,
+    rules: _ElrRules,
+    *,
+    leader_epoch_on_shrink: bool = True,
+) -> PartitionState:
+    """Kafka 4.4's PartitionChangeBuilder.build with eligible leader replicas on (KIP-966).
+
+    1. The ELR follows the new ISR (:func:`_next_elr`); the ISR may become empty.
+    2. Election (electAnyLeader): the current leader stays while it is a valid leader; else
+       the first replica in assignment order that is alive and in the ISR, or, when the ISR
+       is empty, in the ELR. A leader taken from the ELR leaves it and is the whole ISR: it
+       holds every committed record, the others may not. Failing that, with the ISR and the
+       ELR both empty, the last-known leader (the last-known ELR's single member) is elected
+       as an unclean election would be; and failing that, with ``unclean``, the first alive
+       replica. An unclean election makes the ISR that replica and clears the ELR and the
+       last-known ELR (nothing is known to be safe any more).
+    3. The last-known ELR (maybeUpdateLastKnownLeader, Kafka's default
+       ``useLastKnownLeaderInBalancedRecovery``): the leader the partition had when its ISR
+       became empty; cleared as soon as the partition has a leader again.
+
+    Departure: Kafka elects the last-known leader even when it is fenced (its check of
+    ``isAcceptableLeader`` there only logs); here it must be alive, like every other leader
+    this controller elects, so a partition never names a dead broker as its leader.
+
+    Epochs as :func:`_with_leader_and_isr` (the leader epoch also on an ISR shrink, unless
+    ``leader_epoch_on_shrink`` is false: AlterPartition's own changes), the partition epoch
+    on any change, the ELR lists included.
+    """
+    isr = list(target_isr)
+    elr = _next_elr(partition, isr, rules)
+
+    def valid(replica: int) -> bool:
+        return (replica in isr or (not isr and replica in elr)) and is_live(replica)
+
+    leader = partition.leader
+    elected_unclean = False
+    if not valid(leader):
+        leader = next((r for r in partition.replicas if valid(r)), NO_LEADER)
+        last_known = partition.last_known_elr
+        nothing_eligible = not isr and not elr and len(last_known) == 1
+        if leader == NO_LEADER and nothing_eligible and is_live(last_known[0]):
+            leader, elected_unclean = last_known[0], True
+        if leader == NO_LEADER and unclean:
+            leader = next((r for r in partition.replicas if is_live(r)), NO_LEADER)
+            elected_unclean = leader != NO_LEADER
+    if leader != partition.leader and leader != NO_LEADER:
+        if elected_unclean:
+            isr = [leader]
+        elif leader in elr:
+            isr = [leader]
+            elr = [r for r in elr if r != leader]
+    last_known_elr = list(partition.last_known_elr)
+    if elected_unclean:
+        elr, last_known_elr = [], []
+    if not isr and partition.isr and partition.leader != NO_LEADER:
+        if last_known_elr != [partition.leader]:
+            last_known_elr = [partition.leader]
+    elif leader != NO_LEADER:
+        last_known_elr = []
+    leader_changed = leader != partition.leader
+    if (
+        not leader_changed
+        and isr == partition.isr
+        and elr == partition.eligible_leader_replicas
+        and last_known_elr == partition.last_known_elr
+    ):
+        return partition
+    isr_shrank = leader_epoch_on_shrink and not set(partition.isr) <= set(isr)
+    return replace(
+        partition,
+        replicas=list(partition.replicas),
+        isr=isr,
+        leader=leader,
+        leader_epoch=partition.leader_epoch + (1 if leader_changed or isr_shrank else 0),
+        partition_epoch=partition.partition_epoch + 1,
+        adding_replicas=list(partition.adding_replicas),
+        removing_replicas=list(partition.removing_replicas),
+        eligible_leader_replicas=elr,
+        last_known_elr=last_known_elr,
+    )
+
+
 def _with_leader_and_isr(partition: PartitionState, leader: int, isr: list[int]) -> PartitionState:
-    """A controller-made change, with its epoch bumps (see the module docstring)."""
+    """A controller-made change, with its epoch bumps (see the module docstring); the ELR
+    lists stay as they are."""
     leader_changed = leader != partition.leader
     if not leader_changed and isr == partition.isr:
         return partition
     isr_shrank = not set(partition.isr) <= set(isr)
-    return PartitionState(
+    return replace(
+        partition,
         replicas=list(partition.replicas),
         isr=list(isr),
         leader=leader,
@@ -1161,4 +1407,6 @@ def _with_leader_and_isr(partition: PartitionState, leader: int, isr: list[int])
         partition_epoch=partition.partition_epoch + 1,
         adding_replicas=list(partition.adding_replicas),
         removing_replicas=list(partition.removing_replicas),
+        eligible_leader_replicas=list(partition.eligible_leader_replicas),
+        last_known_elr=list(partition.last_known_elr),
     )

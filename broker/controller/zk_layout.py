@@ -12,7 +12,9 @@ The layout is Kafka's (``kafka.zk.ZkData``), so a Kafka tool reading ZooKeeper s
 - ``/brokers/topics/<t>/partitions/<p>/state``: ``{"controller_epoch":E,"leader":L,
   "version":1,"leader_epoch":N,"isr":[...]}``, plus ``partition_epoch``: Kafka used the
   znode's version for it, but here one save may carry several transitions of a partition, so
-  the epoch the brokers were told is written down.
+  the epoch the brokers were told is written down, and KIP-966's ``eligible_leader_replicas``
+  and ``last_known_elr`` when not empty (ZooKeeper-mode Kafka had no ELR; KRaft keeps them in
+  its partition records).
 - ``/config/topics/<t>`` and ``/config/brokers/<id>`` (``<default>`` for the cluster
   default): ``{"version":1,"config":{...}}``
 - ``/config/groups/<group>`` (the group id URL-encoded, as user names are): a group's configs
@@ -441,19 +443,30 @@ def state_znodes(
 
 
 def _partition_fields(partition: PartitionState) -> dict:
-    return {
+    fields = {
         "leader": partition.leader,
         "leader_epoch": partition.leader_epoch,
         "isr": partition.isr,
         "partition_epoch": partition.partition_epoch,
     }
+    # KIP-966's lists only when not empty, so that a partition without them is Kafka's layout.
+    if partition.eligible_leader_replicas:
+        fields["eligible_leader_replicas"] = partition.eligible_leader_replicas
+    if partition.last_known_elr:
+        fields["last_known_elr"] = partition.last_known_elr
+    return fields
+
+
+# The partition state znode's fields that are not the partition's own.
+_STAMPS = ("version", "controller_epoch")
 
 
 def _partition_state(partition: PartitionState, controller_epoch: int, previous: bytes | None):
     fields = _partition_fields(partition)
     if previous is not None:
         old = json.loads(previous)
-        if {key: old.get(key) for key in fields} == fields:
+        kept = {key: value for key, value in old.items() if key not in _STAMPS}
+        if kept == fields:
             return previous
     return _json({"version": 1, "controller_epoch": controller_epoch, **fields})
 
@@ -490,6 +503,8 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
                         partition_epoch=saved["partition_epoch"],
                         adding_replicas=list(adding.get(str(index), [])),
                         removing_replicas=list(removing.get(str(index), [])),
+                        eligible_leader_replicas=list(saved.get("eligible_leader_replicas", [])),
+                        last_known_elr=list(saved.get("last_known_elr", [])),
                     )
                 )
             config_data = znodes.get(f"{TOPIC_CONFIGS}/{name}")

@@ -24,6 +24,10 @@ class PartitionMetadata:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     offline_replicas: tuple[int, ...]
+    # KIP-966: the controller's eligible leader replicas and last-known ELR (empty while
+    # ``eligible.leader.replicas.version`` is 0), for DescribeTopicPartitions.
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class MetadataCache:
                     replicas=tuple(state.replicas),
                     isr=tuple(state.isr),
                     offline_replicas=tuple(state.offline_replicas),
+                    eligible_leader_replicas=tuple(getattr(state, "eligible_leader_replicas", ())),
+                    last_known_elr=tuple(getattr(state, "last_known_elr", ())),
                 )
                 for state in topic_state.partition_states
             }

@@ -44,7 +44,13 @@ from tests.unit.batch_factory import make_batch
 
 COMPACTED = "compacted-answers"
 PAGED = "paged-answers"
-IMPLEMENTED_FEATURES = {"group.version", "kraft.version", "metadata.version", "transaction.version"}
+IMPLEMENTED_FEATURES = {
+    "eligible.leader.replicas.version",
+    "group.version",
+    "kraft.version",
+    "metadata.version",
+    "transaction.version",
+}
 GROUP = "answers-group"
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 
@@ -344,6 +350,7 @@ def test_what_the_answers_are(answers):
     assert mine["features_out_of_range"][0] == 95  # INVALID_UPDATE_VERSION
     assert mine["features_validate_only"] == (0, None)
     assert mine["features_finalized"] == {
+        "eligible.leader.replicas.version": 1,
         "group.version": 1,
         "metadata.version": 33,
         "transaction.version": 2,

@@ -72,7 +72,7 @@ def test_cursor_and_limit_page_through_the_topics_in_name_order(cluster):
     assert not a.topic_authorized_operations & (1 << Operation.WRITE)
     assert secret.topic_id in (None, uuid.UUID(int=0))
     assert secret.topic_authorized_operations == OMITTED
-    # No eligible leader replicas (KIP-966 off): empty lists, as Kafka answers, not null.
+    # No eligible leader replicas (the ISR is full): empty lists, as Kafka answers, not null.
     for partition in a.partitions:
         assert partition.eligible_leader_replicas == ()
         assert partition.last_known_elr == ()

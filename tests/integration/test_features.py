@@ -21,8 +21,10 @@ from tests.conftest import exchange, wait_for
 from tests.integration.authz import on_cluster
 
 UPGRADE, SAFE_DOWNGRADE = 1, 2
+ELR = "eligible.leader.replicas.version"
 # A new Kafka 4.4 cluster's levels (share.version 2: dead-letter queues, KIP-1191).
 NEW_CLUSTER = {
+    "eligible.leader.replicas.version": 1,
     "group.version": 1,
     "metadata.version": 33,
     "share.version": 2,
@@ -97,6 +99,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     wait_for(lambda: api_versions(broker)[2] >= 1, 30, "the controller's features pushed")
     supported, finalized, epoch = api_versions(broker)
     assert supported == {
+        "eligible.leader.replicas.version": (0, 1),
         "group.version": (0, 1),
         "kraft.version": (0, 0),
         "metadata.version": (7, 33),
@@ -104,7 +107,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
         "streams.version": (0, 1),
         "transaction.version": (0, 2),
     }
-    # A new Kafka 4.4 cluster's levels; no ELR.
+    # A new Kafka 4.4 cluster's levels, eligible leader replicas (KIP-966) on.
     assert finalized == NEW_CLUSTER and epoch >= 1
     # Before v4 only the features whose minimum is above 0 are supported (KAFKA-17492).
     supported_v3, finalized_v3, _ = api_versions(
@@ -165,7 +168,12 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     disable = (("group.version", 0, SAFE_DOWNGRADE), ("share.version", 0, SAFE_DOWNGRADE))
     assert update(broker, *disable) == (ErrorCode.none, None)
     _, finalized, downgraded_epoch = api_versions(broker)
-    assert finalized == {"metadata.version": 33, "streams.version": 1, "transaction.version": 2}
+    assert finalized == {
+        ELR: 1,
+        "metadata.version": 33,
+        "streams.version": 1,
+        "transaction.version": 2,
+    }
     assert downgraded_epoch > epoch
     # group.version 0: the consumer group protocol is off (Kafka: UNSUPPORTED_VERSION).
     assert heartbeat(broker) == ErrorCode.unsupported_version
@@ -182,7 +190,12 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     )
     assert answer.error_code == ErrorCode.none
     _, finalized, epoch = api_versions(broker)
-    assert finalized == {"metadata.version": 33, "streams.version": 1, "transaction.version": 1}
+    assert finalized == {
+        ELR: 1,
+        "metadata.version": 33,
+        "streams.version": 1,
+        "transaction.version": 1,
+    }
     assert epoch > downgraded_epoch
 
     # The controller kept the levels: after a restart the broker answers them again, at the
@@ -191,7 +204,7 @@ def test_update_features_upgrades_downgrades_and_survives_a_restart(broker):
     broker.wait_ready(30)
     wait_for(lambda: api_versions(broker)[2] >= epoch, 30, "the controller's features pushed")
     assert api_versions(broker)[1:] == (
-        {"metadata.version": 33, "streams.version": 1, "transaction.version": 1},
+        {ELR: 1, "metadata.version": 33, "streams.version": 1, "transaction.version": 1},
         epoch,
     )
     upgrade = (

@@ -182,7 +182,7 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
         step("features-upgrade-out-of-range", FEATURES, *b, "upgrade", "--feature",
              "group.version=5"),
         step("features-upgrade-unknown", FEATURES, *b, "upgrade", "--feature",
-             "eligible.leader.replicas.version=1"),
+             "nosuch.version=1"),
         step("features-downgrade-as-upgrade", FEATURES, *b, "upgrade", "--feature",
              "transaction.version=1"),
         step("features-downgrade", FEATURES, *b, "downgrade", "--feature",
@@ -285,10 +285,9 @@ def test_kafka_topics_describe_pages_with_describe_topic_partitions(tools_run):
 
 # What `kafka-features describe` prints for these features against a new Apache Kafka 4.4
 # cluster (bench/kafka_ref.py, one node), less the epoch; kraft.version there is supported up to
-# 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not. Kafka 4.4
-# also lists eligible.leader.replicas.version, which minibroker does not implement
-# (docs/not-yet-supported.md).
+# 1 (a dynamic quorum, KIP-853), which minibroker's one static controller is not.
 KAFKA_44_FEATURES = {
+    "eligible.leader.replicas.version": ("0", "1", "1"),
     "group.version": ("0", "1", "1"),
     "kraft.version": ("0", "1", "0"),
     "metadata.version": ("3.3-IV3", "4.4-IV2", "4.4-IV2"),
@@ -339,7 +338,7 @@ def test_kafka_features(tools):
         ),
         (
             "features-upgrade-unknown",
-            "Invalid update version 1 for feature eligible.leader.replicas.version. Local"
+            "Invalid update version 1 for feature nosuch.version. Local"
             " controller 0 does not support this feature.",
         ),
         (

@@ -15,6 +15,7 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 
 SUPPORTED_V4 = [
+    ("eligible.leader.replicas.version", 0, 1),
     ("group.version", 0, 1),
     ("kraft.version", 0, 0),
     ("metadata.version", 7, 33),
@@ -38,6 +39,7 @@ def test_features_of_an_answer(version, level):
         for f in answer["finalized_features"]
     ]
     expected = [
+        ("eligible.leader.replicas.version", 1, 1),
         ("group.version", 1, 1),
         ("metadata.version", 33, 33),
         ("share.version", 2, 2),
@@ -185,6 +187,7 @@ def test_the_stores_keep_the_finalized_features(tmp_path):
     loaded = store.load()
     assert (loaded.finalized_features, loaded.features_epoch) == (
         {
+            "eligible.leader.replicas.version": 1,
             "metadata.version": 33,
             "share.version": 2,
             "streams.version": 1,
@@ -195,6 +198,7 @@ def test_the_stores_keep_the_finalized_features(tmp_path):
     from_zk = state_from_znodes(state_znodes(state), controller_epoch=1)
     assert (from_zk.finalized_features, from_zk.features_epoch) == (
         {
+            "eligible.leader.replicas.version": 1,
             "metadata.version": 33,
             "share.version": 2,
             "streams.version": 1,

@@ -2,6 +2,7 @@
 decisions delivered over fake broker connections (the channel manager's connection factory)
 instead of sockets. Time is the mock clock's, so a session expiry is exact and instant."""
 
+import datetime
 import uuid
 
 import trio
@@ -12,6 +13,7 @@ from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.controller.service import ControllerService
 from minibroker.controller.store import STATE_FILE, ControllerStore, LocalStore
+from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication import log_io
@@ -54,7 +56,7 @@ class FakeBroker:
 class Cluster:
     """A controller service and the fake brokers its channels reach."""
 
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, **settings) -> None:
         self.brokers = {node_id: FakeBroker(node_id) for node_id in (1, 2, 3)}
         config = BrokerConfig(
             node_id=0,
@@ -63,6 +65,7 @@ class Cluster:
             broker_heartbeat_interval_ms=HEARTBEAT_MS,
             broker_session_timeout_ms=SESSION_MS,
             auto_leader_rebalance_enable=False,
+            **settings,
         )
         self.service = ControllerService(
             config,
@@ -75,19 +78,23 @@ class Cluster:
             store=LocalStore(tmp_path, run_blocking=log_io.inline),
         )
         self.epochs: dict[int, int] = {}
+        self.incarnations: dict[int, uuid.UUID] = {}
 
     async def _connect(self, broker_info):
         broker = self.brokers[broker_info.node_id]
         return broker
 
-    async def register(self, node_id: int) -> None:
+    async def register(self, node_id: int, same_process: bool = False) -> None:
+        """Register a new process of the broker, or again the same one (a lost session)."""
+        if not same_process or node_id not in self.incarnations:
+            self.incarnations[node_id] = uuid.uuid4()
         answer = await self.service.broker_registration(
             build_request(
                 ApiKey.BROKER_REGISTRATION,
                 {
                     "broker_id": node_id,
                     "cluster_id": CLUSTER_ID,
-                    "incarnation_id": uuid.uuid4(),
+                    "incarnation_id": self.incarnations[node_id],
                     "listeners": [
                         {
                             "name": "PLAINTEXT",
@@ -150,8 +157,8 @@ class Cluster:
         return self.service.state.topics[topic].partitions[index].leader
 
 
-async def started(nursery, tmp_path) -> Cluster:
-    cluster = Cluster(tmp_path)
+async def started(nursery, tmp_path, **settings) -> Cluster:
+    cluster = Cluster(tmp_path, **settings)
     await nursery.start(cluster.service.run)
     for node_id in cluster.brokers:
         await cluster.register(node_id)
@@ -242,4 +249,71 @@ async def test_only_the_newest_update_metadata_is_sent_after_a_burst(autojump_cl
             cluster.service.propagate([])
         await trio.testing.wait_all_tasks_blocked()
         assert len(cluster.brokers[1].of_type(ApiKey.UPDATE_METADATA)) == sent_before + 1
+        nursery.cancel_scope.cancel()
+
+
+def told_elr(broker: FakeBroker, topic: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ELR and last-known ELR of the topic's partition 0 in the newest UpdateMetadata."""
+    newest = broker.of_type(ApiKey.UPDATE_METADATA)[-1]
+    (state,) = next(t for t in newest.topic_states if t.topic_name == topic).partition_states
+    return tuple(state.eligible_leader_replicas), tuple(state.last_known_elr)
+
+
+async def test_eligible_leader_replicas_follow_sessions_and_go_with_the_feature(
+    autojump_clock, tmp_path
+):
+    """KIP-966 through the service: the controller's own min.insync.replicas (2), sessions
+    expiring one by one, the ELR saved and told to brokers, a leader elected from it when an
+    eligible broker's same process registers again, and the ELR dropped when
+    ``kafka-features`` turns the feature off."""
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path, min_insync_replicas=2)
+        alive = {1, 2, 3}
+        await nursery.start(cluster.keep_alive, alive)
+        await cluster.create_topic("orders", [1, 2, 3])
+        state = cluster.service.state
+
+        def view():
+            p = state.topics["orders"].partitions[0]
+            return p.leader, p.isr, p.eligible_leader_replicas, p.last_known_elr
+
+        for node_id, expected in [
+            (2, (1, [1, 3], [], [])),
+            (3, (1, [1], [3], [])),
+            (1, (-1, [], [1, 3], [1])),
+        ]:
+            alive.discard(node_id)
+            while not state.brokers[node_id].fenced:
+                await trio.sleep(0.1)
+            assert view() == expected
+        saved = ControllerStore(tmp_path / STATE_FILE).load().topics["orders"].partitions[0]
+        assert (saved.eligible_leader_replicas, saved.last_known_elr) == ([1, 3], [1])
+        await cluster.register(2, same_process=True)  # not eligible: no leader
+        assert view() == (-1, [], [1, 3], [1])
+        await cluster.register(3, same_process=True)  # eligible: elected
+        assert view() == (3, [3], [1], [])
+        await trio.testing.wait_all_tasks_blocked()
+        assert cluster.brokers[3].leaders()[("orders", 0)] == 3
+        assert told_elr(cluster.brokers[2], "orders") == ((1,), ())
+
+        answer = await cluster.service.update_features(
+            codec.build(
+                codec.request_class(ApiKey.UPDATE_FEATURES, 1),
+                {
+                    "timeout": datetime.timedelta(seconds=5),
+                    "feature_updates": [
+                        {
+                            "feature": "eligible.leader.replicas.version",
+                            "max_version_level": 0,
+                            "upgrade_type": 2,  # SAFE_DOWNGRADE
+                        }
+                    ],
+                    "validate_only": False,
+                },
+            )
+        )
+        assert answer["error_code"] == Error.NONE
+        assert view() == (3, [3], [], [])
+        await trio.testing.wait_all_tasks_blocked()
+        assert told_elr(cluster.brokers[2], "orders") == ((), ())
         nursery.cancel_scope.cancel()
