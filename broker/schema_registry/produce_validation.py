@@ -17,13 +17,16 @@ record headers (confluent-kafka's header serializer) are not looked at.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 
-from minibroker.protocol.record_batch import HEADER_SIZE, read_header
-from minibroker.protocol.records import RecordError, decode_records
+from minibroker.protocol.record_batch import COMPRESSION_CODEC_MASK, HEADER_SIZE, read_header
+from minibroker.protocol.records import RecordError, decompress, read_varint
 
 MAGIC_BYTE = 0
 _ID = struct.Struct(">i")
+# A null key or value (what _framings yields for it): no schema to check. Not an int: a
+# framed payload may carry any 4-byte id, -1 included, and must still be checked.
+NO_PAYLOAD = object()
 
 
 def subject(topic: str, key: bool) -> str:
@@ -38,6 +41,45 @@ def schema_id(payload: bytes) -> int | None:
     return int(_ID.unpack_from(payload, 1)[0])
 
 
+def _framings(batch: memoryview) -> Iterator[tuple[int | object | None, int | object | None]]:
+    """For each record of one v2 batch: the schema id of its key and of its value (see
+    ``schema_id``), NO_PAYLOAD where the field is null, None where it is not framed.
+
+    A lean walk rather than ``records.decode_records``: only the first five bytes of the key
+    and the value are read, in place, and the headers are skipped by the record's length; no
+    Record is built and no payload copied. It reads what decode_records reads, and raises
+    RecordError where it would."""
+    header = read_header(batch, 0)
+    payload = decompress(
+        header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])
+    )
+    size = len(payload)
+    unpack_id = _ID.unpack_from
+    position = 0
+    for _ in range(header.records_count):
+        length, position = read_varint(payload, position)
+        end = position + length
+        if end > size:
+            raise RecordError("record runs past the batch")
+        _timestamp_delta, field = read_varint(payload, position + 1)
+        _offset_delta, field = read_varint(payload, field)
+        framings: list[int | object | None] = []
+        for _ in range(2):  # the key, then the value
+            field_length, field = read_varint(payload, field)
+            if field_length < 0:
+                framings.append(NO_PAYLOAD)
+                continue
+            if field + field_length > end:
+                raise RecordError("record field runs past the record")
+            if field_length >= 5 and payload[field] == MAGIC_BYTE:
+                framings.append(int(unpack_id(payload, field + 1)[0]))
+            else:
+                framings.append(None)
+            field += field_length
+        yield framings[0], framings[1]
+        position = end
+
+
 def first_invalid(
     records: bytes,
     topic: str,
@@ -47,30 +89,29 @@ def first_invalid(
 ) -> tuple[int, str] | None:
     """The index (among the partition data's records) and a message for the first record
     that fails; None when all pass, or when the batches do not decode (the log's own checks
-    then refuse them with their error)."""
+    then refuse them with their error). ``ids_of`` is asked once per subject and call."""
     index = 0
     position = 0
-    checks = [(True, "key")] if check_key else []
+    checks = [(0, "key", subject(topic, True))] if check_key else []
     if check_value:
-        checks.append((False, "value"))
+        checks.append((1, "value", subject(topic, False)))
+    ids = {name: ids_of(name) for _, _, name in checks}
+    view = memoryview(records)
     try:
         while position + HEADER_SIZE <= len(records):
             header = read_header(records, position)
-            batch = memoryview(records)[position : position + header.size]
-            for record in decode_records(batch):
-                for is_key, what in checks:
-                    payload = record.key if is_key else record.value
-                    if payload is None:
+            for framing in _framings(view[position : position + header.size]):
+                for which, what, name in checks:
+                    found = framing[which]
+                    if found is NO_PAYLOAD:
                         continue
-                    found = schema_id(payload)
-                    name = subject(topic, is_key)
                     if found is None:
                         return index, (
                             f"Record {index} of the batch: its {what} does not start with the"
                             f" magic byte {MAGIC_BYTE} and a schema id (topic {topic} validates"
                             f" {what}s against subject {name})"
                         )
-                    if found not in ids_of(name):
+                    if found not in ids[name]:
                         return index, (
                             f"Record {index} of the batch: its {what}'s schema id {found} is not"
                             f" registered for subject {name}"
