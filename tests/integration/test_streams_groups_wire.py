@@ -147,7 +147,10 @@ def test_a_member_joins_gets_its_changelog_created_and_its_tasks(broker):
     }
     refused = error_of(broker, member_id="m3", topology=invalid, group_id="wire-other")
     assert refused == 130  # STREAMS_INVALID_TOPOLOGY
-    kept = heartbeat(broker, member_epoch=epoch)
+    # The member's task offsets (its changelog offset and end offset sums per task).
+    offsets = [{"subtopology_id": "0", "partition": p, "offset": 10 * p + 3} for p in (0, 1)]
+    ends = [{"subtopology_id": "0", "partition": p, "offset": 40} for p in (0, 1)]
+    kept = heartbeat(broker, member_epoch=epoch, task_offsets=offsets, task_end_offsets=ends)
     assert kept.error_code == ErrorCode.none and kept.member_epoch == epoch
 
     # StreamsGroupDescribe v1: the member, its tasks, the topology; no stored description.
@@ -164,6 +167,11 @@ def test_a_member_joins_gets_its_changelog_created_and_its_tasks(broker):
     assert groups[0].group_state == "Stable" and groups[0].group_epoch == epoch
     assert [m.member_id for m in groups[0].members] == ["m1"]
     assert groups[0].members[0].process_id == "p1"
+    described_offsets = [
+        [(o.subtopology_id, o.partition, o.offset) for o in kind]
+        for kind in (groups[0].members[0].task_offsets, groups[0].members[0].task_end_offsets)
+    ]
+    assert described_offsets == [[("0", 0, 3), ("0", 1, 13)], [("0", 0, 40), ("0", 1, 40)]]
     active = groups[0].members[0].assignment.active_tasks
     assert [(t.subtopology_id, list(t.partitions)) for t in active] == [("0", [0, 1])]
     assert groups[0].topology.subtopologies[0].source_topics == ("wire-in",)

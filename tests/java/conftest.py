@@ -169,15 +169,18 @@ def minibroker_cluster(
     base_dir: Path,
     overrides: dict[str, object] | None = None,
     broker_listeners: dict[str, int | None] | None = None,
+    node_overrides: dict[int, dict[str, object]] | None = None,
 ) -> Iterator[Cluster]:
     """A controller and three minibroker brokers (the cluster tests' short timeouts, plus
-    `overrides`, and `broker_listeners` beside PLAINTEXT, see Cluster.start); on leaving, a
+    `overrides`, `node_overrides` per node, and `broker_listeners` beside PLAINTEXT, see
+    Cluster.start); on leaving, a
     clean stop and no UNKNOWN_SERVER_ERROR or unsupported request in any node's log."""
     started = Cluster.start(
         base_dir,
         brokers=BROKERS,
         overrides={**CLUSTER_OVERRIDES, **(overrides or {})},
         broker_listeners=broker_listeners,
+        node_overrides=node_overrides,
     )
     yield started
     broker_errors = [

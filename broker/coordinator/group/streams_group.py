@@ -58,8 +58,9 @@ in streams_log_format.py), returned to the caller, which writes them to `__consu
 after a load the first heartbeat recomputes the configured topology and bumps the group epoch
 once (Kafka keeps the metadata hash in the group's record and does not); source topic
 regular expressions (SourceTopicRegex) are refused as an invalid topology for now; task
-offsets are taken as lags for the assignor (end offset sum minus offset sum per task), which is
-what the assignor's caught-up rule needs.
+offsets are kept as the member last sent each list (Kafka's MemberTaskOffsets.update, shown by
+StreamsGroupDescribe) and taken as lags for the assignor (end offset sum minus offset sum per
+task), which is what the assignor's caught-up rule needs.
 """
 
 from collections.abc import Callable, Mapping
@@ -406,6 +407,10 @@ class StreamsMember:
     assigned: MemberAssignment = field(default_factory=MemberAssignment)
     pending_revocation: MemberAssignment = field(default_factory=MemberAssignment)
     lags: dict[TaskId, int] = field(default_factory=dict)
+    # What the member last reported (Kafka's MemberTaskOffsets, kept in memory only, as
+    # Kafka's StreamsGroup keeps it): per task, its changelog offset sum and end offset sum.
+    task_offsets: dict[TaskId, int] = field(default_factory=dict)
+    task_end_offsets: dict[TaskId, int] = field(default_factory=dict)
     session_deadline_ms: int = 0
     rebalance_deadline_ms: int | None = None
 
@@ -655,10 +660,15 @@ class StreamsGroup:
             )
         if request.shutdown_application:
             self.shutdown_requested = True
-        if request.task_offsets is not None and request.task_end_offsets is not None:
+        if request.task_offsets is not None or request.task_end_offsets is not None:
+            # Kafka's MemberTaskOffsets.update: each list sent replaces the one kept.
+            if request.task_offsets is not None:
+                member.task_offsets = dict(request.task_offsets)
+            if request.task_end_offsets is not None:
+                member.task_end_offsets = dict(request.task_end_offsets)
             member.lags = {
-                task: max(0, request.task_end_offsets.get(task, offset) - offset)
-                for task, offset in request.task_offsets.items()
+                task: max(0, member.task_end_offsets.get(task, offset) - offset)
+                for task, offset in member.task_offsets.items()
             }
         # The topology against the cluster: a change in the partition counts bumps the epoch.
         result = StreamsHeartbeatResult()
