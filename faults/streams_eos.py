@@ -48,6 +48,8 @@ PROGRAM = HERE.parent / "tests" / "java" / "programs" / "StreamsGroupInstance.ja
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
          "kappa", "lambda", "mu"]  # fmt: skip
 TASKS = {f"{sub}_{partition}" for sub in (0, 1) for partition in range(3)}
+# Subtopology 1 holds the counts' store: only its tasks have standbys.
+STATEFUL = {f"1_{partition}" for partition in range(3)}
 GROUP_OVERRIDES = {
     "group.streams.min.session.timeout.ms": 6000,
     "group.streams.min.heartbeat.interval.ms": 1000,
@@ -152,8 +154,8 @@ def describe(command: Callable[..., list[str]], bootstrap: str, app: str) -> dic
 def wait_for_assignment(
     command: Callable[..., list[str]], bootstrap: str, app: str, members: int
 ) -> dict:
-    """StreamsGroupDescribe until ``members`` members own every task once, each task with a
-    standby on another member (with one member: no standbys to place)."""
+    """StreamsGroupDescribe until ``members`` members own every task once, each stateful task
+    with a standby on another member (with one member: no standbys to place)."""
     deadline = time.monotonic() + DEADLINE_S
     described: dict = {}
     while time.monotonic() < deadline:
@@ -165,7 +167,7 @@ def wait_for_assignment(
             described["state"].upper() == "STABLE"
             and len(described["members"]) == members
             and owned == sorted(TASKS)
-            and (members == 1 or (standby == sorted(TASKS) and apart))
+            and (members == 1 or (standby == sorted(STATEFUL) and apart))
         ):
             return described
         time.sleep(0.5)
@@ -224,9 +226,10 @@ def scenario(command: Callable[..., list[str]], bootstrap: str, work: Path) -> d
         result["takeover_s"] = round(time.monotonic() - killed_at, 1)
         survivors = {m["process_id"] for m in after["members"]}
         (gone,) = set(before) - survivors
-        moved = set(before[gone]["active"])
-        # Each of the killed instance's tasks went to a survivor that held its standby.
-        result["standby_took_over"] = all(
+        moved = set(before[gone]["active"]) & STATEFUL
+        result["stateful_tasks_moved"] = sorted(moved)
+        # Each of the killed instance's stateful tasks went to a survivor that held its standby.
+        result["standby_took_over"] = bool(moved) and all(
             any(
                 task in before[m["process_id"]]["standby"] and task in m["active"]
                 for m in after["members"]

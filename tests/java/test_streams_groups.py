@@ -317,6 +317,8 @@ def test_kafka_streams_groups_tool(java, streams_cluster, tmp_path):
     ]
     batch_path, answers_path = tmp_path / "batch.json", tmp_path / "answers.json"
     batch_path.write_text(json.dumps(batch))
+    # The module's other tests' groups count too: the change is what is checked.
+    before_metric = _streams_groups_by_state(streams_cluster)
     a = Instance(java, bootstrap, app_id, tmp_path / "a")
     tools = None
     try:
@@ -399,8 +401,12 @@ def test_kafka_streams_groups_tool(java, streams_cluster, tmp_path):
     repartition = f"{app_id}-words-repartition"
     assert {committed[(repartition, str(p))] for p in range(3)} != {"0"}, reset_groups
     # The metrics: the group is Stable while the instance runs, Empty once it left.
-    assert running_metric.get("Stable") == 1.0, running_metric
-    assert empty_metric.get("Empty") == 1.0 and empty_metric.get("Stable") == 0.0, empty_metric
+    stable, empty = before_metric.get("Stable", 0.0), before_metric.get("Empty", 0.0)
+    assert (running_metric["Stable"], running_metric["Empty"]) == (stable + 1, empty), (
+        before_metric,
+        running_metric,
+    )
+    assert (empty_metric["Stable"], empty_metric["Empty"]) == (stable, empty + 1), empty_metric
 
     sent = sorted(
         {(m.group(2), int(m.group(3))) for m in SENDING.finditer(log.read_text(errors="replace"))}
