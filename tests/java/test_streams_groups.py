@@ -168,6 +168,10 @@ def test_word_count_with_the_streams_protocol(java, streams_cluster, tmp_path):
     b = None
     try:
         a.wait_for("RUNNING")
+        # The first member of the new group waited for group.streams.initial.rebalance.delay.ms
+        # (Kafka's 3000), told so by the ASSIGNMENT_DELAYED status, which Kafka Streams logs.
+        delayed = "Assignment delayed due to the configured initial rebalance delay."
+        assert delayed in a.log.read_text(errors="replace")
         assert _wait_for_counts(bootstrap, f"out-{app_id}", _expected(first)) == _expected(first)
         alone = _wait_for_assignment(java, bootstrap, app_id, 1)
         assert set(alone["members"][0]["active"]) == TASKS
@@ -293,6 +297,7 @@ def test_kafka_streams_groups_tool(java, streams_cluster, tmp_path):
     lines = _lines(60, 3)
     _produce(bootstrap, source, lines)
     b = bootstrap
+    gate = f"gate-{app_id}"
     group = ["--group", app_id]
     reset = [
         "--reset-offsets", *group, "--input-topic", source, "--to-earliest", "--execute",
@@ -311,7 +316,14 @@ def test_kafka_streams_groups_tool(java, streams_cluster, tmp_path):
         # Once the instance stopped (the test stops it when this step starts).
         _tool_step("left", b, "--describe", *group, "--state", until="Empty"),
         _tool_step("reset", b, *reset),
-        _tool_step("checked", b, "--list"),
+        # Until the test has looked at the reset group (it then creates the gate topic).
+        {
+            "name": "checked",
+            "main": "org.apache.kafka.tools.TopicCommand",
+            "args": ["--bootstrap-server", b, "--list"],
+            "until": gate,
+            "timeout_s": 60.0,
+        },
         _tool_step("delete", b, "--delete", *group, "--delete-all-internal-topics"),
         _tool_step("list-after", b, "--list"),
     ]
@@ -337,6 +349,7 @@ def test_kafka_streams_groups_tool(java, streams_cluster, tmp_path):
         _wait_for_step(log, "checked", tools)
         reset_groups = _minibroker_groups(bootstrap, app_id)
         empty_metric = _streams_groups_by_state(streams_cluster)
+        create_replicated_topic(streams_cluster, gate, 1)  # the tool goes on to --delete
         _, stderr = tools.communicate(timeout=JAVA_TIMEOUT)
         assert tools.returncode == 0, stderr[-4000:]
     finally:
@@ -348,6 +361,7 @@ def test_kafka_streams_groups_tool(java, streams_cluster, tmp_path):
         print(f"--- {name}: exit {answer['exit']}\n{answer['stdout']}{answer['stderr'][-2000:]}")
     print(listed, described, reset_groups, running_metric, empty_metric, sep="\n")
 
+    assert gate in _tool_ok(answers, "checked").split()
     assert app_id in _tool_ok(answers, "list").split()
     listed_states = _rows(_tool_ok(answers, "list-state"), "GROUP")
     assert {r["GROUP"]: r["STATE"] for r in listed_states}[app_id] == "Stable", listed_states
