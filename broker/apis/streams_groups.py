@@ -326,6 +326,13 @@ def _described_topic_info(info: TopicInfo) -> dict:
     }
 
 
+def _described_offsets(offsets: dict[TaskId, int]) -> list[dict]:
+    return [
+        {"subtopology_id": sub, "partition": partition, "offset": offset}
+        for (sub, partition), offset in sorted(offsets.items())
+    ]
+
+
 def _assignment(assignment) -> dict:
     return {
         "active_tasks": _task_ids(assignment.active),
@@ -390,9 +397,9 @@ def _described_group(ctx: RequestContext, group_id: str, request) -> dict:
                 "client_tags": [
                     {"key": k, "value": v} for k, v in sorted(member.client_tags.items())
                 ],
-                # Lags are what the member reported; Kafka returns its offsets (not kept).
-                "task_offsets": (),
-                "task_end_offsets": (),
+                # What the member last reported (Kafka's MemberTaskOffsets).
+                "task_offsets": _described_offsets(member.task_offsets),
+                "task_end_offsets": _described_offsets(member.task_end_offsets),
                 "assignment": _assignment(member.assigned),
                 "target_assignment": _assignment(
                     group.target.get(member.member_id, type(member.assigned)())

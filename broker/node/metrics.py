@@ -35,6 +35,8 @@ from minibroker.controller.service import ControllerService
 from minibroker.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupState
 from minibroker.coordinator.group.service import GroupCoordinator
 from minibroker.coordinator.group.state import GroupState
+from minibroker.coordinator.group.streams_entry import StreamsGroupEntry
+from minibroker.coordinator.group.streams_group import StreamsGroupState
 from minibroker.coordinator.transaction.service import TransactionCoordinator
 from minibroker.coordinator.transaction.state import TxnState
 from minibroker.node.connection_limits import ConnectionQuotas, MemoryPool
@@ -276,6 +278,28 @@ def _coordinator_metrics(
     )
     consumer_rebalances.add_metric([], coordinator.consumer_rebalances)
     yield consumer_rebalances
+    # The streams groups (KIP-1071), as Kafka 4.4's GroupCoordinatorMetrics counts them
+    # (streams-group-count, its state tag the state's name as StreamsGroupState.toString gives
+    # it: Empty, NotReady, Assigning, Reconciling, Stable, Dead; streams-group-rebalance-count:
+    # group epoch bumps).
+    streams_groups = GaugeMetricFamily(
+        "kafka_server_group_coordinator_metrics_streams_group_count",
+        "Streams groups (KIP-1071) coordinated here, by state (streams-group-count).",
+        labels=["state"],
+    )
+    streams = [group for group in groups if isinstance(group, StreamsGroupEntry)]
+    for streams_state in StreamsGroupState:
+        streams_groups.add_metric(
+            [streams_state.value],
+            sum(1 for group in streams if group.state.value == streams_state.value),
+        )
+    yield streams_groups
+    streams_rebalances = CounterMetricFamily(
+        "kafka_server_group_coordinator_metrics_streams_group_rebalance",
+        "Group epoch bumps of the streams groups coordinated here (streams-group-rebalance-count).",
+    )
+    streams_rebalances.add_metric([], coordinator.streams_rebalances)
+    yield streams_rebalances
     commits = CounterMetricFamily(
         "kafka_server_group_coordinator_metrics_offset_commit",
         "Partition offsets committed through this coordinator (acknowledged by the ISR).",

@@ -18,10 +18,18 @@ Groups of the consumer protocol (KIP-848), which ListGroups v5 lists with the ty
 (their state, server-side assignor, members and assignments), as kafka-consumer-groups.sh
 does.
 
+Streams groups (KIP-1071, Kafka Streams with `group.protocol=streams`), which ListGroups v5
+lists with the type `streams` and DescribeGroups answers as Dead, are described by
+StreamsGroupDescribe, as kafka-streams-groups.sh does: their state, server-side assignor,
+members and each member's tasks (active, standby, warm-up, as `subtopology:[partitions]`); a
+partition's CONSUMER-ID is the member whose active task reads it (the task's subtopology's
+source and repartition source topics, at the task's partition).
+
 Both views name a group's facts alike, in kafka-consumer-groups.sh's words (`--list --type`
-and `--describe --state`): its TYPE (classic, or consumer for the consumer protocol), its
-STATE, its PROTOCOL-TYPE (the classic protocol's type: `consumer` for consumers, `connect`
-for Connect workers; `consumer` for a consumer-protocol group) and its ASSIGNMENT-STRATEGY
+and `--describe --state`): its TYPE (classic, consumer for the consumer protocol, streams
+for a streams group), its STATE, its PROTOCOL-TYPE (the classic protocol's type: `consumer`
+for consumers, `connect` for Connect workers; `consumer` for a consumer-protocol group,
+`streams` for a streams group) and its ASSIGNMENT-STRATEGY
 (a classic group's chosen protocol, i.e. its client-side assignor, as DescribeGroups gives
 it in every state; a consumer-protocol group's server-side assignor).
 
@@ -57,6 +65,8 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     # Groups of the consumer protocol (KIP-848), which DescribeGroups answers as Dead.
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    # Streams groups (KIP-1071), which DescribeGroups answers as Dead too.
+    ApiKey.STREAMS_GROUP_DESCRIBE: (0, 1),
     ApiKey.OFFSET_FETCH: (2, 7),
     ApiKey.LIST_OFFSETS: (1, 7),
 }
@@ -241,7 +251,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]] | None:
 # -- list -----------------------------------------------------------------------------------------
 
 
-CLASSIC, CONSUMER = "classic", "consumer"
+CLASSIC, CONSUMER, STREAMS = "classic", "consumer", "streams"
 
 
 @dataclass(frozen=True)
@@ -297,6 +307,18 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
         for group_id, entry in listed.items()
         if getattr(entry, "group_type", "") == "consumer"
     ]
+    streams_groups = [
+        group_id
+        for group_id, entry in listed.items()
+        if getattr(entry, "group_type", "") == STREAMS
+    ]
+    streams = {}
+    if streams_groups and ApiKey.STREAMS_GROUP_DESCRIBE in conn.versions:
+        answer = conn.request(
+            ApiKey.STREAMS_GROUP_DESCRIBE,
+            {"group_ids": streams_groups, "include_authorized_operations": False},
+        )
+        streams = {str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE}
     modern = {}
     if consumer_protocol and ApiKey.CONSUMER_GROUP_DESCRIBE in conn.versions:
         answer = conn.request(
@@ -306,6 +328,20 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
         modern = {str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE}
     groups = []
     for group_id, entry in listed.items():
+        if group_id in streams:
+            group = streams[group_id]
+            groups.append(
+                ListedGroup(
+                    group_id,
+                    node_id,
+                    STREAMS,
+                    group.group_state,
+                    STREAMS,
+                    getattr(group, "assignor_name", "") or "",
+                    len(group.members),
+                )
+            )
+            continue
         if group_id in modern:
             group = modern[group_id]
             groups.append(
@@ -346,6 +382,8 @@ class MemberView:
     client_id: str
     host: str
     assignment: list[tuple[str, int]] | None
+    # A streams group member's tasks, as text (the ASSIGNMENT column); None for consumers.
+    tasks: str | None = None
 
 
 @dataclass(frozen=True)
@@ -420,7 +458,7 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     owner: dict[tuple[str, int], str] = {}
     consumer = group.protocol_type == "consumer"
     for member in group.members:
-        if isinstance(member, MemberView):  # a consumer-protocol group's (KIP-848)
+        if isinstance(member, MemberView):  # a consumer-protocol or streams group's
             members.append(member)
             for topic_partition in member.assignment or ():
                 owner[topic_partition] = member.member_id
@@ -455,7 +493,7 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     return GroupView(
         group_id,
         coordinator,
-        CONSUMER if isinstance(group, _ModernGroup) else CLASSIC,
+        group.group_type if isinstance(group, _ModernGroup) else CLASSIC,
         group.group_state,
         group.protocol_type,
         group.protocol_data or "",
@@ -478,6 +516,7 @@ class _ModernGroup:
     protocol_type: str
     protocol_data: str
     members: list[MemberView]
+    group_type: str = CONSUMER
 
 
 def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
@@ -512,6 +551,64 @@ def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
     return _ModernGroup(group.group_state, "consumer", group.assignor_name, members)
 
 
+def _tasks_text(assignment) -> str:
+    """A streams member's tasks as kafka-streams-groups.sh prints them (ACTIVE: 0:[0,1]; ...)."""
+    parts = []
+    for kind, tasks in (
+        ("ACTIVE", assignment.active_tasks),
+        ("STANDBY", assignment.standby_tasks),
+        ("WARMUP", assignment.warmup_tasks),
+    ):
+        if tasks:
+            listed = " ".join(
+                f"{t.subtopology_id}:[{','.join(str(int(p)) for p in t.partitions)}]" for t in tasks
+            )
+            parts.append(f"{kind}: {listed};")
+    return " ".join(parts) or "(none)"
+
+
+def _describe_streams(conn: Connection, group_id: str) -> _ModernGroup | None:
+    """StreamsGroupDescribe, for a group DescribeGroups calls Dead (Kafka 4 answers so for a
+    streams group); None if it is not one. A member's "assignment" is the partitions its
+    active tasks read: each task's subtopology's source and repartition source topics."""
+    if ApiKey.STREAMS_GROUP_DESCRIBE not in conn.versions:
+        return None
+    answer = conn.request(
+        ApiKey.STREAMS_GROUP_DESCRIBE,
+        {"group_ids": [group_id], "include_authorized_operations": False},
+    )
+    group = answer.groups[0]
+    error = _error(group.error_code)
+    if error in RETRIABLE:
+        raise _Moved(error)
+    if error != Error.NONE:
+        return None
+    sources: dict[str, list[str]] = {}
+    for sub in group.topology.subtopologies if group.topology is not None else ():
+        sources[str(sub.subtopology_id)] = [str(t) for t in sub.source_topics] + [
+            str(t.name) for t in sub.repartition_source_topics
+        ]
+    members = [
+        MemberView(
+            str(member.member_id),
+            member.instance_id,
+            member.client_id,
+            member.client_host,
+            sorted(
+                (topic, int(partition))
+                for task in member.assignment.active_tasks
+                for partition in task.partitions
+                for topic in sources.get(str(task.subtopology_id), ())
+            ),
+            _tasks_text(member.assignment),
+        )
+        for member in group.members
+    ]
+    return _ModernGroup(
+        group.group_state, STREAMS, group.assignor_name or "", members, group_type=STREAMS
+    )
+
+
 def _describe_at(conn: Connection, group_id: str):
     described = conn.request(
         ApiKey.DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
@@ -519,7 +616,7 @@ def _describe_at(conn: Connection, group_id: str):
     group = described.groups[0]
     error = _error(group.error_code)
     if error == Error.NONE and group.group_state == "Dead":
-        group = _describe_modern(conn, group_id) or group
+        group = _describe_modern(conn, group_id) or _describe_streams(conn, group_id) or group
     if error in RETRIABLE:
         raise _Moved(error)
     if error == Error.GROUP_ID_NOT_FOUND:
@@ -672,7 +769,7 @@ def print_group(view: GroupView, out: TextIO) -> None:
                 _dash(m.group_instance_id),
                 m.client_id,
                 m.host,
-                _assignment_text(m.assignment),
+                m.tasks if m.tasks is not None else _assignment_text(m.assignment),
             ]
             for m in view.members
         ]

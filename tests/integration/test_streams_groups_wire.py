@@ -100,15 +100,16 @@ def test_a_member_joins_gets_its_changelog_created_and_its_tasks(broker):
         wait_for(lambda g=group_id: coordinator_ready(broker, g), 30, "the group coordinator")
     first = join(broker, version=0)
     assert first.error_code == ErrorCode.none, first
-    assert [s.status_code for s in first.status] == [3]  # MISSING_INTERNAL_TOPICS
-    assert first.active_tasks == ()
+    # MISSING_INTERNAL_TOPICS, and ASSIGNMENT_DELAYED: the first member of an empty group waits
+    # for group.streams.initial.rebalance.delay.ms (Kafka's 3000) at member epoch 0, with no
+    # task lists (a Kafka Streams member then stays joining).
+    assert [s.status_code for s in first.status] == [3, 5]
+    assert first.active_tasks is None and first.member_epoch == 0
 
-    # The broker created the changelog with the source's two partitions: the tasks follow.
+    # The broker created the changelog with the source's two partitions: once the delay has
+    # passed, the tasks follow. Until then the member joins again, as Kafka Streams does.
     def assigned():
-        answer = heartbeat(
-            broker, member_epoch=first.member_epoch, active_tasks=[], standby_tasks=[],
-            warmup_tasks=[],
-        )  # fmt: skip
+        answer = join(broker)
         assert answer.error_code == ErrorCode.none, answer
         return answer if answer.active_tasks else None
 
@@ -147,7 +148,10 @@ def test_a_member_joins_gets_its_changelog_created_and_its_tasks(broker):
     }
     refused = error_of(broker, member_id="m3", topology=invalid, group_id="wire-other")
     assert refused == 130  # STREAMS_INVALID_TOPOLOGY
-    kept = heartbeat(broker, member_epoch=epoch)
+    # The member's task offsets (its changelog offset and end offset sums per task).
+    offsets = [{"subtopology_id": "0", "partition": p, "offset": 10 * p + 3} for p in (0, 1)]
+    ends = [{"subtopology_id": "0", "partition": p, "offset": 40} for p in (0, 1)]
+    kept = heartbeat(broker, member_epoch=epoch, task_offsets=offsets, task_end_offsets=ends)
     assert kept.error_code == ErrorCode.none and kept.member_epoch == epoch
 
     # StreamsGroupDescribe v1: the member, its tasks, the topology; no stored description.
@@ -164,6 +168,11 @@ def test_a_member_joins_gets_its_changelog_created_and_its_tasks(broker):
     assert groups[0].group_state == "Stable" and groups[0].group_epoch == epoch
     assert [m.member_id for m in groups[0].members] == ["m1"]
     assert groups[0].members[0].process_id == "p1"
+    described_offsets = [
+        [(o.subtopology_id, o.partition, o.offset) for o in kind]
+        for kind in (groups[0].members[0].task_offsets, groups[0].members[0].task_end_offsets)
+    ]
+    assert described_offsets == [[("0", 0, 3), ("0", 1, 13)], [("0", 0, 40), ("0", 1, 40)]]
     active = groups[0].members[0].assignment.active_tasks
     assert [(t.subtopology_id, list(t.partitions)) for t in active] == [("0", [0, 1])]
     assert groups[0].topology.subtopologies[0].source_topics == ("wire-in",)
@@ -228,7 +237,7 @@ def test_streams_heartbeats_are_authorized_as_kafka_does(secured):
     assert answer.error_code == ErrorCode.none, answer
     details = [(s.status_code, s.status_detail) for s in answer.status]
     assert (3, "Unauthorized to CREATE on topics wire-b-store-changelog.") in details, details
-    assert answer.active_tasks == ()
+    assert not answer.active_tasks  # none (the first assignment waits for the initial delay)
     assert "wire-b-store-changelog" not in broker_topics(broker)
 
 

@@ -70,6 +70,30 @@ def test_sticky_when_nothing_changed_and_on_join():
     assert len(third["m2"].active) == 2
 
 
+def test_a_lost_members_stateful_task_goes_to_its_standby_before_stateless_tasks_fill_up():
+    """Kafka's StickyTaskAssignor: previous active tasks first, then each task to a member
+    that held it as a standby (with room), then the rest. The word count after one of three
+    instances died: its stateless 0_2 must not take the room of m0, which has 1_2's state."""
+    counts = {"0": 3, "1": 3}
+    survivors = {
+        "m0": MemberSpec(
+            process_id="p0",
+            active=frozenset({("0", 0), ("1", 0)}),
+            standby=frozenset({("1", 2)}),
+        ),
+        "m1": MemberSpec(
+            process_id="p1",
+            active=frozenset({("0", 1), ("1", 1)}),
+            standby=frozenset({("1", 0)}),
+        ),
+    }
+    result = assign(survivors, counts, {"1"}, AssignmentConfigs(num_standby_replicas=1))
+    assert ("1", 2) in result["m0"].active
+    assert result["m0"].active >= {("0", 0), ("1", 0)}
+    assert result["m1"].active >= {("0", 1), ("1", 1), ("0", 2)}
+    check_invariants(result, survivors, counts, {"1"}, 1)
+
+
 def test_standby_never_with_active_nor_twice_per_process():
     # Two members of one process, one of another: one standby per task, on the other process.
     members = specs(3, processes=["a", "a", "b"])

@@ -304,6 +304,25 @@ def test_warmups_until_caught_up():
     assert set(warm) <= group.members["b"].assigned.active
 
 
+def test_task_offsets_are_kept_as_kafkas_member_task_offsets():
+    """Kafka's MemberTaskOffsets.update: each list a heartbeat sends replaces the one kept, a
+    list it leaves out keeps the last one; the lag is end minus offset."""
+    group = new_group()
+    join(group, "a")
+    epoch = group.members["a"].member_epoch
+    beat(group, "a", epoch, task_offsets={("1", 0): 5, ("1", 1): 7})
+    member = group.members["a"]
+    assert member.task_offsets == {("1", 0): 5, ("1", 1): 7}
+    assert member.task_end_offsets == {}
+    assert member.lags == {("1", 0): 0, ("1", 1): 0}
+    beat(group, "a", epoch, task_end_offsets={("1", 0): 9, ("1", 1): 7})
+    assert member.task_offsets == {("1", 0): 5, ("1", 1): 7}
+    assert member.task_end_offsets == {("1", 0): 9, ("1", 1): 7}
+    assert member.lags == {("1", 0): 4, ("1", 1): 0}
+    beat(group, "a", epoch)
+    assert member.task_offsets == {("1", 0): 5, ("1", 1): 7}
+
+
 def test_standbys_follow_the_group_config():
     group = new_group(num_standby_replicas=1, max_warmup_replicas=0)
     join(group, "a")

@@ -22,6 +22,17 @@ SESSION_MS = 45_000  # streams.session.timeout.ms's default
 TOPOLOGY = Topology(1, (Subtopology("0", source_topics=("t",)),))
 
 
+def streams_broker(tmp_path, delay_ms: int = 0) -> Broker:
+    """The harness's broker with group.streams.initial.rebalance.delay.ms at ``delay_ms``
+    (0 unless a test is about the delay: Kafka's 3000 would hold every first assignment)."""
+    broker = Broker(tmp_path)
+    broker.config = dataclasses.replace(
+        broker.config, group_streams_initial_rebalance_delay_ms=delay_ms
+    )
+    broker.coordinator.config = broker.config
+    return broker
+
+
 def joining(member_id: str, process: str, topology: Topology = TOPOLOGY) -> StreamsHeartbeatRequest:
     return StreamsHeartbeatRequest(
         member_id=member_id,
@@ -48,7 +59,7 @@ def heartbeat(member_id: str, epoch: int, active=frozenset()) -> StreamsHeartbea
 async def test_a_member_gets_the_task_and_loses_it_when_its_session_runs_out(
     autojump_clock, tmp_path
 ):
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, cluster_state())
         coordinator = broker.coordinator
@@ -88,7 +99,7 @@ async def test_the_task_moves_to_a_second_member_only_once_the_first_revoked_it(
 
     transitions.create_topic(state, "two", -1, -1, {}, {0: [1], 1: [1]})
     topology = Topology(1, (Subtopology("0", source_topics=("two",)),))
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     broker.replicas.announced_topic_configs["two"] = {}
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, state)
@@ -116,7 +127,7 @@ async def test_the_task_moves_to_a_second_member_only_once_the_first_revoked_it(
 
 async def test_the_group_is_read_back_by_a_restarted_coordinator(autojump_clock, tmp_path):
     state = cluster_state()
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, state)
         joined = await broker.coordinator.streams_heartbeat("app", joining("m1", "p1"))
@@ -128,7 +139,7 @@ async def test_the_group_is_read_back_by_a_restarted_coordinator(autojump_clock,
         nursery.cancel_scope.cancel()
     broker.stop()
 
-    restarted = Broker(tmp_path)
+    restarted = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await restarted.start(nursery, state)
         group = restarted.coordinator.groups["app"]
@@ -148,7 +159,7 @@ async def test_the_group_is_read_back_by_a_restarted_coordinator(autojump_clock,
 
 
 async def test_offsets_are_committed_and_fetched_with_the_member_epoch(autojump_clock, tmp_path):
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, cluster_state())
         c = broker.coordinator
@@ -173,7 +184,7 @@ async def test_offsets_are_committed_and_fetched_with_the_member_epoch(autojump_
 
 
 async def test_bad_input_gets_kafkas_codes_and_the_member_keeps_its_task(autojump_clock, tmp_path):
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, cluster_state())
         c = broker.coordinator
@@ -238,7 +249,7 @@ async def test_missing_internal_topics_are_named_with_their_partition_counts(
             ),
         ),
     )
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, cluster_state())
         result = await broker.coordinator.streams_heartbeat("app", joining("m1", "p1", stateful))
@@ -258,7 +269,7 @@ async def test_an_empty_streams_group_is_deleted_with_its_records(autojump_clock
     its records and its offsets are tombstoned, and a restarted coordinator does not bring it
     back. ListGroups' entry is the streams group while it lives."""
     state = cluster_state()
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, state)
         c = broker.coordinator
@@ -275,7 +286,7 @@ async def test_an_empty_streams_group_is_deleted_with_its_records(autojump_clock
         nursery.cancel_scope.cancel()
     broker.stop()
 
-    restarted = Broker(tmp_path)
+    restarted = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await restarted.start(nursery, state)
         assert "app" not in restarted.coordinator.groups
@@ -292,7 +303,7 @@ async def test_the_brokers_group_streams_properties_and_the_groups_configs_apply
     group.streams.max.size act on StreamsGroupHeartbeat (Kafka's GroupCoordinatorConfig as
     GroupMetadataManager reads it); a group's own streams.* configs override them; a full
     group answers the newcomer GROUP_MAX_SIZE_REACHED and keeps serving its member."""
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     broker.coordinator.config = dataclasses.replace(
         broker.config,
         group_streams_heartbeat_interval_ms=3000,
@@ -327,7 +338,7 @@ async def test_a_share_groups_id_is_not_a_streams_group(autojump_clock, tmp_path
     goes on."""
     from minibroker.coordinator.group.share_group import ShareHeartbeatRequest
 
-    broker = Broker(tmp_path)
+    broker = streams_broker(tmp_path)
     async with trio.open_nursery() as nursery:
         await broker.start(nursery, cluster_state())
         c = broker.coordinator
@@ -347,5 +358,42 @@ async def test_a_share_groups_id_is_not_a_streams_group(autojump_clock, tmp_path
         )
         still = await c.share_heartbeat("sg", ShareHeartbeatRequest("s1", shared.member_epoch))
         assert still.error == Error.NONE
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+async def test_the_initial_rebalance_delay_holds_the_first_assignment(autojump_clock, tmp_path):
+    """group.streams.initial.rebalance.delay.ms (Kafka's 3000): a member that joins an empty
+    group is answered at member epoch 0, without task lists and with the ASSIGNMENT_DELAYED
+    status until the delay has passed (so it joins again, as Kafka Streams does); then the
+    runtime's timer computes the assignment and the next heartbeat brings the task; a member
+    that joins once the group has an assignment is assigned at once."""
+    broker = streams_broker(tmp_path, delay_ms=3000)
+    delayed = (
+        Status.ASSIGNMENT_DELAYED,
+        "Assignment delayed due to the configured initial rebalance delay.",
+    )
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        c = broker.coordinator
+        first = await c.streams_heartbeat("app", joining("m1", "p1"))
+        assert first.error == Error.NONE and first.active is None, first
+        assert first.statuses == [delayed] and first.member_epoch == 0
+        group = c.groups["app"]
+        assert group.state.value == "Assigning"
+        assert group.streams.initial_delay_deadline_ms == c.clock_ms() + 3000
+        await trio.sleep(2.9)
+        still = await c.streams_heartbeat("app", joining("m1", "p1"))
+        assert still.statuses == [delayed] and still.active is None, still
+        await trio.sleep(0.2)
+        # The timer computed the target assignment: the task comes with the next heartbeat.
+        assert group.streams.initial_delay_deadline_ms is None
+        assert group.streams.assignment_epoch == group.streams.group_epoch
+        assigned = await c.streams_heartbeat("app", joining("m1", "p1"))
+        assert assigned.statuses == [] and assigned.active == {("0", 0)}, assigned
+        # Not empty any more: a newcomer's epoch is assigned at once.
+        second = await c.streams_heartbeat("app", joining("m2", "p2"))
+        assert second.statuses == [] and second.error == Error.NONE
+        assert group.streams.assignment_epoch == group.streams.group_epoch
         nursery.cancel_scope.cancel()
     broker.stop()

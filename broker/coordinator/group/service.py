@@ -1641,6 +1641,10 @@ class GroupCoordinator:
             acceptable_recovery_lag=read(
                 "streams.acceptable.recovery.lag", base.acceptable_recovery_lag
             ),
+            initial_rebalance_delay_ms=read(
+                "streams.initial.rebalance.delay.ms",
+                config.group_streams_initial_rebalance_delay_ms,
+            ),
         )
 
     def streams_task_offset_interval_ms(self, group_id: str) -> int:

@@ -150,23 +150,37 @@ def _assign_active(
         group = process_members[members[member].process_id]
         return sum(counts[m] for m in group) / len(group)
 
-    # 2. The rest: a member with room that has warm state for the task (the least lag), else
-    # the least loaded process and member.
-    for task in tasks:
-        if task in owner:
-            continue
-        roomy = [member for member in ids if has_room(member)]
-        warm = [m for m in roomy if task in members[m].standby or task in members[m].warmup] or [
-            m for m in roomy if task in members[m].lags
-        ]
-        if warm:
-            chosen = min(warm, key=lambda m: (members[m].lags.get(task, 0), counts[m], m))
-        else:
-            chosen = min(roomy, key=lambda m: (counts[m], process_load(m), m))
+    def give(task: TaskId, chosen: str) -> None:
+        nonlocal slots
         if counts[chosen] == base:
             slots -= 1
         owner[task] = chosen
         counts[chosen] += 1
+
+    # 2. Kafka's second step: a task goes to a member with room that held it as a standby or
+    # warm-up (the least lag), before any other task is placed, so that a stateless task
+    # cannot take the room of the member that has the state.
+    for task in tasks:
+        if task in owner:
+            continue
+        warm = [
+            m
+            for m in ids
+            if has_room(m) and (task in members[m].standby or task in members[m].warmup)
+        ]
+        if warm:
+            give(task, min(warm, key=lambda m: (members[m].lags.get(task, 0), counts[m], m)))
+    # 3. The rest: a member with room that reported a lag for the task (the least), else the
+    # least loaded process and member.
+    for task in tasks:
+        if task in owner:
+            continue
+        roomy = [member for member in ids if has_room(member)]
+        warm = [m for m in roomy if task in members[m].lags]
+        if warm:
+            give(task, min(warm, key=lambda m: (members[m].lags.get(task, 0), counts[m], m)))
+        else:
+            give(task, min(roomy, key=lambda m: (counts[m], process_load(m), m)))
     return owner
 
 

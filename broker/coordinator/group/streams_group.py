@@ -49,6 +49,12 @@ StreamsGroupMember, streams.CurrentAssignmentBuilder and streams.topics.Internal
 - a member that asks for the application's shutdown makes every member's answer carry
   SHUTDOWN_APPLICATION until the group is empty.
 
+The initial rebalance delay (group.streams.initial.rebalance.delay.ms, Kafka's streams initial
+rebalance timer): when the epoch of a group that was empty rises, its target assignment waits
+until the deadline; heartbeats meanwhile carry ASSIGNMENT_DELAYED and, to a member still at
+epoch 0, no task lists (Kafka's answer for an unchanged member, which keeps Kafka Streams
+joining); `expire` computes the assignment once the deadline has passed.
+
 Departures: a member that joins with epoch 0 under a member id the group still has rejoins
 from scratch (as in consumer_group.py); the configured topology is recomputed at every
 heartbeat (Kafka caches it under a metadata hash of the topics); the records are values in
@@ -58,8 +64,9 @@ in streams_log_format.py), returned to the caller, which writes them to `__consu
 after a load the first heartbeat recomputes the configured topology and bumps the group epoch
 once (Kafka keeps the metadata hash in the group's record and does not); source topic
 regular expressions (SourceTopicRegex) are refused as an invalid topology for now; task
-offsets are taken as lags for the assignor (end offset sum minus offset sum per task), which is
-what the assignor's caught-up rule needs.
+offsets are kept as the member last sent each list (Kafka's MemberTaskOffsets.update, shown by
+StreamsGroupDescribe) and taken as lags for the assignor (end offset sum minus offset sum per
+task), which is what the assignor's caught-up rule needs.
 """
 
 from collections.abc import Callable, Mapping
@@ -305,6 +312,9 @@ class StreamsSettings:
     num_standby_replicas: int = 0
     max_warmup_replicas: int = 2
     acceptable_recovery_lag: int = 10000
+    # group.streams.initial.rebalance.delay.ms / streams.initial.rebalance.delay.ms (the
+    # broker's default is Kafka's 3000; 0 here, in the pure core's own default).
+    initial_rebalance_delay_ms: int = 0
 
     def assignment_configs(self) -> AssignmentConfigs:
         return AssignmentConfigs(
@@ -406,6 +416,10 @@ class StreamsMember:
     assigned: MemberAssignment = field(default_factory=MemberAssignment)
     pending_revocation: MemberAssignment = field(default_factory=MemberAssignment)
     lags: dict[TaskId, int] = field(default_factory=dict)
+    # What the member last reported (Kafka's MemberTaskOffsets, kept in memory only, as
+    # Kafka's StreamsGroup keeps it): per task, its changelog offset sum and end offset sum.
+    task_offsets: dict[TaskId, int] = field(default_factory=dict)
+    task_end_offsets: dict[TaskId, int] = field(default_factory=dict)
     session_deadline_ms: int = 0
     rebalance_deadline_ms: int | None = None
 
@@ -458,6 +472,9 @@ class StreamsGroup:
         self.target: dict[str, MemberAssignment] = {}
         self.shutdown_requested = False
         self._configured_key: tuple[tuple[str, int], ...] = ()
+        # While set: the first target assignment of a group that was empty waits until then
+        # (Kafka's streams initial rebalance timer, not persisted, as Kafka's timers are not).
+        self.initial_delay_deadline_ms: int | None = None
 
     # -- state -----------------------------------------------------------------------------
 
@@ -484,6 +501,8 @@ class StreamsGroup:
             for m in self.members.values()
             if m.rebalance_deadline_ms is not None
         ]
+        if self.initial_delay_deadline_ms is not None:
+            deadlines.append(self.initial_delay_deadline_ms)
         return min(deadlines, default=None)
 
     # -- records ---------------------------------------------------------------------------
@@ -597,6 +616,7 @@ class StreamsGroup:
         member = self.members.get(request.member_id)
         predecessor = self._static_predecessor(request) if joining else None
         bump = False
+        was_empty = not self.members
         if member is None:
             if not joining:
                 raise HeartbeatError(
@@ -655,10 +675,15 @@ class StreamsGroup:
             )
         if request.shutdown_application:
             self.shutdown_requested = True
-        if request.task_offsets is not None and request.task_end_offsets is not None:
+        if request.task_offsets is not None or request.task_end_offsets is not None:
+            # Kafka's MemberTaskOffsets.update: each list sent replaces the one kept.
+            if request.task_offsets is not None:
+                member.task_offsets = dict(request.task_offsets)
+            if request.task_end_offsets is not None:
+                member.task_end_offsets = dict(request.task_end_offsets)
             member.lags = {
-                task: max(0, request.task_end_offsets.get(task, offset) - offset)
-                for task, offset in request.task_offsets.items()
+                task: max(0, member.task_end_offsets.get(task, offset) - offset)
+                for task, offset in member.task_offsets.items()
             }
         # The topology against the cluster: a change in the partition counts bumps the epoch.
         result = StreamsHeartbeatResult()
@@ -672,8 +697,23 @@ class StreamsGroup:
             result.topics_to_create = dict(self.configured.topics_to_create)
         if bump:
             self.group_epoch += 1
+            delay = self.settings.initial_rebalance_delay_ms
+            if was_empty and delay > 0 and self.initial_delay_deadline_ms is None:
+                # Kafka's streamsGroupHeartbeat: the epoch of a group that was empty rose,
+                # so its initial rebalance timer is scheduled (if absent).
+                self.initial_delay_deadline_ms = now_ms + delay
+        delayed = False
         if self.group_epoch > self.assignment_epoch:
-            self._compute_target()
+            delayed = self._assignment_delayed(now_ms)
+            if delayed:
+                statuses.append(
+                    (
+                        Status.ASSIGNMENT_DELAYED,
+                        "Assignment delayed due to the configured initial rebalance delay.",
+                    )
+                )
+            else:
+                self._compute_target()
         previous = _copy(member.assigned)
         previous_epoch = member.member_epoch
         self._reconcile(member, request, now_ms)
@@ -687,7 +727,13 @@ class StreamsGroup:
         result.heartbeat_interval_ms = self.settings.heartbeat_interval_ms
         result.acceptable_recovery_lag = self.settings.acceptable_recovery_lag
         result.statuses = statuses
-        if joining or member.assigned != previous or member.member_epoch != previous_epoch:
+        # A member still at epoch 0 while the first assignment is delayed gets no task lists
+        # (Kafka's member is unchanged, so its answer has none): Kafka Streams then stays
+        # in its joining state and sends its join's fields again.
+        still_joining = delayed and member.member_epoch == 0
+        if not still_joining and (
+            joining or member.assigned != previous or member.member_epoch != previous_epoch
+        ):
             result.active = set(member.assigned.active)
             result.standby = set(member.assigned.standby)
             result.warmup = set(member.assigned.warmup)
@@ -737,6 +783,16 @@ class StreamsGroup:
         member.client_id = request.client_id or member.client_id
         member.client_host = request.client_host or member.client_host
         return before != (member.process_id, member.rack_id, member.client_tags)
+
+    def _assignment_delayed(self, now_ms: int) -> bool:
+        """Whether the initial rebalance delay still holds the target assignment back (once
+        it passed, it is cleared)."""
+        if self.initial_delay_deadline_ms is None:
+            return False
+        if now_ms < self.initial_delay_deadline_ms:
+            return True
+        self.initial_delay_deadline_ms = None
+        return False
 
     def _compute_target(self) -> None:
         specs = {
@@ -829,11 +885,14 @@ class StreamsGroup:
         self.group_epoch += 1
         if not self.members:
             self.shutdown_requested = False
-        else:
+            self.initial_delay_deadline_ms = None
+        elif self.initial_delay_deadline_ms is None:
             self._compute_target()
 
     def expire(self, now_ms: int) -> list[Record]:
-        """Fence the members whose session or revocation deadline has passed."""
+        """Fence the members whose session or revocation deadline has passed; once the
+        initial rebalance delay has passed, compute the target assignment it held back
+        (Kafka's streams initial rebalance timeout)."""
         before = self._persisted()
         for member in list(self.members.values()):
             late_revoke = (
@@ -841,6 +900,13 @@ class StreamsGroup:
             )
             if member.session_deadline_ms <= now_ms or late_revoke:
                 self._remove(member)
+        if (
+            self.initial_delay_deadline_ms is not None
+            and not self._assignment_delayed(now_ms)
+            and self.members
+            and self.group_epoch > self.assignment_epoch
+        ):
+            self._compute_target()
         return self._diff(before, self._persisted())
 
 

@@ -28,14 +28,16 @@ import org.apache.kafka.streams.kstream.Produced;
  * broker assigns the tasks. The topology is WordCount's (a repartition topic
  * {@code <app>-words-repartition}, a state store "counts" with its changelog).
  *
- * <p>{@code StreamsGroupInstance run <bootstrap> <app id> <input> <output> <state dir>}: prints
+ * <p>{@code StreamsGroupInstance run <bootstrap> <app id> <input> <output> <state dir>
+ * [<processing guarantee>]} (at_least_once unless given, e.g. exactly_once_v2): prints
+ * "CLIENT <its stream thread's consumer client id>" once started,
  * "RUNNING" when the application runs and "STATE <state>" at each change; runs until its
  * standard input ends (or says "stop"), then closes the application (the member leaves the
  * group) and prints "CLOSED <state>".
  *
  * <p>{@code StreamsGroupInstance describe <bootstrap> <app id>}: the group as
  * Admin.describeStreamsGroups (StreamsGroupDescribe) answers it, one JSON line: its state, its
- * epoch, and each member's process and active tasks ("subtopology_partition").
+ * epoch, and each member's process, active and standby tasks ("subtopology_partition").
  */
 public class StreamsGroupInstance {
     public static void main(String[] args) throws Exception {
@@ -56,6 +58,9 @@ public class StreamsGroupInstance {
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        if (args.length > 6) {
+            props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[6]);
+        }
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(args[3])
@@ -76,6 +81,10 @@ public class StreamsGroupInstance {
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
         streams.start();
+        // The process id the broker sees (StreamsGroupDescribe's ProcessId) is in the client
+        // ids: "<app id>-<process id>-StreamThread-1-consumer".
+        System.out.println("CLIENT " + streams.metadataForLocalThreads().iterator().next().consumerClientId());
+        System.out.flush();
         BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
         String line;
         while ((line = stdin.readLine()) != null && !line.trim().equals("stop")) {
@@ -102,17 +111,22 @@ public class StreamsGroupInstance {
                 described.put("member_id", member.memberId());
                 described.put("process_id", member.processId());
                 described.put("member_epoch", member.memberEpoch());
-                TreeSet<String> active = new TreeSet<>();
-                for (StreamsGroupMemberAssignment.TaskIds tasks : member.assignment().activeTasks()) {
-                    for (int partition : tasks.partitions()) {
-                        active.add(tasks.subtopologyId() + "_" + partition);
-                    }
-                }
-                described.put("active", active);
+                described.put("active", tasks(member.assignment().activeTasks()));
+                described.put("standby", tasks(member.assignment().standbyTasks()));
                 members.add(described);
             }
             result.put("members", members);
         }
         System.out.println(new ObjectMapper().writeValueAsString(result));
+    }
+
+    static TreeSet<String> tasks(List<StreamsGroupMemberAssignment.TaskIds> taskIds) {
+        TreeSet<String> names = new TreeSet<>();
+        for (StreamsGroupMemberAssignment.TaskIds tasks : taskIds) {
+            for (int partition : tasks.partitions()) {
+                names.add(tasks.subtopologyId() + "_" + partition);
+            }
+        }
+        return names;
     }
 }
