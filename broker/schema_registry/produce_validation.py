@@ -54,30 +54,44 @@ def _framings(batch: memoryview) -> Iterator[tuple[int | object | None, int | ob
         header.attributes & COMPRESSION_CODEC_MASK, bytes(batch[HEADER_SIZE : header.size])
     )
     size = len(payload)
-    unpack_id = _ID.unpack_from
     position = 0
-    for _ in range(header.records_count):
-        length, position = read_varint(payload, position)
-        end = position + length
-        if end > size:
-            raise RecordError("record runs past the batch")
-        _timestamp_delta, field = read_varint(payload, position + 1)
-        _offset_delta, field = read_varint(payload, field)
-        framings: list[int | object | None] = []
-        for _ in range(2):  # the key, then the value
-            field_length, field = read_varint(payload, field)
-            if field_length < 0:
-                framings.append(NO_PAYLOAD)
-                continue
-            if field + field_length > end:
-                raise RecordError("record field runs past the record")
-            if field_length >= 5 and payload[field] == MAGIC_BYTE:
-                framings.append(int(unpack_id(payload, field + 1)[0]))
-            else:
-                framings.append(None)
-            field += field_length
-        yield framings[0], framings[1]
-        position = end
+    try:
+        for _ in range(header.records_count):
+            length, position = read_varint(payload, position)
+            end = position + length
+            if end > size:
+                raise RecordError("record runs past the batch")
+            # The attributes byte, then the timestamp and offset deltas: skipped, not read.
+            field = position + 1
+            while payload[field] & 0x80:
+                field += 1
+            field += 1
+            while payload[field] & 0x80:
+                field += 1
+            field += 1
+            key, field = _framing(payload, field, end)
+            value, _ = _framing(payload, field, end)
+            yield key, value
+            position = end
+    except IndexError:
+        raise RecordError("record truncated inside a varint") from None
+
+
+def _framing(payload: bytes, field: int, end: int) -> tuple[int | object | None, int]:
+    """The framing of the key or value at ``field`` and where the next field starts."""
+    byte = payload[field]
+    if byte < 0x80:  # a one-byte length, the common case
+        field_length, field = (byte >> 1) ^ -(byte & 1), field + 1
+    else:
+        field_length, field = read_varint(payload, field)
+    if field_length < 0:
+        return NO_PAYLOAD, field
+    after = field + field_length
+    if after > end:
+        raise RecordError("record field runs past the record")
+    if field_length >= 5 and payload[field] == MAGIC_BYTE:
+        return int(_ID.unpack_from(payload, field + 1)[0]), after
+    return None, after
 
 
 def first_invalid(
