@@ -11,6 +11,8 @@ with kio's names for time fields, and registered in protocol.schemas.
 - ReadShareGroupStateSummary v0-v1: its response's partitions have LeaderEpoch after
   StateEpoch in v0 already, which kio 0.6.1's v0 lacks, and DeliveryCompleteCount from v1 (the
   request v1 is v0's, and v0 is kio's).
+- WriteTxnMarkers v2 (KIP-1228): each marker adds TransactionVersion (int8, default 0, ignorable)
+  after CoordinatorEpoch; the response is v1's.
 
 Each message's class is its JSON name plus ``V<version>`` (``UpdateFeaturesRequestV2``); a
 nested struct's is the message's name, the struct's and the version.
@@ -29,6 +31,7 @@ for _files, _versions in (
     (["WriteShareGroupStateRequest.json", "WriteShareGroupStateResponse.json"], [1]),
     (["ReadShareGroupStateSummaryRequest.json"], [1]),
     (["ReadShareGroupStateSummaryResponse.json"], [0, 1]),
+    (["WriteTxnMarkersRequest.json", "WriteTxnMarkersResponse.json"], [2]),
 ):
     _requests, _responses, _built = build_module(
         _files,

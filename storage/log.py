@@ -1239,6 +1239,7 @@ class PartitionLog:
         commit: bool,
         leader_epoch: int,
         now_ms: int,
+        transaction_version: int = 0,
     ) -> AppendResult:
         """Append a transaction coordinator's COMMIT or ABORT marker as leader (Kafka's
         UnifiedLog.appendAsLeader with origin COORDINATOR of an EndTransactionMarker).
@@ -1249,8 +1250,12 @@ class PartitionLog:
         open transaction (if any: a marker for a producer with nothing open is still
         written, as Kafka does, and only moves its epochs); an ABORT adds the transaction
         to the segment's `.txnindex`. The marker's timestamp is the leader's clock.
+        ``transaction_version`` is the one WriteTxnMarkers v2 carries (KIP-1228; 0 from v1):
+        with 2 the marker's epoch must be newer than the producer's (ProducerState.check_marker).
         """
-        self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        self._producers.check_marker(
+            producer_id, producer_epoch, coordinator_epoch, transaction_version
+        )
         batch = bytearray(
             encode_control_batch(
                 producer_id=producer_id,

@@ -99,6 +99,7 @@ _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 BATCHES_RETAINED_PER_PRODUCER = 5
 _MAX_SEQUENCE = 2**31 - 1
 NO_COORDINATOR_EPOCH = -1
+MAX_PRODUCER_EPOCH = 32767  # Short.MAX_VALUE: an epoch that cannot be bumped
 
 
 class BatchMetadata(NamedTuple):
@@ -295,17 +296,39 @@ class ProducerStateManager:
     def verification(self, producer_id: int) -> VerificationState | None:
         return self._verifications.get(producer_id)
 
-    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+    def check_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        transaction_version: int = 0,
+    ) -> None:
         """Kafka's ProducerAppendInfo.appendEndTxnMarker checks, as leader (origin
-        COORDINATOR): INVALID_PRODUCER_EPOCH for an older producer epoch,
-        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch."""
+        COORDINATOR): checkProducerEpoch, then checkCoordinatorEpoch.
+
+        The producer epoch (Kafka 4.4, KIP-1228): a marker of transaction version 0 or 1 is
+        refused with INVALID_PRODUCER_EPOCH when its epoch is older than the producer's here
+        (``<``); one of transaction version 2 when it is not newer (``<=``), as a TV2
+        commit or abort bumps the epoch, so its marker always carries an epoch above the
+        one the transaction's records were written with. The one exception, as Kafka's: a
+        TV2 marker at the producer's current epoch when no transaction of it is open here
+        (or at epoch 32767, which cannot be bumped) is a retry of a marker already written,
+        and is written again. TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch.
+        """
         entry = self._producers.get(producer_id)
         if entry is None:
             return
-        if producer_epoch < entry.epoch:
+        tv2 = transaction_version >= 2
+        stale = producer_epoch <= entry.epoch if tv2 else producer_epoch < entry.epoch
+        if stale and not (
+            tv2
+            and producer_epoch == entry.epoch
+            and (entry.current_txn_first_offset is None or producer_epoch == MAX_PRODUCER_EPOCH)
+        ):
+            relation = "<=" if tv2 else "<"
             raise InvalidProducerEpochError(
-                f"Epoch of producer {producer_id} is {producer_epoch}, which is smaller than "
-                f"the last seen epoch {entry.epoch}"
+                f"Epoch of producer {producer_id} is {producer_epoch}, which is {relation} the "
+                f"last seen epoch {entry.epoch} (transaction version {transaction_version})"
             )
         if entry.coordinator_epoch > coordinator_epoch:
             raise TransactionCoordinatorFencedError(

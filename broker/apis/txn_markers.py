@@ -10,6 +10,11 @@ older producer epoch than the partition has seen), TRANSACTION_COORDINATOR_FENCE
 coordinator epoch), NOT_ENOUGH_REPLICAS and the acks=-1 outcomes. The markers of one request
 are written concurrently, as Kafka appends them all before waiting.
 
+v2 (KIP-1228, Kafka 4.4): each marker carries the TransactionVersion of the transaction it
+ends (0 from v1, as Kafka's default); with 2 the leader refuses, INVALID_PRODUCER_EPOCH, a
+marker whose producer epoch is not newer than the partition's (a TV2 commit or abort bumps
+the epoch), bar a retry of one already written (ProducerState.check_marker).
+
 Departure: Kafka's appends wait up to request.timeout.ms; here up to 30 s, the same default.
 """
 
@@ -45,7 +50,7 @@ def _error_response(request, error: Error) -> dict:
 
 @api(
     ApiKey.WRITE_TXN_MARKERS,
-    versions=(0, 1),
+    versions=(0, 2),
     roles=Role.BROKER,
     senders=Senders.NODES,
     error_response=_error_response,
@@ -64,6 +69,7 @@ async def handle(ctx: RequestContext, request) -> dict:
                 (topic.name, index) for topic in marker.topics for index in topic.partition_indexes
             ],
             timeout_s=MARKER_TIMEOUT_S,
+            transaction_version=int(getattr(marker, "transaction_version", 0)),
         )
 
     async with trio.open_nursery() as nursery:

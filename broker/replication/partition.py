@@ -223,6 +223,7 @@ class Partition:
         coordinator_epoch: int,
         commit: bool,
         now_ms: int,
+        transaction_version: int = 0,
     ) -> AppendResult:
         """Leader only: the coordinator's marker, stamped with the current leader epoch
         (see PartitionLog.append_control_marker for its fencing rules)."""
@@ -233,6 +234,7 @@ class Partition:
             commit=commit,
             leader_epoch=self.leader_epoch,
             now_ms=now_ms,
+            transaction_version=transaction_version,
         )
 
     def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> AppendResult:

@@ -754,6 +754,7 @@ class ReplicaManager:
         commit: bool,
         partitions: list[tuple[str, int]],
         timeout_s: float,
+        transaction_version: int = 0,
     ) -> dict[tuple[str, int], Error]:
         """Write a transaction's COMMIT or ABORT marker to each partition led here (Kafka's
         handleWriteTxnMarkersRequest: appendRecords with requiredAcks -1, origin
@@ -792,6 +793,7 @@ class ReplicaManager:
                     coordinator_epoch=coordinator_epoch,
                     commit=commit,
                     now_ms=now_ms,
+                    transaction_version=transaction_version,
                 )
             except StorageError as failure:
                 log.info(

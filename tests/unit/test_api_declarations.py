@@ -33,8 +33,8 @@ BROKER = {
     36: (0, 2), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0),
     47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 1),
 }  # fmt: skip
-# Served since: WriteTxnMarkers (inter-node) and DescribeProducers, for transactions.
-BROKER |= {27: (0, 1), 61: (0, 0)}
+# Served since: WriteTxnMarkers (inter-node; v2: KIP-1228) and DescribeProducers, for transactions.
+BROKER |= {27: (0, 2), 61: (0, 0)}
 # Added since by the transaction coordinator (issue 21): FindCoordinator v6, AddPartitionsToTxn,
 # AddOffsetsToTxn, EndTxn (v5: TV2), DescribeTransactions, ListTransactions.
 TRANSACTIONS = {10: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 5), 65: (0, 0), 66: (0, 1)}

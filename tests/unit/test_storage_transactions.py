@@ -38,7 +38,15 @@ def txn_batch(producer_id: int, sequence: int, count: int = 2, epoch: int = 0) -
     )
 
 
-def marker(log: PartitionLog, producer_id: int, commit: bool, *, epoch=0, coordinator_epoch=0):
+def marker(
+    log: PartitionLog,
+    producer_id: int,
+    commit: bool,
+    *,
+    epoch=0,
+    coordinator_epoch=0,
+    transaction_version=0,
+):
     return log.append_control_marker(
         producer_id=producer_id,
         producer_epoch=epoch,
@@ -46,6 +54,7 @@ def marker(log: PartitionLog, producer_id: int, commit: bool, *, epoch=0, coordi
         commit=commit,
         leader_epoch=0,
         now_ms=5,
+        transaction_version=transaction_version,
     )
 
 
@@ -128,6 +137,42 @@ def test_markers_are_fenced_by_producer_and_coordinator_epochs(tmp_path):
     with pytest.raises(StorageError) as old:
         log.append_as_leader(txn_batch(1, 0, epoch=3), leader_epoch=0, now_ms=0)
     assert old.value.error == Error.INVALID_PRODUCER_EPOCH
+
+
+def test_a_tv2_marker_needs_a_newer_producer_epoch(tmp_path):
+    """Kafka 4.4's ProducerAppendInfo.checkProducerEpoch with the marker's transaction
+    version (KIP-1228): TV2 refuses epoch <= current, TV0/TV1 only epoch < current; a TV2
+    marker at the current epoch with no open transaction is a retry, and written again."""
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(1, 0, epoch=4), leader_epoch=0, now_ms=0)
+    end = log.log_end_offset
+    for stale_epoch in (3, 4):
+        with pytest.raises(StorageError) as stale:
+            marker(log, 1, True, epoch=stale_epoch, transaction_version=2)
+        assert stale.value.error == Error.INVALID_PRODUCER_EPOCH
+    assert log.log_end_offset == end  # nothing was appended
+    assert log.producer_state.ongoing_transaction(1) == 0
+    # The bumped epoch closes the transaction; its retry at that epoch is written again.
+    marker(log, 1, True, epoch=5, transaction_version=2)
+    assert log.producer_state.ongoing_transaction(1) is None
+    marker(log, 1, True, epoch=5, transaction_version=2)
+    assert log.log_end_offset == end + 2
+    # A new transaction at epoch 5 is open: a TV2 marker at 5 is no retry, and refused.
+    log.append_as_leader(txn_batch(1, 0, epoch=5), leader_epoch=0, now_ms=0)
+    with pytest.raises(StorageError) as open_txn:
+        marker(log, 1, False, epoch=5, transaction_version=2)
+    assert open_txn.value.error == Error.INVALID_PRODUCER_EPOCH
+    # The same marker of transaction version 1 (or 0, a v1 request) is written.
+    marker(log, 1, False, epoch=5, transaction_version=1)
+    assert log.producer_state.ongoing_transaction(1) is None
+
+
+def test_a_tv2_marker_at_the_last_epoch_is_written(tmp_path):
+    """Epoch 32767 cannot be bumped: Kafka lets a TV2 marker at it through."""
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(1, 0, epoch=32767), leader_epoch=0, now_ms=0)
+    marker(log, 1, True, epoch=32767, transaction_version=2)
+    assert log.producer_state.ongoing_transaction(1) is None
 
 
 def test_describe_producers_view(tmp_path):

@@ -45,12 +45,16 @@ def cluster_state() -> ControllerState:
 
 class FakeLeader:
     """A partition leader's connection: records each WriteTxnMarkers and answers each
-    partition with the next code of ``answers`` (NONE once they run out)."""
+    partition with the next code of ``answers`` (NONE once they run out); its ApiVersions
+    lists WriteTxnMarkers up to ``markers_max_version``."""
 
-    def __init__(self, answers: list[Error] | None = None) -> None:
+    def __init__(self, answers: list[Error] | None = None, markers_max_version: int = 2) -> None:
         self.answers = list(answers or [])
         self.markers: list[tuple[int, int, int, bool, list[tuple[str, int]]]] = []
         self.verified: list = []
+        self.markers_max_version = markers_max_version
+        # (request version, the markers' transaction versions; None when v1 has none)
+        self.marker_versions: list[tuple[int, list[int | None]]] = []
 
     async def connect(self, host, port, client_id, security):
         return self
@@ -83,8 +87,21 @@ class FakeLeader:
                     )
                 ],
             )
+        if request.__api_key__ == 18:
+            return SimpleNamespace(
+                error_code=SimpleNamespace(value=Error.NONE),
+                api_keys=[
+                    SimpleNamespace(api_key=27, min_version=0, max_version=self.markers_max_version)
+                ],
+            )
         encoded = codec.encode_entity(request)  # what goes on the wire must encode
         assert encoded
+        self.marker_versions.append(
+            (
+                int(request.__version__),
+                [getattr(m, "transaction_version", None) for m in request.markers],
+            )
+        )
         results = []
         for marker in request.markers:
             partitions = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
@@ -191,6 +208,36 @@ async def test_commit_writes_markers_then_completes(tmp_path, autojump_clock):
         coordinator_epoch = coordinator.coordinator_epoch("tx")
         assert leader.markers == [(producer_id, epoch, coordinator_epoch, True, sorted(parts))]
         assert coordinator.transactions_committed == 1 and coordinator.ongoing_count() == 0
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+
+@pytest.mark.parametrize(
+    ("markers_max_version", "client_version", "sent"),
+    [(2, 1, (2, [1])), (2, 2, (2, [2])), (1, 2, (1, [None]))],
+)
+async def test_markers_carry_the_transaction_version_to_a_leader_serving_v2(
+    tmp_path, autojump_clock, markers_max_version, client_version, sent
+):
+    """Kafka's TransactionMarkerChannelManager: the marker carries the transaction's
+    clientTransactionVersion in WriteTxnMarkers v2 (KIP-1228) to a leader whose ApiVersions
+    lists v2; a leader serving up to v1 gets v1, without it."""
+    leader = FakeLeader(markers_max_version=markers_max_version)
+    broker = Broker(tmp_path, leader)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        coordinator = broker.coordinator
+        _, producer_id, epoch = await coordinator.init_producer_id("tx", 60_000, None)
+        parts = {(TOPIC, 0)}
+        assert (
+            await coordinator.add_partitions("tx", producer_id, epoch, parts, client_version)
+            == Error.NONE
+        )
+        answer = await coordinator.end_transaction("tx", producer_id, epoch, True, client_version)
+        assert answer[0] == Error.NONE
+        await trio.sleep(1)
+        assert coordinator.transactions["tx"].state == TxnState.COMPLETE_COMMIT
+        assert leader.marker_versions == [sent]
         nursery.cancel_scope.cancel()
     broker.stop()
 
@@ -436,8 +483,10 @@ async def test_tv2_end_txn_bumps_and_a_restart_completes_to_the_next_producer_id
         assert error == Error.NONE and next_id != producer_id and next_epoch == 0
         await trio.sleep(1)
         assert coordinator.transactions["tx"].state == TxnState.PREPARE_COMMIT
-        # The markers are of the old producer id at the bumped epoch.
+        # The markers are of the old producer id at the bumped epoch, WriteTxnMarkers v2
+        # with the transaction's version (KIP-1228).
         assert stuck.markers[0][:2] == (producer_id, SHORT_MAX)
+        assert stuck.marker_versions[0] == (2, [2])
         nursery.cancel_scope.cancel()
     broker.stop()
 

@@ -17,6 +17,11 @@ client). The answer's per-partition code decides, as Kafka's completion handler 
 - INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED: sending stops and the transaction
   is not completed here (a newer coordinator or producer epoch owns it).
 
+The request is WriteTxnMarkers v2 (KIP-1228), carrying the transaction's client transaction
+version (Kafka's TxnMarkerEntry of TransactionMetadata.clientTransactionVersion), to a leader
+whose ApiVersions (asked once per connection) lists v2, else v1 without it, as Kafka's
+NetworkClient picks the highest version both ends know.
+
 Departure: one connection per broker, one request per transaction at a time, instead of
 Kafka's queue that batches the markers of many transactions into one request per broker.
 """
@@ -26,13 +31,13 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from minibroker.cluster.controller_client import build_request
 from minibroker.cluster.node_connection import (
     CONNECTION_ERRORS,
     BrokerConnections,
     NodeConnection,
 )
 from minibroker.common.config import BrokerConfig
+from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import ReplicaManager
 from minibroker.security.listeners import client_security
@@ -41,6 +46,10 @@ log = logging.getLogger("txn-markers")
 
 # Kafka's ApiKeys.WRITE_TXN_MARKERS (its handler is apis/txn_markers.py, the log side's).
 WRITE_TXN_MARKERS = 27
+API_VERSIONS = 18
+# WriteTxnMarkers v2 (KIP-1228) adds each marker's TransactionVersion; v1 is the fallback.
+MARKERS_WITH_TRANSACTION_VERSION = 2
+MARKERS_BASELINE = 1
 RETRY_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 2.0
 REQUEST_TIMEOUT_S = 30.0
@@ -87,6 +96,8 @@ class MarkerChannel:
             timeout_s=REQUEST_TIMEOUT_S,
         )
         self.markers_written = 0
+        # broker id -> (the connection asked, the highest WriteTxnMarkers version it serves)
+        self._marker_versions: dict[int, tuple[NodeConnection, int]] = {}
 
     async def write(
         self,
@@ -97,6 +108,7 @@ class MarkerChannel:
         commit: bool,
         partitions: set[Partition],
         still_valid: Callable[[], bool],
+        transaction_version: int = 0,
     ) -> bool:
         """Write the markers until every partition has it or is gone. False when sending
         stopped: ``still_valid`` turned false (this broker no longer coordinates the id) or a
@@ -127,6 +139,7 @@ class MarkerChannel:
                         (done, refusals),
                         leader,
                         (producer_id, producer_epoch, coordinator_epoch, commit),
+                        transaction_version,
                         group,
                     )
             if refusals:
@@ -149,11 +162,12 @@ class MarkerChannel:
         into: tuple[set[Partition], list[str]],
         leader: int,
         marker: tuple[int, int, int, bool],
+        transaction_version: int,
         group: list[Partition],
     ) -> None:
         done, refusals = into
         try:
-            done |= await self._send(leader, *marker, group)
+            done |= await self._send(leader, *marker, group, transaction_version)
         except MarkersFenced as refusal:
             refusals.append(str(refusal))
 
@@ -165,14 +179,20 @@ class MarkerChannel:
         coordinator_epoch: int,
         commit: bool,
         group: list[Partition],
+        transaction_version: int = 0,
     ) -> set[Partition]:
         """One WriteTxnMarkers to ``leader``: the partitions that are done (written, or
         dropped as Kafka drops them)."""
         by_topic: dict[str, list[int]] = {}
         for topic, index in group:
             by_topic.setdefault(topic, []).append(index)
-        request = build_request(
-            WRITE_TXN_MARKERS,
+        try:
+            version = await self.marker_version(leader)
+        except CONNECTION_ERRORS as error:
+            log.debug("ApiVersions to broker %d failed: %r", leader, error)
+            return set()
+        request = codec.build(
+            codec.request_class(WRITE_TXN_MARKERS, version),
             {
                 "markers": [
                     {
@@ -180,6 +200,7 @@ class MarkerChannel:
                         "producer_epoch": producer_epoch,
                         "transaction_result": commit,
                         "coordinator_epoch": coordinator_epoch,
+                        "transaction_version": transaction_version,  # dropped below v2
                         "topics": [
                             {"name": topic, "partition_indexes": indexes}
                             for topic, indexes in by_topic.items()
@@ -213,6 +234,33 @@ class MarkerChannel:
                             "marker of %s-%d answered %s; retrying", key[0], key[1], code.name
                         )
         return done
+
+    async def marker_version(self, broker_id: int) -> int:
+        """The WriteTxnMarkers version to send ``broker_id``: 2 when its ApiVersions lists it,
+        else 1; asked once per connection (a broker that restarted, upgraded or downgraded,
+        is asked again on the new one). An ApiVersions answer that does not decode or lists no
+        WriteTxnMarkers gives 1; a broken connection raises one of CONNECTION_ERRORS."""
+        connection = await self._connections.connection(broker_id)
+        known = self._marker_versions.get(broker_id)
+        if known is not None and known[0] is connection:
+            return known[1]
+        request = codec.build(
+            codec.request_class(API_VERSIONS, 3),
+            {"client_software_name": "minibroker", "client_software_version": "1"},
+        )
+        version = MARKERS_BASELINE
+        try:
+            response = await self._connections.request(broker_id, request)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as error:  # an answer that does not decode: assume the baseline
+            log.warning("ApiVersions to broker %d failed: %r", broker_id, error)
+            return MARKERS_BASELINE
+        for entry in getattr(response, "api_keys", ()):
+            if int(entry.api_key) == WRITE_TXN_MARKERS:
+                version = min(int(entry.max_version), MARKERS_WITH_TRANSACTION_VERSION)
+        self._marker_versions[broker_id] = (connection, max(version, MARKERS_BASELINE))
+        return max(version, MARKERS_BASELINE)
 
     async def request(self, broker_id: int, request):
         """One request to another broker's inter-broker listener (the coordinator's other

@@ -543,6 +543,8 @@ class TransactionCoordinator:
             commit=commit,
             partitions=set(meta.partitions),
             still_valid=lambda: self._owns(meta, epoch),
+            # Kafka's TxnMarkerEntry: the transaction's clientTransactionVersion (KIP-1228).
+            transaction_version=meta.client_transaction_version,
         )
         if not written:
             return
