@@ -567,8 +567,8 @@ def test_kafka_reassign_partitions_generate_is_rack_aware(tools):
         for partition in plan["partitions"]:
             replicas = partition["replicas"]
             assert len(set(replicas)) == 2 and 3 in replicas, plan
-    leaders = Counter(partition["replicas"][0] for partition in proposed["partitions"])
-    assert set(leaders) == {1, 2, 3}, proposed
+    # Which brokers lead in the proposed plan is the tool's own (random) choice: a CI run saw
+    # only 1 and 3 first, so it is not asserted.
 
 
 def test_tool_requests(tools_run, request_log):
