@@ -519,20 +519,27 @@ class _ModernGroup:
     group_type: str = CONSUMER
 
 
-def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
-    """ConsumerGroupDescribe, for a group DescribeGroups calls Dead (Kafka 4 answers so for a
-    consumer-protocol group); None if it is not one either."""
-    if ApiKey.CONSUMER_GROUP_DESCRIBE not in conn.versions:
+def _described(conn: Connection, api_key: ApiKey, group_id: str):
+    """The group of a ConsumerGroupDescribe or StreamsGroupDescribe answer for ``group_id``;
+    None when the broker does not serve the API or the group is not of that type (or
+    unknown); _Moved when the coordinator moved."""
+    if api_key not in conn.versions:
         return None
     answer = conn.request(
-        ApiKey.CONSUMER_GROUP_DESCRIBE,
-        {"group_ids": [group_id], "include_authorized_operations": False},
+        api_key, {"group_ids": [group_id], "include_authorized_operations": False}
     )
     group = answer.groups[0]
     error = _error(group.error_code)
     if error in RETRIABLE:
         raise _Moved(error)
-    if error != Error.NONE:
+    return group if error == Error.NONE else None
+
+
+def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
+    """ConsumerGroupDescribe, for a group DescribeGroups calls Dead (Kafka 4 answers so for a
+    consumer-protocol group); None if it is not one either."""
+    group = _described(conn, ApiKey.CONSUMER_GROUP_DESCRIBE, group_id)
+    if group is None:
         return None
     members = [
         MemberView(
@@ -571,17 +578,8 @@ def _describe_streams(conn: Connection, group_id: str) -> _ModernGroup | None:
     """StreamsGroupDescribe, for a group DescribeGroups calls Dead (Kafka 4 answers so for a
     streams group); None if it is not one. A member's "assignment" is the partitions its
     active tasks read: each task's subtopology's source and repartition source topics."""
-    if ApiKey.STREAMS_GROUP_DESCRIBE not in conn.versions:
-        return None
-    answer = conn.request(
-        ApiKey.STREAMS_GROUP_DESCRIBE,
-        {"group_ids": [group_id], "include_authorized_operations": False},
-    )
-    group = answer.groups[0]
-    error = _error(group.error_code)
-    if error in RETRIABLE:
-        raise _Moved(error)
-    if error != Error.NONE:
+    group = _described(conn, ApiKey.STREAMS_GROUP_DESCRIBE, group_id)
+    if group is None:
         return None
     sources: dict[str, list[str]] = {}
     for sub in group.topology.subtopologies if group.topology is not None else ():
