@@ -312,20 +312,8 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
         for group_id, entry in listed.items()
         if getattr(entry, "group_type", "") == STREAMS
     ]
-    streams = {}
-    if streams_groups and ApiKey.STREAMS_GROUP_DESCRIBE in conn.versions:
-        answer = conn.request(
-            ApiKey.STREAMS_GROUP_DESCRIBE,
-            {"group_ids": streams_groups, "include_authorized_operations": False},
-        )
-        streams = {str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE}
-    modern = {}
-    if consumer_protocol and ApiKey.CONSUMER_GROUP_DESCRIBE in conn.versions:
-        answer = conn.request(
-            ApiKey.CONSUMER_GROUP_DESCRIBE,
-            {"group_ids": consumer_protocol, "include_authorized_operations": False},
-        )
-        modern = {str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE}
+    streams = _described_all(conn, ApiKey.STREAMS_GROUP_DESCRIBE, streams_groups)
+    modern = _described_all(conn, ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_protocol)
     groups = []
     for group_id, entry in listed.items():
         if group_id in streams:
@@ -517,6 +505,16 @@ class _ModernGroup:
     protocol_data: str
     members: list[MemberView]
     group_type: str = CONSUMER
+
+
+def _described_all(conn: Connection, api_key: ApiKey, group_ids: list[str]) -> dict:
+    """Group id -> group of one ConsumerGroupDescribe or StreamsGroupDescribe for
+    ``group_ids``, those answered without an error; empty when there are none or the broker
+    does not serve the API."""
+    if not group_ids or api_key not in conn.versions:
+        return {}
+    answer = conn.request(api_key, {"group_ids": group_ids, "include_authorized_operations": False})
+    return {str(g.group_id): g for g in answer.groups if _error(g.error_code) == Error.NONE}
 
 
 def _described(conn: Connection, api_key: ApiKey, group_id: str):
