@@ -77,10 +77,11 @@ SKIPPED_SECTIONS = {
     " SCRAM users: tests/integration/test_schema_registry_security.py starts one with these"
     " properties (its https listener, BASIC, minibroker.scram.users) and runs confluent-kafka's"
     " SchemaRegistryClient with ssl.ca.location and basic.auth.user.info against it",
-    ("docs/schema-registry.md", "Schema validation on produce"): "a topic created with the"
-    " config on a running cluster: tests/cluster/test_schema_registry.py's"
-    " test_produce_validation_refuses_records_without_a_registered_schema_id creates one and"
-    " produces to it with confluent-kafka",
+    ("docs/schema-registry.md", "Schema validation on produce"): "needs Java and the pinned"
+    " artifacts: tests/java/test_tools.py's test_schema_validation_commands_of_the_docs runs"
+    " these two commands as written against its cluster and checks that an unframed record is"
+    " then refused with INVALID_RECORD (tests/cluster/test_schema_registry.py checks the"
+    " registered ids with confluent-kafka's serializers)",
     (README, "Documentation"): "the docs extra and `mkdocs serve` (a server until Ctrl-C):"
     " tests/unit/test_docs_site.py builds the same site with `mkdocs build --strict`",
     ("docs/testing.md", "Running the suite"): "the test suite itself, or parts of it (this test"
