@@ -49,6 +49,9 @@ DELETE_SUFFIX = "-delete"
 # At most this many bytes are copied per step: one step runs on the event loop between
 # two checkpoints (Kafka's replica.fetch.max.bytes, 1 MiB, bounds each of its fetches).
 COPY_STEP_BYTES = 1024 * 1024
+# A move whose partition takes more than a step's worth of appends during each of this many
+# fsyncs of the future log copies the rest in its swap step (see ReplicaMove).
+MAX_FLUSHES = 3
 
 
 def delete_dir_name(partition_dir: Path) -> str:
@@ -87,6 +90,8 @@ class ReplicaMove:
     structure_version: int = -1
     started: bool = False
     flushed: bool = False
+    # Fsyncs so far: after MAX_FLUSHES the swap copies whatever is left, however much.
+    flushes: int = 0
 
     def next_action(
         self,
@@ -95,7 +100,11 @@ class ReplicaMove:
         current_end: int,
         current_structure_version: int,
         future_end: int,
+        behind_bytes: int = 0,
     ) -> Action:
+        """`behind_bytes`: about how many bytes of the current log the future one lacks
+        (the difference of their sizes): more than a step's worth appended during the fsync
+        means copying on (and fsyncing again) rather than copying it all in the swap."""
         if (
             not self.started
             or current_structure_version != self.structure_version
@@ -107,10 +116,13 @@ class ReplicaMove:
             self.flushed = False
             return Action(Step.RESTART, current_start)
         if self.flushed:
-            return Action(Step.SWAP, future_end)
+            if behind_bytes <= COPY_STEP_BYTES or self.flushes >= MAX_FLUSHES:
+                return Action(Step.SWAP, future_end)
+            self.flushed = False
         if future_end < current_end:
             return Action(Step.COPY, future_end)
         self.flushed = True
+        self.flushes += 1
         return Action(Step.FLUSH)
 
 

@@ -177,6 +177,7 @@ class LogDirMover:
                     current_end=current.log_end_offset,
                     current_structure_version=current.structure_version,
                     future_end=future.log_end_offset,
+                    behind_bytes=current.size_bytes - future.size_bytes,
                 )
                 if action.step is Step.RESTART:
                     future.truncate_fully_and_start_at(action.offset)

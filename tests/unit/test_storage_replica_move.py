@@ -67,9 +67,23 @@ def test_the_state_machine_restarts_copies_flushes_then_swaps():
     assert move.next_action(**offsets, future_end=5) == Action(Step.COPY, 5)
     assert move.next_action(**offsets, future_end=60) == Action(Step.COPY, 60)
     assert move.next_action(**offsets, future_end=100) == Action(Step.FLUSH)
-    # Appends during the flush are copied by the swap step itself.
+    # Appends during the flush are copied by the swap step itself...
     later = dict(offsets, current_end=120)
-    assert move.next_action(**later, future_end=100) == Action(Step.SWAP, 100)
+    assert move.next_action(**later, future_end=100, behind_bytes=5000) == Action(Step.SWAP, 100)
+
+
+def test_a_partition_busy_during_the_fsync_is_copied_on_then_swapped_after_three_fsyncs():
+    move = ReplicaMove(Path("/b"))
+    offsets = dict(current_start=0, current_structure_version=1)
+    move.next_action(**offsets, current_end=10, future_end=0)
+    much = 2 * COPY_STEP_BYTES
+    for flush in range(3):
+        end = 100 * (flush + 1)
+        assert move.next_action(**offsets, current_end=end, future_end=end) == Action(Step.FLUSH)
+        # More than a step appended during the fsync: copy on, then fsync again.
+        assert move.next_action(
+            **offsets, current_end=end + 50, future_end=end, behind_bytes=much
+        ) == (Action(Step.COPY, end) if flush < 2 else Action(Step.SWAP, end))
 
 
 def test_a_truncation_or_retention_of_the_current_log_restarts_the_copy():
