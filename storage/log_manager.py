@@ -440,6 +440,8 @@ class LogManager:
         # Kafka's LogManager.preferredLogDirs: where AlterReplicaLogDirs asked a partition
         # not hosted here yet to be placed, used (and forgotten) when its log is made.
         self.preferred_log_dirs: dict[tuple[str, int], Path] = {}
+        # KIP-1066's cordoned.log.dirs: dirs that take no new replica (set_cordoned).
+        self.cordoned_log_dirs: frozenset[Path] = frozenset()
         # Kafka's LogDirFailureChannel: every log here reports its I/O errors to it, and the
         # broker listens (see storage/log_dir_failure.py).
         self.failures = LogDirFailureChannel()
@@ -794,7 +796,7 @@ class LogManager:
                     home = (
                         next((d for d in self.log_dirs if (d / name).is_dir()), None)
                         or self.preferred_log_dirs.pop(key, None)
-                        or min(self.log_dirs, key=lambda candidate: counts[candidate])
+                        or self._next_log_dir(counts)
                     )
                     counts[home] += 1  # the log dir with the fewest partitions, as placed
                 reason = self.failures.offline_reason(home)
@@ -867,6 +869,26 @@ class LogManager:
             partition_log.close()
             raise
         return partition_log, created
+
+    def _next_log_dir(self, counts: dict[Path, int]) -> Path:
+        """Kafka's LogManager.nextLogDirs: the live log dir holding the fewest partitions,
+        leaving out the cordoned ones (KIP-1066) unless every one is (then the first)."""
+        live = self.online_log_dirs() or self.log_dirs
+        if len(live) == 1:
+            return live[0]
+        open_dirs = [d for d in live if d not in self.cordoned_log_dirs]
+        if not open_dirs:
+            return live[0]
+        return min(open_dirs, key=lambda candidate: counts[candidate])
+
+    def set_cordoned(self, entries: tuple[str, ...]) -> None:
+        """cordoned.log.dirs' value (checked against log.dirs by the caller): `*` cordons
+        every log dir; an entry not among them is ignored."""
+        if "*" in entries:
+            self.cordoned_log_dirs = frozenset(self.log_dirs)
+        else:
+            named = set(entries)
+            self.cordoned_log_dirs = frozenset(d for d in self.log_dirs if str(d) in named)
 
     # -- moving a replica between log dirs (AlterReplicaLogDirs) ---------------------------
 

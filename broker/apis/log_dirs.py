@@ -7,8 +7,8 @@ bytes. A replica being moved to another directory (AlterReplicaLogDirs) is also 
 there as a future replica (is_future_key), its lag the current log end minus its own, as
 Kafka's ReplicaManager.describeLogDirs reports it. With an authorizer it needs DESCRIBE on
 the cluster: otherwise CLUSTER_AUTHORIZATION_FAILED and no directories, as Kafka answers.
-v5 tells whether a directory is cordoned: never, as minibroker has no cordoning of log
-directories (a Kafka broker with none cordoned answers the same).
+v5 tells whether a directory is cordoned (KIP-1066, cordoned.log.dirs: it takes no new
+replica).
 """
 
 import os
@@ -89,7 +89,7 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
                 ],
                 "total_bytes": total_bytes,
                 "usable_bytes": usable_bytes,
-                "is_cordoned": False,
+                "is_cordoned": directory in ctx.replica_manager.log_manager.cordoned_log_dirs,
             }
         )
     return {"error_code": Error.NONE, "results": results}

@@ -7,8 +7,9 @@ around storage/replica_move.py (the move's steps, pure, and its file operations)
   the absolute path of a configured log dir is LOG_DIR_NOT_FOUND, an offline one (or a
   partition whose own dir is offline) KAFKA_STORAGE_ERROR, a partition of a known topic not
   hosted here REPLICA_NOT_AVAILABLE (Kafka keeps that code for this API "for
-  compatibility"), an unknown one UNKNOWN_TOPIC_OR_PARTITION. For a partition not hosted
-  yet, the dir is remembered and used when its log is made (Kafka's preferredLogDirs). A
+  compatibility"), an unknown one UNKNOWN_TOPIC_OR_PARTITION; a cordoned dir (KIP-1066,
+  cordoned.log.dirs) INVALID_REPLICA_ASSIGNMENT, as Kafka 4.4 refuses it. For a partition
+  not hosted yet, the dir is remembered and used when its log is made (preferredLogDirs). A
   move to another dir replaces a move in progress to a third (Kafka's
   futureReplicaDirChanged); a move to the dir the replica is in cancels one.
 - each move is a task: the future log is made in a worker thread; then, step by step, up
@@ -105,6 +106,8 @@ class LogDirMover:
             return Error.LOG_DIR_NOT_FOUND
         if log_manager.failures.is_offline(target):
             return Error.KAFKA_STORAGE_ERROR
+        if target in log_manager.cordoned_log_dirs:
+            return Error.INVALID_REPLICA_ASSIGNMENT  # Kafka 4.4: "Log dir ... is cordoned"
         partition, error = self._replicas.hosted_partition(*key)
         if partition is None:
             if error is Error.UNKNOWN_TOPIC_OR_PARTITION:

@@ -1,7 +1,8 @@
 """A replica moved between the two log dirs of one real broker while a producer writes
 (AlterReplicaLogDirs, KIP-113; replication/log_dir_mover.py): every acknowledged record is
 read back afterwards, in order, from the new dir, and DescribeLogDirs names the dir before
-and after. Bad moves get Kafka's codes and the broker goes on serving.
+and after. Bad moves get Kafka's codes and the broker goes on serving. A log dir cordoned
+at run time (KIP-1066, cordoned.log.dirs) takes no new replica and no move.
 
 One broker with two log dirs serves the module; the requests are sent raw (kio), as
 confluent-kafka has no AlterReplicaLogDirs and kafka-python's admin no DescribeLogDirs by
@@ -15,7 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 from kio.schema.alter_replica_log_dirs.v2.request import (
     AlterReplicaLogDir,
     AlterReplicaLogDirsRequest,
@@ -25,6 +32,8 @@ from kio.schema.describe_log_dirs.v4.request import DescribableLogDirTopic, Desc
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
+from minibroker.protocol.versions import ApiKey
+from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import (
     BROKER_READY_TIMEOUT,
@@ -175,3 +184,51 @@ def test_bad_moves_get_kafkas_codes_and_the_broker_goes_on(jbod):
     produce_numbers(broker.bootstrap, "unmoved", 0, 10)
     read = confluent_read_all(broker.bootstrap, "unmoved", {0: 0}, 10)
     assert [int(message.value()) for message in read] == list(range(10))
+
+
+def cordon(bootstrap: str, value: str | None) -> None:
+    """Set (or with None delete) the broker's cordoned.log.dirs, as kafka-configs does."""
+    entry = (
+        ConfigEntry("cordoned.log.dirs", value, incremental_operation=AlterConfigOpType.SET)
+        if value is not None
+        else ConfigEntry("cordoned.log.dirs", "", incremental_operation=AlterConfigOpType.DELETE)
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+
+
+def cordoned(bootstrap: str) -> dict[str, bool]:
+    with wire.connect(bootstrap, 10, exact=True) as client:
+        answer = client.request(ApiKey.DESCRIBE_LOG_DIRS, 5, {"topics": None})
+    return {result.log_dir: result.is_cordoned for result in answer.results}
+
+
+def test_a_cordoned_log_dir_takes_no_new_replica_and_no_move(jbod):
+    broker, dirs = jbod
+    cordon(broker.bootstrap, str(dirs[0]))
+    try:
+        wait_for(
+            lambda: cordoned(broker.bootstrap) == {str(dirs[0]): True, str(dirs[1]): False},
+            15,
+            "the first log dir cordoned",
+        )
+        create_topic(broker.bootstrap, "placed", 4)
+        for partition in range(4):
+            assert placement(broker.bootstrap, "placed", partition) == [(str(dirs[1]), False)]
+        # A move into it: INVALID_REPLICA_ASSIGNMENT, as Kafka 4.4 answers.
+        assert move(broker.bootstrap, str(dirs[0]), "placed", 0) == {
+            0: ErrorCode.invalid_replica_assignment
+        }
+        # Only this broker's own log dirs, or `*` alone.
+        for value in (str(dirs[0].parent / "c"), "*," + str(dirs[1])):
+            with pytest.raises(KafkaException) as refused:
+                cordon(broker.bootstrap, value)
+            assert refused.value.args[0].name() == "INVALID_REQUEST"
+        assert cordoned(broker.bootstrap) == {str(dirs[0]): True, str(dirs[1]): False}
+    finally:
+        cordon(broker.bootstrap, None)
+    wait_for(
+        lambda: not any(cordoned(broker.bootstrap).values()), 15, "no log dir cordoned any more"
+    )
+    assert move(broker.bootstrap, str(dirs[0]), "placed", 0) == {0: ErrorCode.none}

@@ -183,3 +183,34 @@ def test_only_configured_absolute_dirs_are_named(two_dirs):
     assert logs.log_dir_named(str(two_dirs[1].parent / "c")) is None
     assert logs.log_dir_named("b") is None
     logs.close()
+
+
+def test_cordoned_log_dirs_take_no_new_partition_unless_all_are(two_dirs):
+    """Kafka's LogManager.nextLogDirs with KIP-1066: the cordoned dirs are left out, unless
+    every live dir is cordoned (then the first one)."""
+    logs = opened(two_dirs)
+    logs.set_cordoned((str(two_dirs[0]),))
+    placed = [logs.ensure_log("c", TOPIC_ID, p, {}, now_ms=0).directory.parent for p in range(3)]
+    assert placed == [two_dirs[1]] * 3
+    logs.set_cordoned(("*",))
+    assert logs.cordoned_log_dirs == set(two_dirs)
+    assert logs.ensure_log("c", TOPIC_ID, 3, {}, now_ms=0).directory.parent == two_dirs[0]
+    logs.set_cordoned(())
+    assert logs.ensure_log("c", TOPIC_ID, 4, {}, now_ms=0).directory.parent == two_dirs[0]
+    logs.close()
+
+
+def test_cordoned_log_dirs_must_be_log_dirs_and_per_broker(two_dirs):
+    from minibroker.common.config import BrokerConfig, ConfigError
+    from minibroker.common.config_model import ConfigChangeError, validate_broker_overrides
+
+    dirs = ",".join(str(d) for d in two_dirs)
+    config = BrokerConfig.from_properties({"log.dirs": dirs, "cordoned.log.dirs": "*"})
+    assert config.cordoned_log_dirs == ("*",)
+    with pytest.raises(ConfigError, match="Invalid entry in cordoned.log.dirs: /elsewhere"):
+        BrokerConfig.from_properties({"log.dirs": dirs, "cordoned.log.dirs": "/elsewhere"})
+    with pytest.raises(ConfigError, match="must not contain other values"):
+        BrokerConfig.from_properties({"log.dirs": dirs, "cordoned.log.dirs": f"*,{dirs}"})
+    validate_broker_overrides({"cordoned.log.dirs": str(two_dirs[0])})
+    with pytest.raises(ConfigChangeError, match="broker id must be specified"):
+        validate_broker_overrides({"cordoned.log.dirs": "*"}, cluster_default=True)
