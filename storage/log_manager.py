@@ -63,6 +63,7 @@ from minibroker.storage.replica_move import (
     delete_dir_name,
     discard_future,
     finish_swap,
+    is_future,
     mark_future,
     settle_moves,
 )
@@ -264,6 +265,12 @@ class LogCreation:
         if failure is not None:
             raise failure
         return logs
+
+
+def _current_dir(path: Path) -> bool:
+    """A partition directory that is not a future replica being filled (a move to another
+    log dir, storage/replica_move.py, still under way or being discarded)."""
+    return path.is_dir() and not is_future(path)
 
 
 def _position_of(partition_log: PartitionLog) -> _LogPosition:
@@ -794,7 +801,7 @@ class LogManager:
                 else:
                     name = f"{topic}-{partition}"
                     home = (
-                        next((d for d in self.log_dirs if (d / name).is_dir()), None)
+                        next((d for d in self.log_dirs if _current_dir(d / name)), None)
                         or self.preferred_log_dirs.pop(key, None)
                         or self._next_log_dir(counts)
                     )
@@ -840,7 +847,8 @@ class LogManager:
             return reopened, False
         name = f"{request.topic}-{request.partition}"
         path = next(
-            (directory / name for directory in self.log_dirs if (directory / name).is_dir()), None
+            (directory / name for directory in self.log_dirs if _current_dir(directory / name)),
+            None,
         )
         if path is not None and read_partition_metadata(path) not in (None, request.topic_id):
             log.warning("deleting %s: it belongs to an older topic of that name", path)

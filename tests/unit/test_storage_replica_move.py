@@ -214,3 +214,21 @@ def test_cordoned_log_dirs_must_be_log_dirs_and_per_broker(two_dirs):
     validate_broker_overrides({"cordoned.log.dirs": str(two_dirs[0])})
     with pytest.raises(ConfigChangeError, match="broker id must be specified"):
         validate_broker_overrides({"cordoned.log.dirs": "*"}, cluster_default=True)
+
+
+def test_a_flush_in_flight_when_its_log_moves_away_takes_no_log_dir_offline(two_dirs):
+    """The periodic flush's thread fsyncs the old directory, gone since the swap: the failure
+    of a flush of a closed log is logged, not a log dir failure (which halts the broker)."""
+    logs, current = hosted_with_data(two_dirs)
+    current.append_as_leader(make_batch(1), leader_epoch=6, now_ms=0)  # an unsaved epoch
+    job = current.begin_flush()
+    assert job.directory is not None
+    future = logs.open_future_log(current, two_dirs[1], now_ms=0)
+    copy_all(current, future)
+    deleted = logs.swap_in_future(future)
+    LogManager.finish_future_swap(deleted, future.directory)
+    job.run()
+    assert job.error is not None
+    current.finish_flush(job)
+    assert logs.failures.offline_dirs == {}
+    logs.close()
