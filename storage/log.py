@@ -1915,6 +1915,12 @@ class PartitionLog:
             job.close()
             raise RuntimeError(f"{self.name}: finish_flush before the flush job ran")
         if job.error is not None:
+            if self.closed:
+                # Closed while the job ran (its directory moved to another log dir by
+                # AlterReplicaLogDirs, or deleted): nothing of it is read again, so its
+                # failure takes no log dir offline.
+                log.warning("%s: flush of a closed log failed: %s", self.name, job.error)
+                return
             raise job.error
         if job.directory is not None:
             self._directory_synced = max(self._directory_synced, job.directory_changes)

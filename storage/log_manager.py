@@ -59,6 +59,14 @@ from minibroker.storage.errors import (
 )
 from minibroker.storage.log import FlushJob, LogConfig, PartitionLog, parse_partition_dir_name
 from minibroker.storage.log_dir_failure import LogDirFailureChannel
+from minibroker.storage.replica_move import (
+    delete_dir_name,
+    discard_future,
+    finish_swap,
+    is_future,
+    mark_future,
+    settle_moves,
+)
 
 log = logging.getLogger("storage.log_manager")
 
@@ -259,6 +267,12 @@ class LogCreation:
         return logs
 
 
+def _current_dir(path: Path) -> bool:
+    """A partition directory that is not a future replica being filled (a move to another
+    log dir, storage/replica_move.py, still under way or being discarded)."""
+    return path.is_dir() and not is_future(path)
+
+
 def _position_of(partition_log: PartitionLog) -> _LogPosition:
     # As Kafka does, only logs whose start moved past their first segment are listed.
     moved = partition_log.log_start_offset > partition_log.segments[0].base_offset
@@ -430,6 +444,11 @@ class LogManager:
         self._topics_lock = threading.Lock()
         # The creation between begin_logs and its finish, if any.
         self._creating: LogCreation | None = None
+        # Kafka's LogManager.preferredLogDirs: where AlterReplicaLogDirs asked a partition
+        # not hosted here yet to be placed, used (and forgotten) when its log is made.
+        self.preferred_log_dirs: dict[tuple[str, int], Path] = {}
+        # KIP-1066's cordoned.log.dirs: dirs that take no new replica (set_cordoned).
+        self.cordoned_log_dirs: frozenset[Path] = frozenset()
         # Kafka's LogDirFailureChannel: every log here reports its I/O errors to it, and the
         # broker listens (see storage/log_dir_failure.py).
         self.failures = LogDirFailureChannel()
@@ -476,6 +495,8 @@ class LogManager:
                 directory.mkdir(parents=True, exist_ok=True)
                 self._lock(directory)
                 self._check_meta_properties(directory)
+            # Replica moves between log dirs a stop interrupted (storage/replica_move.py).
+            settle_moves(self.log_dirs)
             self._topics = self._read_topics()
             clean = {
                 directory: (directory / CLEAN_SHUTDOWN_FILE).exists() for directory in self.log_dirs
@@ -779,8 +800,10 @@ class LogManager:
                     home = stopped.directory.parent
                 else:
                     name = f"{topic}-{partition}"
-                    home = next((d for d in self.log_dirs if (d / name).is_dir()), None) or min(
-                        self.log_dirs, key=lambda candidate: counts[candidate]
+                    home = (
+                        next((d for d in self.log_dirs if _current_dir(d / name)), None)
+                        or self.preferred_log_dirs.pop(key, None)
+                        or self._next_log_dir(counts)
                     )
                     counts[home] += 1  # the log dir with the fewest partitions, as placed
                 reason = self.failures.offline_reason(home)
@@ -824,7 +847,8 @@ class LogManager:
             return reopened, False
         name = f"{request.topic}-{request.partition}"
         path = next(
-            (directory / name for directory in self.log_dirs if (directory / name).is_dir()), None
+            (directory / name for directory in self.log_dirs if _current_dir(directory / name)),
+            None,
         )
         if path is not None and read_partition_metadata(path) not in (None, request.topic_id):
             log.warning("deleting %s: it belongs to an older topic of that name", path)
@@ -853,6 +877,92 @@ class LogManager:
             partition_log.close()
             raise
         return partition_log, created
+
+    def _next_log_dir(self, counts: dict[Path, int]) -> Path:
+        """Kafka's LogManager.nextLogDirs: the live log dir holding the fewest partitions,
+        leaving out the cordoned ones (KIP-1066) unless every one is (then the first)."""
+        live = self.online_log_dirs() or self.log_dirs
+        if len(live) == 1:
+            return live[0]
+        open_dirs = [d for d in live if d not in self.cordoned_log_dirs]
+        if not open_dirs:
+            return live[0]
+        return min(open_dirs, key=lambda candidate: counts[candidate])
+
+    def set_cordoned(self, entries: tuple[str, ...]) -> None:
+        """cordoned.log.dirs' value (checked against log.dirs by the caller): `*` cordons
+        every log dir; an entry not among them is ignored."""
+        if "*" in entries:
+            self.cordoned_log_dirs = frozenset(self.log_dirs)
+        else:
+            named = set(entries)
+            self.cordoned_log_dirs = frozenset(d for d in self.log_dirs if str(d) in named)
+
+    # -- moving a replica between log dirs (AlterReplicaLogDirs) ---------------------------
+
+    def log_dir_named(self, path: str) -> Path | None:
+        """The configured log dir whose absolute path is `path`, else None (Kafka's
+        LogManager.isLogDirOnline throws LogDirNotFoundException for a path that is not
+        the absolute path of a configured log dir)."""
+        if not os.path.isabs(path):
+            return None
+        for directory in self.log_dirs:
+            if str(directory.absolute()) == path or str(directory.resolve()) == path:
+                return directory
+        return None
+
+    def open_future_log(self, current: PartitionLog, target: Path, now_ms: int) -> PartitionLog:
+        """Make the future replica of a hosted partition in log dir `target` (any thread:
+        it touches only the new directory): marked as a future replica, with the current
+        log's config and its topic's id. Kafka's LogManager.getOrCreateLog(isFuture=true).
+        OSError takes nothing offline here: the caller reports it against `target`."""
+        directory = target / current.directory.name
+        mark_future(directory)
+        future = PartitionLog.open(
+            directory, current.config, now_ms=now_ms, needs_recovery=False, failures=self.failures
+        )
+        try:
+            info = self._topics.get(current.topic)
+            if info is not None:
+                write_partition_metadata(directory, info.topic_id)
+        except BaseException:
+            future.close()
+            raise
+        return future
+
+    def swap_in_future(self, future: PartitionLog) -> Path:
+        """Kafka's LogManager.replaceCurrentWithFutureLog, on the owner, with no pause
+        between the caller's last copy and this: the current log's directory is renamed
+        `<topic>-<partition>.<id>-delete` (the old files stay readable to reads in flight,
+        through descriptors of their own), the current log closed without writing, and
+        the future log becomes the partition's log. Returns the renamed directory for
+        `finish_future_swap` (any thread). StorageError (its log dir offline) if the rename
+        fails: the current log stays."""
+        key = (future.topic, future.partition)
+        current = self._logs[key]
+        deleted = current.directory.with_name(delete_dir_name(current.directory))
+        with self.directory_io(current.directory.parent, f"renaming {current.directory}"):
+            os.rename(current.directory, deleted)
+        current.detach()
+        future.config = current.config
+        self._logs[key] = future
+        return deleted
+
+    @staticmethod
+    def finish_future_swap(deleted: Path, future_dir: Path) -> None:
+        """The swap's durable steps and the old files' removal (any thread)."""
+        finish_swap(deleted, future_dir)
+
+    @staticmethod
+    def discard_future_log(future: PartitionLog) -> Path:
+        """Close an abandoned future log; its directory is returned for
+        `replica_move.discard_future` (any thread)."""
+        future.detach()
+        return future.directory
+
+    @staticmethod
+    def remove_future_dir(directory: Path) -> None:
+        discard_future(directory)
 
     def remove_log(self, topic: str, partition: int, *, delete: bool) -> None:
         """Stop hosting a partition, as Kafka's StopReplica does: close its log and, with

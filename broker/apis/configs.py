@@ -37,8 +37,10 @@ from minibroker.common.config_model import (
     STRING,
     TOPIC_RESOURCE,
     BrokerLayers,
+    check_cordoned_log_dirs,
     describe_broker,
     describe_topic,
+    parse_cordoned_log_dirs,
 )
 from minibroker.common.group_configs import GROUP_RESOURCE
 from minibroker.protocol import codec
@@ -82,6 +84,20 @@ def _broker_name_error(ctx: RequestContext, name: str, *, empty_allowed: bool) -
     if int(name) != ctx.config.node_id:
         expected = f"{ctx.config.node_id} or empty string" if empty_allowed else ctx.config.node_id
         return f"Unexpected broker id, expected {expected}, but received {name}"
+    return None
+
+
+def _cordon_error(ctx: RequestContext, resource) -> str | None:
+    """Kafka's DynamicLogConfig check of cordoned.log.dirs, which only the broker named can
+    make (the controller does not know its log.dirs): every entry given is one of them, or
+    `*`; Kafka's message, or None."""
+    for config in resource.configs:
+        if config.name != "cordoned.log.dirs" or config.value is None:
+            continue
+        try:
+            check_cordoned_log_dirs(parse_cordoned_log_dirs(config.value), ctx.config.log_dirs)
+        except ValueError as error:
+            return str(error)
     return None
 
 
@@ -345,7 +361,9 @@ async def _alter(ctx: RequestContext, request, api_key: ApiKey, *, incremental: 
         if (refusal := _refusal(ctx, resource, Operation.ALTER_CONFIGS)) is not None:
             answered[index] = _change_result(resource, refusal)
         elif resource.resource_type == BROKER_RESOURCE and name and not _forwarded(ctx):
-            message = _broker_name_error(ctx, name, empty_allowed=False)
+            message = _broker_name_error(ctx, name, empty_allowed=False) or _cordon_error(
+                ctx, resource
+            )
             if message:
                 answered[index] = _change_result(resource, Error.INVALID_REQUEST, message)
         elif resource.resource_type == BROKER_LOGGER_RESOURCE:
@@ -469,6 +487,12 @@ def _apply_pushed(ctx: RequestContext, request) -> dict:
             log_manager.set_default_config(dynamic.replace(resource.resource_name, configs))
             log_manager.producer_id_expiration_ms = dynamic.broker_value(
                 "producer.id.expiration.ms", ctx.config.producer_id_expiration_ms
+            )
+            cordoned = dynamic.by_resource.get(str(ctx.config.node_id), {}).get("cordoned.log.dirs")
+            log_manager.set_cordoned(
+                ctx.config.cordoned_log_dirs
+                if cordoned is None
+                else parse_cordoned_log_dirs(cordoned)
             )
             ctx.replica_manager.update_replication_throttle_rates()
             log.info("dynamic broker configs %r now %s", resource.resource_name, configs)

@@ -1,12 +1,14 @@
-"""DescribeLogDirs: each broker describes its own log directories (log.dirs).
+"""DescribeLogDirs and AlterReplicaLogDirs: each broker's own log directories (log.dirs).
 
-Per directory: the partitions whose logs live there with their size on disk and offset lag
-(the high watermark minus the log end offset, never below zero, as Kafka reports it for a
-current replica), and from v4 the file system's total and usable bytes. There are no
-future replicas here (no AlterReplicaLogDirs), so is_future_key is always false. With an
-authorizer it needs DESCRIBE on the cluster: otherwise CLUSTER_AUTHORIZATION_FAILED and no
-directories, as Kafka answers. v5 tells whether a directory is cordoned: never, as minibroker
-has no cordoning of log directories (a Kafka broker with none cordoned answers the same).
+DescribeLogDirs, per directory: the partitions whose logs live there with their size on
+disk and offset lag (the high watermark minus the log end offset, never below zero, as
+Kafka reports it for a current replica), and from v4 the file system's total and usable
+bytes. A replica being moved to another directory (AlterReplicaLogDirs) is also listed
+there as a future replica (is_future_key), its lag the current log end minus its own, as
+Kafka's ReplicaManager.describeLogDirs reports it. With an authorizer it needs DESCRIBE on
+the cluster: otherwise CLUSTER_AUTHORIZATION_FAILED and no directories, as Kafka answers.
+v5 tells whether a directory is cordoned (KIP-1066, cordoned.log.dirs: it takes no new
+replica).
 """
 
 import os
@@ -58,6 +60,17 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
                 "is_future_key": False,
             }
         )
+    for future, lag in ctx.replica_manager.log_dir_mover.futures():
+        if wanted is not None and future.partition not in wanted.get(future.topic, ()):
+            continue
+        by_directory.setdefault(future.directory.parent, {}).setdefault(future.topic, []).append(
+            {
+                "partition_index": future.partition,
+                "partition_size": future.size_bytes,
+                "offset_lag": lag,
+                "is_future_key": True,
+            }
+        )
     results = []
     for directory, topics in by_directory.items():
         try:
@@ -76,7 +89,52 @@ async def handle_describe(ctx: RequestContext, request) -> dict:
                 ],
                 "total_bytes": total_bytes,
                 "usable_bytes": usable_bytes,
-                "is_cordoned": False,
+                "is_cordoned": directory in ctx.replica_manager.log_manager.cordoned_log_dirs,
             }
         )
     return {"error_code": Error.NONE, "results": results}
+
+
+def _alter_results(moves: dict[tuple[str, int], Error]) -> dict:
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, index), error in moves.items():
+        by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
+    return {
+        "throttle_time_ms": 0,
+        "results": [
+            {"topic_name": topic, "partitions": partitions}
+            for topic, partitions in by_topic.items()
+        ],
+    }
+
+
+def _requested_moves(request) -> dict[tuple[str, int], str]:
+    """Each partition and the dir asked for it (a partition named twice: the last one, as
+    Kafka's AlterReplicaLogDirsRequest.partitionDirs builds its map)."""
+    return {
+        (topic.name, index): directory.path
+        for directory in request.dirs
+        for topic in directory.topics
+        for index in topic.partitions
+    }
+
+
+def _alter_error_response(request, error: Error) -> dict:
+    return _alter_results({key: error for key in _requested_moves(request)})
+
+
+@api(
+    ApiKey.ALTER_REPLICA_LOG_DIRS,
+    versions=(1, 2),
+    roles=Role.BROKER,
+    error_response=_alter_error_response,
+)
+async def handle_alter_replica_log_dirs(ctx: RequestContext, request) -> dict:
+    """Kafka's KafkaApis.handleAlterReplicaLogDirsRequest: CLUSTER ALTER or every partition
+    is CLUSTER_AUTHORIZATION_FAILED; then ReplicaManager.alterReplicaLogDirs
+    (replication/log_dir_mover.py) answers each partition at once, the move itself running
+    on afterwards. v0 is gone from Kafka 4 (KIP-896): v1-v2 as Kafka 4.4 serves them."""
+    moves = _requested_moves(request)
+    if not cluster_allowed(ctx, Operation.ALTER):
+        return _alter_results({key: Error.CLUSTER_AUTHORIZATION_FAILED for key in moves})
+    return _alter_results(await ctx.replica_manager.alter_replica_log_dirs(moves))

@@ -25,6 +25,8 @@ from minibroker.common.config_model import (
     RACK_AWARE_REPLICA_SELECTOR,
     SHORT,
     STRING,
+    check_cordoned_log_dirs,
+    parse_cordoned_log_dirs,
 )
 from minibroker.common.group_configs import GroupBounds
 
@@ -487,6 +489,7 @@ _PROPERTIES: dict[str, _Property] = {
     "advertised.listeners": _Property("advertised_listeners", _parse_listeners),
     "log.dirs": _Property("log_dirs", _parse_dirs),
     "log.dir": _Property("log_dirs", _parse_dirs),
+    "cordoned.log.dirs": _Property("cordoned_log_dirs", parse_cordoned_log_dirs),
     "log.segment.bytes": _Property("log_segment_bytes", _at_least(14)),
     "log.roll.hours": _Property("log_roll_ms", _at_least(1), 3_600_000),
     "log.roll.ms": _Property("log_roll_ms", _at_least(1)),
@@ -776,6 +779,8 @@ class BrokerConfig:
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     advertised_listeners: tuple[Listener, ...] | None = None
     log_dirs: tuple[Path, ...] = (Path("data"),)
+    # KIP-1066: log dirs that take no new replica ("*": all of them); see LogManager.
+    cordoned_log_dirs: tuple[str, ...] = ()
     log_segment_bytes: int = _kafka_default("log.segment.bytes")
     log_roll_ms: int = _kafka_default("log.roll.hours")
     log_retention_ms: int = _kafka_default("log.retention.hours")
@@ -1174,6 +1179,10 @@ class BrokerConfig:
             values["inter_broker_listener_name"] = protocol
         values["iceberg_rest_catalog"] = _iceberg_rest_properties(properties)
         config = cls(**values, unknown=unknown, properties=dict(properties))
+        try:
+            check_cordoned_log_dirs(config.cordoned_log_dirs, config.log_dirs)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         _check_iceberg_catalog(config, properties)
         if config.zookeeper_mode:
             if (

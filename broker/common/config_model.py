@@ -262,6 +262,7 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "log.cleanup.policy": (LIST, "delete"),
     "log.dir": (STRING, "/tmp/kafka-logs"),
     "log.dirs": (STRING, None),
+    "cordoned.log.dirs": (LIST, ""),
     "log.flush.interval.messages": (LONG, LONG_MAX),
     "log.flush.interval.ms": (LONG, None),
     "log.flush.offset.checkpoint.interval.ms": (INT, "60000"),
@@ -499,6 +500,11 @@ KEPT_DYNAMIC_BROKER_CONFIGS: dict[str, int] = {
 # (controller/state.py, effective_min_isr).
 CLUSTER_MIN_ISR = "min.insync.replicas"
 
+# KIP-1066's cordoned.log.dirs (Kafka 4.4): a per-broker dynamic property (Kafka's
+# DynamicBrokerConfig.PerBrokerConfigs), so the cluster default refuses it; the broker it names
+# checks its entries against its own log.dirs (apis/configs.py) and its log manager acts on it.
+PER_BROKER_LOG_DIR_CONFIGS: dict[str, int] = {"cordoned.log.dirs": LIST}
+
 # Broker properties that can be changed dynamically here and set no topic config, with the
 # least value Kafka's ConfigDef allows (INT, atLeast): producer.id.expiration.ms is Kafka's
 # DynamicProducerStateManagerConfig; the log manager reads the value at each check.
@@ -721,6 +727,7 @@ def describe_broker(
             and name not in REPLICATION_THROTTLE_RATES
             and name not in UNSUPPORTED_DYNAMIC_CONFIGS
             and name not in KEPT_DYNAMIC_BROKER_CONFIGS
+            and name not in PER_BROKER_LOG_DIR_CONFIGS
         )
         config_type = _broker_def(name)[0]
         entries.append(
@@ -840,6 +847,7 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
         if name not in DYNAMIC_BROKER_CONFIGS
         and name not in DYNAMIC_BROKER_ONLY_CONFIGS
         and name not in KEPT_DYNAMIC_BROKER_CONFIGS
+        and name not in PER_BROKER_LOG_DIR_CONFIGS
         and name not in REPLICATION_THROTTLE_RATES
     )
     if static_only:
@@ -855,11 +863,17 @@ def validate_broker_overrides(configs: dict[str, str], cluster_default: bool = F
                 _validate_int(name, text, DYNAMIC_BROKER_ONLY_CONFIGS[name])
             elif name in KEPT_DYNAMIC_BROKER_CONFIGS:
                 _validate_type(name, text, KEPT_DYNAMIC_BROKER_CONFIGS[name])
+            elif name in PER_BROKER_LOG_DIR_CONFIGS:
+                parse_cordoned_log_dirs(text)
             else:
                 validate_topic_config(DYNAMIC_BROKER_CONFIGS[name], text, shown_as=name)
         except ValueError as error:
             raise ConfigChangeError(Error.INVALID_REQUEST, str(error)) from None
-    per_broker = sorted(name for name in configs if name in KEPT_DYNAMIC_BROKER_CONFIGS)
+    per_broker = sorted(
+        name
+        for name in configs
+        if name in KEPT_DYNAMIC_BROKER_CONFIGS or name in PER_BROKER_LOG_DIR_CONFIGS
+    )
     if cluster_default and per_broker:
         raise ConfigChangeError(
             Error.INVALID_REQUEST,
@@ -961,3 +975,27 @@ class DynamicBrokerConfigs:
             self.by_resource.get("", {}), self.by_resource.get(str(self.node_id), {})
         )
         return LogConfig.from_topic_configs(self.static_defaults, dynamic)
+
+
+CORDON_ALL = "*"
+
+
+def parse_cordoned_log_dirs(text: str | None) -> tuple[str, ...]:
+    """cordoned.log.dirs as Kafka reads it (a LIST; `*` alone cordons every log dir):
+    ValueError with Kafka's message for `*` among other entries."""
+    entries = tuple(part.strip() for part in (text or "").split(",") if part.strip())
+    if CORDON_ALL in entries and len(entries) > 1:
+        raise ValueError("When cordoned.log.dirs is set to *, it must not contain other values")
+    return entries
+
+
+def check_cordoned_log_dirs(entries: tuple[str, ...], log_dirs) -> None:
+    """Kafka's DynamicLogConfig check: each entry is one of the broker's log dirs (as
+    configured), or the list is `*`; ValueError with Kafka's message."""
+    configured = {str(directory) for directory in log_dirs}
+    for entry in entries:
+        if entry != CORDON_ALL and entry not in configured:
+            raise ValueError(
+                f"Invalid entry in cordoned.log.dirs: {entry}. All cordoned log dirs must be"
+                " entries of log.dirs or log.dir."
+            )

@@ -392,6 +392,7 @@ class BrokerServer:
             cluster_id=self.cluster_id,
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
+        self.log_manager.set_cordoned(self.config.cordoned_log_dirs)
         self.log_manager.open(wall_clock_ms())
         self.log_manager.failures.add_listener(self._log_dir_failed)
         # The receiver stays open through the clean-up, so a second SIGTERM while the

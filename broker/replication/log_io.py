@@ -211,7 +211,9 @@ async def finish_truncation(partition_log: PartitionLog, run_sync: RunSync = IN_
 
     with trio.CancelScope(shield=True):
         failed = await run_sync(run)
-    if failed is not None:
+    if failed is not None and not partition_log.closed:
+        # (A log closed meanwhile, moved to another log dir or deleted, has no files here
+        # to keep consistent: its failure takes nothing offline.)
         partition_log.io_failed("writing the leader epoch checkpoint of", failed)
 
 

@@ -45,6 +45,7 @@ from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication.fetch_session import FetchManager, FetchSessionCache
 from minibroker.replication.fetcher import FetcherManager
+from minibroker.replication.log_dir_mover import LogDirMover
 from minibroker.replication.log_io import (
     IN_THREAD,
     RunSync,
@@ -246,6 +247,8 @@ class ReplicaManager:
         # Woken on append and on high-watermark moves: parked fetches and acks=-1 produces.
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
+        # Replicas moving between this broker's log dirs (AlterReplicaLogDirs).
+        self.log_dir_mover = LogDirMover(self)
         # Follower fetching (KIP-392): replica.selector.class, None when unset.
         self.replica_selector = replica_selector_for(config.replica_selector_class)
         # Incremental fetch sessions (KIP-227), consulted by every Fetch.
@@ -299,6 +302,7 @@ class ReplicaManager:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.fetchers.run)
+            await nursery.start(self.log_dir_mover.run)
             nursery.start_soon(self._maintain_isr)
             nursery.start_soon(self._send_isr_changes)
             nursery.start_soon(self._checkpoint_high_watermarks)
@@ -386,6 +390,18 @@ class ReplicaManager:
             ],
             racks=racks,
         )
+
+    def local_partition(self, key: tuple[str, int]) -> Partition | None:
+        """The partition if this broker holds a replica of it."""
+        return self._partitions.get(key)
+
+    async def alter_replica_log_dirs(
+        self, moves: dict[tuple[str, int], str]
+    ) -> dict[tuple[str, int], Error]:
+        """Kafka's ReplicaManager.alterReplicaLogDirs (replication/log_dir_mover.py), under
+        the state-change lock as Kafka's is under replicaStateChangeLock."""
+        async with self._state_change_lock:
+            return self.log_dir_mover.alter(moves)
 
     def hosted_partition(self, topic: str | None, index: int) -> tuple[Partition | None, Error]:
         """Kafka's ReplicaManager.getPartitionOrError: the partition if this broker holds a

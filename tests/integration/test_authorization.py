@@ -35,6 +35,11 @@ from confluent_kafka.admin import (
     ResourcePatternType,
 )
 from confluent_kafka.admin import ResourceType as AdminResourceType
+from kio.schema.alter_replica_log_dirs.v2.request import (
+    AlterReplicaLogDir,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirTopic,
+)
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.describe_log_dirs.v3.request import (
     DescribeLogDirsRequest as DescribeLogDirsRequestV3,
@@ -44,6 +49,7 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
     UserName,
 )
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from minibroker.security.authorizer import acls as model
 from minibroker.security.authorizer.acls import Operation, PatternType, Permission, ResourceType
@@ -568,6 +574,23 @@ def test_log_dirs_and_elections_need_describe_and_alter_on_the_cluster(secured):
     described = exchange(broker.bootstrap, DescribeLogDirsRequestV3(topics=None))
     assert described.error_code == ErrorCode.cluster_authorization_failed
     assert described.results == ()
+    # AlterReplicaLogDirs needs ALTER on the cluster: every partition refused, none moved.
+    moved = exchange(
+        broker.bootstrap,
+        AlterReplicaLogDirsRequest(
+            dirs=(
+                AlterReplicaLogDir(
+                    path="/elsewhere",
+                    topics=(AlterReplicaLogDirTopic(name="elected", partitions=(i32(0),)),),
+                ),
+            )
+        ),
+    )
+    assert [
+        (result.topic_name, partition.partition_index, partition.error_code)
+        for result in moved.results
+        for partition in result.partitions
+    ] == [("elected", 0, ErrorCode.cluster_authorization_failed)]
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     with pytest.raises(KafkaException) as refused:
         admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elected", 0)]).result(15)

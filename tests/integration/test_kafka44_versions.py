@@ -398,7 +398,7 @@ def test_alter_partition_reassignments_v1_echoes_whether_the_replication_factor_
 
 
 def test_describe_log_dirs_v5_and_describe_cluster_v2(node):
-    """DescribeLogDirs v5: each directory says it is not cordoned (minibroker cordons none);
+    """DescribeLogDirs v5: each directory says it is not cordoned (none is, here);
     DescribeCluster v2: each broker says whether it is fenced (the live broker is not)."""
     with wire.connect(node.bootstrap, 10, exact=True) as client:
         dirs = client.request(ApiKey.DESCRIBE_LOG_DIRS, 5, {"topics": None})

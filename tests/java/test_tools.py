@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -153,6 +154,16 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
              str(files["reassign"])),
         step("reassign-verify", REASSIGN, *b, "--verify", "--reassignment-json-file",
              str(files["reassign"]), until="is completed", timeout_s=30),
+        # Broker 3 has two log dirs (JBOD): its new replica of tools-r-0 moves to the second
+        # and back (AlterReplicaLogDirs), so one of the two is a real move whichever dir it
+        # was placed in; --verify waits for "Reassignment of replica ... completed".
+        *(
+            step(f"reassign-log-dir-{which}{verb}", REASSIGN, *b, f"--{verb or 'execute'}",
+                 "--reassignment-json-file", str(files[f"log-dir-{which}"]),
+                 **({"until": "completed successfully", "timeout_s": 30} if verb else {}))
+            for which in ("b", "a")
+            for verb in ("", "verify")
+        ),
         step("topics-describe-moved", TOPICS, *b, "--describe", "--topic", MOVED),
         step("leader-election", "org.apache.kafka.tools.LeaderElectionCommand", *b,
              "--election-type", "preferred", "--topic", MOVED, "--partition", "0"),
@@ -195,11 +206,17 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
     ]  # fmt: skip
 
 
+def _jbod_dirs(base: Path) -> list[Path]:
+    """Broker 3's two log dirs."""
+    return [base / "broker-3", base / "broker-3-b"]
+
+
 @pytest.fixture(scope="module")
 def tools_cluster(tmp_path_factory):
-    with minibroker_cluster(
-        tmp_path_factory.mktemp("tools-cluster"), AUTHORIZER, node_overrides=RACKS
-    ) as started:
+    base = tmp_path_factory.mktemp("tools-cluster")
+    jbod = {**RACKS[3], "log.dirs": ",".join(str(d) for d in _jbod_dirs(base))}
+    with minibroker_cluster(base, AUTHORIZER, node_overrides={**RACKS, 3: jbod}) as started:
+        started.jbod_dirs = _jbod_dirs(base)
         yield started
 
 
@@ -207,7 +224,7 @@ def tools_cluster(tmp_path_factory):
 def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
     """Every tool's answer by step name, and the request log of the run split by step."""
     work = tmp_path_factory.mktemp("tools")
-    names = ("delete", "move", "move-rack", "reassign", "batch")
+    names = ("delete", "move", "move-rack", "reassign", "log-dir-a", "log-dir-b", "batch")
     files = {name: work / f"{name}.json" for name in names}
     files["delete"].write_text(
         json.dumps({"partitions": [{"topic": TOPIC, "partition": 0, "offset": 1}], "version": 1})
@@ -219,6 +236,11 @@ def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
         json.dumps({"version": 1, "partitions": [{"topic": MOVED, "partition": 0,
                                                   "replicas": [3, 1]}]})
     )  # fmt: skip
+    for which, directory in zip("ab", tools_cluster.jbod_dirs, strict=True):
+        files[f"log-dir-{which}"].write_text(
+            json.dumps({"version": 1, "partitions": [{"topic": MOVED, "partition": 0,
+                        "replicas": [3, 1], "log_dirs": [str(directory), "any"]}]})
+        )  # fmt: skip
     assert tools_cluster.controller is not None
     batch = _batch(tools_cluster.bootstrap, tools_cluster.controller.bootstrap, files)
     files["batch"].write_text(json.dumps(batch))
@@ -471,16 +493,35 @@ def test_kafka_reassign_partitions_and_leader_election(tools):
     assert "Partition: 0\tLeader: 3\tReplicas: 3,1" in ok(tools, "topics-describe-elected")
 
 
-def test_kafka_log_dirs(tools):
+def test_kafka_log_dirs(tools, tools_cluster):
     text = ok(tools, "log-dirs")
     described = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
     assert sorted(broker["broker"] for broker in described["brokers"]) == [1, 2, 3]
     for broker in described["brokers"]:
-        (log_dir,) = broker["logDirs"]
-        assert log_dir["error"] is None
-        assert sorted(p["partition"] for p in log_dir["partitions"]) == [
-            "tools-a-0", "tools-a-1", "tools-a-2"
-        ]  # fmt: skip
+        assert all(log_dir["error"] is None for log_dir in broker["logDirs"])
+        assert sorted(
+            p["partition"] for log_dir in broker["logDirs"] for p in log_dir["partitions"]
+        ) == ["tools-a-0", "tools-a-1", "tools-a-2"]
+    (jbod,) = (broker for broker in described["brokers"] if broker["broker"] == 3)
+    assert sorted(d["logDir"] for d in jbod["logDirs"]) == sorted(
+        str(d) for d in tools_cluster.jbod_dirs
+    )
+
+
+def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs(tools, tools_cluster):
+    """kafka-reassign-partitions with `log_dirs` (AlterReplicaLogDirs, then DescribeLogDirs
+    until the move is done): broker 3's replica of tools-r-0 to its second log dir and back."""
+    second, first = (str(d) for d in reversed(tools_cluster.jbod_dirs))
+    for which, directory in (("b", second), ("a", first)):
+        started = ok(tools, f"reassign-log-dir-{which}")
+        assert (
+            f"Successfully started moving log directory to {directory} for replica tools-r-0"
+            " with broker 3" in started
+        ), started
+        verified = ok(tools, f"reassign-log-dir-{which}verify")
+        assert "completed successfully" in verified, verified
+    assert (tools_cluster.jbod_dirs[0] / f"{MOVED}-0").is_dir()
+    assert not (tools_cluster.jbod_dirs[1] / f"{MOVED}-0").exists()
 
 
 def test_kafka_broker_api_versions(tools):

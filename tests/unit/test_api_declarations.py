@@ -98,6 +98,9 @@ KAFKA_44 |= {22: (0, 5)}
 # ... TxnOffsetCommit v6 (KIP-1319, topics by id).
 KAFKA_44 |= {28: (0, 6)}
 BROKER |= KAFKA_44
+# Added since by issue 39: AlterReplicaLogDirs v1-v2 (Kafka 4.4's; v0 went with KIP-896), brokers
+# only.
+BROKER |= {34: (1, 2)}
 CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
 # ... and DescribeCluster v0-v2 on the controller too (KIP-919: the tools' --bootstrap-controller
 # asks the controller for the controllers, endpoint type CONTROLLER).
@@ -120,6 +123,7 @@ HELD |= {90, 91, 92}
 # Client telemetry: its subscriptions come with the controller's pushes.
 HELD |= {71, 72, 74}
 HELD |= {55}
+HELD |= {34}
 
 
 def test_every_known_api_key_has_exactly_one_declaration():

@@ -1,0 +1,125 @@
+"""The mover of replicas between log dirs (replication/log_dir_mover.py) in-process: its
+worker-thread steps are gated so that a test holds a move at its fsync, appends to the
+partition meanwhile, sees the future replica DescribeLogDirs reports, then lets it swap."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import trio
+
+from minibroker.protocol.errors import Error
+from minibroker.replication.log_dir_mover import LogDirMover
+from minibroker.storage.log import LogConfig
+from minibroker.storage.log_manager import LogManager
+from tests.unit.batch_factory import make_batch
+
+CLUSTER = "q1Sh-9_ISia_zwGINzRvyQ"
+
+
+class _Partition:
+    def __init__(self, partition_log) -> None:
+        self.log = partition_log
+
+
+class _Replicas:
+    """The replica manager as the mover sees it; blocking steps wait at `gate` when set."""
+
+    def __init__(self, log_manager: LogManager, partition: _Partition) -> None:
+        self.log_manager = log_manager
+        self.partition = partition
+        self.gate: trio.Event | None = None
+        self.waiting = trio.Event()
+        self.notified = 0
+
+    async def run_blocking(self, function, *args):
+        if self.gate is not None and getattr(function, "__name__", "") == "flush":
+            self.waiting.set()
+            await self.gate.wait()
+        return function(*args)
+
+    def clock_ms(self) -> int:
+        return 0
+
+    def local_partition(self, key):
+        return self.partition if key == ("moving", 0) else None
+
+    def hosted_partition(self, topic, index):
+        if (topic, index) == ("moving", 0):
+            return self.partition, Error.NONE
+        return None, Error.UNKNOWN_TOPIC_OR_PARTITION
+
+    def notify(self, partition) -> None:
+        self.notified += 1
+
+
+def append(partition_log, count: int, first: int) -> None:
+    for number in range(first, first + count):
+        partition_log.append_as_leader(
+            make_batch([(None, b"%d" % number)]), leader_epoch=1, now_ms=0
+        )
+
+
+async def test_a_move_held_at_its_fsync_reports_the_future_replica_then_swaps(tmp_path: Path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, LogConfig(segment_bytes=4096), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    current = logs.ensure_log("moving", uuid.uuid4(), 0, {}, now_ms=0)
+    append(current, 200, 0)
+    partition = _Partition(current)
+    replicas = _Replicas(logs, partition)
+    replicas.gate = trio.Event()
+    mover = LogDirMover(replicas)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mover.run)
+        assert mover.alter({("moving", 0): str(dirs[1])}) == {("moving", 0): Error.NONE}
+        await replicas.waiting.wait()
+        # Caught up and being fsynced: DescribeLogDirs lists it as the future replica.
+        [(future, lag)] = mover.futures()
+        assert future.directory.parent == dirs[1] and lag == 0
+        assert partition.log is current
+        # The partition keeps taking appends; the swap copies them too.
+        append(current, 30, 200)
+        assert mover.futures()[0][1] == 30
+        expected = current.read(0, max_bytes=1 << 20)
+        replicas.gate.set()
+        await mover.wait_idle(("moving", 0))
+        nursery.cancel_scope.cancel()
+    assert partition.log is future and logs.get_log("moving", 0) is future
+    assert current.closed and not (dirs[0] / "moving-0").exists()
+    assert mover.futures() == []
+    assert future.log_end_offset == 230
+    # The batches as they were, byte for byte (offsets, epochs, CRCs): copied, not re-encoded.
+    assert future.read(0, max_bytes=1 << 20) == expected
+    assert replicas.notified == 1
+    logs.close()
+
+
+async def test_a_move_replaced_by_one_back_home_removes_its_future_replica(tmp_path: Path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, LogConfig(), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    current = logs.ensure_log("moving", uuid.uuid4(), 0, {}, now_ms=0)
+    append(current, 10, 0)
+    partition = _Partition(current)
+    replicas = _Replicas(logs, partition)
+    replicas.gate = trio.Event()
+    mover = LogDirMover(replicas)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mover.run)
+        mover.alter({("moving", 0): str(dirs[1])})
+        await replicas.waiting.wait()
+        assert (dirs[1] / "moving-0").is_dir()
+        # Kafka's futureReplicaDirChanged: asked back to the dir it is in, the move stops.
+        assert mover.alter({("moving", 0): str(dirs[0])}) == {("moving", 0): Error.NONE}
+        replicas.gate.set()
+        await mover.wait_idle(("moving", 0))
+        nursery.cancel_scope.cancel()
+    assert partition.log is current and not current.closed
+    assert not (dirs[1] / "moving-0").exists()
+    assert mover.alter({("other", 0): str(dirs[1])}) == {
+        ("other", 0): Error.UNKNOWN_TOPIC_OR_PARTITION
+    }
+    assert mover.alter({("moving", 0): "relative"}) == {("moving", 0): Error.LOG_DIR_NOT_FOUND}
+    logs.close()
