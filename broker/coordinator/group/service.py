@@ -1179,7 +1179,7 @@ class GroupCoordinator:
                 )
             group = ShareGroup(group_id, self.share_settings)
             self.share_groups[group_id] = group
-        result, records = group.heartbeat(request, self.topic_lookup, self.clock_ms())
+        result, records = group.heartbeat(request, self.consumer_topic_lookup, self.clock_ms())
         self._arm_share(group)
         if records:
             error = await self._write_share_records(group, records)
@@ -1326,7 +1326,7 @@ class GroupCoordinator:
         """Members whose session lapsed are fenced, their partitions go to the others."""
         if self.share_groups.get(group.group_id) is not group:
             return
-        fenced, records = group.expire(self.topic_lookup, self.clock_ms())
+        fenced, records = group.expire(self.consumer_topic_lookup, self.clock_ms())
         self._arm_share(group)
         if fenced:
             log.info("share group %s: session expired for %s", group.group_id, fenced)
