@@ -47,6 +47,10 @@ class MetadataCache:
         self.listeners: dict[int, dict[str, BrokerEndpoint]] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+        # Every broker's rack as it last registered, dead brokers included (Kafka's cluster
+        # image keeps a fenced broker's registration, rack and all): partition racks do not
+        # change when a broker merely stops.
+        self.racks: dict[int, str | None] = {}
         # The node the last UpdateMetadata came from (its controller_id), -1 before any: in
         # ZooKeeper mode the elected controller, which Metadata names to clients.
         self.controller_id = -1
@@ -81,6 +85,7 @@ class MetadataCache:
                 topic_state.topic_name, topic_state.topic_id, partitions
             )
         self.controller_id = request.controller_id
+        self.racks.update({node: endpoint.rack for node, endpoint in brokers.items()})
         self.brokers = brokers
         self.listeners = listeners
         self.topics = topics
@@ -98,6 +103,18 @@ class MetadataCache:
             for _, by_name in sorted(self.listeners.items())
             if listener_name in by_name
         ]
+
+    def partition_racks(self, topic: TopicMetadata) -> tuple[tuple[str, ...], ...]:
+        """Each partition's replica racks, by partition index: the rack of every replica's
+        broker that has one, sorted (Kafka's KRaftCoordinatorMetadataImage.partitionRacks, as
+        Utils.computeTopicHash sorts them); () for a cluster without racks."""
+        if not any(self.racks.values()):
+            return ()
+        racks = []
+        for index in sorted(topic.partitions):
+            found = (self.racks.get(node) for node in topic.partitions[index].replicas)
+            racks.append(tuple(sorted(rack for rack in found if rack is not None)))
+        return tuple(racks)
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)

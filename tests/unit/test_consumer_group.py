@@ -333,3 +333,77 @@ def test_a_bad_regex_is_invalid_regular_expression():
     with pytest.raises(HeartbeatError) as error:
         validate(neither, "g", assignors.ASSIGNORS)
     assert error.value.error == Error.INVALID_REQUEST
+
+
+def test_a_change_of_a_subscribed_partitions_replica_racks_bumps_the_group_epoch():
+    """KIP-1101 (Kafka 4.1+): the group's metadata hash covers each subscribed partition's
+    sorted replica racks (Utils.computeTopicHash), so moving a replica to another rack bumps
+    the group epoch at the next heartbeat. The assignment itself does not follow racks:
+    Kafka 4.4's uniform and range assignors never read them (nor do minibroker's)."""
+    racks = {"t": (("a", "b"),) * 6}
+
+    def racked(name):
+        found = TOPICS.get(name)
+        return None if found is None else (*found, racks[name])
+
+    group = new_group()
+    requests = [
+        HeartbeatRequest(
+            member_id="",
+            member_epoch=0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=("t",),
+            owned={},
+            rack_id=rack,
+        )
+        for rack in ("a", "b")
+    ]
+    a = group.consumer_heartbeat(requests[0], racked, 0)[0]
+    b = group.consumer_heartbeat(requests[1], racked, 0)[0]
+    assert (a.member_epoch, b.member_epoch) == (1, 2)
+    assert group.members[b.member_id].rack_id == "b"
+    target = {m: {t: set(p) for t, p in parts.items()} for m, parts in group.target.items()}
+    # The same racks again: nothing moves.
+    group.consumer_heartbeat(HeartbeatRequest(b.member_id, 2, owned={}), racked, 10)
+    assert group.group_epoch == 2
+    # Partition 3's second replica moves from rack b to rack a.
+    racks["t"] = (("a", "b"),) * 3 + (("a", "a"),) + (("a", "b"),) * 2
+    group.consumer_heartbeat(HeartbeatRequest(b.member_id, 2, owned={}), racked, 20)
+    assert group.group_epoch == 3 and group.assignment_epoch == 3
+    assert group.target == target
+    # Without racks (a 2-tuple lookup, or a cluster without them) the facts are as before.
+    group.consumer_heartbeat(HeartbeatRequest(b.member_id, 3, owned={}), lookup, 30)
+    assert group.group_epoch == 4
+    group.consumer_heartbeat(HeartbeatRequest(b.member_id, 4, owned={}), lookup, 40)
+    assert group.group_epoch == 4
+
+
+def test_partition_racks_are_the_replicas_brokers_racks_dead_brokers_included():
+    """Kafka's KRaftCoordinatorMetadataImage.partitionRacks reads the racks of the replicas'
+    broker registrations, which a stopped (fenced) broker keeps: its rack still counts."""
+    from types import SimpleNamespace
+
+    from minibroker.replication.metadata_cache import MetadataCache
+
+    def update(cache, live, replicas):
+        brokers = [
+            SimpleNamespace(id_=node, rack=rack, endpoints=[SimpleNamespace(
+                listener="PLAINTEXT", host="127.0.0.1", port=9000 + node)])
+            for node, rack in live.items()
+        ]  # fmt: skip
+        partitions = [
+            SimpleNamespace(partition_index=index, leader=r[0], leader_epoch=0, replicas=r,
+                            isr=r, offline_replicas=())
+            for index, r in enumerate(replicas)
+        ]  # fmt: skip
+        topic = SimpleNamespace(topic_name="t", topic_id=T, partition_states=partitions)
+        cache.update(SimpleNamespace(live_brokers=brokers, topic_states=[topic], controller_id=0))
+        return cache.partition_racks(cache.topic("t"))
+
+    cache = MetadataCache()
+    assert update(cache, {1: None, 2: None}, [(1, 2)]) == ()
+    cache = MetadataCache()
+    live = {1: "b", 2: "a", 3: None}
+    assert update(cache, live, [(1, 2), (2, 3), (3,)]) == (("a", "b"), ("a",), ())
+    # Broker 1 stops: its replica's rack is still b.
+    assert update(cache, {2: "a", 3: None}, [(1, 2), (2, 3), (3,)]) == (("a", "b"), ("a",), ())

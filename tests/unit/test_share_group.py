@@ -11,6 +11,7 @@ from minibroker.coordinator.group.share_group import (
     ShareGroupState,
     ShareHeartbeatRequest,
     ShareSettings,
+    metadata_hash,
 )
 from minibroker.coordinator.group.share_log_format import (
     ShareCurrentAssignmentValue,
@@ -196,3 +197,26 @@ def test_a_lost_join_is_answered_again_without_a_new_epoch() -> None:
     again, records = join(group, "m1")
     assert again.error is Error.NONE and again.member_epoch == 1 == group.group_epoch
     assert again.assignment == {T1: {0}} and records == []
+
+
+def test_a_change_of_a_subscribed_partitions_replica_racks_bumps_the_share_group_epoch() -> None:
+    """Kafka 4.4's share groups hash the same facts as its consumer groups (KIP-1101's
+    computeTopicHash, racks included): a replica moved to another rack bumps the epoch;
+    without racks the hash is the one before racks were hashed."""
+    racks = {"t2": (("a", "b"),) * 4}
+
+    def racked(name: str):  # type: ignore[no-untyped-def]
+        found = TOPICS.get(name)
+        return None if found is None or name not in racks else (*found, racks[name])
+
+    group = ShareGroup("g")
+    group.heartbeat(ShareHeartbeatRequest("m1", 0, subscribed_topic_names=("t2",)), racked, 0)
+    assert group.group_epoch == 1
+    group.heartbeat(ShareHeartbeatRequest("m1", 1), racked, 10)
+    assert group.group_epoch == 1
+    racks["t2"] = (("a", "a"),) + (("a", "b"),) * 3
+    result, _ = group.heartbeat(ShareHeartbeatRequest("m1", 1), racked, 20)
+    assert group.group_epoch == 2 and result.member_epoch == 2
+    assert metadata_hash(["t2"], lambda name: (*TOPICS[name], ((),) * 4)) == metadata_hash(
+        ["t2"], lookup
+    )

@@ -17,6 +17,11 @@ members ask for (ConsumerGroupHeartbeat's ServerAssignor) or the first of
   member id, each get a contiguous range; the first ``partitions % members`` get one more.
   Departure: Kafka's server-side range assignor is also sticky across epochs; this one
   recomputes the ranges.
+
+Racks: neither reads them, as neither does Kafka 4.4's (javap of UniformAssignor, its two
+builders and RangeAssignor finds no call of SubscribedTopicDescriber.racksForPartition nor of
+MemberSubscription.rackId; Kafka 3.x's rack-aware uniform builder was removed in 4.0). A change
+of a subscribed partition's replica racks still bumps the group epoch (consumer_group.py).
 """
 
 import uuid

@@ -9,8 +9,10 @@ The rules are Kafka's GroupMetadataManager.consumerGroupHeartbeat, ConsumerGroup
 ConsumerGroupMember and CurrentAssignmentBuilder:
 
 - the group has an epoch, bumped whenever a member joins, leaves or is fenced, changes its
-  subscription or server assignor, or the subscribed topics' partitions change (new
-  partitions, a topic created or deleted); the target assignment is recomputed by the
+  subscription or server assignor, or the subscribed topics' metadata changes (new
+  partitions, a topic created or deleted, or, with racks, the racks of a partition's
+  replicas: KIP-1101's topic hash, Kafka's Utils.computeTopicHash, covers each partition's
+  sorted replica racks); the target assignment is recomputed by the
   server-side assignor (assignors.py) when the group epoch passes the assignment epoch;
 - each member has an epoch and converges to its target one heartbeat at a time
   (CurrentAssignmentBuilder): partitions it must give up are first revoked
@@ -83,8 +85,16 @@ LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 
 # topic id -> partitions
 Partitions = dict[uuid.UUID, set[int]]
+# Each partition's replica racks, by partition index: the racks of the brokers holding its
+# replicas, sorted, one entry per replica that has a rack (Kafka's partitionRacks, sorted as
+# computeTopicHash sorts them).
+PartitionRacks = tuple[tuple[str, ...], ...]
 # A topic name -> (topic id, partition count), or None if the topic does not exist.
 TopicLookup = Callable[[str], tuple[uuid.UUID, int] | None]
+# The consumer groups' lookup may add the topic's partition racks (the service's does), which
+# only serve to notice a change.
+TopicFacts = tuple[uuid.UUID, int] | tuple[uuid.UUID, int, PartitionRacks]
+ConsumerTopicLookup = Callable[[str], TopicFacts | None]
 # A record to write: its key, and its value (None: a tombstone).
 Record = tuple[RecordKey, object | None]
 # Every topic name in the cluster (regular expressions are resolved against them).
@@ -350,8 +360,8 @@ class ConsumerGroup(Group):
         self.static_members: dict[str, str] = {}
         # member id -> its target partitions
         self.target: dict[str, Partitions] = {}
-        # subscribed topic name -> (topic id, partitions)
-        self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
+        # subscribed topic name -> (topic id, partitions[, the partitions' racks])
+        self.subscription_metadata: dict[str, TopicFacts] = {}
         # Each subscribed regular expression -> the topics it matches (Kafka's
         # resolvedRegularExpressions), resolved again at each heartbeat.
         self.regex_topics: dict[str, frozenset[str]] = {}
@@ -547,7 +557,7 @@ class ConsumerGroup(Group):
     def consumer_heartbeat(
         self,
         request: HeartbeatRequest,
-        topics: TopicLookup,
+        topics: ConsumerTopicLookup,
         now_ms: int,
         topic_names: TopicNames | None = None,
     ) -> tuple[HeartbeatResult, list[Record]]:
@@ -668,7 +678,7 @@ class ConsumerGroup(Group):
         member: ConsumerMember,
         new: bool,
         before_subscription: tuple[object, ...],
-        topics: TopicLookup,
+        topics: ConsumerTopicLookup,
         topic_names: TopicNames | None,
     ) -> None:
         """Put a member's updated fields in the group, whichever protocol it heartbeats with:
@@ -694,7 +704,7 @@ class ConsumerGroup(Group):
     def _heartbeat(
         self,
         request: HeartbeatRequest,
-        topics: TopicLookup,
+        topics: ConsumerTopicLookup,
         now_ms: int,
         topic_names: TopicNames | None,
     ) -> HeartbeatResult:
@@ -771,9 +781,10 @@ class ConsumerGroup(Group):
         self.regex_topics = resolved
 
     def _refresh_subscription_metadata(
-        self, topics: TopicLookup, topic_names: TopicNames | None = None
+        self, topics: ConsumerTopicLookup, topic_names: TopicNames | None = None
     ) -> bool:
-        """The subscribed topics' ids and partition counts; True when they changed."""
+        """The subscribed topics' ids, partition counts and partition racks; True when they
+        changed (Kafka compares its metadata hash of the same facts)."""
         self._resolve_regexes(topic_names)
         names = sorted({n for m in self.members.values() for n in self.member_topics(m)})
         metadata = {}
@@ -786,14 +797,14 @@ class ConsumerGroup(Group):
         self.subscription_metadata = metadata
         return True
 
-    def prime_metadata(self, topics: TopicLookup, topic_names: TopicNames | None) -> None:
+    def prime_metadata(self, topics: ConsumerTopicLookup, topic_names: TopicNames | None) -> None:
         """Right after a load: the subscribed topics as they are now, taken as the ones the
         target was computed for (Kafka keeps them in a record; without it, the first heartbeat
         would see them all as new and bump the group epoch)."""
         self._refresh_subscription_metadata(topics, topic_names)
 
     def refresh_metadata(
-        self, topics: TopicLookup, now_ms: int, topic_names: TopicNames | None = None
+        self, topics: ConsumerTopicLookup, now_ms: int, topic_names: TopicNames | None = None
     ) -> list[Record]:
         """The topics changed (created, deleted, partitions added): bump the group epoch if
         the group's subscribed topics did, so the next heartbeat computes a new target."""
@@ -805,8 +816,8 @@ class ConsumerGroup(Group):
 
     def _compute_target(self) -> None:
         """Kafka's updateTargetAssignment: run the assignor over every member."""
-        ids = {name: topic_id for name, (topic_id, _) in self.subscription_metadata.items()}
-        counts = {topic_id: count for topic_id, count in self.subscription_metadata.values()}
+        ids = {name: found[0] for name, found in self.subscription_metadata.items()}
+        counts = {found[0]: found[1] for found in self.subscription_metadata.values()}
         subscriptions = {
             member_id: {ids[name] for name in self.member_topics(member) if name in ids}
             for member_id, member in self.members.items()
@@ -1016,7 +1027,7 @@ class ConsumerGroup(Group):
         cls,
         classic: Group,
         consumer: ConsumerSettings,
-        topics: TopicLookup,
+        topics: ConsumerTopicLookup,
         now_ms: int,
     ) -> "tuple[ConsumerGroup, list[Record]]":
         """Kafka's ConsumerGroup.fromClassicGroup (online upgrade): the group epoch and the
@@ -1095,7 +1106,7 @@ class ConsumerGroup(Group):
         return classic
 
     def _by_name(self, partitions: Partitions) -> dict[str, set[int]]:
-        names = {topic_id: name for name, (topic_id, _) in self.subscription_metadata.items()}
+        names = {found[0]: name for name, found in self.subscription_metadata.items()}
         return {names[t]: set(p) for t, p in partitions.items() if t in names and p}
 
     # -- the classic APIs on a consumer group ----------------------------------------------------
@@ -1126,7 +1137,7 @@ class ConsumerGroup(Group):
     def classic_join(
         self,
         request: JoinRequest,
-        topics: TopicLookup,
+        topics: ConsumerTopicLookup,
         now_ms: int,
         topic_names: TopicNames | None = None,
     ) -> tuple[JoinResult, list[Record]]:
@@ -1394,14 +1405,14 @@ class ConsumerGroup(Group):
         return Error.NONE
 
 
-def _by_id(partitions: dict[str, set[int]], topics: TopicLookup) -> Partitions:
+def _by_id(partitions: dict[str, set[int]], topics: ConsumerTopicLookup) -> Partitions:
     """Partitions by topic name, by topic id (unknown topics and partitions left out)."""
     out: Partitions = {}
     for name, parts in partitions.items():
         found = topics(name)
         if found is None:
             continue
-        topic_id, count = found
+        topic_id, count = found[0], found[1]
         valid = {p for p in parts if 0 <= p < count}
         if valid:
             out.setdefault(topic_id, set()).update(valid)

@@ -297,7 +297,7 @@ class GroupCoordinator:
                     group_id, self.settings, self.consumer_settings_of(group_id), now
                 )
                 group.restore_records(consumer_records, now)
-                group.prime_metadata(self.topic_lookup, self.topic_names)
+                group.prime_metadata(self.consumer_topic_lookup, self.topic_names)
             elif value is not None:
                 group.restore(
                     value.protocol_type,
@@ -450,7 +450,7 @@ class GroupCoordinator:
             # A classic member of a consumer group (Kafka's classicGroupJoinToConsumerGroup).
             group.consumer = self.consumer_settings_of(group_id)
             joined, records = group.classic_join(
-                request, self.topic_lookup, self.clock_ms(), self.topic_names
+                request, self.consumer_topic_lookup, self.clock_ms(), self.topic_names
             )
             self._notify(group_id)
             if records:
@@ -875,6 +875,17 @@ class GroupCoordinator:
             return None
         return topic.topic_id, len(topic.partitions)
 
+    def consumer_topic_lookup(
+        self, name: str
+    ) -> tuple[uuid.UUID, int, tuple[tuple[str, ...], ...]] | None:
+        """A topic's id, partition count and its partitions' replica racks, for consumer
+        groups: a change of any of them bumps the group epoch (KIP-1101, Kafka 4.1+)."""
+        topic = self.replicas.metadata.topic(name)
+        if topic is None or not topic.partitions:
+            return None
+        metadata = self.replicas.metadata
+        return topic.topic_id, len(topic.partitions), metadata.partition_racks(topic)
+
     def topic_names(self) -> list[str]:
         """Every topic this broker's metadata knows (regex subscriptions match them)."""
         return list(self.replicas.metadata.topics)
@@ -969,7 +980,7 @@ class GroupCoordinator:
                 group = converted
         group.consumer = settings
         result, records = group.consumer_heartbeat(
-            request, self.topic_lookup, self.clock_ms(), self.topic_names
+            request, self.consumer_topic_lookup, self.clock_ms(), self.topic_names
         )
         self._notify(group_id)
         if records:
@@ -993,7 +1004,7 @@ class GroupCoordinator:
         group_id = classic.group_id
         try:
             group, records = ConsumerGroup.from_classic(
-                classic, settings, self.topic_lookup, self.clock_ms()
+                classic, settings, self.consumer_topic_lookup, self.clock_ms()
             )
         except EmbeddedProtocolError:
             return HeartbeatResult(
@@ -1168,7 +1179,7 @@ class GroupCoordinator:
                 )
             group = ShareGroup(group_id, self.share_settings)
             self.share_groups[group_id] = group
-        result, records = group.heartbeat(request, self.topic_lookup, self.clock_ms())
+        result, records = group.heartbeat(request, self.consumer_topic_lookup, self.clock_ms())
         self._arm_share(group)
         if records:
             error = await self._write_share_records(group, records)
@@ -1315,7 +1326,7 @@ class GroupCoordinator:
         """Members whose session lapsed are fenced, their partitions go to the others."""
         if self.share_groups.get(group.group_id) is not group:
             return
-        fenced, records = group.expire(self.topic_lookup, self.clock_ms())
+        fenced, records = group.expire(self.consumer_topic_lookup, self.clock_ms())
         self._arm_share(group)
         if fenced:
             log.info("share group %s: session expired for %s", group.group_id, fenced)

@@ -6,7 +6,7 @@ coordinator (``org.apache.kafka.coordinator.group.modern.share.ShareGroup`` and
 namespace with the classic and consumer groups); the share coordinator (``__share_group_state``)
 keeps only the share partitions' delivery state. Pure state with time passed in
 (milliseconds), tested without I/O (tests/unit/test_share_group.py). It reuses the consumer
-group protocol's pieces: its HeartbeatError, its Partitions and TopicLookup types, its
+group protocol's pieces: its HeartbeatError, its Partitions and ConsumerTopicLookup types, its
 freeze/thaw of partition sets, and the assignors module (``simple`` is there).
 
 The rules, Kafka 4.4's:
@@ -57,9 +57,9 @@ from enum import Enum
 from minibroker.coordinator.group import assignors
 from minibroker.coordinator.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
+    ConsumerTopicLookup,
     HeartbeatError,
     Partitions,
-    TopicLookup,
 )
 from minibroker.coordinator.group.consumer_log_format import freeze, thaw
 from minibroker.coordinator.group.share_log_format import (
@@ -149,15 +149,19 @@ def validate(request: ShareHeartbeatRequest, group_id: str) -> None:
         raise invalid(f"MemberEpoch is {epoch}, but must be greater than or equal to -1.")
 
 
-def metadata_hash(topics: Iterable[str], lookup: TopicLookup) -> int:
-    """A signed 64-bit hash of the subscribed topics' names, ids and partition counts."""
+def metadata_hash(topics: Iterable[str], lookup: ConsumerTopicLookup) -> int:
+    """A signed 64-bit hash of the subscribed topics' names, ids, partition counts and, with
+    racks, each partition's sorted replica racks (Kafka 4.4's Utils.computeTopicHash covers
+    the same facts, KIP-1101; with xxh3 and its own layout, so the values differ)."""
     digest = hashlib.blake2b(digest_size=8)
     for name in sorted(set(topics)):
         found = lookup(name)
         if found is None:
             continue
-        topic_id, count = found
+        topic_id, count = found[0], found[1]
         digest.update(f"{name}\0{topic_id}\0{count}\0".encode())
+        if len(found) > 2 and any(found[2]):
+            digest.update(repr(found[2]).encode())
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
@@ -189,7 +193,7 @@ class ShareGroup:
     # -- the heartbeat ----------------------------------------------------------------------
 
     def heartbeat(
-        self, request: ShareHeartbeatRequest, topics: TopicLookup, now_ms: int
+        self, request: ShareHeartbeatRequest, topics: ConsumerTopicLookup, now_ms: int
     ) -> tuple[ShareHeartbeatResult, list[ShareRecord]]:
         """Kafka's shareGroupHeartbeat: the answer and the records to write before it."""
         before = self._persisted()
@@ -204,7 +208,7 @@ class ShareGroup:
         return result, self._diff(before, self._persisted())
 
     def _heartbeat(
-        self, request: ShareHeartbeatRequest, topics: TopicLookup, now_ms: int
+        self, request: ShareHeartbeatRequest, topics: ConsumerTopicLookup, now_ms: int
     ) -> ShareHeartbeatResult:
         member = self.members.get(request.member_id)
         joining = request.member_epoch == 0
@@ -266,7 +270,9 @@ class ShareGroup:
             assignment={t: set(p) for t, p in member.assigned.items()} if send else None,
         )
 
-    def _leave(self, request: ShareHeartbeatRequest, topics: TopicLookup) -> ShareHeartbeatResult:
+    def _leave(
+        self, request: ShareHeartbeatRequest, topics: ConsumerTopicLookup
+    ) -> ShareHeartbeatResult:
         member = self.members.get(request.member_id)
         if member is None:
             raise HeartbeatError(
@@ -278,13 +284,15 @@ class ShareGroup:
             member_id=request.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH
         )
 
-    def _remove(self, member: ShareMember, topics: TopicLookup) -> None:
+    def _remove(self, member: ShareMember, topics: ConsumerTopicLookup) -> None:
         del self.members[member.member_id]
         self.group_epoch += 1
         self._refresh_metadata(topics)
         self._compute_target(topics)
 
-    def expire(self, topics: TopicLookup, now_ms: int) -> tuple[list[str], list[ShareRecord]]:
+    def expire(
+        self, topics: ConsumerTopicLookup, now_ms: int
+    ) -> tuple[list[str], list[ShareRecord]]:
         """Fence the members whose session expired: their ids and the records to write."""
         before = self._persisted()
         fenced = sorted(m.member_id for m in self.members.values() if m.deadline_ms <= now_ms)
@@ -292,7 +300,7 @@ class ShareGroup:
             self._remove(self.members[member_id], topics)
         return fenced, self._diff(before, self._persisted())
 
-    def _refresh_metadata(self, topics: TopicLookup) -> None:
+    def _refresh_metadata(self, topics: ConsumerTopicLookup) -> None:
         new_hash = metadata_hash(self.subscribed_topics(), topics)
         if new_hash != self.metadata_hash:
             self.metadata_hash = new_hash
@@ -300,7 +308,7 @@ class ShareGroup:
             if self.members and self.group_epoch <= self.assignment_epoch:
                 self.group_epoch += 1
 
-    def _compute_target(self, topics: TopicLookup) -> None:
+    def _compute_target(self, topics: ConsumerTopicLookup) -> None:
         ids: dict[str, uuid.UUID] = {}
         counts: dict[uuid.UUID, int] = {}
         for name in self.subscribed_topics():
