@@ -113,7 +113,7 @@ def main() -> None:
             for name in medians:
                 if name != "kafka":
                     ratios = (
-                        f"{key} {medians[name][key] / medians['kafka'][key]:.2f}" for key in FIGURES
+                        f"{key} {medians[name][key] / medians['kafka'][key]:.3g}" for key in FIGURES
                     )
                     print(f"  {name} / kafka: " + ", ".join(ratios))
 
