@@ -27,6 +27,7 @@ from bench.transactions import (
 )
 from bench.workloads import (
     PARTITIONS,
+    Neighbour,
     Sizes,
     Target,
     consume_throughput,
@@ -44,6 +45,9 @@ from minibroker.tools.launcher import BrokerStartError
 SMALL = 100
 LARGE = 1024
 LATENCY_RATE_BYTES = 10_000_000
+# The latency-noisy row's neighbour: 1 KiB records at three times the measured flow's bytes,
+# batched over 50 ms (bulk requests of up to librdkafka's 1 MB batch.size).
+NOISY_NEIGHBOUR = Neighbour(rate_bytes=30_000_000, record_bytes=LARGE, linger_ms=50.0)
 
 REAL_SIZES = Sizes(
     produce_records=1_000_000,
@@ -453,6 +457,36 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
                 LATENCY_RATE_BYTES,
                 sizes.latency_seconds,
                 sizes.latency_warmup_seconds,
+            ),
+        ),
+        Row(
+            "latency-3",
+            f"end-to-end latency at 10 MB/s, {sizes.latency_seconds:g} s, acks=all, 3 brokers"
+            " RF=3 min.insync=2",
+            LATENCY,
+            lambda target, topic, work_dir: end_to_end_latency(
+                target,
+                topic,
+                LATENCY_RATE_BYTES,
+                sizes.latency_seconds,
+                sizes.latency_warmup_seconds,
+                acks="all",
+            ),
+            **cluster,
+        ),
+        Row(
+            "latency-noisy",
+            f"end-to-end latency at 10 MB/s, {sizes.latency_seconds:g} s, 1 broker, while"
+            f" another producer sends {NOISY_NEIGHBOUR.rate_bytes / 1e6:g} MB/s of 1 KiB"
+            f" records (linger.ms={NOISY_NEIGHBOUR.linger_ms:g}, acks=1) to another topic",
+            LATENCY,
+            lambda target, topic, work_dir: end_to_end_latency(
+                target,
+                topic,
+                LATENCY_RATE_BYTES,
+                sizes.latency_seconds,
+                sizes.latency_warmup_seconds,
+                neighbour=NOISY_NEIGHBOUR,
             ),
         ),
         Row(

@@ -351,15 +351,97 @@ def percentile(ordered: list[int], fraction: float) -> int:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
+@dataclass(frozen=True)
+class Neighbour:
+    """A second producer on the same target during a latency run (the `latency-noisy` row):
+    `rate_bytes` per second of `record_bytes` records, acks=1, batched over `linger_ms`, to a
+    topic of its own with as many partitions as the measured one (replication factor 1: the
+    row has one broker)."""
+
+    rate_bytes: float
+    record_bytes: int
+    linger_ms: float
+
+
+def latency_producer(
+    target: Target,
+    topic: str,
+    rate: float,
+    size: int,
+    stderr: IO[str],
+    *,
+    seconds: float | None = None,
+    acks: str = "1",
+    linger_ms: float | None = None,
+) -> subprocess.Popen[str]:
+    """A `bench.latency_producer` process (until SIGTERM when `seconds` is None)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.latency_producer",
+            target.bootstrap,
+            topic,
+            f"--rate={rate}",
+            f"--size={size}",
+            f"--acks={acks}",
+            *([] if seconds is None else [f"--seconds={seconds}"]),
+            *([] if linger_ms is None else [f"--linger-ms={linger_ms}"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def noisy_neighbour(target: Target, topic: str, neighbour: Neighbour | None):
+    """Run `neighbour` (nothing when None) for the duration of the block, into `topic`-noise;
+    after the block it is stopped (SIGTERM), and must have had every record it sent
+    acknowledged, and sent some."""
+    if neighbour is None:
+        yield
+        return
+    noise = f"{topic}-noise"
+    target.create_topic(noise, target.topics[topic], 1, {})
+    with tempfile.TemporaryFile(mode="w+") as stderr:
+        process = latency_producer(
+            target,
+            noise,
+            neighbour.rate_bytes / neighbour.record_bytes,
+            neighbour.record_bytes,
+            stderr,
+            linger_ms=neighbour.linger_ms,
+        )
+        try:
+            yield
+        except BaseException:
+            process.kill()
+            process.communicate()
+            raise
+        process.terminate()
+        delivered = producer_result(process, stderr, target)
+        if not delivered:
+            raise target.failure("the noisy neighbour had no record acknowledged")
+
+
 def end_to_end_latency(
-    target: Target, topic: str, rate_bytes: float, seconds: float, warmup_seconds: float
+    target: Target,
+    topic: str,
+    rate_bytes: float,
+    seconds: float,
+    warmup_seconds: float,
+    acks: str = "1",
+    neighbour: Neighbour | None = None,
 ) -> dict[str, float]:
     """Produce-to-consume latency at a fixed rate: a paced producer in its own process
     (`bench.latency_producer`) writes its send time into each value; a consumer here, assigned
     to every partition, subtracts it from the time the record reached the application.
 
     Records sent during the first `warmup_seconds` are left out: connections and the first
-    fetches are being set up then.
+    fetches are being set up then. `acks` is the latency producer's ("all" on the replicated
+    row); with a `neighbour`, another producer writes bulk batches to another topic of the
+    same target from before the consumer's warm-up until every latency record has arrived.
 
     The consumer keeps librdkafka's fetch.wait.max.ms (500) against minibroker, as a Kafka
     user would: a broker must answer a waiting fetch as soon as data arrives. The mock never
@@ -368,37 +450,27 @@ def end_to_end_latency(
     shortcut it took. Shorter waits only made it busier on these 2 cores (p99 got worse).
     """
     settings = {"fetch.wait.max.ms": MOCK_FETCH_WAIT_MS} if target.system == MOCK else {}
-    consumer = new_consumer(target, topic, **settings)
-    try:
-        partitions = range(target.topics[topic])
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        # The consumer is fetching before the first record is sent (for as long as the
-        # records left out at the start: 1 s in the full run).
-        warm_until = time.monotonic() + warmup_seconds
-        while time.monotonic() < warm_until:
-            consumer.poll(POLL_SECONDS)
-        rate = rate_bytes / LATENCY_RECORD_BYTES
-        # A file, not a pipe, for its stderr: librdkafka may log more than a pipe holds while
-        # nobody reads it, and a blocked producer would distort the very latency measured.
-        with tempfile.TemporaryFile(mode="w+") as stderr:
-            producer = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.latency_producer",
-                    target.bootstrap,
-                    topic,
-                    f"--rate={rate}",
-                    f"--size={LATENCY_RECORD_BYTES}",
-                    f"--seconds={seconds}",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-            samples = collect_latencies(consumer, producer, stderr, target, seconds)
-    finally:
-        consumer.close()
+    with noisy_neighbour(target, topic, neighbour):
+        consumer = new_consumer(target, topic, **settings)
+        try:
+            partitions = range(target.topics[topic])
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+            # The consumer is fetching before the first record is sent (for as long as the
+            # records left out at the start: 1 s in the full run).
+            warm_until = time.monotonic() + warmup_seconds
+            while time.monotonic() < warm_until:
+                consumer.poll(POLL_SECONDS)
+            rate = rate_bytes / LATENCY_RECORD_BYTES
+            # A file, not a pipe, for its stderr: librdkafka may log more than a pipe holds
+            # while nobody reads it, and a blocked producer would distort the very latency
+            # measured.
+            with tempfile.TemporaryFile(mode="w+") as stderr:
+                producer = latency_producer(
+                    target, topic, rate, LATENCY_RECORD_BYTES, stderr, seconds=seconds, acks=acks
+                )
+                samples = collect_latencies(consumer, producer, stderr, target, seconds)
+        finally:
+            consumer.close()
     first_send = min(sent for sent, _ in samples)
     measured = sorted(
         latency for sent, latency in samples if sent >= first_send + warmup_seconds * 1e9

@@ -192,7 +192,12 @@ async def dispatch(
     metrics.child(metrics.requests, name).inc()
     metrics.child(metrics.request_time, name).observe(time.monotonic() - started)
     if isinstance(data, dict):
-        codes = _produce_error_codes(data) if key == ApiKey.PRODUCE else _error_codes(data)
+        if key == ApiKey.PRODUCE:
+            codes = _produce_error_codes(data)
+        elif key == ApiKey.FETCH:
+            codes = _fetch_error_codes(data)
+        else:
+            codes = _error_codes(data)
         for error in codes:
             metrics.child(metrics.errors, name, error_name(error)).inc()
     return response
@@ -207,6 +212,21 @@ def _produce_error_codes(data: dict) -> list[int]:
         for partition in topic["partition_responses"]
         if (code := partition["error_code"])
     ]
+
+
+def _fetch_error_codes(data: dict) -> list[int]:
+    """_error_codes of a Fetch response, whose error codes are the response's and its
+    partitions' (their other nested fields, a diverging epoch, a current leader, aborted
+    transactions, hold none), without walking every value of every partition: a consumer of
+    many partitions gets them all in every answer, most of them empty."""
+    codes = [code] if (code := data.get("error_code")) else []
+    codes.extend(
+        code
+        for topic in data["responses"]
+        for partition in topic["partitions"]
+        if (code := partition["error_code"])
+    )
+    return codes
 
 
 def _error_codes(data) -> list[int]:

@@ -4,6 +4,10 @@ A waiting request registers one ``trio.Event`` under every key it cares about (a
 and sleeps on it with a deadline. Whoever changes a partition (an append, a high-watermark
 move) calls ``notify(key)``, which sets the events parked there and forgets them. Nothing
 polls and a parked request costs no CPU: it is a sleeping task and a set entry.
+
+A waiter may ask which of its keys were notified (``fired``): a woken fetch then reads again
+only the partitions that changed (Kafka's DelayedFetch reads them all again on completion;
+see apis/fetch.py for why that is the same answer).
 """
 
 import time
@@ -15,30 +19,48 @@ import trio
 from minibroker.common.quota_manager import PARKED
 
 
+class _Waiter:
+    """One parked request: its event, and (when asked for) the keys notified so far."""
+
+    __slots__ = ("event", "fired")
+
+    def __init__(self, fired: set | None) -> None:
+        self.event = trio.Event()
+        self.fired = fired
+
+
 class Watchers:
     """Events parked under keys, woken all at once when their key changes."""
 
     def __init__(self) -> None:
-        self._parked: defaultdict[Hashable, set[trio.Event]] = defaultdict(set)
+        self._parked: defaultdict[Hashable, set[_Waiter]] = defaultdict(set)
         self._parked_by_kind: defaultdict[str, int] = defaultdict(int)
 
     def notify(self, key: Hashable) -> None:
         """Wake every request parked under ``key``."""
-        events = self._parked.pop(key, None)
-        if events:
-            for event in events:
-                event.set()
+        waiters = self._parked.pop(key, None)
+        if waiters:
+            for waiter in waiters:
+                if waiter.fired is not None:
+                    waiter.fired.add(key)
+                waiter.event.set()
 
-    async def wait_any(self, keys: Iterable[Hashable], deadline: float, kind: str = "") -> bool:
+    async def wait_any(
+        self, keys: Iterable[Hashable], deadline: float, kind: str = "", fired: set | None = None
+    ) -> bool:
         """Sleep until any of ``keys`` is notified or trio's clock reaches ``deadline``.
 
         Returns True when woken by a notification, False at the deadline. ``kind`` names
-        the waiting operation (Fetch, Produce) for the purgatory-size metric.
+        the waiting operation (Fetch, Produce) for the purgatory-size metric. ``fired``, when
+        given, receives every one of ``keys`` notified before the wait ended (the woken task
+        runs after the notifier yields, so a key notified meanwhile is in it too, until the
+        registration is gone).
         """
         keys = list(keys)
-        event = trio.Event()
+        waiter = _Waiter(fired)
+        event = waiter.event
         for key in keys:
-            self._parked[key].add(event)
+            self._parked[key].add(waiter)
         self._parked_by_kind[kind] += 1
         # Time parked is not a request_percentage client's thread time (quota_manager.PARKED).
         request_parked = PARKED.get()
@@ -53,7 +75,7 @@ class Watchers:
             for key in keys:
                 parked = self._parked.get(key)
                 if parked is not None:
-                    parked.discard(event)
+                    parked.discard(waiter)
                     if not parked:
                         del self._parked[key]
         return event.is_set()

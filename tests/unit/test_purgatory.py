@@ -51,3 +51,24 @@ async def test_notify_of_another_key_does_not_wake(autojump_clock):
         woken = await watchers.wait_any([("t", 0)], start + 1)
     assert woken is False
     assert trio.current_time() - start == pytest.approx(1)
+
+
+async def test_fired_collects_the_keys_notified_before_the_waiter_runs(autojump_clock):
+    watchers = Watchers()
+    fired: set = set()
+    results = []
+
+    async def park():
+        keys = [("t", 0), ("t", 1), ("t", 2)]
+        results.append(await watchers.wait_any(keys, trio.current_time() + 10, fired=fired))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(park)
+        await trio.testing.wait_all_tasks_blocked()
+        # Both before the woken task runs: the second is collected too.
+        watchers.notify(("t", 2))
+        watchers.notify(("t", 0))
+        watchers.notify(("other", 0))
+    assert results == [True]
+    assert fired == {("t", 0), ("t", 2)}
+    assert watchers.parked_count() == 0

@@ -1,0 +1,189 @@
+"""A parked Fetch woken by an append: the Fetch handler (apis/fetch.py) on an in-process
+ReplicaManager under trio's MockClock, no sockets.
+
+Kafka's DelayedFetch reads every partition of the fetch again when it completes; minibroker's
+handler reads again only the partitions notified while it was parked and keeps the others'
+empty entries, with their offsets taken again (the module's notes say why the answer is the
+same). These tests hold both halves: what is read on the wake, and that a kept entry's offsets
+are the partition's current ones.
+"""
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+import trio
+import trio.testing
+
+from minibroker.apis import RequestContext
+from minibroker.apis.fetch import handle
+from minibroker.common.metrics import BrokerMetrics
+from minibroker.protocol.framing import RequestHeader
+from minibroker.protocol.versions import ApiKey
+from minibroker.replication.replica_manager import AppendOrigin
+from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
+
+LEADER = 1
+PARTITIONS = (0, 1, 2, 3)
+FETCH_VERSION = 12  # topics by name
+
+
+@pytest.fixture
+async def solo(tmp_path, nursery, autojump_clock):
+    """Broker 1 leading TOPIC-0..3 alone (ISR [1])."""
+    replicas = make_broker(tmp_path, LEADER)
+    replicas.announced_topic_configs[TOPIC] = {"min.insync.replicas": "1"}
+    await nursery.start(replicas.run)
+    await replicas.apply_leader_and_isr(
+        leader_and_isr(LEADER, 1, [LEADER], [LEADER], partitions=PARTITIONS)
+    )
+    yield replicas
+    replicas.log_manager.close()
+
+
+def context(replicas) -> RequestContext:
+    return RequestContext(
+        header=RequestHeader(ApiKey.FETCH, FETCH_VERSION, 1, "consumer"),
+        listener_name="PLAINTEXT",
+        config=replicas.config,
+        cluster_id="test-cluster",
+        supported={},
+        replicas=replicas,
+        controller=None,
+        metrics=BrokerMetrics(),
+    )
+
+
+def fetch_request(offsets: dict[int, int], max_wait_ms: int = 500):
+    """A consumer's sessionless Fetch of TOPIC's partitions at `offsets`, min_bytes 1."""
+    return SimpleNamespace(
+        replica_id=-1,
+        max_wait=timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=50 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=(),
+        rack_id="",
+        topics=[
+            SimpleNamespace(
+                topic=TOPIC,
+                partitions=[
+                    SimpleNamespace(
+                        partition=index,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for index, offset in offsets.items()
+                ],
+            )
+        ],
+    )
+
+
+def count_reads(replicas) -> list[int]:
+    """The partition index of every read_records call from now on."""
+    reads: list[int] = []
+    read_records = replicas.read_records
+
+    def counted(partition, *args, **kwargs):
+        reads.append(partition.index)
+        return read_records(partition, *args, **kwargs)
+
+    replicas.read_records = counted
+    return reads
+
+
+def partitions_of(response: dict) -> dict[int, dict]:
+    ((topic,),) = [response["responses"]]
+    return {entry["partition_index"]: entry for entry in topic["partitions"]}
+
+
+async def test_a_woken_fetch_reads_again_only_the_partition_appended_to(solo, autojump_clock):
+    reads = count_reads(solo)
+    responses = []
+
+    async def fetch():
+        responses.append(await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0))))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(reads) == list(PARTITIONS)  # the first read: every partition, all empty
+        reads.clear()
+        await append(solo, 2, 3, acks=1, origin=AppendOrigin.CLIENT)
+    assert reads == [2]
+    answered = partitions_of(responses[0])
+    assert sorted(answered) == list(PARTITIONS)
+    assert answered[2]["high_watermark"] == 3 and len(answered[2]["records"]) > 0
+    for index in (0, 1, 3):
+        assert answered[index]["high_watermark"] == 0
+        assert answered[index]["records"] == b""
+    assert trio.current_time() == 0  # answered at the append, not at max_wait
+
+
+async def test_a_kept_entry_carries_the_partition_offsets_of_the_answer(solo, autojump_clock):
+    await append(solo, 1, 5, acks=1)
+    responses = []
+
+    async def fetch():
+        responses.append(await handle(context(solo), fetch_request({0: 0, 1: 5})))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        # DeleteRecords notifies no fetch: the parked one learns of it when it answers.
+        partition = solo.leader_partition(TOPIC, 1)[0]
+        assert solo.delete_records(partition, 4)[1] == 4
+        await append(solo, 0, 2, acks=1)
+    answered = partitions_of(responses[0])
+    assert answered[0]["high_watermark"] == 2 and answered[0]["records"]
+    assert answered[1]["records"] == b""
+    assert (answered[1]["high_watermark"], answered[1]["log_start_offset"]) == (5, 4)
+
+
+async def test_a_fetch_that_waits_out_max_wait_reads_nothing_again(solo, autojump_clock):
+    reads = count_reads(solo)
+    response = await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0), 200))
+    assert sorted(reads) == list(PARTITIONS)
+    assert trio.current_time() == pytest.approx(0.2)
+    assert all(entry["records"] == b"" for entry in partitions_of(response).values())
+
+
+def test_fetch_error_codes_are_those_the_generic_walk_finds():
+    """dispatch counts a Fetch response's error codes (ErrorsPerSec) without walking every
+    value of every partition: the same codes as the generic walk, diverging epochs, current
+    leaders and aborted transactions included."""
+    from minibroker.apis.dispatch import _error_codes, _fetch_error_codes
+    from minibroker.protocol.errors import Error
+    from minibroker.replication.replica_manager import fetch_result
+
+    moved = fetch_result(1, Error.NOT_LEADER_OR_FOLLOWER)
+    moved["current_leader"] = {"leader_id": 2, "leader_epoch": 3}
+    diverging = fetch_result(2, Error.NONE)
+    diverging["diverging_epoch"] = {"epoch": 1, "end_offset": 10}
+    committed = fetch_result(3, Error.NONE)
+    committed["aborted_transactions"] = [{"producer_id": 1, "first_offset": 0}]
+    for response in (
+        {"error_code": Error.NONE, "session_id": 0, "responses": ()},
+        {"error_code": Error.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": ()},
+        {
+            "error_code": Error.NONE,
+            "session_id": 7,
+            "responses": [
+                {"topic": "a", "topic_id": None, "partitions": [fetch_result(0, Error.NONE)]},
+                {"topic": "b", "topic_id": None, "partitions": [moved, diverging, committed]},
+                {
+                    "topic": None,
+                    "topic_id": None,
+                    "partitions": [fetch_result(0, Error.UNKNOWN_TOPIC_ID)],
+                },
+            ],
+            "node_endpoints": [{"node_id": 2, "host": "h", "port": 1, "rack": None}],
+        },
+    ):
+        assert sorted(_fetch_error_codes(response)) == sorted(_error_codes(response))
