@@ -281,10 +281,10 @@ def register_broker(
     the registration's PreviousBrokerEpoch with the epoch it knows, and
     ReplicationControlManager.handleBrokerShutdown's unclean branch): its log may lack
     records it had acknowledged, so it may no longer lead without an unclean election. The
-    same incarnation registering again never stopped, so it is clean. Departure: minibroker's
-    brokers register with BrokerRegistration v0, which carries no previous epoch, so every
-    restarted process counts as an unclean shutdown here (the safe side: it only loses its
-    eligibility, and gets it back as any follower does, by catching up into the ISR).
+    same incarnation registering again never stopped, so it is clean; a new process is clean
+    when it sends (BrokerRegistration v3+) the broker epoch its log dirs' clean-shutdown
+    markers hold and that epoch is the one this controller knows, as in Kafka 4.4 (a broker
+    killed, or one that registered again since, is not).
 
     Offline partitions that host the broker then elect a leader: it, if it is in their ISR
     (typically the last ISR member coming back) or, with an empty ISR, in their ELR; or with

@@ -50,11 +50,22 @@ def cluster(*node_ids: int, elr: bool = True, default_min_isr: int = 1) -> Contr
     return state
 
 
-def come_back(state: ControllerState, node_id: int, incarnation: str | None = None):
+def come_back(
+    state: ControllerState,
+    node_id: int,
+    incarnation: str | None = None,
+    previous_broker_epoch: int = -1,
+):
     """The broker registers (again); by default as the same process (a pause, a lost
     session), which never stopped and so shut down cleanly."""
     return register_broker(
-        state, node_id, "localhost", 9000 + node_id, incarnation or f"incarnation-{node_id}", 0
+        state,
+        node_id,
+        "localhost",
+        9000 + node_id,
+        incarnation or f"incarnation-{node_id}",
+        0,
+        previous_broker_epoch=previous_broker_epoch,
     )
 
 
@@ -169,6 +180,23 @@ def test_a_restarted_process_is_an_unclean_shutdown_and_loses_its_eligibility():
     # The same process coming back (a pause) keeps its eligibility and leads.
     come_back(state, 1)
     assert view(part(state)) == (1, [1], [], [])
+
+
+def test_a_restart_after_a_clean_shutdown_keeps_the_eligibility():
+    """Kafka 4.4's ClusterControlManager: a new process whose registration carries the
+    broker epoch the controller knows (its clean-shutdown markers held it) stopped cleanly
+    and stays in the ELR, so it is elected; a stale or missing epoch is an unclean one."""
+    state = cluster(1, 2, 3)
+    topic_on(state, 1, 2, 3)
+    shrink_isr(state, [1])
+    for node_id in (2, 3, 1):
+        fence_broker(state, node_id, False)
+    assert view(part(state)) == (NO_LEADER, [], [1, 2, 3], [1])
+    epochs = {node_id: state.brokers[node_id].broker_epoch for node_id in (1, 2, 3)}
+    come_back(state, 3, incarnation="restarted-3", previous_broker_epoch=epochs[3] - 1)
+    assert view(part(state)) == (NO_LEADER, [], [1, 2], [1])
+    come_back(state, 2, incarnation="restarted-2", previous_broker_epoch=epochs[2])
+    assert view(part(state)) == (2, [2], [1], [])
 
 
 def test_the_last_known_leader_is_elected_when_the_isr_and_the_elr_are_empty():
