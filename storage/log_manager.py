@@ -73,6 +73,23 @@ log = logging.getLogger("storage.log_manager")
 LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+def _clean_shutdown_broker_epoch(log_dirs: list[Path]) -> int:
+    """Kafka's LogManager.readBrokerEpochFromCleanShutdownFiles: the broker epoch every log
+    dir's clean-shutdown marker holds (CleanShutdownFileHandler's JSON,
+    ``{"version":0,"brokerEpoch":N}``); -1 when a dir has none, an unreadable one (an older
+    minibroker's empty marker) or another epoch."""
+    epochs = set()
+    for directory in log_dirs:
+        try:
+            content = json.loads((directory / CLEAN_SHUTDOWN_FILE).read_text(encoding="utf-8"))
+            epochs.add(int(content["brokerEpoch"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            return -1
+    return epochs.pop() if len(epochs) == 1 else -1
+
+
 TOPICS_FILE = "minibroker-topics.json"
 META_PROPERTIES_VERSION = "1"
 TOPICS_FILE_VERSION = 2
@@ -433,6 +450,12 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         # True when every log dir held a clean-shutdown marker at open (no recovery needed).
         self.had_clean_shutdown = False
+        # The broker epoch the markers of the last clean shutdown held (-1: none, or not the
+        # same in every log dir): the registration's PreviousBrokerEpoch (KIP-966).
+        self.previous_broker_epoch = -1
+        # This process's broker epoch, which the next clean shutdown writes in the markers
+        # (-1 until the broker registered).
+        self.broker_epoch = -1
         self._lock_fds: dict[Path, int] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -502,6 +525,7 @@ class LogManager:
                 directory: (directory / CLEAN_SHUTDOWN_FILE).exists() for directory in self.log_dirs
             }
             self.had_clean_shutdown = all(clean.values())
+            self.previous_broker_epoch = _clean_shutdown_broker_epoch(self.log_dirs)
             self._load_logs(now_ms, clean)
             for directory in self.log_dirs:
                 # From here on an unclean stop must lead to recovery.
@@ -1257,8 +1281,11 @@ class LogManager:
             partition_log.flush()
             partition_log.close()
         self._write_checkpoints()
+        marker = json.dumps(
+            {"version": 0, "brokerEpoch": self.broker_epoch}, separators=(",", ":")
+        ).encode()
         for directory in self.online_log_dirs():
-            write_file_atomically(directory / CLEAN_SHUTDOWN_FILE, b"")
+            write_file_atomically(directory / CLEAN_SHUTDOWN_FILE, marker)
         self._logs.clear()
         self._stopped.clear()
         self._release_locks()

@@ -15,12 +15,17 @@ def _broker_registration_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.BROKER_REGISTRATION,
-    versions=(0, 0),
+    versions=(0, 4),
     roles=Role.CONTROLLER,
     senders=Senders.NODES,
     error_response=_broker_registration_error,
 )
 async def handle_broker_registration(ctx: RequestContext, request) -> dict:
+    """Kafka 4.4's versions 0-4. v1's IsMigratingZkBroker and v2's LogDirs are read and not
+    acted on (no ZooKeeper migration; one directory id per broker is not tracked); v3's
+    PreviousBrokerEpoch is the broker's last clean shutdown (KIP-966: the controller keeps a
+    broker that shows one in the ELRs, controller/state.py register_broker); v4 only lists
+    features whose minimum is 0, which minibroker's brokers do not list at all."""
     if ctx.controller is None:
         return _broker_registration_error(request, Error.NOT_CONTROLLER)
     ctx.connection.broker_id = request.broker_id

@@ -142,9 +142,19 @@ class ControllerClient:
         cluster_id: str,
         authorizer: Authorizer | None = None,
         locate: Callable[[], Voter | None] | None = None,
+        *,
+        previous_broker_epoch: int = -1,
+        on_registered: Callable[[int], None] | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
+        # KIP-966: the broker epoch of this broker's last clean shutdown, from the log dirs'
+        # clean-shutdown markers (-1: none, an unclean one), sent with each registration
+        # (BrokerRegistration v3+'s PreviousBrokerEpoch) so that the controller keeps a
+        # cleanly stopped broker in the ELRs; ``on_registered`` learns each new epoch, for
+        # the next clean shutdown's markers (Kafka's BrokerLifecycleManager).
+        self.previous_broker_epoch = previous_broker_epoch
+        self.on_registered = on_registered
         # A broker-only node's authorizer, which gets the cluster's ACLs before registering.
         self.authorizer = authorizer if not config.is_controller else None
         self.incarnation_id = uuid.uuid4()
@@ -327,6 +337,9 @@ class ControllerClient:
                 + self._schema_registry_endpoint(inter_broker.host),
                 "features": (),
                 "rack": self.config.broker_rack,
+                "is_migrating_zk_broker": False,
+                "log_dirs": (),
+                "previous_broker_epoch": self.previous_broker_epoch,
             },
         )
         while True:
@@ -341,6 +354,8 @@ class ControllerClient:
                 await trio.sleep(RETRY_BACKOFF_S)
                 continue
             self.broker_epoch = response.broker_epoch
+            if self.on_registered is not None:
+                self.on_registered(self.broker_epoch)
             log.info("registered with the controller, broker epoch %d", self.broker_epoch)
             return
 

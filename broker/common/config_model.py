@@ -494,10 +494,10 @@ KEPT_DYNAMIC_BROKER_CONFIGS: dict[str, int] = {
 # default ("") and as the source of every broker's and topic's value. Departure: minibroker
 # writes no such record; when the cluster default does not set min.insync.replicas, each node
 # reports its own static value (or Kafka's default, 1) there, which is the value it enforces.
-# Nodes started with different static values report different cluster values (Kafka has one);
-# and Kafka's refusals of a broker-level value and of deleting the cluster one ("... while ELR
-# is enabled") are not made. The controller's ELR reads the same cluster default
-# (controller/state.py, effective_min_isr).
+# Nodes started with different static values report different cluster values (Kafka has one).
+# Kafka's refusals of a broker-level value and of deleting the cluster one ("... while ELR is
+# enabled") are made by the controller (controller/configs.py, _check_min_isr_transition),
+# whose ELR reads the same cluster default (controller/state.py, effective_min_isr).
 CLUSTER_MIN_ISR = "min.insync.replicas"
 
 # KIP-1066's cordoned.log.dirs (Kafka 4.4): a per-broker dynamic property (Kafka's

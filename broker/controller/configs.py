@@ -15,7 +15,7 @@ from minibroker.common import client_metrics, config_model, group_configs
 from minibroker.common.client_metrics import CLIENT_METRICS_RESOURCE
 from minibroker.common.config_model import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigChangeError
 from minibroker.common.group_configs import GROUP_RESOURCE, GroupBounds
-from minibroker.controller.state import ControllerState
+from minibroker.controller.state import MIN_INSYNC_REPLICAS_CONFIG, ControllerState, elr_enabled
 from minibroker.protocol.errors import Error
 
 Resource = tuple[int, str]
@@ -67,6 +67,11 @@ def _new_configs(
         )
     else:
         new_configs = config_model.replaced_configs([(c.name, c.value) for c in resource.configs])
+    if resource.resource_type == BROKER_RESOURCE:
+        implied = not incremental or any(
+            c.name == MIN_INSYNC_REPLICAS_CONFIG for c in resource.configs
+        )
+        _check_min_isr_transition(state, resource.resource_name, current, new_configs, implied)
     if resource.resource_type == GROUP_RESOURCE:
         group_configs.validate(new_configs, group_bounds)
     elif resource.resource_type == CLIENT_METRICS_RESOURCE:
@@ -78,6 +83,78 @@ def _new_configs(
             new_configs, cluster_default=resource.resource_name == ""
         )
     return new_configs
+
+
+def _check_min_isr_transition(
+    state: ControllerState,
+    name: str,
+    current: dict[str, str],
+    new: dict[str, str],
+    touched: bool,
+) -> None:
+    """Kafka 4.4's ConfigurationControlManager.validateAlterConfig with eligible leader
+    replicas on (isDisallowedBrokerMinIsrTransition, isDisallowedClusterMinIsrTransition),
+    INVALID_CONFIG with Kafka's messages: one broker's own ``min.insync.replicas`` may not be
+    set, changed or deleted, and the cluster-level one may not be deleted (the ELR rules need
+    one value for every broker). As there, only a real change of a broker's value counts
+    (Kafka writes no ConfigRecord for an unchanged one).
+
+    Kafka stores the cluster-level value from the moment ELR is on (written when the cluster
+    is formatted or the feature enabled); minibroker stores it only once someone sets it and
+    reports the node's own value until then (config_model.CLUSTER_MIN_ISR). So a request
+    that leaves the cluster default without it is refused when it ``touched`` it: deleted it
+    (IncrementalAlterConfigs DELETE) or replaced the whole set (AlterConfigs), as Kafka
+    refuses both; a request about other cluster configs is not."""
+    if not elr_enabled(state):
+        return
+    before, after = current.get(MIN_INSYNC_REPLICAS_CONFIG), new.get(MIN_INSYNC_REPLICAS_CONFIG)
+    if name:
+        if before != after:
+            raise ConfigChangeError(
+                Error.INVALID_CONFIG,
+                "Broker-level min.insync.replicas cannot be altered while ELR is enabled.",
+            )
+        return
+    if after is None and (before is not None or touched):
+        raise ConfigChangeError(
+            Error.INVALID_CONFIG,
+            "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.",
+        )
+
+
+def min_isr_settings(state: ControllerState, resources: list[Resource]) -> dict[Resource, object]:
+    """The ``min.insync.replicas`` each topic or broker resource sets (None when unset), to
+    tell which changes touch it (:func:`elr_cleared_topics`)."""
+    settings: dict[Resource, object] = {}
+    for resource_type, name in resources:
+        if resource_type == TOPIC_RESOURCE and name in state.topics:
+            settings[(resource_type, name)] = state.topics[name].configs.get(
+                MIN_INSYNC_REPLICAS_CONFIG
+            )
+        elif resource_type == BROKER_RESOURCE:
+            configs = state.broker_configs.get(name, {})
+            settings[(resource_type, name)] = configs.get(MIN_INSYNC_REPLICAS_CONFIG)
+    return settings
+
+
+def elr_cleared_topics(
+    state: ControllerState, before: dict[Resource, object], after: dict[Resource, object]
+) -> set[str] | None:
+    """Kafka 4.4's ConfigurationControlManager.createClearElrRecordsAsNeeded: with eligible
+    leader replicas on, a changed topic ``min.insync.replicas`` clears the ELR (and the
+    last-known ELR) of that topic's partitions, a changed broker-level one those of every
+    topic (a ClearElrRecord without a topic name). Returns the topic names, None for every
+    topic, or an empty set when nothing is to be cleared."""
+    if not elr_enabled(state):
+        return set()
+    topics: set[str] = set()
+    for (resource_type, name), value in after.items():
+        if before.get((resource_type, name)) == value:
+            continue
+        if resource_type == BROKER_RESOURCE:
+            return None
+        topics.add(name)
+    return topics
 
 
 def _current(state: ControllerState, resource_type: int, name: str) -> dict[str, str]:

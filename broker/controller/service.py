@@ -262,6 +262,8 @@ class ControllerService:
         """AlterConfigs (or IncrementalAlterConfigs): decided, saved, then pushed to every
         live broker, which applies it to its logs at once; answered once they have it
         (within a few seconds: the change is saved and reaches late brokers anyway)."""
+        keys = [(resource.resource_type, resource.resource_name) for resource in request.resources]
+        min_isr_before = config_transitions.min_isr_settings(self.state, keys)
         results, changed = config_transitions.alter_configs(
             self.state,
             request.resources,
@@ -270,7 +272,21 @@ class ControllerService:
             group_bounds=self.config.group_bounds,
         )
         if changed:
+            # Kafka 4.4 clears the ELR of the partitions a min.insync.replicas change
+            # concerns in the same batch of records as the config change.
+            elr_topics = config_transitions.elr_cleared_topics(
+                self.state,
+                min_isr_before,
+                config_transitions.min_isr_settings(self.state, keys),
+            )
+            cleared = (
+                transitions.clear_eligible_leader_replicas(self.state, elr_topics)
+                if elr_topics != set()
+                else []
+            )
             await self.save()
+            if cleared:
+                self.propagate(cleared)
             self._apply_dynamic_defaults()
             log.info("configs changed: %s", ", ".join(f"{t}:{name!r}" for t, name in changed))
             events = self.push_configs(changed)

@@ -281,10 +281,10 @@ def register_broker(
     the registration's PreviousBrokerEpoch with the epoch it knows, and
     ReplicationControlManager.handleBrokerShutdown's unclean branch): its log may lack
     records it had acknowledged, so it may no longer lead without an unclean election. The
-    same incarnation registering again never stopped, so it is clean. Departure: minibroker's
-    brokers register with BrokerRegistration v0, which carries no previous epoch, so every
-    restarted process counts as an unclean shutdown here (the safe side: it only loses its
-    eligibility, and gets it back as any follower does, by catching up into the ISR).
+    same incarnation registering again never stopped, so it is clean; a new process is clean
+    when it sends (BrokerRegistration v3+) the broker epoch its log dirs' clean-shutdown
+    markers hold and that epoch is the one this controller knows, as in Kafka 4.4 (a broker
+    killed, or one that registered again since, is not).
 
     Offline partitions that host the broker then elect a leader: it, if it is in their ISR
     (typically the last ISR member coming back) or, with an empty ISR, in their ELR; or with
@@ -354,13 +354,23 @@ def _withdraw_unclean_replica(
     return changes.as_list()
 
 
-def clear_eligible_leader_replicas(state: ControllerState) -> list[PartitionChange]:
-    """The feature turned off (``kafka-features downgrade``): every partition drops its ELR
-    and last-known ELR (a new partition epoch each), which nothing maintains any more. A
-    partition left with an empty ISR keeps no leader until an unclean election, as a
+def clear_eligible_leader_replicas(
+    state: ControllerState, topics: Iterable[str] | None = None
+) -> list[PartitionChange]:
+    """Every partition (of ``topics`` only, when given) drops its ELR and last-known ELR, a
+    new partition epoch each (Kafka's ReplicationControlManager.removeTopicElrs, the replay
+    of a ClearElrRecord). Done when the feature is turned off (``kafka-features downgrade``:
+    nothing maintains them any more) and when ``min.insync.replicas`` changes (of a topic:
+    its partitions; the cluster-level one: all), which Kafka 4.4 applies at once this way.
+    A partition left with an empty ISR keeps no leader until an unclean election, as a
     partition whose last ISR member is gone."""
     changes = _Changes()
-    for topic in state.topics.values():
+    selected = (
+        state.topics.values()
+        if topics is None
+        else [state.topics[name] for name in sorted(set(topics)) if name in state.topics]
+    )
+    for topic in selected:
         for index, partition in enumerate(topic.partitions):
             if not partition.eligible_leader_replicas and not partition.last_known_elr:
                 continue

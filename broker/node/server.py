@@ -476,6 +476,8 @@ class BrokerServer:
                     cluster_id,
                     self.authorizer,
                     locate=None if zookeeper is None else lambda: zookeeper.controller,
+                    previous_broker_epoch=log_manager.previous_broker_epoch,
+                    on_registered=lambda epoch: setattr(log_manager, "broker_epoch", epoch),
                 )
                 self.replicas = ReplicaManager(
                     self.config, log_manager, controller_client, self.metrics

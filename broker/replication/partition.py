@@ -6,6 +6,8 @@ purgatory, the fetchers and the controller.
 
 Kafka's rules reproduced here:
 - the leader's high watermark is the minimum log end offset over the ISR, and only moves up;
+  it does not move at all while the ISR is smaller than min.insync.replicas (KIP-966's first
+  part, Kafka 3.7+'s Partition.maybeIncrementLeaderHW / isUnderMinIsr);
 - a follower is caught up while its fetch offset reached the leader's log end offset within
   replica.lag.time.max.ms (Kafka's lastCaughtUpTime bookkeeping);
 - a follower may rejoin the ISR once its log end offset reaches the high watermark and the start
@@ -190,9 +192,28 @@ class Partition:
         progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms, log_start_offset)
         return self.maybe_advance_high_watermark()
 
+    @property
+    def effective_min_isr(self) -> int:
+        """Kafka's Partition.effectiveMinIsr: the topic's min.insync.replicas, never more than
+        the assigned replicas (a topic of RF 1 with min.insync.replicas=2 is not held)."""
+        return min(self.log.config.min_insync_replicas, max(len(self.replicas), 1))
+
+    @property
+    def is_under_min_isr(self) -> bool:
+        """Kafka's Partition.isUnderMinIsr: a leader whose ISR (the committed one, not the
+        joining replica) is smaller than the effective min.insync.replicas."""
+        return self.is_leader and len(self.isr) < self.effective_min_isr
+
     def maybe_advance_high_watermark(self) -> bool:
-        """Leader only: HW = min LEO over the ISR; True when it moved (it never moves back)."""
-        if not self.is_leader:
+        """Leader only: HW = min LEO over the ISR; True when it moved (it never moves back).
+
+        As Kafka 4.4's Partition.maybeIncrementLeaderHW (KAFKA-15583, KIP-966), the HW does
+        not move while the partition is under min ISR: records written with acks=0 or acks=1
+        then stay above the HW, invisible to every consumer, until the ISR is back at
+        min.insync.replicas (or the topic's min.insync.replicas is lowered). Kafka applies
+        this whatever the eligible.leader.replicas.version feature, and so does this.
+        """
+        if not self.is_leader or self.is_under_min_isr:
             return False
         offsets = [self.log.log_end_offset]
         members = self.isr if self.joining is None else [*self.isr, self.joining]
@@ -306,7 +327,9 @@ class Partition:
 
         Done when the HW passed the last appended offset; NOT_ENOUGH_REPLICAS_AFTER_APPEND if
         the ISR shrank below min.insync.replicas first; NOT_LEADER_OR_FOLLOWER if leadership
-        was lost.
+        was lost. (Kafka's checkEnoughReplicasReachOffset. Since the HW stays put below min
+        ISR, NOT_ENOUGH_REPLICAS_AFTER_APPEND only answers an ISR that shrank after the HW
+        passed the offset; a produce waiting when it shrinks times out instead.)
         """
         if not self.is_leader:
             return Error.NOT_LEADER_OR_FOLLOWER

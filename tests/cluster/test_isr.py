@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
+from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from minibroker.tools.launcher import Cluster
+from minibroker.tools.launcher import BrokerProcess, Cluster
 from tests.cluster.conftest import (
     CONVERGENCE_TIMEOUT,
     HEARTBEAT_INTERVAL_MS,
@@ -18,6 +19,7 @@ from tests.cluster.conftest import (
     produce_raw,
     replicas_of,
 )
+from tests.conftest import wait_for
 
 TOPIC = "isr"
 
@@ -32,6 +34,23 @@ EARLIEST_SHRINK_SECONDS = (
     )
     / 1000
 )
+
+
+def consumer_high_watermark(leader: BrokerProcess, isolation: str) -> int:
+    """The high watermark a confluent-kafka consumer learns from the leader (ListOffsets
+    LATEST at its isolation level; read_committed gives the last stable offset, the HW here
+    since there are no transactions)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": leader.bootstrap,
+            "group.id": f"{TOPIC}-{isolation}",
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10, cached=False)[1]
+    finally:
+        consumer.close()
 
 
 def test_isr_shrinks_refuses_acks_all_below_min_insync_and_expands(cluster: Cluster):
@@ -70,12 +89,22 @@ def test_isr_shrinks_refuses_acks_all_below_min_insync_and_expands(cluster: Clus
     # so this one takes the offset after the last acknowledged record.
     leader_only = produce_raw(leader, TOPIC, 0, [b"acks=1 needs the leader only"], acks=1)
     assert (leader_only.error_code, leader_only.base_offset) == (ErrorCode.none, 3)
+    # Kafka 4.4 (Partition.maybeIncrementLeaderHW, KIP-966): below min.insync.replicas the
+    # high watermark stays where it is, so the acks=1 record is not exposed to any consumer,
+    # read_committed or not, until the ISR is back at min.insync.replicas.
+    assert consumer_high_watermark(leader, "read_committed") == 3
+    assert consumer_high_watermark(leader, "read_uncommitted") == 3
 
     first.resume()
     second.resume()
     expand_seconds = cluster.wait_for_isr(TOPIC, 0, replicas, CONVERGENCE_TIMEOUT)
     print(f"ISR complete again {expand_seconds:.2f}s after both followers resumed")
-
     current_leader = cluster.brokers[cluster.leader_of(TOPIC, 0)]
+    wait_for(
+        lambda: consumer_high_watermark(current_leader, "read_uncommitted") == 4,
+        CONVERGENCE_TIMEOUT,
+        "the HW to pass the acks=1 record once the ISR is full again",
+    )
+
     all_back = produce_raw(current_leader, TOPIC, 0, [b"all three again"], acks=-1)
     assert (all_back.error_code, all_back.base_offset) == (ErrorCode.none, 4)

@@ -6,9 +6,10 @@ the ISR shrinks to two and acks=all still succeeds; the other follower stalls, t
 leader alone and acks=all is refused (NOT_ENOUGH_REPLICAS: nothing more is acknowledged), while
 the stalled follower becomes an eligible leader replica; the leader is killed (SIGKILL), the ISR
 empties. The first stalled follower comes back: it missed acknowledged records, so it may not
-lead and the partition waits (it stalls again). The second comes back: elected from the ELR, it
-serves every acknowledged record, and `kafka-topics --describe` prints the ELR columns as on
-Kafka 4.4. Once the first catches up and rejoins, the ISR meets min ISR and the ELR is empty.
+lead and the partition waits (it stalls again). The second comes back: elected from the ELR,
+and `kafka-topics --describe` prints the ELR columns as on Kafka 4.4. Once the first catches up
+and rejoins, the ISR meets min ISR, the ELR is empty, and the new leader serves every
+acknowledged record (its high watermark stays put while its ISR is below min ISR).
 
 The cluster is this module's own (brokers are stopped and killed), on the cluster tests' short
 sessions (1.5 s), so the whole run takes seconds plus one JVM start.
@@ -121,12 +122,6 @@ def test_a_leader_is_elected_from_the_elr_and_nothing_acknowledged_is_lost(
     three.wait_ready(CONVERGENCE_TIMEOUT)
     settles(three, (3, [3], [1], []))
 
-    read = read_partitions(f"127.0.0.1:{three.port}", TOPIC, 1)
-    assert {
-        offset: value for offset, value in acknowledged.items() if read.get(offset) != value
-    } == {}
-    assert len(acknowledged) == 100
-
     # Kafka 4.4's kafka-topics --describe (DescribeTopicPartitions) prints the ELR columns.
     batch = tmp_path / "batch.json"
     answers = tmp_path / "answers.json"
@@ -161,3 +156,12 @@ def test_a_leader_is_elected_from_the_elr_and_nothing_acknowledged_is_lost(
         CONVERGENCE_TIMEOUT,
         "broker 2 back in the ISR and the ELR cleared",
     )
+    # Read only now: alone in the ISR, below min ISR, broker 3 keeps the high watermark it
+    # had as a follower (Kafka 4.4's Partition.maybeIncrementLeaderHW), which may be short of
+    # the last acknowledged records if it was paused before their HW reached it; with the ISR
+    # back at min ISR it moves, and every acknowledged record is served.
+    read = read_partitions(f"127.0.0.1:{three.port}", TOPIC, 1)
+    assert {
+        offset: value for offset, value in acknowledged.items() if read.get(offset) != value
+    } == {}
+    assert len(acknowledged) == 100

@@ -105,6 +105,8 @@ CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
 # ... and DescribeCluster v0-v2 on the controller too (KIP-919: the tools' --bootstrap-controller
 # asks the controller for the controllers, endpoint type CONTROLLER).
 CONTROLLER |= {60: (0, 2)}
+# ... BrokerRegistration v0-v4 (KIP-966's PreviousBrokerEpoch from v3), controller's.
+CONTROLLER |= {62: (0, 4)}
 COMBINED = BROKER | CONTROLLER
 ZOOKEEPER = {key: versions for key, versions in COMBINED.items() if key != 55}
 INTER_NODE = {4, 5, 6, 27, 56, 62, 63, 67} | set(SHARE_STATE)

@@ -5,6 +5,7 @@ and the ELR carried to brokers (UpdateMetadata's tagged fields, DescribeTopicPar
 
 import io
 import json
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import example, given, settings
@@ -24,6 +25,7 @@ from minibroker.controller import (
     fence_broker,
     register_broker,
 )
+from minibroker.controller.configs import alter_configs, elr_cleared_topics, min_isr_settings
 from minibroker.controller.state import (
     ElectionType,
     clear_eligible_leader_replicas,
@@ -33,6 +35,7 @@ from minibroker.controller.state import (
 )
 from minibroker.controller.zk_layout import state_from_znodes, state_znodes
 from minibroker.protocol import codec
+from minibroker.protocol.errors import Error
 from minibroker.protocol.update_metadata_elr import UpdateMetadataRequestV8
 from minibroker.replication.metadata_cache import MetadataCache
 
@@ -47,11 +50,22 @@ def cluster(*node_ids: int, elr: bool = True, default_min_isr: int = 1) -> Contr
     return state
 
 
-def come_back(state: ControllerState, node_id: int, incarnation: str | None = None):
+def come_back(
+    state: ControllerState,
+    node_id: int,
+    incarnation: str | None = None,
+    previous_broker_epoch: int = -1,
+):
     """The broker registers (again); by default as the same process (a pause, a lost
     session), which never stopped and so shut down cleanly."""
     return register_broker(
-        state, node_id, "localhost", 9000 + node_id, incarnation or f"incarnation-{node_id}", 0
+        state,
+        node_id,
+        "localhost",
+        9000 + node_id,
+        incarnation or f"incarnation-{node_id}",
+        0,
+        previous_broker_epoch=previous_broker_epoch,
     )
 
 
@@ -168,6 +182,23 @@ def test_a_restarted_process_is_an_unclean_shutdown_and_loses_its_eligibility():
     assert view(part(state)) == (1, [1], [], [])
 
 
+def test_a_restart_after_a_clean_shutdown_keeps_the_eligibility():
+    """Kafka 4.4's ClusterControlManager: a new process whose registration carries the
+    broker epoch the controller knows (its clean-shutdown markers held it) stopped cleanly
+    and stays in the ELR, so it is elected; a stale or missing epoch is an unclean one."""
+    state = cluster(1, 2, 3)
+    topic_on(state, 1, 2, 3)
+    shrink_isr(state, [1])
+    for node_id in (2, 3, 1):
+        fence_broker(state, node_id, False)
+    assert view(part(state)) == (NO_LEADER, [], [1, 2, 3], [1])
+    epochs = {node_id: state.brokers[node_id].broker_epoch for node_id in (1, 2, 3)}
+    come_back(state, 3, incarnation="restarted-3", previous_broker_epoch=epochs[3] - 1)
+    assert view(part(state)) == (NO_LEADER, [], [1, 2], [1])
+    come_back(state, 2, incarnation="restarted-2", previous_broker_epoch=epochs[2])
+    assert view(part(state)) == (2, [2], [1], [])
+
+
 def test_the_last_known_leader_is_elected_when_the_isr_and_the_elr_are_empty():
     """With the ISR and the ELR both empty, Kafka 4.4 elects the last-known leader
     (PartitionChangeBuilder.canElectLastKnownLeader, an unclean election of the replica that
@@ -248,6 +279,71 @@ def test_turning_the_feature_off_clears_every_elr():
     assert view(part(state)) == (NO_LEADER, [], [], [])
     assert part(state).partition_epoch == epoch + 1
     assert clear_eligible_leader_replicas(state) == []
+
+
+# --- min.insync.replicas changes (Kafka 4.4's ConfigurationControlManager) -----------------
+
+
+def alter(state: ControllerState, resource_type: int, name: str, *ops, incremental=True):
+    """One AlterConfigs resource through the controller's config core: (error, message)."""
+    configs = [SimpleNamespace(name=n, config_operation=op, value=v) for n, op, v in ops]
+    resource = SimpleNamespace(resource_type=resource_type, resource_name=name, configs=configs)
+    (result,), _ = alter_configs(state, [resource], incremental=incremental, validate_only=False)
+    return result["error_code"], result["error_message"]
+
+
+BROKER, TOPIC = 4, 2
+SET, DELETE = 0, 1
+BROKER_LEVEL = "Broker-level min.insync.replicas cannot be altered while ELR is enabled."
+CLUSTER_LEVEL = "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."
+
+
+def test_broker_and_cluster_min_isr_refusals_while_elr_is_on():
+    """isDisallowedBrokerMinIsrTransition / isDisallowedClusterMinIsrTransition, INVALID_CONFIG
+    with Kafka's messages; nothing refused with the feature off."""
+    state = cluster(1, 2, 3)
+    assert alter(state, BROKER, "1", ("min.insync.replicas", SET, "2")) == (
+        Error.INVALID_CONFIG,
+        BROKER_LEVEL,
+    )
+    assert alter(state, BROKER, "1", ("min.insync.replicas", DELETE, None))[0] == Error.NONE
+    assert alter(state, BROKER, "", ("min.insync.replicas", DELETE, None)) == (
+        Error.INVALID_CONFIG,
+        CLUSTER_LEVEL,
+    )
+    # Other cluster configs may change; setting the cluster value too, not deleting it.
+    assert alter(state, BROKER, "", ("log.retention.ms", SET, "7000"))[0] == Error.NONE
+    assert alter(state, BROKER, "", ("min.insync.replicas", SET, "2"))[0] == Error.NONE
+    assert state.broker_configs[""]["min.insync.replicas"] == "2"
+    refused = alter(state, BROKER, "", ("log.retention.ms", SET, "7000"), incremental=False)
+    assert refused == (Error.INVALID_CONFIG, CLUSTER_LEVEL)
+    assert alter(state, BROKER, "", ("min.insync.replicas", DELETE, None))[1] == CLUSTER_LEVEL
+    assert state.broker_configs[""]["min.insync.replicas"] == "2"
+    off = cluster(1, 2, 3, elr=False)
+    assert alter(off, BROKER, "1", ("min.insync.replicas", SET, "2"))[0] == Error.NONE
+    assert alter(off, BROKER, "", ("min.insync.replicas", DELETE, None))[0] == Error.NONE
+
+
+def test_a_min_isr_change_names_the_topics_whose_elr_it_clears():
+    """createClearElrRecordsAsNeeded: a topic's change clears that topic's ELRs, the cluster
+    value's every topic's (None), with the feature on only; an unchanged value nothing."""
+    state = cluster(1, 2, 3)
+    topic_on(state, 1, 2, 3)
+    shrink_isr(state, [1])
+    keys = [(TOPIC, "t"), (BROKER, "")]
+    before = min_isr_settings(state, keys)
+    assert alter(state, TOPIC, "t", ("min.insync.replicas", SET, "2"))[0] == Error.NONE
+    assert elr_cleared_topics(state, before, min_isr_settings(state, keys)) == set()
+    assert alter(state, TOPIC, "t", ("min.insync.replicas", SET, "1"))[0] == Error.NONE
+    assert elr_cleared_topics(state, before, min_isr_settings(state, keys)) == {"t"}
+    assert alter(state, BROKER, "", ("min.insync.replicas", SET, "3"))[0] == Error.NONE
+    assert elr_cleared_topics(state, before, min_isr_settings(state, keys)) is None
+    assert part(state).eligible_leader_replicas == [2, 3]
+    changes = clear_eligible_leader_replicas(state, {"t", "gone"})
+    assert [(c.topic, c.partition) for c in changes] == [("t", 0)]
+    assert view(part(state)) == (1, [1], [], [])
+    off = cluster(1, 2, 3, elr=False)
+    assert elr_cleared_topics(off, {(TOPIC, "t"): "2"}, {(TOPIC, "t"): "1"}) == set()
 
 
 # --- no acknowledged record is lost --------------------------------------------------------

@@ -259,6 +259,51 @@ def told_elr(broker: FakeBroker, topic: str) -> tuple[tuple[int, ...], tuple[int
     return tuple(state.eligible_leader_replicas), tuple(state.last_known_elr)
 
 
+async def test_a_min_insync_replicas_change_clears_the_elr_at_once(autojump_clock, tmp_path):
+    """Kafka 4.4's ConfigurationControlManager.createClearElrRecordsAsNeeded: changing a
+    topic's min.insync.replicas clears its partitions' ELR in the same step (a ClearElrRecord),
+    saved and told to the brokers, not at the partition's next ISR change."""
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path, min_insync_replicas=2)
+        alive = {1, 2, 3}
+        await nursery.start(cluster.keep_alive, alive)
+        await cluster.create_topic("orders", [1, 2, 3])
+        state = cluster.service.state
+        partition = lambda: state.topics["orders"].partitions[0]  # noqa: E731
+        for node_id in (2, 3):
+            alive.discard(node_id)
+            while not state.brokers[node_id].fenced:
+                await trio.sleep(0.1)
+        assert (partition().isr, partition().eligible_leader_replicas) == ([1], [3])
+        epoch = partition().partition_epoch
+        answer = await cluster.service.alter_configs(
+            codec.build(
+                codec.request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1),
+                {
+                    "resources": [
+                        {
+                            "resource_type": 2,  # TOPIC
+                            "resource_name": "orders",
+                            "configs": [
+                                {"name": "min.insync.replicas", "config_operation": 0, "value": "1"}
+                            ],
+                        }
+                    ],
+                    "validate_only": False,
+                },
+            ),
+            incremental=True,
+        )
+        assert answer["responses"][0]["error_code"] == Error.NONE
+        assert (partition().isr, partition().eligible_leader_replicas) == ([1], [])
+        assert partition().partition_epoch == epoch + 1
+        saved = ControllerStore(tmp_path / STATE_FILE).load().topics["orders"].partitions[0]
+        assert saved.eligible_leader_replicas == []
+        await trio.testing.wait_all_tasks_blocked()
+        assert told_elr(cluster.brokers[1], "orders") == ((), ())
+        nursery.cancel_scope.cancel()
+
+
 async def test_eligible_leader_replicas_follow_sessions_and_go_with_the_feature(
     autojump_clock, tmp_path
 ):

@@ -83,6 +83,9 @@ async def follower_behind_a_deletion(brokers, batches: tuple[int, ...]):
     """The leader's log in `batches`, deleted up to 8 (DeleteRecords); then a new follower
     fetching from 0 is out of range, and ListOffsets tells it the leader's start and end."""
     leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    # min.insync.replicas 1: the leader alone in the ISR moves the HW (at the harness's 2,
+    # Kafka 4.4 holds it below min ISR and DeleteRecords could not pass offset 0).
+    leader.announced_topic_configs[TOPIC] = {"min.insync.replicas": "1"}
     await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1, 2]))
     for count in batches:
         await append(leader, 0, count, acks=1)

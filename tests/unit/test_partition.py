@@ -57,6 +57,32 @@ def test_a_shrunk_isr_lets_the_high_watermark_advance(leader):
     assert leader.high_watermark == 5
 
 
+def test_the_high_watermark_is_held_while_the_isr_is_below_min_isr(tmp_path):
+    """Kafka 4.4's Partition.maybeIncrementLeaderHW: nothing moves the HW while the ISR is
+    smaller than min(min.insync.replicas, replicas) (isUnderMinIsr / effectiveMinIsr)."""
+    log = PartitionLog.open(
+        tmp_path / "t-0", LogConfig(min_insync_replicas=2), now_ms=0, needs_recovery=False
+    )
+    partition = Partition("t", None, 0, log, local_id=1)
+    partition.become_leader(
+        leader_epoch=1, partition_epoch=1, isr=[1], replicas=[1, 2, 3], now_ms=0
+    )
+    assert partition.is_under_min_isr
+    append(partition, 5)
+    assert not partition.record_follower_fetch(2, 5, now_ms=1)
+    assert not partition.maybe_advance_high_watermark()
+    assert partition.high_watermark == 0
+    partition.isr = [1, 2]  # the ISR change committed by the controller
+    assert not partition.is_under_min_isr
+    assert partition.maybe_advance_high_watermark()
+    assert partition.high_watermark == 5
+    # min.insync.replicas above the replication factor counts as the replication factor.
+    single = Partition("u", None, 0, log, local_id=1)
+    single.become_leader(leader_epoch=1, partition_epoch=1, isr=[1], replicas=[1], now_ms=0)
+    assert single.effective_min_isr == 1 and not single.is_under_min_isr
+    log.close()
+
+
 def test_lagging_followers_by_last_caught_up_time(leader):
     append(leader, 5)
     leader.record_follower_fetch(2, 5, now_ms=500)  # caught up at 500

@@ -94,21 +94,50 @@ async def test_not_enough_replicas_before_appending(leader, autojump_clock):
     assert (await append(leader, 0, 5, acks=1))["error_code"] == Error.NONE
 
 
-async def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_append(
+async def test_isr_shrinking_below_min_isr_while_waiting_holds_the_high_watermark(
     leader, autojump_clock
 ):
+    # Kafka 4.4 (KAFKA-15583): the ISR shrinks to the leader alone, below
+    # min.insync.replicas=2, so the HW stays where it was; the produce is not acknowledged
+    # by the smaller ISR (Kafka 3.6 and older answered NOT_ENOUGH_REPLICAS_AFTER_APPEND) and
+    # times out.
     outcome = {}
 
     async def produce():
-        outcome.update(await append(leader, 0, 5))
+        outcome.update(await append(leader, 0, 5, timeout_s=2.0))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(produce)
         await trio.testing.wait_all_tasks_blocked()
-        # The controller shrinks the ISR to the leader alone: the HW reaches the offset,
-        # but fewer than min.insync.replicas have it.
         await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1, 2], partition_epoch=2))
-    assert outcome["error_code"] == Error.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert outcome["error_code"] == Error.REQUEST_TIMED_OUT
+    assert consumer_latest(leader) == 0
+
+
+def consumer_latest(replicas) -> int:
+    """ListOffsets LATEST as a consumer (replica id -1, read_uncommitted) asks it: the HW."""
+    partition, _ = replicas.leader_partition(TOPIC, 0)
+    return replicas.fetch_offset_for_timestamp(partition, LATEST, 0, replica_id=-1)[1]
+
+
+async def test_acks_one_records_stay_above_a_high_watermark_held_under_min_isr(
+    leader, autojump_clock
+):
+    """Kafka 4.4's Partition.maybeIncrementLeaderHW returns at once while isUnderMinIsr: an
+    acks=1 record appended while the ISR is below min.insync.replicas=2 is acknowledged but
+    stays above the HW, invisible to consumers, even once the follower has it, until the
+    follower is back in the ISR."""
+    await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1], [1, 2], partition_epoch=2))
+    assert (await append(leader, 0, 5, acks=1))["error_code"] == Error.NONE
+    assert log_end(leader) == 5
+    follower_fetch(leader, 0)
+    follower_fetch(leader, 5)  # the follower has all five records; the ISR is still [1]
+    assert consumer_latest(leader) == 0
+    partition, _ = leader.leader_partition(TOPIC, 0)
+    assert partition.high_watermark == 0
+    # The controller puts the follower back: the ISR meets min.insync.replicas again.
+    await leader.apply_leader_and_isr(leader_and_isr(LEADER, 1, [1, 2], [1, 2], partition_epoch=3))
+    assert consumer_latest(leader) == 5
 
 
 async def test_losing_leadership_while_waiting_answers_not_leader(leader, autojump_clock):

@@ -323,12 +323,16 @@ def test_clean_shutdown_writes_checkpoints_and_the_marker(log_dir):
     produce(logs, "t", 0, records=5)
     logs.get_log("t", 0).maybe_increment_log_start_offset(2)
     assert not (log_dir / ".kafka_cleanshutdown").exists()
+    assert logs.previous_broker_epoch == -1  # a new log dir: no clean shutdown before
+    logs.broker_epoch = 7  # as the registration answered
     logs.close()
-    assert (log_dir / ".kafka_cleanshutdown").exists()
+    # Kafka's CleanShutdownFileHandler content: the broker epoch, for the next registration.
+    assert (log_dir / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":7}'
     assert (log_dir / "recovery-point-offset-checkpoint").read_text() == "0\n2\nt 0 5\nt 1 0\n"
     assert (log_dir / "log-start-offset-checkpoint").read_text() == "0\n1\nt 0 2\n"
     again = opened([log_dir])
     assert again.had_clean_shutdown
+    assert again.previous_broker_epoch == 7
     assert not (log_dir / ".kafka_cleanshutdown").exists()  # a crash from now on must recover
     assert again.get_log("t", 0).log_start_offset == 2
     again.close()
