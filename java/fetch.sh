@@ -7,6 +7,8 @@
 #   spark    Spark's built-in connector (spark-sql-kafka-0-10) without Spark itself
 #   iceberg-rest  Apache Iceberg's REST catalog server (RESTCatalogServer, iceberg-open-api's
 #            test fixtures), the server of the apache/iceberg-rest-fixture image
+#   iceberg-spark  Iceberg's Spark runtime (4.1_2.13) and SQLite's JDBC driver, for Spark to
+#            read Iceberg topics' tables (tests/spark/test_iceberg_read.py)
 # One Maven run for them all; offline first, so a repeated run neither downloads nor asks.
 # A module that cannot be resolved (no mvn, Maven Central unreachable, an artifact not served)
 # leaves build/java/<module>.missing with the reason instead, and the tests under tests/java
@@ -15,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=build/java
-modules=(clients connect kafka spark iceberg-rest)
+modules=(clients connect kafka spark iceberg-rest iceberg-spark)
 mkdir -p "$out"
 strict=0
 [[ "${1:-}" == "--strict" ]] && strict=1

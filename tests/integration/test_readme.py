@@ -150,6 +150,10 @@ SKIPPED_SECTIONS = {
     " server (java/fetch.sh): tests/java/test_iceberg_rest_catalog.py starts a broker with"
     " these properties and runs the reading snippet as written (both pointed at the server it"
     " starts) and checks it reads every row",
+    ("docs/iceberg-topics.md", "Reading the table with Spark"): "needs Java, pyspark, Iceberg's"
+    " Spark runtime (java/fetch.sh) and a broker that has written the tables:"
+    " tests/spark/test_iceberg_read.py runs this snippet as written (its paths pointed at the"
+    " test's broker) in the Spark tests' session and checks what Spark reads",
     ("docs/iceberg-topics.md", "Reading typed columns and dead letters"): "needs a broker with"
     " the schema registry that has written both tables: tests/integration/"
     "test_iceberg_typed_topics.py runs this snippet as written (its catalog path pointed at"

@@ -31,6 +31,54 @@ pyspark = pytest.importorskip("pyspark", reason="pip install -e '.[spark]' insta
 # Every wait for Spark or the broker has this deadline: a broken source fails, never hangs.
 SPARK_TIMEOUT = 120.0
 
+REPOSITORY = Path(__file__).resolve().parents[2]
+ICEBERG_CATALOG_SOURCE = (
+    REPOSITORY / "java/iceberg-spark/src/minibroker/iceberg/spark/IcebergTableCatalog.java"
+)
+
+
+def iceberg_spark_jars() -> tuple[list[str], str | None]:
+    """The jars Spark reads Iceberg tables with, for spark.jars (they must be there when the
+    session starts; the catalog itself is configured later, with spark.conf.set): Iceberg's
+    Spark runtime and SQLite's JDBC driver from the Maven cache (java/fetch.sh), and
+    IcebergTableCatalog.java compiled against pyspark's jars (cached in build/java by the
+    source's hash). Returns ([], why) when they cannot be had: the Iceberg tests skip with it."""
+    import hashlib
+    import subprocess
+    import zipfile
+
+    from bench.kafka_ref import CLASSPATH_DIR, classpath, missing_reason
+
+    reason = missing_reason("iceberg-spark")
+    if reason is not None:
+        return [], reason
+    if shutil.which("javac") is None:
+        return [], "no javac (apt-get install openjdk-17-jdk-headless)"
+    runtime = classpath("iceberg-spark")
+    source = ICEBERG_CATALOG_SOURCE.read_bytes()
+    digest = hashlib.sha256(source + runtime.encode() + pyspark.__version__.encode())
+    jar = CLASSPATH_DIR / f"iceberg-spark-catalog-{digest.hexdigest()[:16]}.jar"
+    if not jar.exists():
+        classes = CLASSPATH_DIR / f"{jar.stem}.classes"
+        shutil.rmtree(classes, ignore_errors=True)
+        spark_jars = Path(pyspark.__file__).parent / "jars"
+        compiled = subprocess.run(
+            ["javac", "-nowarn", "-d", str(classes), "-cp", f"{spark_jars}/*:{runtime}"]
+            + [str(ICEBERG_CATALOG_SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if compiled.returncode != 0:
+            return [], f"javac failed on {ICEBERG_CATALOG_SOURCE.name}: {compiled.stderr[-2000:]}"
+        partial = jar.with_suffix(".partial")
+        with zipfile.ZipFile(partial, "w") as archive:
+            for path in sorted(classes.rglob("*.class")):
+                archive.write(path, path.relative_to(classes).as_posix())
+        partial.rename(jar)
+        shutil.rmtree(classes, ignore_errors=True)
+    return [str(jar), *runtime.split(":")], None
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -42,8 +90,12 @@ def spark():
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder
+    jars, _ = iceberg_spark_jars()
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("minibroker-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
