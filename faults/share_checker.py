@@ -89,6 +89,9 @@ class ShareVerdict:
     acks: Counter = field(default_factory=Counter)  # (kind, confirmed) -> count
     dead_letters: int = 0
     dead_letters_twice: int = 0
+    # Records not final when the consumers had not drained the topic: not judged (the run
+    # is reported unfinished instead).
+    undrained: int = 0
     lost: list[str] = field(default_factory=list)
     dlq_missing: list[str] = field(default_factory=list)
     redelivered_after_accept: list[str] = field(default_factory=list)
@@ -121,7 +124,8 @@ class ShareVerdict:
         lines = [
             f"{self.produced} records produced, {self.deliveries} deliveries; acknowledgements:"
             f" {acks}; {self.dead_letters} DLQ records ({self.dead_letters_twice} records there"
-            " more than once: at least once, not judged); violations: "
+            f" more than once: at least once, not judged); {self.undrained} records not final"
+            " in an undrained topic (not judged); violations: "
             + ", ".join(f"{kind} {count}" for kind, count in self.counts().items())
         ]
         for kind in self.KINDS:
@@ -137,12 +141,15 @@ def check(
     start_offsets: dict[int, int],
     dead_letters: list[DeadLetter] | None,
     delivery_limit: int,
+    drained: bool = True,
 ) -> ShareVerdict:
     """Judge a share-group history. `produced`: every position the producer was told was
     written, with its value; `start_offsets`: each share partition's start offset read after
     the consumers drained the topic (-1 or absent: the partition has no state, so nothing of
     it is final); `dead_letters`: the DLQ topic read to its end, or None when the group has
-    no DLQ (then the **lost** and **dlq_missing** checks of archived records are not made)."""
+    no DLQ (then the **lost** and **dlq_missing** checks of archived records are not made);
+    `drained` False when the consumers stopped before every start offset reached its high
+    watermark: the records not final then are counted as undrained, not as lost."""
     verdict = ShareVerdict(produced=len(produced), deliveries=len(deliveries))
     by_position: dict[Position, list[Delivery]] = defaultdict(list)
     for delivery in deliveries:
@@ -209,6 +216,9 @@ def check(
                     f" again at {sorted(d.delivery_count for d in again)}"
                 )
         start = start_offsets.get(partition, -1)
+        if (start < 0 or offset >= start) and not drained:
+            verdict.undrained += 1
+            continue
         if start < 0 or offset >= start:
             verdict.lost.append(
                 f"{position} not final: the share partition's start offset is {start}"

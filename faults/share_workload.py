@@ -481,8 +481,10 @@ class ShareWorkload:
             starts,
             letters,
             DELIVERY_LIMIT,
+            drained=not self.drain_stalled,
         )
-        return verdict, unread
+        # An undrained topic is not judged clean: its records not final are not judged.
+        return verdict, unread + (PARTITIONS if self.drain_stalled else 0)
 
 
 def main(argv: list[str] | None = None) -> int:

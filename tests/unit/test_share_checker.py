@@ -94,3 +94,12 @@ def test_without_a_dlq_archived_records_are_not_judged_by_it():
 def test_an_unknown_acknowledgement_type_is_refused():
     with pytest.raises(ValueError):
         Ack(0, 0, "renew", 1)
+
+
+def test_records_not_final_in_an_undrained_topic_are_counted_apart():
+    produced, deliveries, acks, _starts, letters = clean_history()
+    stopped_early = {0: 3}  # offset 3 not final: the consumers stopped before the end
+    assert check(produced, deliveries, acks, stopped_early, letters, LIMIT).counts()["lost"] == 1
+    verdict = check(produced, deliveries, acks, stopped_early, letters, LIMIT, drained=False)
+    assert verdict.clean, verdict.summary()
+    assert verdict.undrained == 1
