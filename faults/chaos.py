@@ -41,6 +41,16 @@ acknowledged and lost records, duplicates, divergent partitions, the failover ti
 the first record acknowledged on a partition the faulty broker led, for a record sent after
 the fault) and the time until every ISR was full again. `--seed` replays a run.
 
+`--workload transactional` runs transactional producers and a consume-transform-produce stage
+instead (faults/txn_workload.py, judged by faults/txn_checker.py) and adds kill-coordinator:
+kill -9 of a transaction coordinator. `--workload share` runs a producer and three share
+consumers of one share group with a dead-letter queue, acknowledging explicitly (ACCEPT,
+RELEASE, REJECT, poison records RELEASEd to the delivery limit; faults/share_workload.py),
+judged by faults/share_checker.py (each record ends accepted or archived, none delivered again
+after an acknowledged ACCEPT or REJECT, no delivery count above the limit), and adds
+kill-share-coordinator: kill -9 of the broker that is the share coordinator of the workload's
+share partition 0.
+
 Needs root (namespaces, tmpfs), iproute2 and libfaketime (Debian's faketime package), or for
 ``--zookeeper`` the zookeeper package instead of libfaketime.
 """
@@ -65,12 +75,17 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kazoo.client import KazooClient
+from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest
+from kio.static.primitive import i8
 
 from minibroker.controller import zk_layout
+from minibroker.coordinator.share.state import SharePartitionKey
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
+from minibroker.tools import wire
 from minibroker.tools.launcher import ZooKeeperServer, request_metadata, zookeeper_installed
 
 from .netns import Network
+from .share_workload import ShareWorkload
 from .txn_workload import (
     CLIENT_THREADS_STOP_S,
     TransactionalWorkload,
@@ -97,7 +112,21 @@ KINDS = ("kill", "kill-controller", "pause", "partition", "isolate", *DISK_KINDS
 # transactional ids (the leader of its __transaction_state partition).
 TXN_FAULTS = ("kill-coordinator",)
 TXN_KINDS = (*KINDS, *TXN_FAULTS)
-WORKLOADS = ("idempotent", "transactional")
+# The share-group workload's own fault: kill -9 of the broker that is the share coordinator
+# of the workload's first share partition (the leader of its __share_group_state partition).
+SHARE_FAULTS = ("kill-share-coordinator",)
+SHARE_KINDS = (*KINDS, *SHARE_FAULTS)
+WORKLOADS = ("idempotent", "transactional", "share")
+# What a share run's brokers are told besides the cluster's settings: record locks of 10 s
+# (Kafka's minimum is 15 s; a record whose consumer lost its connection comes back sooner),
+# and 3 partitions (not 50) for each internal topic its groups use, so that a loaded machine
+# creates them in seconds: the faults and the checks are the same with 3.
+SHARE_OVERRIDES = {
+    "offsets.topic.num.partitions": 3,
+    "share.coordinator.state.topic.num.partitions": 3,
+    "group.share.min.record.lock.duration.ms": 1000,
+    "group.share.record.lock.duration.ms": 10_000,
+}
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_STATE_PARTITIONS = 50
 # The faults only the ZooKeeper mode has, and every kind that mode runs (no clock: there is
@@ -153,7 +182,8 @@ class Outcome:
     # first send had possibly been written when it bumped its epoch, which no broker can tell
     # from new ones (docs/faults.md). Reported, not judged.
     renumbered: int = 0
-    # The transactional workload's checker (faults/txn_checker.py): violations by kind.
+    # The transactional and share workloads' checkers (faults/txn_checker.py,
+    # faults/share_checker.py): violations by kind.
     violations: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -415,6 +445,7 @@ class Chaos:
         self.seed = seed
         self.workload_kind = workload
         self.txn: TransactionalWorkload | None = None
+        self.share: ShareWorkload | None = None
         self.rng = random.Random(seed)
         # The cluster's processes besides the brokers: the controller, or ZooKeeper.
         self.authority = ZOOKEEPER if zookeeper else CONTROLLER
@@ -465,6 +496,7 @@ class Chaos:
             "default.replication.factor": 3,
             "min.insync.replicas": 2,
             "log.segment.bytes": 4 * 1024 * 1024,
+            **(SHARE_OVERRIDES if self.workload_kind == "share" else {}),
         }
         for node_id in BROKERS if self.zookeeper else (CONTROLLER, *BROKERS):
             data = (
@@ -483,6 +515,9 @@ class Chaos:
         if self.workload_kind == "transactional":
             self.start_transactional()
             return
+        if self.workload_kind == "share":
+            self.start_share()
+            return
         self.workload = Workload(self.bootstrap, self.base / "producer.log")
         self.workload.start()
         wait(lambda: len(self.workload.acked) >= 1000, START_TIMEOUT, "the first records")
@@ -498,6 +533,39 @@ class Chaos:
         wait(self.isr_full, START_TIMEOUT, "the workload's topics' ISRs")
         self.txn.start()
         wait(lambda: self.txn.committed() >= 20, START_TIMEOUT, "the first transactions")
+
+    def start_share(self) -> None:
+        """The share-group workload (faults/share_workload.py) on a topic and a DLQ topic of
+        its own, RF 3 and min.insync.replicas 2."""
+        self.share = ShareWorkload(self.bootstrap, seed=self.seed)
+        self.share.setup(3, 2)
+        wait(self.isr_full, START_TIMEOUT, "the workload's topics' ISRs")
+        self.share.start()
+        # The group's and the share coordinator's internal topics are created on first use.
+        wait(lambda: self.share.final() >= 100, 3 * START_TIMEOUT, "the first acknowledgements")
+
+    def share_coordinator(self) -> int:
+        """The broker FindCoordinator (key type 2, Kafka's SharePartitionKey.asCoordinatorKey)
+        names as the share coordinator of the workload's share partition 0: the leader of
+        its __share_group_state partition; a random broker when it cannot be told."""
+        for node_id in self.rng.sample(BROKERS, len(BROKERS)):
+            address = self.nodes[node_id].address
+            try:
+                response = request_metadata(
+                    BROKER_PORT, [self.share.topic], timeout=2.0, host=address
+                )
+                (topic,) = response.topics
+                key = SharePartitionKey(self.share.group, topic.topic_id, 0).coordinator_key()
+                with wire.connect((address, BROKER_PORT), 5.0) as client:
+                    found = client.call(
+                        FindCoordinatorRequest(key_type=i8(2), coordinator_keys=(key,))
+                    )
+            except (OSError, ValueError):
+                continue
+            (coordinator,) = found.coordinators
+            if coordinator.error_code == 0 and int(coordinator.node_id) in BROKERS:
+                return int(coordinator.node_id)
+        return self.rng.choice(BROKERS)
 
     def transaction_coordinator(self) -> int:
         """The broker leading the __transaction_state partition of the workload's first
@@ -564,6 +632,9 @@ class Chaos:
         if self.txn is not None:
             self.txn.abandon()
             running += self.txn.join(CLIENT_THREADS_STOP_S)
+        if self.share is not None:
+            self.share.abandon()
+            running += self.share.join(CLIENT_THREADS_STOP_S)
         return running
 
     @property
@@ -576,7 +647,11 @@ class Chaos:
     def watched_topics(self) -> list[str]:
         """The topics whose ISRs must be full again after a fault, the workload's first (a
         partition fault cuts off a leader of the first one)."""
-        return [*self.txn.topics, TOPIC] if self.txn is not None else [TOPIC]
+        if self.txn is not None:
+            return [*self.txn.topics, TOPIC]
+        if self.share is not None:
+            return [*self.share.topics, TOPIC]
+        return [TOPIC]
 
     def metadata(self):
         for node_id in self.rng.sample(BROKERS, len(BROKERS)):
@@ -644,6 +719,8 @@ class Chaos:
             target = DISK_BROKER
         elif kind == "kill-coordinator":
             target = self.transaction_coordinator()
+        elif kind == "kill-share-coordinator":
+            target = self.share_coordinator()
         elif kind in ("partition", "isolate") and leaders:
             target = leaders[self.rng.randrange(PARTITIONS)]
         else:
@@ -654,7 +731,7 @@ class Chaos:
         name = node_name(target)
         log_size = node.log_size() if node is not None else 0
         # Each fault is in effect when `started` is taken: failover counts from there.
-        if kind in ("kill", "kill-controller", "kill-coordinator"):
+        if kind in ("kill", "kill-controller", "kill-coordinator", "kill-share-coordinator"):
             node.kill()
             run = Run(kind, target, time.monotonic(), led=led)
             time.sleep(HOLD_SECONDS)
@@ -861,9 +938,57 @@ class Chaos:
             violations=verdict.counts(),
         )
 
+    def report_share(self, seed: int) -> Outcome:
+        """The share-group workload judged by faults/share_checker.py, with the replicas of
+        its topics compared byte for byte."""
+        self.share.stop()
+        verdict, unread = self.share.verdict()
+        divergent = [
+            f"{topic}-{p}" for topic in self.share.topics for p in self.divergent_partitions(topic)
+        ]
+        lines = [
+            f"seed {seed}: {len(self.runs)} fault runs (share workload):"
+            f" {', '.join(r.kind for r in self.runs)}",
+            verdict.summary(),
+            f"sends failed: {len(self.share.send_failures)}",
+            f"commits not answered for every partition: {len(self.share.unanswered_commits)}",
+            f"client errors: {len(self.share.errors)}",
+            *[f"  {line}" for line in self.share.errors[:10]],
+            f"divergent partitions: {divergent}",
+            *[f"  {line}" for line in self.evidence],
+        ]
+        given_up = 0
+        for node_id, node in sorted(self.nodes.items()):
+            text = node.log.read_text(errors="replace") if node.log.exists() else ""
+            given_up += text.count("proceeding to ARCHIVED regardless")
+            if errors := traceback_endings(text):
+                lines.append(f"{node_name(node_id)} logged {sum(errors.values())} tracebacks:")
+                lines += [f"  {count} x {line}" for line, count in errors.most_common(5)]
+        lines.append(f"DLQ writes given up for good (the brokers' logs): {given_up}")
+        if self.share.drain_stalled:
+            lines.append(
+                "THE DRAIN STALLED: (start offset, high watermark) by partition"
+                f" {self.share.drain_stalled}"
+            )
+        if unread:
+            lines.append(f"THE DLQ READ STALLED on {unread} partitions: not judged clean")
+        return Outcome(
+            text="\n".join(lines),
+            acknowledged=len(self.share.produced),
+            lost=len(verdict.lost),
+            vanished=0,
+            duplicates=len(verdict.redelivered_after_accept),
+            divergent=divergent,
+            unrecovered=[r.kind for r in self.runs if r.recovered_in is None],
+            unread=unread,
+            violations=verdict.counts(),
+        )
+
     def report(self, seed: int) -> Outcome:
         if self.txn is not None:
             return self.report_transactional(seed)
+        if self.share is not None:
+            return self.report_share(seed)
         self.workload.stop()
         stored, unread = self.final_log()
         divergent = self.divergent_partitions()
@@ -1161,12 +1286,16 @@ def main(argv: list[str] | None = None) -> int:
         default="idempotent",
         help="idempotent: one idempotent producer and a checking consumer (default);"
         " transactional: transactional producers and a consume-transform-produce stage,"
-        " judged by faults/txn_checker.py (adds the kill-coordinator fault)",
+        " judged by faults/txn_checker.py (adds the kill-coordinator fault);"
+        " share: a producer and share consumers acknowledging explicitly into a group with a"
+        " DLQ, judged by faults/share_checker.py (adds the kill-share-coordinator fault)",
     )
     args = parser.parse_args(argv)
     available = ZOOKEEPER_KINDS if args.zookeeper else KINDS
     if args.workload == "transactional":
         available = (*available, *TXN_FAULTS)
+    elif args.workload == "share":
+        available = (*available, *SHARE_FAULTS)
     needed = zookeeper_installed() if args.zookeeper else LIBFAKETIME.exists()
     if os.geteuid() != 0 or shutil.which("ip") is None or not needed:
         print(

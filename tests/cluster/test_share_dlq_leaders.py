@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, _check_clean_stop
@@ -79,3 +86,85 @@ def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(clu
         "__dlq.errors.message": REJECTED,
     }
     assert (written.key(), written.value()) == (None, None)
+
+
+def test_a_leader_killed_before_its_dlq_write_leaves_the_record_for_its_restart(cluster):
+    """kill -9 of the source partition's leader between the ARCHIVING write and the DLQ write
+    (Kafka's maybeResumeDlqArchiving, at least once): the DLQ topic refuses the write while
+    its min.insync.replicas (2) exceeds its one replica (NOT_ENOUGH_REPLICAS, retried with
+    backoff), the REJECT's answer says ARCHIVING is on `__share_group_state`, the leader is
+    killed with SIGKILL at once, the DLQ topic is made writable, and the restarted leader,
+    loading the share partition at the next ShareFetch, writes the record to the DLQ. The
+    record can reach the DLQ only through the restart: no write could succeed before it."""
+    source_node, dlq_node = sorted(cluster.brokers)[:2]
+    topic, dlq, group = "orders", "dlq.orders", "order-workers"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(topic, num_partitions=1, replica_assignment=[[source_node]]),
+            NewTopic(
+                dlq,
+                num_partitions=1,
+                replica_assignment=[[dlq_node]],
+                config={
+                    "errors.deadletterqueue.group.enable": "true",
+                    "min.insync.replicas": "2",
+                },
+            ),
+        ],
+        request_timeout=15,
+    )
+    for future in futures.values():
+        future.result(timeout=20)
+    wait_for(lambda: cluster.leader_of(topic, 0) == source_node, 30, f"{topic} led")
+    wait_for(lambda: cluster.leader_of(dlq, 0) == dlq_node, 30, f"{dlq} led")
+    produce(cluster.bootstrap, topic, [(b"order", b"order-0")])
+    set_group_configs(
+        cluster.bootstrap,
+        group,
+        {"share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq},
+    )
+    consumer = share_consumer(cluster.bootstrap, group, topic)
+    try:
+        (message,) = poll_until(consumer, 1)
+        consumer.acknowledge(message, AcknowledgeType.REJECT)
+        results = consumer.commit_sync()
+        assert all(error is None for error in results.values()), results
+        # Answered: ARCHIVING is persisted, the DLQ write is failing and being retried.
+        assert cluster.brokers[source_node].kill() == -9
+    finally:
+        consumer.close()
+
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        dlq,
+        incremental_configs=[
+            ConfigEntry("min.insync.replicas", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    cluster.brokers[source_node].restart()
+    cluster.brokers[source_node].wait_ready(30)
+    wait_for(lambda: cluster.leader_of(topic, 0) == source_node, 30, f"{topic} led again")
+    # A next record, so that the consumer's ShareFetch shows the share partition loaded.
+    produce(cluster.bootstrap, topic, [(b"order", b"order-1")])
+    consumer = share_consumer(cluster.bootstrap, group, topic)
+    try:
+        (message,) = poll_until(consumer, 1)
+        assert message.offset() == 1
+        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+    finally:
+        consumer.close()
+
+    written = read_dlq(cluster.bootstrap, dlq, 1)
+    assert [headers_of(w) for w in written] == [
+        {
+            "__dlq.errors.topic": topic,
+            "__dlq.errors.partition": "0",
+            "__dlq.errors.offset": "0",
+            "__dlq.errors.group": group,
+            "__dlq.errors.delivery.count": "1",
+            "__dlq.errors.message": REJECTED,
+        }
+    ]
