@@ -22,6 +22,17 @@ from faults.chaos import LIBFAKETIME, run_chaos
 NEEDS_NAMESPACES = os.geteuid() != 0 or shutil.which("ip") is None
 
 
+# Not in CI yet: the first campaign (docs/faults.md, "Fault injection under share groups")
+# found records delivered again after an acknowledged ACCEPT after the share coordinator was
+# killed, not yet explained; until that is fixed this run would fail CI at random.
+OPT_IN = os.environ.get("MINIBROKER_SHARE_CHAOS") == "1"
+
+
+@pytest.mark.skipif(
+    not OPT_IN,
+    reason="run by hand with MINIBROKER_SHARE_CHAOS=1: the share campaign's open violation"
+    " (records delivered again after an acknowledged ACCEPT, docs/faults.md) is not fixed yet",
+)
 @pytest.mark.skipif(
     NEEDS_NAMESPACES or not LIBFAKETIME.exists(),
     reason="needs root, iproute2 (network namespaces, tmpfs) and libfaketime",
