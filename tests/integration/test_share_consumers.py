@@ -19,16 +19,9 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer, ShareConsumer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from minibroker.testing import Cluster
-from tests.conftest import SHARED_BROKER, create_topic
+from tests.conftest import SHARED_BROKER, create_topic, set_group_configs
 
 RECORDS = 600
 DEADLINE_S = 120.0
@@ -42,28 +35,12 @@ def broker(kafka_broker: Cluster) -> Cluster:
     return kafka_broker
 
 
-def _from_the_earliest(bootstrap: str, group_id: str) -> None:
-    """share.auto.offset.reset=earliest for the group, as `kafka-configs --entity-type groups`
-    sets it: the records are produced before the consumers join."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(
-        ResourceType.GROUP,
-        group_id,
-        incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset",
-                "earliest",
-                incremental_operation=AlterConfigOpType.SET,
-            )
-        ],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
-
-
 def test_three_share_consumers_take_every_record_once(broker):
     topic, group_id = "share-consumers-queue", "share-consumers-workers"
     create_topic(broker.bootstrap_servers, topic, 1)
-    _from_the_earliest(broker.bootstrap_servers, group_id)
+    # share.auto.offset.reset=earliest for the group: the records are produced before the
+    # consumers join.
+    set_group_configs(broker.bootstrap_servers, group_id, {"share.auto.offset.reset": "earliest"})
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
     for number in range(RECORDS):
         producer.produce(topic, value=b"job-%04d" % number)

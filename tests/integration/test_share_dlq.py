@@ -25,8 +25,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     NewTopic,
     ResourceType,
@@ -36,7 +34,7 @@ from kio.static.primitive import i32
 from minibroker.protocol import share_group_offsets_schemas as offsets_schemas
 from minibroker.testing import Cluster
 from minibroker.tools.launcher import free_port
-from tests.conftest import create_topic, exchange, scrape
+from tests.conftest import create_topic, exchange, scrape, set_group_configs
 
 DEADLINE_S = 60.0
 METRICS_PORT = free_port()
@@ -61,21 +59,6 @@ pytestmark = pytest.mark.minibroker(
 def broker(kafka_broker: Cluster) -> Cluster:
     """The plugin's broker, under the name the tests take."""
     return kafka_broker
-
-
-def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
-    """IncrementalAlterConfigs SET on the GROUP resource, as `kafka-configs --entity-type
-    groups` does; raises KafkaException if refused."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(
-        ResourceType.GROUP,
-        group,
-        incremental_configs=[
-            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-            for name, value in configs.items()
-        ],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
 
 
 def create_dlq_topic(bootstrap: str, topic: str, enabled: bool = True) -> None:

@@ -20,7 +20,6 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.share_fetch.v0.request import AcknowledgementBatch
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
@@ -36,7 +35,7 @@ from minibroker.protocol.share_fetch_v1 import (
 from minibroker.protocol.versions import ApiKey
 from minibroker.testing import Cluster
 from minibroker.tools import wire
-from tests.conftest import create_topic, exchange
+from tests.conftest import create_topic, topic_id
 
 from kio.schema.share_acknowledge.v0.request import (  # isort: skip
     AcknowledgePartition,
@@ -64,18 +63,6 @@ pytestmark = pytest.mark.minibroker(
 def broker(kafka_broker: Cluster) -> Cluster:
     """The plugin's broker, under the name the tests take."""
     return kafka_broker
-
-
-def topic_id(bootstrap: str, name: str) -> uuid.UUID:
-    response = exchange(
-        bootstrap,
-        MetadataRequest(
-            topics=(MetadataRequestTopic(name=name, topic_id=None),),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        ),
-    )
-    return response.topics[0].topic_id
 
 
 def produce(bootstrap: str, topic: str, count: int, per_batch: int = 10) -> None:
