@@ -19,18 +19,27 @@ import subprocess
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import crc32c
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from hypothesis import HealthCheck, settings
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i8
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -522,6 +531,34 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         [NewTopic(topic, num_partitions=partitions, replication_factor=1)], request_timeout=10
     )
     futures[topic].result(timeout=15)
+
+
+def topic_id(bootstrap: str, name: str) -> uuid.UUID:
+    """The topic's id, from a Metadata v12 answer (asked for that topic alone, not creating it)."""
+    response = exchange(
+        bootstrap,
+        MetadataRequest(
+            topics=(MetadataRequestTopic(name=name, topic_id=None),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    return response.topics[0].topic_id
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource, as `kafka-configs --entity-type
+    groups` does, with confluent-kafka's AdminClient; raises KafkaException if refused."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in configs.items()
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
 
 
 def produce_numbers(bootstrap: str, topic: str, start: int, count: int) -> None:

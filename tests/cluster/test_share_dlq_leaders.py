@@ -23,14 +23,13 @@ from confluent_kafka.admin import (
 
 from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, _check_clean_stop
-from tests.conftest import wait_for
+from tests.conftest import set_group_configs, wait_for
 from tests.integration.test_share_dlq import (
     REJECTED,
     headers_of,
     poll_until,
     produce,
     read_dlq,
-    set_group_configs,
     share_consumer,
 )
 

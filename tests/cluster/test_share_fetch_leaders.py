@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from minibroker.protocol.errors import Error
 from tests.cluster.conftest import create_replicated_topic
-from tests.integration.test_share_fetch import Member, produce, ranges, topic_id
+from tests.conftest import topic_id
+from tests.integration.test_share_fetch import Member, produce, ranges
 
 TOPIC = "share-leaders"
 

@@ -1,4 +1,11 @@
-"""CreateAcls, DescribeAcls and DeleteAcls with real admin clients, and Kafka's refusals."""
+"""CreateAcls, DescribeAcls and DeleteAcls with real admin clients, and Kafka's refusals.
+
+The tests with an authorizer share the module's broker (tests/integration/conftest.py's
+``secured``): each test's ACLs, those granted for it and those it creates with its own
+client, are deleted when it ends, and the broker is checked to hold only the node's own
+again, so that a listing holds the test's ACLs alone. The test without one runs on the
+worker's shared broker (tests/conftest.py's SHARED_BROKER).
+"""
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -17,8 +24,33 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from minibroker.security.authorizer import acls as model
-from tests.conftest import exchange
+from minibroker.testing import Cluster
+from tests.conftest import SHARED_BROKER, exchange
 from tests.integration.authz import ANONYMOUS, on_cluster
+
+pytestmark = SHARED_BROKER
+
+
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The worker's shared broker (no authorizer)."""
+    return kafka_broker
+
+
+@pytest.fixture
+def secured(secured):
+    """The module's secured broker (tests/integration/conftest.py), from which the ACLs the
+    test created with its own client are deleted when it ends, before that fixture checks
+    that only the node's own are left."""
+    used = []
+
+    def start(*args, **kwargs):
+        used.append(secured(*args, **kwargs))
+        return used[-1]
+
+    yield start
+    for broker in used:
+        broker.revoke_all_but_the_nodes()
 
 
 def confluent_binding(name, operation, permission=AclPermissionType.ALLOW, **changes):
@@ -61,10 +93,10 @@ def describe_everything(resource_type=model.ResourceType.ANY) -> DescribeAclsReq
 
 def test_acl_apis_answer_security_disabled_without_an_authorizer(broker):
     # (librdkafka's describe_acls drops DescribeAcls' top-level error: the raw answer.)
-    assert exchange(broker.bootstrap, describe_everything()).error_code == (
+    assert exchange(broker.bootstrap_servers, describe_everything()).error_code == (
         ErrorCode.security_disabled
     )
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     created = admin.create_acls([confluent_binding("t", AclOperation.READ)])
     with pytest.raises(KafkaException) as refused:
         list(created.values())[0].result(15)

@@ -1,4 +1,11 @@
-"""Admin requests from real clients, errors included: CreateTopics and DeleteTopics."""
+"""Admin requests from real clients, errors included: CreateTopics and DeleteTopics.
+
+The tests that need no settings of their own run on the worker's shared broker
+(tests/conftest.py's SHARED_BROKER, the pytest plugin's `kafka_broker`), each on topics of
+its own (admin-...). Two take a fresh broker: the one with topic deletion disabled
+(delete.topic.enable is read at start), and the DescribeCluster test, which checks the address
+the broker advertises (the plugin's broker advertises its fault proxy's).
+"""
 
 import pytest
 from confluent_kafka import KafkaError
@@ -6,33 +13,44 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
+from minibroker.testing import Cluster
+from tests.conftest import SHARED_BROKER
 
-def test_kafka_python_sees_topic_already_exists(broker):
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+pytestmark = SHARED_BROKER
+
+
+@pytest.fixture
+def shared(kafka_broker: Cluster) -> str:
+    """The shared broker's bootstrap address."""
+    return kafka_broker.bootstrap_servers
+
+
+def test_kafka_python_sees_topic_already_exists(shared):
+    admin = KafkaAdminClient(bootstrap_servers=shared, request_timeout_ms=10000)
     try:
-        topics = {"twice": {"num_partitions": 2, "replication_factor": 1}}
+        topics = {"admin-twice": {"num_partitions": 2, "replication_factor": 1}}
         admin.create_topics(topics, timeout_ms=10000)
         with pytest.raises(TopicAlreadyExistsError):
             admin.create_topics(topics, timeout_ms=10000)
-        admin.delete_topics(["twice"])
-        assert "twice" not in admin.list_topics()
+        admin.delete_topics(["admin-twice"])
+        assert "admin-twice" not in admin.list_topics()
     finally:
         admin.close()
 
 
-def test_confluent_admin_errors_and_deletion(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic("made", 1, 1)])["made"].result(15)
-    again = admin.create_topics([NewTopic("made", 1, 1)])["made"]
+def test_confluent_admin_errors_and_deletion(shared):
+    admin = AdminClient({"bootstrap.servers": shared})
+    admin.create_topics([NewTopic("admin-made", 1, 1)])["admin-made"].result(15)
+    again = admin.create_topics([NewTopic("admin-made", 1, 1)])["admin-made"]
     with pytest.raises(Exception) as refused:
         again.result(15)
     assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
-    too_many = admin.create_topics([NewTopic("replicated", 1, 3)])["replicated"]
+    too_many = admin.create_topics([NewTopic("admin-replicated", 1, 3)])["admin-replicated"]
     with pytest.raises(Exception) as invalid:
         too_many.result(15)
     assert invalid.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
-    admin.delete_topics(["made"])["made"].result(15)
-    assert "made" not in admin.list_topics(timeout=10).topics
+    admin.delete_topics(["admin-made"])["admin-made"].result(15)
+    assert "admin-made" not in admin.list_topics(timeout=10).topics
 
 
 def test_deletion_disabled_is_refused_and_keeps_the_topic(broker_factory):
@@ -76,28 +94,28 @@ def test_describe_cluster_and_delete_records(broker):
     assert (low, high) == (12, 20)
 
 
-def test_create_partitions_with_both_admin_clients(broker):
+def test_create_partitions_with_both_admin_clients(shared, kafka_broker):
     from confluent_kafka.admin import NewPartitions
     from kafka.admin import NewPartitions as KafkaNewPartitions
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic("growing", 1, 1)])["growing"].result(15)
-    admin.create_partitions([NewPartitions("growing", 3)])["growing"].result(15)
-    assert len(admin.list_topics(timeout=10).topics["growing"].partitions) == 3
-    shrink = admin.create_partitions([NewPartitions("growing", 2)])["growing"]
+    admin = AdminClient({"bootstrap.servers": shared})
+    admin.create_topics([NewTopic("admin-growing", 1, 1)])["admin-growing"].result(15)
+    admin.create_partitions([NewPartitions("admin-growing", 3)])["admin-growing"].result(15)
+    assert len(admin.list_topics(timeout=10).topics["admin-growing"].partitions) == 3
+    shrink = admin.create_partitions([NewPartitions("admin-growing", 2)])["admin-growing"]
     with pytest.raises(Exception) as refused:
         shrink.result(15)
     assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
-    missing = admin.create_partitions([NewPartitions("nowhere", 2)])["nowhere"]
+    missing = admin.create_partitions([NewPartitions("admin-nowhere", 2)])["admin-nowhere"]
     with pytest.raises(Exception) as unknown:
         missing.result(15)
     assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
-    kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    kafka_admin = KafkaAdminClient(bootstrap_servers=shared, request_timeout_ms=10000)
     try:
-        kafka_admin.create_partitions({"growing": KafkaNewPartitions(total_count=5)})
+        kafka_admin.create_partitions({"admin-growing": KafkaNewPartitions(total_count=5)})
     finally:
         kafka_admin.close()
-    partitions = admin.list_topics(timeout=10).topics["growing"].partitions
+    partitions = admin.list_topics(timeout=10).topics["admin-growing"].partitions
     assert sorted(partitions) == [0, 1, 2, 3, 4]
-    assert all(p.leader == broker.node_id for p in partitions.values())
+    assert all(p.leader == kafka_broker.node(1).node_id for p in partitions.values())

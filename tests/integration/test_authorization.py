@@ -1,16 +1,13 @@
 """ACLs enforced on real clients' requests: produce, fetch, metadata, topic administration.
 
 Every client under test connects as User:ANONYMOUS on PLAINTEXT (see authz.py); the ACLs name
-it, or User:* for everyone. The tests share brokers: one per broker configuration, started by
-the first test that asks and kept for the module. Each broker also has a SASL_PLAINTEXT
-listener where User:admin, a super user, grants a test's ACLs before it starts (waiting until
-the broker's own copy holds them) and deletes them, by filters naming exactly those bindings,
-when it ends; so each test sees only the node's CLUSTER_ACTION and its own ACLs, and uses
-topics, groups and users of its own.
+it, or User:* for everyone. The tests share brokers (tests/integration/conftest.py's
+``secured``): one per broker configuration, started by the first test that asks and kept for
+the module. Each broker also has a SASL_PLAINTEXT listener where User:admin, a super user,
+grants a test's ACLs before it starts (waiting until the broker's own copy holds them) and
+deletes them, by filters naming exactly those bindings, when it ends; so each test sees only
+the node's CLUSTER_ACTION and its own ACLs, and uses topics, groups and users of its own.
 """
-
-from collections.abc import Iterator
-from contextlib import ExitStack
 
 import pytest
 from confluent_kafka import (
@@ -22,7 +19,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -53,179 +49,16 @@ from kio.static.primitive import i32
 
 from minibroker.security.authorizer import acls as model
 from minibroker.security.authorizer.acls import Operation, PatternType, Permission, ResourceType
-from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import BROKER_READY_TIMEOUT, exchange, wait_for
+from tests.conftest import exchange, wait_for
 from tests.integration.authz import (
-    NODE_ACLS,
-    STANDARD_AUTHORIZER,
     binding,
     on_cluster,
-    seeded_with,
 )
-from tests.security_setup import PLAIN_JAAS, PLAIN_USERS
 
 READ, WRITE, DESCRIBE = Operation.READ, Operation.WRITE, Operation.DESCRIBE
 DENY = Permission.DENY
 # Topics are made by the test's admin client: CREATE on the cluster.
 MAY_CREATE = on_cluster(Operation.CREATE)
-ADMIN = "User:admin"  # a super user on every broker here, on its SASL_PLAINTEXT listener
-
-
-class SecuredBroker:
-    """A broker with StandardAuthorizer, and an admin client for its ACLs."""
-
-    def __init__(self, process: BrokerProcess, sasl_port: int, node_acls):
-        self.process = process
-        self.node_acls = {confluent(acl) for acl in node_acls}
-        self.bootstrap = process.bootstrap
-        self.node_id = process.node_id
-        self.admin = AdminClient(
-            {
-                "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanisms": "PLAIN",
-                "sasl.username": "admin",
-                "sasl.password": PLAIN_USERS["admin"],
-            }
-        )
-
-    def described(self) -> set[AclBinding]:
-        """The broker's own copy of the ACLs (DescribeAcls is answered from it)."""
-        return set(self.admin.describe_acls(exact_filter(None)).result(15))
-
-    def grant(self, acls) -> None:
-        if not acls:
-            return
-        wanted = [confluent(acl) for acl in acls]
-        for future in self.admin.create_acls(wanted).values():
-            future.result(15)
-        wait_for(lambda: set(wanted) <= self.described(), 15, f"the broker to hold {wanted}")
-
-    def revoke(self, acls) -> None:
-        if not acls:
-            return
-        unwanted = [confluent(acl) for acl in acls]
-        filters = [exact_filter(acl) for acl in unwanted]
-        for future in self.admin.delete_acls(filters).values():
-            future.result(15)
-        wait_for(lambda: not set(unwanted) & self.described(), 15, f"the broker to drop {unwanted}")
-
-
-def confluent(acl: model.AclBinding) -> AclBinding:
-    return AclBinding(
-        AdminResourceType(acl.resource_type),
-        acl.resource_name,
-        ResourcePatternType(acl.pattern_type),
-        acl.principal,
-        acl.host,
-        AclOperation(acl.operation),
-        AclPermissionType(acl.permission),
-    )
-
-
-def exact_filter(acl: AclBinding | None) -> AclBindingFilter:
-    """A filter matching only ``acl`` (every ACL for None)."""
-    if acl is None:
-        return AclBindingFilter(
-            AdminResourceType.ANY,
-            None,
-            ResourcePatternType.ANY,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-    return AclBindingFilter(
-        acl.restype,
-        acl.name,
-        acl.resource_pattern_type,
-        acl.principal,
-        acl.host,
-        acl.operation,
-        acl.permission_type,
-    )
-
-
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory) -> Iterator:
-    """``brokers(overrides, node_acls)``: the module's broker for that configuration, started
-    by the first test that asks (seeded with ``node_acls`` only); each stops cleanly at the
-    end of the module."""
-    started: dict[tuple, SecuredBroker] = {}
-
-    def broker_for(overrides=None, node_acls=NODE_ACLS) -> SecuredBroker:
-        overrides = dict(overrides or {})
-        key = (tuple(sorted(overrides.items())), tuple(node_acls))
-        if key not in started:
-            directory = tmp_path_factory.mktemp("authorization")
-            port, sasl_port = free_port(), free_port()
-            listeners = f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
-            super_users = ";".join(
-                dict.fromkeys([ADMIN, *filter(None, overrides.pop("super.users", "").split(";"))])
-            )
-            properties = {
-                "authorizer.class.name": STANDARD_AUTHORIZER,
-                "listeners": listeners,
-                "advertised.listeners": listeners,
-                "sasl.enabled.mechanisms": "PLAIN",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-                "super.users": super_users,
-                **overrides,
-            }
-            log_dir = directory / "data"
-            log_dir.mkdir(parents=True)
-            seeded_with(node_acls)(log_dir)
-            process = BrokerProcess.start(
-                node_id=1, log_dir=log_dir, port=port, overrides=properties
-            )
-            started[key] = SecuredBroker(process, sasl_port, node_acls)
-            process.wait_ready(BROKER_READY_TIMEOUT)
-        return started[key]
-
-    try:
-        yield broker_for
-    finally:
-        unclean = []
-        for broker in started.values():
-            broker.admin = None  # (its client gone before the broker, not retrying it)
-            process = broker.process
-            exit_code = process.stop() if process.running else process.exit_code
-            if exit_code != 0:
-                unclean.append(f"exited with {exit_code}:\n{process.log_tail()}")
-        assert not unclean, "unclean broker shutdown\n" + "\n".join(unclean)
-
-
-@pytest.fixture
-def secured(brokers) -> Iterator:
-    """``secured(acls, overrides, node_acls)``: the module's broker for that configuration,
-    holding ``acls`` until the test ends (then deleted, whatever the test did with them);
-    ``secured.grant(broker, acls)`` and ``secured.revoke(broker, acls)`` change them midway."""
-    granted: list[tuple[SecuredBroker, list]] = []
-
-    class Secured:
-        def __call__(self, acls=(), overrides=None, node_acls=NODE_ACLS) -> SecuredBroker:
-            broker = brokers(overrides, node_acls)
-            self.grant(broker, acls)
-            return broker
-
-        def grant(self, broker: SecuredBroker, acls) -> None:
-            granted.append((broker, list(acls)))
-            broker.grant(acls)
-
-        def revoke(self, broker: SecuredBroker, acls) -> None:
-            broker.revoke(acls)
-
-    yield Secured()
-    with ExitStack() as stack:
-        # Last: every broker the test used holds only its node's ACLs again.
-        for broker in {id(broker): broker for broker, _ in granted}.values():
-            stack.callback(check_left_clean, broker)
-        for broker, acls in granted:
-            stack.callback(broker.revoke, acls)
-
-
-def check_left_clean(broker: SecuredBroker) -> None:
-    assert broker.described() == broker.node_acls, "ACLs left behind for the next test"
 
 
 def create(bootstrap: str, *topics: str) -> None:

@@ -10,13 +10,12 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId
 
 from minibroker.protocol import codec
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import exchange
+from tests.conftest import exchange, topic_id
 from tests.integration.test_authorization import create, end_offset, produce_error
 
 INTER_NODE_KEYS = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA}
@@ -53,18 +52,6 @@ def advertised_keys(bootstrap: str) -> set[int]:
     )
     assert response.error_code == ErrorCode.none
     return {entry.api_key for entry in response.api_keys}
-
-
-def topic_id(bootstrap: str, name: str):
-    response = exchange(
-        bootstrap,
-        MetadataRequest(
-            topics=(MetadataRequestTopic(name=name, topic_id=None),),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        ),
-    )
-    return response.topics[0].topic_id
 
 
 def leader_and_isr(name: str, topic_uuid, new_leader: int):

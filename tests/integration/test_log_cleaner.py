@@ -140,7 +140,19 @@ def consume_with_kafka_python(bootstrap: str, last_offset: int) -> list[tuple]:
 
 
 def consume_with_kcat(broker) -> list[tuple]:
-    out = kcat(broker, "-C", "-t", TOPIC, "-p", "0", "-o", "beginning", "-e", "-f", "%o %k %S %s\n")
+    out = kcat(
+        broker.bootstrap,
+        "-C",
+        "-t",
+        TOPIC,
+        "-p",
+        "0",
+        "-o",
+        "beginning",
+        "-e",
+        "-f",
+        "%o %k %S %s\n",
+    )
     messages = []
     for line in out.splitlines():
         offset, key, length, *value = line.split(" ", 3)

@@ -7,7 +7,10 @@ on `__share_group_state`) and accept each record implicitly at their next poll, 
 `close()`: it leaves and closes its share session, and they are delivered again). Every
 record is delivered, to one consumer, once (which consumer takes which is the fetches' race:
 the first to fetch may acquire them all, as in Kafka); and the acceptances are kept: a new
-consumer of the group, after them, gets only the record produced after them."""
+consumer of the group, after them, gets only the record produced after them.
+
+The test runs on the worker's shared broker (tests/conftest.py's SHARED_BROKER, the pytest
+plugin's `kafka_broker`), with a topic and a group of its own."""
 
 from __future__ import annotations
 
@@ -16,55 +19,29 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer, ShareConsumer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
-from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import create_topic
+from minibroker.testing import Cluster
+from tests.conftest import SHARED_BROKER, create_topic, set_group_configs
 
 RECORDS = 600
 DEADLINE_S = 120.0
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    log_dir = tmp_path_factory.mktemp("queues") / "data"
-    broker = BrokerProcess.start(
-        node_id=1, log_dir=log_dir, overrides={"offsets.topic.num.partitions": 3}
-    )
-    broker.wait_ready(20.0)
-    yield broker
-    assert broker.stop() == 0, broker.log_tail()
+pytestmark = SHARED_BROKER
 
 
-def _from_the_earliest(bootstrap: str, group_id: str) -> None:
-    """share.auto.offset.reset=earliest for the group, as `kafka-configs --entity-type groups`
-    sets it: the records are produced before the consumers join."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(
-        ResourceType.GROUP,
-        group_id,
-        incremental_configs=[
-            ConfigEntry(
-                "share.auto.offset.reset",
-                "earliest",
-                incremental_operation=AlterConfigOpType.SET,
-            )
-        ],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The shared broker, under the name the test takes."""
+    return kafka_broker
 
 
 def test_three_share_consumers_take_every_record_once(broker):
-    topic, group_id = "work-queue", "workers"
-    create_topic(broker.bootstrap, topic, 1)
-    _from_the_earliest(broker.bootstrap, group_id)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    topic, group_id = "share-consumers-queue", "share-consumers-workers"
+    create_topic(broker.bootstrap_servers, topic, 1)
+    # share.auto.offset.reset=earliest for the group: the records are produced before the
+    # consumers join.
+    set_group_configs(broker.bootstrap_servers, group_id, {"share.auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
     for number in range(RECORDS):
         producer.produce(topic, value=b"job-%04d" % number)
     assert producer.flush(30) == 0
@@ -72,7 +49,7 @@ def test_three_share_consumers_take_every_record_once(broker):
     consumers = [
         ShareConsumer(
             {
-                "bootstrap.servers": broker.bootstrap,
+                "bootstrap.servers": broker.bootstrap_servers,
                 "group.id": group_id,
                 "client.id": f"worker-{index}",
             }
@@ -108,7 +85,9 @@ def test_three_share_consumers_take_every_record_once(broker):
 
     producer.produce(topic, value=b"job-%04d" % RECORDS)
     assert producer.flush(30) == 0
-    with ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group_id}) as late:
+    with ShareConsumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": group_id}
+    ) as late:
         late.subscribe([topic])
         deadline = time.monotonic() + DEADLINE_S
         later: list[int] = []

@@ -4,7 +4,10 @@ and a poison record RELEASEd until `share.delivery.count.limit` are written by t
 leader to the group's DLQ topic, with Kafka 4.4's headers (read back with a plain Consumer);
 a group without a DLQ only archives; a DLQ topic that fails Kafka's checks gets nothing and
 the failure is counted on /metrics; bad DLQ group configs are INVALID_CONFIG. One broker is
-shared by the module's tests, each with its own topic and group."""
+shared by the module's tests, each with its own topic and group: the pytest plugin's
+`kafka_broker`, module-scoped, with a /metrics port and DLQ topics created on first use
+(errors.deadletterqueue.auto.create.topics.enable, which minibroker, as Kafka, reads only at
+start), so not the worker's shared broker."""
 
 from __future__ import annotations
 
@@ -22,8 +25,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     NewTopic,
     ResourceType,
@@ -31,8 +32,9 @@ from confluent_kafka.admin import (
 from kio.static.primitive import i32
 
 from minibroker.protocol import share_group_offsets_schemas as offsets_schemas
-from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import create_topic, exchange, scrape
+from minibroker.testing import Cluster
+from minibroker.tools.launcher import free_port
+from tests.conftest import create_topic, exchange, scrape, set_group_configs
 
 DEADLINE_S = 60.0
 METRICS_PORT = free_port()
@@ -40,37 +42,23 @@ REJECTED = "Offset rejected by client."
 EXCEEDED = "Offset delivery count exceeded the threshold."
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    log_dir = tmp_path_factory.mktemp("dlq") / "data"
-    broker = BrokerProcess.start(
-        node_id=1,
-        log_dir=log_dir,
-        overrides={
-            "offsets.topic.num.partitions": 3,
-            "metrics.port": METRICS_PORT,
-            # Kafka 4.4's default is false; the first test has its DLQ topic created.
-            "errors.deadletterqueue.auto.create.topics.enable": "true",
-        },
-    )
-    broker.wait_ready(20.0)
-    yield broker
-    assert broker.stop() == 0, broker.log_tail()
+# One broker for the module; the plugin fails the test that closes it if it does not shut
+# down cleanly.
+pytestmark = pytest.mark.minibroker(
+    scope="module",
+    server_properties={
+        "offsets.topic.num.partitions": 3,
+        "metrics.port": METRICS_PORT,
+        # Kafka 4.4's default is false; the first test has its DLQ topic created.
+        "errors.deadletterqueue.auto.create.topics.enable": "true",
+    },
+)
 
 
-def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
-    """IncrementalAlterConfigs SET on the GROUP resource, as `kafka-configs --entity-type
-    groups` does; raises KafkaException if refused."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(
-        ResourceType.GROUP,
-        group,
-        incremental_configs=[
-            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-            for name, value in configs.items()
-        ],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The plugin's broker, under the name the tests take."""
+    return kafka_broker
 
 
 def create_dlq_topic(bootstrap: str, topic: str, enabled: bool = True) -> None:
@@ -180,10 +168,10 @@ def test_a_rejected_record_goes_to_the_dlq_with_kafkas_headers(broker):
     errors.deadletterqueue.group.enable=true; the original key and value are copied
     (errors.deadletterqueue.copy.record.enable), its headers are not (Kafka 4.4)."""
     topic, group, dlq = "orders", "order-workers", "dlq.orders"
-    create_topic(broker.bootstrap, topic, 1)
-    produce(broker.bootstrap, topic, [(b"k%d" % n, b"order-%d" % n) for n in range(3)])
+    create_topic(broker.bootstrap_servers, topic, 1)
+    produce(broker.bootstrap_servers, topic, [(b"k%d" % n, b"order-%d" % n) for n in range(3)])
     set_group_configs(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         {
             "share.auto.offset.reset": "earliest",
@@ -191,7 +179,7 @@ def test_a_rejected_record_goes_to_the_dlq_with_kafkas_headers(broker):
             "errors.deadletterqueue.copy.record.enable": "true",
         },
     )
-    consumer = share_consumer(broker.bootstrap, group, topic)
+    consumer = share_consumer(broker.bootstrap_servers, group, topic)
     try:
         for message in poll_until(consumer, 3):
             kind = AcknowledgeType.REJECT if message.offset() == 1 else AcknowledgeType.ACCEPT
@@ -200,7 +188,7 @@ def test_a_rejected_record_goes_to_the_dlq_with_kafkas_headers(broker):
     finally:
         consumer.close()
 
-    (written,) = read_dlq(broker.bootstrap, dlq, 1)
+    (written,) = read_dlq(broker.bootstrap_servers, dlq, 1)
     assert headers_of(written) == {
         "__dlq.errors.topic": topic,
         "__dlq.errors.partition": "0",
@@ -210,25 +198,25 @@ def test_a_rejected_record_goes_to_the_dlq_with_kafkas_headers(broker):
         "__dlq.errors.message": REJECTED,
     }
     assert (written.key(), written.value()) == (b"k1", b"order-1")
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     resource = ConfigResource(ResourceType.TOPIC, dlq)
     described = admin.describe_configs([resource])[resource].result(timeout=30)
     assert described["errors.deadletterqueue.group.enable"].value == "true"
     assert dlq_sample("deadletterqueuerecordcount", group) == 1.0
     assert dlq_sample("deadletterqueuefailedproducerequests", group) == 0.0
     # Offset 1 was ARCHIVING until written, then ARCHIVED: the start offset is past all three.
-    assert start_offset_reaches(broker.bootstrap, group, topic, 3) == 3
+    assert start_offset_reaches(broker.bootstrap_servers, group, topic, 3) == 3
 
 
 def test_a_poison_record_released_to_the_delivery_limit_goes_to_the_dlq(broker):
     """A record RELEASEd at each delivery reaches share.delivery.count.limit (2 here) and is
     archived into the DLQ: headers only (no copy), the delivery count and Kafka's reason."""
     topic, group, dlq = "payments", "payment-workers", "dlq.payments"
-    create_topic(broker.bootstrap, topic, 1)
-    create_dlq_topic(broker.bootstrap, dlq)
-    produce(broker.bootstrap, topic, [(b"poison", b"bad-payment")])
+    create_topic(broker.bootstrap_servers, topic, 1)
+    create_dlq_topic(broker.bootstrap_servers, dlq)
+    produce(broker.bootstrap_servers, topic, [(b"poison", b"bad-payment")])
     set_group_configs(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         {
             "share.auto.offset.reset": "earliest",
@@ -236,7 +224,7 @@ def test_a_poison_record_released_to_the_delivery_limit_goes_to_the_dlq(broker):
             "errors.deadletterqueue.topic.name": dlq,
         },
     )
-    consumer = share_consumer(broker.bootstrap, group, topic)
+    consumer = share_consumer(broker.bootstrap_servers, group, topic)
     try:
         for _ in range(2):
             (message,) = poll_until(consumer, 1)
@@ -246,7 +234,7 @@ def test_a_poison_record_released_to_the_delivery_limit_goes_to_the_dlq(broker):
     finally:
         consumer.close()
 
-    (written,) = read_dlq(broker.bootstrap, dlq, 1)
+    (written,) = read_dlq(broker.bootstrap_servers, dlq, 1)
     assert headers_of(written) == {
         "__dlq.errors.topic": topic,
         "__dlq.errors.partition": "0",
@@ -262,18 +250,18 @@ def test_without_a_dlq_a_rejected_record_is_only_archived(broker):
     """No errors.deadletterqueue.topic.name: REJECT archives as at share.version 1 (a new
     consumer of the group does not get the record again) and nothing is written."""
     topic, group = "refunds", "refund-workers"
-    create_topic(broker.bootstrap, topic, 1)
-    produce(broker.bootstrap, topic, [(b"r", b"refund-0")])
-    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-    consumer = share_consumer(broker.bootstrap, group, topic)
+    create_topic(broker.bootstrap_servers, topic, 1)
+    produce(broker.bootstrap_servers, topic, [(b"r", b"refund-0")])
+    set_group_configs(broker.bootstrap_servers, group, {"share.auto.offset.reset": "earliest"})
+    consumer = share_consumer(broker.bootstrap_servers, group, topic)
     try:
         (message,) = poll_until(consumer, 1)
         consumer.acknowledge(message, AcknowledgeType.REJECT)
         consumer.commit_sync()
     finally:
         consumer.close()
-    produce(broker.bootstrap, topic, [(b"r", b"refund-1")])
-    consumer = share_consumer(broker.bootstrap, group, topic)
+    produce(broker.bootstrap_servers, topic, [(b"r", b"refund-1")])
+    consumer = share_consumer(broker.bootstrap_servers, group, topic)
     try:
         (message,) = poll_until(consumer, 1)
         assert message.offset() == 1  # offset 0 stayed archived
@@ -282,7 +270,7 @@ def test_without_a_dlq_a_rejected_record_is_only_archived(broker):
     finally:
         consumer.close()
     assert dlq_sample("deadletterqueuetotalproducerequests", group) == 0.0
-    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10)
     assert not [name for name in metadata.topics if name.startswith("dlq.refund")]
 
 
@@ -291,15 +279,15 @@ def test_a_dlq_topic_failing_kafkas_checks_gets_nothing_and_counts_a_failure(bro
     dlq.) is refused when the record is archived, without retries: nothing is written, the
     record stays archived, the failure is on /metrics, and the group is served on."""
     topic, group, dlq = "invoices", "invoice-workers", "invoices-dead"
-    create_topic(broker.bootstrap, topic, 1)
-    create_dlq_topic(broker.bootstrap, dlq)
-    produce(broker.bootstrap, topic, [(b"i", b"invoice-0"), (b"i", b"invoice-1")])
+    create_topic(broker.bootstrap_servers, topic, 1)
+    create_dlq_topic(broker.bootstrap_servers, dlq)
+    produce(broker.bootstrap_servers, topic, [(b"i", b"invoice-0"), (b"i", b"invoice-1")])
     set_group_configs(
-        broker.bootstrap,
+        broker.bootstrap_servers,
         group,
         {"share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq},
     )
-    consumer = share_consumer(broker.bootstrap, group, topic)
+    consumer = share_consumer(broker.bootstrap_servers, group, topic)
     try:
         first, second = poll_until(consumer, 2)
         consumer.acknowledge(first, AcknowledgeType.REJECT)
@@ -315,16 +303,16 @@ def test_a_dlq_topic_failing_kafkas_checks_gets_nothing_and_counts_a_failure(bro
         time.sleep(0.1)
     assert dlq_sample("deadletterqueuefailedproducerequests", group) == 1.0
     assert dlq_sample("deadletterqueuetotalproducerequests", group) == 1.0
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x"})
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "x"})
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(dlq, 0), timeout=10)
     finally:
         consumer.close()
     assert (low, high) == (0, 0)
-    assert "does not comply with the DLQ topic prefix" in broker.log_tail(100_000)
+    assert "does not comply with the DLQ topic prefix" in broker.node(1).log_tail(100_000)
     # The DLQ write given up, the record went from ARCHIVING to ARCHIVED all the same (Kafka's
     # "proceeding to ARCHIVED regardless"): it does not hold the start offset back.
-    assert start_offset_reaches(broker.bootstrap, group, topic, 2) == 2
+    assert start_offset_reaches(broker.bootstrap_servers, group, topic, 2) == 2
 
 
 @pytest.mark.parametrize(
@@ -340,6 +328,8 @@ def test_a_bad_dlq_config_is_invalid_config(broker, name, value):
     the broker serves on, and a good value is then taken."""
     group = "config-checked"
     with pytest.raises(KafkaException) as refused:
-        set_group_configs(broker.bootstrap, group, {name: value})
+        set_group_configs(broker.bootstrap_servers, group, {name: value})
     assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
-    set_group_configs(broker.bootstrap, group, {"errors.deadletterqueue.topic.name": "dlq.ok"})
+    set_group_configs(
+        broker.bootstrap_servers, group, {"errors.deadletterqueue.topic.name": "dlq.ok"}
+    )

@@ -5,7 +5,11 @@ connection, send ShareFetch and ShareAcknowledge v1 (the version librdkafka 2.16
 v2 with the project's own protocol codec, as a share consumer would once it has joined the
 group (ShareGroupHeartbeat is another piece of issue 35: until it is served, every member id
 is accepted). The broker runs with a short acquisition lock (group.share.record.lock
-.duration.ms) so that an expiring lock is seen within a parked fetch's wait.
+.duration.ms) so that an expiring lock is seen within a parked fetch's wait: Kafka reads
+group.share.min.record.lock.duration.ms (15 s by default) only at start, and a group's own
+share.record.lock.duration.ms may not go below it, so this broker is the module's (the pytest
+plugin's `kafka_broker`, module-scoped), not the shared one. Each test uses a topic and a
+group of its own.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.share_fetch.v0.request import AcknowledgementBatch
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
@@ -30,9 +33,9 @@ from minibroker.protocol.share_fetch_v1 import (
     ShareFetchRequestV2,
 )
 from minibroker.protocol.versions import ApiKey
+from minibroker.testing import Cluster
 from minibroker.tools import wire
-from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import create_topic, exchange
+from tests.conftest import create_topic, topic_id
 
 from kio.schema.share_acknowledge.v0.request import (  # isort: skip
     AcknowledgePartition,
@@ -45,31 +48,21 @@ RECORDS = 600
 ACCEPT, RELEASE = 1, 2
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    broker = BrokerProcess.start(
-        node_id=1,
-        log_dir=tmp_path_factory.mktemp("share") / "data",
-        overrides={
-            "group.share.min.record.lock.duration.ms": 1000,
-            "group.share.record.lock.duration.ms": LOCK_MS,
-        },
-    )
-    broker.wait_ready(20.0)
-    yield broker
-    assert broker.stop() == 0, broker.log_tail()
+# One broker for the module, on a short acquisition lock; the plugin fails the test that
+# closes it if it does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(
+    scope="module",
+    server_properties={
+        "group.share.min.record.lock.duration.ms": 1000,
+        "group.share.record.lock.duration.ms": LOCK_MS,
+    },
+)
 
 
-def topic_id(bootstrap: str, name: str) -> uuid.UUID:
-    response = exchange(
-        bootstrap,
-        MetadataRequest(
-            topics=(MetadataRequestTopic(name=name, topic_id=None),),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        ),
-    )
-    return response.topics[0].topic_id
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The plugin's broker, under the name the tests take."""
+    return kafka_broker
 
 
 def produce(bootstrap: str, topic: str, count: int, per_batch: int = 10) -> None:
@@ -190,15 +183,15 @@ def ranges(part) -> list[tuple[int, int, int]]:
     return [(r.first_offset, r.last_offset, r.delivery_count) for r in part.acquired_records]
 
 
-def test_share_fetch_and_acknowledge_are_advertised(broker: BrokerProcess):
-    with wire.connect(broker.bootstrap, 10.0) as client:
+def test_share_fetch_and_acknowledge_are_advertised(broker: Cluster):
+    with wire.connect(broker.bootstrap_servers, 10.0) as client:
         versions = client.api_versions()
     assert versions[ApiKey.SHARE_FETCH] == (1, 2)
     assert versions[ApiKey.SHARE_ACKNOWLEDGE] == (1, 2)
 
 
-def test_three_members_accept_every_record_exactly_once(broker: BrokerProcess):
-    bootstrap = broker.bootstrap
+def test_three_members_accept_every_record_exactly_once(broker: Cluster):
+    bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "share-q", 1)
     tid = topic_id(bootstrap, "share-q")
     members = [Member(bootstrap, "workers", tid, f"m{n}") for n in range(3)]
@@ -237,8 +230,8 @@ def test_three_members_accept_every_record_exactly_once(broker: BrokerProcess):
             member.close()
 
 
-def test_a_released_record_is_delivered_again_and_an_expired_lock_too(broker: BrokerProcess):
-    bootstrap = broker.bootstrap
+def test_a_released_record_is_delivered_again_and_an_expired_lock_too(broker: Cluster):
+    bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "share-redeliver", 1)
     tid = topic_id(bootstrap, "share-redeliver")
     first, second = (Member(bootstrap, "redeliver", tid, n) for n in ("a", "b"))
@@ -270,8 +263,8 @@ def test_a_released_record_is_delivered_again_and_an_expired_lock_too(broker: Br
         second.close()
 
 
-def test_session_errors_are_answered_with_kafkas_codes(broker: BrokerProcess):
-    bootstrap = broker.bootstrap
+def test_session_errors_are_answered_with_kafkas_codes(broker: Cluster):
+    bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "share-sessions", 1)
     tid = topic_id(bootstrap, "share-sessions")
     member = Member(bootstrap, "sessions", tid, "s")
@@ -302,8 +295,8 @@ def test_session_errors_are_answered_with_kafkas_codes(broker: BrokerProcess):
         member.close()
 
 
-def test_malformed_acknowledgements_are_invalid_request(broker: BrokerProcess):
-    bootstrap = broker.bootstrap
+def test_malformed_acknowledgements_are_invalid_request(broker: Cluster):
+    bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "share-bad-acks", 1)
     member = Member(bootstrap, "bad-acks", topic_id(bootstrap, "share-bad-acks"), "b")
     try:

@@ -4,7 +4,9 @@ through raw ShareGroupDescribe and ListGroups requests (confluent-kafka's AdminC
 share-group describe). Records do not flow yet (ShareFetch is not served here): nothing
 below asserts a delivery.
 
-One broker serves the whole module (the tests use distinct topics and groups).
+The tests run on the worker's shared broker (tests/conftest.py's SHARED_BROKER, the pytest
+plugin's `kafka_broker`), each with topics and groups of its own (share-groups-..., sg-...),
+judging a listing by what it contains.
 """
 
 from __future__ import annotations
@@ -24,23 +26,19 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from minibroker.protocol import share_group_offsets_schemas as s
 from minibroker.protocol.errors import Error
 from minibroker.protocol.schemas import ShareGroupDescribeRequestV1, ShareGroupHeartbeatRequestV1
-from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import create_topic, exchange, wait_for
+from minibroker.testing import Cluster
+from tests.conftest import SHARED_BROKER, coordinator_ready, create_topic, exchange, wait_for
 
 PARTITIONS = 6
+BAD_INPUT_TOPIC = "share-groups-bad-input"
+
+pytestmark = SHARED_BROKER
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> BrokerProcess:
-    log_dir = tmp_path_factory.mktemp("kip932") / "data"
-    broker = BrokerProcess.start(
-        node_id=1,
-        log_dir=log_dir,
-        overrides={"offsets.topic.num.partitions": 3},
-    )
-    broker.wait_ready(20.0)
-    yield broker
-    assert broker.stop() == 0, broker.log_tail()
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> Cluster:
+    """The shared broker, under the name the tests take."""
+    return kafka_broker
 
 
 def describe(bootstrap: str, group_id: str):
@@ -52,7 +50,7 @@ def describe(bootstrap: str, group_id: str):
     return group
 
 
-def heartbeat(bootstrap: str, group_id: str, member_id: str, epoch: int, topics=("t",)):
+def heartbeat(bootstrap: str, group_id: str, member_id: str, epoch: int, topics=(BAD_INPUT_TOPIC,)):
     return exchange(
         bootstrap,
         ShareGroupHeartbeatRequestV1(
@@ -75,11 +73,15 @@ def test_three_share_consumers_get_the_partitions(broker):
     whose assignments cover the topic's six partitions, two each (the simple assignor), at
     one assignment epoch; ListGroups lists the group as a share group; DeleteGroups refuses
     it while it has members and deletes it once they left."""
-    topic, group_id = "share-three", "share-group-three"
-    create_topic(broker.bootstrap, topic, PARTITIONS)
+    topic, group_id = "share-groups-three", "share-group-three"
+    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
     consumers = [
         ShareConsumer(
-            {"bootstrap.servers": broker.bootstrap, "group.id": group_id, "client.id": f"sc{i}"}
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": group_id,
+                "client.id": f"sc{i}",
+            }
         )
         for i in range(3)
     ]
@@ -90,7 +92,7 @@ def test_three_share_consumers_get_the_partitions(broker):
         def three_members_assigned():
             for consumer in consumers:
                 consumer.poll(0.2)  # nothing comes (no ShareFetch yet): it only drives the client
-            group = describe(broker.bootstrap, group_id)
+            group = describe(broker.bootstrap_servers, group_id)
             if group.error_code != Error.NONE or len(group.members) != 3:
                 return None
             held = [
@@ -110,20 +112,22 @@ def test_three_share_consumers_get_the_partitions(broker):
         assert all(m.subscribed_topic_names == (topic,) for m in group.members)
         assert group.authorized_operations != -(2**31)
         # ListGroups: the share group under the "share" type filter only.
-        assert listed(broker.bootstrap, "share")[group_id] == ("share", "Stable", "share")
-        assert group_id not in listed(broker.bootstrap, "consumer", "classic")
-        refused = exchange(broker.bootstrap, DeleteGroupsRequest(groups_names=(group_id,)))
+        assert listed(broker.bootstrap_servers, "share")[group_id] == ("share", "Stable", "share")
+        assert group_id not in listed(broker.bootstrap_servers, "consumer", "classic")
+        refused = exchange(broker.bootstrap_servers, DeleteGroupsRequest(groups_names=(group_id,)))
         assert refused.results[0].error_code == Error.NON_EMPTY_GROUP
     finally:
         for consumer in consumers:
             consumer.close()
     # close() leaves the group (member epoch -1): empty, then deletable.
     wait_for(
-        lambda: describe(broker.bootstrap, group_id).group_state == "Empty", 30, "the group empty"
+        lambda: describe(broker.bootstrap_servers, group_id).group_state == "Empty",
+        30,
+        "the group empty",
     )
-    deleted = exchange(broker.bootstrap, DeleteGroupsRequest(groups_names=(group_id,)))
+    deleted = exchange(broker.bootstrap_servers, DeleteGroupsRequest(groups_names=(group_id,)))
     assert deleted.results[0].error_code == Error.NONE
-    assert describe(broker.bootstrap, group_id).error_code == Error.GROUP_ID_NOT_FOUND
+    assert describe(broker.bootstrap_servers, group_id).error_code == Error.GROUP_ID_NOT_FOUND
 
 
 def test_share_group_bad_input_and_one_group_namespace(broker):
@@ -131,8 +135,11 @@ def test_share_group_bad_input_and_one_group_namespace(broker):
     without topics INVALID_REQUEST, a stale epoch FENCED_MEMBER_EPOCH; a share group's id is
     INCONSISTENT_GROUP_PROTOCOL to JoinGroup, a classic group's GROUP_ID_NOT_FOUND to
     ShareGroupHeartbeat and ShareGroupDescribe; the broker keeps serving the group."""
-    create_topic(broker.bootstrap, "t", 2)
-    bootstrap = broker.bootstrap
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, BAD_INPUT_TOPIC, 2)
+    # The first heartbeat below is answered by the group's coordinator: wait until it has one
+    # (the offsets topic may not exist yet when this test runs first).
+    coordinator_ready(bootstrap, "sg-bad")
     for member_id in ("", "x" * 37):
         answer = heartbeat(bootstrap, "sg-bad", member_id, 0)
         assert (answer.error_code, answer.error_message) == (
@@ -180,15 +187,15 @@ def test_share_group_offsets_admin_bad_input(broker):
     classic group's id GROUP_ID_NOT_FOUND to both; an unknown topic or partition is
     UNKNOWN_TOPIC_OR_PARTITION for it alone; DescribeShareGroupOffsets (v0 and v1) answers the
     group's initialized share partitions. The group and the broker are served on."""
-    create_topic(broker.bootstrap, "t-admin", 2)
-    bootstrap = broker.bootstrap
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "share-groups-admin", 2)
     member_id = str(uuid.uuid4())
 
     def join_admin_group():
         # As a client does: FindCoordinator first (it creates the offsets topic when this
         # test runs alone), then the heartbeat, until the coordinator has loaded.
         exchange(bootstrap, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("sg-admin",)))
-        answer = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("t-admin",))
+        answer = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("share-groups-admin",))
         return answer if answer.error_code == Error.NONE else None
 
     wait_for(join_admin_group, 30.0, "the share group's coordinator")
@@ -236,15 +243,15 @@ def test_share_group_offsets_admin_bad_input(broker):
         return described
 
     not_empty = "The group is not empty."
-    refused = alter("sg-admin", [("t-admin", [(0, 0)])])
+    refused = alter("sg-admin", [("share-groups-admin", [(0, 0)])])
     assert (refused.error_code, refused.error_message, refused.responses) == (
         Error.NON_EMPTY_GROUP,
         not_empty,
         (),
     )
-    refused = delete("sg-admin", ["t-admin"])
+    refused = delete("sg-admin", ["share-groups-admin"])
     assert (refused.error_code, refused.error_message) == (Error.NON_EMPTY_GROUP, not_empty)
-    unknown = delete("sg-nosuch", ["t-admin"])
+    unknown = delete("sg-nosuch", ["share-groups-admin"])
     assert (unknown.error_code, unknown.error_message) == (
         Error.GROUP_ID_NOT_FOUND,
         "Group sg-nosuch not found.",
@@ -260,7 +267,7 @@ def test_share_group_offsets_admin_bad_input(broker):
         reason=None,
     )
     assert exchange(bootstrap, join).error_code in (Error.NONE, Error.MEMBER_ID_REQUIRED)
-    for answer in (alter("classic-admin", []), delete("classic-admin", ["t-admin"])):
+    for answer in (alter("classic-admin", []), delete("classic-admin", ["share-groups-admin"])):
         assert (answer.error_code, answer.error_message) == (
             Error.GROUP_ID_NOT_FOUND,
             "Group classic-admin is not a share group.",
@@ -270,13 +277,15 @@ def test_share_group_offsets_admin_bad_input(broker):
         described = offsets(version, "sg-admin")
         assert described.error_code == Error.NONE
         [topic] = described.topics
-        assert topic.topic_name == "t-admin"
+        assert topic.topic_name == "share-groups-admin"
         assert [(p.partition_index, p.start_offset) for p in topic.partitions] == [(0, -1), (1, -1)]
 
     left = heartbeat(bootstrap, "sg-admin", member_id, -1, topics=None)
     assert left.error_code == Error.NONE
     # Empty: partition 0 is altered, the unknown topic and partition are refused alone.
-    altered = alter("sg-admin", [("t-admin", [(0, 0), (5, 0)]), ("t-nope", [(0, 0)])])
+    altered = alter(
+        "sg-admin", [("share-groups-admin", [(0, 0), (5, 0)]), ("share-groups-nope", [(0, 0)])]
+    )
     assert altered.error_code == Error.NONE
     codes = {
         (t.topic_name, p.partition_index): p.error_code
@@ -284,24 +293,24 @@ def test_share_group_offsets_admin_bad_input(broker):
         for p in t.partitions
     }
     assert codes == {
-        ("t-admin", 0): Error.NONE,
-        ("t-admin", 5): Error.UNKNOWN_TOPIC_OR_PARTITION,
-        ("t-nope", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("share-groups-admin", 0): Error.NONE,
+        ("share-groups-admin", 5): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("share-groups-nope", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
     }
-    described = offsets(1, "sg-admin", [("t-admin", [0]), ("t-nope", [0])])
+    described = offsets(1, "sg-admin", [("share-groups-admin", [0]), ("share-groups-nope", [0])])
     starts = {
         (t.topic_name, p.partition_index): (p.start_offset, p.lag)
         for t in described.topics
         for p in t.partitions
     }
-    assert starts == {("t-admin", 0): (0, -1), ("t-nope", 0): (-1, -1)}
-    deleted = delete("sg-admin", ["t-nope"])
+    assert starts == {("share-groups-admin", 0): (0, -1), ("share-groups-nope", 0): (-1, -1)}
+    deleted = delete("sg-admin", ["share-groups-nope"])
     assert deleted.error_code == Error.NONE
     assert [(t.topic_name, t.error_code) for t in deleted.responses] == [
-        ("t-nope", Error.UNKNOWN_TOPIC_OR_PARTITION)
+        ("share-groups-nope", Error.UNKNOWN_TOPIC_OR_PARTITION)
     ]
     # Nothing else disturbed: the group is listed and a member joins it again.
     assert listed(bootstrap, "share")["sg-admin"][1] == "Empty"
-    again = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("t-admin",))
+    again = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("share-groups-admin",))
     assert again.error_code == Error.NONE and again.member_epoch > 1
     assert heartbeat(bootstrap, "sg-admin", member_id, -1, topics=None).error_code == Error.NONE

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer, ShareConsumer
 
-from tests.conftest import create_topic
-from tests.integration.test_share_consumers import _from_the_earliest
+from tests.conftest import create_topic, set_group_configs
 from tests.java.conftest import JAVA_TIMEOUT, SENDING
 
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
@@ -83,7 +82,7 @@ def test_kafka_share_groups_list_describe_reset_delete(java, broker_factory, tmp
     broker = broker_factory({"offsets.topic.num.partitions": 3})
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
-    _from_the_earliest(bootstrap, GROUP)
+    set_group_configs(bootstrap, GROUP, {"share.auto.offset.reset": "earliest"})
     b = bootstrap
     reset = ["--reset-offsets", "--group", GROUP, "--topic", TOPIC, "--to-earliest", "--execute"]
     batch = [
