@@ -18,6 +18,8 @@ from pathlib import Path
 from bench import spark_read
 from bench.failover import failover_time
 from bench.startup import time_to_usable
+from bench.streams_pause import LINES_PER_S as STREAMS_LINES_PER_S
+from bench.streams_pause import streams_join_pause
 from bench.targets import KAFKA, MINIBROKER, MOCK, SYSTEMS, BenchError, Skipped, start
 from bench.transactions import (
     PARTITIONS_PER_TRANSACTION,
@@ -75,6 +77,8 @@ SMOKE_SIZES = Sizes(
     txn_records=10_000,
     spark_records=20_000,
     spark_probes=3,
+    streams_baseline_seconds=3.0,
+    streams_tail_seconds=3.0,
 )
 # Why the Kafka column is empty when Kafka is left out of a run (the smoke run, by default).
 KAFKA_LEFT_OUT = (
@@ -182,10 +186,35 @@ FAILOVER = (
         "{:.2f}",
     ),
 )
+STREAMS_JOIN = (
+    Line(
+        "s tasks unavailable as a 4th instance joins, streams protocol (steady state)",
+        "streams_pause_s",
+        "{:.2f}",
+        "streams_steady_s",
+        "{:.2f}",
+    ),
+    Line(
+        "s tasks unavailable as a 4th instance joins, classic protocol (steady state)",
+        "classic_pause_s",
+        "{:.2f}",
+        "classic_steady_s",
+        "{:.2f}",
+    ),
+)
+STREAMS_JOIN_COLD = (
+    "the row's instances are new JVMs each time, and what it times is the group's hand-over,"
+    " timers and round trips, not a warm broker"
+)
 # Why the smoke run leaves the mock out of the group rows (Sizes.mock_rebalance).
 MOCK_REBALANCE_LEFT_OUT = (
     "left out of the smoke run: the mock's groups wait its built-in 3 s initial delay (12 s"
     " when a member misses it)"
+)
+# Why the mock has no figure in the streams-join row.
+MOCK_HAS_NO_STREAMS_GROUPS = (
+    "librdkafka's mock serves neither StreamsGroupHeartbeat (KIP-1071) nor Kafka Streams'"
+    " internal topics' creation with their configs"
 )
 # Why the mock has no failover figure.
 MOCK_CANNOT_FAIL_OVER = (
@@ -420,6 +449,34 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             not_measured={MOCK: MOCK_CANNOT_FAIL_OVER},
             cold_only=FAILOVER_COLD,
             **cluster,
+        ),
+        *(
+            [
+                Row(
+                    "streams-join",
+                    "a Kafka Streams 4.4 word count (state store, changelog, at_least_once) on"
+                    f" 3 instances under {STREAMS_LINES_PER_S} lines/s; a 4th instance joins;"
+                    " the longest gap in an output partition's appends (LogAppendTime), with"
+                    " group.protocol=streams, then =classic; 3 brokers (bench/streams_pause.py)",
+                    STREAMS_JOIN,
+                    lambda target, topic, work_dir: streams_join_pause(
+                        target.bootstrap,
+                        work_dir,
+                        topic,
+                        sizes.streams_baseline_seconds,
+                        sizes.streams_tail_seconds,
+                    ),
+                    systems=(MINIBROKER, KAFKA),
+                    not_measured={MOCK: MOCK_HAS_NO_STREAMS_GROUPS},
+                    cold_only=STREAMS_JOIN_COLD,
+                    brokers=3,
+                    replication_factor=3,
+                )
+            ]
+            # With Kafka only (the smoke run leaves it out unless asked): the row runs Kafka
+            # Streams' JVMs from the same cached jars, and takes minutes a system.
+            if java
+            else []
         ),
         Row(
             "txn-produce",

@@ -92,6 +92,11 @@ class Sizes:
     # default (50, as Kafka's): the smoke run's 8 spare the transactional and group rows the
     # creation of 50 at their first client (about 12 ms each here, as for any partition).
     internal_partitions: int | None = None
+    # The streams-join row (bench/streams_pause.py): the seconds of steady state its
+    # baseline is taken from before the 4th instance starts, and the seconds it watches
+    # after the group reported the 4 members owning every task.
+    streams_baseline_seconds: float = 10.0
+    streams_tail_seconds: float = 10.0
 
 
 def record_file(work_dir: Path, count: int, size: int) -> Path:

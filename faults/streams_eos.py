@@ -110,14 +110,24 @@ def read_committed(bootstrap: str, topic: str, wanted: dict[str, int]) -> dict[s
 
 
 class Instance:
-    """One application instance as a child JVM (its own process: SIGKILL reaches the JVM)."""
+    """One application instance as a child JVM (its own process: SIGKILL reaches the JVM),
+    with its processing guarantee and group protocol (bench.streams_pause runs it with
+    at_least_once, and with the classic protocol too)."""
 
-    def __init__(self, command: Callable[..., list[str]], bootstrap: str, app: str, work: Path):
+    def __init__(
+        self,
+        command: Callable[..., list[str]],
+        bootstrap: str,
+        app: str,
+        work: Path,
+        guarantee: str = "exactly_once_v2",
+        protocol: str = "streams",
+    ):
         work.mkdir(parents=True, exist_ok=True)
         self.log = work / "streams.log"
         self.process = subprocess.Popen(
             command("run", bootstrap, app, f"in-{app}", f"out-{app}", str(work / "state"),
-                    "exactly_once_v2"),
+                    guarantee, protocol),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log.open("a"), text=True,
         )  # fmt: skip
 

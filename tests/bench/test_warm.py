@@ -51,6 +51,7 @@ def test_a_warm_run_leaves_out_the_rows_that_start_their_own_system():
         "startup-1",
         "startup-3",
         "failover",
+        "streams-join",
         "restart",
         "spark-count",
         "spark-parquet",

@@ -296,6 +296,66 @@ async def test_an_empty_streams_group_is_deleted_with_its_records(autojump_clock
     restarted.stop()
 
 
+async def test_an_application_moves_between_the_classic_and_the_streams_protocol(
+    autojump_clock, tmp_path
+):
+    """Kafka 4.4's offline migration, both ways, with the committed offsets: a classic group
+    with no members becomes a streams group at a StreamsGroupHeartbeat (getOrCreateStreamsGroup,
+    maybeDeleteEmptyClassicGroup), and an empty streams group a classic group at a JoinGroup
+    (classicGroupJoinToClassicGroup, maybeDeleteEmptyStreamsGroup: its records tombstoned, so
+    a restarted coordinator reads back the classic group). While either has members the other
+    protocol is refused: GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL."""
+    state = cluster_state()
+    broker = streams_broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, state)
+        c = broker.coordinator
+        classic = await c.join("app", join_request())
+        assert classic.error == Error.NONE
+        member = classic.member_id
+        synced = await c.sync("app", member, None, classic.generation, {member: b"a"})
+        assert synced.error == Error.NONE
+        committed = await c.commit(
+            CommitRequest("app", classic.generation, member, None, {("t", 0): (5, 0, "")})
+        )
+        assert committed == {("t", 0): Error.NONE}
+        refused = await c.streams_heartbeat("app", joining("m1", "p1"))
+        assert (refused.error, refused.message) == (
+            Error.GROUP_ID_NOT_FOUND,
+            "Group app is not a streams group.",
+        )
+        assert await c.leave("app", [(member, None)]) == [Error.NONE]
+        joined = await c.streams_heartbeat("app", joining("m1", "p1"))
+        assert joined.error == Error.NONE and joined.member_epoch == 1
+        assert c.fetch_offsets("app", [("t", 0)])[1][("t", 0)].offset == 5
+        committed = await c.commit(CommitRequest("app", 1, "m1", None, {("t", 0): (8, 0, "")}))
+        assert committed == {("t", 0): Error.NONE}
+        assert (await c.join("app", join_request())).error == Error.INCONSISTENT_GROUP_PROTOCOL
+        assert (await c.streams_heartbeat("app", heartbeat("m1", -1))).error == Error.NONE
+        # A known member id: the streams group goes, and no classic group is made for it.
+        stale = await c.join("app", join_request("old-member"))
+        assert stale.error == Error.UNKNOWN_MEMBER_ID
+        back = await c.join("app", join_request())
+        assert back.error == Error.NONE
+        assert not isinstance(c.groups["app"], StreamsGroupEntry)
+        assert c.fetch_offsets("app", [("t", 0)])[1][("t", 0)].offset == 8
+        assert await c.leave("app", [(back.member_id, None)]) == [Error.NONE]
+        nursery.cancel_scope.cancel()
+    broker.stop()
+
+    restarted = streams_broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await restarted.start(nursery, state)
+        c = restarted.coordinator
+        assert not isinstance(c.groups["app"], StreamsGroupEntry)
+        assert c.fetch_offsets("app", [("t", 0)])[1][("t", 0)].offset == 8
+        # ... and it becomes a streams group again.
+        again = await c.streams_heartbeat("app", joining("m2", "p2"))
+        assert again.error == Error.NONE and again.member_epoch >= 1
+        nursery.cancel_scope.cancel()
+    restarted.stop()
+
+
 async def test_the_brokers_group_streams_properties_and_the_groups_configs_apply(
     autojump_clock, tmp_path
 ):

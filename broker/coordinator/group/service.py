@@ -463,6 +463,20 @@ class GroupCoordinator:
             group = await self._convert_group(group, Group(group_id, self.settings, 0))
             if group is None:
                 return JoinResult(Error.COORDINATOR_NOT_AVAILABLE, member_id=request.member_id)
+        moving_back = isinstance(group, StreamsGroupEntry) and group.is_empty
+        if moving_back and not group.is_(GroupState.DEAD):
+            # An application moving back from the streams protocol: Kafka 4.4's
+            # classicGroupJoinToClassicGroup deletes an empty streams group
+            # (maybeDeleteEmptyStreamsGroup) and the classic group takes its offsets; a
+            # streams group with members answers INCONSISTENT_GROUP_PROTOCOL (its join()).
+            converted = await self._convert_group(group, Group(group_id, self.settings, 0))
+            if converted is None:
+                return JoinResult(Error.COORDINATOR_NOT_AVAILABLE, member_id=request.member_id)
+            if request.member_id != "":
+                # Kafka: the classic group is not created for a known member id
+                # (getOrMaybeCreateClassicGroup), UNKNOWN_MEMBER_ID.
+                return JoinResult(Error.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+            group = converted
         generation = group.generation
         member, answer = group.join(request, self.clock_ms())
         self._after_change(group, generation)
@@ -907,16 +921,21 @@ class GroupCoordinator:
 
     async def _convert_group(self, old: Group, new: Group) -> Group | None:
         """An empty group changes type (Kafka converts an empty classic group on a
-        ConsumerGroupHeartbeat and an empty consumer group on a JoinGroup): the committed
-        offsets carry over; a consumer group's records are tombstoned."""
+        ConsumerGroupHeartbeat, an empty consumer group and an empty streams group on a
+        JoinGroup): the committed offsets carry over; a consumer or streams group's records
+        are tombstoned."""
         new.offsets = old.offsets
         new.offset_record_offsets = old.offset_record_offsets
         new.pending_txn_offsets = old.pending_txn_offsets
-        if isinstance(old, ConsumerGroup):
+        if isinstance(old, (ConsumerGroup, StreamsGroupEntry)):
             # Its records go, and an empty classic group's replaces whatever classic record
-            # the group had before it became a consumer group.
+            # the group had before it became a consumer or streams group.
             empty = GroupValue("", 0, None, None, self.clock_ms(), ())
-            records = _encoded(old.tombstones())
+            records = (
+                _encoded(old.tombstones())
+                if isinstance(old, ConsumerGroup)
+                else _encoded_streams(old.streams.tombstones())
+            )
             records.append((log_format.group_key(old.group_id), log_format.group_value(empty)))
             error = await self._append(old.group_id, records)
             if error != Error.NONE or self.groups.get(old.group_id) is not old:

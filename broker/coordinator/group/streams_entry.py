@@ -12,7 +12,9 @@ its current epoch, STALE_MEMBER_EPOCH; a TxnOffsetCommit that names no member an
 generation is free), validateOffsetFetch (only a member asking with its epoch is checked),
 isSubscribedToTopic (the topology's source and repartition source topics, for OffsetDelete),
 and the classic protocol's requests to a streams group: JoinGroup is
-INCONSISTENT_GROUP_PROTOCOL, SyncGroup, Heartbeat and LeaveGroup UNKNOWN_MEMBER_ID.
+INCONSISTENT_GROUP_PROTOCOL while the group has members (the service turns an empty streams
+group into a classic group first, Kafka's classicGroupJoinToClassicGroup), SyncGroup,
+Heartbeat and LeaveGroup UNKNOWN_MEMBER_ID.
 
 Departure: the offsets of an empty streams group expire as a consumer group's do (once the
 group has been empty for the retention period; Kafka 4.4 the same).

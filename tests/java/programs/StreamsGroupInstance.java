@@ -15,6 +15,7 @@ import org.apache.kafka.clients.admin.StreamsGroupMemberAssignment;
 import org.apache.kafka.clients.admin.StreamsGroupMemberDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -25,15 +26,19 @@ import org.apache.kafka.streams.kstream.Produced;
 
 /**
  * One instance of Kafka Streams' word count with {@code group.protocol=streams} (KIP-1071): the
- * broker assigns the tasks. The topology is WordCount's (a repartition topic
+ * broker assigns the tasks (or with {@code group.protocol=classic}, when asked: the leader
+ * client assigns them, through JoinGroup and SyncGroup). The topology is WordCount's (a repartition topic
  * {@code <app>-words-repartition}, a state store "counts" with its changelog).
  *
  * <p>{@code StreamsGroupInstance run <bootstrap> <app id> <input> <output> <state dir>
- * [<processing guarantee>]} (at_least_once unless given, e.g. exactly_once_v2): prints
+ * [<processing guarantee> [<group protocol>]]} (at_least_once unless given, e.g.
+ * exactly_once_v2; the group protocol streams unless given, e.g. classic): prints
  * "CLIENT <its stream thread's consumer client id>" once started,
  * "RUNNING" when the application runs and "STATE <state>" at each change; runs until its
- * standard input ends (or says "stop"), then closes the application (the member leaves the
- * group) and prints "CLOSED <state>".
+ * standard input ends (or says "stop"), then closes the application (Kafka Streams' default
+ * close: with the classic protocol the member stays in the group until its session times
+ * out), or until it says "leave", then closes it leaving the group whatever the protocol
+ * (CloseOptions' LEAVE_GROUP); prints "CLOSED <state>".
  *
  * <p>{@code StreamsGroupInstance describe <bootstrap> <app id>}: the group as
  * Admin.describeStreamsGroups (StreamsGroupDescribe) answers it, one JSON line: its state, its
@@ -50,7 +55,7 @@ public class StreamsGroupInstance {
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, "streams");
+        props.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, args.length > 7 ? args[7] : "streams");
         props.put(StreamsConfig.STATE_DIR_CONFIG, args[5]);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 3);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
@@ -87,10 +92,18 @@ public class StreamsGroupInstance {
         System.out.flush();
         BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
         String line;
-        while ((line = stdin.readLine()) != null && !line.trim().equals("stop")) {
+        while ((line = stdin.readLine()) != null && !line.trim().equals("stop")
+                && !line.trim().equals("leave")) {
             // wait
         }
-        streams.close(Duration.ofSeconds(30));
+        if (line != null && line.trim().equals("leave")) {
+            // The member leaves the group whatever its protocol (with the classic one Kafka
+            // Streams' default close stays in the group until its session times out).
+            streams.close(CloseOptions.groupMembershipOperation(
+                CloseOptions.GroupMembershipOperation.LEAVE_GROUP).withTimeout(Duration.ofSeconds(30)));
+        } else {
+            streams.close(Duration.ofSeconds(30));
+        }
         System.out.println("CLOSED " + streams.state());
         System.out.flush();
         System.exit(0);
