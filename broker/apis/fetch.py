@@ -224,7 +224,7 @@ class _Reader:
         as they are now (read_records would give the same entry)."""
         entry["high_watermark"] = partition.high_watermark
         entry["last_stable_offset"] = partition.last_stable_offset
-        entry["log_start_offset"] = partition.log.log_start_offset
+        entry["log_start_offset"] = self.replicas.log_start_offset(partition)
         if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
             self.stale_high_watermark = True
         self.watched.append(partition.key)

@@ -1242,6 +1242,11 @@ class ReplicaManager:
             log.info("stopped %d replica(s), first %s-%d", len(results), *results[0][:2])
         return results
 
+    def log_start_offset(self, partition: Partition) -> int:
+        """The partition's log start offset now, as read_records answers it (a woken fetch's
+        kept entries take it again without reading the log)."""
+        return partition.log.log_start_offset
+
     # -- leaders: followers' progress and the ISR ------------------------------------------------
 
     def record_follower_fetch(
