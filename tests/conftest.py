@@ -59,7 +59,11 @@ from tests import parallel
 settings.register_profile("minibroker", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("minibroker")
 
-BROKER_READY_TIMEOUT = 20.0
+# How long a test's own broker may take to answer ApiVersions: an upper bound, not a wait (a
+# broker that answers sooner is used at once). 60 s as the pytest plugin's forked nodes: 20 s
+# failed two starts in a fresh-clone CI rehearsal whose tests all ran about twice as slowly as
+# the run before it.
+BROKER_READY_TIMEOUT = 60.0
 TEST_CLIENT_ID = "minibroker-tests"
 
 # --- the test tiers -------------------------------------------------------------------------
