@@ -41,9 +41,11 @@ def cluster(tmp_path: Path):
     _check_clean_stop(started)
 
 
-def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(cluster):
-    source_node, dlq_node = sorted(cluster.brokers)[:2]
-    topic, dlq, group = "jobs", "dlq.jobs", "job-workers"
+def _one_record_and_its_dlq(cluster, topic, dlq, group, source_node, dlq_node, record, dlq_configs):
+    """The admin client, once `topic` is led by `source_node` holding `record`, its DLQ
+    topic `dlq` led by `dlq_node` (with `dlq_configs` beside
+    errors.deadletterqueue.group.enable), and `group` reads from the earliest offset with `dlq`
+    as its dead-letter queue."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     futures = admin.create_topics(
         [
@@ -52,7 +54,7 @@ def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(clu
                 dlq,
                 num_partitions=1,
                 replica_assignment=[[dlq_node]],
-                config={"errors.deadletterqueue.group.enable": "true"},
+                config={"errors.deadletterqueue.group.enable": "true", **dlq_configs},
             ),
         ],
         request_timeout=15,
@@ -61,11 +63,20 @@ def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(clu
         future.result(timeout=20)
     wait_for(lambda: cluster.leader_of(topic, 0) == source_node, 30, f"{topic} led")
     wait_for(lambda: cluster.leader_of(dlq, 0) == dlq_node, 30, f"{dlq} led")
-    produce(cluster.bootstrap, topic, [(b"job", b"job-0")])
+    produce(cluster.bootstrap, topic, [record])
     set_group_configs(
         cluster.bootstrap,
         group,
         {"share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq},
+    )
+    return admin
+
+
+def test_a_dlq_partition_led_elsewhere_is_written_by_a_produce_to_its_leader(cluster):
+    source_node, dlq_node = sorted(cluster.brokers)[:2]
+    topic, dlq, group = "jobs", "dlq.jobs", "job-workers"
+    _one_record_and_its_dlq(
+        cluster, topic, dlq, group, source_node, dlq_node, (b"job", b"job-0"), {}
     )
     consumer = share_consumer(cluster.bootstrap, group, topic)
     try:
@@ -97,31 +108,15 @@ def test_a_leader_killed_before_its_dlq_write_leaves_the_record_for_its_restart(
     record can reach the DLQ only through the restart: no write could succeed before it."""
     source_node, dlq_node = sorted(cluster.brokers)[:2]
     topic, dlq, group = "orders", "dlq.orders", "order-workers"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics(
-        [
-            NewTopic(topic, num_partitions=1, replica_assignment=[[source_node]]),
-            NewTopic(
-                dlq,
-                num_partitions=1,
-                replica_assignment=[[dlq_node]],
-                config={
-                    "errors.deadletterqueue.group.enable": "true",
-                    "min.insync.replicas": "2",
-                },
-            ),
-        ],
-        request_timeout=15,
-    )
-    for future in futures.values():
-        future.result(timeout=20)
-    wait_for(lambda: cluster.leader_of(topic, 0) == source_node, 30, f"{topic} led")
-    wait_for(lambda: cluster.leader_of(dlq, 0) == dlq_node, 30, f"{dlq} led")
-    produce(cluster.bootstrap, topic, [(b"order", b"order-0")])
-    set_group_configs(
-        cluster.bootstrap,
+    admin = _one_record_and_its_dlq(
+        cluster,
+        topic,
+        dlq,
         group,
-        {"share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq},
+        source_node,
+        dlq_node,
+        (b"order", b"order-0"),
+        {"min.insync.replicas": "2"},
     )
     consumer = share_consumer(cluster.bootstrap, group, topic)
     try:
