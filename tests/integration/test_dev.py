@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ class Dev:
     def __init__(
         self, data: Path, *extra: str, stdout=subprocess.PIPE, ports: tuple[int, int] | None = None
     ) -> None:
+        self.data = data
         offsets = (SECURE_PORT_OFFSET,) if "--secure" in extra else ()
         self.first_port, self.controller_port = ports or (
             free_ports_in_a_row(3, *offsets),
@@ -107,13 +109,26 @@ def brokers_listed(port: int) -> set[int]:
         return set()
 
 
-@pytest.fixture
-def dev(tmp_path):
-    started = Dev(tmp_path / "data")
+def started_dev(data: Path) -> Iterator[Dev]:
+    started = Dev(data)
     started.wait_said("the cluster is ready", "the cluster to start")
     yield started
     started.stop()
     assert not [pid for pid in started.pids() if alive(pid)], "nodes outlived `minibroker dev`"
+
+
+@pytest.fixture
+def own_dev(tmp_path):
+    """A cluster of the test's own, for a test that ends it (a signal, a killed supervisor)."""
+    yield from started_dev(tmp_path / "data")
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    """One cluster for the module's tests that leave it running as they found it (a node
+    killed is started again), each start of `minibroker dev` being 3 brokers, a controller and
+    their registries: 20-40 s of the CI's 2 cores."""
+    yield from started_dev(tmp_path_factory.mktemp("dev") / "data")
 
 
 def test_the_banner_names_the_schema_registry_and_it_answers(dev):
@@ -154,9 +169,9 @@ def test_a_killed_controller_is_restarted_and_the_brokers_carry_on(dev):
     futures["after-restart"].result(timeout=30)
 
 
-def test_a_second_dev_over_the_same_data_refuses_at_once(dev, tmp_path):
+def test_a_second_dev_over_the_same_data_refuses_at_once(dev):
     second = subprocess.run(
-        [sys.executable, "-m", "minibroker", "dev", "--data", str(tmp_path / "data")],
+        [sys.executable, "-m", "minibroker", "dev", "--data", str(dev.data)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -170,17 +185,17 @@ def test_a_second_dev_over_the_same_data_refuses_at_once(dev, tmp_path):
     assert "ready" not in second.stdout
 
 
-def test_serve_in_the_data_folder_of_dev_is_refused(dev, tmp_path):
+def test_serve_in_the_data_folder_of_dev_is_refused(dev):
     """`minibroker serve` with its default log.dirs (./data) where `minibroker dev` keeps its
     cluster: refused before it writes anything there, saying what to do."""
-    data = tmp_path / "data"
+    data = dev.data
     before = sorted(path.name for path in data.iterdir())
     serve = subprocess.run(
         [
             *(sys.executable, "-m", "minibroker", "serve"),
             *("--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"),
         ],
-        cwd=tmp_path,
+        cwd=dev.data.parent,
         capture_output=True,
         text=True,
         timeout=60,
@@ -234,13 +249,8 @@ def test_a_port_held_by_another_program_is_named_as_such(tmp_path):
     ) in second.stderr
 
 
-def test_sighup_stops_every_node(dev):
-    dev.process.send_signal(signal.SIGHUP)
-    assert dev.process.wait(timeout=60) == 0
-    assert dev.said("every node stopped cleanly")
-
-
-def test_nodes_die_with_a_killed_supervisor(dev):
+def test_nodes_die_with_a_killed_supervisor(own_dev):
+    dev = own_dev
     dev.process.kill()
     dev.process.wait(timeout=10)
     wait_for(lambda: not any(alive(pid) for pid in dev.pids()), 30, "the nodes to stop")
@@ -269,9 +279,10 @@ def test_a_closed_pipe_does_not_break_the_shutdown(tmp_path):
     assert leftovers.stdout.strip() == "", "nodes outlived `minibroker dev`"
 
 
-def test_dev_starts_again_at_once_on_the_same_ports(tmp_path):
+def test_dev_starts_again_at_once_on_the_same_ports_and_sighup_stops_it(tmp_path):
     """The ports of a cluster stopped a moment ago still have connections in TIME_WAIT; they
-    must not look taken (the port check once refused them)."""
+    must not look taken (the port check once refused them). The second cluster is stopped
+    with SIGHUP (a closed terminal), which stops every node cleanly as Ctrl-C does."""
     first = Dev(tmp_path / "data")
     first.wait_said("the cluster is ready", "the cluster to start")
     assert first.stop() == 0, "\n".join(first.lines)
@@ -281,7 +292,10 @@ def test_dev_starts_again_at_once_on_the_same_ports(tmp_path):
     except BaseException:
         again.stop()  # the failure above is the one to report, not the stop's exit code
         raise
-    assert again.stop() == 0, "\n".join(again.lines)
+    again.process.send_signal(signal.SIGHUP)
+    assert again.process.wait(timeout=60) == 0, "\n".join(again.lines)
+    assert again.said("every node stopped cleanly"), "\n".join(again.lines)
+    assert not [pid for pid in again.pids() if alive(pid)], "nodes outlived `minibroker dev`"
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
