@@ -18,7 +18,7 @@ single node with `/metrics` and `event.loop.stall.warn.ms=5` goes through three 
   checkpoint files and retention's deletions, all the time.
 
 Meanwhile another client sends ApiVersions back to back on its own connection and times each
-round trip. Printed per run and scenario: the pulse's stalls (minibroker_event_loop_stall_seconds,
+round trip. Printed per run and scenario: the loop's stalls (minibroker_event_loop_stall_seconds,
 node/loop_stalls.py, busy and waiting together) over 5, 10 and 50 ms, their p99 and their
 largest (the upper bound of the histogram's highest non-empty bucket), the other client's
 worst round trip (exact: the longest any client waited) and, for roll, the workload's
@@ -153,7 +153,7 @@ def stall_figures(before: dict, after: dict) -> dict[str, float]:
             labels = (("kind", kind), ("le", repr(float(bound))))
             below[bound] += delta("minibroker_event_loop_stall_seconds_bucket", labels)
     figures = {
-        "pulses": total,
+        "stalls": total,
         ">5ms": total - below[0.005],
         ">10ms": total - below[0.01],
         ">50ms": total - below[0.05],

@@ -178,14 +178,14 @@ class BrokerMetrics:
             registry=self.registry,
         )
 
-        # Not Kafka's (its request path has no single thread to stall): how late the event
-        # loop came back to a pulse due every 10 ms, and every garbage collection's pause
+        # Not Kafka's (its request path has no single thread to stall): runs of the event loop
+        # of 1 ms or more without polling for I/O, and every garbage collection's pause
         # (node/loop_stalls.py).
         self.loop_stalls = Histogram(
             "minibroker_event_loop_stall_seconds",
-            "How much later than due the event loop ran a pulse due every 10 ms: the time it"
-            " spent without coming back to the scheduler; kind: busy (the thread ran code for"
-            " at least half of it) or waiting (a blocking system call, or not scheduled).",
+            "Runs of the event loop of 1 ms or more between two polls for I/O: every client's"
+            " requests wait meanwhile; kind: busy (the thread ran code for at least half of it)"
+            " or waiting (a blocking system call, or not scheduled).",
             ["kind"],
             buckets=STALL_BUCKETS,
             registry=self.registry,

@@ -1,4 +1,4 @@
-"""How long the event loop goes without coming back to the scheduler, and why.
+"""How long the event loop goes without coming back to poll for I/O, and why.
 
 minibroker serves every client from one trio thread: whatever holds that thread (a garbage
 collection, a disk sync, a large response built in one step) delays every request at once, and
@@ -8,14 +8,16 @@ the models here. Issue 40.
 
 Three parts:
 
-- :class:`StallMeter` (pure, time passed in): a pulse that should come back every
-  ``interval`` seconds; the time it comes back late is the stall, observed into the histogram
+- :class:`StallMeter` (pure, time passed in): a *run* of the loop lasts from the end of one
+  wait for I/O to the start of the next (trio's ``after_io_wait`` and ``before_io_wait``
+  instrument hooks); every task step in between delays whatever arrives on a socket meanwhile.
+  A run of ``MIN_STALL_S`` or more is a stall, observed into the histogram
   ``minibroker_event_loop_stall_seconds{kind}``: ``busy`` when the thread used the CPU for at
-  least half of that time (the loop ran code), ``waiting`` otherwise (a blocking system call,
-  or the OS did not schedule the process: a loaded machine);
-- :class:`StallWatchdog`: a daemon thread that wakes every ``warn / 2`` and, when the pulse is
-  overdue by more than ``event.loop.stall.warn.ms``, takes the event loop thread's stack
-  (``sys._current_frames``) and logs it once for that stall: the code that was running. A
+  least half of it (the loop ran code), ``waiting`` otherwise (a blocking system call, or the
+  OS did not schedule the process: a loaded machine);
+- :class:`StallWatchdog`: a daemon thread that wakes every ``warn / 2`` and, when the current
+  run has lasted more than ``event.loop.stall.warn.ms``, takes the event loop thread's stack
+  (``sys._current_frames``) and logs it once for that run: the code that was running. A
   thread runs while the loop's thread is in Python code (the interpreter switches threads every
   5 ms) or waiting on I/O, so it sees every stall but one spent inside a single C call that holds
   the GIL; the garbage collector is one, so it is measured by itself:
@@ -23,13 +25,21 @@ Three parts:
   ``minibroker_gc_pause_seconds{generation}``; a stall that the watchdog could not see while it
   happened is named by its collection here.
 
-Departure: trio's Instrument hooks (before/after_task_step) would time each task step exactly,
-but they run on every step of every task, on the data path; a pulse every ``interval`` costs one
-wake-up per interval whatever the load.
+Departures and costs: trio's per-step hooks (before/after_task_step) would time each task step,
+but they run on every step of every task, on the data path; the I/O-wait hooks run once per
+turn of the scheduler (trio calls only the hooks an instrument overrides), about a microsecond
+each, and not at all while the loop waits, so an idle broker does not wake up for them. The
+first version of this module slept a pulse task every 10 ms and measured how late it woke:
+100 wake-ups a second, which was most of an idle broker's CPU (5.4% of a core against 0.5%
+without it, `minibroker serve` idle for 20 s) and missed stalls shorter than its period.
+Runs shorter than ``MIN_STALL_S`` are not observed (a busy loop turns thousands of times a
+second, and each observation would cost more than the run's own bookkeeping), so the
+histogram's count is of stalls of 1 ms or more, not of turns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import sys
@@ -43,41 +53,39 @@ from prometheus_client import Histogram
 
 log = logging.getLogger("loop")
 
-PULSE_INTERVAL_S = 0.01
+# The shortest run of the loop observed as a stall (the histogram's first bucket).
+MIN_STALL_S = 0.001
 
 
 @dataclass
 class StallMeter:
-    """The pulse's arithmetic: ``expect(now, cpu)`` when the pulse goes to sleep for
-    ``interval``, ``arrived(now, cpu)`` when it runs again, which answers the stall (how much
-    later than due it ran, never negative) and whether the thread was ``busy`` meanwhile: it
-    used the CPU for at least half the time since the pulse slept (the loop was running code),
-    else it was waiting (in a system call such as an fsync, or not scheduled by the OS).
-    ``cpu`` is the thread's CPU time (``time.thread_time``). ``overdue(now)``: how late the
-    pulse is now (0 if not due yet)."""
+    """A run's arithmetic: ``started(now, cpu)`` when the loop's wait for I/O returns,
+    ``ended(now, cpu)`` when it waits again, which answers the run's length and whether the
+    thread was ``busy`` meanwhile: it used the CPU for at least half of the run (the loop was
+    running code), else it was waiting (in a system call such as an fsync, or not scheduled by
+    the OS). ``cpu`` is the thread's CPU time (``time.thread_time``). ``overdue(now)``: how long
+    the current run has lasted (0 while the loop waits for I/O)."""
 
-    interval: float
-    due: float | None = None
+    started_at: float | None = None
     worst: float = 0.0
-    _slept_at: float = 0.0
     _cpu_at: float = 0.0
 
-    def expect(self, now: float, cpu: float = 0.0) -> None:
-        self.due = now + self.interval
-        self._slept_at, self._cpu_at = now, cpu
+    def started(self, now: float, cpu: float = 0.0) -> None:
+        self.started_at, self._cpu_at = now, cpu
 
-    def arrived(self, now: float, cpu: float = 0.0) -> tuple[float, bool]:
-        if self.due is None:
+    def ended(self, now: float, cpu: float = 0.0) -> tuple[float, bool]:
+        started_at = self.started_at
+        if started_at is None:
             return 0.0, False
-        stall = max(0.0, now - self.due)
-        self.worst = max(self.worst, stall)
-        self.due = None
-        busy = (cpu - self._cpu_at) * 2 >= now - self._slept_at
-        return stall, busy
+        self.started_at = None
+        run = max(0.0, now - started_at)
+        self.worst = max(self.worst, run)
+        busy = (cpu - self._cpu_at) * 2 >= run
+        return run, busy
 
     def overdue(self, now: float) -> float:
-        due = self.due
-        return 0.0 if due is None else max(0.0, now - due)
+        started_at = self.started_at
+        return 0.0 if started_at is None else max(0.0, now - started_at)
 
 
 class GcPauses:
@@ -116,7 +124,7 @@ class StallWatchdog:
         self.warn_s = warn_s
         self.loop_thread_id = loop_thread_id
         self.reported: list[str] = []  # the stacks logged, newest last (kept: the last 20)
-        self._reported_due: float | None = None
+        self._reported_run: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="loop-stall-watchdog", daemon=True)
 
@@ -129,16 +137,16 @@ class StallWatchdog:
     def _watch(self) -> None:
         period = max(self.warn_s / 2, 0.001)
         while not self._stop.wait(period):
-            due = self.meter.due
+            started_at = self.meter.started_at
             late = self.meter.overdue(time.perf_counter())
-            if late <= self.warn_s or due is None or due == self._reported_due:
+            if late <= self.warn_s or started_at is None or started_at == self._reported_run:
                 continue
-            self._reported_due = due  # once per stall
+            self._reported_run = started_at  # once per stall
             frame = sys._current_frames().get(self.loop_thread_id)
             stack = "".join(traceback.format_stack(frame, limit=12)) if frame else "(no frame)"
             self.reported = [*self.reported[-19:], stack]
             log.warning(
-                "the event loop has not come back to the scheduler for %.0f ms"
+                "the event loop has not come back to poll for I/O for %.0f ms"
                 " (event.loop.stall.warn.ms=%.0f); it is running:\n%s",
                 late * 1000,
                 self.warn_s * 1000,
@@ -146,39 +154,45 @@ class StallWatchdog:
             )
 
 
-class LoopStalls:
-    """The three parts wired for one node: ``run`` is the pulse task (in the node's nursery);
-    the watchdog and the gc callback live as long as it does."""
+class LoopStalls(trio.abc.Instrument):
+    """The three parts wired for one node: ``run`` (a task in the node's nursery) adds this
+    instrument to the trio run and keeps it, the watchdog and the gc callback as long as it
+    runs."""
 
-    def __init__(
-        self,
-        stall_histogram: Histogram,
-        gc_histogram: Histogram,
-        warn_ms: int,
-        interval: float = PULSE_INTERVAL_S,
-    ) -> None:
-        self.meter = StallMeter(interval)
-        self._stalls = stall_histogram
+    def __init__(self, stall_histogram: Histogram, gc_histogram: Histogram, warn_ms: int) -> None:
+        self.meter = StallMeter()
+        self._busy = stall_histogram.labels("busy").observe
+        self._waiting = stall_histogram.labels("waiting").observe
         self.gc = GcPauses(gc_histogram)
         self.warn_s = warn_ms / 1000
         self.watchdog: StallWatchdog | None = None
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.meter.started(time.perf_counter(), time.thread_time())
+
+    def before_io_wait(self, timeout: float) -> None:
+        meter = self.meter
+        started_at = meter.started_at
+        if started_at is None:
+            return
+        if time.perf_counter() - started_at < MIN_STALL_S:
+            meter.started_at = None
+            return
+        run, busy = meter.ended(time.perf_counter(), time.thread_time())
+        (self._busy if busy else self._waiting)(run)
 
     async def run(self) -> None:
         self.gc.install()
         if self.warn_s > 0:
             self.watchdog = StallWatchdog(self.meter, self.warn_s, threading.get_ident())
             self.watchdog.start()
-        meter = self.meter
-        busy_stall = self._stalls.labels("busy").observe
-        waiting_stall = self._stalls.labels("waiting").observe
-        clock, cpu = time.perf_counter, time.thread_time
+        trio.lowlevel.add_instrument(self)
         try:
-            while True:
-                meter.expect(clock(), cpu())
-                await trio.sleep(meter.interval)
-                stall, busy = meter.arrived(clock(), cpu())
-                (busy_stall if busy else waiting_stall)(stall)
+            await trio.sleep_forever()
         finally:
+            # trio removes an instrument whose hook raised (and logs it): gone already then.
+            with contextlib.suppress(KeyError):
+                trio.lowlevel.remove_instrument(self)
             self.gc.remove()
             if self.watchdog is not None:
                 self.watchdog.stop()

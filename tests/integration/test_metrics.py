@@ -47,12 +47,13 @@ def test_counters_and_gauges_follow_what_clients_did(metered):
     assert samples[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
     assert samples[("kafka_controller_kafkacontroller_activebrokercount", ())] == 1
     assert ("process_resident_memory_bytes", ()) in samples
-    # The event loop's pulse (node/loop_stalls.py) has run, and garbage collections are timed.
-    pulses = sum(
+    # The event loop's runs of 1 ms or more (node/loop_stalls.py: the broker's start and the
+    # requests above make some) are measured, and garbage collections are timed.
+    stalls = sum(
         samples.get(("minibroker_event_loop_stall_seconds_count", (("kind", kind),)), 0)
         for kind in ("busy", "waiting")
     )
-    assert pulses >= 1
+    assert stalls >= 1
     assert ("minibroker_gc_pause_seconds_count", (("generation", "0"),)) in samples
 
 

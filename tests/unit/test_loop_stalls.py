@@ -1,5 +1,5 @@
-"""The event loop's stall meter (node/loop_stalls.py): the pulse's arithmetic, and a real
-stall (the loop's thread held by a blocking call) measured, logged once with the code that held
+"""The event loop's stall meter (node/loop_stalls.py): a run's arithmetic, an idle loop left
+asleep, and a real stall (the loop's thread held by a blocking call) measured, logged once with the code that held
 it, and a garbage collection timed. The stalls here are made by the test, so what is asserted is
 a lower bound the stall cannot be under, never a timing of the machine."""
 
@@ -26,21 +26,48 @@ def _histograms():
     return registry, stalls, pauses
 
 
-def test_the_meter_counts_only_lateness():
-    meter = StallMeter(interval=0.01)
-    assert meter.arrived(5.0) == (0.0, False)  # never expected: no stall
-    meter.expect(10.0, cpu=1.0)
-    assert meter.overdue(10.005) == 0.0
-    assert meter.overdue(10.5) == pytest.approx(0.49)
-    assert meter.arrived(10.008, cpu=1.0)[0] == 0.0  # early is not a stall
-    meter.expect(11.0, cpu=2.0)
-    stall, busy = meter.arrived(11.26, cpu=2.2)  # the thread ran code for 0.2 of 0.26 s
-    assert stall == pytest.approx(0.25) and busy
-    assert meter.worst == pytest.approx(0.25)
-    assert meter.overdue(12.0) == 0.0  # nothing due after it arrived
-    meter.expect(20.0, cpu=3.0)
-    stall, busy = meter.arrived(20.51, cpu=3.01)  # blocked or not scheduled
-    assert stall == pytest.approx(0.5) and not busy
+def test_the_meter_measures_runs_between_waits_for_io():
+    meter = StallMeter()
+    assert meter.ended(5.0) == (0.0, False)  # never started: no run
+    assert meter.overdue(5.0) == 0.0  # waiting for I/O
+    meter.started(10.0, cpu=1.0)
+    assert meter.overdue(10.5) == pytest.approx(0.5)
+    run, busy = meter.ended(10.26, cpu=1.2)  # the thread ran code for 0.2 of 0.26 s
+    assert run == pytest.approx(0.26) and busy
+    assert meter.worst == pytest.approx(0.26)
+    assert meter.overdue(12.0) == 0.0  # waiting again
+    meter.started(20.0, cpu=3.0)
+    run, busy = meter.ended(20.5, cpu=3.01)  # blocked or not scheduled
+    assert run == pytest.approx(0.5) and not busy
+    assert meter.worst == pytest.approx(0.5)
+
+
+def test_an_idle_loop_is_not_woken_and_short_runs_are_not_observed():
+    """The instrument adds no wake-up: a loop that only sleeps turns about once per sleep, and
+    none of its runs (microseconds) is a stall."""
+    registry, stalls, pauses = _histograms()
+    monitor = LoopStalls(stalls, pauses, warn_ms=0)
+    turns = []
+
+    class Turns(trio.abc.Instrument):
+        def before_io_wait(self, timeout):
+            turns.append(timeout)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            await trio.sleep(0.01)
+            trio.lowlevel.add_instrument(Turns())
+            await trio.sleep(0.3)
+            asleep.extend(turns)
+            nursery.cancel_scope.cancel()
+
+    asleep: list[float] = []
+    trio.run(main)
+    # A 10 ms pulse would have turned the loop about 30 times in those 0.3 s.
+    assert len(asleep) <= 3, asleep
+    for kind in ("busy", "waiting"):
+        assert registry.get_sample_value("stalls_count", {"kind": kind}) == 0
 
 
 def _hold_the_loop_thread() -> None:
@@ -54,9 +81,9 @@ def test_a_blocked_loop_is_measured_and_named_once(caplog):
     async def main():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(monitor.run)
-            await trio.sleep(0.05)  # the pulse runs and the watchdog starts
+            await trio.sleep(0.05)  # the instrument is in and the watchdog starts
             _hold_the_loop_thread()
-            await trio.sleep(0.05)  # the pulse comes back, late
+            await trio.sleep(0.05)  # the loop waits for I/O again: the run ends
             nursery.cancel_scope.cancel()
 
     with caplog.at_level(logging.WARNING, logger="loop"):
