@@ -1,7 +1,7 @@
 """The event loop's stall meter (node/loop_stalls.py): a run's arithmetic, an idle loop left
-asleep, and a real stall (the loop's thread held by a blocking call) measured, logged once with the code that held
-it, and a garbage collection timed. The stalls here are made by the test, so what is asserted is
-a lower bound the stall cannot be under, never a timing of the machine."""
+asleep, and a real stall (the loop's thread held by a blocking call) measured, logged once with
+the code that held it, and a garbage collection timed. The stalls here are made by the test, so
+what is asserted is a lower bound the stall cannot be under, never a timing of the machine."""
 
 from __future__ import annotations
 
