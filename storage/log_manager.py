@@ -350,6 +350,18 @@ def run_flush_jobs(
     return jobs
 
 
+def _directory_id(text: str | None, directory: Path) -> uuid.UUID:
+    """A log dir's directory.id (Kafka's base64 form); a meta.properties written without
+    one (or with one that does not parse) gets an id derived from the dir's path, stable
+    across restarts."""
+    if text:
+        try:
+            return topic_id_from_str(text)
+        except ValueError:
+            pass
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"minibroker-log-dir:{directory.resolve()}")
+
+
 def new_topic_id() -> uuid.UUID:
     """A random topic id as Kafka makes them: never reserved, never printed starting '-'."""
     while True:
@@ -475,6 +487,9 @@ class LogManager:
         # Kafka's LogDirFailureChannel: every log here reports its I/O errors to it, and the
         # broker listens (see storage/log_dir_failure.py).
         self.failures = LogDirFailureChannel()
+        # Each log dir's directory.id from its meta.properties (KIP-858), what a failed dir
+        # is named by in the broker's heartbeats.
+        self.directory_ids: dict[Path, uuid.UUID] = {}
 
     @property
     def _topics_path(self) -> Path:
@@ -561,11 +576,13 @@ class LogManager:
         """Create meta.properties on first use; afterwards it must name this node and cluster."""
         path = directory / META_PROPERTIES
         if not path.exists():
+            directory_id = new_topic_id()
+            self.directory_ids[directory] = directory_id
             text = (
                 "#\n"
                 "#Written by minibroker\n"
                 f"cluster.id={self.cluster_id}\n"
-                f"directory.id={topic_id_to_str(new_topic_id())}\n"
+                f"directory.id={topic_id_to_str(directory_id)}\n"
                 f"node.id={self.node_id}\n"
                 f"version={META_PROPERTIES_VERSION}\n"
             )
@@ -587,6 +604,7 @@ class LogManager:
                 f"{path}: the cluster id {self.cluster_id} doesn't match the stored cluster id "
                 f"{properties.get('cluster.id')}; the broker is trying to join the wrong cluster"
             )
+        self.directory_ids[directory] = _directory_id(properties.get("directory.id"), directory)
 
     def _read_topics(self) -> dict[str, TopicInfo]:
         try:

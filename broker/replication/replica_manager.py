@@ -330,6 +330,8 @@ class ReplicaManager:
         is returned with the error when it is hosted here, for the offsets a response carries.
         """
         partition = self._partitions.get((topic, index)) if topic else None
+        if partition is not None and self.is_offline(partition):
+            return partition, Error.KAFKA_STORAGE_ERROR
         if partition is None or not partition.is_leader:
             known = self.metadata.topic(topic) if topic else None
             if partition is not None or (known is not None and index in known.partitions):
@@ -348,7 +350,7 @@ class ReplicaManager:
         given yet (no leader epoch) is not served: NOT_LEADER_OR_FOLLOWER, as Kafka's
         partitions are not online before their first LeaderAndIsr."""
         partition = self._partitions.get((topic, index)) if topic else None
-        if partition is None or partition.leader_epoch < 0:
+        if partition is None or partition.leader_epoch < 0 or self.is_offline(partition):
             return self.leader_partition(topic, index, current_leader_epoch)
         return partition, partition.leader_epoch_error(current_leader_epoch)
 
@@ -395,6 +397,35 @@ class ReplicaManager:
         """The partition if this broker holds a replica of it."""
         return self._partitions.get(key)
 
+    def is_offline(self, partition: Partition) -> bool:
+        """Whether the partition's log is in a failed log dir (Kafka's HostedPartition
+        .Offline): nothing is read or written there until a restart recovers it."""
+        return self.log_manager.failures.is_offline(partition.log.directory.parent)
+
+    def handle_log_dir_failure(self, directory: Path) -> list[tuple[str, int]]:
+        """Kafka's ReplicaManager.handleLogDirFailure for one failed dir among several: its
+        partitions stop being fetched, and every request parked on them (an acks=-1 produce,
+        a fetch) wakes up to find them offline (KAFKA_STORAGE_ERROR, as Kafka's
+        getPartitionOrError answers for an Offline partition). Their logs refuse every
+        operation already (storage/log_dir_failure.py); the broker tells the controller,
+        which moves their leadership away. Returns the partitions taken offline."""
+        offline = [
+            key
+            for key, partition in self._partitions.items()
+            if partition.log.directory.parent == directory
+        ]
+        for key in offline:
+            self.fetchers.remove(key)
+            self.notify(self._partitions[key])
+        log.error(
+            "log dir %s failed: %d partition(s) offline on this broker (%s)",
+            directory,
+            len(offline),
+            ", ".join(f"{topic}-{index}" for topic, index in offline[:5])
+            + (" ..." if len(offline) > 5 else ""),
+        )
+        return offline
+
     async def alter_replica_log_dirs(
         self, moves: dict[tuple[str, int], str]
     ) -> dict[tuple[str, int], Error]:
@@ -409,6 +440,8 @@ class ReplicaManager:
         the partition elsewhere, UNKNOWN_TOPIC_OR_PARTITION when it has no such partition."""
         partition = self._partitions.get((topic, index)) if topic else None
         if partition is not None:
+            if self.is_offline(partition):
+                return partition, Error.KAFKA_STORAGE_ERROR
             return partition, Error.NONE
         known = self.metadata.topic(topic) if topic else None
         if known is not None and index in known.partitions:
@@ -590,6 +623,9 @@ class ReplicaManager:
         while pending:
             still_waiting = []
             for ack in pending:
+                if self.is_offline(ack.partition):
+                    ack.fail(Error.KAFKA_STORAGE_ERROR)
+                    continue
                 min_insync = ack.partition.log.config.min_insync_replicas
                 outcome = ack.partition.acks_all_outcome(ack.required_offset, min_insync)
                 if outcome is None:
@@ -1089,6 +1125,11 @@ class ReplicaManager:
                 self._partitions[key] = partition
             else:
                 partition = self._partitions[key]  # _is_new_replica: it is hosted here
+                if self.is_offline(partition):
+                    # Kafka's becomeLeaderOrFollower for an Offline partition: this tells
+                    # the controller the replica is in a failed log dir.
+                    results[key] = Error.KAFKA_STORAGE_ERROR
+                    continue
             results[key] = self._apply_partition_state(partition, state, to_follow)
             if count % 100 == 99:
                 await trio.lowlevel.checkpoint()  # other clients' turn in a big request
@@ -1274,8 +1315,8 @@ class ReplicaManager:
             await trio.sleep(lag_ms / 2000)
             now_ms = self.elapsed_ms()
             for partition in self.partitions():
-                if not partition.is_leader:
-                    continue
+                if not partition.is_leader or self.is_offline(partition):
+                    continue  # an offline one's leadership is the controller's to move
                 lagging = partition.lagging_isr_members(now_ms, lag_ms)
                 if lagging:
                     log.warning(
