@@ -25,6 +25,13 @@ around storage/replica_move.py (the move's steps, pure, and its file operations)
 - a move stops, and its future log is removed, when the partition's log goes (StopReplica,
   a log dir failure) or a new request replaces it.
 
+The copy is throttled by replica.alter.log.dirs.io.max.bytes.per.second, as Kafka's
+ReplicaAlterLogDirsThread is (replication_quota.py, the replication throttles' own quota):
+every copied byte is recorded, and while the measured rate is above the bound no copy step
+runs; the mover waits replica.fetch.backoff.ms and looks again (Kafka's fetcher thread backs
+off so on a fetch the quota left empty). The last catch-up, inside the swap, is not held
+back: it is what was appended during the fsync, and the swap must stay short.
+
 Departures: see storage/replica_move.py (the future directory's name; a restart discards
 an unfinished copy). Kafka pauses the log cleaner on the partition during a move; here a
 cleaning in progress finishes first (the swap waits for it) and a cleaning after the copy
@@ -43,6 +50,7 @@ import trio
 
 from minibroker.protocol.errors import Error
 from minibroker.replication.log_io import settled
+from minibroker.replication.replication_quota import ReplicationQuotaManager
 from minibroker.storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
@@ -53,6 +61,11 @@ from minibroker.storage.log_manager import LogManager
 from minibroker.storage.replica_move import COPY_STEP_BYTES, ReplicaMove, Step
 
 log = logging.getLogger("replication.log_dir_mover")
+
+
+def _quota_now_ms() -> int:
+    """The quota's clock: trio's (monotonic, and a MockClock in tests)."""
+    return int(trio.current_time() * 1000)
 
 
 @dataclass
@@ -80,8 +93,17 @@ class _Replicas(Protocol):
 class LogDirMover:
     """The replica moves between this broker's log dirs (one task each)."""
 
-    def __init__(self, replica_manager: _Replicas) -> None:
+    def __init__(
+        self,
+        replica_manager: _Replicas,
+        quota: ReplicationQuotaManager | None = None,
+        backoff_s: float = 1.0,
+    ) -> None:
+        """``quota`` bounds the copies' rate (none: unbounded); ``backoff_s`` is how long a
+        move waits while it is exceeded (replica.fetch.backoff.ms)."""
         self._replicas = replica_manager
+        self.quota = quota
+        self._backoff_s = backoff_s
         self._moves: dict[tuple[str, int], _Move] = {}
         # Every move whose task has not ended, replaced ones included.
         self._running: list[_Move] = []
@@ -185,6 +207,9 @@ class LogDirMover:
                 if action.step is Step.RESTART:
                     future.truncate_fully_and_start_at(action.offset)
                 elif action.step is Step.COPY:
+                    if self._quota_exceeded():
+                        await trio.sleep(self._backoff_s)
+                        continue
                     self._copy(move, current, future, action.offset, until=None)
                 elif action.step is Step.FLUSH:
                     await replicas.run_blocking(future.flush)
@@ -256,9 +281,17 @@ class LogDirMover:
             except (OffsetOutOfRangeError, UnexpectedAppendOffsetError):
                 move.state.started = False
                 return False
+            if self.quota is not None:
+                self.quota.record(len(data), _quota_now_ms())
             offset = result.last_offset + 1
             if until is None or offset >= until.log_end_offset:
                 return True
+
+    def _quota_exceeded(self) -> bool:
+        """Kafka's ReplicaAlterLogDirsThread: a future replica is never in sync, so it is
+        held back whenever the quota is exceeded."""
+        quota = self.quota
+        return quota is not None and quota.is_quota_exceeded(_quota_now_ms())
 
     @staticmethod
     def _align(current: PartitionLog, future: PartitionLog) -> None:

@@ -65,6 +65,7 @@ from minibroker.replication.replica_selector import (
     replica_selector_for,
 )
 from minibroker.replication.replication_quota import (
+    ALTER_LOG_DIRS_RATE,
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
     LEADER_RATE,
@@ -230,6 +231,18 @@ class ReplicaManager:
             config.replication_quota_window_num,
             config.replication_quota_window_size_seconds,
         )
+        # The copy of replicas moving between log dirs (replica.alter.log.dirs.io.max.bytes
+        # .per.second, Kafka's ReplicaAlterLogDirsThread quota), its static value until a
+        # dynamic one comes.
+        self.alter_log_dirs_quota = ReplicationQuotaManager(
+            "AlterLogDirsReplication",
+            config.node_id,
+            config.alter_log_dirs_replication_quota_window_num,
+            config.alter_log_dirs_replication_quota_window_size_seconds,
+        )
+        self.alter_log_dirs_quota.update_quota(
+            config.replica_alter_log_dirs_io_max_bytes_per_second
+        )
         # Configs of topics not hosted here yet, pushed by the controller before the
         # LeaderAndIsr that creates their replicas here.
         self.announced_topic_configs: dict[str, dict[str, str]] = {}
@@ -248,7 +261,9 @@ class ReplicaManager:
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
         # Replicas moving between this broker's log dirs (AlterReplicaLogDirs).
-        self.log_dir_mover = LogDirMover(self)
+        self.log_dir_mover = LogDirMover(
+            self, self.alter_log_dirs_quota, config.replica_fetch_backoff_ms / 1000
+        )
         # Follower fetching (KIP-392): replica.selector.class, None when unset.
         self.replica_selector = replica_selector_for(config.replica_selector_class)
         # Incremental fetch sessions (KIP-227), consulted by every Fetch.
@@ -651,8 +666,13 @@ class ReplicaManager:
         by_resource = self.dynamic_configs.by_resource
         own = by_resource.get(str(self.config.node_id), {})
         cluster = by_resource.get("", {})
-        for quota, name in ((self.leader_quota, LEADER_RATE), (self.follower_quota, FOLLOWER_RATE)):
-            bound = rate_of(name, own, cluster)
+        static = self.config.replica_alter_log_dirs_io_max_bytes_per_second
+        for quota, name, default in (
+            (self.leader_quota, LEADER_RATE, None),
+            (self.follower_quota, FOLLOWER_RATE, None),
+            (self.alter_log_dirs_quota, ALTER_LOG_DIRS_RATE, static),
+        ):
+            bound = rate_of(name, own, cluster, default)
             if bound != quota.bound:
                 shown = "unbounded" if bound >= UNBOUNDED else f"{bound} bytes/s"
                 log.info("%s now %s", name, shown)

@@ -11,6 +11,7 @@ import trio
 
 from minibroker.protocol.errors import Error
 from minibroker.replication.log_dir_mover import LogDirMover
+from minibroker.replication.replication_quota import ReplicationQuotaManager
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
 from tests.unit.batch_factory import make_batch
@@ -123,3 +124,46 @@ async def test_a_move_replaced_by_one_back_home_removes_its_future_replica(tmp_p
     }
     assert mover.alter({("moving", 0): "relative"}) == {("moving", 0): Error.LOG_DIR_NOT_FOUND}
     logs.close()
+
+
+async def _move_virtual_seconds(tmp_path: Path, quota) -> tuple[float, int]:
+    """Move a log of about 6 MiB under ``quota`` (None: unthrottled); the seconds the move
+    took on trio's clock (a MockClock here) and the bytes moved."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, LogConfig(), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    current = logs.ensure_log("moving", uuid.uuid4(), 0, {}, now_ms=0)
+    for number in range(60):
+        current.append_as_leader(
+            make_batch([(None, b"%d" % number + bytes(100_000))]), leader_epoch=1, now_ms=0
+        )
+    partition = _Partition(current)
+    mover = LogDirMover(_Replicas(logs, partition), quota, backoff_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mover.run)
+        started = trio.current_time()
+        assert mover.alter({("moving", 0): str(dirs[1])}) == {("moving", 0): Error.NONE}
+        await mover.wait_idle(("moving", 0))
+        took = trio.current_time() - started
+        nursery.cancel_scope.cancel()
+    assert partition.log.directory.parent == dirs[1]
+    size = partition.log.size_bytes
+    logs.close()
+    return took, size
+
+
+async def test_a_throttled_copy_waits_as_the_rate_requires(tmp_path: Path, autojump_clock):
+    """replica.alter.log.dirs.io.max.bytes.per.second (Kafka's ReplicaAlterLogDirsThread
+    quota), on trio's MockClock: at 1 MiB/s, with the quota's rate over two 1-second windows,
+    a 6 MiB copy may run ahead by what the windows allow (about two steps of 1 MiB), and no
+    more: it takes at least (size - 2 MiB) / rate seconds, where unthrottled it takes none;
+    and it goes on as soon as the rate allows (within a backoff of it)."""
+    rate = 1 << 20
+    quota = ReplicationQuotaManager("AlterLogDirsReplication", 1, window_num=2, window_size_s=1)
+    quota.update_quota(rate)
+    took, size = await _move_virtual_seconds(tmp_path / "throttled", quota)
+    assert size > 6_000_000
+    assert (size - 2 * rate) / rate <= took <= size / rate + 1, took
+    assert quota.measure(int(trio.current_time() * 1000)) <= 2 * rate
+    unthrottled, _ = await _move_virtual_seconds(tmp_path / "free", None)
+    assert unthrottled < 0.5, unthrottled
