@@ -74,7 +74,7 @@ def jbod_cluster(tmp_path: Path):
         _check_clean_stop(cluster)
     finally:
         if cluster is not None:
-            for broker in cluster.nodes():
+            for broker in cluster.nodes:
                 if broker.running:
                     broker.kill()
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -92,7 +92,9 @@ def test_a_failed_log_dir_takes_only_its_partitions_offline(jbod_cluster):
     cluster, disk = jbod_cluster
     broker3 = cluster.brokers[3]
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    new_topic = NewTopic(TOPIC, replica_assignment=ASSIGNMENT, config={"min.insync.replicas": "2"})
+    new_topic = NewTopic(
+        TOPIC, PARTITIONS, replica_assignment=ASSIGNMENT, config={"min.insync.replicas": "2"}
+    )
     admin.create_topics([new_topic])[TOPIC].result(30)
     for partition, replicas in enumerate(ASSIGNMENT):
         cluster.wait_for_isr(TOPIC, partition, replicas, CONVERGENCE_TIMEOUT)
