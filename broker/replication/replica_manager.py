@@ -1044,6 +1044,8 @@ class ReplicaManager:
             finally:
                 for partition in to_follow:
                     self.fetchers.add(partition)
+            if self.log_manager.unfinished_moves:
+                self.log_dir_mover.resume_unfinished()
             self._first_leader_and_isr.set()
             self._log_role_summary(results)
             return results

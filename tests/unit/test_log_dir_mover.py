@@ -167,3 +167,49 @@ async def test_a_throttled_copy_waits_as_the_rate_requires(tmp_path: Path, autoj
     assert quota.measure(int(trio.current_time() * 1000)) <= 2 * rate
     unthrottled, _ = await _move_virtual_seconds(tmp_path / "free", None)
     assert unthrottled < 0.5, unthrottled
+
+
+async def test_a_copy_a_restart_interrupted_resumes_from_its_future_replica(
+    tmp_path: Path, autojump_clock
+):
+    """Kafka resumes an unfinished copy after a restart: the future replica (half the log
+    copied) is kept, the broker restarts, the partition takes more records, and the move
+    resumes once it is hosted: it copies only what the future replica lacks (the quota
+    counts those bytes alone), then swaps, byte for byte the current log."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, LogConfig(segment_bytes=4096), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    current = logs.ensure_log("moving", uuid.uuid4(), 0, {}, now_ms=0)
+    append(current, 200, 0)
+    future = logs.open_future_log(current, dirs[1], now_ms=0)
+    half = current.read(0, max_bytes=1 << 20, max_offset=100)
+    future.append_as_follower(half, now_ms=0)
+    assert future.log_end_offset == 100
+    future.close()
+    logs.close()  # the broker stops in the middle of the copy
+
+    logs = LogManager(dirs, LogConfig(segment_bytes=4096), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    assert logs.unfinished_moves == {("moving", 0): dirs[1] / "moving-0"}
+    current = logs.get_log("moving", 0)
+    append(current, 30, 200)
+    partition = _Partition(current)
+    quota = ReplicationQuotaManager("AlterLogDirsReplication", 1)
+    mover = LogDirMover(_Replicas(logs, partition), quota)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mover.run)
+        assert mover.resume_unfinished() == [("moving", 0)]
+        await mover.wait_idle(("moving", 0))
+        nursery.cancel_scope.cancel()
+    moved = partition.log
+    assert moved.directory == dirs[1] / "moving-0" and current.closed
+    assert moved.log_end_offset == 230
+    assert moved.read(0, max_bytes=1 << 20) == half + current_bytes(dirs, moved, 100)
+    copied = quota.rate.window_and_total(int(trio.current_time() * 1000))[1]
+    assert copied == moved.size_bytes - len(half), (copied, len(half))
+    assert logs.unfinished_moves == {}
+    logs.close()
+
+
+def current_bytes(dirs, partition_log, start: int) -> bytes:
+    return partition_log.read(start, max_bytes=1 << 20)
