@@ -350,6 +350,18 @@ def run_flush_jobs(
     return jobs
 
 
+def _directory_id(text: str | None, directory: Path) -> uuid.UUID:
+    """A log dir's directory.id (Kafka's base64 form); a meta.properties written without
+    one (or with one that does not parse) gets an id derived from the dir's path, stable
+    across restarts."""
+    if text:
+        try:
+            return topic_id_from_str(text)
+        except ValueError:
+            pass
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"minibroker-log-dir:{directory.resolve()}")
+
+
 def new_topic_id() -> uuid.UUID:
     """A random topic id as Kafka makes them: never reserved, never printed starting '-'."""
     while True:
@@ -470,11 +482,17 @@ class LogManager:
         # Kafka's LogManager.preferredLogDirs: where AlterReplicaLogDirs asked a partition
         # not hosted here yet to be placed, used (and forgotten) when its log is made.
         self.preferred_log_dirs: dict[tuple[str, int], Path] = {}
+        # Future replicas whose copy a stop interrupted, by partition (open): their moves
+        # resume once the partition is hosted again.
+        self.unfinished_moves: dict[tuple[str, int], Path] = {}
         # KIP-1066's cordoned.log.dirs: dirs that take no new replica (set_cordoned).
         self.cordoned_log_dirs: frozenset[Path] = frozenset()
         # Kafka's LogDirFailureChannel: every log here reports its I/O errors to it, and the
         # broker listens (see storage/log_dir_failure.py).
         self.failures = LogDirFailureChannel()
+        # Each log dir's directory.id from its meta.properties (KIP-858), what a failed dir
+        # is named by in the broker's heartbeats.
+        self.directory_ids: dict[Path, uuid.UUID] = {}
 
     @property
     def _topics_path(self) -> Path:
@@ -518,8 +536,9 @@ class LogManager:
                 directory.mkdir(parents=True, exist_ok=True)
                 self._lock(directory)
                 self._check_meta_properties(directory)
-            # Replica moves between log dirs a stop interrupted (storage/replica_move.py).
-            settle_moves(self.log_dirs)
+            # Replica moves between log dirs a stop interrupted (storage/replica_move.py):
+            # those whose copy had not finished resume (log_dir_mover.py).
+            self.unfinished_moves = settle_moves(self.log_dirs)
             self._topics = self._read_topics()
             clean = {
                 directory: (directory / CLEAN_SHUTDOWN_FILE).exists() for directory in self.log_dirs
@@ -561,11 +580,13 @@ class LogManager:
         """Create meta.properties on first use; afterwards it must name this node and cluster."""
         path = directory / META_PROPERTIES
         if not path.exists():
+            directory_id = new_topic_id()
+            self.directory_ids[directory] = directory_id
             text = (
                 "#\n"
                 "#Written by minibroker\n"
                 f"cluster.id={self.cluster_id}\n"
-                f"directory.id={topic_id_to_str(new_topic_id())}\n"
+                f"directory.id={topic_id_to_str(directory_id)}\n"
                 f"node.id={self.node_id}\n"
                 f"version={META_PROPERTIES_VERSION}\n"
             )
@@ -587,6 +608,7 @@ class LogManager:
                 f"{path}: the cluster id {self.cluster_id} doesn't match the stored cluster id "
                 f"{properties.get('cluster.id')}; the broker is trying to join the wrong cluster"
             )
+        self.directory_ids[directory] = _directory_id(properties.get("directory.id"), directory)
 
     def _read_topics(self) -> dict[str, TopicInfo]:
         try:
@@ -637,11 +659,12 @@ class LogManager:
         self._topics = topics
 
     def _partition_dirs(self) -> dict[tuple[str, int], Path]:
-        """Every `<topic>-<partition>` directory in the log dirs; two copies is an error."""
+        """Every `<topic>-<partition>` directory in the log dirs, future replicas left out
+        (their moves resume: storage/replica_move.py); two copies is an error."""
         found: dict[tuple[str, int], Path] = {}
         for directory in self.log_dirs:
             for path in directory.iterdir():
-                if not path.is_dir():
+                if not _current_dir(path):
                     continue
                 try:
                     key = parse_partition_dir_name(path.name)
@@ -953,6 +976,16 @@ class LogManager:
             future.close()
             raise
         return future
+
+    def reopen_future_log(
+        self, current: PartitionLog, directory: Path, now_ms: int
+    ) -> PartitionLog:
+        """Open the future replica a stop left in `directory` (any thread), recovered from
+        its files as an unclean shutdown's log is (nothing says it was flushed), with the
+        current log's config. Kafka's LogManager loads it at start (isFuture)."""
+        return PartitionLog.open(
+            directory, current.config, now_ms=now_ms, needs_recovery=True, failures=self.failures
+        )
 
     def swap_in_future(self, future: PartitionLog) -> Path:
         """Kafka's LogManager.replaceCurrentWithFutureLog, on the owner, with no pause

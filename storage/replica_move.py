@@ -20,10 +20,13 @@ Where this departs from Kafka, and why:
   ``<topic>-<partition>.<id>-future`` name: a PartitionLog knows its topic and partition
   from its directory's name, and unmarking a directory needs no rename of files that are
   open and being appended to. DescribeLogDirs reports it as Kafka does (IsFutureKey).
-- A restart in the middle of a copy discards the future log (Kafka resumes it): the move
-  is asked for again, and the copy starts from the log start offset. A restart in the
-  middle of a swap completes the swap (see :func:`settle_moves`), so nothing appended to
-  the future log after it became the partition's log is lost.
+- A restart in the middle of a copy keeps the future log, and the move resumes once the
+  partition is hosted again (its first LeaderAndIsr), as Kafka's LogManager loads future
+  logs and its ReplicaManager restarts their ReplicaAlterLogDirsThread: the future log is
+  recovered from its files, truncated by leader epoch against the current log (Kafka's
+  future-replica truncation), and the copy goes on from its end. A restart in the middle
+  of a swap completes the swap (see :func:`settle_moves`), so nothing appended to the
+  future log after it became the partition's log is lost.
 """
 
 from __future__ import annotations
@@ -158,12 +161,13 @@ def discard_future(future_dir: Path) -> None:
     fsync_directory(future_dir.parent)
 
 
-def settle_moves(log_dirs: list[Path]) -> None:
-    """At start, before the partition directories are read: finish or undo the moves a
-    stop interrupted. A future replica whose current replica still exists (in another log
-    dir) is discarded: the copy had not finished. One without (the current one was renamed
-    for deletion: the swap had begun) becomes the partition's replica. Every directory
-    renamed for deletion is then removed."""
+def settle_moves(log_dirs: list[Path]) -> dict[tuple[str, int], Path]:
+    """At start, before the partition directories are read: finish the moves a stop
+    interrupted. A future replica whose current replica still exists (in another log dir)
+    is kept, and returned by partition: its copy had not finished, and resumes
+    (broker/replication/log_dir_mover.py). One without (the current one was renamed for
+    deletion: the swap had begun) becomes the partition's replica. Every directory renamed
+    for deletion is then removed."""
     current: dict[tuple[str, int], Path] = {}
     futures: list[tuple[tuple[str, int], Path]] = []
     deleted: list[Path] = []
@@ -183,10 +187,12 @@ def settle_moves(log_dirs: list[Path]) -> None:
             else:
                 current[key] = path
     touched: set[Path] = set()
+    unfinished: dict[tuple[str, int], Path] = {}
     for key, path in futures:
         if key in current:
-            log.info("discarding the future replica %s: its move had not finished", path)
-            shutil.rmtree(path)
+            log.info("keeping the future replica %s: its move resumes", path)
+            unfinished[key] = path
+            continue
         else:
             log.info("completing the interrupted swap of the future replica %s", path)
             (path / FUTURE_MARKER).unlink()
@@ -198,3 +204,4 @@ def settle_moves(log_dirs: list[Path]) -> None:
         touched.add(path.parent)
     for directory in touched:
         fsync_directory(directory)
+    return unfinished

@@ -43,12 +43,15 @@ def _broker_heartbeat_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.BROKER_HEARTBEAT,
-    versions=(0, 0),
+    versions=(0, 1),
     roles=Role.CONTROLLER,
     senders=Senders.NODES,
     error_response=_broker_heartbeat_error,
 )
 async def handle_broker_heartbeat(ctx: RequestContext, request) -> dict:
+    """Kafka 4.4's versions 0-1: v1's OfflineLogDirs (KIP-858) are the broker's failed log
+    dirs, whose replicas the controller then takes offline
+    (controller/broker_lifecycle.py)."""
     if ctx.controller is None:
         return {
             "error_code": Error.NOT_CONTROLLER,

@@ -167,6 +167,17 @@ class ControllerClient:
         # Set once a controlled shutdown began: heartbeats stop, and a fenced answer no
         # longer means "register again".
         self.shutting_down = False
+        # KIP-858: the directory ids of this broker's failed log dirs, in every heartbeat
+        # (BrokerHeartbeat v1's OfflineLogDirs); a new one is sent at once.
+        self.offline_log_dirs: list[uuid.UUID] = []
+        self._heartbeat_now = trio.Event()
+
+    def propagate_directory_failure(self, directory_id: uuid.UUID) -> None:
+        """Kafka's BrokerLifecycleManager.propagateDirectoryFailure: a log dir failed; the
+        next heartbeat, sent now rather than at the next interval, names it."""
+        if directory_id not in self.offline_log_dirs:
+            self.offline_log_dirs.append(directory_id)
+        self._heartbeat_now.set()
 
     async def request(self, request, timeout_s: float = REQUEST_TIMEOUT_S):
         """Send a request to the controller; raises ControllerUnavailable."""
@@ -182,7 +193,9 @@ class ControllerClient:
         task_status.started()
         interval = self.config.broker_heartbeat_interval_ms / 1000
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_after(interval):
+                await self._heartbeat_now.wait()
+            self._heartbeat_now = trio.Event()
             if self.shutting_down:
                 continue
             try:
@@ -214,6 +227,7 @@ class ControllerClient:
                 "current_metadata_offset": 0,
                 "want_fence": False,
                 "want_shut_down": want_shut_down,
+                "offline_log_dirs": tuple(self.offline_log_dirs),
             },
         )
 

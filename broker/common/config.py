@@ -622,6 +622,15 @@ _PROPERTIES: dict[str, _Property] = {
     "quota.window.num": _Property("quota_window_num", _at_least(1)),
     "quota.window.size.seconds": _Property("quota_window_size_seconds", _at_least(1)),
     "replication.quota.window.num": _Property("replication_quota_window_num", _at_least(1)),
+    "replica.alter.log.dirs.io.max.bytes.per.second": _Property(
+        "replica_alter_log_dirs_io_max_bytes_per_second", _at_least(0)
+    ),
+    "alter.log.dirs.replication.quota.window.num": _Property(
+        "alter_log_dirs_replication_quota_window_num", _at_least(1)
+    ),
+    "alter.log.dirs.replication.quota.window.size.seconds": _Property(
+        "alter_log_dirs_replication_quota_window_size_seconds", _at_least(1)
+    ),
     "replication.quota.window.size.seconds": _Property(
         "replication_quota_window_size_seconds", _at_least(1)
     ),
@@ -918,6 +927,18 @@ class BrokerConfig:
     quota_window_size_seconds: int = _kafka_default("quota.window.size.seconds")
     # KIP-73's replication throttles measure their rates over these (replication_quota.py).
     replication_quota_window_num: int = _kafka_default("replication.quota.window.num")
+    # The copy throttle of replica moves between log dirs (bytes/s; a dynamic broker config
+    # overrides it: replica_manager.update_replication_throttle_rates).
+    replica_alter_log_dirs_io_max_bytes_per_second: int = _kafka_default(
+        "replica.alter.log.dirs.io.max.bytes.per.second"
+    )
+    # ... measured over these, as Kafka's QuotaConfig has them for that quota alone.
+    alter_log_dirs_replication_quota_window_num: int = _kafka_default(
+        "alter.log.dirs.replication.quota.window.num"
+    )
+    alter_log_dirs_replication_quota_window_size_seconds: int = _kafka_default(
+        "alter.log.dirs.replication.quota.window.size.seconds"
+    )
     replication_quota_window_size_seconds: int = _kafka_default(
         "replication.quota.window.size.seconds"
     )

@@ -313,6 +313,9 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "queued.max.request.bytes": (LONG, "-1"),
     "quota.window.num": (INT, "11"),
     "quota.window.size.seconds": (INT, "1"),
+    "alter.log.dirs.replication.quota.window.num": (INT, "11"),
+    "alter.log.dirs.replication.quota.window.size.seconds": (INT, "1"),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (LONG, str(2**63 - 1)),
     "replica.fetch.backoff.ms": (INT, "1000"),
     "replica.fetch.max.bytes": (INT, "1048576"),
     "replica.fetch.min.bytes": (INT, "1"),
@@ -516,9 +519,13 @@ DYNAMIC_BROKER_ONLY_CONFIGS: dict[str, int] = {"producer.id.expiration.ms": 1}
 # set), as in Kafka. A value that is not such a number is refused with INVALID_REQUEST and
 # Kafka's message, as a running Kafka 4.4 refuses it (replication/replication_quota.py applies
 # them).
+# Kafka's QuotaConfig broker rates (LONG, at least 0, unbounded by default), dynamic per
+# broker and as the cluster default: the leader's and the follower's (KIP-73), and the copy of
+# a replica moving between this broker's log dirs (ReplicaAlterLogDirsThread's quota).
 REPLICATION_THROTTLE_RATES = (
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
 )
 
 

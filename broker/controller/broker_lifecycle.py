@@ -21,6 +21,7 @@ import logging
 
 import trio
 
+from minibroker.controller import broker_requests
 from minibroker.controller import configs as config_transitions
 from minibroker.controller import state as transitions
 from minibroker.controller.context import ControllerContext
@@ -113,6 +114,12 @@ class BrokerLifecycleManager:
         )
         if not alive:
             return dict(_FENCED)
+        # BrokerHeartbeat v1's OfflineLogDirs (KIP-858), absent from v0.
+        offline = frozenset(d for d in getattr(request, "offline_log_dirs", ()) if d is not None)
+        known = controller.state.offline_log_dirs.get(request.broker_id, frozenset())
+        if not offline <= known:
+            controller.state.offline_log_dirs[request.broker_id] = known | offline
+            self._ask_for_offline_replicas(request.broker_id, offline - known)
         return {
             "error_code": Error.NONE,
             "is_caught_up": True,
@@ -153,6 +160,59 @@ class BrokerLifecycleManager:
             "is_fenced": True,
             "should_shut_down": True,
         }
+
+    # -- failed log dirs ----------------------------------------------------------------
+
+    def _ask_for_offline_replicas(self, node_id: int, new_dirs: frozenset) -> None:
+        """A live broker's heartbeat names log dirs that failed since its last one (Kafka
+        4.4's BrokerLifecycleManager.propagateDirectoryFailure sends that heartbeat at once).
+
+        Kafka 4.4's controller knows which dir holds each replica (AssignReplicasToDirs)
+        and takes those of the failed dirs offline at once (handleDirectoriesOffline).
+        minibroker's controller commands brokers with LeaderAndIsr, as Kafka's ZooKeeper-mode
+        controller did, and learns which replicas failed as that one did on a
+        LogDirEventNotification (onBrokerLogDirFailure): it sends the broker a LeaderAndIsr
+        for every replica it holds, and the broker answers KAFKA_STORAGE_ERROR for each one
+        in a failed dir (ControllerService._broker_answered, then :meth:`replicas_offline`).
+        """
+        controller = self._controller
+        log.warning(
+            "broker %d reports failed log dir(s) %s: asking which of its replicas are offline",
+            node_id,
+            ", ".join(sorted(str(d) for d in new_dirs)),
+        )
+        hosted = [
+            PartitionChange(topic.name, index, partition)
+            for topic in controller.state.topics.values()
+            for index, partition in enumerate(topic.partitions)
+            if node_id in partition.replicas
+        ]
+        if hosted:
+            request = broker_requests.leader_and_isr(
+                controller.state, controller.node_id, node_id, hosted
+            )
+            controller.channels.enqueue(node_id, request)
+
+    async def replicas_offline(self, node_id: int, keys: list[tuple[str, int]]) -> None:
+        """Replicas of ``node_id`` that are in a failed log dir (state.take_replicas_offline):
+        out of their ISRs, leadership moved to other ISR members, saved, then told; the
+        broker stays registered and serves its other replicas (Kafka's rule, KIP-858)."""
+        controller = self._controller
+        if not controller.state.is_live(node_id):
+            return  # fenced meanwhile: its partitions moved already
+        changes = transitions.take_replicas_offline(
+            controller.state, node_id, keys, controller.config.unclean_leader_election_enable
+        )
+        log.warning(
+            "broker %d: %d replica(s) in a failed log dir are offline; %d partition(s) change"
+            " leader or ISR",
+            node_id,
+            len(keys),
+            len(changes),
+        )
+        if changes:
+            await controller.save()
+            controller.propagate(changes)
 
     # -- liveness -----------------------------------------------------------------------
 

@@ -42,6 +42,8 @@ class BrokerConnection(Protocol):
 
 # Opens a connection to a registered broker (the seam tests replace with a fake broker).
 ConnectionFactory = Callable[[BrokerInfo], Awaitable[BrokerConnection]]
+# Hears each answer a broker gave: (broker id, request, response).
+ResponseListener = Callable[[int, object, object], None]
 
 
 class _Queued:
@@ -125,6 +127,8 @@ class BrokerChannel:
                         connection = await manager.connect(broker)
                     with trio.fail_after(CHANNEL_REQUEST_TIMEOUT_S):
                         response = await connection.request(request)
+                    if manager.on_response is not None:
+                        manager.on_response(self.node_id, request, response)
                     # AlterConfigs has no top-level error code; its pushes are always applied.
                     error_code = getattr(response, "error_code", None)
                     if error_code is not None and error_code.value != 0:
@@ -153,7 +157,9 @@ class ControllerChannelManager:
     ``broker(node_id)`` is the broker's registration as the controller knows it now;
     ``all_saved()`` waits until no save of the controller's state is in flight;
     ``connect`` opens a connection to a broker (by default a NodeConnection to its
-    inter-broker listener, with this node's security settings for that listener)."""
+    inter-broker listener, with this node's security settings for that listener);
+    ``on_response`` hears every answer (the controller reads LeaderAndIsr's per-partition
+    errors from them, as Kafka's controller does in handleLeaderAndIsrResponse)."""
 
     def __init__(
         self,
@@ -161,8 +167,10 @@ class ControllerChannelManager:
         broker: Callable[[int], BrokerInfo | None],
         all_saved: Callable[[], Awaitable[None]],
         connect: ConnectionFactory | None = None,
+        on_response: ResponseListener | None = None,
     ) -> None:
         self._config = config
+        self.on_response = on_response
         self.broker = broker
         self.all_saved = all_saved
         self.connect: ConnectionFactory = connect or self._connect

@@ -15,6 +15,7 @@ import trio
 
 from minibroker.common.config import BrokerConfig
 from minibroker.common.config_model import BrokerLayers
+from minibroker.controller.channel_manager import ControllerChannelManager
 from minibroker.controller.state import ControllerState, PartitionChange, TopicState
 
 
@@ -24,6 +25,10 @@ class ControllerContext(Protocol):
     state: ControllerState
     rng: Random
     clock_ms: Callable[[], int]
+    channels: ControllerChannelManager
+
+    @property
+    def node_id(self) -> int: ...
 
     async def save(self) -> None: ...
 

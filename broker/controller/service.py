@@ -45,6 +45,7 @@ from minibroker.controller.replication_control import ReplicationControlManager
 from minibroker.controller.state import ControllerState, PartitionChange, TopicState
 from minibroker.controller.store import LocalStore
 from minibroker.protocol.errors import Error
+from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer.acls import Authorizer
 from minibroker.security.scram import ScramCredentials
 
@@ -84,7 +85,11 @@ class ControllerService:
         self.store = store or LocalStore(Path(config.log_dirs[0]))
         self.state: ControllerState = ControllerState()
         self.channels = ControllerChannelManager(
-            config, lambda node_id: self.state.brokers.get(node_id), self.all_saved, connect
+            config,
+            lambda node_id: self.state.brokers.get(node_id),
+            self.all_saved,
+            connect,
+            on_response=self._broker_answered,
         )
         self.brokers = BrokerLifecycleManager(self)
         self.replication = ReplicationControlManager(self)
@@ -226,6 +231,31 @@ class ControllerService:
 
     async def broker_heartbeat(self, request) -> dict:
         return await self.brokers.heartbeat(request)
+
+    def _broker_answered(self, node_id: int, request, response) -> None:
+        """A broker's answer on its channel: a LeaderAndIsr answered KAFKA_STORAGE_ERROR for
+        some partitions means their replicas there are in a failed log dir (Kafka's
+        ZooKeeper-mode KafkaController.onBrokerLogDirFailure learns them so, from the
+        LeaderAndIsr it sends that broker): they are taken offline
+        (BrokerLifecycleManager.replicas_offline)."""
+        if getattr(request, "__api_key__", None) != ApiKey.LEADER_AND_ISR:
+            return
+        error_code = getattr(response, "error_code", None)
+        if error_code is None or error_code.value != Error.NONE:
+            return
+        failed: list[tuple[str, int]] = []
+        for topic in getattr(response, "topics", ()):
+            known = self.state.topic_by_id(topic.topic_id)
+            if known is None:
+                continue
+            failed += [
+                (known.name, answer.partition_index)
+                for answer in topic.partition_errors
+                if answer.error_code.value == Error.KAFKA_STORAGE_ERROR
+            ]
+        already = self.state.offline_replicas.get(node_id, set())
+        if any(key not in already for key in failed) and self._nursery is not None:
+            self._nursery.start_soon(self.brokers.replicas_offline, node_id, failed)
 
     def broker_connection_lost(self, node_id: int) -> None:
         self.brokers.connection_lost(node_id, self._nursery)

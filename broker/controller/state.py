@@ -181,11 +181,29 @@ class ControllerState:
     # One more on every save: where the controller's decisions stand, what DescribeQuorum
     # reports as the metadata log's high watermark (there is no log: see apis/quorum.py).
     metadata_offset: int = 0
+    # Replicas in a failed log dir of a live broker (see :func:`take_replicas_offline`), by
+    # broker id, and the offline log dirs each broker's last heartbeat named (BrokerHeartbeat
+    # v1's OfflineLogDirs); not saved: a new controller learns both again from the brokers'
+    # heartbeats and LeaderAndIsr answers, as ZooKeeper-mode Kafka's controller re-learns its
+    # replicasOnOfflineDirs. A broker that registers again has none.
+    offline_replicas: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
+    offline_log_dirs: dict[int, frozenset[uuid.UUID]] = field(default_factory=dict)
 
     def is_live(self, node_id: int) -> bool:
         """Registered and not fenced: may lead and may be in an ISR."""
         broker = self.brokers.get(node_id)
         return broker is not None and not broker.fenced
+
+    def replica_online(self, node_id: int, topic: str, index: int) -> bool:
+        """Kafka's isReplicaOnline: the broker is live and its replica of ``topic``-``index``
+        is not in one of its failed log dirs; only such a replica may lead or join an ISR."""
+        return self.is_live(node_id) and (topic, index) not in self.offline_replicas.get(
+            node_id, ()
+        )
+
+    def online_in(self, topic: str, index: int) -> Callable[[int], bool]:
+        """:meth:`replica_online` for one partition, as the elections take it."""
+        return lambda node_id: self.replica_online(node_id, topic, index)
 
     def live_brokers(self) -> list[int]:
         return sorted(node_id for node_id in self.brokers if self.is_live(node_id))
@@ -291,6 +309,9 @@ def register_broker(
     unclean election the first alive replica.
     """
     changes = _Changes()
+    # Its log dirs were recovered (or it halted again): what failed before is forgotten.
+    state.offline_replicas.pop(node_id, None)
+    state.offline_log_dirs.pop(node_id, None)
     previous = state.brokers.get(node_id)
     if previous is not None and not previous.fenced and previous.incarnation_id != incarnation_id:
         changes.extend(fence_broker(state, node_id, unclean_leader_election))
@@ -323,7 +344,8 @@ def register_broker(
                 continue
             if partition.leader == NO_LEADER:
                 rules = _elr_rules(state, topic, partition)
-                partition = _elect(partition, partition.isr, state.is_live, unclean, rules)
+                online = state.online_in(topic.name, index)
+                partition = _elect(partition, partition.isr, online, unclean, rules)
                 topic.partitions[index] = partition
             changes.record(topic.name, index, partition)
     return broker_epoch, changes.as_list()
@@ -450,10 +472,55 @@ def fence_broker(state: ControllerState, node_id: int, unclean: bool) -> list[Pa
                 continue
             target_isr = [replica for replica in partition.isr if replica != node_id]
             rules = _elr_rules(state, topic, partition)
-            changed = _elect(partition, target_isr, state.is_live, unclean_for_topic, rules)
+            online = state.online_in(topic.name, index)
+            changed = _elect(partition, target_isr, online, unclean_for_topic, rules)
             if changed is not partition:
                 topic.partitions[index] = changed
                 changes.record(topic.name, index, changed)
+    return changes.as_list()
+
+
+def take_replicas_offline(
+    state: ControllerState, node_id: int, keys: Iterable[tuple[str, int]], unclean: bool
+) -> list[PartitionChange]:
+    """Replicas of a live broker that are in a failed log dir (the broker answered
+    KAFKA_STORAGE_ERROR for them): Kafka's ZooKeeper-mode KafkaController
+    .onReplicasBecomeOffline, whose effect Kafka 4.4's ReplicationControlManager
+    .handleDirectoriesOffline has as well. Each such replica is remembered as offline until
+    the broker registers again, leaves the ISR and the ELR (its log is gone: it may no longer
+    lead, not even uncleanly), and a partition it led elects another leader from the rest of
+    its ISR; with eligible leader replicas off, an ISR never becomes empty, so a partition
+    whose whole ISR was that replica goes without a leader, as in Kafka. The broker stays
+    live and keeps leading and following everything else. Returns the partitions whose state
+    changed; unknown partitions and ones the broker holds no replica of are passed by."""
+    offline = state.offline_replicas.setdefault(node_id, set())
+    changes = _Changes()
+    for name, index in keys:
+        topic = state.topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            continue
+        partition = topic.partitions[index]
+        if node_id not in partition.replicas or (name, index) in offline:
+            continue
+        offline.add((name, index))
+        if (
+            node_id not in partition.isr
+            and partition.leader != node_id
+            and node_id not in partition.eligible_leader_replicas
+        ):
+            continue
+        target_isr = [replica for replica in partition.isr if replica != node_id]
+        rules = _elr_rules(state, topic, partition, unclean_shutdown=(node_id,))
+        changed = _elect(
+            partition,
+            target_isr,
+            state.online_in(name, index),
+            _unclean_allowed(topic, unclean),
+            rules,
+        )
+        if changed is not partition:
+            topic.partitions[index] = changed
+            changes.record(name, index, changed)
     return changes.as_list()
 
 
@@ -880,11 +947,13 @@ def alter_partition(
             Error.INVALID_REQUEST,
             f"{where}: ISR {new_isr} does not include the leader {current.leader}.",
         )
-    ineligible = [replica for replica in new_isr if not state.is_live(replica)]
+    online = state.online_in(topic.name, partition)
+    ineligible = [replica for replica in new_isr if not online(replica)]
     if ineligible:
         raise ControllerError(
             Error.INELIGIBLE_REPLICA,
-            f"{where}: ISR {new_isr} includes fenced or unregistered brokers {ineligible}.",
+            f"{where}: ISR {new_isr} includes fenced or unregistered brokers, or replicas"
+            f" in a failed log dir: {ineligible}.",
         )
 
     if new_isr == current.isr:
@@ -893,7 +962,7 @@ def alter_partition(
     if rules is not None:
         # The leader stays (it is alive and in the new ISR); only the ELR follows the ISR.
         changed = _elr_change(
-            current, list(new_isr), state.is_live, False, rules, leader_epoch_on_shrink=False
+            current, list(new_isr), online, False, rules, leader_epoch_on_shrink=False
         )
     else:
         changed = replace(
@@ -936,7 +1005,7 @@ def elect_preferred_leaders(
         if len(elsewhere) * 100 <= imbalance_percentage * len(owned):
             continue
         for topic, index in elsewhere:
-            changed = _preferred_leader(state, topic.partitions[index])
+            changed = _preferred_leader(state, topic.partitions[index], topic.name, index)
             if changed is not None:
                 topic.partitions[index] = changed
                 changes.record(topic.name, index, changed)
@@ -949,7 +1018,7 @@ def elect_preferred_leader(state: ControllerState, name: str, index: int) -> Par
     topic = state.topics.get(name)
     if topic is None or not 0 <= index < len(topic.partitions):
         return None
-    changed = _preferred_leader(state, topic.partitions[index])
+    changed = _preferred_leader(state, topic.partitions[index], name, index)
     if changed is not None:
         topic.partitions[index] = changed
     return changed
@@ -1015,7 +1084,7 @@ def elect_leader(
                 Error.ELECTION_NOT_NEEDED,
                 f"Leader election not needed for {name}-{index}: the preferred replica leads",
             )
-        changed = _preferred_leader(state, partition)
+        changed = _preferred_leader(state, partition, name, index)
         if changed is None:
             raise ControllerError(
                 Error.PREFERRED_LEADER_NOT_AVAILABLE,
@@ -1029,7 +1098,8 @@ def elect_leader(
                 f"Leader election not needed for {name}-{index}: broker {partition.leader} leads",
             )
         rules = _elr_rules(state, topic, partition)
-        changed = _elect(partition, partition.isr, state.is_live, unclean=True, elr=rules)
+        online = state.online_in(name, index)
+        changed = _elect(partition, partition.isr, online, unclean=True, elr=rules)
         if changed.leader == NO_LEADER:
             raise ControllerError(
                 Error.ELIGIBLE_LEADERS_NOT_AVAILABLE,
@@ -1039,13 +1109,16 @@ def elect_leader(
     return changed
 
 
-def _preferred_leader(state: ControllerState, partition: PartitionState) -> PartitionState | None:
+def _preferred_leader(
+    state: ControllerState, partition: PartitionState, name: str, index: int
+) -> PartitionState | None:
     """The partition led by its preferred replica, or None when that one leads already or
-    cannot lead (not alive, or not in the ISR: it could lack acknowledged records)."""
+    cannot lead (not alive or in a failed log dir, or not in the ISR: it could lack
+    acknowledged records)."""
     preferred = partition.replicas[0]
     if preferred == partition.leader or preferred not in partition.isr:
         return None
-    if not state.is_live(preferred):
+    if not state.replica_online(preferred, name, index):
         return None
     return _with_leader_and_isr(partition, preferred, partition.isr)
 

@@ -230,6 +230,9 @@ class BrokerServer:
         # What a failed log dir does to the process (see _log_dir_failed): halt it, as
         # Kafka's Exit.halt; a test of the broker in-process passes its own.
         self._halt = halt if halt is not None else halt_process
+        # The event loop's token, for a log dir failure met in a worker thread (a flush, a
+        # roll): the replicas are taken offline on the loop (see _log_dir_failed).
+        self._trio_token: trio.lowlevel.TrioToken | None = None
         self.cluster_id: str | None = config.cluster_id or existing_cluster_id(config.log_dirs[0])
         # In ZooKeeper mode any broker may be elected controller, so every broker serves the
         # controller's APIs (answering NOT_CONTROLLER while it is not the controller).
@@ -395,6 +398,7 @@ class BrokerServer:
         self.log_manager.set_cordoned(self.config.cordoned_log_dirs)
         self.log_manager.open(wall_clock_ms())
         self.log_manager.failures.add_listener(self._log_dir_failed)
+        self._trio_token = trio.lowlevel.current_trio_token()
         # The receiver stays open through the clean-up, so a second SIGTERM while the
         # checkpoints are written does not kill the process half-way; trio re-delivers
         # unread signals to the previous handler when the receiver closes, so that handler is
@@ -413,8 +417,19 @@ class BrokerServer:
                 log.info("stopped cleanly; checkpoints and clean-shutdown marker written")
 
     def _log_dir_failed(self, directory: Path, reason: str) -> None:
-        """Kafka's LogManager.handleLogDirFailure, called as a log dir goes offline (its
-        logs already refuse every operation: storage/log_dir_failure.py).
+        """Kafka's LogManager.handleLogDirFailure and ReplicaManager.handleLogDirFailure,
+        called as a log dir goes offline (its logs already refuse every operation:
+        storage/log_dir_failure.py).
+
+        With other log dirs still live (KIP-858, Kafka's rule in KRaft mode), the broker goes
+        on: the failed dir's partitions stop being fetched and answer KAFKA_STORAGE_ERROR
+        (ReplicaManager.handle_log_dir_failure), and the next heartbeat, sent at once, names
+        the dir (BrokerHeartbeat v1's OfflineLogDirs, Kafka's BrokerLifecycleManager
+        .propagateDirectoryFailure); the controller then moves their leadership to other
+        replicas and takes this broker out of their ISRs (controller/broker_lifecycle.py),
+        while this broker keeps leading and following its other partitions. A controller
+        that cannot be reached meanwhile hears of it with the next heartbeat that gets
+        through.
 
         With no live log dir left, Kafka halts the broker ("Shutdown broker because all log
         dirs in ... have failed", Exit.halt(1)): a broker that can hold no replica serves
@@ -423,19 +438,41 @@ class BrokerServer:
         then truncates by leader epoch and catches up before it rejoins an ISR. The
         controller sees the broker's session end and moves leadership and ISR away.
 
-        Where minibroker departs: with other log dirs still live it halts as well. Kafka
-        would keep serving those and tell the controller which replicas went offline
-        (AlterReplicaLogDirs' LogDirEventNotification in ZooKeeper mode, offline dirs in
-        the KRaft broker heartbeat); minibroker's controller has no such message yet (issue
-        39, several disks per broker), and a broker that kept serving while the controller
-        still counted its failed replicas in their ISRs could be elected leader of a
-        partition whose log it no longer has.
+        As in Kafka 4.4, a failure of the metadata log dir halts the broker whatever else is
+        live ("Shutdown broker because the metadata log dir ... has failed"): Kafka's
+        metadata.log.dir defaults to the first of log.dirs, and minibroker's first log dir
+        holds what stands for it (the broker's topic table; on a node that is also the
+        controller, the controller's state). A node with the controller role alone has no
+        replicas to take offline and halts too.
         """
         live = self.log_manager.online_log_dirs() if self.log_manager is not None else []
+        if self.log_manager is not None and directory == self.log_manager.log_dirs[0] and live:
+            log.critical(
+                "Shutdown broker because the metadata log dir %s has failed (%s)",
+                directory,
+                reason,
+            )
+            self._halt(1)
+            return
+        if live and self.replicas is not None and self.log_manager is not None:
+            # Called where the write failed, which may be a worker thread: the replicas and
+            # the heartbeat are the event loop's, so they hear of it there.
+            if self._trio_token is not None:
+                self._trio_token.run_sync_soon(self._take_log_dir_offline, directory)
+            else:
+                self._take_log_dir_offline(directory)
+            log.critical(
+                "log dir %s failed (%s); its partitions are offline on this broker, which"
+                " serves the others (live: %s)",
+                directory,
+                reason,
+                ", ".join(map(str, live)),
+            )
+            return
         if live:
             log.critical(
-                "log dir %s failed (%s); halting, as minibroker cannot take one of several"
-                " log dirs offline yet (live: %s)",
+                "log dir %s failed (%s); halting, as this node serves no replicas to take"
+                " offline (live: %s)",
                 directory,
                 reason,
                 ", ".join(map(str, live)),
@@ -447,6 +484,15 @@ class BrokerServer:
                 reason,
             )
         self._halt(1)
+
+    def _take_log_dir_offline(self, directory: Path) -> None:
+        """On the event loop: the failed dir's replicas stop, and the controller is told."""
+        if self.replicas is None or self.log_manager is None:
+            return
+        self.replicas.handle_log_dir_failure(directory)
+        directory_id = self.log_manager.directory_ids.get(directory)
+        if directory_id is not None:
+            self.replicas.controller.propagate_directory_failure(directory_id)
 
     async def _serve(self, listeners, signals, task_status) -> None:
         """Run everything until a signal, then drain client connections while the replica

@@ -25,11 +25,22 @@ around storage/replica_move.py (the move's steps, pure, and its file operations)
 - a move stops, and its future log is removed, when the partition's log goes (StopReplica,
   a log dir failure) or a new request replaces it.
 
-Departures: see storage/replica_move.py (the future directory's name; a restart discards
-an unfinished copy). Kafka pauses the log cleaner on the partition during a move; here a
-cleaning in progress finishes first (the swap waits for it) and a cleaning after the copy
-began is harmless (the future log holds the uncleaned batches, which the cleaner cleans
-again later).
+The copy is throttled by replica.alter.log.dirs.io.max.bytes.per.second, as Kafka's
+ReplicaAlterLogDirsThread is (replication_quota.py, the replication throttles' own quota):
+every copied byte is recorded, and while the measured rate is above the bound no copy step
+runs; the mover waits replica.fetch.backoff.ms and looks again (Kafka's fetcher thread backs
+off so on a fetch the quota left empty). The last catch-up, inside the swap, is not held
+back: it is what was appended during the fsync, and the swap must stay short.
+
+A copy a stop interrupted resumes (``resume_unfinished``, once the partition is hosted
+again), as Kafka's does: the future log is reopened and recovered, truncated by leader
+epoch against the current log (Kafka's ReplicaAlterLogDirsThread truncates the future
+replica to the current one's end offset for its latest epoch), and copied on from its end.
+
+Departures: see storage/replica_move.py (the future directory's name). Kafka pauses the
+log cleaner on the partition during a move; here a cleaning in progress finishes first (the
+swap waits for it) and a cleaning after the copy began is harmless (the future log holds the
+uncleaned batches, which the cleaner cleans again later).
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import trio
 
 from minibroker.protocol.errors import Error
 from minibroker.replication.log_io import settled
+from minibroker.replication.replication_quota import ReplicationQuotaManager
 from minibroker.storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
@@ -55,6 +67,11 @@ from minibroker.storage.replica_move import COPY_STEP_BYTES, ReplicaMove, Step
 log = logging.getLogger("replication.log_dir_mover")
 
 
+def _quota_now_ms() -> int:
+    """The quota's clock: trio's (monotonic, and a MockClock in tests)."""
+    return int(trio.current_time() * 1000)
+
+
 @dataclass
 class _Move:
     key: tuple[str, int]
@@ -62,6 +79,8 @@ class _Move:
     state: ReplicaMove
     future: PartitionLog | None = None
     cancelled: bool = False
+    # A future replica a stop left behind, to reopen instead of making a new one.
+    resume_from: Path | None = None
     done: trio.Event = field(default_factory=trio.Event)
 
 
@@ -80,8 +99,17 @@ class _Replicas(Protocol):
 class LogDirMover:
     """The replica moves between this broker's log dirs (one task each)."""
 
-    def __init__(self, replica_manager: _Replicas) -> None:
+    def __init__(
+        self,
+        replica_manager: _Replicas,
+        quota: ReplicationQuotaManager | None = None,
+        backoff_s: float = 1.0,
+    ) -> None:
+        """``quota`` bounds the copies' rate (none: unbounded); ``backoff_s`` is how long a
+        move waits while it is exceeded (replica.fetch.backoff.ms)."""
         self._replicas = replica_manager
+        self.quota = quota
+        self._backoff_s = backoff_s
         self._moves: dict[tuple[str, int], _Move] = {}
         # Every move whose task has not ended, replaced ones included.
         self._running: list[_Move] = []
@@ -132,6 +160,29 @@ class LogDirMover:
         self._nursery.start_soon(self._run, move)
         return Error.NONE
 
+    def resume_unfinished(self) -> list[tuple[str, int]]:
+        """Resume the moves a stop interrupted whose partitions are hosted now (Kafka's
+        ReplicaManager restarts a future replica's copy when its partition comes online);
+        a move to a dir that failed since is dropped with its future replica. Returns the
+        partitions resumed."""
+        log_manager = self._replicas.log_manager
+        resumed = []
+        for key, directory in list(log_manager.unfinished_moves.items()):
+            partition = self._replicas.local_partition(key)
+            if partition is None or self._nursery is None or key in self._moves:
+                continue
+            del log_manager.unfinished_moves[key]
+            target = directory.parent
+            if log_manager.failures.is_offline(target) or partition.log.directory == directory:
+                continue
+            move = _Move(key, target, ReplicaMove(target), resume_from=directory)
+            self._moves[key] = move
+            self._running.append(move)
+            self._nursery.start_soon(self._run, move)
+            log.info("resuming the move of %s-%d to %s", *key, target)
+            resumed.append(key)
+        return resumed
+
     def _cancel(self, move: _Move) -> None:
         move.cancelled = True
         if self._moves.get(move.key) is move:
@@ -166,9 +217,15 @@ class LogDirMover:
             if partition is None:
                 return
             current = partition.log
-            move.future = await replicas.run_blocking(
-                log_manager.open_future_log, current, move.target, replicas.clock_ms()
-            )
+            if move.resume_from is not None:
+                move.future = await replicas.run_blocking(
+                    log_manager.reopen_future_log, current, move.resume_from, replicas.clock_ms()
+                )
+                self._truncate_resumed(move, current, move.future)
+            else:
+                move.future = await replicas.run_blocking(
+                    log_manager.open_future_log, current, move.target, replicas.clock_ms()
+                )
             while True:
                 if move.cancelled or partition.log is not current or current.closed:
                     return
@@ -185,6 +242,9 @@ class LogDirMover:
                 if action.step is Step.RESTART:
                     future.truncate_fully_and_start_at(action.offset)
                 elif action.step is Step.COPY:
+                    if self._quota_exceeded():
+                        await trio.sleep(self._backoff_s)
+                        continue
                     self._copy(move, current, future, action.offset, until=None)
                 elif action.step is Step.FLUSH:
                     await replicas.run_blocking(future.flush)
@@ -256,9 +316,31 @@ class LogDirMover:
             except (OffsetOutOfRangeError, UnexpectedAppendOffsetError):
                 move.state.started = False
                 return False
+            if self.quota is not None:
+                self.quota.record(len(data), _quota_now_ms())
             offset = result.last_offset + 1
             if until is None or offset >= until.log_end_offset:
                 return True
+
+    @staticmethod
+    def _truncate_resumed(move: _Move, current: PartitionLog, future: PartitionLog) -> None:
+        """A resumed future replica keeps what agrees with the current log: it is cut to the
+        current log's end offset for the future's latest leader epoch (Kafka's truncation
+        of a future replica by OffsetsForLeaderEpoch against the current one), and the copy
+        goes on from its end; one the current log no longer covers starts over."""
+        latest = future.leader_epoch_cache.latest_epoch
+        if latest is not None:
+            _, end = current.end_offset_for_epoch(latest)
+            if 0 <= end < future.log_end_offset:
+                future.truncate_to(end)
+        move.state.started = True
+        move.state.structure_version = current.structure_version
+
+    def _quota_exceeded(self) -> bool:
+        """Kafka's ReplicaAlterLogDirsThread: a future replica is never in sync, so it is
+        held back whenever the quota is exceeded."""
+        quota = self.quota
+        return quota is not None and quota.is_quota_exceeded(_quota_now_ms())
 
     @staticmethod
     def _align(current: PartitionLog, future: PartitionLog) -> None:

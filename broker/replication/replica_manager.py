@@ -65,6 +65,7 @@ from minibroker.replication.replica_selector import (
     replica_selector_for,
 )
 from minibroker.replication.replication_quota import (
+    ALTER_LOG_DIRS_RATE,
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
     LEADER_RATE,
@@ -230,6 +231,18 @@ class ReplicaManager:
             config.replication_quota_window_num,
             config.replication_quota_window_size_seconds,
         )
+        # The copy of replicas moving between log dirs (replica.alter.log.dirs.io.max.bytes
+        # .per.second, Kafka's ReplicaAlterLogDirsThread quota), its static value until a
+        # dynamic one comes.
+        self.alter_log_dirs_quota = ReplicationQuotaManager(
+            "AlterLogDirsReplication",
+            config.node_id,
+            config.alter_log_dirs_replication_quota_window_num,
+            config.alter_log_dirs_replication_quota_window_size_seconds,
+        )
+        self.alter_log_dirs_quota.update_quota(
+            config.replica_alter_log_dirs_io_max_bytes_per_second
+        )
         # Configs of topics not hosted here yet, pushed by the controller before the
         # LeaderAndIsr that creates their replicas here.
         self.announced_topic_configs: dict[str, dict[str, str]] = {}
@@ -248,7 +261,9 @@ class ReplicaManager:
         self.watchers = Watchers()
         self.fetchers = FetcherManager(self)
         # Replicas moving between this broker's log dirs (AlterReplicaLogDirs).
-        self.log_dir_mover = LogDirMover(self)
+        self.log_dir_mover = LogDirMover(
+            self, self.alter_log_dirs_quota, config.replica_fetch_backoff_ms / 1000
+        )
         # Follower fetching (KIP-392): replica.selector.class, None when unset.
         self.replica_selector = replica_selector_for(config.replica_selector_class)
         # Incremental fetch sessions (KIP-227), consulted by every Fetch.
@@ -330,6 +345,8 @@ class ReplicaManager:
         is returned with the error when it is hosted here, for the offsets a response carries.
         """
         partition = self._partitions.get((topic, index)) if topic else None
+        if partition is not None and self.is_offline(partition):
+            return partition, Error.KAFKA_STORAGE_ERROR
         if partition is None or not partition.is_leader:
             known = self.metadata.topic(topic) if topic else None
             if partition is not None or (known is not None and index in known.partitions):
@@ -348,7 +365,7 @@ class ReplicaManager:
         given yet (no leader epoch) is not served: NOT_LEADER_OR_FOLLOWER, as Kafka's
         partitions are not online before their first LeaderAndIsr."""
         partition = self._partitions.get((topic, index)) if topic else None
-        if partition is None or partition.leader_epoch < 0:
+        if partition is None or partition.leader_epoch < 0 or self.is_offline(partition):
             return self.leader_partition(topic, index, current_leader_epoch)
         return partition, partition.leader_epoch_error(current_leader_epoch)
 
@@ -395,6 +412,35 @@ class ReplicaManager:
         """The partition if this broker holds a replica of it."""
         return self._partitions.get(key)
 
+    def is_offline(self, partition: Partition) -> bool:
+        """Whether the partition's log is in a failed log dir (Kafka's HostedPartition
+        .Offline): nothing is read or written there until a restart recovers it."""
+        return self.log_manager.failures.is_offline(partition.log.directory.parent)
+
+    def handle_log_dir_failure(self, directory: Path) -> list[tuple[str, int]]:
+        """Kafka's ReplicaManager.handleLogDirFailure for one failed dir among several: its
+        partitions stop being fetched, and every request parked on them (an acks=-1 produce,
+        a fetch) wakes up to find them offline (KAFKA_STORAGE_ERROR, as Kafka's
+        getPartitionOrError answers for an Offline partition). Their logs refuse every
+        operation already (storage/log_dir_failure.py); the broker tells the controller,
+        which moves their leadership away. Returns the partitions taken offline."""
+        offline = [
+            key
+            for key, partition in self._partitions.items()
+            if partition.log.directory.parent == directory
+        ]
+        for key in offline:
+            self.fetchers.remove(key)
+            self.notify(self._partitions[key])
+        log.error(
+            "log dir %s failed: %d partition(s) offline on this broker (%s)",
+            directory,
+            len(offline),
+            ", ".join(f"{topic}-{index}" for topic, index in offline[:5])
+            + (" ..." if len(offline) > 5 else ""),
+        )
+        return offline
+
     async def alter_replica_log_dirs(
         self, moves: dict[tuple[str, int], str]
     ) -> dict[tuple[str, int], Error]:
@@ -409,6 +455,8 @@ class ReplicaManager:
         the partition elsewhere, UNKNOWN_TOPIC_OR_PARTITION when it has no such partition."""
         partition = self._partitions.get((topic, index)) if topic else None
         if partition is not None:
+            if self.is_offline(partition):
+                return partition, Error.KAFKA_STORAGE_ERROR
             return partition, Error.NONE
         known = self.metadata.topic(topic) if topic else None
         if known is not None and index in known.partitions:
@@ -590,6 +638,9 @@ class ReplicaManager:
         while pending:
             still_waiting = []
             for ack in pending:
+                if self.is_offline(ack.partition):
+                    ack.fail(Error.KAFKA_STORAGE_ERROR)
+                    continue
                 min_insync = ack.partition.log.config.min_insync_replicas
                 outcome = ack.partition.acks_all_outcome(ack.required_offset, min_insync)
                 if outcome is None:
@@ -615,8 +666,13 @@ class ReplicaManager:
         by_resource = self.dynamic_configs.by_resource
         own = by_resource.get(str(self.config.node_id), {})
         cluster = by_resource.get("", {})
-        for quota, name in ((self.leader_quota, LEADER_RATE), (self.follower_quota, FOLLOWER_RATE)):
-            bound = rate_of(name, own, cluster)
+        static = self.config.replica_alter_log_dirs_io_max_bytes_per_second
+        for quota, name, default in (
+            (self.leader_quota, LEADER_RATE, None),
+            (self.follower_quota, FOLLOWER_RATE, None),
+            (self.alter_log_dirs_quota, ALTER_LOG_DIRS_RATE, static),
+        ):
+            bound = rate_of(name, own, cluster, default)
             if bound != quota.bound:
                 shown = "unbounded" if bound >= UNBOUNDED else f"{bound} bytes/s"
                 log.info("%s now %s", name, shown)
@@ -988,6 +1044,8 @@ class ReplicaManager:
             finally:
                 for partition in to_follow:
                     self.fetchers.add(partition)
+            if self.log_manager.unfinished_moves:
+                self.log_dir_mover.resume_unfinished()
             self._first_leader_and_isr.set()
             self._log_role_summary(results)
             return results
@@ -1089,6 +1147,11 @@ class ReplicaManager:
                 self._partitions[key] = partition
             else:
                 partition = self._partitions[key]  # _is_new_replica: it is hosted here
+                if self.is_offline(partition):
+                    # Kafka's becomeLeaderOrFollower for an Offline partition: this tells
+                    # the controller the replica is in a failed log dir.
+                    results[key] = Error.KAFKA_STORAGE_ERROR
+                    continue
             results[key] = self._apply_partition_state(partition, state, to_follow)
             if count % 100 == 99:
                 await trio.lowlevel.checkpoint()  # other clients' turn in a big request
@@ -1274,8 +1337,8 @@ class ReplicaManager:
             await trio.sleep(lag_ms / 2000)
             now_ms = self.elapsed_ms()
             for partition in self.partitions():
-                if not partition.is_leader:
-                    continue
+                if not partition.is_leader or self.is_offline(partition):
+                    continue  # an offline one's leadership is the controller's to move
                 lagging = partition.lagging_isr_members(now_ms, lag_ms)
                 if lagging:
                     log.warning(

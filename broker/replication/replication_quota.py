@@ -30,8 +30,13 @@ Rules, as Kafka's:
   follower then leaves the partition out of its next fetch; the leader answers it with no
   records (and does not count it towards the fetch's min_bytes).
 
-Departures: ``replica.alter.log.dirs.io.max.bytes.per.second`` (the third quota, moving
-replicas between log directories) is not built. ``throttled_count`` (how often a replica was
+The third quota, ``replica.alter.log.dirs.io.max.bytes.per.second``, bounds the copy of a
+replica moving between this broker's log dirs (replication/log_dir_mover.py), as Kafka's
+ReplicaAlterLogDirsThread: every future replica is throttled (it is never in sync until it
+swaps in), every copied byte is recorded, and no copy step runs while the quota is exceeded.
+Its rate is also a static broker property (the dynamic values win).
+
+Departures: ``throttled_count`` (how often a replica was
 held back) is minibroker's, for its metrics; Kafka has no such count.
 """
 
@@ -40,7 +45,7 @@ from collections.abc import Mapping
 from minibroker.common.config_model import REPLICATION_THROTTLE_RATES, validate_throttle_rate
 from minibroker.common.quota_manager import Rate
 
-LEADER_RATE, FOLLOWER_RATE = REPLICATION_THROTTLE_RATES
+LEADER_RATE, FOLLOWER_RATE, ALTER_LOG_DIRS_RATE = REPLICATION_THROTTLE_RATES
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 # QuotaConfig.QUOTA_BYTES_PER_SECOND_DEFAULT: unbounded.
@@ -52,8 +57,11 @@ DEFAULT_WINDOW_SIZE_S = 1
 ALL: frozenset[int] = frozenset({-1})
 
 
-def rate_of(name: str, broker: Mapping[str, str], cluster: Mapping[str, str]) -> int:
+def rate_of(
+    name: str, broker: Mapping[str, str], cluster: Mapping[str, str], static: int | None = None
+) -> int:
     """The rate a broker applies: its own dynamic value, else the cluster default's, else
+    its static property (``static``, only the alter-log-dirs rate has one here), else
     unbounded. A stored value that does not parse (written before it was validated) counts
     as unset."""
     for layer in (broker, cluster):
@@ -63,7 +71,7 @@ def rate_of(name: str, broker: Mapping[str, str], cluster: Mapping[str, str]) ->
                 return validate_throttle_rate(name, text)
             except ValueError:
                 continue
-    return UNBOUNDED
+    return UNBOUNDED if static is None else static
 
 
 def throttled_partitions(text: str, broker_id: int) -> frozenset[int]:

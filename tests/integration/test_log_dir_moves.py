@@ -232,3 +232,55 @@ def test_a_cordoned_log_dir_takes_no_new_replica_and_no_move(jbod):
         lambda: not any(cordoned(broker.bootstrap).values()), 15, "no log dir cordoned any more"
     )
     assert move(broker.bootstrap, str(dirs[0]), "placed", 0) == {0: ErrorCode.none}
+
+
+COPY_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+
+
+def alter_broker_config(bootstrap: str, name: str, value: str | None) -> None:
+    """SET (or with None DELETE) one of broker 1's configs, as kafka-configs does."""
+    operation = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    entry = ConfigEntry(name, value if value is not None else "", incremental_operation=operation)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+
+
+def described(bootstrap: str, name: str):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+    return admin.describe_configs([resource])[resource].result(15)[name]
+
+
+def test_the_copy_throttle_is_a_dynamic_broker_config_validated_as_kafka_does(jbod):
+    """replica.alter.log.dirs.io.max.bytes.per.second: Kafka's default (Long.MAX_VALUE,
+    unbounded), set per broker and applied to the mover's quota (the broker logs the new
+    bound), refused as Kafka 4.4 refuses its sibling rates (INVALID_REQUEST, Kafka's
+    messages; tests/java/test_replication_throttle.py measured those), nothing stored then.
+    How the mover keeps to it: tests/unit/test_log_dir_mover.py on trio's MockClock."""
+    broker, _ = jbod
+    assert described(broker.bootstrap, COPY_THROTTLE).value == str(2**63 - 1)
+    for bad, message in (("fast", "Not a number of type LONG"), ("-1", "Value must be at least 0")):
+        with pytest.raises(KafkaException) as refused:
+            alter_broker_config(broker.bootstrap, COPY_THROTTLE, bad)
+        assert refused.value.args[0].name() == "INVALID_REQUEST", refused.value
+        assert f"for configuration {COPY_THROTTLE}: {message}" in refused.value.args[0].str()
+    alter_broker_config(broker.bootstrap, COPY_THROTTLE, "1048576")
+    try:
+        assert described(broker.bootstrap, COPY_THROTTLE).value == "1048576"
+        wait_for(
+            lambda: f"{COPY_THROTTLE} now 1048576 bytes/s" in broker.log_tail(400),
+            15,
+            "the broker to apply the copy throttle",
+        )
+    finally:
+        alter_broker_config(broker.bootstrap, COPY_THROTTLE, None)
+    assert described(broker.bootstrap, COPY_THROTTLE).value == str(2**63 - 1)
+    wait_for(
+        lambda: f"{COPY_THROTTLE} now unbounded" in broker.log_tail(400),
+        15,
+        "the broker to drop the copy throttle",
+    )
+    # The broker goes on serving: a move still completes.
+    create_topic(broker.bootstrap, "after-throttle", 1)
+    assert move(broker.bootstrap, str(jbod[1][1]), "after-throttle", 0) == {0: ErrorCode.none}

@@ -28,6 +28,7 @@ from minibroker.controller import (
     heartbeat,
     register_broker,
 )
+from minibroker.controller.state import take_replicas_offline
 from minibroker.protocol.errors import Error
 
 
@@ -608,3 +609,41 @@ def test_controlled_shutdown_of_the_only_isr_member_leaves_the_partition_without
     shrink_isr(state, [1])
     begin_controlled_shutdown(state, 1, state.brokers[1].broker_epoch, False)
     assert (part(state).leader, part(state).isr) == (NO_LEADER, [1])
+
+
+def test_replicas_in_a_failed_log_dir_lose_isr_and_leadership_while_their_broker_serves():
+    """KIP-858 (Kafka's handleDirectoriesOffline, ZooKeeper mode's onReplicasBecomeOffline):
+    broker 1's replica of t-0 is in a failed log dir. It leaves the ISR, t-0 gets another
+    leader, and it may neither lead nor rejoin the ISR again, even when every other replica
+    is gone; broker 1 stays live and keeps leading u-0. Registering again clears it."""
+    state = cluster(1, 2, 3)
+    create_topic(state, "t", -1, -1, {}, assignments={0: [1, 2, 3]})
+    create_topic(state, "u", -1, -1, {}, assignments={0: [1, 2, 3]})
+    before = part(state)
+    changes = take_replicas_offline(state, 1, [("t", 0), ("gone", 0)], unclean=True)
+    assert [(c.topic, c.partition) for c in changes] == [("t", 0)]
+    after = part(state)
+    assert (after.leader, after.isr) == (2, [2, 3])
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert (part(state, "u").leader, part(state, "u").isr) == (1, [1, 2, 3])
+    assert state.is_live(1) and not state.replica_online(1, "t", 0)
+    assert take_replicas_offline(state, 1, [("t", 0)], unclean=True) == []
+    refused(
+        Error.INELIGIBLE_REPLICA,
+        alter_partition,
+        state,
+        "t",
+        0,
+        2,
+        after.leader_epoch,
+        [2, 3, 1],
+        after.partition_epoch,
+    )
+    fence_broker(state, 2, unclean=True)
+    fence_broker(state, 3, unclean=True)
+    # Unclean election allowed, yet the replica whose log failed is never chosen.
+    assert part(state).leader == NO_LEADER
+    assert part(state, "u").leader == 1
+    register_broker(state, 1, "localhost", 9001, "incarnation-1b", 0, unclean_leader_election=True)
+    assert state.replica_online(1, "t", 0)
+    assert part(state).leader == 1  # back, recovered: an unclean election may pick it now

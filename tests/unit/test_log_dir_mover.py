@@ -11,6 +11,7 @@ import trio
 
 from minibroker.protocol.errors import Error
 from minibroker.replication.log_dir_mover import LogDirMover
+from minibroker.replication.replication_quota import ReplicationQuotaManager
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
 from tests.unit.batch_factory import make_batch
@@ -123,3 +124,92 @@ async def test_a_move_replaced_by_one_back_home_removes_its_future_replica(tmp_p
     }
     assert mover.alter({("moving", 0): "relative"}) == {("moving", 0): Error.LOG_DIR_NOT_FOUND}
     logs.close()
+
+
+async def _move_virtual_seconds(tmp_path: Path, quota) -> tuple[float, int]:
+    """Move a log of about 6 MiB under ``quota`` (None: unthrottled); the seconds the move
+    took on trio's clock (a MockClock here) and the bytes moved."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, LogConfig(), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    current = logs.ensure_log("moving", uuid.uuid4(), 0, {}, now_ms=0)
+    for number in range(60):
+        current.append_as_leader(
+            make_batch([(None, b"%d" % number + bytes(100_000))]), leader_epoch=1, now_ms=0
+        )
+    partition = _Partition(current)
+    mover = LogDirMover(_Replicas(logs, partition), quota, backoff_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mover.run)
+        started = trio.current_time()
+        assert mover.alter({("moving", 0): str(dirs[1])}) == {("moving", 0): Error.NONE}
+        await mover.wait_idle(("moving", 0))
+        took = trio.current_time() - started
+        nursery.cancel_scope.cancel()
+    assert partition.log.directory.parent == dirs[1]
+    size = partition.log.size_bytes
+    logs.close()
+    return took, size
+
+
+async def test_a_throttled_copy_waits_as_the_rate_requires(tmp_path: Path, autojump_clock):
+    """replica.alter.log.dirs.io.max.bytes.per.second (Kafka's ReplicaAlterLogDirsThread
+    quota), on trio's MockClock: at 1 MiB/s, with the quota's rate over two 1-second windows,
+    a 6 MiB copy may run ahead by what the windows allow (about two steps of 1 MiB), and no
+    more: it takes at least (size - 2 MiB) / rate seconds, where unthrottled it takes none;
+    and it goes on as soon as the rate allows (within a backoff of it)."""
+    rate = 1 << 20
+    quota = ReplicationQuotaManager("AlterLogDirsReplication", 1, window_num=2, window_size_s=1)
+    quota.update_quota(rate)
+    took, size = await _move_virtual_seconds(tmp_path / "throttled", quota)
+    assert size > 6_000_000
+    assert (size - 2 * rate) / rate <= took <= size / rate + 1, took
+    assert quota.measure(int(trio.current_time() * 1000)) <= 2 * rate
+    unthrottled, _ = await _move_virtual_seconds(tmp_path / "free", None)
+    assert unthrottled < 0.5, unthrottled
+
+
+async def test_a_copy_a_restart_interrupted_resumes_from_its_future_replica(
+    tmp_path: Path, autojump_clock
+):
+    """Kafka resumes an unfinished copy after a restart: the future replica (half the log
+    copied) is kept, the broker restarts, the partition takes more records, and the move
+    resumes once it is hosted: it copies only what the future replica lacks (the quota
+    counts those bytes alone), then swaps, byte for byte the current log."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, LogConfig(segment_bytes=4096), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    current = logs.ensure_log("moving", uuid.uuid4(), 0, {}, now_ms=0)
+    append(current, 200, 0)
+    future = logs.open_future_log(current, dirs[1], now_ms=0)
+    half = current.read(0, max_bytes=1 << 20, max_offset=100)
+    future.append_as_follower(half, now_ms=0)
+    assert future.log_end_offset == 100
+    future.close()
+    logs.close()  # the broker stops in the middle of the copy
+
+    logs = LogManager(dirs, LogConfig(segment_bytes=4096), node_id=1, cluster_id=CLUSTER)
+    logs.open(now_ms=0)
+    assert logs.unfinished_moves == {("moving", 0): dirs[1] / "moving-0"}
+    current = logs.get_log("moving", 0)
+    append(current, 30, 200)
+    partition = _Partition(current)
+    quota = ReplicationQuotaManager("AlterLogDirsReplication", 1)
+    mover = LogDirMover(_Replicas(logs, partition), quota)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(mover.run)
+        assert mover.resume_unfinished() == [("moving", 0)]
+        await mover.wait_idle(("moving", 0))
+        nursery.cancel_scope.cancel()
+    moved = partition.log
+    assert moved.directory == dirs[1] / "moving-0" and current.closed
+    assert moved.log_end_offset == 230
+    assert moved.read(0, max_bytes=1 << 20) == half + current_bytes(dirs, moved, 100)
+    copied = quota.rate.window_and_total(int(trio.current_time() * 1000))[1]
+    assert copied == moved.size_bytes - len(half), (copied, len(half))
+    assert logs.unfinished_moves == {}
+    logs.close()
+
+
+def current_bytes(dirs, partition_log, start: int) -> bytes:
+    return partition_log.read(start, max_bytes=1 << 20)

@@ -14,6 +14,7 @@ from minibroker.common.config_model import (
 from minibroker.protocol.errors import Error
 from minibroker.replication.replication_quota import (
     ALL,
+    ALTER_LOG_DIRS_RATE,
     FOLLOWER_RATE,
     LEADER_RATE,
     UNBOUNDED,
@@ -30,7 +31,9 @@ def test_a_throttle_rate_is_a_long_of_at_least_zero_else_invalid_request(autojum
     by tests/java/test_clients.py's
     test_malformed_replication_throttles_are_refused_as_kafka_refuses_them)."""
     for good in ("0", "1048576", " 500 ", str(2**63 - 1)):
-        config_model.validate_broker_overrides({LEADER_RATE: good, FOLLOWER_RATE: good})
+        config_model.validate_broker_overrides(
+            {LEADER_RATE: good, FOLLOWER_RATE: good, ALTER_LOG_DIRS_RATE: good}
+        )
         # At the cluster default too (Kafka's BrokerConfigHandler falls back to it).
         config_model.validate_broker_overrides({LEADER_RATE: good}, cluster_default=True)
     for bad, message in (
@@ -40,7 +43,7 @@ def test_a_throttle_rate_is_a_long_of_at_least_zero_else_invalid_request(autojum
         (str(2**63), "Not a number of type LONG"),
         ("-1", "Value must be at least 0"),
     ):
-        for name in (LEADER_RATE, FOLLOWER_RATE):
+        for name in (LEADER_RATE, FOLLOWER_RATE, ALTER_LOG_DIRS_RATE):
             with pytest.raises(ConfigChangeError) as refused:
                 config_model.validate_broker_overrides({name: bad})
             assert refused.value.error == Error.INVALID_REQUEST, bad
@@ -145,3 +148,16 @@ def test_a_catch_up_under_the_quota_runs_at_the_quota(autojump_clock):
     seconds = last / 1000
     assert 0.85 * 100 <= seconds <= 1.15 * 100, seconds
     assert highest <= 1.5 * 2 * MB, highest / MB
+
+
+def test_the_copy_throttle_falls_back_to_its_static_property_then_unbounded():
+    """replica.alter.log.dirs.io.max.bytes.per.second: the broker's dynamic value, else the
+    cluster default's, else the static property (Kafka's default: Long.MAX_VALUE)."""
+    assert (
+        rate_of(ALTER_LOG_DIRS_RATE, {ALTER_LOG_DIRS_RATE: "10"}, {ALTER_LOG_DIRS_RATE: "20"}, 30)
+        == 10
+    )
+    assert rate_of(ALTER_LOG_DIRS_RATE, {}, {ALTER_LOG_DIRS_RATE: "20"}, 30) == 20
+    assert rate_of(ALTER_LOG_DIRS_RATE, {}, {}, 30) == 30
+    assert rate_of(ALTER_LOG_DIRS_RATE, {}, {}) == UNBOUNDED
+    assert config_model.BROKER_CONFIG_DEFS[ALTER_LOG_DIRS_RATE] == (LONG, str(2**63 - 1))

@@ -129,7 +129,10 @@ def test_a_swapped_replica_holds_the_same_bytes_in_the_other_dir_after_a_restart
     reopened.close()
 
 
-def test_a_restart_before_the_swap_discards_the_future_replica(two_dirs):
+def test_a_restart_before_the_swap_keeps_the_future_replica_for_its_move_to_resume(two_dirs):
+    """Kafka keeps an unfinished future replica across a restart and resumes its copy: the
+    current replica is still the one served, and the future one is left in place, named
+    for the mover (log_dir_mover.resume_unfinished), not loaded as a log."""
     logs, current = hosted_with_data(two_dirs)
     end = current.log_end_offset
     future = logs.open_future_log(current, two_dirs[1], now_ms=0)
@@ -140,7 +143,8 @@ def test_a_restart_before_the_swap_discards_the_future_replica(two_dirs):
     kept = reopened.get_log("moving", 0)
     assert kept.directory == two_dirs[0] / "moving-0"
     assert kept.log_end_offset == end
-    assert not (two_dirs[1] / "moving-0").exists()
+    assert reopened.unfinished_moves == {("moving", 0): two_dirs[1] / "moving-0"}
+    assert is_future(two_dirs[1] / "moving-0")
     reopened.close()
 
 
