@@ -227,7 +227,7 @@ class Api:
         low, high = self.versions
         assert 0 <= low <= high, f"{self.key.name}: bad version range {self.versions}"
         assert self.advertised_from is None or 0 <= self.advertised_from < low, (
-            f"{self.key.name}: advertised_from is below the lowest served version"
+            f"{self.key.name}: advertised_from must be below the lowest served version"
         )
         assert not self.controller_decides or self.roles == Role.BOTH, (
             f"{self.key.name}: the controller decides it, so brokers (to forward) and the "

@@ -566,13 +566,15 @@ def sent_at(bootstrap: str, api_key: ApiKey, version: int) -> object:
 
 
 def api_versions_at(bootstrap: str, version: int) -> tuple[int, int, list]:
-    """ApiVersions with an empty body at ``version``, its answer read as v0 (as a client
-    reads an answer to a version the broker does not know): correlation id, error code, and
-    the ranges listed."""
+    """ApiVersions with an empty body at ``version`` (3 or newer), its answer read as v0 (as a
+    client reads an answer to a version the broker does not know): correlation id, error code,
+    and the ranges listed."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         client = wire_client(sock)
-        client.send_raw(struct.pack(">ihhih", 10, ApiKey.API_VERSIONS, version, 9, 0))
+        # Request header v2, with its empty tag buffer: ApiVersions v3 and newer are flexible,
+        # and Kafka reads the header of a newer version as v2 too.
+        client.send_raw(struct.pack(">ihhihb", 11, ApiKey.API_VERSIONS, version, 9, 0, 0))
         frame = client.receive_frame()
     correlation_id, error_code, count = struct.unpack_from(">ihi", frame)
     ranges = [struct.unpack_from(">hhh", frame, 10 + 6 * index) for index in range(count)]
