@@ -204,7 +204,12 @@ class Api:
     the controller also uses to push state, or that authenticate a connection, are not held;
     their handlers wait where they must, see apis.authorization.wait_for_cluster_acls);
     ``kraft_only``: an API of the KRaft metadata quorum, which a ZooKeeper-mode node does not
-    serve (Kafka's message definitions list no ``zkBroker`` listener for it).
+    serve (Kafka's message definitions list no ``zkBroker`` listener for it);
+    ``advertised_from``: the lowest version ApiVersions lists when it is below the lowest
+    served one. Kafka 4 keeps Produce v0-v2 in its ApiVersions answer and refuses them
+    otherwise (``ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION``, KAFKA-18659): librdkafka
+    before 2.1 turns compression on only when a broker's Produce range starts at v0. A
+    request below ``versions`` is refused as any version not served is (apis/dispatch.py).
     """
 
     key: ApiKey
@@ -216,10 +221,14 @@ class Api:
     controller_decides: bool = False
     held_until_ready: bool = True
     kraft_only: bool = False
+    advertised_from: int | None = None
 
     def __post_init__(self) -> None:
         low, high = self.versions
         assert 0 <= low <= high, f"{self.key.name}: bad version range {self.versions}"
+        assert self.advertised_from is None or 0 <= self.advertised_from < low, (
+            f"{self.key.name}: advertised_from must be below the lowest served version"
+        )
         assert not self.controller_decides or self.roles == Role.BOTH, (
             f"{self.key.name}: the controller decides it, so brokers (to forward) and the "
             "controller serve it"
@@ -239,6 +248,7 @@ def api(
     controller_decides: bool = False,
     held_until_ready: bool | None = None,
     kraft_only: bool = False,
+    advertised_from: int | None = None,
 ) -> Callable[[Handler], Handler]:
     """Declare the decorated handler as the one that serves ``key`` (see :class:`Api`).
 
@@ -257,6 +267,7 @@ def api(
             controller_decides,
             held,
             kraft_only,
+            advertised_from,
         )
         setattr(handler, "__api__", declaration)  # noqa: B010 (mypy: functions have no slots)
         return handler

@@ -38,7 +38,7 @@ def _describe_error(request, error: Error) -> dict:
 # pushes it with CreateAcls; wait_for_cluster_acls holds clients' requests instead.
 @api(
     ApiKey.DESCRIBE_ACLS,
-    versions=(0, 3),
+    versions=(1, 3),
     roles=Role.BOTH,
     held_until_ready=False,
     error_response=_describe_error,
@@ -71,7 +71,7 @@ def _create_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.CREATE_ACLS,
-    versions=(0, 3),
+    versions=(1, 3),
     roles=Role.BOTH,
     senders=Senders.CLIENTS_AND_NODES,
     controller_decides=True,
@@ -104,7 +104,7 @@ def _delete_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.DELETE_ACLS,
-    versions=(0, 3),
+    versions=(1, 3),
     roles=Role.BOTH,
     controller_decides=True,
     held_until_ready=False,

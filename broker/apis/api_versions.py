@@ -51,12 +51,14 @@ def features(version: int, finalized: FinalizedFeatures) -> dict:
 
 
 def unsupported_version_response(supported: dict[int, tuple[int, int]]) -> dict:
-    """The v0-layout answer to an ApiVersions version we do not know.
-
-    Clients (kafka-python asks v4 first) read the error and the ranges, then retry with the
-    highest ApiVersions version both sides support.
+    """The answer to an ApiVersions version this node does not serve, as Kafka 4.4's
+    (ApiVersionsRequest.getErrorResponse, KIP-511): the v0 layout (any client reads it),
+    UNSUPPORTED_VERSION, and ApiVersions' own range alone, from which the client picks the
+    version it asks again with (kafka-python asks v5 first, librdkafka v3 or v4). The other
+    APIs' ranges come with that second answer.
     """
-    return {"error_code": Error.UNSUPPORTED_VERSION, "api_keys": api_keys(supported)}
+    own: dict[int, tuple[int, int]] = {ApiKey.API_VERSIONS: supported[ApiKey.API_VERSIONS]}
+    return {"error_code": Error.UNSUPPORTED_VERSION, "api_keys": api_keys(own)}
 
 
 def _error_response(request, error: Error) -> dict:

@@ -225,7 +225,7 @@ def _describe_error(request, error: Error) -> dict:
 # broker asks the controller only for topics' overrides (_topic_overrides).
 @api(
     ApiKey.DESCRIBE_CONFIGS,
-    versions=(0, 4),
+    versions=(1, 4),
     roles=Role.BOTH,
     error_response=_describe_error,
 )

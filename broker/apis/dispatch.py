@@ -69,7 +69,11 @@ _REQUEST_NAMES: dict[int, str] = {
 
 
 class UnsupportedRequest(Exception):
-    """An API key or version we do not serve; Kafka closes the connection for these."""
+    """An API key or version this node does not serve, the versions Kafka 4 removed (KIP-896)
+    among them: the connection is closed, as Kafka 4.4's network processor closes it
+    (Processor.parseRequestHeader throws InvalidRequestException or UnsupportedVersionException
+    for a version its ApiVersionManager does not enable, before the body is read). ApiVersions
+    is the exception (KIP-511, see api_versions.unsupported_version_response)."""
 
 
 def _encode(header: RequestHeader, api_version: int, data) -> list:

@@ -40,7 +40,7 @@ def _error_response(request, error: Error) -> dict:
     return {"error_code": error, "results": ()}
 
 
-@api(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 5), roles=Role.BROKER, error_response=_error_response)
+@api(ApiKey.DESCRIBE_LOG_DIRS, versions=(1, 5), roles=Role.BROKER, error_response=_error_response)
 async def handle_describe(ctx: RequestContext, request) -> dict:
     if not cluster_allowed(ctx, Operation.DESCRIBE):
         return {"error_code": Error.CLUSTER_AUTHORIZATION_FAILED, "results": ()}

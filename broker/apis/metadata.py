@@ -7,6 +7,9 @@ the last UpdateMetadata, which /controller names).
 Topics requested by name that do not exist are created through the controller when the
 request allows it (v4+, always before) and auto.create.topics.enable is on.
 
+v0 is served, as Kafka 4.4 serves it (KIP-896 kept it): its empty topic list asks for every
+topic, as a null list does from v1 (Kafka's MetadataRequest.isAllTopics).
+
 With an authorizer, as Kafka: topics the principal may not DESCRIBE are left out of an
 all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named; auto-creation needs
 CREATE on the cluster or the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
@@ -156,7 +159,7 @@ def _error_response(request, error: Error) -> dict:
 
 
 # v13 adds only the top-level ErrorCode, NONE in every answer but an error response.
-@api(ApiKey.METADATA, versions=(1, 13), roles=Role.BOTH, error_response=_error_response)
+@api(ApiKey.METADATA, versions=(0, 13), roles=Role.BOTH, error_response=_error_response)
 async def handle(ctx: RequestContext, request) -> dict:
     if ctx.replicas is None:
         return ctx.controller_service.metadata(request)
@@ -169,7 +172,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             _error_entry(topic.name or "", topic.topic_id, Error.INVALID_REQUEST)
             for topic in request.topics
         ]
-    elif request.topics is None:
+    elif request.topics is None or (ctx.version == 0 and not request.topics):
         topics = [
             _topic_entry(topic)
             for topic in ctx.replicas.metadata.topics.values()

@@ -4,8 +4,8 @@ Records are never decoded here. Each partition's batches are checked (magic, len
 max.message.bytes, idempotent producer sequence) and appended in one write by the partition
 log; a partition whose batches are refused gets its error code and nothing of it is stored.
 
-The handler decides (acks, authorization, auto-creation, the message format of v0-v2); the
-replica manager's append_records does the rest, for clients as for the group coordinator.
+The handler decides (acks, authorization, auto-creation); the replica manager's
+append_records does the rest, for clients as for the group coordinator.
 acks=-1 is Kafka's DelayedProduce: refused with NOT_ENOUGH_REPLICAS before appending when the
 ISR is smaller than min.insync.replicas; after appending, the request parks in the purgatory
 until the high watermark passes every partition's last offset (or leadership is lost, or the
@@ -36,9 +36,11 @@ from Produce v11 (the version that added it); older versions get INVALID_TXN_STA
 Kafka's ReplicaManager.handleProduceAppend, transactional batches of more than one producer
 (id and epoch) in one request are refused whole with INVALID_PRODUCER_ID_MAPPING.
 
-Produce v0-v2 are served only so that librdkafka before 2.1 (Debian's kcat) compresses with
-gzip, snappy and lz4: it enables those codecs only when a broker's Produce range includes v0.
-Their batches must be v2 like the others (UNSUPPORTED_FOR_MESSAGE_FORMAT otherwise).
+Produce v0-v2 (KIP-896: gone from Kafka 4) are advertised but not served, as Kafka 4.4
+(``ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION``, KAFKA-18659): librdkafka before 2.1
+(Debian's kcat) compresses with gzip, snappy and lz4 only when a broker's Produce range
+includes v0, and sends v3 or newer itself. A Produce v0-v2 request closes its connection
+(apis/dispatch.py), as on Kafka 4.4.
 """
 
 import contextlib
@@ -55,8 +57,6 @@ from minibroker.schema_registry import produce_validation
 from minibroker.security.authorizer.acls import Operation, ResourceType
 
 VALID_ACKS = (-1, 0, 1)
-# Produce v0-v2 may carry the old message formats; byte 16 of a batch is its magic.
-MAGIC_OFFSET = 16
 # The low byte of a batch's attributes (i16 at ATTRIBUTES_OFFSET) holds the transactional bit.
 _ATTRIBUTES_LOW = ATTRIBUTES_OFFSET + 1
 _PRODUCER = struct.Struct(">qh")  # producerId, producerEpoch
@@ -165,20 +165,6 @@ async def _verify(
     return refused
 
 
-def _old_format(data) -> dict | None:
-    """Produce v0-v2: a partition whose first batch is not v2 is refused before anything is
-    appended (Kafka validates a Produce request's records when it reads the request)."""
-    records = data.records
-    if records is not None and len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
-        return append_result(
-            data.index,
-            Error.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-            "only record batches v2 (magic 2) are stored; message format "
-            "v0 and v1 are not supported",
-        )
-    return None
-
-
 async def _validate_schemas(
     ctx: RequestContext,
     name: str,
@@ -255,11 +241,17 @@ def _error_response(request, error: Error) -> dict:
     }
 
 
-@api(ApiKey.PRODUCE, versions=(0, 13), roles=Role.BROKER, error_response=_error_response)
+@api(
+    ApiKey.PRODUCE,
+    versions=(3, 13),
+    advertised_from=0,
+    roles=Role.BROKER,
+    error_response=_error_response,
+)
 async def handle(ctx: RequestContext, request) -> dict | None:
     """Decide what may be appended (acks, the transactional id, WRITE on each topic, the
-    coordinator's verification of transactional partitions, v2 batches on Produce v0-v2);
-    the replica manager's append_records appends it and waits for acks=-1.
+    coordinator's verification of transactional partitions); the replica manager's
+    append_records appends it and waits for acks=-1.
     """
     if ctx.version >= 13:
         # KIP-516: topics by id. The id's name, as Kafka's handleProduceRequest takes it from
@@ -317,8 +309,6 @@ async def handle(ctx: RequestContext, request) -> dict | None:
         else:
             partition_data = topic.partition_data
             refused: list[dict | None] = [None] * len(partition_data)
-            if ctx.version < 3:
-                refused = [_old_format(data) for data in partition_data]
             # Confluent Server's schema validation: one lookup for every topic, and records
             # decoded only for the topics that have it.
             key_check, value_check = ctx.replica_manager.schema_validation(

@@ -135,8 +135,12 @@ def served_versions(
 def advertised_versions(
     served: dict[int, tuple[int, int]], *, inter_node_listener: bool
 ) -> dict[int, tuple[int, int]]:
-    """What ApiVersions lists on a listener: a client listener of a node that has an
-    inter-node listener leaves out the APIs only nodes send (apis/inter_node.py)."""
-    if inter_node_listener:
-        return served
-    return {key: versions for key, versions in served.items() if key not in NODE_APIS}
+    """What ApiVersions lists on a listener: the served ranges, each from its API's
+    ``advertised_from`` where it has one (Produce from v0, as Kafka 4: see Api); a client
+    listener of a node that has an inter-node listener leaves out the APIs only nodes send
+    (apis/inter_node.py)."""
+    return {
+        key: (low if (lowest := APIS[key].advertised_from) is None else lowest, high)
+        for key, (low, high) in served.items()
+        if inter_node_listener or key not in NODE_APIS
+    }

@@ -50,7 +50,7 @@ def _error_response(request, error: Error) -> dict:
 
 @api(
     ApiKey.WRITE_TXN_MARKERS,
-    versions=(0, 2),
+    versions=(1, 2),
     roles=Role.BROKER,
     senders=Senders.NODES,
     error_response=_error_response,

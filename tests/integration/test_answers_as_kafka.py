@@ -19,6 +19,10 @@ JVM) with the same raw requests, and compared with each other:
 - UpdateFeatures v2 (issue 34): a level out of range, an unknown feature, a downgrade asked as
   an upgrade (with Kafka's messages), a validate-only disable; and the finalized levels of the
   features minibroker implements in ApiVersions v4.
+- The versions Kafka 4 removed (KIP-896, issue 34): a valid request at each (the requests of
+  test_kafka44_versions.REMOVED) closes its connection; ApiVersions at a version neither knows
+  is answered in the v0 layout with UNSUPPORTED_VERSION and ApiVersions' own range (KIP-511);
+  Produce is advertised from v0 (KAFKA-18659); Metadata v0, which Kafka 4 kept, is answered.
 
 The EndTxn v5 abort of an empty transaction is compared the same way in
 test_transactions_v2.py."""
@@ -37,9 +41,16 @@ from bench.kafka_ref import KafkaCluster, missing_reason
 from minibroker.common.config_model import BROKER_RESOURCE, TOPIC_RESOURCE
 from minibroker.protocol import codec
 from minibroker.protocol.versions import ApiKey
+from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import BROKER_READY_TIMEOUT, exchange, wait_for
 from tests.integration.test_groups_bad_input import Session, join, sync
+from tests.integration.test_kafka44_versions import (
+    REMOVED,
+    UNKNOWN_API_VERSIONS,
+    api_versions_at,
+    sent_at,
+)
 from tests.unit.batch_factory import make_batch
 
 COMPACTED = "compacted-answers"
@@ -240,6 +251,36 @@ def finalized_features(target: Target) -> dict[str, int]:
     }
 
 
+def removed_versions(target: Target) -> dict[str, str]:
+    """What each removed version's request gets: "closed" or "answered"."""
+    return {
+        f"{key.name} v{version}": "closed"
+        if sent_at(target.bootstrap, key, version) == "closed"
+        else "answered"
+        for key, version in REMOVED
+    }
+
+
+def metadata_v0(target: Target, topic: str) -> list[tuple]:
+    """Metadata v0 of one topic: name, error, partitions with their errors and replica counts."""
+    answer = call(target, ApiKey.METADATA, 0, topics=[{"name": topic}])
+    return [
+        (
+            t.name,
+            t.error_code.value,
+            sorted(
+                (p.partition_index, p.error_code.value, len(p.replica_nodes)) for p in t.partitions
+            ),
+        )
+        for t in answer.topics
+    ]
+
+
+def produce_advertised(target: Target) -> tuple[int, int]:
+    with wire.connect(target.bootstrap, 10) as client:
+        return client.api_versions()[ApiKey.PRODUCE]
+
+
 def ask(target: Target) -> dict:
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     made = NewTopic(COMPACTED, 1, 1, config={"cleanup.policy": "compact"})
@@ -298,6 +339,10 @@ def ask(target: Target) -> dict:
         "features_downgrade_as_upgrade": update_features(target, "transaction.version", 1, 1),
         "features_validate_only": update_features(target, "group.version", 0, 2, True),
         "features_finalized": finalized_features(target),
+        "removed_versions": removed_versions(target),
+        "api_versions_unknown": api_versions_at(target.bootstrap, UNKNOWN_API_VERSIONS),
+        "produce_advertised": produce_advertised(target),
+        "metadata_v0": metadata_v0(target, PAGED),
     }  # fmt: skip
 
 
@@ -321,6 +366,10 @@ def ask(target: Target) -> dict:
         "features_downgrade_as_upgrade",
         "features_validate_only",
         "features_finalized",
+        "removed_versions",
+        "api_versions_unknown",
+        "produce_advertised",
+        "metadata_v0",
     ],
 )
 def test_answered_as_kafka_4_4_answers(answers, question):
@@ -349,6 +398,10 @@ def test_what_the_answers_are(answers):
     assert mine["dtp_bad_cursor"] == ([(PAGED, 42, False, [])], None)  # INVALID_REQUEST
     assert mine["features_out_of_range"][0] == 95  # INVALID_UPDATE_VERSION
     assert mine["features_validate_only"] == (0, None)
+    assert set(mine["removed_versions"].values()) == {"closed"}
+    assert mine["api_versions_unknown"] == (9, 35, [(18, 0, 5)])  # UNSUPPORTED_VERSION
+    assert mine["produce_advertised"] == (0, 13)
+    assert mine["metadata_v0"] == [(PAGED, 0, [(0, 0, 1), (1, 0, 1), (2, 0, 1)])]
     assert mine["features_finalized"] == {
         "eligible.leader.replicas.version": 1,
         "group.version": 1,

@@ -393,7 +393,7 @@ def raw(broker, api_key: ApiKey, version: int, data: dict):
     return exchange(broker.bootstrap, codec.build(codec.request_class(api_key, version), data))
 
 
-def test_older_versions_loggers_and_create_topics_answer(broker):
+def test_loggers_and_create_topics_answer(broker):
     created = raw(
         broker,
         ApiKey.CREATE_TOPICS,
@@ -419,26 +419,6 @@ def test_older_versions_loggers_and_create_topics_answer(broker):
         ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
     )
     assert answered["segment.bytes"].config_source == ConfigSource.DEFAULT_CONFIG.value
-
-    # v0 has is_default instead of a source.
-    (result,) = raw(
-        broker,
-        ApiKey.DESCRIBE_CONFIGS,
-        0,
-        {
-            "resources": [
-                {
-                    "resource_type": 2,
-                    "resource_name": "answered",
-                    "configuration_keys": ["retention.ms", "segment.bytes"],
-                }
-            ]
-        },
-    ).results
-    assert [(c.name, c.value, c.is_default) for c in result.configs] == [
-        ("segment.bytes", "1073741824", True),
-        ("retention.ms", "1234", False),
-    ]
 
     # This process's loggers, by log4j level names, changed with IncrementalAlterConfigs.
     logger_resource = {"resource_type": 8, "resource_name": str(broker.node_id)}

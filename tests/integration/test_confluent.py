@@ -7,8 +7,14 @@ left alone except for timeouts.
 
 from __future__ import annotations
 
+import logging
+import re
+import time
+from collections import defaultdict
+
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from minibroker.testing import Cluster
 from minibroker.tools.launcher import BrokerProcess
@@ -137,3 +143,69 @@ def test_a_transactional_producer_initializes(broker):
         python_producer.init_transactions()
     finally:
         python_producer.close(timeout=5)
+
+
+# Issue 34: the API versions librdkafka 2.16 (confluent-kafka 2.16.1) sends to minibroker, each
+# the newest it knows (its own ranges in librdkafka's rdkafka_request.c and friends, all at or
+# below minibroker's): the table of docs/compatibility.md.
+LIBRDKAFKA_SENDS = {
+    "ApiVersion": 3,
+    "Metadata": 13,
+    "CreateTopics": 4,
+    "DescribeConfigs": 1,
+    "InitProducerId": 4,
+    "Produce": 10,
+    "FindCoordinator": 2,
+    "JoinGroup": 5,
+    "SyncGroup": 3,
+    "OffsetFetch": 9,
+    "ListOffsets": 7,
+    "Fetch": 16,
+    "OffsetCommit": 9,
+    "LeaveGroup": 1,
+}
+_SENT = re.compile(r"Sent (\w+)Request \(v(\d+)")
+
+
+def test_librdkafka_sends_the_newest_versions_both_know(broker):
+    """An admin client, an idempotent producer and a classic group consumer with librdkafka's
+    protocol debug log: every request of these APIs at LIBRDKAFKA_SENDS' version (a broker
+    advertising less would get less)."""
+    sent: dict[str, set[int]] = defaultdict(set)
+
+    class Versions(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if found := _SENT.search(record.getMessage()):
+                sent[found.group(1)].add(int(found.group(2)))
+
+    logger = logging.getLogger("confluent-versions")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.addHandler(Versions())
+    common = {"bootstrap.servers": broker.bootstrap, "debug": "protocol", "logger": logger}
+    topic = "confluent-versions"
+    admin = AdminClient(common)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    admin.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(
+        30
+    )
+    admin.poll(1)
+    producer = Producer({**common, "enable.idempotence": True})
+    for number in range(10):
+        producer.produce(topic, b"%d" % number)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {**common, "group.id": "confluent-versions", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    read = 0
+    deadline = time.monotonic() + 30
+    while read < 10 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        read += message is not None and message.error() is None
+    assert read == 10
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert {api: sent[api] for api in LIBRDKAFKA_SENDS} == {
+        api: {version} for api, version in LIBRDKAFKA_SENDS.items()
+    }

@@ -1,8 +1,11 @@
 """The API versions Kafka 4.4 serves that minibroker raised to (issue 34), each sent on the wire
-to one real broker process at its newest version, checking the behaviour the version adds."""
+to one real broker process at its newest version, checking the behaviour the version adds; and
+the versions Kafka 4 removed (KIP-896), sent raw, answered as Kafka 4.4 answers them (the same
+requests are asked of Apache Kafka 4.4 in test_answers_as_kafka.py)."""
 
 from __future__ import annotations
 
+import socket
 import struct
 import uuid
 
@@ -18,12 +21,14 @@ from minibroker.protocol.versions import ApiKey
 from minibroker.testing import Cluster
 from minibroker.tools import wire
 from minibroker.tools.launcher import BrokerProcess
+from minibroker.tools.wire import WireError
 from tests.conftest import (
     SHARED_BROKER,
     coordinator_ready,
     create_topic,
     produce_numbers,
     wait_for,
+    wire_client,
 )
 from tests.unit.batch_factory import make_batch
 
@@ -504,3 +509,129 @@ def test_txn_offset_commit_v6_names_topics_by_id(node):
         return [p.committed_offset for t in answer.topics for p in t.partitions] == [5]
 
     wait_for(offset_visible, 20, "the transaction's committed offset")
+
+
+# KIP-896: a valid request at each version Kafka 4 removed (kio still has their schemas), so
+# that a broker serving the version would answer it. Kafka 4.4's network processor refuses a
+# version its ApiVersionManager does not enable before reading the body (Processor.
+# parseRequestHeader: InvalidRequestException or UnsupportedVersionException) and closes the
+# connection (processChannelException); minibroker's dispatch does the same. Produce v0-v2
+# are refused although both advertise Produce from v0 (KAFKA-18659).
+_GROUP = {"group_id": "k44-removed", "generation_id": -1, "member_id": ""}
+_ACL_FILTER = {
+    "resource_type_filter": 2,
+    "resource_name_filter": None,
+    "principal_filter": None,
+    "host_filter": None,
+    "operation": 1,
+    "permission_type": 1,
+}
+REMOVED = {
+    (ApiKey.PRODUCE, 0): {"acks": 1, "timeout": 1000, "topic_data": []},
+    (ApiKey.PRODUCE, 2): {"acks": 1, "timeout": 1000, "topic_data": []},
+    (ApiKey.FETCH, 3): {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1024},
+    (ApiKey.LIST_OFFSETS, 0): {"replica_id": -1, "topics": []},
+    (ApiKey.OFFSET_COMMIT, 1): {**_GROUP, "topics": []},
+    (ApiKey.OFFSET_FETCH, 0): {"group_id": "k44-removed", "topics": []},
+    (ApiKey.CREATE_TOPICS, 1): {"topics": [], "timeout": 1000, "validate_only": False},
+    (ApiKey.DELETE_TOPICS, 0): {"topic_names": [], "timeout": 1000},
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, 1): {"topics": []},
+    (ApiKey.WRITE_TXN_MARKERS, 0): {"markers": []},
+    (ApiKey.DESCRIBE_ACLS, 0): _ACL_FILTER,
+    (ApiKey.CREATE_ACLS, 0): {"creations": []},
+    (ApiKey.DELETE_ACLS, 0): {"filters": []},
+    (ApiKey.DESCRIBE_CONFIGS, 0): {"resources": []},
+    (ApiKey.ALTER_REPLICA_LOG_DIRS, 0): {"dirs": []},
+    (ApiKey.DESCRIBE_LOG_DIRS, 0): {"topics": []},
+}
+# ApiVersions at a version the broker does not know: the KIP-511 answer, not a close.
+UNKNOWN_API_VERSIONS = 6
+
+
+def sent_at(bootstrap: str, api_key: ApiKey, version: int) -> object:
+    """What a broker does with ``REMOVED[(api_key, version)]`` on a new connection: "closed",
+    or the answer's correlation id and body bytes."""
+    host, port = bootstrap.rsplit(":", 1)
+    body = codec.encode_entity(
+        codec.build(codec.request_class(api_key, version), REMOVED[(api_key, version)])
+    )
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        client = wire_client(sock)
+        client.send_request(api_key, version, body, correlation_id=7)
+        try:
+            frame = client.receive_frame()
+        except (WireError, ConnectionResetError):
+            return "closed"
+        return struct.unpack_from(">i", frame)[0], bytes(frame[4:])
+
+
+def api_versions_at(bootstrap: str, version: int) -> tuple[int, int, list]:
+    """ApiVersions with an empty body at ``version`` (3 or newer), its answer read as v0 (as a
+    client reads an answer to a version the broker does not know): correlation id, error code,
+    and the ranges listed."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        client = wire_client(sock)
+        # Request header v2, with its empty tag buffer: ApiVersions v3 and newer are flexible,
+        # and Kafka reads the header of a newer version as v2 too.
+        client.send_raw(struct.pack(">ihhihb", 11, ApiKey.API_VERSIONS, version, 9, 0, 0))
+        frame = client.receive_frame()
+    correlation_id, error_code, count = struct.unpack_from(">ihi", frame)
+    ranges = [struct.unpack_from(">hhh", frame, 10 + 6 * index) for index in range(count)]
+    assert len(frame) == 10 + 6 * count, "an ApiVersions v0 answer uses its whole frame"
+    return correlation_id, error_code, ranges
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    list(REMOVED),
+    ids=[f"{key.name}-v{version}" for key, version in REMOVED],
+)
+def test_a_version_kafka_4_removed_closes_the_connection(kafka_broker, api_key, version):
+    """KIP-896: a request at a version Kafka 4 removed closes its connection, as on Kafka 4.4,
+    and the broker keeps serving: a connection opened before it is answered after it."""
+    bootstrap = kafka_broker.node(1).bootstrap
+    with wire.connect(bootstrap, 10, exact=True) as bystander:
+        assert sent_at(bootstrap, api_key, version) == "closed"
+        assert bystander.api_versions()[ApiKey.API_VERSIONS] == (0, 5)
+
+
+def test_produce_is_advertised_from_v0_and_served_from_v3(kafka_broker):
+    """As Kafka 4.4 (KAFKA-18659): Produce's range in ApiVersions starts at v0 for librdkafka
+    before 2.1, which compresses only then; the lowest version answered is v3."""
+    bootstrap = kafka_broker.node(1).bootstrap
+    with wire.connect(bootstrap, 10, exact=True) as client:
+        assert client.api_versions()[ApiKey.PRODUCE] == (0, 13)
+        answer = client.request(
+            ApiKey.PRODUCE, 3, {"transactional_id": None, **REMOVED[(ApiKey.PRODUCE, 2)]}
+        )
+    assert answer.responses == ()
+
+
+def test_an_unknown_api_versions_version_gets_kip_511s_answer(kafka_broker):
+    """ApiVersions at a version the broker does not know: a v0 answer, UNSUPPORTED_VERSION,
+    and ApiVersions' own range alone (Kafka's ApiVersionsRequest.getErrorResponse); the
+    client asks again at v5 on the same connection."""
+    bootstrap = kafka_broker.node(1).bootstrap
+    assert api_versions_at(bootstrap, UNKNOWN_API_VERSIONS) == (
+        9,
+        Error.UNSUPPORTED_VERSION,
+        [(ApiKey.API_VERSIONS, 0, 5)],
+    )
+
+
+def test_metadata_v0_is_served_as_kafka_4_4_serves_it(node):
+    """Metadata v0 (kept by Kafka 4): a topic by name, and an empty list for every topic
+    (Kafka's MetadataRequest.isAllTopics; from v1 an empty list asks for none)."""
+    with wire.connect(node.bootstrap, 10, exact=True) as client:
+        named = client.request(ApiKey.METADATA, 0, {"topics": [{"name": TOPIC}]})
+        every = client.request(ApiKey.METADATA, 0, {"topics": []})
+        none = client.request(ApiKey.METADATA, 1, {"topics": []})
+    ((name, error, partitions),) = [
+        (t.name, code(t.error_code), [p.partition_index for p in t.partitions])
+        for t in named.topics
+    ]
+    assert (name, error, partitions) == (TOPIC, Error.NONE, [0])
+    assert [b.node_id for b in named.brokers] == [1]
+    assert TOPIC in {t.name for t in every.topics}
+    assert none.topics == ()

@@ -4,7 +4,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from minibroker.apis.registry import served_versions
+from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.cluster.node_connection import NodeConnection
 
 
@@ -17,7 +17,9 @@ async def test_requests_and_responses_pair_up(broker):
         )
         assert versions.error_code == ErrorCode.none
         assert {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys} == (
-            served_versions(broker=True, controller=True)
+            advertised_versions(
+                served_versions(broker=True, controller=True), inter_node_listener=True
+            )
         )
         metadata = await connection.request(
             MetadataRequest(

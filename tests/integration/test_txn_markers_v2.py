@@ -129,7 +129,8 @@ def test_api_versions_lists_write_txn_markers_v2(broker):
         client_software_version="1",
     )
     ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
-    assert ranges[WRITE_TXN_MARKERS] == (0, 2)
+    # v0 went with KIP-896, as on Kafka 4.4.
+    assert ranges[WRITE_TXN_MARKERS] == (1, 2)
 
 
 def test_a_tv2_marker_needs_the_bumped_epoch(broker):

@@ -10,7 +10,7 @@ import sys
 import pytest
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from minibroker.apis.registry import served_versions
+from minibroker.apis.registry import advertised_versions, served_versions
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.tools import wire
@@ -44,7 +44,8 @@ def test_api_versions_lists_what_the_broker_serves(node):
     with wire.connect(node.bootstrap, 10) as client:
         offered = client.api_versions()
     # A single broker is its own controller: it serves both roles' APIs.
-    assert offered == served_versions(broker=True, controller=True)
+    served = served_versions(broker=True, controller=True)
+    assert offered == advertised_versions(served, inter_node_listener=True)
 
 
 @pytest.mark.parametrize("version", [1, 9, 12])

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bench.kafka_ref import KafkaCluster, classpath, java_executable, missing_reason
+from minibroker.apis.registry import APIS
 from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import BROKERS, CLUSTER_OVERRIDES, _check_clean_stop
 
@@ -81,6 +83,40 @@ class RequestLog:
         return lines
 
 
+# Kafka's request builders cap these at v9 when they name topics by name (the classic
+# consumer's and the admin client's; v10 names topics by id only), against Apache Kafka as
+# well; v10 is sent on the wire in test_kafka44_versions.
+NAMED_TOPICS_CAP = {"OFFSET_COMMIT": 9, "OFFSET_FETCH": 9}
+
+
+def newest_both_know() -> dict[str, int]:
+    """Each API's newest version that kafka-clients 4.4.0 and minibroker both know, by
+    Kafka's ApiKeys name: the client's from the message definitions in its jar (validVersions;
+    with latestVersionUnstable the last is left out, as the client never sends it), capped by
+    minibroker's newest and by NAMED_TOPICS_CAP."""
+    (jar,) = [
+        entry
+        for entry in classpath("clients").split(":")
+        if Path(entry).name == "kafka-clients-4.4.0.jar"
+    ]
+    served = {api.key.name: api.versions[1] for api in APIS.values()}
+    newest = {}
+    with zipfile.ZipFile(jar) as archive:
+        for name in archive.namelist():
+            if not (name.startswith("common/message/") and name.endswith("Request.json")):
+                continue
+            text = re.sub(r"^\s*//.*$", "", archive.read(name).decode(), flags=re.MULTILINE)
+            message = json.loads(text)
+            if message["validVersions"] == "none":
+                continue
+            high = int(message["validVersions"].split("-")[-1])
+            high -= bool(message.get("latestVersionUnstable"))
+            api = re.sub(r"(?<!^)(?=[A-Z])", "_", message["name"].removesuffix("Request")).upper()
+            if api in served:
+                newest[api] = min(high, served[api], NAMED_TOPICS_CAP.get(api, high))
+    return newest
+
+
 @pytest.fixture(scope="session", autouse=True)
 def java_available() -> None:
     """Skip every test here, with the reason, when there is no JDK or no clients class path.
@@ -119,6 +155,9 @@ class JavaRunner:
     log_dir: Path
     request_log: RequestLog
     runs: int = 0
+    # The request log file of the last run, logged to the request log or not (a run against
+    # Apache Kafka writes one too, for comparison).
+    last_log: Path | None = None
 
     def command(
         self, main: str, *args: str, classpath_module: str = "clients", log_requests: bool = True
@@ -128,6 +167,7 @@ class JavaRunner:
         minibroker)."""
         self.runs += 1
         log_path = self.log_dir / f"{main}-{self.runs}.requests.log"
+        self.last_log = log_path
         if log_requests:
             self.request_log.files.append(log_path)
         return [

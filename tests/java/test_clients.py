@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
@@ -24,7 +26,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from tests.java.conftest import JAVA_TIMEOUT, RequestLog
+from tests.java.conftest import JAVA_TIMEOUT, RequestLog, newest_both_know
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 RECORDS_PER_CODEC = 300
@@ -34,13 +36,30 @@ DLQ_LIMIT_MESSAGE = "Offset delivery count exceeded the threshold."
 
 
 @pytest.fixture(scope="module")
-def minibroker_answers(java, java_cluster) -> dict:
-    return java.json("ClientChecks", java_cluster.bootstrap, "mb", str(REPLICATION))
+def minibroker_run(java, java_cluster) -> tuple[dict, Path]:
+    """ClientChecks' answers from minibroker, and the request log of that run."""
+    answers = java.json("ClientChecks", java_cluster.bootstrap, "mb", str(REPLICATION))
+    assert java.last_log is not None
+    return answers, java.last_log
 
 
 @pytest.fixture(scope="module")
-def kafka_answers(java, kafka_reference) -> dict:
-    return java.json("ClientChecks", kafka_reference.bootstrap, "kafka", "1", log_requests=False)
+def kafka_run(java, kafka_reference) -> tuple[dict, Path]:
+    """ClientChecks' answers from Apache Kafka 4.4, and the request log of that run (kept out
+    of the session's minibroker request log)."""
+    answers = java.json("ClientChecks", kafka_reference.bootstrap, "kafka", "1", log_requests=False)
+    assert java.last_log is not None
+    return answers, java.last_log
+
+
+@pytest.fixture(scope="module")
+def minibroker_answers(minibroker_run) -> dict:
+    return minibroker_run[0]
+
+
+@pytest.fixture(scope="module")
+def kafka_answers(kafka_run) -> dict:
+    return kafka_run[0]
 
 
 def test_producer_defaults_every_codec(minibroker_answers):
@@ -166,9 +185,17 @@ def test_same_answers_as_kafka(minibroker_answers, kafka_answers):
     assert differences == {}, differences
 
 
-def test_request_log(minibroker_answers, request_log: RequestLog):
+def test_request_log(minibroker_run, kafka_run, request_log: RequestLog):
     """Every request the Java client sent appears in the summary; none was cut off by a closed
-    connection (an UNKNOWN_SERVER_ERROR answer fails the module's cluster fixture)."""
+    connection (an UNKNOWN_SERVER_ERROR answer fails the module's cluster fixture).
+
+    Issue 34: every request of every API that Kafka 4.4's clients sent (every run of
+    kafka-clients 4.4.0 in the session: this module's, and the tools', Streams' and the other
+    programs' when they ran in the same pytest process) went at the newest version both sides
+    know: the newest stable one in kafka-clients 4.4.0's message definitions, or minibroker's
+    newest if lower, or the request builder's own cap (NAMED_TOPICS_CAP). And the same
+    program's requests to Apache Kafka 4.4 (its request log, printed beside minibroker's) went
+    at the same versions as to minibroker, API by API."""
     sent = request_log.sent()
     print("requests sent by the Java clients, by API and version:")
     for (api, version), count in sorted(sent.items()):
@@ -183,23 +210,49 @@ def test_request_log(minibroker_answers, request_log: RequestLog):
         "INIT_PRODUCER_ID",
     ):
         assert any(name == api for name, _ in sent), (api, sorted(sent))
-    # Issue 34: the versions minibroker raised to Kafka 4.4's are the ones Kafka 4.4's client
-    # sends: every request of these APIs went at the newest version both sides know (counted
-    # over the runs of kafka-clients 4.4.0 only: on CI's worker the session's log also holds
-    # Kafka Connect 4.3.1's, which sends ApiVersions v4).
+    # The versions minibroker raised to Kafka 4.4's, pinned: every request of these APIs went
+    # at the newest version both sides know (counted over the runs of kafka-clients 4.4.0
+    # only: on CI's worker the session's log also holds Kafka Connect 4.3.1's, which sends
+    # ApiVersions v4).
     lower = {
         (api, version)
         for api, version in request_log.sent(client_version="4.4.0")
         if api in NEWEST_BOTH_KNOW and version != NEWEST_BOTH_KNOW[api]
     }
     assert lower == set(), sorted(lower)
+    # Every API, from the client's message definitions and minibroker's declarations.
+    newest = newest_both_know()
+    lower = {
+        (api, version, newest.get(api))
+        for api, version in request_log.sent(client_version="4.4.0")
+        if api not in newest or version < newest[api]
+    }
+    assert lower == set(), sorted(lower)
+    # The same program against Apache Kafka 4.4.
+    mine = versions_by_api(minibroker_run[1])
+    theirs = versions_by_api(kafka_run[1])
+    print("ClientChecks' requests, by API: versions sent to minibroker | to Apache Kafka 4.4")
+    for api in sorted(set(mine) | set(theirs)):
+        print(f"  {api:32} {mine.get(api, '-')!s:12} | {theirs.get(api, '-')}")
+    assert mine and theirs
+    differing = {
+        api: (mine[api], theirs[api])
+        for api in set(mine) & set(theirs)
+        if max(mine[api]) != max(theirs[api])
+    }
+    assert differing == {}, differing
     assert request_log.cancelled() == []
 
 
+def versions_by_api(log: Path) -> dict[str, list[int]]:
+    versions: dict[str, set[int]] = defaultdict(set)
+    for api, version in RequestLog(files=[log]).sent():
+        versions[api].add(version)
+    return {api: sorted(found) for api, found in versions.items()}
+
+
 # The newest version of each API that Kafka 4.4's Java client and minibroker both know, as
-# the client picks it. OffsetCommit and OffsetFetch v10 name topics by id only: the classic
-# consumer and the admin client name them by name, so Kafka's request builders cap them at v9
-# (against Apache Kafka as well); v10 is sent on the wire in test_kafka44_versions.
+# the client picks it (see NAMED_TOPICS_CAP).
 NEWEST_BOTH_KNOW = {
     "API_VERSIONS": 5,
     "PRODUCE": 13,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.java.conftest import SENDING, minibroker_cluster
+from tests.java.conftest import SENDING, minibroker_cluster, newest_both_know
 
 TOPIC = "tools-a"
 MOVED = "tools-r"
@@ -613,13 +613,23 @@ def test_kafka_reassign_partitions_generate_is_rack_aware(tools):
 
 
 def test_tool_requests(tools_run, request_log):
-    """Every request each tool sent, by API and version (the README's table); none was cut off
-    by a closed connection (an UNKNOWN_SERVER_ERROR answer fails the cluster fixture)."""
+    """Every request each tool sent, by API and version (the README's table), each at the
+    newest version Kafka 4.4's tools and minibroker both know (issue 34, see
+    conftest.newest_both_know); none was cut off by a closed connection (an
+    UNKNOWN_SERVER_ERROR answer fails the cluster fixture)."""
     requests = tools_run["requests"]
     for script, counts in sorted(requests.items()):
         print(f"{script}: " + ", ".join(f"{api} v{version}" for api, version in sorted(counts)))
     assert set(requests) == set(SCRIPTS.values())
     assert all(requests[script] for script in SCRIPTS.values()), requests
+    newest = newest_both_know()
+    lower = {
+        (script, api, version, newest.get(api))
+        for script, counts in requests.items()
+        for api, version in counts
+        if api not in newest or version < newest[api]
+    }
+    assert lower == set(), sorted(lower)
     assert request_log.cancelled() == []
 
 
