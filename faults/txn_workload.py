@@ -144,11 +144,15 @@ def join_all(threads: list[threading.Thread], timeout: float) -> list[str]:
 
 
 def java_string_hash(text: str) -> int:
-    """Java's String.hashCode, made non-negative as Kafka's Utils.abs does (& 0x7fffffff)."""
+    """Java's String.hashCode made non-negative as Kafka's Utils.abs does: the absolute value,
+    and 0 for Integer.MIN_VALUE (whose absolute value is no int). Not ``& 0x7fffffff``, which
+    agrees with it only for a non-negative hash: a negative one would name another partition
+    of __transaction_state, and kill-coordinator another broker."""
     value = 0
     for unit in text.encode("utf-16-be").hex(" ", 2).split():
         value = (31 * value + int(unit, 16)) & 0xFFFFFFFF
-    return value & 0x7FFFFFFF
+    signed = value - (1 << 32) if value >= 1 << 31 else value
+    return 0 if signed == -(1 << 31) else abs(signed)
 
 
 def transactions_refused(bootstrap: str, timeout: float = 20.0) -> str | None:

@@ -82,7 +82,9 @@ class SharePersister(Protocol):
 
     async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> Error:
         """InitializeShareGroupState: the partition's state starts at ``start_offset`` with
-        ``state_epoch`` and no batches (also what an admin's offset reset writes)."""
+        ``state_epoch`` and no batches (also what an admin's offset reset writes); with
+        ``start_offset`` -1 (the group coordinator's initialization) a state already there is
+        kept (coordinator/share/state.py says why)."""
         ...
 
     async def read(self, key: ShareStateKey, leader_epoch: int) -> ReadResult:
@@ -116,6 +118,8 @@ class InMemoryPersister:
         current = self.states.get(key)
         if current is not None and state_epoch < current.state_epoch:
             return Error.FENCED_STATE_EPOCH
+        if current is not None and start_offset == -1:
+            return Error.NONE  # kept, as the share coordinator's shard keeps it
         self.states[key] = PersistedState(start_offset, state_epoch, ())
         self.delivery_complete_counts.pop(key, None)
         return Error.NONE

@@ -23,15 +23,16 @@ NEEDS_NAMESPACES = os.geteuid() != 0 or shutil.which("ip") is None
 
 
 # Not in CI yet: the first campaign (docs/faults.md, "Fault injection under share groups")
-# found records delivered again after an acknowledged ACCEPT after the share coordinator was
-# killed, not yet explained; until that is fixed this run would fail CI at random.
+# found records delivered again after an acknowledged ACCEPT (a retried initialization of the
+# group's share partitions wiped their state; explained and fixed there); whether this run
+# joins CI is left to its cost.
 OPT_IN = os.environ.get("MINIBROKER_SHARE_CHAOS") == "1"
 
 
 @pytest.mark.skipif(
     not OPT_IN,
-    reason="run by hand with MINIBROKER_SHARE_CHAOS=1: the share campaign's open violation"
-    " (records delivered again after an acknowledged ACCEPT, docs/faults.md) is not fixed yet",
+    reason="run by hand with MINIBROKER_SHARE_CHAOS=1: not in CI yet (its cost; the first"
+    " campaign's violation is fixed, docs/faults.md)",
 )
 @pytest.mark.skipif(
     NEEDS_NAMESPACES or not LIBFAKETIME.exists(),

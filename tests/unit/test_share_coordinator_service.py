@@ -2,7 +2,8 @@
 under MockClock, on a real log manager and replica manager in tmp_path (made leader of
 `__share_group_state` by a LeaderAndIsr the controller's pure core builds, as
 test_coordinator_runtime.py does): operations written through the runtime with acks=-1,
-a restarted node loading the same state back, and the checks before the shard."""
+a restarted node loading the same state back, the checks before the shard, and a share
+partition manager persisting through the broker's persister to it."""
 
 import uuid
 
@@ -17,13 +18,21 @@ from minibroker.controller import state as transitions
 from minibroker.controller.state import ControllerState
 from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.share.state import SharePartitionKey
+from minibroker.node.share_persister import CoordinatorPersister
 from minibroker.protocol.errors import Error
 from minibroker.replication import log_io
-from minibroker.replication.replica_manager import ReplicaManager
-from minibroker.replication.share_partition import RecordState, StateBatch
+from minibroker.replication.replica_manager import AppendOrigin, ReplicaManager
+from minibroker.replication.share_partition import (
+    Acknowledgement,
+    AcknowledgeType,
+    RecordState,
+    StateBatch,
+)
+from minibroker.replication.share_partition_manager import SharePartitionManager
+from minibroker.replication.share_persister import ShareStateKey
 from minibroker.storage.log import LogConfig
 from minibroker.storage.log_manager import LogManager
-from tests.unit.replication_harness import StubController, trio_ms
+from tests.unit.replication_harness import StubController, records, trio_ms
 
 NODE_ID = 1
 CONTROLLER_ID = 0
@@ -151,5 +160,71 @@ async def test_the_checks_before_the_shard(autojump_clock, tmp_path):
         assert share.shards == {}
         key = SharePartitionKey("g", topic_id, 0)
         assert await share.initialize(key, 0, 0) == Error.NOT_COORDINATOR
+        nursery.cancel_scope.cancel()
+    node.stop()
+
+
+async def test_a_retried_initialization_keeps_what_the_leader_persisted(autojump_clock, tmp_path):
+    """Issue 35's fault campaign: the group coordinator initializes a share partition
+    (InitializeShareGroupState, start offset -1, the group epoch as state epoch), its
+    ShareGroupStatePartitionMetadata write fails, so the partition stays *initializing* and
+    is initialized again later, at the group's higher epoch. Before the fix the second
+    initialization replaced the state: the leader's next write was FENCED_STATE_EPOCH, the
+    partition was read again from start offset -1 and started again at
+    share.auto.offset.reset (earliest), and records whose ACCEPT had been acknowledged were
+    delivered again. Here the leader's SharePartitionManager persists through the broker's
+    own persister (node/share_persister.py, local) to this service's shard."""
+
+    state = cluster_state()
+    topic_id = state.topics["queue"].topic_id
+    key = ShareStateKey("g", topic_id, 0)
+    node = Node(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await node.start(nursery, state)
+        node.replicas.group_configs["g"] = {"share.auto.offset.reset": "earliest"}
+        persister = CoordinatorPersister(node.config, node.replicas, node.coordinator)
+        # The group coordinator's first initialization, at group epoch 1.
+        assert await persister.initialize(key, 1, -1) == Error.NONE
+        ((appended,),) = await node.replicas.append_records(
+            records(0, 10, "queue"), acks=-1, timeout_s=5.0, origin=AppendOrigin.CLIENT
+        )
+        assert appended["error_code"] == Error.NONE
+        (queue,) = [p for p in node.replicas.partitions() if p.key == ("queue", 0)]
+
+        async def delivered(manager: SharePartitionManager) -> list[int]:
+            """The offsets one fetch acquires (after a refused write, the next fetch's)."""
+            for _ in range(2):
+                fetched = await manager.acquire("g", "m", queue, max_records=100, max_bytes=1 << 20)
+                if fetched.error == Error.NONE:
+                    break
+            assert fetched.error == Error.NONE
+            return [
+                offset
+                for r in fetched.acquired
+                for offset in range(r.first_offset, r.last_offset + 1)
+            ]
+
+        leader = SharePartitionManager(node.config, node.replicas, persister)
+        assert await delivered(leader) == list(range(10))
+        accept = [Acknowledgement(0, 9, AcknowledgeType.ACCEPT)]
+        assert await leader.acknowledge("g", "m", queue, accept) == Error.NONE
+
+        # Initialized again, the group now at epoch 3 (members came and went meanwhile).
+        assert await persister.initialize(key, 3, -1) == Error.NONE
+
+        ((appended,),) = await node.replicas.append_records(
+            records(0, 1, "queue"), acks=-1, timeout_s=5.0, origin=AppendOrigin.CLIENT
+        )
+        assert appended["error_code"] == Error.NONE
+        # Neither the leader nor a new one (reading the state back) delivers 0-9 again.
+        assert await delivered(leader) == [10]
+        new_leader = SharePartitionManager(node.config, node.replicas, persister)
+        read = await persister.read(key, queue.leader_epoch)
+        assert read.error == Error.NONE and read.state is not None
+        assert read.state.start_offset == 10
+        await leader.acknowledge(
+            "g", "m", queue, [Acknowledgement(10, 10, AcknowledgeType.RELEASE)]
+        )
+        assert await delivered(new_leader) == [10]
         nursery.cancel_scope.cancel()
     node.stop()

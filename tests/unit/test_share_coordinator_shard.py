@@ -67,6 +67,27 @@ def test_initialize_writes_a_snapshot_and_read_answers_it():
     assert shard.read(KEY, 0).records == ()
 
 
+def test_initialize_of_an_uninitialized_start_keeps_a_state_already_there():
+    """The group coordinator's initialization (start offset -1) retried, at the group's
+    higher epoch, keeps what the leader persisted (issue 35: it replaced it, and acknowledged
+    acceptances were delivered again); a delete then an initialization creates it anew, and
+    a named start offset (an admin's reset) still replaces it."""
+    shard = ShareCoordinatorShard()
+    apply(shard, shard.initialize(KEY, 1, -1, now_ms=1))
+    apply(shard, write(shard, leader_epoch=4, start=10, batches=[StateBatch(10, 12, ACK, 1)]))
+    before = shard.states[KEY]
+    again = shard.initialize(KEY, 3, -1, now_ms=5)
+    assert (again.error, again.records) == (Error.NONE, ())
+    assert shard.states[KEY] == before
+    # A stale epoch is still fenced first, as Kafka checks it.
+    assert shard.initialize(KEY, 0, -1, now_ms=5).error == Error.FENCED_STATE_EPOCH
+    apply(shard, shard.delete(KEY))
+    apply(shard, shard.initialize(KEY, 3, -1, now_ms=6))
+    assert (shard.states[KEY].start_offset, shard.states[KEY].batches) == (-1, ())
+    apply(shard, shard.initialize(KEY, 3, 50, now_ms=7))
+    assert shard.states[KEY].start_offset == 50
+
+
 def test_initialize_with_a_stale_state_epoch_is_fenced():
     shard = initialized(state_epoch=3)
     assert shard.initialize(KEY, 2, 0, now_ms=1).error == Error.FENCED_STATE_EPOCH

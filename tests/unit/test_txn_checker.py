@@ -215,6 +215,11 @@ def test_a_history_writing_a_value_twice_is_refused():
         ("polygenelubricants", 0),
         ("é", 233),  # one UTF-16 code unit
         ("😀", 0xD83D * 31 + 0xDE00),  # two UTF-16 code units (a surrogate pair)
+        # Negative hashes (Java's String.hashCode: -1,774,587,604 and -110,434,995):
+        # Utils.abs is the absolute value, where "& 0x7fffffff" gave 372,896,044 and
+        # 2,037,048,653 (__transaction_state partitions 44 and 3 of 50, not 4 and 45).
+        ("transactional-id-42", 1774587604),
+        ("txn-producer-abc-0", 110434995),
     ],
 )
 def test_java_string_hash_is_javas(text, expected):

@@ -15,7 +15,7 @@ The rules, Kafka's:
 
 - InitializeShareGroupState: a state epoch below the stored one is FENCED_STATE_EPOCH;
   otherwise a new ShareSnapshot (snapshot epoch bumped, leader epoch -1, no batches, the
-  given start offset and state epoch) replaces whatever was there.
+  given start offset and state epoch) replaces whatever was there, except as below.
 - WriteShareGroupState: an unknown key is UNKNOWN_TOPIC_OR_PARTITION (Kafka 4.x: a share
   partition is initialized before it is written); a leader epoch below the stored one is
   FENCED_LEADER_EPOCH, a state epoch below the stored one FENCED_STATE_EPOCH (in that
@@ -40,7 +40,23 @@ The rules, Kafka's:
   kept: log_format.merge, Kafka's PersisterStateBatchCombiner) and counts one more update;
   a tombstone of the ShareSnapshot key removes the key.
 
-Departures, and why: Kafka's shard keeps its maps in timeline data structures so that a read
+Departures, and why: an InitializeShareGroupState with the start offset -1 (Kafka's
+UNINITIALIZED_START_OFFSET: the group coordinator's initialization of a subscribed share
+partition, whose leader then starts it at share.auto.offset.reset) of a key that has state
+already is answered NONE and writes nothing, where Kafka's initializeState replaces the
+state. The group coordinator initializes a partition again when it could not record it as
+initialized (its ShareGroupStatePartitionMetadata write failed: the partition stays
+*initializing* and is retried after group.share.initialize.retry.interval.ms) or when the
+persister's answer was an error (a timeout, the write committed all the same); replacing
+the state then wiped what the partition's leader had persisted since (acknowledged
+acceptances included) and, at the group's higher epoch, fenced that leader, whose next read
+started the partition again at share.auto.offset.reset: accepted and acknowledged records
+were delivered again (issue 35's first fault campaign, docs/faults.md). A reset meant as
+one names its start offset (AlterShareGroupOffsets, a leader starting a partition at
+share.auto.offset.reset) and still replaces; a deleted state (DeleteShareGroupState) is
+gone, so initializing it afterwards creates it.
+
+Kafka's shard keeps its maps in timeline data structures so that a read
 sees only committed offsets; here the service applies records only once the runtime's acks=-1
 write has committed them, so the maps hold only committed state. Kafka checks the topic and
 partition against its metadata image (UNKNOWN_TOPIC_OR_PARTITION); the service does that with
@@ -59,6 +75,8 @@ from minibroker.protocol.errors import Error
 from minibroker.replication.share_partition import StateBatch
 
 DEFAULT_UPDATES_PER_SNAPSHOT = 500
+# Kafka's PartitionFactory.UNINITIALIZED_START_OFFSET.
+UNINITIALIZED_START_OFFSET = -1
 
 Record = tuple[bytes, bytes | None]
 
@@ -143,6 +161,11 @@ class ShareCoordinatorShard:
         current = self.states.get(key)
         if current is not None and state_epoch < current.state_epoch:
             return Decision(Error.FENCED_STATE_EPOCH)
+        if current is not None and start_offset == UNINITIALIZED_START_OFFSET:
+            # The group coordinator's "create it if it is not there" found it there: kept
+            # (see the module: a departure, so that a retried initialization does not wipe
+            # the acknowledgements its leader has persisted since).
+            return Decision(Error.NONE)
         snapshot = ShareSnapshotValue(
             snapshot_epoch=0 if current is None else current.snapshot_epoch + 1,
             state_epoch=state_epoch,
