@@ -1,4 +1,8 @@
-"""The command line: a bad configuration stops the start with a message naming the key."""
+"""The command line: a bad configuration stops the start with a message naming the key.
+
+The two tests that need a running broker (its log directory, its port) take the worker's
+shared broker (tests/conftest.py's SHARED_BROKER, the pytest plugin's `kafka_broker`); the
+others start `minibroker serve` themselves: that start is what they test."""
 
 import re
 import shutil
@@ -6,7 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
+
+from minibroker.testing import Cluster
+from minibroker.tools.launcher import BrokerProcess
+from tests.conftest import SHARED_BROKER
+
+
+@pytest.fixture
+def broker(kafka_broker: Cluster) -> BrokerProcess:
+    """The shared broker's node (its log directory, node id and own port)."""
+    return kafka_broker.node(1)
 
 
 def run_serve(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
@@ -38,6 +53,7 @@ def test_properties_file_that_cannot_be_read(tmp_path):
     assert "missing.properties" in finished.stderr
 
 
+@SHARED_BROKER
 def test_a_log_dir_in_use_is_refused(broker):
     finished = run_serve(
         broker.log_dir, "listeners=PLAINTEXT://127.0.0.1:0", f"node.id={broker.node_id}"
@@ -46,6 +62,7 @@ def test_a_log_dir_in_use_is_refused(broker):
     assert "lock" in finished.stderr.lower()
 
 
+@SHARED_BROKER
 def test_a_port_in_use_is_named(broker, tmp_path):
     finished = run_serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{broker.port}")
     assert finished.returncode == 1

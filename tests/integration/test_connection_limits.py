@@ -128,6 +128,8 @@ def test_an_address_over_its_limit_is_refused_while_another_is_served(broker_fac
         sock.close()
 
 
+# Brokers of their own: per-address limits need the clients' own addresses (127.0.0.2, ...),
+# which the plugin's fault proxy replaces with its own, and each test sets limits read at start.
 @pytest.fixture
 def start_node(tmp_path):
     """Start a node whose PLAINTEXT listener (where the launcher checks it is ready) is on a

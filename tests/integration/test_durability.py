@@ -17,6 +17,8 @@ from minibroker.tools.launcher import BrokerProcess
 from tests.conftest import BrokerFactory, confluent_read_all, create_topic, wait_for
 
 SEGMENT_NAME = re.compile(r"^\d{20}\.log$")
+# Brokers of their own (tests/conftest.py's `broker`, `broker_factory`): each test kills or
+# restarts its broker and reads its files, or needs log.segment.bytes and retention read at start.
 
 
 def produce(broker: BrokerProcess, topic: str, values: list[bytes], **settings) -> list[int]:

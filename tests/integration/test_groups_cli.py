@@ -1,8 +1,13 @@
 """`minibroker groups`: a real consumer group, described from the command line as a user would
-run it, against a real broker process."""
+run it, against a real broker process.
+
+The tests run on the worker's shared broker (tests/conftest.py's SHARED_BROKER, the pytest
+plugin's `kafka_broker`), each with a topic and a group of its own; the listing is judged by
+the rows it holds, since other modules' groups share the broker."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -10,10 +15,12 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from minibroker.testing import Cluster
 from minibroker.tools.launcher import free_port
-from tests.conftest import create_topic, wait_for
+from tests.conftest import SHARED_BROKER, create_topic, wait_for
 
-TOPIC = "orders"
+pytestmark = SHARED_BROKER
+
 GROUP = "billing"
 # Records produced to each partition before the consumer starts.
 PRODUCED = {0: 10, 1: 20, 2: 30}
@@ -33,11 +40,11 @@ def groups_cli(*arguments: str) -> subprocess.CompletedProcess:
     )
 
 
-def produce(bootstrap: str, counts: dict[int, int]) -> None:
+def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for partition, count in counts.items():
         for number in range(count):
-            producer.produce(TOPIC, value=b"r%d" % number, partition=partition)
+            producer.produce(topic, value=b"r%d" % number, partition=partition)
     assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
 
 
@@ -54,28 +61,44 @@ def table(output: str, first_header: str) -> list[dict[str, str]]:
     return rows
 
 
+@dataclasses.dataclass
+class GroupBroker:
+    bootstrap: str
+    node_id: int
+    topic: str  # this test's, with PRODUCED records in it
+    group: str  # this test's, nothing committed yet
+
+
 @pytest.fixture
-def group_broker(broker_factory):
-    broker = broker_factory({"group.initial.rebalance.delay.ms": 0})
-    create_topic(broker.bootstrap, TOPIC, len(PRODUCED))
-    produce(broker.bootstrap, PRODUCED)
-    return broker
+def group_broker(kafka_broker: Cluster, request: pytest.FixtureRequest) -> GroupBroker:
+    """The shared broker (the plugin's brokers start with group.initial.rebalance.delay.ms=0,
+    which these tests need) with a topic and a group named after the test."""
+    name = request.node.name.removeprefix("test_")[:40]
+    setup = GroupBroker(
+        kafka_broker.bootstrap_servers,
+        kafka_broker.broker_ids[0],
+        f"orders-{name}",
+        f"billing-{name}",
+    )
+    create_topic(setup.bootstrap, setup.topic, len(PRODUCED))
+    produce(setup.bootstrap, setup.topic, PRODUCED)
+    return setup
 
 
-def consume_and_commit(bootstrap: str) -> Consumer:
+def consume_and_commit(bootstrap: str, topic: str, group: str) -> Consumer:
     """A subscribed consumer that read CONSUMED records and committed them synchronously;
     still a member of the group when returned."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": GROUP,
+            "group.id": group,
             "client.id": "billing-app",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "session.timeout.ms": 10000,
         }
     )
-    consumer.subscribe([TOPIC])
+    consumer.subscribe([topic])
     read = 0
     deadline = time.monotonic() + GROUP_TIMEOUT
     while read < CONSUMED:
@@ -92,36 +115,38 @@ def consume_and_commit(bootstrap: str) -> Consumer:
     return consumer
 
 
-def committed_offsets(consumer: Consumer) -> dict[int, int]:
-    answer = consumer.committed([TopicPartition(TOPIC, p) for p in PRODUCED], timeout=10)
+def committed_offsets(consumer: Consumer, topic: str) -> dict[int, int]:
+    answer = consumer.committed([TopicPartition(topic, p) for p in PRODUCED], timeout=10)
     return {tp.partition: tp.offset for tp in answer if tp.offset >= 0}
 
 
 def test_describe_prints_lag_as_log_end_minus_committed(group_broker):
-    consumer = consume_and_commit(group_broker.bootstrap)
+    consumer = consume_and_commit(group_broker.bootstrap, group_broker.topic, group_broker.group)
     try:
-        committed = committed_offsets(consumer)
+        committed = committed_offsets(consumer, group_broker.topic)
         assert sum(committed.values()) == CONSUMED, committed
-        produce(group_broker.bootstrap, {0: LATE})
+        produce(group_broker.bootstrap, group_broker.topic, {0: LATE})
         log_end = {p: n + (LATE if p == 0 else 0) for p, n in PRODUCED.items()}
 
-        finished = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", GROUP)
+        finished = groups_cli(
+            "--bootstrap", group_broker.bootstrap, "--describe", group_broker.group
+        )
         assert finished.returncode == 0, finished.stderr
         output = finished.stdout
         assert output.startswith(
-            f"GROUP {GROUP}: type classic, state Stable, protocol type consumer, assignment"
-            " strategy range, 1 member, coordinator"
+            f"GROUP {group_broker.group}: type classic, state Stable, protocol type consumer,"
+            " assignment strategy range, 1 member, coordinator"
         ), output
 
         members = table(output, "MEMBER-ID")
         assert [m["MEMBER-ID"] for m in members] == [consumer.memberid()], output
         assert members[0]["CLIENT-ID"] == "billing-app"
-        assert members[0]["ASSIGNMENT"] == f"{TOPIC}:0,1,2", output
+        assert members[0]["ASSIGNMENT"] == f"{group_broker.topic}:0,1,2", output
 
         offsets = {int(row["PARTITION"]): row for row in table(output, "TOPIC")}
         assert set(offsets) == set(PRODUCED), output
         for partition, row in offsets.items():
-            assert row["TOPIC"] == TOPIC
+            assert row["TOPIC"] == group_broker.topic
             assert row["LOG-END-OFFSET"] == str(log_end[partition]), output
             assert row["CONSUMER-ID"] == consumer.memberid()
             if partition in committed:
@@ -136,16 +161,20 @@ def test_describe_prints_lag_as_log_end_minus_committed(group_broker):
 
     # Once the member has left, the group is Empty and keeps its offsets; nobody owns them.
     def empty_group() -> str | None:
-        finished = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", GROUP)
+        finished = groups_cli(
+            "--bootstrap", group_broker.bootstrap, "--describe", group_broker.group
+        )
         return finished.stdout if "state Empty" in finished.stdout else None
 
     output = wait_for(empty_group, GROUP_TIMEOUT, "the group to become Empty")
     assert "no active members" in output
     # The same words as the list's columns, in every state.
-    header = f"GROUP {GROUP}: type classic, state Empty, protocol type consumer, assignment"
+    header = (
+        f"GROUP {group_broker.group}: type classic, state Empty, protocol type consumer, assignment"
+    )
     assert output.startswith(header), output
     listed = groups_cli("--bootstrap", group_broker.bootstrap)
-    (row,) = [row for row in table(listed.stdout, "GROUP") if row["GROUP"] == GROUP]
+    (row,) = [row for row in table(listed.stdout, "GROUP") if row["GROUP"] == group_broker.group]
     strategy = output.split("assignment strategy ", 1)[1].split(",", 1)[0]
     assert (row["TYPE"], row["STATE"], row["ASSIGNMENT-STRATEGY"]) == ("classic", "Empty", strategy)
     offsets = {int(row["PARTITION"]): row for row in table(output, "TOPIC")}
@@ -156,18 +185,18 @@ def test_describe_prints_lag_as_log_end_minus_committed(group_broker):
 
 
 def test_list_shows_every_group_with_state_and_protocol(group_broker):
-    consumer = consume_and_commit(group_broker.bootstrap)
+    consumer = consume_and_commit(group_broker.bootstrap, group_broker.topic, group_broker.group)
     try:
         finished = groups_cli("--bootstrap", group_broker.bootstrap)
         assert finished.returncode == 0, finished.stderr
         rows = {row["GROUP"]: row for row in table(finished.stdout, "GROUP")}
-        assert set(rows) == {GROUP}, finished.stdout
-        assert rows[GROUP]["TYPE"] == "classic"
-        assert rows[GROUP]["STATE"] == "Stable"
-        assert rows[GROUP]["PROTOCOL-TYPE"] == "consumer"
-        assert rows[GROUP]["ASSIGNMENT-STRATEGY"] == "range"
-        assert rows[GROUP]["MEMBERS"] == "1"
-        assert rows[GROUP]["COORDINATOR"] == str(group_broker.node_id)
+        assert group_broker.group in rows, finished.stdout  # (with other modules' groups)
+        assert rows[group_broker.group]["TYPE"] == "classic"
+        assert rows[group_broker.group]["STATE"] == "Stable"
+        assert rows[group_broker.group]["PROTOCOL-TYPE"] == "consumer"
+        assert rows[group_broker.group]["ASSIGNMENT-STRATEGY"] == "range"
+        assert rows[group_broker.group]["MEMBERS"] == "1"
+        assert rows[group_broker.group]["COORDINATOR"] == str(group_broker.node_id)
     finally:
         consumer.close()
 

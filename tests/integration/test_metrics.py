@@ -1,4 +1,8 @@
-"""/metrics on a broker: Kafka's metric names, and values that match what clients did."""
+"""/metrics on a broker: Kafka's metric names, and values that match what clients did.
+
+One broker for the module (the pytest plugin's `kafka_broker`, module-scoped: `metrics.port`
+is read at start), each test on topics and groups of its own; a broker-wide counter or gauge
+that another test of the module also moves is judged by its change over the test."""
 
 import socket
 import time
@@ -9,21 +13,29 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
 
-from minibroker.tools.launcher import free_port
+from minibroker.testing import Cluster
+from minibroker.tools.launcher import BrokerProcess, free_port
 from tests.conftest import create_topic, scrape, wait_for
 
 TOPIC = "metered"
+METRICS_PORT = free_port()
+
+# The plugin fails the test that closes the broker if it does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(
+    scope="module", server_properties={"metrics.port": METRICS_PORT}
+)
 
 
 @pytest.fixture
-def metered(broker_factory):
-    port = free_port()
-    broker = broker_factory({"metrics.port": port})
-    return broker, port
+def metered(kafka_broker: Cluster) -> tuple[BrokerProcess, int]:
+    """The module's broker (its node: `.bootstrap`, which the helpers take) and its /metrics
+    port."""
+    return kafka_broker.node(1), METRICS_PORT
 
 
 def test_counters_and_gauges_follow_what_clients_did(metered):
     broker, port = metered
+    leaders_before = scrape(port)[("kafka_server_replicamanager_leadercount", ())]
     create_topic(broker.bootstrap, TOPIC, 2)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
     for number in range(300):
@@ -42,7 +54,7 @@ def test_counters_and_gauges_follow_what_clients_did(metered):
         assert samples[("kafka_log_log_logendoffset", labels)] == 150
         assert samples[("kafka_cluster_partition_highwatermark", labels)] == 150
         assert samples[("kafka_cluster_partition_laststableoffsetlag", labels)] == 0
-    assert samples[("kafka_server_replicamanager_leadercount", ())] == 2
+    assert samples[("kafka_server_replicamanager_leadercount", ())] == leaders_before + 2
     assert samples[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
     assert samples[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
     assert samples[("kafka_controller_kafkacontroller_activebrokercount", ())] == 1
@@ -83,18 +95,18 @@ def test_error_codes_are_counted_by_request(metered):
     from tests.integration.test_bad_input import Client
     from tests.unit.batch_factory import make_batch
 
+    key = (
+        "kafka_network_requestmetrics_errors_total",
+        (("error", "UNKNOWN_TOPIC_OR_PARTITION"), ("request", "Produce")),
+    )
+    before = scrape(port).get(key, 0)
     client = Client(broker)
     try:
         assert client.produce(make_batch(1), topic="present").error_code == 0
         client.produce(make_batch(1), topic="present", partition=9)
     finally:
         client.close()
-    samples = scrape(port)
-    key = (
-        "kafka_network_requestmetrics_errors_total",
-        (("error", "UNKNOWN_TOPIC_OR_PARTITION"), ("request", "Produce")),
-    )
-    assert samples[key] == 1
+    assert scrape(port)[key] == before + 1
 
 
 def test_other_paths_are_404_and_the_broker_keeps_serving(metered):
@@ -107,9 +119,10 @@ def test_other_paths_are_404_and_the_broker_keeps_serving(metered):
         assert scrape(port)[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
 
 
-def test_group_metrics_and_consumer_lag(broker_factory):
-    port = free_port()
-    broker = broker_factory({"metrics.port": port, "group.initial.rebalance.delay.ms": 0})
+def test_group_metrics_and_consumer_lag(metered):
+    """The module's only group (the plugin's brokers start with
+    group.initial.rebalance.delay.ms=0)."""
+    broker, port = metered
     topic, group = "lagged", "lag-watchers"
     create_topic(broker.bootstrap, topic, 2)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")

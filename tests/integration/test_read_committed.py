@@ -39,13 +39,28 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 
 from minibroker.security.authorizer.acls import Operation, ResourceType
-from tests.conftest import create_topic, exchange
+from minibroker.testing import Cluster
+from minibroker.testing.cluster import INTER_BROKER_LISTENER
+from tests.conftest import SHARED_BROKER, create_topic, exchange
 from tests.integration.authz import binding, on_cluster
 from tests.integration.test_inter_node_listener import two_listeners  # noqa: F401 (fixture)
 from tests.unit.batch_factory import make_batch
 
 TOPIC = "txn"
 TRANSACTIONAL = 0x10
+
+# The tests that need only a broker run on the worker's shared broker, each on a topic and a
+# transactional id of its own; the kill -9 test kills its broker, so it takes a fresh one
+# (tests/conftest.py's `broker`); the others need two listeners or an authorizer. The shared
+# broker refuses WriteTxnMarkers on its client listener, as Kafka does: the tests write their
+# markers on its inter-broker listener, as a transaction coordinator would.
+pytestmark = SHARED_BROKER
+
+
+@pytest.fixture
+def shared(kafka_broker: Cluster) -> Cluster:
+    """The worker's shared broker (the pytest plugin's `kafka_broker`)."""
+    return kafka_broker
 
 
 def init_producer_id(bootstrap: str, transactional_id: str = "t") -> tuple[int, int]:
@@ -65,7 +80,9 @@ def init_producer_id(bootstrap: str, transactional_id: str = "t") -> tuple[int, 
     return response.producer_id, response.producer_epoch
 
 
-def add_partition(bootstrap: str, transactional_id: str, producer: tuple[int, int]) -> None:
+def add_partition(
+    bootstrap: str, transactional_id: str, producer: tuple[int, int], topic: str = TOPIC
+) -> None:
     """AddPartitionsToTxn for the topic's partition 0, so that the leader's KIP-890 check
     with the coordinator passes."""
     response = exchange(
@@ -74,7 +91,7 @@ def add_partition(bootstrap: str, transactional_id: str, producer: tuple[int, in
             v3_and_below_transactional_id=transactional_id,
             v3_and_below_producer_id=producer[0],
             v3_and_below_producer_epoch=producer[1],
-            v3_and_below_topics=(AddPartitionsToTxnTopic(name=TOPIC, partitions=(0,)),),
+            v3_and_below_topics=(AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),
         ),
     )
     (topic,) = response.results_by_topic_v3_and_below
@@ -90,10 +107,11 @@ def produce(
     transactional_id=None,
     txn_bit=None,
     add=True,
+    topic=TOPIC,
 ):
     producer_id, epoch = producer
     if add and transactional_id is not None and txn_bit is not False:
-        add_partition(bootstrap, transactional_id, producer)
+        add_partition(bootstrap, transactional_id, producer, topic)
     batch = make_batch(
         [(None, value) for value in records],
         producer_id=producer_id,
@@ -109,7 +127,7 @@ def produce(
             timeout=datetime.timedelta(seconds=5),
             topic_data=(
                 TopicProduceData(
-                    name=TOPIC, partition_data=(PartitionProduceData(index=0, records=batch),)
+                    name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)
                 ),
             ),
         ),
@@ -138,7 +156,7 @@ def write_marker(bootstrap, producer, commit: bool, *, coordinator_epoch=0, topi
     return partition.error_code
 
 
-def raw_fetch(bootstrap, isolation_level: int):
+def raw_fetch(bootstrap, isolation_level: int, topic: str = TOPIC):
     response = exchange(
         bootstrap,
         FetchRequest(
@@ -147,7 +165,7 @@ def raw_fetch(bootstrap, isolation_level: int):
             isolation_level=isolation_level,
             topics=(
                 FetchTopic(
-                    topic=TOPIC,
+                    topic=topic,
                     partitions=(
                         FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
                     ),
@@ -159,7 +177,7 @@ def raw_fetch(bootstrap, isolation_level: int):
     return response.responses[0].partitions[0]
 
 
-def list_latest(bootstrap, isolation_level: int) -> int:
+def list_latest(bootstrap, isolation_level: int, topic: str = TOPIC) -> int:
     response = exchange(
         bootstrap,
         ListOffsetsRequest(
@@ -167,7 +185,7 @@ def list_latest(bootstrap, isolation_level: int) -> int:
             isolation_level=isolation_level,
             topics=(
                 ListOffsetsTopic(
-                    name=TOPIC,
+                    name=topic,
                     partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),),
                 ),
             ),
@@ -176,11 +194,13 @@ def list_latest(bootstrap, isolation_level: int) -> int:
     return response.topics[0].partitions[0].offset
 
 
-def confluent_values(bootstrap: str, isolation: str, expected: int) -> list[bytes]:
+def confluent_values(
+    bootstrap: str, isolation: str, expected: int, topic: str = TOPIC
+) -> list[bytes]:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{isolation}",
+            "group.id": f"reader-{topic}-{isolation}",
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -188,7 +208,7 @@ def confluent_values(bootstrap: str, isolation: str, expected: int) -> list[byte
     )
     values: list[bytes] = []
     try:
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, 0)])
         for _ in range(60):
             message = consumer.poll(0.5)
             if message is None:
@@ -205,7 +225,7 @@ def confluent_values(bootstrap: str, isolation: str, expected: int) -> list[byte
     return values
 
 
-def kafka_python_values(bootstrap: str, isolation: str) -> list[bytes]:
+def kafka_python_values(bootstrap: str, isolation: str, topic: str = TOPIC) -> list[bytes]:
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         isolation_level=isolation,
@@ -213,51 +233,57 @@ def kafka_python_values(bootstrap: str, isolation: str) -> list[bytes]:
         consumer_timeout_ms=3000,
     )
     try:
-        consumer.assign([KafkaTopicPartition(TOPIC, 0)])
-        consumer.seek(KafkaTopicPartition(TOPIC, 0), 0)
+        consumer.assign([KafkaTopicPartition(topic, 0)])
+        consumer.seek(KafkaTopicPartition(topic, 0), 0)
         return [message.value for message in consumer]
     finally:
         consumer.close()
 
 
-def test_read_committed_sees_exactly_the_committed_records(broker):
-    bootstrap = broker.bootstrap
-    create_topic(bootstrap, TOPIC, 1)
-    tid = "hand-made"
+def test_read_committed_sees_exactly_the_committed_records(shared):
+    bootstrap = shared.bootstrap_servers
+    markers = shared.proxy(1, INTER_BROKER_LISTENER).address  # (as a coordinator's)
+    topic, tid = "txn-rc-committed", "txn-rc-committed-tid"
+    create_topic(bootstrap, topic, 1)
     producer = init_producer_id(bootstrap, tid)
 
     def transactional(values, sequence):
         answer = produce(
-            bootstrap, values, producer=producer, sequence=sequence, transactional_id=tid
+            bootstrap,
+            values,
+            producer=producer,
+            sequence=sequence,
+            transactional_id=tid,
+            topic=topic,
         )
         assert answer.error_code == ErrorCode.none
         return answer.base_offset
 
     assert transactional([b"a1", b"a2"], 0) == 0  # 0-1
-    assert write_marker(bootstrap, producer, True) == ErrorCode.none  # 2
-    assert produce(bootstrap, [b"plain"]).error_code == ErrorCode.none  # 3
+    assert write_marker(markers, producer, True, topic=topic) == ErrorCode.none  # 2
+    assert produce(bootstrap, [b"plain"], topic=topic).error_code == ErrorCode.none  # 3
     assert transactional([b"b1", b"b2"], 2) == 4  # 4-5
-    assert write_marker(bootstrap, producer, False) == ErrorCode.none  # 6
+    assert write_marker(markers, producer, False, topic=topic) == ErrorCode.none  # 6
     assert transactional([b"c1"], 4) == 7
-    assert write_marker(bootstrap, producer, True) == ErrorCode.none  # 8
+    assert write_marker(markers, producer, True, topic=topic) == ErrorCode.none  # 8
     # A transaction left open: read_committed stops before it.
     assert transactional([b"d1"], 5) == 9
 
-    committed = raw_fetch(bootstrap, 1)
+    committed = raw_fetch(bootstrap, 1, topic=topic)
     assert committed.error_code == ErrorCode.none
     assert (committed.high_watermark, committed.last_stable_offset) == (10, 9)
     assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [
         (producer[0], 4)
     ]
-    uncommitted = raw_fetch(bootstrap, 0)
+    uncommitted = raw_fetch(bootstrap, 0, topic=topic)
     assert uncommitted.aborted_transactions is None
     assert len(uncommitted.records) > len(committed.records)
-    assert list_latest(bootstrap, 1) == 9
-    assert list_latest(bootstrap, 0) == 10
+    assert list_latest(bootstrap, 1, topic=topic) == 9
+    assert list_latest(bootstrap, 0, topic=topic) == 10
 
     described = exchange(
         bootstrap,
-        DescribeProducersRequest(topics=(TopicRequest(name=TOPIC, partition_indexes=(0,)),)),
+        DescribeProducersRequest(topics=(TopicRequest(name=topic, partition_indexes=(0,)),)),
     )
     (state,) = described.topics[0].partitions[0].active_producers
     assert (state.producer_id, state.current_txn_start_offset, state.last_sequence) == (
@@ -267,41 +293,55 @@ def test_read_committed_sees_exactly_the_committed_records(broker):
     )
 
     expected = [b"a1", b"a2", b"plain", b"c1"]
-    assert confluent_values(bootstrap, "read_committed", 4) == expected
-    assert kafka_python_values(bootstrap, "read_committed") == expected
+    assert confluent_values(bootstrap, "read_committed", 4, topic=topic) == expected
+    assert kafka_python_values(bootstrap, "read_committed", topic=topic) == expected
     everything = [b"a1", b"a2", b"plain", b"b1", b"b2", b"c1", b"d1"]
-    assert confluent_values(bootstrap, "read_uncommitted", 7) == everything
-    assert kafka_python_values(bootstrap, "read_uncommitted") == everything
+    assert confluent_values(bootstrap, "read_uncommitted", 7, topic=topic) == everything
+    assert kafka_python_values(bootstrap, "read_uncommitted", topic=topic) == everything
 
     # The open transaction aborted: read_committed reaches the end and skips d1.
-    assert write_marker(bootstrap, producer, False) == ErrorCode.none  # 10
-    assert raw_fetch(bootstrap, 1).last_stable_offset == 11
-    assert kafka_python_values(bootstrap, "read_committed") == expected
+    assert write_marker(markers, producer, False, topic=topic) == ErrorCode.none  # 10
+    assert raw_fetch(bootstrap, 1, topic=topic).last_stable_offset == 11
+    assert kafka_python_values(bootstrap, "read_committed", topic=topic) == expected
 
 
-def test_a_marker_with_a_stale_epoch_is_invalid_producer_epoch(broker):
-    bootstrap = broker.bootstrap
-    create_topic(bootstrap, TOPIC, 1)
-    producer_id, epoch = init_producer_id(bootstrap)
+def test_a_marker_with_a_stale_epoch_is_invalid_producer_epoch(shared):
+    bootstrap = shared.bootstrap_servers
+    markers = shared.proxy(1, INTER_BROKER_LISTENER).address  # (as a coordinator's)
+    topic, tid = "txn-rc-stale-epoch", "txn-rc-stale-epoch-tid"
+    create_topic(bootstrap, topic, 1)
+    producer_id, epoch = init_producer_id(bootstrap, tid)
     # Transactional batches need a transactional id (Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
-    refused = produce(bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, txn_bit=True)
+    refused = produce(
+        bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, txn_bit=True, topic=topic
+    )
     assert refused.error_code == ErrorCode.transactional_id_authorization_failed
-    produce(bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, transactional_id="t")
-    assert write_marker(bootstrap, (producer_id, epoch + 1), False, coordinator_epoch=2) == (
-        ErrorCode.none
+    produce(
+        bootstrap,
+        [b"x"],
+        producer=(producer_id, epoch),
+        sequence=0,
+        transactional_id=tid,
+        topic=topic,
     )
-    assert write_marker(bootstrap, (producer_id, epoch), True, coordinator_epoch=2) == (
-        ErrorCode.invalid_producer_epoch
+    assert (
+        write_marker(markers, (producer_id, epoch + 1), False, coordinator_epoch=2, topic=topic)
+        == ErrorCode.none
     )
-    assert write_marker(bootstrap, (producer_id, epoch + 1), True, coordinator_epoch=1) == (
-        ErrorCode.transaction_coordinator_fenced
+    assert (
+        write_marker(markers, (producer_id, epoch), True, coordinator_epoch=2, topic=topic)
+        == ErrorCode.invalid_producer_epoch
     )
-    assert write_marker(bootstrap, (producer_id, epoch + 1), True, topic="nowhere") == (
+    assert (
+        write_marker(markers, (producer_id, epoch + 1), True, coordinator_epoch=1, topic=topic)
+        == ErrorCode.transaction_coordinator_fenced
+    )
+    assert write_marker(markers, (producer_id, epoch + 1), True, topic="nowhere") == (
         ErrorCode.unknown_topic_or_partition
     )
     # Nothing else disturbed: the partition still takes and serves records.
-    assert produce(bootstrap, [b"after"]).error_code == ErrorCode.none
-    assert raw_fetch(bootstrap, 1).last_stable_offset == 3
+    assert produce(bootstrap, [b"after"], topic=topic).error_code == ErrorCode.none
+    assert raw_fetch(bootstrap, 1, topic=topic).last_stable_offset == 3
 
 
 def test_write_txn_markers_from_a_client_listener_is_refused(two_listeners):  # noqa: F811
@@ -317,7 +357,7 @@ def test_write_txn_markers_from_a_client_listener_is_refused(two_listeners):  # 
     assert raw_fetch(broker.bootstrap, 1).last_stable_offset == 2
 
 
-def test_after_kill_9_recovery_rebuilds_the_txnindex(broker):
+def test_after_kill_9_recovery_rebuilds_the_txnindex(broker):  # its own broker: kills it
     bootstrap = broker.bootstrap
     create_topic(bootstrap, TOPIC, 1)
     producer = init_producer_id(bootstrap)
@@ -371,11 +411,13 @@ def test_transactional_produce_needs_write_on_the_transactional_id(secured):
 MARKER_WAIT_S = 60
 
 
-def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(broker):
-    bootstrap = broker.bootstrap
-    create_topic(bootstrap, TOPIC, 1)
-    producer = init_producer_id(bootstrap)
-    produce(bootstrap, [b"v"], producer=producer, sequence=0, transactional_id="t")
+def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(shared):
+    bootstrap = shared.bootstrap_servers
+    markers = shared.proxy(1, INTER_BROKER_LISTENER).address  # (as a coordinator's)
+    topic, tid = "txn-rc-waiting", "txn-rc-waiting-tid"
+    create_topic(bootstrap, topic, 1)
+    producer = init_producer_id(bootstrap, tid)
+    produce(bootstrap, [b"v"], producer=producer, sequence=0, transactional_id=tid, topic=topic)
     answer = {}
 
     def wait_for_records():
@@ -388,7 +430,7 @@ def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(broker):
                 isolation_level=1,
                 topics=(
                     FetchTopic(
-                        topic=TOPIC,
+                        topic=topic,
                         partitions=(
                             FetchPartition(
                                 partition=0, fetch_offset=0, partition_max_bytes=1 << 20
@@ -407,7 +449,7 @@ def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(broker):
     reader.start()
     time.sleep(1)
     assert "partition" not in answer  # parked: nothing committed yet
-    assert write_marker(bootstrap, producer, True) == ErrorCode.none
+    assert write_marker(markers, producer, True, topic=topic) == ErrorCode.none
     reader.join(MARKER_WAIT_S + 15)
     assert answer["partition"].records and answer["partition"].last_stable_offset == 2
     # Woken by the marker, not at the max_wait: the wide gap between the two (the marker is

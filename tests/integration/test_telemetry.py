@@ -4,6 +4,10 @@ described and listed back; a librdkafka producer with its default ``enable.metri
 pushes its metrics and the broker's /metrics shows them labelled by its client instance id;
 raw GetTelemetrySubscriptions and PushTelemetry requests with bad input are answered with
 Kafka's codes while that producer goes on being served.
+
+One broker for the module (the pytest plugin's `kafka_broker`, module-scoped:
+`metrics.port` and `telemetry.max.bytes` are read at start); each test sets the one
+subscription it needs before it pushes.
 """
 
 import gzip
@@ -31,24 +35,36 @@ from kio.static.primitive import i8, i32
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from minibroker.protocol.kafka44_schemas import ListConfigResourcesRequestV1
-from minibroker.tools.launcher import free_port
+from minibroker.testing import Cluster
+from minibroker.tools.launcher import BrokerProcess, free_port
 from tests.conftest import create_topic, exchange, scrape, wait_for
 
 SUBSCRIPTION = "producers"
 CLIENT_METRICS = 16  # the config resource type
 TOPIC = "telemetry"
+SCRAPED_TOPIC = "telemetry-scraped"
 THROTTLING_QUOTA_EXCEEDED = 89
 UNKNOWN_SUBSCRIPTION_ID = 117
 TELEMETRY_TOO_LARGE = 118
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_REQUEST, INVALID_CONFIG, INVALID_RECORD = 42, 40, 87
+METRICS_PORT = free_port()
+# The client ids of this module's other tests' producers: their pushed series may still be on
+# /metrics when a later test reads it.
+OTHER_PRODUCERS = {"scraped"}
+
+# The plugin fails the test that closes the broker if it does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(
+    scope="module",
+    server_properties={"metrics.port": METRICS_PORT, "telemetry.max.bytes": 4096},
+)
 
 
 @pytest.fixture
-def metered(broker_factory):
-    port = free_port()
-    broker = broker_factory({"metrics.port": port, "telemetry.max.bytes": 4096})
-    return broker, port
+def metered(kafka_broker: Cluster) -> tuple[BrokerProcess, int]:
+    """The module's broker (its node: `.bootstrap`, which the helpers take) and its /metrics
+    port."""
+    return kafka_broker.node(1), METRICS_PORT
 
 
 def _alter(bootstrap: str, name: str, configs: dict[str, str]):
@@ -120,14 +136,17 @@ def test_librdkafka_producer_pushes_its_metrics_to_prometheus(metered):
         def pushed():
             producer.produce(TOPIC, b"v")
             producer.poll(0.1)
-            return _client_series(port)
+            series = _client_series(port)
+            return series if any(("client_id", "pusher") in key[1] for key in series) else None
 
         series = wait_for(pushed, 30, "the producer's pushed metrics on /metrics")
         labels = [dict(key[1]) for key in series]
-        instance_ids = {label["client_instance_id"] for label in labels}
+        instance_ids = {
+            label["client_instance_id"] for label in labels if label["client_id"] == "pusher"
+        }
         assert len(instance_ids) == 1
         assert uuid.UUID(instance_ids.pop()).int != 0
-        assert {label["client_id"] for label in labels} == {"pusher"}
+        assert {label["client_id"] for label in labels} - OTHER_PRODUCERS == {"pusher"}
         names = {key[0] for key in series}
         assert any(name.startswith("org_apache_kafka_producer_") for name in names)
         assert all("." not in name for name in names)
@@ -254,13 +273,13 @@ def prometheus(tmp_path):
 def test_a_real_prometheus_scrapes_a_producers_pushed_metrics(metered, prometheus):
     broker, port = metered
     _subscribe(broker.bootstrap, {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"})
-    create_topic(broker.bootstrap, TOPIC, 1)
+    create_topic(broker.bootstrap, SCRAPED_TOPIC, 1)
     api = prometheus(port)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "scraped"})
     query = urllib.parse.urlencode({"query": '{__name__=~"org_apache_kafka_producer_.+"}'})
 
     def seen():
-        producer.produce(TOPIC, b"v")
+        producer.produce(SCRAPED_TOPIC, b"v")
         producer.poll(0.1)
         try:
             with urllib.request.urlopen(f"{api}/api/v1/query?{query}", timeout=5) as answer:

@@ -2,7 +2,11 @@
 transactional producer commits are held pending, invisible to OffsetFetch, and OffsetFetch
 with require_stable (v7+) answers UNSTABLE_OFFSET_COMMIT for them, as Kafka does. The
 transaction's COMMIT or ABORT marker (WriteTxnMarkers) is another part of the work; its
-effect is tested in-process (tests/unit/test_group_coordinator_txn.py)."""
+effect is tested in-process (tests/unit/test_group_coordinator_txn.py).
+
+The tests without ACLs run on the worker's shared broker (tests/conftest.py's SHARED_BROKER,
+the pytest plugin's `kafka_broker`), each with a topic, a group and a transactional id of its
+own; the ACL test on the module's broker with an authorizer (the `secured` fixture)."""
 
 from __future__ import annotations
 
@@ -11,15 +15,31 @@ import pytest
 from minibroker.protocol.errors import Error
 from minibroker.protocol.versions import ApiKey
 from minibroker.security.authorizer import acls as model
-from tests.conftest import create_topic
+from minibroker.testing import Cluster
+from tests.conftest import SHARED_BROKER, create_topic
 from tests.integration.authz import binding, on_cluster
 from tests.integration.test_groups_bad_input import OVERRIDES, Session, join, sync
 
+pytestmark = SHARED_BROKER
 
-def init_producer_id(session: Session, transactional_id: str = "tx", group: str = "g"):
+
+class TxnSession(Session):
+    """A connection, with the group, transactional id and topic its test uses by default."""
+
+    def __init__(self, bootstrap: str, group: str, transactional_id: str, topic: str) -> None:
+        super().__init__(bootstrap, group)
+        self.transactional_id = transactional_id
+        self.topic = topic
+
+
+def init_producer_id(
+    session: TxnSession, transactional_id: str | None = None, group: str | None = None
+):
     """A transactional producer's id and epoch, with ``group``'s offsets partition added to
     its transaction (FindCoordinator, InitProducerId, AddOffsetsToTxn), so that the
     coordinator confirms the transaction when TxnOffsetCommit asks it (KIP-890)."""
+    transactional_id = transactional_id or session.transactional_id
+    group = group or session.group
     found = session.send(ApiKey.FIND_COORDINATOR, 2, {"key": transactional_id, "key_type": 1})
     assert found.error_code.value == Error.NONE
     answer = session.send(
@@ -49,11 +69,11 @@ def init_producer_id(session: Session, transactional_id: str = "tx", group: str 
 
 
 def txn_offset_commit(
-    session: Session, version: int, producer: tuple[int, int], partitions, **fields
+    session: TxnSession, version: int, producer: tuple[int, int], partitions, **fields
 ) -> dict:
     body = {
-        "transactional_id": fields.pop("transactional_id", "tx"),
-        "group_id": fields.pop("group_id", "g"),
+        "transactional_id": fields.pop("transactional_id", session.transactional_id),
+        "group_id": fields.pop("group_id", session.group),
         "producer_id": producer[0],
         "producer_epoch": producer[1],
         "topics": [
@@ -82,8 +102,11 @@ def txn_offset_commit(
     }
 
 
-def offset_fetch(session: Session, version: int, require_stable: bool, group: str = "g") -> dict:
-    topics = [{"name": "t", "partition_indexes": [0, 1]}]
+def offset_fetch(
+    session: TxnSession, version: int, require_stable: bool, group: str | None = None
+) -> dict:
+    group = group or session.group
+    topics = [{"name": session.topic, "partition_indexes": [0, 1]}]
     if version >= 8:
         answer = session.send(
             ApiKey.OFFSET_FETCH,
@@ -103,12 +126,15 @@ def offset_fetch(session: Session, version: int, require_stable: bool, group: st
 
 
 @pytest.fixture
-def session(broker_factory):
-    broker = broker_factory(OVERRIDES)
-    opened = Session(broker.bootstrap)
-    found = opened.send(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
+def session(kafka_broker: Cluster, request: pytest.FixtureRequest):
+    """A connection to the shared broker, with a group (coordinated), a transactional id and
+    a topic of 2 partitions named after the test."""
+    name = "txn-offsets-" + request.node.name.removeprefix("test_")[:40]
+    bootstrap = kafka_broker.bootstrap_servers
+    opened = TxnSession(bootstrap, group=f"{name}-g", transactional_id=f"{name}-tx", topic=name)
+    found = opened.send(ApiKey.FIND_COORDINATOR, 2, {"key": opened.group, "key_type": 0})
     assert found.error_code.value == Error.NONE
-    create_topic(broker.bootstrap, "t", 2)
+    create_topic(bootstrap, opened.topic, 2)
     yield opened
     opened.close()
 
@@ -118,56 +144,62 @@ def test_pending_offsets_are_invisible_and_unstable_under_require_stable(session
         ApiKey.OFFSET_COMMIT,
         7,
         {
-            "group_id": "g",
+            "group_id": session.group,
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "topics": [
-                {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}
+                {
+                    "name": session.topic,
+                    "partitions": [{"partition_index": 0, "committed_offset": 5}],
+                }
             ],
         },
     )
     assert committed.topics[0].partitions[0].error_code.value == Error.NONE
     producer = init_producer_id(session)
     errors = txn_offset_commit(
-        session, 3, producer, [("t", 0, 9), ("t", 7, 1), ("no-such-topic", 0, 1)]
+        session,
+        3,
+        producer,
+        [(session.topic, 0, 9), (session.topic, 7, 1), ("no-such-topic", 0, 1)],
     )
     assert errors == {
-        ("t", 0): Error.NONE,
-        ("t", 7): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        (session.topic, 0): Error.NONE,
+        (session.topic, 7): Error.UNKNOWN_TOPIC_OR_PARTITION,
         ("no-such-topic", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
     }
     for version in (7, 8):
         # Without require_stable: the last committed offset, not the pending one.
         assert offset_fetch(session, version, require_stable=False) == {
-            ("t", 0): (Error.NONE, 5),
-            ("t", 1): (Error.NONE, -1),
+            (session.topic, 0): (Error.NONE, 5),
+            (session.topic, 1): (Error.NONE, -1),
         }
         assert offset_fetch(session, version, require_stable=True) == {
-            ("t", 0): (Error.UNSTABLE_OFFSET_COMMIT, -1),
-            ("t", 1): (Error.NONE, -1),
+            (session.topic, 0): (Error.UNSTABLE_OFFSET_COMMIT, -1),
+            (session.topic, 1): (Error.NONE, -1),
         }
 
 
 def test_every_version_is_served(session):
     """One broker, a group and a transactional id per version."""
     for version in range(5):
-        group = f"g-v{version}"
-        transactional_id = f"tx-v{version}"
+        group = f"{session.group}-v{version}"
+        transactional_id = f"{session.transactional_id}-v{version}"
         producer = init_producer_id(session, transactional_id, group)
         answer = txn_offset_commit(
             session,
             version,
             producer,
-            [("t", 1, 3)],
+            [(session.topic, 1, 3)],
             group_id=group,
             transactional_id=transactional_id,
         )
-        assert answer == {("t", 1): Error.NONE}, version
-        assert offset_fetch(session, 7, require_stable=True, group=group)[("t", 1)] == (
+        assert answer == {(session.topic, 1): Error.NONE}, version
+        assert offset_fetch(session, 7, require_stable=True, group=group)[(session.topic, 1)] == (
             Error.UNSTABLE_OFFSET_COMMIT,
             -1,
         )
-        assert offset_fetch(session, 7, require_stable=False, group=group)[("t", 1)] == (
+        assert offset_fetch(session, 7, require_stable=False, group=group)[(session.topic, 1)] == (
             Error.NONE,
             -1,
         )
@@ -178,34 +210,39 @@ def test_member_checks_of_v3(session):
     naming a member or a generation means being that member of that generation."""
     producer = init_producer_id(session)
     errors = txn_offset_commit(
-        session, 3, producer, [("t", 0, 9)], generation_id=4, member_id="ghost"
+        session, 3, producer, [(session.topic, 0, 9)], generation_id=4, member_id="ghost"
     )
-    assert errors == {("t", 0): Error.UNKNOWN_MEMBER_ID}
+    assert errors == {(session.topic, 0): Error.UNKNOWN_MEMBER_ID}
     errors = txn_offset_commit(
         session,
         3,
         producer,
-        [("t", 0, 9)],
+        [(session.topic, 0, 9)],
         generation_id=0,
         member_id="ghost",
         group_instance_id="static-1",
     )
-    assert errors == {("t", 0): Error.UNKNOWN_MEMBER_ID}
+    assert errors == {(session.topic, 0): Error.UNKNOWN_MEMBER_ID}
     # Nothing was left pending by the refused commits.
-    assert offset_fetch(session, 7, require_stable=True)[("t", 0)] == (Error.NONE, -1)
-    joined = join(session, "g")
+    assert offset_fetch(session, 7, require_stable=True)[(session.topic, 0)] == (Error.NONE, -1)
+    joined = join(session, session.group)
     assert joined.error_code.value == Error.NONE
     member, generation = joined.member_id, joined.generation_id
-    assert sync(session, "g", generation, member, [(member, b"a")]).error_code.value == 0
+    assert sync(session, session.group, generation, member, [(member, b"a")]).error_code.value == 0
     errors = txn_offset_commit(
-        session, 3, producer, [("t", 0, 9)], generation_id=generation + 1, member_id=member
+        session,
+        3,
+        producer,
+        [(session.topic, 0, 9)],
+        generation_id=generation + 1,
+        member_id=member,
     )
-    assert errors == {("t", 0): Error.ILLEGAL_GENERATION}
+    assert errors == {(session.topic, 0): Error.ILLEGAL_GENERATION}
     errors = txn_offset_commit(
-        session, 3, producer, [("t", 0, 9)], generation_id=generation, member_id=member
+        session, 3, producer, [(session.topic, 0, 9)], generation_id=generation, member_id=member
     )
-    assert errors == {("t", 0): Error.NONE}
-    assert offset_fetch(session, 7, require_stable=True)[("t", 0)] == (
+    assert errors == {(session.topic, 0): Error.NONE}
+    assert offset_fetch(session, 7, require_stable=True)[(session.topic, 0)] == (
         Error.UNSTABLE_OFFSET_COMMIT,
         -1,
     )
@@ -224,7 +261,7 @@ def test_authorization(secured):
         ],
         OVERRIDES,
     )
-    session = Session(broker.bootstrap)
+    session = TxnSession(broker.bootstrap, group="g", transactional_id="tx", topic="t")
     try:
         found = session.send(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
         assert found.error_code.value == Error.NONE

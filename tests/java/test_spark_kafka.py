@@ -2,7 +2,10 @@
 spark.jars; pyspark 4.3.0, whose own connector release Maven Central does not serve) against a
 minibroker broker: `write.format("kafka")`, `read.format("kafka")`, and a `readStream` into a
 `writeStream`, as a Spark user writes them (spark_kafka_job.py, in its own process so that its
-SparkSession is the only one of its JVM)."""
+SparkSession is the only one of its JVM).
+
+The broker is the pytest plugin's `kafka_broker`, module-scoped, with `num.partitions=3` (the
+partitions of the topics it creates on first use, read at start)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.kafka_ref import classpath, missing_reason
-from minibroker.tools.launcher import BrokerProcess
-from tests.conftest import BROKER_READY_TIMEOUT
+from minibroker.testing import Cluster
 
 JOB = Path(__file__).resolve().parent / "spark_kafka_job.py"
 
@@ -28,20 +30,13 @@ def spark_jars() -> str:
     return classpath("spark").replace(":", ",")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    started = BrokerProcess.start(
-        node_id=1, log_dir=tmp_path_factory.mktemp("spark-kafka") / "data",
-        overrides={"num.partitions": 3},
-    )  # fmt: skip
-    started.wait_ready(BROKER_READY_TIMEOUT)
-    yield started
-    assert started.stop() == 0, started.log_tail()
+# The plugin fails the test that closes the broker if it does not shut down cleanly.
+pytestmark = pytest.mark.minibroker(scope="module", server_properties={"num.partitions": 3})
 
 
-def test_format_kafka_batch_and_streaming(spark_jars, broker, tmp_path):
+def test_format_kafka_batch_and_streaming(spark_jars, kafka_broker: Cluster, tmp_path):
     done = subprocess.run(
-        [sys.executable, str(JOB), broker.bootstrap, spark_jars, str(tmp_path)],
+        [sys.executable, str(JOB), kafka_broker.bootstrap_servers, spark_jars, str(tmp_path)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]

@@ -3,6 +3,7 @@
 import copy
 import json
 import os
+import pickle
 import random
 import uuid
 from collections import Counter
@@ -482,7 +483,9 @@ def test_any_history_keeps_leaders_in_isrs_inside_replicas_and_epochs_growing(da
     incarnations = iter(range(1_000_000))
     now = 0
     for _ in range(data.draw(st.integers(1, 40))):
-        previous = copy.deepcopy(state)
+        # A copy by pickle: the same value as copy.deepcopy's, six times faster (deepcopy took a
+        # third of this test's time in the fast tier).
+        previous = pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
         operation = data.draw(
             st.sampled_from(["fence", "register", "alter", "alter_any", "expire", "preferred"])
         )
