@@ -447,6 +447,11 @@ class TopicTable:
         if found:
             return CommitOutcome(conflicts=found)
         dead = self._write_dead_letters(plan, typed)
+        if data is None and len(typed.dead):
+            # Every record of the range was a dead letter: the main table's snapshot must
+            # still record the offsets, or the partition's next writer would read the range
+            # again and, knowing a schema this one did not, write its records typed as well.
+            data = pa.Table.from_pylist([], schema=self.table.schema().as_arrow())
         counts = {index: 0 for index in counts}
         for row in typed.rows:
             counts[row[META_COLUMN]["partition"]] += 1
