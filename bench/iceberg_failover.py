@@ -133,12 +133,18 @@ class Sender:
                 "message.timeout.ms": 180_000,
                 "retry.backoff.ms": 100,
                 "queue.buffering.max.messages": MAX_QUEUED * 2,
+                "error_cb": self._on_error,
             }
         )
         self.thread = threading.Thread(target=self._run, name="iceberg-sender", daemon=True)
 
     def acked_count(self) -> int:
         return sum(len(found) for found in self.acked.values())
+
+    def _on_error(self, error) -> None:
+        """librdkafka's client errors: a fatal one (the idempotent producer's) ends the run."""
+        if error.fatal():
+            self.errors.append(f"fatal: {error}")
 
     def _on_delivery(self, error, message) -> None:
         if error is not None:
@@ -147,6 +153,12 @@ class Sender:
         self.acked[message.topic()][(message.partition(), message.offset())] = message.value()
 
     def _run(self) -> None:
+        try:
+            self._send()
+        except Exception as error:  # a fatal producer error: said, not hidden in the thread
+            self.errors.append(f"{type(error).__name__}: {error}")
+
+    def _send(self) -> None:
         producer = self.producer
         for number in range(self.records):
             partition = number % PARTITIONS
