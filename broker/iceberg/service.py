@@ -33,8 +33,17 @@ broker leads, and each commit is one snapshot covering them.
   A broker without the registry (no ``schema.registry.listeners``) cannot translate such a
   topic: its commits fail with that reason, and the lag grows.
 - Deletion: when a StopReplica deletes a hosted partition of a topic with ``iceberg.delete``
-  (the default), the topic's table and dead-letter table are purged (table.drop_topic_tables),
-  by every broker that hosted a replica (the first one does it; the others find them gone).
+  (the default), the topic's writer here is stopped first: its task cancelled (a call waiting
+  for the worker thread never runs) and its table told to stop (``TopicTable.stop``: a commit
+  running in the worker thread writes nothing more after its next check), and the drop waits
+  until the writer has ended; then the topic's table and dead-letter table are purged
+  (table.drop_topic_tables), by every broker that hosted a replica (the first one does it;
+  the others find them gone). So nothing of the topic is written here after its drop: a
+  careful operator's order (stop the writers, then drop), where Redpanda's is its own
+  coordinator's. A write already under way on this broker when the deletion reaches it
+  finishes first; if another broker dropped the tables meanwhile, this broker's own drop,
+  which comes after, purges what that write made again (a Parquet file of an append whose
+  catalog commit then failed is an orphan: the page's "Not supported yet").
 - Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
   with a growing delay; the topic still takes writes, and the lag metrics grow.
 """
@@ -57,6 +66,7 @@ from minibroker.iceberg.translation import (
     CommitOutcome,
     CommitPlan,
     ReadChunk,
+    TableStopped,
     TopicTranslation,
     end_of_chunk,
 )
@@ -131,6 +141,11 @@ class IcebergService:
         replicas.deletion_listeners.append(self._on_deletion)
         # (topic, topic id) whose tables are being dropped.
         self._dropping: set[tuple[str, str]] = set()
+        # Each running writer's cancel scope, the event set when it has ended, and the table
+        # it writes (a deletion stops the writer before the drop).
+        self._writer_scopes: dict[str, trio.CancelScope] = {}
+        self._writer_ended: dict[str, trio.Event] = {}
+        self._tables: dict[str, TopicTable] = {}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -155,10 +170,29 @@ class IcebergService:
         if key in self._dropping or self._nursery is None:
             return
         self._dropping.add(key)
-        self._nursery.start_soon(self._drop_tables, *key)
+        ended = self._stop_writer(*key)
+        self._nursery.start_soon(self._drop_tables, *key, ended)
 
-    async def _drop_tables(self, topic: str, topic_id: str) -> None:
+    def _stop_writer(self, topic: str, topic_id: str) -> trio.Event | None:
+        """Stop the topic's writer here, if it writes this topic id: its task cancelled, its
+        table told to stop. Returns the event set when the writer has ended (None: none)."""
+        translation = self.translations.get(topic)
+        scope = self._writer_scopes.get(topic)
+        if scope is None or (translation is not None and translation.topic_id != topic_id):
+            return None
+        table = self._tables.get(topic)
+        if table is not None:
+            table.stop()
+        scope.cancel()
+        return self._writer_ended.get(topic)
+
+    async def _drop_tables(
+        self, topic: str, topic_id: str, writer_ended: trio.Event | None = None
+    ) -> None:
         try:
+            if writer_ended is not None:
+                # Nothing of the topic is written here once the drop starts.
+                await writer_ended.wait()
             dropped = await self._blocking(self._drop, topic, topic_id)
         except Exception as error:
             log.warning(
@@ -212,8 +246,9 @@ class IcebergService:
 
     def _start_writers(self) -> None:
         assert self._nursery is not None
+        dropping = {topic for topic, _ in self._dropping}
         for topic in self._led():
-            if topic not in self._writers:
+            if topic not in self._writers and topic not in dropping:
                 self._writers.add(topic)
                 self._nursery.start_soon(self._write_topic, topic)
 
@@ -236,11 +271,21 @@ class IcebergService:
     # -- the writer of one topic -------------------------------------------------------------------
 
     async def _write_topic(self, topic: str) -> None:
+        ended = self._writer_ended[topic] = trio.Event()
         try:
-            await self._translate(topic)
+            # Cancelled when the topic is deleted (_stop_writer): a blocking call under way
+            # in the worker thread is waited for (trio does not abandon it), one waiting for
+            # the thread never runs.
+            with trio.CancelScope() as scope:
+                self._writer_scopes[topic] = scope
+                await self._translate(topic)
         finally:
             self._writers.discard(topic)
             self.translations.pop(topic, None)
+            self._writer_scopes.pop(topic, None)
+            self._tables.pop(topic, None)
+            self._writer_ended.pop(topic, None)
+            ended.set()
 
     async def _translate(self, topic: str) -> None:
         table: TopicTable | None = None
@@ -279,6 +324,7 @@ class IcebergService:
                     continue
                 translation.failures = 0
                 translation.last_error = None
+                self._tables[topic] = table
             translation.target_lag_ms = config.iceberg_target_lag_ms
             for index, progress in list(translation.partitions.items()):
                 partition = led.get(index)
@@ -417,6 +463,8 @@ class IcebergService:
                     return schema_type, text, built
 
             return await self._blocking(table.commit, plan, reads, lookup)
+        except TableStopped as error:
+            return CommitOutcome(error=str(error))
         except Exception as error:
             log.warning("Iceberg commit failed: %s", _text(error))
             return CommitOutcome(error=_text(error))

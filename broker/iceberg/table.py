@@ -43,6 +43,7 @@ twice), then appends the typed rows to the main table under its conditional comm
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ from minibroker.iceberg.translation import (
     CommitPlan,
     ReadChunk,
     Rows,
+    TableStopped,
     committed_offsets,
     conflicts,
     encode_summary,
@@ -358,6 +360,18 @@ class TopicTable:
         self._decoders: dict[int, Decoder] = {}
         # Schema ids whose columns this writer merged into the table's schema.
         self._merged: set[int] = set()
+        # Set (from the event loop) when the topic is deleted: a commit running in the
+        # worker thread checks it before each write and stops (TableStopped).
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        """The topic was deleted: write nothing more (a commit in the worker thread stops at
+        its next check, before its next write)."""
+        self._stopped.set()
+
+    def _check_not_stopped(self) -> None:
+        if self._stopped.is_set():
+            raise TableStopped(f"{self.table.name()[-1]}: the topic was deleted")
 
     @classmethod
     def open(
@@ -409,7 +423,10 @@ class TopicTable:
         current metadata as it swaps it and answers 409 otherwise), so the check and the
         commit are one atomic step; a commit that loses that race is checked again.
         value_schema_id_prefix: the values decoded with ``lookup``'s schemas first, the
-        table's schema evolved, the dead letters written (module docstring)."""
+        table's schema evolved, the dead letters written (module docstring). TableStopped,
+        with nothing more written, once ``stop`` was called (checked before each write: a
+        write under way when it is called finishes)."""
+        self._check_not_stopped()
         rows = Rows()
         counts: dict[int, int] = {}
         for part in plan.partitions:
@@ -430,6 +447,11 @@ class TopicTable:
         if found:
             return CommitOutcome(conflicts=found)
         dead = self._write_dead_letters(plan, typed)
+        if data is None and len(typed.dead):
+            # Every record of the range was a dead letter: the main table's snapshot must
+            # still record the offsets, or the partition's next writer would read the range
+            # again and, knowing a schema this one did not, write its records typed as well.
+            data = pa.Table.from_pylist([], schema=self.table.schema().as_arrow())
         counts = {index: 0 for index in counts}
         for row in typed.rows:
             counts[row[META_COLUMN]["partition"]] += 1
@@ -452,6 +474,7 @@ class TopicTable:
                 return CommitOutcome(conflicts=found)
             if data is None:
                 return CommitOutcome(rows=counts)
+            self._check_not_stopped()
             properties = encode_summary(self.topic_id, committed_offsets(offsets, plan))
             try:
                 self.table.append(data, snapshot_properties=properties)
@@ -479,6 +502,7 @@ class TopicTable:
             mapping = self._decoders[schema_id].mapping
             assert mapping is not None
             for _attempt in range(COMMIT_ATTEMPTS):
+                self._check_not_stopped()
                 try:
                     with self.table.update_schema() as update:
                         update.union_by_name(mapping.schema())
@@ -538,6 +562,7 @@ class TopicTable:
         many were written."""
         if not len(typed.dead):
             return {}
+        self._check_not_stopped()
         table = self._dead_letter_table()
         dead = typed.dead
         for _attempt in range(COMMIT_ATTEMPTS):
@@ -567,6 +592,7 @@ class TopicTable:
             ends = dict(covered)
             for part in plan.partitions:
                 ends[part.index] = max(ends.get(part.index, 0), part.next_offset)
+            self._check_not_stopped()
             try:
                 table.append(data, snapshot_properties=encode_summary(self.topic_id, ends))
             except CommitFailedException:

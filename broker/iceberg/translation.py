@@ -55,6 +55,11 @@ RETRY_FIRST_MS = 1_000
 RETRY_MAX_MS = 30_000
 
 
+class TableStopped(Exception):
+    """The topic was deleted (its tables are about to be dropped): the writer stops before
+    its next write to the table, the dead-letter table or the catalog."""
+
+
 # -- rows ------------------------------------------------------------------------------------
 
 

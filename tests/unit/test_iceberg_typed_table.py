@@ -190,3 +190,18 @@ def test_a_deleted_topics_tables_are_dropped_unless_another_topic_wrote_them(
     assert not any((tmp_path / "warehouse").rglob("*.parquet"))
     # Another broker that tries too finds nothing to drop.
     assert drop_topic_tables(catalog, "minibroker", "users", TOPIC_ID) == []
+
+
+def test_a_commit_of_dead_letters_only_moves_the_main_tables_offsets(catalog, autojump_clock):
+    """Found by bench/iceberg_failover.py: a commit whose records all went to the dead-letter
+    table left the main table's offsets where they were, so the partition's next leader (one
+    that knew the schema) wrote the same offsets typed: records in both tables."""
+    table = writer(catalog)
+    letters = [b"not framed", b"nor this"]
+    outcome = table.commit(plan(0, None, 0, 2), reads(0, 0, letters), lookup)
+    assert outcome.dead_letters == {0: 2} and outcome.rows == {0: 0}
+    assert outcome.snapshot and table.offsets() == {0: 2}
+    assert scan(catalog) == []
+    # The next leader starts from the table's offsets: the same range is refused.
+    again = writer(catalog).commit(plan(0, None, 0, 2), reads(0, 0, letters), lookup)
+    assert again.conflicts == {0: 2} and not again.dead_letters

@@ -1,0 +1,449 @@
+"""Iceberg topics after kill -9 of partition leaders mid-translation (issue 38):
+`python -m bench.iceberg_failover --records 1000000`
+
+A 3-broker cluster (minibroker.testing's Cluster, the schema registry on every broker, the
+brokers sharing one pyiceberg SQL catalog on SQLite and one warehouse, as `minibroker dev`
+shares them) and two topics of 3 partitions with 3 replicas each: one with
+``iceberg.mode=key_value``, one with ``value_schema_id_prefix`` taking Avro values from
+confluent-kafka's AvroSerializer. An idempotent acks=all confluent-kafka producer sends
+``--records`` records to each topic, round robin over the partitions, from a thread; while it
+sends and the tables are being written, the leader of the key_value topic's partition 0 is
+killed (SIGKILL) and started again, then the leader of one of the Avro topic's partitions
+(another broker). Once every record is acknowledged, the tables are read with pyiceberg until
+their snapshots cover every partition's acknowledged offsets, and then compared with the
+delivery reports: per partition the count of rows and a checksum (the sum) of their offsets
+against the acknowledged ones, the offsets missing or written twice, and the values (raw for
+key_value; the typed columns and the raw value for the Avro topic, whose dead-letter table must
+not exist).
+
+tests/cluster/test_schema_registry.py runs ``run`` with a few thousand records on its module's
+cluster (CI); this command runs it with the issue's million on a cluster of its own and prints
+the figures (docs/iceberg-topics.md has a run's). Kafka has no Iceberg topics: nothing to
+compare with."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from minibroker.testing import Cluster
+
+PARTITIONS = 3
+REPLICATION = 3
+NAMESPACE = "minibroker"
+SUMMARY_KEY = "minibroker.translation"  # minibroker.iceberg.translation's, read as any reader
+USER = {
+    "type": "record",
+    "name": "User",
+    "fields": [
+        {"name": "name", "type": "string"},
+        {"name": "number", "type": "long"},
+    ],
+}
+# At most this many records queued or in flight in the producer (as tests/cluster's
+# BackgroundProducer bounds it: unbounded, a loaded machine times records out in the queue).
+MAX_QUEUED = 20_000
+WAIT_S = 60.0
+# The command's cluster: a dead broker fenced and its leaderships moved within about two
+# seconds (tests/cluster/conftest.py's CLUSTER_OVERRIDES, which the CI run's cluster has).
+FAILOVER_OVERRIDES = {
+    "broker.heartbeat.interval.ms": 200,
+    "broker.session.timeout.ms": 1500,
+    "replica.lag.time.max.ms": 1500,
+    "replica.fetch.wait.max.ms": 500,
+}
+
+
+def iceberg_properties(directory: Path) -> dict[str, str]:
+    """Broker properties giving every broker one catalog and warehouse in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        "iceberg.catalog.uri": f"sqlite:///{directory / 'catalog.db'}",
+        "iceberg.catalog.warehouse": (directory / "warehouse").as_uri(),
+    }
+
+
+@dataclass
+class PartitionCheck:
+    """One partition of one table against the delivery reports."""
+
+    acked: int
+    rows: int
+    acked_offset_sum: int
+    rows_offset_sum: int
+    missing: list[int] = field(default_factory=list)
+    duplicated: list[int] = field(default_factory=list)
+    extra: list[int] = field(default_factory=list)
+    wrong_values: int = 0
+
+
+@dataclass
+class Outcome:
+    records: int
+    # topic -> partition -> the check
+    checks: dict[str, dict[int, PartitionCheck]]
+    killed: list[int]
+    dead_letter_table: bool
+    produce_s: float
+    catch_up_s: float
+    total_s: float
+    notes: list[str] = field(default_factory=list)
+
+
+class Sender:
+    """The idempotent acks=all producer, in a thread: ``records`` records to each topic."""
+
+    def __init__(
+        self, cluster: Cluster, kv: str, avro: str, records: int, pace: float | None = None
+    ) -> None:
+        self.kv, self.avro, self.records = kv, avro, records
+        # Records per second per topic until ``unpace`` (None: as fast as acknowledged), so
+        # that a short run is still producing while its brokers are killed and come back.
+        self.pace = pace
+        self.paced = threading.Event()
+        if pace is not None:
+            self.paced.set()
+        self.acked: dict[str, dict[tuple[int, int], bytes]] = {kv: {}, avro: {}}
+        self.errors: list[str] = []
+        self.undelivered = -1
+        registry = SchemaRegistryClient({"url": cluster.schema_registry_url})
+        self.serialize = AvroSerializer(registry, json.dumps(USER))
+        self.context = SerializationContext(avro, MessageField.VALUE)
+        # Registered now, while every broker runs: the serializer keeps the id.
+        self.serialize({"name": "first", "number": -1}, self.context)
+        self.producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 180_000,
+                "retry.backoff.ms": 100,
+                "queue.buffering.max.messages": MAX_QUEUED * 2,
+                "error_cb": self._on_error,
+            }
+        )
+        self.thread = threading.Thread(target=self._run, name="iceberg-sender", daemon=True)
+
+    def acked_count(self) -> int:
+        return sum(len(found) for found in self.acked.values())
+
+    def _on_error(self, error) -> None:
+        """librdkafka's client errors: a fatal one (the idempotent producer's) ends the run."""
+        if error.fatal():
+            self.errors.append(f"fatal: {error}")
+
+    def _on_delivery(self, error, message) -> None:
+        if error is not None:
+            self.errors.append(f"{message.topic()}: {error}")
+            return
+        self.acked[message.topic()][(message.partition(), message.offset())] = message.value()
+
+    def _run(self) -> None:
+        try:
+            self._send()
+        except Exception as error:  # a fatal producer error: said, not hidden in the thread
+            self.errors.append(f"{type(error).__name__}: {error}")
+
+    def _send(self) -> None:
+        producer = self.producer
+        for number in range(self.records):
+            partition = number % PARTITIONS
+            producer.produce(
+                self.kv,
+                key=str(number).encode(),
+                value=f"kv-{number:09d}".encode(),
+                partition=partition,
+                on_delivery=self._on_delivery,
+            )
+            value = self.serialize({"name": f"user-{number}", "number": number}, self.context)
+            producer.produce(
+                self.avro, value=value, partition=partition, on_delivery=self._on_delivery
+            )
+            if self.paced.is_set():
+                assert self.pace is not None
+                producer.poll(0)
+                time.sleep(1 / self.pace)  # pacing: poll returns as soon as a report comes
+            elif number % 200 == 0:
+                producer.poll(0)
+                while len(producer) > MAX_QUEUED:
+                    producer.poll(0.05)
+        self.undelivered = producer.flush(240)
+
+
+def _wait(condition, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _catalog(catalog_uri: str):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    # The brokers' catalog name (iceberg.catalog.name): the SQL catalog keeps it in each row.
+    return SqlCatalog("minibroker", uri=catalog_uri)
+
+
+def table_next_offsets(catalog, name: str) -> dict[int, int]:
+    """Each partition's next offset as the table's current snapshot records it (the writer's
+    snapshot summary property); {} while the table or its first snapshot does not exist."""
+    try:
+        table = catalog.load_table((NAMESPACE, name))
+    except Exception:
+        return {}
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        text = (snapshot.summary.additional_properties if snapshot.summary else {}).get(SUMMARY_KEY)
+        if text is not None:
+            offsets = json.loads(text)["next-offsets"]
+            return {int(index): int(offset) for index, offset in offsets.items()}
+        parent = snapshot.parent_snapshot_id
+        snapshot = None if parent is None else table.snapshot_by_id(parent)
+    return {}
+
+
+def _check(
+    acked: dict[tuple[int, int], bytes],
+    positions: list[tuple[int, int]],
+    values: list[bytes],
+) -> dict[int, PartitionCheck]:
+    stored = Counter(positions)
+    checks: dict[int, PartitionCheck] = {}
+    for index in range(PARTITIONS):
+        sent = {offset for (p, offset) in acked if p == index}
+        held = [offset for (p, offset) in positions if p == index]
+        checks[index] = PartitionCheck(
+            acked=len(sent),
+            rows=len(held),
+            acked_offset_sum=sum(sent),
+            rows_offset_sum=sum(held),
+            missing=sorted(sent - set(held))[:20],
+            duplicated=sorted(o for o in set(held) if stored[(index, o)] > 1)[:20],
+            extra=sorted(set(held) - sent)[:20],
+        )
+    for position, value in zip(positions, values, strict=True):
+        if acked.get(position, value) != value:
+            checks[position[0]].wrong_values += 1
+    return checks
+
+
+def run(
+    cluster: Cluster,
+    catalog_uri: str,
+    records: int,
+    *,
+    target_lag_ms: int = 500,
+    kill_at: tuple[float, float] = (1 / 3, 2 / 3),
+    pace: float | None = None,
+    progress=lambda text: None,
+) -> Outcome:
+    """The workload on a running cluster whose brokers share ``catalog_uri``; see the module
+    docstring. The kills come once ``kill_at``'s fractions of the records are acknowledged
+    (and both tables written); ``pace`` (records per second per topic) slows the producer
+    until the second broker is back. Leaves every broker running and in sync."""
+    started = time.monotonic()
+    suffix = uuid.uuid4().hex[:8]
+    kv, avro = f"iceberg-kv-{suffix}", f"iceberg-avro-{suffix}"
+    lag = {"iceberg.target.lag.ms": target_lag_ms}
+    cluster.create_topic(kv, PARTITIONS, REPLICATION, {"iceberg.mode": "key_value", **lag})
+    cluster.create_topic(
+        avro, PARTITIONS, REPLICATION, {"iceberg.mode": "value_schema_id_prefix", **lag}
+    )
+    catalog = _catalog(catalog_uri)
+    sender = Sender(cluster, kv, avro, records, pace)
+    sender.thread.start()
+    killed: list[int] = []
+    notes: list[str] = []
+    total = 2 * records
+
+    def translating(fraction: float) -> bool:
+        """Records acknowledged past ``fraction`` of the run and both tables written."""
+        if sender.errors:
+            raise AssertionError(sender.errors[:10])
+        return (
+            sender.acked_count() >= fraction * total
+            and bool(table_next_offsets(catalog, kv))
+            and bool(table_next_offsets(catalog, avro))
+        ) or not sender.thread.is_alive()
+
+    for fraction, topic, partition in ((kill_at[0], kv, 0), (kill_at[1], avro, None)):
+        _wait(lambda f=fraction: translating(f), WAIT_S * 4, "records and both tables written")
+        if not sender.thread.is_alive():
+            notes.append("the producer finished before a kill: fewer kills mid-production")
+        if partition is None:
+            leaders = [cluster.leader_of(topic, index) for index in range(PARTITIONS)]
+            others = [leader for leader in leaders if leader not in (None, -1, *killed)]
+            victim = others[0] if others else leaders[0]
+        else:
+            victim = cluster.leader_of(topic, partition)
+        assert victim is not None and victim != -1
+        before = sender.acked_count()
+        cluster.kill(victim)
+        killed.append(victim)
+        progress(f"killed broker {victim} (a leader of {topic}) at {before:,} acknowledged")
+        # The writing goes on through the new leaders before the broker comes back.
+        _wait(
+            lambda b=before: (
+                sender.acked_count() > b + min(500, total // 20) or not sender.thread.is_alive()
+            ),
+            WAIT_S * 2,
+            "records acknowledged by the new leaders",
+        )
+        cluster.restart(victim)
+        for name in (kv, avro):
+            cluster.wait_until_in_sync(name, timeout=WAIT_S)
+        progress(f"broker {victim} back and in sync at {sender.acked_count():,} acknowledged")
+    sender.paced.clear()
+
+    sender.thread.join(600)
+    produced = time.monotonic()
+    assert not sender.thread.is_alive(), "the producer did not finish"
+    assert not sender.errors and sender.undelivered == 0, (sender.errors[:10], sender.undelivered)
+    progress(f"{total:,} records acknowledged in {produced - started:.1f} s")
+
+    ends = {
+        name: {
+            index: max((o for (p, o) in acked if p == index), default=-1) + 1
+            for index in range(PARTITIONS)
+        }
+        for name, acked in sender.acked.items()
+    }
+
+    def covered() -> bool:
+        return all(
+            table_next_offsets(catalog, name).get(index, 0) >= end
+            for name, by_partition in ends.items()
+            for index, end in by_partition.items()
+        )
+
+    try:
+        _wait(covered, WAIT_S * 4, "the tables to cover every acknowledged offset")
+    except TimeoutError as error:
+        held = {name: table_next_offsets(catalog, name) for name in ends}
+        raise TimeoutError(f"{error}: acknowledged ends {ends}, the tables' {held}") from None
+    caught_up = time.monotonic()
+    progress(f"tables caught up {caught_up - produced:.1f} s after the last acknowledgement")
+
+    checks: dict[str, dict[int, PartitionCheck]] = {}
+    rows = catalog.load_table((NAMESPACE, kv)).scan(
+        selected_fields=("partition", "offset", "value")
+    )
+    scanned = rows.to_arrow()
+    positions = list(
+        zip(scanned["partition"].to_pylist(), scanned["offset"].to_pylist(), strict=True)
+    )
+    checks[kv] = _check(sender.acked[kv], positions, scanned["value"].to_pylist())
+
+    scanned = catalog.load_table((NAMESPACE, avro)).scan().to_arrow()
+    meta = scanned["kafka"].combine_chunks()
+    positions = list(
+        zip(meta.field("partition").to_pylist(), meta.field("offset").to_pylist(), strict=True)
+    )
+    checks[avro] = _check(sender.acked[avro], positions, meta.field("value").to_pylist())
+    # The typed columns: each row's fields are those of the value it was written from.
+    for position, name, number in zip(
+        positions, scanned["name"].to_pylist(), scanned["number"].to_pylist(), strict=True
+    ):
+        if name != f"user-{number}" or position[0] != number % PARTITIONS:
+            checks[avro][position[0]].wrong_values += 1
+    dead_letters = catalog.table_exists((NAMESPACE, avro + "~dlq"))
+    for name in ("_schemas", kv, avro):
+        cluster.wait_until_in_sync(name, timeout=WAIT_S)
+    return Outcome(
+        records=records,
+        checks=checks,
+        killed=killed,
+        dead_letter_table=dead_letters,
+        produce_s=produced - started,
+        catch_up_s=caught_up - produced,
+        total_s=time.monotonic() - started,
+        notes=notes,
+    )
+
+
+def problems(outcome: Outcome) -> list[str]:
+    """What is not exactly once, in words ([] when every acknowledged record is in its table
+    once, with its value)."""
+    found = []
+    for topic, by_partition in outcome.checks.items():
+        for index, check in by_partition.items():
+            if (
+                check.acked != check.rows
+                or check.acked_offset_sum != check.rows_offset_sum
+                or check.missing
+                or check.duplicated
+                or check.extra
+                or check.wrong_values
+            ):
+                found.append(f"{topic}-{index}: {check}")
+    if outcome.dead_letter_table:
+        found.append("the Avro topic has a dead-letter table")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.iceberg_failover")
+    parser.add_argument("--records", type=int, default=1_000_000, help="per topic")
+    parser.add_argument("--target-lag-ms", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="iceberg-failover-") as directory:
+        root = Path(directory)
+        properties = {**FAILOVER_OVERRIDES, **iceberg_properties(root / "iceberg")}
+        with Cluster(
+            brokers=3,
+            server_properties=properties,
+            data_dir=root / "cluster",
+            schema_registry=True,
+        ) as cluster:
+            outcome = run(
+                cluster,
+                properties["iceberg.catalog.uri"],
+                args.records,
+                target_lag_ms=args.target_lag_ms,
+                progress=lambda text: print(text, flush=True),
+            )
+    total = 2 * outcome.records
+    print(
+        f"{total:,} records ({outcome.records:,} per topic, {PARTITIONS} partitions, RF"
+        f" {REPLICATION}); killed brokers {outcome.killed} (SIGKILL, then restarted)"
+    )
+    print(
+        f"produced and acknowledged in {outcome.produce_s:.1f} s"
+        f" ({total / outcome.produce_s:,.0f} records/s, kills included)"
+    )
+    print(f"tables caught up {outcome.catch_up_s:.1f} s after the last acknowledgement")
+    for topic, by_partition in outcome.checks.items():
+        for index, check in by_partition.items():
+            print(
+                f"  {topic}-{index}: acked {check.acked:,}, rows {check.rows:,}, offset sums"
+                f" {check.acked_offset_sum:,} / {check.rows_offset_sum:,}, missing"
+                f" {len(check.missing)}, twice {len(check.duplicated)}, wrong values"
+                f" {check.wrong_values}"
+            )
+    for note in outcome.notes:
+        print("note:", note)
+    found = problems(outcome)
+    print("exactly once" if not found else "NOT exactly once:\n" + "\n".join(found))
+    raise SystemExit(1 if found else 0)
+
+
+if __name__ == "__main__":
+    main()
