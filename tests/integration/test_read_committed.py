@@ -240,12 +240,19 @@ def kafka_python_values(bootstrap: str, isolation: str, topic: str = TOPIC) -> l
         consumer.close()
 
 
-def test_read_committed_sees_exactly_the_committed_records(shared):
+def transactional_topic(shared, name: str):
+    """A one-partition topic and a transactional id of the test's own on the shared broker, the
+    id's producer id and epoch, and the address to write markers to: the broker's inter-broker
+    listener, as a transaction coordinator does (the client listener refuses WriteTxnMarkers)."""
     bootstrap = shared.bootstrap_servers
-    markers = shared.proxy(1, INTER_BROKER_LISTENER).address  # (as a coordinator's)
-    topic, tid = "txn-rc-committed", "txn-rc-committed-tid"
+    topic, tid = f"txn-rc-{name}", f"txn-rc-{name}-tid"
     create_topic(bootstrap, topic, 1)
     producer = init_producer_id(bootstrap, tid)
+    return bootstrap, shared.proxy(1, INTER_BROKER_LISTENER).address, topic, tid, producer
+
+
+def test_read_committed_sees_exactly_the_committed_records(shared):
+    bootstrap, markers, topic, tid, producer = transactional_topic(shared, "committed")
 
     def transactional(values, sequence):
         answer = produce(
@@ -306,11 +313,8 @@ def test_read_committed_sees_exactly_the_committed_records(shared):
 
 
 def test_a_marker_with_a_stale_epoch_is_invalid_producer_epoch(shared):
-    bootstrap = shared.bootstrap_servers
-    markers = shared.proxy(1, INTER_BROKER_LISTENER).address  # (as a coordinator's)
-    topic, tid = "txn-rc-stale-epoch", "txn-rc-stale-epoch-tid"
-    create_topic(bootstrap, topic, 1)
-    producer_id, epoch = init_producer_id(bootstrap, tid)
+    bootstrap, markers, topic, tid, producer = transactional_topic(shared, "stale-epoch")
+    producer_id, epoch = producer
     # Transactional batches need a transactional id (Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
     refused = produce(
         bootstrap, [b"x"], producer=(producer_id, epoch), sequence=0, txn_bit=True, topic=topic
@@ -412,11 +416,7 @@ MARKER_WAIT_S = 60
 
 
 def test_a_waiting_read_committed_fetch_returns_when_the_marker_lands(shared):
-    bootstrap = shared.bootstrap_servers
-    markers = shared.proxy(1, INTER_BROKER_LISTENER).address  # (as a coordinator's)
-    topic, tid = "txn-rc-waiting", "txn-rc-waiting-tid"
-    create_topic(bootstrap, topic, 1)
-    producer = init_producer_id(bootstrap, tid)
+    bootstrap, markers, topic, tid, producer = transactional_topic(shared, "waiting")
     produce(bootstrap, [b"v"], producer=producer, sequence=0, transactional_id=tid, topic=topic)
     answer = {}
 
