@@ -1,6 +1,11 @@
 """Topic and broker configs as admin clients use them: describe with sources and synonyms,
 alter (legacy and incremental), changes that take effect on the running broker and survive
-its restart, CreateTopics with every Kafka topic config, and DescribeLogDirs."""
+its restart, CreateTopics with every Kafka topic config, and DescribeLogDirs.
+
+A broker per test (tests/conftest.py's `broker` and `broker_factory`), not the shared one: some
+tests restart theirs or start it with settings of their own, others change broker-wide settings
+(loggers, dynamic broker configs) that would reach every test of a shared broker; the few that
+touch only topics could move to the shared broker (not done yet)."""
 
 import time
 

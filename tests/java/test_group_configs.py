@@ -14,23 +14,10 @@ import subprocess
 import pytest
 
 from bench.kafka_ref import classpath
-from minibroker.tools.launcher import BrokerProcess
 from tests.java.conftest import PROGRAMS, JavaRunner
 
 CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 GROUP = "tools-group-configs"
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    started = BrokerProcess.start(
-        node_id=1,
-        log_dir=tmp_path_factory.mktemp("java-group-configs") / "data",
-        overrides={"offsets.topic.num.partitions": 1},
-    )
-    started.wait_ready(20.0)
-    yield started
-    assert started.stop() == 0, started.log_tail()
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +35,10 @@ def tool_batch(tmp_path_factory, request_log) -> JavaRunner:
 
 
 @pytest.fixture(scope="module")
-def answers(tool_batch, broker, tmp_path_factory) -> dict:
-    b = ["--bootstrap-server", broker.bootstrap]
+def answers(tool_batch, java_cluster, tmp_path_factory) -> dict:
+    """kafka-configs' answers for a group of this module's own on the session's Java cluster
+    (tests/java/conftest.py), whose group defaults are Kafka's."""
+    b = ["--bootstrap-server", java_cluster.bootstrap]
     group = ["--entity-type", "groups", "--entity-name", GROUP]
 
     def step(name: str, *args: str) -> dict:
