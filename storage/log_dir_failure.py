@@ -47,7 +47,13 @@ class LogDirFailureChannel:
             listener(directory, reason)
 
     def is_offline(self, directory: Path) -> bool:
-        return Path(directory) in self._offline
+        return bool(self._offline) and Path(directory) in self._offline
+
+    @property
+    def any_offline(self) -> bool:
+        """Whether any directory has failed: the data path asks this first, per partition, so
+        that the usual answer (none) costs no path arithmetic."""
+        return bool(self._offline)
 
     def offline_reason(self, directory: Path) -> str | None:
         """Why ``directory`` failed, or None while it is online."""

@@ -415,7 +415,10 @@ class ReplicaManager:
     def is_offline(self, partition: Partition) -> bool:
         """Whether the partition's log is in a failed log dir (Kafka's HostedPartition
         .Offline): nothing is read or written there until a restart recovers it."""
-        return self.log_manager.failures.is_offline(partition.log.directory.parent)
+        failures = self.log_manager.failures
+        # any_offline first: this runs for every partition of every produce and fetch, and a
+        # Path's parent and hash cost microseconds each (the latency row's p50 1.4x slower).
+        return failures.any_offline and failures.is_offline(partition.log.directory.parent)
 
     def handle_log_dir_failure(self, directory: Path) -> list[tuple[str, int]]:
         """Kafka's ReplicaManager.handleLogDirFailure for one failed dir among several: its
