@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -45,6 +47,11 @@ CLUSTER_OVERRIDES = {
     "replica.high.watermark.checkpoint.interval.ms": CHECKPOINT_INTERVAL_MS,
     "group.initial.rebalance.delay.ms": 0,
 }
+
+# The tests that fill a log dir mount a tmpfs for it (test_full_disk.py, test_log_dir_failure.py).
+NEEDS_TMPFS = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount a tmpfs"
+)
 
 # Long enough for a fenced broker, a leader election and a client's metadata refresh on two
 # busy cores, short enough that a broken cluster fails the test instead of stalling CI.

@@ -14,8 +14,6 @@ fails on "broker 3 keeps running".
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,15 +25,14 @@ from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,
+    NEEDS_TMPFS,
     BackgroundProducer,
     _check_clean_stop,
     read_partitions,
 )
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount a tmpfs"
-)
+pytestmark = NEEDS_TMPFS
 
 TOPIC = "jbod"
 PARTITIONS = 6

@@ -15,8 +15,6 @@ leader's. Both tests of that sequence fail without the rule.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from minibroker.tools.launcher import Cluster
 from tests.cluster.conftest import (
     CLUSTER_OVERRIDES,
     CONVERGENCE_TIMEOUT,
+    NEEDS_TMPFS,
     _check_clean_stop,
     assert_logs_identical,
     log_sizes,
@@ -43,9 +42,7 @@ from tests.cluster.conftest import (
 from tests.conftest import confluent_read_all, create_topic, exchange, wait_for
 from tests.unit.batch_factory import make_batch
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount a tmpfs"
-)
+pytestmark = NEEDS_TMPFS
 
 TOPIC = "full"
 HALTED = "have failed"  # Kafka's "Shutdown broker because all log dirs in ... have failed"
