@@ -13,6 +13,8 @@ with kio's names for time fields, and registered in protocol.schemas.
   request v1 is v0's, and v0 is kio's).
 - WriteTxnMarkers v2 (KIP-1228): each marker adds TransactionVersion (int8, default 0, ignorable)
   after CoordinatorEpoch; the response is v1's.
+- BrokerHeartbeat v2 (KIP-1066): the request adds CordonedLogDirs (nullable []uuid, tag 1,
+  default null) after v1's OfflineLogDirs; the response is v0's.
 
 Each message's class is its JSON name plus ``V<version>`` (``UpdateFeaturesRequestV2``); a
 nested struct's is the message's name, the struct's and the version.
@@ -32,6 +34,7 @@ for _files, _versions in (
     (["ReadShareGroupStateSummaryRequest.json"], [1]),
     (["ReadShareGroupStateSummaryResponse.json"], [0, 1]),
     (["WriteTxnMarkersRequest.json", "WriteTxnMarkersResponse.json"], [2]),
+    (["BrokerHeartbeatRequest.json", "BrokerHeartbeatResponse.json"], [2]),
 ):
     _requests, _responses, _built = build_module(
         _files,

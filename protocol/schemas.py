@@ -67,8 +67,9 @@ kio entities so that the codec (protocol/codec.py) reads and writes them like an
 - TxnOffsetCommit v6 (TxnOffsetCommitRequest.json and its response; KIP-1319): each topic
   named by TopicId (uuid) in place of Name, in the request and the response; the rest is v5's.
 
-- UpdateFeatures v2, ListConfigResources v1, WriteShareGroupState v1 and
-  ReadShareGroupStateSummary v0-v1 (its response; kio 0.6.1's v0 lacks LeaderEpoch):
+- UpdateFeatures v2, ListConfigResources v1, WriteShareGroupState v1,
+  ReadShareGroupStateSummary v0-v1 (its response; kio 0.6.1's v0 lacks LeaderEpoch) and
+  BrokerHeartbeat v2 (KIP-1066's CordonedLogDirs):
   protocol/kafka44_schemas.py, built from Kafka 4.4's JSONs, registered here.
 
 - ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0: the request adds SubscribedTopicRegex),

@@ -110,7 +110,9 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.LEADER_AND_ISR: 7,
     ApiKey.STOP_REPLICA: 4,
     ApiKey.UPDATE_METADATA: 8,
-    ApiKey.ALTER_PARTITION: 2,
+    # AlterPartition at 3 (KIP-903: each ISR member's broker epoch) where the controller
+    # serves it, else at the controller's highest (cluster/controller_client.py Described).
+    ApiKey.ALTER_PARTITION: 3,
     ApiKey.BROKER_REGISTRATION: 4,
     ApiKey.BROKER_HEARTBEAT: 1,
     ApiKey.ALLOCATE_PRODUCER_IDS: 0,

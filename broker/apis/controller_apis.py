@@ -43,15 +43,18 @@ def _broker_heartbeat_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.BROKER_HEARTBEAT,
-    versions=(0, 1),
+    versions=(0, 2),
     roles=Role.CONTROLLER,
     senders=Senders.NODES,
     error_response=_broker_heartbeat_error,
 )
 async def handle_broker_heartbeat(ctx: RequestContext, request) -> dict:
-    """Kafka 4.4's versions 0-1: v1's OfflineLogDirs (KIP-858) are the broker's failed log
+    """Kafka 4.4's versions 0-2: v1's OfflineLogDirs (KIP-858) are the broker's failed log
     dirs, whose replicas the controller then takes offline
-    (controller/broker_lifecycle.py)."""
+    (controller/broker_lifecycle.py). v2's CordonedLogDirs (KIP-1066: log dirs that take no
+    new replicas) is read and not acted on: minibroker's controller places replicas on
+    brokers, not on log dirs, and its brokers cordon none (they send v1, which has no such
+    field; Kafka's sends null before the broker's RECOVERY state too)."""
     if ctx.controller is None:
         return {
             "error_code": Error.NOT_CONTROLLER,
@@ -69,12 +72,17 @@ def _alter_partition_error(request, error: Error) -> dict:
 
 @api(
     ApiKey.ALTER_PARTITION,
-    versions=(2, 2),
+    versions=(2, 3),
     roles=Role.CONTROLLER,
     senders=Senders.NODES,
     error_response=_alter_partition_error,
 )
 async def handle_alter_partition(ctx: RequestContext, request) -> dict:
+    """Kafka 4.4's versions 2-3. v3 (KIP-903) carries each new ISR member's broker epoch
+    (NewIsrWithEpochs) in place of v2's NewIsr; the controller refuses a member whose epoch
+    is not its registered one, i.e. that restarted since the leader saw it, with
+    INELIGIBLE_REPLICA (controller/state.py alter_partition), as Kafka's
+    ReplicationControlManager does; -1 skips the check for that member."""
     if ctx.controller is None:
         return _alter_partition_error(request, Error.NOT_CONTROLLER)
     return await ctx.controller.alter_partition(request)

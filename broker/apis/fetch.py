@@ -84,6 +84,8 @@ class _Reader:
         self.replicas = ctx.replica_manager
         self.request = request
         self.replica_id = _replica_id(request)
+        # KIP-903: the follower's broker epoch (Fetch v15+), kept for AlterPartition v3.
+        self.replica_epoch = _replica_epoch(request)
         # 1: read_committed (Fetch v4+), up to the last stable offset with the aborted
         # transactions of the range (ReplicaManager.read_records).
         self.isolation_level = request.isolation_level
@@ -192,6 +194,7 @@ class _Reader:
             partition,
             fetch_partition.fetch_offset,
             replica_id=self.replica_id,
+            replica_epoch=self.replica_epoch,
             last_fetched_epoch=fetch_partition.last_fetched_epoch,
             max_bytes=min(fetch_partition.max_bytes, max(self.remaining, 0)),
             min_one_batch=self.total_bytes == 0,
@@ -244,6 +247,13 @@ def _replica_id(request) -> int:
     if state is not None:
         return state.replica_id
     return getattr(request, "replica_id", -1)
+
+
+def _replica_epoch(request) -> int:
+    """The fetching replica's broker epoch: Fetch v15+'s ReplicaState.ReplicaEpoch (KIP-903);
+    -1 before v15 (the epoch check is then skipped for it, as Kafka skips it)."""
+    state = getattr(request, "replica_state", None)
+    return -1 if state is None else state.replica_epoch
 
 
 def _fetch_data(request, uses_topic_ids: bool) -> list[tuple[PartitionKey, PartitionRequest]]:

@@ -54,6 +54,17 @@ def is_broker_channel(client_id: str | None) -> bool:
     return client_id is not None and _BROKER_CHANNEL.fullmatch(client_id) is not None
 
 
+class Described:
+    """A request described version-neutrally (as :func:`build_request` takes it), to be built
+    at the newest version both this node and the controller it reaches know: the channel asks
+    the controller's ApiVersions once per connection (Kafka's NodeApiVersions, by which its
+    AlterPartitionManager sends v3 only to a controller that serves it)."""
+
+    def __init__(self, api_key: int, data: dict) -> None:
+        self.api_key = api_key
+        self.data = data
+
+
 class _Channel:
     """One reconnecting connection to the controller, one request at a time.
 
@@ -71,6 +82,9 @@ class _Channel:
         self._locate = locate or (lambda: config.controller)
         self._connection: NodeConnection | None = None
         self._connected_to: Voter | None = None
+        # The controller's ApiVersions on this connection (highest version by key), asked
+        # before the first Described request on it; None until then.
+        self._peer_versions: dict[int, int] | None = None
         self._lock = trio.Lock()
         self._security = client_security(config, config.controller_listener_name)
 
@@ -120,17 +134,43 @@ class _Channel:
                 voter.host, voter.port, self._client_id, self._security
             )
             self._connected_to = voter
+            self._peer_versions = None
+        if isinstance(request, Described):
+            request = build_request(
+                request.api_key, request.data, await self._version_for(request.api_key)
+            )
         return await self._connection.request(request)
+
+    async def _version_for(self, api_key: int) -> int:
+        """The version to send ``api_key`` at on this connection: this node's
+        (SENT_VERSIONS), or the controller's highest if that is lower."""
+        assert self._connection is not None
+        if self._peer_versions is None:
+            response = await self._connection.request(
+                codec.build(
+                    codec.request_class(ApiKey.API_VERSIONS, 3),
+                    {"client_software_name": "minibroker", "client_software_version": "1"},
+                )
+            )
+            self._peer_versions = {
+                int(entry.api_key): int(entry.max_version)
+                for entry in getattr(response, "api_keys", ())
+            }
+        ours = SENT_VERSIONS[api_key]
+        return min(ours, self._peer_versions.get(api_key, ours))
 
     async def aclose(self) -> None:
         if self._connection is not None:
             connection, self._connection = self._connection, None
+            self._peer_versions = None
             await connection.aclose()
 
 
-def build_request(api_key: int, data: dict):
-    """A request at the version this node sends it, from a version-neutral description."""
-    return codec.build(codec.request_class(api_key, SENT_VERSIONS[api_key]), data)
+def build_request(api_key: int, data: dict, version: int | None = None):
+    """A request at the version this node sends it (or at ``version``), from a
+    version-neutral description."""
+    chosen = SENT_VERSIONS[api_key] if version is None else version
+    return codec.build(codec.request_class(api_key, chosen), data)
 
 
 class ControllerClient:

@@ -68,6 +68,7 @@ class ReplicationControlManager:
             partitions = []
             for data in topic.partitions:
                 before = self._partition_or_none(topic.topic_id, data.partition_index)
+                new_isr, isr_broker_epochs = _new_isr(data)
                 try:
                     new_state = transitions.alter_partition(
                         self.state,
@@ -75,9 +76,10 @@ class ReplicationControlManager:
                         data.partition_index,
                         request.broker_id,
                         data.leader_epoch,
-                        list(data.new_isr),
+                        new_isr,
                         data.partition_epoch,
                         broker_epoch=request.broker_epoch,
+                        isr_broker_epochs=isr_broker_epochs,
                     )
                 except ControllerError as error:
                     partitions.append(
@@ -449,3 +451,16 @@ def _topic_error(name: str, error: int, message: str) -> dict:
         "num_partitions": -1,
         "replication_factor": -1,
     }
+
+
+def _new_isr(data) -> tuple[list[int], dict[int, int] | None]:
+    """An AlterPartition partition's new ISR, and the broker epoch of each member where the
+    request carries them: v3's NewIsrWithEpochs (KIP-903), v2's plain NewIsr (no epochs, as
+    Kafka's AlterPartitionRequest.newIsrToSimpleNewIsrWithBrokerEpochs gives -1 to each)."""
+    with_epochs = getattr(data, "new_isr_with_epochs", None)
+    if with_epochs is None:
+        return list(data.new_isr), None
+    return (
+        [member.broker_id for member in with_epochs],
+        {member.broker_id: member.broker_epoch for member in with_epochs},
+    )

@@ -44,7 +44,7 @@ import base64
 import random
 import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import TypedDict
@@ -890,17 +890,25 @@ def alter_partition(
     new_isr: list[int],
     partition_epoch: int,
     broker_epoch: int | None = None,
+    isr_broker_epochs: Mapping[int, int] | None = None,
 ) -> PartitionState:
     """A leader's request to change its ISR (AlterPartition), checked in Kafka's order.
 
     ``leader_id`` is the sending broker and ``broker_epoch`` its epoch (None skips that check).
+    ``isr_broker_epochs`` is AlterPartition v3's NewIsrWithEpochs (KIP-903): for each ISR
+    member, the broker epoch the leader last saw it with (a follower's, from its Fetch
+    ReplicaState; the leader's own); -1, or a member left out, is not checked, as Kafka skips
+    it ("the epoch check is not supported"; v2's NewIsr carries none).
     Refusals: a sender epoch that is not its current one -> STALE_BROKER_EPOCH; an unknown
     topic -> UNKNOWN_TOPIC_ID (by id) or UNKNOWN_TOPIC_OR_PARTITION (by name, or an unknown
     partition); epochs newer than the controller's -> NOT_CONTROLLER (the sender has seen a
     controller that knows more, so it should look for that one); an older leader epoch ->
     FENCED_LEADER_EPOCH; a sender that is not the leader -> INVALID_REQUEST; an older partition
     epoch -> INVALID_UPDATE_VERSION; an ISR with duplicates, non-replicas or without the leader
-    -> INVALID_REQUEST; an ISR member that is not registered or is fenced -> INELIGIBLE_REPLICA.
+    -> INVALID_REQUEST; an ISR member that is not registered, is fenced (or shutting down,
+    which fences it here), or whose given broker epoch is not its registered one (it restarted
+    since the leader saw it, so the log the leader counted may be gone) -> INELIGIBLE_REPLICA
+    (Kafka's ReplicationControlManager.ineligibleReplicasForIsr).
 
     On success the partition has the new ISR and partition epoch + 1, and a reassignment
     whose target replicas are now all in the ISR completes; an ISR equal to the current one
@@ -954,6 +962,19 @@ def alter_partition(
             Error.INELIGIBLE_REPLICA,
             f"{where}: ISR {new_isr} includes fenced or unregistered brokers, or replicas"
             f" in a failed log dir: {ineligible}.",
+        )
+    stale = [
+        f"{replica} (requested={given} VS expected={state.brokers[replica].broker_epoch})"
+        for replica in new_isr
+        if (given := (isr_broker_epochs or {}).get(replica, -1)) != -1
+        and given != state.brokers[replica].broker_epoch
+    ]
+    if stale:
+        raise ControllerError(
+            Error.INELIGIBLE_REPLICA,
+            f"{where}: ISR {new_isr} includes replicas whose broker epoch mismatches: "
+            + ", ".join(stale)
+            + ".",
         )
 
     if new_isr == current.isr:

@@ -35,6 +35,11 @@ class FollowerProgress:
     # The follower's log start offset, as its fetches carry it (Fetch v5+): follower
     # fetching (KIP-392) sends a consumer only to a follower whose log covers its offset.
     log_start_offset: int = UNKNOWN_OFFSET
+    # The follower's broker epoch as its last fetch carried it (Fetch v15+'s
+    # ReplicaState.ReplicaEpoch, KIP-903); -1 when it carried none. The leader sends it with
+    # the ISR (AlterPartition v3), so that the controller refuses a follower that restarted
+    # since this fetch (Kafka's Replica.stateSnapshot.brokerEpoch).
+    broker_epoch: int = -1
 
     def record_fetch(
         self,
@@ -42,9 +47,11 @@ class FollowerProgress:
         leader_end_offset: int,
         now_ms: int,
         log_start_offset: int = UNKNOWN_OFFSET,
+        broker_epoch: int = -1,
     ) -> None:
         """Kafka's ReplicaState update: the fetch offset is the follower's log end offset."""
         self.log_start_offset = log_start_offset
+        self.broker_epoch = broker_epoch
         if fetch_offset >= leader_end_offset:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_end_offset:
@@ -184,13 +191,31 @@ class Partition:
         fetch_offset: int,
         now_ms: int,
         log_start_offset: int = UNKNOWN_OFFSET,
+        broker_epoch: int = -1,
     ) -> bool:
         """Note a follower's fetch; True when the high watermark moved as a result."""
         progress = self.followers.get(replica_id)
         if progress is None:
             return False
-        progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms, log_start_offset)
+        progress.record_fetch(
+            fetch_offset, self.log.log_end_offset, now_ms, log_start_offset, broker_epoch
+        )
         return self.maybe_advance_high_watermark()
+
+    def isr_with_broker_epochs(self, isr: list[int], local_broker_epoch: int) -> list[dict]:
+        """AlterPartition v3's NewIsrWithEpochs for ``isr`` (Kafka's
+        Partition.addBrokerEpochToIsr): this broker with its own epoch, each follower with
+        the epoch its last fetch carried, -1 where none is known (the controller then skips
+        that member's check, as Kafka's does)."""
+        return [
+            {
+                "broker_id": replica,
+                "broker_epoch": local_broker_epoch
+                if replica == self.local_id
+                else getattr(self.followers.get(replica), "broker_epoch", -1),
+            }
+            for replica in isr
+        ]
 
     @property
     def effective_min_isr(self) -> int:

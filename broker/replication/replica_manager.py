@@ -19,6 +19,7 @@ import trio
 from minibroker.cluster.controller_client import (
     ControllerClient,
     ControllerUnavailable,
+    Described,
     build_request,
 )
 from minibroker.cluster.node_connection import NodeConnection
@@ -735,6 +736,7 @@ class ReplicaManager:
         isolation_level: int = 0,
         zero_copy: bool = False,
         log_start_offset: int = -1,
+        replica_epoch: int = -1,
     ) -> dict:
         """Kafka's ReplicaManager.readFromLog for one partition hosted here: its Fetch
         response entry (``fetch_result``). The partition is led here, or (a consumer's fetch
@@ -757,12 +759,14 @@ class ReplicaManager:
         gets the diverging epoch and no records (Fetch v12); otherwise its fetch offset is its
         log end, which moves the HW and may grow the ISR (``record_progress`` is false when
         a parked fetch reads again), and ``log_start_offset`` its log start, which follower
-        fetching consults (``preferred_read_replica``). Reads return whole stored batches, as
-        bytes, or with ``zero_copy`` (a plaintext connection) a large read as FileRecords,
-        slices of the segment files that the connection sends with sendfile
-        (PartitionLog.read). A follower out of the ISR reading a partition under this
-        leader's replication throttle gets no records while the throttle is exceeded
-        (``should_leader_throttle``, KIP-73; the caller counts the bytes it sends).
+        fetching consults (``preferred_read_replica``), and ``replica_epoch`` its broker
+        epoch (Fetch v15+, KIP-903; -1 before), which the next AlterPartition carries. Reads
+        return whole stored batches, as bytes, or with ``zero_copy`` (a plaintext
+        connection) a large read as FileRecords, slices of the segment files that the
+        connection sends with sendfile (PartitionLog.read). A follower out of the ISR
+        reading a partition under this leader's replication throttle gets no records while
+        the throttle is exceeded (``should_leader_throttle``, KIP-73; the caller counts the
+        bytes it sends).
         """
         index = partition.index
         partition_log = partition.log
@@ -774,7 +778,9 @@ class ReplicaManager:
                 entry["diverging_epoch"] = {"epoch": epoch, "end_offset": end_offset}
                 return entry
         if follower and record_progress and fetch_offset <= partition_log.log_end_offset:
-            self.record_follower_fetch(partition, replica_id, fetch_offset, log_start_offset)
+            self.record_follower_fetch(
+                partition, replica_id, fetch_offset, log_start_offset, replica_epoch
+            )
         read_committed = isolation_level == 1 and not follower
         if follower:
             max_offset = None
@@ -1316,11 +1322,16 @@ class ReplicaManager:
     # -- leaders: followers' progress and the ISR ------------------------------------------------
 
     def record_follower_fetch(
-        self, partition: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+        self,
+        partition: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        log_start_offset: int = -1,
+        replica_epoch: int = -1,
     ) -> None:
         """Note a follower's position; move the HW and grow the ISR as Kafka's leader does."""
         if partition.record_follower_fetch(
-            replica_id, fetch_offset, self.elapsed_ms(), log_start_offset
+            replica_id, fetch_offset, self.elapsed_ms(), log_start_offset, replica_epoch
         ):
             self.notify(partition)
         joining = (
@@ -1392,12 +1403,18 @@ class ReplicaManager:
                 {
                     "partition_index": partition.index,
                     "leader_epoch": partition.leader_epoch,
+                    # v2's NewIsr, or v3's NewIsrWithEpochs (KIP-903): build_request keeps
+                    # the one the version sent has.
                     "new_isr": tuple(new_isr),
+                    "new_isr_with_epochs": partition.isr_with_broker_epochs(
+                        new_isr, self.controller.broker_epoch
+                    ),
                     "leader_recovery_state": 0,
                     "partition_epoch": partition.partition_epoch,
                 }
             )
-        request = build_request(
+        # v3 where the controller serves it, else v2 (Described: the channel chooses).
+        request = Described(
             ApiKey.ALTER_PARTITION,
             {
                 "broker_id": self.config.node_id,

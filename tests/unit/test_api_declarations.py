@@ -107,6 +107,9 @@ CONTROLLER |= {3: (1, 13), 18: (0, 5), 45: (0, 1)}
 CONTROLLER |= {60: (0, 2)}
 # ... BrokerRegistration v0-v4 (KIP-966's PreviousBrokerEpoch from v3), controller's.
 CONTROLLER |= {62: (0, 4)}
+# ... AlterPartition v2-v3 (KIP-903's broker epochs of the new ISR) and BrokerHeartbeat v0-v2
+# (KIP-1066's CordonedLogDirs, read and not acted on), controller's.
+CONTROLLER |= {56: (2, 3), 63: (0, 2)}
 # KIP-896 (issue 34): the versions Kafka 4 removed are no longer served, as Kafka 4.4: Produce
 # v0-v2, DescribeAcls, CreateAcls and DeleteAcls v0, DescribeConfigs v0, DescribeLogDirs v0,
 # WriteTxnMarkers v0; Metadata v0, which Kafka 4.4 serves, is.

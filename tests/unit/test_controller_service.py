@@ -362,3 +362,64 @@ async def test_eligible_leader_replicas_follow_sessions_and_go_with_the_feature(
         await trio.testing.wait_all_tasks_blocked()
         assert told_elr(cluster.brokers[2], "orders") == ((), ())
         nursery.cancel_scope.cancel()
+
+
+async def _alter_partition(cluster: Cluster, version: int, isr: list[tuple[int, int]]) -> int:
+    """Broker 1, leader of "orders", asks for ``isr`` ((broker id, broker epoch) pairs; v2
+    sends the ids only); returns the partition's error code."""
+    partition = cluster.service.state.topics["orders"].partitions[0]
+    request = build_request(
+        ApiKey.ALTER_PARTITION,
+        {
+            "broker_id": 1,
+            "broker_epoch": cluster.epochs[1],
+            "topics": [
+                {
+                    "topic_id": cluster.service.state.topics["orders"].topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "leader_epoch": partition.leader_epoch,
+                            "new_isr": [broker for broker, _ in isr],
+                            "new_isr_with_epochs": [
+                                {"broker_id": broker, "broker_epoch": epoch}
+                                for broker, epoch in isr
+                            ],
+                            "leader_recovery_state": 0,
+                            "partition_epoch": partition.partition_epoch,
+                        }
+                    ],
+                }
+            ],
+        },
+        version,
+    )
+    answer = await cluster.service.alter_partition(request)
+    return int(answer["topics"][0]["partitions"][0]["error_code"])
+
+
+async def test_alter_partition_v3_refuses_a_follower_that_restarted_since(autojump_clock, tmp_path):
+    """KIP-903 through the service: AlterPartition v3 naming a follower with the broker epoch
+    of its previous process is refused with INELIGIBLE_REPLICA and changes nothing; with its
+    current epoch it is accepted. v2, which carries no epochs, cannot tell (Kafka's
+    newIsrToSimpleNewIsrWithBrokerEpochs gives each member -1)."""
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path)
+        await cluster.create_topic("orders", [1, 2, 3])
+        state = cluster.service.state
+        e1, e2 = cluster.epochs[1], cluster.epochs[2]
+        assert await _alter_partition(cluster, 3, [(1, e1), (2, e2)]) == Error.NONE
+        old3 = cluster.epochs[3]
+        await cluster.register(3)  # a new process of broker 3: a new broker epoch
+        assert cluster.epochs[3] != old3
+        before = state.topics["orders"].partitions[0]
+        stale = [(1, e1), (2, e2), (3, old3)]
+        assert await _alter_partition(cluster, 3, stale) == Error.INELIGIBLE_REPLICA
+        assert state.topics["orders"].partitions[0] == before
+        assert await _alter_partition(cluster, 2, stale) == Error.NONE  # v2: no epochs
+        assert state.topics["orders"].partitions[0].isr == [1, 2, 3]
+        assert await _alter_partition(cluster, 3, [(1, e1), (2, e2)]) == Error.NONE
+        current = [(1, e1), (2, e2), (3, cluster.epochs[3])]
+        assert await _alter_partition(cluster, 3, current) == Error.NONE
+        assert state.topics["orders"].partitions[0].isr == [1, 2, 3]
+        nursery.cancel_scope.cancel()

@@ -450,6 +450,58 @@ def test_alter_partition_success_and_no_op():
     assert shrunk.isr == [1, 3]  # earlier results are values, not views
 
 
+def test_alter_partition_refuses_a_member_that_restarted_since_its_leader_saw_it():
+    """KIP-903 (AlterPartition v3's NewIsrWithEpochs): the leader names each new ISR member
+    with the broker epoch its last fetch carried; a follower that registered again since
+    (a new process, which may have lost what the old one had not flushed) has a new epoch,
+    and Kafka's controller refuses it with INELIGIBLE_REPLICA (ineligibleReplicasForIsr's
+    "broker epoch mismatch"). -1, or a member left out, is not checked."""
+    state = cluster(1, 2, 3)
+    topic_on(state, 1, 2, 3)
+    p = shrink_isr(state, [1, 2])  # 3 fell behind
+    le, pe = p.leader_epoch, p.partition_epoch
+    b1, b2, old3 = (state.brokers[n].broker_epoch for n in (1, 2, 3))
+    # Broker 3 restarts: a new process, a new broker epoch (it was out of the ISR: no change).
+    new3, _ = register_broker(state, 3, "localhost", 9003, "incarnation-3-again", 10)
+    assert new3 > old3
+
+    error = refused(
+        Error.INELIGIBLE_REPLICA,
+        alter_partition,
+        state,
+        "t",
+        0,
+        1,
+        le,
+        [1, 2, 3],
+        pe,
+        broker_epoch=b1,
+        isr_broker_epochs={1: b1, 2: b2, 3: old3},
+    )
+    assert f"3 (requested={old3} VS expected={new3})" in error.message
+    # A stale epoch of a member already in the ISR is refused too, as Kafka checks every one.
+    refused(
+        Error.INELIGIBLE_REPLICA,
+        alter_partition,
+        state,
+        "t",
+        0,
+        1,
+        le,
+        [1, 2],
+        pe,
+        isr_broker_epochs={1: b1, 2: b2 - 1},
+    )
+
+    grown = alter_partition(
+        state, "t", 0, 1, le, [1, 2, 3], pe, broker_epoch=b1, isr_broker_epochs={1: b1, 3: new3}
+    )
+    assert grown.isr == [1, 2, 3] and grown.partition_epoch == pe + 1
+    # -1 skips the check (v2's NewIsr has no epochs; Kafka's leader sends -1 when it knows none).
+    shrunk = alter_partition(state, "t", 0, 1, le, [1, 3], pe + 1, isr_broker_epochs={1: -1, 3: -1})
+    assert shrunk.isr == [1, 3]
+
+
 # --- the invariants under any history -----------------------------------------------------
 
 NODES = [1, 2, 3, 4]

@@ -147,3 +147,24 @@ def test_becoming_leader_records_the_epoch_start(leader):
     leader.become_leader(7, 8, [1, 2, 3], [1, 2, 3], now_ms=10)
     assert leader.log.leader_epoch_cache.entries()[-1] == (7, 2)
     assert leader.log.end_offset_for_epoch(3) == (3, 2)
+
+
+def test_the_isr_sent_to_the_controller_carries_each_members_broker_epoch(leader):
+    """AlterPartition v3 (KIP-903, Kafka's Partition.addBrokerEpochToIsr): the leader with its
+    own broker epoch, each follower with the one its last fetch carried (Fetch v15+'s
+    ReplicaState), -1 for a follower whose fetch carried none or that has not fetched."""
+    append(leader, 5)
+    leader.record_follower_fetch(2, 5, now_ms=1, broker_epoch=41)
+    assert leader.isr_with_broker_epochs([1, 2, 3], local_broker_epoch=7) == [
+        {"broker_id": 1, "broker_epoch": 7},
+        {"broker_id": 2, "broker_epoch": 41},
+        {"broker_id": 3, "broker_epoch": -1},
+    ]
+    # A restarted follower's next fetch carries its new epoch; one fetching at v12 none.
+    leader.record_follower_fetch(2, 5, now_ms=2, broker_epoch=44)
+    leader.record_follower_fetch(3, 5, now_ms=2)
+    assert leader.isr_with_broker_epochs([1, 2, 3], local_broker_epoch=7) == [
+        {"broker_id": 1, "broker_epoch": 7},
+        {"broker_id": 2, "broker_epoch": 44},
+        {"broker_id": 3, "broker_epoch": -1},
+    ]
