@@ -146,12 +146,18 @@ class _Channel:
         (SENT_VERSIONS), or the controller's highest if that is lower."""
         assert self._connection is not None
         if self._peer_versions is None:
-            response = await self._connection.request(
-                codec.build(
-                    codec.request_class(ApiKey.API_VERSIONS, 3),
-                    {"client_software_name": "minibroker", "client_software_version": "1"},
+            try:
+                response = await self._connection.request(
+                    codec.build(
+                        codec.request_class(ApiKey.API_VERSIONS, 3),
+                        {"client_software_name": "minibroker", "client_software_version": "1"},
+                    )
                 )
-            )
+            except CONNECTION_ERRORS:
+                raise
+            except Exception as error:  # an answer that does not decode: send ours
+                log.warning("ApiVersions to the controller failed: %r", error)
+                response = None
             self._peer_versions = {
                 int(entry.api_key): int(entry.max_version)
                 for entry in getattr(response, "api_keys", ())
