@@ -29,6 +29,21 @@ path). Left to the full read: a follower's fetch while a leader replication thro
 (a throttled partition's records are held back without a notification when the throttle
 lifts) and a consumer's fetch that a replica selector may redirect.
 
+The same rule across the requests of an incremental fetch session (KIP-227): a consumer's
+session remembers, per partition, its last read when that read found nothing (no records, no
+error), with the partition it read and the partition's watcher generation then
+(``Watchers.generation``, a count of the notifications under its key). The next incremental
+fetch of that session answers such a partition from the note instead of reading it, when the
+partition is the same object, nothing was notified under it since, the fetch offset is the
+same (and the isolation level) and still at or past the log start offset (which moves
+without a notification: a moved one past the fetch offset takes the full read, and its
+OFFSET_OUT_OF_RANGE). Kafka's
+IncrementalFetchContext reads every partition of the session at every fetch; a consumer of
+1,000 idle partitions made each of its fetches read 1,000 partitions here too (about 15 us of
+Python each), for an answer with none of them in it. Only a leader's read for a consumer
+(replica id -1, no rack, no follower reads) is noted: a follower's fetch records its
+progress at every read, which moves the HW and the ISR.
+
 On a plaintext connection (``Connection.zero_copy``) a partition's read of 32 KiB or more
 comes back as FileRecords, slices of the segment files, which the connection sends with
 sendfile (Kafka's FileRecords and transferTo); the bytes on the wire are the same. A read
@@ -128,6 +143,12 @@ class _Reader:
         # the partitions not in ``fired`` (handle, _reusable).
         self.previous: dict[PartitionKey, dict] | None = None
         self.fired: set = set()
+        # An incremental session's partitions (CachedPartition.kept: the notes of the
+        # module's notes), when this fetch may answer from them; and what each full read
+        # here saw, to note when the session answers: key -> (partition, generation).
+        self.session_partitions: dict | None = None
+        self.generations: dict[PartitionKey, tuple] = {}
+        self.watchers = self.replicas.watchers
 
     def read_topic(self, topic, uses_topic_ids: bool, partitions) -> list[tuple]:
         """Read one topic's run of (key, PartitionRequest): [(key, name, topic id, entry)]."""
@@ -151,7 +172,12 @@ class _Reader:
                 for key, _ in partitions
             ]
         read = []
+        session_partitions = self.session_partitions
         for key, fetch_partition in partitions:
+            if session_partitions is not None and self._still_idle(
+                session_partitions.get(key), fetch_partition
+            ):
+                continue
             index = key[1]
             if self.follower_reads:
                 partition, error = self.replicas.readable_partition(
@@ -172,6 +198,29 @@ class _Reader:
             read.append((key, name, topic_id, entry))
         return read
 
+    def _still_idle(self, cached, fetch_partition: PartitionRequest) -> bool:
+        """Whether an incremental session's partition is as its note says, and as the
+        session last answered it, so that it has nothing to say in this response (the
+        module's notes): it is then watched and not read, looked up or answered."""
+        # (A request of the same session may have forgotten the partition while this one
+        # was parked.)
+        note = cached.kept if cached is not None else None
+        if note is None:
+            return False
+        partition = note[0]
+        if (
+            note[1] != self.watchers.generation(partition.key)
+            or note[2] != fetch_partition.fetch_offset
+            or note[3] != self.isolation_level
+            or note[4]["high_watermark"] != cached.high_watermark
+            or partition.log.log_start_offset != cached.local_log_start_offset
+            or fetch_partition.fetch_offset < cached.local_log_start_offset
+            or fetch_partition.high_watermark != _UNSUPPORTED
+        ):
+            return False
+        self.watched.append(partition.key)
+        return True
+
     def read_partition(self, key, partition, fetch_partition: PartitionRequest) -> dict:
         previous = self.previous
         if (
@@ -180,6 +229,20 @@ class _Reader:
             and partition.key not in self.fired
         ):
             return self._kept(key, partition, entry)
+        session_partitions = self.session_partitions
+        if (
+            session_partitions is not None
+            and (cached := session_partitions.get(key)) is not None
+            and (kept := cached.kept) is not None
+            and kept[0] is partition
+            and kept[1] == self.watchers.generation(partition.key)
+            and kept[2] == fetch_partition.fetch_offset
+            and kept[3] == self.isolation_level
+            and fetch_partition.fetch_offset >= self.replicas.log_start_offset(partition)
+        ):
+            return self._kept(key, partition, dict(kept[4]))
+        if session_partitions is not None:
+            self.generations[key] = (partition, self.watchers.generation(partition.key))
         if self.client_rack and partition.is_leader:
             preferred = self.replicas.preferred_read_replica(
                 partition, self.client_rack, fetch_partition.fetch_offset, self.ctx.listener_name
@@ -309,15 +372,55 @@ def _read_all(
     record_progress,
     previous: dict[PartitionKey, dict] | None = None,
     fired: set | None = None,
+    session_partitions: dict | None = None,
+    generations: dict | None = None,
 ):
     reader = _Reader(ctx, request, record_progress=record_progress)
     reader.known_high_watermarks = known_hws
     if previous is not None and fired is not None:
         reader.previous, reader.fired = previous, fired
+    if (
+        session_partitions is not None
+        and generations is not None
+        and reader.replica_id < 0
+        and not reader.follower_reads
+    ):
+        reader.session_partitions, reader.generations = session_partitions, generations
     read = []
     for topic, run in _runs(partitions):
         read.extend(reader.read_topic(topic, uses_topic_ids, run))
     return read, reader
+
+
+def _note_idle(
+    session_partitions: dict, generations: dict, read: list[tuple], isolation_level: int
+) -> None:
+    """Note, in an incremental session, each partition this fetch read in full and found
+    idle, for the session's next fetches (the module's notes); forget the note of any other
+    read (records, an error)."""
+    for key, _, _, entry in read:
+        cached = session_partitions.get(key)
+        if cached is None:
+            continue
+        records = entry.get("records")
+        if not (
+            entry["error_code"] == Error.NONE
+            and type(records) is bytes
+            and not records
+            and "diverging_epoch" not in entry
+            and entry.get("preferred_read_replica", -1) == -1
+        ):
+            cached.kept = None
+            continue
+        seen = generations.get(key)
+        if seen is not None:  # read in full (otherwise answered from its note, still true)
+            cached.kept = (
+                seen[0],
+                seen[1],
+                cached.request.fetch_offset,
+                isolation_level,
+                dict(entry),
+            )
 
 
 def _reusable(ctx: RequestContext, reader: _Reader, read: list[tuple]) -> dict | None:
@@ -424,6 +527,10 @@ async def handle(ctx: RequestContext, request) -> dict:
     waited_for_controller = False
     previous: dict[PartitionKey, dict] | None = None
     fired: set = set()
+    # An incremental session's notes of its idle partitions (the module's notes).
+    session = context.session if context.kind == "incremental" else None
+    session_partitions = session.partitions if session is not None else None
+    generations: dict[PartitionKey, tuple] = {}
     while True:
         read, reader = _read_all(
             ctx,
@@ -434,6 +541,8 @@ async def handle(ctx: RequestContext, request) -> dict:
             record_progress=first,
             previous=previous,
             fired=fired,
+            session_partitions=session_partitions,
+            generations=generations,
         )
         if (
             reader.replica_id >= 0
@@ -473,6 +582,8 @@ async def handle(ctx: RequestContext, request) -> dict:
             error, session_id, selected = context.respond(
                 [(key, entry) for key, _, _, entry in read], _now_ms()
             )
+            if reader.session_partitions is not None and error == Error.NONE:
+                _note_idle(reader.session_partitions, generations, read, reader.isolation_level)
             if context.kind != "sessionless":
                 log.debug(
                     "%s fetch session %d: %d of %d partitions answered",

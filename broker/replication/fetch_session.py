@@ -75,12 +75,15 @@ class PartitionRequest:
 class CachedPartition:
     """A partition of a session: its last request and what its last response said."""
 
-    __slots__ = ("high_watermark", "local_log_start_offset", "request")
+    __slots__ = ("high_watermark", "kept", "local_log_start_offset", "request")
 
     def __init__(self, request: PartitionRequest) -> None:
         self.request = request
         self.high_watermark = -1
         self.local_log_start_offset = -1
+        # The handler's own note of this partition's last read (apis/fetch.py: an empty read
+        # it may answer again without reading while nothing was notified); opaque here.
+        self.kept: Any = None
 
     def must_respond(self, entry: Mapping[str, Any], update: bool) -> bool:
         """Kafka's maybeUpdateResponseData: whether this read of the partition goes into an

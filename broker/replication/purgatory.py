@@ -35,9 +35,20 @@ class Watchers:
     def __init__(self) -> None:
         self._parked: defaultdict[Hashable, set[_Waiter]] = defaultdict(set)
         self._parked_by_kind: defaultdict[str, int] = defaultdict(int)
+        # How many times each key was notified: a reader that remembers a key's generation
+        # knows, by comparing, whether anything was notified under it since (an incremental
+        # fetch session's idle partitions, apis/fetch.py). Entries are never removed, so a
+        # generation never repeats for a key.
+        self._generations: dict[Hashable, int] = {}
+
+    def generation(self, key: Hashable) -> int:
+        """How many times ``key`` has been notified so far."""
+        return self._generations.get(key, 0)
 
     def notify(self, key: Hashable) -> None:
         """Wake every request parked under ``key``."""
+        generations = self._generations
+        generations[key] = generations.get(key, 0) + 1
         waiters = self._parked.pop(key, None)
         if waiters:
             for waiter in waiters:
