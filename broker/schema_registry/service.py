@@ -329,31 +329,23 @@ class SchemaRegistryService:
         return partition is not None and partition.is_leader
 
     async def ensure_topic(self) -> None:
-        """Create `_schemas` on the first write, then wait for its leader to be known."""
+        """Create `_schemas` on the first write, then wait for its leader to be known.
+
+        Its replication factor is min(3, live brokers) as Confluent's KafkaStore chooses it
+        (``kafkastore.topic.replication.factor`` 3, fewer on a smaller cluster), with the live
+        brokers counted by the controller, which refuses a factor above them
+        (INVALID_REPLICATION_FACTOR): 3 is asked first, then less. This broker's metadata
+        cache may not list every broker yet when the first schema is registered right after
+        the cluster started: counted from it, `_schemas` was made with 2 replicas on a
+        3-broker cluster, and the broker without one could not look schemas up (its Iceberg
+        writer sent whole partitions to the dead-letter table as "schema id 1 is not in the
+        schema registry")."""
         async with self._topic_creation:
             if self.replicas.metadata.topic(SCHEMAS_TOPIC) is None:
-                live = max(len(self.replicas.metadata.brokers), 1)
-                request = build_request(
-                    ApiKey.CREATE_TOPICS,
-                    {
-                        "topics": [
-                            {
-                                "name": SCHEMAS_TOPIC,
-                                "num_partitions": 1,
-                                "replication_factor": min(MAX_REPLICATION_FACTOR, live),
-                                "assignments": (),
-                                "configs": [{"name": "cleanup.policy", "value": "compact"}],
-                            }
-                        ],
-                        "timeout": 30_000,
-                        "validate_only": False,
-                    },
-                )
-                try:
-                    error = await self.create_topics(request)
-                except Exception as failure:  # the controller unreachable, deposed
-                    log.warning("cannot create %s: %s", SCHEMAS_TOPIC, failure)
-                    raise store_error() from None
+                for factor in range(MAX_REPLICATION_FACTOR, 0, -1):
+                    error = await self._create_topic(factor)
+                    if error != Error.INVALID_REPLICATION_FACTOR:
+                        break
                 if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
                     log.warning("cannot create %s: %s", SCHEMAS_TOPIC, error.name)
                     raise store_error()
@@ -366,6 +358,29 @@ class SchemaRegistryService:
                 )
             return
         raise timed_out()
+
+    async def _create_topic(self, replication_factor: int) -> Error:
+        request = build_request(
+            ApiKey.CREATE_TOPICS,
+            {
+                "topics": [
+                    {
+                        "name": SCHEMAS_TOPIC,
+                        "num_partitions": 1,
+                        "replication_factor": replication_factor,
+                        "assignments": (),
+                        "configs": [{"name": "cleanup.policy", "value": "compact"}],
+                    }
+                ],
+                "timeout": 30_000,
+                "validate_only": False,
+            },
+        )
+        try:
+            return await self.create_topics(request)
+        except Exception as failure:  # the controller unreachable, deposed
+            log.warning("cannot create %s: %s", SCHEMAS_TOPIC, failure)
+            raise store_error() from None
 
     # -- writing ---------------------------------------------------------------------------
 

@@ -149,3 +149,44 @@ async def test_without_any_schemas_topic_nothing_was_registered(tmp_path, nurser
     service = SchemaRegistryService(replicas.config, replicas, no_create_topics)
     await nursery.start(service.run)
     assert await find_schema(service, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("controller_live", "asked"), [(3, [3]), (5, [3]), (2, [3, 2]), (1, [3, 2, 1])]
+)
+async def test_schemas_gets_the_replicas_the_controller_can_give(
+    tmp_path, nursery, autojump_clock, controller_live, asked
+):
+    """`_schemas` is made with min(3, live brokers) replicas, the live brokers as the
+    controller counts them (it refuses more with INVALID_REPLICATION_FACTOR), not as this
+    broker's metadata cache lists them: right after a cluster starts the cache may list fewer
+    (here one broker), and counted from it `_schemas` got 2 replicas on 3 brokers, so the
+    third broker's copy stayed empty and its Iceberg writer dead-lettered every record."""
+    replicas = make_broker(tmp_path, 1)
+    replicas.announced_topic_configs[SCHEMAS_TOPIC] = dict(SCHEMAS_CONFIG)
+    await nursery.start(replicas.run)
+    replicas.metadata.brokers[1] = BrokerEndpoint(1, "1", 9092)
+    requested: list[int] = []
+
+    async def controller(request) -> Error:
+        (topic,) = request.topics
+        assert topic.name == SCHEMAS_TOPIC and topic.num_partitions == 1
+        requested.append(topic.replication_factor)
+        if topic.replication_factor > controller_live:
+            return Error.INVALID_REPLICATION_FACTOR
+        # Made: the controller's LeaderAndIsr names this broker the leader.
+        replicas.metadata.topics[SCHEMAS_TOPIC] = TopicMetadata(
+            SCHEMAS_TOPIC, SCHEMAS_ID, {0: PartitionMetadata(1, 1, (1,), (1,), ())}
+        )
+        await replicas.apply_leader_and_isr(
+            leader_and_isr(1, 1, [1], [1], topic=SCHEMAS_TOPIC, topic_id=SCHEMAS_ID)
+        )
+        return Error.NONE
+
+    service = SchemaRegistryService(replicas.config, replicas, controller)
+    await nursery.start(service.run)
+    schema_id = await service.write(
+        lambda registry: registry.register("users-value", "AVRO", json.dumps(USER))
+    )
+    assert requested == asked
+    assert service.schema(schema_id) is not None
