@@ -334,12 +334,13 @@ class SchemaRegistryService:
         Its replication factor is min(3, live brokers) as Confluent's KafkaStore chooses it
         (``kafkastore.topic.replication.factor`` 3, fewer on a smaller cluster), with the live
         brokers counted by the controller, which refuses a factor above them
-        (INVALID_REPLICATION_FACTOR): 3 is asked first, then less. This broker's metadata
-        cache may not list every broker yet when the first schema is registered right after
-        the cluster started: counted from it, `_schemas` was made with 2 replicas on a
-        3-broker cluster, and the broker without one could not look schemas up (its Iceberg
-        writer sent whole partitions to the dead-letter table as "schema id 1 is not in the
-        schema registry")."""
+        (INVALID_REPLICATION_FACTOR): 3 is asked first, then less. Counted from this
+        broker's metadata cache, `_schemas` was once made with 2 replicas on a 3-broker
+        cluster whose first schema was registered right after it started (why the cache
+        listed 2 then was not found: not yet updated, or a broker fenced for a moment), and
+        the broker without one could not look schemas up (its Iceberg writer had sent whole
+        partitions to the dead-letter table as "schema id 1 is not in the schema
+        registry"). A broker the controller has fenced at that moment still gets none."""
         async with self._topic_creation:
             if self.replicas.metadata.topic(SCHEMAS_TOPIC) is None:
                 for factor in range(MAX_REPLICATION_FACTOR, 0, -1):
