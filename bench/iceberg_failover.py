@@ -272,6 +272,10 @@ def run(
     sender.thread.start()
     killed: list[int] = []
     notes: list[str] = []
+    # A broker without a replica of `_schemas` has no copy of the registry to look ids up in.
+    schemas_replicas = cluster.replicas_of("_schemas") or []
+    if len(schemas_replicas) < min(REPLICATION, len(cluster.broker_ids)):
+        notes.append(f"_schemas has replicas {schemas_replicas} only")
     total = 2 * records
 
     def translating(fraction: float) -> bool:

@@ -29,7 +29,16 @@ broker leads, and each commit is one snapshot covering them.
   (``SchemaSource``, wired by the node; the registry's package and this one do not import
   each other): before each commit the registry's copy of ``_schemas`` is brought up to its
   high watermark on the event loop, then the worker thread asks it for each schema id it has
-  not seen (``trio.from_thread.run_sync``, so the registry's state is only read on the loop).
+  not seen (``trio.from_thread``, so the registry's state is only read on the loop). An id
+  the copy does not hold is not yet a dead letter (``find_schema``): the copy's high
+  watermark may lag (a broker just restarted, or just elected leader of ``_schemas``, has
+  not fetched yet: the records of an id registered before they were produced were sent to
+  the dead-letter table by such a leader, and by the next leader to the table as well). The
+  copy is first caught up to ``_schemas``' end as its leader knows it
+  (``SchemaSource.caught_up_to_end``); only an id still absent then is one, as Confluent's
+  deserializers fail only on an id the registry answers 40403 for. When that end cannot be
+  known (the leader does not answer, no replica of ``_schemas`` here, a timeout), the commit
+  fails with the reason and is retried: nothing is written, the lag grows.
   A broker without the registry (no ``schema.registry.listeners``) cannot translate such a
   topic: its commits fail with that reason, and the lag grows.
 - Deletion: when a StopReplica deletes a hosted partition of a topic with ``iceberg.delete``
@@ -103,7 +112,13 @@ class SchemaSource(Protocol):
     """The schemas of the broker's own registry, as the Iceberg writer asks for them."""
 
     async def caught_up(self) -> None:
-        """Wait until the registry's copy holds every schema registered so far."""
+        """Wait until the registry's copy has applied `_schemas` up to its own high watermark
+        (cheap, local; not a promise that it holds every schema registered so far)."""
+
+    async def caught_up_to_end(self) -> None:
+        """Wait until the registry's copy has applied `_schemas` up to its end as its leader
+        knows it: then an id it does not hold was not registered. Raises when that cannot be
+        known (the commit fails, and is retried)."""
 
     def schema(self, schema_id: int) -> tuple[str, str, dict[str, str]] | None:
         """(schema type, schema text, its references' texts by name) of an id; None when the
@@ -448,9 +463,10 @@ class IcebergService:
                 source = schemas
 
                 def lookup(schema_id: int) -> tuple[str, str, Any] | None:
-                    # In the worker thread: the registry's state is read on the event loop,
-                    # a Protobuf schema is built here.
-                    found = trio.from_thread.run_sync(source.schema, schema_id)
+                    # In the worker thread: the registry's state is read on the event loop
+                    # (None: the id is not registered; an exception when that cannot be
+                    # known fails the commit), a Protobuf schema is built here.
+                    found = trio.from_thread.run(find_schema, source, schema_id)
                     if found is None:
                         return None
                     schema_type, text, dependencies = found
@@ -476,6 +492,13 @@ class IcebergService:
                 self.rows_written[(topic, index)] += rows
         for index, dead in outcome.dead_letters.items():
             self.dead_letters[(topic, index)] += dead
+            log.warning(
+                "%s-%d: %d records written to the dead-letter table (%s~dlq)",
+                topic,
+                index,
+                dead,
+                topic,
+            )
         for index, held in outcome.conflicts.items():
             log.warning(
                 "%s-%d: the table holds offset %s, not the one this writer started from"
@@ -484,6 +507,18 @@ class IcebergService:
                 index,
                 held,
             )
+
+
+async def find_schema(source: SchemaSource, schema_id: int) -> tuple[str, str, Any] | None:
+    """(schema type, schema text, references' texts) of ``schema_id`` as the registry holds
+    it; None only when the id is not registered, known after the registry's copy has caught
+    up to `_schemas`' end as its leader knows it (an exception when that cannot be known:
+    the record must not become a dead letter). On the event loop."""
+    found = source.schema(schema_id)
+    if found is None:
+        await source.caught_up_to_end()
+        found = source.schema(schema_id)
+    return found
 
 
 def _text(error: BaseException) -> str:

@@ -570,6 +570,10 @@ class BrokerServer:
                 self.metrics.register(IcebergCollector(self.iceberg))
                 if self.config.schema_registry_listeners:
                     await self._start_schema_registry(control, controller_client)
+                    assert self.schema_registry is not None
+                    # Where `_schemas` ends, asked of its leader as a follower asks it: the
+                    # registry's copy catches up to it before it calls a schema id absent.
+                    self.schema_registry.leader_log_end = partition_metadata.log_end_offset
             if self.config.is_broker:
                 self.metrics.register(QuotaCollector(self.quotas))
                 assert self.replicas is not None

@@ -10,7 +10,15 @@ local replica when this broker leads the partition (no request), else a ListOffs
 leader the metadata names, over the inter-broker listener, on a connection kept per broker.
 Anything that prevents an answer (no leader known, the connection refused, a timeout, an error
 code from the leader) is None, and the lag is answered -1 then, as Kafka answers it when its
-ListOffsets fails."""
+ListOffsets fails.
+
+``log_end_offset`` asks the same leader for its log end offset instead, as a follower does
+(Kafka's ReplicaFetcherThread.fetchLatestOffsetFromLeader: a ListOffsets LATEST with the
+broker's own replica id, which the leader answers with its log end, not its high watermark).
+The schema registry uses it to know how far `_schemas` goes before it says a schema id is
+absent (schema_registry/service.py): everything acknowledged is below a leader's log end, even
+a leader elected a moment ago whose high watermark still lags it (Kafka answers a consumer's
+LATEST with OFFSET_NOT_AVAILABLE then, which minibroker's ListOffsets does not do yet)."""
 
 from __future__ import annotations
 
@@ -65,6 +73,17 @@ class PartitionMetadataClient:
         partition, _ = self.replicas.hosted_partition(topic, index)
         if partition is not None and partition.is_leader:
             return partition.high_watermark
+        return await self._ask_leader(topic, index, CONSUMER_REPLICA_ID)
+
+    async def log_end_offset(self, topic: str, index: int) -> int | None:
+        """The partition's log end offset on its leader (None: no answer), as a follower
+        asks it."""
+        partition, _ = self.replicas.hosted_partition(topic, index)
+        if partition is not None and partition.is_leader:
+            return partition.log.log_end_offset
+        return await self._ask_leader(topic, index, self.config.node_id)
+
+    async def _ask_leader(self, topic: str, index: int, replica_id: int) -> int | None:
         known = self.replicas.metadata.topic(topic)
         state = known.partitions.get(index) if known is not None else None
         if state is None or state.leader < 0 or state.leader == self.config.node_id:
@@ -72,7 +91,7 @@ class PartitionMetadataClient:
         request = build_request(
             ApiKey.LIST_OFFSETS,
             {
-                "replica_id": CONSUMER_REPLICA_ID,
+                "replica_id": replica_id,
                 "isolation_level": 0,
                 "topics": [
                     {

@@ -21,6 +21,17 @@ has the written offset before answering, so a client reads its own writes from a
 After a kill -9 of the writer, the controller elects another leader among the in-sync
 replicas, which has every acknowledged record: its state's highest id is the old writer's
 last, so ids continue above it and are never reused.
+
+A copy that is up to its own high watermark is not necessarily up to date: a follower's high
+watermark comes from its last fetch response (a broker that has just started, or just
+become a follower, may not have fetched yet), and a leader elected a moment ago has one that
+lags its log end until its followers fetch again. So a schema id this copy does not hold is
+only "not registered" once the copy has applied `_schemas` up to its end as its leader knows
+it (``caught_up_to_end``: the leader's log end offset, asked with a ListOffsets as a follower
+asks it, or the log end here on the leader), as Confluent's KafkaStore catches its reader up
+to the topic's end offset (waitUntilKafkaReaderReachesLastOffset, getLatestOffset) before it
+decides. The Iceberg writer asks that before it sends a record to the dead-letter table for
+an unknown schema id (broker/iceberg/service.py).
 """
 
 from __future__ import annotations
@@ -72,6 +83,9 @@ MAX_REPLICATION_FACTOR = 3
 # Sends a CreateTopics request to the controller (or decides it on a controller node) and
 # returns the topic's error.
 CreateTopics = Callable[[Any], Awaitable[Error]]
+# The log end offset of a partition on its leader, None when the leader cannot say (the
+# node wires replication/partition_metadata_client.py's PartitionMetadataClient.log_end_offset).
+LogEndOffset = Callable[[str, int], Awaitable[int | None]]
 
 
 class NotWriter(Exception):
@@ -111,6 +125,8 @@ class SchemaRegistryService:
             self.authenticator = BasicAuthenticator(credentials.get)
         self.replicas = replicas
         self.create_topics = create_topics
+        # How far `_schemas` goes, as its leader knows it (caught_up_to_end); set by the node.
+        self.leader_log_end: LogEndOffset | None = None
         self.registry = Registry()
         # The next offset of `_schemas` to apply.
         self.position = 0
@@ -202,6 +218,60 @@ class SchemaRegistryService:
             return
         raise timed_out()
 
+    async def caught_up_to_end(self, timeout_s: float = READ_TIMEOUT_S) -> None:
+        """Wait until this broker's copy has applied `_schemas` up to its end as its leader
+        knows it: the leader's log end offset when the leader is another broker (a
+        ListOffsets as a follower sends it), this log's end when this broker leads. Then a
+        schema id the copy does not hold was not registered when this was called (every
+        acknowledged write is below a leader's log end). RegistryError when that cannot be
+        known: 50002 after ``timeout_s`` (the high watermark did not reach the end), 50001
+        when the leader does not answer or this broker holds no replica of `_schemas` (its
+        copy is empty). With no `_schemas` topic at all nothing was ever registered.
+
+        Confluent's KafkaStore.waitUntilKafkaReaderReachesLastOffset (the end offset from the
+        topic's leader, then the reader waits for it); Confluent asks the consumer's end
+        offset, the high watermark: here the log end, because minibroker's ListOffsets does
+        not answer OFFSET_NOT_AVAILABLE while a new leader's high watermark lags its log end
+        (Kafka's Partition.fetchOffsetForTimestamp does), and that high watermark may be below
+        records already acknowledged."""
+        partition = self.local_partition()
+        if partition is None:
+            if self.replicas.metadata.topic(SCHEMAS_TOPIC) is None:
+                return
+            raise RegistryError(
+                500, 50001, f"this broker holds no replica of {SCHEMAS_TOPIC}: its copy is empty"
+            )
+        if partition.is_leader:
+            end: int | None = partition.log.log_end_offset
+        elif self.leader_log_end is None:
+            end = None
+        else:
+            end = await self.leader_log_end(SCHEMAS_TOPIC, PARTITION)
+        if end is None:
+            raise RegistryError(
+                500, 50001, f"the leader of {SCHEMAS_TOPIC} did not say where its log ends"
+            )
+        if self.position >= end:
+            return
+        # This copy was behind what the leader holds: said, as that is what once sent records
+        # to the dead-letter table (an operator sees how far behind, and for how long).
+        before, high_watermark = self.position, partition.high_watermark
+        started = trio.current_time()
+        try:
+            await self.caught_up(end, timeout_s)
+        finally:
+            log.info(
+                "this copy of %s was at offset %d (high watermark %d, %s) below its end %d:"
+                " at %d after %.3f s",
+                SCHEMAS_TOPIC,
+                before,
+                high_watermark,
+                "leader" if partition.is_leader else "follower",
+                end,
+                self.position,
+                trio.current_time() - started,
+            )
+
     def schema(self, schema_id: int) -> tuple[str, str, dict[str, str]] | None:
         """(schema type, schema text, the texts of its references by name) of ``schema_id``
         in this broker's copy, None when it holds none (Iceberg topics' typed values:
@@ -259,31 +329,24 @@ class SchemaRegistryService:
         return partition is not None and partition.is_leader
 
     async def ensure_topic(self) -> None:
-        """Create `_schemas` on the first write, then wait for its leader to be known."""
+        """Create `_schemas` on the first write, then wait for its leader to be known.
+
+        Its replication factor is min(3, live brokers) as Confluent's KafkaStore chooses it
+        (``kafkastore.topic.replication.factor`` 3, fewer on a smaller cluster), with the live
+        brokers counted by the controller, which refuses a factor above them
+        (INVALID_REPLICATION_FACTOR): 3 is asked first, then less. Counted from this
+        broker's metadata cache, `_schemas` was once made with 2 replicas on a 3-broker
+        cluster whose first schema was registered right after it started (why the cache
+        listed 2 then was not found: not yet updated, or a broker fenced for a moment), and
+        the broker without one could not look schemas up (its Iceberg writer had sent whole
+        partitions to the dead-letter table as "schema id 1 is not in the schema
+        registry"). A broker the controller has fenced at that moment still gets none."""
         async with self._topic_creation:
             if self.replicas.metadata.topic(SCHEMAS_TOPIC) is None:
-                live = max(len(self.replicas.metadata.brokers), 1)
-                request = build_request(
-                    ApiKey.CREATE_TOPICS,
-                    {
-                        "topics": [
-                            {
-                                "name": SCHEMAS_TOPIC,
-                                "num_partitions": 1,
-                                "replication_factor": min(MAX_REPLICATION_FACTOR, live),
-                                "assignments": (),
-                                "configs": [{"name": "cleanup.policy", "value": "compact"}],
-                            }
-                        ],
-                        "timeout": 30_000,
-                        "validate_only": False,
-                    },
-                )
-                try:
-                    error = await self.create_topics(request)
-                except Exception as failure:  # the controller unreachable, deposed
-                    log.warning("cannot create %s: %s", SCHEMAS_TOPIC, failure)
-                    raise store_error() from None
+                for factor in range(MAX_REPLICATION_FACTOR, 0, -1):
+                    error = await self._create_topic(factor)
+                    if error != Error.INVALID_REPLICATION_FACTOR:
+                        break
                 if error not in (Error.NONE, Error.TOPIC_ALREADY_EXISTS):
                     log.warning("cannot create %s: %s", SCHEMAS_TOPIC, error.name)
                     raise store_error()
@@ -296,6 +359,29 @@ class SchemaRegistryService:
                 )
             return
         raise timed_out()
+
+    async def _create_topic(self, replication_factor: int) -> Error:
+        request = build_request(
+            ApiKey.CREATE_TOPICS,
+            {
+                "topics": [
+                    {
+                        "name": SCHEMAS_TOPIC,
+                        "num_partitions": 1,
+                        "replication_factor": replication_factor,
+                        "assignments": (),
+                        "configs": [{"name": "cleanup.policy", "value": "compact"}],
+                    }
+                ],
+                "timeout": 30_000,
+                "validate_only": False,
+            },
+        )
+        try:
+            return await self.create_topics(request)
+        except Exception as failure:  # the controller unreachable, deposed
+            log.warning("cannot create %s: %s", SCHEMAS_TOPIC, failure)
+            raise store_error() from None
 
     # -- writing ---------------------------------------------------------------------------
 

@@ -493,10 +493,6 @@ def test_bad_input_gets_confluents_errors_and_kafka_clients_are_served(cluster: 
     assert httpx.get(f"{url}{versions}", timeout=30).json() == [1]
 
 
-@pytest.mark.skip(
-    reason="fails: the Avro topic's records land in both its table and its dead-letter table"
-    " after a leader lacked their schema id (docs/iceberg-topics.md, Not supported yet)"
-)
 def test_iceberg_tables_hold_every_acknowledged_record_once_after_kill_9_of_leaders(
     cluster: Cluster,
 ) -> None:

@@ -1,0 +1,192 @@
+"""A schema id the registry's copy does not hold yet is not a dead letter (issue 38's kill -9
+fault): the Iceberg writer's ``find_schema`` (broker/iceberg/service.py) answers None only
+once the copy has applied `_schemas` up to its end as its leader knows it
+(``SchemaRegistryService.caught_up_to_end``, the leader's log end asked with a ListOffsets as
+a follower asks it, replication/partition_metadata_client.py), and raises while that cannot
+be known, so the commit fails and is retried instead of sending the record to the
+dead-letter table.
+
+In process under trio's MockClock, on real replica managers (tests/unit/replication_harness.py,
+whose connections answer Fetch and ListOffsets as the leader's handlers do) and the real
+registry services: broker 1 leads `_schemas` and registers a schema (acks=-1 with ISR [1]);
+broker 2 then becomes a follower whose fetches are held, as a broker just restarted or just
+made a follower has not fetched yet. Its copy is up to its own high watermark (0), so the
+former lookup (catch up to the local high watermark, then ask) answered "not in the schema
+registry", and the writer dead-lettered whole partitions of records whose schema had been
+registered before they were produced."""
+
+import json
+import uuid
+
+import pytest
+import trio
+
+from minibroker.common.names import SCHEMAS_TOPIC
+from minibroker.iceberg.service import find_schema
+from minibroker.protocol.errors import Error
+from minibroker.replication.metadata_cache import BrokerEndpoint, PartitionMetadata, TopicMetadata
+from minibroker.replication.partition_metadata_client import PartitionMetadataClient
+from minibroker.schema_registry.service import SchemaRegistryService
+from minibroker.schema_registry.state import RegistryError
+from tests.unit.replication_harness import LeaderConnection, leader_and_isr, make_broker
+
+SCHEMAS_ID = uuid.UUID(int=11)
+USER = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "name", "type": "string"}, {"name": "number", "type": "long"}],
+}
+SCHEMAS_CONFIG = {"cleanup.policy": "compact", "min.insync.replicas": "1"}
+
+
+class Gate:
+    """Holds broker 2's fetches from its leader until opened; can make its ListOffsets fail
+    as an unreachable leader's would."""
+
+    def __init__(self) -> None:
+        self.open = trio.Event()
+        self.unreachable = False
+
+
+class HeldConnection(LeaderConnection):
+    def __init__(self, leader, gate: Gate) -> None:
+        super().__init__(leader)
+        self.gate = gate
+
+    async def request_body(self, api_key: int, version: int, body: bytes):
+        await self.gate.open.wait()
+        return await super().request_body(api_key, version, body)
+
+    async def request(self, request):
+        if self.gate.unreachable:
+            raise OSError("connection refused")
+        return await super().request(request)
+
+
+async def no_create_topics(request) -> Error:
+    raise AssertionError("`_schemas` exists: nothing to create")
+
+
+@pytest.fixture
+async def registries(tmp_path, nursery, autojump_clock):
+    """Broker 1 leads `_schemas` (ISR [1]) and has registered USER; broker 2 is a follower of
+    it whose fetches wait for ``gate``; both run the registry, broker 2's wired to the
+    leader's log end as the node wires it."""
+    by_id: dict = {}
+    one = make_broker(tmp_path, 1, by_id)
+    two = make_broker(tmp_path, 2, by_id)
+    by_id.update({1: one, 2: two})
+    gate = Gate()
+
+    async def held_connect(host, port, client_id, security):
+        return HeldConnection(by_id[int(host)], gate)
+
+    two.connect = held_connect
+    for replicas in (one, two):
+        replicas.announced_topic_configs[SCHEMAS_TOPIC] = dict(SCHEMAS_CONFIG)
+        replicas.metadata.topics[SCHEMAS_TOPIC] = TopicMetadata(
+            SCHEMAS_TOPIC, SCHEMAS_ID, {0: PartitionMetadata(1, 1, (1, 2), (1,), ())}
+        )
+        replicas.metadata.brokers[1] = BrokerEndpoint(1, "1", 9092)
+        await nursery.start(replicas.run)
+    await one.apply_leader_and_isr(
+        leader_and_isr(1, 1, [1], [1, 2], topic=SCHEMAS_TOPIC, topic_id=SCHEMAS_ID)
+    )
+    writer = SchemaRegistryService(one.config, one, no_create_topics)
+    await nursery.start(writer.run)
+    schema_id = await writer.write(
+        lambda registry: registry.register(f"{SCHEMAS_TOPIC}-users-value", "AVRO", json.dumps(USER))
+    )
+    assert writer.schema(schema_id) is not None
+    assert one.hosted_partition(SCHEMAS_TOPIC, 0)[0].high_watermark == writer.position > 0
+
+    await two.apply_leader_and_isr(
+        leader_and_isr(1, 1, [1], [1, 2], topic=SCHEMAS_TOPIC, topic_id=SCHEMAS_ID)
+    )
+    leader_end = PartitionMetadataClient(two.config, two)
+    await nursery.start(leader_end.run)
+    follower = SchemaRegistryService(two.config, two, no_create_topics)
+    follower.leader_log_end = leader_end.log_end_offset
+    await nursery.start(follower.run)
+    return follower, schema_id, gate
+
+
+async def test_an_id_registered_before_is_not_absent_while_the_copy_lags(registries):
+    follower, schema_id, gate = registries
+    # The follower's copy is up to its own high watermark (it has not fetched): empty.
+    await follower.caught_up()
+    assert follower.position == 0 and follower.schema(schema_id) is None
+    # Not known yet is not absent: the lookup waits for the leader's end, then says it
+    # cannot tell (the commit fails and is retried), never "not registered".
+    with pytest.raises(RegistryError) as raised:
+        await find_schema(follower, schema_id)
+    assert raised.value.code == 50002
+    gate.open.set()
+    found = await find_schema(follower, schema_id)
+    assert found is not None
+    schema_type, text, references = found
+    assert schema_type == "AVRO" and json.loads(text) == USER and references == {}
+    # An id above every registered one is absent, once the copy is at the leader's end.
+    assert await find_schema(follower, schema_id + 1) is None
+
+
+async def test_an_unreachable_leader_leaves_an_unknown_id_undecided(registries):
+    follower, schema_id, gate = registries
+    gate.unreachable = True
+    with pytest.raises(RegistryError) as raised:
+        await find_schema(follower, schema_id)
+    assert raised.value.code == 50001
+    # Reachable again, with fetches flowing: the id is found.
+    gate.unreachable = False
+    gate.open.set()
+    assert await find_schema(follower, schema_id) is not None
+
+
+async def test_without_any_schemas_topic_nothing_was_registered(tmp_path, nursery, autojump_clock):
+    """A cluster where no schema was ever registered has no `_schemas`: an id is absent."""
+    replicas = make_broker(tmp_path, 1)
+    await nursery.start(replicas.run)
+    service = SchemaRegistryService(replicas.config, replicas, no_create_topics)
+    await nursery.start(service.run)
+    assert await find_schema(service, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("controller_live", "asked"), [(3, [3]), (5, [3]), (2, [3, 2]), (1, [3, 2, 1])]
+)
+async def test_schemas_gets_the_replicas_the_controller_can_give(
+    tmp_path, nursery, autojump_clock, controller_live, asked
+):
+    """`_schemas` is made with min(3, live brokers) replicas, the live brokers as the
+    controller counts them (it refuses more with INVALID_REPLICATION_FACTOR), not as this
+    broker's metadata cache lists them: right after a cluster starts the cache may list fewer
+    (here one broker), and counted from it `_schemas` got 2 replicas on 3 brokers, so the
+    third broker's copy stayed empty and its Iceberg writer dead-lettered every record."""
+    replicas = make_broker(tmp_path, 1)
+    replicas.announced_topic_configs[SCHEMAS_TOPIC] = dict(SCHEMAS_CONFIG)
+    await nursery.start(replicas.run)
+    replicas.metadata.brokers[1] = BrokerEndpoint(1, "1", 9092)
+    requested: list[int] = []
+
+    async def controller(request) -> Error:
+        (topic,) = request.topics
+        assert topic.name == SCHEMAS_TOPIC and topic.num_partitions == 1
+        requested.append(topic.replication_factor)
+        if topic.replication_factor > controller_live:
+            return Error.INVALID_REPLICATION_FACTOR
+        # Made: the controller's LeaderAndIsr names this broker the leader.
+        replicas.metadata.topics[SCHEMAS_TOPIC] = TopicMetadata(
+            SCHEMAS_TOPIC, SCHEMAS_ID, {0: PartitionMetadata(1, 1, (1,), (1,), ())}
+        )
+        await replicas.apply_leader_and_isr(
+            leader_and_isr(1, 1, [1], [1], topic=SCHEMAS_TOPIC, topic_id=SCHEMAS_ID)
+        )
+        return Error.NONE
+
+    service = SchemaRegistryService(replicas.config, replicas, controller)
+    await nursery.start(service.run)
+    schema_id = await service.write(
+        lambda registry: registry.register("users-value", "AVRO", json.dumps(USER))
+    )
+    assert requested == asked
+    assert service.schema(schema_id) is not None
