@@ -25,13 +25,20 @@ members and each member's tasks (active, standby, warm-up, as `subtopology:[part
 partition's CONSUMER-ID is the member whose active task reads it (the task's subtopology's
 source and repartition source topics, at the task's partition).
 
+Share groups (KIP-932), which ListGroups v5 lists with the type `share` and DescribeGroups
+answers as Dead, are described by ShareGroupDescribe (state, the `simple` assignor, members and
+their partitions; a partition several members share names them all) and
+DescribeShareGroupOffsets (each share partition's start offset, shown as START-OFFSET, and from
+v1 its lag as the broker counts it), as kafka-share-groups.sh does; OffsetFetch answers a share
+group GROUP_ID_NOT_FOUND.
+
 Both views name a group's facts alike, in kafka-consumer-groups.sh's words (`--list --type`
 and `--describe --state`): its TYPE (classic, consumer for the consumer protocol, streams
-for a streams group), its STATE, its PROTOCOL-TYPE (the classic protocol's type: `consumer`
-for consumers, `connect` for Connect workers; `consumer` for a consumer-protocol group,
-`streams` for a streams group) and its ASSIGNMENT-STRATEGY
-(a classic group's chosen protocol, i.e. its client-side assignor, as DescribeGroups gives
-it in every state; a consumer-protocol group's server-side assignor).
+for a streams group, share for a share group), its STATE, its PROTOCOL-TYPE (the classic
+protocol's type: `consumer` for consumers, `connect` for Connect workers; `consumer` for a
+consumer-protocol group, `streams` for a streams group, `share` for a share group) and its
+ASSIGNMENT-STRATEGY (a classic group's chosen protocol, i.e. its client-side assignor, as
+DescribeGroups gives it in every state; a server-side assignor otherwise).
 
 Exit status: 0 when everything asked for was answered; 1 when a broker could not be reached,
 answered with an error, or the group does not exist.
@@ -67,6 +74,10 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
     # Streams groups (KIP-1071), which DescribeGroups answers as Dead too.
     ApiKey.STREAMS_GROUP_DESCRIBE: (0, 1),
+    # Share groups (KIP-932), which DescribeGroups answers as Dead too; their offsets are
+    # each share partition's start offset (DescribeShareGroupOffsets), not OffsetFetch's.
+    ApiKey.SHARE_GROUP_DESCRIBE: (0, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
     ApiKey.OFFSET_FETCH: (2, 7),
     ApiKey.LIST_OFFSETS: (1, 7),
 }
@@ -251,7 +262,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]] | None:
 # -- list -----------------------------------------------------------------------------------------
 
 
-CLASSIC, CONSUMER, STREAMS = "classic", "consumer", "streams"
+CLASSIC, CONSUMER, STREAMS, SHARE = "classic", "consumer", "streams", "share"
 
 
 @dataclass(frozen=True)
@@ -312,10 +323,28 @@ def _groups_of(conn: Connection, node_id: int) -> list[ListedGroup]:
         for group_id, entry in listed.items()
         if getattr(entry, "group_type", "") == STREAMS
     ]
+    share_groups = [
+        group_id for group_id, entry in listed.items() if getattr(entry, "group_type", "") == SHARE
+    ]
     streams = _described_all(conn, ApiKey.STREAMS_GROUP_DESCRIBE, streams_groups)
+    shares = _described_all(conn, ApiKey.SHARE_GROUP_DESCRIBE, share_groups)
     modern = _described_all(conn, ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_protocol)
     groups = []
     for group_id, entry in listed.items():
+        if group_id in shares:
+            group = shares[group_id]
+            groups.append(
+                ListedGroup(
+                    group_id,
+                    node_id,
+                    SHARE,
+                    group.group_state,
+                    SHARE,
+                    group.assignor_name or "",
+                    len(group.members),
+                )
+            )
+            continue
         if group_id in streams:
             group = streams[group_id]
             groups.append(
@@ -381,9 +410,14 @@ class PartitionView:
     committed: int | None
     log_end: int | None
     consumer: str | None
+    # A share partition's lag as DescribeShareGroupOffsets v1 gives it (KIP-1226: the
+    # records not yet acknowledged past the start offset), which log end minus start is not.
+    reported_lag: int | None = None
 
     @property
     def lag(self) -> int | None:
+        if self.reported_lag is not None:
+            return self.reported_lag
         if self.committed is None or self.log_end is None:
             return None
         return self.log_end - self.committed
@@ -445,11 +479,14 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
     members = []
     owner: dict[tuple[str, int], str] = {}
     consumer = group.protocol_type == "consumer"
+    committed, lags = committed if isinstance(committed, tuple) else (committed, {})
     for member in group.members:
-        if isinstance(member, MemberView):  # a consumer-protocol or streams group's
+        if isinstance(member, MemberView):  # a consumer-protocol, streams or share group's
             members.append(member)
             for topic_partition in member.assignment or ():
-                owner[topic_partition] = member.member_id
+                # A share group's partition may be read by several members at once.
+                held = owner.get(topic_partition)
+                owner[topic_partition] = f"{held},{member.member_id}" if held else member.member_id
             continue
         assignment = decode_assignment(bytes(member.member_assignment)) if consumer else None
         for topic_partition in assignment or ():
@@ -475,6 +512,7 @@ def describe_group(bootstrap: str, group_id: str, timeout: float) -> GroupView:
             committed.get((topic, index)),
             log_ends.get((topic, index)),
             owner.get((topic, index)),
+            lags.get((topic, index)),
         )
         for topic, index in wanted
     ]
@@ -605,6 +643,57 @@ def _describe_streams(conn: Connection, group_id: str) -> _ModernGroup | None:
     )
 
 
+def _describe_share(conn: Connection, group_id: str) -> _ModernGroup | None:
+    """ShareGroupDescribe, for a group DescribeGroups calls Dead (Kafka 4 answers so for a
+    share group); None if it is not one."""
+    group = _described(conn, ApiKey.SHARE_GROUP_DESCRIBE, group_id)
+    if group is None:
+        return None
+    members = [
+        MemberView(
+            str(member.member_id),
+            None,
+            member.client_id,
+            member.client_host,
+            [
+                (str(topic.topic_name), int(partition))
+                for topic in member.assignment.topic_partitions
+                for partition in topic.partitions
+            ],
+        )
+        for member in group.members
+    ]
+    return _ModernGroup(group.group_state, SHARE, group.assignor_name or "", members, SHARE)
+
+
+def _share_offsets(conn: Connection, group_id: str):
+    """A share group's start offsets (the "committed" column) and, from v1, lags, as
+    kafka-share-groups.sh --describe shows them: DescribeShareGroupOffsets of every share
+    partition the group has initialized."""
+    if ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS not in conn.versions:
+        return {}, {}
+    answer = conn.request(
+        ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, {"groups": [{"group_id": group_id, "topics": None}]}
+    )
+    (group,) = answer.groups
+    error = _error(group.error_code)
+    if error in RETRIABLE:
+        raise _Moved(error)
+    if error != Error.NONE:
+        raise GroupsError(f"DescribeShareGroupOffsets of {group_id!r} answered {error.name}")
+    starts, lags = {}, {}
+    for topic in group.topics:
+        for partition in topic.partitions:
+            if _error(partition.error_code) != Error.NONE or int(partition.start_offset) < 0:
+                continue
+            key = (str(topic.topic_name), int(partition.partition_index))
+            starts[key] = int(partition.start_offset)
+            lag = getattr(partition, "lag", None)
+            if lag is not None and int(lag) >= 0:
+                lags[key] = int(lag)
+    return starts, lags
+
+
 def _describe_at(conn: Connection, group_id: str):
     described = conn.request(
         ApiKey.DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
@@ -612,6 +701,9 @@ def _describe_at(conn: Connection, group_id: str):
     group = described.groups[0]
     error = _error(group.error_code)
     if error == Error.NONE and group.group_state == "Dead":
+        share = _describe_share(conn, group_id)
+        if share is not None:
+            return share, _share_offsets(conn, group_id)
         group = _describe_modern(conn, group_id) or _describe_streams(conn, group_id) or group
     if error in RETRIABLE:
         raise _Moved(error)
@@ -774,7 +866,10 @@ def print_group(view: GroupView, out: TextIO) -> None:
         print("no active members", file=out)
     print(file=out)
     if view.partitions:
-        rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]]
+        # A share group has no committed offsets: each share partition's start offset, as
+        # kafka-share-groups.sh --describe names it.
+        offset = "START-OFFSET" if view.group_type == SHARE else "CURRENT-OFFSET"
+        rows = [["TOPIC", "PARTITION", offset, "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]]
         rows += [
             [
                 p.topic,

@@ -13,11 +13,11 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, ShareConsumer, TopicPartition
 
 from minibroker.testing import Cluster
 from minibroker.tools.launcher import free_port
-from tests.conftest import SHARED_BROKER, create_topic, wait_for
+from tests.conftest import SHARED_BROKER, create_topic, set_group_configs, wait_for
 
 pytestmark = SHARED_BROKER
 
@@ -197,6 +197,48 @@ def test_list_shows_every_group_with_state_and_protocol(group_broker):
         assert rows[group_broker.group]["ASSIGNMENT-STRATEGY"] == "range"
         assert rows[group_broker.group]["MEMBERS"] == "1"
         assert rows[group_broker.group]["COORDINATOR"] == str(group_broker.node_id)
+    finally:
+        consumer.close()
+
+
+def test_a_share_group_is_listed_and_described_as_one(group_broker):
+    """A share group (KIP-932) with a member that took 45 records of the topic: listed as type
+    share, described through ShareGroupDescribe and DescribeShareGroupOffsets (OffsetFetch
+    answers a share group GROUP_ID_NOT_FOUND), with each share partition's start offset."""
+    share_group = f"workers-{group_broker.topic}"
+    set_group_configs(group_broker.bootstrap, share_group, {"share.auto.offset.reset": "earliest"})
+    consumer = ShareConsumer({"bootstrap.servers": group_broker.bootstrap, "group.id": share_group})
+    try:
+        consumer.subscribe([group_broker.topic])
+        taken = 0
+        deadline = time.monotonic() + GROUP_TIMEOUT
+        while taken < sum(PRODUCED.values()) and time.monotonic() < deadline:
+            taken += sum(1 for m in consumer.poll(0.5) or [] if m.error() is None)
+        assert taken == sum(PRODUCED.values())
+        consumer.commit_sync()  # every record taken accepted: the start offsets at the ends
+
+        listed = groups_cli("--bootstrap", group_broker.bootstrap)
+        assert listed.returncode == 0, listed.stderr
+        row = {r["GROUP"]: r for r in table(listed.stdout, "GROUP")}[share_group]
+        assert (row["TYPE"], row["PROTOCOL-TYPE"], row["ASSIGNMENT-STRATEGY"]) == (
+            "share",
+            "share",
+            "simple",
+        ), listed.stdout
+        assert (row["STATE"], row["MEMBERS"]) == ("Stable", "1"), listed.stdout
+
+        described = groups_cli("--bootstrap", group_broker.bootstrap, "--describe", share_group)
+        assert described.returncode == 0, described.stderr
+        assert f"GROUP {share_group}: type share, state Stable" in described.stdout
+        (member,) = table(described.stdout, "MEMBER-ID")
+        assigned = ",".join(str(p) for p in PRODUCED)
+        assert member["ASSIGNMENT"] == f"{group_broker.topic}:{assigned}", described.stdout
+        partitions = {int(r["PARTITION"]): r for r in table(described.stdout, "TOPIC")}
+        assert sorted(partitions) == sorted(PRODUCED), described.stdout
+        for index, count in PRODUCED.items():
+            assert partitions[index]["START-OFFSET"] == str(count), described.stdout
+            assert partitions[index]["LOG-END-OFFSET"] == str(count), described.stdout
+            assert partitions[index]["LAG"] == "0", described.stdout
     finally:
         consumer.close()
 
