@@ -52,6 +52,7 @@ RUN_SECTIONS = [
     (README, "A short tour"),
     ("docs/consumer-groups.md", "The consumer group protocol (KIP-848)"),
     ("docs/schema-registry.md", "Turning it on"),
+    ("docs/share-groups.md", "Trying it"),
     ("docs/getting-started.md", "A cluster by hand"),
     (SECURITY, "TLS and SASL listeners"),
     (SECURITY, "ACLs"),
@@ -395,6 +396,19 @@ def schema_registry_snippet(shell: Shell, block: Block) -> None:
     ], out
 
 
+def share_groups_snippet(shell: Shell, block: Block) -> None:
+    """On the tour's cluster: ten jobs taken by two members of the share group `workers`,
+    each once; then `minibroker groups` lists the group as a share group and describes its
+    share partition with its start offset at the log end, as the page says."""
+    out = shell.run(f"{VENV}/bin/python -", stdin=block.text).stdout.splitlines()
+    assert out == [str([f"job-{n}" for n in range(10)])], out
+    listed = shell.run(".venv/bin/minibroker groups").stdout
+    assert re.search(r"^workers\s+\d+\s+share\s+\w+\s+share\s+simple\s", listed, re.M), listed
+    described = shell.run(".venv/bin/minibroker groups --describe workers").stdout
+    assert "GROUP workers: type share" in described, described
+    assert re.search(r"^work-queue\s+0\s+10\s+10\s+0\s", described, re.M), described
+
+
 def incompatible_schema(shell: Shell, command: str) -> None:
     """The page's curl to broker 3 (not the writer unless it leads `_schemas`): 409."""
     out = shell.run(command).stdout
@@ -444,6 +458,7 @@ RUN_BLOCKS: dict[tuple[str, str, str], Callable[[Shell, Block], None]] = {
     ),
     (SECURITY, "ACLs", "python"): acl_snippet,
     ("docs/schema-registry.md", "Turning it on", "python"): schema_registry_snippet,
+    ("docs/share-groups.md", "Trying it", "python"): share_groups_snippet,
 }
 
 
