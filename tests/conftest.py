@@ -22,13 +22,16 @@ if not os.environ.get("MINIBROKER_TEST_NO_BYTECODE"):
 import datetime
 import gc
 import itertools
+import json
 import re
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,7 +60,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from faults import netns
 from minibroker.protocol import codec
 from minibroker.tools import wire
-from minibroker.tools.launcher import BrokerProcess, BrokerStartError
+from minibroker.tools.launcher import BrokerProcess, BrokerStartError, free_port
 from minibroker.tools.wire import WireClient
 from tests import parallel
 
@@ -665,6 +668,57 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """A real Prometheus (the Debian package) started by the test on loopback, given its
+    scrape targets with ``start(port, ...)`` (each a /metrics port on 127.0.0.1, scraped every
+    second as job ``minibroker``), which returns its HTTP API's base URL; stopped with SIGTERM
+    at teardown."""
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus)")
+    started: list[subprocess.Popen] = []
+
+    def start(*metrics_ports: int) -> str:
+        config = tmp_path / "prometheus.yml"
+        targets = ", ".join(f"'127.0.0.1:{port}'" for port in metrics_ports)
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n"
+            "scrape_configs:\n  - job_name: minibroker\n"
+            f"    static_configs:\n      - targets: [{targets}]\n"
+        )
+        web = f"127.0.0.1:{free_port()}"
+        log = (tmp_path / "prometheus.log").open("w")
+        started.append(
+            subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address={web}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        return f"http://{web}"
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def prometheus_query(api: str, query: str) -> list[dict] | None:
+    """An instant query to Prometheus' HTTP API (``/api/v1/query``): its result vector, or None
+    while Prometheus does not answer yet."""
+    encoded = urllib.parse.urlencode({"query": query})
+    try:
+        with urllib.request.urlopen(f"{api}/api/v1/query?{encoded}", timeout=5) as answer:
+            return json.load(answer)["data"]["result"]
+    except OSError:
+        return None
 
 
 BATCH_HEADER_SIZE = 61

@@ -11,11 +11,6 @@ subscription it needs before it pushes.
 """
 
 import gzip
-import json
-import shutil
-import subprocess
-import urllib.parse
-import urllib.request
 import uuid
 
 import pytest
@@ -37,7 +32,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 from minibroker.protocol.kafka44_schemas import ListConfigResourcesRequestV1
 from minibroker.testing import Cluster
 from minibroker.tools.launcher import BrokerProcess, free_port
-from tests.conftest import create_topic, exchange, scrape, wait_for
+from tests.conftest import create_topic, exchange, prometheus_query, scrape, wait_for
 
 SUBSCRIPTION = "producers"
 CLIENT_METRICS = 16  # the config resource type
@@ -233,60 +228,18 @@ def test_bad_pushes_get_kafkas_codes(metered):
     assert _alter(bootstrap, "", {"metrics": "*"}).error_code.value == INVALID_REQUEST
 
 
-@pytest.fixture
-def prometheus(tmp_path):
-    """A real Prometheus (the Debian package) started by the test, given its scrape target
-    with ``start(port)``; stopped with SIGTERM at teardown."""
-    if shutil.which("prometheus") is None:
-        pytest.skip("prometheus is not installed (apt-get install prometheus)")
-    started: list[subprocess.Popen] = []
-
-    def start(metrics_port: int) -> str:
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n"
-            "scrape_configs:\n  - job_name: minibroker\n"
-            f"    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-        )
-        web = f"127.0.0.1:{free_port()}"
-        log = (tmp_path / "prometheus.log").open("w")
-        started.append(
-            subprocess.Popen(
-                [
-                    "prometheus",
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address={web}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        return f"http://{web}"
-
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 def test_a_real_prometheus_scrapes_a_producers_pushed_metrics(metered, prometheus):
     broker, port = metered
     _subscribe(broker.bootstrap, {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"})
     create_topic(broker.bootstrap, SCRAPED_TOPIC, 1)
     api = prometheus(port)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "scraped"})
-    query = urllib.parse.urlencode({"query": '{__name__=~"org_apache_kafka_producer_.+"}'})
 
     def seen():
         producer.produce(SCRAPED_TOPIC, b"v")
         producer.poll(0.1)
-        try:
-            with urllib.request.urlopen(f"{api}/api/v1/query?{query}", timeout=5) as answer:
-                result = json.load(answer)["data"]["result"]
-        except OSError:
-            return None
-        return [r["metric"] for r in result if r["metric"].get("client_id") == "scraped"]
+        result = prometheus_query(api, '{__name__=~"org_apache_kafka_producer_.+"}')
+        return [r["metric"] for r in result or () if r["metric"].get("client_id") == "scraped"]
 
     try:
         found = wait_for(seen, 60, "Prometheus' query to find the producer's pushed series")
