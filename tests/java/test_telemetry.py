@@ -184,7 +184,7 @@ def test_java_and_librdkafka_producers_pushing_to_a_real_prometheus(
         java_producer.stdin.write("a\nb\nc\n")
         java_producer.stdin.flush()
         try:
-            found = wait_for(both_seen, 45, "Prometheus to find both producers' series")
+            found = wait_for(both_seen, 60, "Prometheus to find both producers' series")
         except pytest.fail.Exception as failed:
             pytest.fail(f"{failed}; its last answer had client ids {sorted(clients)}")
         java_producer.stdin.close()  # the producer ends
