@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -101,6 +101,8 @@ class Outcome:
     catch_up_s: float
     total_s: float
     notes: list[str] = field(default_factory=list)
+    # Acknowledged records not found in their partition's log (see _place_unknown_offsets).
+    lost: list[str] = field(default_factory=list)
 
 
 class Sender:
@@ -117,6 +119,10 @@ class Sender:
         if pace is not None:
             self.paced.set()
         self.acked: dict[str, dict[tuple[int, int], bytes]] = {kv: {}, avro: {}}
+        # Delivery reports without an offset (partition, value): librdkafka acknowledges a
+        # batch "implicitly" when a later batch of the same idempotent producer succeeded
+        # while this one's own answer was an error or lost, and does not know its offset.
+        self.unplaced: dict[str, list[tuple[int, bytes]]] = {kv: [], avro: []}
         self.errors: list[str] = []
         self.undelivered = -1
         registry = SchemaRegistryClient({"url": cluster.schema_registry_url})
@@ -139,7 +145,9 @@ class Sender:
         self.thread = threading.Thread(target=self._run, name="iceberg-sender", daemon=True)
 
     def acked_count(self) -> int:
-        return sum(len(found) for found in self.acked.values())
+        return sum(len(found) for found in self.acked.values()) + sum(
+            len(found) for found in self.unplaced.values()
+        )
 
     def _on_error(self, error) -> None:
         """librdkafka's client errors: a fatal one (the idempotent producer's) ends the run."""
@@ -150,7 +158,11 @@ class Sender:
         if error is not None:
             self.errors.append(f"{message.topic()}: {error}")
             return
-        self.acked[message.topic()][(message.partition(), message.offset())] = message.value()
+        offset = message.offset()
+        if offset is None or offset < 0:
+            self.unplaced[message.topic()].append((message.partition(), message.value()))
+            return
+        self.acked[message.topic()][(message.partition(), offset)] = message.value()
 
     def _run(self) -> None:
         try:
@@ -218,6 +230,45 @@ def table_next_offsets(catalog, name: str) -> dict[int, int]:
         parent = snapshot.parent_snapshot_id
         snapshot = None if parent is None else table.snapshot_by_id(parent)
     return {}
+
+
+def _place_unknown_offsets(
+    bootstrap: str, topic: str, unplaced: list[tuple[int, bytes]], acked: dict
+) -> list[str]:
+    """Give the delivery reports that came without an offset their offsets, read from the
+    partitions' logs (each record's value is unique), into ``acked``; the acknowledged
+    records not in their partition's log, in words (a lost acknowledged record)."""
+    if not unplaced:
+        return []
+    wanted: dict[int, set[bytes]] = {}
+    for partition, value in unplaced:
+        wanted.setdefault(partition, set()).add(value)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"placer-{uuid.uuid4().hex[:8]}"}
+    )
+    lost = []
+    try:
+        for partition, values in sorted(wanted.items()):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            consumer.assign([TopicPartition(topic, partition, 0)])
+            found: dict[bytes, int] = {}
+            deadline = time.monotonic() + WAIT_S
+            position = 0
+            while position < high and time.monotonic() < deadline:
+                for message in consumer.consume(10_000, 1.0):
+                    if message.error() is not None:
+                        continue
+                    position = message.offset() + 1
+                    if message.value() in values:
+                        found[message.value()] = message.offset()
+            for value in values:
+                if value in found:
+                    acked[(partition, found[value])] = value
+                else:
+                    lost.append(f"{topic}-{partition}: acknowledged {value[:40]!r} not in the log")
+    finally:
+        consumer.close()
+    return lost
 
 
 def _check(
@@ -322,6 +373,16 @@ def run(
     assert not sender.thread.is_alive(), "the producer did not finish"
     assert not sender.errors and sender.undelivered == 0, (sender.errors[:10], sender.undelivered)
     progress(f"{total:,} records acknowledged in {produced - started:.1f} s")
+    lost = []
+    for name in (kv, avro):
+        unplaced = sender.unplaced[name]
+        if unplaced:
+            notes.append(
+                f"{name}: {len(unplaced):,} acknowledged without an offset (placed from the log)"
+            )
+            lost += _place_unknown_offsets(
+                cluster.bootstrap_servers, name, unplaced, sender.acked[name]
+            )
 
     ends = {
         name: {
@@ -380,6 +441,7 @@ def run(
         catch_up_s=caught_up - produced,
         total_s=time.monotonic() - started,
         notes=notes,
+        lost=lost,
     )
 
 
@@ -400,6 +462,7 @@ def problems(outcome: Outcome) -> list[str]:
                 found.append(f"{topic}-{index}: {check}")
     if outcome.dead_letter_table:
         found.append("the Avro topic has a dead-letter table")
+    found += outcome.lost[:20]
     return found
 
 
