@@ -284,6 +284,24 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         await service.caught_up()
         return service.registry
 
+    async def by_id_caught_up(answer: Callable[[Registry], Any]) -> Any:
+        """``answer`` from this broker's copy; when it says the id is not found (40403),
+        again once the copy has applied `_schemas` up to its end as its leader knows it
+        (``caught_up_to_end``, the rule of produce validation and the Iceberg writer), so a
+        broker just restarted, or a follower that has not fetched yet, does not answer 404
+        for an id registered before the request. 50002 or 50001 (Confluent's store errors)
+        when that end cannot be known. Confluent's reads wait for its reader to reach the
+        topic's last offset (KafkaStore.waitUntilKafkaReaderReachesLastOffset) before they
+        are served; here only an id this copy does not hold waits, so a known id costs no
+        round trip to the leader of `_schemas`."""
+        try:
+            return answer(service.registry)
+        except RegistryError as error:
+            if error.code != 40403:
+                raise
+        await service.caught_up_to_end()
+        return answer(service.registry)
+
     def endpoint(handler):
         async def wrapped(request: Request) -> Response:
             try:
@@ -302,6 +320,17 @@ def build_app(service: SchemaRegistryService) -> Starlette:
             if isinstance(current, Response):
                 return current
             return _json(handler(request, current))
+
+        return endpoint(wrapped)
+
+    def read_by_id(handler: Callable[[Request, Registry], Any]):
+        """``read`` for the routes of a schema id: a miss waits for the leader's end."""
+
+        async def wrapped(request: Request) -> Response:
+            current = await registry(request)
+            if isinstance(current, Response):
+                return current
+            return _json(await by_id_caught_up(lambda registry: handler(request, registry)))
 
         return endpoint(wrapped)
 
@@ -421,7 +450,8 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        found = current.by_id(_schema_id(request.path_params["id"]), _context(request))
+        schema_id, context = _schema_id(request.path_params["id"]), _context(request)
+        found = await by_id_caught_up(lambda registry: registry.by_id(schema_id, context))
         return Response(found.schema, media_type=MEDIA_TYPE)
 
     def id_versions(request: Request, current: Registry) -> Any:
@@ -543,10 +573,10 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         Route("/subjects/{subject:path}", endpoint(delete_subject), methods=["DELETE"]),
         Route("/schemas/types", read(types), methods=["GET"]),
         Route("/contexts", read(contexts), methods=["GET"]),
-        Route("/schemas/ids/{id}", read(schema_by_id), methods=["GET"]),
+        Route("/schemas/ids/{id}", read_by_id(schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/schema", endpoint(raw_schema_by_id), methods=["GET"]),
-        Route("/schemas/ids/{id}/versions", read(id_versions), methods=["GET"]),
-        Route("/schemas/ids/{id}/subjects", read(id_subjects), methods=["GET"]),
+        Route("/schemas/ids/{id}/versions", read_by_id(id_versions), methods=["GET"]),
+        Route("/schemas/ids/{id}/subjects", read_by_id(id_subjects), methods=["GET"]),
         Route("/config", read(get_config), methods=["GET"]),
         Route("/config", endpoint(put_config), methods=["PUT"]),
         Route("/config", endpoint(delete_config), methods=["DELETE"]),
