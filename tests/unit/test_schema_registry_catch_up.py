@@ -310,3 +310,22 @@ async def test_reads_by_id_wait_for_the_leaders_end_rather_than_answer_404(regis
         assert answers[3].json() == [f"{VALIDATED_TOPIC}-value"]
         answer = await client.get(f"/schemas/ids/{schema_id + 1}")
         assert answer.status_code == 404 and answer.json()["error_code"] == 40403
+
+
+async def test_produce_validation_without_a_replica_of_schemas_answers_retriable(
+    tmp_path, nursery, autojump_clock
+):
+    """A partition leader that holds no replica of `_schemas` (a cluster of more than three
+    brokers) has an empty copy: it cannot tell whether an id is registered, so its
+    validating partitions answer NOT_ENOUGH_REPLICAS rather than refuse the records for
+    good (a limit written in docs/not-yet-supported.md)."""
+    replicas = make_broker(tmp_path, 4)
+    await nursery.start(replicas.run)
+    replicas.metadata.topics[SCHEMAS_TOPIC] = TopicMetadata(
+        SCHEMAS_TOPIC, SCHEMAS_ID, {0: PartitionMetadata(1, 1, (1, 2, 3), (1, 2, 3), ())}
+    )
+    service = SchemaRegistryService(replicas.config, replicas, no_create_topics)
+    await nursery.start(service.run)
+    refused = await validate(service, 1)
+    assert refused is not None and refused["error_code"] == Error.NOT_ENOUGH_REPLICAS
+    assert "holds no replica of _schemas" in refused["error_message"]
