@@ -284,24 +284,6 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         await service.caught_up()
         return service.registry
 
-    async def by_id_caught_up(answer: Callable[[Registry], Any]) -> Any:
-        """``answer`` from this broker's copy; when it says the id is not found (40403),
-        again once the copy has applied `_schemas` up to its end as its leader knows it
-        (``caught_up_to_end``, the rule of produce validation and the Iceberg writer), so a
-        broker just restarted, or a follower that has not fetched yet, does not answer 404
-        for an id registered before the request. 50002 or 50001 (Confluent's store errors)
-        when that end cannot be known. Confluent's reads wait for its reader to reach the
-        topic's last offset (KafkaStore.waitUntilKafkaReaderReachesLastOffset) before they
-        are served; here only an id this copy does not hold waits, so a known id costs no
-        round trip to the leader of `_schemas`."""
-        try:
-            return answer(service.registry)
-        except RegistryError as error:
-            if error.code != 40403:
-                raise
-        await service.caught_up_to_end()
-        return answer(service.registry)
-
     def endpoint(handler):
         async def wrapped(request: Request) -> Response:
             try:
@@ -320,17 +302,6 @@ def build_app(service: SchemaRegistryService) -> Starlette:
             if isinstance(current, Response):
                 return current
             return _json(handler(request, current))
-
-        return endpoint(wrapped)
-
-    def read_by_id(handler: Callable[[Request, Registry], Any]):
-        """``read`` for the routes of a schema id: a miss waits for the leader's end."""
-
-        async def wrapped(request: Request) -> Response:
-            current = await registry(request)
-            if isinstance(current, Response):
-                return current
-            return _json(await by_id_caught_up(lambda registry: handler(request, registry)))
 
         return endpoint(wrapped)
 
@@ -450,8 +421,7 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         current = await registry(request)
         if isinstance(current, Response):
             return current
-        schema_id, context = _schema_id(request.path_params["id"]), _context(request)
-        found = await by_id_caught_up(lambda registry: registry.by_id(schema_id, context))
+        found = current.by_id(_schema_id(request.path_params["id"]), _context(request))
         return Response(found.schema, media_type=MEDIA_TYPE)
 
     def id_versions(request: Request, current: Registry) -> Any:
@@ -573,10 +543,10 @@ def build_app(service: SchemaRegistryService) -> Starlette:
         Route("/subjects/{subject:path}", endpoint(delete_subject), methods=["DELETE"]),
         Route("/schemas/types", read(types), methods=["GET"]),
         Route("/contexts", read(contexts), methods=["GET"]),
-        Route("/schemas/ids/{id}", read_by_id(schema_by_id), methods=["GET"]),
+        Route("/schemas/ids/{id}", read(schema_by_id), methods=["GET"]),
         Route("/schemas/ids/{id}/schema", endpoint(raw_schema_by_id), methods=["GET"]),
-        Route("/schemas/ids/{id}/versions", read_by_id(id_versions), methods=["GET"]),
-        Route("/schemas/ids/{id}/subjects", read_by_id(id_subjects), methods=["GET"]),
+        Route("/schemas/ids/{id}/versions", read(id_versions), methods=["GET"]),
+        Route("/schemas/ids/{id}/subjects", read(id_subjects), methods=["GET"]),
         Route("/config", read(get_config), methods=["GET"]),
         Route("/config", endpoint(put_config), methods=["PUT"]),
         Route("/config", endpoint(delete_config), methods=["DELETE"]),
@@ -615,13 +585,52 @@ def _counted(route: Route, service: SchemaRegistryService) -> Route:
     label = f"{method} {route.path}"
     access.needs(method, route.path, None)  # Unclassified: a route no one decided on
 
+    by_id = access.needs(method, route.path, None).by_id
+
     async def counted(request: Request) -> Response:
-        refusal = _refusal(service, request, method, route.path)
-        response = refusal or await handler(request)
+        response: Response | None = None
+        if by_id:
+            try:
+                await _id_caught_up(service, request)
+            except RegistryError as error:
+                response = _error(error)
+        if response is None:
+            refusal = _refusal(service, request, method, route.path)
+            response = refusal or await handler(request)
         service.requests[(label, response.status_code)] += 1
         return response
 
     return Route(route.path, counted, methods=[method])
+
+
+async def _id_caught_up(service: SchemaRegistryService, request: Request) -> None:
+    """Before a route of a schema id (``GET /schemas/ids/{id}...``) is authorized and
+    answered: when this broker's copy does not hold the id, wait until the copy has applied
+    `_schemas` up to its end as its leader knows it (``caught_up_to_end``, the rule of schema
+    validation on produce and of the Iceberg writer), so that a broker just restarted, or a
+    follower that has not fetched yet, does not answer 40403 for an id registered before the
+    request. RegistryError 50002 or 50001 (Confluent's store errors) when that end cannot be
+    known. A known id asks nothing (the common case stays a dict lookup). Done before the
+    ACL check, which looks for the subjects holding the id in the same copy.
+
+    Confluent's reads wait for its reader to reach the topic's last offset
+    (KafkaStore.waitUntilKafkaReaderReachesLastOffset) before they are served; here only an
+    id this copy does not hold waits. A broker without a replica of `_schemas` forwards the
+    request to the writer instead (``registry`` in build_app)."""
+    if service.local_partition() is None:
+        return
+    try:
+        schema_id = _schema_id(request.path_params["id"])
+    except RegistryError:
+        return  # the route answers it
+    context = _context(request)
+    await service.caught_up()
+    try:
+        service.registry.subject_versions_of(schema_id, True, context)
+        return
+    except RegistryError:
+        pass
+    await service.caught_up_to_end()
 
 
 def allowed(

@@ -32,7 +32,8 @@ from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.records import Record, encode_batch
 from minibroker.replication.metadata_cache import BrokerEndpoint, PartitionMetadata, TopicMetadata
 from minibroker.replication.partition_metadata_client import PartitionMetadataClient
-from minibroker.schema_registry.rest import build_app
+from minibroker.schema_registry.access import subject_resource
+from minibroker.schema_registry.rest import USER_SCOPE_KEY, build_app
 from minibroker.schema_registry.service import SchemaRegistryService
 from minibroker.schema_registry.state import RegistryError
 from tests.unit.replication_harness import LeaderConnection, leader_and_isr, make_broker
@@ -310,6 +311,43 @@ async def test_reads_by_id_wait_for_the_leaders_end_rather_than_answer_404(regis
         assert answers[3].json() == [f"{VALIDATED_TOPIC}-value"]
         answer = await client.get(f"/schemas/ids/{schema_id + 1}")
         assert answer.status_code == 404 and answer.json()["error_code"] == 40403
+
+
+class SubjectAcls:
+    """The broker's authorizer as the registry asks it: READ on the named subjects only."""
+
+    def __init__(self, readable: set[str]) -> None:
+        self.readable = readable
+        self.asked: list[str] = []
+
+    def authorize(self, principal, host, operation, resource_type, name) -> bool:
+        self.asked.append(name)
+        return name in self.readable
+
+
+async def test_a_read_by_id_after_catching_up_is_still_authorized(registries):
+    """With basic authentication and ACLs, the subjects holding an id are looked for after
+    the copy has caught up: a user without READ on them gets 40301, not the schema that was
+    unknown when the request came in."""
+    follower, schema_id, gate = registries
+    subject = f"{VALIDATED_TOPIC}-value"
+    acls = SubjectAcls(set())
+    follower.authorizer = acls
+    app = build_app(follower)
+
+    async def as_alice(scope, receive, send):
+        scope[USER_SCOPE_KEY] = "alice"
+        await app(scope, receive, send)
+
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=as_alice), base_url="http://r")
+    async with client:
+        gate.open.set()
+        answer = await client.get(f"/schemas/ids/{schema_id}")
+        assert answer.status_code == 403 and answer.json()["error_code"] == 40301
+        assert acls.asked == [subject_resource(subject)]
+        acls.readable.add(subject_resource(subject))
+        answer = await client.get(f"/schemas/ids/{schema_id}/schema")
+        assert answer.status_code == 200 and json.loads(answer.text) == USER
 
 
 async def test_produce_validation_without_a_replica_of_schemas_answers_retriable(
