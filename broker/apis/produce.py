@@ -43,8 +43,9 @@ includes v0, and sends v3 or newer itself. A Produce v0-v2 request closes its co
 (apis/dispatch.py), as on Kafka 4.4.
 """
 
-import contextlib
 import struct
+
+import trio
 
 from minibroker.apis import CloseConnection, RequestContext, Role, api
 from minibroker.apis.authorization import allowed, may_create_topic, topic_allowed
@@ -172,13 +173,27 @@ async def _validate_schemas(
     refused: list[dict | None],
     key_check: bool,
     value_check: bool,
+    timeout_s: float,
 ) -> None:
     """Confluent Server's schema validation (schema_registry/produce_validation.py): a
     partition whose records do not all carry a schema id registered for the topic's subject
     is refused with INVALID_RECORD, naming the first such record, and nothing of it is
-    appended. An id this broker's copy of `_schemas` does not know yet is looked up again
-    after the copy has caught up with its high watermark (a schema registered a moment ago
-    through another broker)."""
+    appended.
+
+    The ids are looked up in this broker's copy of `_schemas` (a dict lookup: no network
+    round trip when the id is known, the common case). An id the copy does not hold is
+    refused only once the copy has applied `_schemas` up to its end as its leader knows it
+    (``SchemaRegistryService.caught_up_to_end``, the rule of the Iceberg writer's
+    find_schema): a copy that lags (a leader just restarted, a follower that has not fetched
+    yet) would otherwise refuse records whose schema was registered before they were
+    produced. When that end cannot be known within ``timeout_s`` (the produce request's
+    timeout, at most the registry's read timeout), or the leader of `_schemas` does not
+    answer, the partition gets NOT_ENOUGH_REPLICAS and nothing of it is appended: retriable,
+    as Kafka answers a produce that meets a temporary condition outside the partition
+    (ReplicaManager's answer for a transaction verification the coordinator could not make,
+    so that clients retry), where INVALID_RECORD is final. Confluent Server asks its
+    registry over HTTP and caches the answers; how it answers an unreachable registry is not
+    documented."""
     service = ctx.schema_registry
     for slot, data in enumerate(partition_data):
         if refused[slot] is not None or not data.records:
@@ -205,10 +220,26 @@ async def _validate_schemas(
         found = check()
         if found is not None and "is not registered" in found[1]:
             # The registry's own modules are loaded already: this broker runs it.
+            from minibroker.schema_registry.service import READ_TIMEOUT_S
             from minibroker.schema_registry.state import RegistryError
 
-            with contextlib.suppress(RegistryError):  # 50002: answer from what it has
-                await service.caught_up()
+            limit = max(0.0, min(timeout_s, READ_TIMEOUT_S))
+            undecided = None
+            try:
+                with trio.move_on_after(limit) as waited:
+                    await service.caught_up_to_end(limit)
+                if waited.cancelled_caught:
+                    undecided = "the leader of _schemas did not say where it ends in time"
+            except RegistryError as error:
+                undecided = error.message
+            if undecided is not None:
+                refused[slot] = append_result(
+                    data.index,
+                    Error.NOT_ENOUGH_REPLICAS,
+                    f"Cannot validate yet: {found[1]} in this broker's copy of the schema"
+                    f" registry, which could not be brought up to date ({undecided}); retry",
+                )
+                continue
             found = check()
         if found is not None:
             refused[slot] = append_result(data.index, Error.INVALID_RECORD, found[1])
@@ -316,7 +347,13 @@ async def handle(ctx: RequestContext, request) -> dict | None:
             )
             if key_check or value_check:
                 await _validate_schemas(
-                    ctx, topic.name, partition_data, refused, key_check, value_check
+                    ctx,
+                    topic.name,
+                    partition_data,
+                    refused,
+                    key_check,
+                    value_check,
+                    request.timeout.total_seconds(),
                 )
             appending.append((response, topic.name, refused))
             position_of.append(topic_position)

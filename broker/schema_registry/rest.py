@@ -585,13 +585,52 @@ def _counted(route: Route, service: SchemaRegistryService) -> Route:
     label = f"{method} {route.path}"
     access.needs(method, route.path, None)  # Unclassified: a route no one decided on
 
+    by_id = access.needs(method, route.path, None).by_id
+
     async def counted(request: Request) -> Response:
-        refusal = _refusal(service, request, method, route.path)
-        response = refusal or await handler(request)
+        response: Response | None = None
+        if by_id:
+            try:
+                await _id_caught_up(service, request)
+            except RegistryError as error:
+                response = _error(error)
+        if response is None:
+            refusal = _refusal(service, request, method, route.path)
+            response = refusal or await handler(request)
         service.requests[(label, response.status_code)] += 1
         return response
 
     return Route(route.path, counted, methods=[method])
+
+
+async def _id_caught_up(service: SchemaRegistryService, request: Request) -> None:
+    """Before a route of a schema id (``GET /schemas/ids/{id}...``) is authorized and
+    answered: when this broker's copy does not hold the id, wait until the copy has applied
+    `_schemas` up to its end as its leader knows it (``caught_up_to_end``, the rule of schema
+    validation on produce and of the Iceberg writer), so that a broker just restarted, or a
+    follower that has not fetched yet, does not answer 40403 for an id registered before the
+    request. RegistryError 50002 or 50001 (Confluent's store errors) when that end cannot be
+    known. A known id asks nothing (the common case stays a dict lookup). Done before the
+    ACL check, which looks for the subjects holding the id in the same copy.
+
+    Confluent's reads wait for its reader to reach the topic's last offset
+    (KafkaStore.waitUntilKafkaReaderReachesLastOffset) before they are served; here only an
+    id this copy does not hold waits. A broker without a replica of `_schemas` forwards the
+    request to the writer instead (``registry`` in build_app)."""
+    if service.local_partition() is None:
+        return
+    try:
+        schema_id = _schema_id(request.path_params["id"])
+    except RegistryError:
+        return  # the route answers it
+    context = _context(request)
+    await service.caught_up()
+    try:
+        service.registry.subject_versions_of(schema_id, True, context)
+        return
+    except RegistryError:
+        pass
+    await service.caught_up_to_end()
 
 
 def allowed(

@@ -31,7 +31,10 @@ it (``caught_up_to_end``: the leader's log end offset, asked with a ListOffsets 
 asks it, or the log end here on the leader), as Confluent's KafkaStore catches its reader up
 to the topic's end offset (waitUntilKafkaReaderReachesLastOffset, getLatestOffset) before it
 decides. The Iceberg writer asks that before it sends a record to the dead-letter table for
-an unknown schema id (broker/iceberg/service.py).
+an unknown schema id (broker/iceberg/service.py), schema validation on produce before it
+refuses a record's id (apis/produce.py: a retriable NOT_ENOUGH_REPLICAS when it cannot be
+known), and the HTTP reads by id before they answer 40403 (rest.py); an id the copy holds is
+answered from it without asking.
 """
 
 from __future__ import annotations
