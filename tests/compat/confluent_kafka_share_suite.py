@@ -29,7 +29,11 @@ What it does, in order:
    broker, and hands it to the suite the way the suite takes a cluster it did not start: its
    ``ByoFixture``, through ``BROKERS`` (the bootstrap servers) and ``SR_URL`` (the registry
    URLs; the deserialization tests use the registry).
-3. runs ``pytest tests/integration/share_consumer`` with a JUnit XML report, then prints the
+3. gives the suite a stand-in ``KAFKA_HOME`` (in the run's directory) whose
+   ``bin/kafka-configs.sh`` runs Kafka 4.4's kafka-configs through ``minibroker kafka`` (the
+   jars of ``java/fetch.sh``): the throttle-callback tests set a client quota with it, and
+   skip themselves without it.
+4. runs ``pytest tests/integration/share_consumer`` with a JUnit XML report, then prints the
    counts and the failures grouped by their error's first line. The cluster's logs and the
    report stay in ``CK_CACHE/runs/share-<time>/``. No test is changed and none is left out.
 
@@ -85,6 +89,19 @@ def suite_broker_conf(python: Path, tree: Path) -> dict[str, str]:
     return {key: value for key, value in conf.items() if not key.endswith(single_broker)}
 
 
+def kafka_home(run: Path) -> Path:
+    """A directory that looks enough like Kafka's distribution for the suite's
+    ``_resolve_kafka_configs_sh``: ``bin/kafka-configs.sh`` runs Kafka's tool through this
+    venv's ``minibroker kafka``."""
+    home = run / "kafka-home"
+    script = home / "bin" / "kafka-configs.sh"
+    script.parent.mkdir(parents=True)
+    minibroker = Path(sys.executable).with_name("minibroker")
+    script.write_text(f'#!/bin/sh\nexec "{minibroker}" kafka kafka-configs "$@"\n')
+    script.chmod(0o755)
+    return home
+
+
 def main(argv: list[str]) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     version = importlib.metadata.version("confluent-kafka")
@@ -114,6 +131,7 @@ def main(argv: list[str]) -> int:
             "BROKERS": cluster.bootstrap_servers,
             "SR_URL": cluster.schema_registry_url,
             "PYTHONPATH": str(tree),
+            "KAFKA_HOME": str(kafka_home(run)),
         }
         command = [
             str(python),
