@@ -76,6 +76,12 @@ class UnsupportedRequest(Exception):
     is the exception (KIP-511, see api_versions.unsupported_version_response)."""
 
 
+# The requests whose response bytes count against the client's consumer_byte_rate: Fetch,
+# and ShareFetch as Kafka's KafkaApis.handleShareFetchRequest records it with the fetch quota
+# (quotas.fetch), its throttle time the response body's first field in every version.
+_FETCH_QUOTA = frozenset({ApiKey.FETCH, ApiKey.SHARE_FETCH})
+
+
 def _encode(header: RequestHeader, api_version: int, data) -> list:
     """The response frame as a list of buffers, sent in order.
 
@@ -183,7 +189,7 @@ async def dispatch(
     if quotas is not None and key == ApiKey.PRODUCE and quotas.produce.enabled:
         client_quotas.throttle_produce(ctx, quotas.produce, len(frame), data)
     response = None if data is None else _encode(header, version, data)
-    if quotas is not None and key == ApiKey.FETCH:
+    if quotas is not None and key in _FETCH_QUOTA:
         fetch_throttle_ms = request_throttle_ms
         if quotas.fetch.enabled:
             fetch_throttle_ms = max(

@@ -46,8 +46,12 @@ CONSUMER_HEARTBEAT_INTERVAL_MS = "consumer.heartbeat.interval.ms"
 @dataclass(frozen=True)
 class GroupBounds:
     """The broker properties a group config is checked against (Kafka's
-    GroupCoordinatorConfig): the consumer and streams protocols' from this broker's
-    properties, the rest at Kafka's defaults."""
+    GroupCoordinatorConfig and ShareGroupConfig): the consumer, share and streams protocols'
+    from this broker's properties, the rest at Kafka's defaults. The share group's record
+    lock duration is checked against ``group.share.min.record.lock.duration.ms`` and
+    ``group.share.max.record.lock.duration.ms`` as Kafka's GroupConfig.validateValues does
+    (a broker that lowers the minimum, as confluent-kafka-python's test cluster does to 1 s,
+    accepts a group's 5 s)."""
 
     consumer_session_timeout_ms: int = 45000
     consumer_heartbeat_interval_ms: int = 5000
@@ -55,6 +59,14 @@ class GroupBounds:
     consumer_max_session_timeout_ms: int = 60000
     consumer_min_heartbeat_interval_ms: int = 5000
     consumer_max_heartbeat_interval_ms: int = 15000
+    share_session_timeout_ms: int = 45000
+    share_heartbeat_interval_ms: int = 5000
+    share_min_session_timeout_ms: int = 45000
+    share_max_session_timeout_ms: int = 60000
+    share_min_heartbeat_interval_ms: int = 5000
+    share_max_heartbeat_interval_ms: int = 15000
+    share_min_record_lock_duration_ms: int = 15000
+    share_max_record_lock_duration_ms: int = 60000
     streams_session_timeout_ms: int = 45000
     streams_heartbeat_interval_ms: int = 5000
     streams_min_session_timeout_ms: int = 45000
@@ -142,14 +154,11 @@ _KAFKA_BROKER_DEFAULTS = {
 _STREAMS_ASSIGNORS = ("sticky",)
 
 # (config, lowest, highest) checked against the broker's bounds (GroupConfig.validateValues),
-# the consumer and streams protocols' filled in by `_ranges` (Kafka's order: the streams
+# the consumer, share and streams protocols' filled in by `_ranges` (Kafka's order: the streams
 # heartbeat, session and standby checks come before the streams assignment interval's);
 # None: no bound on that side.
 _FIXED_RANGES: tuple[tuple[str, int | None, int | None], ...] = (
     ("consumer.assignment.interval.ms", 0, 15000),
-    ("share.heartbeat.interval.ms", 5000, 15000),
-    ("share.session.timeout.ms", 45000, 60000),
-    ("share.record.lock.duration.ms", 15000, 60000),
     ("share.delivery.count.limit", 2, 10),
     ("share.partition.max.record.locks", 100, 4000),
     ("share.assignment.interval.ms", 0, 15000),
@@ -240,6 +249,23 @@ def _ranges(bounds: GroupBounds) -> tuple[tuple[str, int | None, int | None], ..
             bounds.consumer_max_session_timeout_ms,
         ),
     )
+    share = (
+        (
+            "share.heartbeat.interval.ms",
+            bounds.share_min_heartbeat_interval_ms,
+            bounds.share_max_heartbeat_interval_ms,
+        ),
+        (
+            "share.session.timeout.ms",
+            bounds.share_min_session_timeout_ms,
+            bounds.share_max_session_timeout_ms,
+        ),
+        (
+            "share.record.lock.duration.ms",
+            bounds.share_min_record_lock_duration_ms,
+            bounds.share_max_record_lock_duration_ms,
+        ),
+    )
     streams = (
         (
             "streams.heartbeat.interval.ms",
@@ -255,7 +281,7 @@ def _ranges(bounds: GroupBounds) -> tuple[tuple[str, int | None, int | None], ..
     )
     before = tuple(r for r in _FIXED_RANGES if not r[0].startswith("streams."))
     after = tuple(r for r in _FIXED_RANGES if r[0].startswith("streams."))
-    return consumer + before + streams + after
+    return consumer + before[:1] + share + before[1:] + streams + after
 
 
 def validate(overrides: Mapping[str, str], bounds: GroupBounds) -> dict[str, object]:
@@ -293,7 +319,7 @@ def validate(overrides: Mapping[str, str], bounds: GroupBounds) -> dict[str, obj
         )
     for protocol, session_default, heartbeat_default in (
         ("consumer", bounds.consumer_session_timeout_ms, bounds.consumer_heartbeat_interval_ms),
-        ("share", 45000, 5000),
+        ("share", bounds.share_session_timeout_ms, bounds.share_heartbeat_interval_ms),
         ("streams", bounds.streams_session_timeout_ms, bounds.streams_heartbeat_interval_ms),
     ):
         session_name = f"{protocol}.session.timeout.ms"

@@ -53,7 +53,7 @@ partition loaded with ARCHIVING records hands them to the writer again (at least
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -136,15 +136,62 @@ def _now_ms() -> int:
 
 def _batches(records: bytes) -> list[tuple[int, int, int, int, bool]]:
     """(first offset, last offset, position, size, is control) of each stored batch."""
+    return [
+        (first, last, position, size, control)
+        for first, last, position, size, control, _ in _headers(records)
+    ]
+
+
+def _headers(records: bytes) -> list[tuple[int, int, int, int, bool, int | None]]:
+    """`_batches` with the producer id of each transactional batch (None otherwise)."""
     found = []
     position = 0
     view = memoryview(records)
     while position + HEADER_SIZE <= len(records):
         header = read_header(view, position)
+        producer = header.producer_id if header.is_transactional else None
         found.append(
-            (header.base_offset, header.last_offset, position, header.size, header.is_control)
+            (
+                header.base_offset,
+                header.last_offset,
+                position,
+                header.size,
+                header.is_control,
+                producer,
+            )
         )
         position += header.size
+    return found
+
+
+def _aborted_batches(
+    headers: Sequence[tuple[int, int, int, int, bool, int | None]],
+    aborted_transactions: Sequence[Mapping] | None,
+) -> set[int]:
+    """The first offsets of the data batches of aborted transactions among ``headers``, from
+    the read's aborted transactions (``{"producer_id", "first_offset"}``, read_committed), as
+    a read_committed consumer finds them (Kafka's SharePartition
+    filterAbortedTransactionalAcquiredRecords, after the client's rule): a producer's
+    transactional batches from its aborted transaction's first offset up to its abort marker.
+    """
+    if not aborted_transactions:
+        return set()
+    pending = sorted(
+        (int(txn["first_offset"]), int(txn["producer_id"])) for txn in aborted_transactions
+    )
+    aborting: set[int] = set()
+    found: set[int] = set()
+    for first, _, _, _, control, producer in headers:
+        while pending and pending[0][0] <= first:
+            aborting.add(pending.pop(0)[1])
+        if producer is None or producer not in aborting:
+            continue
+        if control:
+            # The transaction's marker ends it (an abort marker: the aborted list names only
+            # aborted transactions).
+            aborting.discard(producer)
+        else:
+            found.add(first)
     return found
 
 
@@ -439,9 +486,20 @@ class SharePartitionManager:
             records = bytes(entry["records"] or b"")
             if not records:
                 return ShareFetchResult()
-            batches = _batches(records)
-            # Transaction markers are not records: their offsets are gaps.
-            fetched = [(first, last) for first, last, _, _, control in batches if not control]
+            headers = _headers(records)
+            batches = [header[:5] for header in headers]
+            # Transaction markers are not records: their offsets are gaps. So are the records
+            # of aborted transactions under read_committed. Kafka's SharePartition acquires
+            # them and archives them at once (persisted ARCHIVED, counted in the lag's
+            # delivery-complete count); here they are never acquired, so no state is written
+            # for them and the start offset moves past them as past a marker: no client can
+            # tell, though the lag may differ from Kafka's until the start offset passes them.
+            aborted = _aborted_batches(headers, entry.get("aborted_transactions"))
+            fetched = [
+                (first, last)
+                for first, last, _, _, control in batches
+                if not control and first not in aborted
+            ]
             limit = max_records
             if batch_optimized:
                 limit = _whole_batches(fetched, fetch_offset, max_records)

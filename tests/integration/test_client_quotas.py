@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, ShareConsumer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic
@@ -39,6 +39,7 @@ from tests.conftest import (
     create_topic,
     exchange,
     scrape,
+    set_group_configs,
     wait_for,
 )
 from tests.unit.batch_factory import make_batch
@@ -548,3 +549,54 @@ def test_kafka_python_alters_and_describes_quotas(quota_broker):
         ]
     finally:
         admin.close()
+
+
+def test_share_fetch_counts_against_the_consumer_byte_rate(quota_broker):
+    """A ShareFetch response's bytes count against the client's ``consumer_byte_rate``, as
+    Kafka's KafkaApis.handleShareFetchRequest records them with the fetch quota: over it, the
+    response carries a throttle time, which a confluent-kafka ShareConsumer hands to its
+    ``throttle_cb`` (confluent-kafka-python's test_throttle_cb_fires_under_quota found none:
+    ShareFetch was never throttled). A share consumer without a quota reads every record
+    with no positive throttle time."""
+    bootstrap = quota_broker.bootstrap
+    topic = "quota-share"
+    create_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "loader", "linger.ms": 20})
+    for _ in range(200):
+        producer.produce(topic, VALUE)
+    assert producer.flush(30) == 0
+    del producer
+    answer = alter(
+        bootstrap,
+        [{"entity": entity(client_id="share-slow"), "ops": [setting("consumer_byte_rate", 1024)]}],
+    )
+    assert [entry.error_code for entry in answer.entries] == [Error.NONE]
+
+    def share_consume(client_id: str, stop) -> tuple[int, list[int]]:
+        group = f"{client_id}-group"
+        set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        throttles: list[int] = []
+        consumer = ShareConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": client_id,
+                "group.id": group,
+                "throttle_cb": lambda event: throttles.append(event.throttle_time),
+            }
+        )
+        consumed = 0
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while not stop(consumed, throttles) and time.monotonic() < deadline:
+                consumed += sum(1 for m in consumer.poll(0.5) or [] if m.error() is None)
+        finally:
+            consumer.close()
+        return consumed, throttles
+
+    consumed, throttles = share_consume(
+        "share-slow", lambda consumed, throttles: consumed and any(t > 0 for t in throttles)
+    )
+    assert consumed > 0 and any(t > 0 for t in throttles), (consumed, throttles)
+    consumed, throttles = share_consume("share-fast", lambda consumed, _: consumed >= 200)
+    assert consumed == 200 and not any(t > 0 for t in throttles), (consumed, throttles)

@@ -94,3 +94,43 @@ def test_three_share_consumers_take_every_record_once(broker):
         while not later and time.monotonic() < deadline:
             later = [m.offset() for m in late.poll(0.5) or [] if m.error() is None]
     assert later == [RECORDS], f"accepted records delivered again, or none: {later[:10]}"
+
+
+def test_read_committed_share_group_never_delivers_aborted_records(broker):
+    """`share.isolation.level=read_committed`: the records of aborted transactions are never
+    delivered, those of committed ones are (Kafka's SharePartition archives the batches of
+    aborted transactions instead of handing them out; minibroker leaves them out of what it
+    acquires, as it does transaction markers). confluent-kafka-python's
+    test_read_committed_skips_aborted_transaction found them delivered. Two aborted
+    transactions, each followed by a committed one: once the last committed record (after
+    every aborted one) is delivered, every record before it has been, in offset order."""
+    topic, group_id = "share-read-committed", "share-read-committed-workers"
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+    set_group_configs(
+        bootstrap,
+        group_id,
+        {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"},
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "share-rc-txn"})
+    producer.init_transactions(30)
+    for round_ in range(2):
+        producer.begin_transaction()
+        for number in range(3):
+            producer.produce(topic, value=b"aborted-%d-%d" % (round_, number))
+        producer.flush(30)
+        producer.abort_transaction(30)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"committed-%d" % round_)
+        producer.commit_transaction(30)
+
+    delivered: list[bytes] = []
+    with ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id}) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while b"committed-1" not in delivered and time.monotonic() < deadline:
+            for message in consumer.poll(0.5) or []:
+                assert message.error() is None, message.error()
+                delivered.append(message.value())
+        consumer.commit_sync()
+    assert delivered == [b"committed-0", b"committed-1"]

@@ -19,7 +19,7 @@ import datetime
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from kio.schema.share_fetch.v0.request import AcknowledgementBatch
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
@@ -35,7 +35,7 @@ from minibroker.protocol.share_fetch_v1 import (
 from minibroker.protocol.versions import ApiKey
 from minibroker.testing import Cluster
 from minibroker.tools import wire
-from tests.conftest import create_topic, topic_id
+from tests.conftest import create_topic, set_group_configs, topic_id
 
 from kio.schema.share_acknowledge.v0.request import (  # isort: skip
     AcknowledgePartition,
@@ -261,6 +261,30 @@ def test_a_released_record_is_delivered_again_and_an_expired_lock_too(broker: Cl
     finally:
         first.close()
         second.close()
+
+
+def test_a_groups_lock_duration_is_bounded_by_the_brokers_minimum(broker: Cluster):
+    """Kafka's GroupConfig.validateValues checks a group's share.record.lock.duration.ms
+    against the broker's group.share.min.record.lock.duration.ms and
+    group.share.max.record.lock.duration.ms, not against their defaults: this broker's
+    minimum is 1000, so 5000 (what confluent-kafka-python's
+    test_redelivery_increments_delivery_count_and_commits sets on a broker started so) is
+    taken and 60001 is INVALID_CONFIG with Kafka's message; a group's share session timeout
+    still has the default bounds. (Before, every broker checked 15000 to 60000.)"""
+    bootstrap = broker.bootstrap_servers
+    set_group_configs(bootstrap, "lock-bounds", {"share.record.lock.duration.ms": "5000"})
+    with pytest.raises(KafkaException) as refused:
+        set_group_configs(bootstrap, "lock-bounds", {"share.record.lock.duration.ms": "60001"})
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert error.str() == (
+        "share.record.lock.duration.ms must be in the range 1000 to 60000 inclusive."
+    )
+    with pytest.raises(KafkaException) as too_short:
+        set_group_configs(bootstrap, "lock-bounds", {"share.session.timeout.ms": "40000"})
+    assert too_short.value.args[0].str() == (
+        "share.session.timeout.ms must be in the range 45000 to 60000 inclusive."
+    )
 
 
 def test_session_errors_are_answered_with_kafkas_codes(broker: Cluster):

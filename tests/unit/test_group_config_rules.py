@@ -167,6 +167,51 @@ def test_bounds_are_the_brokers_and_the_session_must_exceed_the_interval():
     group_configs.validate({"consumer.session.timeout.ms": "1001"}, bounds)
 
 
+def test_share_bounds_are_the_brokers():
+    """The share protocol's heartbeat, session and record lock bounds come from the broker
+    (group.share.min/max.*: Kafka's GroupCoordinatorConfig and ShareGroupConfig), and the
+    session must exceed the broker's heartbeat interval when the group sets only one."""
+    bounds = GroupBounds(
+        share_session_timeout_ms=6000,
+        share_heartbeat_interval_ms=1000,
+        share_min_session_timeout_ms=2000,
+        share_max_session_timeout_ms=9000,
+        share_min_heartbeat_interval_ms=500,
+        share_max_heartbeat_interval_ms=3000,
+        share_min_record_lock_duration_ms=1500,
+        share_max_record_lock_duration_ms=20000,
+    )
+    group_configs.validate(
+        {
+            "share.record.lock.duration.ms": "1500",
+            "share.session.timeout.ms": "2000",
+            "share.heartbeat.interval.ms": "500",
+        },
+        bounds,
+    )
+    assert refused({"share.record.lock.duration.ms": "1499"}, bounds)[1] == (
+        "share.record.lock.duration.ms must be in the range 1500 to 20000 inclusive."
+    )
+    assert refused({"share.record.lock.duration.ms": "20001"}, bounds)[1] == (
+        "share.record.lock.duration.ms must be in the range 1500 to 20000 inclusive."
+    )
+    assert refused({"share.session.timeout.ms": "9001"}, bounds)[1] == (
+        "share.session.timeout.ms must be in the range 2000 to 9000 inclusive."
+    )
+    assert refused({"share.heartbeat.interval.ms": "3001"}, bounds)[1] == (
+        "share.heartbeat.interval.ms must be in the range 500 to 3000 inclusive."
+    )
+    assert refused(
+        {"share.session.timeout.ms": "2000", "share.heartbeat.interval.ms": "2500"}, bounds
+    )[1] == ("share.session.timeout.ms must be greater than share.heartbeat.interval.ms")
+    # Only the heartbeat set: the session is the broker's (6000).
+    group_configs.validate({"share.heartbeat.interval.ms": "3000"}, bounds)
+    # Kafka's defaults: 15000 to 60000.
+    assert refused({"share.record.lock.duration.ms": "5000"})[1] == (
+        "share.record.lock.duration.ms must be in the range 15000 to 60000 inclusive."
+    )
+
+
 def test_describe_defaults_overrides_and_synonyms():
     entries = {
         e["name"]: e

@@ -20,7 +20,7 @@ from minibroker.replication.share_partition import (
     AcquiredRange,
     RecordState,
 )
-from minibroker.replication.share_partition_manager import SharePartitionManager
+from minibroker.replication.share_partition_manager import SharePartitionManager, _aborted_batches
 from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey, WriteState
 from minibroker.replication.share_session import ShareSessionCache, next_epoch
 from tests.unit.replication_harness import TOPIC, TOPIC_ID, append, leader_and_isr, make_broker
@@ -368,3 +368,25 @@ async def test_concurrent_first_fetches_initialize_once(manager, broker, autojum
         AcquiredRange(0, 1, 1),
         AcquiredRange(2, 3, 1),
     ]
+
+
+def test_the_batches_of_aborted_transactions_are_found_as_a_read_committed_consumer_finds_them():
+    """`_aborted_batches`: a producer's transactional batches from its aborted transaction's
+    first offset up to its abort marker; not another producer's, not a plain batch, not a
+    batch before the transaction began nor after its marker; none without aborted
+    transactions (read_uncommitted's null, or none overlapping)."""
+    # (first, last, position, size, control, transactional producer id or None)
+    headers = [
+        (0, 1, 0, 0, False, 7),  # producer 7's committed transaction, before the aborted one
+        (2, 2, 0, 0, True, 7),  # its commit marker
+        (3, 4, 0, 0, False, 7),  # producer 7's aborted transaction
+        (5, 5, 0, 0, False, None),  # a plain batch in the middle
+        (6, 6, 0, 0, False, 9),  # producer 9's transaction (committed)
+        (7, 8, 0, 0, False, 7),  # still producer 7's aborted transaction
+        (9, 9, 0, 0, True, 7),  # its abort marker
+        (10, 10, 0, 0, False, 7),  # producer 7's next transaction
+    ]
+    aborted = [{"producer_id": 7, "first_offset": 3}]
+    assert _aborted_batches(headers, aborted) == {3, 7}
+    assert _aborted_batches(headers, None) == set()
+    assert _aborted_batches(headers, []) == set()
