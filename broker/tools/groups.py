@@ -577,10 +577,16 @@ def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
     group = _described(conn, ApiKey.CONSUMER_GROUP_DESCRIBE, group_id)
     if group is None:
         return None
-    members = [
+    return _ModernGroup(group.group_state, "consumer", group.assignor_name, _members_of(group))
+
+
+def _members_of(group) -> list[MemberView]:
+    """The members of a ConsumerGroupDescribe or ShareGroupDescribe group, with the topic
+    partitions assigned to each (a share member has no instance id)."""
+    return [
         MemberView(
             str(member.member_id),
-            member.instance_id,
+            getattr(member, "instance_id", None),
             member.client_id,
             member.client_host,
             [
@@ -591,7 +597,6 @@ def _describe_modern(conn: Connection, group_id: str) -> _ModernGroup | None:
         )
         for member in group.members
     ]
-    return _ModernGroup(group.group_state, "consumer", group.assignor_name, members)
 
 
 def _tasks_text(assignment) -> str:
@@ -649,20 +654,7 @@ def _describe_share(conn: Connection, group_id: str) -> _ModernGroup | None:
     group = _described(conn, ApiKey.SHARE_GROUP_DESCRIBE, group_id)
     if group is None:
         return None
-    members = [
-        MemberView(
-            str(member.member_id),
-            None,
-            member.client_id,
-            member.client_host,
-            [
-                (str(topic.topic_name), int(partition))
-                for topic in member.assignment.topic_partitions
-                for partition in topic.partitions
-            ],
-        )
-        for member in group.members
-    ]
+    members = _members_of(group)
     return _ModernGroup(group.group_state, SHARE, group.assignor_name or "", members, SHARE)
 
 

@@ -13,11 +13,13 @@ from types import SimpleNamespace
 
 import trio
 
+from minibroker.apis import RequestContext
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.node.server import log_config_from
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
+from minibroker.protocol.framing import RequestHeader
 from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication import log_io
@@ -280,3 +282,41 @@ class LeaderConnection:
 
     async def aclose(self) -> None:
         pass
+
+
+async def start_solo_leader(tmp_path: Path, nursery, broker_id: int, partitions) -> ReplicaManager:
+    """A broker leading TOPIC's ``partitions`` alone (ISR [broker_id]), running in ``nursery``."""
+    replicas = make_broker(tmp_path, broker_id)
+    replicas.announced_topic_configs[TOPIC] = {"min.insync.replicas": "1"}
+    await nursery.start(replicas.run)
+    await replicas.apply_leader_and_isr(
+        leader_and_isr(broker_id, 1, [broker_id], [broker_id], partitions=partitions)
+    )
+    return replicas
+
+
+def fetch_context(replicas: ReplicaManager, version: int) -> RequestContext:
+    """A consumer's Fetch request context on ``replicas``, for calling the handler in process."""
+    return RequestContext(
+        header=RequestHeader(ApiKey.FETCH, version, 1, "consumer"),
+        listener_name="PLAINTEXT",
+        config=replicas.config,
+        cluster_id="test-cluster",
+        supported={},
+        replicas=replicas,
+        controller=None,
+        metrics=BrokerMetrics(),
+    )
+
+
+def count_reads(replicas: ReplicaManager) -> list[int]:
+    """The partition index of every read_records call from now on."""
+    reads: list[int] = []
+    read_records = replicas.read_records
+
+    def counted(partition, *args, **kwargs):
+        reads.append(partition.index)
+        return read_records(partition, *args, **kwargs)
+
+    replicas.read_records = counted  # type: ignore[method-assign]
+    return reads

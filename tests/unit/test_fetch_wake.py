@@ -15,13 +15,15 @@ import pytest
 import trio
 import trio.testing
 
-from minibroker.apis import RequestContext
 from minibroker.apis.fetch import handle
-from minibroker.common.metrics import BrokerMetrics
-from minibroker.protocol.framing import RequestHeader
-from minibroker.protocol.versions import ApiKey
 from minibroker.replication.replica_manager import AppendOrigin
-from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
+from tests.unit.replication_harness import (
+    TOPIC,
+    append,
+    count_reads,
+    fetch_context,
+    start_solo_leader,
+)
 
 LEADER = 1
 PARTITIONS = (0, 1, 2, 3)
@@ -31,27 +33,13 @@ FETCH_VERSION = 12  # topics by name
 @pytest.fixture
 async def solo(tmp_path, nursery, autojump_clock):
     """Broker 1 leading TOPIC-0..3 alone (ISR [1])."""
-    replicas = make_broker(tmp_path, LEADER)
-    replicas.announced_topic_configs[TOPIC] = {"min.insync.replicas": "1"}
-    await nursery.start(replicas.run)
-    await replicas.apply_leader_and_isr(
-        leader_and_isr(LEADER, 1, [LEADER], [LEADER], partitions=PARTITIONS)
-    )
+    replicas = await start_solo_leader(tmp_path, nursery, LEADER, PARTITIONS)
     yield replicas
     replicas.log_manager.close()
 
 
-def context(replicas) -> RequestContext:
-    return RequestContext(
-        header=RequestHeader(ApiKey.FETCH, FETCH_VERSION, 1, "consumer"),
-        listener_name="PLAINTEXT",
-        config=replicas.config,
-        cluster_id="test-cluster",
-        supported={},
-        replicas=replicas,
-        controller=None,
-        metrics=BrokerMetrics(),
-    )
+def context(replicas):
+    return fetch_context(replicas, FETCH_VERSION)
 
 
 def fetch_request(offsets: dict[int, int], max_wait_ms: int = 500):
@@ -83,19 +71,6 @@ def fetch_request(offsets: dict[int, int], max_wait_ms: int = 500):
             )
         ],
     )
-
-
-def count_reads(replicas) -> list[int]:
-    """The partition index of every read_records call from now on."""
-    reads: list[int] = []
-    read_records = replicas.read_records
-
-    def counted(partition, *args, **kwargs):
-        reads.append(partition.index)
-        return read_records(partition, *args, **kwargs)
-
-    replicas.read_records = counted
-    return reads
 
 
 def partitions_of(response: dict) -> dict[int, dict]:
