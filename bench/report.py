@@ -171,6 +171,10 @@ KAFKA_TARGETS: dict[str, tuple[str, float]] = {
     # Issue 36's: a Kafka Streams application's tasks unavailable no longer than on Kafka.
     "streams_pause_s": ("<=", 1.0),
     "classic_pause_s": ("<=", 1.0),
+    # Issue 35's: records/s through one partition shared by 1, 2 and 4 share consumers.
+    "share_1_rps": (">=", 1.0),
+    "share_2_rps": (">=", 1.0),
+    "share_4_rps": (">=", 1.0),
 }
 
 
@@ -329,8 +333,8 @@ def table(
     targets = kafka_targets(broker)
     if targets and any(KAFKA in result.row.systems for result in broker):
         text += (
-            "\nIssue 26's targets (and issue 36's, streams-join), minibroker / Apache Kafka in"
-            " this run:\n\n" + targets
+            "\nIssue 26's targets (and issue 36's, streams-join; issue 35's, share-consume),"
+            " minibroker / Apache Kafka in this run:\n\n" + targets
         )
     runs_note = (
         f"Medians of {runs} run{'s' if runs != 1 else ''} per system, runs alternating between"

@@ -29,6 +29,7 @@ from bench.transactions import (
 )
 from bench.workloads import (
     PARTITIONS,
+    SHARE_MEMBERS,
     Neighbour,
     Sizes,
     Target,
@@ -40,6 +41,7 @@ from bench.workloads import (
     record_file,
     resource_usage,
     restart_time,
+    share_consume_throughput,
     tls_cost,
 )
 from minibroker.tools.launcher import BrokerStartError
@@ -70,6 +72,7 @@ SMOKE_SIZES = Sizes(
     tls_records=10_000,
     latency_seconds=1.0,
     latency_warmup_seconds=0.25,
+    share_records=2_000,
     fork_brokers=True,
     mock_rebalance=False,
     partitions=8,
@@ -221,6 +224,18 @@ MOCK_CANNOT_FAIL_OVER = (
     "librdkafka's mock can take a broker down (rd_kafka_mock_broker_set_down) but does not"
     " move its partitions' leadership: a new leader is only ever set by hand"
     " (rd_kafka_mock_partition_set_leader), so there is no failover of its own to time"
+)
+# The share-consume row (issue 35): one line per share group size, then the classic group.
+SHARE_CONSUME = (
+    *(
+        Line(
+            f"records/s, {members} share consumer{'s' if members > 1 else ''} on 1 partition",
+            f"share_{members}_rps",
+            "{:,.0f}",
+        )
+        for members in SHARE_MEMBERS
+    ),
+    Line("records/s, classic group of 4 on 4 partitions", "classic_rps", "{:,.0f}"),
 )
 RESOURCES = (
     Line("CPU s per GB moved", "cpu_s_per_gb", "{:.2f}"),
@@ -568,6 +583,22 @@ def _rows(sizes: Sizes, java: bool) -> list[Row]:
             ),
             broker_overrides=NO_INITIAL_DELAY,
             **group_systems,
+        ),
+        Row(
+            "share-consume",
+            f"consume {sizes.share_records:,} x 100 B from 1 partition through a share group"
+            " (KIP-932) of 1, 2 and 4 confluent-kafka ShareConsumers, explicit acknowledgement"
+            " (one process each), then through a classic group of 4 on 4 partitions, 1 broker"
+            " (bench/share_member.py)",
+            SHARE_CONSUME,
+            lambda target, topic, work_dir: share_consume_throughput(
+                target,
+                topic,
+                record_file(work_dir, sizes.share_records, SMALL),
+                sizes.share_records,
+                SMALL,
+            ),
+            broker_overrides=NO_INITIAL_DELAY,
         ),
         Row(
             "first-rebalance",

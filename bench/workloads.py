@@ -65,6 +65,10 @@ class Sizes:
     tls_records: int
     latency_seconds: float
     latency_warmup_seconds: float
+    # The share-consume row: records read by each share group and by the classic group. The
+    # mock keeps about 5 MiB per partition (bench.mock_host), and the share groups read one
+    # partition: 40,000 x 100 B (4.3 MB with the batches' overhead) fit.
+    share_records: int = 40_000
     # The transactional rows (bench/transactions.py).
     txn_records: int = 1_000_000
     # The Spark rows (bench/spark_read.py): records read, streaming latency probes per run.
@@ -540,9 +544,19 @@ def producer_result(producer: subprocess.Popen[str], stderr: IO[str], target: Ta
 class GroupMembers:
     """`count` group members (`bench.group_member` processes) of one group, started and
     ready (their Consumers exist) but not yet subscribed: `go` subscribes them all at once,
-    `lines` yields what they report as (time received, member index, line)."""
+    `lines` yields what they report as (time received, member index, line). With `module`
+    `bench.share_member`, share group members (subscribed, not yet polling: `go` starts
+    their polls)."""
 
-    def __init__(self, target: Target, topic: str, group: str, count: int, consume: bool):
+    def __init__(
+        self,
+        target: Target,
+        topic: str,
+        group: str,
+        count: int,
+        consume: bool,
+        module: str = "bench.group_member",
+    ):
         self.target = target
         self.events: queue.Queue[tuple[float, int, str | None]] = queue.Queue()
         # Files, not pipes: nobody reads a member's stderr until something has failed.
@@ -552,7 +566,7 @@ class GroupMembers:
                 [
                     sys.executable,
                     "-m",
-                    "bench.group_member",
+                    module,
                     target.bootstrap,
                     topic,
                     group,
@@ -768,4 +782,137 @@ def tls_cost(
         figures[f"{name}_cpu_s_per_gb"] = (after.cpu_seconds - before.cpu_seconds) / moved_gb
     figures["produce_ratio"] = figures["ssl_produce_rps"] / figures["plaintext_produce_rps"]
     figures["consume_ratio"] = figures["ssl_consume_rps"] / figures["plaintext_consume_rps"]
+    return figures
+
+
+# The share-consume row: share consumers on one partition, against a classic group on four.
+SHARE_MEMBERS = (1, 2, 4)
+CLASSIC_SHARE_MEMBERS = 4
+SHARE_COMMIT_TIMEOUT = 60.0
+# The share groups' probe records while they form (share_consume).
+PROBE_INTERVAL = 0.1
+PROBE_TIMEOUT = 1.0
+
+
+def share_consume(
+    target: Target, topic: str, group: str, records: Path, count: int, members: int
+) -> dict[str, float]:
+    """`members` share consumers (`bench.share_member` processes, explicit acknowledgement) of
+    a new share group read `count` records of `records` from `topic` (one partition).
+
+    The group forms off the clock: the members subscribe and poll while the harness produces
+    a probe record every PROBE_INTERVAL s until each member has acknowledged one (or, after
+    PROBE_TIMEOUT s, at least one has: the first fetch to wait may take every probe). Then the
+    members stop polling (`hold`), the records are produced (kcat, untimed) and the clock runs
+    from the `go` until every record has been acknowledged and every member's commit_sync has
+    been answered. The share group keeps Kafka's `share.auto.offset.reset=latest` (the mock
+    serves no group configs and starts a share partition at its end), so it reads exactly the
+    records produced after it formed. Also returned: deliveries beyond `count` (records
+    delivered again: none expected, nothing is released and no lock expires) and the smallest
+    member's share over the largest's."""
+    from confluent_kafka import Producer
+
+    with GroupMembers(target, topic, group, members, False, module="bench.share_member") as group_:
+        group_.send("warm")
+        producer = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 0})
+        probes = 0
+        probed: set[int] = set()
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        while len(probed) < members and (not probed or time.monotonic() < deadline):
+            producer.produce(topic, value=b"probe")
+            producer.flush(CONSUMER_TIMEOUT)
+            probes += 1
+            with contextlib.suppress(BenchError):
+                for _, index, line in group_.lines(time.monotonic() + PROBE_INTERVAL):
+                    if not line.startswith("at "):
+                        raise group_.failure(f"member {index} said {line!r} while warming")
+                    probed.add(index)
+            if time.monotonic() > deadline + GROUP_START_TIMEOUT:
+                raise group_.failure(f"no member received any of {probes} probe records")
+        group_.send("hold")
+        held: set[int] = set()
+        for _, index, line in group_.lines(time.monotonic() + SHARE_COMMIT_TIMEOUT):
+            if line == "held":
+                held.add(index)
+            elif not line.startswith("at "):
+                raise group_.failure(f"member {index} said {line!r} while holding")
+            if len(held) == members:
+                break
+        kcat_produce_more(target, topic, records, count, probes)
+        acknowledged = [0] * members
+        started = group_.go()
+        committed: dict[int, int] = {}
+        for _, index, line in group_.lines(started + KCAT_TIMEOUT):
+            if not line.startswith("at "):
+                raise group_.failure(f"member {index} said {line!r} while reading")
+            acknowledged[index] = int(line[3:])
+            if sum(acknowledged) >= count:
+                group_.send("commit")
+                break
+        for received, index, line in group_.lines(time.monotonic() + SHARE_COMMIT_TIMEOUT):
+            if line.startswith("at "):
+                continue
+            kind, total, failed = line.split()
+            if kind != "committed" or failed != "0":
+                raise group_.failure(f"member {index}: {line}")
+            committed[index] = int(total)
+            if len(committed) == members:
+                seconds = received - started
+                break
+    delivered = sum(committed.values())
+    return {
+        "seconds": seconds,
+        "redelivered": delivered - count,
+        "spread": min(committed.values()) / max(1, max(committed.values())),
+        "probes": probes,
+        "probed_members": len(probed),
+    }
+
+
+def kcat_produce_more(target: Target, topic: str, records: Path, count: int, before: int) -> None:
+    """kcat_produce into a topic that already holds `before` records: checks the end offset
+    adds up to both."""
+    command = ["kcat", "-b", target.bootstrap, "-P", "-t", topic, "-X", "acks=1"]
+    command += ["-X", "linger.ms=5"]
+    with open(records, "rb") as stdin:
+        finished = subprocess.run(
+            command, stdin=stdin, capture_output=True, timeout=KCAT_TIMEOUT, check=False
+        )
+    stored = sum(end_offsets(target, topic))
+    if finished.returncode != 0 or stored != count + before:
+        raise target.failure(
+            f"{' '.join(command)} exited with {finished.returncode}, {stored} records stored"
+            f" (expected {count + before}); stderr:\n"
+            f"{finished.stderr.decode(errors='replace')[-2000:]}"
+        )
+
+
+def share_consume_throughput(
+    target: Target, topic: str, records: Path, count: int, size: int
+) -> dict[str, float]:
+    """Records/s through one partition shared by 1, 2 and 4 confluent-kafka ShareConsumers of
+    a share group (KIP-932) acknowledging each record explicitly, each group on a topic of its
+    own holding the same `count` records (produced first, untimed); then, as the reference, a
+    classic group of 4 on a topic of 4 partitions (group_consume_throughput: the group formed
+    off the clock). The first share group's probes (share_consume, off the clock) are also
+    what makes the share coordinator create and load `__share_group_state` (Kafka and
+    minibroker create it at the first share group's first use, once per cluster), so no
+    measured read pays for it."""
+    figures: dict[str, float] = {}
+    for members in SHARE_MEMBERS:
+        share_topic = f"{topic}-share-{members}"
+        target.create_topic(share_topic, 1, 1, {})
+        measured = share_consume(
+            target, share_topic, f"bench-{share_topic}", records, count, members
+        )
+        figures[f"share_{members}_rps"] = count / measured["seconds"]
+        figures[f"share_{members}_probed_members"] = measured["probed_members"]
+        figures[f"share_{members}_redelivered"] = measured["redelivered"]
+        figures[f"share_{members}_spread"] = measured["spread"]
+    classic_topic = f"{topic}-classic"
+    target.create_topic(classic_topic, CLASSIC_SHARE_MEMBERS, 1, {})
+    classic = group_consume_throughput(
+        target, classic_topic, records, count, size, CLASSIC_SHARE_MEMBERS
+    )
+    figures["classic_rps"] = classic["records_per_s"]
     return figures
