@@ -213,7 +213,7 @@ class _Reader:
             or note[2] != fetch_partition.fetch_offset
             or note[3] != self.isolation_level
             or note[4]["high_watermark"] != cached.high_watermark
-            or partition.log.log_start_offset != cached.local_log_start_offset
+            or self.replicas.log_start_offset(partition) != cached.local_log_start_offset
             or fetch_partition.fetch_offset < cached.local_log_start_offset
             or fetch_partition.high_watermark != _UNSUPPORTED
         ):

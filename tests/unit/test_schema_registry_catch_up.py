@@ -119,7 +119,9 @@ async def registries(tmp_path, nursery, autojump_clock):
     return follower, schema_id, gate
 
 
-async def test_an_id_registered_before_is_not_absent_while_the_copy_lags(registries):
+async def test_an_id_registered_before_is_not_absent_while_the_copy_lags(
+    registries, autojump_clock
+):
     follower, schema_id, gate = registries
     # The follower's copy is up to its own high watermark (it has not fetched): empty.
     await follower.caught_up()
@@ -138,7 +140,7 @@ async def test_an_id_registered_before_is_not_absent_while_the_copy_lags(registr
     assert await find_schema(follower, schema_id + 1) is None
 
 
-async def test_an_unreachable_leader_leaves_an_unknown_id_undecided(registries):
+async def test_an_unreachable_leader_leaves_an_unknown_id_undecided(registries, autojump_clock):
     follower, schema_id, gate = registries
     gate.unreachable = True
     with pytest.raises(RegistryError) as raised:
@@ -240,7 +242,9 @@ def count_leader_asks(service) -> list[int]:
     return asked
 
 
-async def test_produce_validation_refuses_an_id_only_once_the_copy_has_caught_up(registries):
+async def test_produce_validation_refuses_an_id_only_once_the_copy_has_caught_up(
+    registries, autojump_clock
+):
     """A record with a schema id registered before it was produced is not INVALID_RECORD
     while this broker's copy lags: NOT_ENOUGH_REPLICAS (retriable) while the leader's end
     cannot be reached in time, accepted once it is; an id absent at the leader's end is
@@ -272,7 +276,9 @@ async def test_produce_validation_refuses_an_id_only_once_the_copy_has_caught_up
     assert asked[0] == 1
 
 
-async def test_produce_validation_with_an_unreachable_leader_answers_retriable(registries):
+async def test_produce_validation_with_an_unreachable_leader_answers_retriable(
+    registries, autojump_clock
+):
     follower, schema_id, gate = registries
     gate.unreachable = True
     refused = await validate(follower, schema_id)
@@ -283,7 +289,9 @@ async def test_produce_validation_with_an_unreachable_leader_answers_retriable(r
     assert await validate(follower, schema_id) is None
 
 
-async def test_reads_by_id_wait_for_the_leaders_end_rather_than_answer_404(registries):
+async def test_reads_by_id_wait_for_the_leaders_end_rather_than_answer_404(
+    registries, autojump_clock
+):
     """GET /schemas/ids/N on a copy that lags: not 404 for an id registered before the
     request; Confluent's 50002 while the copy cannot reach the leader's end, the schema once
     it does; 404 (40403) for an id absent at the leader's end."""
@@ -325,7 +333,7 @@ class SubjectAcls:
         return name in self.readable
 
 
-async def test_a_read_by_id_after_catching_up_is_still_authorized(registries):
+async def test_a_read_by_id_after_catching_up_is_still_authorized(registries, autojump_clock):
     """With basic authentication and ACLs, the subjects holding an id are looked for after
     the copy has caught up: a user without READ on them gets 40301, not the schema that was
     unknown when the request came in."""
