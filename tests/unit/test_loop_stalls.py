@@ -66,8 +66,11 @@ def test_an_idle_loop_is_not_woken_and_short_runs_are_not_observed():
     trio.run(main)
     # A 10 ms pulse would have turned the loop about 30 times in those 0.3 s.
     assert len(asleep) <= 3, asleep
-    for kind in ("busy", "waiting"):
-        assert registry.get_sample_value("stalls_count", {"kind": kind}) == 0
+    # No run of this loop does a millisecond of work: none is a busy stall. A run the
+    # machine did not schedule for a millisecond or more is a "waiting" one, which a loaded
+    # machine makes (CI's run of 2026-12-02 22:20 met one): at most one per turn.
+    assert registry.get_sample_value("stalls_count", {"kind": "busy"}) == 0
+    assert registry.get_sample_value("stalls_count", {"kind": "waiting"}) <= len(asleep) + 1
 
 
 def _hold_the_loop_thread() -> None:
