@@ -9,7 +9,8 @@ loop ran code) and waiting (a blocking call, or the process not scheduled) apart
 collector's pauses by generation (count, total, and how many over 5 ms), and the workload's
 p50/p99/p99.9. Then the stalls by cause: the broker runs with event.loop.stall.warn.ms=5, and
 the stacks its watchdog logged are counted by the innermost frame of minibroker's code.
-Variants alternate run by run, so both see the same machine (issue 40).
+Variants alternate run by run, so both see the same machine (issue 40). Issue 40's 10-minute
+soak at 10 MB/s is `--seconds 600 --runs 1 --variants default`.
 """
 
 from __future__ import annotations
@@ -110,12 +111,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, of {', '.join(VARIANTS)} (the soak: --seconds 600 --runs 1"
+        " --variants default)",
+    )
     args = parser.parse_args(argv)
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
-    named: dict[str, Counter[str]] = {name: Counter() for name in VARIANTS}
+    chosen = {name: VARIANTS[name] for name in args.variants.split(",")}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}
+    named: dict[str, Counter[str]] = {name: Counter() for name in chosen}
     with tempfile.TemporaryDirectory(prefix="loop-stalls-") as work:
         for run in range(args.runs):
-            for name, overrides in VARIANTS.items():
+            for name, overrides in chosen.items():
                 figures, causes_seen = run_once(overrides, args.seconds, Path(work))
                 results[name].append(figures)
                 named[name] += causes_seen
