@@ -57,12 +57,14 @@ def record_batch(records: int, size: int) -> bytes:
     return encode_batch(Record(delta, TIMESTAMP_MS, None, value) for delta in range(records))
 
 
-def produce_request(version: int, correlation_id: int, partition: int, batch: bytes) -> bytes:
-    """A framed ProduceRequest (acks=1, timeout 30 s) of one partition of TOPIC."""
+def produce_request(
+    version: int, correlation_id: int, partition: int, batch: bytes, topic_name: str = TOPIC
+) -> bytes:
+    """A framed ProduceRequest (acks=1, timeout 30 s) of one partition of ``topic_name``."""
     flexible = version >= FIRST_FLEXIBLE
     client_id = b"produce-cost"
     header = struct.pack(">hhih", API_PRODUCE, version, correlation_id, len(client_id)) + client_id
-    topic = TOPIC.encode()
+    topic = topic_name.encode()
     if flexible:
         header += b"\x00"  # header tagged fields
         body = b"\x00"  # null transactional id (compact: length + 1 = 0)
@@ -100,14 +102,16 @@ def _error_code(version: int, frame: bytes) -> int:
 class Client:
     """A blocking socket that keeps up to `in_flight` requests unanswered."""
 
-    def __init__(self, bootstrap: str, version: int, batch: bytes, partitions: int) -> None:
+    def __init__(
+        self, bootstrap: str, version: int, batch: bytes, partitions: int, topic: str = TOPIC
+    ) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.version = version
         # One request per partition, correlation ids patched in as they go.
         self.requests = [
-            bytearray(produce_request(version, 0, partition, batch))
+            bytearray(produce_request(version, 0, partition, batch, topic))
             for partition in range(partitions)
         ]
         self.next_correlation = 0
