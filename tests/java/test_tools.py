@@ -248,18 +248,60 @@ def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
     done = java.run("ToolBatch", str(files["batch"]), str(answers_path))
     assert done.returncode == 0, done.stderr[-4000:]
     answers = {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
-    log_text = java.request_log.files[-1].read_text(errors="replace")
+    requests, by_step = _requests(java.request_log.files[-1], batch)
+    return {"answers": answers, "requests": requests, "steps": by_step}
+
+
+def _requests(log: Path, batch: list[dict]) -> tuple[dict[str, Counter], dict[str, Counter]]:
+    """The requests of a ToolBatch run, by (API, version): by tool (bin/*.sh) and by step."""
     mains = {step["name"]: step["main"] for step in batch}
     requests: dict[str, Counter] = {}
     by_step: dict[str, Counter] = {}
-    pieces = MARKER.split(log_text)
+    pieces = MARKER.split(log.read_text(errors="replace"))
     for name, text in zip(pieces[1::2], pieces[2::2], strict=True):
         counts = requests.setdefault(SCRIPTS[mains[name]], Counter())
         step_counts = by_step.setdefault(name, Counter())
         for match in SENDING.finditer(text):
             counts[(match.group(2), int(match.group(3)))] += 1
             step_counts[(match.group(2), int(match.group(3)))] += 1
-    return {"answers": answers, "requests": requests, "steps": by_step}
+    return requests, by_step
+
+
+def _kafka_batch(bootstrap: str) -> list[dict]:
+    """The steps run against Apache Kafka 4.4 too, to compare the requests each tool sends
+    there (one Kafka node: replication factor 1). The group gets its offsets from
+    --reset-offsets, not from a console consumer, to keep the run short: the describe that
+    follows asks the same of a group with committed offsets and no members."""
+    b = ["--bootstrap-server", bootstrap]
+    return [
+        {"name": "topics-create", "main": TOPICS, "args": [*b, "--create", "--topic", TOPIC,
+         "--partitions", "2", "--replication-factor", "1", "--config", "retention.ms=3600000"]},
+        {"name": "topics-describe", "main": TOPICS, "args": [*b, "--describe", "--topic", TOPIC]},
+        {"name": "configs-topic-describe", "main": CONFIGS, "args": [*b, "--describe",
+         "--entity-type", "topics", "--entity-name", TOPIC]},
+        {"name": "configs-broker-describe", "main": CONFIGS, "args": [*b, "--describe",
+         "--entity-type", "brokers", "--entity-name", "1"]},
+        {"name": "groups-reset", "main": GROUPS, "args": [*b, "--reset-offsets", "--group",
+         GROUP, "--topic", TOPIC, "--to-earliest", "--execute"]},
+        {"name": "groups-describe", "main": GROUPS, "args": [*b, "--describe", "--group", GROUP]},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kafka_tools_run(java, kafka_reference, tmp_path_factory) -> dict:
+    """_kafka_batch's steps against Apache Kafka 4.4 (bench/kafka_ref.py, one node), in one
+    ToolBatch JVM: each step's answer and its requests (kept out of the session's minibroker
+    request log)."""
+    work = tmp_path_factory.mktemp("kafka-tools")
+    batch = _kafka_batch(kafka_reference.bootstrap)
+    batch_path, answers_path = work / "batch.json", work / "answers.json"
+    batch_path.write_text(json.dumps(batch))
+    done = java.run("ToolBatch", str(batch_path), str(answers_path), log_requests=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert java.last_log is not None
+    answers = {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
+    _, by_step = _requests(java.last_log, batch)
+    return {"answers": answers, "steps": by_step}
 
 
 @pytest.fixture(scope="module")
@@ -631,6 +673,36 @@ def test_tool_requests(tools_run, request_log):
     }
     assert lower == set(), sorted(lower)
     assert request_log.cancelled() == []
+
+
+def _versions(counts: Counter) -> dict[str, list[int]]:
+    found: dict[str, set[int]] = {}
+    for api, version in counts:
+        found.setdefault(api, set()).add(version)
+    return {api: sorted(versions) for api, versions in found.items()}
+
+
+def test_tool_requests_as_against_kafka(tools_run, kafka_tools_run):
+    """Issue 34: kafka-topics --create and --describe, kafka-configs --describe (a topic, a
+    broker) and kafka-consumer-groups --reset-offsets and --describe, the same commands run
+    against Apache Kafka 4.4: the request log of each, printed side by side with minibroker's,
+    and every API both sides were sent at the same (newest) version. An API only one side was
+    sent is printed, not failed: the two clusters differ (three brokers against one node, a
+    group that had a consumer against one that did not)."""
+    differing = {}
+    print("requests by step: versions sent to minibroker | to Apache Kafka 4.4")
+    for name, theirs_counts in kafka_tools_run["steps"].items():
+        assert kafka_tools_run["answers"][name]["exit"] == 0, kafka_tools_run["answers"][name]
+        mine = _versions(tools_run["steps"][name])
+        theirs = _versions(theirs_counts)
+        assert mine and theirs, name
+        print(f"  {name}")
+        for api in sorted(set(mine) | set(theirs)):
+            print(f"    {api:32} {mine.get(api, '-')!s:12} | {theirs.get(api, '-')}")
+            if api in mine and api in theirs and max(mine[api]) != max(theirs[api]):
+                differing[(name, api)] = (mine[api], theirs[api])
+    assert set(kafka_tools_run["steps"]) == {step["name"] for step in _kafka_batch("")}
+    assert differing == {}, differing
 
 
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
