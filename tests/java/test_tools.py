@@ -112,6 +112,9 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
              "--entity-name", TOPIC, "--add-config", "retention.ms=7200000,cleanup.policy=compact"),
         step("configs-topic-describe", CONFIGS, *b, "--describe", "--entity-type", "topics",
              "--entity-name", TOPIC),
+        # docs/operations.md's request log, on for broker 1 around the broker config steps.
+        step("request-log-on", CONFIGS, *b, "--alter", "--entity-type", "broker-loggers",
+             "--entity-name", "1", "--add-config", "kafka.request.logger=DEBUG"),
         step("configs-broker-alter", CONFIGS, *b, "--alter", "--entity-type", "brokers",
              "--entity-name", "1", "--add-config", "log.retention.ms=86400000"),
         step("configs-broker-describe", CONFIGS, *b, "--describe", "--entity-type", "brokers",
@@ -120,6 +123,8 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
              "--entity-name", "1", "--delete-config", "log.retention.ms"),
         step("configs-broker-describe-deleted", CONFIGS, *b, "--describe", "--entity-type",
              "brokers", "--entity-name", "1"),
+        step("request-log-off", CONFIGS, *b, "--alter", "--entity-type", "broker-loggers",
+             "--entity-name", "1", "--delete-config", "kafka.request.logger"),
         step("configs-quota-alter", CONFIGS, *b, "--alter", "--add-config",
              "producer_byte_rate=1048576,consumer_byte_rate=2097152", "--entity-type", "users",
              "--entity-name", "alice"),
@@ -471,6 +476,32 @@ def test_kafka_configs(tools):
     )
     ok(tools, "configs-broker-delete")
     assert "log.retention.ms" not in ok(tools, "configs-broker-describe-deleted")
+
+
+def test_kafka_configs_switches_the_request_log(tools, tools_cluster):
+    """docs/operations.md's request log: kafka-configs --entity-type broker-loggers sets
+    kafka.request.logger to DEBUG on broker 1 (IncrementalAlterConfigs on BROKER_LOGGER) and
+    deletes it again; meanwhile broker 1 logged the tool's requests (apis/request_log.py)."""
+    from minibroker.apis import request_log
+
+    for name in ("request-log-on", "request-log-off"):
+        assert "Completed updating config for broker-logger 1." in ok(tools, name), tools[name]
+    text = tools_cluster.brokers[1].stderr_path.read_text(errors="replace")
+    logged = request_log.parse(text)
+    apis = {entry["requestHeader"]["requestApiKeyName"] for entry in logged}
+    assert {"DESCRIBE_CONFIGS", "INCREMENTAL_ALTER_CONFIGS"} <= apis, apis
+    changed = [
+        entry
+        for entry in logged
+        if entry["requestHeader"]["requestApiKeyName"] == "INCREMENTAL_ALTER_CONFIGS"
+    ]
+    # The broker config set between on and off, its value hidden in the log.
+    assert any(
+        config == {"name": "log.retention.ms", "configOperation": 0, "value": "[hidden]"}
+        for entry in changed
+        for resource in entry["request"]["resources"]
+        for config in resource["configs"]
+    ), changed
 
 
 def test_kafka_configs_client_quotas(tools):
