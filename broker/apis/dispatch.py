@@ -15,6 +15,7 @@ from minibroker.apis import (
     Senders,
     api_versions,
     client_quotas,
+    request_log,
 )
 from minibroker.apis.errors import error_response
 from minibroker.apis.inter_node import inter_node_allowed
@@ -200,7 +201,19 @@ async def dispatch(
             client_quotas.write_fetch_throttle_time(ctx, response, fetch_throttle_ms)
     metrics = ctx.metrics
     metrics.child(metrics.requests, name).inc()
-    metrics.child(metrics.request_time, name).observe(time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    metrics.child(metrics.request_time, name).observe(elapsed)
+    if request_log.enabled():
+        connection = ctx.connection
+        request_log.write(
+            header,
+            request,
+            size=len(frame),
+            connection=f"{connection.host.lstrip('/')}:{connection.port}",
+            listener=ctx.listener_name,
+            principal=connection.principal,
+            total_ms=elapsed * 1000,
+        )
     if isinstance(data, dict):
         if key == ApiKey.PRODUCE:
             codes = _produce_error_codes(data)

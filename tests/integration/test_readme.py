@@ -120,6 +120,10 @@ SKIPPED_SECTIONS = {
     ("docs/operations.md", "The metadata quorum"): "needs Java and the pinned artifacts:"
     " tests/java/test_tools.py runs kafka-metadata-quorum describe --status and --replication"
     " through a broker and through the controller against a cluster and checks their output",
+    ("docs/operations.md", "The request log"): "needs Java and the pinned artifacts:"
+    " tests/java/test_tools.py runs this kafka-configs command (and its --delete-config)"
+    " against its cluster and checks broker 1's request log (test_kafka_configs_switches_the"
+    "_request_log)",
     ("docs/operations.md", "Racks"): "needs Java, the pinned artifacts and brokers in racks:"
     " tests/java/test_tools.py runs kafka-reassign-partitions --generate on its cluster in two"
     " racks and checks that the plan spans both",

@@ -112,6 +112,9 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
              "--entity-name", TOPIC, "--add-config", "retention.ms=7200000,cleanup.policy=compact"),
         step("configs-topic-describe", CONFIGS, *b, "--describe", "--entity-type", "topics",
              "--entity-name", TOPIC),
+        # docs/operations.md's request log, on for broker 1 around the broker config steps.
+        step("request-log-on", CONFIGS, *b, "--alter", "--entity-type", "broker-loggers",
+             "--entity-name", "1", "--add-config", "kafka.request.logger=DEBUG"),
         step("configs-broker-alter", CONFIGS, *b, "--alter", "--entity-type", "brokers",
              "--entity-name", "1", "--add-config", "log.retention.ms=86400000"),
         step("configs-broker-describe", CONFIGS, *b, "--describe", "--entity-type", "brokers",
@@ -120,6 +123,8 @@ def _batch(bootstrap: str, controller: str, files) -> list[dict]:
              "--entity-name", "1", "--delete-config", "log.retention.ms"),
         step("configs-broker-describe-deleted", CONFIGS, *b, "--describe", "--entity-type",
              "brokers", "--entity-name", "1"),
+        step("request-log-off", CONFIGS, *b, "--alter", "--entity-type", "broker-loggers",
+             "--entity-name", "1", "--delete-config", "kafka.request.logger"),
         step("configs-quota-alter", CONFIGS, *b, "--alter", "--add-config",
              "producer_byte_rate=1048576,consumer_byte_rate=2097152", "--entity-type", "users",
              "--entity-name", "alice"),
@@ -248,18 +253,60 @@ def tools_run(java, tools_cluster, tmp_path_factory) -> dict:
     done = java.run("ToolBatch", str(files["batch"]), str(answers_path))
     assert done.returncode == 0, done.stderr[-4000:]
     answers = {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
-    log_text = java.request_log.files[-1].read_text(errors="replace")
+    requests, by_step = _requests(java.request_log.files[-1], batch)
+    return {"answers": answers, "requests": requests, "steps": by_step}
+
+
+def _requests(log: Path, batch: list[dict]) -> tuple[dict[str, Counter], dict[str, Counter]]:
+    """The requests of a ToolBatch run, by (API, version): by tool (bin/*.sh) and by step."""
     mains = {step["name"]: step["main"] for step in batch}
     requests: dict[str, Counter] = {}
     by_step: dict[str, Counter] = {}
-    pieces = MARKER.split(log_text)
+    pieces = MARKER.split(log.read_text(errors="replace"))
     for name, text in zip(pieces[1::2], pieces[2::2], strict=True):
         counts = requests.setdefault(SCRIPTS[mains[name]], Counter())
         step_counts = by_step.setdefault(name, Counter())
         for match in SENDING.finditer(text):
             counts[(match.group(2), int(match.group(3)))] += 1
             step_counts[(match.group(2), int(match.group(3)))] += 1
-    return {"answers": answers, "requests": requests, "steps": by_step}
+    return requests, by_step
+
+
+def _kafka_batch(bootstrap: str) -> list[dict]:
+    """The steps run against Apache Kafka 4.4 too, to compare the requests each tool sends
+    there (one Kafka node: replication factor 1). The group gets its offsets from
+    --reset-offsets, not from a console consumer, to keep the run short: the describe that
+    follows asks the same of a group with committed offsets and no members."""
+    b = ["--bootstrap-server", bootstrap]
+    return [
+        {"name": "topics-create", "main": TOPICS, "args": [*b, "--create", "--topic", TOPIC,
+         "--partitions", "2", "--replication-factor", "1", "--config", "retention.ms=3600000"]},
+        {"name": "topics-describe", "main": TOPICS, "args": [*b, "--describe", "--topic", TOPIC]},
+        {"name": "configs-topic-describe", "main": CONFIGS, "args": [*b, "--describe",
+         "--entity-type", "topics", "--entity-name", TOPIC]},
+        {"name": "configs-broker-describe", "main": CONFIGS, "args": [*b, "--describe",
+         "--entity-type", "brokers", "--entity-name", "1"]},
+        {"name": "groups-reset", "main": GROUPS, "args": [*b, "--reset-offsets", "--group",
+         GROUP, "--topic", TOPIC, "--to-earliest", "--execute"]},
+        {"name": "groups-describe", "main": GROUPS, "args": [*b, "--describe", "--group", GROUP]},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kafka_tools_run(java, kafka_reference, tmp_path_factory) -> dict:
+    """_kafka_batch's steps against Apache Kafka 4.4 (bench/kafka_ref.py, one node), in one
+    ToolBatch JVM: each step's answer and its requests (kept out of the session's minibroker
+    request log)."""
+    work = tmp_path_factory.mktemp("kafka-tools")
+    batch = _kafka_batch(kafka_reference.bootstrap)
+    batch_path, answers_path = work / "batch.json", work / "answers.json"
+    batch_path.write_text(json.dumps(batch))
+    done = java.run("ToolBatch", str(batch_path), str(answers_path), log_requests=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert java.last_log is not None
+    answers = {answer["name"]: answer for answer in json.loads(answers_path.read_text())}
+    _, by_step = _requests(java.last_log, batch)
+    return {"answers": answers, "steps": by_step}
 
 
 @pytest.fixture(scope="module")
@@ -429,6 +476,32 @@ def test_kafka_configs(tools):
     )
     ok(tools, "configs-broker-delete")
     assert "log.retention.ms" not in ok(tools, "configs-broker-describe-deleted")
+
+
+def test_kafka_configs_switches_the_request_log(tools, tools_cluster):
+    """docs/operations.md's request log: kafka-configs --entity-type broker-loggers sets
+    kafka.request.logger to DEBUG on broker 1 (IncrementalAlterConfigs on BROKER_LOGGER) and
+    deletes it again; meanwhile broker 1 logged the tool's requests (apis/request_log.py)."""
+    from minibroker.apis import request_log
+
+    for name in ("request-log-on", "request-log-off"):
+        assert "Completed updating config for broker-logger 1." in ok(tools, name), tools[name]
+    text = tools_cluster.brokers[1].stderr_path.read_text(errors="replace")
+    logged = request_log.parse(text)
+    apis = {entry["requestHeader"]["requestApiKeyName"] for entry in logged}
+    assert {"DESCRIBE_CONFIGS", "INCREMENTAL_ALTER_CONFIGS"} <= apis, apis
+    changed = [
+        entry
+        for entry in logged
+        if entry["requestHeader"]["requestApiKeyName"] == "INCREMENTAL_ALTER_CONFIGS"
+    ]
+    # The broker config set between on and off, its value hidden in the log.
+    assert any(
+        config == {"name": "log.retention.ms", "configOperation": 0, "value": "[hidden]"}
+        for entry in changed
+        for resource in entry["request"]["resources"]
+        for config in resource["configs"]
+    ), changed
 
 
 def test_kafka_configs_client_quotas(tools):
@@ -631,6 +704,36 @@ def test_tool_requests(tools_run, request_log):
     }
     assert lower == set(), sorted(lower)
     assert request_log.cancelled() == []
+
+
+def _versions(counts: Counter) -> dict[str, list[int]]:
+    found: dict[str, set[int]] = {}
+    for api, version in counts:
+        found.setdefault(api, set()).add(version)
+    return {api: sorted(versions) for api, versions in found.items()}
+
+
+def test_tool_requests_as_against_kafka(tools_run, kafka_tools_run):
+    """Issue 34: kafka-topics --create and --describe, kafka-configs --describe (a topic, a
+    broker) and kafka-consumer-groups --reset-offsets and --describe, the same commands run
+    against Apache Kafka 4.4: the request log of each, printed side by side with minibroker's,
+    and every API both sides were sent at the same (newest) version. An API only one side was
+    sent is printed, not failed: the two clusters differ (three brokers against one node, a
+    group that had a consumer against one that did not)."""
+    differing = {}
+    print("requests by step: versions sent to minibroker | to Apache Kafka 4.4")
+    for name, theirs_counts in kafka_tools_run["steps"].items():
+        assert kafka_tools_run["answers"][name]["exit"] == 0, kafka_tools_run["answers"][name]
+        mine = _versions(tools_run["steps"][name])
+        theirs = _versions(theirs_counts)
+        assert mine and theirs, name
+        print(f"  {name}")
+        for api in sorted(set(mine) | set(theirs)):
+            print(f"    {api:32} {mine.get(api, '-')!s:12} | {theirs.get(api, '-')}")
+            if api in mine and api in theirs and max(mine[api]) != max(theirs[api]):
+                differing[(name, api)] = (mine[api], theirs[api])
+    assert set(kafka_tools_run["steps"]) == {step["name"] for step in _kafka_batch("")}
+    assert differing == {}, differing
 
 
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"

@@ -3,6 +3,7 @@
 // the incremental ones that carry no partition. Prints one JSON object on its last line.
 //
 // Usage: java -cp <clients class path> SessionConsumer <bootstrap> <topic> <partitions>
+//            [<replication factor> [<records per partition>]]   (defaults: 1 and 10)
 
 import java.time.Duration;
 import java.util.*;
@@ -13,21 +14,22 @@ import org.apache.kafka.common.*;
 import org.apache.kafka.common.serialization.*;
 
 public class SessionConsumer {
-    static final int PER_PARTITION = 10;
-
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
         String topic = args[1];
         int partitions = Integer.parseInt(args[2]);
+        short replicationFactor = args.length > 3 ? Short.parseShort(args[3]) : 1;
+        int perPartition = args.length > 4 ? Integer.parseInt(args[4]) : 10;
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
-            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+            admin.createTopics(List.of(new NewTopic(topic, partitions, replicationFactor)))
+                    .all().get();
         }
         Properties producerProps = new Properties();
         producerProps.put("bootstrap.servers", bootstrap);
         try (Producer<byte[], byte[]> producer =
                 new KafkaProducer<>(producerProps, new ByteArraySerializer(), new ByteArraySerializer())) {
             for (int p = 0; p < partitions; p++) {
-                for (int i = 0; i < PER_PARTITION; i++) {
+                for (int i = 0; i < perPartition; i++) {
                     producer.send(new ProducerRecord<>(topic, p, null, ("v" + i).getBytes()));
                 }
             }
@@ -45,7 +47,7 @@ public class SessionConsumer {
                 new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             consumer.assign(assigned);
             consumer.seekToBeginning(assigned);
-            while (read < partitions * PER_PARTITION && System.currentTimeMillis() < deadline) {
+            while (read < partitions * perPartition && System.currentTimeMillis() < deadline) {
                 read += consumer.poll(Duration.ofMillis(200)).count();
             }
             // Fetches with nothing new: incremental, empty both ways.
@@ -53,7 +55,7 @@ public class SessionConsumer {
                 idlePolls += consumer.poll(Duration.ofMillis(100)).isEmpty() ? 1 : 0;
             }
         }
-        System.out.println("{\"read\": " + read + ", \"expected\": " + partitions * PER_PARTITION
+        System.out.println("{\"read\": " + read + ", \"expected\": " + partitions * perPartition
                 + ", \"idle_polls\": " + idlePolls + "}");
     }
 }
