@@ -238,3 +238,21 @@ async def test_a_burst_of_saves_is_written_once_and_each_returns_durable(tmp_pat
     assert len(writes) == 2
     assert sorted(returned) == list(range(1, 12))
     assert ControllerStore(tmp_path / STATE_FILE).load().metadata_offset == 11
+
+
+def test_topic_by_id_follows_creation_deletion_and_recreation():
+    """The controller's id index (issue 39: AlterPartition looks a topic up by id for every
+    partition it names) answers as the scan of every topic did."""
+    state = ControllerState()
+    state.brokers[1] = BrokerInfo(1, "127.0.0.1", 9001, 1, "x", False, 0)
+    first, _ = create_topic(state, "a", 1, 1, {})
+    other, _ = create_topic(state, "b", 1, 1, {})
+    assert state.topic_by_id(first.topic_id) is first
+    assert state.topic_by_id(other.topic_id) is other
+    del state.topics["a"]
+    assert state.topic_by_id(first.topic_id) is None
+    again, _ = create_topic(state, "a", 1, 1, {})
+    assert again.topic_id != first.topic_id
+    assert state.topic_by_id(again.topic_id) is again
+    assert state.topic_by_id(first.topic_id) is None
+    assert state.topic_by_id(uuid.uuid4()) is None
