@@ -386,6 +386,9 @@ def measure(
             for name in processes
             if node_id(name) in held
         }
+        figures["open_fds"] = {
+            name: len(os.listdir(f"/proc/{pid}/fd")) for name, pid in processes.items()
+        }
         figures["cluster_rss_kib_per_partition"] = round(
             sum(rss_after[n] - rss_before[n] for n in processes) / 1024 / partitions, 2
         )
