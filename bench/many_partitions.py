@@ -55,9 +55,10 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.cluster_restart import RECORDS_PER_PARTITION, _produce, views, wait_whole
+from bench.cluster_restart import RECORDS_PER_PARTITION, views, wait_whole
 from bench.profile_row import print_shares, py_spy, summarize
 from minibroker.tools.launcher import Cluster, ZooKeeperServer, zookeeper_installed
 from minibroker.tools.wire import connect
@@ -108,7 +109,8 @@ def jvm_heap_used_bytes(pid: int) -> int:
     ).stdout
     for line in output.splitlines():
         if "used" in line and "heap" in line:
-            used = line.split("used")[1].split(",")[0].strip()
+            # " garbage-first heap   total 1048576K, used 263466K [0x..., 0x...)"
+            used = line.split("used")[1].split()[0]
             return int(used.rstrip("K")) * 1024
     raise RuntimeError(f"jcmd {pid} GC.heap_info printed no used heap:\n{output[-500:]}")
 
@@ -260,6 +262,20 @@ def create_in_batches(bootstrap: str, names: list[str], batch: int) -> list[floa
     return seconds
 
 
+def produce(bootstrap: str, names: list[str]) -> None:
+    """RECORDS_PER_PARTITION records to every partition, acks=all (as bench.cluster_restart
+    writes them, with a longer wait for thousands of partitions)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
+    for name in names:
+        for partition in range(PARTITIONS_PER_TOPIC):
+            for number in range(RECORDS_PER_PARTITION):
+                producer.produce(name, value=b"x%d" % number, partition=partition)
+            producer.poll(0)
+    left = producer.flush(TIMEOUT_S)
+    if left:
+        raise RuntimeError(f"{left} records still undelivered after {TIMEOUT_S} s")
+
+
 def metadata_latency(port: int, runs: int = METADATA_RUNS) -> tuple[float, int]:
     """(median seconds, response bytes) of a Metadata v12 request for all topics, the response
     read whole but not decoded; one untimed request first."""
@@ -371,7 +387,7 @@ def measure(
         figures["in_sync_s"] = in_sync["full_isr_s"]
         print(f"{system.name}: created in {figures['create_s']:.1f} s, in sync after"
               f" {figures['in_sync_s']:.1f} s; producing", flush=True)  # fmt: skip
-        _produce(system, names, PARTITIONS_PER_TOPIC)
+        produce(system.bootstrap, names)
 
         time.sleep(5)
         held = replicas_held(system.brokers())
@@ -408,7 +424,6 @@ def measure(
                 )
                 for name in processes
             }
-            # class_histogram's full GC shrinks nothing of the RSS, but note it after.
         latency, size = metadata_latency(system.brokers()[0].port)
         figures["metadata_all_topics_ms"] = round(latency * 1000, 1)
         figures["metadata_bytes"] = size
