@@ -269,7 +269,12 @@ def produce(bootstrap: str, names: list[str]) -> None:
     for name in names:
         for partition in range(PARTITIONS_PER_TOPIC):
             for number in range(RECORDS_PER_PARTITION):
-                producer.produce(name, value=b"x%d" % number, partition=partition)
+                while True:
+                    try:
+                        producer.produce(name, value=b"x%d" % number, partition=partition)
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain it
+                        producer.poll(0.5)
             producer.poll(0)
     left = producer.flush(TIMEOUT_S)
     if left:
