@@ -263,9 +263,21 @@ def create_in_batches(bootstrap: str, names: list[str], batch: int) -> list[floa
 
 
 def produce(bootstrap: str, names: list[str]) -> None:
-    """RECORDS_PER_PARTITION records to every partition, acks=all (as bench.cluster_restart
-    writes them, with a longer wait for thousands of partitions)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
+    """RECORDS_PER_PARTITION records to every partition, acks=all, as bench.cluster_restart
+    writes them, but in few requests (see below) and with a longer wait."""
+    # A long linger gathers every partition's records into a few requests per broker: with
+    # linger.ms 20, librdkafka sent hundreds of Produce requests per broker, which a broker
+    # answers one after another (as Kafka does on one connection), each acks=all waiting for
+    # the followers' next fetch, and the last timed out after 60 s at 2,000 partitions.
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 1000,
+            "request.timeout.ms": 300000,
+            "message.timeout.ms": int(TIMEOUT_S * 1000),
+        }
+    )
     for name in names:
         for partition in range(PARTITIONS_PER_TOPIC):
             for number in range(RECORDS_PER_PARTITION):
