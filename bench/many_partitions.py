@@ -5,7 +5,7 @@ minibroker and Apache Kafka 4.4 side by side.
 On each system, from a fresh cluster:
 
 - creation: N/100 topics of 100 partitions (RF=3) made through the controller by
-  confluent-kafka's AdminClient, `--batch` (50) topics per CreateTopics request, one request at
+  confluent-kafka's AdminClient, `--batch` (10) topics per CreateTopics request, one request at
   a time; timed until the last request is answered (`create_s`) and until every broker's
   Metadata shows every partition led with its full ISR (`in_sync_s`). Then 10 records go to
   every partition (acks=all), as `bench.cluster_restart` writes them.
@@ -240,7 +240,7 @@ def topic_names(partitions: int) -> list[str]:
 def create_in_batches(bootstrap: str, names: list[str], batch: int) -> list[float]:
     """CreateTopics of `batch` topics a request, one request at a time; each request's
     seconds."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 900000})
     seconds = []
     for start in range(0, len(names), batch):
         began = time.monotonic()
@@ -577,7 +577,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.many_partitions", description=__doc__)
     parser.add_argument("--partitions", type=int, default=20000)
     parser.add_argument("--systems", default="minibroker,kafka")
-    parser.add_argument("--batch", type=int, default=50, help="topics per CreateTopics request")
+    parser.add_argument("--batch", type=int, default=10, help="topics per CreateTopics request")
     parser.add_argument(
         "--kafka-heap", default=" ".join(KAFKA_DEFAULT_HEAP), help="Kafka's KAFKA_HEAP_OPTS"
     )
