@@ -240,7 +240,7 @@ def topic_names(partitions: int) -> list[str]:
 def create_in_batches(bootstrap: str, names: list[str], batch: int) -> list[float]:
     """CreateTopics of `batch` topics a request, one request at a time; each request's
     seconds."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 900000})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300000})
     seconds = []
     for start in range(0, len(names), batch):
         began = time.monotonic()
