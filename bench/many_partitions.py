@@ -24,7 +24,8 @@ On each system, from a fresh cluster:
   figure the target compares), and until every leader is the preferred replica as well
   (`restart_whole_s`, when it happens within `--preferred-wait` seconds more: Kafka moves
   leaders back only at its leader.imbalance.check.interval.seconds, 300).
-- minibroker in ZooKeeper mode (`--zk-failover`, on by default with minibroker): a second
+- minibroker in ZooKeeper mode (`--zk-failover`, on by default with minibroker, or alone as
+  the system `minibroker-zk`): a second
   cluster of 3 brokers on a local ZooKeeper holding the same partitions; the active
   controller (a leader too) is killed with SIGKILL, and the clock runs until ZooKeeper names a
   new one (`zk_elected_s`) and until the two survivors' Metadata show every partition led by a
@@ -612,6 +613,16 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="many-partitions-"))
     try:
         for name in systems:
+            if name == "minibroker-zk":  # the ZooKeeper-mode failover alone
+                load = os.getloadavg()
+                figures = {"system": name}
+                figures.update(
+                    zk_failover(base / name, args.partitions, args.batch, args.session_timeout_ms)
+                )
+                figures["load_average"] = [list(load), list(os.getloadavg())]
+                print(f"{name}: {json.dumps(figures)}", flush=True)
+                results.append(figures)
+                continue
             if name == "minibroker":
                 factory = MinibrokerSystem
                 profile = args.profile
@@ -623,7 +634,7 @@ def main() -> None:
 
                 profile = None
             else:
-                raise SystemExit(f"unknown system {name!r}: minibroker or kafka")
+                raise SystemExit(f"unknown system {name!r}: minibroker, kafka or minibroker-zk")
             load = os.getloadavg()
             figures = measure(
                 factory, base / name, args.partitions, args.batch, args.preferred_wait, profile
