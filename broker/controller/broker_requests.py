@@ -34,7 +34,13 @@ from minibroker.controller import acls as acl_transitions
 from minibroker.controller import client_quotas as quota_transitions
 from minibroker.controller import features as feature_transitions
 from minibroker.controller import scram_credentials as scram_transitions
-from minibroker.controller.state import BrokerInfo, ControllerState, PartitionChange, TopicState
+from minibroker.controller.state import (
+    BrokerInfo,
+    ControllerState,
+    PartitionChange,
+    PartitionState,
+    TopicState,
+)
 from minibroker.protocol import codec
 from minibroker.protocol.versions import ApiKey
 
@@ -203,7 +209,9 @@ class MetadataDelta:
         return MetadataDelta(self.partitions | other.partitions, {**self.deleted, **other.deleted})
 
 
-def _partition_state(state: ControllerState, live: set[int], index: int, partition) -> dict:
+def _partition_state(
+    state: ControllerState, live: set[int], index: int, partition: PartitionState
+) -> dict[str, object]:
     return {
         "partition_index": index,
         "controller_epoch": state.controller_epoch,
