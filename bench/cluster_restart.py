@@ -58,14 +58,20 @@ def _produce(cluster: Cluster, names: list[str], partitions: int) -> None:
 def _views(cluster: Cluster):
     """Each broker's Metadata partitions (topic, index) -> (leader, replicas, isr); None for a
     broker that does not answer yet."""
-    views = {}
-    for broker in cluster.brokers.values():
+    return views(cluster.brokers.values())
+
+
+def views(nodes, timeout: float = 10.0):
+    """`_views` for any nodes with a `node_id` and a `port` (minibroker's brokers, Apache
+    Kafka's nodes): node id -> {(topic, index): (leader, replicas, isr)}, or None."""
+    found = {}
+    for node in nodes:
         try:
-            response = request_metadata(broker.port, timeout=10)
+            response = request_metadata(node.port, timeout=timeout)
         except OSError:
-            views[broker.node_id] = None
+            found[node.node_id] = None
             continue
-        views[broker.node_id] = {
+        found[node.node_id] = {
             (topic.name, p.partition_index): (
                 int(p.leader_id),
                 tuple(int(n) for n in p.replica_nodes),
@@ -74,18 +80,20 @@ def _views(cluster: Cluster):
             for topic in response.topics
             for p in topic.partitions
         }
-    return views
+    return found
 
 
 def _state(views, expected: int) -> tuple[bool, bool, Counter, str]:
-    """(every ISR full everywhere, every leader preferred everywhere, leaders by broker, a
-    progress line: how many partitions each broker still shows under-replicated or led by
-    another than their preferred replica)."""
+    """(every partition led and its ISR full everywhere, every leader preferred everywhere,
+    leaders by broker, a progress line: how many partitions each broker still shows
+    under-replicated (or leaderless) or led by another than their preferred replica)."""
     if any(view is None or len(view) < expected for view in views.values()):
         answered = {node: len(view) if view else None for node, view in views.items()}
         return False, False, Counter(), f"partitions known by broker: {answered}"
     under = {
-        node: sum(isr != frozenset(replicas) for _, replicas, isr in view.values())
+        node: sum(
+            leader < 0 or isr != frozenset(replicas) for leader, replicas, isr in view.values()
+        )
         for node, view in views.items()
     }
     elsewhere = {
@@ -95,6 +103,40 @@ def _state(views, expected: int) -> tuple[bool, bool, Counter, str]:
     leaders = Counter(leader for leader, _, _ in next(iter(views.values())).values())
     line = f"under-replicated by broker {under}, not led by the preferred replica {elsewhere}"
     return not any(under.values()), not any(elsewhere.values()), leaders, line
+
+
+def wait_whole(
+    read_views,
+    expected: int,
+    started: float,
+    deadline: float,
+    preferred: bool = True,
+    poll_s: float = POLL_S,
+) -> dict[str, float]:
+    """Poll `read_views()` (as `views` answers) until every partition has its full replica set
+    in the ISR on every broker (`full_isr_s`) and, with `preferred`, is led by its preferred
+    replica (`whole_s`), printing progress; seconds since `started`. Without `preferred` it
+    returns at full ISRs, with `whole_s` only if every leader was the preferred one by then."""
+    figures: dict[str, float] = {}
+    last_line = ""
+    while True:
+        full, on_preferred, leaders, line = _state(read_views(), expected)
+        now = time.monotonic() - started
+        if line != last_line:
+            print(f"{now:6.1f} s: {line}", flush=True)
+            last_line = line
+        if full and "full_isr_s" not in figures:
+            figures["full_isr_s"] = now
+            print(f"ISRs full after {now:.1f} s; leaders by broker then: {dict(leaders)}")
+        if full and on_preferred:
+            figures["whole_s"] = now
+            print(f"leaders by broker at the end: {dict(leaders)}")
+            return figures
+        if full and not preferred:
+            return figures
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not whole in time: leaders {dict(leaders)}")
+        time.sleep(poll_s)
 
 
 def measure(work_dir: Path, topics: int, partitions: int) -> dict[str, float]:
@@ -118,24 +160,8 @@ def measure(work_dir: Path, topics: int, partitions: int) -> dict[str, float]:
             broker._launch()
         cluster.wait_ready(TIMEOUT_S)
         figures = {"answering_s": time.monotonic() - started}
-        deadline = started + TIMEOUT_S
-        last_line = ""
-        while True:
-            full, preferred, leaders, line = _state(_views(cluster), expected)
-            now = time.monotonic() - started
-            if line != last_line:
-                print(f"{now:6.1f} s: {line}")
-                last_line = line
-            if full and "full_isr_s" not in figures:
-                figures["full_isr_s"] = now
-                print(f"ISRs full after {now:.1f} s; leaders by broker then: {dict(leaders)}")
-            if full and preferred:
-                figures["whole_s"] = now
-                print(f"leaders by broker at the end: {dict(leaders)}")
-                return figures
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not whole after {TIMEOUT_S} s: leaders {dict(leaders)}")
-            time.sleep(POLL_S)
+        figures.update(wait_whole(lambda: _views(cluster), expected, started, started + TIMEOUT_S))
+        return figures
     finally:
         cluster.stop()
 

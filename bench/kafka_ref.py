@@ -110,6 +110,9 @@ class KafkaCluster:
     base_dir: Path
     nodes: list[KafkaNode] = field(default_factory=list)
     overrides: dict[str, object] = field(default_factory=dict)
+    # The JVM's heap options (KAFKA_HEAP_OPTS): KAFKA_HEAP unless a caller wants Kafka's own
+    # default, ("-Xmx1G", "-Xms1G") as kafka-server-start.sh sets it.
+    heap: tuple[str, ...] = (KAFKA_HEAP,)
 
     @property
     def bootstrap(self) -> str:
@@ -155,12 +158,14 @@ class KafkaCluster:
         nodes: int = 1,
         overrides: dict[str, object] | None = None,
         ssl: bool = False,
+        heap: tuple[str, ...] = (KAFKA_HEAP,),
     ) -> KafkaCluster:
         """Format every node's storage, start the nodes, and return once every node's
         Metadata lists every broker. Kills what it started if that fails. With `ssl`, every
-        node has an SSL listener too, configured by `overrides` (ssl.keystore.* and so on)."""
+        node has an SSL listener too, configured by `overrides` (ssl.keystore.* and so on).
+        `heap`: the JVM's heap options (KAFKA_HEAP_OPTS)."""
         base_dir = Path(base_dir)
-        cluster = cls(base_dir, overrides=dict(overrides or {}))
+        cluster = cls(base_dir, overrides=dict(overrides or {}), heap=tuple(heap))
         for node_id in range(1, nodes + 1):
             node_dir = base_dir / f"kafka-{node_id}"
             node_dir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +206,7 @@ class KafkaCluster:
         config = node.data_dir.parent / "server.properties"
         with node.log_path.open("ab") as log:
             node.process = subprocess.Popen(
-                [java_executable(), KAFKA_HEAP, *JVM_OPTIONS, "-cp", classpath("kafka"),
+                [java_executable(), *self.heap, *JVM_OPTIONS, "-cp", classpath("kafka"),
                  "kafka.Kafka", str(config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 # SIGTERM when the launching process dies, so no node outlives it.

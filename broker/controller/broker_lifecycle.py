@@ -101,6 +101,8 @@ class BrokerLifecycleManager:
         controller.push_client_quotas(None, only_to=request.broker_id)
         # And the finalized features, which its ApiVersions answers list.
         controller.push_features(only_to=request.broker_id)
+        # And the whole picture of every partition in its next UpdateMetadata.
+        controller.send_full_metadata(request.broker_id)
         controller.propagate(changes)
         return {"error_code": Error.NONE, "broker_epoch": broker_epoch}
 

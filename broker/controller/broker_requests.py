@@ -8,13 +8,22 @@ reassignment removed, UpdateMetadata for every live broker), and the builders ma
 requests the :mod:`channel_manager` delivers. The config, ACL and SCRAM pushes are built here
 too.
 
-Where we depart from Kafka: UpdateMetadata always carries the whole cluster picture (Kafka's
-sends only the changed partitions once a broker has the full picture), which lets a channel
-keep only the newest one queued; LeaderAndIsr is always of type 0 (incremental), as brokers
-here treat any LeaderAndIsr as a list of partitions to become leader or follower of.
+UpdateMetadata, as Kafka's ZooKeeper-mode controller sends it, carries the whole cluster
+picture only when a broker may lack it (a new controller, a broker that registered, the live
+brokers changed, which changes every partition's offline replicas) and otherwise only the
+changed partitions, a deleted topic's partitions with leader -2 (Kafka's
+LeaderAndIsr.LeaderDuringDelete): see :class:`MetadataDelta`. With the whole picture on every
+decision, each of thousands of decisions cost time in proportion to every partition of the
+cluster (issue 39). Where we depart from Kafka: the request's ``type`` (UpdateMetadata v8's
+KIP-866 field) says which it is, FULL (2) or INCREMENTAL (1), where Kafka's ZooKeeper
+controller sent UNKNOWN (0) for both and its brokers merged every one; a broker here merges
+an INCREMENTAL one and replaces its picture with any other. LeaderAndIsr is always of type 0
+(incremental), as brokers here treat any LeaderAndIsr as a list of partitions to become
+leader or follower of.
 """
 
 import datetime
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +34,13 @@ from minibroker.controller import acls as acl_transitions
 from minibroker.controller import client_quotas as quota_transitions
 from minibroker.controller import features as feature_transitions
 from minibroker.controller import scram_credentials as scram_transitions
-from minibroker.controller.state import BrokerInfo, ControllerState, PartitionChange, TopicState
+from minibroker.controller.state import (
+    BrokerInfo,
+    ControllerState,
+    PartitionChange,
+    PartitionState,
+    TopicState,
+)
 from minibroker.protocol import codec
 from minibroker.protocol.versions import ApiKey
 
@@ -33,8 +48,8 @@ from minibroker.protocol.versions import ApiKey
 @dataclass
 class RequestBatch:
     """Who hears what after a decision: LeaderAndIsr changes and StopReplica partitions (by
-    topic) per broker, and the brokers to send the full UpdateMetadata. ``even_if_fenced`` is
-    a broker that is no longer live but still running (a controlled shutdown)."""
+    topic) per broker, and the brokers to send UpdateMetadata. ``even_if_fenced`` is a broker
+    that is no longer live but still running (a controlled shutdown)."""
 
     leader_and_isr: dict[int, list[PartitionChange]] = field(default_factory=dict)
     stop_replica: dict[int, dict[str, list[int]]] = field(default_factory=dict)
@@ -50,9 +65,10 @@ def plan(
 ) -> RequestBatch:
     """The requests for ``changes`` and the deleted topics ``stopped``: LeaderAndIsr to each
     live replica of a changed partition, StopReplica (with delete) to each live broker that
-    held a replica of a deleted topic or one a reassignment removed, and the full
-    UpdateMetadata to every live broker. ``also_tell`` hears of its partitions and gets the
-    UpdateMetadata too, so that a broker in controlled shutdown stops acting as their leader."""
+    held a replica of a deleted topic or one a reassignment removed, and UpdateMetadata (full
+    or incremental: the service decides) to every live broker. ``also_tell`` hears of its
+    partitions and gets the UpdateMetadata too, so that a broker in controlled shutdown stops
+    acting as their leader."""
     batch = RequestBatch(even_if_fenced=also_tell)
     to_stop: dict[int, dict[str, list[int]]] = {}
     for topic in stopped:
@@ -163,32 +179,127 @@ def stop_replica(
     return codec.build(codec.request_class(ApiKey.STOP_REPLICA, 4), data)
 
 
-def update_metadata(state: ControllerState, controller_id: int) -> Callable[[int], RequestPayload]:
-    """A builder of the full-picture UpdateMetadata v8, stamped per broker with its epoch."""
+# UpdateMetadata v8's Type (KIP-866).
+UPDATE_METADATA_INCREMENTAL = 1
+UPDATE_METADATA_FULL = 2
+# Kafka's LeaderAndIsr.LeaderDuringDelete: in an incremental UpdateMetadata, a partition of a
+# deleted topic, which the broker forgets.
+LEADER_DURING_DELETE = -2
+
+
+@dataclass
+class MetadataDelta:
+    """What an incremental UpdateMetadata carries: the changed partitions (their state as it is
+    when the request is built) and the deleted topics (by name: the id and the partition count
+    they had). Two deltas queued for one broker merge into one (the union)."""
+
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    deleted: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, changes: Sequence[PartitionChange], stopped: Sequence[TopicState] = ()
+    ) -> "MetadataDelta":
+        return cls(
+            {(change.topic, change.partition) for change in changes},
+            {topic.name: (topic.topic_id, len(topic.partitions)) for topic in stopped},
+        )
+
+    def merged(self, other: "MetadataDelta") -> "MetadataDelta":
+        return MetadataDelta(self.partitions | other.partitions, {**self.deleted, **other.deleted})
+
+
+def _partition_state(
+    state: ControllerState, live: set[int], index: int, partition: PartitionState
+) -> dict[str, object]:
+    return {
+        "partition_index": index,
+        "controller_epoch": state.controller_epoch,
+        "leader": partition.leader,
+        "leader_epoch": partition.leader_epoch,
+        "isr": tuple(partition.isr),
+        "zk_version": partition.partition_epoch,
+        "replicas": tuple(partition.replicas),
+        "offline_replicas": tuple(r for r in partition.replicas if r not in live),
+        # KIP-966, as tagged fields (protocol/update_metadata_elr.py).
+        "eligible_leader_replicas": tuple(partition.eligible_leader_replicas),
+        "last_known_elr": tuple(partition.last_known_elr),
+    }
+
+
+def _delta_topic_states(
+    state: ControllerState, live: set[int], delta: MetadataDelta
+) -> list[dict[str, object]]:
+    """The topic states of an incremental UpdateMetadata: each changed partition as it is now;
+    a deleted topic's partitions with leader -2, or, when a topic of that name exists again,
+    the new topic whole (its new id tells the broker to drop the old one)."""
+    by_topic: dict[str, set[int]] = {}
+    for name, index in delta.partitions:
+        by_topic.setdefault(name, set()).add(index)
+    topic_states = []
+    for name, (topic_id, count) in delta.deleted.items():
+        if name in state.topics:
+            by_topic[name] = set(range(len(state.topics[name].partitions)))
+            continue
+        topic_states.append(
+            {
+                "topic_name": name,
+                "topic_id": topic_id,
+                "partition_states": [
+                    {
+                        "partition_index": index,
+                        "controller_epoch": state.controller_epoch,
+                        "leader": LEADER_DURING_DELETE,
+                        "leader_epoch": 0,
+                        "isr": (),
+                        "zk_version": 0,
+                        "replicas": (),
+                        "offline_replicas": (),
+                    }
+                    for index in range(count)
+                ],
+            }
+        )
+    for name, indexes in by_topic.items():
+        topic = state.topics.get(name)
+        if topic is None:
+            continue  # deleted since: its deletion is (or was) sent
+        topic_states.append(
+            {
+                "topic_name": name,
+                "topic_id": topic.topic_id,
+                "partition_states": [
+                    _partition_state(state, live, index, topic.partitions[index])
+                    for index in sorted(indexes)
+                    if index < len(topic.partitions)
+                ],
+            }
+        )
+    return topic_states
+
+
+def update_metadata(
+    state: ControllerState, controller_id: int, delta: MetadataDelta | None = None
+) -> Callable[[int], RequestPayload]:
+    """A builder of UpdateMetadata v8, stamped per broker with its epoch: the full picture
+    (type FULL), or with ``delta`` only its partitions and deleted topics (INCREMENTAL). Both
+    list every live broker."""
     live = state.live_brokers()
-    topic_states = [
-        {
-            "topic_name": topic.name,
-            "topic_id": topic.topic_id,
-            "partition_states": [
-                {
-                    "partition_index": index,
-                    "controller_epoch": state.controller_epoch,
-                    "leader": partition.leader,
-                    "leader_epoch": partition.leader_epoch,
-                    "isr": tuple(partition.isr),
-                    "zk_version": partition.partition_epoch,
-                    "replicas": tuple(partition.replicas),
-                    "offline_replicas": tuple(r for r in partition.replicas if r not in live),
-                    # KIP-966, as tagged fields (protocol/update_metadata_elr.py).
-                    "eligible_leader_replicas": tuple(partition.eligible_leader_replicas),
-                    "last_known_elr": tuple(partition.last_known_elr),
-                }
-                for index, partition in enumerate(topic.partitions)
-            ],
-        }
-        for topic in state.topics.values()
-    ]
+    live_set = set(live)
+    if delta is None:
+        topic_states = [
+            {
+                "topic_name": topic.name,
+                "topic_id": topic.topic_id,
+                "partition_states": [
+                    _partition_state(state, live_set, index, partition)
+                    for index, partition in enumerate(topic.partitions)
+                ],
+            }
+            for topic in state.topics.values()
+        ]
+    else:
+        topic_states = _delta_topic_states(state, live_set, delta)
     live_brokers = [
         {
             "id_": node_id,
@@ -205,7 +316,7 @@ def update_metadata(state: ControllerState, controller_id: int) -> Callable[[int
             {
                 "controller_id": controller_id,
                 "is_k_raft_controller": False,
-                "type_": 0,
+                "type_": UPDATE_METADATA_FULL if delta is None else UPDATE_METADATA_INCREMENTAL,
                 "controller_epoch": state.controller_epoch,
                 "broker_epoch": _broker_epoch(state, node_id),
                 "topic_states": topic_states,

@@ -7,10 +7,11 @@ queue and send thread (one trio task), and :class:`ControllerChannelManager` hol
 broker. The config, ACL and SCRAM pushes use the same channels, so that a broker hears of a
 topic's configs before the LeaderAndIsr that creates its replicas.
 
-Where we depart from Kafka: UpdateMetadata carries the whole cluster picture here, so only the
-newest queued one matters (see :meth:`BrokerChannel.enqueue_metadata`); and a channel holds
-its requests while a save of the controller's state is in flight, so that no broker acts on a
-decision a crash could still take back.
+Where we depart from Kafka: an UpdateMetadata is built when it is sent, from the state as it
+is then, and one still queued when another is queued merges with it (see
+:meth:`BrokerChannel.enqueue_metadata`); and a channel holds its requests while a save of the
+controller's state is in flight, so that no broker acts on a decision a crash could still
+take back.
 """
 
 import logging
@@ -48,11 +49,15 @@ ResponseListener = Callable[[int, object, object], None]
 
 class _Queued:
     """A request waiting in a channel: the request itself, or for UpdateMetadata a builder
-    called when it is sent; the events of everyone waiting for its delivery."""
+    called when it is sent, with what it carries (``delta``: None for the full picture, else
+    a MetadataDelta); the events of everyone waiting for its delivery."""
 
-    def __init__(self, request, build, delivered: trio.Event, even_if_fenced: bool) -> None:
+    def __init__(
+        self, request, build, delivered: trio.Event, even_if_fenced: bool, delta=None
+    ) -> None:
         self.request = request
         self.build = build
+        self.delta = delta
         self.waiting = [delivered]
         self.even_if_fenced = even_if_fenced
 
@@ -64,11 +69,11 @@ class BrokerChannel:
     A request is retried (reconnecting) while the broker is registered and unfenced, and
     dropped once it is fenced: when it registers again it is sent its full state anyway.
 
-    UpdateMetadata carries the whole cluster picture, so only the newest one matters: an
+    An UpdateMetadata is built when it is sent, from the state as it is then, so an
     UpdateMetadata still queued when another is queued is dropped, the new one taking its
-    waiters, and it is built when it is sent, from the state as it is then. A burst of
-    decisions (a thousand ISR changes after a restart) then costs one UpdateMetadata per
-    broker instead of one full picture per decision."""
+    waiters and carrying what both carry (the full picture if either does, else both
+    deltas' partitions). A burst of decisions (a thousand ISR changes after a restart) then
+    costs one UpdateMetadata per broker instead of one per decision."""
 
     def __init__(self, manager: "ControllerChannelManager", node_id: int) -> None:
         self._manager = manager
@@ -85,15 +90,18 @@ class BrokerChannel:
         self._work.set()
         return delivered
 
-    def enqueue_metadata(self, build, even_if_fenced: bool = False) -> trio.Event:
-        """Queue an UpdateMetadata that ``build()`` makes when it is sent (see the class)."""
+    def enqueue_metadata(self, build, even_if_fenced: bool = False, delta=None) -> trio.Event:
+        """Queue an UpdateMetadata that ``build(delta)`` makes when it is sent (see the
+        class); ``delta`` None is the full picture, else a MetadataDelta."""
         delivered = trio.Event()
-        item = _Queued(None, build, delivered, even_if_fenced)
+        item = _Queued(None, build, delivered, even_if_fenced, delta)
         for queued in list(self._queue):
             if queued.build is not None:
                 self._queue.remove(queued)
                 item.waiting += queued.waiting
                 item.even_if_fenced |= queued.even_if_fenced
+                if item.delta is not None:
+                    item.delta = None if queued.delta is None else queued.delta.merged(item.delta)
         self._queue.append(item)
         self._work.set()
         return delivered
@@ -110,7 +118,7 @@ class BrokerChannel:
             await manager.all_saved()
             item = self._queue.popleft()
             even_if_fenced = item.even_if_fenced
-            request = item.request if item.build is None else item.build()
+            request = item.request if item.build is None else item.build(item.delta)
             attempts = 0
             while True:
                 broker = manager.broker(self.node_id)
@@ -193,8 +201,10 @@ class ControllerChannelManager:
     def enqueue(self, node_id: int, request, even_if_fenced: bool = False) -> trio.Event:
         return self.channel(node_id).enqueue(request, even_if_fenced)
 
-    def enqueue_metadata(self, node_id: int, build, even_if_fenced: bool = False) -> trio.Event:
-        return self.channel(node_id).enqueue_metadata(build, even_if_fenced)
+    def enqueue_metadata(
+        self, node_id: int, build, even_if_fenced: bool = False, delta=None
+    ) -> trio.Event:
+        return self.channel(node_id).enqueue_metadata(build, even_if_fenced, delta)
 
     def security_for(self, listeners: dict[str, tuple[str, int]]) -> ClientSecurity:
         """How to connect to a broker's inter-broker listener (the first it registered): with

@@ -97,6 +97,11 @@ class ControllerService:
         # This node's own credential table, kept current when no broker role gets pushes.
         self.local_scram_credentials: ScramCredentials | None = None
         self._saves_in_flight = 0
+        # The live brokers as the last UpdateMetadata built from a decision saw them (None:
+        # nothing told yet), and the brokers whose next UpdateMetadata must be the full
+        # picture (they registered: they may know nothing).
+        self._announced_live: tuple[int, ...] | None = None
+        self._full_metadata_for: set[int] = set()
         self._all_saved = trio.Event()
         self._all_saved.set()
 
@@ -180,10 +185,18 @@ class ControllerService:
         also_tell: int | None = None,
     ) -> list[trio.Event]:
         """Queue LeaderAndIsr for changed partitions, StopReplica for deleted topics and for
-        replicas a reassignment removed, and the full UpdateMetadata for every live broker
-        (see ``broker_requests.plan``); return the delivery events. ``also_tell`` is a broker
+        replicas a reassignment removed, and UpdateMetadata for every live broker (see
+        ``broker_requests.plan``); return the delivery events. ``also_tell`` is a broker
         that is no longer live but still running (a controlled shutdown): it hears of its
-        partitions too, so that it stops acting as their leader."""
+        partitions too, so that it stops acting as their leader.
+
+        The UpdateMetadata is incremental (the changed partitions, the deleted topics), as
+        Kafka's ZooKeeper-mode controller sends it, except to a broker that may lack the
+        picture: every broker when this controller tells anything first or when the live
+        brokers changed (every partition's offline replicas change), and a broker that
+        registered (:meth:`send_full_metadata`). Issue 39: the full picture on every
+        decision made each of thousands of decisions cost in proportion to every partition
+        of the cluster, to build, encode and apply."""
         for change in changes:
             key = (change.topic, change.partition)
             if change.state.leader >= 0 and self._leaders.get(key) != change.state.leader:
@@ -201,17 +214,29 @@ class ControllerService:
         for node_id, partitions in batch.stop_replica.items():
             request = broker_requests.stop_replica(self.state, self.node_id, node_id, partitions)
             events.append(self.channels.enqueue(node_id, request))
+        live = tuple(self.state.live_brokers())
+        everyone_full = live != self._announced_live
+        self._announced_live = live
+        delta = broker_requests.MetadataDelta.of(changes, stopped)
         for node_id in batch.update_metadata:
+            full = everyone_full or node_id in self._full_metadata_for
+            self._full_metadata_for.discard(node_id)
             events.append(
                 self.channels.enqueue_metadata(
                     node_id,
-                    lambda node_id=node_id: broker_requests.update_metadata(
-                        self.state, self.node_id
+                    lambda delta, node_id=node_id: broker_requests.update_metadata(
+                        self.state, self.node_id, delta
                     )(node_id),
                     even_if_fenced=node_id == also_tell,
+                    delta=None if full else delta,
                 )
             )
         return events
+
+    def send_full_metadata(self, node_id: int) -> None:
+        """The next UpdateMetadata ``node_id`` is sent is the full picture (it registered:
+        a restarted broker knows nothing)."""
+        self._full_metadata_for.add(node_id)
 
     async def await_delivery(self, events: list[trio.Event], timeout_s: float) -> bool:
         """Wait until every event is set; False if the timeout came first. A timeout of zero

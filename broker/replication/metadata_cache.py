@@ -1,8 +1,12 @@
 """The broker's picture of the cluster, as the controller last told it (UpdateMetadata).
 
 Metadata requests from clients are answered from here; so are the questions handlers ask
-about topics this broker does not host (which broker leads it, which id a topic has). It is
-replaced whole on every UpdateMetadata: the controller always sends the full picture.
+about topics this broker does not host (which broker leads it, which id a topic has). An
+UpdateMetadata of type INCREMENTAL (1) is merged in, as Kafka's ZkMetadataCache merges every
+UpdateMetadata: its partitions replace those the cache has, a partition with leader -2
+(LeaderDuringDelete) is forgotten, and a topic whose id changed is replaced whole; any other
+(FULL, 2, or UNKNOWN, 0) replaces the whole picture. The live brokers are replaced by every
+one. See controller/broker_requests.py for when the controller sends which.
 """
 
 import uuid
@@ -37,6 +41,25 @@ class TopicMetadata:
     partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
 
 
+# UpdateMetadata v8's Type (KIP-866) for a request that carries only what changed.
+UPDATE_METADATA_INCREMENTAL = 1
+# Kafka's LeaderAndIsr.LeaderDuringDelete: a partition of a deleted topic.
+LEADER_DURING_DELETE = -2
+
+
+def _partition(state) -> PartitionMetadata:
+    """An UpdateMetadata partition state as the cache keeps it."""
+    return PartitionMetadata(
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        replicas=tuple(state.replicas),
+        isr=tuple(state.isr),
+        offline_replicas=tuple(state.offline_replicas),
+        eligible_leader_replicas=tuple(getattr(state, "eligible_leader_replicas", ())),
+        last_known_elr=tuple(getattr(state, "last_known_elr", ())),
+    )
+
+
 class MetadataCache:
     """Live brokers and topics from the latest UpdateMetadata."""
 
@@ -56,7 +79,8 @@ class MetadataCache:
         self.controller_id = -1
 
     def update(self, request) -> None:
-        """Replace everything with the contents of an UpdateMetadata request."""
+        """Take an UpdateMetadata request in: merged when INCREMENTAL, else replacing every
+        topic (see the module)."""
         brokers = {}
         listeners = {}
         for broker in request.live_brokers:
@@ -67,29 +91,54 @@ class MetadataCache:
                 item.listener: BrokerEndpoint(broker.id_, item.host, item.port, rack)
                 for item in broker.endpoints
             }
-        topics = {}
-        for topic_state in request.topic_states:
-            partitions = {
-                state.partition_index: PartitionMetadata(
-                    leader=state.leader,
-                    leader_epoch=state.leader_epoch,
-                    replicas=tuple(state.replicas),
-                    isr=tuple(state.isr),
-                    offline_replicas=tuple(state.offline_replicas),
-                    eligible_leader_replicas=tuple(getattr(state, "eligible_leader_replicas", ())),
-                    last_known_elr=tuple(getattr(state, "last_known_elr", ())),
+        incremental = getattr(request, "type_", 0) == UPDATE_METADATA_INCREMENTAL
+        if incremental:
+            topics = self._merged(request.topic_states)
+        else:
+            topics = {
+                topic_state.topic_name: TopicMetadata(
+                    topic_state.topic_name,
+                    topic_state.topic_id,
+                    {
+                        state.partition_index: _partition(state)
+                        for state in topic_state.partition_states
+                        if state.leader != LEADER_DURING_DELETE
+                    },
                 )
-                for state in topic_state.partition_states
+                for topic_state in request.topic_states
             }
-            topics[topic_state.topic_name] = TopicMetadata(
-                topic_state.topic_name, topic_state.topic_id, partitions
-            )
         self.controller_id = request.controller_id
         self.racks.update({node: endpoint.rack for node, endpoint in brokers.items()})
         self.brokers = brokers
         self.listeners = listeners
         self.topics = topics
-        self._topics_by_id = {topic.topic_id: topic for topic in topics.values()}
+        if not incremental:
+            self._topics_by_id = {topic.topic_id: topic for topic in topics.values()}
+
+    def _merged(self, topic_states) -> dict[str, TopicMetadata]:
+        """The topics with an incremental UpdateMetadata's topic states merged in; keeps
+        ``_topics_by_id`` in step. Costs in proportion to the topics it names (and the
+        partitions of those), not to every topic known."""
+        topics = dict(self.topics)
+        for topic_state in topic_states:
+            name = topic_state.topic_name
+            known = topics.get(name)
+            if known is not None and known.topic_id == topic_state.topic_id:
+                partitions = dict(known.partitions)
+            else:
+                partitions = {}  # new, or deleted and made again: the old one goes whole
+            for state in topic_state.partition_states:
+                if state.leader == LEADER_DURING_DELETE:
+                    partitions.pop(state.partition_index, None)
+                else:
+                    partitions[state.partition_index] = _partition(state)
+            if known is not None:
+                self._topics_by_id.pop(known.topic_id, None)
+                del topics[name]
+            if partitions:
+                topics[name] = TopicMetadata(name, topic_state.topic_id, partitions)
+                self._topics_by_id[topic_state.topic_id] = topics[name]
+        return topics
 
     def remember_broker(self, endpoint: BrokerEndpoint) -> None:
         """Learn a leader's address from LeaderAndIsr before the next UpdateMetadata arrives."""

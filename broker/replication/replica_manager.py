@@ -1121,8 +1121,9 @@ class ReplicaManager:
             if self.config.node_id in state.replicas
             and self._is_new_replica(topic_state, state.partition_index)
         ]
+        hosted_by_topic = self._hosted_by_topic({topic_state.topic_name for topic_state, _ in new})
         for topic_state, state in new:
-            self._drop_stale_replicas(topic_state, state.partition_index)
+            self._drop_stale_replicas(topic_state, state.partition_index, hosted_by_topic)
         failure: Exception | None = None
         created: list[PartitionLog] = []
         if new:
@@ -1214,14 +1215,29 @@ class ReplicaManager:
         for listener in self.role_listeners:
             listener(partition)
 
-    def _drop_stale_replicas(self, topic_state, index: int) -> None:
+    def _hosted_by_topic(self, names: set[str]) -> dict[str, list[tuple[str, int]]]:
+        """The hosted partitions' keys of these topics, by topic: one pass over every hosted
+        partition for a whole LeaderAndIsr."""
+        found: dict[str, list[tuple[str, int]]] = {}
+        for key in self._partitions:
+            if key[0] in names:
+                found.setdefault(key[0], []).append(key)
+        return found
+
+    def _drop_stale_replicas(
+        self, topic_state, index: int, hosted_by_topic: dict[str, list[tuple[str, int]]]
+    ) -> None:
         """Before a new replica's log is made: a topic recreated under a new id first loses
-        every old partition (the log manager deletes their logs)."""
+        every old partition (the log manager deletes their logs). ``hosted_by_topic`` is
+        :meth:`_hosted_by_topic` for the request's topics: the keys of this topic are looked
+        at, not every hosted partition (issue 39: a scan of all of them for each new replica
+        made creating N partitions cost N x N)."""
         name = topic_state.topic_name
         stale = [
             key
-            for key, partition in self._partitions.items()
-            if key[0] == name and (key[1] == index or partition.topic_id != topic_state.topic_id)
+            for key in hosted_by_topic.get(name, ())
+            if (partition := self._partitions.get(key)) is not None
+            and (key[1] == index or partition.topic_id != topic_state.topic_id)
         ]
         for key in stale:
             old = self._partitions.pop(key)
