@@ -103,3 +103,13 @@ def test_records_not_final_in_an_undrained_topic_are_counted_apart():
     verdict = check(produced, deliveries, acks, stopped_early, letters, LIMIT, drained=False)
     assert verdict.clean, verdict.summary()
     assert verdict.undrained == 1
+
+
+def test_the_drain_waits_past_a_stale_leaders_high_watermark():
+    # A zombie leader answered ListOffsets with high watermark 8480 on partition 1 while the
+    # new leader had acknowledged records up to 9100: the drain must wait for 9101.
+    from faults.share_workload import ShareWorkload
+
+    produced = {(1, offset): b"v" for offset in range(8470, 9101)} | {(0, 5): b"v"}
+    ends = ShareWorkload.drain_targets({0: 10, 1: 8480, 2: 0}, produced)
+    assert ends == {0: 10, 1: 9101, 2: 0}
