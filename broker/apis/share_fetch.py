@@ -79,8 +79,14 @@ def _acknowledgements(batches) -> list[Acknowledgement] | None:
         if len(types) == 1:
             acks.append(Acknowledgement(first, last, AcknowledgeType(types[0])))
         elif len(types) == last - first + 1:
-            for offset, kind in zip(range(first, last + 1), types, strict=True):
-                acks.append(Acknowledgement(offset, offset, AcknowledgeType(kind)))
+            # One type per offset: runs of one type become one range (the share partition
+            # works per range, not per record).
+            run_first = first
+            for offset in range(first + 1, last + 2):
+                if offset > last or types[offset - first] != types[run_first - first]:
+                    kind = AcknowledgeType(types[run_first - first])
+                    acks.append(Acknowledgement(run_first, offset - 1, kind))
+                    run_first = offset
         else:
             return None
     return acks

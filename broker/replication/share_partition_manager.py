@@ -248,12 +248,12 @@ class SharePartitionManager:
             if deadline is None or deadline > now:
                 continue
             async with held.lock:
-                expired = held.share.expire(_now_ms())
+                expired = held.share.expire_ranges(_now_ms())
                 if not expired:
                     continue
-                released += len(expired)
+                released += sum(last - first + 1 for first, last in expired)
                 log.debug("share group %s %s-%d: locks expired on %s", group, topic, index, expired)
-                error = await self._persist(held, held.share.batches_of(expired))
+                error = await self._persist(held, held.share.batches_in(expired))
                 if error is not Error.NONE:
                     # What is persisted already says AVAILABLE for acquired records.
                     log.warning("share group %s: lock expiry not persisted: %s", group, error.name)
@@ -450,7 +450,8 @@ class SharePartitionManager:
         batch_optimized: bool = True,
     ) -> ShareFetchResult:
         """Read from the share partition's next fetch offset and acquire up to
-        ``max_records`` for the member (whole batches when ``batch_optimized``)."""
+        ``max_records`` for the member, as the in-flight limit allows (whole log batches when
+        ``batch_optimized``: ``SharePartition.acquire``)."""
         held, error = await self._get_or_create(group_id, partition)
         if held is None:
             return ShareFetchResult(error)
@@ -458,10 +459,10 @@ class SharePartitionManager:
         async with held.lock:
             share = held.share
             share.update_log_start_offset(partition.log.log_start_offset)
-            expired = share.expire(_now_ms())
+            expired = share.expire_ranges(_now_ms())
             if expired:
                 # Persisted now, so that what expiry archived goes to the DLQ once.
-                error = await self._persist(held, share.batches_of(expired))
+                error = await self._persist(held, share.batches_in(expired))
                 if error is not Error.NONE:
                     log.warning(
                         "share group %s: lock expiry not persisted: %s", group_id, error.name
@@ -500,11 +501,10 @@ class SharePartitionManager:
                 for first, last, _, _, control in batches
                 if not control and first not in aborted
             ]
-            limit = max_records
-            if batch_optimized:
-                limit = _whole_batches(fetched, fetch_offset, max_records)
             before = share.clone()
-            acquired = share.acquire(member_id, limit, fetched, _now_ms())
+            acquired = share.acquire(
+                member_id, max_records, fetched, _now_ms(), batch_optimized=batch_optimized
+            )
             if not acquired:
                 return ShareFetchResult()
             changed = [
@@ -571,11 +571,11 @@ class SharePartitionManager:
             if group != group_id:
                 continue
             async with held.lock:
-                offsets = held.share.release_member(member_id)
-                if not offsets:
+                ranges = held.share.release_member_ranges(member_id)
+                if not ranges:
                     continue
-                released += len(offsets)
-                error = await self._persist(held, held.share.batches_of(offsets))
+                released += sum(last - first + 1 for first, last in ranges)
+                error = await self._persist(held, held.share.batches_in(ranges))
                 if error is not Error.NONE:
                     log.warning("share group %s: release not persisted: %s", group, error.name)
                 self._hand_over_dead_letters(held, group, topic, index)
@@ -600,16 +600,3 @@ class SharePartitionManager:
         for session in self.sessions.remove_connection(connection):
             await self.release_member(session.group_id, session.member_id)
             self._maybe_group_empty(session.group_id)
-
-
-def _whole_batches(fetched: list[tuple[int, int]], fetch_offset: int, max_records: int) -> int:
-    """The batch_optimized acquire mode (KIP-1206): ``max_records`` rounded up to the end of
-    the batch it falls in."""
-    count = 0
-    for first, last in fetched:
-        if last < fetch_offset:
-            continue
-        count += last - max(first, fetch_offset) + 1
-        if count >= max_records:
-            break
-    return max(count, max_records)

@@ -207,6 +207,70 @@ def test_max_record_locks_bounds_the_window_but_not_redelivery() -> None:
     assert sp.acquire("m2", 100, [(4, 9)], 2) == [AcquiredRange(4, 5, 1)]
 
 
+def test_the_in_flight_limit_bounds_what_an_acquisition_asks_for_not_whole_batches() -> None:
+    """Kafka 4.4's SharePartition.lastOffsetAndMaxRecordsToAcquire and
+    acquireNewBatchRecords: an acquisition asks for min(max_records, limit - in flight)
+    records; batch_optimized rounds that up to the end of the log batch it ends in, past the
+    limit; the next acquisition finds no room and takes nothing new until the start offset
+    moves."""
+    sp = new(max_record_locks=4)
+    # Batches of 10 and 5 records: 2 asked for, the whole first batch taken.
+    got = sp.acquire("m", 2, [(0, 9), (10, 14)], 0, batch_optimized=True)
+    assert got == [AcquiredRange(0, 9, 1)]
+    assert sp.in_flight == 10 and not sp.can_acquire()
+    assert sp.acquire("m2", 100, [(10, 14)], 0, batch_optimized=True) == []
+    sp.acknowledge("m", [ack(0, 8, AcknowledgeType.ACCEPT)], 1)
+    # One record in flight, room for 3: rounded up to the end of the 5-record batch.
+    assert sp.acquire("m2", 100, [(10, 14)], 1, batch_optimized=True) == [AcquiredRange(10, 14, 1)]
+    assert sp.in_flight == 6
+    # record_limit takes exactly min(max_records, room).
+    exact = new(max_record_locks=4)
+    assert exact.acquire("m", 100, [(0, 9)], 0) == [AcquiredRange(0, 3, 1)]
+
+
+def test_without_room_only_available_records_of_the_window_are_acquired() -> None:
+    """Kafka's rule, also with room: the count is min(max_records, limit - in flight), and
+    AVAILABLE records of the window come first: records released in a full window are
+    acquired again, none past its end."""
+    sp = new(max_record_locks=8)
+    sp.acquire("m", 8, [(0, 19)], 0)
+    sp.acknowledge("m", [ack(0, 1, AcknowledgeType.RELEASE)], 1)
+    assert sp.in_flight == 8
+    # No room: the released records only, though the batch read goes on to 19.
+    assert sp.acquire("m2", 100, [(0, 19)], 2, batch_optimized=True) == [AcquiredRange(0, 1, 2)]
+    assert sp.end_offset == 8
+    sp.acknowledge("m", [ack(2, 3, AcknowledgeType.ACCEPT)], 3)
+    sp.acknowledge("m2", [ack(0, 1, AcknowledgeType.ACCEPT)], 3)
+    sp.acknowledge("m", [ack(4, 4, AcknowledgeType.RELEASE)], 3)
+    # Start 4, end 8: room for 4, of which the released record 4 takes 1.
+    assert sp.acquire("m2", 100, [(4, 19)], 4) == [
+        AcquiredRange(4, 4, 2),
+        AcquiredRange(8, 10, 1),
+    ]
+
+
+def test_a_batch_acquired_and_accepted_in_one_range_costs_one_run() -> None:
+    """The window is kept by offset range (Kafka's InFlightBatch): 100,000 records acquired,
+    partly released, accepted and redelivered are a handful of runs, not a state per
+    record."""
+    sp = new(max_record_locks=200_000)
+    assert sp.acquire("m", 100_000, [(0, 99_999)], 0) == [AcquiredRange(0, 99_999, 1)]
+    assert len(sp.clone()._runs) == 1
+    sp.acknowledge("m", [ack(10, 19, AcknowledgeType.RELEASE)], 1)
+    assert len(sp._runs) == 3
+    assert sp.acquire("n", 10, [(10, 99_999)], 2) == [AcquiredRange(10, 19, 2)]
+    sp.acknowledge(
+        "m", [ack(0, 9, AcknowledgeType.ACCEPT), ack(20, 99_999, AcknowledgeType.ACCEPT)], 3
+    )
+    assert sp.start_offset == 10 and len(sp._runs) == 2
+    assert sp.state_batches() == [
+        StateBatch(10, 19, RecordState.AVAILABLE, 2),
+        StateBatch(20, 99_999, RecordState.ACKNOWLEDGED, 1),
+    ]
+    sp.acknowledge("n", [ack(10, 19, AcknowledgeType.ACCEPT)], 4)
+    assert sp.start_offset == sp.end_offset == 100_000 and sp._runs == []
+
+
 def test_offsets_the_log_did_not_return_are_gaps() -> None:
     sp = new()
     # Offsets 3 and 4 are transaction markers or compacted away.

@@ -124,6 +124,38 @@ async def test_record_limit_and_batch_optimized_modes(manager, broker, autojump_
     assert whole.acquired == [AcquiredRange(3, 9, 1)]  # up to the end of the first batch
 
 
+async def test_a_produced_batch_larger_than_the_in_flight_limit_is_acquired_whole(
+    manager, broker, autojump_clock
+):
+    """Kafka 4.4's rule (SharePartition.lastOffsetAndMaxRecordsToAcquire): the in-flight
+    limit (share.partition.max.record.locks, 2,000) bounds what an acquisition asks for, and
+    batch_optimized rounds up to the end of the log batch: a 5,000-record batch goes out once,
+    whole, to one member, persisted in one write; the next member finds no room until it is
+    acknowledged."""
+    await produce(broker, 5000)
+    writes = []
+    write = manager.persister.write
+
+    async def counting(key, state):
+        writes.append(state.batches)
+        return await write(key, state)
+
+    manager.persister.write = counting
+    whole = await acquire(manager, broker, "m1", max_records=500)
+    assert whole.acquired == [AcquiredRange(0, 4999, 1)]
+    assert len(writes) == 1
+    assert (await acquire(manager, broker, "m2", max_records=500)).acquired == []
+    await produce(broker, 10)
+    assert (await acquire(manager, broker, "m2", max_records=500)).acquired == []
+    p = partition(broker)
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4999, AcknowledgeType.ACCEPT)) == (
+        Error.NONE
+    )
+    assert (await acquire(manager, broker, "m2", max_records=500)).acquired == [
+        AcquiredRange(5000, 5009, 1)
+    ]
+
+
 async def test_a_new_share_partition_starts_at_latest_by_default(manager, broker, autojump_clock):
     await produce(broker, 5)
     broker.group_configs[GROUP] = {}
