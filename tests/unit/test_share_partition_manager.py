@@ -156,6 +156,65 @@ async def test_a_produced_batch_larger_than_the_in_flight_limit_is_acquired_whol
     ]
 
 
+async def test_a_share_fetch_persists_its_acknowledgements_and_acquisition_in_one_write(
+    manager, broker, autojump_clock
+):
+    """A ShareFetch's acknowledgements of a partition go with its acquisition: one state write
+    for both (Kafka writes once per ShareFetch), each answered with its own code; a refused
+    write undoes both; acknowledgements that are invalid leave the acquisition alone."""
+    await produce(broker, 10)
+    await produce(broker, 10)
+    writes = []
+    write = manager.persister.write
+
+    async def counting(key, state):
+        writes.append(state)
+        return await write(key, state)
+
+    manager.persister.write = counting
+    first = await acquire(manager, broker, "m1", max_records=5)
+    assert first.acquired == [AcquiredRange(0, 9, 1)] and len(writes) == 1
+    # Accept 0-7, release 8-9: they go out again with the next batch, in one write.
+    acks = [
+        Acknowledgement(0, 7, AcknowledgeType.ACCEPT),
+        Acknowledgement(8, 9, AcknowledgeType.RELEASE),
+    ]
+    second = await acquire(manager, broker, "m1", max_records=5, acknowledgements=acks)
+    assert (second.error, second.acknowledge_error) == (Error.NONE, Error.NONE)
+    assert second.acquired == [AcquiredRange(8, 9, 2), AcquiredRange(10, 19, 1)]
+    assert len(writes) == 2
+    assert writes[-1].start_offset == 8
+    assert [(b.first_offset, b.last_offset, b.delivery_count) for b in writes[-1].batches] == [
+        (8, 9, 2),
+        (10, 19, 1),
+    ]
+    state = manager.persister.states[ShareStateKey(GROUP, TOPIC_ID, 0)]
+    assert state.start_offset == 8
+    # Acknowledging what m2 does not hold: INVALID_RECORD_STATE, its acquisition goes on.
+    await produce(broker, 10)
+    wrong = [Acknowledgement(8, 9, AcknowledgeType.ACCEPT)]
+    third = await acquire(manager, broker, "m2", max_records=5, acknowledgements=wrong)
+    assert third.acknowledge_error is Error.INVALID_RECORD_STATE
+    assert third.acquired == [AcquiredRange(20, 29, 1)]
+    assert len(writes) == 3
+    # A refused write: neither the acknowledgement nor the acquisition happened.
+    await produce(broker, 10)
+    manager.persister.refuse_writes = Error.COORDINATOR_NOT_AVAILABLE
+    accept = [Acknowledgement(8, 19, AcknowledgeType.ACCEPT)]
+    refused = await acquire(manager, broker, "m1", max_records=5, acknowledgements=accept)
+    assert (refused.error, refused.acknowledge_error) == (
+        Error.COORDINATOR_NOT_AVAILABLE,
+        Error.COORDINATOR_NOT_AVAILABLE,
+    )
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    assert share.state_of(8) is RecordState.ACQUIRED and share.end_offset == 30
+    manager.persister.refuse_writes = Error.NONE
+    again = await acquire(manager, broker, "m1", max_records=5, acknowledgements=accept)
+    assert (again.acknowledge_error, again.acquired) == (Error.NONE, [AcquiredRange(30, 39, 1)])
+    assert manager.share_partition(GROUP, TOPIC, 0).start_offset == 20
+    assert len(writes) == 5
+
+
 async def test_a_new_share_partition_starts_at_latest_by_default(manager, broker, autojump_clock):
     await produce(broker, 5)
     broker.group_configs[GROUP] = {}
