@@ -358,9 +358,10 @@ def test_acknowledge_returns_the_changed_batches() -> None:
 MEMBERS = ("a", "b", "c")
 LOG_END = 40
 LIMIT = 3
+BATCH = 5
 
 step = st.one_of(
-    st.tuples(st.just("acquire"), st.sampled_from(MEMBERS), st.integers(1, 12)),
+    st.tuples(st.just("acquire"), st.sampled_from(MEMBERS), st.integers(1, 12), st.booleans()),
     st.tuples(
         st.just("ack"),
         st.sampled_from(MEMBERS),
@@ -394,9 +395,15 @@ def test_no_accepted_record_is_delivered_again_and_none_is_lost(
     archived: set[int] = set()
     for s in steps:
         if s[0] == "acquire":
-            member, n = str(s[1]), int(s[2])  # type: ignore[call-overload]
+            member, n, whole = str(s[1]), int(s[2]), bool(s[3])  # type: ignore[call-overload]
             start = sp.next_fetch_offset()
-            got = sp.acquire(member, n, [(start, LOG_END - 1)] if start < LOG_END else [], now)
+            # The log's batches: offsets 5k to 5k + 4 (the first one cut at the fetch offset).
+            fetched = [
+                (max(first, start), min(first + BATCH - 1, LOG_END - 1))
+                for first in range(start - start % BATCH, LOG_END, BATCH)
+            ]
+            before, end_before = sp.in_flight, sp.end_offset
+            got = sp.acquire(member, n, fetched, now, batch_optimized=whole)
             total = 0
             for r in got:
                 assert r.delivery_count <= LIMIT
@@ -404,8 +411,13 @@ def test_no_accepted_record_is_delivered_again_and_none_is_lost(
                     assert o not in accepted and o not in archived, o
                     held[member].append(o)
                     total += 1
-            assert total <= n
-            assert sp.in_flight <= max_locks
+            if whole:
+                # Whole log batches: past n and the limit by less than a batch.
+                assert total < n + BATCH and sp.in_flight < max_locks + BATCH
+                if sp.end_offset > end_before:  # new records: up to a batch's end
+                    assert sp.end_offset % BATCH == 0 or sp.end_offset == LOG_END
+            else:
+                assert total <= n and sp.in_flight <= max(max_locks, before)
         elif s[0] == "ack":
             member, kind, i = str(s[1]), AcknowledgeType(s[2]), int(s[3])  # type: ignore[call-overload]
             mine = [o for o in held[member] if sp.holder(o) == member]
