@@ -41,7 +41,9 @@ Departures, and why: the group's ``share.*`` configs are read when a share parti
 created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
 reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
 is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
-write carries the batches that changed, as Kafka's ShareUpdate).
+write carries the batches that changed, as Kafka's ShareUpdate). Kafka writes once per
+ShareFetch (its acknowledgements) and so does this: a ShareFetch's acknowledgements of a
+partition and its acquisition there go in one write (``acquire`` with ``acknowledgements``).
 
 Dead-letter queues (KIP-1191): the records a change archived (REJECTed, or at the delivery
 limit) are ARCHIVING when the group has a DLQ, persisted so, then handed to the DLQ writer
