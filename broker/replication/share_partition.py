@@ -72,6 +72,9 @@ Departures, and why:
   when records are delivered again, and never past a log batch. Kafka also splits what one
   acquisition returns into AcquiredRecords of about the request's BatchSize at batch
   boundaries (``createBatches``); here one range per contiguous run of one delivery count.
+  In ``record_limit`` mode Kafka puts the whole log batch read into the window (the records
+  past the count AVAILABLE, per offset) and moves the end offset to its end; here the window
+  ends after the last record acquired, so the next fetch reads the rest of the batch again.
 - the records archived by the delivery limit or rejected are kept in ``dead_letters`` until
   taken, for the dead-letter queue of KIP-1191 (share.version=2), which writes them. While
   the group has a DLQ (``ShareSettings.dead_letter_queue``) they are ARCHIVING, as Kafka
