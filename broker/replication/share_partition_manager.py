@@ -508,21 +508,39 @@ class SharePartitionManager:
                 return result
             ranges = acked + [(r.first_offset, r.last_offset) for r in result.acquired]
             error = await self._persist(held, share.batches_in(ranges))
-            if error is not Error.NONE:
+            if error is Error.NONE:
+                self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
+            else:
                 held.share = before
-                log.warning(
-                    "share group %s: ShareFetch on %s-%d not persisted: %s",
-                    group_id,
-                    partition.topic,
-                    partition.index,
-                    error.name,
-                )
-                code = persister_error(error)
+        if error is not Error.NONE:
+            log.warning(
+                "share group %s: ShareFetch on %s-%d not persisted: %s",
+                group_id,
+                partition.topic,
+                partition.index,
+                error.name,
+            )
+            code = persister_error(error)
+            dropped = self._held.get((group_id, partition.topic, partition.index)) is not held
+            if acknowledgements is None or not dropped:
                 return ShareFetchResult(
                     code if result.acquired else result.error,
                     acknowledge_error=code if acknowledgements is not None else ack_error,
                 )
-            self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
+            # The state was reset or deleted (FENCED_STATE_EPOCH, UNKNOWN_TOPIC_OR_PARTITION:
+            # the share partition dropped). The acknowledgements fail with that code, as
+            # Kafka's acknowledge does, and the fetch goes on, as Kafka's does, on the share
+            # partition read again from the persister.
+            again = await self.acquire(
+                group_id,
+                member_id,
+                partition,
+                max_records=max_records,
+                max_bytes=max_bytes,
+                batch_optimized=batch_optimized,
+            )
+            again.acknowledge_error = code
+            return again
         if acknowledgements is not None:
             self.replicas.watchers.notify(
                 share_watch_key(group_id, partition.topic, partition.index)

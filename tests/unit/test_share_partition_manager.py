@@ -215,6 +215,26 @@ async def test_a_share_fetch_persists_its_acknowledgements_and_acquisition_in_on
     assert len(writes) == 5
 
 
+async def test_a_share_fetch_whose_write_is_fenced_still_fetches(manager, broker, autojump_clock):
+    """The state was reset under the leader (FENCED_STATE_EPOCH on the ShareFetch's one write):
+    its acknowledgements fail with that code, as Kafka's acknowledge does, and the fetch goes
+    on from the state read again, as Kafka's does (it is not answered with the error)."""
+    await produce(broker, 5)
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 1)]
+    write = manager.persister.write
+    refusals = [Error.FENCED_STATE_EPOCH]
+
+    async def once(key, state):
+        return refusals.pop() if refusals else await write(key, state)
+
+    manager.persister.write = once
+    acks = [Acknowledgement(0, 4, AcknowledgeType.ACCEPT)]
+    result = await acquire(manager, broker, "m1", acknowledgements=acks)
+    assert (result.error, result.acknowledge_error) == (Error.NONE, Error.FENCED_STATE_EPOCH)
+    # Read again from the persister: 0-4 as written at their acquisition, delivered again.
+    assert result.acquired == [AcquiredRange(0, 4, 2)]
+
+
 async def test_a_new_share_partition_starts_at_latest_by_default(manager, broker, autojump_clock):
     await produce(broker, 5)
     broker.group_configs[GROUP] = {}
