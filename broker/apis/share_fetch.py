@@ -8,7 +8,12 @@ endpoint), applies the share session rules (replication/share_session.py: the wh
 answered SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH or SHARE_SESSION_LIMIT_REACHED),
 and hands each partition to the SharePartitionManager, which acquires, acknowledges and
 persists. Acknowledgements ride on ShareFetch (applied before fetching, answered in
-AcknowledgeErrorCode) and on ShareAcknowledge.
+AcknowledgeErrorCode) and on ShareAcknowledge. A ShareFetch's acknowledgements of a partition
+it reads are applied with that partition's first acquisition, and what both changed is
+persisted in one state write (Kafka writes the acknowledgements and not the acquisitions;
+minibroker writes the acquisitions' delivery counts too, in the same write); those of a
+partition it does not read (session closing, the record budget spent) are applied on their
+own.
 
 A ShareFetch that acquires nothing waits up to MaxWaitMs (Kafka's DelayedShareFetch) for an
 append to one of its partitions or records released there, then tries again. The records are
@@ -79,8 +84,14 @@ def _acknowledgements(batches) -> list[Acknowledgement] | None:
         if len(types) == 1:
             acks.append(Acknowledgement(first, last, AcknowledgeType(types[0])))
         elif len(types) == last - first + 1:
-            for offset, kind in zip(range(first, last + 1), types, strict=True):
-                acks.append(Acknowledgement(offset, offset, AcknowledgeType(kind)))
+            # One type per offset: runs of one type become one range (the share partition
+            # works per range, not per record).
+            run_first = first
+            for offset in range(first + 1, last + 2):
+                if offset > last or types[offset - first] != types[run_first - first]:
+                    kind = AcknowledgeType(types[run_first - first])
+                    acks.append(Acknowledgement(run_first, offset - 1, kind))
+                    run_first = offset
         else:
             return None
     return acks
@@ -196,17 +207,20 @@ async def handle_share_fetch(ctx: RequestContext, request) -> dict:
             }
         return entries[key]
 
-    # Acknowledgements first (Kafka acknowledges, then fetches).
+    # Acknowledgements first (Kafka acknowledges, then fetches). Those of a partition the
+    # fetch reads go with its first acquisition, in one state write (the manager's acquire);
+    # the others are applied here, before or after the fetch as they come.
+    pending: dict[tuple[object, int], list[Acknowledgement]] = {}
     for key, batches in acks.items():
-        name, partition, error = resolver.partition(*key)
-        if error is Error.NONE:
-            parsed = _acknowledgements(batches)
-            if parsed is None:
-                error = Error.INVALID_REQUEST
-            else:
-                error = await manager.acknowledge(group_id, member_id, partition, parsed)
-        entry(key, name)["acknowledge_error_code"] = error
+        parsed = _acknowledgements(batches)
+        if parsed is None:
+            entry(key, resolver.partition(*key)[0])["acknowledge_error_code"] = (
+                Error.INVALID_REQUEST
+            )
+        else:
+            pending[key] = parsed
     if outcome.closed:
+        await _acknowledge(manager, group_id, member_id, resolver, pending, entry)
         await manager.session_closed(group_id, member_id)
     else:
         if request.share_session_epoch == 0:
@@ -214,7 +228,7 @@ async def handle_share_fetch(ctx: RequestContext, request) -> dict:
             # (Kafka's ShareSessionContext); later ones only those with something to say.
             for key in outcome.partitions:
                 entry(key, resolver.topic(key[0])[0])
-        await _fetch(ctx, manager, request, resolver, outcome.partitions, entry)
+        await _fetch(ctx, manager, request, resolver, outcome.partitions, entry, pending)
     by_topic: dict[object, list[dict]] = {}
     for (topic_id, _), data in entries.items():
         by_topic.setdefault(topic_id, []).append(data)
@@ -227,8 +241,20 @@ async def handle_share_fetch(ctx: RequestContext, request) -> dict:
     }
 
 
-async def _fetch(ctx, manager, request, resolver: _Resolver, partitions, entry) -> None:
-    """Acquire from the session's partitions; park while nothing could be acquired."""
+async def _acknowledge(manager, group_id, member_id, resolver: _Resolver, pending, entry) -> None:
+    """Apply (and persist) the acknowledgements of ``pending`` partitions, emptying it."""
+    for key, parsed in list(pending.items()):
+        name, partition, error = resolver.partition(*key)
+        if error is Error.NONE:
+            error = await manager.acknowledge(group_id, member_id, partition, parsed)
+        entry(key, name)["acknowledge_error_code"] = error
+    pending.clear()
+
+
+async def _fetch(ctx, manager, request, resolver: _Resolver, partitions, entry, pending) -> None:
+    """Acquire from the session's partitions; park while nothing could be acquired. The
+    acknowledgements of ``pending`` go with their partition's first acquisition; those of
+    partitions not read are applied on their own after the first pass."""
     group_id, member_id = request.group_id, request.member_id
     batch_optimized = getattr(request, "share_acquire_mode", 0) != _RECORD_LIMIT
     max_records = request.max_records if request.max_records > 0 else 500
@@ -245,6 +271,7 @@ async def _fetch(ctx, manager, request, resolver: _Resolver, partitions, entry) 
                 continue
             if remaining_records <= 0 or remaining_bytes <= 0:
                 break
+            carried = pending.pop(key, None)
             result: ShareFetchResult = await manager.acquire(
                 group_id,
                 member_id,
@@ -252,7 +279,10 @@ async def _fetch(ctx, manager, request, resolver: _Resolver, partitions, entry) 
                 max_records=remaining_records,
                 max_bytes=remaining_bytes,
                 batch_optimized=batch_optimized,
+                acknowledgements=carried,
             )
+            if carried is not None:
+                entry(key, name)["acknowledge_error_code"] = result.acknowledge_error
             if result.error is not Error.NONE:
                 entry(key, name)["error_code"] = result.error
                 continue
@@ -273,6 +303,8 @@ async def _fetch(ctx, manager, request, resolver: _Resolver, partitions, entry) 
             ]
             remaining_records -= sum(r.last_offset - r.first_offset + 1 for r in result.acquired)
             remaining_bytes -= len(result.records)
+        if pending:
+            await _acknowledge(manager, group_id, member_id, resolver, pending, entry)
         if acquired_any or not watched or trio.current_time() >= deadline:
             return
         await ctx.replica_manager.watchers.wait_any(watched, deadline, "ShareFetch")

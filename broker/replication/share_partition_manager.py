@@ -41,7 +41,9 @@ Departures, and why: the group's ``share.*`` configs are read when a share parti
 created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
 reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
 is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
-write carries the batches that changed, as Kafka's ShareUpdate).
+write carries the batches that changed, as Kafka's ShareUpdate). Kafka writes once per
+ShareFetch (its acknowledgements) and so does this: a ShareFetch's acknowledgements of a
+partition and its acquisition there go in one write (``acquire`` with ``acknowledgements``).
 
 Dead-letter queues (KIP-1191): the records a change archived (REJECTed, or at the delivery
 limit) are ARCHIVING when the group has a DLQ, persisted so, then handed to the DLQ writer
@@ -67,7 +69,6 @@ from minibroker.replication.share_partition import (
     AcquiredRange,
     AutoOffsetReset,
     InvalidRecordState,
-    RecordState,
     SharePartition,
     ShareSettings,
     StateBatch,
@@ -116,6 +117,8 @@ class ShareFetchResult:
     error: Error = Error.NONE
     records: bytes = b""
     acquired: list[AcquiredRange] = field(default_factory=list)
+    # The code of the acknowledgements the ShareFetch carried for the partition, if any.
+    acknowledge_error: Error = Error.NONE
 
 
 @dataclass
@@ -248,12 +251,12 @@ class SharePartitionManager:
             if deadline is None or deadline > now:
                 continue
             async with held.lock:
-                expired = held.share.expire(_now_ms())
+                expired = held.share.expire_ranges(_now_ms())
                 if not expired:
                     continue
-                released += len(expired)
+                released += sum(last - first + 1 for first, last in expired)
                 log.debug("share group %s %s-%d: locks expired on %s", group, topic, index, expired)
-                error = await self._persist(held, held.share.batches_of(expired))
+                error = await self._persist(held, held.share.batches_in(expired))
                 if error is not Error.NONE:
                     # What is persisted already says AVAILABLE for acquired records.
                     log.warning("share group %s: lock expiry not persisted: %s", group, error.name)
@@ -448,82 +451,154 @@ class SharePartitionManager:
         max_records: int,
         max_bytes: int,
         batch_optimized: bool = True,
+        acknowledgements: Sequence[Acknowledgement] | None = None,
     ) -> ShareFetchResult:
         """Read from the share partition's next fetch offset and acquire up to
-        ``max_records`` for the member (whole batches when ``batch_optimized``)."""
+        ``max_records`` for the member, as the in-flight limit allows (whole log batches when
+        ``batch_optimized``: ``SharePartition.acquire``).
+
+        ``acknowledgements``, those a ShareFetch carries for this partition, are applied
+        first (all or none, as ``acknowledge``; their code in ``acknowledge_error``), and
+        what they and the acquisition changed is persisted in one write: Kafka writes once
+        per ShareFetch (the acknowledgements; its acquisitions are not written), and so does
+        this, with the acquisitions' delivery counts in the same write. A refused write
+        undoes both, each answered with the persister's code."""
+        ack_error = Error.NONE
+        if acknowledgements is not None:
+            current = self._held.get((group_id, partition.topic, partition.index))
+            if current is None or current.leader_epoch != partition.leader_epoch:
+                # As acknowledge answers: nothing acquired here to acknowledge.
+                ack_error, acknowledgements = Error.INVALID_RECORD_STATE, None
         held, error = await self._get_or_create(group_id, partition)
         if held is None:
-            return ShareFetchResult(error)
+            return ShareFetchResult(error, acknowledge_error=ack_error)
         _, isolation_level = self._settings(group_id)
         async with held.lock:
             share = held.share
             share.update_log_start_offset(partition.log.log_start_offset)
-            expired = share.expire(_now_ms())
+            expired = share.expire_ranges(_now_ms())
             if expired:
                 # Persisted now, so that what expiry archived goes to the DLQ once.
-                error = await self._persist(held, share.batches_of(expired))
+                error = await self._persist(held, share.batches_in(expired))
                 if error is not Error.NONE:
                     log.warning(
                         "share group %s: lock expiry not persisted: %s", group_id, error.name
                     )
                 self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
-            if not share.can_acquire():
-                return ShareFetchResult()
-            fetch_offset = share.next_fetch_offset()
-            entry = self.replicas.read_records(
-                partition,
-                fetch_offset,
-                replica_id=-1,
-                last_fetched_epoch=-1,
-                max_bytes=max_bytes,
-                min_one_batch=True,
-                record_progress=False,
-                isolation_level=isolation_level,
-                zero_copy=False,
-            )
-            if entry["error_code"] != Error.NONE:
-                return ShareFetchResult(Error(entry["error_code"]))
-            records = bytes(entry["records"] or b"")
-            if not records:
-                return ShareFetchResult()
-            headers = _headers(records)
-            batches = [header[:5] for header in headers]
-            # Transaction markers are not records: their offsets are gaps. So are the records
-            # of aborted transactions under read_committed. Kafka's SharePartition acquires
-            # them and archives them at once (persisted ARCHIVED, counted in the lag's
-            # delivery-complete count); here they are never acquired, so no state is written
-            # for them and the start offset moves past them as past a marker: no client can
-            # tell, though the lag may differ from Kafka's until the start offset passes them.
-            aborted = _aborted_batches(headers, entry.get("aborted_transactions"))
-            fetched = [
-                (first, last)
-                for first, last, _, _, control in batches
-                if not control and first not in aborted
-            ]
-            limit = max_records
-            if batch_optimized:
-                limit = _whole_batches(fetched, fetch_offset, max_records)
             before = share.clone()
-            acquired = share.acquire(member_id, limit, fetched, _now_ms())
-            if not acquired:
-                return ShareFetchResult()
-            changed = [
-                StateBatch(r.first_offset, r.last_offset, RecordState.AVAILABLE, r.delivery_count)
-                for r in acquired
-            ]
-            error = await self._persist(held, changed)
-            if error is not Error.NONE:
+            acked: list[tuple[int, int]] = []
+            if acknowledgements is not None:
+                try:
+                    changed = share.acknowledge(member_id, acknowledgements, _now_ms())
+                    acked = [(b.first_offset, b.last_offset) for b in changed]
+                except InvalidRecordState as refused:
+                    log.debug("share group %s: %s", group_id, refused)
+                    ack_error, acknowledgements = Error.INVALID_RECORD_STATE, None
+            result = self._read_and_acquire(
+                share,
+                member_id,
+                partition,
+                max_records,
+                max_bytes,
+                batch_optimized,
+                isolation_level,
+            )
+            result.acknowledge_error = ack_error
+            if acknowledgements is None and not result.acquired:
+                return result
+            ranges = acked + [(r.first_offset, r.last_offset) for r in result.acquired]
+            error = await self._persist(held, share.batches_in(ranges))
+            if error is Error.NONE:
+                self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
+            else:
                 held.share = before
-                log.warning(
-                    "share group %s: acquisition on %s-%d not persisted: %s",
-                    group_id,
-                    partition.topic,
-                    partition.index,
-                    error.name,
+        if error is not Error.NONE:
+            log.warning(
+                "share group %s: ShareFetch on %s-%d not persisted: %s",
+                group_id,
+                partition.topic,
+                partition.index,
+                error.name,
+            )
+            code = persister_error(error)
+            dropped = self._held.get((group_id, partition.topic, partition.index)) is not held
+            if acknowledgements is None or not dropped:
+                return ShareFetchResult(
+                    code if result.acquired else result.error,
+                    acknowledge_error=code if acknowledgements is not None else ack_error,
                 )
-                return ShareFetchResult(persister_error(error))
-            self._hand_over_dead_letters(held, group_id, partition.topic, partition.index)
+            # The state was reset or deleted (FENCED_STATE_EPOCH, UNKNOWN_TOPIC_OR_PARTITION:
+            # the share partition dropped). The acknowledgements fail with that code, as
+            # Kafka's acknowledge does, and the fetch goes on, as Kafka's does, on the share
+            # partition read again from the persister.
+            again = await self.acquire(
+                group_id,
+                member_id,
+                partition,
+                max_records=max_records,
+                max_bytes=max_bytes,
+                batch_optimized=batch_optimized,
+            )
+            again.acknowledge_error = code
+            return again
+        if acknowledgements is not None:
+            self.replicas.watchers.notify(
+                share_watch_key(group_id, partition.topic, partition.index)
+            )
         self._timer_changed.set()
+        return result
+
+    def _read_and_acquire(
+        self,
+        share: SharePartition,
+        member_id: str,
+        partition: Partition,
+        max_records: int,
+        max_bytes: int,
+        batch_optimized: bool,
+        isolation_level: int,
+    ) -> ShareFetchResult:
+        """Read from the share partition's next fetch offset and acquire in ``share`` (not
+        persisted: the caller writes what was acquired). The records answered are the log's
+        batches that hold an acquired record (Kafka's ShareFetchUtils.maybeSliceFetchRecords)."""
+        if not share.can_acquire():
+            return ShareFetchResult()
+        fetch_offset = share.next_fetch_offset()
+        entry = self.replicas.read_records(
+            partition,
+            fetch_offset,
+            replica_id=-1,
+            last_fetched_epoch=-1,
+            max_bytes=max_bytes,
+            min_one_batch=True,
+            record_progress=False,
+            isolation_level=isolation_level,
+            zero_copy=False,
+        )
+        if entry["error_code"] != Error.NONE:
+            return ShareFetchResult(Error(entry["error_code"]))
+        records = bytes(entry["records"] or b"")
+        if not records:
+            return ShareFetchResult()
+        headers = _headers(records)
+        batches = [header[:5] for header in headers]
+        # Transaction markers are not records: their offsets are gaps. So are the records
+        # of aborted transactions under read_committed. Kafka's SharePartition acquires
+        # them and archives them at once (persisted ARCHIVED, counted in the lag's
+        # delivery-complete count); here they are never acquired, so no state is written
+        # for them and the start offset moves past them as past a marker: no client can
+        # tell, though the lag may differ from Kafka's until the start offset passes them.
+        aborted = _aborted_batches(headers, entry.get("aborted_transactions"))
+        fetched = [
+            (first, last)
+            for first, last, _, _, control in batches
+            if not control and first not in aborted
+        ]
+        acquired = share.acquire(
+            member_id, max_records, fetched, _now_ms(), batch_optimized=batch_optimized
+        )
+        if not acquired:
+            return ShareFetchResult()
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         kept = [
             (position, size)
@@ -571,11 +646,11 @@ class SharePartitionManager:
             if group != group_id:
                 continue
             async with held.lock:
-                offsets = held.share.release_member(member_id)
-                if not offsets:
+                ranges = held.share.release_member_ranges(member_id)
+                if not ranges:
                     continue
-                released += len(offsets)
-                error = await self._persist(held, held.share.batches_of(offsets))
+                released += sum(last - first + 1 for first, last in ranges)
+                error = await self._persist(held, held.share.batches_in(ranges))
                 if error is not Error.NONE:
                     log.warning("share group %s: release not persisted: %s", group, error.name)
                 self._hand_over_dead_letters(held, group, topic, index)
@@ -600,16 +675,3 @@ class SharePartitionManager:
         for session in self.sessions.remove_connection(connection):
             await self.release_member(session.group_id, session.member_id)
             self._maybe_group_empty(session.group_id)
-
-
-def _whole_batches(fetched: list[tuple[int, int]], fetch_offset: int, max_records: int) -> int:
-    """The batch_optimized acquire mode (KIP-1206): ``max_records`` rounded up to the end of
-    the batch it falls in."""
-    count = 0
-    for first, last in fetched:
-        if last < fetch_offset:
-            continue
-        count += last - max(first, fetch_offset) + 1
-        if count >= max_records:
-            break
-    return max(count, max_records)

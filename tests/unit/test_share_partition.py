@@ -207,6 +207,70 @@ def test_max_record_locks_bounds_the_window_but_not_redelivery() -> None:
     assert sp.acquire("m2", 100, [(4, 9)], 2) == [AcquiredRange(4, 5, 1)]
 
 
+def test_the_in_flight_limit_bounds_what_an_acquisition_asks_for_not_whole_batches() -> None:
+    """Kafka 4.4's SharePartition.lastOffsetAndMaxRecordsToAcquire and
+    acquireNewBatchRecords: an acquisition asks for min(max_records, limit - in flight)
+    records; batch_optimized rounds that up to the end of the log batch it ends in, past the
+    limit; the next acquisition finds no room and takes nothing new until the start offset
+    moves."""
+    sp = new(max_record_locks=4)
+    # Batches of 10 and 5 records: 2 asked for, the whole first batch taken.
+    got = sp.acquire("m", 2, [(0, 9), (10, 14)], 0, batch_optimized=True)
+    assert got == [AcquiredRange(0, 9, 1)]
+    assert sp.in_flight == 10 and not sp.can_acquire()
+    assert sp.acquire("m2", 100, [(10, 14)], 0, batch_optimized=True) == []
+    sp.acknowledge("m", [ack(0, 8, AcknowledgeType.ACCEPT)], 1)
+    # One record in flight, room for 3: rounded up to the end of the 5-record batch.
+    assert sp.acquire("m2", 100, [(10, 14)], 1, batch_optimized=True) == [AcquiredRange(10, 14, 1)]
+    assert sp.in_flight == 6
+    # record_limit takes exactly min(max_records, room).
+    exact = new(max_record_locks=4)
+    assert exact.acquire("m", 100, [(0, 9)], 0) == [AcquiredRange(0, 3, 1)]
+
+
+def test_without_room_only_available_records_of_the_window_are_acquired() -> None:
+    """Kafka's rule, also with room: the count is min(max_records, limit - in flight), and
+    AVAILABLE records of the window come first: records released in a full window are
+    acquired again, none past its end."""
+    sp = new(max_record_locks=8)
+    sp.acquire("m", 8, [(0, 19)], 0)
+    sp.acknowledge("m", [ack(0, 1, AcknowledgeType.RELEASE)], 1)
+    assert sp.in_flight == 8
+    # No room: the released records only, though the batch read goes on to 19.
+    assert sp.acquire("m2", 100, [(0, 19)], 2, batch_optimized=True) == [AcquiredRange(0, 1, 2)]
+    assert sp.end_offset == 8
+    sp.acknowledge("m", [ack(2, 3, AcknowledgeType.ACCEPT)], 3)
+    sp.acknowledge("m2", [ack(0, 1, AcknowledgeType.ACCEPT)], 3)
+    sp.acknowledge("m", [ack(4, 4, AcknowledgeType.RELEASE)], 3)
+    # Start 4, end 8: room for 4, of which the released record 4 takes 1.
+    assert sp.acquire("m2", 100, [(4, 19)], 4) == [
+        AcquiredRange(4, 4, 2),
+        AcquiredRange(8, 10, 1),
+    ]
+
+
+def test_a_batch_acquired_and_accepted_in_one_range_costs_one_run() -> None:
+    """The window is kept by offset range (Kafka's InFlightBatch): 100,000 records acquired,
+    partly released, accepted and redelivered are a handful of runs, not a state per
+    record."""
+    sp = new(max_record_locks=200_000)
+    assert sp.acquire("m", 100_000, [(0, 99_999)], 0) == [AcquiredRange(0, 99_999, 1)]
+    assert len(sp.clone()._runs) == 1
+    sp.acknowledge("m", [ack(10, 19, AcknowledgeType.RELEASE)], 1)
+    assert len(sp._runs) == 3
+    assert sp.acquire("n", 10, [(10, 99_999)], 2) == [AcquiredRange(10, 19, 2)]
+    sp.acknowledge(
+        "m", [ack(0, 9, AcknowledgeType.ACCEPT), ack(20, 99_999, AcknowledgeType.ACCEPT)], 3
+    )
+    assert sp.start_offset == 10 and len(sp._runs) == 2
+    assert sp.state_batches() == [
+        StateBatch(10, 19, RecordState.AVAILABLE, 2),
+        StateBatch(20, 99_999, RecordState.ACKNOWLEDGED, 1),
+    ]
+    sp.acknowledge("n", [ack(10, 19, AcknowledgeType.ACCEPT)], 4)
+    assert sp.start_offset == sp.end_offset == 100_000 and sp._runs == []
+
+
 def test_offsets_the_log_did_not_return_are_gaps() -> None:
     sp = new()
     # Offsets 3 and 4 are transaction markers or compacted away.
@@ -294,9 +358,10 @@ def test_acknowledge_returns_the_changed_batches() -> None:
 MEMBERS = ("a", "b", "c")
 LOG_END = 40
 LIMIT = 3
+BATCH = 5
 
 step = st.one_of(
-    st.tuples(st.just("acquire"), st.sampled_from(MEMBERS), st.integers(1, 12)),
+    st.tuples(st.just("acquire"), st.sampled_from(MEMBERS), st.integers(1, 12), st.booleans()),
     st.tuples(
         st.just("ack"),
         st.sampled_from(MEMBERS),
@@ -330,9 +395,15 @@ def test_no_accepted_record_is_delivered_again_and_none_is_lost(
     archived: set[int] = set()
     for s in steps:
         if s[0] == "acquire":
-            member, n = str(s[1]), int(s[2])  # type: ignore[call-overload]
+            member, n, whole = str(s[1]), int(s[2]), bool(s[3])  # type: ignore[call-overload]
             start = sp.next_fetch_offset()
-            got = sp.acquire(member, n, [(start, LOG_END - 1)] if start < LOG_END else [], now)
+            # The log's batches: offsets 5k to 5k + 4 (the first one cut at the fetch offset).
+            fetched = [
+                (max(first, start), min(first + BATCH - 1, LOG_END - 1))
+                for first in range(start - start % BATCH, LOG_END, BATCH)
+            ]
+            before, end_before = sp.in_flight, sp.end_offset
+            got = sp.acquire(member, n, fetched, now, batch_optimized=whole)
             total = 0
             for r in got:
                 assert r.delivery_count <= LIMIT
@@ -340,8 +411,13 @@ def test_no_accepted_record_is_delivered_again_and_none_is_lost(
                     assert o not in accepted and o not in archived, o
                     held[member].append(o)
                     total += 1
-            assert total <= n
-            assert sp.in_flight <= max_locks
+            if whole:
+                # Whole log batches: past n and the limit by less than a batch.
+                assert total < n + BATCH and sp.in_flight < max_locks + BATCH
+                if sp.end_offset > end_before:  # new records: up to a batch's end
+                    assert sp.end_offset % BATCH == 0 or sp.end_offset == LOG_END
+            else:
+                assert total <= n and sp.in_flight <= max(max_locks, before)
         elif s[0] == "ack":
             member, kind, i = str(s[1]), AcknowledgeType(s[2]), int(s[3])  # type: ignore[call-overload]
             mine = [o for o in held[member] if sp.holder(o) == member]

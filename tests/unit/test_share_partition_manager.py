@@ -124,6 +124,117 @@ async def test_record_limit_and_batch_optimized_modes(manager, broker, autojump_
     assert whole.acquired == [AcquiredRange(3, 9, 1)]  # up to the end of the first batch
 
 
+async def test_a_produced_batch_larger_than_the_in_flight_limit_is_acquired_whole(
+    manager, broker, autojump_clock
+):
+    """Kafka 4.4's rule (SharePartition.lastOffsetAndMaxRecordsToAcquire): the in-flight
+    limit (share.partition.max.record.locks, 2,000) bounds what an acquisition asks for, and
+    batch_optimized rounds up to the end of the log batch: a 5,000-record batch goes out once,
+    whole, to one member, persisted in one write; the next member finds no room until it is
+    acknowledged."""
+    await produce(broker, 5000)
+    writes = []
+    write = manager.persister.write
+
+    async def counting(key, state):
+        writes.append(state.batches)
+        return await write(key, state)
+
+    manager.persister.write = counting
+    whole = await acquire(manager, broker, "m1", max_records=500)
+    assert whole.acquired == [AcquiredRange(0, 4999, 1)]
+    assert len(writes) == 1
+    assert (await acquire(manager, broker, "m2", max_records=500)).acquired == []
+    await produce(broker, 10)
+    assert (await acquire(manager, broker, "m2", max_records=500)).acquired == []
+    p = partition(broker)
+    assert await manager.acknowledge(GROUP, "m1", p, ack(0, 4999, AcknowledgeType.ACCEPT)) == (
+        Error.NONE
+    )
+    assert (await acquire(manager, broker, "m2", max_records=500)).acquired == [
+        AcquiredRange(5000, 5009, 1)
+    ]
+
+
+async def test_a_share_fetch_persists_its_acknowledgements_and_acquisition_in_one_write(
+    manager, broker, autojump_clock
+):
+    """A ShareFetch's acknowledgements of a partition go with its acquisition: one state write
+    for both (Kafka writes once per ShareFetch), each answered with its own code; a refused
+    write undoes both; acknowledgements that are invalid leave the acquisition alone."""
+    await produce(broker, 10)
+    await produce(broker, 10)
+    writes = []
+    write = manager.persister.write
+
+    async def counting(key, state):
+        writes.append(state)
+        return await write(key, state)
+
+    manager.persister.write = counting
+    first = await acquire(manager, broker, "m1", max_records=5)
+    assert first.acquired == [AcquiredRange(0, 9, 1)] and len(writes) == 1
+    # Accept 0-7, release 8-9: they go out again with the next batch, in one write.
+    acks = [
+        Acknowledgement(0, 7, AcknowledgeType.ACCEPT),
+        Acknowledgement(8, 9, AcknowledgeType.RELEASE),
+    ]
+    second = await acquire(manager, broker, "m1", max_records=5, acknowledgements=acks)
+    assert (second.error, second.acknowledge_error) == (Error.NONE, Error.NONE)
+    assert second.acquired == [AcquiredRange(8, 9, 2), AcquiredRange(10, 19, 1)]
+    assert len(writes) == 2
+    assert writes[-1].start_offset == 8
+    assert [(b.first_offset, b.last_offset, b.delivery_count) for b in writes[-1].batches] == [
+        (8, 9, 2),
+        (10, 19, 1),
+    ]
+    state = manager.persister.states[ShareStateKey(GROUP, TOPIC_ID, 0)]
+    assert state.start_offset == 8
+    # Acknowledging what m2 does not hold: INVALID_RECORD_STATE, its acquisition goes on.
+    await produce(broker, 10)
+    wrong = [Acknowledgement(8, 9, AcknowledgeType.ACCEPT)]
+    third = await acquire(manager, broker, "m2", max_records=5, acknowledgements=wrong)
+    assert third.acknowledge_error is Error.INVALID_RECORD_STATE
+    assert third.acquired == [AcquiredRange(20, 29, 1)]
+    assert len(writes) == 3
+    # A refused write: neither the acknowledgement nor the acquisition happened.
+    await produce(broker, 10)
+    manager.persister.refuse_writes = Error.COORDINATOR_NOT_AVAILABLE
+    accept = [Acknowledgement(8, 19, AcknowledgeType.ACCEPT)]
+    refused = await acquire(manager, broker, "m1", max_records=5, acknowledgements=accept)
+    assert (refused.error, refused.acknowledge_error) == (
+        Error.COORDINATOR_NOT_AVAILABLE,
+        Error.COORDINATOR_NOT_AVAILABLE,
+    )
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    assert share.state_of(8) is RecordState.ACQUIRED and share.end_offset == 30
+    manager.persister.refuse_writes = Error.NONE
+    again = await acquire(manager, broker, "m1", max_records=5, acknowledgements=accept)
+    assert (again.acknowledge_error, again.acquired) == (Error.NONE, [AcquiredRange(30, 39, 1)])
+    assert manager.share_partition(GROUP, TOPIC, 0).start_offset == 20
+    assert len(writes) == 5
+
+
+async def test_a_share_fetch_whose_write_is_fenced_still_fetches(manager, broker, autojump_clock):
+    """The state was reset under the leader (FENCED_STATE_EPOCH on the ShareFetch's one write):
+    its acknowledgements fail with that code, as Kafka's acknowledge does, and the fetch goes
+    on from the state read again, as Kafka's does (it is not answered with the error)."""
+    await produce(broker, 5)
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 4, 1)]
+    write = manager.persister.write
+    refusals = [Error.FENCED_STATE_EPOCH]
+
+    async def once(key, state):
+        return refusals.pop() if refusals else await write(key, state)
+
+    manager.persister.write = once
+    acks = [Acknowledgement(0, 4, AcknowledgeType.ACCEPT)]
+    result = await acquire(manager, broker, "m1", acknowledgements=acks)
+    assert (result.error, result.acknowledge_error) == (Error.NONE, Error.FENCED_STATE_EPOCH)
+    # Read again from the persister: 0-4 as written at their acquisition, delivered again.
+    assert result.acquired == [AcquiredRange(0, 4, 2)]
+
+
 async def test_a_new_share_partition_starts_at_latest_by_default(manager, broker, autojump_clock):
     await produce(broker, 5)
     broker.group_configs[GROUP] = {}
