@@ -28,6 +28,7 @@ import logging
 import trio
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError, ZookeeperError
+from kazoo.protocol.states import ZnodeStat
 
 from minibroker.controller import zk_layout as layout
 from minibroker.controller.state import ControllerState
@@ -225,10 +226,10 @@ class ZooKeeperStore:
 READ_BATCH = 1000
 
 
-def _read_all(zk: KazooClient, paths: list[str]) -> dict[str, tuple[bytes, object]]:
+def _read_all(zk: KazooClient, paths: list[str]) -> dict[str, tuple[bytes, ZnodeStat]]:
     """Read ``paths`` with asynchronous gets, up to READ_BATCH in flight: path -> (data,
     stat) of those that exist."""
-    found: dict[str, tuple[bytes, object]] = {}
+    found: dict[str, tuple[bytes, ZnodeStat]] = {}
     for start in range(0, len(paths), READ_BATCH):
         batch = [(path, zk.get_async(path)) for path in paths[start : start + READ_BATCH]]
         for path, pending in batch:
