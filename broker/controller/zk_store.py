@@ -66,13 +66,21 @@ class ZooKeeperStore:
         # Transactions committed by saves (for tests and the bench).
         self.transactions = 0
         self.deposed = trio.Event()
+        # The brokers that had a session when the state was loaded (the service fences the
+        # others before it tells any broker anything, see ControllerService.run).
+        self.sessions_at_load: set[int] | None = None
 
     async def load(self) -> ControllerState:
         """The saved state, under the epoch this controller was elected with (the election
         bumped ``/controller_epoch``, so nothing is written here)."""
         self._saved, self._versions = await trio.to_thread.run_sync(self._read_tree)
+        self.sessions_at_load = await trio.to_thread.run_sync(self._broker_sessions)
         self._encoded = layout.EncodedTopics()
         return layout.state_from_znodes(self._saved, self._controller_epoch, self._encoded)
+
+    def _broker_sessions(self) -> set[int]:
+        """The brokers with a ZooKeeper session (a ``/brokers/ids`` znode) now."""
+        return {int(child) for child in _children(self._zk, layout.BROKER_IDS)}
 
     def _read_tree(self) -> tuple[dict[str, bytes], dict[str, int]]:
         data: dict[str, bytes] = {}
