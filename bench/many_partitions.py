@@ -35,7 +35,10 @@ On each system, from a fresh cluster:
 Kafka runs with Kafka's own default heap (`-Xmx1G -Xms1G`, kafka-server-start.sh's
 KAFKA_HEAP_OPTS) unless `--kafka-heap` says otherwise, G1 as kafka-run-class.sh sets it.
 `--profile DIR` runs py-spy on minibroker's controller and brokers during the creation and
-the restart and prints where their time went (raw profiles in DIR).
+the restart, and on the two survivors of the ZooKeeper-mode failover from the kill until every
+partition is led, and prints where their time went (raw profiles in DIR). The failover's
+`zk_elected_to_led_s` is the time from the election to every partition led: the new
+controller's own work (issue 39 found it growing faster than the partitions).
 
 Not a test and not part of `python -m bench`. The limit on open files matters here: every
 partition's active segment holds a file descriptor on both systems, so a broker holding N

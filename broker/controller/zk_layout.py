@@ -399,8 +399,6 @@ class EncodedTopics:
     def __init__(self) -> None:
         # topic name -> (topic id, partitions encoded, assignment bytes, state bytes each)
         self._topics: dict[str, tuple[uuid.UUID, list[PartitionState], bytes, list[bytes]]] = {}
-        # For tests: how many partition state znodes were encoded (or compared by parsing).
-        self.partitions_encoded = 0
 
     def remember(
         self, name: str, topic_id: uuid.UUID, partitions: list[PartitionState], data, states
@@ -457,8 +455,6 @@ def _topic_znodes(
             same = False
             path = f"{base}/partitions/{index}/state"
             data = _partition_state(partition, controller_epoch, previous.get(path))
-            if encoded is not None:
-                encoded.partitions_encoded += 1
         states.append(data)
     assignment = known[2] if known is not None and same else _assignment_znode(topic)
     if encoded is not None and not same:

@@ -63,8 +63,6 @@ class ZooKeeperStore:
         # Group commit: saves asked for, and the last of them a committed transaction covers.
         self._asked = 0
         self._covered = 0
-        # Transactions committed by saves (for tests and the bench).
-        self.transactions = 0
         self.deposed = trio.Event()
         # The brokers that had a session when the state was loaded (the service fences the
         # others before it tells any broker anything, see ControllerService.run).
@@ -171,7 +169,6 @@ class ZooKeeperStore:
                     self._saved[write.path] = write.data
             self._versions.update(versions)
             self._covered = covers
-            self.transactions += 1
 
     def _commit(self, writes: list[layout.ZnodeWrite]) -> dict[str, int]:
         transaction = self._zk.transaction()
