@@ -35,7 +35,10 @@ On each system, from a fresh cluster:
 Kafka runs with Kafka's own default heap (`-Xmx1G -Xms1G`, kafka-server-start.sh's
 KAFKA_HEAP_OPTS) unless `--kafka-heap` says otherwise, G1 as kafka-run-class.sh sets it.
 `--profile DIR` runs py-spy on minibroker's controller and brokers during the creation and
-the restart and prints where their time went (raw profiles in DIR).
+the restart, and on the two survivors of the ZooKeeper-mode failover from the kill until every
+partition is led, and prints where their time went (raw profiles in DIR). The failover's
+`zk_elected_to_led_s` is the time from the election to every partition led: the new
+controller's own work (issue 39 found it growing faster than the partitions).
 
 Not a test and not part of `python -m bench`. The limit on open files matters here: every
 partition's active segment holds a file descriptor on both systems, so a broker holding N
@@ -496,9 +499,18 @@ def measure(
     return figures
 
 
-def zk_failover(work_dir: Path, partitions: int, batch: int, session_timeout_ms: int) -> dict:
+def zk_failover(
+    work_dir: Path,
+    partitions: int,
+    batch: int,
+    session_timeout_ms: int,
+    profile: Path | None = None,
+) -> dict:
     """minibroker on ZooKeeper: the active controller killed; seconds until a new one is named
-    and until every partition is led by a live broker in the survivors' Metadata."""
+    and until every partition is led by a live broker in the survivors' Metadata
+    (`zk_elected_to_led_s` is the difference, the new controller's own work). With
+    ``profile``, py-spy records the two survivors from the kill until every partition is led
+    (the phase `minibroker-zk-failover`)."""
     import json as json_module
 
     from kazoo.client import KazooClient
@@ -538,31 +550,24 @@ def zk_failover(work_dir: Path, partitions: int, batch: int, session_timeout_ms:
         victim = controller()
         survivors = [broker for broker in brokers if broker.node_id != victim]
         live = {broker.node_id for broker in survivors}
+        profiler = Profiler(
+            profile,
+            "minibroker-zk-failover",
+            {f"broker-{broker.node_id}": broker.pid for broker in survivors},
+        )
         killed_at = time.monotonic()
         cluster.brokers[victim].kill()
-        elected = None
         deadline = killed_at + TIMEOUT_S
-        while time.monotonic() < deadline:
-            now = time.monotonic() - killed_at
-            if elected is None and controller() not in (None, victim):
-                elected = now
-                print(f"  new controller {controller()} after {now:.1f} s", flush=True)
-            found = views(survivors, 60)
-            if elected is not None and all(
-                view is not None
-                and len(view) == partitions
-                and all(leader in live for leader, _, _ in view.values())
-                for view in found.values()
-            ):
-                return {
+        try:
+            return _await_failover(
+                controller, victim, survivors, live, partitions, killed_at, deadline, {
                     "zk_create_s": round(created, 1),
                     "zk_in_sync_s": round(in_sync, 1),
                     "zk_session_timeout_ms": session_timeout_ms,
-                    "zk_elected_s": round(elected, 1),
-                    "zk_all_led_s": round(time.monotonic() - killed_at, 1),
-                }
-            time.sleep(POLL_S)
-        raise TimeoutError(f"not every partition led {TIMEOUT_S} s after the controller died")
+                },
+            )  # fmt: skip
+        finally:
+            profiler.stop()
     finally:
         if zk is not None:
             zk.stop()
@@ -572,6 +577,33 @@ def zk_failover(work_dir: Path, partitions: int, batch: int, session_timeout_ms:
                 if node.running:
                     node.kill()
         zookeeper.stop()
+
+
+def _await_failover(controller, victim, survivors, live, partitions, killed_at, deadline, figures):
+    """Poll until ZooKeeper names a controller other than ``victim`` and every partition is
+    led by a ``live`` broker in each survivor's Metadata; the figures with the seconds."""
+    elected = None
+    while time.monotonic() < deadline:
+        now = time.monotonic() - killed_at
+        if elected is None and controller() not in (None, victim):
+            elected = now
+            print(f"  new controller {controller()} after {now:.1f} s", flush=True)
+        found = views(survivors, 60)
+        if elected is not None and all(
+            view is not None
+            and len(view) == partitions
+            and all(leader in live for leader, _, _ in view.values())
+            for view in found.values()
+        ):
+            all_led = time.monotonic() - killed_at
+            return {
+                **figures,
+                "zk_elected_s": round(elected, 1),
+                "zk_all_led_s": round(all_led, 1),
+                "zk_elected_to_led_s": round(all_led - elected, 1),
+            }
+        time.sleep(POLL_S)
+    raise TimeoutError(f"not every partition led {TIMEOUT_S} s after the controller died")
 
 
 def main() -> None:
@@ -617,7 +649,13 @@ def main() -> None:
                 load = os.getloadavg()
                 figures = {"system": name}
                 figures.update(
-                    zk_failover(base / name, args.partitions, args.batch, args.session_timeout_ms)
+                    zk_failover(
+                        base / name,
+                        args.partitions,
+                        args.batch,
+                        args.session_timeout_ms,
+                        args.profile,
+                    )
                 )
                 figures["load_average"] = [list(load), list(os.getloadavg())]
                 print(f"{name}: {json.dumps(figures)}", flush=True)
@@ -647,6 +685,7 @@ def main() -> None:
                             args.partitions,
                             args.batch,
                             args.session_timeout_ms,
+                            args.profile,
                         )
                     )
                 else:

@@ -289,13 +289,24 @@ class BrokerLifecycleManager:
         longer than zookeeper.session.timeout.ms): it is fenced, as ZooKeeper-mode Kafka's
         controller takes a broker's znode going away for its death."""
         controller = self._controller
+        changes = self.fence_without_session(with_session)
+        if changes is None:
+            return
+        await controller.save()
+        controller.propagate(changes)
+
+    def fence_without_session(self, with_session: set[int]) -> list[PartitionChange] | None:
+        """Fence the registered brokers that are not in ``with_session`` (state.fence_broker
+        for each, one decision); the changed partitions, or None when every live broker has
+        a session. The caller saves, then tells the brokers."""
+        controller = self._controller
         gone = [
             node_id
             for node_id, broker in sorted(controller.state.brokers.items())
             if not broker.fenced and node_id not in with_session
         ]
         if not gone:
-            return
+            return None
         latest: dict[tuple[str, int], PartitionChange] = {}
         for node_id in gone:
             for change in transitions.fence_broker(
@@ -303,5 +314,4 @@ class BrokerLifecycleManager:
             ):
                 latest[(change.topic, change.partition)] = change
         log.warning("fenced broker(s) %s: their ZooKeeper sessions ended", gone)
-        await controller.save()
-        controller.propagate(list(latest.values()))
+        return list(latest.values())

@@ -122,6 +122,17 @@ class ControllerService:
         if self.authorizer is not None:
             self.authorizer.replace_acls(self.state.acls)
         self.brokers.restart_sessions()
+        # Kafka's KafkaController.onControllerFailover reads the live brokers from ZooKeeper
+        # (initializeControllerContext: the /brokers/ids children) before it tells anyone
+        # anything, and its PartitionStateMachine.startup elects leaders for the partitions
+        # whose leader is not among them: so does a controller whose store read the brokers'
+        # sessions with the state (ZooKeeperStore.sessions_at_load). Issue 39: the brokers
+        # were first told every partition with the dead broker's leaders, and only after the
+        # session watch fenced it every moved partition again, two rounds of thousands of
+        # partitions on every broker before the dead broker's partitions had leaders.
+        sessions = getattr(self.store, "sessions_at_load", None)
+        if sessions is not None and self.brokers.fence_without_session(sessions) is not None:
+            await self.save()
         log.info(
             "controller %d active at epoch %d with %d topic(s), %d broker(s) known",
             self.node_id,

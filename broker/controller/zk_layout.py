@@ -380,37 +380,109 @@ def _client_quotas_from_znodes(
     return quotas
 
 
+class EncodedTopics:
+    """What each topic's znodes were last encoded from (sans I/O; the store keeps one per
+    controller, :func:`state_from_znodes` fills it on a load and :func:`state_znodes` on each
+    save): per topic, its id, the PartitionState objects of its partitions and the bytes of
+    its assignment znode and partition state znodes.
+
+    Transitions never change a PartitionState in place (state.py puts a new object in the
+    topic's list), so a partition whose object is the one encoded last has the same bytes,
+    and a save encodes only the partitions a decision replaced. Issue 39: a save encoded
+    every partition of the cluster, and parsed each one's previous znode to keep the epoch of
+    the controller that wrote it, however few partitions the decision changed; a burst of
+    decisions (a failover's fence and the ISR changes after it, thousands of partitions in
+    AlterPartitions) then cost decisions x partitions. Kafka's ZooKeeper-mode controller
+    writes only the znodes of the partitions it changes (``KafkaZkClient.updateLeaderAndIsr``
+    for the partitions the PartitionStateMachine or the ISR change touched)."""
+
+    def __init__(self) -> None:
+        # topic name -> (topic id, partitions encoded, assignment bytes, state bytes each)
+        self._topics: dict[str, tuple[uuid.UUID, list[PartitionState], bytes, list[bytes]]] = {}
+
+    def remember(
+        self, name: str, topic_id: uuid.UUID, partitions: list[PartitionState], data, states
+    ) -> None:
+        self._topics[name] = (topic_id, list(partitions), data, list(states))
+
+    def get(self, name: str):
+        return self._topics.get(name)
+
+    def forget_others(self, names) -> None:
+        for name in [name for name in self._topics if name not in names]:
+            del self._topics[name]
+
+
+def _assignment_znode(topic: TopicState) -> bytes:
+    partitions = topic.partitions
+    return _json(
+        {
+            "version": 3,
+            "topic_id": kafka_uuid(topic.topic_id),
+            "partitions": {str(i): p.replicas for i, p in enumerate(partitions)},
+            "adding_replicas": {
+                str(i): p.adding_replicas for i, p in enumerate(partitions) if p.adding_replicas
+            },
+            "removing_replicas": {
+                str(i): p.removing_replicas for i, p in enumerate(partitions) if p.removing_replicas
+            },
+        }
+    )
+
+
+def _topic_znodes(
+    znodes: dict[str, bytes],
+    topic: TopicState,
+    controller_epoch: int,
+    previous: Mapping[str, bytes],
+    encoded: EncodedTopics | None,
+) -> None:
+    """The znodes of one topic into ``znodes``: the partitions whose PartitionState object is
+    the one ``encoded`` last keep their bytes, the others are encoded (keeping the
+    ``previous`` bytes when the content is the same)."""
+    partitions = topic.partitions
+    base = f"{TOPICS}/{topic.name}"
+    known = encoded.get(topic.name) if encoded is not None else None
+    if known is not None and known[0] != topic.topic_id:
+        known = None
+    known_partitions: list[PartitionState] = known[1] if known is not None else []
+    same = len(known_partitions) == len(partitions)
+    states: list[bytes] = []
+    for index, partition in enumerate(partitions):
+        if index < len(known_partitions) and known_partitions[index] is partition:
+            data = known[3][index]  # type: ignore[index]
+        else:
+            same = False
+            path = f"{base}/partitions/{index}/state"
+            data = _partition_state(partition, controller_epoch, previous.get(path))
+        states.append(data)
+    assignment = known[2] if known is not None and same else _assignment_znode(topic)
+    if encoded is not None and not same:
+        encoded.remember(topic.name, topic.topic_id, partitions, assignment, states)
+    znodes[base] = assignment
+    znodes[f"{base}/partitions"] = b""
+    for index, data in enumerate(states):
+        znodes[f"{base}/partitions/{index}"] = b""
+        znodes[f"{base}/partitions/{index}/state"] = data
+    znodes[f"{TOPIC_CONFIGS}/{topic.name}"] = _json({"version": 1, "config": topic.configs})
+
+
 def state_znodes(
-    state: ControllerState, previous: Mapping[str, bytes] | None = None
+    state: ControllerState,
+    previous: Mapping[str, bytes] | None = None,
+    encoded: EncodedTopics | None = None,
 ) -> dict[str, bytes]:
     """Every znode a save owns, path -> data. A partition state whose content did not change
     keeps its ``previous`` bytes (and so the epoch of the controller that last wrote it), so
-    that a new controller's first save rewrites only what it changed."""
+    that a new controller's first save rewrites only what it changed. With ``encoded`` (the
+    store's :class:`EncodedTopics`), only the partitions replaced since the last save are
+    encoded; ``previous`` must then be what that last save wrote (or the load read)."""
     previous = previous or {}
     znodes: dict[str, bytes] = {}
     for topic in state.topics.values():
-        partitions = topic.partitions
-        znodes[f"{TOPICS}/{topic.name}"] = _json(
-            {
-                "version": 3,
-                "topic_id": kafka_uuid(topic.topic_id),
-                "partitions": {str(i): p.replicas for i, p in enumerate(partitions)},
-                "adding_replicas": {
-                    str(i): p.adding_replicas for i, p in enumerate(partitions) if p.adding_replicas
-                },
-                "removing_replicas": {
-                    str(i): p.removing_replicas
-                    for i, p in enumerate(partitions)
-                    if p.removing_replicas
-                },
-            }
-        )
-        znodes[f"{TOPICS}/{topic.name}/partitions"] = b""
-        for index, partition in enumerate(partitions):
-            znodes[f"{TOPICS}/{topic.name}/partitions/{index}"] = b""
-            path = partition_state_path(topic.name, index)
-            znodes[path] = _partition_state(partition, state.controller_epoch, previous.get(path))
-        znodes[f"{TOPIC_CONFIGS}/{topic.name}"] = _json({"version": 1, "config": topic.configs})
+        _topic_znodes(znodes, topic, state.controller_epoch, previous, encoded)
+    if encoded is not None:
+        encoded.forget_others(state.topics)
     for name, configs in state.broker_configs.items():
         znodes[f"{BROKER_CONFIGS}/{_config_entity(name)}"] = _json(
             {"version": 1, "config": configs}
@@ -471,10 +543,13 @@ def _partition_state(partition: PartitionState, controller_epoch: int, previous:
     return _json({"version": 1, "controller_epoch": controller_epoch, **fields})
 
 
-def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> ControllerState:
+def state_from_znodes(
+    znodes: Mapping[str, bytes], controller_epoch: int, encoded: EncodedTopics | None = None
+) -> ControllerState:
     """The state a save wrote (``znodes`` as ``state_znodes`` lays them out), under this
     controller's epoch. Unreadable data raises ValueError: a controller must not start from a
-    state it half understood."""
+    state it half understood. ``encoded`` learns each topic's loaded partitions and their
+    bytes, so that the first save encodes only what changed since."""
     try:
         registry = json.loads(znodes[BROKER_REGISTRY]) if BROKER_REGISTRY in znodes else {}
         brokers = {}
@@ -508,6 +583,14 @@ def state_from_znodes(znodes: Mapping[str, bytes], controller_epoch: int) -> Con
                     )
                 )
             config_data = znodes.get(f"{TOPIC_CONFIGS}/{name}")
+            if encoded is not None:
+                encoded.remember(
+                    name,
+                    uuid_from_kafka(assignment["topic_id"]),
+                    partitions,
+                    data,
+                    [znodes[partition_state_path(name, i)] for i in range(len(partitions))],
+                )
             topics[name] = TopicState(
                 name=name,
                 topic_id=uuid_from_kafka(assignment["topic_id"]),

@@ -11,13 +11,24 @@ as a whole and the store raises :class:`ControllerMoved`, as Kafka's controller 
 ControllerMovedException.
 
 kazoo's calls block; they run in a worker thread (``trio.to_thread``), never on the loop.
+
+Issue 39 (a controller failover with thousands of partitions): a load reads the znodes with
+kazoo's asynchronous calls, every request of a level in flight together, where one blocking
+call per znode waited for each answer in turn (three round trips per partition); Kafka's
+``KafkaZkClient`` reads the same way (``getPartitionStatesRaw`` and ``getReplicaAssignment
+ForTopics`` send one multi-request of async reads, ``retryRequestsUntilConnected``). A save
+encodes only the partitions changed since the last one (``zk_layout.EncodedTopics``), and
+saves waiting behind the one in flight are committed together (group commit, as the JSON
+file's store does).
 """
 
+import contextlib
 import logging
 
 import trio
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError, ZookeeperError
+from kazoo.protocol.states import ZnodeStat
 
 from minibroker.controller import zk_layout as layout
 from minibroker.controller.state import ControllerState
@@ -45,15 +56,29 @@ class ZooKeeperStore:
         # What this controller knows is in ZooKeeper: data and version of every owned znode.
         self._saved: dict[str, bytes] = {}
         self._versions: dict[str, int] = {}
+        # What each topic's znodes were last encoded from (a save encodes what changed).
+        self._encoded = layout.EncodedTopics()
         # One transaction at a time, each computed against the previous one's result.
         self._lock = trio.Lock()
+        # Group commit: saves asked for, and the last of them a committed transaction covers.
+        self._asked = 0
+        self._covered = 0
         self.deposed = trio.Event()
+        # The brokers that had a session when the state was loaded (the service fences the
+        # others before it tells any broker anything, see ControllerService.run).
+        self.sessions_at_load: set[int] | None = None
 
     async def load(self) -> ControllerState:
         """The saved state, under the epoch this controller was elected with (the election
         bumped ``/controller_epoch``, so nothing is written here)."""
         self._saved, self._versions = await trio.to_thread.run_sync(self._read_tree)
-        return layout.state_from_znodes(self._saved, self._controller_epoch)
+        self.sessions_at_load = await trio.to_thread.run_sync(self._broker_sessions)
+        self._encoded = layout.EncodedTopics()
+        return layout.state_from_znodes(self._saved, self._controller_epoch, self._encoded)
+
+    def _broker_sessions(self) -> set[int]:
+        """The brokers with a ZooKeeper session (a ``/brokers/ids`` znode) now."""
+        return {int(child) for child in _children(self._zk, layout.BROKER_IDS)}
 
     def _read_tree(self) -> tuple[dict[str, bytes], dict[str, int]]:
         data: dict[str, bytes] = {}
@@ -69,15 +94,28 @@ class ZooKeeperStore:
             return True
 
         read(layout.BROKER_REGISTRY)
-        for topic in self._zk.get_children(layout.TOPICS):
-            base = f"{layout.TOPICS}/{topic}"
-            if not read(base):
-                continue
-            read(f"{base}/partitions")
-            for index in _children(self._zk, f"{base}/partitions"):
-                read(f"{base}/partitions/{index}")
-                read(f"{base}/partitions/{index}/state")
-            read(f"{layout.TOPIC_CONFIGS}/{topic}")
+        # The topics level by level, each level's reads in flight together.
+        topics = self._zk.get_children(layout.TOPICS)
+        found = _read_all(self._zk, [f"{layout.TOPICS}/{topic}" for topic in topics])
+        topics = [topic for topic in topics if f"{layout.TOPICS}/{topic}" in found]
+        paths = [
+            path
+            for topic in topics
+            for path in (f"{layout.TOPICS}/{topic}/partitions", f"{layout.TOPIC_CONFIGS}/{topic}")
+        ]
+        found.update(_read_all(self._zk, paths))
+        parents = [f"{layout.TOPICS}/{topic}/partitions" for topic in topics]
+        indexes = _children_all(self._zk, parents)
+        paths = [
+            path
+            for parent, children in indexes.items()
+            for index in children
+            for path in (f"{parent}/{index}", f"{parent}/{index}/state")
+        ]
+        found.update(_read_all(self._zk, paths))
+        for path, (value, stat) in found.items():
+            data[path] = value
+            versions[path] = stat.version
         for entity in self._zk.get_children(layout.BROKER_CONFIGS):
             read(f"{layout.BROKER_CONFIGS}/{entity}")
         for group in _children(self._zk, layout.GROUP_CONFIGS):
@@ -99,13 +137,24 @@ class ZooKeeperStore:
 
     async def save(self, state: ControllerState) -> None:
         """Write what changed since the last save, atomically and only while this controller
-        is still the elected one; raises ControllerMoved otherwise."""
+        is still the elected one; raises ControllerMoved otherwise.
+
+        Saves waiting for the one in flight are committed together (group commit, as
+        ``store.LocalStore.save``): the first of them to get its turn writes the state as it
+        is then, which holds every change whose save was asked for so far (the service
+        changes the state before it asks), and the others find their change covered."""
+        self._asked += 1
+        mine = self._asked
         async with self._lock:
             if self.deposed.is_set():
                 raise ControllerMoved("this controller was deposed")
-            after = layout.state_znodes(state, self._saved)
+            if self._covered >= mine:
+                return
+            covers = self._asked
+            after = layout.state_znodes(state, self._saved, self._encoded)
             writes = layout.plan_writes(self._saved, after)
             if not writes:
+                self._covered = covers
                 return
             try:
                 versions = await trio.to_thread.run_sync(self._commit, writes)
@@ -119,6 +168,7 @@ class ZooKeeperStore:
                 else:
                     self._saved[write.path] = write.data
             self._versions.update(versions)
+            self._covered = covers
 
     def _commit(self, writes: list[layout.ZnodeWrite]) -> dict[str, int]:
         transaction = self._zk.transaction()
@@ -175,6 +225,36 @@ class ZooKeeperStore:
         if failures:
             raise _first_cause(failures)
         return start, BLOCK_SIZE
+
+
+# How many asynchronous reads a load keeps in flight at once.
+READ_BATCH = 1000
+
+
+def _read_all(zk: KazooClient, paths: list[str]) -> dict[str, tuple[bytes, ZnodeStat]]:
+    """Read ``paths`` with asynchronous gets, up to READ_BATCH in flight: path -> (data,
+    stat) of those that exist."""
+    found: dict[str, tuple[bytes, ZnodeStat]] = {}
+    for start in range(0, len(paths), READ_BATCH):
+        batch = [(path, zk.get_async(path)) for path in paths[start : start + READ_BATCH]]
+        for path, pending in batch:
+            with contextlib.suppress(NoNodeError):
+                found[path] = pending.get()
+    return found
+
+
+def _children_all(zk: KazooClient, paths: list[str]) -> dict[str, list[str]]:
+    """The children of each of ``paths`` (none for a path that does not exist), read as
+    :func:`_read_all` reads."""
+    found: dict[str, list[str]] = {}
+    for start in range(0, len(paths), READ_BATCH):
+        batch = [(path, zk.get_children_async(path)) for path in paths[start : start + READ_BATCH]]
+        for path, pending in batch:
+            try:
+                found[path] = pending.get()
+            except NoNodeError:
+                found[path] = []
+    return found
 
 
 def _children(zk: KazooClient, path: str) -> list[str]:

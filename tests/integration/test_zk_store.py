@@ -4,12 +4,14 @@ next one loads, and a deposed controller's saves change nothing."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from kazoo.client import KazooClient
 
 from minibroker.controller import ControllerState, create_topic, fence_broker, register_broker
@@ -223,3 +225,84 @@ async def test_a_new_controller_loads_the_group_configs_saved_before(zk: KazooCl
     assert (await ZooKeeperStore(zk, 1, *elect(zk)).load()).group_configs == {
         "team/a": {"consumer.heartbeat.interval.ms": "6000"}
     }
+
+
+def _many_partitions(epoch: int, topics: int) -> ControllerState:
+    state = ControllerState(controller_epoch=epoch)
+    for node_id in (1, 2, 3):
+        register_broker(state, node_id, "localhost", 9000 + node_id, f"i{node_id}", 0)
+    for number in range(topics):
+        create_topic(state, f"t{number}", 50, 3, {}, rng=random.Random(number))
+    return state
+
+
+def _shrink_isr(state: ControllerState, topic: str, index: int) -> None:
+    """What an ISR change does to one partition (a new PartitionState in the topic's list,
+    as state.py's transitions put one)."""
+    partitions = state.topics[topic].partitions
+    before = partitions[index]
+    partitions[index] = dataclasses.replace(
+        before, isr=before.isr[:-1], partition_epoch=before.partition_epoch + 1
+    )
+
+
+async def test_a_save_encodes_only_the_partitions_changed_since_the_last(
+    zk: KazooClient, monkeypatch
+):
+    """Issue 39: every save encoded every partition's state znode (and parsed the one saved
+    before), however few partitions the decision changed, so a burst of decisions cost
+    decisions x partitions. Counted, not timed: the partition state znodes a save encodes."""
+    first = ZooKeeperStore(zk, 1, *elect(zk))
+    state = _many_partitions((await first.load()).controller_epoch, topics=8)  # 400 partitions
+    await first.save(state)
+    encoded = []
+    real = layout._partition_state
+    monkeypatch.setattr(
+        layout,
+        "_partition_state",
+        lambda partition, *args: encoded.append(partition) or real(partition, *args),
+    )
+    _shrink_isr(state, "t3", 7)
+    await first.save(state)
+    assert len(encoded) == 1
+
+    # A new controller: its load remembers what it read, so its first save encodes only
+    # what changed since (and nothing when nothing did).
+    encoded.clear()
+    successor = ZooKeeperStore(zk, 2, *elect(zk))
+    loaded = await successor.load()
+    assert loaded.topics == state.topics
+    await successor.save(loaded)
+    _shrink_isr(loaded, "t0", 0)
+    _shrink_isr(loaded, "t7", 49)
+    await successor.save(loaded)
+    assert len(encoded) == 2
+    reloaded = await ZooKeeperStore(zk, 3, *elect(zk)).load()
+    assert reloaded.topics == loaded.topics
+    assert reloaded.topics["t7"].partitions[49].isr == loaded.topics["t7"].partitions[49].isr
+
+
+async def test_saves_waiting_for_the_one_in_flight_are_committed_together(
+    zk: KazooClient, monkeypatch
+):
+    """Group commit: decisions whose saves queue behind a transaction in flight are written
+    by one transaction, the state encoded once for them all, not once each."""
+    store = ZooKeeperStore(zk, 1, *elect(zk))
+    state = _many_partitions((await store.load()).controller_epoch, topics=2)
+    await store.save(state)
+    encodings = []
+    real = layout.state_znodes
+    monkeypatch.setattr(layout, "state_znodes", lambda *args: encodings.append(1) or real(*args))
+
+    async def decide_and_save(index: int) -> None:
+        _shrink_isr(state, "t1", index)
+        await store.save(state)
+
+    async with trio.open_nursery() as nursery:
+        for index in range(20):
+            nursery.start_soon(decide_and_save, index)
+    # Once for the first save to get its turn, at most once more for those queued behind it
+    # (one each before: 20).
+    assert len(encodings) <= 2
+    loaded = await ZooKeeperStore(zk, 2, *elect(zk)).load()
+    assert loaded.topics == state.topics

@@ -12,11 +12,13 @@ from minibroker.controller import (
     ControllerState,
     alter_reassignment,
     create_topic,
+    delete_topic,
     fence_broker,
     register_broker,
 )
 from minibroker.controller import zk_layout as layout
 from minibroker.controller.scram_credentials import from_record
+from minibroker.controller.state import create_partitions
 from minibroker.protocol import sasl
 from minibroker.security.authorizer.acls import (
     AclBinding,
@@ -368,3 +370,36 @@ def test_producer_id_blocks_follow_kafkas_inclusive_end():
         "block_end": "1999",
     }
     assert layout.next_producer_id(block) == 2000
+
+
+def test_saves_that_encode_only_what_changed_write_what_a_whole_encoding_writes():
+    """zk_layout.EncodedTopics (a save encodes only the partitions replaced since the last
+    one) gives the same znodes as encoding everything, through a load, ISR changes, new
+    partitions, a reassignment, a topic deleted and one made again under the same name."""
+    state = _state()
+    encoded = layout.EncodedTopics()
+    saved = layout.state_znodes(state, None, encoded)
+    assert saved == layout.state_znodes(state)
+    state = layout.state_from_znodes(saved, controller_epoch=8, encoded=encoded)
+
+    def step() -> None:
+        nonlocal saved
+        whole = layout.state_znodes(state, saved)
+        assert layout.state_znodes(state, saved, encoded) == whole
+        saved = whole
+
+    step()  # nothing changed since the load: the loaded bytes again
+    register_broker(state, 2, "localhost", 9002, "incarnation-2b", 5678)
+    step()
+    create_partitions(state, "b.c", 3, None, rng=random.Random(4))
+    step()
+    alter_reassignment(state, "b.c", 2, [1, 2])
+    step()
+    alter_reassignment(state, "a", 0, None)  # _state's reassignment in progress, cancelled
+    fence_broker(state, 3, unclean=False)
+    step()
+    delete_topic(state, "a")
+    step()
+    create_topic(state, "a", 2, 1, {}, rng=random.Random(9))
+    step()
+    assert set(saved) >= {"/brokers/topics/a/partitions/1/state", "/brokers/topics/b.c"}
