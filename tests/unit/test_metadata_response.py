@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minibroker.apis import dispatch
 from minibroker.apis.registry import APIS
 from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
@@ -201,3 +202,13 @@ def test_entities_are_left_to_kio():
     )
     data = {"brokers": (), "topics": entity.topics}
     assert encode_metadata_response(12, data) is None
+
+
+@settings(max_examples=200)
+@given(responses)
+def test_error_metrics_count_what_the_generic_walk_counts(data):
+    """dispatch's Metadata shortcut for the errors metric finds the codes its generic walk of
+    the description finds (the response's, the topics', the partitions')."""
+    assert sorted(map(int, dispatch._metadata_error_codes(data))) == sorted(
+        dispatch._error_codes(data)
+    )
