@@ -150,3 +150,76 @@ def test_bytes_are_kafkas() -> None:
     assert encode_key(ShareStateKey(SNAPSHOT, "g", TOPIC, 7)).hex() == KAFKA_SNAPSHOT_KEY
     assert read_value(SNAPSHOT, bytes.fromhex(KAFKA_SNAPSHOT)) == snapshot
     assert read_value(UPDATE, bytes.fromhex(KAFKA_UPDATE)) == update
+
+
+def _merge_per_offset(snapshot: ShareSnapshotValue, update: ShareUpdateValue) -> tuple:
+    """The merge as it was written first, offset by offset: the reference the range merge
+    must agree with."""
+    start = update.start_offset if update.start_offset != -1 else snapshot.start_offset
+    per_offset: dict[int, tuple[RecordState, int]] = {}
+    for batch in snapshot.batches + update.batches:
+        for offset in range(max(batch.first_offset, start), batch.last_offset + 1):
+            per_offset[offset] = (batch.delivery_state, batch.delivery_count)
+    merged: list[StateBatch] = []
+    for offset in sorted(per_offset):
+        state, count = per_offset[offset]
+        last = merged[-1] if merged else None
+        if (
+            last
+            and last.last_offset == offset - 1
+            and (last.delivery_state, last.delivery_count)
+            == (
+                state,
+                count,
+            )
+        ):
+            merged[-1] = StateBatch(last.first_offset, offset, state, count)
+        else:
+            merged.append(StateBatch(offset, offset, state, count))
+    return tuple(merged)
+
+
+_batch = st.builds(
+    lambda first, length, state, count: StateBatch(first, first + length, state, count),
+    st.integers(0, 60),
+    st.integers(0, 12),
+    st.sampled_from(list(RecordState)),
+    st.integers(0, 3),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_batch, max_size=8),
+    st.lists(_batch, max_size=8),
+    st.integers(0, 30),
+    st.sampled_from([-1, 0, 10, 25, 80]),
+)
+def test_the_range_merge_agrees_with_a_merge_offset_by_offset(old, new, start, update_start):
+    """Overlapping batches in either value, a later one winning, the start offset moving or
+    not: the merge by range gives exactly the batches of the merge by offset."""
+    snapshot = ShareSnapshotValue(0, 1, 1, start, 0, 0, tuple(old))
+    update = ShareUpdateValue(0, 1, update_start, tuple(new))
+    assert merge(snapshot, update).batches == _merge_per_offset(snapshot, update)
+
+
+def test_a_large_batch_acknowledged_in_parts_splits_by_range():
+    """A 10,000,000-offset batch acknowledged in two ranges gives three batches (by range:
+    a merge offset by offset would build ten million entries for it)."""
+    snapshot = ShareSnapshotValue(
+        0, 1, 1, 0, 0, 0, (StateBatch(0, 9_999_999, RecordState.AVAILABLE, 1),)
+    )
+    update = ShareUpdateValue(
+        0,
+        1,
+        -1,
+        (
+            StateBatch(0, 4_999_999, RecordState.ACKNOWLEDGED, 1),
+            StateBatch(9_000_000, 9_999_999, RecordState.ARCHIVED, 1),
+        ),
+    )
+    assert merge(snapshot, update).batches == (
+        StateBatch(0, 4_999_999, RecordState.ACKNOWLEDGED, 1),
+        StateBatch(5_000_000, 8_999_999, RecordState.AVAILABLE, 1),
+        StateBatch(9_000_000, 9_999_999, RecordState.ARCHIVED, 1),
+    )
