@@ -305,6 +305,10 @@ class IcebergService:
     async def _translate(self, topic: str) -> None:
         table: TopicTable | None = None
         translation: TopicTranslation | None = None
+        # Whether the failures counted are the table's opening's (a commit's failure reopens
+        # the table too: its opening must not clear the commit's count, its backoff and the
+        # error minibroker_iceberg_last_error shows).
+        open_failing = False
         while True:
             # Every path below awaits, but a loop of the event loop's own must never spin.
             await trio.lowlevel.checkpoint()
@@ -330,6 +334,7 @@ class IcebergService:
                         config.iceberg_mode,
                     )
                 except Exception as error:
+                    open_failing = True
                     translation.failures += 1
                     translation.last_error = _text(error)
                     log.warning("cannot open the Iceberg table of %s: %s", topic, _text(error))
@@ -337,8 +342,10 @@ class IcebergService:
                         min(30.0, RETRY_FIRST_MS / 1000 * 2 ** min(5, translation.failures - 1))
                     )
                     continue
-                translation.failures = 0
-                translation.last_error = None
+                if open_failing:
+                    open_failing = False
+                    translation.failures = 0
+                    translation.last_error = None
                 self._tables[topic] = table
             translation.target_lag_ms = config.iceberg_target_lag_ms
             for index, progress in list(translation.partitions.items()):
@@ -592,11 +599,21 @@ class IcebergCollector:
             "Iceberg commits of the topic that failed in a row (0: the last one succeeded).",
             labels=["topic"],
         )
+        last_error = GaugeMetricFamily(
+            "minibroker_iceberg_last_error",
+            "1 with the error of the topic's writer here, while its last attempt (opening the"
+            " table, reading its offsets, a commit) failed; no sample once one succeeds"
+            " (minibroker iceberg prints it).",
+            labels=["topic", "error"],
+        )
         for topic, translation in sorted(service.translations.items()):
             for index, progress in sorted(translation.partitions.items()):
                 lag.add_metric([topic, str(index)], progress.lag_records)
             lag_seconds.add_metric([topic], translation.lag_ms(now) / 1000)
             failing.add_metric([topic], translation.failures)
+            if translation.last_error is not None:
+                last_error.add_metric([topic, translation.last_error[:500]], 1)
         yield lag
         yield lag_seconds
         yield failing
+        yield last_error
