@@ -172,6 +172,8 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         TopicConfigDef("iceberg.target.lag.ms", LONG, "60000"),
         TopicConfigDef("iceberg.partition.spec", STRING, "(hour(timestamp))"),
         TopicConfigDef("iceberg.delete", BOOLEAN, "true"),
+        TopicConfigDef("iceberg.compaction.interval.ms", LONG, "3600000"),
+        TopicConfigDef("iceberg.snapshot.expiry.interval.ms", LONG, "3600000"),
     )
 }
 

@@ -144,6 +144,11 @@ class IcebergService:
         self.rows_written: Counter[tuple[str, int]] = Counter()
         self.dead_letters: Counter[tuple[str, int]] = Counter()
         self.commits: Counter[str] = Counter()
+        # Maintenance by the leader of partition 0: compaction snapshots, the data files they
+        # replaced, snapshots expired.
+        self.compactions: Counter[str] = Counter()
+        self.compacted_files: Counter[str] = Counter()
+        self.expired_snapshots: Counter[str] = Counter()
         # The node sets it when this broker serves the schema registry.
         self.schemas: SchemaSource | None = None
         self._writers: set[str] = set()
@@ -309,6 +314,9 @@ class IcebergService:
         # the table too: its opening must not clear the commit's count, its backoff and the
         # error minibroker_iceberg_last_error shows).
         open_failing = False
+        # When this broker, leading partition 0, next compacts the table and expires its
+        # snapshots (None: not yet scheduled).
+        maintenance: dict[str, int | None] = {"compaction": None, "expiry": None}
         while True:
             # Every path below awaits, but a loop of the event loop's own must never spin.
             await trio.lowlevel.checkpoint()
@@ -399,6 +407,12 @@ class IcebergService:
                     # (its topic deleted and made again, or by hand).
                     table = None
                 continue
+            if 0 in led:
+                due = await self._maintain(topic, table, config, maintenance, now)
+                if due is not None and due <= self.clock_ms():
+                    continue
+            else:
+                maintenance.update(compaction=None, expiry=None)
             deadline = translation.next_deadline_ms()
             wait_s = RECHECK_S if deadline is None else min(RECHECK_S, (deadline - now) / 1000)
             # Partitions with records already waiting need no wake-up on append: their commit
@@ -408,9 +422,71 @@ class IcebergService:
                 for index, progress in translation.partitions.items()
                 if progress.waiting_since_ms is None and index in led
             ]
+            if 0 in led:
+                pending = [at for at in maintenance.values() if at is not None]
+                if pending:
+                    wait_s = min(wait_s, (min(pending) - now) / 1000)
             await self.replicas.watchers.wait_any(
                 idle, trio.current_time() + max(0.0, wait_s), "Iceberg"
             )
+
+    async def _maintain(
+        self, topic: str, table: TopicTable, config: Any, due: dict[str, int | None], now: int
+    ) -> int | None:
+        """Table maintenance, on the leader of partition 0 only: one broker per table, so two
+        brokers never rewrite the same files, and a leader change moves it with partition 0.
+        Each task runs every ``iceberg.compaction.interval.ms`` /
+        ``iceberg.snapshot.expiry.interval.ms`` (0: never), first one interval after this
+        broker took partition 0, in the worker thread between commits (the writer's own
+        commits are never delayed by more than one maintenance call). Returns the next time
+        one is due (None: neither is on)."""
+        intervals = {
+            "compaction": config.iceberg_compaction_interval_ms,
+            "expiry": config.iceberg_snapshot_expiry_interval_ms,
+        }
+        for task, interval in intervals.items():
+            if interval <= 0:
+                due[task] = None
+                continue
+            at = due[task]
+            if at is None or at > now + interval:
+                due[task] = now + interval  # first sight, or the interval was shortened
+                continue
+            if at > now:
+                continue
+            due[task] = now + interval
+            try:
+                if task == "compaction":
+                    outcome = await self._blocking(table.compact)
+                    if outcome.removed:
+                        self.compactions[topic] += 1
+                        self.compacted_files[topic] += outcome.removed
+                        log.info(
+                            "compacted %s's Iceberg table: %d small files rewritten as %d",
+                            topic,
+                            outcome.removed,
+                            outcome.added,
+                        )
+                    elif outcome.lost_race:
+                        log.info("%s: a commit came first, compaction tried again later", topic)
+                else:
+                    expired = await self._blocking(table.expire)
+                    if expired.expired:
+                        self.expired_snapshots[topic] += expired.expired
+                        log.info(
+                            "expired %d snapshots of %s's Iceberg table (%d files deleted)",
+                            expired.expired,
+                            topic,
+                            expired.files_deleted,
+                        )
+            except TableStopped:
+                return None
+            except Exception as error:
+                log.warning(
+                    "Iceberg table maintenance (%s) of %s failed: %s", task, topic, _text(error)
+                )
+        pending = [at for at in due.values() if at is not None]
+        return min(pending) if pending else None
 
     async def _read(
         self, translation: TopicTranslation, led: dict[int, Partition]
@@ -617,3 +693,28 @@ class IcebergCollector:
         yield lag_seconds
         yield failing
         yield last_error
+        compactions = CounterMetricFamily(
+            "minibroker_iceberg_compactions",
+            "Compaction snapshots (replace) this broker committed, as leader of the topic's"
+            " partition 0.",
+            labels=["topic"],
+        )
+        compacted = CounterMetricFamily(
+            "minibroker_iceberg_compacted_files",
+            "Small data files this broker's compactions replaced.",
+            labels=["topic"],
+        )
+        expired = CounterMetricFamily(
+            "minibroker_iceberg_expired_snapshots",
+            "Snapshots this broker expired from topics' tables.",
+            labels=["topic"],
+        )
+        for topic, count in sorted(service.compactions.items()):
+            compactions.add_metric([topic], count)
+        for topic, count in sorted(service.compacted_files.items()):
+            compacted.add_metric([topic], count)
+        for topic, count in sorted(service.expired_snapshots.items()):
+            expired.add_metric([topic], count)
+        yield compactions
+        yield compacted
+        yield expired

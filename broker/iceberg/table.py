@@ -483,6 +483,25 @@ class TopicTable:
             return CommitOutcome(rows=counts, snapshot=True)
         return CommitOutcome(error=f"lost the commit race {COMMIT_ATTEMPTS} times in a row")
 
+    # -- maintenance (maintenance.py) --------------------------------------------------------
+
+    def compact(self) -> Any:
+        """The table's small files compacted (maintenance.compact: one ``replace`` snapshot
+        carrying the offsets forward, lost to any commit in between). TableStopped first once
+        ``stop`` was called."""
+        from minibroker.iceberg.maintenance import compact
+
+        self._check_not_stopped()
+        return compact(self.table, self.topic_id, stopped=self._check_not_stopped)
+
+    def expire(self) -> Any:
+        """The table's old snapshots expired (maintenance.expire), never the ones back to the
+        offsets. TableStopped first once ``stop`` was called."""
+        from minibroker.iceberg.maintenance import expire
+
+        self._check_not_stopped()
+        return expire(self.table)
+
     # -- value_schema_id_prefix --------------------------------------------------------------
 
     def _decoder(self, schema_id: int, lookup: Lookup) -> Decoder:
