@@ -55,6 +55,14 @@ broker leads, and each commit is one snapshot covering them.
   catalog commit then failed is an orphan: the page's "Not supported yet").
 - Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
   with a growing delay; the topic still takes writes, and the lag metrics grow.
+- Maintenance (maintenance.py; Spark's ``rewrite_data_files`` and ``expire_snapshots`` are
+  Iceberg's counterparts, Redpanda has none to copy): the writer of the broker that leads
+  partition 0 compacts the table's small files every ``iceberg.compaction.interval.ms`` and
+  expires its old snapshots every ``iceberg.snapshot.expiry.interval.ms``, between its
+  commits in the same worker thread. One broker per table so that two never rewrite the same
+  files; partition 0 because every topic has one and its leadership is already known here.
+  A stale leader of partition 0 still compacting is harmless: compactions lose to any commit
+  in between, as the writers' own commits do.
 """
 
 from __future__ import annotations
