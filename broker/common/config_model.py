@@ -277,6 +277,8 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "iceberg.rest.catalog.uri": (STRING, None),
     "iceberg.rest.catalog.warehouse": (STRING, None),
     "iceberg.rest.catalog.prefix": (STRING, None),
+    "iceberg.catalog.s3.endpoint": (STRING, None),
+    "iceberg.catalog.s3.region": (STRING, None),
     "metrics.port": (INT, None),
     "cordoned.log.dirs": (LIST, ""),
     "log.flush.interval.messages": (LONG, LONG_MAX),

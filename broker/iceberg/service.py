@@ -250,13 +250,15 @@ class IcebergService:
         if self._catalog is None:
             if self.config.iceberg_catalog_type == "rest":
                 self._catalog = open_rest_catalog(
-                    self.config.iceberg_catalog_name, self.config.iceberg_rest_catalog
+                    self.config.iceberg_catalog_name,
+                    {**self.config.iceberg_file_io, **self.config.iceberg_rest_catalog},
                 )
             else:
                 self._catalog = open_catalog(
                     self.config.iceberg_catalog_name,
                     self.config.iceberg_uri,
                     self.config.iceberg_warehouse,
+                    self.config.iceberg_file_io,
                 )
         return self._catalog
 

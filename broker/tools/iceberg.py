@@ -68,6 +68,8 @@ BROKER_KEYS = [
     "iceberg.rest.catalog.uri",
     "iceberg.rest.catalog.warehouse",
     "iceberg.rest.catalog.prefix",
+    "iceberg.catalog.s3.endpoint",
+    "iceberg.catalog.s3.region",
     "log.dirs",
     "metrics.port",
 ]
@@ -287,13 +289,20 @@ def open_catalog(settings: Mapping[str, str | None], overrides: Mapping[str, str
     from minibroker.iceberg.table import SqlCatalog, open_rest_catalog
 
     name = settings.get("iceberg.catalog.name") or "minibroker"
+    # The S3 file IO's endpoint and region as the brokers describe them; its keys are
+    # secrets (--catalog-property s3.access-key-id=... s3.secret-access-key=...).
+    file_io = {
+        f"s3.{key}": str(settings[f"iceberg.catalog.s3.{key}"])
+        for key in ("endpoint", "region")
+        if settings.get(f"iceberg.catalog.s3.{key}")
+    }
     if (settings.get("iceberg.catalog.type") or "sql") == "rest":
         properties = {
             key: str(settings[f"iceberg.rest.catalog.{key}"])
             for key in ("uri", "warehouse", "prefix")
             if settings.get(f"iceberg.rest.catalog.{key}")
         }
-        return open_rest_catalog(name, {**properties, **overrides})
+        return open_rest_catalog(name, {**file_io, **properties, **overrides})
     uri = overrides.get("uri") or settings.get("iceberg.catalog.uri") or ""
     if not uri:
         log_dirs = (settings.get("log.dirs") or "").split(",")
@@ -307,7 +316,7 @@ def open_catalog(settings: Mapping[str, str | None], overrides: Mapping[str, str
             )
         uri = f"sqlite:///{catalog_file.resolve()}"
     extra = {key: value for key, value in overrides.items() if key != "uri"}
-    return SqlCatalog(name, uri=uri, **extra)
+    return SqlCatalog(name, uri=uri, **{**file_io, **extra})
 
 
 def describe(

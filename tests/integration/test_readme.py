@@ -151,6 +151,9 @@ SKIPPED_SECTIONS = {
     ("docs/iceberg-topics.md", "Turning it on"): "a topic created with these configs on a"
     " running broker: tests/integration/test_iceberg_topics.py creates one (with a short"
     " target lag) with confluent-kafka's AdminClient and reads its table",
+    ("docs/iceberg-topics.md", "Data files in object storage"): "needs an S3 server:"
+    " tests/integration/test_iceberg_s3.py starts moto's and a broker with these properties"
+    " (pointed at it)",
     ("docs/iceberg-topics.md", "The `minibroker iceberg` command"): "needs a broker with"
     " Iceberg topics: tests/integration/test_iceberg_cli.py runs the command against one and"
     " checks each column",
