@@ -108,6 +108,9 @@ SCAN_INTERVAL_S = 1.0
 # A writer looks at leadership and its partitions' logs at least this often.
 RECHECK_S = 1.0
 READ_BYTES = 1024 * 1024
+# Table maintenance first runs this long after a broker takes partition 0 (then every
+# interval): soon after a restart or a leader change, not during its first commits.
+FIRST_MAINTENANCE_MS = 60_000
 WRITTEN_MODES = (ICEBERG_KEY_VALUE, ICEBERG_VALUE_SCHEMA_ID_PREFIX)
 PROTOBUF = "PROTOBUF"
 NO_REGISTRY = (
@@ -446,10 +449,10 @@ class IcebergService:
         """Table maintenance, on the leader of partition 0 only: one broker per table, so two
         brokers never rewrite the same files, and a leader change moves it with partition 0.
         Each task runs every ``iceberg.compaction.interval.ms`` /
-        ``iceberg.snapshot.expiry.interval.ms`` (0: never), first one interval after this
-        broker took partition 0, in the worker thread between commits (the writer's own
-        commits are never delayed by more than one maintenance call). Returns the next time
-        one is due (None: neither is on)."""
+        ``iceberg.snapshot.expiry.interval.ms`` (0: never), first FIRST_MAINTENANCE_MS (or
+        the interval, if shorter) after this broker took partition 0, in the worker thread
+        between commits (the writer's own commits are never delayed by more than one
+        maintenance call). Returns the next time one is due (None: neither is on)."""
         intervals = {
             "compaction": config.iceberg_compaction_interval_ms,
             "expiry": config.iceberg_snapshot_expiry_interval_ms,
@@ -459,8 +462,13 @@ class IcebergService:
                 due[task] = None
                 continue
             at = due[task]
-            if at is None or at > now + interval:
-                due[task] = now + interval  # first sight, or the interval was shortened
+            if at is None:
+                # First sight: soon, not a whole interval on (brokers restarted more often
+                # than the interval would never get to it).
+                due[task] = now + min(interval, FIRST_MAINTENANCE_MS)
+                continue
+            if at > now + interval:
+                due[task] = now + interval  # the interval was shortened
                 continue
             if at > now:
                 continue

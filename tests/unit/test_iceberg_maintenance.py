@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from minibroker.iceberg import maintenance
 from minibroker.iceberg.maintenance import compact, expire, protected_snapshots
+from minibroker.iceberg.table import open_catalog
 from minibroker.iceberg.translation import SUMMARY_KEY
 from tests.unit.test_iceberg_table import (
     TOPIC_ID,
@@ -59,6 +60,12 @@ def test_compaction_replaces_small_files_and_carries_the_offsets(catalog):  # no
     assert (outcome.removed, outcome.added, outcome.lost_race) == (6, 1, False)
     assert len(data_files(table)) == 1
     assert rows(table) == before_rows
+    # The one file holds them by partition and offset (the commits alternated partitions).
+    scanned = table.table.scan().to_arrow()
+    in_file = list(
+        zip(scanned["partition"].to_pylist(), scanned["offset"].to_pylist(), strict=True)
+    )
+    assert in_file == before_rows
     current = table.table.current_snapshot()
     assert current is not None and current.summary is not None
     assert current.summary.operation.value == "replace"
@@ -154,3 +161,31 @@ def test_expiry_keeps_the_snapshots_back_to_the_offsets_under_another_engines(ca
     future = current.timestamp_ms + 6 * DAY_MS
     assert expire(table.table, now_ms=future).expired == 2
     assert table.offsets() == {0: 6, 1: 3}
+
+
+def test_a_typed_table_is_compacted_across_a_schema_evolution(tmp_path):
+    """value_schema_id_prefix: files written before and after a new column are rewritten as
+    one, the older rows reading the new column as null, every value and ``kafka`` field kept."""
+    from tests.unit import test_iceberg_typed_table as typed
+
+    typed_catalog = open_catalog(
+        "minibroker", f"sqlite:///{tmp_path}/catalog.db", (tmp_path / "warehouse").as_uri()
+    )
+    table = typed.writer(typed_catalog)
+    for offset in range(4):
+        value = [typed.framed(1, {"name": f"u{offset}", "age": offset})]
+        outcome = table.commit(
+            typed.plan(0, offset or None, offset, offset + 1),
+            typed.reads(0, offset, value),
+            typed.lookup,
+        )
+        assert outcome.rows == {0: 1}
+    evolved = [typed.framed(2, {"name": "v2", "age": 20, "email": "v2@example.com"})]
+    assert table.commit(typed.plan(0, 4, 4, 5), typed.reads(0, 4, evolved), typed.lookup).rows
+    before = sorted(typed.scan(typed_catalog), key=lambda row: row["kafka"]["offset"])
+    assert len(before) == 5 and before[0]["email"] is None
+    outcome = compact(table.table, typed.TOPIC_ID, min_input_files=2)
+    assert (outcome.removed, outcome.added) == (5, 1)
+    after = typed.scan(typed_catalog)  # in the one file's order: by partition and offset
+    assert after == before
+    assert table.offsets() == {0: 5}
