@@ -8,6 +8,7 @@ another engine's snapshot, and deletes the files only expired snapshots reached.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
@@ -33,8 +34,11 @@ def data_files(table) -> set[str]:
     return {task.file.file_path.rsplit("/", 1)[-1] for task in table.table.scan().plan_files()}
 
 
-def parquet_on_disk(tmp_path: Path) -> set[str]:
-    return {p.name for p in (tmp_path / "warehouse").rglob("*.parquet")}
+def parquet_on_disk(table) -> set[str]:
+    """The Parquet files under the table's location (a local warehouse)."""
+    location = urlparse(table.table.location())
+    assert location.scheme in ("file", ""), location  # a REST server's may be a bare path
+    return {p.name for p in Path(unquote(location.path)).rglob("*.parquet")}
 
 
 def write_in_commits(table, commits: int, per_commit: int = 3) -> None:
@@ -78,7 +82,7 @@ def test_compaction_replaces_small_files_and_carries_the_offsets(catalog):  # no
     assert compact(table.table, TOPIC_ID, min_input_files=5).removed == 0
 
 
-def test_a_compaction_loses_to_a_writers_append_in_its_window(catalog, tmp_path, monkeypatch):  # noqa: F811
+def test_a_compaction_loses_to_a_writers_append_in_its_window(catalog, monkeypatch):  # noqa: F811
     table, other = writer(catalog), writer(catalog)
     write_in_commits(table, 4)
     write_files = maintenance._dataframe_to_data_files
@@ -90,12 +94,15 @@ def test_a_compaction_loses_to_a_writers_append_in_its_window(catalog, tmp_path,
         return write_files(**kwargs)
 
     monkeypatch.setattr(maintenance, "_dataframe_to_data_files", writer_first)
+    # (A REST server's purge of an earlier test's table may leave files in the location.)
+    files_before, disk_before = data_files(table), parquet_on_disk(table)
     outcome = compact(table.table, TOPIC_ID, min_input_files=2)
     assert appended[0].snapshot and outcome.lost_race and outcome.removed == 0
     expected = sorted([(0, o) for o in range(8)] + [(1, o) for o in range(6)])
     assert rows(table) == expected and table.offsets() == {0: 8, 1: 6}
-    # The loser's rewrite was deleted: the files on disk are the table's.
-    assert parquet_on_disk(tmp_path) == data_files(table)
+    # The loser's rewrite was deleted: what came on disk is the writer's file only.
+    assert parquet_on_disk(table) - disk_before == data_files(table) - files_before
+    assert len(data_files(table) - files_before) == 1
     # Tried again (the next interval), it wins.
     assert compact(table.table, TOPIC_ID, min_input_files=2).removed == 5
     assert rows(table) == expected and table.offsets() == {0: 8, 1: 6}
@@ -113,13 +120,12 @@ def test_a_writers_append_that_loses_to_a_compaction_is_made_on_top(catalog):  #
     assert table.offsets() == {0: 6, 1: 9}
 
 
-def test_expiry_keeps_the_offsets_and_deletes_what_only_expired_snapshots_reached(
-    catalog,  # noqa: F811
-    tmp_path,
-):
+def test_expiry_keeps_the_offsets_and_deletes_what_only_expired_snapshots_reached(catalog):  # noqa: F811
     table = writer(catalog)
     write_in_commits(table, 6)
+    small = data_files(table)
     compact(table.table, TOPIC_ID, min_input_files=2)
+    assert small <= parquet_on_disk(table)  # replaced, still reached by the old snapshots
     snapshots = table.table.snapshots()
     assert len(snapshots) == 7
     future = max(s.timestamp_ms for s in snapshots) + 6 * DAY_MS
@@ -127,7 +133,8 @@ def test_expiry_keeps_the_offsets_and_deletes_what_only_expired_snapshots_reache
     assert outcome.expired == 6 and outcome.files_deleted == 6
     assert [s.snapshot_id for s in table.table.snapshots()] == [snapshots[-1].snapshot_id]
     assert table.offsets() == {0: 9, 1: 9} and len(rows(table)) == 18
-    assert parquet_on_disk(tmp_path) == data_files(table)
+    on_disk = parquet_on_disk(table)
+    assert not small & on_disk and data_files(table) <= on_disk
     # Nothing old enough: nothing expired.
     assert expire(table.table).expired == 0
 
