@@ -392,6 +392,11 @@ _TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, str], object]]] = {
     "iceberg.target.lag.ms": ("iceberg_target_lag_ms", _long(1)),
     "iceberg.partition.spec": ("iceberg_partition_spec", _iceberg_partition_spec),
     "iceberg.delete": ("iceberg_delete", _boolean),
+    # Table maintenance by the leader of partition 0 (minibroker.iceberg.maintenance): how
+    # often small files are compacted and old snapshots expired; 0 never. Their thresholds
+    # are the table's Iceberg properties (history.expire.max-snapshot-age-ms, ...).
+    "iceberg.compaction.interval.ms": ("iceberg_compaction_interval_ms", _long(0)),
+    "iceberg.snapshot.expiry.interval.ms": ("iceberg_snapshot_expiry_interval_ms", _long(0)),
 }
 TOPIC_CONFIG_NAMES = frozenset(_TOPIC_CONFIGS)
 
@@ -446,6 +451,9 @@ class LogConfig:
     # iceberg.delete (Redpanda's redpanda.iceberg.delete): drop the topic's tables when the
     # topic is deleted.
     iceberg_delete: bool = True
+    # iceberg.compaction.interval.ms / iceberg.snapshot.expiry.interval.ms (0: never).
+    iceberg_compaction_interval_ms: int = 3_600_000
+    iceberg_snapshot_expiry_interval_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         if self.flush_ms is None:

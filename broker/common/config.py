@@ -389,6 +389,52 @@ def _iceberg_rest_properties(properties: dict[str, str]) -> dict[str, str]:
     return found
 
 
+# iceberg.catalog.s3.<name>: pyiceberg's S3 FileIO properties (s3.endpoint, s3.region,
+# s3.access-key-id, ...), by their Iceberg names as the Kafka Connect Iceberg sink takes them
+# under iceberg.catalog.*, handed to the catalog (SQL or REST) unchanged: where the tables'
+# data and metadata files go when the warehouse is an s3:// location.
+ICEBERG_S3_PREFIX = "iceberg.catalog.s3."
+# pyiceberg.io's S3_* names (written out: pyiceberg is an optional extra).
+ICEBERG_S3_NAMES = frozenset(
+    {
+        "endpoint",
+        "access-key-id",
+        "secret-access-key",
+        "session-token",
+        "region",
+        "resolve-region",
+        "proxy-uri",
+        "connect-timeout",
+        "request-timeout",
+        "force-virtual-addressing",
+        "anonymous",
+        "role-arn",
+        "role-session-name",
+        "sse.type",
+        "sse.key",
+        "sse.md5",
+    }
+)
+
+
+def _iceberg_s3_properties(properties: dict[str, str]) -> dict[str, str]:
+    """The ``iceberg.catalog.s3.*`` properties, as pyiceberg names them (``s3.endpoint``),
+    checked by name."""
+    found = {}
+    for key, text in properties.items():
+        if not key.startswith(ICEBERG_S3_PREFIX):
+            continue
+        name = key[len(ICEBERG_S3_PREFIX) :]
+        if name not in ICEBERG_S3_NAMES:
+            known = ", ".join(sorted(ICEBERG_S3_NAMES))
+            raise ConfigError(
+                f"unknown property {key}: the Iceberg S3 file IO takes {ICEBERG_S3_PREFIX}<name>"
+                f" for <name> one of {known}"
+            )
+        found[f"s3.{name}"] = text.strip()
+    return found
+
+
 def _check_iceberg_catalog(config: "BrokerConfig", properties: dict[str, str]) -> None:
     """The catalog properties fit iceberg.catalog.type: a REST catalog has an http(s)
     ``iceberg.rest.catalog.uri`` and not the SQL catalog's uri or warehouse; a SQL catalog no
@@ -1050,6 +1096,9 @@ class BrokerConfig:
     # iceberg.catalog.type=rest: the iceberg.rest.catalog.* properties by their Iceberg names
     # (uri, warehouse, credential, ...), handed to pyiceberg's RestCatalog as they are.
     iceberg_rest_catalog: dict[str, str] = field(default_factory=dict, repr=False)
+    # iceberg.catalog.s3.*: pyiceberg's FileIO properties (s3.endpoint, ...), given to either
+    # catalog.
+    iceberg_file_io: dict[str, str] = field(default_factory=dict, repr=False)
     unknown: dict[str, str] = field(default_factory=dict)
     # The properties as given (file, then overrides): DescribeConfigs reports these as
     # STATIC_BROKER_CONFIG, and dynamic broker configs are layered over them.
@@ -1177,7 +1226,7 @@ class BrokerConfig:
         ordered = sorted(properties.items(), key=lambda item: _precedence_rank(item[0]))
         for key, text in ordered:
             prop = _PROPERTIES.get(key)
-            if key.startswith(ICEBERG_REST_PREFIX):
+            if key.startswith((ICEBERG_REST_PREFIX, ICEBERG_S3_PREFIX)):
                 continue
             if prop is None:
                 unknown[key] = text
@@ -1207,6 +1256,7 @@ class BrokerConfig:
                 )
             values["inter_broker_listener_name"] = protocol
         values["iceberg_rest_catalog"] = _iceberg_rest_properties(properties)
+        values["iceberg_file_io"] = _iceberg_s3_properties(properties)
         config = cls(**values, unknown=unknown, properties=dict(properties))
         try:
             check_cordoned_log_dirs(config.cordoned_log_dirs, config.log_dirs)

@@ -172,6 +172,8 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         TopicConfigDef("iceberg.target.lag.ms", LONG, "60000"),
         TopicConfigDef("iceberg.partition.spec", STRING, "(hour(timestamp))"),
         TopicConfigDef("iceberg.delete", BOOLEAN, "true"),
+        TopicConfigDef("iceberg.compaction.interval.ms", LONG, "3600000"),
+        TopicConfigDef("iceberg.snapshot.expiry.interval.ms", LONG, "3600000"),
     )
 }
 
@@ -262,6 +264,22 @@ BROKER_CONFIG_DEFS: dict[str, tuple[int, str | None]] = {
     "log.cleanup.policy": (LIST, "delete"),
     "log.dir": (STRING, "/tmp/kafka-logs"),
     "log.dirs": (STRING, None),
+    # Not Kafka's: minibroker's own settings that a tool needs to find from the wire alone
+    # (``minibroker iceberg``: where the Iceberg topics' catalog is, and the metrics endpoint
+    # where the writers' last errors are), described as Redpanda describes its cluster
+    # config iceberg_catalog_type and friends. The REST catalog's credential and token are
+    # not described (they are secrets).
+    "iceberg.catalog.type": (STRING, "sql"),
+    "iceberg.catalog.name": (STRING, "minibroker"),
+    "iceberg.catalog.uri": (STRING, ""),
+    "iceberg.catalog.warehouse": (STRING, ""),
+    "iceberg.catalog.namespace": (STRING, "minibroker"),
+    "iceberg.rest.catalog.uri": (STRING, None),
+    "iceberg.rest.catalog.warehouse": (STRING, None),
+    "iceberg.rest.catalog.prefix": (STRING, None),
+    "iceberg.catalog.s3.endpoint": (STRING, None),
+    "iceberg.catalog.s3.region": (STRING, None),
+    "metrics.port": (INT, None),
     "cordoned.log.dirs": (LIST, ""),
     "log.flush.interval.messages": (LONG, LONG_MAX),
     "log.flush.interval.ms": (LONG, None),

@@ -55,6 +55,14 @@ broker leads, and each commit is one snapshot covering them.
   catalog commit then failed is an orphan: the page's "Not supported yet").
 - Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
   with a growing delay; the topic still takes writes, and the lag metrics grow.
+- Maintenance (maintenance.py; Spark's ``rewrite_data_files`` and ``expire_snapshots`` are
+  Iceberg's counterparts, Redpanda has none to copy): the writer of the broker that leads
+  partition 0 compacts the table's small files every ``iceberg.compaction.interval.ms`` and
+  expires its old snapshots every ``iceberg.snapshot.expiry.interval.ms``, between its
+  commits in the same worker thread. One broker per table so that two never rewrite the same
+  files; partition 0 because every topic has one and its leadership is already known here.
+  A stale leader of partition 0 still compacting is harmless: compactions lose to any commit
+  in between, as the writers' own commits do.
 """
 
 from __future__ import annotations
@@ -100,6 +108,9 @@ SCAN_INTERVAL_S = 1.0
 # A writer looks at leadership and its partitions' logs at least this often.
 RECHECK_S = 1.0
 READ_BYTES = 1024 * 1024
+# Table maintenance first runs this long after a broker takes partition 0 (then every
+# interval): soon after a restart or a leader change, not during its first commits.
+FIRST_MAINTENANCE_MS = 60_000
 WRITTEN_MODES = (ICEBERG_KEY_VALUE, ICEBERG_VALUE_SCHEMA_ID_PREFIX)
 PROTOBUF = "PROTOBUF"
 NO_REGISTRY = (
@@ -144,6 +155,11 @@ class IcebergService:
         self.rows_written: Counter[tuple[str, int]] = Counter()
         self.dead_letters: Counter[tuple[str, int]] = Counter()
         self.commits: Counter[str] = Counter()
+        # Maintenance by the leader of partition 0: compaction snapshots, the data files they
+        # replaced, snapshots expired.
+        self.compactions: Counter[str] = Counter()
+        self.compacted_files: Counter[str] = Counter()
+        self.expired_snapshots: Counter[str] = Counter()
         # The node sets it when this broker serves the schema registry.
         self.schemas: SchemaSource | None = None
         self._writers: set[str] = set()
@@ -237,13 +253,15 @@ class IcebergService:
         if self._catalog is None:
             if self.config.iceberg_catalog_type == "rest":
                 self._catalog = open_rest_catalog(
-                    self.config.iceberg_catalog_name, self.config.iceberg_rest_catalog
+                    self.config.iceberg_catalog_name,
+                    {**self.config.iceberg_file_io, **self.config.iceberg_rest_catalog},
                 )
             else:
                 self._catalog = open_catalog(
                     self.config.iceberg_catalog_name,
                     self.config.iceberg_uri,
                     self.config.iceberg_warehouse,
+                    self.config.iceberg_file_io,
                 )
         return self._catalog
 
@@ -305,6 +323,13 @@ class IcebergService:
     async def _translate(self, topic: str) -> None:
         table: TopicTable | None = None
         translation: TopicTranslation | None = None
+        # Whether the failures counted are the table's opening's (a commit's failure reopens
+        # the table too: its opening must not clear the commit's count, its backoff and the
+        # error minibroker_iceberg_last_error shows).
+        open_failing = False
+        # When this broker, leading partition 0, next compacts the table and expires its
+        # snapshots (None: not yet scheduled).
+        maintenance: dict[str, int | None] = {"compaction": None, "expiry": None}
         while True:
             # Every path below awaits, but a loop of the event loop's own must never spin.
             await trio.lowlevel.checkpoint()
@@ -330,6 +355,7 @@ class IcebergService:
                         config.iceberg_mode,
                     )
                 except Exception as error:
+                    open_failing = True
                     translation.failures += 1
                     translation.last_error = _text(error)
                     log.warning("cannot open the Iceberg table of %s: %s", topic, _text(error))
@@ -337,8 +363,10 @@ class IcebergService:
                         min(30.0, RETRY_FIRST_MS / 1000 * 2 ** min(5, translation.failures - 1))
                     )
                     continue
-                translation.failures = 0
-                translation.last_error = None
+                if open_failing:
+                    open_failing = False
+                    translation.failures = 0
+                    translation.last_error = None
                 self._tables[topic] = table
             translation.target_lag_ms = config.iceberg_target_lag_ms
             for index, progress in list(translation.partitions.items()):
@@ -392,6 +420,12 @@ class IcebergService:
                     # (its topic deleted and made again, or by hand).
                     table = None
                 continue
+            if 0 in led:
+                due = await self._maintain(topic, table, config, maintenance, now)
+                if due is not None and due <= self.clock_ms():
+                    continue
+            else:
+                maintenance.update(compaction=None, expiry=None)
             deadline = translation.next_deadline_ms()
             wait_s = RECHECK_S if deadline is None else min(RECHECK_S, (deadline - now) / 1000)
             # Partitions with records already waiting need no wake-up on append: their commit
@@ -401,9 +435,76 @@ class IcebergService:
                 for index, progress in translation.partitions.items()
                 if progress.waiting_since_ms is None and index in led
             ]
+            if 0 in led:
+                pending = [at for at in maintenance.values() if at is not None]
+                if pending:
+                    wait_s = min(wait_s, (min(pending) - now) / 1000)
             await self.replicas.watchers.wait_any(
                 idle, trio.current_time() + max(0.0, wait_s), "Iceberg"
             )
+
+    async def _maintain(
+        self, topic: str, table: TopicTable, config: Any, due: dict[str, int | None], now: int
+    ) -> int | None:
+        """Table maintenance, on the leader of partition 0 only: one broker per table, so two
+        brokers never rewrite the same files, and a leader change moves it with partition 0.
+        Each task runs every ``iceberg.compaction.interval.ms`` /
+        ``iceberg.snapshot.expiry.interval.ms`` (0: never), first FIRST_MAINTENANCE_MS (or
+        the interval, if shorter) after this broker took partition 0, in the worker thread
+        between commits (the writer's own commits are never delayed by more than one
+        maintenance call). Returns the next time one is due (None: neither is on)."""
+        intervals = {
+            "compaction": config.iceberg_compaction_interval_ms,
+            "expiry": config.iceberg_snapshot_expiry_interval_ms,
+        }
+        for task, interval in intervals.items():
+            if interval <= 0:
+                due[task] = None
+                continue
+            at = due[task]
+            if at is None:
+                # First sight: soon, not a whole interval on (brokers restarted more often
+                # than the interval would never get to it).
+                due[task] = now + min(interval, FIRST_MAINTENANCE_MS)
+                continue
+            if at > now + interval:
+                due[task] = now + interval  # the interval was shortened
+                continue
+            if at > now:
+                continue
+            due[task] = now + interval
+            try:
+                if task == "compaction":
+                    outcome = await self._blocking(table.compact)
+                    if outcome.removed:
+                        self.compactions[topic] += 1
+                        self.compacted_files[topic] += outcome.removed
+                        log.info(
+                            "compacted %s's Iceberg table: %d small files rewritten as %d",
+                            topic,
+                            outcome.removed,
+                            outcome.added,
+                        )
+                    elif outcome.lost_race:
+                        log.info("%s: a commit came first, compaction tried again later", topic)
+                else:
+                    expired = await self._blocking(table.expire)
+                    if expired.expired:
+                        self.expired_snapshots[topic] += expired.expired
+                        log.info(
+                            "expired %d snapshots of %s's Iceberg table (%d files deleted)",
+                            expired.expired,
+                            topic,
+                            expired.files_deleted,
+                        )
+            except TableStopped:
+                return None
+            except Exception as error:
+                log.warning(
+                    "Iceberg table maintenance (%s) of %s failed: %s", task, topic, _text(error)
+                )
+        pending = [at for at in due.values() if at is not None]
+        return min(pending) if pending else None
 
     async def _read(
         self, translation: TopicTranslation, led: dict[int, Partition]
@@ -592,11 +693,46 @@ class IcebergCollector:
             "Iceberg commits of the topic that failed in a row (0: the last one succeeded).",
             labels=["topic"],
         )
+        last_error = GaugeMetricFamily(
+            "minibroker_iceberg_last_error",
+            "1 with the error of the topic's writer here, while its last attempt (opening the"
+            " table, reading its offsets, a commit) failed; no sample once one succeeds"
+            " (minibroker iceberg prints it).",
+            labels=["topic", "error"],
+        )
         for topic, translation in sorted(service.translations.items()):
             for index, progress in sorted(translation.partitions.items()):
                 lag.add_metric([topic, str(index)], progress.lag_records)
             lag_seconds.add_metric([topic], translation.lag_ms(now) / 1000)
             failing.add_metric([topic], translation.failures)
+            if translation.last_error is not None:
+                last_error.add_metric([topic, translation.last_error[:500]], 1)
         yield lag
         yield lag_seconds
         yield failing
+        yield last_error
+        compactions = CounterMetricFamily(
+            "minibroker_iceberg_compactions",
+            "Compaction snapshots (replace) this broker committed, as leader of the topic's"
+            " partition 0.",
+            labels=["topic"],
+        )
+        compacted = CounterMetricFamily(
+            "minibroker_iceberg_compacted_files",
+            "Small data files this broker's compactions replaced.",
+            labels=["topic"],
+        )
+        expired = CounterMetricFamily(
+            "minibroker_iceberg_expired_snapshots",
+            "Snapshots this broker expired from topics' tables.",
+            labels=["topic"],
+        )
+        for topic, count in sorted(service.compactions.items()):
+            compactions.add_metric([topic], count)
+        for topic, count in sorted(service.compacted_files.items()):
+            compacted.add_metric([topic], count)
+        for topic, count in sorted(service.expired_snapshots.items()):
+            expired.add_metric([topic], count)
+        yield compactions
+        yield compacted
+        yield expired

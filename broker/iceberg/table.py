@@ -196,13 +196,18 @@ def partition_spec(fields: tuple[tuple[str, str], ...], typed: bool = False) -> 
     )
 
 
-def open_catalog(name: str, uri: str, warehouse: str) -> SqlCatalog:
-    """pyiceberg's SQL catalog; the default SQLite file's directory is made first."""
+def open_catalog(
+    name: str, uri: str, warehouse: str, file_io: Mapping[str, str] | None = None
+) -> SqlCatalog:
+    """pyiceberg's SQL catalog; the default SQLite file's directory is made first.
+    ``file_io``: pyiceberg's FileIO properties (``s3.endpoint``, ``s3.access-key-id``, ...,
+    from ``iceberg.catalog.s3.*``) for a warehouse in object storage (``s3://bucket/path``:
+    pyiceberg's PyArrowFileIO, pyarrow's S3 file system)."""
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     if warehouse.startswith("file://"):
         Path(warehouse[len("file://") :]).mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(name, uri=uri, warehouse=warehouse)
+    return SqlCatalog(name, uri=uri, warehouse=warehouse, **dict(file_io or {}))
 
 
 # The REST catalog's HTTP timeouts, by Iceberg's Java client's property names (pyiceberg sets
@@ -482,6 +487,25 @@ class TopicTable:
                 continue
             return CommitOutcome(rows=counts, snapshot=True)
         return CommitOutcome(error=f"lost the commit race {COMMIT_ATTEMPTS} times in a row")
+
+    # -- maintenance (maintenance.py) --------------------------------------------------------
+
+    def compact(self) -> Any:
+        """The table's small files compacted (maintenance.compact: one ``replace`` snapshot
+        carrying the offsets forward, lost to any commit in between). TableStopped first once
+        ``stop`` was called."""
+        from minibroker.iceberg.maintenance import compact
+
+        self._check_not_stopped()
+        return compact(self.table, self.topic_id, stopped=self._check_not_stopped)
+
+    def expire(self) -> Any:
+        """The table's old snapshots expired (maintenance.expire), never the ones back to the
+        offsets. TableStopped first once ``stop`` was called."""
+        from minibroker.iceberg.maintenance import expire
+
+        self._check_not_stopped()
+        return expire(self.table)
 
     # -- value_schema_id_prefix --------------------------------------------------------------
 

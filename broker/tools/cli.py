@@ -1,5 +1,5 @@
 """The ``minibroker`` command line: ``minibroker serve [server.properties] [--override k=v]``,
-``dev``, ``probe``, ``groups``, ``transactions`` and ``kafka`` (Kafka's own tools)."""
+``dev``, ``probe``, ``groups``, ``transactions``, ``iceberg`` and ``kafka`` (Kafka's own tools)."""
 
 import argparse
 import logging
@@ -129,6 +129,38 @@ def _parser() -> argparse.ArgumentParser:
         help="host:port of any broker (or several, comma-separated: the first that answers)",
     )
     transactions.add_argument("--transactional-id", help="the id to describe")
+    iceberg = commands.add_parser(
+        "iceberg",
+        help="list the cluster's Iceberg topics: per partition the table's offset, the lag,"
+        " files, snapshots and the writer's last error",
+        description="For each topic with iceberg.mode set and each of its partitions: the "
+        "table, the next offset the table holds, the partition's last stable offset, the lag "
+        "in offsets and in seconds (the oldest record not yet in the table, by its "
+        "timestamp), the table's data files and snapshots, and the leader's writer's last "
+        "error. The catalog is the one the leaders describe (DescribeConfigs); the errors "
+        "come from their metrics.port. Exit 1 when something could not be read.",
+    )
+    iceberg.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        default="127.0.0.1:9092",
+        help="host:port of any broker (or several, comma-separated: the first that answers)",
+    )
+    iceberg.add_argument("--topic", help="only this topic")
+    iceberg.add_argument(
+        "--catalog-uri",
+        help="the catalog's URI, when the brokers' is not reachable from here (the embedded "
+        "SQLite catalog of a broker on another machine, a relative log dir)",
+    )
+    iceberg.add_argument(
+        "--catalog-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a catalog property the brokers do not describe (a REST catalog's credential "
+        "or token), by its Iceberg name (repeatable)",
+    )
+    iceberg.add_argument("--timeout", type=float, default=10.0, help="seconds to wait in all")
     commands.add_parser(
         "kafka",
         help="run one of Kafka's command-line tools (kafka-topics, kafka-configs, ...) from "
@@ -158,6 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker.tools.groups import run
 
         return run(args.bootstrap, args.describe, args.timeout)
+    if args.command == "iceberg":
+        from minibroker.tools.iceberg import run as run_iceberg
+
+        properties = {}
+        for item in args.catalog_property:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                print(f"minibroker iceberg: {item!r} is not KEY=VALUE", file=sys.stderr)
+                return 2
+            properties[key.strip()] = value.strip()
+        return run_iceberg(args.bootstrap, args.timeout, args.topic, args.catalog_uri, properties)
     if args.command == "transactions":
         from minibroker.tools.transactions import run as run_transactions
 

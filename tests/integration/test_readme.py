@@ -64,6 +64,9 @@ SKIPPED = {
     ".venv/bin/pip install -q -e .": "installed: the test runs from an editable install",
     ".venv/bin/pip install -q -e '.[test,spark,docs,iceberg]'": "installed: the test runs with"
     " these extras",
+    ".venv/bin/minibroker iceberg --bootstrap 127.0.0.1:9092": "the tour makes no Iceberg"
+    " topic: tests/integration/test_iceberg_cli.py runs the command against a broker with"
+    " three and checks each column",
     "apt-get update": "system installs: .ci/run does them before the tests",
     "apt-get install -y --no-install-recommends kcat docker-compose prometheus iproute2"
     " faketime openjdk-17-jdk-headless maven zookeeper fiu-utils curl": "system installs: .ci/run"
@@ -148,6 +151,12 @@ SKIPPED_SECTIONS = {
     ("docs/iceberg-topics.md", "Turning it on"): "a topic created with these configs on a"
     " running broker: tests/integration/test_iceberg_topics.py creates one (with a short"
     " target lag) with confluent-kafka's AdminClient and reads its table",
+    ("docs/iceberg-topics.md", "Data files in object storage"): "needs an S3 server:"
+    " tests/integration/test_iceberg_s3.py starts moto's and a broker with these properties"
+    " (pointed at it)",
+    ("docs/iceberg-topics.md", "The `minibroker iceberg` command"): "needs a broker with"
+    " Iceberg topics: tests/integration/test_iceberg_cli.py runs the command against one and"
+    " checks each column",
     ("docs/iceberg-topics.md", "Reading the table with pyiceberg"): "needs a broker that has"
     " written the table: tests/integration/test_iceberg_topics.py runs this snippet as written"
     " (its catalog path pointed at the test's broker) and checks it reads every row",

@@ -14,7 +14,9 @@ The writer's races (tests/unit/test_iceberg_table.py, run there on the SQL catal
 through the REST server: a commit that lost the race to another partition's is checked and
 made again, and an old leader's late commit makes the new leader's refused, so that the
 server's check of the commit's requirement (the branch still at the snapshot read) is what
-keeps a row from landing twice.
+keeps a row from landing twice. So do the table maintenance's (tests/unit/
+test_iceberg_maintenance.py): the compaction's ``replace`` snapshot and its requirement, and
+the expiry's snapshot removal, as the server checks and applies them.
 
 One server per module (its JVM takes seconds to start), started when a test asks."""
 
@@ -49,6 +51,7 @@ from tests.integration.test_iceberg_topics import (
     produce,
 )
 from tests.readme import blocks
+from tests.unit import test_iceberg_maintenance as maintenance
 from tests.unit import test_iceberg_table as races
 
 SERVER = "org.apache.iceberg.rest.RESTCatalogServer"
@@ -303,3 +306,28 @@ def test_an_old_leaders_late_commit_refuses_the_new_ones_through_rest(fresh_cata
 
 def test_tables_are_made_without_pyicebergs_own_retries_through_rest(fresh_catalog):
     races.test_tables_are_made_without_pyicebergs_own_retries(fresh_catalog)
+
+
+# Table maintenance (tests/unit/test_iceberg_maintenance.py) through the REST server: the
+# compaction's replace snapshot and its requirement, and the expiry's removal, as the server
+# checks and applies them.
+
+
+def test_compaction_carries_the_offsets_through_rest(fresh_catalog):
+    maintenance.test_compaction_replaces_small_files_and_carries_the_offsets(fresh_catalog)
+
+
+def test_a_compaction_loses_to_a_writers_append_through_rest(fresh_catalog, monkeypatch):
+    maintenance.test_a_compaction_loses_to_a_writers_append_in_its_window(
+        fresh_catalog, monkeypatch
+    )
+
+
+def test_a_writers_append_made_on_top_of_a_compaction_through_rest(fresh_catalog):
+    maintenance.test_a_writers_append_that_loses_to_a_compaction_is_made_on_top(fresh_catalog)
+
+
+def test_expiry_keeps_the_offsets_through_rest(fresh_catalog):
+    maintenance.test_expiry_keeps_the_offsets_and_deletes_what_only_expired_snapshots_reached(
+        fresh_catalog
+    )

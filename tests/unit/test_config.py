@@ -348,6 +348,29 @@ def test_the_rest_catalog_takes_icebergs_property_names_as_they_are():
     assert BrokerConfig.from_properties({}).iceberg_rest_catalog == {}
 
 
+def test_the_s3_file_io_takes_pyicebergs_property_names():
+    """iceberg.catalog.s3.<name>: pyiceberg's s3.<name> FileIO properties, for either catalog;
+    a name pyiceberg does not take is refused by name."""
+    config = BrokerConfig.from_properties(
+        {
+            "iceberg.catalog.warehouse": "s3://lake/warehouse",
+            "iceberg.catalog.s3.endpoint": " http://127.0.0.1:9000 ",
+            "iceberg.catalog.s3.access-key-id": "id",
+            "iceberg.catalog.s3.secret-access-key": "secret",
+            "iceberg.catalog.s3.region": "us-east-1",
+        }
+    )
+    assert config.iceberg_file_io == {
+        "s3.endpoint": "http://127.0.0.1:9000",
+        "s3.access-key-id": "id",
+        "s3.secret-access-key": "secret",
+        "s3.region": "us-east-1",
+    }
+    assert config.unknown == {}
+    with pytest.raises(ConfigError, match="unknown property iceberg.catalog.s3.endpiont"):
+        BrokerConfig.from_properties({"iceberg.catalog.s3.endpiont": "http://x"})
+
+
 @pytest.mark.parametrize(
     ("properties", "message"),
     [

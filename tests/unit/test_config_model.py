@@ -52,13 +52,15 @@ def test_every_kafka_topic_config_is_described_with_its_type():
     described = config_model.describe_topic({}, layers(), include_synonyms=False)
     names = [entry["name"] for entry in described]
     # Kafka's 36, Kafka 4.4's errors.deadletterqueue.group.enable (KIP-1191), Confluent
-    # Server's two schema validation configs and the four of Iceberg topics (Redpanda's
-    # redpanda.iceberg.* without the prefix).
-    assert len(names) == len(set(names)) == 43
+    # Server's two schema validation configs, the four of Iceberg topics (Redpanda's
+    # redpanda.iceberg.* without the prefix) and minibroker's two of table maintenance.
+    assert len(names) == len(set(names)) == 45
     assert types_of(described)["errors.deadletterqueue.group.enable"] == config_model.BOOLEAN
     assert {"compression.type", "local.retention.ms", "remote.storage.enable"} <= set(names)
     assert {"iceberg.mode", "iceberg.target.lag.ms", "iceberg.partition.spec"} <= set(names)
     assert "iceberg.delete" in names
+    assert types_of(described)["iceberg.compaction.interval.ms"] == config_model.LONG
+    assert types_of(described)["iceberg.snapshot.expiry.interval.ms"] == config_model.LONG
     types = {entry["name"]: entry["config_type"] for entry in described}
     assert types["iceberg.target.lag.ms"] == config_model.LONG
     assert types["cleanup.policy"] == config_model.LIST
