@@ -15,7 +15,7 @@ through the REST server: a commit that lost the race to another partition's is c
 made again, and an old leader's late commit makes the new leader's refused, so that the
 server's check of the commit's requirement (the branch still at the snapshot read) is what
 keeps a row from landing twice. So do the table maintenance's (tests/unit/
-test_iceberg_maintenance.py): the compaction's ``replace`` snapshot and its requirement, and
+test_iceberg_maintenance_rules.py): the compaction's ``replace`` snapshot and its requirement, and
 the expiry's snapshot removal, as the server checks and applies them.
 
 One server per module (its JVM takes seconds to start), started when a test asks."""
@@ -51,7 +51,7 @@ from tests.integration.test_iceberg_topics import (
     produce,
 )
 from tests.readme import blocks
-from tests.unit import test_iceberg_maintenance as maintenance
+from tests.unit import test_iceberg_maintenance_rules as maintenance
 from tests.unit import test_iceberg_table as races
 
 SERVER = "org.apache.iceberg.rest.RESTCatalogServer"
@@ -308,7 +308,7 @@ def test_tables_are_made_without_pyicebergs_own_retries_through_rest(fresh_catal
     races.test_tables_are_made_without_pyicebergs_own_retries(fresh_catalog)
 
 
-# Table maintenance (tests/unit/test_iceberg_maintenance.py) through the REST server: the
+# Table maintenance (tests/unit/test_iceberg_maintenance_rules.py) through the REST server: the
 # compaction's replace snapshot and its requirement, and the expiry's removal, as the server
 # checks and applies them.
 
