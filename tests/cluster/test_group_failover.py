@@ -80,6 +80,14 @@ def test_commits_survive_the_coordinators_death(cluster: Cluster):
     assert killed_at is not None, "the consumer never committed enough to kill its coordinator"
     assert commits_after_kill == 20, "commits never succeeded against the new coordinator"
 
+    # Records after every acknowledged position: while commits failed (the coordinator
+    # moving) the consumer read on, and on a slow machine it may have read a partition to
+    # its end, committing there, which would leave the new consumer nothing to read from it.
+    produce_acks_all(
+        cluster.bootstrap,
+        TOPIC,
+        [(partition, b"after-%d" % i) for partition in range(PARTITIONS) for i in range(5)],
+    )
     resumed = group_consumer(cluster)
     first_offsets: dict[int, int] = {}
     try:
