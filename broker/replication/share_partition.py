@@ -38,8 +38,9 @@ The rules, Kafka 4.4's:
   the whole request is INVALID_RECORD_STATE and nothing changes (Kafka rolls back);
 - the start offset advances past ACKNOWLEDGED and ARCHIVED records
   (``maybeUpdateCachedStateAndOffsets``), and past the log start offset if retention moved it;
-- a new share partition starts at the log end offset (``share.auto.offset.reset=latest``) or
-  the log start offset (``earliest``);
+- a new share partition starts at the log end offset (``share.auto.offset.reset=latest``),
+  the log start offset (``earliest``) or the first record at or after now minus a duration
+  (``by_duration:<ISO-8601 duration>``, found by timestamp by the manager);
 - what is persisted (ShareSnapshot/ShareUpdate's start offset, state epoch and state batches
   of first offset, last offset, delivery state 0/2/4, delivery count) and the failover rule:
   rebuilt from it, no record whose acceptance was persisted is delivered again (ACKNOWLEDGED
@@ -116,8 +117,13 @@ class AcknowledgeType(IntEnum):
 
 
 class AutoOffsetReset(Enum):
+    """Kafka's ShareGroupAutoOffsetResetStrategy.StrategyType."""
+
     LATEST = "latest"
     EARLIEST = "earliest"
+    # by_duration:<ISO-8601 duration> (KIP-1106): the first record at or after now minus
+    # the duration (ShareSettings.reset_duration_ms), found by the manager.
+    BY_DURATION = "by_duration"
 
 
 class DeadLetterReason(Enum):
@@ -133,6 +139,8 @@ class ShareSettings:
     delivery_count_limit: int = 5
     max_record_locks: int = 2_000
     auto_offset_reset: AutoOffsetReset = AutoOffsetReset.LATEST
+    # by_duration's duration in milliseconds (0 for the other strategies).
+    reset_duration_ms: int = 0
     # The group has a dead-letter queue (KIP-1191): records to archive go through ARCHIVING.
     dead_letter_queue: bool = False
 
@@ -221,15 +229,18 @@ class SharePartition:
         persisted: PersistedState | None,
         log_start_offset: int,
         log_end_offset: int,
+        reset_offset: int | None = None,
     ) -> SharePartition:
         """Kafka's ``maybeInitialize``: from the persisted state, or (none yet) at the log end
-        (latest) or start (earliest)."""
+        (latest) or start (earliest), or at ``reset_offset`` (by_duration: the offset the
+        manager found by timestamp, Kafka's ``startOffsetDuringInitialization``)."""
         if persisted is None or persisted.start_offset < 0:
-            start = (
-                log_end_offset
-                if settings.auto_offset_reset is AutoOffsetReset.LATEST
-                else log_start_offset
-            )
+            if reset_offset is not None:
+                start = reset_offset
+            elif settings.auto_offset_reset is AutoOffsetReset.EARLIEST:
+                start = log_start_offset
+            else:
+                start = log_end_offset
             return cls(settings, start_offset=start)
         start = max(persisted.start_offset, log_start_offset)
         partition = cls(settings, start_offset=start, state_epoch=persisted.state_epoch)

@@ -11,7 +11,10 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
 - A share partition is created on its group's first ShareFetch of a partition led here: from
   the persister's ReadShareGroupState, or, never initialized (UNKNOWN_TOPIC_OR_PARTITION or a
   start offset of -1), at ``share.auto.offset.reset`` (the group config; ``latest``, the high
-  watermark, by default; ``earliest`` the log start), which InitializeShareGroupState writes.
+  watermark, by default; ``earliest`` the log start; ``by_duration:<ISO-8601 duration>`` the
+  first record at or after now minus the duration, found by timestamp, else the partition
+  answers OFFSET_NOT_AVAILABLE until one is produced, as Kafka 4.4), which
+  InitializeShareGroupState writes.
 - Every change (acquisition, acknowledgement, lock expiry, release) is written through the
   SharePersister before the request that made it is answered; a write that fails is undone
   and answered with Kafka's code (``persister_error``: COORDINATOR_NOT_AVAILABLE for the
@@ -38,8 +41,7 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
   epoch it was initialized with.
 
 Departures, and why: the group's ``share.*`` configs are read when a share partition is
-created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
-reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
+created (Kafka re-reads the lock duration at each acquisition); an acquisition
 is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
 write carries the batches that changed, as Kafka's ShareUpdate). Kafka writes once per
 ShareFetch (its acknowledgements) and so does this: a ShareFetch's acknowledgements of a
@@ -61,6 +63,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from minibroker.common.group_configs import share_auto_offset_reset
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.replication.share_dlq_writer import ShareDlqWriter
@@ -291,7 +294,8 @@ class SharePartitionManager:
             except ValueError:
                 return default
 
-        reset = configs.get("share.auto.offset.reset", "latest").strip().lower()
+        reset = share_auto_offset_reset(configs.get("share.auto.offset.reset", "latest").strip())
+        strategy, duration_ms = reset if reset is not None else ("latest", 0)
         settings = ShareSettings(
             record_lock_duration_ms=number(
                 "share.record.lock.duration.ms", config.group_share_record_lock_duration_ms
@@ -302,9 +306,8 @@ class SharePartitionManager:
             max_record_locks=number(
                 "share.partition.max.record.locks", config.group_share_partition_max_record_locks
             ),
-            auto_offset_reset=(
-                AutoOffsetReset.EARLIEST if reset == "earliest" else AutoOffsetReset.LATEST
-            ),
+            auto_offset_reset=AutoOffsetReset(strategy),
+            reset_duration_ms=duration_ms,
             dead_letter_queue=self.dlq is not None and self.dlq.enabled_for(group_id),
         )
         isolation = configs.get("share.isolation.level", "read_uncommitted").strip().lower()
@@ -336,7 +339,14 @@ class SharePartitionManager:
                 settings, read.state, log_start, partition.high_watermark
             )
         elif read.error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
-            share = SharePartition.initialize(settings, None, log_start, partition.high_watermark)
+            reset_offset = None
+            if settings.auto_offset_reset is AutoOffsetReset.BY_DURATION:
+                reset_offset = self._offset_by_duration(partition, settings.reset_duration_ms)
+                if reset_offset is None:
+                    return None, Error.OFFSET_NOT_AVAILABLE
+            share = SharePartition.initialize(
+                settings, None, log_start, partition.high_watermark, reset_offset
+            )
             state_epoch = read.state.state_epoch if read.state is not None else 0
             share.state_epoch = state_epoch  # its writes carry the epoch it was initialized at
             error = await self.persister.initialize(key, state_epoch, share.start_offset)
@@ -366,6 +376,21 @@ class SharePartitionManager:
             share.start_offset,
         )
         return held, Error.NONE
+
+    def _offset_by_duration(self, partition: Partition, duration_ms: int) -> int | None:
+        """share.auto.offset.reset=by_duration (KIP-1106): the first offset whose record's
+        timestamp is at or after now (the wall clock, Kafka's ``Instant.now()`` at
+        initialization) minus the duration, as ListOffsets by timestamp finds it (Kafka's
+        ReplicaManagerPartitionMetadataProvider.offsetForTimestamp, read_uncommitted). None
+        when no record is that recent: Kafka throws OffsetNotAvailableException there, the
+        share partition fails to initialize, the ShareFetch answers the partition
+        OFFSET_NOT_AVAILABLE and the next fetch tries again (SharePartitionManager's
+        handleInitializationException); so does this. Departure: the lookup stops at the
+        high watermark, as ListOffsets does (Kafka's lookup may find a record past it)."""
+        _, offset = self.replicas.fetch_offset_for_timestamp(
+            partition, self.replicas.clock_ms() - duration_ms, 0, -1
+        )
+        return offset if offset >= 0 else None
 
     async def _persist(self, held: _Held, batches: list[StateBatch]) -> Error:
         """WriteShareGroupState of what changed (the persister merges it into the state, the

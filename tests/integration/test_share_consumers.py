@@ -18,7 +18,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import KafkaError, KafkaException, Producer, ShareConsumer
 
 from minibroker.testing import Cluster
 from tests.conftest import SHARED_BROKER, create_topic, set_group_configs
@@ -134,3 +134,39 @@ def test_read_committed_share_group_never_delivers_aborted_records(broker):
                 delivered.append(message.value())
         consumer.commit_sync()
     assert delivered == [b"committed-0", b"committed-1"]
+
+
+def test_by_duration_share_group_starts_at_the_records_of_the_last_hour(broker):
+    """`share.auto.offset.reset=by_duration:PT1H` (KIP-1106): a share group's first fetch of
+    a partition starts at the first record whose timestamp is at most an hour old, as Kafka
+    4.4's SharePartition finds it by timestamp (records produced two hours "ago" with
+    explicit CreateTime timestamps are never delivered; the recent ones are, in order). A
+    value Kafka refuses is refused with INVALID_CONFIG by IncrementalAlterConfigs, and the
+    group keeps the value it had."""
+    topic, group_id = "share-by-duration", "share-by-duration-workers"
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+    set_group_configs(bootstrap, group_id, {"share.auto.offset.reset": "by_duration:PT1H"})
+    with pytest.raises(KafkaException) as refused:
+        set_group_configs(bootstrap, group_id, {"share.auto.offset.reset": "by_duration:P1DT"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    now_ms = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for number in range(5):
+        producer.produce(topic, value=b"old-%d" % number, timestamp=now_ms - 2 * 3_600_000)
+    assert producer.flush(30) == 0
+    for number in range(5):
+        producer.produce(topic, value=b"new-%d" % number, timestamp=now_ms)
+    assert producer.flush(30) == 0
+
+    wanted = [b"new-%d" % number for number in range(5)]
+    delivered: list[bytes] = []
+    with ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id}) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(delivered) < len(wanted) and time.monotonic() < deadline:
+            for message in consumer.poll(0.5) or []:
+                assert message.error() is None, message.error()
+                delivered.append(message.value())
+        consumer.commit_sync()
+    assert delivered == wanted

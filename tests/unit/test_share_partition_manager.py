@@ -14,6 +14,8 @@ import trio
 import trio.testing
 
 from minibroker.protocol.errors import Error
+from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.replication.replica_manager import AppendOrigin
 from minibroker.replication.share_partition import (
     Acknowledgement,
     AcknowledgeType,
@@ -23,6 +25,7 @@ from minibroker.replication.share_partition import (
 from minibroker.replication.share_partition_manager import SharePartitionManager, _aborted_batches
 from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey, WriteState
 from minibroker.replication.share_session import ShareSessionCache, next_epoch
+from tests.unit.batch_factory import make_batch
 from tests.unit.replication_harness import TOPIC, TOPIC_ID, append, leader_and_isr, make_broker
 
 GROUP = "g"
@@ -501,3 +504,62 @@ def test_the_batches_of_aborted_transactions_are_found_as_a_read_committed_consu
     assert _aborted_batches(headers, aborted) == {3, 7}
     assert _aborted_batches(headers, None) == set()
     assert _aborted_batches(headers, []) == set()
+
+
+async def append_at(broker, timestamps: list[int]) -> None:
+    """One batch of records with these timestamps (ms), as a producer's CreateTime."""
+    batch = bytearray(
+        make_batch([(None, b"t%d" % n) for n in range(len(timestamps))], timestamps=timestamps)
+    )
+    ((result,),) = await broker.append_records(
+        [(TOPIC, [PartitionProduceData(0, memoryview(batch))])],
+        acks=1,
+        timeout_s=30.0,
+        origin=AppendOrigin.CLIENT,
+    )
+    assert result["error_code"] == Error.NONE
+
+
+async def test_by_duration_starts_at_the_first_record_at_or_after_now_minus_the_duration(
+    manager, broker, autojump_clock
+):
+    """share.auto.offset.reset=by_duration:<ISO-8601 duration> (KIP-1106), as Kafka 4.4's
+    SharePartition.startOffsetDuringInitialization: the first offset whose timestamp is at
+    or after now minus the duration, found by timestamp when the share partition is first
+    initialized (now: the broker's wall clock, here MockClock's); none that recent: the
+    partition answers OFFSET_NOT_AVAILABLE, nothing is initialized, and a later fetch finds
+    the record produced since."""
+    # The wall clock of the broker: a time of day, moving with MockClock.
+    wall_start = 1_780_000_000_000
+    broker.clock_ms = lambda: wall_start + int(trio.current_time() * 1000)
+    hour = 3_600_000
+    now = broker.clock_ms()
+    await append_at(broker, [now - 3 * hour, now - 2 * hour])  # offsets 0-1
+    # One batch whose records straddle the cut: the record, not the batch, decides.
+    await append_at(broker, [now - 2 * hour, now - hour // 2, now - hour // 3])  # 2-4
+    await append_at(broker, [now - hour // 6])  # 5, ten minutes old
+    p = partition(broker)
+
+    broker.group_configs["hour"] = {"share.auto.offset.reset": "by_duration:PT1H"}
+    first = await manager.acquire("hour", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert first.error is Error.NONE
+    assert [(r.first_offset, r.last_offset) for r in first.acquired] == [(3, 5)]
+    assert manager.share_partition("hour", TOPIC, 0).start_offset == 3
+    assert manager.persister.states[ShareStateKey("hour", TOPIC_ID, 0)].start_offset == 3
+
+    # Now is read at initialization: 45 minutes later the hour reaches back to offset 5 only.
+    await trio.sleep(45 * 60)
+    broker.group_configs["later"] = {"share.auto.offset.reset": "by_duration:PT1H"}
+    later = await manager.acquire("later", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert [(r.first_offset, r.last_offset) for r in later.acquired] == [(5, 5)]
+
+    # Nothing in the last five minutes: OFFSET_NOT_AVAILABLE, nothing initialized; the next
+    # fetch after a new record starts at it.
+    broker.group_configs["recent"] = {"share.auto.offset.reset": "by_duration:PT5M"}
+    missing = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert (missing.error, missing.acquired) == (Error.OFFSET_NOT_AVAILABLE, [])
+    assert ShareStateKey("recent", TOPIC_ID, 0) not in manager.persister.states
+    await append_at(broker, [broker.clock_ms()])  # offset 6
+    found = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert found.error is Error.NONE
+    assert [(r.first_offset, r.last_offset) for r in found.acquired] == [(6, 6)]
