@@ -131,6 +131,13 @@ class _Held:
     leader_epoch: int
     lock: trio.Lock = field(default_factory=trio.Lock)
 
+    def serves(self, partition: Partition) -> bool:
+        """Built for this leadership of this topic: a topic deleted and made again under its
+        name is another topic (another id), whose share partition starts afresh."""
+        return (
+            self.leader_epoch == partition.leader_epoch and self.key.topic_id == partition.topic_id
+        )
+
 
 def _allow_all(group_id: str, member_id: str) -> bool | None:
     return None
@@ -226,6 +233,7 @@ class SharePartitionManager:
         # initialize its state (the second would reset what the first persisted).
         self._creating = trio.Lock()
         replicas.role_listeners.append(self._role_changed)
+        replicas.topic_deletion_listeners.append(self._topics_deleted)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -270,8 +278,15 @@ class SharePartitionManager:
     def _role_changed(self, partition: Partition) -> None:
         for key in [k for k in self._held if (k[1], k[2]) == partition.key]:
             held = self._held[key]
-            if not partition.is_leader or held.leader_epoch != partition.leader_epoch:
+            if not partition.is_leader or not held.serves(partition):
                 del self._held[key]
+
+    def _topics_deleted(self, topic_ids: set) -> None:
+        """Kafka's SharePartitionListener.onDeleted: the share partitions of a deleted topic
+        are dropped (their state is the share coordinator's to delete)."""
+        for key in [k for k, held in self._held.items() if held.key.topic_id in topic_ids]:
+            log.info("share group %s: share partition %s-%d of a deleted topic dropped", *key)
+            del self._held[key]
 
     # -- reading the state --------------------------------------------------------------
 
@@ -319,7 +334,7 @@ class SharePartitionManager:
         """Kafka's getOrCreateSharePartition and maybeInitialize."""
         topic, index = partition.key
         held = self._held.get((group_id, topic, index))
-        if held is not None and held.leader_epoch == partition.leader_epoch:
+        if held is not None and held.serves(partition):
             return held, Error.NONE
         async with self._creating:
             return await self._create(group_id, partition)
@@ -327,7 +342,7 @@ class SharePartitionManager:
     async def _create(self, group_id: str, partition: Partition) -> tuple[_Held | None, Error]:
         topic, index = partition.key
         current = self._held.get((group_id, topic, index))
-        if current is not None and current.leader_epoch == partition.leader_epoch:
+        if current is not None and current.serves(partition):
             return current, Error.NONE  # created while this request waited
         settings, _ = self._settings(group_id)
         key = ShareStateKey(group_id, partition.topic_id, index)  # type: ignore[arg-type]
@@ -491,7 +506,7 @@ class SharePartitionManager:
         ack_error = Error.NONE
         if acknowledgements is not None:
             current = self._held.get((group_id, partition.topic, partition.index))
-            if current is None or current.leader_epoch != partition.leader_epoch:
+            if current is None or not current.serves(partition):
                 # As acknowledge answers: nothing acquired here to acknowledge.
                 ack_error, acknowledgements = Error.INVALID_RECORD_STATE, None
         held, error = await self._get_or_create(group_id, partition)
@@ -645,7 +660,7 @@ class SharePartitionManager:
         all or none (INVALID_RECORD_STATE if an offset is not acquired by the member)."""
         topic, index = partition.key
         held = self._held.get((group_id, topic, index))
-        if held is None or held.leader_epoch != partition.leader_epoch:
+        if held is None or not held.serves(partition):
             return Error.INVALID_RECORD_STATE
         async with held.lock:
             before = held.share.clone()
