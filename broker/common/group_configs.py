@@ -10,7 +10,9 @@ Kafka's 4.4 answers were read from a Kafka 4.4 broker: its error messages, the b
 defaults give, which configs it lists (the internal ones only when set).
 
 The group coordinator reads ``consumer.session.timeout.ms`` and
-``consumer.heartbeat.interval.ms`` at each ConsumerGroupHeartbeat, and the streams groups'
+``consumer.heartbeat.interval.ms`` at each ConsumerGroupHeartbeat, the share groups'
+``share.session.timeout.ms`` and ``share.heartbeat.interval.ms`` at each ShareGroupHeartbeat,
+and the streams groups'
 ``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
 ``streams.num.standby.replicas``, ``streams.acceptable.recovery.lag`` and
 ``streams.task.offset.interval.ms`` at each StreamsGroupHeartbeat, as Kafka's
@@ -442,9 +444,12 @@ def describe(
     return entries
 
 
-def consumer_overrides(overrides: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """The group's (session timeout, heartbeat interval) overrides, None where not set (the
-    values were validated when they were set; an unreadable one counts as not set)."""
+def consumer_overrides(
+    overrides: Mapping[str, str], protocol: str = "consumer"
+) -> tuple[int | None, int | None]:
+    """The group's (session timeout, heartbeat interval) overrides of a protocol
+    (``consumer.*`` or ``share.*``), None where not set (the values were validated when they
+    were set; an unreadable one counts as not set)."""
 
     def read(name: str) -> int | None:
         try:
@@ -452,4 +457,4 @@ def consumer_overrides(overrides: Mapping[str, str]) -> tuple[int | None, int | 
         except ValueError:
             return None
 
-    return read(CONSUMER_SESSION_TIMEOUT_MS), read(CONSUMER_HEARTBEAT_INTERVAL_MS)
+    return read(f"{protocol}.session.timeout.ms"), read(f"{protocol}.heartbeat.interval.ms")

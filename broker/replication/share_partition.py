@@ -33,7 +33,8 @@ The rules, Kafka 4.4's:
   unless its delivery count has reached ``share.delivery.count.limit``: then it is ARCHIVED
   (``InFlightState.tryUpdateState``);
 - ``acknowledge`` takes ranges with ACCEPT (ACKNOWLEDGED), RELEASE (AVAILABLE), REJECT
-  (ARCHIVED), RENEW (KIP-1222: the lock starts again, the delivery count unchanged) and GAP
+  (ARCHIVED), RENEW (KIP-1222: the lock starts again, the delivery count unchanged; refused
+  with INVALID_RECORD_STATE while ``share.renew.acknowledge.enable`` is false) and GAP
   (the offsets are not records: ARCHIVED); every offset must be ACQUIRED by that member, or
   the whole request is INVALID_RECORD_STATE and nothing changes (Kafka rolls back);
 - the start offset advances past ACKNOWLEDGED and ARCHIVED records
@@ -143,6 +144,8 @@ class ShareSettings:
     reset_duration_ms: int = 0
     # The group has a dead-letter queue (KIP-1191): records to archive go through ARCHIVING.
     dead_letter_queue: bool = False
+    # share.renew.acknowledge.enable (KIP-1222): RENEW is refused when false.
+    renew_acknowledge_enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -469,6 +472,11 @@ class SharePartition:
         by ``member_id`` (or its lock has expired)."""
         self._expire(now_ms)
         acks = list(acknowledgements)
+        if not self.settings.renew_acknowledge_enabled and any(
+            ack.type is AcknowledgeType.RENEW for ack in acks
+        ):
+            # Kafka 4.4's acknowledgeCompleteBatch / acknowledgePerOffsetBatchRecords.
+            raise InvalidRecordState("Renewing acquisition locks is not enabled for the group.")
         for ack in acks:
             self._check(member_id, ack)
         touched: list[tuple[int, int]] = []

@@ -40,8 +40,12 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
   UNINITIALIZED_START_OFFSET) starts at ``share.auto.offset.reset``, written with the state
   epoch it was initialized with.
 
-Departures, and why: the group's ``share.*`` configs are read when a share partition is
-created (Kafka re-reads the lock duration at each acquisition); an acquisition
+The group's ``share.*`` configs are read at each acquisition, acknowledgement, release and
+lock expiry (``_refresh``), as Kafka 4.4's SharePartition reads them through its
+ShareGroupConfigProvider at each use; ``share.auto.offset.reset`` only when a share
+partition is first initialized, ``share.isolation.level`` at each ShareFetch.
+
+Departures, and why: an acquisition
 is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
 write carries the batches that changed, as Kafka's ShareUpdate). Kafka writes once per
 ShareFetch (its acknowledgements) and so does this: a ShareFetch's acknowledgements of a
@@ -262,6 +266,7 @@ class SharePartitionManager:
             if deadline is None or deadline > now:
                 continue
             async with held.lock:
+                self._refresh(held, group)
                 expired = held.share.expire_ranges(_now_ms())
                 if not expired:
                     continue
@@ -324,9 +329,22 @@ class SharePartitionManager:
             auto_offset_reset=AutoOffsetReset(strategy),
             reset_duration_ms=duration_ms,
             dead_letter_queue=self.dlq is not None and self.dlq.enabled_for(group_id),
+            renew_acknowledge_enabled=configs.get("share.renew.acknowledge.enable", "true")
+            .strip()
+            .lower()
+            != "false",
         )
         isolation = configs.get("share.isolation.level", "read_uncommitted").strip().lower()
         return settings, 1 if isolation == "read_committed" else 0
+
+    def _refresh(self, held: _Held, group_id: str) -> None:
+        """The group's share.* configs of now, for an existing share partition: Kafka 4.4's
+        SharePartition reads share.record.lock.duration.ms, share.delivery.count.limit,
+        share.partition.max.record.locks, share.renew.acknowledge.enable and the DLQ topic
+        through its ShareGroupConfigProvider at each use (only share.auto.offset.reset is
+        read once, at initialization), so a change applies to records in flight from the
+        next acquisition, acknowledgement, release or lock expiry on."""
+        held.share.settings, _ = self._settings(group_id)
 
     async def _get_or_create(
         self, group_id: str, partition: Partition
@@ -512,9 +530,10 @@ class SharePartitionManager:
         held, error = await self._get_or_create(group_id, partition)
         if held is None:
             return ShareFetchResult(error, acknowledge_error=ack_error)
-        _, isolation_level = self._settings(group_id)
+        settings, isolation_level = self._settings(group_id)
         async with held.lock:
             share = held.share
+            share.settings = settings
             share.update_log_start_offset(partition.log.log_start_offset)
             expired = share.expire_ranges(_now_ms())
             if expired:
@@ -663,6 +682,7 @@ class SharePartitionManager:
         if held is None or not held.serves(partition):
             return Error.INVALID_RECORD_STATE
         async with held.lock:
+            self._refresh(held, group_id)
             before = held.share.clone()
             try:
                 changed = held.share.acknowledge(member_id, acknowledgements, _now_ms())
@@ -686,6 +706,7 @@ class SharePartitionManager:
             if group != group_id:
                 continue
             async with held.lock:
+                self._refresh(held, group)
                 ranges = held.share.release_member_ranges(member_id)
                 if not ranges:
                     continue

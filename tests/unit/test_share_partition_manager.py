@@ -563,3 +563,37 @@ async def test_by_duration_starts_at_the_first_record_at_or_after_now_minus_the_
     found = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
     assert found.error is Error.NONE
     assert [(r.first_offset, r.last_offset) for r in found.acquired] == [(6, 6)]
+
+
+async def test_a_groups_share_configs_apply_to_its_existing_share_partitions(
+    manager, broker, autojump_clock
+):
+    """Kafka 4.4's SharePartition reads the group's share.record.lock.duration.ms,
+    share.delivery.count.limit and share.renew.acknowledge.enable at each use (its
+    ShareGroupConfigProvider), not once: changed while records are in flight, they apply
+    from the next acknowledgement, acquisition and lock expiry on."""
+    await produce(broker, 10)
+    p = partition(broker)
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 9, 1)]
+    broker.group_configs[GROUP] = {
+        "share.auto.offset.reset": "earliest",
+        "share.record.lock.duration.ms": "15000",
+        "share.delivery.count.limit": "2",
+        "share.renew.acknowledge.enable": "false",
+    }
+    # RENEW refused (Kafka: InvalidRecordStateException, "Renewing acquisition locks is not
+    # enabled for the group."), nothing changed.
+    renew = ack(0, 9, AcknowledgeType.RENEW)
+    assert await manager.acknowledge(GROUP, "m1", p, renew) == Error.INVALID_RECORD_STATE
+    release = ack(0, 9, AcknowledgeType.RELEASE)
+    assert await manager.acknowledge(GROUP, "m1", p, release) == Error.NONE
+    started = trio.current_time()
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 9, 2)]
+    # The lock of the new acquisition is the group's 15 s, and at the group's limit of 2
+    # deliveries its expiry archives the records: the start offset passes them.
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    with trio.move_on_after(20):  # MockClock seconds; the broker's own lock is 30 s
+        while share.start_offset < 10:
+            await trio.sleep(0.5)
+    assert share.start_offset == 10
+    assert 15.0 <= trio.current_time() - started <= 16.0

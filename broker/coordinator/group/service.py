@@ -1119,6 +1119,24 @@ class GroupCoordinator:
             migration_policy=policy,
         )
 
+    def share_settings_of(self, group_id: str) -> ShareSettings:
+        """The broker's group.share.* settings with the group's own share.session.timeout.ms
+        and share.heartbeat.interval.ms over them (GROUP resources; Kafka's
+        GroupMetadataManager.shareGroupSessionTimeoutMs and shareGroupHeartbeatIntervalMs,
+        read at each heartbeat: a member's session is timed, and its next heartbeat asked
+        for, at the values of the time). Their bounds, the broker's group.share.min/max.*,
+        were checked when they were set (group_configs.validate)."""
+        session, heartbeat = consumer_overrides(
+            self.replicas.group_configs.get(group_id, {}), "share"
+        )
+        if session is None and heartbeat is None:
+            return self.share_settings
+        return replace(
+            self.share_settings,
+            session_timeout_ms=session or self.share_settings.session_timeout_ms,
+            heartbeat_interval_ms=heartbeat or self.share_settings.heartbeat_interval_ms,
+        )
+
     def describe_consumer_group(
         self, group_id: str
     ) -> tuple[Error, str | None, ConsumerGroup | None]:
@@ -1199,6 +1217,9 @@ class GroupCoordinator:
                 )
             group = ShareGroup(group_id, self.share_settings)
             self.share_groups[group_id] = group
+        # The group's share.session.timeout.ms and share.heartbeat.interval.ms, read at each
+        # heartbeat as Kafka's shareGroupSessionTimeoutMs / shareGroupHeartbeatIntervalMs.
+        group.settings = self.share_settings_of(group_id)
         result, records = group.heartbeat(request, self.consumer_topic_lookup, self.clock_ms())
         self._arm_share(group)
         if records:
@@ -1662,7 +1683,9 @@ class GroupCoordinator:
         for group_id, records in replay.share.items():
             if self.partition_of(group_id) != partition.index or not records:
                 continue
-            group = ShareGroup.replay(group_id, records.items(), now, self.share_settings)
+            group = ShareGroup.replay(
+                group_id, records.items(), now, self.share_settings_of(group_id)
+            )
             self.share_groups[group_id] = group
             self._arm_share(group)
             log.info(
