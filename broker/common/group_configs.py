@@ -201,7 +201,10 @@ def parse_duration_ms(text: str) -> int | None:
     total_s = 0
     for part, unit in ((days, 86400), (hours, 3600), (minutes, 60), (seconds, 1)):
         if part is not None:
-            total_s += int(part) * unit
+            seconds_of_part = int(part) * unit
+            if abs(seconds_of_part) > _LONG_MAX:  # Math.multiplyExact's overflow
+                return None
+            total_s += seconds_of_part
     nanos = 0
     if fraction:
         nanos = int(fraction.ljust(9, "0"))

@@ -420,9 +420,10 @@ class SharePartitionManager:
         OFFSET_NOT_AVAILABLE and the next fetch tries again (SharePartitionManager's
         handleInitializationException); so does this. Departure: the lookup stops at the
         high watermark, as ListOffsets does (Kafka's lookup may find a record past it)."""
-        _, offset = self.replicas.fetch_offset_for_timestamp(
-            partition, self.replicas.clock_ms() - duration_ms, 0, -1
-        )
+        # A duration reaching before 1970 finds the first record (as Kafka's search from a
+        # negative timestamp does); never one of ListOffsets' negative special timestamps.
+        since = max(self.replicas.clock_ms() - duration_ms, 0)
+        _, offset = self.replicas.fetch_offset_for_timestamp(partition, since, 0, -1)
         return offset if offset >= 0 else None
 
     async def _persist(self, held: _Held, batches: list[StateBatch]) -> Error:
