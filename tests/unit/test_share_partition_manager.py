@@ -532,35 +532,35 @@ async def test_by_duration_starts_at_the_first_record_at_or_after_now_minus_the_
     # The wall clock of the broker: a time of day, moving with MockClock.
     wall_start = 1_780_000_000_000
     broker.clock_ms = lambda: wall_start + int(trio.current_time() * 1000)
-    hour = 3_600_000
+    hour, minute = 3_600_000, 60_000
     now = broker.clock_ms()
     await append_at(broker, [now - 3 * hour, now - 2 * hour])  # offsets 0-1
     # One batch whose records straddle the cut: the record, not the batch, decides.
-    await append_at(broker, [now - 2 * hour, now - hour // 2, now - hour // 3])  # 2-4
-    await append_at(broker, [now - hour // 6])  # 5, ten minutes old
+    await append_at(broker, [now - 2 * hour, now - 10 * minute, now - 6 * minute])  # 2-4
+    await append_at(broker, [now - 2 * minute])  # 5
     p = partition(broker)
 
-    broker.group_configs["hour"] = {"share.auto.offset.reset": "by_duration:PT1H"}
-    first = await manager.acquire("hour", "m1", p, max_records=500, max_bytes=1 << 20)
+    broker.group_configs["recent"] = {"share.auto.offset.reset": "by_duration:PT12M"}
+    first = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
     assert first.error is Error.NONE
     assert [(r.first_offset, r.last_offset) for r in first.acquired] == [(3, 5)]
-    assert manager.share_partition("hour", TOPIC, 0).start_offset == 3
-    assert manager.persister.states[ShareStateKey("hour", TOPIC_ID, 0)].start_offset == 3
+    assert manager.share_partition("recent", TOPIC, 0).start_offset == 3
+    assert manager.persister.states[ShareStateKey("recent", TOPIC_ID, 0)].start_offset == 3
 
-    # Now is read at initialization: 45 minutes later the hour reaches back to offset 5 only.
-    await trio.sleep(45 * 60)
-    broker.group_configs["later"] = {"share.auto.offset.reset": "by_duration:PT1H"}
+    # Now is read at initialization: 7 minutes later, 12 minutes reach back to offset 5 only.
+    await trio.sleep(7 * 60)
+    broker.group_configs["later"] = {"share.auto.offset.reset": "by_duration:PT12M"}
     later = await manager.acquire("later", "m1", p, max_records=500, max_bytes=1 << 20)
     assert [(r.first_offset, r.last_offset) for r in later.acquired] == [(5, 5)]
 
-    # Nothing in the last five minutes: OFFSET_NOT_AVAILABLE, nothing initialized; the next
-    # fetch after a new record starts at it.
-    broker.group_configs["recent"] = {"share.auto.offset.reset": "by_duration:PT5M"}
-    missing = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
+    # Nothing in the last minute: OFFSET_NOT_AVAILABLE, nothing initialized; the next fetch
+    # after a new record starts at it.
+    broker.group_configs["minute"] = {"share.auto.offset.reset": "by_duration:PT1M"}
+    missing = await manager.acquire("minute", "m1", p, max_records=500, max_bytes=1 << 20)
     assert (missing.error, missing.acquired) == (Error.OFFSET_NOT_AVAILABLE, [])
-    assert ShareStateKey("recent", TOPIC_ID, 0) not in manager.persister.states
+    assert ShareStateKey("minute", TOPIC_ID, 0) not in manager.persister.states
     await append_at(broker, [broker.clock_ms()])  # offset 6
-    found = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
+    found = await manager.acquire("minute", "m1", p, max_records=500, max_bytes=1 << 20)
     assert found.error is Error.NONE
     assert [(r.first_offset, r.last_offset) for r in found.acquired] == [(6, 6)]
 
