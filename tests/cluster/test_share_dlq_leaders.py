@@ -215,7 +215,11 @@ def test_archiving_records_of_a_killed_leader_go_to_the_dlq_from_the_next_leader
             consumer.acknowledge(message, AcknowledgeType.REJECT)
         results = consumer.commit_sync()
         assert all(error is None for error in results.values()), results
-        # Answered: ARCHIVING is persisted; the DLQ write is failing and being retried.
+        # Answered: ARCHIVING is persisted; the DLQ write is failing and being retried (for
+        # about 15 s: 5 attempts over Kafka's backoff). The other replicas in the ISR, so that
+        # one of them can be elected (replica.lag.time.max.ms is 1.5 s here: a busy machine
+        # can drop a follower for a moment).
+        cluster.wait_for_isr(topic, 0, {source_node, dlq_node, third})
         assert cluster.brokers[source_node].kill() == -9
     finally:
         consumer.close()
