@@ -130,6 +130,17 @@ class _Resolver:
         return name, partition, Error.NONE
 
 
+def _lock_ms(ctx: RequestContext, group_id: str) -> int:
+    """The AcquisitionLockTimeoutMs answered: the group's share.record.lock.duration.ms, else
+    the broker's (Kafka 4.4's KafkaApis, recordLockDurationMsOrDefault)."""
+    default = ctx.config.group_share_record_lock_duration_ms
+    value = ctx.replica_manager.group_configs.get(group_id, {}).get("share.record.lock.duration.ms")
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
 def _top_level(ctx: RequestContext, error: Error, lock_ms: int) -> dict:
     return {
         "error_code": error,
@@ -161,7 +172,7 @@ def _group_check(ctx: RequestContext, request) -> Error:
 @api(ApiKey.SHARE_FETCH, versions=(1, 2), roles=Role.BROKER, error_response=_share_fetch_error)
 async def handle_share_fetch(ctx: RequestContext, request) -> dict:
     manager: SharePartitionManager = ctx.share_partition_manager
-    lock_ms = ctx.config.group_share_record_lock_duration_ms
+    lock_ms = _lock_ms(ctx, request.group_id)
     error = _group_check(ctx, request)
     if error is not Error.NONE:
         return _top_level(ctx, error, lock_ms)
@@ -317,7 +328,7 @@ def _share_ack_error(request, error: Error) -> dict:
 @api(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 2), roles=Role.BROKER, error_response=_share_ack_error)
 async def handle_share_acknowledge(ctx: RequestContext, request) -> dict:
     manager: SharePartitionManager = ctx.share_partition_manager
-    lock_ms = ctx.config.group_share_record_lock_duration_ms
+    lock_ms = _lock_ms(ctx, request.group_id)
     error = _group_check(ctx, request)
     if error is not Error.NONE:
         return _top_level(ctx, error, lock_ms)

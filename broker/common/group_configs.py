@@ -10,7 +10,9 @@ Kafka's 4.4 answers were read from a Kafka 4.4 broker: its error messages, the b
 defaults give, which configs it lists (the internal ones only when set).
 
 The group coordinator reads ``consumer.session.timeout.ms`` and
-``consumer.heartbeat.interval.ms`` at each ConsumerGroupHeartbeat, and the streams groups'
+``consumer.heartbeat.interval.ms`` at each ConsumerGroupHeartbeat, the share groups'
+``share.session.timeout.ms`` and ``share.heartbeat.interval.ms`` at each ShareGroupHeartbeat,
+and the streams groups'
 ``streams.session.timeout.ms``, ``streams.heartbeat.interval.ms``,
 ``streams.num.standby.replicas``, ``streams.acceptable.recovery.lag`` and
 ``streams.task.offset.interval.ms`` at each StreamsGroupHeartbeat, as Kafka's
@@ -167,11 +169,69 @@ _FIXED_RANGES: tuple[tuple[str, int | None, int | None], ...] = (
     ("streams.num.warmup.replicas", None, 20),
 )
 
+# java.time.Duration.parse's pattern (JDK 17), case-insensitive as Java's.
 _DURATION = re.compile(
-    r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
-    r"(?:(?P<seconds>\d+(?:\.\d{1,9})?)S)?)?",
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?"
+    r"(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
     re.IGNORECASE,
 )
+_LONG_MAX = 2**63 - 1
+BY_DURATION_PREFIX = "by_duration:"
+
+
+def parse_duration_ms(text: str) -> int | None:
+    """java.time.Duration.parse of ``text``, in milliseconds (nanoseconds truncated, as
+    ``Instant.minus`` then ``toEpochMilli`` lose them), or None where Java throws
+    DateTimeParseException: no part at all, a ``T`` without a time part, a value past a long
+    of seconds. Signs are Java's: ``-PT1H`` is negative, ``-PT-1H`` positive, ``PT1H-30M``
+    thirty minutes."""
+    match = _DURATION.fullmatch(text)
+    if match is None or match.group(3) == "T":
+        return None
+    negate, days, hours, minutes, seconds, fraction = (
+        match.group(1),
+        match.group(2),
+        match.group(4),
+        match.group(5),
+        match.group(6),
+        match.group(7),
+    )
+    if days is None and hours is None and minutes is None and seconds is None:
+        return None
+    total_s = 0
+    for part, unit in ((days, 86400), (hours, 3600), (minutes, 60), (seconds, 1)):
+        if part is not None:
+            seconds_of_part = int(part) * unit
+            if abs(seconds_of_part) > _LONG_MAX:  # Math.multiplyExact's overflow
+                return None
+            total_s += seconds_of_part
+    nanos = 0
+    if fraction:
+        nanos = int(fraction.ljust(9, "0"))
+        if seconds is not None and seconds.startswith("-"):
+            nanos = -nanos
+    if abs(total_s) > _LONG_MAX:
+        return None
+    total_ns = total_s * 1_000_000_000 + nanos
+    if negate == "-":
+        total_ns = -total_ns
+    # Duration.toMillis rounds toward negative infinity (floorDiv of the nanos).
+    return total_ns // 1_000_000
+
+
+def share_auto_offset_reset(text: str) -> tuple[str, int] | None:
+    """Kafka's ShareGroupAutoOffsetResetStrategy.fromString of a (trimmed) value: ("earliest",
+    0), ("latest", 0) or ("by_duration", the duration in ms); None where Kafka throws
+    (``none``, any other word, an unparsable or negative duration). Case-sensitive, as
+    AutoOffsetResetStrategy.fromString (``EARLIEST`` is refused)."""
+    if text in ("earliest", "latest"):
+        return text, 0
+    if not text.startswith(BY_DURATION_PREFIX):
+        return None
+    duration_ms = parse_duration_ms(text[len(BY_DURATION_PREFIX) :])
+    if duration_ms is None or duration_ms < 0:
+        return None
+    return "by_duration", duration_ms
 
 
 def _invalid(message: str) -> ConfigChangeError:
@@ -222,18 +282,7 @@ def _parse(name: str, definition: GroupConfigDef, text: str) -> object:
 
 
 def _valid_offset_reset(text: str) -> bool:
-    if text in ("earliest", "latest"):
-        return True
-    duration = text.removeprefix("by_duration:")
-    if duration == text:
-        return False
-    match = _DURATION.fullmatch(duration)
-    # Java's Duration.parse needs at least one part, and a T only with a time part.
-    return (
-        match is not None
-        and any(match.group(part) for part in ("days", "hours", "minutes", "seconds"))
-        and not duration.upper().endswith("T")
-    )
+    return share_auto_offset_reset(text) is not None
 
 
 def _ranges(bounds: GroupBounds) -> tuple[tuple[str, int | None, int | None], ...]:
@@ -398,9 +447,12 @@ def describe(
     return entries
 
 
-def consumer_overrides(overrides: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """The group's (session timeout, heartbeat interval) overrides, None where not set (the
-    values were validated when they were set; an unreadable one counts as not set)."""
+def consumer_overrides(
+    overrides: Mapping[str, str], protocol: str = "consumer"
+) -> tuple[int | None, int | None]:
+    """The group's (session timeout, heartbeat interval) overrides of a protocol
+    (``consumer.*`` or ``share.*``), None where not set (the values were validated when they
+    were set; an unreadable one counts as not set)."""
 
     def read(name: str) -> int | None:
         try:
@@ -408,4 +460,4 @@ def consumer_overrides(overrides: Mapping[str, str]) -> tuple[int | None, int | 
         except ValueError:
             return None
 
-    return read(CONSUMER_SESSION_TIMEOUT_MS), read(CONSUMER_HEARTBEAT_INTERVAL_MS)
+    return read(f"{protocol}.session.timeout.ms"), read(f"{protocol}.heartbeat.interval.ms")

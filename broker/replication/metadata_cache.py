@@ -168,5 +168,9 @@ class MetadataCache:
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
 
+    def topic_ids(self) -> set[uuid.UUID]:
+        """The ids of the topics known with partitions (a topic being deleted has none)."""
+        return {topic_id for topic_id, topic in self._topics_by_id.items() if topic.partitions}
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         return self._topics_by_id.get(topic_id)

@@ -10,6 +10,7 @@ high watermarks. Handlers never touch storage directly; they go through here.
 import enum
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -291,6 +292,10 @@ class ReplicaManager:
         # Told of each partition hosted here that a StopReplica deleted (a deleted topic),
         # after its files are gone: the Iceberg writer drops the topic's tables.
         self.deletion_listeners: list[Callable[[Partition], None]] = []
+        # Told of the ids of the topics an UpdateMetadata took away (deleted), on every broker
+        # whether it hosts them or not, as Kafka's coordinators see TopicsDelta.deletedTopicIds
+        # (the group and share coordinators clean the share groups' state of them).
+        self.topic_deletion_listeners: list[Callable[[set[uuid.UUID]], None]] = []
         # Told of every transaction marker written here as leader, once it is replicated:
         # listener(topic, partition index, producer id, commit?) (the group coordinator
         # completes its pending transactional offset commits on `__consumer_offsets` so, as
@@ -1288,8 +1293,14 @@ class ReplicaManager:
         return found
 
     def apply_update_metadata(self, request) -> None:
+        before = self.metadata.topic_ids()
         self.metadata.update(request)
         self.ready.set()
+        deleted = before - self.metadata.topic_ids()
+        if deleted:
+            log.info("topics deleted: %s", sorted(str(topic_id) for topic_id in deleted))
+            for listener in self.topic_deletion_listeners:
+                listener(deleted)
 
     async def apply_stop_replica(self, request) -> list[tuple[str, int, Error]]:
         """Stop hosting (and with delete_partition, delete) each partition the request names.

@@ -33,13 +33,15 @@ The rules, Kafka 4.4's:
   unless its delivery count has reached ``share.delivery.count.limit``: then it is ARCHIVED
   (``InFlightState.tryUpdateState``);
 - ``acknowledge`` takes ranges with ACCEPT (ACKNOWLEDGED), RELEASE (AVAILABLE), REJECT
-  (ARCHIVED), RENEW (KIP-1222: the lock starts again, the delivery count unchanged) and GAP
+  (ARCHIVED), RENEW (KIP-1222: the lock starts again, the delivery count unchanged; refused
+  with INVALID_RECORD_STATE while ``share.renew.acknowledge.enable`` is false) and GAP
   (the offsets are not records: ARCHIVED); every offset must be ACQUIRED by that member, or
   the whole request is INVALID_RECORD_STATE and nothing changes (Kafka rolls back);
 - the start offset advances past ACKNOWLEDGED and ARCHIVED records
   (``maybeUpdateCachedStateAndOffsets``), and past the log start offset if retention moved it;
-- a new share partition starts at the log end offset (``share.auto.offset.reset=latest``) or
-  the log start offset (``earliest``);
+- a new share partition starts at the log end offset (``share.auto.offset.reset=latest``),
+  the log start offset (``earliest``) or the first record at or after now minus a duration
+  (``by_duration:<ISO-8601 duration>``, found by timestamp by the manager);
 - what is persisted (ShareSnapshot/ShareUpdate's start offset, state epoch and state batches
   of first offset, last offset, delivery state 0/2/4, delivery count) and the failover rule:
   rebuilt from it, no record whose acceptance was persisted is delivered again (ACKNOWLEDGED
@@ -116,8 +118,13 @@ class AcknowledgeType(IntEnum):
 
 
 class AutoOffsetReset(Enum):
+    """Kafka's ShareGroupAutoOffsetResetStrategy.StrategyType."""
+
     LATEST = "latest"
     EARLIEST = "earliest"
+    # by_duration:<ISO-8601 duration> (KIP-1106): the first record at or after now minus
+    # the duration (ShareSettings.reset_duration_ms), found by the manager.
+    BY_DURATION = "by_duration"
 
 
 class DeadLetterReason(Enum):
@@ -133,8 +140,12 @@ class ShareSettings:
     delivery_count_limit: int = 5
     max_record_locks: int = 2_000
     auto_offset_reset: AutoOffsetReset = AutoOffsetReset.LATEST
+    # by_duration's duration in milliseconds (0 for the other strategies).
+    reset_duration_ms: int = 0
     # The group has a dead-letter queue (KIP-1191): records to archive go through ARCHIVING.
     dead_letter_queue: bool = False
+    # share.renew.acknowledge.enable (KIP-1222): RENEW is refused when false.
+    renew_acknowledge_enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -221,15 +232,18 @@ class SharePartition:
         persisted: PersistedState | None,
         log_start_offset: int,
         log_end_offset: int,
+        reset_offset: int | None = None,
     ) -> SharePartition:
         """Kafka's ``maybeInitialize``: from the persisted state, or (none yet) at the log end
-        (latest) or start (earliest)."""
+        (latest) or start (earliest), or at ``reset_offset`` (by_duration: the offset the
+        manager found by timestamp, Kafka's ``startOffsetDuringInitialization``)."""
         if persisted is None or persisted.start_offset < 0:
-            start = (
-                log_end_offset
-                if settings.auto_offset_reset is AutoOffsetReset.LATEST
-                else log_start_offset
-            )
+            if reset_offset is not None:
+                start = reset_offset
+            elif settings.auto_offset_reset is AutoOffsetReset.EARLIEST:
+                start = log_start_offset
+            else:
+                start = log_end_offset
             return cls(settings, start_offset=start)
         start = max(persisted.start_offset, log_start_offset)
         partition = cls(settings, start_offset=start, state_epoch=persisted.state_epoch)
@@ -458,6 +472,11 @@ class SharePartition:
         by ``member_id`` (or its lock has expired)."""
         self._expire(now_ms)
         acks = list(acknowledgements)
+        if not self.settings.renew_acknowledge_enabled and any(
+            ack.type is AcknowledgeType.RENEW for ack in acks
+        ):
+            # Kafka 4.4's acknowledgeCompleteBatch / acknowledgePerOffsetBatchRecords.
+            raise InvalidRecordState("Renewing acquisition locks is not enabled for the group.")
         for ack in acks:
             self._check(member_id, ack)
         touched: list[tuple[int, int]] = []

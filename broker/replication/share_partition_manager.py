@@ -11,7 +11,10 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
 - A share partition is created on its group's first ShareFetch of a partition led here: from
   the persister's ReadShareGroupState, or, never initialized (UNKNOWN_TOPIC_OR_PARTITION or a
   start offset of -1), at ``share.auto.offset.reset`` (the group config; ``latest``, the high
-  watermark, by default; ``earliest`` the log start), which InitializeShareGroupState writes.
+  watermark, by default; ``earliest`` the log start; ``by_duration:<ISO-8601 duration>`` the
+  first record at or after now minus the duration, found by timestamp, else the partition
+  answers OFFSET_NOT_AVAILABLE until one is produced, as Kafka 4.4), which
+  InitializeShareGroupState writes.
 - Every change (acquisition, acknowledgement, lock expiry, release) is written through the
   SharePersister before the request that made it is answered; a write that fails is undone
   and answered with Kafka's code (``persister_error``: COORDINATOR_NOT_AVAILABLE for the
@@ -37,9 +40,12 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
   UNINITIALIZED_START_OFFSET) starts at ``share.auto.offset.reset``, written with the state
   epoch it was initialized with.
 
-Departures, and why: the group's ``share.*`` configs are read when a share partition is
-created (Kafka re-reads the lock duration at each acquisition); ``by_duration`` auto offset
-reset starts at the latest offset (not served yet: docs/not-yet-supported.md); an acquisition
+The group's ``share.*`` configs are read at each acquisition, acknowledgement, release and
+lock expiry (``_refresh``), as Kafka 4.4's SharePartition reads them through its
+ShareGroupConfigProvider at each use; ``share.auto.offset.reset`` only when a share
+partition is first initialized, ``share.isolation.level`` at each ShareFetch.
+
+Departures, and why: an acquisition
 is persisted (ACQUIRED as AVAILABLE with its delivery count, see share_partition.py; each
 write carries the batches that changed, as Kafka's ShareUpdate). Kafka writes once per
 ShareFetch (its acknowledgements) and so does this: a ShareFetch's acknowledgements of a
@@ -61,6 +67,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from minibroker.common.group_configs import share_auto_offset_reset
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.replication.share_dlq_writer import ShareDlqWriter
@@ -127,6 +134,13 @@ class _Held:
     key: ShareStateKey
     leader_epoch: int
     lock: trio.Lock = field(default_factory=trio.Lock)
+
+    def serves(self, partition: Partition) -> bool:
+        """Built for this leadership of this topic: a topic deleted and made again under its
+        name is another topic (another id), whose share partition starts afresh."""
+        return (
+            self.leader_epoch == partition.leader_epoch and self.key.topic_id == partition.topic_id
+        )
 
 
 def _allow_all(group_id: str, member_id: str) -> bool | None:
@@ -223,6 +237,7 @@ class SharePartitionManager:
         # initialize its state (the second would reset what the first persisted).
         self._creating = trio.Lock()
         replicas.role_listeners.append(self._role_changed)
+        replicas.topic_deletion_listeners.append(self._topics_deleted)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -251,6 +266,7 @@ class SharePartitionManager:
             if deadline is None or deadline > now:
                 continue
             async with held.lock:
+                self._refresh(held, group)
                 expired = held.share.expire_ranges(_now_ms())
                 if not expired:
                     continue
@@ -267,8 +283,15 @@ class SharePartitionManager:
     def _role_changed(self, partition: Partition) -> None:
         for key in [k for k in self._held if (k[1], k[2]) == partition.key]:
             held = self._held[key]
-            if not partition.is_leader or held.leader_epoch != partition.leader_epoch:
+            if not partition.is_leader or not held.serves(partition):
                 del self._held[key]
+
+    def _topics_deleted(self, topic_ids: set) -> None:
+        """Kafka's SharePartitionListener.onDeleted: the share partitions of a deleted topic
+        are dropped (their state is the share coordinator's to delete)."""
+        for key in [k for k, held in self._held.items() if held.key.topic_id in topic_ids]:
+            log.info("share group %s: share partition %s-%d of a deleted topic dropped", *key)
+            del self._held[key]
 
     # -- reading the state --------------------------------------------------------------
 
@@ -291,7 +314,8 @@ class SharePartitionManager:
             except ValueError:
                 return default
 
-        reset = configs.get("share.auto.offset.reset", "latest").strip().lower()
+        reset = share_auto_offset_reset(configs.get("share.auto.offset.reset", "latest").strip())
+        strategy, duration_ms = reset if reset is not None else ("latest", 0)
         settings = ShareSettings(
             record_lock_duration_ms=number(
                 "share.record.lock.duration.ms", config.group_share_record_lock_duration_ms
@@ -302,13 +326,25 @@ class SharePartitionManager:
             max_record_locks=number(
                 "share.partition.max.record.locks", config.group_share_partition_max_record_locks
             ),
-            auto_offset_reset=(
-                AutoOffsetReset.EARLIEST if reset == "earliest" else AutoOffsetReset.LATEST
-            ),
+            auto_offset_reset=AutoOffsetReset(strategy),
+            reset_duration_ms=duration_ms,
             dead_letter_queue=self.dlq is not None and self.dlq.enabled_for(group_id),
+            renew_acknowledge_enabled=configs.get("share.renew.acknowledge.enable", "true")
+            .strip()
+            .lower()
+            != "false",
         )
         isolation = configs.get("share.isolation.level", "read_uncommitted").strip().lower()
         return settings, 1 if isolation == "read_committed" else 0
+
+    def _refresh(self, held: _Held, group_id: str) -> None:
+        """The group's share.* configs of now, for an existing share partition: Kafka 4.4's
+        SharePartition reads share.record.lock.duration.ms, share.delivery.count.limit,
+        share.partition.max.record.locks, share.renew.acknowledge.enable and the DLQ topic
+        through its ShareGroupConfigProvider at each use (only share.auto.offset.reset is
+        read once, at initialization), so a change applies to records in flight from the
+        next acquisition, acknowledgement, release or lock expiry on."""
+        held.share.settings, _ = self._settings(group_id)
 
     async def _get_or_create(
         self, group_id: str, partition: Partition
@@ -316,7 +352,7 @@ class SharePartitionManager:
         """Kafka's getOrCreateSharePartition and maybeInitialize."""
         topic, index = partition.key
         held = self._held.get((group_id, topic, index))
-        if held is not None and held.leader_epoch == partition.leader_epoch:
+        if held is not None and held.serves(partition):
             return held, Error.NONE
         async with self._creating:
             return await self._create(group_id, partition)
@@ -324,7 +360,7 @@ class SharePartitionManager:
     async def _create(self, group_id: str, partition: Partition) -> tuple[_Held | None, Error]:
         topic, index = partition.key
         current = self._held.get((group_id, topic, index))
-        if current is not None and current.leader_epoch == partition.leader_epoch:
+        if current is not None and current.serves(partition):
             return current, Error.NONE  # created while this request waited
         settings, _ = self._settings(group_id)
         key = ShareStateKey(group_id, partition.topic_id, index)  # type: ignore[arg-type]
@@ -336,7 +372,14 @@ class SharePartitionManager:
                 settings, read.state, log_start, partition.high_watermark
             )
         elif read.error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
-            share = SharePartition.initialize(settings, None, log_start, partition.high_watermark)
+            reset_offset = None
+            if settings.auto_offset_reset is AutoOffsetReset.BY_DURATION:
+                reset_offset = self._offset_by_duration(partition, settings.reset_duration_ms)
+                if reset_offset is None:
+                    return None, Error.OFFSET_NOT_AVAILABLE
+            share = SharePartition.initialize(
+                settings, None, log_start, partition.high_watermark, reset_offset
+            )
             state_epoch = read.state.state_epoch if read.state is not None else 0
             share.state_epoch = state_epoch  # its writes carry the epoch it was initialized at
             error = await self.persister.initialize(key, state_epoch, share.start_offset)
@@ -366,6 +409,22 @@ class SharePartitionManager:
             share.start_offset,
         )
         return held, Error.NONE
+
+    def _offset_by_duration(self, partition: Partition, duration_ms: int) -> int | None:
+        """share.auto.offset.reset=by_duration (KIP-1106): the first offset whose record's
+        timestamp is at or after now (the wall clock, Kafka's ``Instant.now()`` at
+        initialization) minus the duration, as ListOffsets by timestamp finds it (Kafka's
+        ReplicaManagerPartitionMetadataProvider.offsetForTimestamp, read_uncommitted). None
+        when no record is that recent: Kafka throws OffsetNotAvailableException there, the
+        share partition fails to initialize, the ShareFetch answers the partition
+        OFFSET_NOT_AVAILABLE and the next fetch tries again (SharePartitionManager's
+        handleInitializationException); so does this. Departure: the lookup stops at the
+        high watermark, as ListOffsets does (Kafka's lookup may find a record past it)."""
+        # A duration reaching before 1970 finds the first record (as Kafka's search from a
+        # negative timestamp does); never one of ListOffsets' negative special timestamps.
+        since = max(self.replicas.clock_ms() - duration_ms, 0)
+        _, offset = self.replicas.fetch_offset_for_timestamp(partition, since, 0, -1)
+        return offset if offset >= 0 else None
 
     async def _persist(self, held: _Held, batches: list[StateBatch]) -> Error:
         """WriteShareGroupState of what changed (the persister merges it into the state, the
@@ -466,15 +525,16 @@ class SharePartitionManager:
         ack_error = Error.NONE
         if acknowledgements is not None:
             current = self._held.get((group_id, partition.topic, partition.index))
-            if current is None or current.leader_epoch != partition.leader_epoch:
+            if current is None or not current.serves(partition):
                 # As acknowledge answers: nothing acquired here to acknowledge.
                 ack_error, acknowledgements = Error.INVALID_RECORD_STATE, None
         held, error = await self._get_or_create(group_id, partition)
         if held is None:
             return ShareFetchResult(error, acknowledge_error=ack_error)
-        _, isolation_level = self._settings(group_id)
+        settings, isolation_level = self._settings(group_id)
         async with held.lock:
             share = held.share
+            share.settings = settings
             share.update_log_start_offset(partition.log.log_start_offset)
             expired = share.expire_ranges(_now_ms())
             if expired:
@@ -620,9 +680,10 @@ class SharePartitionManager:
         all or none (INVALID_RECORD_STATE if an offset is not acquired by the member)."""
         topic, index = partition.key
         held = self._held.get((group_id, topic, index))
-        if held is None or held.leader_epoch != partition.leader_epoch:
+        if held is None or not held.serves(partition):
             return Error.INVALID_RECORD_STATE
         async with held.lock:
+            self._refresh(held, group_id)
             before = held.share.clone()
             try:
                 changed = held.share.acknowledge(member_id, acknowledgements, _now_ms())
@@ -646,6 +707,7 @@ class SharePartitionManager:
             if group != group_id:
                 continue
             async with held.lock:
+                self._refresh(held, group)
                 ranges = held.share.release_member_ranges(member_id)
                 if not ranges:
                     continue

@@ -162,3 +162,97 @@ def test_a_leader_killed_before_its_dlq_write_leaves_the_record_for_its_restart(
             "__dlq.errors.message": REJECTED,
         }
     ]
+
+
+@pytest.fixture
+def cluster3(tmp_path: Path):
+    started = Cluster.start(tmp_path, brokers=3, overrides=CLUSTER_OVERRIDES)
+    yield started
+    _check_clean_stop(started)
+
+
+def test_archiving_records_of_a_killed_leader_go_to_the_dlq_from_the_next_leader(cluster3):
+    """The DLQ's at-least-once write across a leadership move (KIP-1191, Kafka 4.4's
+    maybeResumeDlqArchiving): a source topic with 3 replicas on 3 brokers, three records
+    REJECTed while the DLQ topic refuses writes (min.insync.replicas 2 on its one replica:
+    NOT_ENOUGH_REPLICAS, retried), so the REJECT's answer leaves them ARCHIVING on
+    `__share_group_state`; the source leader is killed with SIGKILL and another replica is
+    elected; the DLQ is made writable and the next ShareFetch, on the new leader, initializes
+    the share partition from the share coordinator's state, finds them ARCHIVING and writes
+    them to the DLQ (Kafka's rule: at initialization). The old leader stays dead: only the new
+    leader can have written them. The records' cause comes from their delivery count (1, below
+    the limit: rejected), as the state does not keep it."""
+    cluster = cluster3
+    source_node, dlq_node, third = sorted(cluster.brokers)
+    topic, dlq, group = "tasks", "dlq.tasks", "task-workers"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(topic, num_partitions=1, replica_assignment=[[source_node, dlq_node, third]]),
+            NewTopic(
+                dlq,
+                num_partitions=1,
+                replica_assignment=[[dlq_node]],
+                config={"errors.deadletterqueue.group.enable": "true", "min.insync.replicas": "2"},
+            ),
+        ],
+        request_timeout=15,
+    )
+    for future in futures.values():
+        future.result(timeout=20)
+    wait_for(lambda: cluster.leader_of(topic, 0) == source_node, 30, f"{topic} led")
+    cluster.wait_for_isr(topic, 0, {source_node, dlq_node, third})
+    wait_for(lambda: cluster.leader_of(dlq, 0) == dlq_node, 30, f"{dlq} led")
+    produce(cluster.bootstrap, topic, [(b"task", b"task-%d" % n) for n in range(3)])
+    set_group_configs(
+        cluster.bootstrap,
+        group,
+        {"share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq},
+    )
+    consumer = share_consumer(cluster.bootstrap, group, topic)
+    try:
+        for message in poll_until(consumer, 3):
+            consumer.acknowledge(message, AcknowledgeType.REJECT)
+        results = consumer.commit_sync()
+        assert all(error is None for error in results.values()), results
+        # Answered: ARCHIVING is persisted; the DLQ write is failing and being retried (for
+        # about 15 s: 5 attempts over Kafka's backoff). The other replicas in the ISR, so that
+        # one of them can be elected (replica.lag.time.max.ms is 1.5 s here: a busy machine
+        # can drop a follower for a moment).
+        cluster.wait_for_isr(topic, 0, {source_node, dlq_node, third})
+        assert cluster.brokers[source_node].kill() == -9
+    finally:
+        consumer.close()
+    wait_for(
+        lambda: cluster.leader_of(topic, 0, via=dlq_node) in (dlq_node, third),
+        30,
+        f"{topic} led by another replica",
+    )
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        dlq,
+        incremental_configs=[
+            ConfigEntry("min.insync.replicas", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    # A next record, so that the consumer's ShareFetch shows the share partition loaded on
+    # the new leader.
+    produce(cluster.bootstrap, topic, [(b"task", b"task-3")])
+    consumer = share_consumer(cluster.bootstrap, group, topic)
+    try:
+        (message,) = poll_until(consumer, 1)
+        assert message.offset() == 3
+        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+    finally:
+        consumer.close()
+
+    written = read_dlq(cluster.bootstrap, dlq, 3)
+    assert sorted(int(headers_of(w)["__dlq.errors.offset"]) for w in written) == [0, 1, 2]
+    for record in written:
+        headers = headers_of(record)
+        assert headers["__dlq.errors.topic"] == topic
+        assert headers["__dlq.errors.group"] == group
+        assert headers["__dlq.errors.delivery.count"] == "1"
+        assert headers["__dlq.errors.message"] == REJECTED

@@ -18,10 +18,31 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
+from minibroker.common.names import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC
+from minibroker.coordinator.group import share_log_format as share_group_format
+from minibroker.coordinator.group.share_log_format import ShareRecordKind
+from minibroker.coordinator.share import log_format as share_state_format
+from minibroker.protocol import share_group_offsets_schemas as offsets_schemas
 from minibroker.testing import Cluster
-from tests.conftest import SHARED_BROKER, create_topic, set_group_configs
+from tests.conftest import (
+    SHARED_BROKER,
+    confluent_read_all,
+    create_topic,
+    exchange,
+    set_group_configs,
+    topic_id,
+    wait_for,
+)
 
 RECORDS = 600
 DEADLINE_S = 120.0
@@ -134,3 +155,138 @@ def test_read_committed_share_group_never_delivers_aborted_records(broker):
                 delivered.append(message.value())
         consumer.commit_sync()
     assert delivered == [b"committed-0", b"committed-1"]
+
+
+def test_by_duration_share_group_starts_at_the_records_of_the_last_hour(broker):
+    """`share.auto.offset.reset=by_duration:PT1H` (KIP-1106): a share group's first fetch of
+    a partition starts at the first record whose timestamp is at most an hour old, as Kafka
+    4.4's SharePartition finds it by timestamp (records produced two hours "ago" with
+    explicit CreateTime timestamps are never delivered; the recent ones are, in order). A
+    value Kafka refuses is refused with INVALID_CONFIG by IncrementalAlterConfigs, and the
+    group keeps the value it had."""
+    topic, group_id = "share-by-duration", "share-by-duration-workers"
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+    set_group_configs(bootstrap, group_id, {"share.auto.offset.reset": "by_duration:PT1H"})
+    with pytest.raises(KafkaException) as refused:
+        set_group_configs(bootstrap, group_id, {"share.auto.offset.reset": "by_duration:P1DT"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    now_ms = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for number in range(5):
+        producer.produce(topic, value=b"old-%d" % number, timestamp=now_ms - 2 * 3_600_000)
+    assert producer.flush(30) == 0
+    for number in range(5):
+        producer.produce(topic, value=b"new-%d" % number, timestamp=now_ms)
+    assert producer.flush(30) == 0
+
+    wanted = [b"new-%d" % number for number in range(5)]
+    delivered: list[bytes] = []
+    with ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id}) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(delivered) < len(wanted) and time.monotonic() < deadline:
+            for message in consumer.poll(0.5) or []:
+                assert message.error() is None, message.error()
+                delivered.append(message.value())
+        consumer.commit_sync()
+    assert delivered == wanted
+
+
+def describe_share_group_offsets(bootstrap: str, group: str) -> list:
+    """DescribeShareGroupOffsets v1 of all the group's topics, on the wire: [(topic, topic
+    id, [(partition, start offset)])]."""
+    request = offsets_schemas.DescribeShareGroupOffsetsRequestV1(
+        groups=(offsets_schemas.DescribeRequestGroupV1(group_id=group, topics=None),)
+    )
+    (described,) = exchange(bootstrap, request).groups
+    return [
+        (t.topic_name, t.topic_id, [(p.partition_index, p.start_offset) for p in t.partitions])
+        for t in described.topics
+    ]
+
+
+def internal_records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
+    """Every (key, value) of a topic up to its high watermarks (an internal topic's records,
+    as the coordinators wrote them)."""
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-probe"})
+    try:
+        partitions = probe.list_topics(topic, timeout=10).topics[topic].partitions
+        marks = {
+            index: probe.get_watermark_offsets(TopicPartition(topic, index), timeout=10)
+            for index in partitions
+        }
+    finally:
+        probe.close()
+    expected = sum(high - low for low, high in marks.values())
+    starts = {index: low for index, (low, _) in marks.items()}
+    return [(m.key(), m.value()) for m in confluent_read_all(bootstrap, topic, starts, expected)]
+
+
+def test_a_deleted_topic_leaves_its_share_groups_and_one_made_again_starts_afresh(broker):
+    """A topic's deletion cleans the share groups' state of it, as Kafka 4.4's coordinators do
+    on TopicsDelta.deletedTopicIds: the share coordinator tombstones its share partitions'
+    state on `__share_group_state` (ShareCoordinatorShard.maybeCleanupShareState) and the group
+    coordinator writes the group's ShareGroupStatePartitionMetadata without it
+    (maybeCleanupShareGroupState). A topic made again under the name is a new topic to the
+    group: a share consumer starts it at share.auto.offset.reset (earliest: offset 0, although
+    offsets 0-4 of the old topic were accepted), and DescribeShareGroupOffsets lists it alone."""
+    topic, group_id = "share-deleted-topic", "share-deleted-topic-workers"
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+    set_group_configs(bootstrap, group_id, {"share.auto.offset.reset": "earliest"})
+
+    def take(count: int, prefix: bytes) -> list[tuple[int, bytes]]:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        for number in range(count):
+            producer.produce(topic, value=prefix + b"-%d" % number)
+        assert producer.flush(30) == 0
+        taken: list[tuple[int, bytes]] = []
+        with ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id}) as consumer:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + DEADLINE_S
+            while len(taken) < count and time.monotonic() < deadline:
+                for message in consumer.poll(0.5) or []:
+                    assert message.error() is None, message.error()
+                    taken.append((message.offset(), message.value()))
+            consumer.commit_sync()
+        return taken
+
+    assert take(5, b"old") == [(n, b"old-%d" % n) for n in range(5)]
+    old_id = topic_id(bootstrap, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], request_timeout=10)[topic].result(timeout=15)
+
+    def old_state_tombstoned() -> bool:
+        for key, value in internal_records(bootstrap, SHARE_GROUP_STATE_TOPIC):
+            state_key = share_state_format.read_key(key)
+            if (state_key.group, state_key.topic_id, value) == (group_id, old_id, None):
+                return True
+        return False
+
+    def group_forgot_old_topic() -> bool:
+        last = None
+        for key, value in internal_records(bootstrap, OFFSETS_TOPIC):
+            try:
+                record_key = share_group_format.read_key(key)
+            except Exception:  # noqa: BLE001 - another kind of group record
+                continue
+            if (
+                record_key.kind == ShareRecordKind.STATE_PARTITION_METADATA
+                and record_key.group == group_id
+                and value is not None
+            ):
+                last = share_group_format.read_value(record_key.kind, value)
+        return last is not None and old_id not in {
+            t.topic_id for t in (*last.initializing, *last.initialized, *last.deleting)
+        }
+
+    wait_for(old_state_tombstoned, 30, "the old topic's share state tombstoned")
+    wait_for(group_forgot_old_topic, 30, "the group's record without the old topic")
+
+    create_topic(bootstrap, topic, 1)
+    new_id = topic_id(bootstrap, topic)
+    assert new_id != old_id
+    assert take(3, b"new") == [(n, b"new-%d" % n) for n in range(3)]
+    described = describe_share_group_offsets(bootstrap, group_id)
+    assert described == [(topic, new_id, [(0, 3)])]

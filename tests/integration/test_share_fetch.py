@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from kio.schema.share_fetch.v0.request import AcknowledgementBatch
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
+from minibroker.protocol import share_group_offsets_schemas as offsets_schemas
 from minibroker.protocol.errors import Error
 from minibroker.protocol.record_batch import HEADER_SIZE, read_header
 from minibroker.protocol.share_fetch_v1 import (
@@ -35,7 +36,14 @@ from minibroker.protocol.share_fetch_v1 import (
 from minibroker.protocol.versions import ApiKey
 from minibroker.testing import Cluster
 from minibroker.tools import wire
-from tests.conftest import create_topic, set_group_configs, topic_id
+from tests.conftest import (
+    coordinator_ready,
+    create_topic,
+    exchange,
+    set_group_configs,
+    topic_id,
+    wait_for,
+)
 
 from kio.schema.share_acknowledge.v0.request import (  # isort: skip
     AcknowledgePartition,
@@ -45,7 +53,7 @@ from kio.schema.share_acknowledge.v0.request import AcknowledgementBatch as AckB
 
 LOCK_MS = 3000
 RECORDS = 600
-ACCEPT, RELEASE = 1, 2
+ACCEPT, RELEASE, RENEW = 1, 2, 4
 
 
 # One broker for the module, on a short acquisition lock; the plugin fails the test that
@@ -159,6 +167,23 @@ class Member:
         if response.error_code == 0 and epoch is None:
             self.epoch += 1
         return response
+
+
+def start_offset(bootstrap: str, group: str, topic: str) -> int:
+    """The group's start offset of ``topic``-0 (DescribeShareGroupOffsets v1, on the wire)."""
+    request = offsets_schemas.DescribeShareGroupOffsetsRequestV1(
+        groups=(
+            offsets_schemas.DescribeRequestGroupV1(
+                group_id=group,
+                topics=(
+                    offsets_schemas.DescribeRequestTopicV1(topic_name=topic, partitions=(i32(0),)),
+                ),
+            ),
+        )
+    )
+    (described,) = exchange(bootstrap, request).groups
+    assert described.error_code == 0, described
+    return described.topics[0].partitions[0].start_offset
 
 
 def partition_of(response):
@@ -375,3 +400,45 @@ def test_share_fetch_needs_read_on_the_group_and_the_topic(secured):
     finally:
         refused_group.close()
         allowed.close()
+
+
+def test_a_groups_share_configs_apply_to_records_in_flight(broker: Cluster):
+    """Kafka 4.4 reads a group's share.record.lock.duration.ms, share.delivery.count.limit
+    and share.renew.acknowledge.enable at each use, so a change applies to a share partition
+    that already exists: the answers' AcquisitionLockTimeoutMs is the group's (KafkaApis'
+    recordLockDurationMsOrDefault), RENEW is refused once disabled (INVALID_RECORD_STATE),
+    and records acquired after the change are locked for the group's 1.5 s and archived at
+    its limit of 2 deliveries when that lock expires: the start offset passes them. (Before,
+    a share partition kept the configs of its creation: 3 s locks and 5 deliveries; the lock's
+    timing is checked under MockClock in tests/unit/test_share_partition_manager.py.)"""
+    bootstrap = broker.bootstrap_servers
+    topic, group = "share-live-configs", "live-configs"
+    create_topic(bootstrap, topic, 1)
+    tid = topic_id(bootstrap, topic)
+    member = Member(bootstrap, group, tid, "a")
+    try:
+        assert member.fetch().acquisition_lock_timeout == datetime.timedelta(milliseconds=LOCK_MS)
+        produce(bootstrap, topic, 10, per_batch=10)
+        assert ranges(partition_of(member.fetch(max_wait_ms=5000))) == [(0, 9, 1)]
+        set_group_configs(
+            bootstrap,
+            group,
+            {
+                "share.record.lock.duration.ms": "1500",
+                "share.delivery.count.limit": "2",
+                "share.renew.acknowledge.enable": "false",
+            },
+        )
+        renewed = member.acknowledge([(0, 9, RENEW)])
+        assert renewed.responses[0].partitions[0].error_code == Error.INVALID_RECORD_STATE
+        released = member.acknowledge([(0, 9, RELEASE)])
+        assert released.responses[0].partitions[0].error_code == 0
+        again = member.fetch(max_wait_ms=5000)
+        assert again.acquisition_lock_timeout == datetime.timedelta(milliseconds=1500)
+        assert ranges(partition_of(again)) == [(0, 9, 2)]
+        # DescribeShareGroupOffsets needs the group's coordinator (its member checks then
+        # apply: no fetch of this member after this).
+        coordinator_ready(bootstrap, group)
+        wait_for(lambda: start_offset(bootstrap, group, topic) == 10, 15, "records archived")
+    finally:
+        member.close()

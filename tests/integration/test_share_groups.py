@@ -16,7 +16,7 @@ import datetime
 import uuid
 
 import pytest
-from confluent_kafka import ShareConsumer
+from confluent_kafka import KafkaError, KafkaException, ShareConsumer
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -27,7 +27,14 @@ from minibroker.protocol import share_group_offsets_schemas as s
 from minibroker.protocol.errors import Error
 from minibroker.protocol.schemas import ShareGroupDescribeRequestV1, ShareGroupHeartbeatRequestV1
 from minibroker.testing import Cluster
-from tests.conftest import SHARED_BROKER, coordinator_ready, create_topic, exchange, wait_for
+from tests.conftest import (
+    SHARED_BROKER,
+    coordinator_ready,
+    create_topic,
+    exchange,
+    set_group_configs,
+    wait_for,
+)
 
 PARTITIONS = 6
 BAD_INPUT_TOPIC = "share-groups-bad-input"
@@ -314,3 +321,31 @@ def test_share_group_offsets_admin_bad_input(broker):
     again = heartbeat(bootstrap, "sg-admin", member_id, 0, topics=("share-groups-admin",))
     assert again.error_code == Error.NONE and again.member_epoch > 1
     assert heartbeat(bootstrap, "sg-admin", member_id, -1, topics=None).error_code == Error.NONE
+
+
+def test_a_share_groups_heartbeat_interval_is_its_own(broker):
+    """The group config share.heartbeat.interval.ms (and share.session.timeout.ms) applies to
+    the group's members, as Kafka 4.4's shareGroupHeartbeatIntervalMs reads it at each
+    ShareGroupHeartbeat: set to 7 s, a joining member is told 7 s, where the broker's
+    group.share.heartbeat.interval.ms is 5 s; a value outside the broker's
+    group.share.min/max.heartbeat.interval.ms is INVALID_CONFIG."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "share-groups-own-interval", 1)
+    coordinator_ready(bootstrap, "sg-own-interval")
+    set_group_configs(
+        bootstrap,
+        "sg-own-interval",
+        {"share.heartbeat.interval.ms": "7000", "share.session.timeout.ms": "50000"},
+    )
+    with pytest.raises(KafkaException) as refused:
+        set_group_configs(bootstrap, "sg-own-interval", {"share.heartbeat.interval.ms": "16000"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    joined = heartbeat(
+        bootstrap,
+        "sg-own-interval",
+        str(uuid.uuid4()),
+        0,
+        topics=("share-groups-own-interval",),
+    )
+    assert joined.error_code == Error.NONE
+    assert joined.heartbeat_interval == datetime.timedelta(seconds=7)

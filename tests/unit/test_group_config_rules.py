@@ -106,6 +106,42 @@ def refused(overrides: dict[str, str], bounds: GroupBounds = KAFKA) -> tuple[Err
             "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
         ),
         (
+            {"share.auto.offset.reset": "none"},
+            "Invalid value none for configuration share.auto.offset.reset: Invalid "
+            "value `none` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            {"share.auto.offset.reset": "EARLIEST"},
+            "Invalid value EARLIEST for configuration share.auto.offset.reset: Invalid "
+            "value `EARLIEST` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            {"share.auto.offset.reset": "by_duration"},
+            "Invalid value by_duration for configuration share.auto.offset.reset: Invalid "
+            "value `by_duration` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            {"share.auto.offset.reset": "by_duration:P1DT"},
+            "Invalid value by_duration:P1DT for configuration share.auto.offset.reset: Invalid "
+            "value `by_duration:P1DT` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            {"share.auto.offset.reset": "by_duration:P1W"},
+            "Invalid value by_duration:P1W for configuration share.auto.offset.reset: Invalid "
+            "value `by_duration:P1W` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
+            {"share.auto.offset.reset": "by_duration:PT-0.5S"},
+            "Invalid value by_duration:PT-0.5S for configuration share.auto.offset.reset: Invalid "
+            "value `by_duration:PT-0.5S` for configuration share.auto.offset.reset. The value must "
+            "be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.",
+        ),
+        (
             {"errors.deadletterqueue.topic.name": "__x"},
             "errors.deadletterqueue.topic.name: DLQ topic name must not start with '__'",
         ),
@@ -131,6 +167,10 @@ def test_kafkas_refusals(overrides, message):
         {"consumer.assignment.interval.ms": "0", "consumer.assignor.offload.enable": "TRUE"},
         {"share.auto.offset.reset": "by_duration:PT1H"},
         {"share.auto.offset.reset": "by_duration:P1D"},
+        # java.time.Duration's signs and fractions, as Kafka 4.4 accepts them.
+        {"share.auto.offset.reset": "by_duration:-PT-1H"},
+        {"share.auto.offset.reset": "by_duration:PT1H-30M"},
+        {"share.auto.offset.reset": "by_duration:pt1,5s"},
         {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"},
         {"streams.initial.rebalance.delay.ms": "2000000000", "streams.assignor.name": "sticky"},
         {"errors.deadletterqueue.topic.name": "dlq", "streams.rack.aware.assignment.tags": "a,b"},

@@ -219,3 +219,38 @@ async def test_delete_and_one_namespace_for_every_group_type(autojump_clock, tmp
         assert "sg" not in restarted.coordinator.share_groups
         nursery.cancel_scope.cancel()
     restarted.stop()
+
+
+async def test_the_groups_own_session_timeout_and_heartbeat_interval(autojump_clock, tmp_path):
+    """The group configs share.session.timeout.ms and share.heartbeat.interval.ms (GROUP
+    resources) over the broker's group.share.*, read at each heartbeat as Kafka 4.4's
+    GroupMetadataManager.shareGroupSessionTimeoutMs / shareGroupHeartbeatIntervalMs: members
+    are told the group's interval, and a silent one is fenced after the group's session
+    timeout; a change applies from the next heartbeat on."""
+    broker = Broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery, cluster_state())
+        coordinator = broker.coordinator
+        broker.replicas.group_configs["sg"] = {
+            "share.session.timeout.ms": "50000",
+            "share.heartbeat.interval.ms": "8000",
+        }
+        a = await coordinator.share_heartbeat("sg", join("a"))
+        c = await coordinator.share_heartbeat("sg", join("c"))
+        assert (a.heartbeat_interval_ms, c.heartbeat_interval_ms) == (8000, 8000)
+        group = coordinator.share_groups["sg"]
+        epoch = (await coordinator.share_heartbeat("sg", beat("a", a.member_epoch))).member_epoch
+        # c is silent from its join on: fenced after the group's 50 s, not the broker's 45 s.
+        joined = trio.current_time()
+        while "c" in group.members:
+            await trio.sleep(2)
+            answer = await coordinator.share_heartbeat("sg", beat("a", epoch))
+            assert answer.error == Error.NONE and answer.heartbeat_interval_ms == 8000
+            epoch = answer.member_epoch
+        assert 50.0 <= trio.current_time() - joined <= 52.0
+        # Back to the broker's values: the next heartbeat is told the broker's interval.
+        broker.replicas.group_configs["sg"] = {}
+        answer = await coordinator.share_heartbeat("sg", beat("a", epoch))
+        assert answer.heartbeat_interval_ms == INTERVAL_S * 1000
+        nursery.cancel_scope.cancel()
+    broker.stop()

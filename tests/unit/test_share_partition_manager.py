@@ -14,6 +14,8 @@ import trio
 import trio.testing
 
 from minibroker.protocol.errors import Error
+from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.replication.replica_manager import AppendOrigin
 from minibroker.replication.share_partition import (
     Acknowledgement,
     AcknowledgeType,
@@ -23,6 +25,7 @@ from minibroker.replication.share_partition import (
 from minibroker.replication.share_partition_manager import SharePartitionManager, _aborted_batches
 from minibroker.replication.share_persister import InMemoryPersister, ShareStateKey, WriteState
 from minibroker.replication.share_session import ShareSessionCache, next_epoch
+from tests.unit.batch_factory import make_batch
 from tests.unit.replication_harness import TOPIC, TOPIC_ID, append, leader_and_isr, make_broker
 
 GROUP = "g"
@@ -501,3 +504,96 @@ def test_the_batches_of_aborted_transactions_are_found_as_a_read_committed_consu
     assert _aborted_batches(headers, aborted) == {3, 7}
     assert _aborted_batches(headers, None) == set()
     assert _aborted_batches(headers, []) == set()
+
+
+async def append_at(broker, timestamps: list[int]) -> None:
+    """One batch of records with these timestamps (ms), as a producer's CreateTime."""
+    batch = bytearray(
+        make_batch([(None, b"t%d" % n) for n in range(len(timestamps))], timestamps=timestamps)
+    )
+    ((result,),) = await broker.append_records(
+        [(TOPIC, [PartitionProduceData(0, memoryview(batch))])],
+        acks=1,
+        timeout_s=30.0,
+        origin=AppendOrigin.CLIENT,
+    )
+    assert result["error_code"] == Error.NONE
+
+
+async def test_by_duration_starts_at_the_first_record_at_or_after_now_minus_the_duration(
+    manager, broker, autojump_clock
+):
+    """share.auto.offset.reset=by_duration:<ISO-8601 duration> (KIP-1106), as Kafka 4.4's
+    SharePartition.startOffsetDuringInitialization: the first offset whose timestamp is at
+    or after now minus the duration, found by timestamp when the share partition is first
+    initialized (now: the broker's wall clock, here MockClock's); none that recent: the
+    partition answers OFFSET_NOT_AVAILABLE, nothing is initialized, and a later fetch finds
+    the record produced since."""
+    # The wall clock of the broker: a time of day, moving with MockClock.
+    wall_start = 1_780_000_000_000
+    broker.clock_ms = lambda: wall_start + int(trio.current_time() * 1000)
+    hour, minute = 3_600_000, 60_000
+    now = broker.clock_ms()
+    await append_at(broker, [now - 3 * hour, now - 2 * hour])  # offsets 0-1
+    # One batch whose records straddle the cut: the record, not the batch, decides.
+    await append_at(broker, [now - 2 * hour, now - 10 * minute, now - 6 * minute])  # 2-4
+    await append_at(broker, [now - 2 * minute])  # 5
+    p = partition(broker)
+
+    broker.group_configs["recent"] = {"share.auto.offset.reset": "by_duration:PT12M"}
+    first = await manager.acquire("recent", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert first.error is Error.NONE
+    assert [(r.first_offset, r.last_offset) for r in first.acquired] == [(3, 5)]
+    assert manager.share_partition("recent", TOPIC, 0).start_offset == 3
+    assert manager.persister.states[ShareStateKey("recent", TOPIC_ID, 0)].start_offset == 3
+
+    # Now is read at initialization: 7 minutes later, 12 minutes reach back to offset 5 only.
+    await trio.sleep(7 * 60)
+    broker.group_configs["later"] = {"share.auto.offset.reset": "by_duration:PT12M"}
+    later = await manager.acquire("later", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert [(r.first_offset, r.last_offset) for r in later.acquired] == [(5, 5)]
+
+    # Nothing in the last minute: OFFSET_NOT_AVAILABLE, nothing initialized; the next fetch
+    # after a new record starts at it.
+    broker.group_configs["minute"] = {"share.auto.offset.reset": "by_duration:PT1M"}
+    missing = await manager.acquire("minute", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert (missing.error, missing.acquired) == (Error.OFFSET_NOT_AVAILABLE, [])
+    assert ShareStateKey("minute", TOPIC_ID, 0) not in manager.persister.states
+    await append_at(broker, [broker.clock_ms()])  # offset 6
+    found = await manager.acquire("minute", "m1", p, max_records=500, max_bytes=1 << 20)
+    assert found.error is Error.NONE
+    assert [(r.first_offset, r.last_offset) for r in found.acquired] == [(6, 6)]
+
+
+async def test_a_groups_share_configs_apply_to_its_existing_share_partitions(
+    manager, broker, autojump_clock
+):
+    """Kafka 4.4's SharePartition reads the group's share.record.lock.duration.ms,
+    share.delivery.count.limit and share.renew.acknowledge.enable at each use (its
+    ShareGroupConfigProvider), not once: changed while records are in flight, they apply
+    from the next acknowledgement, acquisition and lock expiry on."""
+    await produce(broker, 10)
+    p = partition(broker)
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 9, 1)]
+    broker.group_configs[GROUP] = {
+        "share.auto.offset.reset": "earliest",
+        "share.record.lock.duration.ms": "15000",
+        "share.delivery.count.limit": "2",
+        "share.renew.acknowledge.enable": "false",
+    }
+    # RENEW refused (Kafka: InvalidRecordStateException, "Renewing acquisition locks is not
+    # enabled for the group."), nothing changed.
+    renew = ack(0, 9, AcknowledgeType.RENEW)
+    assert await manager.acknowledge(GROUP, "m1", p, renew) == Error.INVALID_RECORD_STATE
+    release = ack(0, 9, AcknowledgeType.RELEASE)
+    assert await manager.acknowledge(GROUP, "m1", p, release) == Error.NONE
+    started = trio.current_time()
+    assert (await acquire(manager, broker, "m1")).acquired == [AcquiredRange(0, 9, 2)]
+    # The lock of the new acquisition is the group's 15 s, and at the group's limit of 2
+    # deliveries its expiry archives the records: the start offset passes them.
+    share = manager.share_partition(GROUP, TOPIC, 0)
+    with trio.move_on_after(20):  # MockClock seconds; the broker's own lock is 30 s
+        while share.start_offset < 10:
+            await trio.sleep(0.5)
+    assert share.start_offset == 10
+    assert 15.0 <= trio.current_time() - started <= 16.0

@@ -214,6 +214,7 @@ class GroupCoordinator:
             log=log,
         )
         replicas.marker_listeners.append(self._on_marker)
+        replicas.topic_deletion_listeners.append(self._on_topics_deleted)
         # Share groups (KIP-932): beside the classic and consumer groups, one id namespace.
         self.share_groups: dict[str, ShareGroup] = {}
         self.share_settings = ShareSettings(
@@ -1118,6 +1119,24 @@ class GroupCoordinator:
             migration_policy=policy,
         )
 
+    def share_settings_of(self, group_id: str) -> ShareSettings:
+        """The broker's group.share.* settings with the group's own share.session.timeout.ms
+        and share.heartbeat.interval.ms over them (GROUP resources; Kafka's
+        GroupMetadataManager.shareGroupSessionTimeoutMs and shareGroupHeartbeatIntervalMs,
+        read at each heartbeat: a member's session is timed, and its next heartbeat asked
+        for, at the values of the time). Their bounds, the broker's group.share.min/max.*,
+        were checked when they were set (group_configs.validate)."""
+        session, heartbeat = consumer_overrides(
+            self.replicas.group_configs.get(group_id, {}), "share"
+        )
+        if session is None and heartbeat is None:
+            return self.share_settings
+        return replace(
+            self.share_settings,
+            session_timeout_ms=session or self.share_settings.session_timeout_ms,
+            heartbeat_interval_ms=heartbeat or self.share_settings.heartbeat_interval_ms,
+        )
+
     def describe_consumer_group(
         self, group_id: str
     ) -> tuple[Error, str | None, ConsumerGroup | None]:
@@ -1198,6 +1217,9 @@ class GroupCoordinator:
                 )
             group = ShareGroup(group_id, self.share_settings)
             self.share_groups[group_id] = group
+        # The group's share.session.timeout.ms and share.heartbeat.interval.ms, read at each
+        # heartbeat as Kafka's shareGroupSessionTimeoutMs / shareGroupHeartbeatIntervalMs.
+        group.settings = self.share_settings_of(group_id)
         result, records = group.heartbeat(request, self.consumer_topic_lookup, self.clock_ms())
         self._arm_share(group)
         if records:
@@ -1398,6 +1420,46 @@ class GroupCoordinator:
         del self.share_groups[group_id]
         self.runtime.cancel(group_id, self._share_timer(group_id))
         return await self._write_share_records(group, group.tombstones())
+
+    def _on_topics_deleted(self, topic_ids: set[uuid.UUID]) -> None:
+        """A topic's deletion (the replica manager's topic_deletion_listeners, Kafka's
+        GroupCoordinatorService.onMetadataUpdate with TopicsDelta.deletedTopicIds)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self.cleanup_share_group_state, topic_ids)
+
+    async def cleanup_share_group_state(self, topic_ids: set[uuid.UUID]) -> int:
+        """Kafka's GroupMetadataManager.maybeCleanupShareGroupState on every share group
+        served here: a deleted topic leaves the group's initializing, initialized and deleting
+        topics, written as its ShareGroupStatePartitionMetadata record; so a topic made again
+        under the name is a new topic to the group (initialized at the next heartbeat, started
+        at share.auto.offset.reset) and DescribeShareGroupOffsets no longer lists the old one.
+        The state itself is the share coordinator's to delete (its own listener, Kafka's
+        ShareCoordinatorShard.maybeCleanupShareState). A topic the metadata has again by then
+        (its id back: never in Kafka) is left alone. How many groups changed."""
+        changed = 0
+        for group in list(self.share_groups.values()):
+            gone = {t for t in topic_ids if self.replicas.metadata.topic_by_id(t) is None}
+            if (
+                self.check(group.group_id) != Error.NONE
+                or self.share_groups.get(group.group_id) is not group
+            ):
+                continue
+            after = group.state_partitions.without_topics(gone)
+            if after is group.state_partitions:
+                continue
+            error = await self._set_state_partitions(group, after)
+            if error != Error.NONE:
+                log.warning(
+                    "share group %s: deleted topics not cleaned: %s", group.group_id, error.name
+                )
+                continue
+            changed += 1
+            log.info(
+                "share group %s: state of deleted topics %s cleaned",
+                group.group_id,
+                sorted(str(t) for t in gone),
+            )
+        return changed
 
     def _topic_by_id(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
         topic = self.replicas.metadata.topic_by_id(topic_id)
@@ -1621,7 +1683,9 @@ class GroupCoordinator:
         for group_id, records in replay.share.items():
             if self.partition_of(group_id) != partition.index or not records:
                 continue
-            group = ShareGroup.replay(group_id, records.items(), now, self.share_settings)
+            group = ShareGroup.replay(
+                group_id, records.items(), now, self.share_settings_of(group_id)
+            )
             self.share_groups[group_id] = group
             self._arm_share(group)
             log.info(

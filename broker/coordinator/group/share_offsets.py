@@ -27,6 +27,7 @@ The rules, Kafka's:
   UNKNOWN_TOPIC_OR_PARTITION "There is no offset information to delete.", an unknown one
   UNKNOWN_TOPIC_OR_PARTITION; ``deleted`` (completeDeleteShareGroupOffsets) takes the topics
   the persister deleted out of deleting;
+- ``without_topics`` (maybeCleanupShareGroupState): deleted topics leave all three;
 - ``plan_alter`` (completeAlterShareGroupOffsets): AlterShareGroupOffsets: each partition of a
   known topic below its partition count gets the start offset asked (its topic goes to
   initializing), any other is UNKNOWN_TOPIC_OR_PARTITION.
@@ -217,6 +218,19 @@ class ShareStatePartitions:
         return ShareStatePartitions(
             dict(self.initializing),
             dict(self.initialized),
+            {t: n for t, n in self.deleting.items() if t not in gone},
+        )
+
+    def without_topics(self, topic_ids: Iterable[uuid.UUID]) -> ShareStatePartitions:
+        """Kafka's maybeCleanupShareGroupState (GroupCoordinatorService.onMetadataUpdate, on
+        a topic's deletion): the deleted topics are taken out of initializing, initialized
+        and deleting; ``self`` when the group knew none of them (no record is written)."""
+        gone = set(topic_ids)
+        if not gone & (set(self.initializing) | set(self.initialized) | set(self.deleting)):
+            return self
+        return ShareStatePartitions(
+            {t: e for t, e in self.initializing.items() if t not in gone},
+            {t: e for t, e in self.initialized.items() if t not in gone},
             {t: n for t, n in self.deleting.items() if t not in gone},
         )
 

@@ -102,9 +102,14 @@ class ShareCoordinator:
             topic_spec=self._topic_spec,
             log=log,
         )
+        replicas.topic_deletion_listeners.append(self._on_topics_deleted)
+        self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await self.runtime.run(task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.runtime.run)
+            task_status.started()
 
     def _new_shard(self) -> ShareCoordinatorShard:
         per_snapshot = self.config.share_coordinator_snapshot_update_records_per_snapshot
@@ -251,6 +256,34 @@ class ShareCoordinator:
         # A deleted topic's state is deleted too: no metadata check.
         decision = await self._run(key, lambda shard: shard.delete(key), needs_topic=False)
         return decision.error
+
+    # -- deleted topics ---------------------------------------------------------------------------
+
+    def _on_topics_deleted(self, topic_ids: set[uuid.UUID]) -> None:
+        """A topic's deletion (the replica manager's topic_deletion_listeners, Kafka's
+        ShareCoordinatorService.onMetadataUpdate with TopicsDelta.deletedTopicIds)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self.cleanup_deleted_topics, topic_ids)
+
+    async def cleanup_deleted_topics(self, topic_ids: set[uuid.UUID]) -> int:
+        """Kafka's ShareCoordinatorShard.maybeCleanupShareState on every shard led here: the
+        state of every share partition of a deleted topic is tombstoned (as
+        DeleteShareGroupState tombstones it), so nothing of it is read again. A topic the
+        metadata has again by then (never in Kafka: ids are not reused) is left alone. How
+        many share partitions' state was deleted."""
+        deleted = 0
+        for shard in list(self.shards.values()):
+            for key in [k for k in shard.states if k.topic_id in topic_ids]:
+                if self.replicas.metadata.topic_by_id(key.topic_id) is not None:
+                    continue
+                error = await self.delete(key)
+                if error != Error.NONE:
+                    log.warning("state of deleted %s not deleted: %s", key, error.name)
+                    continue
+                deleted += 1
+        if deleted:
+            log.info("deleted the state of %d share partitions of deleted topics", deleted)
+        return deleted
 
     # -- the topic --------------------------------------------------------------------------------
 
