@@ -85,8 +85,15 @@ from minibroker.storage.file_records import FileRecords
 log = logging.getLogger("fetch")
 _LEADER_MOVED = (Error.NOT_LEADER_OR_FOLLOWER, Error.FENCED_LEADER_EPOCH)
 # What a follower hears about a partition whose LeaderAndIsr this broker is still applying.
+# (UNKNOWN_TOPIC_ID: a follower fetching by topic id, v13+, of a topic this broker does not
+# know yet.)
 _NOT_YET_APPLIED = frozenset(
-    {Error.UNKNOWN_TOPIC_OR_PARTITION, Error.NOT_LEADER_OR_FOLLOWER, Error.UNKNOWN_LEADER_EPOCH}
+    {
+        Error.UNKNOWN_TOPIC_OR_PARTITION,
+        Error.UNKNOWN_TOPIC_ID,
+        Error.NOT_LEADER_OR_FOLLOWER,
+        Error.UNKNOWN_LEADER_EPOCH,
+    }
 )
 
 

@@ -492,6 +492,12 @@ class ReplicaManager:
         async with self._state_change_lock:
             pass
 
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's epoch as the controller registered it (-1 until registered): what
+        its fetchers send as Fetch v15+'s ReplicaState.ReplicaEpoch (KIP-903)."""
+        return self.controller.broker_epoch
+
     def notify(self, partition: Partition) -> None:
         self.watchers.notify(partition.key)
 

@@ -5,6 +5,8 @@ in a temp dir; the follower's fetcher reaches the leader through a connection ob
 answers from the leader's replica manager (tests/unit/replication_harness.py). No sockets.
 """
 
+import uuid
+
 import pytest
 import trio
 import trio.testing
@@ -13,7 +15,13 @@ from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
 from minibroker.replication.replica_manager import AppendOrigin
 from tests.unit.batch_factory import make_batch
-from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
+from tests.unit.replication_harness import (
+    TOPIC,
+    TOPIC_ID,
+    append,
+    leader_and_isr,
+    make_broker,
+)
 
 LEADER, FOLLOWER = 1, 2
 
@@ -137,6 +145,28 @@ async def test_follower_fetches_in_an_incremental_session(brokers, autojump_cloc
     assert session.privileged and list(session.partitions) == [(TOPIC, 0)]
     assert session.epoch > 3
     assert cache.total_partitions == 1
+
+
+@pytest.mark.parametrize(("topic_id", "version"), [(TOPIC_ID, 18), (uuid.UUID(int=0), 12)])
+async def test_the_follower_fetches_by_topic_id_with_its_broker_epoch(
+    brokers, autojump_clock, topic_id, version
+):
+    """As a Kafka 4.1-IV1+ follower: Fetch v18 by topic id, its broker epoch in ReplicaState
+    (KIP-903), which the leader keeps for AlterPartition; v12 by name (no epoch) for a
+    partition without a topic id, as Kafka's fetcher falls back."""
+    leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    follower.controller.broker_epoch = 77
+    request = leader_and_isr(LEADER, 1, [1, 2], [1, 2], topic_id=topic_id)
+    await leader.apply_leader_and_isr(request)
+    await follower.apply_leader_and_isr(request)
+    assert (await append(leader, 0, 5))["error_code"] == Error.NONE
+    await until(lambda: partition_of(follower).high_watermark == 5)
+    fetches = [f for c in follower.harness_connections for f in c.fetches]
+    assert fetches and set(fetches) == {(version, 77 if version == 18 else -1)}
+    progress = partition_of(leader).followers[FOLLOWER]
+    assert progress.broker_epoch == (77 if version == 18 else -1)
+    isr = partition_of(leader).isr_with_broker_epochs([1, 2], 5)
+    assert {e["broker_id"]: e["broker_epoch"] for e in isr} == {1: 5, 2: progress.broker_epoch}
 
 
 @pytest.mark.parametrize("side", ["follower", "leader"])
