@@ -199,7 +199,7 @@ def decode_replica_fetch_response(
     frame: Buffer,
     offset: int,
     version: int = REPLICA_FETCH_VERSION_BY_NAME,
-    names: Mapping[uuid.UUID, str] | None = None,
+    names: Mapping[Any, str] | None = None,
 ) -> ReplicaFetchResponse:
     """Read a Fetch response body (v12, or v18 by topic id) that starts at `offset` of
     `frame`. At v18 each topic id is given as its name in ``names`` (the fetcher's own map
