@@ -22,6 +22,7 @@ from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import RequestHeader
 from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.protocol.replica_fetch import HIGH_WATERMARK_UNKNOWN
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication import log_io
 from minibroker.replication.fetch_session import PartitionRequest
@@ -150,6 +151,8 @@ class LeaderConnection:
         self.contexts: list[str] = []
         # Each Fetch's version and the follower's broker epoch it carried (KIP-903).
         self.fetches: list[tuple[int, int]] = []
+        # The high watermarks the follower said it knew (Fetch v18, KIP-1166).
+        self.known_high_watermarks: list[int] = []
 
     async def request_body(self, api_key: int, version: int, body: bytes):
         """A Fetch answered as the Fetch handler answers it: read every partition; while
@@ -162,6 +165,11 @@ class LeaderConnection:
         await trio.lowlevel.checkpoint()
         replica_id = fetch_api._replica_id(request)
         self.fetches.append((version, fetch_api._replica_epoch(request)))
+        self.known_high_watermarks.extend(
+            getattr(p, "high_watermark", HIGH_WATERMARK_UNKNOWN)
+            for topic in request.topics
+            for p in topic.partitions
+        )
         # v13+ names topics by id: read them as the leader's names, answer by id.
         by_id = version >= 13
         names = {p.topic_id: p.topic for p in self.leader.partitions()} if by_id else {}
@@ -199,15 +207,28 @@ class LeaderConnection:
         )
         self.contexts.append(context.kind)
         deadline = trio.current_time() + request.max_wait.total_seconds()
+        known = {
+            (topic_of(topic), p.partition): p.high_watermark
+            for topic in request.topics
+            for p in topic.partitions
+            if getattr(p, "high_watermark", HIGH_WATERMARK_UNKNOWN) != HIGH_WATERMARK_UNKNOWN
+        }
         record_progress = True
         while True:
             read, size, has_error, watched = self._read(
                 context.partitions(), replica_id, record_progress, fetch_api._replica_epoch(request)
             )
             record_progress = False  # only the first read moves the follower's progress
+            # KIP-1166, as the handler: a high watermark ahead of the one the request's
+            # partition says it knows is news.
+            stale = any(
+                entry.get("high_watermark", -1) > known.get(key, HIGH_WATERMARK_UNKNOWN)
+                for key, entry in read
+            )
             if (
                 size >= request.min_bytes
                 or has_error
+                or stale
                 or not watched
                 or trio.current_time() >= deadline
             ):

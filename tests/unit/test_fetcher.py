@@ -13,7 +13,9 @@ import trio.testing
 
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.protocol.replica_fetch import HIGH_WATERMARK_UNKNOWN
 from minibroker.replication.replica_manager import AppendOrigin
+from minibroker.replication.replica_selector import RackAwareReplicaSelector
 from tests.unit.batch_factory import make_batch
 from tests.unit.replication_harness import (
     TOPIC,
@@ -167,6 +169,36 @@ async def test_the_follower_fetches_by_topic_id_with_its_broker_epoch(
     assert progress.broker_epoch == (77 if version == 18 else -1)
     isr = partition_of(leader).isr_with_broker_epochs([1, 2], 5)
     assert {e["broker_id"]: e["broker_epoch"] for e in isr} == {1: 5, 2: progress.broker_epoch}
+
+
+@pytest.mark.parametrize("selector", [False, True])
+async def test_a_follower_says_its_high_watermark_only_when_it_serves_consumers(
+    brokers, autojump_clock, selector
+):
+    """KIP-1166's HighWatermark is sent by a follower with a replica selector (it serves
+    consumers, who see its high watermark), and then a leader whose high watermark moved
+    answers at once, so the follower learns it without waiting for more records; without a
+    selector it sends "not known" (the departure in replication/fetcher.py)."""
+    leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    if selector:
+        follower.replica_selector = RackAwareReplicaSelector()
+    request = leader_and_isr(LEADER, 1, [1, 2], [1, 2])
+    await leader.apply_leader_and_isr(request)
+    await follower.apply_leader_and_isr(request)
+    start = trio.current_time()
+    assert (await append(leader, 0, 5))["error_code"] == Error.NONE
+    await until(lambda: partition_of(follower).high_watermark == 5)
+    learned_after = trio.current_time() - start
+    sent = {hw for c in follower.harness_connections for hw in c.known_high_watermarks}
+    if selector:
+        assert sent and HIGH_WATERMARK_UNKNOWN not in sent
+        # Answered at once when the leader's moved (no replica.fetch.wait.max.ms, 0.5 s).
+        assert learned_after < 0.1
+    else:
+        assert sent == {HIGH_WATERMARK_UNKNOWN}
+        # The leader's high watermark comes with the fetch after the one that moved it,
+        # which waits at the leader for new records until replica.fetch.wait.max.ms.
+        assert learned_after >= 0.5
 
 
 @pytest.mark.parametrize("side", ["follower", "leader"])
