@@ -40,9 +40,16 @@ without a notification: a moved one past the fetch offset takes the full read, a
 OFFSET_OUT_OF_RANGE). Kafka's
 IncrementalFetchContext reads every partition of the session at every fetch; a consumer of
 1,000 idle partitions made each of its fetches read 1,000 partitions here too (about 15 us of
-Python each), for an answer with none of them in it. Only a leader's read for a consumer
-(replica id -1, no rack, no follower reads) is noted: a follower's fetch records its
-progress at every read, which moves the HW and the ISR.
+Python each), for an answer with none of them in it. A leader's read for a consumer (replica
+id -1, no rack, no follower reads) is noted, and a follower's (no leader replication
+throttle set). A follower's read also records its progress (its fetch time keeps it in the
+ISR), so its note is used only while the follower is in the ISR, its fetch offset is the
+leader's log end now, and its progress is what the fetch says (offset, log start, broker
+epoch): its read would find nothing and only stamp its progress with this fetch's time, which
+the note's use does, through the same ReplicaManager.record_follower_fetch, on the request's
+first read. A follower behind the log end, or joining the ISR, is read in full. Why: at 2,000
+partitions with 3 replicas on 3 brokers and no client, each broker spent about 13% of a core
+reading its followers' 667 idle partitions every replica.fetch.wait.max.ms.
 
 On a plaintext connection (``Connection.zero_copy``) a partition's read of 32 KiB or more
 comes back as FileRecords, slices of the segment files, which the connection sends with
@@ -225,7 +232,37 @@ class _Reader:
             or fetch_partition.high_watermark != _UNSUPPORTED
         ):
             return False
+        if self.replica_id >= 0 and not self._follower_still_caught_up(partition, fetch_partition):
+            return False
         self.watched.append(partition.key)
+        return True
+
+    def _follower_still_caught_up(self, partition, fetch_partition: PartitionRequest) -> bool:
+        """For a follower's idle partition (the module's notes): whether it is in the ISR,
+        caught up with the leader's log end now, and its progress here is what this fetch
+        says (offset, log start, broker epoch), so that its read would find nothing and its
+        progress would only be stamped with this fetch's time, which is done here (on the
+        first read of the request) through the same record_follower_fetch."""
+        replica_id = self.replica_id
+        progress = partition.followers.get(replica_id)
+        fetch_offset = fetch_partition.fetch_offset
+        if (
+            progress is None
+            or replica_id not in partition.isr
+            or fetch_offset != partition.log.log_end_offset
+            or progress.log_end_offset != fetch_offset
+            or progress.log_start_offset != fetch_partition.log_start_offset
+            or progress.broker_epoch != self.replica_epoch
+        ):
+            return False
+        if self.record_progress:
+            self.replicas.record_follower_fetch(
+                partition,
+                replica_id,
+                fetch_offset,
+                fetch_partition.log_start_offset,
+                self.replica_epoch,
+            )
         return True
 
     def read_partition(self, key, partition, fetch_partition: PartitionRequest) -> dict:
@@ -239,6 +276,7 @@ class _Reader:
         session_partitions = self.session_partitions
         if (
             session_partitions is not None
+            and self.replica_id < 0  # a follower's read records its progress
             and (cached := session_partitions.get(key)) is not None
             and (kept := cached.kept) is not None
             and kept[0] is partition
@@ -389,8 +427,10 @@ def _read_all(
     if (
         session_partitions is not None
         and generations is not None
-        and reader.replica_id < 0
-        and not reader.follower_reads
+        and (
+            (reader.replica_id < 0 and not reader.follower_reads)
+            or (reader.replica_id >= 0 and not ctx.replica_manager.leader_quota.bounded)
+        )
     ):
         reader.session_partitions, reader.generations = session_partitions, generations
     read = []
