@@ -238,32 +238,17 @@ class _Reader:
         return True
 
     def _follower_still_caught_up(self, partition, fetch_partition: PartitionRequest) -> bool:
-        """For a follower's idle partition (the module's notes): whether it is in the ISR,
-        caught up with the leader's log end now, and its progress here is what this fetch
-        says (offset, log start, broker epoch), so that its read would find nothing and its
-        progress would only be stamped with this fetch's time, which is done here (on the
-        first read of the request) through the same record_follower_fetch."""
-        replica_id = self.replica_id
-        progress = partition.followers.get(replica_id)
-        fetch_offset = fetch_partition.fetch_offset
-        if (
-            progress is None
-            or replica_id not in partition.isr
-            or fetch_offset != partition.log.log_end_offset
-            or progress.log_end_offset != fetch_offset
-            or progress.log_start_offset != fetch_partition.log_start_offset
-            or progress.broker_epoch != self.replica_epoch
-        ):
-            return False
-        if self.record_progress:
-            self.replicas.record_follower_fetch(
-                partition,
-                replica_id,
-                fetch_offset,
-                fetch_partition.log_start_offset,
-                self.replica_epoch,
-            )
-        return True
+        """For a follower's idle partition (the module's notes): whether the replica manager
+        finds it caught up and in the ISR, as this fetch says, stamping its progress with
+        this fetch's time on the request's first read."""
+        return self.replicas.idle_follower_fetch(
+            partition,
+            self.replica_id,
+            fetch_partition.fetch_offset,
+            fetch_partition.log_start_offset,
+            self.replica_epoch,
+            record_progress=self.record_progress,
+        )
 
     def read_partition(self, key, partition, fetch_partition: PartitionRequest) -> dict:
         previous = self.previous

@@ -1343,6 +1343,38 @@ class ReplicaManager:
 
     # -- leaders: followers' progress and the ISR ------------------------------------------------
 
+    def idle_follower_fetch(
+        self,
+        partition: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        log_start_offset: int,
+        replica_epoch: int,
+        *,
+        record_progress: bool,
+    ) -> bool:
+        """A follower's fetch of a partition its session's note says is idle (apis/fetch.py's
+        notes): True when the follower is in the ISR, its fetch offset is this log's end now,
+        and its progress here is what the fetch says (offset, log start, broker epoch), so
+        that read_records would find nothing and only record the fetch; that record is made
+        here (``record_progress``: the request's first read), through the same
+        record_follower_fetch. False: read it in full."""
+        progress = partition.followers.get(replica_id)
+        if (
+            progress is None
+            or replica_id not in partition.isr
+            or fetch_offset != partition.log.log_end_offset
+            or progress.log_end_offset != fetch_offset
+            or progress.log_start_offset != log_start_offset
+            or progress.broker_epoch != replica_epoch
+        ):
+            return False
+        if record_progress:
+            self.record_follower_fetch(
+                partition, replica_id, fetch_offset, log_start_offset, replica_epoch
+            )
+        return True
+
     def record_follower_fetch(
         self,
         partition: Partition,
