@@ -116,7 +116,8 @@ SENT_VERSIONS: dict[int, int] = {
     ApiKey.BROKER_REGISTRATION: 4,
     ApiKey.BROKER_HEARTBEAT: 1,
     ApiKey.ALLOCATE_PRODUCER_IDS: 0,
-    ApiKey.FETCH: 12,
+    # The follower's Fetch by topic id (protocol/replica_fetch.py; v12 by name without ids).
+    ApiKey.FETCH: 18,
     ApiKey.LIST_OFFSETS: 7,
     ApiKey.METADATA: 12,
     ApiKey.CREATE_TOPICS: 7,

@@ -497,6 +497,12 @@ class ReplicaManager:
         async with self._state_change_lock:
             pass
 
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's epoch as the controller registered it (-1 until registered): what
+        its fetchers send as Fetch v15+'s ReplicaState.ReplicaEpoch (KIP-903)."""
+        return self.controller.broker_epoch
+
     def notify(self, partition: Partition) -> None:
         self.watchers.notify(partition.key)
 
@@ -1347,6 +1353,38 @@ class ReplicaManager:
         return partition.log.log_start_offset
 
     # -- leaders: followers' progress and the ISR ------------------------------------------------
+
+    def idle_follower_fetch(
+        self,
+        partition: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        log_start_offset: int,
+        replica_epoch: int,
+        *,
+        record_progress: bool,
+    ) -> bool:
+        """A follower's fetch of a partition its session's note says is idle (apis/fetch.py's
+        notes): True when the follower is in the ISR, its fetch offset is this log's end now,
+        and its progress here is what the fetch says (offset, log start, broker epoch), so
+        that read_records would find nothing and only record the fetch; that record is made
+        here (``record_progress``: the request's first read), through the same
+        record_follower_fetch. False: read it in full."""
+        progress = partition.followers.get(replica_id)
+        if (
+            progress is None
+            or replica_id not in partition.isr
+            or fetch_offset != partition.log.log_end_offset
+            or progress.log_end_offset != fetch_offset
+            or progress.log_start_offset != log_start_offset
+            or progress.broker_epoch != replica_epoch
+        ):
+            return False
+        if record_progress:
+            self.record_follower_fetch(
+                partition, replica_id, fetch_offset, log_start_offset, replica_epoch
+            )
+        return True
 
     def record_follower_fetch(
         self,

@@ -5,9 +5,10 @@ does (ReplicationControlManager.ineligibleReplicasForIsr). The request is the on
 would send that still held a follower's fetch state from before the follower's restart; the
 test sends it itself, on the controller's listener, with the epochs the controller saved.
 
-minibroker's followers fetch at v12, which carries no broker epoch, so its own leaders name
-followers with -1 (not checked): the cluster's ISR expansion after the restart goes through
-v3 with -1 and is accepted (see docs/not-yet-supported.md)."""
+minibroker's followers fetch at v18 with their broker epoch in ReplicaState (KIP-903), so its
+own leaders name them with the epoch of their last fetch (tests/unit/test_fetcher.py); a
+follower of a topic without an id fetches at v12, which carries none, and is named with -1
+(not checked), which the controller accepts, as here."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import trio
 
 from minibroker.apis import RequestContext
+from minibroker.apis import fetch as fetch_api
 from minibroker.common.config import BrokerConfig
 from minibroker.common.metrics import BrokerMetrics
 from minibroker.node.server import log_config_from
@@ -21,6 +22,7 @@ from minibroker.protocol import codec
 from minibroker.protocol.errors import Error
 from minibroker.protocol.framing import RequestHeader
 from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.protocol.replica_fetch import HIGH_WATERMARK_UNKNOWN
 from minibroker.protocol.versions import ApiKey
 from minibroker.replication import log_io
 from minibroker.replication.fetch_session import PartitionRequest
@@ -69,9 +71,12 @@ def make_broker(
     )
     log_manager.open(0)
 
+    opened: list[LeaderConnection] = []
+
     async def connect(host, port, client_id, security):
         # The host names the leader's node id (see leader_and_isr's live_leaders).
-        return LeaderConnection(brokers[int(host)])
+        opened.append(LeaderConnection(brokers[int(host)]))
+        return opened[-1]
 
     replicas = ReplicaManager(
         config,
@@ -85,6 +90,8 @@ def make_broker(
     )
     # Topic configs as the controller pushes them before the LeaderAndIsr creating replicas.
     replicas.announced_topic_configs[TOPIC] = {"min.insync.replicas": "2"}
+    # The connections its fetchers opened, for the tests to read what they sent.
+    replicas.harness_connections = opened  # type: ignore[attr-defined]
     return replicas
 
 
@@ -142,6 +149,10 @@ class LeaderConnection:
         self.leader = leader
         # The kind of fetch context of each Fetch answered (full, incremental, ...).
         self.contexts: list[str] = []
+        # Each Fetch's version and the follower's broker epoch it carried (KIP-903).
+        self.fetches: list[tuple[int, int]] = []
+        # The high watermarks the follower said it knew (Fetch v18, KIP-1166).
+        self.known_high_watermarks: list[int] = []
 
     async def request_body(self, api_key: int, version: int, body: bytes):
         """A Fetch answered as the Fetch handler answers it: read every partition; while
@@ -152,15 +163,30 @@ class LeaderConnection:
         assert api_key == ApiKey.FETCH
         request = codec.decode_request(api_key, version, body, 0)
         await trio.lowlevel.checkpoint()
+        replica_id = fetch_api._replica_id(request)
+        self.fetches.append((version, fetch_api._replica_epoch(request)))
+        self.known_high_watermarks.extend(
+            getattr(p, "high_watermark", HIGH_WATERMARK_UNKNOWN)
+            for topic in request.topics
+            for p in topic.partitions
+        )
+        # v13+ names topics by id: read them as the leader's names, answer by id.
+        by_id = version >= 13
+        names = {p.topic_id: p.topic for p in self.leader.partitions()} if by_id else {}
+        ids = {name: topic_id for topic_id, name in names.items()}
+
+        def topic_of(topic) -> str:
+            return names.get(topic.topic_id, "?unknown") if by_id else topic.topic
+
         # The leader's fetch sessions (KIP-227), as the handler consults them.
         context = self.leader.fetch_sessions.new_context(
             version=version,
             session_id=request.session_id,
             epoch=request.session_epoch,
-            privileged=request.replica_id >= 0,
+            privileged=replica_id >= 0,
             fetch_data=[
                 (
-                    (topic.topic, p.partition),
+                    (topic_of(topic), p.partition),
                     PartitionRequest(
                         fetch_offset=p.fetch_offset,
                         max_bytes=p.partition_max_bytes,
@@ -173,7 +199,7 @@ class LeaderConnection:
                 for p in topic.partitions
             ],
             to_forget=[
-                (topic.topic, index)
+                (topic_of(topic), index)
                 for topic in request.forgotten_topics_data
                 for index in topic.partitions
             ],
@@ -181,15 +207,28 @@ class LeaderConnection:
         )
         self.contexts.append(context.kind)
         deadline = trio.current_time() + request.max_wait.total_seconds()
+        known = {
+            (topic_of(topic), p.partition): p.high_watermark
+            for topic in request.topics
+            for p in topic.partitions
+            if getattr(p, "high_watermark", HIGH_WATERMARK_UNKNOWN) != HIGH_WATERMARK_UNKNOWN
+        }
         record_progress = True
         while True:
             read, size, has_error, watched = self._read(
-                context.partitions(), request.replica_id, record_progress
+                context.partitions(), replica_id, record_progress, fetch_api._replica_epoch(request)
             )
             record_progress = False  # only the first read moves the follower's progress
+            # KIP-1166, as the handler: a high watermark ahead of the one the request's
+            # partition says it knows is news.
+            stale = any(
+                entry.get("high_watermark", -1) > known.get(key, HIGH_WATERMARK_UNKNOWN)
+                for key, entry in read
+            )
             if (
                 size >= request.min_bytes
                 or has_error
+                or stale
                 or not watched
                 or trio.current_time() >= deadline
             ):
@@ -198,9 +237,11 @@ class LeaderConnection:
         self._record_throttled(read)
         error, session_id, selected = context.respond(read, trio_ms())
         topics: list[dict] = []
+        field = "topic_id" if by_id else "topic"
         for (topic, _), entry in selected:
-            if not topics or topics[-1]["topic"] != topic:
-                topics.append({"topic": topic, "partitions": []})
+            named = ids.get(topic) if by_id else topic
+            if not topics or topics[-1][field] != named:
+                topics.append({field: named, "partitions": []})
             topics[-1]["partitions"].append(entry)
         response = {
             "throttle_time_ms": 0,
@@ -210,7 +251,7 @@ class LeaderConnection:
         }
         return bytearray(codec.encode_response(api_key, version, response)), 0
 
-    def _read(self, partitions, replica_id: int, record_progress: bool):
+    def _read(self, partitions, replica_id: int, record_progress: bool, replica_epoch: int = -1):
         """([(key, response entry)], their bytes, whether any partition answered an error or
         a diverging epoch, the keys of the partitions read)."""
         read, size, has_error, watched = [], 0, False, []
@@ -227,6 +268,7 @@ class LeaderConnection:
                 partition,
                 wanted.fetch_offset,
                 replica_id=replica_id,
+                replica_epoch=replica_epoch,
                 last_fetched_epoch=wanted.last_fetched_epoch,
                 max_bytes=wanted.max_bytes,
                 min_one_batch=True,

@@ -5,15 +5,25 @@ in a temp dir; the follower's fetcher reaches the leader through a connection ob
 answers from the leader's replica manager (tests/unit/replication_harness.py). No sockets.
 """
 
+import uuid
+
 import pytest
 import trio
 import trio.testing
 
 from minibroker.protocol.errors import Error
 from minibroker.protocol.produce_request import PartitionProduceData
+from minibroker.protocol.replica_fetch import HIGH_WATERMARK_UNKNOWN
 from minibroker.replication.replica_manager import AppendOrigin
+from minibroker.replication.replica_selector import RackAwareReplicaSelector
 from tests.unit.batch_factory import make_batch
-from tests.unit.replication_harness import TOPIC, append, leader_and_isr, make_broker
+from tests.unit.replication_harness import (
+    TOPIC,
+    TOPIC_ID,
+    append,
+    leader_and_isr,
+    make_broker,
+)
 
 LEADER, FOLLOWER = 1, 2
 
@@ -137,6 +147,58 @@ async def test_follower_fetches_in_an_incremental_session(brokers, autojump_cloc
     assert session.privileged and list(session.partitions) == [(TOPIC, 0)]
     assert session.epoch > 3
     assert cache.total_partitions == 1
+
+
+@pytest.mark.parametrize(("topic_id", "version"), [(TOPIC_ID, 18), (uuid.UUID(int=0), 12)])
+async def test_the_follower_fetches_by_topic_id_with_its_broker_epoch(
+    brokers, autojump_clock, topic_id, version
+):
+    """As a Kafka 4.1-IV1+ follower: Fetch v18 by topic id, its broker epoch in ReplicaState
+    (KIP-903), which the leader keeps for AlterPartition; v12 by name (no epoch) for a
+    partition without a topic id, as Kafka's fetcher falls back."""
+    leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    follower.controller.broker_epoch = 77
+    request = leader_and_isr(LEADER, 1, [1, 2], [1, 2], topic_id=topic_id)
+    await leader.apply_leader_and_isr(request)
+    await follower.apply_leader_and_isr(request)
+    assert (await append(leader, 0, 5))["error_code"] == Error.NONE
+    await until(lambda: partition_of(follower).high_watermark == 5)
+    fetches = [f for c in follower.harness_connections for f in c.fetches]
+    assert fetches and set(fetches) == {(version, 77 if version == 18 else -1)}
+    progress = partition_of(leader).followers[FOLLOWER]
+    assert progress.broker_epoch == (77 if version == 18 else -1)
+    isr = partition_of(leader).isr_with_broker_epochs([1, 2], 5)
+    assert {e["broker_id"]: e["broker_epoch"] for e in isr} == {1: 5, 2: progress.broker_epoch}
+
+
+@pytest.mark.parametrize("selector", [False, True])
+async def test_a_follower_says_its_high_watermark_only_when_it_serves_consumers(
+    brokers, autojump_clock, selector
+):
+    """KIP-1166's HighWatermark is sent by a follower with a replica selector (it serves
+    consumers, who see its high watermark), and then a leader whose high watermark moved
+    answers at once, so the follower learns it without waiting for more records; without a
+    selector it sends "not known" (the departure in replication/fetcher.py)."""
+    leader, follower = brokers[LEADER], brokers[FOLLOWER]
+    if selector:
+        follower.replica_selector = RackAwareReplicaSelector()
+    request = leader_and_isr(LEADER, 1, [1, 2], [1, 2])
+    await leader.apply_leader_and_isr(request)
+    await follower.apply_leader_and_isr(request)
+    start = trio.current_time()
+    assert (await append(leader, 0, 5))["error_code"] == Error.NONE
+    await until(lambda: partition_of(follower).high_watermark == 5)
+    learned_after = trio.current_time() - start
+    sent = {hw for c in follower.harness_connections for hw in c.known_high_watermarks}
+    if selector:
+        assert sent and HIGH_WATERMARK_UNKNOWN not in sent
+        # Answered at once when the leader's moved (no replica.fetch.wait.max.ms, 0.5 s).
+        assert learned_after < 0.1
+    else:
+        assert sent == {HIGH_WATERMARK_UNKNOWN}
+        # The leader's high watermark comes with the fetch after the one that moved it,
+        # which waits at the leader for new records until replica.fetch.wait.max.ms.
+        assert learned_after >= 0.5
 
 
 @pytest.mark.parametrize("side", ["follower", "leader"])
