@@ -15,6 +15,9 @@ On each system, from a fresh cluster:
   after, since its RSS is mostly heap G1 has touched, garbage included. minibroker's cluster has
   a controller process of its own (KRaft's separate controller); Kafka's nodes are combined
   broker+controller nodes, so the cluster totals are compared too.
+- idle CPU: each process's CPU time over 20 s with no client, once every partition is in
+  sync and written (`idle_cpu_pct`, % of one core): what holding the partitions costs (the
+  followers' fetches every replica.fetch.wait.max.ms, timers).
 - Metadata latency: one Metadata v12 request for all topics on one connection to the first
   broker, from the request sent to the whole response read (not decoded), median of 5 after
   one untimed request.
@@ -78,6 +81,8 @@ POLL_S = 0.5
 METADATA_RUNS = 5
 METADATA_API_KEY = 3
 METADATA_VERSION = 12
+# The idle CPU is measured over this long, once every partition is in sync and written.
+IDLE_CPU_S = 20.0
 
 
 # -- /proc and the JVM ------------------------------------------------------------------------
@@ -315,6 +320,27 @@ def metadata_latency(port: int, runs: int = METADATA_RUNS) -> tuple[float, int]:
     return statistics.median(seconds), size
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu_percent(processes: dict[str, int], seconds: float) -> dict[str, float]:
+    """Each process's CPU over ``seconds`` with no client, as % of one core: the cost of
+    holding the partitions (followers' fetches, timers), what a Metadata request waits
+    behind on minibroker's one event loop."""
+    before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+    began = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - began
+    return {
+        name: round((cpu_seconds(pid) - before[name]) / elapsed * 100, 1)
+        for name, pid in processes.items()
+    }
+
+
 def node_id(process_name: str) -> int:
     """ "broker-2" -> 2, "kafka-3" -> 3, "controller-0" -> 0."""
     return int(process_name.rsplit("-", 1)[1])
@@ -453,6 +479,7 @@ def measure(
                 )
                 for name in processes
             }
+        figures["idle_cpu_pct"] = idle_cpu_percent(processes, IDLE_CPU_S)
         latency, size = metadata_latency(system.brokers()[0].port)
         figures["metadata_all_topics_ms"] = round(latency * 1000, 1)
         figures["metadata_bytes"] = size

@@ -130,6 +130,8 @@ class Fetcher:
         self._session = FetchSessionHandler()
         # The version of the session's requests: v18 by topic id, v12 by name (_version_for).
         self._session_version = REPLICA_FETCH_VERSION
+        # Per partition (its session key): what its last request said, and that request.
+        self._built: dict[PartitionKey, tuple[tuple, ReplicaFetchPartition]] = {}
         config = replicas.config
         self._security = client_security(config, config.inter_broker_listener.name)
         # The partitions of the fetch being processed that drew an error, for one log line.
@@ -232,18 +234,41 @@ class Fetcher:
             known_high_watermark = _high_watermark
         else:
             known_high_watermark = _unknown_high_watermark
+        # Each partition's request is built again only when what it says changed (a follower
+        # of thousands of idle partitions asks for them all at every fetch, and the session
+        # compares them: the same object compares at once).
+        built = self._built
+        max_bytes = self._config.replica_fetch_max_bytes
         for partition in partitions:
-            latest_epoch = partition.log.leader_epoch_cache.latest_epoch
-            key = (partition.topic_id, partition.index) if by_id else partition.key
-            wanted[key] = ReplicaFetchPartition(
-                partition=partition.index,
-                current_leader_epoch=partition.leader_epoch,
-                fetch_offset=partition.log.log_end_offset,
-                last_fetched_epoch=latest_epoch if latest_epoch is not None else -1,
-                log_start_offset=partition.log.log_start_offset,
-                partition_max_bytes=self._config.replica_fetch_max_bytes,
-                high_watermark=known_high_watermark(partition),
+            log = partition.log
+            latest_epoch = log.leader_epoch_cache.latest_epoch
+            state = (
+                partition.leader_epoch,
+                log.log_end_offset,
+                latest_epoch,
+                log.log_start_offset,
+                known_high_watermark(partition),
+                max_bytes,
+                by_id,
             )
+            key = partition.request_key if by_id else partition.key
+            previous = built.get(key)
+            if previous is not None and previous[0] == state:
+                wanted[key] = previous[1]
+                continue
+            request = ReplicaFetchPartition(
+                partition=partition.index,
+                current_leader_epoch=state[0],
+                fetch_offset=state[1],
+                last_fetched_epoch=latest_epoch if latest_epoch is not None else -1,
+                log_start_offset=state[3],
+                partition_max_bytes=max_bytes,
+                high_watermark=state[4],
+            )
+            built[key] = (state, request)
+            wanted[key] = request
+        if len(built) > 2 * len(wanted):  # partitions no longer fetched from here
+            self._built = {key: built[key] for key in wanted if key in built}
         # In a fetch session (KIP-227, as Kafka's ReplicaFetcherThread): only what changed.
         session_id, epoch, send, forget = self._session.build(wanted)
         by_topic: dict[object, list[ReplicaFetchPartition]] = {}

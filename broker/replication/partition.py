@@ -16,6 +16,7 @@ Kafka's rules reproduced here:
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from minibroker.protocol.errors import Error
 from minibroker.storage.errors import UnexpectedAppendOffsetError
@@ -84,9 +85,15 @@ class Partition:
     # A replica whose addition to the ISR is in flight: the HW already waits for it.
     joining: int | None = None
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, int]:
+        """(topic, index): made once (the fetch paths ask for it per partition per request)."""
         return (self.topic, self.index)
+
+    @cached_property
+    def request_key(self) -> tuple[object, int]:
+        """(topic id, index): a follower's fetch session key at Fetch v13+."""
+        return (self.topic_id, self.index)
 
     @property
     def is_leader(self) -> bool:
