@@ -123,8 +123,14 @@ class MaintenanceWatch:
         self.thread = threading.Thread(target=self._run, name="iceberg-watch", daemon=True)
 
     def _run(self) -> None:
-        catalog = _catalog(self.catalog_uri)
+        catalog = None
         while not self.done.wait(self.period):
+            if catalog is None:
+                try:  # the brokers may be making the catalog's tables (SQLite: locked)
+                    catalog = _catalog(self.catalog_uri)
+                except Exception as error:
+                    self.errors.append(f"the catalog: {type(error).__name__}: {error}")
+                    continue
             for name, seen in self.seen.items():
                 try:
                     self._look(catalog, name, seen)
@@ -515,6 +521,22 @@ def run(
         if name != f"user-{number}" or position[0] != number % PARTITIONS:
             checks[avro][position[0]].wrong_values += 1
     dead_letters = catalog.table_exists((NAMESPACE, avro + "~dlq"))
+    if watch is not None:
+        # What the brokers say of their maintenance (service.py's log lines), all brokers.
+        counts: Counter[str] = Counter()
+        for node_id in cluster.broker_ids:
+            text = cluster.log_path(node_id).read_text(errors="replace")
+            for name in (kv, avro):
+                counts[f"{name} compacted"] += text.count(f"compacted {name}'s Iceberg table")
+                counts[f"{name} compaction lost to a commit"] += text.count(
+                    f"{name}: a commit came first, compaction tried again later"
+                )
+                counts[f"{name} maintenance failed"] += sum(
+                    1
+                    for line in text.splitlines()
+                    if "Iceberg table maintenance (" in line and f" of {name} failed" in line
+                )
+        notes.append("brokers' logs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for name in ("_schemas", kv, avro):
         cluster.wait_until_in_sync(name, timeout=WAIT_S)
     return Outcome(
