@@ -527,7 +527,11 @@ def run(
         for node_id in cluster.broker_ids:
             text = cluster.log_path(node_id).read_text(errors="replace")
             for name in (kv, avro):
-                counts[f"{name} compacted"] += text.count(f"compacted {name}'s Iceberg table")
+                made = [line for line in text.splitlines() if f"compacted {name}'s" in line]
+                counts[f"{name} compacted"] += len(made)
+                counts[f"{name} compacted on top of a commit"] += sum(
+                    1 for line in made if "(made again on top of 0 " not in line
+                )
                 counts[f"{name} compaction lost to a commit"] += text.count(
                     f"{name}: a commit came first, compaction tried again later"
                 )
