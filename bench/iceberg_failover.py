@@ -604,14 +604,20 @@ def main() -> None:
             data_dir=root / "cluster",
             schema_registry=True,
         ) as cluster:
-            outcome = run(
-                cluster,
-                properties["iceberg.catalog.uri"],
-                args.records,
-                target_lag_ms=args.target_lag_ms,
-                maintenance=maintenance,
-                progress=lambda text: print(text, flush=True),
-            )
+            try:
+                outcome = run(
+                    cluster,
+                    properties["iceberg.catalog.uri"],
+                    args.records,
+                    target_lag_ms=args.target_lag_ms,
+                    maintenance=maintenance,
+                    progress=lambda text: print(text, flush=True),
+                )
+            except BaseException:
+                # The nodes' logs go with the temporary directory: their tails, before.
+                for name, tail in cluster.logs(60).items():
+                    print(f"--- the last lines of {name}'s log\n{tail}", flush=True)
+                raise
     total = 2 * outcome.records
     print(
         f"{total:,} records ({outcome.records:,} per topic, {PARTITIONS} partitions, RF"
