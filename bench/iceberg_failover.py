@@ -287,7 +287,16 @@ def _catalog(catalog_uri: str):
     from pyiceberg.catalog.sql import SqlCatalog
 
     # The brokers' catalog name (iceberg.catalog.name): the SQL catalog keeps it in each row.
-    return SqlCatalog("minibroker", uri=catalog_uri)
+    # Making one creates the catalog's tables when missing, which races the brokers doing the
+    # same ("table iceberg_tables already exists"): tried again.
+    for attempt in range(20):
+        try:
+            return SqlCatalog("minibroker", uri=catalog_uri)
+        except Exception as error:
+            if "already exists" not in str(error) or attempt == 19:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 def table_next_offsets(catalog, name: str) -> dict[int, int]:
