@@ -96,6 +96,10 @@ class PartitionCheck:
     duplicated: list[int] = field(default_factory=list)
     extra: list[int] = field(default_factory=list)
     wrong_values: int = 0
+    # Rows at offsets not acknowledged whose value was acknowledged at another offset: the
+    # record is in the partition's log twice (the table holds the log as it is).
+    extra_acked_elsewhere: int = 0
+    extra_count: int = 0
 
 
 @dataclass
@@ -375,9 +379,14 @@ def _check(
             duplicated=sorted(o for o in set(held) if stored[(index, o)] > 1)[:20],
             extra=sorted(set(held) - sent)[:20],
         )
+    acked_values = set(acked.values())
     for position, value in zip(positions, values, strict=True):
         if acked.get(position, value) != value:
             checks[position[0]].wrong_values += 1
+        if position not in acked:
+            checks[position[0]].extra_count += 1
+            if value in acked_values:
+                checks[position[0]].extra_acked_elsewhere += 1
     return checks
 
 
@@ -643,7 +652,8 @@ def main() -> None:
                 f"  {topic}-{index}: acked {check.acked:,}, rows {check.rows:,}, offset sums"
                 f" {check.acked_offset_sum:,} / {check.rows_offset_sum:,}, missing"
                 f" {len(check.missing)}, twice {len(check.duplicated)}, wrong values"
-                f" {check.wrong_values}"
+                f" {check.wrong_values}, not acknowledged {check.extra_count} (of them"
+                f" acknowledged at another offset: {check.extra_acked_elsewhere})"
             )
     for topic, seen in (outcome.maintenance or {}).items():
         print(
