@@ -16,6 +16,14 @@ against the acknowledged ones, the offsets missing or written twice, and the val
 key_value; the typed columns and the raw value for the Avro topic, whose dead-letter table must
 not exist).
 
+With ``--maintenance`` (``run``'s ``maintenance``) both topics are also compacted and their
+snapshots expired while all this goes on: ``iceberg.compaction.interval.ms`` and
+``iceberg.snapshot.expiry.interval.ms`` set on both topics (2000 and 3000 by default), and each
+table's ``history.expire.max-snapshot-age-ms`` set to 0 as soon as the table exists (as an
+operator sets it with any Iceberg engine), so every snapshot but the protected ones expires. A
+thread watches the tables meanwhile and counts the compaction (``replace``) snapshots and the
+snapshots that disappeared (expired), so a run says whether maintenance actually ran.
+
 tests/cluster/test_schema_registry.py runs ``run`` with a few thousand records on its module's
 cluster (CI); this command runs it with the issue's million on a cluster of its own and prints
 the figures (docs/iceberg-topics.md has a run's). Kafka has no Iceberg topics: nothing to
@@ -88,6 +96,76 @@ class PartitionCheck:
     duplicated: list[int] = field(default_factory=list)
     extra: list[int] = field(default_factory=list)
     wrong_values: int = 0
+    # Rows at offsets not acknowledged whose value was acknowledged at another offset: the
+    # record is in the partition's log twice (the table holds the log as it is).
+    extra_acked_elsewhere: int = 0
+    extra_count: int = 0
+
+
+@dataclass
+class MaintenanceSeen:
+    """What the table watcher saw of one table's maintenance."""
+
+    replace_snapshots: set[int] = field(default_factory=set)
+    snapshots_seen: set[int] = field(default_factory=set)
+    expired: set[int] = field(default_factory=set)
+    max_age_set: bool = False
+    looks: int = 0
+    lost_races: int = 0
+
+
+class MaintenanceWatch:
+    """Sets the tables' ``history.expire.max-snapshot-age-ms`` to 0 once they exist, then
+    polls them (every ``period`` s, in a thread) for compaction snapshots and expired ones."""
+
+    def __init__(self, catalog_uri: str, tables: list[str], period: float = 0.5) -> None:
+        self.catalog_uri = catalog_uri
+        self.seen = {name: MaintenanceSeen() for name in tables}
+        self.period = period
+        self.errors: list[str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="iceberg-watch", daemon=True)
+
+    def _run(self) -> None:
+        catalog = None
+        while not self.done.wait(self.period):
+            if catalog is None:
+                try:  # the brokers may be making the catalog's tables (SQLite: locked)
+                    catalog = _catalog(self.catalog_uri)
+                except Exception as error:
+                    self.errors.append(f"the catalog: {type(error).__name__}: {error}")
+                    continue
+            for name, seen in self.seen.items():
+                try:
+                    self._look(catalog, name, seen)
+                except Exception as error:
+                    self.errors.append(f"{name}: {type(error).__name__}: {error}")
+
+    def _look(self, catalog, name: str, seen: MaintenanceSeen) -> None:
+        from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+
+        seen.looks += 1
+        try:
+            table = catalog.load_table((NAMESPACE, name))
+        except NoSuchTableError:
+            return
+        if not seen.max_age_set:
+            try:
+                with table.transaction() as transaction:
+                    transaction.set_properties({"history.expire.max-snapshot-age-ms": "0"})
+                seen.max_age_set = True
+            except CommitFailedException:
+                seen.lost_races += 1
+                return  # a writer's commit came first: again at the next look
+            table = catalog.load_table((NAMESPACE, name))
+        present = set()
+        for snapshot in table.snapshots():
+            present.add(snapshot.snapshot_id)
+            operation = snapshot.summary.operation.value if snapshot.summary else None
+            if operation == "replace":
+                seen.replace_snapshots.add(snapshot.snapshot_id)
+        seen.expired |= seen.snapshots_seen - present
+        seen.snapshots_seen |= present
 
 
 @dataclass
@@ -103,6 +181,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     # Acknowledged records not found in their partition's log (see _place_unknown_offsets).
     lost: list[str] = field(default_factory=list)
+    # With maintenance on: table -> what the watcher saw.
+    maintenance: dict[str, MaintenanceSeen] | None = None
 
 
 class Sender:
@@ -211,7 +291,16 @@ def _catalog(catalog_uri: str):
     from pyiceberg.catalog.sql import SqlCatalog
 
     # The brokers' catalog name (iceberg.catalog.name): the SQL catalog keeps it in each row.
-    return SqlCatalog("minibroker", uri=catalog_uri)
+    # Making one creates the catalog's tables when missing, which races the brokers doing the
+    # same ("table iceberg_tables already exists"): tried again.
+    for attempt in range(20):
+        try:
+            return SqlCatalog("minibroker", uri=catalog_uri)
+        except Exception as error:
+            if "already exists" not in str(error) or attempt == 19:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 def table_next_offsets(catalog, name: str) -> dict[int, int]:
@@ -290,9 +379,14 @@ def _check(
             duplicated=sorted(o for o in set(held) if stored[(index, o)] > 1)[:20],
             extra=sorted(set(held) - sent)[:20],
         )
+    acked_values = set(acked.values())
     for position, value in zip(positions, values, strict=True):
         if acked.get(position, value) != value:
             checks[position[0]].wrong_values += 1
+        if position not in acked:
+            checks[position[0]].extra_count += 1
+            if value in acked_values:
+                checks[position[0]].extra_acked_elsewhere += 1
     return checks
 
 
@@ -304,16 +398,25 @@ def run(
     target_lag_ms: int = 500,
     kill_at: tuple[float, float] = (1 / 3, 2 / 3),
     pace: float | None = None,
+    maintenance: tuple[int, int] | None = None,
     progress=lambda text: None,
 ) -> Outcome:
     """The workload on a running cluster whose brokers share ``catalog_uri``; see the module
     docstring. The kills come once ``kill_at``'s fractions of the records are acknowledged
     (and both tables written); ``pace`` (records per second per topic) slows the producer
-    until the second broker is back. Leaves every broker running and in sync."""
+    until the second broker is back. ``maintenance``: (compaction, expiry) intervals in ms,
+    set on both topics, with every snapshot old enough to expire (module docstring). Leaves
+    every broker running and in sync."""
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     kv, avro = f"iceberg-kv-{suffix}", f"iceberg-avro-{suffix}"
-    lag = {"iceberg.target.lag.ms": target_lag_ms}
+    lag: dict[str, object] = {"iceberg.target.lag.ms": target_lag_ms}
+    watch = None
+    if maintenance is not None:
+        lag["iceberg.compaction.interval.ms"] = maintenance[0]
+        lag["iceberg.snapshot.expiry.interval.ms"] = maintenance[1]
+        watch = MaintenanceWatch(catalog_uri, [kv, avro])
+        watch.thread.start()
     cluster.create_topic(kv, PARTITIONS, REPLICATION, {"iceberg.mode": "key_value", **lag})
     cluster.create_topic(
         avro, PARTITIONS, REPLICATION, {"iceberg.mode": "value_schema_id_prefix", **lag}
@@ -406,6 +509,12 @@ def run(
         raise TimeoutError(f"{error}: acknowledged ends {ends}, the tables' {held}") from None
     caught_up = time.monotonic()
     progress(f"tables caught up {caught_up - produced:.1f} s after the last acknowledgement")
+    if watch is not None:
+        # A few maintenance intervals more on the finished tables, watched, before the check.
+        time.sleep(max(maintenance or (0,)) * 2 / 1000)
+        watch.done.set()
+        watch.thread.join(30)
+        notes += [f"table watcher: {error}" for error in watch.errors[:5]]
 
     checks: dict[str, dict[int, PartitionCheck]] = {}
     rows = catalog.load_table((NAMESPACE, kv)).scan(
@@ -430,6 +539,26 @@ def run(
         if name != f"user-{number}" or position[0] != number % PARTITIONS:
             checks[avro][position[0]].wrong_values += 1
     dead_letters = catalog.table_exists((NAMESPACE, avro + "~dlq"))
+    if watch is not None:
+        # What the brokers say of their maintenance (service.py's log lines), all brokers.
+        counts: Counter[str] = Counter()
+        for node_id in cluster.broker_ids:
+            text = cluster.log_path(node_id).read_text(errors="replace")
+            for name in (kv, avro):
+                made = [line for line in text.splitlines() if f"compacted {name}'s" in line]
+                counts[f"{name} compacted"] += len(made)
+                counts[f"{name} compacted on top of a commit"] += sum(
+                    1 for line in made if "(made again on top of 0 " not in line
+                )
+                counts[f"{name} compaction lost to a commit"] += text.count(
+                    f"{name}: a commit came first, compaction tried again later"
+                )
+                counts[f"{name} maintenance failed"] += sum(
+                    1
+                    for line in text.splitlines()
+                    if "Iceberg table maintenance (" in line and f" of {name} failed" in line
+                )
+        notes.append("brokers' logs: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for name in ("_schemas", kv, avro):
         cluster.wait_until_in_sync(name, timeout=WAIT_S)
     return Outcome(
@@ -442,6 +571,7 @@ def run(
         total_s=time.monotonic() - started,
         notes=notes,
         lost=lost,
+        maintenance=None if watch is None else watch.seen,
     )
 
 
@@ -470,7 +600,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.iceberg_failover")
     parser.add_argument("--records", type=int, default=1_000_000, help="per topic")
     parser.add_argument("--target-lag-ms", type=int, default=1000)
+    parser.add_argument(
+        "--maintenance",
+        nargs="?",
+        const="2000,3000",
+        default=None,
+        metavar="COMPACTION_MS,EXPIRY_MS",
+        help="compact and expire both tables meanwhile (default intervals 2000,3000 ms)",
+    )
     args = parser.parse_args()
+    maintenance = None
+    if args.maintenance is not None:
+        compaction_ms, expiry_ms = (int(part) for part in args.maintenance.split(","))
+        maintenance = (compaction_ms, expiry_ms)
     with tempfile.TemporaryDirectory(prefix="iceberg-failover-") as directory:
         root = Path(directory)
         properties = {**FAILOVER_OVERRIDES, **iceberg_properties(root / "iceberg")}
@@ -480,13 +622,20 @@ def main() -> None:
             data_dir=root / "cluster",
             schema_registry=True,
         ) as cluster:
-            outcome = run(
-                cluster,
-                properties["iceberg.catalog.uri"],
-                args.records,
-                target_lag_ms=args.target_lag_ms,
-                progress=lambda text: print(text, flush=True),
-            )
+            try:
+                outcome = run(
+                    cluster,
+                    properties["iceberg.catalog.uri"],
+                    args.records,
+                    target_lag_ms=args.target_lag_ms,
+                    maintenance=maintenance,
+                    progress=lambda text: print(text, flush=True),
+                )
+            except BaseException:
+                # The nodes' logs go with the temporary directory: their tails, before.
+                for name, tail in cluster.logs(60).items():
+                    print(f"--- the last lines of {name}'s log\n{tail}", flush=True)
+                raise
     total = 2 * outcome.records
     print(
         f"{total:,} records ({outcome.records:,} per topic, {PARTITIONS} partitions, RF"
@@ -503,8 +652,16 @@ def main() -> None:
                 f"  {topic}-{index}: acked {check.acked:,}, rows {check.rows:,}, offset sums"
                 f" {check.acked_offset_sum:,} / {check.rows_offset_sum:,}, missing"
                 f" {len(check.missing)}, twice {len(check.duplicated)}, wrong values"
-                f" {check.wrong_values}"
+                f" {check.wrong_values}, not acknowledged {check.extra_count} (of them"
+                f" acknowledged at another offset: {check.extra_acked_elsewhere})"
             )
+    for topic, seen in (outcome.maintenance or {}).items():
+        print(
+            f"  {topic}: maintenance seen: {len(seen.replace_snapshots)} compaction snapshots,"
+            f" {len(seen.expired)} of {len(seen.snapshots_seen)} snapshots seen expired"
+            f" (max-snapshot-age-ms 0 set: {seen.max_age_set}; {seen.looks} looks,"
+            f" {seen.lost_races} property commits lost to a writer)"
+        )
     for note in outcome.notes:
         print("note:", note)
     found = problems(outcome)

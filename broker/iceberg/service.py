@@ -480,10 +480,12 @@ class IcebergService:
                         self.compactions[topic] += 1
                         self.compacted_files[topic] += outcome.removed
                         log.info(
-                            "compacted %s's Iceberg table: %d small files rewritten as %d",
+                            "compacted %s's Iceberg table: %d small files rewritten as %d"
+                            " (made again on top of %d commits that came first)",
                             topic,
                             outcome.removed,
                             outcome.added,
+                            outcome.rebased,
                         )
                     elif outcome.lost_race:
                         log.info("%s: a commit came first, compaction tried again later", topic)

@@ -317,8 +317,16 @@ def test_compaction_carries_the_offsets_through_rest(fresh_catalog):
     maintenance.test_compaction_replaces_small_files_and_carries_the_offsets(fresh_catalog)
 
 
-def test_a_compaction_loses_to_a_writers_append_through_rest(fresh_catalog, monkeypatch):
-    maintenance.test_a_compaction_loses_to_a_writers_append_in_its_window(
+def test_a_compaction_made_again_on_top_of_a_writers_append_through_rest(
+    fresh_catalog, monkeypatch
+):
+    maintenance.test_a_compaction_is_made_again_on_top_of_a_writers_append_in_its_window(
+        fresh_catalog, monkeypatch
+    )
+
+
+def test_a_compaction_loses_to_another_compaction_through_rest(fresh_catalog, monkeypatch):
+    maintenance.test_a_compaction_loses_to_another_compaction_in_its_window(
         fresh_catalog, monkeypatch
     )
 

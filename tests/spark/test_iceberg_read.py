@@ -6,7 +6,10 @@ One real broker serving the schema registry writes a `key_value` topic and a
 Iceberg's JdbcCatalog on that SQLite file, opened read-only, while the broker keeps writing it.
 Spark must see what pyiceberg sees, row for row: counts, the offsets of each partition, the
 raw columns, the typed columns with their Spark types, and the offsets each snapshot's summary
-records.
+records; and still after the broker's table maintenance (docs/iceberg-topics.md, "Table
+maintenance"): after a compaction, whose ``replace`` snapshot is made by minibroker's own
+subclass of pyiceberg's overwrite (iceberg/maintenance.py), and after the old snapshots
+expired and their files were deleted, then with the writer's next append on top.
 
 Spark 4.3 cannot load Iceberg's own SparkCatalog (no Iceberg runtime for Spark 4.3 yet), so the
 catalog is java/iceberg-spark's IcebergTableCatalog, a read-only TableCatalog that hands out
@@ -18,10 +21,17 @@ from __future__ import annotations
 import json
 import threading
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from minibroker.tools.launcher import free_port
 from tests.readme import blocks
@@ -107,10 +117,18 @@ def test_spark_reads_key_value_and_typed_tables_as_pyiceberg_does(spark, broker_
         {**OVERRIDES, "schema.registry.listeners": f"http://127.0.0.1:{registry_port}"}
     )
     configs = {"iceberg.target.lag.ms": "300"}
+    # No maintenance until the test turns it on (the broker's first would come a minute
+    # after it took partition 0).
+    no_maintenance = {
+        "iceberg.compaction.interval.ms": "0",
+        "iceberg.snapshot.expiry.interval.ms": "0",
+    }
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     created = admin.create_topics(
         [
-            NewTopic(CLICKS, 3, 1, config={**configs, "iceberg.mode": "key_value"}),
+            NewTopic(
+                CLICKS, 3, 1, config={**configs, **no_maintenance, "iceberg.mode": "key_value"}
+            ),
             NewTopic(USERS, 2, 1, config={**configs, "iceberg.mode": "value_schema_id_prefix"}),
         ]
     )
@@ -212,12 +230,14 @@ def test_spark_reads_key_value_and_typed_tables_as_pyiceberg_does(spark, broker_
         )
         assert seen_by_spark == seen_by_pyiceberg
         per_partition = spark.sql(
-            f"SELECT partition, count(*) AS n, min(offset) AS first, max(offset) AS last"
+            f"SELECT partition, count(*) AS n, min(offset) AS first, max(offset) AS last,"
+            f" sum(offset) AS checksum"
             f" FROM {CATALOG}.minibroker.{CLICKS} GROUP BY partition ORDER BY partition"
         ).collect()
-        assert [(r["partition"], r["n"], r["first"], r["last"] + 1) for r in per_partition] == [
-            (p, end, 0, end) for p, end in sorted(clicks.next_offsets().items())
-        ]
+        assert [
+            (r["partition"], r["n"], r["first"], r["last"] + 1, r["checksum"])
+            for r in per_partition
+        ] == [(p, end, 0, end, sum(range(end))) for p, end in sorted(clicks.next_offsets().items())]
         # The offsets the table holds, as each snapshot's summary records them (the broker's
         # exactly-once state), read through the runtime's metadata tables.
         last = spark.sql(
@@ -226,6 +246,7 @@ def test_spark_reads_key_value_and_typed_tables_as_pyiceberg_does(spark, broker_
         ).collect()[0]
         assert last["snapshot_id"] == table.current_snapshot().snapshot_id
         assert summary_offsets(last["summary"]) == clicks.next_offsets()
+        return table
 
     check_clicks()
 
@@ -264,6 +285,88 @@ def test_spark_reads_key_value_and_typed_tables_as_pyiceberg_does(spark, broker_
     # The broker goes on writing the catalog the Spark catalog holds open: the next commit
     # is read as well (the catalog loads the table's current metadata at each query).
     produce_clicks(40, 17)
+    assert producer.flush(TIMEOUT) == 0
+    assert not clicks.errors, clicks.errors
+    check_clicks()
+
+    # Table maintenance (docs/iceberg-topics.md, "Table maintenance"), read by Spark. Small
+    # commits until one partition of the table (its hour) has the 5 small files a
+    # compaction needs.
+    def data_files(table) -> dict[str, set[str]]:
+        files: dict[str, set[str]] = {}
+        for task in table.scan().plan_files():
+            files.setdefault(repr(task.file.partition), set()).add(task.file.file_path)
+        return files
+
+    sent = 57
+    table = wait_until(lambda: committed(CLICKS, clicks), TIMEOUT, "clicks committed")
+    for _ in range(12):
+        if max(len(paths) for paths in data_files(table).values()) >= 5:
+            break
+        produce_clicks(sent, 3)
+        sent += 3
+        assert producer.flush(TIMEOUT) == 0
+        table = wait_until(lambda: committed(CLICKS, clicks), TIMEOUT, "clicks committed")
+    small = data_files(table)
+    assert max(len(paths) for paths in small.values()) >= 5, small
+    snapshots_before = len(table.snapshots())
+    with table.transaction() as transaction:  # every snapshot old enough to expire
+        transaction.set_properties({"history.expire.max-snapshot-age-ms": "0"})
+
+    def set_topic_configs(values: dict[str, str]) -> None:
+        changes = [
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in values.items()
+        ]
+        resource = ConfigResource("TOPIC", CLICKS, incremental_configs=changes)
+        admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+
+    def current_operation(table) -> str:
+        return table.current_snapshot().summary.operation.value
+
+    set_topic_configs({"iceberg.compaction.interval.ms": "300"})
+    wait_until(
+        lambda: current_operation(committed(CLICKS, clicks) or table) == "replace",
+        TIMEOUT,
+        "a compaction",
+    )
+    set_topic_configs({"iceberg.compaction.interval.ms": "0"})
+    table = check_clicks()  # rows, offsets and checksums as produced, Spark = pyiceberg
+    compacted = data_files(table)
+    assert sum(map(len, compacted.values())) < sum(map(len, small.values()))
+    spark_files = {
+        r["file_path"]
+        for r in spark.sql(f"SELECT file_path FROM {CATALOG}.minibroker.{CLICKS}.files").collect()
+    }
+    assert spark_files == set().union(*compacted.values())
+    (newest,) = spark.sql(
+        f"SELECT snapshot_id, operation FROM {CATALOG}.minibroker.{CLICKS}.snapshots"
+        " ORDER BY committed_at DESC, snapshot_id LIMIT 1"
+    ).collect()
+    assert (newest["snapshot_id"], newest["operation"]) == (
+        table.current_snapshot().snapshot_id,
+        "replace",
+    )
+
+    # Expiry: every snapshot but the compaction's goes, with the small files only they held.
+    set_topic_configs({"iceberg.snapshot.expiry.interval.ms": "300"})
+    table = wait_until(
+        lambda: (t := committed(CLICKS, clicks)) is not None and len(t.snapshots()) == 1 and t,
+        TIMEOUT,
+        "the old snapshots expired",
+    )
+    set_topic_configs({"iceberg.snapshot.expiry.interval.ms": "0"})
+    assert snapshots_before > 1 and current_operation(table) == "replace"
+    replaced = set().union(*small.values()) - set().union(*compacted.values())
+    assert replaced and not [p for p in replaced if Path(p.removeprefix("file://")).exists()]
+    check_clicks()
+    spark_snapshots = spark.sql(
+        f"SELECT snapshot_id FROM {CATALOG}.minibroker.{CLICKS}.snapshots"
+    ).collect()
+    assert [r["snapshot_id"] for r in spark_snapshots] == [table.current_snapshot().snapshot_id]
+
+    # The writer appends on top of the compaction; Spark reads every record once.
+    produce_clicks(sent, 7)
     assert producer.flush(TIMEOUT) == 0
     assert not clicks.errors, clicks.errors
     check_clicks()

@@ -82,7 +82,13 @@ def test_compaction_replaces_small_files_and_carries_the_offsets(catalog):  # no
     assert compact(table.table, TOPIC_ID, min_input_files=5).removed == 0
 
 
-def test_a_compaction_loses_to_a_writers_append_in_its_window(catalog, monkeypatch):  # noqa: F811
+def test_a_compaction_is_made_again_on_top_of_a_writers_append_in_its_window(
+    catalog,  # noqa: F811
+    monkeypatch,
+):
+    """The writer's append lands while the compaction rewrites: the compaction's commit is
+    refused, then made again on top of the append (Iceberg's RewriteFiles retries so), with
+    the append's offsets; the appended rows stay in their own file."""
     table, other = writer(catalog), writer(catalog)
     write_in_commits(table, 4)
     write_files = maintenance._dataframe_to_data_files
@@ -97,15 +103,47 @@ def test_a_compaction_loses_to_a_writers_append_in_its_window(catalog, monkeypat
     # (A REST server's purge of an earlier test's table may leave files in the location.)
     files_before, disk_before = data_files(table), parquet_on_disk(table)
     outcome = compact(table.table, TOPIC_ID, min_input_files=2)
-    assert appended[0].snapshot and outcome.lost_race and outcome.removed == 0
+    assert appended[0].snapshot
+    assert (outcome.removed, outcome.added, outcome.lost_race) == (4, 1, False)
+    assert outcome.rebased == 1
     expected = sorted([(0, o) for o in range(8)] + [(1, o) for o in range(6)])
     assert rows(table) == expected and table.offsets() == {0: 8, 1: 6}
-    # The loser's rewrite was deleted: what came on disk is the writer's file only.
-    assert parquet_on_disk(table) - disk_before == data_files(table) - files_before
-    assert len(data_files(table) - files_before) == 1
-    # Tried again (the next interval), it wins.
-    assert compact(table.table, TOPIC_ID, min_input_files=2).removed == 5
-    assert rows(table) == expected and table.offsets() == {0: 8, 1: 6}
+    current = table.table.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary.operation.value == "replace"
+    # The rewrite of the four and the writer's file; on disk nothing else came.
+    after = data_files(table)
+    assert len(after) == 2 and not after & files_before
+    assert parquet_on_disk(table) - disk_before == after
+    # The writer carries on from the offsets the compaction carried.
+    assert table.commit(plan(1, 6, 6, 9), reads(1, 6, 3)).snapshot
+    assert rows(table) == sorted(expected + [(1, 6), (1, 7), (1, 8)])
+
+
+def test_a_compaction_loses_to_another_compaction_in_its_window(catalog, monkeypatch):  # noqa: F811
+    """Another compaction of the same files lands first (a stale leader of partition 0): the
+    files this one replaces are no longer the table's, so it gives up (its files deleted)."""
+    table = writer(catalog)
+    write_in_commits(table, 4)
+    write_files = maintenance._dataframe_to_data_files
+    first = []
+
+    def other_compaction_first(**kwargs):
+        if not first:
+            first.append(None)
+            first[0] = compact(writer(catalog).table, TOPIC_ID, min_input_files=2)
+        return write_files(**kwargs)
+
+    monkeypatch.setattr(maintenance, "_dataframe_to_data_files", other_compaction_first)
+    files_before, disk_before = data_files(table), parquet_on_disk(table)
+    rows_before = rows(table)
+    outcome = compact(table.table, TOPIC_ID, min_input_files=2)
+    assert first[0].removed == 4
+    assert outcome.lost_race and outcome.removed == 0
+    assert rows(table) == rows_before and table.offsets() == {0: 6, 1: 6}
+    after = data_files(table)
+    assert len(after) == 1 and not after & files_before
+    assert parquet_on_disk(table) - disk_before == after  # the loser's rewrite was deleted
 
 
 def test_a_writers_append_that_loses_to_a_compaction_is_made_on_top(catalog):  # noqa: F811
