@@ -36,7 +36,6 @@ from minibroker.protocol import share_group_offsets_schemas as offsets_schemas
 from minibroker.testing import Cluster
 from tests.conftest import (
     SHARED_BROKER,
-    confluent_read_all,
     create_topic,
     exchange,
     set_group_configs,
@@ -208,19 +207,45 @@ def describe_share_group_offsets(bootstrap: str, group: str) -> list:
 
 def internal_records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
     """Every (key, value) of a topic up to its high watermarks (an internal topic's records,
-    as the coordinators wrote them)."""
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-probe"})
+    as the coordinators wrote them). Read to each partition's end by position, not by a count
+    of messages: the broker is shared with other tests, whose transactional offset commits put
+    transaction markers (offsets that deliver no message) and open transactions into
+    `__consumer_offsets`, so read_uncommitted, to the end."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-probe",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
+        }
+    )
+    records: list[tuple[bytes, bytes | None]] = []
     try:
-        partitions = probe.list_topics(topic, timeout=10).topics[topic].partitions
+        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
         marks = {
-            index: probe.get_watermark_offsets(TopicPartition(topic, index), timeout=10)
+            index: reader.get_watermark_offsets(TopicPartition(topic, index), timeout=10)
             for index in partitions
         }
+        pending = {index for index, (low, high) in marks.items() if high > low}
+        reader.assign([TopicPartition(topic, index, marks[index][0]) for index in pending])
+        deadline = time.monotonic() + 30
+        while pending and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                pending.discard(message.partition())  # at its end: past the mark taken
+                continue
+            records.append((message.key(), message.value()))
+            if message.offset() + 1 >= marks[message.partition()][1]:
+                pending.discard(message.partition())
+        assert not pending, f"{topic}: partitions {sorted(pending)} not read to their end"
     finally:
-        probe.close()
-    expected = sum(high - low for low, high in marks.values())
-    starts = {index: low for index, (low, _) in marks.items()}
-    return [(m.key(), m.value()) for m in confluent_read_all(bootstrap, topic, starts, expected)]
+        reader.close()
+    return records
 
 
 def test_a_deleted_topic_leaves_its_share_groups_and_one_made_again_starts_afresh(broker):
