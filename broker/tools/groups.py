@@ -105,7 +105,11 @@ def _error(code: Any) -> Error:
 
 class Connection:
     """One synchronous connection to one node (a wire.WireClient): ApiVersions on connect,
-    then requests at the highest version both sides speak; every failure is a GroupsError."""
+    then requests at the highest version both sides speak; every failure is a GroupsError.
+    A tool speaking other APIs subclasses it with its own ``versions``."""
+
+    # API key -> (lowest, highest) version this tool speaks.
+    versions: dict[int, tuple[int, int]] = VERSIONS
 
     def __init__(self, address: str, deadline: float) -> None:
         self.address = address
@@ -130,12 +134,13 @@ class Connection:
             raise
 
     def _api_versions(self) -> dict[int, int]:
-        """The version to use for each API of VERSIONS the node offers."""
+        """The version to use for each API of the class's ``versions`` the node offers."""
+        versions = self.versions
         offered = self._talk(self._client.api_versions)
         chosen = {}
         for key, (low, high) in offered.items():
-            if key in VERSIONS:
-                mine_low, mine_high = VERSIONS[key]
+            if key in versions:
+                mine_low, mine_high = versions[key]
                 if max(low, mine_low) <= min(high, mine_high):
                     chosen[key] = min(high, mine_high)
         return chosen

@@ -79,15 +79,7 @@ FETCH_BYTES = 256 * 1024
 class IcebergConnection(Connection):
     """groups.Connection speaking this tool's APIs."""
 
-    def _api_versions(self) -> dict[int, int]:
-        offered = self._talk(self._client.api_versions)
-        chosen = {}
-        for key, (low, high) in offered.items():
-            if key in VERSIONS:
-                mine_low, mine_high = VERSIONS[key]
-                if max(low, mine_low) <= min(high, mine_high):
-                    chosen[key] = min(high, mine_high)
-        return chosen
+    versions = VERSIONS
 
     def __enter__(self) -> IcebergConnection:
         return self
