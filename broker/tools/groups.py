@@ -106,10 +106,10 @@ def _error(code: Any) -> Error:
 class Connection:
     """One synchronous connection to one node (a wire.WireClient): ApiVersions on connect,
     then requests at the highest version both sides speak; every failure is a GroupsError.
-    A tool speaking other APIs subclasses it with its own ``versions``."""
+    A tool speaking other APIs subclasses it with its own ``spoken``."""
 
     # API key -> (lowest, highest) version this tool speaks.
-    versions: dict[int, tuple[int, int]] = VERSIONS
+    spoken: dict[int, tuple[int, int]] = VERSIONS
 
     def __init__(self, address: str, deadline: float) -> None:
         self.address = address
@@ -134,8 +134,8 @@ class Connection:
             raise
 
     def _api_versions(self) -> dict[int, int]:
-        """The version to use for each API of the class's ``versions`` the node offers."""
-        versions = self.versions
+        """The version to use for each API of the class's ``spoken`` the node offers."""
+        versions = self.spoken
         offered = self._talk(self._client.api_versions)
         chosen = {}
         for key, (low, high) in offered.items():

@@ -79,7 +79,7 @@ FETCH_BYTES = 256 * 1024
 class IcebergConnection(Connection):
     """groups.Connection speaking this tool's APIs."""
 
-    versions = VERSIONS
+    spoken = VERSIONS
 
     def __enter__(self) -> IcebergConnection:
         return self

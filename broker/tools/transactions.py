@@ -44,7 +44,7 @@ TRANSACTION_KEY_TYPE = 1
 class TxnConnection(Connection):
     """groups.Connection speaking this tool's APIs."""
 
-    versions = VERSIONS
+    spoken = VERSIONS
 
     def __enter__(self) -> TxnConnection:
         return self
