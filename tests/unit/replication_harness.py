@@ -8,6 +8,7 @@ the fetcher's Fetch and ListOffsets from the leader's ReplicaManager the way the
 """
 
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -348,6 +349,53 @@ def fetch_context(replicas: ReplicaManager, version: int) -> RequestContext:
         replicas=replicas,
         controller=None,
         metrics=BrokerMetrics(),
+    )
+
+
+def fetch_by_name(
+    offsets: dict[int, int],
+    *,
+    replica_id: int = -1,
+    max_wait_ms: int = 0,
+    session_id: int = 0,
+    epoch: int = -1,
+    isolation_level: int = 0,
+    max_bytes: int = 50 << 20,
+    leader_epoch: int = -1,
+    last_fetched_epoch: int = -1,
+    log_start_offset: int = -1,
+):
+    """A Fetch by topic name (v12) of TOPIC's partitions at ``offsets``, as the handler reads
+    it (min_bytes 1): a consumer's by default, a follower's with ``replica_id``; in a session
+    with ``session_id``/``epoch``. ``last_fetched_epoch`` is sent for a non-zero offset only."""
+    return SimpleNamespace(
+        replica_id=replica_id,
+        max_wait=timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=session_id,
+        session_epoch=epoch,
+        forgotten_topics_data=(),
+        rack_id="",
+        topics=[
+            SimpleNamespace(
+                topic=TOPIC,
+                partitions=[
+                    SimpleNamespace(
+                        partition=index,
+                        current_leader_epoch=leader_epoch,
+                        fetch_offset=offset,
+                        last_fetched_epoch=last_fetched_epoch if offset else -1,
+                        log_start_offset=log_start_offset,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for index, offset in offsets.items()
+                ],
+            )
+        ]
+        if offsets
+        else [],
     )
 
 

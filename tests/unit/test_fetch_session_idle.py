@@ -8,9 +8,6 @@ why the answer is the same). These tests hold both halves: what is read, and tha
 that could make the answer different is read again.
 """
 
-from datetime import timedelta
-from types import SimpleNamespace
-
 import pytest
 
 from minibroker.apis.fetch import handle
@@ -20,6 +17,7 @@ from tests.unit.replication_harness import (
     TOPIC,
     append,
     count_reads,
+    fetch_by_name,
     fetch_context,
     leader_and_isr,
     start_solo_leader,
@@ -46,34 +44,8 @@ def fetch_request(
     offsets: dict[int, int], *, session_id: int, epoch: int, isolation_level: int = 0
 ):
     """A consumer's Fetch in a session (max_wait 0: answered at once) naming `offsets`."""
-    return SimpleNamespace(
-        replica_id=-1,
-        max_wait=timedelta(0),
-        min_bytes=1,
-        max_bytes=50 << 20,
-        isolation_level=isolation_level,
-        session_id=session_id,
-        session_epoch=epoch,
-        forgotten_topics_data=(),
-        rack_id="",
-        topics=[
-            SimpleNamespace(
-                topic=TOPIC,
-                partitions=[
-                    SimpleNamespace(
-                        partition=index,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                    for index, offset in offsets.items()
-                ],
-            )
-        ]
-        if offsets
-        else [],
+    return fetch_by_name(
+        offsets, session_id=session_id, epoch=epoch, isolation_level=isolation_level
     )
 
 

@@ -11,9 +11,6 @@ idle partitions are not read, yet the follower stays caught up for replica.lag.t
 and longer; and a partition with news, or a follower behind, is read as before.
 """
 
-from datetime import timedelta
-from types import SimpleNamespace
-
 import pytest
 import trio
 
@@ -23,6 +20,7 @@ from tests.unit.replication_harness import (
     TOPIC,
     append,
     count_reads,
+    fetch_by_name,
     fetch_context,
     leader_and_isr,
     make_broker,
@@ -51,34 +49,15 @@ async def leader(tmp_path, nursery, autojump_clock):
 
 def follower_fetch(offsets: dict[int, int], *, session_id: int, epoch: int):
     """Broker 2's Fetch v12 in a session (max_wait 0: answered at once) naming ``offsets``."""
-    return SimpleNamespace(
+    return fetch_by_name(
+        offsets,
         replica_id=FOLLOWER,
-        max_wait=timedelta(0),
-        min_bytes=1,
-        max_bytes=10 << 20,
-        isolation_level=0,
         session_id=session_id,
-        session_epoch=epoch,
-        forgotten_topics_data=(),
-        rack_id="",
-        topics=[
-            SimpleNamespace(
-                topic=TOPIC,
-                partitions=[
-                    SimpleNamespace(
-                        partition=index,
-                        current_leader_epoch=1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=1 if offset else -1,
-                        log_start_offset=0,
-                        partition_max_bytes=1 << 20,
-                    )
-                    for index, offset in offsets.items()
-                ],
-            )
-        ]
-        if offsets
-        else [],
+        epoch=epoch,
+        max_bytes=10 << 20,
+        leader_epoch=1,
+        last_fetched_epoch=1,
+        log_start_offset=0,
     )
 
 

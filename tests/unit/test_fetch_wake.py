@@ -8,9 +8,6 @@ same). These tests hold both halves: what is read on the wake, and that a kept e
 are the partition's current ones.
 """
 
-from datetime import timedelta
-from types import SimpleNamespace
-
 import pytest
 import trio
 import trio.testing
@@ -21,6 +18,7 @@ from tests.unit.replication_harness import (
     TOPIC,
     append,
     count_reads,
+    fetch_by_name,
     fetch_context,
     start_solo_leader,
 )
@@ -44,33 +42,7 @@ def context(replicas):
 
 def fetch_request(offsets: dict[int, int], max_wait_ms: int = 500):
     """A consumer's sessionless Fetch of TOPIC's partitions at `offsets`, min_bytes 1."""
-    return SimpleNamespace(
-        replica_id=-1,
-        max_wait=timedelta(milliseconds=max_wait_ms),
-        min_bytes=1,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=(),
-        rack_id="",
-        topics=[
-            SimpleNamespace(
-                topic=TOPIC,
-                partitions=[
-                    SimpleNamespace(
-                        partition=index,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                    for index, offset in offsets.items()
-                ],
-            )
-        ],
-    )
+    return fetch_by_name(offsets, max_wait_ms=max_wait_ms)
 
 
 def partitions_of(response: dict) -> dict[int, dict]:
