@@ -511,7 +511,13 @@ def test_iceberg_tables_hold_every_acknowledged_record_once_after_kill_9_of_lead
     first topic's partition 0 is killed (SIGKILL) and started again while the tables are being
     written, then a leader of the second's; the tables (read with pyiceberg) then hold every
     acknowledged record once: per partition the same count and sum of offsets as the delivery
-    reports, no offset missing or twice, the values as sent, no dead letter."""
+    reports, no offset missing or twice, the values as sent, no dead letter.
+
+    The one kind of row allowed beyond those: a record librdkafka sent again under a newer
+    epoch of its producer id, which its log's batch headers show (an older-epoch copy before
+    the acknowledged one; bench.iceberg_failover.resent_after_epoch_bump says when librdkafka
+    does that, which no broker can tell from a new record). CI's run of stop 51 met one such
+    row, while leaderships moved on a loaded machine."""
     assert cluster.data_dir is not None
     uri = iceberg_failover.iceberg_properties(cluster.data_dir / "iceberg")["iceberg.catalog.uri"]
     outcome = iceberg_failover.run(
@@ -522,9 +528,11 @@ def test_iceberg_tables_hold_every_acknowledged_record_once_after_kill_9_of_lead
         assert sum(check.acked for check in by_partition.values()) == 1_500, topic
         for index, check in by_partition.items():
             where = f"{topic}-{index}"
-            assert check.rows == check.acked, (where, check)
-            assert check.rows_offset_sum == check.acked_offset_sum, (where, check)
-            assert not (check.missing or check.duplicated or check.extra), (where, check)
+            resent = check.resent
+            assert check.rows == check.acked + len(resent), (where, check)
+            assert check.rows_offset_sum == check.acked_offset_sum + sum(resent), (where, check)
+            assert not (check.missing or check.duplicated), (where, check)
+            assert check.extra_count == len(resent), (where, check)
             assert check.wrong_values == 0, (where, check)
     assert not outcome.dead_letter_table
     assert iceberg_failover.problems(outcome) == []
