@@ -217,6 +217,33 @@ async def test_a_broker_that_misses_its_session_is_fenced_and_its_leadership_mov
         nursery.cancel_scope.cancel()
 
 
+async def test_a_held_up_controller_reads_the_waiting_heartbeats_before_it_fences(
+    autojump_clock, tmp_path
+):
+    """The controller's loop held up for longer than a session (the clock jumps while every
+    task waits): the heartbeats that come right after are read before any broker is fenced,
+    and a broker that stays silent is fenced one check later. On main the first check after
+    the stall fenced all three."""
+    async with trio.open_nursery() as nursery:
+        cluster = await started(nursery, tmp_path)
+        await cluster.create_topic("orders", [3, 1, 2])
+        for _ in range(4):
+            for node_id in (1, 2, 3):
+                assert (await cluster.heartbeat(node_id))["error_code"] == Error.NONE
+            await trio.sleep(HEARTBEAT_MS / 1000)
+        autojump_clock.jump(SESSION_MS / 1000 + 1)
+        await trio.sleep(0.05)  # the heartbeats that were waiting, read now
+        for node_id in (1, 2):
+            assert (await cluster.heartbeat(node_id))["error_code"] == Error.NONE
+        assert [n for n, b in cluster.service.state.brokers.items() if b.fenced] == []
+        # Broker 3 stays silent after the stall: fenced at the next check.
+        await trio.sleep(HEARTBEAT_MS / 1000 * 1.5)
+        assert cluster.service.state.brokers[3].fenced
+        assert not cluster.service.state.brokers[1].fenced
+        assert cluster.leader("orders") == 1
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_controlled_shutdown_moves_leadership_and_tells_the_leaving_broker(
     autojump_clock, tmp_path
 ):
