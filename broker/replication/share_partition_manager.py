@@ -38,7 +38,15 @@ persisted, runs the acquisition lock timer and parks fetches that found nothing.
   change to an empty group is what its next members see.
 - A share partition the group coordinator initialized without a start offset (-1, Kafka's
   UNINITIALIZED_START_OFFSET) starts at ``share.auto.offset.reset``, written with the state
-  epoch it was initialized with.
+  epoch it was initialized with. One fetched before the group coordinator initialized it
+  (this broker's fallback, see the group coordinator's ``_initialize_share_partitions``) is
+  initialized here at state epoch 0; when the group coordinator's initialization (at the
+  group epoch) lands between this read and this initialize, the initialize is
+  FENCED_STATE_EPOCH and the state is read again (``_INITIALIZE_ATTEMPTS``), rather than the
+  fetch answering FENCED_STATE_EPOCH, which librdkafka raises to the application
+  (confluent-kafka's test_multi_consumer_overlapping_subscriptions met it). Kafka's leader
+  never initializes (its group coordinator leaves partitions out of the assignment until
+  they are), so it has no such race.
 
 The group's ``share.*`` configs are read at each acquisition, acknowledgement, release and
 lock expiry (``_refresh``), as Kafka 4.4's SharePartition reads them through its
@@ -97,6 +105,11 @@ IsMember = Callable[[str, str], "bool | None"]
 _COORDINATOR_ERRORS = frozenset(
     {Error.NOT_COORDINATOR, Error.COORDINATOR_NOT_AVAILABLE, Error.COORDINATOR_LOAD_IN_PROGRESS}
 )
+
+
+# How many times a share partition's creation reads and initializes its state when the group
+# coordinator initialized it in between (FENCED_STATE_EPOCH from the initialize).
+_INITIALIZE_ATTEMPTS = 3
 
 
 def persister_error(error: Error) -> Error:
@@ -365,13 +378,16 @@ class SharePartitionManager:
         settings, _ = self._settings(group_id)
         key = ShareStateKey(group_id, partition.topic_id, index)  # type: ignore[arg-type]
         leader_epoch = partition.leader_epoch
-        read = await self.persister.read(key, leader_epoch)
         log_start = partition.log.log_start_offset
-        if read.error is Error.NONE and read.state is not None and read.state.start_offset >= 0:
-            share = SharePartition.initialize(
-                settings, read.state, log_start, partition.high_watermark
-            )
-        elif read.error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
+        for attempt in range(_INITIALIZE_ATTEMPTS):
+            read = await self.persister.read(key, leader_epoch)
+            if read.error is Error.NONE and read.state is not None and read.state.start_offset >= 0:
+                share = SharePartition.initialize(
+                    settings, read.state, log_start, partition.high_watermark
+                )
+                break
+            if read.error not in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
+                return None, persister_error(read.error)
             reset_offset = None
             if settings.auto_offset_reset is AutoOffsetReset.BY_DURATION:
                 reset_offset = self._offset_by_duration(partition, settings.reset_duration_ms)
@@ -383,13 +399,24 @@ class SharePartitionManager:
             state_epoch = read.state.state_epoch if read.state is not None else 0
             share.state_epoch = state_epoch  # its writes carry the epoch it was initialized at
             error = await self.persister.initialize(key, state_epoch, share.start_offset)
+            if error is Error.FENCED_STATE_EPOCH and attempt + 1 < _INITIALIZE_ATTEMPTS:
+                # The group coordinator initialized the state meanwhile, at the group's epoch
+                # (its InitializeShareGroupState came between this read and this initialize):
+                # read it again and start from what it holds.
+                log.info(
+                    "share group %s: %s-%d initialized by the group coordinator meanwhile,"
+                    " read again",
+                    group_id,
+                    topic,
+                    index,
+                )
+                continue
             if error is not Error.NONE:
                 return None, persister_error(error)
             read = await self.persister.read(key, leader_epoch)
             if read.error is not Error.NONE:
                 return None, persister_error(read.error)
-        else:
-            return None, persister_error(read.error)
+            break
         held = _Held(share, key, leader_epoch)
         if share.dead_letters:
             # Records whose last delivery reached the limit under the old leader: archived

@@ -597,3 +597,36 @@ async def test_a_groups_share_configs_apply_to_its_existing_share_partitions(
             await trio.sleep(0.5)
     assert share.start_offset == 10
     assert 15.0 <= trio.current_time() - started <= 16.0
+
+
+@dataclass
+class RacedPersister(RefusingPersister):
+    """The group coordinator's InitializeShareGroupState (start offset -1, the group epoch 3)
+    lands between the leader's first read (no state yet) and its own initialize."""
+
+    raced: bool = False
+
+    async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> Error:
+        if not self.raced:
+            self.raced = True
+            assert await InMemoryPersister.initialize(self, key, 3, -1) is Error.NONE
+        return await RefusingPersister.initialize(self, key, state_epoch, start_offset)
+
+
+async def test_a_state_initialized_by_the_group_coordinator_meanwhile_is_read_again(
+    broker, nursery, autojump_clock
+):
+    """Before: the leader's initialize at epoch 0 was FENCED_STATE_EPOCH (the group epoch 3
+    stored meanwhile) and the fetch answered FENCED_STATE_EPOCH, which librdkafka raises to the
+    application. Now the state is read again and started at share.auto.offset.reset under
+    the group coordinator's epoch."""
+    persister = RacedPersister()
+    shares = SharePartitionManager(broker.config, broker, persister)
+    await nursery.start(shares.run)
+    await produce(broker, 5)
+    result = await acquire(shares, broker, "m1")
+    assert result.error is Error.NONE
+    assert result.acquired == [AcquiredRange(0, 4, 1)]
+    state = persister.states[ShareStateKey(GROUP, TOPIC_ID, 0)]
+    assert state.state_epoch == 3 and state.start_offset == 0
+    assert persister.initializations == 2
