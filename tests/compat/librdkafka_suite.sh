@@ -23,6 +23,7 @@
 #   RDK_SPLIT   0: the numbers of RDK_TESTS run whole and on the cluster of their scenario, as
 #               "all" runs them (to run some tests of an "all" run again); default 1, 0103's
 #               and 0081's sub-tests split as below
+#   RDK_SUBTESTS  "name|name...": each given test runs once per sub-test (SUBTESTS=name)
 #   RDK_PARALLEL  test-runners run side by side against the cluster (default 1); each test's
 #               topics and groups are its own (librdkafka's random names), as in its CI's -p
 #   RDK_PORT    the first broker's port (default 39092; the controller takes RDK_PORT-2)
@@ -256,6 +257,11 @@ if [[ -z $all_mode && ${RDK_SPLIT:-1} != 0 ]]; then
         [0081]="do_test_ListOffsets"
     )
 fi
+# RDK_SUBTESTS="a|b|...": every test given runs one test-runner per sub-test named so (to see
+# the sub-tests a failure hides, e.g. 0081's after its first failed one).
+if [[ -n ${RDK_SUBTESTS:-} ]]; then
+    for t in $tests; do split[$t]=$RDK_SUBTESTS; done
+fi
 # Each test's line goes to its own file (results/NNNN, in the order started), so that tests
 # run side by side (RDK_PARALLEL) report as they end.
 results_dir=$data/results
@@ -352,7 +358,8 @@ EOF2
 }
 
 plain_tests=() secure_tests=()
-for t in $tests; do [[ $t == 0142 ]] && secure_tests+=("$t") || plain_tests+=("$t"); done
+# 0142 and 0135 (SASL credentials; it skips itself without SASL PLAIN or SCRAM) on the secure one.
+for t in $tests; do [[ $t == 0142 || $t == 0135 ]] && secure_tests+=("$t") || plain_tests+=("$t"); done
 summary_bootstrap=
 if ((${#plain_tests[@]})); then
     start_cluster "$data/plain" "$port"
