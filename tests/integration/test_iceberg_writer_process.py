@@ -109,3 +109,40 @@ def test_a_killed_writer_process_is_started_again_and_the_table_goes_on(broker_f
     # The first writer is gone (reaped by the broker), the second one writes.
     assert not Path(f"/proc/{first}").exists()
     assert writer_pids(broker.pid) == [second]
+
+
+def test_a_writer_without_pyiceberg_says_so_and_the_topic_takes_writes(broker_factory, tmp_path):
+    """pyiceberg missing where the writer process runs (hidden from the broker's interpreters
+    by a package of that name that fails to import, first on PYTHONPATH): the writer's error is
+    the one a broker without the ``iceberg`` extra gives, on ``minibroker_iceberg_last_error``,
+    and the topic takes writes as usual."""
+    shim = tmp_path / "shim" / "pyiceberg"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pyiceberg'\", name='pyiceberg')\n"
+    )
+    metrics_port = free_port()
+    broker = broker_factory({**OVERRIDES, "metrics.port": metrics_port})
+    broker.stop()
+    broker.extra_env = {"PYTHONPATH": str(shim.parent)}
+    broker.restart()
+    broker.wait_ready(60)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    configs = {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "100"}
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=configs)])[TOPIC].result(TIMEOUT)
+
+    def last_error() -> str | None:
+        for (name, labels), value in scrape(metrics_port).items():
+            if name == "minibroker_iceberg_last_error" and value == 1:
+                return dict(labels)["error"]
+        return None
+
+    error = wait_for(last_error, 30, "the writer's error")
+    assert "pyiceberg is not installed" in error and "pip install 'minibroker[iceberg]'" in error
+    assert scrape(metrics_port)[STARTS] == 1
+    acked = Acked()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    produce(producer, acked, 0, 30)
+    assert producer.flush(TIMEOUT) == 0
+    assert not acked.errors and len(acked.rows) == 30
+    assert not (broker.log_dir / "iceberg" / "catalog.db").exists()
