@@ -24,7 +24,6 @@ event loop, so the writer asks it while the commit waits).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import pickle
@@ -51,10 +50,6 @@ HEADER = struct.Struct(">QI")
 LENGTH = struct.Struct(">Q")
 # prctl(2): the writer gets SIGKILL when the broker process that started it ends.
 PR_SET_PDEATHSIG = 1
-# The writer's niceness (added to the broker's): on a busy machine the kernel runs the broker's
-# event loop (every client's requests) before the writer, whose lag behind the log is bounded
-# by iceberg.target.lag.ms only as far as the CPU allows anyway.
-WRITER_NICE = 10
 
 
 @dataclass
@@ -258,8 +253,6 @@ def serve(sock: socket.socket, settings: Mapping[str, Any]) -> None:
     time in this thread, the channel read in another (stops and schema answers are acted on
     while a call runs). Ends when the broker closes the channel or ends."""
     _die_with_parent()
-    with contextlib.suppress(OSError):
-        os.nice(WRITER_NICE)
     # A Ctrl-C at the terminal reaches the whole process group: the broker decides when its
     # writer ends (it closes the channel, or terminates it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
