@@ -100,7 +100,7 @@ from minibroker.iceberg.translation import (
     end_of_chunk,
 )
 from minibroker.iceberg.writer import ProcessWriter, ThreadWriter
-from minibroker.iceberg.writer_process import TableHandle, catalog_settings
+from minibroker.iceberg.writer_process import RemoteError, TableHandle, catalog_settings
 from minibroker.protocol.errors import Error
 from minibroker.replication.partition import Partition
 from minibroker.replication.replica_manager import ReplicaManager, wall_clock_ms
@@ -591,6 +591,8 @@ async def find_schema(source: SchemaSource, schema_id: int) -> tuple[str, str, A
 def _text(error: BaseException) -> str:
     if isinstance(error, ImportError):
         return f"pyiceberg is not installed ({error}): pip install 'minibroker[iceberg]'"
+    if isinstance(error, RemoteError):
+        return str(error)  # the writer process's error: its type's name and text already
     return f"{type(error).__name__}: {error}"
 
 

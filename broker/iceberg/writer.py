@@ -269,9 +269,10 @@ class ProcessWriter:
             + ": it is started again on the next call"
         )
 
-    async def _answer(self, call_id: int, find: FindSchema | None) -> Any:
-        """The writer's answer to ``call_id``, the schema questions of that call answered
-        meanwhile (those of a call whose caller has gone are answered with an error)."""
+    async def _answer(self, call_id: int, find: FindSchema | None) -> tuple[str, Any]:
+        """The writer's answer to ``call_id`` ("done" and the value, or "failed" and the
+        error), the schema questions of that call answered meanwhile (those of a call whose
+        caller has gone are answered with an error)."""
         while True:
             message = await self._receive()
             kind, answered = message[0], message[1]
@@ -292,9 +293,7 @@ class ProcessWriter:
             if answered != call_id:
                 continue  # an earlier call's, already given up
             self._outstanding = None
-            if kind == "failed":
-                raise message[2]
-            return message[2]
+            return kind, message[2]
 
     async def _call(
         self, op: str, args: tuple[Any, ...], blobs: list[bytes] | None = None, find=None
@@ -310,12 +309,17 @@ class ProcessWriter:
                 call_id = self._next_call
                 self._outstanding = call_id
                 await self._send(("call", call_id, op, args), blobs or ())
-                return await self._answer(call_id, find)
+                kind, value = await self._answer(call_id, find)
             except (WriterLost, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
                 await self._lose()
                 if isinstance(e, WriterLost):
                     raise
                 raise WriterLost(f"{self._ended()} ({type(e).__name__}: {e})") from e
+        if kind == "failed":
+            # The writer's own error (an OSError among them: the warehouse's disk), not the
+            # channel's.
+            raise value
+        return value
 
     # -- the calls ------------------------------------------------------------------------------
 

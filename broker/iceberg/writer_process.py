@@ -24,6 +24,7 @@ event loop, so the writer asks it while the commit waits).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -33,6 +34,7 @@ import socket
 import struct
 import sys
 import threading
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -201,14 +203,31 @@ def receive(sock: socket.socket) -> tuple[Any, list[bytes]]:
     return message, [_exactly(sock, length) for length in lengths]
 
 
+class RemoteError(Exception):
+    """An error the writer met, as text ("CommitFailedException: ..."): the broker does not
+    import pyiceberg's or pyarrow's classes to read it (an import on its event loop)."""
+
+
 def portable(error: BaseException) -> BaseException:
-    """The error as the broker can unpickle it (its own, or a RuntimeError with its type's
-    name and text)."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-    return error
+    """The error as the broker can unpickle it without importing anything: Python's own (an
+    ImportError says pyiceberg is missing, as in the broker), TableStopped, or a RemoteError
+    with the type's name and the text."""
+    if type(error).__module__ == "builtins" or isinstance(error, TableStopped):
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:
+            pass
+        else:
+            return error
+    return RemoteError(f"{type(error).__name__}: {error}")
+
+
+def plain(value: Any) -> Any:
+    """A call's answer as the broker can unpickle it without importing maintenance.py (and
+    pyarrow, pyiceberg with it): a dataclass outcome as a namespace of its fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, (type, CommitOutcome)):
+        return types.SimpleNamespace(**dataclasses.asdict(value))
+    return value
 
 
 def pack_reads(reads: Mapping[int, list[ReadChunk]]) -> tuple[dict[int, list[Any]], list[bytes]]:
@@ -301,7 +320,7 @@ def serve(sock: socket.socket, settings: Mapping[str, Any]) -> None:
                 value: Any = tables.commit(handle, plan, unpack_reads(shape, blobs), lookup)
             else:
                 value = getattr(tables, op)(*args)
-            reply: Any = ("done", call_id, value)
+            reply: Any = ("done", call_id, plain(value))
         except BaseException as error:
             reply = ("failed", call_id, portable(error))
         del blobs
