@@ -13,8 +13,8 @@ are few.
 
 ``ProcessWriter``: multiprocessing's 'spawn' context (a fresh interpreter: the broker is a trio
 process with threads, which must not fork), started lazily on the first call (the first Iceberg
-topic led here), ended with the service (terminated) or with the broker (its channel closes;
-Linux's parent-death signal kills it too). A writer that ends (a crash, the OOM killer, a kill
+topic led here), ended with the service (terminated) or with the broker (its channel closes, and it
+exits). A writer that ends (a crash, the OOM killer, a kill
 -9) fails the call under way (``WriterLost``: the commit fails and is retried after its delay,
 as any failed commit) and is started again on the next call; the tables are opened again in
 the new process from their handles, and each partition's writer goes on from the table's

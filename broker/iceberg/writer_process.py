@@ -50,8 +50,6 @@ log = logging.getLogger("iceberg")
 # length.
 HEADER = struct.Struct(">QI")
 LENGTH = struct.Struct(">Q")
-# prctl(2): the writer gets SIGKILL when the broker process that started it ends.
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -256,22 +254,13 @@ def unpack_reads(shape: Mapping[int, list[Any]], blobs: list[bytes]) -> dict[int
 # -- the writer process ---------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL when the broker ends, whatever way (the end of the channel says so too,
-    to the reading thread)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 def serve(sock: socket.socket, settings: Mapping[str, Any]) -> None:
     """The writer process's main (multiprocessing's 'spawn' target): calls answered one at a
     time in this thread, the channel read in another (stops and schema answers are acted on
-    while a call runs). Ends when the broker closes the channel or ends."""
-    _die_with_parent()
+    while a call runs). Ends when the broker closes the channel or ends (the kernel closes its
+    end then, whatever way it ended: a kill -9 too). Not Linux's parent-death signal: it
+    follows the thread that started the process (a worker thread of the broker's, which trio
+    ends when idle), not the broker."""
     # A Ctrl-C at the terminal reaches the whole process group: the broker decides when its
     # writer ends (it closes the channel, or terminates it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

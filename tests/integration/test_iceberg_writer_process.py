@@ -146,3 +146,32 @@ def test_a_writer_without_pyiceberg_says_so_and_the_topic_takes_writes(broker_fa
     assert producer.flush(TIMEOUT) == 0
     assert not acked.errors and len(acked.rows) == 30
     assert not (broker.log_dir / "iceberg" / "catalog.db").exists()
+
+
+def test_the_writer_process_ends_with_its_broker(broker_factory):
+    """A broker killed with SIGKILL takes its idle writer process with it (the writer's end of
+    the channel reads end-of-file, and it exits): no writer outlives its broker."""
+    broker = broker_factory(OVERRIDES)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    configs = {"iceberg.mode": "key_value"}
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=configs)])[TOPIC].result(TIMEOUT)
+    (writer,) = wait_for(lambda: writer_pids(broker.pid) or None, 30, "the writer process")
+    # Idle: it has answered the table's opening and offsets for every partition (a writer
+    # killed in a call would also end, on its answer's failed send).
+    wait_for(
+        lambda: broker.stderr_path.read_text().count(f"writing {TOPIC}-") == PARTITIONS,
+        30,
+        "the writer to have read the table's offsets",
+    )
+    os.kill(broker.pid, signal.SIGKILL)
+
+    def gone() -> bool:
+        # Once its broker is gone the writer is another process's child: reaped there, or a
+        # zombie until then.
+        try:
+            state = Path(f"/proc/{writer}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        return state == "Z"
+
+    wait_for(gone, 10, "the writer process to end with its broker")
