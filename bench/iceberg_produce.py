@@ -23,6 +23,11 @@ translated (``other-off``, ``other-on``, ``iceberg.mode=disabled``): its produce
 translation on against off is what the writer costs the broker's *other* topics (issue 38: the
 writer must not stall the broker).
 
+For each paced phase the bench also prints the slowest record (its latency, and when it was
+sent) and the broker's own event-loop stalls over 100 ms (``minibroker_event_loop_stall_seconds``:
+busy, the loop's thread ran code; waiting, it was blocked or not scheduled, as when a thread of
+the broker holds the interpreter's lock), so a client-side delay can be told from the broker's.
+
 The first ``--warmup`` seconds of the paced phase are left out of the percentiles. The two
 modes run one after the other on the same broker, off first; the figures of a loaded machine
 vary between runs more than between neighbouring modes of one run, so the load average is
@@ -76,7 +81,16 @@ class ModeResult:
     lag_records_mean: float = 0.0
     lag_seconds_max: float = 0.0
     catch_up_s: float | None = None
+    # The slowest record's latency and when it was sent (seconds into the paced phase): one
+    # stall, or many.
+    worst_ms: float = 0.0
+    worst_at_s: float = 0.0
+    other_worst_ms: float = 0.0
+    other_worst_at_s: float = 0.0
     other_sent: int = 0
+    # The broker's event-loop stalls over 100 ms during the paced phase, by kind: (count,
+    # seconds stalled in all, stalls of every size).
+    loop_stalls: dict[str, tuple[float, float]] = field(default_factory=dict)
     other_p50_ms: float = 0.0
     other_p99_ms: float = 0.0
     other_p999_ms: float = 0.0
@@ -100,6 +114,30 @@ def _scrape(port: int, topic: str) -> tuple[float, float]:
     return records, seconds
 
 
+def _stalls(port: int) -> dict[str, tuple[float, float]]:
+    """The broker's event-loop stalls so far (minibroker_event_loop_stall_seconds), by kind
+    (busy: its thread ran code; waiting: a blocking call, or not scheduled): (how many took
+    longer than 100 ms, their total seconds of all sizes)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    counts: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        found = SAMPLE_LINE.match(line)
+        if found is None or not found.group(1).startswith("minibroker_event_loop_stall_seconds"):
+            continue
+        labels = dict(part.split("=", 1) for part in found.group(2).split(","))
+        kind = labels.get("kind", '""').strip('"')
+        entry = counts.setdefault(kind, {})
+        if found.group(1).endswith("_bucket"):
+            entry[labels["le"].strip('"')] = float(found.group(3))
+        elif found.group(1).endswith("_sum"):
+            entry["sum"] = float(found.group(3))
+    return {
+        kind: (entry.get("+Inf", 0.0) - entry.get("0.1", 0.0), entry.get("sum", 0.0))
+        for kind, entry in counts.items()
+    }
+
+
 def _percentile(ordered: list[int], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] / 1e6
 
@@ -116,6 +154,8 @@ class OtherTopic:
         self.rate = args.other_rate_mb * MB / args.size
         self.padding = b"x" * (args.size - 8)
         self.latencies: list[int] = []
+        self.worst = [0, 0]
+        self.started = 0
         self.errors: list[str] = []
         self.sent = 0
         self.measure_from = 0
@@ -140,9 +180,11 @@ class OtherTopic:
         (sent,) = struct.unpack_from(">q", message.value())
         if sent >= self.measure_from:
             self.latencies.append(now - sent)
+            if now - sent > self.worst[0]:
+                self.worst = [now - sent, sent]
 
     def _run(self) -> None:
-        started = time.perf_counter_ns()
+        started = self.started = time.perf_counter_ns()
         while not self.stop.is_set():
             due = int((time.perf_counter_ns() - started) / 1e9 * self.rate) + 1
             while self.sent < due:
@@ -171,6 +213,8 @@ class OtherTopic:
         result.other_p50_ms = _percentile(ordered, 0.5)
         result.other_p99_ms = _percentile(ordered, 0.99)
         result.other_p999_ms = _percentile(ordered, 0.999)
+        result.other_worst_ms = self.worst[0] / 1e6
+        result.other_worst_at_s = (self.worst[1] - self.started) / 1e9
 
 
 def run_mode(
@@ -196,6 +240,7 @@ def run_mode(
     errors: list[str] = []
     ends: dict[int, int] = {}
     measure_from = [0]
+    worst = [0, 0]
 
     def delivered(error, message) -> None:
         now = time.perf_counter_ns()
@@ -206,6 +251,8 @@ def run_mode(
         (sent,) = struct.unpack_from(">q", message.value())
         if sent >= measure_from[0]:
             latencies.append(now - sent)
+            if now - sent > worst[0]:
+                worst[:] = [now - sent, sent]
 
     producer = Producer(
         {
@@ -233,6 +280,7 @@ def run_mode(
     rate = args.rate_mb * MB / args.size
     started = time.perf_counter_ns()
     measure_from[0] = started + int(args.warmup * 1e9)
+    stalls_before = _stalls(metrics_port)
     other.start(measure_from[0])
     count = 0
     total = int(rate * args.seconds)
@@ -249,6 +297,14 @@ def run_mode(
     assert producer.flush(60) == 0, "paced records not acknowledged"
     paced_s = (time.perf_counter_ns() - started) / 1e9
     other.finish(result)
+    stalls_after = _stalls(metrics_port)
+    result.loop_stalls = {
+        kind: (
+            count - stalls_before.get(kind, (0.0, 0.0))[0],
+            seconds - stalls_before.get(kind, (0.0, 0.0))[1],
+        )
+        for kind, (count, seconds) in stalls_after.items()
+    }
     acked_at = time.monotonic()
     assert not errors, errors[:5]
     result.sent = count
@@ -257,6 +313,8 @@ def run_mode(
     result.p50_ms = _percentile(ordered, 0.5)
     result.p99_ms = _percentile(ordered, 0.99)
     result.p999_ms = _percentile(ordered, 0.999)
+    result.worst_ms = worst[0] / 1e6
+    result.worst_at_s = (worst[1] - started) / 1e9
     if mode == "on":
         catalog = _catalog(catalog_uri)
         deadline = time.monotonic() + 300
@@ -343,7 +401,9 @@ def main() -> None:
             f" p99.9 {r.p999_ms:.1f} ms at {r.paced_mb_per_s:.2f} MB/s ({r.sent:,} records);"
             f" burst {r.burst_records_per_s:,.0f} records/s ({r.burst_mb_per_s:.1f} MB/s);"
             f" untranslated topic meanwhile: p50 {r.other_p50_ms:.1f} ms, p99"
-            f" {r.other_p99_ms:.1f} ms, p99.9 {r.other_p999_ms:.1f} ms ({r.other_sent:,} records)"
+            f" {r.other_p99_ms:.1f} ms, p99.9 {r.other_p999_ms:.1f} ms ({r.other_sent:,} records);"
+            f" slowest {r.worst_ms:.0f} ms sent at {r.worst_at_s:.1f} s (untranslated"
+            f" {r.other_worst_ms:.0f} ms at {r.other_worst_at_s:.1f} s)"
         )
         if r.mode == "on":
             catch_up = "not within 300 s" if r.catch_up_s is None else f"{r.catch_up_s:.1f} s"
@@ -352,6 +412,11 @@ def main() -> None:
                 f" {r.lag_records_mean:,.0f}), max {r.lag_seconds_max:.1f} s; table caught up"
                 f" {catch_up} after the last paced acknowledgement"
             )
+        stalls = ", ".join(
+            f"{kind} {count:.0f} ({seconds:.2f} s in all)"
+            for kind, (count, seconds) in sorted(r.loop_stalls.items())
+        )
+        line += f"; broker loop stalls over 100 ms: {stalls or 'none'}"
         print(line + f" [load average at start {' '.join(r.loadavg)}]")
     print(f"load average at the end: {' '.join(_loadavg())}")
 
