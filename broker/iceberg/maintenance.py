@@ -1,5 +1,5 @@
 """Iceberg topics' table maintenance: small files compacted, old snapshots expired. Blocking
-(pyiceberg, Parquet), run in the service's worker thread like the commits, by one broker per
+(pyiceberg, Parquet), run by the service's writer (its process) like the commits, by one broker per
 table (the leader of the topic's partition 0: service.py).
 
 Iceberg's own counterparts are Spark's ``rewrite_data_files`` (``RewriteDataFilesSparkAction``

@@ -16,10 +16,18 @@ broker leads, and each commit is one snapshot covering them.
   batches are skipped (translation.AbortedTransactions, Kafka's consumer logic).
 - Writing: the pure core (translation.TopicTranslation) says when a commit is due (at most
   ``iceberg.target.lag.ms`` after records became committed in the log) and from which
-  offsets; the records are decoded, turned into Arrow columns and Parquet files, and
-  committed by pyiceberg in a worker thread (``trio.to_thread.run_sync``, one at a time per
-  broker: pyiceberg blocks, the event loop never does). The commit is conditional on the
-  table's offsets (exactly once: translation's docstring).
+  offsets; the batches read (raw, no record decoded here: at most MAX_COMMIT_BYTES per
+  commit, the memory bound) go to the writer (writer.py), which decodes them, makes the Arrow
+  columns and Parquet files and commits them with pyiceberg, one call at a time per broker. In
+  a node the writer is a process of its own (``ProcessWriter``: multiprocessing's 'spawn',
+  started with the first Iceberg topic led here, started again if it ends, ended with the
+  service), because a worker thread's Python code holds the interpreter's lock and stalled
+  the event loop, every client's requests with it (docs/iceberg-topics.md, "What translation
+  costs the broker"); where Redpanda translates in its own broker's threads (C++, no such
+  lock). In-process tests keep it in a worker thread (``ThreadWriter``). The commit is
+  conditional on the table's offsets (exactly once: translation's docstring), which also
+  makes a writer process killed mid-commit harmless: its successor's next commit finds what
+  landed.
 - Leadership: a partition no longer led here (or led at a new epoch) is dropped from its
   writer; a newly led one starts from the offsets the table holds, read again from the
   table. A commit that was in flight when leadership moved is refused by the table if the new
@@ -28,8 +36,11 @@ broker leads, and each commit is one snapshot covering them.
 - Schemas (value_schema_id_prefix): from the schema registry this broker serves, in process
   (``SchemaSource``, wired by the node; the registry's package and this one do not import
   each other): before each commit the registry's copy of ``_schemas`` is brought up to its
-  high watermark on the event loop, then the worker thread asks it for each schema id it has
-  not seen (``trio.from_thread``, so the registry's state is only read on the loop). An id
+  high watermark on the event loop, then the writer asks it for each schema id it has not
+  seen while the commit waits (over the writer process's channel, or ``trio.from_thread``
+  from the thread: the registry's state is only read on the loop; ids are not resolved before
+  sending, which would decode each record's prefix on the loop); a Protobuf schema is built
+  by the writer with the registry's own ``protobuf_file``. An id
   the copy does not hold is not yet a dead letter (``find_schema``): the copy's high
   watermark may lag (a broker just restarted, or just elected leader of ``_schemas``, has
   not fetched yet: the records of an id registered before they were produced were sent to
@@ -42,24 +53,26 @@ broker leads, and each commit is one snapshot covering them.
   A broker without the registry (no ``schema.registry.listeners``) cannot translate such a
   topic: its commits fail with that reason, and the lag grows.
 - Deletion: when a StopReplica deletes a hosted partition of a topic with ``iceberg.delete``
-  (the default), the topic's writer here is stopped first: its task cancelled (a call waiting
-  for the worker thread never runs) and its table told to stop (``TopicTable.stop``: a commit
-  running in the worker thread writes nothing more after its next check), and the drop waits
-  until the writer has ended; then the topic's table and dead-letter table are purged
-  (table.drop_topic_tables), by every broker that hosted a replica (the first one does it;
-  the others find them gone). So nothing of the topic is written here after its drop: a
-  careful operator's order (stop the writers, then drop), where Redpanda's is its own
-  coordinator's. A write already under way on this broker when the deletion reaches it
-  finishes first; if another broker dropped the tables meanwhile, this broker's own drop,
-  which comes after, purges what that write made again (a Parquet file of an append whose
-  catalog commit then failed is an orphan: the page's "Not supported yet").
-- Failures (no pyiceberg, a catalog that cannot be reached, a disk error): logged, retried
-  with a growing delay; the topic still takes writes, and the lag metrics grow.
+  (the default), the topic's writer here is stopped first: its task cancelled (a call not yet
+  made never runs) and its table told to stop (``TopicTable.stop``, sent to the writer
+  process at once: a commit it is running writes nothing more after its next check), and the
+  drop waits until the writer task has ended and the writer has answered any call under way;
+  then the topic's table and dead-letter table are purged (table.drop_topic_tables), by
+  every broker that hosted a replica (the first one does it; the others find them gone). So
+  nothing of the topic is written here after its drop: a careful operator's order (stop the
+  writers, then drop), where Redpanda's is its own coordinator's. A write already under way
+  on this broker when the deletion reaches it finishes first; if another broker dropped the
+  tables meanwhile, this broker's own drop, which comes after, purges what that write made
+  again (a Parquet file of an append whose catalog commit then failed is an orphan: the
+  page's "Not supported yet").
+- Failures (no pyiceberg, a catalog that cannot be reached, a disk error, a writer process
+  that ended: it is started again on the next call): logged, retried with a growing delay;
+  the topic still takes writes, and the lag metrics grow.
 - Maintenance (maintenance.py; Spark's ``rewrite_data_files`` and ``expire_snapshots`` are
   Iceberg's counterparts, Redpanda has none to copy): the writer of the broker that leads
   partition 0 compacts the table's small files every ``iceberg.compaction.interval.ms`` and
   expires its old snapshots every ``iceberg.snapshot.expiry.interval.ms``, between its
-  commits in the same worker thread. One broker per table so that two never rewrite the same
+  commits, in the same writer. One broker per table so that two never rewrite the same
   files; partition 0 because every topic has one and its leadership is already known here.
   A stale leader of partition 0 still compacting is harmless: compactions lose to any commit
   in between, as the writers' own commits do.
@@ -67,11 +80,10 @@ broker leads, and each commit is one snapshot covering them.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -87,21 +99,14 @@ from minibroker.iceberg.translation import (
     TopicTranslation,
     end_of_chunk,
 )
+from minibroker.iceberg.writer import ProcessWriter, ThreadWriter
+from minibroker.iceberg.writer_process import RemoteError, TableHandle, catalog_settings
 from minibroker.protocol.errors import Error
 from minibroker.replication.partition import Partition
 from minibroker.replication.replica_manager import ReplicaManager, wall_clock_ms
-from minibroker.storage.log import (
-    ICEBERG_KEY_VALUE,
-    ICEBERG_VALUE_SCHEMA_ID_PREFIX,
-    parse_iceberg_partition_spec,
-)
-
-if TYPE_CHECKING:
-    from minibroker.iceberg.table import TopicTable
+from minibroker.storage.log import ICEBERG_KEY_VALUE, ICEBERG_VALUE_SCHEMA_ID_PREFIX
 
 log = logging.getLogger("iceberg")
-
-T = TypeVar("T")
 
 # The scan for topics to write: on every role change, and this often for config changes.
 SCAN_INTERVAL_S = 1.0
@@ -136,7 +141,8 @@ class SchemaSource(Protocol):
         registry has none. Called on the event loop."""
 
     def protobuf_file(self, text: str, dependencies: dict[str, str]) -> Any:
-        """A PROTOBUF schema built into a FileDescriptor. Pure: called in the worker thread."""
+        """A PROTOBUF schema built into a FileDescriptor. Pure: called by the writer (in its
+        process, sent there by reference: a function of a module, such as a staticmethod)."""
 
 
 class IcebergService:
@@ -147,8 +153,12 @@ class IcebergService:
         config: BrokerConfig,
         replicas: ReplicaManager,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        writer: ThreadWriter | ProcessWriter | None = None,
     ) -> None:
         self.config = config
+        # Where the blocking calls run: the node gives a ProcessWriter; in-process tests of
+        # the service keep them in a worker thread of their own process.
+        self.writer = writer if writer is not None else ThreadWriter(catalog_settings(config))
         self.replicas = replicas
         self.clock_ms = clock_ms
         self.translations: dict[str, TopicTranslation] = {}
@@ -164,9 +174,6 @@ class IcebergService:
         self.schemas: SchemaSource | None = None
         self._writers: set[str] = set()
         self._changed = trio.Event()
-        # One blocking call at a time: pyiceberg's catalog is shared, and two cores are few.
-        self._limiter = trio.CapacityLimiter(1)
-        self._catalog: Any = None
         self._nursery: trio.Nursery | None = None
         replicas.role_listeners.append(self._on_role_change)
         replicas.deletion_listeners.append(self._on_deletion)
@@ -176,17 +183,24 @@ class IcebergService:
         # it writes (a deletion stops the writer before the drop).
         self._writer_scopes: dict[str, trio.CancelScope] = {}
         self._writer_ended: dict[str, trio.Event] = {}
-        self._tables: dict[str, TopicTable] = {}
+        self._tables: dict[str, TableHandle] = {}
+        # Where the next commit's read starts among the partitions waiting (so the memory
+        # bound, MAX_COMMIT_BYTES per commit, starves none).
+        self._first_read = 0
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            while True:
-                self._start_writers()
-                with trio.move_on_after(SCAN_INTERVAL_S):
-                    await self._changed.wait()
-                self._changed = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                while True:
+                    self._start_writers()
+                    with trio.move_on_after(SCAN_INTERVAL_S):
+                        await self._changed.wait()
+                    self._changed = trio.Event()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.writer.aclose()
 
     def _on_role_change(self, partition: Partition) -> None:
         self._changed.set()
@@ -213,7 +227,9 @@ class IcebergService:
             return None
         table = self._tables.get(topic)
         if table is not None:
-            table.stop()
+            self.writer.stop(table)
+            if self._nursery is not None:
+                self._nursery.start_soon(self.writer.send_stops)
         scope.cancel()
         return self._writer_ended.get(topic)
 
@@ -224,7 +240,7 @@ class IcebergService:
             if writer_ended is not None:
                 # Nothing of the topic is written here once the drop starts.
                 await writer_ended.wait()
-            dropped = await self._blocking(self._drop, topic, topic_id)
+            dropped = await self.writer.drop(topic, topic_id)
         except Exception as error:
             log.warning(
                 "cannot drop the Iceberg tables of deleted topic %s: %s", topic, _text(error)
@@ -235,35 +251,6 @@ class IcebergService:
         if dropped:
             names = ", ".join(dropped)
             log.info("dropped the Iceberg table(s) of deleted topic %s: %s", topic, names)
-
-    def _drop(self, topic: str, topic_id: str) -> list[str]:
-        """(In a thread.) The catalog on first use, then the deleted topic's tables dropped."""
-        from minibroker.iceberg.table import drop_topic_tables
-
-        return drop_topic_tables(
-            self._catalog_here(), self.config.iceberg_catalog_namespace, topic, topic_id
-        )
-
-    def _catalog_here(self) -> Any:
-        """(In a thread.) pyiceberg's catalog, opened on first use: the SQL catalog, or the
-        REST catalog of ``iceberg.catalog.type=rest`` (whose server is asked for its config
-        here: an unreachable one fails this, and the next commit tries again)."""
-        from minibroker.iceberg.table import open_catalog, open_rest_catalog
-
-        if self._catalog is None:
-            if self.config.iceberg_catalog_type == "rest":
-                self._catalog = open_rest_catalog(
-                    self.config.iceberg_catalog_name,
-                    {**self.config.iceberg_file_io, **self.config.iceberg_rest_catalog},
-                )
-            else:
-                self._catalog = open_catalog(
-                    self.config.iceberg_catalog_name,
-                    self.config.iceberg_uri,
-                    self.config.iceberg_warehouse,
-                    self.config.iceberg_file_io,
-                )
-        return self._catalog
 
     # -- which partitions --------------------------------------------------------------------
 
@@ -285,30 +272,14 @@ class IcebergService:
                 self._writers.add(topic)
                 self._nursery.start_soon(self._write_topic, topic)
 
-    # -- blocking work, in a thread --------------------------------------------------------------
-
-    async def _blocking(self, function: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(
-            functools.partial(function, *args), limiter=self._limiter
-        )
-
-    def _open_table(self, topic: str, topic_id: str, spec_text: str, mode: str) -> TopicTable:
-        """(In a thread.) The catalog on first use, then the topic's table."""
-        from minibroker.iceberg.table import TopicTable
-
-        spec = parse_iceberg_partition_spec("iceberg.partition.spec", spec_text)
-        return TopicTable.open(
-            self._catalog_here(), self.config.iceberg_catalog_namespace, topic, topic_id, spec, mode
-        )
-
     # -- the writer of one topic -------------------------------------------------------------------
 
     async def _write_topic(self, topic: str) -> None:
         ended = self._writer_ended[topic] = trio.Event()
         try:
-            # Cancelled when the topic is deleted (_stop_writer): a blocking call under way
-            # in the worker thread is waited for (trio does not abandon it), one waiting for
-            # the thread never runs.
+            # Cancelled when the topic is deleted (_stop_writer): a call under way in the
+            # writer is not abandoned (the worker thread's is waited for; the writer
+            # process's next call waits for its answer first), one not yet made never runs.
             with trio.CancelScope() as scope:
                 self._writer_scopes[topic] = scope
                 await self._translate(topic)
@@ -321,7 +292,7 @@ class IcebergService:
             ended.set()
 
     async def _translate(self, topic: str) -> None:
-        table: TopicTable | None = None
+        table: TableHandle | None = None
         translation: TopicTranslation | None = None
         # Whether the failures counted are the table's opening's (a commit's failure reopens
         # the table too: its opening must not clear the commit's count, its backoff and the
@@ -347,12 +318,8 @@ class IcebergService:
                 table = None  # the mode was changed: the table is opened for the new one
             if table is None:
                 try:
-                    table = await self._blocking(
-                        self._open_table,
-                        topic,
-                        topic_id,
-                        config.iceberg_partition_spec,
-                        config.iceberg_mode,
+                    table = await self.writer.open(
+                        topic, topic_id, config.iceberg_partition_spec, config.iceberg_mode
                     )
                 except Exception as error:
                     open_failing = True
@@ -376,7 +343,7 @@ class IcebergService:
             new = [index for index in led if index not in translation.partitions]
             if new:
                 try:
-                    stored = await self._blocking(table.offsets)
+                    stored = await self.writer.offsets(table)
                 except Exception as error:
                     translation.last_error = _text(error)
                     log.warning("cannot read the offsets of %s's table: %s", topic, _text(error))
@@ -444,14 +411,14 @@ class IcebergService:
             )
 
     async def _maintain(
-        self, topic: str, table: TopicTable, config: Any, due: dict[str, int | None], now: int
+        self, topic: str, table: TableHandle, config: Any, due: dict[str, int | None], now: int
     ) -> int | None:
         """Table maintenance, on the leader of partition 0 only: one broker per table, so two
         brokers never rewrite the same files, and a leader change moves it with partition 0.
         Each task runs every ``iceberg.compaction.interval.ms`` /
         ``iceberg.snapshot.expiry.interval.ms`` (0: never), first FIRST_MAINTENANCE_MS (or
-        the interval, if shorter) after this broker took partition 0, in the worker thread
-        between commits (the writer's own commits are never delayed by more than one
+        the interval, if shorter) after this broker took partition 0, in the writer between
+        commits (the writer's own commits are never delayed by more than one
         maintenance call). Returns the next time one is due (None: neither is on)."""
         intervals = {
             "compaction": config.iceberg_compaction_interval_ms,
@@ -475,7 +442,7 @@ class IcebergService:
             due[task] = now + interval
             try:
                 if task == "compaction":
-                    outcome = await self._blocking(table.compact)
+                    outcome = await self.writer.compact(table)
                     if outcome.removed:
                         self.compactions[topic] += 1
                         self.compacted_files[topic] += outcome.removed
@@ -490,7 +457,7 @@ class IcebergService:
                     elif outcome.lost_race:
                         log.info("%s: a commit came first, compaction tried again later", topic)
                 else:
-                    expired = await self._blocking(table.expire)
+                    expired = await self.writer.expire(table)
                     if expired.expired:
                         self.expired_snapshots[topic] += expired.expired
                         log.info(
@@ -511,16 +478,23 @@ class IcebergService:
     async def _read(
         self, translation: TopicTranslation, led: dict[int, Partition]
     ) -> tuple[dict[int, list[ReadChunk]], dict[int, int]]:
-        """Each waiting partition's committed batches from its position (at most
-        MAX_COMMIT_BYTES), as a read_committed consumer reads them, without decoding any; the
-        event loop serves others between reads of READ_BYTES."""
+        """The waiting partitions' committed batches from their positions, as a
+        read_committed consumer reads them, without decoding any; the event loop serves others
+        between reads of READ_BYTES. At most MAX_COMMIT_BYTES in all (plus the read that
+        crosses it): the memory bound of what goes to the writer (writer.py). A partition left
+        out, or read in part, is committed next, at once; the partition read first turns with
+        each commit, so none waits for the others' backlog."""
         reads: dict[int, list[ReadChunk]] = {}
         ends: dict[int, int] = {}
-        for progress in translation.to_read():
+        waiting = translation.to_read()
+        self._first_read += 1
+        turn = self._first_read % len(waiting) if waiting else 0
+        total = 0
+        for progress in waiting[turn:] + waiting[:turn]:
             partition = led.get(progress.index)
-            if partition is None:
+            if partition is None or total >= MAX_COMMIT_BYTES:
                 continue
-            offset, total, chunks = progress.position, 0, []
+            offset, chunks = progress.position, []
             while offset < progress.end_offset and total < MAX_COMMIT_BYTES:
                 entry = self.replicas.read_records(
                     partition,
@@ -551,11 +525,10 @@ class IcebergService:
         return reads, ends
 
     async def _commit(
-        self, table: TopicTable, plan: CommitPlan, reads: dict[int, list[ReadChunk]]
+        self, table: TableHandle, plan: CommitPlan, reads: dict[int, list[ReadChunk]]
     ) -> CommitOutcome:
         if not plan.partitions:
             return CommitOutcome()
-        lookup: Callable[[int], tuple[str, str, Any] | None] | None = None
         try:
             if table.mode == ICEBERG_VALUE_SCHEMA_ID_PREFIX:
                 schemas = self.schemas
@@ -565,23 +538,14 @@ class IcebergService:
                 await schemas.caught_up()
                 source = schemas
 
-                def lookup(schema_id: int) -> tuple[str, str, Any] | None:
-                    # In the worker thread: the registry's state is read on the event loop
-                    # (None: the id is not registered; an exception when that cannot be
-                    # known fails the commit), a Protobuf schema is built here.
-                    found = trio.from_thread.run(find_schema, source, schema_id)
-                    if found is None:
-                        return None
-                    schema_type, text, dependencies = found
-                    built: Any = None
-                    if schema_type == PROTOBUF:
-                        try:
-                            built = source.protobuf_file(text, dependencies)
-                        except Exception as error:
-                            built = error
-                    return schema_type, text, built
+                async def find(schema_id: int) -> tuple[str, str, Any] | None:
+                    # On the event loop, asked by the writer while its commit waits (None:
+                    # the id is not registered; an exception when that cannot be known fails
+                    # the commit); a Protobuf schema is built by the writer.
+                    return await find_schema(source, schema_id)
 
-            return await self._blocking(table.commit, plan, reads, lookup)
+                return await self.writer.commit(table, plan, reads, find, source.protobuf_file)
+            return await self.writer.commit(table, plan, reads)
         except TableStopped as error:
             return CommitOutcome(error=str(error))
         except Exception as error:
@@ -627,6 +591,8 @@ async def find_schema(source: SchemaSource, schema_id: int) -> tuple[str, str, A
 def _text(error: BaseException) -> str:
     if isinstance(error, ImportError):
         return f"pyiceberg is not installed ({error}): pip install 'minibroker[iceberg]'"
+    if isinstance(error, RemoteError):
+        return str(error)  # the writer process's error: its type's name and text already
     return f"{type(error).__name__}: {error}"
 
 
@@ -713,6 +679,13 @@ class IcebergCollector:
         yield lag_seconds
         yield failing
         yield last_error
+        starts = CounterMetricFamily(
+            "minibroker_iceberg_writer_starts",
+            "Iceberg writer processes this broker started (more than one: one ended, a crash"
+            " or a kill, and another took its place).",
+        )
+        starts.add_metric([], service.writer.started)
+        yield starts
         compactions = CounterMetricFamily(
             "minibroker_iceberg_compactions",
             "Compaction snapshots (replace) this broker committed, as leader of the topic's"

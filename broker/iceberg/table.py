@@ -1,6 +1,7 @@
 """The blocking part of Iceberg topics: pyiceberg's catalog and tables, pyarrow's columns and
-Parquet files. Everything here blocks (SQL, file writes, Parquet encoding) and runs only in a
-worker thread of the service (``trio.to_thread.run_sync``), one call at a time per broker.
+Parquet files. Everything here blocks (SQL, file writes, Parquet encoding) and runs only in the
+service's writer (writer.py: a process of its own per node, or a worker thread in in-process
+tests), one call at a time per broker.
 
 The catalog is pyiceberg's ``SqlCatalog`` (Iceberg's JDBC catalog layout, which Spark's
 ``JdbcCatalog`` reads), on SQLite in the broker's first log dir unless

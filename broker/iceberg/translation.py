@@ -47,8 +47,8 @@ SUMMARY_KEY = "minibroker.translation"
 # The timestamp_type column, as Spark's Kafka source has it (Kafka's TimestampType ids).
 CREATE_TIME_TYPE = 0
 LOG_APPEND_TIME_TYPE = 1
-# A commit reads at most this many bytes of record batches of one partition (memory bound);
-# what is left is committed next, at once.
+# A commit reads at most this many bytes of record batches, over all its partitions (the memory
+# bound of what goes to the writer, service._read); what is left is committed next, at once.
 MAX_COMMIT_BYTES = 32 * 1024 * 1024
 # A failed commit (catalog unreachable, a disk error) is retried after this long, doubling.
 RETRY_FIRST_MS = 1_000

@@ -50,6 +50,8 @@ from minibroker.coordinator.group.service import GroupCoordinator
 from minibroker.coordinator.share.service import ShareCoordinator
 from minibroker.coordinator.transaction.service import TransactionCoordinator
 from minibroker.iceberg.service import IcebergCollector, IcebergService
+from minibroker.iceberg.writer import ProcessWriter
+from minibroker.iceberg.writer_process import catalog_settings
 from minibroker.node.connection_limits import (
     ConnectionQuotas,
     CreationRates,
@@ -565,7 +567,13 @@ class BrokerServer:
                 )
                 await control.start(self.shares.run)
                 # Iceberg topics (docs/iceberg-topics.md): idle unless a topic asks for a table.
-                self.iceberg = IcebergService(self.config, self.replicas)
+                # Its blocking half (decoding, Parquet, commits) in a process of its own,
+                # started with the first Iceberg topic led here (broker/iceberg/writer.py).
+                self.iceberg = IcebergService(
+                    self.config,
+                    self.replicas,
+                    writer=ProcessWriter(catalog_settings(self.config)),
+                )
                 await control.start(self.iceberg.run)
                 self.metrics.register(IcebergCollector(self.iceberg))
                 if self.config.schema_registry_listeners:
