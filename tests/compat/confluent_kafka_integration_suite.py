@@ -31,7 +31,6 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from confluent_kafka_registry_suite import source, suite_venv, summarise  # noqa: E402
+from confluent_kafka_registry_suite import (  # noqa: E402
+    kafka_home,
+    run_pytest,
+    source,
+    suite_venv,
+    summarise,
+)
 from confluent_kafka_share_suite import suite_broker_conf  # noqa: E402
 
 TIMEOUT_PER_TEST = 180
@@ -48,18 +53,6 @@ LEFT_OUT = ("share_consumer", "share_consumer_sasl", "share_consumer_oauth", "sc
 
 def say(message: str) -> None:
     print(f"confluent_kafka_integration_suite: {message}", file=sys.stderr, flush=True)
-
-
-def kafka_home(run: Path) -> Path:
-    """A stand-in Kafka distribution: ``bin/kafka-configs.sh`` runs Kafka's tool through
-    ``minibroker kafka`` (of CK_KAFKA_TOOL, by default this venv's)."""
-    home = run / "kafka-home"
-    script = home / "bin" / "kafka-configs.sh"
-    script.parent.mkdir(parents=True)
-    tool = os.environ.get("CK_KAFKA_TOOL") or str(Path(sys.executable).with_name("minibroker"))
-    script.write_text(f'#!/bin/sh\nexec "{tool}" kafka kafka-configs "$@"\n')
-    script.chmod(0o755)
-    return home
 
 
 def main(argv: list[str]) -> int:
@@ -112,23 +105,8 @@ def main(argv: list[str]) -> int:
         }
         if with_registry:
             env["SR_URL"] = cluster.schema_registry_url
-        command = [
-            str(python),
-            "-m",
-            "pytest",
-            *suite,
-            "-p",
-            "no:cacheprovider",
-            f"--timeout={TIMEOUT_PER_TEST}",
-            f"--junitxml={report}",
-            "-q",
-            "-rfE",
-            *extra,
-        ]
         say(f"BROKERS={env['BROKERS']}")
-        started = time.monotonic()
-        code = subprocess.run(command, cwd=tree, env=env).returncode
-        say(f"the suite took {time.monotonic() - started:.1f} s")
+        code = run_pytest(python, tree, env, suite, report, TIMEOUT_PER_TEST, extra)
     if report.exists():
         summarise(report)
     return code

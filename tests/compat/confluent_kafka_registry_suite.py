@@ -154,6 +154,51 @@ def summarise(report: Path) -> None:
             print(f"    {name}")
 
 
+def run_pytest(
+    python: Path,
+    tree: Path,
+    env: dict[str, str],
+    targets: list[str],
+    report: Path,
+    timeout_s: int,
+    extra: list[str],
+    options: tuple[str, ...] = (),
+) -> int:
+    """The suite's pytest in its own venv, from its tree, with a JUnit report; its exit code
+    (the three confluent-kafka suite scripts run it so)."""
+    command = [
+        str(python),
+        "-m",
+        "pytest",
+        *targets,
+        *options,
+        "-p",
+        "no:cacheprovider",
+        f"--timeout={timeout_s}",
+        f"--junitxml={report}",
+        "-q",
+        "-rfE",
+        *extra,
+    ]
+    started = time.monotonic()
+    code = subprocess.run(command, cwd=tree, env=env).returncode
+    print(f"the suite took {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    return code
+
+
+def kafka_home(run: Path) -> Path:
+    """A directory that looks enough like Kafka's distribution for the suites'
+    ``_resolve_kafka_configs_sh``: ``bin/kafka-configs.sh`` runs Kafka's tool through
+    ``minibroker kafka`` (of CK_KAFKA_TOOL, by default this venv's)."""
+    home = run / "kafka-home"
+    script = home / "bin" / "kafka-configs.sh"
+    script.parent.mkdir(parents=True)
+    tool = os.environ.get("CK_KAFKA_TOOL") or str(Path(sys.executable).with_name("minibroker"))
+    script.write_text(f'#!/bin/sh\nexec "{tool}" kafka kafka-configs "$@"\n')
+    script.chmod(0o755)
+    return home
+
+
 def main(argv: list[str]) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     version = importlib.metadata.version("confluent-kafka")
@@ -177,27 +222,9 @@ def main(argv: list[str]) -> int:
             "SR_URL": cluster.schema_registry_url,
             "PYTHONPATH": os.pathsep.join([str(tree), str(HERE)]),
         }
-        command = [
-            str(python),
-            "-m",
-            "pytest",
-            SUITE,
-            "-p",
-            "confluent_kafka_registry_plugin",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "asyncio_mode=auto",
-            f"--timeout={TIMEOUT_PER_TEST}",
-            f"--junitxml={report}",
-            "-q",
-            "-rfE",
-            *extra,
-        ]
         say(f"BROKERS={env['BROKERS']} SR_URL={env['SR_URL']}")
-        started = time.monotonic()
-        code = subprocess.run(command, cwd=tree, env=env).returncode
-        say(f"the suite took {time.monotonic() - started:.1f} s")
+        options = ("-p", "confluent_kafka_registry_plugin", "-o", "asyncio_mode=auto")
+        code = run_pytest(python, tree, env, [SUITE], report, TIMEOUT_PER_TEST, extra, options)
     if report.exists():
         summarise(report)
     return code

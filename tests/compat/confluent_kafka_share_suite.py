@@ -56,7 +56,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from confluent_kafka_registry_suite import source, suite_venv, summarise  # noqa: E402
+from confluent_kafka_registry_suite import (  # noqa: E402
+    kafka_home,
+    run_pytest,
+    source,
+    suite_venv,
+    summarise,
+)
 
 SUITE = "tests/integration/share_consumer"
 TIMEOUT_PER_TEST = 180
@@ -87,19 +93,6 @@ def suite_broker_conf(python: Path, tree: Path) -> dict[str, str]:
     conf = dict(line.split("=", 1) for line in printed.splitlines() if "=" in line)
     single_broker = (".replication.factor", ".min.isr")
     return {key: value for key, value in conf.items() if not key.endswith(single_broker)}
-
-
-def kafka_home(run: Path) -> Path:
-    """A directory that looks enough like Kafka's distribution for the suite's
-    ``_resolve_kafka_configs_sh``: ``bin/kafka-configs.sh`` runs Kafka's tool through this
-    venv's ``minibroker kafka``."""
-    home = run / "kafka-home"
-    script = home / "bin" / "kafka-configs.sh"
-    script.parent.mkdir(parents=True)
-    minibroker = Path(sys.executable).with_name("minibroker")
-    script.write_text(f'#!/bin/sh\nexec "{minibroker}" kafka kafka-configs "$@"\n')
-    script.chmod(0o755)
-    return home
 
 
 def main(argv: list[str]) -> int:
@@ -133,23 +126,8 @@ def main(argv: list[str]) -> int:
             "PYTHONPATH": str(tree),
             "KAFKA_HOME": str(kafka_home(run)),
         }
-        command = [
-            str(python),
-            "-m",
-            "pytest",
-            SUITE,
-            "-p",
-            "no:cacheprovider",
-            f"--timeout={TIMEOUT_PER_TEST}",
-            f"--junitxml={report}",
-            "-q",
-            "-rfE",
-            *extra,
-        ]
         say(f"BROKERS={env['BROKERS']} SR_URL={env['SR_URL']}")
-        started = time.monotonic()
-        code = subprocess.run(command, cwd=tree, env=env).returncode
-        say(f"the suite took {time.monotonic() - started:.1f} s")
+        code = run_pytest(python, tree, env, [SUITE], report, TIMEOUT_PER_TEST, extra)
     if report.exists():
         summarise(report)
     return code
