@@ -102,6 +102,12 @@ SKIPPED_SECTIONS = {
     " results",
     ("docs/compatibility.md", "How to run"): "librdkafka's own suite, built from its sources"
     " and run by hand (minutes); the page records its results",
+    ("docs/compatibility.md", "librdkafka 0001-0150 (2026-12-03)"): "librdkafka's whole"
+    " suite against two trees (the baseline and main), built from its sources and run by hand"
+    " (half an hour and more); the page records its results",
+    ("docs/compatibility.md", "confluent-kafka-python's integration tests"): "confluent-kafka"
+    "-python's own integration tests, fetched from its git history and run by hand against"
+    " two trees (minutes); the page records the results",
     ("docs/compose-and-metrics.md", "Running a cluster with docker compose"): "no Docker"
     " engine on CI machines: tests/deploy/test_deploy.py, test_secure_compose.py and"
     " test_zookeeper_compose.py run these services with their compose commands and files in"
