@@ -28,7 +28,6 @@ Per test a 180 s pytest-timeout; a JUnit report and the cluster's logs stay in
 
 from __future__ import annotations
 
-import importlib.metadata
 import inspect
 import os
 import sys
@@ -40,9 +39,8 @@ sys.path.insert(0, str(HERE))
 
 from confluent_kafka_registry_suite import (  # noqa: E402
     kafka_home,
+    prepare,
     run_pytest,
-    source,
-    suite_venv,
     summarise,
 )
 from confluent_kafka_share_suite import suite_broker_conf  # noqa: E402
@@ -56,15 +54,9 @@ def say(message: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    version = importlib.metadata.version("confluent-kafka")
-    default_cache = Path.home() / ".cache" / "minibroker-confluent-kafka-python"
-    cache = Path(os.environ.get("CK_CACHE", default_cache))
-    cache.mkdir(parents=True, exist_ok=True)
-    ref, tree = source(cache, version)
-    python = suite_venv(cache, version, tree)
-    run = cache / "runs" / f"{time.strftime('integration-%Y%m%dT%H%M%S')}-{os.getpid()}"
-    run.mkdir(parents=True)
+    extra, version, ref, tree, python, run = prepare(
+        argv, f"{time.strftime('integration-%Y%m%dT%H%M%S')}-{os.getpid()}"
+    )
     report = run / "junit.xml"
 
     from minibroker.testing import Cluster

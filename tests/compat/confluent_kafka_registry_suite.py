@@ -154,6 +154,22 @@ def summarise(report: Path) -> None:
             print(f"    {name}")
 
 
+def prepare(argv: list[str], run_name: str) -> tuple[list[str], str, str, Path, Path, Path]:
+    """What each of the three suite scripts starts with: the arguments after ``--`` (for
+    pytest), the venv's confluent-kafka version, the suite's tag and tree (fetched into
+    CK_CACHE), the suite's venv's python, and this run's directory ``runs/<run_name>``."""
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    version = importlib.metadata.version("confluent-kafka")
+    default_cache = Path.home() / ".cache" / "minibroker-confluent-kafka-python"
+    cache = Path(os.environ.get("CK_CACHE", default_cache))
+    cache.mkdir(parents=True, exist_ok=True)
+    ref, tree = source(cache, version)
+    python = suite_venv(cache, version, tree)
+    run = cache / "runs" / run_name
+    run.mkdir(parents=True)
+    return extra, version, ref, tree, python, run
+
+
 def run_pytest(
     python: Path,
     tree: Path,
@@ -200,15 +216,7 @@ def kafka_home(run: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    version = importlib.metadata.version("confluent-kafka")
-    default_cache = Path.home() / ".cache" / "minibroker-confluent-kafka-python"
-    cache = Path(os.environ.get("CK_CACHE", default_cache))
-    cache.mkdir(parents=True, exist_ok=True)
-    ref, tree = source(cache, version)
-    python = suite_venv(cache, version, tree)
-    run = cache / "runs" / time.strftime("%Y%m%dT%H%M%S")
-    run.mkdir(parents=True)
+    extra, version, ref, tree, python, run = prepare(argv, time.strftime("%Y%m%dT%H%M%S"))
     report = run / "junit.xml"
 
     from minibroker.testing import Cluster

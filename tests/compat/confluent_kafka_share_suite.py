@@ -46,7 +46,6 @@ The exit code is pytest's.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -58,9 +57,8 @@ sys.path.insert(0, str(HERE))
 
 from confluent_kafka_registry_suite import (  # noqa: E402
     kafka_home,
+    prepare,
     run_pytest,
-    source,
-    suite_venv,
     summarise,
 )
 
@@ -96,15 +94,7 @@ def suite_broker_conf(python: Path, tree: Path) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    version = importlib.metadata.version("confluent-kafka")
-    default_cache = Path.home() / ".cache" / "minibroker-confluent-kafka-python"
-    cache = Path(os.environ.get("CK_CACHE", default_cache))
-    cache.mkdir(parents=True, exist_ok=True)
-    ref, tree = source(cache, version)
-    python = suite_venv(cache, version, tree)
-    run = cache / "runs" / time.strftime("share-%Y%m%dT%H%M%S")
-    run.mkdir(parents=True)
+    extra, version, ref, tree, python, run = prepare(argv, time.strftime("share-%Y%m%dT%H%M%S"))
     report = run / "junit.xml"
 
     from minibroker.testing import Cluster
