@@ -37,6 +37,7 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import pickle
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -253,8 +254,6 @@ class ProcessWriter:
         return found
 
     async def _receive(self) -> Any:
-        import pickle
-
         body_size, count = HEADER.unpack(await self._exactly(HEADER.size))
         for _ in range(count):  # the writer sends no blobs
             await self._exactly(LENGTH.unpack(await self._exactly(LENGTH.size))[0])

@@ -8,10 +8,12 @@ The page's pyiceberg snippet is run as written against the same table."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -78,6 +80,30 @@ def produce(producer: Producer, acked: Acked, first: int, count: int) -> None:
             on_delivery=acked,
         )
         producer.poll(0)
+
+
+@contextlib.contextmanager
+def producing(
+    producer: Producer, acked: Acked, per_batch: int, pause_s: float, join_s: float
+) -> Iterator[None]:
+    """``produce`` from number 1000 on, ``per_batch`` records at a time with ``pause_s``
+    between, in a thread, for as long as the block runs."""
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        number = 1000
+        while not stop.is_set():
+            produce(producer, acked, number, per_batch)
+            number += per_batch
+            stop.wait(pause_s)
+
+    background = threading.Thread(target=keep_producing, daemon=True)
+    background.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        background.join(join_s)
 
 
 def table_rows(catalog: SqlCatalog) -> list[Row]:
@@ -192,27 +218,13 @@ def test_records_land_in_the_table_exactly_once_across_a_restart(broker_factory)
 
     # Records keep coming while the broker stops and starts again: every one of them is
     # written once, whether its commit had happened, was in flight or was still due at the stop.
-    stop = threading.Event()
-
-    def keep_producing() -> None:
-        number = 1000
-        while not stop.is_set():
-            produce(producer, acked, number, 10)
-            number += 10
-            time.sleep(0.05)
-
-    background = threading.Thread(target=keep_producing, daemon=True)
-    background.start()
-    try:
+    with producing(producer, acked, 10, 0.05, 10):
         wait_for(lambda: len(acked.rows) >= 150, 20, "records before the stop")
         assert broker.stop() == 0
         broker.restart()
         broker.wait_ready()
         before = len(acked.rows)
         wait_for(lambda: len(acked.rows) >= before + 60, 20, "records after the restart")
-    finally:
-        stop.set()
-        background.join(10)
     assert producer.flush(TIMEOUT) == 0
     assert not acked.errors, acked.errors
     rows = wait_for(lambda: holds(catalog, acked), 20, "the table to hold every record")

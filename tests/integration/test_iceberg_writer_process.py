@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -25,6 +24,7 @@ from tests.integration.test_iceberg_topics import (
     Acked,
     holds,
     produce,
+    producing,
     table_catalog,
 )
 
@@ -71,18 +71,7 @@ def test_a_killed_writer_process_is_started_again_and_the_table_goes_on(broker_f
 
     # Records keep coming while the writer is killed: commits are due every 100 ms, so the
     # kill may land in one.
-    stop = threading.Event()
-
-    def keep_producing() -> None:
-        number = 1000
-        while not stop.is_set():
-            produce(producer, acked, number, 20)
-            number += 20
-            stop.wait(0.01)
-
-    producing = threading.Thread(target=keep_producing, daemon=True)
-    producing.start()
-    try:
+    with producing(producer, acked, 20, 0.01, TIMEOUT):
         wait_for(
             lambda: len(acked.rows) >= 2000 or None, 30, "records to keep coming before the kill"
         )
@@ -99,9 +88,6 @@ def test_a_killed_writer_process_is_started_again_and_the_table_goes_on(broker_f
             30,
             "records to keep coming after the kill",
         )
-    finally:
-        stop.set()
-        producing.join(TIMEOUT)
     assert producer.flush(TIMEOUT) == 0
     assert not acked.errors, acked.errors
     rows = wait_for(lambda: holds(catalog, acked), 60, "the table to hold every record")
