@@ -201,7 +201,9 @@ async def test_a_leader_lost_before_its_dlq_write_leaves_archiving_for_the_next_
             read = await persister.read(key, 1)
             assert read.state is not None and read.state.start_offset == 0
             assert read.state.batches[0] == StateBatch(0, 0, RecordState.ARCHIVING, 1)
-            await trio.sleep(2.5)  # two failed attempts, backing off for the third
+            # Two failed attempts, backing off for the third: with Kafka's 20% jitter the
+            # second comes at 0.8-1.2 s, the third no sooner than 0.8 + 1.6 = 2.4 s.
+            await trio.sleep(1.8)
             assert writer.failed_requests == 2 and writer.pending == 1
             old_leader.cancel()
     assert writer.records_written == 0
