@@ -25,6 +25,8 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
 _INT64 = struct.Struct(">q")
+# partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
+_EMPTY_FLEXIBLE_HEAD = struct.Struct(">ihqqq")
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.FETCH]
 FIRST_TOPIC_ID_VERSION = 13
@@ -69,6 +71,30 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list[Buffer] | 
         partitions = topic["partitions"]
         array_length(len(partitions))
         for partition in partitions:
+            records = partition["records"]
+            if flexible and version >= 11 and type(records) is bytes and not records:
+                # A partition with nothing to send (most of a keeping-up consumer's fetch of
+                # many partitions): its fields in one pack (aborted_transactions: null, or an
+                # array of these pairs).
+                aborted = partition["aborted_transactions"]
+                out += _EMPTY_FLEXIBLE_HEAD.pack(
+                    partition["partition_index"],
+                    int(partition["error_code"]),
+                    partition["high_watermark"],
+                    partition["last_stable_offset"],
+                    partition["log_start_offset"],
+                )
+                if aborted is None:
+                    out += b"\x00"
+                else:
+                    out += encode_uvarint(len(aborted) + 1)
+                    for txn in aborted:
+                        out += _ABORTED.pack(txn["producer_id"], txn["first_offset"])
+                        out += b"\x00"
+                # preferred_read_replica, records: 0 bytes, partition tagged fields
+                out += _INT32.pack(partition["preferred_read_replica"])
+                out += b"\x01\x00"
+                continue
             out += _PARTITION_HEAD.pack(
                 partition["partition_index"],
                 int(partition["error_code"]),
@@ -88,7 +114,6 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list[Buffer] | 
                         out += b"\x00"  # aborted transaction tagged fields
             if version >= 11:
                 out += _INT32.pack(partition["preferred_read_replica"])
-            records = partition["records"]
             if records is None:
                 out += b"\x00" if flexible else _INT32.pack(-1)
             else:

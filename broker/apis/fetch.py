@@ -303,7 +303,8 @@ class _Reader:
             # KIP-73: a throttled partition's bytes sent to any follower count against the
             # leader quota (read_records held them back if it was exceeded).
             self.throttled_bytes += len(entry["records"])
-        if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
+        known = self.known_high_watermarks  # (empty but for Fetch v18: no key hashed)
+        if known and known.get(key, _UNSUPPORTED) < entry["high_watermark"]:
             self.stale_high_watermark = True
         self.watched.append(partition.key)
         records = entry["records"]
@@ -321,7 +322,8 @@ class _Reader:
         entry["high_watermark"] = partition.high_watermark
         entry["last_stable_offset"] = partition.last_stable_offset
         entry["log_start_offset"] = self.replicas.log_start_offset(partition)
-        if self.known_high_watermarks.get(key, _UNSUPPORTED) < entry["high_watermark"]:
+        known = self.known_high_watermarks
+        if known and known.get(key, _UNSUPPORTED) < entry["high_watermark"]:
             self.stale_high_watermark = True
         self.watched.append(partition.key)
         return entry
@@ -354,7 +356,27 @@ def _fetch_data(request, uses_topic_ids: bool) -> list[tuple[PartitionKey, Parti
     data = []
     for topic in request.topics:
         name = topic.topic_id if uses_topic_ids else topic.topic
-        for p in topic.partitions:
+        partitions = topic.partitions
+        if partitions and not hasattr(partitions[0], "high_watermark"):
+            # Before Fetch v18 (every version this broker serves has the other fields but
+            # current_leader_epoch, v9+, and last_fetched_epoch, v12+): positional, without
+            # a getattr per field.
+            if hasattr(partitions[0], "last_fetched_epoch"):
+                data += [
+                    (
+                        (name, p.partition),
+                        PartitionRequest(
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            p.current_leader_epoch,
+                            p.last_fetched_epoch,
+                            p.log_start_offset,
+                        ),
+                    )
+                    for p in partitions
+                ]
+                continue
+        for p in partitions:
             data.append(
                 (
                     (name, p.partition),
@@ -384,7 +406,9 @@ def _runs(partitions):
     """Consecutive partitions of the same topic, as Kafka groups a response's topics."""
     run: list = []
     for item in partitions:
-        if run and run[-1][0][0] != item[0][0]:
+        # Identity first: a request's topic id is one UUID object for all its partitions,
+        # and UUID's == is Python code.
+        if run and (topic := run[-1][0][0]) is not item[0][0] and topic != item[0][0]:
             yield run[0][0][0], run
             run = []
         run.append(item)
@@ -468,15 +492,24 @@ def _reusable(ctx: RequestContext, reader: _Reader, read: list[tuple]) -> dict |
 
 def _response(error: Error, session_id: int, read: list[tuple], selected) -> dict:
     """The response body: the selected partitions, grouped into consecutive topics."""
-    names = {key: (name, topic_id) for key, name, topic_id, _ in read}
+    # One name per topic, not per partition (a topic id key hashes in Python: UUID.__hash__);
+    # identity first for the same reason (a request's topic id is one object).
+    names: dict = {}
+    last_key_topic: object = object()
+    for key, name, topic_id, _ in read:
+        if key[0] is not last_key_topic:
+            names[key[0]] = (name, topic_id)
+            last_key_topic = key[0]
     responses: list[dict] = []
     last_key_topic = object()
+    partitions: list = []
     for key, entry in selected:
-        if key[0] != last_key_topic:
-            name, topic_id = names[key]
-            responses.append({"topic": name, "topic_id": topic_id, "partitions": []})
+        if key[0] is not last_key_topic and key[0] != last_key_topic:
+            name, topic_id = names[key[0]]
+            partitions = []
+            responses.append({"topic": name, "topic_id": topic_id, "partitions": partitions})
             last_key_topic = key[0]
-        responses[-1]["partitions"].append(entry)
+        partitions.append(entry)
     return {"error_code": error, "session_id": session_id, "responses": responses}
 
 

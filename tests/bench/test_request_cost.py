@@ -11,13 +11,13 @@ from bench import request_cost
 pytestmark = pytest.mark.slow
 
 
-def test_both_paths_are_measured_and_check_fails_over_budget(capsys, monkeypatch):
+def test_every_path_is_measured_and_check_fails_over_budget(capsys, monkeypatch):
     assert request_cost.main(["--runs", "1", "--requests", "100", "--warmup", "20"]) == 0
     out = capsys.readouterr().out
-    for name in ("produce", "fetch"):
-        line = next(line for line in out.splitlines() if line.startswith(f"median {name}"))
+    for name in ("produce", "fetch", "fetch-64"):
+        line = next(line for line in out.splitlines() if line.startswith(f"median {name:8s}:"))
         assert float(line.split(":")[1].split()[0]) > 0, line
     # A budget no request can meet: --check must fail the run, and without --check it must not.
-    monkeypatch.setattr(request_cost, "BUDGET_US", {"produce": 0.0, "fetch": 0.0})
+    monkeypatch.setattr(request_cost, "BUDGET_US", dict.fromkeys(request_cost.MEASURES, 0.0))
     assert request_cost.main(["--runs", "1", "--requests", "50", "--warmup", "10", "--check"]) == 1
     assert "OVER" in capsys.readouterr().out

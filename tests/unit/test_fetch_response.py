@@ -32,7 +32,7 @@ partitions = st.fixed_dictionaries(
             ),
         ),
         "preferred_read_replica": st.integers(-1, 5),
-        "records": st.one_of(st.none(), st.binary(max_size=300)),
+        "records": st.one_of(st.none(), st.just(b""), st.binary(max_size=300)),
     }
 )
 topics = st.fixed_dictionaries(

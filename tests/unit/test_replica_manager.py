@@ -211,3 +211,50 @@ async def test_consumers_read_up_to_the_high_watermark_and_followers_past_it(
     )
     assert len(follower_fetch(leader, 0)["records"]) > 0
     assert follower_fetch(leader, 5)["high_watermark"] == 5
+
+
+@pytest.mark.parametrize("isolation_level", [0, 1])
+async def test_a_consumer_read_at_its_end_answers_as_the_full_read(
+    leader, autojump_clock, monkeypatch, isolation_level
+):
+    """read_records answers a consumer whose fetch offset is the high watermark (read_committed:
+    the last stable offset) without reading the log (issue 40: most partitions of a
+    keeping-up consumer's fetch); every offset, before and after the log start moves, gets the
+    entry the full read gives (the full read forced by claiming a log dir offline, which sends
+    every read down the guarded path without refusing this one)."""
+    await append(leader, 0, 5, acks=1)
+    assert follower_fetch(leader, 5)["high_watermark"] == 5
+    partition, _ = leader.leader_partition(TOPIC, 0)
+
+    def consumer_read(offset: int) -> dict:
+        return leader.read_records(
+            partition,
+            offset,
+            replica_id=-1,
+            last_fetched_epoch=-1,
+            max_bytes=1 << 20,
+            min_one_batch=True,
+            record_progress=True,
+            isolation_level=isolation_level,
+        )
+
+    def answers() -> list[dict]:
+        return [consumer_read(offset) for offset in range(7)]
+
+    fast = answers()
+    failures = type(leader.log_manager.failures)
+    with monkeypatch.context() as patch:
+        patch.setattr(failures, "any_offline", property(lambda self: True))
+        full = answers()
+    assert fast == full
+    assert fast[5]["records"] == b"" and fast[5]["high_watermark"] == 5
+    assert fast[5]["aborted_transactions"] == ([] if isolation_level else None)
+    assert fast[6]["error_code"] == Error.OFFSET_OUT_OF_RANGE
+    assert leader.delete_records(partition, 5)[1] == 5
+    fast = answers()
+    with monkeypatch.context() as patch:
+        patch.setattr(failures, "any_offline", property(lambda self: True))
+        full = answers()
+    assert fast == full
+    assert [entry["error_code"] for entry in fast[:5]] == [Error.OFFSET_OUT_OF_RANGE] * 5
+    assert fast[5]["error_code"] == Error.NONE and fast[5]["log_start_offset"] == 5
