@@ -357,25 +357,27 @@ def _fetch_data(request, uses_topic_ids: bool) -> list[tuple[PartitionKey, Parti
     for topic in request.topics:
         name = topic.topic_id if uses_topic_ids else topic.topic
         partitions = topic.partitions
-        if partitions and not hasattr(partitions[0], "high_watermark"):
-            # Before Fetch v18 (every version this broker serves has the other fields but
-            # current_leader_epoch, v9+, and last_fetched_epoch, v12+): positional, without
-            # a getattr per field.
-            if hasattr(partitions[0], "last_fetched_epoch"):
-                data += [
-                    (
-                        (name, p.partition),
-                        PartitionRequest(
-                            p.fetch_offset,
-                            p.partition_max_bytes,
-                            p.current_leader_epoch,
-                            p.last_fetched_epoch,
-                            p.log_start_offset,
-                        ),
-                    )
-                    for p in partitions
-                ]
-                continue
+        if (
+            partitions
+            and hasattr(partitions[0], "last_fetched_epoch")
+            and not hasattr(partitions[0], "high_watermark")
+        ):
+            # Fetch v12-v17 (librdkafka's and the Java client's, but v18's high watermark):
+            # positional, without a getattr per field.
+            data += [
+                (
+                    (name, p.partition),
+                    PartitionRequest(
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        p.current_leader_epoch,
+                        p.last_fetched_epoch,
+                        p.log_start_offset,
+                    ),
+                )
+                for p in partitions
+            ]
+            continue
         for p in partitions:
             data.append(
                 (
