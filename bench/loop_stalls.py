@@ -85,7 +85,7 @@ def causes(log: str) -> Counter[str]:
 
 
 def run_once(
-    overrides: dict[str, str], seconds: float, work_dir: Path
+    overrides: dict[str, str], seconds: float, work_dir: Path, keep_log: Path | None = None
 ) -> tuple[dict[str, float], Counter[str]]:
     port = free_port()
     settings = {**overrides, "metrics.port": str(port), "event.loop.stall.warn.ms": WARN_MS}
@@ -100,7 +100,11 @@ def run_once(
         after = scrape(port)
         with open(target.node.stderr_path, errors="replace") as log:
             log.seek(log_start)
-            named = causes(log.read())
+            text = log.read()
+        named = causes(text)
+        if keep_log is not None:  # the watchdog's whole stacks, for reading
+            with open(keep_log, "a") as kept:
+                kept.write(text)
     finally:
         target.close()
     figures = {k: latency[k] for k in ("p50_ms", "p99_ms", "p999_ms")}
@@ -117,6 +121,12 @@ def main(argv: list[str] | None = None) -> None:
         help=f"comma-separated, of {', '.join(VARIANTS)} (the soak: --seconds 600 --runs 1"
         " --variants default)",
     )
+    parser.add_argument(
+        "--keep-log",
+        type=Path,
+        metavar="FILE",
+        help="append each run's broker log (the watchdog's whole stacks) to FILE",
+    )
     args = parser.parse_args(argv)
     chosen = {name: VARIANTS[name] for name in args.variants.split(",")}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in chosen}
@@ -124,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="loop-stalls-") as work:
         for run in range(args.runs):
             for name, overrides in chosen.items():
-                figures, causes_seen = run_once(overrides, args.seconds, Path(work))
+                figures, causes_seen = run_once(overrides, args.seconds, Path(work), args.keep_log)
                 results[name].append(figures)
                 named[name] += causes_seen
                 shown = "  ".join(f"{key} {value:.2f}" for key, value in figures.items())

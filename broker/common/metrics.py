@@ -8,6 +8,7 @@ node/metrics.py, registered here by the node that wires the layers together.
 """
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -22,6 +23,17 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.registry import Collector
+
+
+class _OneFamily(Collector):
+    """A collector of one already collected family, for generate_latest."""
+
+    def __init__(self, family: Any) -> None:
+        self.family = family
+
+    def collect(self) -> list[Any]:
+        return [self.family]
+
 
 log = logging.getLogger("metrics")
 
@@ -215,4 +227,13 @@ class BrokerMetrics:
         self.registry.register(collector)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return b"".join(self.render_parts())
+
+    def render_parts(self) -> Iterator[bytes]:
+        """The exposition text one metric family at a time (``render`` is their join), so
+        that the scrape handler can let the event loop serve between families: rendered in
+        one step, a scrape held the loop for 7-8 ms (issue 40). Collectors of live state run
+        as their turn comes, so a scrape is a sequence of family snapshots, not one instant
+        (as a JMX exporter's reads of Kafka's MBeans are)."""
+        for family in self.registry.collect():
+            yield generate_latest(_OneFamily(family))

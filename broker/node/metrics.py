@@ -375,6 +375,10 @@ def _transaction_metrics(
         yield completed
 
 
+# A scrape renders for at most this long before it lets the event loop serve (issue 40).
+RENDER_SLICE_S = 0.001
+
+
 async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_status) -> None:
     """A minimal HTTP/1.0 endpoint: GET /metrics answers the exposition format, else 404."""
 
@@ -389,7 +393,14 @@ async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_st
                     request += chunk
             line = request.split(b"\r\n", 1)[0].split()
             if len(line) >= 2 and line[0] == b"GET" and line[1].split(b"?")[0] == b"/metrics":
-                body = metrics.render()
+                parts = []
+                slice_ends = time.perf_counter() + RENDER_SLICE_S
+                for part in metrics.render_parts():
+                    parts.append(part)
+                    if time.perf_counter() >= slice_ends:
+                        await trio.sleep(0)  # the clients' requests between families
+                        slice_ends = time.perf_counter() + RENDER_SLICE_S
+                body = b"".join(parts)
                 head = f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE_LATEST}\r\n"
             else:
                 body = b"not found: try /metrics\n"
@@ -404,8 +415,9 @@ async def serve_metrics(metrics: BrokerMetrics, host: str, port: int, *, task_st
             await trio.aclose_forcefully(stream)
 
     listeners = await trio.open_tcp_listeners(port, host=host or None)
+    port = listeners[0].socket.getsockname()[1]  # (port 0: the one the kernel chose)
     log.info("metrics on http://%s:%d/metrics", host, port)
-    task_status.started()
+    task_status.started(port)
     await trio.serve_listeners(handle, listeners)
 
 

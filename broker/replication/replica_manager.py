@@ -792,11 +792,11 @@ class ReplicaManager:
         partition_log = partition.log
         follower = replica_id in partition.followers
         if not follower:
-            max_offset = (
+            readable_end = (
                 partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
             )
             if (
-                fetch_offset == max_offset
+                fetch_offset == readable_end
                 and fetch_offset >= partition_log.log_start_offset
                 and not self.log_manager.failures.any_offline
             ):

@@ -266,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"minibroker: {error}", file=sys.stderr)
         return 2
+    # Before the node listens (a no-op in a node forked from the fork server, which did it).
+    from minibroker.apis.registry import warm_client_schemas
+
+    warm_client_schemas()
     try:
         trio.run(server.run)
     except (

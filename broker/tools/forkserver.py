@@ -224,6 +224,9 @@ def _serve() -> None:
     import trio  # noqa: F401 - imported once here, for every node
 
     import minibroker.node.server  # noqa: F401
+    from minibroker.apis.registry import warm_client_schemas
+
+    warm_client_schemas()  # once here, inherited by every node forked
 
     sys.stdout.write(json.dumps({"ready": True}) + "\n")
     sys.stdout.flush()
