@@ -8,9 +8,10 @@ node's PYTHONPATH, as bench.io_stalls stages its baseline, so that editing the t
 runs changes neither), and on Apache Kafka when its jars are cached, in turn, `--runs` times,
 each after `--warmup` untimed runs of the workload on the same started system (1: as
 `--warm`). Each run prints the end-to-end p50/p99/p99.9, on the single-broker rows the
-broker's CPU seconds during the timed run (`/proc`, as the resources row reads it), and the
-machine's 1-minute load average when it started; a run that fails is reported and left out;
-then the medians, and each tree's over Kafka's.
+broker's CPU seconds during the timed run (`/proc`, as the resources row reads it), the
+machine's 1-minute load average when it started and the hypervisor's steal share during
+it; a run that fails is reported and left out; then the medians, and each tree's over
+Kafka's.
 
 What it is for: a change to minibroker's latency path, measured against its own baseline and
 against the reference in the same command, on a shared machine where the absolute figures
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from bench.io_stalls import REPO, node_environment, stage_baseline
 from bench.kafka_ref import missing_reason
+from bench.procfs import machine_ticks, steal_share
 from bench.rows import REAL_SIZES, rows
 from bench.targets import KAFKA, MINIBROKER, BenchError, start
 from minibroker.tools.launcher import BrokerStartError
@@ -89,6 +91,7 @@ def main() -> None:
         for run in range(arguments.runs):
             for name, (system, pythonpath) in trees.items():
                 load = load_average()
+                ticks = machine_ticks()
                 started = time.strftime("%H:%M:%S", time.gmtime())
                 try:
                     figures = measure(row, system, pythonpath, work, run, arguments.warmup)
@@ -98,6 +101,7 @@ def main() -> None:
                     print(f"{started} run {run + 1} {name}: FAILED {first_line}", flush=True)
                     continue
                 figures["load"] = load
+                figures["steal"] = steal_share(ticks, machine_ticks())  # the hypervisor's share
                 results[name].append(figures)
                 shown = ", ".join(f"{key} {value:,.2f}" for key, value in figures.items())
                 print(f"{started} run {run + 1} {name}: {shown}", flush=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.procfs import machine_ticks, steal_share
 from bench.rows import LATENCY_RATE_BYTES
 from bench.targets import MINIBROKER, start
 from bench.workloads import end_to_end_latency
@@ -96,7 +97,9 @@ def run_once(
         assert target.node is not None
         log_start = target.node.stderr_path.stat().st_size
         before = scrape(port)
+        ticks = machine_ticks()
         latency = end_to_end_latency(target, topic, LATENCY_RATE_BYTES, seconds, 1.0)
+        stolen = steal_share(ticks, machine_ticks())
         after = scrape(port)
         with open(target.node.stderr_path, errors="replace") as log:
             log.seek(log_start)
@@ -108,6 +111,7 @@ def run_once(
     finally:
         target.close()
     figures = {k: latency[k] for k in ("p50_ms", "p99_ms", "p999_ms")}
+    figures["steal %"] = stolen * 100  # the hypervisor's share of the machine meanwhile
     return {**figures, **summarize(before, after)}, named
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench import spark_read
 from bench.failover import failover_time
+from bench.procfs import machine_ticks, steal_share
 from bench.startup import time_to_usable
 from bench.streams_pause import LINES_PER_S as STREAMS_LINES_PER_S
 from bench.streams_pause import streams_join_pause
@@ -830,6 +831,7 @@ def run_row(row: Row, runs: int, work_dir: Path, warmups: int = 0) -> RowResult:
         for system in row.systems:
             if system in result.failures or system in result.not_served or system in result.skipped:
                 continue
+            ticks = machine_ticks()
             try:
                 figures = measure_once(row, system, run, work_dir, warmups)
             except NotServed as refused:
@@ -846,5 +848,11 @@ def run_row(row: Row, runs: int, work_dir: Path, warmups: int = 0) -> RowResult:
                 continue
             result.runs[system].append(figures)
             shown = ", ".join(f"{key} {value:,.2f}" for key, value in figures.items())
-            print(f"[{row.name}] run {run + 1}/{runs} {system}: {shown}", file=sys.stderr)
+            # The hypervisor's share of the machine during the run (start to stop): printed,
+            # not tabled, so that a reader can tell a noisy run from a slow system.
+            stolen = steal_share(ticks, machine_ticks())
+            print(
+                f"[{row.name}] run {run + 1}/{runs} {system}: {shown} (steal {stolen:.0%})",
+                file=sys.stderr,
+            )
     return result
