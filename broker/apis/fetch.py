@@ -132,6 +132,9 @@ class _Reader:
             self.replica_id < 0 and ctx.version >= 11 and self.replicas.replica_selector is not None
         )
         self.client_rack = (getattr(request, "rack_id", "") or "") if self.follower_reads else ""
+        # A consumer reading leaders: a partition read to its end is answered by
+        # ReplicaManager.read_at_end (``read_partition``).
+        self.consumer_of_leaders = self.replica_id < 0 and not self.follower_reads
         # A partition answered with a preferred read replica: Kafka answers such a fetch at
         # once, without waiting for min_bytes.
         self.redirected = False
@@ -283,6 +286,18 @@ class _Reader:
                 entry = fetch_result(key[1], Error.NONE, partition)
                 entry["preferred_read_replica"] = preferred
                 return entry
+        if self.consumer_of_leaders and (
+            entry := self.replicas.read_at_end(
+                partition, fetch_partition.fetch_offset, self.isolation_level
+            )
+        ):
+            # (read_records' own first step, without its call and this method's tail: an
+            # empty entry sends nothing and counts no byte.)
+            known = self.known_high_watermarks
+            if known and known.get(key, _UNSUPPORTED) < entry["high_watermark"]:
+                self.stale_high_watermark = True
+            self.watched.append(partition.key)
+            return entry
         entry = self.replicas.read_records(
             partition,
             fetch_partition.fetch_offset,

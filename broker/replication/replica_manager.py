@@ -743,6 +743,35 @@ class ReplicaManager:
 
     # -- the read paths: what handlers read of a partition's log -----------------------------
 
+    def read_at_end(
+        self, partition: Partition, fetch_offset: int, isolation_level: int
+    ) -> dict | None:
+        """A consumer's read of a partition it has read to its end (``fetch_offset`` at the
+        high watermark; read_committed: the last stable offset): the entry ``read_records``
+        would answer, without the log's checks and read; None for any other read. Most
+        partitions of a keeping-up consumer's fetch of many are such (librdkafka has no fetch
+        sessions: its every fetch names all 64 partitions of the latency row's topic, issue
+        40). The read would find nothing, and every condition that makes it answer otherwise
+        (an offset before the log start, an offline log dir) takes the full read."""
+        partition_log = partition.log
+        if (
+            fetch_offset
+            == (partition.last_stable_offset if isolation_level == 1 else partition.high_watermark)
+            and fetch_offset >= partition_log.log_start_offset
+            and not self.log_manager.failures.any_offline
+        ):
+            return {
+                "partition_index": partition.index,
+                "error_code": Error.NONE,
+                "high_watermark": partition.high_watermark,
+                "last_stable_offset": partition.last_stable_offset,
+                "log_start_offset": partition_log.log_start_offset,
+                "aborted_transactions": [] if isolation_level == 1 else None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+        return None
+
     def read_records(
         self,
         partition: Partition,
@@ -791,27 +820,8 @@ class ReplicaManager:
         index = partition.index
         partition_log = partition.log
         follower = replica_id in partition.followers
-        if not follower:
-            readable_end = (
-                partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
-            )
-            if (
-                fetch_offset == readable_end
-                and fetch_offset >= partition_log.log_start_offset
-                and not self.log_manager.failures.any_offline
-            ):
-                # Read to its end (most partitions of a keeping-up consumer's fetch of many):
-                # the read would find nothing; its entry, without the log's checks and read.
-                return {
-                    "partition_index": index,
-                    "error_code": Error.NONE,
-                    "high_watermark": partition.high_watermark,
-                    "last_stable_offset": partition.last_stable_offset,
-                    "log_start_offset": partition_log.log_start_offset,
-                    "aborted_transactions": [] if isolation_level == 1 else None,
-                    "preferred_read_replica": -1,
-                    "records": b"",
-                }
+        if not follower and (entry := self.read_at_end(partition, fetch_offset, isolation_level)):
+            return entry
         if follower and last_fetched_epoch >= 0:
             epoch, end_offset = partition_log.end_offset_for_epoch(last_fetched_epoch)
             if epoch < last_fetched_epoch or end_offset < fetch_offset:

@@ -400,13 +400,28 @@ def fetch_by_name(
 
 
 def count_reads(replicas: ReplicaManager) -> list[int]:
-    """The partition index of every read_records call from now on."""
+    """The partition index of every read from now on: each read_records call, and each
+    consumer's read that read_at_end answered (the handler asks it first, and read_records
+    asks it first too: a partition is counted once per read)."""
     reads: list[int] = []
     read_records = replicas.read_records
+    read_at_end = replicas.read_at_end
+    inside = []
 
     def counted(partition, *args, **kwargs):
         reads.append(partition.index)
-        return read_records(partition, *args, **kwargs)
+        inside.append(True)
+        try:
+            return read_records(partition, *args, **kwargs)
+        finally:
+            inside.pop()
+
+    def counted_at_end(partition, *args, **kwargs):
+        entry = read_at_end(partition, *args, **kwargs)
+        if entry is not None and not inside:
+            reads.append(partition.index)
+        return entry
 
     replicas.read_records = counted  # type: ignore[method-assign]
+    replicas.read_at_end = counted_at_end  # type: ignore[method-assign]
     return reads
