@@ -213,7 +213,10 @@ async def special_cases(
     # A frame declaring 2^31-1 bytes: larger than socket.request.max.bytes, so it closes.
     huge = await trio.open_tcp_stream("127.0.0.1", port)
     await huge.send_all(struct.pack(">i", 2**31 - 1) + b"\x00\x12\x00\x00" + b"x" * 1000)
-    results["frame_of_2^31-1_bytes"] = await _expect_closed(huge, 5.0)
+    # Within 30 s: it is the 2,001st connection, after the idle ones, and a CI machine running
+    # other tests beside this one once took over 5 s to accept and read it (a bound, not a
+    # timing: a broker that keeps it open is still caught).
+    results["frame_of_2^31-1_bytes"] = await _expect_closed(huge, 30.0)
     await huge.aclose()
 
     # Clients holding half a frame, for the whole run.

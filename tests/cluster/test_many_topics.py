@@ -65,4 +65,6 @@ def test_a_thousand_topics_created_and_deleted_with_nobody_fenced(cluster: Clust
         future.result(timeout=CLIENT_TIMEOUT_S + 10)
     assert not set(names) & set(admin.list_topics(timeout=CLIENT_TIMEOUT_S).topics)
     controller_log = cluster.controller.stderr_path.read_text()
-    assert "fenced" not in controller_log, "a broker missed its heartbeats meanwhile"
+    # The controller's own line (broker_lifecycle.watch_sessions), not any "fenced": the
+    # stall watchdog's stacks may quote code such as channel_manager's even_if_fenced.
+    assert "fenced broker(s)" not in controller_log, "a broker missed its heartbeats meanwhile"
