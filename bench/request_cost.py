@@ -53,9 +53,10 @@ from bench.targets import Minibroker
 from minibroker.protocol import codec
 from minibroker.tools import wire
 
-# fetch-64's budget (see BUDGET_US): set at 2026-12-03 from its measured median after the
-# empty-partition fast path of apis/fetch.py, with headroom for the machine's noise.
-FETCH_64_BUDGET_US = 700.0
+# fetch-64's budget (see BUDGET_US): set at 2026-12-03 from its medians after
+# ReplicaManager.read_at_end (1,160-1,312 µs, against 2,041 before), with headroom for
+# the machine's noise.
+FETCH_64_BUDGET_US = 1400.0
 
 # The budget, in broker CPU microseconds per request on the project's reference machine (the
 # 2-core VM BENCHMARKS.md names), which the README states: the medians measured there at
