@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
@@ -134,6 +135,30 @@ def _stop_py_spy(spy: subprocess.Popen | None) -> None:
         spy.wait(PY_SPY_EXIT_TIMEOUT)
 
 
+def _timed(
+    pid: int, fetch: Callable[[int], None], requests: int, warmup: int, profile: Path | None
+) -> dict[str, float]:
+    """``warmup`` untimed fetches, then ``requests`` timed ones (under py-spy with
+    ``profile``): the broker's CPU per request (/proc), its kernel share, requests/s."""
+    for index in range(warmup):
+        fetch(index)
+    spy = _start_py_spy(pid, profile)
+    user_before, system_before = produce_cost.user_system_seconds(pid)
+    started = time.monotonic()
+    for index in range(warmup, warmup + requests):
+        fetch(index)
+    elapsed = time.monotonic() - started
+    user_after, system_after = produce_cost.user_system_seconds(pid)
+    _stop_py_spy(spy)
+    user, system = user_after - user_before, system_after - system_before
+    cpu = user + system
+    return {
+        "us_per_request": cpu / requests * 1e6,
+        "system_share": system / cpu if cpu else 0.0,
+        "requests_per_s": requests / elapsed,
+    }
+
+
 def measure_fetch(
     requests: int, warmup: int, work_dir: Path, profile: Path | None = None
 ) -> dict[str, float]:
@@ -160,25 +185,9 @@ def measure_fetch(
                         f" {len(partition.records or b'')} bytes of records"
                     )
 
-            for index in range(warmup):
-                fetch(index)
-            spy = _start_py_spy(pid, profile)
-            user_before, system_before = produce_cost.user_system_seconds(pid)
-            started = time.monotonic()
-            for index in range(warmup, warmup + requests):
-                fetch(index)
-            elapsed = time.monotonic() - started
-            user_after, system_after = produce_cost.user_system_seconds(pid)
-            _stop_py_spy(spy)
+            return _timed(pid, fetch, requests, warmup, profile)
     finally:
         target.close()
-    user, system = user_after - user_before, system_after - system_before
-    cpu = user + system
-    return {
-        "us_per_request": cpu / requests * 1e6,
-        "system_share": system / cpu if cpu else 0.0,
-        "requests_per_s": requests / elapsed,
-    }
 
 
 def _topic_id(client, topic: str) -> uuid.UUID:
@@ -249,25 +258,9 @@ def measure_fetch_64(
                 if errors or not answered[0].records or empty:
                     raise RuntimeError(f"fetch {index}: errors {errors}, partitions {empty}")
 
-            for index in range(warmup):
-                fetch(index)
-            spy = _start_py_spy(pid, profile)
-            user_before, system_before = produce_cost.user_system_seconds(pid)
-            started = time.monotonic()
-            for index in range(warmup, warmup + requests):
-                fetch(index)
-            elapsed = time.monotonic() - started
-            user_after, system_after = produce_cost.user_system_seconds(pid)
-            _stop_py_spy(spy)
+            return _timed(pid, fetch, requests, warmup, profile)
     finally:
         target.close()
-    user, system = user_after - user_before, system_after - system_before
-    cpu = user + system
-    return {
-        "us_per_request": cpu / requests * 1e6,
-        "system_share": system / cpu if cpu else 0.0,
-        "requests_per_s": requests / elapsed,
-    }
 
 
 MEASURES = {"produce": measure_produce, "fetch": measure_fetch, "fetch-64": measure_fetch_64}
