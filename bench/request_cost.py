@@ -159,18 +159,31 @@ def _timed(
     }
 
 
+def _node_with_batches(
+    work_dir: Path, topic: str, partitions: int, batch: bytes, count: int
+) -> Minibroker:
+    """A fresh node with ``topic`` (``partitions`` partitions), ``count`` copies of ``batch``
+    produced into its partition 0, for the fetch measures to read one at a time."""
+    target = Minibroker(1, work_dir)
+    try:
+        target.create_topic(topic, partitions, 1, {})
+        producer = produce_cost.Client(target.bootstrap, PRODUCE_VERSION, batch, 1, topic)
+        try:
+            producer.run(count, 5)
+        finally:
+            producer.close()
+    except BaseException:
+        target.close()
+        raise
+    return target
+
+
 def measure_fetch(
     requests: int, warmup: int, work_dir: Path, profile: Path | None = None
 ) -> dict[str, float]:
     batch = produce_cost.record_batch(RECORDS_PER_BATCH, RECORD_BYTES)
-    target = Minibroker(1, work_dir)
+    target = _node_with_batches(work_dir, FETCH_TOPIC, 1, batch, warmup + requests)
     try:
-        target.create_topic(FETCH_TOPIC, 1, 1, {})
-        producer = produce_cost.Client(target.bootstrap, PRODUCE_VERSION, batch, 1, FETCH_TOPIC)
-        try:
-            producer.run(warmup + requests, 5)
-        finally:
-            producer.close()
         pid = target.node.pid
         with wire.connect(target.bootstrap, 30) as client:
 
@@ -232,15 +245,11 @@ def measure_fetch_64(
     requests: int, warmup: int, work_dir: Path, profile: Path | None = None
 ) -> dict[str, float]:
     batch = produce_cost.record_batch(RECORDS_PER_BATCH, RECORD_BYTES)
-    target = Minibroker(1, work_dir)
+    # The other 63 partitions stay empty (high watermark 0).
+    target = _node_with_batches(
+        work_dir, FETCH_64_TOPIC, FETCH_64_PARTITIONS, batch, warmup + requests
+    )
     try:
-        target.create_topic(FETCH_64_TOPIC, FETCH_64_PARTITIONS, 1, {})
-        # partitions=1: every batch into partition 0; the other 63 stay empty (high watermark 0).
-        producer = produce_cost.Client(target.bootstrap, PRODUCE_VERSION, batch, 1, FETCH_64_TOPIC)
-        try:
-            producer.run(warmup + requests, 5)
-        finally:
-            producer.close()
         pid = target.node.pid
         with wire.connect(target.bootstrap, 30) as client:
             topic_id = _topic_id(client, FETCH_64_TOPIC)

@@ -23,10 +23,9 @@ from minibroker.protocol.versions import FIRST_FLEXIBLE_VERSION, ApiKey
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_PARTITION_HEAD = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
-_INT64 = struct.Struct(">q")
-# partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
-_EMPTY_FLEXIBLE_HEAD = struct.Struct(">ihqqq")
+# partition_index, error_code, high_watermark, last_stable_offset (, log_start_offset: v5+)
+_PARTITION_HEAD = struct.Struct(">ihqq")
+_PARTITION_HEAD_V5 = struct.Struct(">ihqqq")
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[ApiKey.FETCH]
 FIRST_TOPIC_ID_VERSION = 13
@@ -72,37 +71,21 @@ def encode_fetch_response(version: int, data: dict[str, Any]) -> list[Buffer] | 
         array_length(len(partitions))
         for partition in partitions:
             records = partition["records"]
-            if flexible and version >= 11 and type(records) is bytes and not records:
-                # A partition with nothing to send (most of a keeping-up consumer's fetch of
-                # many partitions): its fields in one pack (aborted_transactions: null, or an
-                # array of these pairs).
-                aborted = partition["aborted_transactions"]
-                out += _EMPTY_FLEXIBLE_HEAD.pack(
+            if version >= 5:  # the five fixed fields in one pack (most of an idle partition)
+                out += _PARTITION_HEAD_V5.pack(
                     partition["partition_index"],
                     int(partition["error_code"]),
                     partition["high_watermark"],
                     partition["last_stable_offset"],
                     partition["log_start_offset"],
                 )
-                if aborted is None:
-                    out += b"\x00"
-                else:
-                    out += encode_uvarint(len(aborted) + 1)
-                    for txn in aborted:
-                        out += _ABORTED.pack(txn["producer_id"], txn["first_offset"])
-                        out += b"\x00"
-                # preferred_read_replica, records: 0 bytes, partition tagged fields
-                out += _INT32.pack(partition["preferred_read_replica"])
-                out += b"\x01\x00"
-                continue
-            out += _PARTITION_HEAD.pack(
-                partition["partition_index"],
-                int(partition["error_code"]),
-                partition["high_watermark"],
-            )
-            out += _INT64.pack(partition["last_stable_offset"])
-            if version >= 5:
-                out += _INT64.pack(partition["log_start_offset"])
+            else:
+                out += _PARTITION_HEAD.pack(
+                    partition["partition_index"],
+                    int(partition["error_code"]),
+                    partition["high_watermark"],
+                    partition["last_stable_offset"],
+                )
             aborted = partition.get("aborted_transactions")
             if aborted is None:
                 out += b"\x00" if flexible else _INT32.pack(-1)  # aborted_transactions: null

@@ -372,41 +372,35 @@ def _fetch_data(request, uses_topic_ids: bool) -> list[tuple[PartitionKey, Parti
     for topic in request.topics:
         name = topic.topic_id if uses_topic_ids else topic.topic
         partitions = topic.partitions
-        if (
-            partitions
-            and hasattr(partitions[0], "last_fetched_epoch")
-            and not hasattr(partitions[0], "high_watermark")
-        ):
-            # Fetch v12-v17 (librdkafka's and the Java client's, but v18's high watermark):
-            # positional, without a getattr per field.
-            data += [
-                (
-                    (name, p.partition),
-                    PartitionRequest(
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        p.current_leader_epoch,
-                        p.last_fetched_epoch,
-                        p.log_start_offset,
-                    ),
-                )
-                for p in partitions
-            ]
+        if not partitions:
             continue
-        for p in partitions:
-            data.append(
-                (
-                    (name, p.partition),
-                    PartitionRequest(
-                        fetch_offset=p.fetch_offset,
-                        max_bytes=p.partition_max_bytes,
-                        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-                        last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
-                        log_start_offset=getattr(p, "log_start_offset", -1),
-                        high_watermark=getattr(p, "high_watermark", _UNSUPPORTED),
-                    ),
-                )
+        # Which fields this version has, looked up once per topic, not a getattr per field
+        # and partition (current_leader_epoch v9+, last_fetched_epoch v12+, log_start_offset
+        # v5+, high_watermark v18).
+        first = partitions[0]
+        epoch, last, start, hw = (
+            hasattr(first, field)
+            for field in (
+                "current_leader_epoch",
+                "last_fetched_epoch",
+                "log_start_offset",
+                "high_watermark",
             )
+        )
+        data += [
+            (
+                (name, p.partition),
+                PartitionRequest(
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    p.current_leader_epoch if epoch else -1,
+                    p.last_fetched_epoch if last else -1,
+                    p.log_start_offset if start else -1,
+                    p.high_watermark if hw else _UNSUPPORTED,
+                ),
+            )
+            for p in partitions
+        ]
     return data
 
 

@@ -4,10 +4,12 @@ ApiVersions requests and encoding their responses imports no module (a first imp
 serving stalls every client for 5-25 ms). Run in a fresh interpreter, since this test
 process has long imported everything."""
 
+import json
 import subprocess
 import sys
 
 PROGRAM = """
+import json
 import sys
 sys.modules.setdefault("hypothesis", None)
 from minibroker.apis.registry import APIS, warm_client_schemas
@@ -21,7 +23,7 @@ before = set(sys.modules)
 for key in (ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS):
     version = APIS[key].versions[1]
     codec.warm([(key, version)])  # what the first request and response of it load
-print(sorted(name for name in set(sys.modules) - before if name.startswith("kio.schema")))
+print(json.dumps(sorted(n for n in set(sys.modules) - before if n.startswith("kio.schema"))))
 """
 
 
@@ -33,7 +35,7 @@ def loaded_on_first_use(*arguments: str) -> list[str]:
         check=True,
         timeout=120,
     )
-    return eval(result.stdout.strip().splitlines()[-1])  # a printed list of names
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_the_newest_client_versions_import_nothing_on_first_use():
