@@ -60,7 +60,7 @@ from minibroker.replication.log_io import (
 )
 from minibroker.replication.metadata_cache import BrokerEndpoint, MetadataCache
 from minibroker.replication.partition import Partition
-from minibroker.replication.purgatory import Watchers
+from minibroker.replication.purgatory import Watchers, readers_first
 from minibroker.replication.replica_selector import (
     FollowerState,
     find_preferred_read_replica,
@@ -549,6 +549,7 @@ class ReplicaManager:
         now_ms = self.clock_ms()
         listed = [(topic, list(partitions)) for topic, partitions in entries]
         await self._ready_to_append(listed, now_ms)
+        woken = self.watchers.woken
         # No await from here to the last append: no roll can begin in between.
         results = [
             [self._append_to_leader(topic, data, now_ms, origin, pending) for data in partitions]
@@ -556,6 +557,8 @@ class ReplicaManager:
         ]
         if pending:
             await self.wait_for_replication(pending, timeout_s)
+        elif self.watchers.woken != woken:
+            await readers_first()
         return results
 
     async def _ready_to_append(

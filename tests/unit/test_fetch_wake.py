@@ -134,3 +134,23 @@ def test_fetch_error_codes_are_those_the_generic_walk_finds():
         },
     ):
         assert sorted(_fetch_error_codes(response)) == sorted(_error_codes(response))
+
+
+async def test_a_woken_fetch_answers_before_the_acks_1_append_that_woke_it_returns(solo):
+    """ReplicaManager.append_records lets the fetches its append woke take their step (read,
+    answer) before it returns to the Produce handler, whose response would otherwise be
+    written first (purgatory.readers_first). trio runs a batch of ready tasks in either order,
+    chosen at random, so one round could pass by chance: 40 rounds, each must."""
+    for round_ in range(40):
+        order = []
+
+        async def fetch(offset=round_, order=order):
+            await handle(context(solo), fetch_request({0: offset}))
+            order.append("fetch answered")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fetch)
+            await trio.testing.wait_all_tasks_blocked()
+            await append(solo, 0, 1, acks=1)
+            order.append("append returned")
+        assert order == ["fetch answered", "append returned"], round_

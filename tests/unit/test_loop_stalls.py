@@ -42,6 +42,25 @@ def test_the_meter_measures_runs_between_waits_for_io():
     assert meter.worst == pytest.approx(0.5)
 
 
+def test_the_meter_judges_a_run_started_without_a_cpu_reading_from_the_last_one():
+    """The thread's CPU time is read at most once per CPU_SAMPLE_S: a run started without it
+    is judged over the window from the last reading, which may be a little longer."""
+    meter = StallMeter()
+    assert meter.needs_cpu(10.0)  # never read
+    meter.started(10.0, cpu=1.0)
+    assert not meter.needs_cpu(10.0005)
+    assert meter.ended(10.0004, cpu=1.0004)[1]
+    meter.started(10.0005, cpu=None)  # the reading at 10.0 stands
+    assert meter.started_at == 10.0005
+    run, busy = meter.ended(10.0105, cpu=1.0102)  # 10.2 ms of CPU in a 10.5 ms window
+    assert run == pytest.approx(0.01) and busy
+    meter.started(10.02, cpu=None)
+    # judged from the end of the last run (a reading too): 4.8 ms of CPU over 19.5 ms
+    run, busy = meter.ended(10.03, cpu=1.0150)
+    assert run == pytest.approx(0.01) and not busy
+    assert not meter.needs_cpu(10.0305)
+
+
 def test_an_idle_loop_is_not_woken_and_short_runs_are_not_observed():
     """The instrument adds no wake-up: a loop that only sleeps turns about once per sleep, and
     none of its runs (microseconds) is a stall."""
