@@ -9,7 +9,8 @@ them: by their own time (the innermost Python frame, which is also where the tim
 call made from Python lands) and including what they call. The raw profiles stay in `--out`
 (flame graphs: `flamegraph.pl` or speedscope read them).
 
-Needs py-spy (the `bench` extra, or `pip install py-spy`) and the permission to attach (root, or ptrace allowed).
+Needs py-spy (the `bench` extra, or `pip install py-spy`) and the permission to attach (root,
+or ptrace allowed).
 """
 
 from __future__ import annotations
