@@ -323,7 +323,11 @@ class Node:
 
 
 class Workload:
-    """The idempotent producer and the checking consumer, each in a thread."""
+    """The idempotent producer, in a thread, and the checking consumer, in a process of its
+    own (faults/checking_consumer.py) read by a thread."""
+
+    # How long the checking consumer's close may take before its process is killed.
+    CONSUMER_CLOSE_S = 30.0
 
     def __init__(self, bootstrap: str, producer_log: Path) -> None:
         self.bootstrap = bootstrap
@@ -338,6 +342,7 @@ class Workload:
         self.reread_differently: list[tuple[int, int]] = []
         self._stop = threading.Event()
         self._abandoned = threading.Event()
+        self._consumer_process: subprocess.Popen[str] | None = None
         self._threads = [
             threading.Thread(target=self._produce, daemon=True),
             threading.Thread(target=self._consume, daemon=True),
@@ -349,6 +354,7 @@ class Workload:
 
     def stop(self) -> None:
         self._stop.set()
+        self._stop_consumer()
         for thread in self._threads:
             thread.join(180)
 
@@ -358,6 +364,7 @@ class Workload:
         addresses for the rest of the process's life."""
         self._abandoned.set()
         self._stop.set()
+        self._stop_consumer()
 
     def join(self, timeout: float) -> list[str]:
         """Wait, `timeout` seconds in all, for the client threads to close their clients;
@@ -415,26 +422,59 @@ class Workload:
             close_producer(producer, 0 if self._abandoned.is_set() else 240)
 
     def _consume(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "chaos-checker",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 100,
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
+        """Read what the checking consumer's process reads (faults/checking_consumer.py says
+        why a process) until it ends its stream; then wait, CONSUMER_CLOSE_S at most, for
+        its consumer's close, and kill it if the close hangs."""
+        process = subprocess.Popen(
+            self.consumer_command(),
+            cwd=Path(__file__).resolve().parent.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
         )
+        self._consumer_process = process
+        if self._stop.is_set():  # stopped before the process existed
+            process.terminate()
         try:
-            consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-            while not self._stop.is_set():
-                for message in consumer.consume(500, 0.2):
-                    if message.error() is None:
-                        position = (message.partition(), message.offset())
-                        seen = self.read.setdefault(position, message.value())
-                        if seen != message.value():
-                            self.reread_differently.append(position)
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line == "end\n":
+                    break
+                partition, offset, value_hex = line.split()
+                position, value = (int(partition), int(offset)), bytes.fromhex(value_hex)
+                seen = self.read.setdefault(position, value)
+                if seen != value:
+                    self.reread_differently.append(position)
         finally:
-            consumer.close()
+            try:
+                process.wait(self.CONSUMER_CLOSE_S)
+            except subprocess.TimeoutExpired:
+                print(
+                    f"the checking consumer's close did not end in {self.CONSUMER_CLOSE_S:.0f} s:"
+                    f" its process {process.pid} killed",
+                    file=sys.stderr,
+                )
+                process.kill()
+                process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def consumer_command(self) -> list[str]:
+        """The checking consumer's command line (run from the source tree's root)."""
+        return [
+            sys.executable,
+            "-m",
+            "faults.checking_consumer",
+            self.bootstrap,
+            TOPIC,
+            str(PARTITIONS),
+        ]
+
+    def _stop_consumer(self) -> None:
+        """SIGTERM to the checking consumer's process: it ends its stream, then closes."""
+        process = self._consumer_process
+        if process is not None and process.poll() is None:
+            process.terminate()
 
 
 class Chaos:
