@@ -1367,8 +1367,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the transactional workload cannot run: {refused}", file=sys.stderr)
         return 2
     print(outcome.text)
+    print(f"acknowledged: {outcome.acknowledged}; clean: {outcome.clean}")
     return 0 if outcome.clean else 1
 
 
+def _exit(code: int) -> None:
+    """Exit with `code`. A client thread still stuck in a librdkafka call that ignores its
+    timeout (the transactional stage's send_offsets_to_transaction after its coordinator was
+    killed; Chaos.close waits for it twice, the second time with the cluster gone) cannot be
+    ended in this process, and Python's exit would wait on its client's destruction: the
+    process then ends at once (os._exit), which ends every thread and every connection of it.
+    Its network was closed already, and its unreachable route sent nothing anywhere."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if stuck:
+        print(f"faults.chaos: ending with client threads still running: {stuck}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -136,7 +136,9 @@ def test_fetch_error_codes_are_those_the_generic_walk_finds():
         assert sorted(_fetch_error_codes(response)) == sorted(_error_codes(response))
 
 
-async def test_a_woken_fetch_answers_before_the_acks_1_append_that_woke_it_returns(solo):
+async def test_a_woken_fetch_answers_before_the_acks_1_append_that_woke_it_returns(
+    solo, autojump_clock
+):
     """ReplicaManager.append_records lets the fetches its append woke take their step (read,
     answer) before it returns to the Produce handler, whose response would otherwise be
     written first (purgatory.readers_first). trio runs a batch of ready tasks in either order,
