@@ -10,6 +10,7 @@ partitions of the topics it creates on first use, read at start)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def test_format_kafka_batch_and_streaming(spark_jars, kafka_broker: Cluster, tmp
     done = subprocess.run(
         [sys.executable, str(JOB), kafka_broker.bootstrap_servers, spark_jars, str(tmp_path)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},  # the driver on loopback only
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -28,6 +28,11 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 pyspark = pytest.importorskip("pyspark", reason="pip install -e '.[spark]' installs pyspark")
 
+# Spark's driver binds and dials the address its host name resolves to (on these machines the
+# network card's), unless told otherwise; a test talks only to loopback. Set for this process
+# and inherited by the drivers the tests start as processes of their own.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 # Every wait for Spark or the broker has this deadline: a broken source fails, never hangs.
 SPARK_TIMEOUT = 120.0
 
@@ -101,6 +106,13 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "60s")
+        # Python workers connect back over a Unix socket of their own, not a loopback TCP
+        # port: CI saw "Python worker failed to connect back ... Authentication failed", a
+        # connection that was not the worker's reaching the port Spark listened on for it
+        # (any process on the machine can reach a loopback port; only we reach our socket).
+        .config("spark.python.unix.domain.socket.enabled", "true")
+        # A busy machine starts Python workers slowly: wait for them longer than 15 s.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -175,7 +175,9 @@ spark = (
     SparkSession.builder.master("local[2,3]").config("spark.ui.enabled", "false")
     .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     # A busy machine starts Python workers slowly: wait for them longer than 15 s.
-    .config("spark.python.authenticate.socketTimeout", "120s").getOrCreate()
+    .config("spark.python.authenticate.socketTimeout", "120s")
+    .config("spark.python.unix.domain.socket.enabled", "true")  # as conftest's session
+    .getOrCreate()
 )
 spark.sparkContext.setLogLevel("ERROR")
 spark.dataSource.register(KillingSource)

@@ -172,7 +172,9 @@ from pyspark.sql import SparkSession
 bootstrap, topic, out, checkpoint = sys.argv[1:5]
 spark = (
     SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.python.unix.domain.socket.enabled", "true")  # as conftest's session
+    .getOrCreate()
 )
 spark.sparkContext.setLogLevel("ERROR")
 query = (
