@@ -8,7 +8,9 @@ its `/metrics` is read before and after, and the difference printed: the pulse's
 loop ran code) and waiting (a blocking call, or the process not scheduled) apart, the
 collector's pauses by generation (count, total, and how many over 5 ms), and the workload's
 p50/p99/p99.9. Then the stalls by cause: the broker runs with event.loop.stall.warn.ms=5, and
-the stacks its watchdog logged are counted by the innermost frame of minibroker's code.
+the stacks its watchdog logged are counted by the innermost frame of minibroker's code and
+what the kernel said of the thread then (R: on a CPU or waiting for one; S in a function:
+asleep, a futex being the GIL or a lock; D: the disk or the filesystem).
 Variants alternate run by run, so both see the same machine (issue 40). Issue 40's 10-minute
 soak at 10 MB/s is `--seconds 600 --runs 1 --variants default`.
 """
@@ -39,6 +41,8 @@ STALL_BOUNDS = ("0.001", "0.005", "0.01", "0.05")
 # The watchdog logs every stall over this (event.loop.stall.warn.ms) with its stack.
 WARN_MS = "5"
 FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+# What the kernel said of the loop's thread at that moment (node/loop_stalls.kernel_state).
+KERNEL = re.compile(r"\(kernel: ([^)]*)\)")
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -78,10 +82,13 @@ def causes(log: str) -> Counter[str]:
     code in the stack it logged (or the innermost frame, if none is minibroker's)."""
     found: Counter[str] = Counter()
     for warning in log.split("the event loop has not come back")[1:]:
-        frames = FRAME.findall(warning.split("\n20", 1)[0])
+        own = warning.split("\n20", 1)[0]  # up to the log's next line
+        frames = FRAME.findall(own)
         ours = [f for f in frames if "/minibroker/" in f[0] or "/broker/" in f[0]]
         path, line, function = (ours or frames or [("?", "0", "?")])[-1]
-        found[f"{function} ({Path(path).name}:{line})"] += 1
+        kernel = KERNEL.search(own)
+        where = f" [{kernel.group(1)}]" if kernel else ""
+        found[f"{function} ({Path(path).name}:{line}){where}"] += 1
     return found
 
 

@@ -20,7 +20,12 @@ Three parts:
   (``sys._current_frames``) and logs it once for that run: the code that was running. A
   thread runs while the loop's thread is in Python code (the interpreter switches threads every
   5 ms) or waiting on I/O, so it sees every stall but one spent inside a single C call that holds
-  the GIL; the garbage collector is one, so it is measured by itself:
+  the GIL; the garbage collector is one, so it is measured by itself. With the stack it logs
+  what the kernel says of that thread at the same moment (:func:`kernel_state`, from
+  ``/proc``): running or runnable (``R``: on a CPU or waiting for one, a loaded machine),
+  sleeping (``S``, with the kernel function it sleeps in: a futex is another thread holding
+  the GIL, or a lock) or in uninterruptible sleep (``D``: the disk or the filesystem's
+  journal). A stack in ``os.write`` alone cannot tell these apart;
 - :class:`GcPauses`: ``gc.callbacks`` time each collection, into
   ``minibroker_gc_pause_seconds{generation}``; a stall that the watchdog could not see while it
   happened is named by its collection here.
@@ -133,13 +138,36 @@ class GcPauses:
             gc.callbacks.remove(self)
 
 
+def kernel_state(native_thread_id: int, proc: str = "/proc/self/task") -> str:
+    """What the kernel says of a thread of this process right now: its state letter (``R``
+    running or runnable, ``S`` sleeping, ``D`` uninterruptible, as in ps(1)) and, when it
+    sleeps, the kernel function it sleeps in (``wchan``; "-" when none is given, as for a
+    running thread, or when the kernel hides it). "unknown" without /proc (not Linux)."""
+    task = f"{proc}/{native_thread_id}"
+    try:
+        with open(f"{task}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+        with open(f"{task}/wchan") as wchan:
+            where = wchan.read().strip()
+    except (OSError, IndexError):
+        return "unknown"
+    return f"{state} in {where if where not in ('', '0') else '-'}"
+
+
 class StallWatchdog:
     """The thread that names a stall while it lasts (see the module's docstring)."""
 
-    def __init__(self, meter: StallMeter, warn_s: float, loop_thread_id: int) -> None:
+    def __init__(
+        self,
+        meter: StallMeter,
+        warn_s: float,
+        loop_thread_id: int,
+        loop_native_id: int | None = None,
+    ) -> None:
         self.meter = meter
         self.warn_s = warn_s
         self.loop_thread_id = loop_thread_id
+        self.loop_native_id = loop_native_id
         self.reported: list[str] = []  # the stacks logged, newest last (kept: the last 20)
         self._reported_run: float | None = None
         self._stop = threading.Event()
@@ -159,8 +187,12 @@ class StallWatchdog:
             if late <= self.warn_s or started_at is None or started_at == self._reported_run:
                 continue
             self._reported_run = started_at  # once per stall
+            # The kernel's view first: it changes while the stack is formatted.
+            native = self.loop_native_id
+            kernel = kernel_state(native) if native is not None else "unknown"
             frame = sys._current_frames().get(self.loop_thread_id)
             stack = "".join(traceback.format_stack(frame, limit=12)) if frame else "(no frame)"
+            stack = f"{stack}(kernel: {kernel})\n"
             self.reported = [*self.reported[-19:], stack]
             log.warning(
                 "the event loop has not come back to poll for I/O for %.0f ms"
@@ -214,7 +246,9 @@ class LoopStalls(trio.abc.Instrument):
     async def run(self) -> None:
         self.gc.install()
         if self.warn_s > 0:
-            self.watchdog = StallWatchdog(self.meter, self.warn_s, threading.get_ident())
+            self.watchdog = StallWatchdog(
+                self.meter, self.warn_s, threading.get_ident(), threading.get_native_id()
+            )
             self.watchdog.start()
         trio.lowlevel.add_instrument(self)
         try:

@@ -14,7 +14,7 @@ import trio
 from prometheus_client import CollectorRegistry, Histogram
 
 from minibroker.common.metrics import STALL_BUCKETS
-from minibroker.node.loop_stalls import GcPauses, LoopStalls, StallMeter
+from minibroker.node.loop_stalls import GcPauses, LoopStalls, StallMeter, kernel_state
 
 HOLD_S = 0.3
 
@@ -126,6 +126,36 @@ def test_a_blocked_loop_is_measured_and_named_once(caplog):
     assert len(monitor.watchdog.reported) == 1, "one stall, logged once"
     assert "_hold_the_loop_thread" in monitor.watchdog.reported[0]
     assert any("_hold_the_loop_thread" in record.getMessage() for record in caplog.records)
+    # time.sleep sleeps in the kernel: the watchdog says so beside the stack.
+    assert "(kernel: S in " in monitor.watchdog.reported[0], monitor.watchdog.reported[0]
+
+
+def test_the_kernel_state_of_a_running_and_a_sleeping_thread():
+    import threading
+
+    assert kernel_state(threading.get_native_id()).startswith("R in ")  # this one, reading
+    asleep = threading.Event()
+    ids: list[int] = []
+
+    def sleeper() -> None:
+        ids.append(threading.get_native_id())
+        asleep.wait(30)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    try:
+        wait_until = time.monotonic() + 10
+        state = "unknown"
+        while time.monotonic() < wait_until:  # until it has gone to sleep in the kernel
+            state = kernel_state(ids[0]) if ids else "unknown"
+            if state.startswith("S in "):
+                break
+            time.sleep(0.01)
+        assert state.startswith("S in ") and state != "S in -", state  # with its function
+    finally:
+        asleep.set()
+        thread.join()
+    assert kernel_state(999_999_999) == "unknown"  # no such thread
 
 
 def test_no_warning_below_the_threshold():
