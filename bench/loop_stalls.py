@@ -1,8 +1,10 @@
 """The event loop's stalls and the garbage collector's pauses under the latency row's workload,
 for broker settings side by side: `python -m bench.loop_stalls [--seconds S] [--runs N]`.
 
-For each variant (the default, then `gc.freeze.after.startup=true`) a fresh single node with
-`/metrics` runs the latency row (end-to-end at 10 MB/s, `bench.workloads.end_to_end_latency`);
+For each variant (the default, `gc.freeze.after.startup=true`, and
+`log.segment.reserve.max.bytes=0`: no blocks reserved ahead of a segment's end) a fresh single
+node with `/metrics` runs the latency row (end-to-end at 10 MB/s,
+`bench.workloads.end_to_end_latency`);
 its `/metrics` is read before and after, and the difference printed: the pulse's stalls
 (minibroker_event_loop_stall_seconds, node/loop_stalls.py) over 1, 5, 10 and 50 ms, busy (the
 loop ran code) and waiting (a blocking call, or the process not scheduled) apart, the
@@ -36,11 +38,16 @@ from minibroker.tools.launcher import free_port
 VARIANTS = {
     "default": {},
     "gc.freeze": {"gc.freeze.after.startup": "true"},
+    # Appends reserving their own blocks in the write system call, as before (storage/segment.py).
+    "no-reserve": {"log.segment.reserve.max.bytes": "0"},
 }
 STALL_BOUNDS = ("0.001", "0.005", "0.01", "0.05")
 # The watchdog logs every stall over this (event.loop.stall.warn.ms) with its stack.
 WARN_MS = "5"
 FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+# minibroker's own code: any file of this repository (broker/, storage/, protocol/, ...) or
+# of an installed minibroker.
+REPOSITORY = str(Path(__file__).resolve().parents[1]) + "/"
 # What the kernel said of the loop's thread at that moment (node/loop_stalls.kernel_state).
 KERNEL = re.compile(r"\(kernel: ([^)]*)\)")
 
@@ -77,6 +84,11 @@ def summarize(before: dict, after: dict) -> dict[str, float]:
     return out
 
 
+def _ours(path: str) -> bool:
+    in_repository = path.startswith(REPOSITORY) and "/site-packages/" not in path
+    return in_repository or "/site-packages/minibroker/" in path
+
+
 def causes(log: str) -> Counter[str]:
     """The watchdog's warnings in a broker's log, by the innermost frame of minibroker's own
     code in the stack it logged (or the innermost frame, if none is minibroker's)."""
@@ -84,7 +96,7 @@ def causes(log: str) -> Counter[str]:
     for warning in log.split("the event loop has not come back")[1:]:
         own = warning.split("\n20", 1)[0]  # up to the log's next line
         frames = FRAME.findall(own)
-        ours = [f for f in frames if "/minibroker/" in f[0] or "/broker/" in f[0]]
+        ours = [f for f in frames if _ours(f[0])]
         path, line, function = (ours or frames or [("?", "0", "?")])[-1]
         kernel = KERNEL.search(own)
         where = f" [{kernel.group(1)}]" if kernel else ""

@@ -608,6 +608,7 @@ _PROPERTIES: dict[str, _Property] = {
     "metrics.port": _Property("metrics_port", _at_least(0)),
     "event.loop.stall.warn.ms": _Property("event_loop_stall_warn_ms", _at_least(0)),
     "gc.freeze.after.startup": _Property("gc_freeze_after_startup", _parse_bool),
+    "log.segment.reserve.max.bytes": _Property("log_segment_reserve_max_bytes", _at_least(0)),
     "max.request.partition.size.limit": _Property("max_request_partition_size_limit", _at_least(1)),
     # Not a Kafka property: the schema registry's HTTP listeners (docs/schema-registry.md).
     "schema.registry.listeners": _Property("schema_registry_listeners", _parse_http_listeners),
@@ -916,6 +917,10 @@ class BrokerConfig:
     # Not Kafka's: gc.freeze() once the node serves, so that the cyclic garbage collector's
     # full collections do not scan what start-up made (bench/loop_stalls.py measures it).
     gc_freeze_after_startup: bool = False
+    # Not Kafka's: the most disk blocks a growing segment reserves ahead of its end, so that
+    # appends do not reserve them in the write system call (storage/segment.py,
+    # PREALLOCATE_FROM_BYTES); 0: none reserved.
+    log_segment_reserve_max_bytes: int = 8 << 20
     # DescribeTopicPartitions: the most partitions one answer holds (the client's own limit
     # is capped by it).
     max_request_partition_size_limit: int = _kafka_default("max.request.partition.size.limit")

@@ -92,6 +92,7 @@ from minibroker.security.tls import TlsStream
 from minibroker.storage.file_records import FileRecords, materialize
 from minibroker.storage.log import LONG_MAX, LogConfig
 from minibroker.storage.log_manager import LogManager
+from minibroker.storage.segment import set_reserve_max_bytes
 
 if TYPE_CHECKING:
     from minibroker.schema_registry.service import SchemaRegistryService
@@ -390,6 +391,7 @@ class BrokerServer:
                 self.cluster_id = new_cluster_id()
             else:
                 self.cluster_id = await discover_cluster_id(self.config)
+        set_reserve_max_bytes(self.config.log_segment_reserve_max_bytes)
         self.log_manager = LogManager(
             list(self.config.log_dirs),
             log_config_from(self.config),

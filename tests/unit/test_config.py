@@ -32,6 +32,12 @@ def test_file_then_overrides(tmp_path):
     assert config.advertised == config.listeners
 
 
+def test_a_segments_reserve_is_8_mib_unless_set():
+    assert BrokerConfig.from_properties({}).log_segment_reserve_max_bytes == 8 << 20
+    config = BrokerConfig.from_properties({"log.segment.reserve.max.bytes": "0"})
+    assert config.log_segment_reserve_max_bytes == 0
+
+
 def test_most_precise_retention_property_wins():
     config = BrokerConfig.from_properties(
         {"log.retention.ms": "1234", "log.retention.hours": "1", "log.retention.minutes": "2"}
@@ -48,6 +54,7 @@ def test_most_precise_retention_property_wins():
         "auto.create.topics.enable=maybe",
         "listeners=localhost:9092",
         "log.message.timestamp.type=Now",
+        "log.segment.reserve.max.bytes=-1",
     ],
 )
 def test_invalid_value_names_the_key(override):

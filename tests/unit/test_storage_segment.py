@@ -170,3 +170,81 @@ def test_recover_stops_where_offsets_go_backwards(tmp_path):
     assert log_path.stat().st_size == intact_size
     assert segment.next_offset == 14
     segment.close()
+
+
+def _allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_a_growing_segment_reserves_blocks_ahead_and_gives_them_back_when_sealed(tmp_path):
+    """Issue 40: past PREALLOCATE_FROM_BYTES an append reserves blocks ahead of the file's end
+    (fallocate, the size left alone), so that the write system call has none to reserve; a
+    seal frees what lies past the end and keeps the file's modification time."""
+    import pytest
+
+    from minibroker.storage import segment as segment_module
+
+    if segment_module._fallocate is None:
+        pytest.skip("no fallocate in this libc")
+    segment = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+    value = b"v" * 60_000
+    written = []
+    offset = 0
+    while segment.size < segment_module.PREALLOCATE_FROM_BYTES + 100_000:
+        batch = stamped([(None, value)], offset)
+        segment.append(batch, [read_header(batch)], now_ms=0)
+        written.append(batch)
+        offset += 1
+        if segment.size < segment_module.PREALLOCATE_FROM_BYTES:
+            assert segment.reserved_to <= segment.size  # a small segment reserves nothing
+    if segment.reserved_to <= segment.size:
+        pytest.skip("this filesystem does not reserve blocks (fallocate refused)")
+    # As much again as it held when it reserved, past the end; the file's size is its data.
+    assert segment.reserved_to > segment.size
+    assert segment.reserved_to >= 2 * segment_module.PREALLOCATE_FROM_BYTES
+    assert os.stat(segment.log_path).st_size == segment.size
+    assert _allocated(segment.log_path) >= segment.reserved_to
+    assert segment.read(0, max_bytes=1 << 30).data == b"".join(written)
+    os.utime(segment.log_path, ns=(1_000_000_000_000, 1_000_000_000_000))
+    segment.seal_indexes()
+    stat = os.stat(segment.log_path)
+    assert stat.st_size == segment.size and segment.reserved_to == segment.size
+    assert _allocated(segment.log_path) < segment.size + (64 << 10), "the reserve is freed"
+    assert stat.st_mtime_ns == 1_000_000_000_000, "the seal keeps the modification time"
+    segment.close()
+    reopened = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+    assert reopened.read(0, max_bytes=1 << 30).data == b"".join(written)
+    reopened.close()
+
+
+def test_a_truncation_frees_the_reserve_past_its_new_end(tmp_path):
+    from minibroker.storage import segment as segment_module
+
+    segment = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+    value = b"t" * 100_000
+    for offset in range(15):
+        batch = stamped([(None, value)], offset)
+        segment.append(batch, [read_header(batch)], now_ms=0)
+    assert segment.size > segment_module.PREALLOCATE_FROM_BYTES
+    segment.truncate_to(3)
+    assert segment.reserved_to == segment.size == os.stat(segment.log_path).st_size
+    assert _allocated(segment.log_path) < segment.size + (64 << 10)
+    segment.close()
+
+
+def test_no_blocks_are_reserved_when_the_broker_says_none(tmp_path):
+    from minibroker.storage import segment as segment_module
+
+    before = segment_module.PREALLOCATE_MAX_BYTES
+    segment_module.set_reserve_max_bytes(0)  # log.segment.reserve.max.bytes=0
+    try:
+        segment = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+        for offset in range(15):
+            batch = stamped([(None, b"n" * 100_000)], offset)
+            segment.append(batch, [read_header(batch)], now_ms=0)
+        assert segment.size > segment_module.PREALLOCATE_FROM_BYTES
+        assert segment.reserved_to <= segment.size
+        assert _allocated(segment.log_path) < segment.size + (64 << 10)
+        segment.close()
+    finally:
+        segment_module.set_reserve_max_bytes(before)
