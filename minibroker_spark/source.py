@@ -238,8 +238,10 @@ class BatchReader(DataSourceReader):
 def rate_limit(
     start: dict[TopicPartition, int], latest: dict[TopicPartition, int], limit: int
 ) -> dict[TopicPartition, int]:
-    """At most about `limit` records over all partitions, shared in proportion to each
-    partition's backlog (Spark's Kafka source's rule, rounding included)."""
+    """About `limit` records over all partitions, shared in proportion to each partition's
+    backlog (Spark's Kafka source's rule, KafkaMicroBatchStream.rateLimit, rounding
+    included: a share is rounded down, but one below a record is rounded up to a record, so
+    a batch can hold one more than the limit for each such partition)."""
     sizes = {tp: latest[tp] - start[tp] for tp in latest if latest[tp] > start[tp]}
     total = sum(sizes.values())
     if total <= limit:

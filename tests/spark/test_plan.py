@@ -83,6 +83,17 @@ def test_rate_limit_shares_by_backlog():
     assert rate_limit(start, latest, 5000) == latest
 
 
+def test_rate_limit_gives_a_starving_partition_one_record_as_spark_does():
+    """KafkaMicroBatchStream.rateLimit: a share below one is rounded up ("don't completely
+    starve small topicpartitions"), so a batch can exceed the limit by one per such
+    partition: 2,998 + 1 + 1 records under a limit of 400 give 399 + 1 + 1."""
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    latest = {("t", 0): 2998, ("t", 1): 1, ("t", 2): 1}
+    limited = rate_limit(start, latest, 400)
+    assert limited == {("t", 0): 399, ("t", 1): 1, ("t", 2): 1}
+    assert sum(limited.values()) == 401
+
+
 def test_the_collector_is_paused_only_inside_the_block_and_left_as_found():
     assert gc.isenabled()
     with cyclic_gc_paused():
