@@ -197,13 +197,13 @@ def test_a_growing_segment_reserves_blocks_ahead_and_gives_them_back_when_sealed
         offset += 1
         if segment.size < segment_module.PREALLOCATE_FROM_BYTES:
             assert segment.reserved_to <= segment.size  # a small segment reserves nothing
-    if segment.reserved_to <= segment.size:
-        pytest.skip("this filesystem does not reserve blocks (fallocate refused)")
-    # As much again as it held when it reserved, past the end; the file's size is its data.
+    # As much again as it held when it asked, past the end; the file's size is its data.
     assert segment.reserved_to > segment.size
     assert segment.reserved_to >= 2 * segment_module.PREALLOCATE_FROM_BYTES
     assert os.stat(segment.log_path).st_size == segment.size
-    assert _allocated(segment.log_path) >= segment.reserved_to
+    segment_module.RESERVER.wait_idle()  # the reserver thread does the fallocate
+    if _allocated(segment.log_path) < segment.reserved_to:
+        pytest.skip("this filesystem does not reserve blocks (fallocate refused)")
     assert segment.read(0, max_bytes=1 << 30).data == b"".join(written)
     os.utime(segment.log_path, ns=(1_000_000_000_000, 1_000_000_000_000))
     segment.seal_indexes()
@@ -248,3 +248,45 @@ def test_no_blocks_are_reserved_when_the_broker_says_none(tmp_path):
         segment.close()
     finally:
         segment_module.set_reserve_max_bytes(before)
+
+
+def test_the_reservation_runs_on_the_reserver_thread_and_a_seal_waits_for_it(tmp_path, monkeypatch):
+    """The fallocate can wait on the disk (a block group's bitmap), so an append only asks
+    for it: the append returns while the reservation is still held up, and a seal after it
+    waits for it before freeing what lies past the end."""
+    import threading
+
+    import pytest
+
+    from minibroker.storage import segment as segment_module
+
+    real = segment_module._fallocate
+    if real is None:
+        pytest.skip("no fallocate in this libc")
+    gate = threading.Event()
+    callers: list[str] = []
+
+    def held_fallocate(fd, mode, start, length):
+        callers.append(threading.current_thread().name)
+        gate.wait()
+        return real(fd, mode, start, length)
+
+    monkeypatch.setattr(segment_module, "_fallocate", held_fallocate)
+    segment = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+    try:
+        offset = 0
+        while segment.reserved_to <= segment.size:
+            batch = stamped([(None, b"r" * 100_000)], offset)
+            segment.append(batch, [read_header(batch)], now_ms=0)
+            offset += 1
+        # The append that asked has returned, and more can follow, while the fallocate waits.
+        batch = stamped([(None, b"r" * 100_000)], offset)
+        segment.append(batch, [read_header(batch)], now_ms=0)
+        assert not segment._reserving.is_set()
+    finally:
+        gate.set()  # the thread serves every segment of the process: never leave it held
+    segment.seal_indexes()
+    assert callers and set(callers) == {"segment-reserver"}
+    assert segment.reserved_to == segment.size == os.stat(segment.log_path).st_size
+    assert _allocated(segment.log_path) < segment.size + (64 << 10), "the reserve is freed"
+    segment.close()
