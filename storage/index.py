@@ -11,9 +11,10 @@ Both map into one segment and store offsets relative to the segment's base offse
 Entries are held in memory (compact arrays, searched by bisection) and appended to the file
 without preallocation, so a file is always exactly entries * entry size bytes: the files stay
 byte-comparable and no trimming is needed when a segment is rolled or the broker stops. The
-file lags memory until `write_pending()`/`flush()`: like Kafka's memory-mapped indexes, an
-index is only trusted on disk after a flush or a clean shutdown, and otherwise rebuilt from
-the log by recovery.
+file lags memory until `write_pending()`/`flush()` (a growing segment calls it every
+INDEX_WRITE_ENTRIES entries, so that a roll has few left to write): like Kafka's
+memory-mapped indexes, an index is only trusted on disk after a flush or a clean shutdown,
+and otherwise rebuilt from the log by recovery.
 """
 
 import os
@@ -52,6 +53,11 @@ class _IndexFile:
     @property
     def entries(self) -> int:
         return len(self._relative_offsets)
+
+    @property
+    def pending(self) -> int:
+        """Entries only in memory so far."""
+        return len(self._relative_offsets) - self._entries_on_disk
 
     @property
     def is_full(self) -> bool:
@@ -160,10 +166,14 @@ class OffsetIndex(_IndexFile):
         return self._positions[slot] if slot >= 0 else 0
 
     def _pack(self, start: int, stop: int) -> bytes:
-        return b"".join(
-            _OFFSET_ENTRY.pack(self._relative_offsets[slot], self._positions[slot])
-            for slot in range(start, stop)
-        )
+        # In C, not one struct.pack per entry: a roll writes every entry of the segment not
+        # yet on disk at once (tens of thousands; 7 ms held on the loop in a soak).
+        packed = array("i", bytes(2 * 4 * (stop - start)))
+        packed[0::2] = self._relative_offsets[start:stop]
+        packed[1::2] = self._positions[start:stop]
+        if not _BIG_ENDIAN_HOST:
+            packed.byteswap()
+        return packed.tobytes()
 
     def _truncate_entries(self, keep: int) -> None:
         del self._relative_offsets[keep:]
@@ -225,10 +235,20 @@ class TimeIndex(_IndexFile):
         return self.base_offset + self._relative_offsets[slot]
 
     def _pack(self, start: int, stop: int) -> bytes:
-        return b"".join(
-            _TIME_ENTRY.pack(self._timestamps[slot], self._relative_offsets[slot])
-            for slot in range(start, stop)
-        )
+        # As OffsetIndex._pack, in C; the 12-byte entries mix widths, so each field's
+        # big-endian bytes are laid into place with strided slices.
+        timestamps = self._timestamps[start:stop]
+        relative = self._relative_offsets[start:stop]
+        if not _BIG_ENDIAN_HOST:
+            timestamps.byteswap()
+            relative.byteswap()
+        wide, narrow = timestamps.tobytes(), relative.tobytes()
+        packed = bytearray(_TIME_ENTRY.size * (stop - start))
+        for byte in range(8):
+            packed[byte::12] = wide[byte::8]
+        for byte in range(4):
+            packed[8 + byte :: 12] = narrow[byte::4]
+        return bytes(packed)
 
     def _truncate_entries(self, keep: int) -> None:
         del self._timestamps[keep:]

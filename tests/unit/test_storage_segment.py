@@ -290,3 +290,35 @@ def test_the_reservation_runs_on_the_reserver_thread_and_a_seal_waits_for_it(tmp
     assert segment.reserved_to == segment.size == os.stat(segment.log_path).st_size
     assert _allocated(segment.log_path) < segment.size + (64 << 10), "the reserve is freed"
     segment.close()
+
+
+def test_a_growing_segment_writes_its_index_entries_as_it_goes(tmp_path):
+    """Issue 40: a roll used to write every index entry of the segment at once (200 ms on
+    the loop for a 1 GiB segment); appends now write them INDEX_WRITE_ENTRIES at a time, and
+    the files hold exactly what memory holds, in Kafka's layout."""
+    import struct
+
+    from minibroker.storage import segment as segment_module
+
+    segment = open_segment(tmp_path, index_interval_bytes=10, max_index_size=1 << 20)
+    offset = 0
+    while segment.offset_index.entries <= segment_module.INDEX_WRITE_ENTRIES:
+        batch = stamped([(None, b"i" * 20)], offset, base_timestamp=1_000 + offset)
+        segment.append(batch, [read_header(batch)], now_ms=0)
+        offset += 1
+    # Written at the append that reached INDEX_WRITE_ENTRIES, before any seal or flush.
+    on_disk = segment.offset_index.path.read_bytes()
+    assert len(on_disk) == 8 * segment_module.INDEX_WRITE_ENTRIES
+    assert segment.offset_index.pending == 1
+    times = segment.time_index.path.read_bytes()
+    assert len(times) == 12 * segment_module.INDEX_WRITE_ENTRIES
+    segment.seal_indexes()
+    entries = list(struct.iter_unpack(">ii", segment.offset_index.path.read_bytes()))
+    assert len(entries) == segment.offset_index.entries
+    for relative, position in entries:
+        found = segment.find_batch(relative)
+        assert found is not None and found[0] == position
+    stamps = list(struct.iter_unpack(">qi", segment.time_index.path.read_bytes()))
+    assert [relative for _, relative in stamps] == [relative for relative, _ in entries]
+    assert all(stamp == 1_000 + relative for stamp, relative in stamps)
+    segment.close()
