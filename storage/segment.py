@@ -235,10 +235,14 @@ class LogSegment:
         self.txn_index_rebuilding = False
         existed = self.log_path.exists()
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        stat = os.fstat(self._fd)
+        self.size = stat.st_size
         # Blocks are asked for up to here: past `size` once a segment reserves (no further
-        # than `size` says nothing); `_reserving` is set when the last request is done.
-        self.reserved_to = self.size
+        # than `size` says nothing); `_reserving` is set when the last request is done. A
+        # segment that holds a reserve of a megabyte or more past its end was not sealed (a
+        # crash, a kill): its seal frees it.
+        allocated = stat.st_blocks * 512
+        self.reserved_to = allocated if allocated >= self.size + (1 << 20) else self.size
         self._reserving: threading.Event | None = None
         self.needs_index_rebuild = False
         self._reset_batch_state()

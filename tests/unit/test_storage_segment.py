@@ -322,3 +322,33 @@ def test_a_growing_segment_writes_its_index_entries_as_it_goes(tmp_path):
     assert [relative for _, relative in stamps] == [relative for relative, _ in entries]
     assert all(stamp == 1_000 + relative for stamp, relative in stamps)
     segment.close()
+
+
+def test_a_reserve_left_by_a_crash_is_freed_by_the_next_seal(tmp_path):
+    """A segment whose process died before it was sealed keeps its blocks past the end; the
+    next run's segment sees them (a megabyte or more allocated past the size) and its seal
+    frees them, data and modification time untouched."""
+    import pytest
+
+    from minibroker.storage import segment as segment_module
+
+    segment = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+    written = []
+    for offset in range(15):  # 1.5 MB, with 3 MB reserved
+        batch = stamped([(None, b"c" * 100_000)], offset)
+        segment.append(batch, [read_header(batch)], now_ms=0)
+        written.append(batch)
+    segment_module.RESERVER.wait_idle()
+    if _allocated(segment.log_path) < segment.size + (1 << 20):
+        pytest.skip("this filesystem does not reserve blocks (fallocate refused)")
+    segment.offset_index.write_pending()
+    segment.time_index.write_pending()
+    segment.close_descriptor()  # no seal: as a kill leaves it
+    os.utime(segment.log_path, ns=(1_000_000_000_000, 1_000_000_000_000))
+    again = open_segment(tmp_path, index_interval_bytes=4096, max_index_size=1 << 20)
+    assert again.reserved_to > again.size
+    again.seal_indexes()
+    assert _allocated(again.log_path) < again.size + (64 << 10), "the reserve is freed"
+    assert os.stat(again.log_path).st_mtime_ns == 1_000_000_000_000
+    assert again.read(0, max_bytes=1 << 30).data == b"".join(written)
+    again.close()
