@@ -8,6 +8,7 @@ while the clock runs), confluent-kafka for the paced latency producer and its co
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import queue
@@ -473,7 +474,7 @@ def end_to_end_latency(
             # A file, not a pipe, for its stderr: librdkafka may log more than a pipe holds
             # while nobody reads it, and a blocked producer would distort the very latency
             # measured.
-            with tempfile.TemporaryFile(mode="w+") as stderr:
+            with tempfile.TemporaryFile(mode="w+") as stderr, harness_collector_paused():
                 producer = latency_producer(
                     target, topic, rate, LATENCY_RECORD_BYTES, stderr, seconds=seconds, acks=acks
                 )
@@ -491,6 +492,26 @@ def end_to_end_latency(
         "p99_ms": percentile(measured, 0.99) / 1e6,
         "p999_ms": percentile(measured, 0.999) / 1e6,
     }
+
+
+@contextlib.contextmanager
+def harness_collector_paused():
+    """The measuring process's own cyclic garbage collector kept out of a latency
+    measurement: a young process's first full collection (every object its imports made)
+    held the consumer's poll loop for 36-59 ms at 1.37 s into the first run of every fresh
+    `python -m bench` process, against every system alike (issue 40: the cold command's run
+    1 p99.9 was this). Everything before is collected once and frozen; the samples are
+    tuples of ints, which reference counting frees, so nothing piles up meanwhile."""
+    gc.collect()
+    gc.freeze()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.unfreeze()
 
 
 def collect_latencies(

@@ -125,7 +125,7 @@ TIER_EXCEPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "reads the pages only (the docs run itself is the module's other test)",
     ),
     "bench/test_multicore.py": ((), "the harness's pure helpers, on made-up figures"),
-    "bench/test_report.py": ((), "the report's tables, on made-up figures"),
+    "bench/test_report.py": ((), "the report's tables, on made-up figures; the harness's gc pause"),
     "bench/test_warm.py": ((), "the warm run's options and tables, with a stub for the start"),
     "testing/test_proxy.py": (
         ("slow",),

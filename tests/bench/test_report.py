@@ -162,3 +162,20 @@ def test_only_the_smoke_run_forks_and_never_where_the_process_is_measured():
     # Every row's topic: Kafka-sized in the real run, 8 partitions in the smoke run.
     assert {row.partitions for row in real.values()} == {64}
     assert {row.partitions for row in smoke.values()} == {8}
+
+
+def test_the_latency_harness_keeps_its_own_collector_out_and_puts_it_back():
+    """Issue 40: the measuring process's first full collection held its consumer's polls
+    for 36-59 ms in every fresh `python -m bench`; the latency rows measure with the
+    collector paused (everything older frozen) and leave it as they found it."""
+    import gc
+
+    from bench.workloads import harness_collector_paused
+
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    with harness_collector_paused():
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() > frozen_before
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
