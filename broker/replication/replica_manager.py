@@ -756,19 +756,20 @@ class ReplicaManager:
         sessions: its every fetch names all 64 partitions of the latency row's topic, issue
         40). The read would find nothing, and every condition that makes it answer otherwise
         (an offset before the log start, an offline log dir) takes the full read."""
-        partition_log = partition.log
+        high_watermark = partition.high_watermark
+        last_stable_offset = partition.last_stable_offset  # (a property: once)
+        log_start_offset = partition.log.log_start_offset
         if (
-            fetch_offset
-            == (partition.last_stable_offset if isolation_level == 1 else partition.high_watermark)
-            and fetch_offset >= partition_log.log_start_offset
+            fetch_offset == (last_stable_offset if isolation_level == 1 else high_watermark)
+            and fetch_offset >= log_start_offset
             and not self.log_manager.failures.any_offline
         ):
             return {
                 "partition_index": partition.index,
                 "error_code": Error.NONE,
-                "high_watermark": partition.high_watermark,
-                "last_stable_offset": partition.last_stable_offset,
-                "log_start_offset": partition_log.log_start_offset,
+                "high_watermark": high_watermark,
+                "last_stable_offset": last_stable_offset,
+                "log_start_offset": log_start_offset,
                 "aborted_transactions": [] if isolation_level == 1 else None,
                 "preferred_read_replica": -1,
                 "records": b"",

@@ -86,3 +86,25 @@ def test_record_sets_are_passed_through_not_copied():
 def test_a_diverging_epoch_falls_back_to_kio():
     data = one_partition(diverging_epoch={"epoch": 3, "end_offset": 4})
     assert encode_fetch_response(12, data) is None
+
+
+def test_an_empty_partition_in_one_pack_is_byte_identical_to_kio():
+    # The whole-entry pack of an empty partition (v11+ flexible): aborted transactions null
+    # (read_uncommitted) and empty (read_committed), beside a partition with records.
+    for version in range(12, HIGH + 1):
+        for aborted in (None, []):
+            data = one_partition(aborted_transactions=aborted, preferred_read_replica=2)
+            data.update(error_code=0, session_id=7)
+            data["responses"][0]["partitions"].append(
+                {**data["responses"][0]["partitions"][0], "partition_index": 1, "records": b"x"}
+            )
+            chunks = encode_fetch_response(version, data)
+            assert b"".join(bytes(c) for c in chunks) == codec.encode_response(
+                ApiKey.FETCH, version, data
+            ), (version, aborted)
+
+
+def test_a_current_leader_falls_back_to_kio_and_default_fields_do_not():
+    assert encode_fetch_response(16, one_partition(current_leader={"leader_id": 1})) is None
+    data = one_partition(diverging_epoch={"epoch": -1, "end_offset": -1}, current_leader=None)
+    assert encode_fetch_response(16, data) is not None
