@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from minibroker.apis.fetch import handle
+from minibroker.protocol.errors import Error
 from minibroker.replication.replica_manager import AppendOrigin
 from tests.unit.replication_harness import (
     TOPIC,
@@ -20,6 +21,7 @@ from tests.unit.replication_harness import (
     count_reads,
     fetch_by_name,
     fetch_context,
+    leader_and_isr,
     start_solo_leader,
 )
 
@@ -71,6 +73,50 @@ async def test_a_woken_fetch_reads_again_only_the_partition_appended_to(solo, au
         assert answered[index]["high_watermark"] == 0
         assert answered[index]["records"] == b""
     assert trio.current_time() == 0  # answered at the append, not at max_wait
+
+
+async def test_a_woken_fetch_looks_up_again_only_the_partition_appended_to(solo, autojump_clock):
+    looked_up = []
+    leader_partition = solo.leader_partition
+
+    def counted(topic, index, *args):
+        looked_up.append(index)
+        return leader_partition(topic, index, *args)
+
+    solo.leader_partition = counted
+    responses = []
+
+    async def fetch():
+        responses.append(await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0))))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(looked_up) == list(PARTITIONS)
+        looked_up.clear()
+        await append(solo, 1, 2, acks=1, origin=AppendOrigin.CLIENT)
+    assert set(looked_up) == {1}  # the append's own lookup and the wake's read of it
+    assert sorted(partitions_of(responses[0])) == list(PARTITIONS)
+
+
+async def test_a_leadership_moved_while_parked_is_answered_at_the_wake(solo, autojump_clock):
+    # The move notifies the partition's watchers: the wake looks it up again and answers
+    # NOT_LEADER_OR_FOLLOWER, though its entry of the read before was an empty one.
+    responses = []
+
+    async def fetch():
+        responses.append(await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0))))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        await solo.apply_leader_and_isr(
+            leader_and_isr(2, 2, [2, LEADER], [2, LEADER], partitions=(3,))
+        )
+    answered = partitions_of(responses[0])
+    assert answered[3]["error_code"] == Error.NOT_LEADER_OR_FOLLOWER
+    assert [answered[index]["error_code"] for index in (0, 1, 2)] == [Error.NONE] * 3
+    assert trio.current_time() == 0  # answered at the move, not at max_wait
 
 
 async def test_a_kept_entry_carries_the_partition_offsets_of_the_answer(solo, autojump_clock):
