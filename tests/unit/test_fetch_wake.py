@@ -8,6 +8,8 @@ same). These tests hold both halves: what is read on the wake, and that a kept e
 are the partition's current ones.
 """
 
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 import trio.testing
@@ -47,6 +49,21 @@ def fetch_request(offsets: dict[int, int], max_wait_ms: int = 500):
     return fetch_by_name(offsets, max_wait_ms=max_wait_ms)
 
 
+@asynccontextmanager
+async def parked_fetch(replicas, offsets: dict[int, int]):
+    """A consumer's fetch of ``offsets``, parked (every task blocked) when the block starts;
+    the yielded list holds its response once the block has ended."""
+    responses: list[dict] = []
+
+    async def fetch():
+        responses.append(await handle(context(replicas), fetch_request(offsets)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch)
+        await trio.testing.wait_all_tasks_blocked()
+        yield responses
+
+
 def partitions_of(response: dict) -> dict[int, dict]:
     ((topic,),) = [response["responses"]]
     return {entry["partition_index"]: entry for entry in topic["partitions"]}
@@ -54,14 +71,7 @@ def partitions_of(response: dict) -> dict[int, dict]:
 
 async def test_a_woken_fetch_reads_again_only_the_partition_appended_to(solo, autojump_clock):
     reads = count_reads(solo)
-    responses = []
-
-    async def fetch():
-        responses.append(await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0))))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(fetch)
-        await trio.testing.wait_all_tasks_blocked()
+    async with parked_fetch(solo, dict.fromkeys(PARTITIONS, 0)) as responses:
         assert sorted(reads) == list(PARTITIONS)  # the first read: every partition, all empty
         reads.clear()
         await append(solo, 2, 3, acks=1, origin=AppendOrigin.CLIENT)
@@ -84,14 +94,7 @@ async def test_a_woken_fetch_looks_up_again_only_the_partition_appended_to(solo,
         return leader_partition(topic, index, *args)
 
     solo.leader_partition = counted
-    responses = []
-
-    async def fetch():
-        responses.append(await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0))))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(fetch)
-        await trio.testing.wait_all_tasks_blocked()
+    async with parked_fetch(solo, dict.fromkeys(PARTITIONS, 0)) as responses:
         assert sorted(looked_up) == list(PARTITIONS)
         looked_up.clear()
         await append(solo, 1, 2, acks=1, origin=AppendOrigin.CLIENT)
@@ -102,14 +105,7 @@ async def test_a_woken_fetch_looks_up_again_only_the_partition_appended_to(solo,
 async def test_a_leadership_moved_while_parked_is_answered_at_the_wake(solo, autojump_clock):
     # The move notifies the partition's watchers: the wake looks it up again and answers
     # NOT_LEADER_OR_FOLLOWER, though its entry of the read before was an empty one.
-    responses = []
-
-    async def fetch():
-        responses.append(await handle(context(solo), fetch_request(dict.fromkeys(PARTITIONS, 0))))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(fetch)
-        await trio.testing.wait_all_tasks_blocked()
+    async with parked_fetch(solo, dict.fromkeys(PARTITIONS, 0)) as responses:
         await solo.apply_leader_and_isr(
             leader_and_isr(2, 2, [2, LEADER], [2, LEADER], partitions=(3,))
         )
@@ -121,14 +117,7 @@ async def test_a_leadership_moved_while_parked_is_answered_at_the_wake(solo, aut
 
 async def test_a_kept_entry_carries_the_partition_offsets_of_the_answer(solo, autojump_clock):
     await append(solo, 1, 5, acks=1)
-    responses = []
-
-    async def fetch():
-        responses.append(await handle(context(solo), fetch_request({0: 0, 1: 5})))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(fetch)
-        await trio.testing.wait_all_tasks_blocked()
+    async with parked_fetch(solo, {0: 0, 1: 5}) as responses:
         # DeleteRecords notifies no fetch: the parked one learns of it when it answers.
         partition = solo.leader_partition(TOPIC, 1)[0]
         assert solo.delete_records(partition, 4)[1] == 4
