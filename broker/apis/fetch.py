@@ -26,10 +26,11 @@ append, a high-watermark or last-stable-offset move, a leadership or replica cha
 the partition's watchers, and the log start offset is taken again. This keeps the wake-up of
 a consumer fetching many partitions, of which an append touches one, from reading them all
 (with 64 partitions that was most of the wake's work, and it is on the end-to-end latency
-path; the lookups and per-partition steps of the 63 kept ones were still 0.28 ms of a wake's
-0.35-0.42 ms in the latency row, issue 40). Left to the full read: a follower's fetch while a leader replication throttle is set
-(a throttled partition's records are held back without a notification when the throttle
-lifts) and a consumer's fetch that a replica selector may redirect.
+path; the lookups and per-partition steps of the 63 kept ones were still 0.28 ms of a
+wake's 0.35-0.42 ms in the latency row, issue 40). Left to the full read: a follower's
+fetch while a leader replication throttle is set (a throttled partition's records are held
+back without a notification when the throttle lifts) and a consumer's fetch that a replica
+selector may redirect.
 
 The same rule across the requests of an incremental fetch session (KIP-227): a consumer's
 session remembers, per partition, its last read when that read found nothing (no records, no
@@ -212,9 +213,8 @@ class _Reader:
                 # A woken fetch's partition not notified since its empty read: led (or
                 # followed) here as it was, at the client's epoch (every change to that
                 # notifies: the module's notes), so neither looked up nor read again.
-                partition = kept[0]
-                read.append((key, name, topic_id, self._kept(key, partition, kept[1])))
-                partitions_read.append(partition)
+                read.append((key, name, topic_id, self._kept(key, kept[0], kept[1])))
+                partitions_read.append(kept[0])
                 continue
             index = key[1]
             if self.follower_reads:
@@ -298,9 +298,9 @@ class _Reader:
             if preferred is not None:
                 # Kafka's readFromLog skips the read and answers the leader's offsets.
                 self.redirected = True
-                entry = fetch_result(key[1], Error.NONE, partition)
-                entry["preferred_read_replica"] = preferred
-                return entry
+                redirect = fetch_result(key[1], Error.NONE, partition)
+                redirect["preferred_read_replica"] = preferred
+                return redirect
         if self.consumer_of_leaders and (
             entry := self.replicas.read_at_end(
                 partition, fetch_partition.fetch_offset, self.isolation_level
