@@ -164,9 +164,6 @@ class _Reader:
         # may be kept for the partitions not in ``fired`` (handle, _reusable).
         self.previous: dict[PartitionKey, tuple[Partition, dict]] | None = None
         self.fired: set = set()
-        # The partition of each (key, name, topic id, entry) that read_topic returned, in
-        # the same order: None for an error or a refusal (what _reusable keeps).
-        self.partitions_read: list[Partition | None] = []
         # An incremental session's partitions (CachedPartition.kept: the notes of the
         # module's notes), when this fetch may answer from them; and what each full read
         # here saw, to note when the session answers: key -> (partition, generation).
@@ -175,7 +172,8 @@ class _Reader:
         self.watchers = self.replicas.watchers
 
     def read_topic(self, topic, uses_topic_ids: bool, partitions) -> list[tuple]:
-        """Read one topic's run of (key, PartitionRequest): [(key, name, topic id, entry)]."""
+        """Read one topic's run of (key, PartitionRequest): [(key, name, topic id, entry,
+        partition)], the partition None for an error or a refusal (what _reusable keeps)."""
         if uses_topic_ids:  # v13+; the zero id reads as None, and is no topic's
             topic_id = topic
             known = self.replicas.metadata.topic_by_id(topic_id) if topic_id else None
@@ -191,13 +189,11 @@ class _Reader:
             and (self.refuse_every_topic or not topic_allowed(self.ctx, Operation.READ, name))
         ):
             self.has_error = True
-            self.partitions_read.extend(None for _ in partitions)
             return [
-                (key, name, topic_id, fetch_result(key[1], Error.TOPIC_AUTHORIZATION_FAILED))
+                (key, name, topic_id, fetch_result(key[1], Error.TOPIC_AUTHORIZATION_FAILED), None)
                 for key, _ in partitions
             ]
-        read = []
-        partitions_read = self.partitions_read
+        read: list[tuple] = []
         session_partitions = self.session_partitions
         previous, fired = self.previous, self.fired
         for key, fetch_partition in partitions:
@@ -213,8 +209,7 @@ class _Reader:
                 # A woken fetch's partition not notified since its empty read: led (or
                 # followed) here as it was, at the client's epoch (every change to that
                 # notifies: the module's notes), so neither looked up nor read again.
-                read.append((key, name, topic_id, self._kept(key, kept[0], kept[1])))
-                partitions_read.append(kept[0])
+                read.append((key, name, topic_id, self._kept(key, *kept), kept[0]))
                 continue
             index = key[1]
             if self.follower_reads:
@@ -233,8 +228,7 @@ class _Reader:
                 entry = fetch_result(index, error, partition)
             else:
                 entry = self.read_partition(key, partition, fetch_partition)
-            read.append((key, name, topic_id, entry))
-            partitions_read.append(partition if error == Error.NONE else None)
+            read.append((key, name, topic_id, entry, partition if error == Error.NONE else None))
         return read
 
     def _still_idle(self, cached, fetch_partition: PartitionRequest) -> bool:
@@ -480,7 +474,7 @@ def _note_idle(
     """Note, in an incremental session, each partition this fetch read in full and found
     idle, for the session's next fetches (the module's notes); forget the note of any other
     read (records, an error)."""
-    for key, _, _, entry in read:
+    for key, _, _, entry, _ in read:
         cached = session_partitions.get(key)
         if cached is None:
             continue
@@ -516,9 +510,7 @@ def _reusable(
     if reader.replica_id >= 0 and ctx.replica_manager.leader_quota.bounded:
         return None
     return {
-        key: (partition, entry)
-        for (key, _, _, entry), partition in zip(read, reader.partitions_read, strict=True)
-        if partition is not None
+        key: (partition, entry) for key, _, _, entry, partition in read if partition is not None
     }
 
 
@@ -528,7 +520,7 @@ def _response(error: Error, session_id: int, read: list[tuple], selected) -> dic
     # identity first for the same reason (a request's topic id is one object).
     names: dict = {}
     last_key_topic: object = object()
-    for key, name, topic_id, _ in read:
+    for key, name, topic_id, _, _ in read:
         if key[0] is not last_key_topic:
             names[key[0]] = (name, topic_id)
             last_key_topic = key[0]
@@ -677,7 +669,7 @@ async def handle(ctx: RequestContext, request) -> dict:
             if reader.throttled_bytes:
                 ctx.replica_manager.record_leader_throttled_bytes(reader.throttled_bytes)
             error, session_id, selected = context.respond(
-                [(key, entry) for key, _, _, entry in read], _now_ms()
+                [(key, entry) for key, _, _, entry, _ in read], _now_ms()
             )
             if reader.session_partitions is not None and error == Error.NONE:
                 _note_idle(reader.session_partitions, generations, read, reader.isolation_level)

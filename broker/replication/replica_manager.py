@@ -757,13 +757,14 @@ class ReplicaManager:
         40). The read would find nothing, and every condition that makes it answer otherwise
         (an offset before the log start, an offline log dir) takes the full read."""
         high_watermark = partition.high_watermark
-        last_stable_offset = partition.last_stable_offset  # (a property: once)
+        # (A property, so read once, and only where it decides or is answered.)
+        last_stable_offset = partition.last_stable_offset if isolation_level == 1 else None
+        if fetch_offset != (high_watermark if last_stable_offset is None else last_stable_offset):
+            return None
         log_start_offset = partition.log.log_start_offset
-        if (
-            fetch_offset == (last_stable_offset if isolation_level == 1 else high_watermark)
-            and fetch_offset >= log_start_offset
-            and not self.log_manager.failures.any_offline
-        ):
+        if fetch_offset >= log_start_offset and not self.log_manager.failures.any_offline:
+            if last_stable_offset is None:
+                last_stable_offset = partition.last_stable_offset
             return {
                 "partition_index": partition.index,
                 "error_code": Error.NONE,
